@@ -1,0 +1,62 @@
+# Thin wrapper over CMake/CTest. Everything a person repeats is a target here.
+#   make          Release build, binary at build/pagoda
+#   make run      the main job on the default model
+#   make test     every test: native, then the aarch64 build under qemu
+#   make bench    build and run the benchmarks (numbers -> docs/PERFORMANCE.md)
+#   make asan     ASan+UBSan build running the unit tests
+#   make format   clang-format in place;  make lint: clang-tidy + cppcheck
+JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
+ASSETS  ?= $(or $(PAGODA_ASSETS),$(abspath ../shared/assets))
+MODEL   ?= $(ASSETS)/llm/stories260K-hf
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
+HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
+
+.PHONY: all deps build run test test-native test-arm bench asan format lint clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j$(JOBS) -- --no-print-directory
+
+run: build
+	./build/pagoda generate $(MODEL) --prompt "Once upon a time" --max-tokens 200
+
+test: test-native test-arm
+
+test-native: build
+	cd build && ctest $(CTEST_FLAGS)
+
+test-arm: deps
+ifeq ($(HAVE_CROSS),1)
+	@cmake -S . -B build-arm -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON \
+	  -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-arm -j$(JOBS)
+	cd build-arm && ctest $(CTEST_FLAGS)
+else
+	@echo "test-arm: aarch64 cross toolchain or qemu-aarch64 missing (run scripts/install-deps.sh)"; exit 1
+endif
+
+bench: build
+	@cmake --build build --target benchmarks -j$(JOBS)
+	@bash bench/run.sh
+
+asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPAGODA_SANITIZE=ON -DPAGODA_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-asan -j$(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS)
+
+format:
+	@find src include tests tools bench -name '*.[ch]' -print0 | xargs -0 clang-format -i
+
+lint: build
+	@find src -name '*.c' -not -path '*/arm/*' -print0 | xargs -0 clang-tidy -p build --quiet 2>/dev/null
+	@cppcheck --quiet --enable=warning,performance,portability --error-exitcode=1 \
+	  --inline-suppr -I include -I src --suppress=missingIncludeSystem src
+
+clean:
+	rm -rf build build-arm build-asan

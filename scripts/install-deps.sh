@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pagoda's build, tests and benchmarks need.
+# Idempotent and quiet: runs `apt-get update` only when something is missing.
+# Native (amd64/arm64 host) packages, the aarch64 cross toolchain + qemu-user,
+# and the arm64 multiarch -dev packages the cross-built tests link against.
+set -euo pipefail
+
+NATIVE_PKGS=(
+  build-essential cmake pkg-config
+  libcmocka-dev libmimalloc-dev libpcre2-dev libutf8proc-dev libcjson-dev
+  libmicrohttpd-dev
+  libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
+  clang-format clang-tidy cppcheck
+)
+CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
+ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64
+            libutf8proc-dev:arm64 libcjson-dev:arm64 libc6-dev:arm64)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+want=("${NATIVE_PKGS[@]}")
+if [ "$(uname -m)" = "x86_64" ]; then
+  want+=("${CROSS_PKGS[@]}" "${ARM64_PKGS[@]}")
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+    missing+=(__update__)
+  fi
+fi
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+
+pkgs=()
+for p in "${missing[@]}"; do [ "$p" = "__update__" ] || pkgs+=("$p"); done
+echo "install-deps: installing ${pkgs[*]:-(package lists only)}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+if [ ${#pkgs[@]} -gt 0 ]; then
+  $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi

@@ -1,0 +1,9 @@
+/* Subcommands of the `pagoda` CLI. Each takes argv starting at its own name
+ * (argv[0] == "generate", ...) and returns a process exit code:
+ * 0 success, 1 runtime failure (message printed), 2 usage error. */
+#ifndef PAGODA_CLI_COMMANDS_H
+#define PAGODA_CLI_COMMANDS_H
+
+int pg_cmd_env(int argc, char **argv);
+
+#endif

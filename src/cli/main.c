@@ -1,0 +1,42 @@
+/* pagoda: LLM inference and serving engine for CPU servers. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+typedef struct pg_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} pg_command;
+
+static const pg_command COMMANDS[] = {
+    {"env", pg_cmd_env, "print the CPU, ISA features, chosen kernels, memory and thread settings"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: pagoda <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    fprintf(f, "\n`pagoda <command> --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("pagoda %s\n", PAGODA_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "pagoda: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,27 @@
+/* Helpers shared by the cmocka tests. */
+#ifndef PAGODA_TESTS_TESTUTIL_H
+#define PAGODA_TESTS_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Absolute path of the shared assets folder (PAGODA_ASSETS, default
+ * ../shared/assets relative to the source tree) joined with `rel`.
+ * Returns a pointer to a static buffer (one per call site is not needed:
+ * copy it if you need two at once). */
+const char *pg_test_asset(const char *rel);
+
+/* A fresh temporary directory for the calling test (mkdtemp under $TMPDIR). */
+const char *pg_test_tmpdir(void);
+
+/* Read a whole file into a malloc'ed, NUL-terminated buffer; *len gets the
+ * size. Fails the test if the file cannot be read. */
+char *pg_test_read_file(const char *path, size_t *len);
+
+/* Write `len` bytes to `path`, failing the test on error. */
+void pg_test_write_file(const char *path, const void *data, size_t len);
+
+#endif
