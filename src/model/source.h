@@ -1,0 +1,109 @@
+/* A model source: the hyper-parameters and named weight tensors of one model,
+ * read from a Hugging Face directory (config.json + safetensors) or a GGUF
+ * file, whichever the user gave. Architectures (llama.c, ...) consume only
+ * this interface and never see the file format.
+ *
+ * Tensor names are canonicalised to Hugging Face names whatever the file:
+ *   "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+ *   "model.layers.{i}.input_layernorm.weight",
+ *   "model.layers.{i}.self_attn.{q,k,v,o}_proj.{weight,bias}",
+ *   "model.layers.{i}.post_attention_layernorm.weight",
+ *   "model.layers.{i}.mlp.{gate,up,down}_proj.weight"
+ * (GGUF "blk.{i}.attn_q.weight" etc. are renamed on load.) Shapes are given
+ * in PyTorch order: shape[0] is the slowest dimension, so a linear weight is
+ * [out_features, in_features] row-major, rows contiguous.
+ *
+ * RoPE layout: Hugging Face Llama checkpoints rotate pairs (i, i + d/2)
+ * ("rotate_half", GPT-NeoX style); llama.cpp's converter permutes the Q/K
+ * rows of GGUF files so pairs are adjacent (2i, 2i+1). `rope_interleaved`
+ * records which one this source's Q/K weights expect. */
+#ifndef PAGODA_MODEL_SOURCE_H
+#define PAGODA_MODEL_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+
+#define PG_MAX_DIMS 4
+
+/* A read-only view of one tensor inside a mapped file. */
+typedef struct pg_tensor {
+    const char *name;    /* canonical (HF) name */
+    pg_dtype dtype;
+    int ndim;
+    int64_t shape[PG_MAX_DIMS]; /* PyTorch order */
+    const void *data;    /* into the mmap'ed file; valid while the source lives */
+    size_t nbytes;
+} pg_tensor;
+
+typedef enum pg_rope_scaling_type {
+    PG_ROPE_SCALING_NONE = 0,
+    PG_ROPE_SCALING_LLAMA3,
+    PG_ROPE_SCALING_LINEAR,
+    PG_ROPE_SCALING_YARN,
+} pg_rope_scaling_type;
+
+typedef struct pg_model_config {
+    char architecture[64];  /* "LlamaForCausalLM", "MistralForCausalLM" (GGUF "llama" maps to LlamaForCausalLM) */
+    int vocab_size;
+    int hidden_size;
+    int intermediate_size;
+    int num_hidden_layers;
+    int num_attention_heads;
+    int num_key_value_heads;
+    int head_dim;           /* hidden_size / heads unless given */
+    int max_position_embeddings;
+    float rms_norm_eps;
+    float rope_theta;
+    bool rope_interleaved;  /* see top of file */
+    pg_rope_scaling_type rope_scaling;
+    float rope_factor;                 /* llama3 / linear / yarn */
+    float rope_low_freq_factor;        /* llama3 */
+    float rope_high_freq_factor;       /* llama3 */
+    int rope_original_max_position;    /* llama3 / yarn */
+    bool tie_word_embeddings;
+    bool attention_bias;
+    int sliding_window;     /* 0 = none */
+    pg_dtype torch_dtype;   /* dominant weight dtype (F32/F16/BF16/...) */
+    int bos_token_id;       /* -1 if none */
+    int eos_token_ids[8];   /* from config / generation_config; -1 terminated */
+} pg_model_config;
+
+/* Defaults from generation_config.json (HF) — -1 / NaN when not given. */
+typedef struct pg_generation_defaults {
+    float temperature, top_p, min_p, repetition_penalty;
+    int top_k;
+    int max_new_tokens;
+} pg_generation_defaults;
+
+typedef struct pg_model_source pg_model_source;
+
+/* Open MODEL: a HF directory, a GGUF file, or a HF repo id ("org/name")
+ * resolved through the local HF cache ($HF_HOME/hub or
+ * ~/.cache/huggingface/hub, models--org--name/snapshots/<rev>/).
+ * Files are mmap'ed; tensor data is never copied. Validates every tensor
+ * (dtype known, shape matches byte size, data inside the file, no overlaps)
+ * and that the config agrees with the weights' shapes.
+ * Errors: PAGODA_ERR_IO / NOT_FOUND / FORMAT / UNSUPPORTED with one line
+ * naming the file and the problem (pg_last_error()). */
+pagoda_status pg_model_source_open(const char *model, pg_model_source **out);
+void pg_model_source_free(pg_model_source *src);
+
+const pg_model_config *pg_model_source_config(const pg_model_source *src);
+const pg_generation_defaults *pg_model_source_generation(const pg_model_source *src);
+/* Tensor by canonical name, or NULL. */
+const pg_tensor *pg_model_source_tensor(const pg_model_source *src, const char *name);
+size_t pg_model_source_n_tensors(const pg_model_source *src);
+const pg_tensor *pg_model_source_tensor_at(const pg_model_source *src, size_t i);
+/* Path of the GGUF file or HF directory actually opened. */
+const char *pg_model_source_path(const pg_model_source *src);
+/* True for GGUF sources; the tokenizer then comes from the GGUF vocab. */
+bool pg_model_source_is_gguf(const pg_model_source *src);
+/* Chat template text from tokenizer_config.json or GGUF
+ * tokenizer.chat_template, or NULL. */
+const char *pg_model_source_chat_template(const pg_model_source *src);
+
+#endif

@@ -1,0 +1,54 @@
+/* Tokenizers: SentencePiece-style BPE with byte fallback (Llama 2,
+ * TinyStories) and byte-level BPE (GPT-2, Llama 3, Qwen, GPT-OSS o200k),
+ * built from a Hugging Face tokenizer.json (+ tokenizer_config.json) or from
+ * a GGUF file's tokenizer.ggml.* metadata. Reference behaviour: Hugging Face
+ * `tokenizers` (encode with add_special_tokens True/False) and llama.cpp's
+ * llama-vocab.cpp. Immutable after load: safe to share between threads. */
+#ifndef PAGODA_TOKENIZER_TOKENIZER_H
+#define PAGODA_TOKENIZER_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct pg_tokenizer pg_tokenizer;
+
+/* Load from `path`: a directory holding tokenizer.json (+ optional
+ * tokenizer_config.json), or a .gguf file (its vocab metadata).
+ * Errors: PAGODA_ERR_IO / NOT_FOUND / FORMAT / UNSUPPORTED (one line). */
+pagoda_status pg_tokenizer_load(const char *path, pg_tokenizer **out);
+void pg_tokenizer_free(pg_tokenizer *tok);
+
+/* Encode `len` bytes of UTF-8 text.
+ * add_special=false: no BOS/EOS added, and special-token text in the input
+ *   is plain text (the safe default for user content).
+ * add_special=true: behave like HF `encode(text)` (add_special_tokens=True):
+ *   add BOS/EOS as the tokenizer's post-processor / add_bos_token says, and
+ *   match added special tokens in the text.
+ * Writes up to `cap` ids to `ids`; *n_out gets the full count (call again
+ * with a larger buffer if *n_out > cap). Errors: PAGODA_ERR_INVALID_ARG. */
+pagoda_status pg_tokenizer_encode(const pg_tokenizer *tok, const char *text, size_t len,
+                                  bool add_special, int32_t *ids, size_t cap, size_t *n_out);
+
+/* Decode ids to exact bytes (byte-fallback and byte-level tokens become the
+ * original bytes; SentencePiece's leading-space rule as HF applies it).
+ * skip_special drops special/control tokens. Writes up to cap-1 bytes plus
+ * NUL; *len_out gets the full length. */
+pagoda_status pg_tokenizer_decode(const pg_tokenizer *tok, const int32_t *ids, size_t n,
+                                  bool skip_special, char *out, size_t cap, size_t *len_out);
+
+/* The raw bytes one token stands for (after byte-level / byte-fallback
+ * mapping, '▁' -> ' '), for incremental detokenization. *len gets the size;
+ * returns bytes in a per-tokenizer table (NULL for an invalid id). */
+const char *pg_tokenizer_token_bytes(const pg_tokenizer *tok, int32_t id, size_t *len);
+
+int32_t pg_tokenizer_vocab_size(const pg_tokenizer *tok);
+int32_t pg_tokenizer_bos(const pg_tokenizer *tok); /* -1 if none */
+int32_t pg_tokenizer_eos(const pg_tokenizer *tok); /* -1 if none */
+bool pg_tokenizer_is_special(const pg_tokenizer *tok, int32_t id);
+/* Chat template from tokenizer_config.json / GGUF, or NULL. */
+const char *pg_tokenizer_chat_template(const pg_tokenizer *tok);
+
+#endif
