@@ -1,0 +1,323 @@
+/* Tokenizers against reference tokenizations: the llama.cpp vocab suites
+ * (.inp strings separated by "\n__ggml_vocab_test__\n", .out one line of
+ * ids per string, made with HF tokenizers add_special_tokens=False, read as
+ * llama.cpp tests/test-tokenizer-0 reads them), the o200k suite for
+ * gpt-oss, TinyStories; decode round trips; error paths. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/tokenizer.h"
+
+#define SEP "\n__ggml_vocab_test__\n"
+
+typedef struct {
+    char **inp;
+    char **out;
+    int n;
+    char *inp_buf, *out_buf;
+} suite;
+
+static void suite_load(suite *s, const char *inp_rel, const char *out_rel) {
+    size_t n;
+    s->inp_buf = pg_test_read_file(pg_test_asset(inp_rel), &n);
+    s->out_buf = pg_test_read_file(pg_test_asset(out_rel), &n);
+    s->n = 0;
+    s->inp = NULL;
+    char *p = s->inp_buf, *q;
+    while ((q = strstr(p, SEP))) {
+        *q = 0;
+        s->inp = realloc(s->inp, (size_t)(s->n + 1) * sizeof *s->inp);
+        s->inp[s->n++] = p;
+        p = q + strlen(SEP);
+    }
+    s->out = calloc((size_t)s->n, sizeof *s->out);
+    p = s->out_buf;
+    for (int i = 0; i < s->n; i++) {
+        assert_non_null(p);
+        s->out[i] = p;
+        q = strchr(p, '\n');
+        if (q) {
+            *q = 0;
+            p = q + 1;
+        } else {
+            p = p + strlen(p);
+        }
+    }
+}
+
+static void suite_free(suite *s) {
+    free(s->inp);
+    free(s->out);
+    free(s->inp_buf);
+    free(s->out_buf);
+}
+
+static int parse_ids(const char *line, int32_t *ids, int cap) {
+    int n = 0;
+    const char *p = line;
+    while (*p) {
+        char *e;
+        long v = strtol(p, &e, 10);
+        if (e == p) {
+            p++;
+            continue;
+        }
+        if (n < cap) ids[n] = (int32_t)v;
+        n++;
+        p = e;
+    }
+    return n;
+}
+
+static void print_ids(const char *label, const int32_t *ids, size_t n) {
+    fprintf(stderr, "    %s:", label);
+    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", (int)ids[i]);
+    fprintf(stderr, "\n");
+}
+
+/* Encode every suite string; report each mismatch; also check
+ * decode(encode(x)) == x when `roundtrip`. Returns the number of passes. */
+static int run_suite(const char *tok_rel, const char *inp_rel, const char *out_rel, bool roundtrip,
+                     bool strip_prefix_space) {
+    pg_tokenizer *tok = NULL;
+    pagoda_status st = pg_tokenizer_load(pg_test_asset(tok_rel), &tok);
+    if (st) fprintf(stderr, "load %s: %s\n", tok_rel, pg_last_error());
+    assert_int_equal(st, PAGODA_OK);
+    suite s;
+    suite_load(&s, inp_rel, out_rel);
+    assert_true(s.n > 40);
+    int pass = 0, rt_fail = 0;
+    int32_t want[4096], got[4096];
+    for (int i = 0; i < s.n; i++) {
+        int nw = parse_ids(s.out[i], want, 4096);
+        size_t ng = 0;
+        assert_int_equal(pg_tokenizer_encode(tok, s.inp[i], strlen(s.inp[i]), false, got, 4096, &ng),
+                         PAGODA_OK);
+        bool ok = (size_t)nw == ng && !memcmp(want, got, ng * sizeof *got);
+        if (ok) {
+            pass++;
+        } else {
+            fprintf(stderr, "  %s #%d mismatch for \"%s\"\n", tok_rel, i, s.inp[i]);
+            print_ids("expected", want, (size_t)nw);
+            print_ids("got     ", got, ng);
+        }
+        if (roundtrip) {
+            char buf[8192];
+            size_t len = 0;
+            assert_int_equal(pg_tokenizer_decode(tok, got, ng, false, buf, sizeof buf, &len), PAGODA_OK);
+            const char *want_text = s.inp[i];
+            /* SPM without a leading space: the prefix '▁' is removed on decode */
+            (void)strip_prefix_space;
+            if (len != strlen(want_text) || memcmp(buf, want_text, len)) {
+                rt_fail++;
+                fprintf(stderr, "  %s #%d round trip: \"%s\" -> \"%.*s\"\n", tok_rel, i, want_text, (int)len, buf);
+            }
+        }
+    }
+    fprintf(stderr, "%s: %d/%d match %s%s\n", tok_rel, pass, s.n, out_rel,
+            roundtrip ? (rt_fail ? " (round trip failures)" : ", round trips exact") : "");
+    suite_free(&s);
+    pg_tokenizer_free(tok);
+    assert_int_equal(rt_fail, 0);
+    return pass == s.n ? pass : -pass;
+}
+
+#define SUITE(tok, name, rt)                                                                   \
+    assert_true(run_suite(tok, "llama.cpp-vocab/ggml-vocab-" name ".gguf.inp",                 \
+                          "llama.cpp-vocab/ggml-vocab-" name ".gguf.out", rt, false) > 0)
+
+static void test_qwen3_json(void **state) {
+    (void)state;
+    SUITE("tokenizers/qwen3", "qwen2", true);
+}
+
+static void test_llama3_json(void **state) {
+    (void)state;
+    SUITE("tokenizers/llama3", "llama-bpe", true);
+}
+
+static void test_gpt_oss_json(void **state) {
+    (void)state;
+    assert_true(run_suite("tokenizers/gpt-oss", "tokenizers/gpt-oss/o200k_test-suite.inp",
+                          "tokenizers/gpt-oss/o200k_test-suite.out", true, false) > 0);
+}
+
+static void encode_expect(const char *tok_rel, const char *text, bool add_special, const int32_t *want,
+                          size_t nwant) {
+    pg_tokenizer *tok = NULL;
+    assert_int_equal(pg_tokenizer_load(pg_test_asset(tok_rel), &tok), PAGODA_OK);
+    int32_t got[64];
+    size_t n = 0;
+    assert_int_equal(pg_tokenizer_encode(tok, text, strlen(text), add_special, got, 64, &n), PAGODA_OK);
+    if (n != nwant || memcmp(got, want, n * sizeof *got)) {
+        fprintf(stderr, "%s: \"%s\" add_special=%d\n", tok_rel, text, add_special);
+        print_ids("expected", want, nwant);
+        print_ids("got     ", got, n);
+        fail();
+    }
+    /* decode(encode(x)) == x, skipping special tokens */
+    char buf[256];
+    size_t len;
+    assert_int_equal(pg_tokenizer_decode(tok, got, n, true, buf, sizeof buf, &len), PAGODA_OK);
+    assert_string_equal(buf, text);
+    pg_tokenizer_free(tok);
+}
+
+/* "Once upon a time" with add_special: the prompt ids of
+ * llm/llama2c/expected/stories260K_greedy_prompt_once_upon_a_time_n64.tokens.txt */
+static void read_prompt_ids(int32_t *ids, size_t *n) {
+    size_t len;
+    char *txt = pg_test_read_file(
+        pg_test_asset("llm/llama2c/expected/stories260K_greedy_prompt_once_upon_a_time_n64.tokens.txt"), &len);
+    char *p = strstr(txt, "PROMPT_TOKENS:");
+    assert_non_null(p);
+    char *e = strchr(p, '\n');
+    if (e) *e = 0;
+    *n = (size_t)parse_ids(p + strlen("PROMPT_TOKENS:"), ids, 16);
+    free(txt);
+    assert_true(*n >= 2);
+}
+
+static void test_stories260k_json(void **state) {
+    (void)state;
+    int32_t want[16];
+    size_t n;
+    read_prompt_ids(want, &n);
+    encode_expect("llm/stories260K-hf", "Once upon a time", true, want, n);
+    encode_expect("llm/stories260K-hf", "Once upon a time", false, want + 1, n - 1);
+}
+
+static void test_special_tokens_add_special(void **state) {
+    (void)state;
+    pg_tokenizer *tok = NULL;
+    assert_int_equal(pg_tokenizer_load(pg_test_asset("tokenizers/qwen3"), &tok), PAGODA_OK);
+    int32_t im_end = pg_tokenizer_token_to_id(tok, "<|im_end|>", 10);
+    assert_true(im_end > 0);
+    assert_int_equal(pg_tokenizer_eos(tok), im_end);
+    assert_true(pg_tokenizer_is_special(tok, im_end));
+    const char *text = "hi<|im_end|>";
+    int32_t a[16], b[16];
+    size_t na, nb;
+    assert_int_equal(pg_tokenizer_encode(tok, text, strlen(text), true, a, 16, &na), PAGODA_OK);
+    assert_int_equal(pg_tokenizer_encode(tok, text, strlen(text), false, b, 16, &nb), PAGODA_OK);
+    assert_int_equal(a[na - 1], im_end); /* matched as one special token */
+    for (size_t i = 0; i < nb; i++) assert_int_not_equal(b[i], im_end); /* plain text */
+    assert_true(nb > na);
+    /* skip_special drops it on decode; without skipping it is kept */
+    char buf[64];
+    size_t len;
+    assert_int_equal(pg_tokenizer_decode(tok, a, na, true, buf, sizeof buf, &len), PAGODA_OK);
+    assert_string_equal(buf, "hi");
+    assert_int_equal(pg_tokenizer_decode(tok, a, na, false, buf, sizeof buf, &len), PAGODA_OK);
+    assert_string_equal(buf, text);
+    /* too-small output buffer: full count reported, prefix written */
+    size_t n2;
+    assert_int_equal(pg_tokenizer_encode(tok, text, strlen(text), true, a, 1, &n2), PAGODA_OK);
+    assert_int_equal(n2, na);
+    assert_int_equal(pg_tokenizer_decode(tok, b, nb, false, buf, 3, &len), PAGODA_OK);
+    assert_int_equal(len, strlen(text));
+    assert_string_equal(buf, "hi");
+    assert_non_null(pg_tokenizer_chat_template(tok));
+    pg_tokenizer_free(tok);
+}
+
+static void test_token_bytes_byte_level(void **state) {
+    (void)state;
+    pg_tokenizer *tok = NULL;
+    assert_int_equal(pg_tokenizer_load(pg_test_asset("tokenizers/llama3"), &tok), PAGODA_OK);
+    /* "Ġthe" is " the"; "Ċ" is "\n" */
+    size_t len;
+    int32_t id = pg_tokenizer_token_to_id(tok, "\xc4\xa0the", 5);
+    assert_true(id >= 0);
+    const char *b = pg_tokenizer_token_bytes(tok, id, &len);
+    assert_int_equal(len, 4);
+    assert_memory_equal(b, " the", 4);
+    id = pg_tokenizer_token_to_id(tok, "\xc4\x8a", 2);
+    b = pg_tokenizer_token_bytes(tok, id, &len);
+    assert_int_equal(len, 1);
+    assert_int_equal(b[0], '\n');
+    assert_null(pg_tokenizer_token_bytes(tok, -1, &len));
+    assert_null(pg_tokenizer_token_bytes(tok, pg_tokenizer_vocab_size(tok), &len));
+    /* bad ids are an error, not a crash */
+    int32_t bad[2] = {1, 1 << 30};
+    char buf[16];
+    assert_int_equal(pg_tokenizer_decode(tok, bad, 2, false, buf, sizeof buf, &len), PAGODA_ERR_INVALID_ARG);
+    /* invalid UTF-8 input still encodes and round-trips byte-exactly */
+    const char raw[] = "a\xff\xfe b\xc3";
+    int32_t ids[32];
+    size_t n;
+    assert_int_equal(pg_tokenizer_encode(tok, raw, sizeof raw - 1, false, ids, 32, &n), PAGODA_OK);
+    assert_int_equal(pg_tokenizer_decode(tok, ids, n, false, buf, sizeof buf, &len), PAGODA_OK);
+    assert_int_equal(len, sizeof raw - 1);
+    assert_memory_equal(buf, raw, len);
+    pg_tokenizer_free(tok);
+}
+
+static void write_dir(const char *dir, const char *json) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    pg_test_write_file(p, json, strlen(json));
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    pg_tokenizer *tok = (pg_tokenizer *)1;
+    assert_int_equal(pg_tokenizer_load("/nonexistent/dir", &tok), PAGODA_ERR_NOT_FOUND);
+    assert_null(tok);
+    assert_non_null(strstr(pg_last_error(), "/nonexistent/dir"));
+
+    const char *dir = pg_test_tmpdir();
+    /* directory without tokenizer.json */
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_ERR_NOT_FOUND);
+    /* malformed JSON */
+    write_dir(dir, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0,");
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_ERR_FORMAT);
+    assert_non_null(strstr(pg_last_error(), "malformed JSON"));
+    /* unknown model type */
+    write_dir(dir, "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}");
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pg_last_error(), "Unigram"));
+    /* merge naming a token that is not in the vocab */
+    write_dir(dir, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_ERR_FORMAT);
+    /* unsupported pre-tokenizer */
+    write_dir(dir, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                   " \"pre_tokenizer\": {\"type\": \"Frobnicate\"}}");
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_ERR_UNSUPPORTED);
+    /* bad regex */
+    write_dir(dir, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                   " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}}}");
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_ERR_FORMAT);
+    /* a minimal valid one works: merges as [a, b] pairs */
+    write_dir(dir, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2},"
+                   " \"merges\": [[\"a\", \"b\"]]}}");
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_OK);
+    int32_t ids[8];
+    size_t n;
+    assert_int_equal(pg_tokenizer_encode(tok, "abab", 4, true, ids, 8, &n), PAGODA_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 2);
+    assert_int_equal(ids[1], 2);
+    pg_tokenizer_free(tok);
+    /* a file that is neither a directory nor GGUF */
+    char p[1024];
+    snprintf(p, sizeof p, "%s/notes.txt", dir);
+    pg_test_write_file(p, "hello", 5);
+    assert_int_equal(pg_tokenizer_load(p, &tok), PAGODA_ERR_UNSUPPORTED);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen3_json),
+        cmocka_unit_test(test_llama3_json),
+        cmocka_unit_test(test_gpt_oss_json),
+        cmocka_unit_test(test_stories260k_json),
+        cmocka_unit_test(test_special_tokens_add_special),
+        cmocka_unit_test(test_token_bytes_byte_level),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
