@@ -18,6 +18,15 @@ static const char RX_QWEN2[] =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+static const char RX_GPT4O[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RX_QWEN35[] =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 /* DeepSeek LLM: the letter class is an explicit list of ranges. */
 static const char *const RX_DEEPSEEK_LLM[] = {
     "[\\r\\n]",
@@ -33,6 +42,8 @@ static const char *const RX_DEEPSEEK_LLM[] = {
 static const char *const RX_LIST_GPT2[] = {RX_GPT2, NULL};
 static const char *const RX_LIST_LLAMA3[] = {RX_LLAMA3, NULL};
 static const char *const RX_LIST_QWEN2[] = {RX_QWEN2, NULL};
+static const char *const RX_LIST_GPT4O[] = {RX_GPT4O, NULL};
+static const char *const RX_LIST_QWEN35[] = {RX_QWEN35, NULL};
 static const char *const RX_LIST_REFACT[] = {"\\p{N}", RX_GPT2, NULL};
 /* llama.cpp's fallback for BPE vocabs without a known pre type */
 static const char *const RX_LIST_DEFAULT[] = {
@@ -49,6 +60,7 @@ static const pre_def PRE_TYPES[] = {
     {"command-r", RX_LIST_REFACT},  {"smollm", RX_LIST_REFACT},    {"codeshell", RX_LIST_REFACT},
     {"deepseek-llm", RX_DEEPSEEK_LLM}, {"llama3", RX_LIST_LLAMA3}, {"llama-bpe", RX_LIST_LLAMA3},
     {"smaug-bpe", RX_LIST_LLAMA3},  {"qwen2", RX_LIST_QWEN2},      {"stablelm2", RX_LIST_QWEN2},
+    {"qwen35", RX_LIST_QWEN35},     {"gpt-4o", RX_LIST_GPT4O},     {"o200k", RX_LIST_GPT4O},
 };
 
 static size_t tlen(const pg_vocab_spec *s, int32_t i) {
