@@ -31,7 +31,8 @@ static void test_detection_is_consistent(void **state) {
     assert_true(c->hugepages_free <= c->hugepages_total);
     const char *modes[] = {"always", "madvise", "never", "unknown"};
     bool known = false;
-    for (int i = 0; i < 4; i++) known |= !strcmp(c->thp_mode, modes[i]);
+    for (int i = 0; i < 4; i++)
+        known |= !strcmp(c->thp_mode, modes[i]);
     assert_true(known);
     assert_true(pg_isa_supported(c, c->best_isa));
     assert_int_equal(c->best_isa, pg_isa_best(c));
@@ -41,9 +42,12 @@ static void test_detection_is_consistent(void **state) {
     pg_cpu_feature f1[PG_CPU_MAX_FEATURES], f2[PG_CPU_MAX_FEATURES];
     size_t n = pg_cpu_features(c, f1);
     assert_int_equal(n, pg_cpu_features(&again, f2));
-    for (size_t i = 0; i < n; i++) assert_int_equal(f1[i].present, f2[i].present);
-    if (c->sve) assert_true(c->sve_vl_bytes >= 16 && c->sve_vl_bytes % 16 == 0);
-    else assert_int_equal(c->sve_vl_bytes, 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(f1[i].present, f2[i].present);
+    if (c->sve)
+        assert_true(c->sve_vl_bytes >= 16 && c->sve_vl_bytes % 16 == 0);
+    else
+        assert_int_equal(c->sve_vl_bytes, 0);
 }
 
 /* The first "flags" (x86) or "Features" (arm) line of /proc/cpuinfo, with
@@ -60,7 +64,7 @@ static char *cpuinfo_flags(void) {
     static char line[8192];
     char *found = NULL;
     while (!found && fgets(line, sizeof line - 2, f)) {
-        if (strncmp(line, key, strlen(key))) continue;
+        if (strncmp(line, key, strlen(key)) != 0) continue;
         char *colon = strchr(line, ':');
         if (!colon) continue;
         line[strcspn(line, "\n")] = 0;
@@ -76,8 +80,10 @@ static void test_features_match_proc_cpuinfo(void **state) {
     (void)state;
     char *flags = cpuinfo_flags();
     if (!flags) {
-        print_message("no feature line for this architecture in /proc/cpuinfo (qemu-user?); skipped\n");
+        print_message(
+            "no feature line for this architecture in /proc/cpuinfo (qemu-user?); skipped\n");
         skip();
+        return;
     }
     pg_cpu_feature f[PG_CPU_MAX_FEATURES];
     size_t n = pg_cpu_features(pg_cpu(), f);
@@ -86,8 +92,8 @@ static void test_features_match_proc_cpuinfo(void **state) {
         snprintf(word, sizeof word, " %s ", f[i].cpuinfo);
         bool kernel_says = strstr(flags, word) != NULL;
         if (kernel_says != f[i].present)
-            fail_msg("feature %s: detected %s, /proc/cpuinfo says %s", f[i].name, f[i].present ? "yes" : "no",
-                     kernel_says ? "yes" : "no");
+            fail_msg("feature %s: detected %s, /proc/cpuinfo says %s", f[i].name,
+                     f[i].present ? "yes" : "no", kernel_says ? "yes" : "no");
     }
 }
 
@@ -103,14 +109,17 @@ static void test_expected_features(void **state) {
     size_t n = pg_cpu_features(pg_cpu(), f);
     char list[256];
     snprintf(list, sizeof list, "%s", want ? want : "");
-    for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
+         name = strtok_r(NULL, ",", &save)) {
         bool found = false;
         for (size_t i = 0; i < n; i++) {
-            if (strcmp(f[i].name, name)) continue;
+            if (strcmp(f[i].name, name) != 0) continue;
             found = true;
             if (!f[i].present) fail_msg("expected feature %s not detected", name);
         }
-        if (!found) fail_msg("PAGODA_EXPECT_FEATURES names %s, which this architecture does not know", name);
+        if (!found)
+            fail_msg("PAGODA_EXPECT_FEATURES names %s, which this architecture does not know",
+                     name);
     }
     if (vl && *vl) assert_int_equal(pg_cpu()->sve_vl_bytes, atoi(vl));
 }
@@ -165,7 +174,7 @@ static void test_isa_resolution(void **state) {
     expect_level(&c, "avx512bf16", PG_ISA_AVX512BF16, false);
     expect_level(&c, "avx2", PG_ISA_AVX2, false);
     expect_unknown(&c, "neon"); /* the other architecture's level */
-    c.f16c = false; /* every level builds on avx2, which needs F16C */
+    c.f16c = false;             /* every level builds on avx2, which needs F16C */
     assert_int_equal(pg_isa_best(&c), PG_ISA_SCALAR);
 #else
     expect_level(&c, "neon", PG_ISA_SCALAR, true);

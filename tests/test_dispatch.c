@@ -72,7 +72,8 @@ static void free_data(data *d) {
 /* sum |w_i x_i| in double: the scale of the rounding error of any f32 order. */
 static double abs_sum(const float *w, const float *x, size_t n) {
     double s = 0;
-    for (size_t i = 0; i < n; i++) s += fabs((double)w[i] * x[i]);
+    for (size_t i = 0; i < n; i++)
+        s += fabs((double)w[i] * x[i]);
     return s;
 }
 
@@ -86,7 +87,8 @@ static const char *const ENTRY[3] = {"dot_f32", "dot_bf16_f32", "dot_f16_f32"};
 
 /* Run the three entries of t on the first n inputs placed at element
  * offsets off (first operand) and ob (second operand). */
-static void run_table(const pg_kernel_table *t, data *d, size_t n, size_t off, size_t ob, float r[3]) {
+static void run_table(const pg_kernel_table *t, data *d, size_t n, size_t off, size_t ob,
+                      float r[3]) {
     float *a = d->a + off, *b = d->b + ob;
     uint16_t *wbf = d->wbf + off, *wf16 = d->wf16 + off;
     memcpy(a, d->sa, n * sizeof *a);
@@ -103,25 +105,31 @@ static void run_table(const pg_kernel_table *t, data *d, size_t n, size_t off, s
  * across pointer misalignments (the order depends only on n). */
 static void check_table(const pg_kernel_table *t, data *d, bool exact) {
     static float wbf[MAX_N], wf16[MAX_N];
-    for (size_t i = 0; i < MAX_N; i++) wbf[i] = pg_bf16_to_f32(d->sbf[i]), wf16[i] = pg_f16_to_f32(d->sf16[i]);
+    for (size_t i = 0; i < MAX_N; i++)
+        wbf[i] = pg_bf16_to_f32(d->sbf[i]), wf16[i] = pg_f16_to_f32(d->sf16[i]);
     for (int s = 0; s < N_SIZES; s++) {
         size_t n = SIZES[s];
         float ref[3] = {pg_ref_dot_f32(d->sa, d->sb, n), pg_ref_dot_bf16_f32(d->sbf, d->sb, n),
                         pg_ref_dot_f16_f32(d->sf16, d->sb, n)};
-        double scale[3] = {abs_sum(d->sa, d->sb, n), abs_sum(wbf, d->sb, n), abs_sum(wf16, d->sb, n)};
-        float first[3];
+        double scale[3] = {abs_sum(d->sa, d->sb, n), abs_sum(wbf, d->sb, n),
+                           abs_sum(wf16, d->sb, n)};
+        uint32_t first[3]; /* bit patterns at offset 0 */
         for (size_t off = 0; off < PAD; off++) {
             float r[3];
             run_table(t, d, n, off, (off * 3 + 1) % PAD, r);
             for (int k = 0; k < 3; k++) {
                 double err = fabs((double)r[k] - (double)ref[k]);
                 if (exact ? r[k] != ref[k] : err > REL_TOL * scale[k])
-                    fail_msg("%s[%s] n=%zu off=%zu: got %.9g want %.9g (err %.3g, sum|wx| %.3g)", ENTRY[k],
-                             t->isa, n, off, r[k], ref[k], err, scale[k]);
-                if (off == 0) first[k] = r[k];
-                else if (memcmp(&r[k], &first[k], sizeof(float)))
-                    fail_msg("%s[%s] n=%zu: result depends on alignment (%.9g at offset 0, %.9g at %zu)",
-                             ENTRY[k], t->isa, n, first[k], r[k], off);
+                    fail_msg("%s[%s] n=%zu off=%zu: got %.9g want %.9g (err %.3g, sum|wx| %.3g)",
+                             ENTRY[k], t->isa, n, off, r[k], ref[k], err, scale[k]);
+                uint32_t bits;
+                memcpy(&bits, &r[k], sizeof bits);
+                if (off == 0)
+                    first[k] = bits;
+                else if (bits != first[k])
+                    fail_msg("%s[%s] n=%zu: result at offset %zu (%.9g) differs in its bits from "
+                             "offset 0 (order must depend only on n)",
+                             ENTRY[k], t->isa, n, off, r[k]);
             }
         }
     }
@@ -148,7 +156,9 @@ static void check_random(const pg_kernel_table *t, void *arg) {
     check_table(t, arg, false);
 }
 
-static void check_exact(const pg_kernel_table *t, void *arg) { check_table(t, arg, true); }
+static void check_exact(const pg_kernel_table *t, void *arg) {
+    check_table(t, arg, true);
+}
 
 static void test_variants_match_reference_random(void **state) {
     (void)state;
@@ -216,7 +226,8 @@ static void test_select_levels(void **state) {
         assert_string_equal(t->variant.dot_f32, "avx2");
     }
 #else
-    if (pg_isa_supported(c, PG_ISA_NEON)) assert_string_equal(pg_kernels_select("neon")->variant.dot_f32, "neon");
+    if (pg_isa_supported(c, PG_ISA_NEON))
+        assert_string_equal(pg_kernels_select("neon")->variant.dot_f32, "neon");
 #endif
     /* Unknown names fall back to the best level (and log an error). */
     pg_log_level saved = pg_log_get_level();

@@ -27,7 +27,8 @@ static bool has_line(const char *text, const char *key, const char *value) {
         if (p < text + 2 || p[-1] != ' ' || p[-2] != ' ') continue;
         const char *q = p + kl;
         if (*q != ' ') continue;
-        while (*q == ' ') q++;
+        while (*q == ' ')
+            q++;
         if (!strncmp(q, value, vl) && (q[vl] == '\n' || q[vl] == 0)) return true;
     }
     return false;
@@ -60,8 +61,8 @@ static void test_report_names_detected_features(void **state) {
         snprintf(num, sizeof num, "%d bytes (%d bits)", c->sve_vl_bytes, 8 * c->sve_vl_bytes);
         assert_true(has_line(r, "sve vector len", num));
     }
-    const char *sections[] = {"\ncpu\n", "\nisa features\n", "\nisa level\n", "\nkernels\n",
-                              "\nmemory\n", "\nthreads\n", "\nwarnings\n"};
+    const char *sections[] = {"\ncpu\n",    "\nisa features\n", "\nisa level\n", "\nkernels\n",
+                              "\nmemory\n", "\nthreads\n",      "\nwarnings\n"};
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
         assert_non_null(strstr(r, sections[i]));
     free(r);

@@ -67,10 +67,14 @@ static size_t parse_size(const char *s) {
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
     switch (toupper((unsigned char)*end)) {
-    case 'K': return (size_t)v << 10;
-    case 'M': return (size_t)v << 20;
-    case 'G': return (size_t)v << 30;
-    default: return (size_t)v;
+    case 'K':
+        return (size_t)v << 10;
+    case 'M':
+        return (size_t)v << 20;
+    case 'G':
+        return (size_t)v << 30;
+    default:
+        return (size_t)v;
     }
 }
 
@@ -95,9 +99,9 @@ static void detect_x86(pg_cpu_info *c) {
     bool fma = cx & (1u << 12), f16c = cx & (1u << 29);
 
     uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-    c->os_ymm = (xcr0 & 0x6) == 0x6;                  /* SSE + AVX state */
-    c->os_zmm = c->os_ymm && (xcr0 & 0xe0) == 0xe0;   /* opmask, ZMM_Hi256, Hi16_ZMM */
-    c->os_amx = (xcr0 & 0x60000) == 0x60000;          /* XTILECFG + XTILEDATA */
+    c->os_ymm = (xcr0 & 0x6) == 0x6;                /* SSE + AVX state */
+    c->os_zmm = c->os_ymm && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
+    c->os_amx = (xcr0 & 0x60000) == 0x60000;        /* XTILECFG + XTILEDATA */
 
     bool avx2 = false, f512 = false, bw = false, vl = false, dq = false, vnni = false;
     bool tile = false, ti8 = false, tbf16 = false, bf16 = false, avxvnni = false;
@@ -138,25 +142,30 @@ static void detect_x86(pg_cpu_info *c) {
     if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
         unsigned regs[12];
         for (unsigned i = 0; i < 3; i++)
-            __cpuid(0x80000002u + i, regs[4 * i], regs[4 * i + 1], regs[4 * i + 2], regs[4 * i + 3]);
+            __cpuid(0x80000002u + i, regs[4 * i], regs[4 * i + 1], regs[4 * i + 2],
+                    regs[4 * i + 3]);
         char brand[49];
         memcpy(brand, regs, 48);
         brand[48] = 0;
         char *s = brand;
-        while (*s == ' ') s++;
+        while (*s == ' ')
+            s++;
         size_t n = strlen(s);
-        while (n && s[n - 1] == ' ') s[--n] = 0;
+        while (n && s[n - 1] == ' ')
+            s[--n] = 0;
         if (n) snprintf(c->model, sizeof c->model, "%s", s);
     }
 }
 
 pagoda_status pg_cpu_request_amx(void) {
     const pg_cpu_info *c = pg_cpu();
-    if (!c->amx_tile) return pg_error(PAGODA_ERR_UNSUPPORTED, "cpu: no AMX tile support (CPU or OS)");
+    if (!c->amx_tile)
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "cpu: no AMX tile support (CPU or OS)");
     /* ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 (Linux
      * Documentation/arch/x86/xstate.rst). */
     if (syscall(SYS_arch_prctl, 0x1023, 18) != 0)
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "cpu: kernel refused AMX tile permission (arch_prctl)");
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "cpu: kernel refused AMX tile permission (arch_prctl)");
     return PAGODA_OK;
 }
 
@@ -188,14 +197,12 @@ static const struct {
     unsigned impl, part;
     const char *name;
 } ARM_PARTS[] = {
-    {0x41, 0xd03, "Cortex-A53"},      {0x41, 0xd05, "Cortex-A55"},
-    {0x41, 0xd07, "Cortex-A57"},      {0x41, 0xd08, "Cortex-A72"},
-    {0x41, 0xd0b, "Cortex-A76"},      {0x41, 0xd0c, "Neoverse-N1"},
-    {0x41, 0xd40, "Neoverse-V1"},     {0x41, 0xd41, "Cortex-A78"},
-    {0x41, 0xd44, "Cortex-X1"},       {0x41, 0xd49, "Neoverse-N2"},
-    {0x41, 0xd4f, "Neoverse-V2"},     {0x41, 0xd84, "Neoverse-V3"},
-    {0x41, 0xd8e, "Neoverse-N3"},     {0x46, 0x001, "A64FX"},
-    {0x48, 0xd01, "Kunpeng-920"},     {0xc0, 0xac3, "AmpereOne"},
+    {0x41, 0xd03, "Cortex-A53"},  {0x41, 0xd05, "Cortex-A55"},  {0x41, 0xd07, "Cortex-A57"},
+    {0x41, 0xd08, "Cortex-A72"},  {0x41, 0xd0b, "Cortex-A76"},  {0x41, 0xd0c, "Neoverse-N1"},
+    {0x41, 0xd40, "Neoverse-V1"}, {0x41, 0xd41, "Cortex-A78"},  {0x41, 0xd44, "Cortex-X1"},
+    {0x41, 0xd49, "Neoverse-N2"}, {0x41, 0xd4f, "Neoverse-V2"}, {0x41, 0xd84, "Neoverse-V3"},
+    {0x41, 0xd8e, "Neoverse-N3"}, {0x46, 0x001, "A64FX"},       {0x48, 0xd01, "Kunpeng-920"},
+    {0xc0, 0xac3, "AmpereOne"},
 };
 
 static void detect_arm(pg_cpu_info *c) {
@@ -228,7 +235,8 @@ static void detect_arm(pg_cpu_info *c) {
         const char *name = "unknown";
         for (size_t i = 0; i < sizeof ARM_PARTS / sizeof ARM_PARTS[0]; i++)
             if (ARM_PARTS[i].impl == impl && ARM_PARTS[i].part == part) name = ARM_PARTS[i].name;
-        snprintf(c->model, sizeof c->model, "%s (implementer 0x%02x, part 0x%03x)", name, impl, part);
+        snprintf(c->model, sizeof c->model, "%s (implementer 0x%02x, part 0x%03x)", name, impl,
+                 part);
     }
 }
 
@@ -259,13 +267,15 @@ static void detect_topology(pg_cpu_info *c) {
             logical++;
             if (first < 0) first = cpu;
             char path[128];
-            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+            snprintf(path, sizeof path,
+                     "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
             long pkg = read_long(path, 0);
             snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
             long core = read_long(path, cpu); /* unknown: count each CPU as a core */
             long key = pkg * 1000000 + core;
             bool dup = false;
-            for (int i = 0; i < cores && !dup; i++) dup = seen[i] == key;
+            for (int i = 0; i < cores && !dup; i++)
+                dup = seen[i] == key;
             if (!dup) seen[cores++] = key;
         }
     }
@@ -276,7 +286,8 @@ static void detect_topology(pg_cpu_info *c) {
     if (first < 0) first = 0;
 
     char path[160], buf[256];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", first);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+             first);
     c->smt_per_core = read_line(path, buf, sizeof buf) ? cpulist_count(buf) : 0;
     if (c->smt_per_core < 1) c->smt_per_core = 1;
 
@@ -285,7 +296,8 @@ static void detect_topology(pg_cpu_info *c) {
     if (dir) {
         struct dirent *e;
         while ((e = readdir(dir)))
-            if (!strncmp(e->d_name, "node", 4) && isdigit((unsigned char)e->d_name[4])) c->numa_nodes++;
+            if (!strncmp(e->d_name, "node", 4) && isdigit((unsigned char)e->d_name[4]))
+                c->numa_nodes++;
         closedir(dir);
     }
     if (c->numa_nodes < 1) c->numa_nodes = 1;
@@ -301,9 +313,12 @@ static void detect_topology(pg_cpu_info *c) {
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/cache/index%d/size", first, i);
         if (!read_line(path, size, sizeof size)) continue;
         size_t bytes = parse_size(size);
-        if (level == 1 && !strcmp(type, "Data")) c->l1d_bytes = bytes;
-        else if (level == 2 && strcmp(type, "Instruction")) c->l2_bytes = bytes;
-        else if (level == 3 && strcmp(type, "Instruction")) c->l3_bytes = bytes;
+        if (level == 1 && !strcmp(type, "Data"))
+            c->l1d_bytes = bytes;
+        else if (level == 2 && strcmp(type, "Instruction") != 0)
+            c->l2_bytes = bytes;
+        else if (level == 3 && strcmp(type, "Instruction") != 0)
+            c->l3_bytes = bytes;
     }
 }
 
@@ -315,11 +330,16 @@ static void detect_memory(pg_cpu_info *c) {
             char key[64];
             unsigned long long v;
             if (sscanf(line, "%63[^:]: %llu", key, &v) != 2) continue;
-            if (!strcmp(key, "MemTotal")) c->mem_total = v << 10;
-            else if (!strcmp(key, "MemAvailable")) c->mem_available = v << 10;
-            else if (!strcmp(key, "HugePages_Total")) c->hugepages_total = v;
-            else if (!strcmp(key, "HugePages_Free")) c->hugepages_free = v;
-            else if (!strcmp(key, "Hugepagesize")) c->hugepage_bytes = v << 10;
+            if (!strcmp(key, "MemTotal"))
+                c->mem_total = v << 10;
+            else if (!strcmp(key, "MemAvailable"))
+                c->mem_available = v << 10;
+            else if (!strcmp(key, "HugePages_Total"))
+                c->hugepages_total = v;
+            else if (!strcmp(key, "HugePages_Free"))
+                c->hugepages_free = v;
+            else if (!strcmp(key, "Hugepagesize"))
+                c->hugepage_bytes = v << 10;
         }
         fclose(f);
     }
@@ -349,7 +369,9 @@ void pg_cpu_detect(pg_cpu_info *out) {
 static pg_cpu_info g_cpu;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
-static void cpu_init(void) { pg_cpu_detect(&g_cpu); }
+static void cpu_init(void) {
+    pg_cpu_detect(&g_cpu);
+}
 
 const pg_cpu_info *pg_cpu(void) {
     pthread_once(&g_cpu_once, cpu_init);
@@ -386,7 +408,8 @@ size_t pg_cpu_features(const pg_cpu_info *c, pg_cpu_feature out[PG_CPU_MAX_FEATU
 #endif
     };
     size_t n = sizeof list / sizeof list[0];
-    for (size_t i = 0; i < n && i < PG_CPU_MAX_FEATURES; i++) out[i] = list[i];
+    for (size_t i = 0; i < n && i < PG_CPU_MAX_FEATURES; i++)
+        out[i] = list[i];
     return n < PG_CPU_MAX_FEATURES ? n : PG_CPU_MAX_FEATURES;
 }
 
@@ -420,18 +443,24 @@ enum { N_ARCH_LEVELS = sizeof ARCH_LEVELS / sizeof ARCH_LEVELS[0] };
 
 bool pg_isa_supported(const pg_cpu_info *c, pg_isa isa) {
     switch (isa) {
-    case PG_ISA_SCALAR: return true;
+    case PG_ISA_SCALAR:
+        return true;
 #if defined(__x86_64__)
-    case PG_ISA_AVX2: return c->avx2 && c->fma && c->f16c;
+    case PG_ISA_AVX2:
+        return c->avx2 && c->fma && c->f16c;
     case PG_ISA_AVX512:
         return pg_isa_supported(c, PG_ISA_AVX2) && c->avx512f && c->avx512bw && c->avx512vl &&
                c->avx512dq;
-    case PG_ISA_AVX512BF16: return pg_isa_supported(c, PG_ISA_AVX512) && c->avx512_bf16;
+    case PG_ISA_AVX512BF16:
+        return pg_isa_supported(c, PG_ISA_AVX512) && c->avx512_bf16;
 #else
-    case PG_ISA_NEON: return c->asimd;
-    case PG_ISA_SVE: return c->asimd && c->sve && c->sve_vl_bytes >= 16;
+    case PG_ISA_NEON:
+        return c->asimd;
+    case PG_ISA_SVE:
+        return c->asimd && c->sve && c->sve_vl_bytes >= 16;
 #endif
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -448,7 +477,7 @@ pagoda_status pg_isa_resolve(const pg_cpu_info *c, const char *name, pg_isa *out
     if (clamped) *clamped = false;
     if (!name || !*name) return PAGODA_OK;
     for (int i = 0; i < N_ARCH_LEVELS; i++) {
-        if (strcasecmp(name, ISA_NAMES[ARCH_LEVELS[i]])) continue;
+        if (strcasecmp(name, ISA_NAMES[ARCH_LEVELS[i]]) != 0) continue;
         /* Levels are ordered, so "supported" means "not above best". */
         if (pg_isa_supported(c, ARCH_LEVELS[i])) {
             *out = ARCH_LEVELS[i];
@@ -462,6 +491,6 @@ pagoda_status pg_isa_resolve(const pg_cpu_info *c, const char *name, pg_isa *out
         strcat(valid, i ? ", " : "");
         strcat(valid, ISA_NAMES[ARCH_LEVELS[i]]);
     }
-    return pg_error(PAGODA_ERR_INVALID_ARG, "PAGODA_ISA=%s: unknown ISA level on %s (valid: %s)", name,
-                    ARCH_NAME, valid);
+    return pg_error(PAGODA_ERR_INVALID_ARG, "PAGODA_ISA=%s: unknown ISA level on %s (valid: %s)",
+                    name, ARCH_NAME, valid);
 }

@@ -47,23 +47,24 @@ typedef struct pg_cpu_info {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq;
     bool avx512_bf16, avx512_vnni, avx_vnni;
-    bool amx_tile, amx_int8, amx_bf16; /* Linux also needs arch_prctl permission: pg_cpu_request_amx */
-    bool os_ymm, os_zmm, os_amx;       /* XCR0: YMM (bits 1,2), ZMM (5,6,7), tile (17,18) */
+    bool amx_tile, amx_int8,
+        amx_bf16;                /* Linux also needs arch_prctl permission: pg_cpu_request_amx */
+    bool os_ymm, os_zmm, os_amx; /* XCR0: YMM (bits 1,2), ZMM (5,6,7), tile (17,18) */
 
     /* ---- aarch64 features (all false on x86-64) */
     bool asimd, asimd_dotprod, i8mm, bf16, sve, sve2, lse;
-    bool fp16; /* half-precision arithmetic, scalar + vector (FPHP + ASIMDHP) */
+    bool fp16;        /* half-precision arithmetic, scalar + vector (FPHP + ASIMDHP) */
     int sve_vl_bytes; /* SVE vector length in bytes (0 without SVE) */
 
     /* ---- topology */
-    int logical_cpus;    /* CPUs this process may run on (sched_getaffinity) */
-    int online_cpus;     /* CPUs online in the machine */
-    int physical_cores;  /* distinct (package, core) among the allowed CPUs */
-    int smt_per_core;    /* hardware threads per core (>= 1) */
-    int numa_nodes;      /* /sys/devices/system/node/node* (>= 1) */
-    size_t l1d_bytes;    /* per core */
-    size_t l2_bytes;     /* per instance (per core on most servers) */
-    size_t l3_bytes;     /* per instance (one CCX / die / socket) */
+    int logical_cpus;   /* CPUs this process may run on (sched_getaffinity) */
+    int online_cpus;    /* CPUs online in the machine */
+    int physical_cores; /* distinct (package, core) among the allowed CPUs */
+    int smt_per_core;   /* hardware threads per core (>= 1) */
+    int numa_nodes;     /* /sys/devices/system/node/node* (>= 1) */
+    size_t l1d_bytes;   /* per core */
+    size_t l2_bytes;    /* per instance (per core on most servers) */
+    size_t l3_bytes;    /* per instance (one CCX / die / socket) */
 
     /* ---- memory (bytes; 0 if /proc/meminfo is unreadable) */
     uint64_t mem_total, mem_available;
@@ -77,8 +78,9 @@ typedef struct pg_cpu_info {
 
 /* One named ISA feature of this architecture, for reports and tests. */
 typedef struct pg_cpu_feature {
-    const char *name;    /* report name: "avx512_bf16", "dotprod", "lse", ... */
-    const char *cpuinfo; /* the Linux /proc/cpuinfo flag: "avx512_bf16", "asimddp", "atomics", ... */
+    const char *name; /* report name: "avx512_bf16", "dotprod", "lse", ... */
+    const char
+        *cpuinfo; /* the Linux /proc/cpuinfo flag: "avx512_bf16", "asimddp", "atomics", ... */
     bool present;
 } pg_cpu_feature;
 
@@ -122,8 +124,7 @@ pg_isa pg_isa_best(const pg_cpu_info *cpu);
  *                                      PAGODA_ERR_INVALID_ARG with a message
  *                                      listing the valid names
  * `clamped` may be NULL. Case-insensitive. */
-pagoda_status pg_isa_resolve(const pg_cpu_info *cpu, const char *name, pg_isa *out,
-                             bool *clamped);
+pagoda_status pg_isa_resolve(const pg_cpu_info *cpu, const char *name, pg_isa *out, bool *clamped);
 
 /* Linux x86-64: ask the kernel for permission to use the AMX tile data
  * state (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16); required once per

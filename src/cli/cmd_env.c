@@ -12,9 +12,10 @@
 int pg_cmd_env(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: pagoda env\n\nPrints the detected CPU, ISA features, the kernel variants "
-                   "chosen (PAGODA_ISA may force a lower level), memory, huge pages, thread "
-                   "settings and performance warnings.\n");
+            printf(
+                "usage: pagoda env\n\nPrints the detected CPU, ISA features, the kernel variants "
+                "chosen (PAGODA_ISA may force a lower level), memory, huge pages, thread "
+                "settings and performance warnings.\n");
             return 0;
         }
         fprintf(stderr, "pagoda env: unknown option '%s' (see pagoda env --help)\n", argv[i]);

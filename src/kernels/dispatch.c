@@ -91,7 +91,9 @@ const pg_kernel_table *pg_kernels_select(const char *isa_or_null) {
 static const pg_kernel_table *g_active;
 static pthread_once_t g_active_once = PTHREAD_ONCE_INIT;
 
-static void active_init(void) { g_active = pg_kernels_select(getenv("PAGODA_ISA")); }
+static void active_init(void) {
+    g_active = pg_kernels_select(getenv("PAGODA_ISA"));
+}
 
 const pg_kernel_table *pg_kernels(void) {
     pthread_once(&g_active_once, active_init);

@@ -23,7 +23,8 @@
 #include <stdio.h>
 
 typedef struct pg_kernel_table {
-    const char *isa; /* name of the level: "scalar", "avx2", "avx512", "avx512bf16", "neon", "sve" */
+    const char
+        *isa; /* name of the level: "scalar", "avx2", "avx512", "avx512bf16", "neon", "sve" */
     /* sum_i a[i]*b[i] over n floats (any n >= 0, any alignment). */
     float (*dot_f32)(const float *a, const float *b, size_t n);
     /* sum_i bf16(w[i])*x[i]: BF16 weights (raw uint16 bits) times f32 activations. */

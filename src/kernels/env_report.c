@@ -11,22 +11,29 @@ static const char *fmt_bytes(char *buf, size_t cap, uint64_t v) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double d = (double)v;
     int u = 0;
-    while (d >= 1024 && u < 4) d /= 1024, u++;
-    if (d == (double)(uint64_t)d) snprintf(buf, cap, "%llu %s", (unsigned long long)d, units[u]);
-    else snprintf(buf, cap, "%.1f %s", d, units[u]);
+    while (d >= 1024 && u < 4)
+        d /= 1024, u++;
+    if (d == (double)(uint64_t)d)
+        snprintf(buf, cap, "%llu %s", (unsigned long long)d, units[u]);
+    else
+        snprintf(buf, cap, "%.1f %s", d, units[u]);
     return buf;
 }
 
 int pg_env_warnings(const pg_cpu_info *c, const pg_kernel_table *t, FILE *f) {
     int n = 0;
     if (c->smt_per_core > 1) {
-        fprintf(f, "  - SMT siblings share cores (%d threads per core): use one thread per physical "
-                   "core (%d), not per logical CPU\n", c->smt_per_core, c->physical_cores);
+        fprintf(f,
+                "  - SMT siblings share cores (%d threads per core): use one thread per physical "
+                "core (%d), not per logical CPU\n",
+                c->smt_per_core, c->physical_cores);
         n++;
     }
     if (c->numa_nodes > 1) {
-        fprintf(f, "  - %d NUMA nodes: bind threads and memory to one node (numactl) or split "
-                   "the model across nodes\n", c->numa_nodes);
+        fprintf(f,
+                "  - %d NUMA nodes: bind threads and memory to one node (numactl) or split "
+                "the model across nodes\n",
+                c->numa_nodes);
         n++;
     }
     if (c->logical_cpus < c->online_cpus) {
@@ -39,7 +46,7 @@ int pg_env_warnings(const pg_cpu_info *c, const pg_kernel_table *t, FILE *f) {
                    "pages; set it to madvise or always\n");
         n++;
     }
-    if (t && strcmp(t->isa, pg_isa_name(c->best_isa))) {
+    if (t && strcmp(t->isa, pg_isa_name(c->best_isa)) != 0) {
         fprintf(f, "  - kernels limited to %s by PAGODA_ISA; this CPU supports %s\n", t->isa,
                 pg_isa_name(c->best_isa));
         n++;
@@ -70,9 +77,11 @@ void pg_env_report(FILE *f) {
     fprintf(f, "\nisa features\n");
     pg_cpu_feature feats[PG_CPU_MAX_FEATURES];
     size_t nf = pg_cpu_features(c, feats);
-    for (size_t i = 0; i < nf; i++) fprintf(f, "  %-16s %s\n", feats[i].name, feats[i].present ? "yes" : "no");
+    for (size_t i = 0; i < nf; i++)
+        fprintf(f, "  %-16s %s\n", feats[i].name, feats[i].present ? "yes" : "no");
     if (c->sve)
-        fprintf(f, "  %-16s %d bytes (%d bits)\n", "sve vector len", c->sve_vl_bytes, 8 * c->sve_vl_bytes);
+        fprintf(f, "  %-16s %d bytes (%d bits)\n", "sve vector len", c->sve_vl_bytes,
+                8 * c->sve_vl_bytes);
 
     fprintf(f, "\nisa level\n");
     const char *req = getenv("PAGODA_ISA");

@@ -10,7 +10,8 @@
 
 /* acc[k] += a[4k..4k+3] * b[4k..4k+3] for k = 0..3. */
 static inline void step_f32(float32x4_t acc[4], const float *a, const float *b) {
-    for (int k = 0; k < 4; k++) acc[k] = vfmaq_f32(acc[k], vld1q_f32(a + 4 * k), vld1q_f32(b + 4 * k));
+    for (int k = 0; k < 4; k++)
+        acc[k] = vfmaq_f32(acc[k], vld1q_f32(a + 4 * k), vld1q_f32(b + 4 * k));
 }
 
 static inline void step_bf16(float32x4_t acc[4], const uint16_t *w, const float *x) {
@@ -38,7 +39,8 @@ static inline float finish(float32x4_t acc[4]) {
 float pg_neon_dot_f32(const float *a, const float *b, size_t n) {
     float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
     size_t i = 0;
-    for (; i + STEP <= n; i += STEP) step_f32(acc, a + i, b + i);
+    for (; i + STEP <= n; i += STEP)
+        step_f32(acc, a + i, b + i);
     if (i < n) { /* tail: zero-padded copy, one more step */
         float ta[STEP] = {0}, tb[STEP] = {0};
         memcpy(ta, a + i, (n - i) * sizeof *a);
@@ -51,7 +53,8 @@ float pg_neon_dot_f32(const float *a, const float *b, size_t n) {
 float pg_neon_dot_bf16_f32(const uint16_t *w, const float *x, size_t n) {
     float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
     size_t i = 0;
-    for (; i + STEP <= n; i += STEP) step_bf16(acc, w + i, x + i);
+    for (; i + STEP <= n; i += STEP)
+        step_bf16(acc, w + i, x + i);
     if (i < n) {
         uint16_t tw[STEP] = {0};
         float tx[STEP] = {0};
@@ -65,7 +68,8 @@ float pg_neon_dot_bf16_f32(const uint16_t *w, const float *x, size_t n) {
 float pg_neon_dot_f16_f32(const uint16_t *w, const float *x, size_t n) {
     float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
     size_t i = 0;
-    for (; i + STEP <= n; i += STEP) step_f16(acc, w + i, x + i);
+    for (; i + STEP <= n; i += STEP)
+        step_f16(acc, w + i, x + i);
     if (i < n) {
         uint16_t tw[STEP] = {0};
         float tx[STEP] = {0};

@@ -46,9 +46,11 @@ static inline float finish(__m256 acc[4]) {
 }
 
 float pg_avx2_dot_f32(const float *a, const float *b, size_t n) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
     size_t i = 0;
-    for (; i + STEP <= n; i += STEP) step_f32(acc, a + i, b + i);
+    for (; i + STEP <= n; i += STEP)
+        step_f32(acc, a + i, b + i);
     if (i < n) { /* tail: zero-padded copy, one more step */
         float ta[STEP] = {0}, tb[STEP] = {0};
         memcpy(ta, a + i, (n - i) * sizeof *a);
@@ -59,9 +61,11 @@ float pg_avx2_dot_f32(const float *a, const float *b, size_t n) {
 }
 
 float pg_avx2_dot_bf16_f32(const uint16_t *w, const float *x, size_t n) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
     size_t i = 0;
-    for (; i + STEP <= n; i += STEP) step_bf16(acc, w + i, x + i);
+    for (; i + STEP <= n; i += STEP)
+        step_bf16(acc, w + i, x + i);
     if (i < n) {
         uint16_t tw[STEP] = {0};
         float tx[STEP] = {0};
@@ -73,9 +77,11 @@ float pg_avx2_dot_bf16_f32(const uint16_t *w, const float *x, size_t n) {
 }
 
 float pg_avx2_dot_f16_f32(const uint16_t *w, const float *x, size_t n) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
     size_t i = 0;
-    for (; i + STEP <= n; i += STEP) step_f16(acc, w + i, x + i);
+    for (; i + STEP <= n; i += STEP)
+        step_f16(acc, w + i, x + i);
     if (i < n) {
         uint16_t tw[STEP] = {0};
         float tx[STEP] = {0};

@@ -20,7 +20,9 @@ static inline __m512 load_f16(const uint16_t *p) {
 }
 
 /* Mask of the low r lanes, 0 < r < 16. */
-static inline __mmask16 tail_mask(size_t r) { return (__mmask16)((1u << r) - 1u); }
+static inline __mmask16 tail_mask(size_t r) {
+    return (__mmask16)((1u << r) - 1u);
+}
 
 static inline float finish(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
@@ -35,7 +37,8 @@ float pg_avx512_dot_f32(const float *a, const float *b, size_t n) {
         a2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), a2);
         a3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), a3);
     }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
+    for (; i + 16 <= n; i += 16)
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
         a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), a1);
@@ -52,7 +55,8 @@ float pg_avx512_dot_bf16_f32(const uint16_t *w, const float *x, size_t n) {
         a2 = _mm512_fmadd_ps(load_bf16(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
         a3 = _mm512_fmadd_ps(load_bf16(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
     }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load_bf16(w + i), _mm512_loadu_ps(x + i), a0);
+    for (; i + 16 <= n; i += 16)
+        a0 = _mm512_fmadd_ps(load_bf16(w + i), _mm512_loadu_ps(x + i), a0);
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
         __m512 wv = widen_bf16(_mm256_maskz_loadu_epi16(m, w + i));
@@ -70,7 +74,8 @@ float pg_avx512_dot_f16_f32(const uint16_t *w, const float *x, size_t n) {
         a2 = _mm512_fmadd_ps(load_f16(w + i + 32), _mm512_loadu_ps(x + i + 32), a2);
         a3 = _mm512_fmadd_ps(load_f16(w + i + 48), _mm512_loadu_ps(x + i + 48), a3);
     }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load_f16(w + i), _mm512_loadu_ps(x + i), a0);
+    for (; i + 16 <= n; i += 16)
+        a0 = _mm512_fmadd_ps(load_f16(w + i), _mm512_loadu_ps(x + i), a0);
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
         __m512 wv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i));
