@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
@@ -137,16 +138,62 @@ static void test_llama3_json(void **state) {
     SUITE("tokenizers/llama3", "llama-bpe", true);
 }
 
+#define GGUF_SUITE(name) SUITE("llama.cpp-vocab/ggml-vocab-" name ".gguf", name, true)
+
+static void test_llama_spm_gguf(void **state) {
+    (void)state;
+    GGUF_SUITE("llama-spm");
+}
+
+static void test_phi3_gguf(void **state) {
+    (void)state;
+    GGUF_SUITE("phi-3");
+}
+
+static void test_gpt2_gguf(void **state) {
+    (void)state;
+    GGUF_SUITE("gpt-2");
+}
+
+static void test_deepseek_llm_gguf(void **state) {
+    (void)state;
+    GGUF_SUITE("deepseek-llm");
+}
+
+static void test_mpt_gguf(void **state) {
+    (void)state;
+    GGUF_SUITE("mpt");
+}
+
+static void test_refact_gguf(void **state) {
+    (void)state;
+    GGUF_SUITE("refact");
+}
+
 static void test_gpt_oss_json(void **state) {
     (void)state;
     assert_true(run_suite("tokenizers/gpt-oss", "tokenizers/gpt-oss/o200k_test-suite.inp",
                           "tokenizers/gpt-oss/o200k_test-suite.out", true, false) > 0);
 }
 
+static void read_prompt_ids(int32_t *ids, size_t *n);
+static void encode_expect(const char *tok_rel, const char *text, bool add_special, const int32_t *want,
+                          size_t nwant);
+
 static void test_stories260k_suite_json(void **state) {
     (void)state;
     assert_true(run_suite("llm/stories260K-hf", "llm/llama2c/expected/stories260K_tokenization.inp",
                           "llm/llama2c/expected/stories260K_tokenization.out", true, true) > 0);
+}
+
+static void test_stories260k_suite_gguf(void **state) {
+    (void)state;
+    assert_true(run_suite("llm/llama2c/stories260K.gguf", "llm/llama2c/expected/stories260K_tokenization.inp",
+                          "llm/llama2c/expected/stories260K_tokenization.out", true, true) > 0);
+    int32_t want[16];
+    size_t n;
+    read_prompt_ids(want, &n);
+    encode_expect("llm/llama2c/stories260K.gguf", "Once upon a time", true, want, n);
 }
 
 /* The tiny oracles: llama.cpp's ids for prompt_text (no BOS). */
@@ -187,6 +234,14 @@ static void test_oracles_json(void **state) {
     check_oracle("oracles/qwen3-dense-tiny/hf", "oracles/qwen3-dense-tiny/expected.json");
     check_oracle("oracles/qwen3-moe-tiny/hf", "oracles/qwen3-moe-tiny/expected.json");
     check_oracle("oracles/qwen35-tiny/hf", "oracles/qwen35-tiny/expected.json");
+}
+
+static void test_oracles_gguf(void **state) {
+    (void)state;
+    check_oracle("oracles/gpt-oss-tiny/model.gguf", "oracles/gpt-oss-tiny/expected.json");
+    check_oracle("oracles/qwen3-dense-tiny/model.gguf", "oracles/qwen3-dense-tiny/expected.json");
+    check_oracle("oracles/qwen3-moe-tiny/model.gguf", "oracles/qwen3-moe-tiny/expected.json");
+    check_oracle("oracles/qwen35-tiny/model.gguf", "oracles/qwen35-tiny/expected.json");
 }
 
 static void encode_expect(const char *tok_rel, const char *text, bool add_special, const int32_t *want,
@@ -353,17 +408,74 @@ static void test_errors(void **state) {
     assert_int_equal(pg_tokenizer_load(p, &tok), PAGODA_ERR_UNSUPPORTED);
 }
 
+/* Write a GGUF with the given tokenizer.ggml.model / pre (NULL: key absent). */
+static const char *write_vocab_gguf(const char *name, const char *model, const char *pre) {
+    static char p[1024];
+    snprintf(p, sizeof p, "%s/%s.gguf", pg_test_tmpdir(), name);
+    pg_gguf_writer *w = NULL;
+    assert_int_equal(pg_gguf_writer_create(&w), PAGODA_OK);
+    pg_gguf_writer_set_str(w, "general.architecture", "llama");
+    if (model) pg_gguf_writer_set_str(w, "tokenizer.ggml.model", model);
+    if (pre) pg_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    const char *toks[] = {"a", "b", "ab"};
+    const char *merges[] = {"a b"};
+    pg_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", toks, 3);
+    pg_gguf_writer_set_str_array(w, "tokenizer.ggml.merges", merges, 1);
+    assert_int_equal(pg_gguf_writer_begin(w, p), PAGODA_OK);
+    assert_int_equal(pg_gguf_writer_finish(w), PAGODA_OK);
+    pg_gguf_writer_free(w);
+    return p;
+}
+
+static void test_gguf_errors(void **state) {
+    (void)state;
+    pg_tokenizer *tok = NULL;
+    assert_int_equal(pg_tokenizer_load(write_vocab_gguf("nomodel", NULL, NULL), &tok), PAGODA_ERR_NOT_FOUND);
+    assert_non_null(strstr(pg_last_error(), "tokenizer.ggml.model"));
+    assert_int_equal(pg_tokenizer_load(write_vocab_gguf("bert", "bert", NULL), &tok), PAGODA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pg_last_error(), "bert"));
+    assert_int_equal(pg_tokenizer_load(write_vocab_gguf("pre", "gpt2", "no-such-pre"), &tok),
+                     PAGODA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pg_last_error(), "no-such-pre"));
+    /* the same file with a known pre type loads and merges */
+    assert_int_equal(pg_tokenizer_load(write_vocab_gguf("ok", "gpt2", "gpt-2"), &tok), PAGODA_OK);
+    int32_t ids[4];
+    size_t n;
+    assert_int_equal(pg_tokenizer_encode(tok, "ab", 2, false, ids, 4, &n), PAGODA_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 2);
+    pg_tokenizer_free(tok);
+    /* truncated GGUF */
+    size_t len;
+    char *data = pg_test_read_file(pg_test_asset("llm/llama2c/stories260K.gguf"), &len);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/truncated.gguf", pg_test_tmpdir());
+    pg_test_write_file(p, data, 4096);
+    free(data);
+    assert_int_equal(pg_tokenizer_load(p, &tok), PAGODA_ERR_FORMAT);
+    assert_null(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_json),
         cmocka_unit_test(test_llama3_json),
         cmocka_unit_test(test_gpt_oss_json),
+        cmocka_unit_test(test_llama_spm_gguf),
+        cmocka_unit_test(test_phi3_gguf),
+        cmocka_unit_test(test_gpt2_gguf),
+        cmocka_unit_test(test_deepseek_llm_gguf),
+        cmocka_unit_test(test_mpt_gguf),
+        cmocka_unit_test(test_refact_gguf),
         cmocka_unit_test(test_stories260k_json),
         cmocka_unit_test(test_stories260k_suite_json),
         cmocka_unit_test(test_oracles_json),
+        cmocka_unit_test(test_stories260k_suite_gguf),
+        cmocka_unit_test(test_oracles_gguf),
         cmocka_unit_test(test_special_tokens_add_special),
         cmocka_unit_test(test_token_bytes_byte_level),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_gguf_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,7 @@ typedef struct {
 
 typedef struct {
     size_t off, len;
+    bool raw; /* decode: token text passes the per-token decoders unchanged */
 } piece;
 
 typedef struct {
@@ -76,6 +77,7 @@ static bool pv_push(piecevec *v, size_t off, size_t len) {
     }
     v->p[v->n].off = off;
     v->p[v->n].len = len;
+    v->p[v->n].raw = false;
     v->n++;
     return true;
 }
@@ -194,9 +196,10 @@ pagoda_status pg_tok_alloc_vocab(pg_tokenizer *t, int32_t n) {
     t->tokens = calloc((size_t)n, sizeof *t->tokens);
     t->token_lens = calloc((size_t)n, sizeof *t->token_lens);
     t->is_special = calloc((size_t)n, 1);
+    t->raw_decode = calloc((size_t)n, 1);
     t->bytes = calloc((size_t)n, sizeof *t->bytes);
     t->bytes_lens = calloc((size_t)n, sizeof *t->bytes_lens);
-    if (!t->tokens || !t->token_lens || !t->is_special || !t->bytes || !t->bytes_lens)
+    if (!t->tokens || !t->token_lens || !t->is_special || !t->raw_decode || !t->bytes || !t->bytes_lens)
         return pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory (%d tokens)", (int)n);
     return PAGODA_OK;
 }
@@ -267,7 +270,7 @@ pagoda_status pg_tok_finish(pg_tokenizer *t, const char *what) {
     bytebuf bb = {0};
     for (int32_t i = 0; i < t->n_vocab; i++) {
         bb.n = 0;
-        if (t->is_special[i]) {
+        if (t->is_special[i] || t->raw_decode[i]) {
             if (!bb_append(&bb, t->tokens[i], t->token_lens[i])) goto oom;
         } else if (!token_decoded_bytes(t, t->tokens[i], t->token_lens[i], &bb)) {
             goto oom;
@@ -296,6 +299,7 @@ void pg_tokenizer_free(pg_tokenizer *t) {
     free(t->tokens);
     free(t->token_lens);
     free(t->is_special);
+    free(t->raw_decode);
     free(t->bytes);
     free(t->bytes_lens);
     free(t->added);
@@ -1011,6 +1015,7 @@ pagoda_status pg_tokenizer_decode(const pg_tokenizer *t, const int32_t *ids, siz
         if (skip_special && t->is_special[id]) continue;
         size_t off = A.buf.n;
         ok = bb_append(&A.buf, t->tokens[id], t->token_lens[id]) && pv_push(&A.toks, off, t->token_lens[id]);
+        if (ok) A.toks.p[A.toks.n - 1].raw = t->raw_decode[id];
     }
     for (int k = 0; k < t->n_decs && ok; k++) {
         const tok_dec *d = &t->decs[k];
@@ -1024,6 +1029,11 @@ pagoda_status pg_tokenizer_decode(const pg_tokenizer *t, const int32_t *ids, siz
             for (size_t i = 0; i < A.toks.n && ok; i++) {
                 const char *s = A.buf.p + A.toks.p[i].off;
                 size_t l = A.toks.p[i].len, off = B.buf.n;
+                if (A.toks.p[i].raw) {
+                    ok = bb_append(&B.buf, s, l) && pv_push(&B.toks, off, l);
+                    if (ok) B.toks.p[B.toks.n - 1].raw = true;
+                    continue;
+                }
                 switch (d->kind) {
                 case DEC_BYTELEVEL:
                     ok = bytelevel_into(&B.buf, s, l);
