@@ -355,6 +355,25 @@ static void test_token_bytes_byte_level(void **state) {
     pg_tokenizer_free(tok);
 }
 
+/* Qwen3's NFC normalizer: a decomposed "é" encodes like the composed one,
+ * inside ASCII text and at the very start. */
+static void test_nfc_normalizer(void **state) {
+    (void)state;
+    pg_tokenizer *tok = NULL;
+    assert_int_equal(pg_tokenizer_load(pg_test_asset("tokenizers/qwen3"), &tok), PAGODA_OK);
+    const char *pairs[][2] = {{"a cafe\xcc\x81 au lait", "a caf\xc3\xa9 au lait"},
+                              {"e\xcc\x81t\xc3\xa9", "\xc3\xa9t\xc3\xa9"}};
+    for (int k = 0; k < 2; k++) {
+        int32_t a[32], b[32];
+        size_t na, nb;
+        assert_int_equal(pg_tokenizer_encode(tok, pairs[k][0], strlen(pairs[k][0]), false, a, 32, &na), PAGODA_OK);
+        assert_int_equal(pg_tokenizer_encode(tok, pairs[k][1], strlen(pairs[k][1]), false, b, 32, &nb), PAGODA_OK);
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, na * sizeof *a);
+    }
+    pg_tokenizer_free(tok);
+}
+
 static void write_dir(const char *dir, const char *json) {
     char p[1024];
     snprintf(p, sizeof p, "%s/tokenizer.json", dir);
@@ -474,6 +493,7 @@ int main(void) {
         cmocka_unit_test(test_oracles_gguf),
         cmocka_unit_test(test_special_tokens_add_special),
         cmocka_unit_test(test_token_bytes_byte_level),
+        cmocka_unit_test(test_nfc_normalizer),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gguf_errors),
     };

@@ -101,9 +101,14 @@ struct pg_tokenizer {
     bool byte_fallback;
     bool ignore_merges;
     bool fuse_unk;
+    /* No pre-tokenizer, SentencePiece-style: no vocab piece has a '▁' right
+     * after another character, so no merge crosses the start of a "▁word"
+     * and the text can be cut there before BPE (same result, far less work). */
+    bool split_at_mark;
     int32_t unk_id;
     int32_t byte_char_id[256]; /* byte-level: vocab id of the char standing for byte b */
     int32_t byte_tok_id[256];  /* byte fallback: id of "<0xXX>" or -1 */
+    int32_t ascii_id[128];     /* vocab id of each 1-byte ASCII char (or -1) */
     char byte_char[256][2];    /* UTF-8 of the byte-level char for byte b */
     uint8_t byte_char_len[256];
 

@@ -119,9 +119,8 @@ int32_t pg_strmap_get(const pg_strmap *m, const char *key, size_t len) {
 pagoda_status pg_pairmap_init(pg_pairmap *m, size_t expected) {
     memset(m, 0, sizeof *m);
     m->cap = pow2_at_least(expected * 2 + 1);
-    m->keys = calloc(m->cap, sizeof *m->keys);
-    m->vals = calloc(m->cap, sizeof *m->vals);
-    if (!m->keys || !m->vals) {
+    m->slots = calloc(m->cap, sizeof *m->slots);
+    if (!m->slots) {
         pg_pairmap_free(m);
         return pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory (merge map)");
     }
@@ -129,17 +128,15 @@ pagoda_status pg_pairmap_init(pg_pairmap *m, size_t expected) {
 }
 
 void pg_pairmap_free(pg_pairmap *m) {
-    free(m->keys);
-    free(m->vals);
+    free(m->slots);
     memset(m, 0, sizeof *m);
 }
 
-static void pair_insert_raw(uint64_t *keys, uint64_t *vals, size_t cap, uint64_t k, uint64_t v) {
-    uint64_t h = k * 0x9E3779B97F4A7C15ull;
-    size_t mask = cap - 1, i = (size_t)(h >> 20) & mask;
-    while (keys[i]) i = (i + 1) & mask;
-    keys[i] = k;
-    vals[i] = v;
+static void pair_insert_raw(pg_pair_slot *slots, size_t cap, uint64_t k, uint64_t v) {
+    size_t mask = cap - 1, i = (size_t)pg_pairmap_mix(k) & mask;
+    while (slots[i].key) i = (i + 1) & mask;
+    slots[i].key = k;
+    slots[i].val = v;
 }
 
 pagoda_status pg_pairmap_put(pg_pairmap *m, int32_t left, int32_t right, uint32_t rank,
@@ -149,22 +146,16 @@ pagoda_status pg_pairmap_put(pg_pairmap *m, int32_t left, int32_t right, uint32_
     if (pg_pairmap_get(m, left, right, &r0, &m0)) return PAGODA_OK;
     if ((m->count + 1) * 2 > m->cap) {
         size_t ncap = m->cap * 2;
-        uint64_t *nk = calloc(ncap, sizeof *nk), *nv = calloc(ncap, sizeof *nv);
-        if (!nk || !nv) {
-            free(nk);
-            free(nv);
-            return pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory (merge map)");
-        }
+        pg_pair_slot *ns = calloc(ncap, sizeof *ns);
+        if (!ns) return pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory (merge map)");
         for (size_t i = 0; i < m->cap; i++)
-            if (m->keys[i]) pair_insert_raw(nk, nv, ncap, m->keys[i], m->vals[i]);
-        free(m->keys);
-        free(m->vals);
-        m->keys = nk;
-        m->vals = nv;
+            if (m->slots[i].key) pair_insert_raw(ns, ncap, m->slots[i].key, m->slots[i].val);
+        free(m->slots);
+        m->slots = ns;
         m->cap = ncap;
     }
     uint64_t k = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
-    pair_insert_raw(m->keys, m->vals, m->cap, k, ((uint64_t)rank << 32) | (uint32_t)merged);
+    pair_insert_raw(m->slots, m->cap, k, ((uint64_t)rank << 32) | (uint32_t)merged);
     m->count++;
     return PAGODA_OK;
 }

@@ -30,9 +30,13 @@ pagoda_status pg_strmap_put(pg_strmap *m, const char *key, size_t len, int32_t v
 /* Value for key, or -1 if absent. */
 int32_t pg_strmap_get(const pg_strmap *m, const char *key, size_t len);
 
+typedef struct pg_pair_slot {
+    uint64_t key; /* (left << 32 | right) + 1; 0 = empty */
+    uint64_t val; /* rank << 32 | (uint32)merged id */
+} pg_pair_slot;
+
 typedef struct pg_pairmap {
-    uint64_t *keys; /* (left << 32 | right) + 1; 0 = empty */
-    uint64_t *vals; /* rank << 32 | (uint32)merged id */
+    pg_pair_slot *slots; /* key and value side by side: one cache miss per probe */
     size_t cap;
     size_t count;
 } pg_pairmap;
@@ -43,17 +47,26 @@ void pg_pairmap_free(pg_pairmap *m);
 pagoda_status pg_pairmap_put(pg_pairmap *m, int32_t left, int32_t right, uint32_t rank,
                              int32_t merged);
 /* 1 and (rank, merged) set if present, else 0. */
+/* murmur3 fmix64: every key bit reaches every index bit */
+static inline uint64_t pg_pairmap_mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
+    return k;
+}
+
 static inline int pg_pairmap_get(const pg_pairmap *m, int32_t left, int32_t right,
                                  uint32_t *rank, int32_t *merged) {
     if (!m->cap) return 0;
     uint64_t k = (((uint64_t)(uint32_t)left << 32) | (uint32_t)right) + 1;
-    uint64_t h = k * 0x9E3779B97F4A7C15ull;
-    size_t mask = m->cap - 1, i = (size_t)(h >> 20) & mask;
+    size_t mask = m->cap - 1, i = (size_t)pg_pairmap_mix(k) & mask;
     for (;;) {
-        uint64_t s = m->keys[i];
+        uint64_t s = m->slots[i].key;
         if (s == k) {
-            *rank = (uint32_t)(m->vals[i] >> 32);
-            *merged = (int32_t)(uint32_t)m->vals[i];
+            *rank = (uint32_t)(m->slots[i].val >> 32);
+            *merged = (int32_t)(uint32_t)m->slots[i].val;
             return 1;
         }
         if (!s) return 0;

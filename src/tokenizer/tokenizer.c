@@ -256,6 +256,27 @@ pagoda_status pg_tok_finish(pg_tokenizer *t, const char *what) {
         t->byte_char_len[b] = (uint8_t)l;
         if (t->byte_level) t->byte_char_id[b] = pg_strmap_get(&t->vocab, u, l);
     }
+    /* can the text be cut before each "▁" that follows another char? */
+    if (!t->byte_level && t->n_pres == 0) {
+        bool any_mark = false, crossing = false;
+        for (int32_t i = 0; i < t->n_vocab && !crossing; i++) {
+            const char *s = t->tokens[i];
+            uint32_t n = t->token_lens[i];
+            for (uint32_t k = 0; k + 3 <= n; k++) {
+                if (memcmp(s + k, "\xe2\x96\x81", 3)) continue;
+                any_mark = true;
+                if (k > 0 && !(k >= 3 && !memcmp(s + k - 3, "\xe2\x96\x81", 3))) {
+                    crossing = true;
+                    break;
+                }
+            }
+        }
+        t->split_at_mark = any_mark && !crossing;
+    }
+    for (int b = 0; b < 128; b++) {
+        char ch = (char)b;
+        t->ascii_id[b] = pg_strmap_get(&t->vocab, &ch, 1);
+    }
     for (int b = 0; b < 256; b++) {
         char nm[8];
         snprintf(nm, sizeof nm, "<0x%02X>", b);
@@ -361,15 +382,34 @@ static bool normalize(const pg_tokenizer *t, const char *s, size_t n, bytebuf *o
             if (nm->kind == NORM_NFD) opt |= UTF8PROC_DECOMPOSE;
             if (nm->kind == NORM_NFKC) opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
             if (nm->kind == NORM_NFKD) opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-            utf8proc_uint8_t *dst = NULL;
-            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)out->p,
-                                              (utf8proc_ssize_t)out->n, &dst, (utf8proc_option_t)opt);
-            if (r >= 0) {
-                out->n = 0;
-                bool ok = bb_append(out, dst, (size_t)r);
+            /* ASCII is invariant under every normalization form and every
+             * ASCII char is a starter, so only runs of non-ASCII bytes (with
+             * the starter before them) go through utf8proc. */
+            tmp->n = 0;
+            size_t i = 0, tn = out->n;
+            const char *src = out->p;
+            while (i < tn) {
+                size_t a = i;
+                while (a < tn && (uint8_t)src[a] < 0x80) a++;
+                size_t b = a;
+                while (b < tn && (uint8_t)src[b] >= 0x80) b++;
+                if (a == tn) {
+                    if (!bb_append(tmp, src + i, tn - i)) return false;
+                    break;
+                }
+                size_t seg = a > i ? a - 1 : a; /* include the preceding starter */
+                if (!bb_append(tmp, src + i, seg - i)) return false;
+                utf8proc_uint8_t *dst = NULL;
+                utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)src + seg,
+                                                  (utf8proc_ssize_t)(b - seg), &dst, (utf8proc_option_t)opt);
+                bool ok = r >= 0 ? bb_append(tmp, dst, (size_t)r) : bb_append(tmp, src + seg, b - seg);
                 free(dst);
                 if (!ok) return false;
-            } /* invalid UTF-8: leave as is */
+                i = b;
+            }
+            bytebuf sw = *out;
+            *out = *tmp;
+            *tmp = sw;
             break;
         }
         case NORM_LOWERCASE: {
@@ -739,7 +779,13 @@ static bool bpe_word(const pg_tokenizer *t, enc_ctx *c, const char *w, size_t n,
         }
     } else {
         for (size_t i = 0; i < n;) {
-            size_t l = utf8_len((uint8_t)w[i]);
+            uint8_t c0 = (uint8_t)w[i];
+            if (c0 < 0x80 && t->ascii_id[c0] >= 0) {
+                sid[ns++] = t->ascii_id[c0];
+                i++;
+                continue;
+            }
+            size_t l = utf8_len(c0);
             if (l > n - i) l = n - i;
             int32_t id = pg_strmap_get(&t->vocab, w + i, l);
             if (id >= 0) {
@@ -841,6 +887,25 @@ static bool encode_chunk(const pg_tokenizer *t, enc_ctx *c, const char *s, size_
             in = o;
             o = x;
         }
+    }
+    if (t->split_at_mark) {
+        /* cut before every "▁" that follows a non-"▁" character */
+        const char *b = c->buf.p;
+        for (size_t i = 0; i < in->n; i++) {
+            size_t s0 = in->p[i].off, e = s0 + in->p[i].len, ws = s0;
+            bool prev_mark = true;
+            for (size_t k = s0; k < e;) {
+                bool mark = e - k >= 3 && !memcmp(b + k, "\xe2\x96\x81", 3);
+                if (mark && !prev_mark) {
+                    if (!bpe_word(t, c, b + ws, k - ws, out)) return false;
+                    ws = k;
+                }
+                prev_mark = mark;
+                k += mark ? 3 : 1;
+            }
+            if (!bpe_word(t, c, b + ws, e - ws, out)) return false;
+        }
+        return true;
     }
     for (size_t i = 0; i < in->n; i++)
         if (!bpe_word(t, c, c->buf.p + in->p[i].off, in->p[i].len, out)) return false;
