@@ -49,6 +49,7 @@ static bool bb_reserve(bytebuf *b, size_t extra) {
 }
 
 static bool bb_append(bytebuf *b, const void *s, size_t n) {
+    if (!n) return true;
     if (!bb_reserve(b, n)) return false;
     memcpy(b->p + b->n, s, n);
     b->n += n;
