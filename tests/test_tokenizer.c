@@ -380,6 +380,97 @@ static void write_dir(const char *dir, const char *json) {
     pg_test_write_file(p, json, strlen(json));
 }
 
+static pg_tokenizer *load_json_text(const char *json) {
+    const char *dir = pg_test_tmpdir();
+    write_dir(dir, json);
+    pg_tokenizer *tok = NULL;
+    pagoda_status st = pg_tokenizer_load(dir, &tok);
+    if (st) fprintf(stderr, "load: %s\n", pg_last_error());
+    assert_int_equal(st, PAGODA_OK);
+    return tok;
+}
+
+static void expect_ids(pg_tokenizer *tok, const char *text, bool add_special, const int32_t *want, size_t nw) {
+    int32_t got[64];
+    size_t n;
+    assert_int_equal(pg_tokenizer_encode(tok, text, strlen(text), add_special, got, 64, &n), PAGODA_OK);
+    if (n != nw || memcmp(got, want, n * sizeof *got)) {
+        fprintf(stderr, "\"%s\" add_special=%d\n", text, add_special);
+        print_ids("expected", want, nw);
+        print_ids("got     ", got, n);
+        fail();
+    }
+}
+
+#define IDS(...) ((const int32_t[]){__VA_ARGS__}), sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t)
+
+/* Metaspace (prepend_scheme first, split), Metaspace decoder, an added
+ * special token with lstrip/rstrip, unk. */
+static void test_metaspace_and_added_token_strip(void **state) {
+    (void)state;
+    pg_tokenizer *tok = load_json_text(
+        "{\"added_tokens\": [{\"id\": 5, \"content\": \"<x>\", \"special\": true, \"lstrip\": true,"
+        " \"rstrip\": true}],"
+        " \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\","
+        " \"split\": true},"
+        " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\"},"
+        " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"vocab\": {\"\u2581\": 0, \"a\": 1, \"b\": 2,"
+        " \"\u2581a\": 3, \"<unk>\": 4}, \"merges\": [\"\u2581 a\"]}}");
+    expect_ids(tok, "a b", false, IDS(3, 0, 2));
+    expect_ids(tok, "a <x> b", true, IDS(3, 5, 2));      /* spaces around <x> stripped, no prepend after it */
+    expect_ids(tok, "a <x> b", false, IDS(3, 0, 4, 4, 4, 0, 2)); /* plain text: unknown chars */
+    int32_t ids[] = {3, 0, 2};
+    char buf[32];
+    size_t len;
+    assert_int_equal(pg_tokenizer_decode(tok, ids, 3, false, buf, sizeof buf, &len), PAGODA_OK);
+    assert_string_equal(buf, "a b");
+    pg_tokenizer_free(tok);
+}
+
+/* "a--a" split on "-" with each behavior (HF pre_tokenizers/split.rs):
+ * Isolated a|-|-|a, Removed a|a, MergedWithPrevious a-|-|a (a match joins
+ * the previous piece only if that one is not a match), MergedWithNext
+ * a|-|-a, Contiguous a|--|a. Merges show where the pieces are. */
+static void test_split_behaviors(void **state) {
+    (void)state;
+    static const char *const behaviors[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
+                                            "Contiguous"};
+    static const int32_t want[][4] = {{0, 1, 1, 0}, {0, 0, -1, -1}, {2, 1, 0, -1}, {0, 1, 3, -1}, {0, 4, 0, -1}};
+    for (int b = 0; b < 5; b++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \"-\"},"
+                 " \"behavior\": \"%s\", \"invert\": false},"
+                 " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"-\": 1, \"a-\": 2, \"-a\": 3, \"--\": 4},"
+                 " \"merges\": [\"- -\", \"a -\", \"- a\"]}}",
+                 behaviors[b]);
+        pg_tokenizer *tok = load_json_text(json);
+        size_t nw = 0;
+        while (nw < 4 && want[b][nw] >= 0) nw++;
+        fprintf(stderr, "Split %s\n", behaviors[b]);
+        expect_ids(tok, "a--a", false, want[b], nw);
+        pg_tokenizer_free(tok);
+    }
+}
+
+static void test_digits_and_single_word(void **state) {
+    (void)state;
+    const char *fmt = "{\"pre_tokenizer\": {\"type\": \"Digits\", \"individual_digits\": %s},"
+                      " \"added_tokens\": [{\"id\": 3, \"content\": \"ab\", \"special\": false, \"single_word\": true}],"
+                      " \"model\": {\"type\": \"BPE\", \"vocab\": {\"1\": 0, \"2\": 1, \"12\": 2, \"ab\": 3, \"a\": 4,"
+                      " \"b\": 5, \" \": 6}, \"merges\": [\"1 2\"]}}";
+    char json[1024];
+    snprintf(json, sizeof json, fmt, "true");
+    pg_tokenizer *tok = load_json_text(json);
+    expect_ids(tok, "12", false, IDS(0, 1));
+    expect_ids(tok, "ab aab", false, IDS(3, 6, 4, 4, 5)); /* "ab" only as a whole word */
+    pg_tokenizer_free(tok);
+    snprintf(json, sizeof json, fmt, "false");
+    tok = load_json_text(json);
+    expect_ids(tok, "12", false, IDS(2));
+    pg_tokenizer_free(tok);
+}
+
 static void test_errors(void **state) {
     (void)state;
     pg_tokenizer *tok = (pg_tokenizer *)1;
@@ -494,6 +585,9 @@ int main(void) {
         cmocka_unit_test(test_special_tokens_add_special),
         cmocka_unit_test(test_token_bytes_byte_level),
         cmocka_unit_test(test_nfc_normalizer),
+        cmocka_unit_test(test_metaspace_and_added_token_strip),
+        cmocka_unit_test(test_split_behaviors),
+        cmocka_unit_test(test_digits_and_single_word),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gguf_errors),
     };

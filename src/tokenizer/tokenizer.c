@@ -603,8 +603,8 @@ static bool apply_split(enc_ctx *c, const tok_pre *p, piecevec *in, piecevec *ou
             case SPLIT_REMOVED:
                 if (!m && !pv_push(out, o, l)) return false;
                 break;
-            case SPLIT_MERGED_PREV:
-                if (m && out->n > 0 && k > 0)
+            case SPLIT_MERGED_PREV: /* HF: a match joins the previous piece unless that was a match */
+                if (m && out->n > 0 && k > 0 && !segs[k - 1].match)
                     out->p[out->n - 1].len += l;
                 else if (!pv_push(out, o, l))
                     return false;
