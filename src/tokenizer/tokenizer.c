@@ -497,6 +497,7 @@ typedef struct enc_ctx {
     bytebuf word;
     seg *segs;
     size_t segcap;
+    pagoda_status err; /* set with its message when a stage fails for a reason other than OOM */
 } enc_ctx;
 
 static bool ctx_syms(enc_ctx *c, size_t n) {
@@ -537,49 +538,70 @@ static void ctx_free(enc_ctx *c) {
     if (c->jstack) pcre2_jit_stack_free(c->jstack);
 }
 
-/* Matches of `re` in s[0..n): every match and every gap between matches,
- * in order (empty matches are skipped, as HF does). */
-static int regex_segments(enc_ctx *c, const pcre2_code *re, const char *s, size_t n, seg **segs,
-                          size_t *nseg, size_t *segcap) {
-    *nseg = 0;
-    size_t pos = 0, last = 0;
-    if (!c->md) {
-        c->md = pcre2_match_data_create(32, NULL);
+static bool seg_push(enc_ctx *c, size_t *nseg, size_t off, size_t len, bool match) {
+    if (*nseg == c->segcap) {
+        size_t nc = c->segcap ? c->segcap * 2 : 64;
+        seg *np = realloc(c->segs, nc * sizeof *np);
+        if (!np) return false;
+        c->segs = np;
+        c->segcap = nc;
+    }
+    c->segs[*nseg].off = off;
+    c->segs[*nseg].len = len;
+    c->segs[*nseg].match = match;
+    (*nseg)++;
+    return true;
+}
+
+/* One match at or after `pos`. Uses the JIT's default 32 KiB stack first and
+ * retries with a 4 MiB JIT stack (made once per encode call) if a pattern
+ * needs more. Returns pcre2_match's code. */
+static int match_at(enc_ctx *c, const pcre2_code *re, const char *s, size_t n, size_t pos) {
+    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, 0, c->md, c->mctx);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !c->jstack) {
         c->mctx = pcre2_match_context_create(NULL);
         c->jstack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
-        if (!c->md || !c->mctx || !c->jstack) return -1;
+        if (!c->mctx || !c->jstack) return PCRE2_ERROR_NOMEMORY;
         pcre2_jit_stack_assign(c->mctx, NULL, c->jstack);
+        rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, 0, c->md, c->mctx);
     }
-#define PUSH_SEG(o, l, m)                                                       \
-    do {                                                                        \
-        if (*nseg == *segcap) {                                                 \
-            size_t nc_ = *segcap ? *segcap * 2 : 64;                            \
-            seg *np_ = realloc(*segs, nc_ * sizeof *np_);                       \
-            if (!np_) return -1;                                                \
-            *segs = np_;                                                        \
-            *segcap = nc_;                                                      \
-        }                                                                       \
-        (*segs)[*nseg].off = (o);                                               \
-        (*segs)[*nseg].len = (l);                                               \
-        (*segs)[*nseg].match = (m);                                             \
-        (*nseg)++;                                                              \
-    } while (0)
+    return rc;
+}
+
+/* Matches of `re` in s[0..n): every match and every gap between matches,
+ * in order in c->segs (empty matches are skipped, as HF does).
+ * Returns false (message set) on a regex failure or OOM. */
+static bool regex_segments(enc_ctx *c, const pcre2_code *re, const char *s, size_t n, size_t *nseg) {
+    *nseg = 0;
+    size_t pos = 0, last = 0;
+    if (!c->md && !(c->md = pcre2_match_data_create(32, NULL))) {
+        pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory (regex)");
+        return false;
+    }
     while (pos <= n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, 0, c->md, c->mctx);
-        if (rc < 0) break; /* no match (or error): the rest is a gap */
+        int rc = match_at(c, re, s, n, pos);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) {
+            PCRE2_UCHAR msg[128];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            c->err = pg_error(PAGODA_ERR_LIMIT, "tokenizer: pre-tokenizer regex failed: %s", (const char *)msg);
+            return false;
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* empty match: step one character */
             pos = ms + (ms < n ? utf8_len((uint8_t)s[ms]) : 1);
             continue;
         }
-        if (ms > last) PUSH_SEG(last, ms - last, false);
-        PUSH_SEG(ms, me - ms, true);
+        if ((ms > last && !seg_push(c, nseg, last, ms - last, false)) || !seg_push(c, nseg, ms, me - ms, true))
+            goto oom;
         last = pos = me;
     }
-    if (last < n) PUSH_SEG(last, n - last, false);
-#undef PUSH_SEG
-    return 0;
+    if (last < n && !seg_push(c, nseg, last, n - last, false)) goto oom;
+    return true;
+oom:
+    pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory (regex)");
+    return false;
 }
 
 static bool apply_split(enc_ctx *c, const tok_pre *p, piecevec *in, piecevec *out) {
@@ -587,7 +609,7 @@ static bool apply_split(enc_ctx *c, const tok_pre *p, piecevec *in, piecevec *ou
     for (size_t i = 0; i < in->n; i++) {
         size_t base = in->p[i].off, n = in->p[i].len;
         size_t nseg;
-        if (regex_segments(c, p->re, c->buf.p + base, n, &c->segs, &nseg, &c->segcap)) return false;
+        if (!regex_segments(c, p->re, c->buf.p + base, n, &nseg)) return false;
         seg *segs = c->segs;
         if (p->invert)
             for (size_t k = 0; k < nseg; k++) segs[k].match = !segs[k].match;
@@ -963,6 +985,7 @@ pagoda_status pg_tokenizer_encode(const pg_tokenizer *t, const char *text, size_
     ctx_free(&c);
     if (!ok) {
         free(out.p);
+        if (c.err) return c.err;
         return pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory while encoding %zu bytes", len);
     }
     if (out.n && cap) memcpy(ids, out.p, (out.n < cap ? out.n : cap) * sizeof *ids);
