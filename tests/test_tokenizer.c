@@ -471,6 +471,29 @@ static void test_digits_and_single_word(void **state) {
     pg_tokenizer_free(tok);
 }
 
+/* Replace normalizer with a regex; ByteLevel pre-tokenizer/decoder with a
+ * non-ASCII added token that must decode as its raw text. */
+static void test_regex_replace_and_raw_added_token(void **state) {
+    (void)state;
+    pg_tokenizer *tok = load_json_text(
+        "{\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \" {2,}\"}, \"content\": \"_\"},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \" \": 1, \"_\": 2}, \"merges\": []}}");
+    expect_ids(tok, "a  a a   a", false, IDS(0, 2, 0, 1, 0, 2, 0));
+    pg_tokenizer_free(tok);
+    tok = load_json_text(
+        "{\"added_tokens\": [{\"id\": 2, \"content\": \"\u00f8\", \"special\": false}],"
+        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true},"
+        " \"decoder\": {\"type\": \"ByteLevel\"},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"x\": 0, \"\u0120\": 1}, \"merges\": []}}");
+    expect_ids(tok, "x\xc3\xb8 x", false, IDS(0, 2, 1, 0));
+    int32_t ids[] = {0, 2, 1, 0};
+    char buf[32];
+    size_t len;
+    assert_int_equal(pg_tokenizer_decode(tok, ids, 4, false, buf, sizeof buf, &len), PAGODA_OK);
+    assert_string_equal(buf, "x\xc3\xb8 x");
+    pg_tokenizer_free(tok);
+}
+
 static void test_errors(void **state) {
     (void)state;
     pg_tokenizer *tok = (pg_tokenizer *)1;
@@ -588,6 +611,7 @@ int main(void) {
         cmocka_unit_test(test_metaspace_and_added_token_strip),
         cmocka_unit_test(test_split_behaviors),
         cmocka_unit_test(test_digits_and_single_word),
+        cmocka_unit_test(test_regex_replace_and_raw_added_token),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gguf_errors),
     };

@@ -115,8 +115,11 @@ static pagoda_status add_norm(pg_tokenizer *t, const lctx *L, const cJSON *n) {
         bool rx;
         const char *p = jpattern(n, &rx), *c = jstr(n, "content");
         if (!p || !c) return pg_error(PAGODA_ERR_FORMAT, "%s: Replace normalizer without pattern/content", L->path);
-        if (rx) return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: Replace normalizer with a regex pattern", L->path);
         nm->kind = NORM_REPLACE;
+        if (rx) {
+            pagoda_status st = pg_tok_compile(p, strlen(p), false, &nm->re, L->path);
+            if (st) return st;
+        }
         nm->a = pg_tok_strdup(t, p, strlen(p));
         nm->alen = strlen(p);
         nm->b = pg_tok_strdup(t, c, strlen(c));
@@ -368,6 +371,9 @@ static pagoda_status load_model(pg_tokenizer *t, const lctx *L, const cJSON *mod
         a->rstrip = jbool(e, "rstrip", false);
         a->normalized = jbool(e, "normalized", !a->special);
         a->single_word = jbool(e, "single_word", false);
+        /* added-token content is raw text (matched in the input as is), so
+         * it decodes as is: the ByteLevel decoder would mangle "ø" etc. */
+        t->raw_decode[id] = 1;
     }
     /* copy strings into tokenizer-owned storage (the cJSON tree is freed) */
     for (int32_t i = 0; i < n; i++) {

@@ -28,6 +28,7 @@ typedef enum {
 
 typedef struct tok_norm {
     tok_norm_kind kind;
+    pcre2_code *re; /* Replace with a Regex pattern (else a is the literal) */
     char *a, *b;
     size_t alen, blen;
     bool left, right;

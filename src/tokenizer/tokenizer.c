@@ -316,6 +316,8 @@ void pg_tokenizer_free(pg_tokenizer *t) {
     pg_pairmap_free(&t->merges);
     for (int i = 0; i < t->n_pres; i++)
         if (t->pres[i].re) pcre2_code_free(t->pres[i].re);
+    for (int i = 0; i < t->n_norms; i++)
+        if (t->norms[i].re) pcre2_code_free(t->norms[i].re);
     for (size_t i = 0; i < t->n_owned; i++) free(t->owned[i]);
     free(t->owned);
     free(t->tokens);
@@ -364,6 +366,31 @@ static bool is_ascii(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if ((uint8_t)s[i] >= 0x80) return false;
     return true;
+}
+
+/* Replace every match of nm->re in `in` by the literal nm->b, into out. */
+static bool replace_regex(const tok_norm *nm, const bytebuf *in, bytebuf *out) {
+    pcre2_match_data *md = pcre2_match_data_create(16, NULL);
+    if (!md) return false;
+    out->n = 0;
+    size_t pos = 0, last = 0, n = in->n;
+    bool ok = true;
+    while (ok && pos <= n) {
+        int rc = pcre2_match(nm->re, (PCRE2_SPTR)(in->p ? in->p : ""), n, pos, 0, md, NULL);
+        if (rc < 0) break; /* no match (errors leave the rest unchanged) */
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t ms = ov[0], me = ov[1];
+        ok = bb_append(out, in->p + last, ms - last) && bb_append(out, nm->b, nm->blen);
+        last = me;
+        pos = me > ms ? me : me + (me < n ? utf8_len((uint8_t)in->p[me]) : 1);
+        if (me == ms && me < n && ok) { /* empty match: keep the next char */
+            ok = bb_append(out, in->p + me, pos - me);
+            last = pos;
+        }
+    }
+    if (ok && last < n) ok = bb_append(out, in->p + last, n - last);
+    pcre2_match_data_free(md);
+    return ok;
 }
 
 /* Apply the normalizer chain to s[0..n) into out (replacing its content). */
@@ -443,6 +470,13 @@ static bool normalize(const pg_tokenizer *t, const char *s, size_t n, bytebuf *o
             }
             break;
         case NORM_REPLACE: {
+            if (nm->re) {
+                if (!replace_regex(nm, out, tmp)) return false;
+                bytebuf sw = *out;
+                *out = *tmp;
+                *tmp = sw;
+                break;
+            }
             if (!nm->alen) break;
             tmp->n = 0;
             size_t i = 0;
