@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -84,7 +86,7 @@ static void print_ids(const char *label, const int32_t *ids, size_t n) {
 static int run_suite(const char *tok_rel, const char *inp_rel, const char *out_rel, bool roundtrip,
                      bool add_special) {
     pg_tokenizer *tok = NULL;
-    pagoda_status st = pg_tokenizer_load(pg_test_asset(tok_rel), &tok);
+    pagoda_status st = pg_tokenizer_load(tok_rel[0] == '/' ? tok_rel : pg_test_asset(tok_rel), &tok);
     if (st) fprintf(stderr, "load %s: %s\n", tok_rel, pg_last_error());
     assert_int_equal(st, PAGODA_OK);
     suite s;
@@ -560,6 +562,88 @@ static const char *write_vocab_gguf(const char *name, const char *model, const c
     return p;
 }
 
+/* A GGUF vocab made from a tokenizer.json (as llama.cpp's converter does:
+ * tokens by id, special added tokens CONTROL, merges "a b"), so the GGUF
+ * path's llama3 / qwen2 pre-tokenizers run against their reference suites. */
+static void gguf_from_json(const char *json_rel, const char *pre, const char *out) {
+    size_t len;
+    char *txt = pg_test_read_file(pg_test_asset(json_rel), &len);
+    cJSON *root = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    assert_non_null(root);
+    cJSON *model = cJSON_GetObjectItem(root, "model"), *vocab = cJSON_GetObjectItem(model, "vocab");
+    cJSON *added = cJSON_GetObjectItem(root, "added_tokens"), *merges = cJSON_GetObjectItem(model, "merges"), *e;
+    int n = 0;
+    cJSON_ArrayForEach(e, vocab) if (e->valueint + 1 > n) n = e->valueint + 1;
+    cJSON_ArrayForEach(e, added) {
+        int id = cJSON_GetObjectItem(e, "id")->valueint;
+        if (id + 1 > n) n = id + 1;
+    }
+    const char **toks = calloc((size_t)n, sizeof *toks);
+    int32_t *types = calloc((size_t)n, sizeof *types);
+    char **pads = calloc((size_t)n, sizeof *pads);
+    cJSON_ArrayForEach(e, vocab) {
+        toks[e->valueint] = e->string;
+        types[e->valueint] = 1;
+    }
+    cJSON_ArrayForEach(e, added) {
+        int id = cJSON_GetObjectItem(e, "id")->valueint;
+        toks[id] = cJSON_GetObjectItem(e, "content")->valuestring;
+        types[id] = cJSON_IsTrue(cJSON_GetObjectItem(e, "special")) ? 3 : 4;
+    }
+    for (int i = 0; i < n; i++)
+        if (!toks[i]) {
+            pads[i] = malloc(32);
+            snprintf(pads[i], 32, "[PAD%d]", i);
+            toks[i] = pads[i];
+            types[i] = 5;
+        }
+    int nm = cJSON_GetArraySize(merges), k = 0;
+    char **ms = calloc((size_t)nm, sizeof *ms);
+    cJSON_ArrayForEach(e, merges) {
+        if (cJSON_IsString(e)) {
+            ms[k] = strdup(e->valuestring);
+        } else {
+            const char *a = e->child->valuestring, *b = e->child->next->valuestring;
+            ms[k] = malloc(strlen(a) + strlen(b) + 2);
+            sprintf(ms[k], "%s %s", a, b);
+        }
+        k++;
+    }
+    pg_gguf_writer *w = NULL;
+    assert_int_equal(pg_gguf_writer_create(&w), PAGODA_OK);
+    pg_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    pg_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    pg_gguf_writer_set_str_array(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
+    pg_gguf_writer_set_array(w, "tokenizer.ggml.token_type", PG_GGUF_I32, types, (uint64_t)n);
+    pg_gguf_writer_set_str_array(w, "tokenizer.ggml.merges", (const char *const *)ms, (uint64_t)nm);
+    assert_int_equal(pg_gguf_writer_begin(w, out), PAGODA_OK);
+    assert_int_equal(pg_gguf_writer_finish(w), PAGODA_OK);
+    pg_gguf_writer_free(w);
+    for (int i = 0; i < nm; i++) free(ms[i]);
+    for (int i = 0; i < n; i++) free(pads[i]);
+    free(ms);
+    free(pads);
+    free(toks);
+    free(types);
+    cJSON_Delete(root);
+}
+
+static void test_gguf_llama3_qwen2_pre(void **state) {
+    (void)state;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/llama-bpe.gguf", pg_test_tmpdir());
+    gguf_from_json("tokenizers/llama3/tokenizer.json", "llama-bpe", p);
+    assert_true(run_suite(p, "llama.cpp-vocab/ggml-vocab-llama-bpe.gguf.inp",
+                          "llama.cpp-vocab/ggml-vocab-llama-bpe.gguf.out", true, false) > 0);
+    remove(p); /* ~9 MB: do not leave it in $TMPDIR */
+    snprintf(p, sizeof p, "%s/qwen2.gguf", pg_test_tmpdir());
+    gguf_from_json("tokenizers/qwen3/tokenizer.json", "qwen2", p);
+    assert_true(run_suite(p, "llama.cpp-vocab/ggml-vocab-qwen2.gguf.inp",
+                          "llama.cpp-vocab/ggml-vocab-qwen2.gguf.out", true, false) > 0);
+    remove(p);
+}
+
 static void test_gguf_errors(void **state) {
     (void)state;
     pg_tokenizer *tok = NULL;
@@ -614,6 +698,7 @@ int main(void) {
         cmocka_unit_test(test_regex_replace_and_raw_added_token),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gguf_errors),
+        cmocka_unit_test(test_gguf_llama3_qwen2_pre),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

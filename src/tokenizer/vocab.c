@@ -66,15 +66,29 @@ static const char *const RX_LIST_DEFAULT[] = {
 typedef struct {
     const char *name;
     const char *const *regexes;
+    bool llama3; /* llama.cpp: ignore_merges and add_bos default on */
 } pre_def;
 
 static const pre_def PRE_TYPES[] = {
-    {"default", RX_LIST_DEFAULT},   {"gpt-2", RX_LIST_GPT2},       {"mpt", RX_LIST_GPT2},
-    {"olmo", RX_LIST_GPT2},         {"jais", RX_LIST_GPT2},        {"refact", RX_LIST_REFACT},
-    {"command-r", RX_LIST_REFACT},  {"smollm", RX_LIST_REFACT},    {"codeshell", RX_LIST_REFACT},
-    {"deepseek-llm", RX_DEEPSEEK_LLM}, {"llama3", RX_LIST_LLAMA3}, {"llama-bpe", RX_LIST_LLAMA3},
-    {"smaug-bpe", RX_LIST_LLAMA3},  {"qwen2", RX_LIST_QWEN2},      {"stablelm2", RX_LIST_QWEN2},
-    {"qwen35", RX_LIST_QWEN35},     {"gpt-4o", RX_LIST_GPT4O},     {"o200k", RX_LIST_GPT4O},
+    {"default", RX_LIST_DEFAULT, false},
+    {"gpt-2", RX_LIST_GPT2, false},
+    {"mpt", RX_LIST_GPT2, false},
+    {"olmo", RX_LIST_GPT2, false},
+    {"jais", RX_LIST_GPT2, false},
+    {"refact", RX_LIST_REFACT, false},
+    {"command-r", RX_LIST_REFACT, false},
+    {"smollm", RX_LIST_REFACT, false},
+    {"codeshell", RX_LIST_REFACT, false},
+    {"deepseek-llm", RX_DEEPSEEK_LLM, false},
+    {"llama3", RX_LIST_LLAMA3, true},
+    {"llama-bpe", RX_LIST_LLAMA3, true},
+    {"llama-v3", RX_LIST_LLAMA3, true},
+    {"smaug-bpe", RX_LIST_LLAMA3, false},
+    {"qwen2", RX_LIST_QWEN2, false},
+    {"stablelm2", RX_LIST_QWEN2, false},
+    {"qwen35", RX_LIST_QWEN35, false},
+    {"gpt-4o", RX_LIST_GPT4O, false},
+    {"o200k", RX_LIST_GPT4O, false},
 };
 
 static size_t tlen(const pg_vocab_spec *s, int32_t i) {
@@ -264,12 +278,13 @@ pagoda_status pg_tokenizer_from_vocab(const pg_vocab_spec *s, pg_tokenizer **out
         memset(p, 0, sizeof *p);
         p->kind = PRE_BYTELEVEL;
         add_dec(t, DEC_BYTELEVEL, NULL, NULL, 0);
+        t->ignore_merges = pre->llama3;
     }
     if ((st = pg_tok_finish(t, s->what))) goto fail;
     st = spm ? build_spm_merges(t, s) : build_bpe_merges(t, s);
     if (st) goto fail;
 
-    bool add_bos = s->add_bos >= 0 ? s->add_bos != 0 : spm;
+    bool add_bos = s->add_bos >= 0 ? s->add_bos != 0 : (spm || (pre && pre->llama3));
     bool add_eos = s->add_eos >= 0 ? s->add_eos != 0 : false;
     if (add_bos && t->bos_id >= 0) t->prefix_ids[t->n_prefix++] = t->bos_id;
     if (add_eos && t->eos_id >= 0) t->suffix_ids[t->n_suffix++] = t->eos_id;
