@@ -556,6 +556,80 @@ static void test_update_protocol_errors(void **state) {
     h_free(&h);
 }
 
+/* ---- "no heap allocation per step in the steady state" ----
+ * With glibc (and no sanitizer, which owns malloc), the test binary
+ * interposes malloc/calloc/realloc with counting wrappers around glibc's
+ * own entry points, so allocations made inside pagoda_core are counted. */
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
+#define COUNT_MALLOC 1
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+static volatile long g_allocs;
+void *malloc(size_t n);
+void *calloc(size_t n, size_t m);
+void *realloc(void *p, size_t n);
+void *malloc(size_t n) {
+    g_allocs++;
+    return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t m) {
+    g_allocs++;
+    return __libc_calloc(n, m);
+}
+void *realloc(void *p, size_t n) {
+    g_allocs++;
+    return __libc_realloc(p, n);
+}
+#endif
+
+static void test_steps_do_not_allocate(void **state) {
+    (void)state;
+#ifdef COUNT_MALLOC
+    harness h;
+    h_init(&h, 32, 8, 128, 4, 41, true); /* small pool: preemption happens too */
+    for (uint64_t id = 0; id < 40; id++)
+        assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 5 + (int32_t)(id * 7) % 40,
+                                                  .max_tokens = 5 + (int32_t)(id * 3) % 30,
+                                                  .eos = -1}),
+                         PAGODA_OK);
+    long allocs = 0;
+    int64_t steps = 0;
+    while (pg_scheduler_num_unfinished(h.s) > 0) {
+        pg_sched_output o;
+        long before = g_allocs;
+        assert_int_equal(pg_scheduler_schedule(h.s, &o), PAGODA_OK);
+        allocs += g_allocs - before;
+        int32_t sampled[8];
+        for (int32_t i = 0; i < o.num_reqs; i++) sampled[i] = model_hash(o.req_ids[i], o.seq_lens[i]);
+        if (steps % 7 == 3 && o.num_reqs > 1) { /* an abort in flight and one between steps */
+            before = g_allocs;
+            assert_int_equal(pg_scheduler_abort(h.s, o.req_ids[1]), PAGODA_OK);
+            allocs += g_allocs - before;
+        }
+        pg_step_result res;
+        before = g_allocs;
+        assert_int_equal(pg_scheduler_update_from_output(h.s, &o, sampled, &res), PAGODA_OK);
+        allocs += g_allocs - before;
+        steps++;
+        assert_true(steps < 5000);
+    }
+    pg_sched_stats st;
+    pg_scheduler_get_stats(h.s, &st);
+    print_message("no-alloc: %lld steps, %llu preemptions, %ld allocations\n", (long long)steps,
+                  (unsigned long long)st.num_preemptions, allocs);
+    assert_true(st.num_preemptions > 0);
+    assert_int_equal(allocs, 0);
+    /* the counter does see allocations made inside pagoda_core */
+    long before = g_allocs;
+    assert_int_equal(h_add(&h, 999, (req_spec){.prompt_n = 4, .max_tokens = 1, .eos = -1}), PAGODA_OK);
+    assert_true(g_allocs > before);
+    h_free(&h);
+#else
+    skip();
+#endif
+}
+
 /* No starvation: a long request arriving into a steady stream of short ones
  * (which keep the small pool busy and get preempted by it) finishes within a
  * bound, and so does every short one. */
@@ -680,6 +754,7 @@ int main(void) {
         cmocka_unit_test(test_rejections_have_clear_messages),
         cmocka_unit_test(test_finish_conditions),
         cmocka_unit_test(test_update_protocol_errors),
+        cmocka_unit_test(test_steps_do_not_allocate),
         cmocka_unit_test(test_no_starvation_under_steady_load),
         cmocka_unit_test(test_random_stress),
     };
