@@ -26,7 +26,8 @@ static void test_xxh64_reference_vectors(void **state) {
 static void test_xxh64_streaming_equals_one_shot(void **state) {
     (void)state;
     uint8_t data[300];
-    for (int i = 0; i < 300; i++) data[i] = (uint8_t)(i * 37 + 11);
+    for (int i = 0; i < 300; i++)
+        data[i] = (uint8_t)(i * 37 + 11);
     const size_t lens[] = {0, 1, 7, 31, 32, 33, 63, 64, 100, 300};
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         size_t len = lens[li];
@@ -45,7 +46,7 @@ static void test_block_hash_chain(void **state) {
     (void)state;
     int32_t a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 5};
     pg_block_hash h0 = pg_block_hash_compute(NULL, a, 4, 0);
-    assert_true(pg_block_hash_eq(h0, pg_block_hash_compute(NULL, a, 4, 0))); /* deterministic */
+    assert_true(pg_block_hash_eq(h0, pg_block_hash_compute(NULL, a, 4, 0)));  /* deterministic */
     assert_false(pg_block_hash_eq(h0, pg_block_hash_compute(NULL, b, 4, 0))); /* tokens */
     assert_false(pg_block_hash_eq(h0, pg_block_hash_compute(NULL, a, 4, 9))); /* extra key */
     assert_true(h0.lo != h0.hi);
@@ -112,16 +113,19 @@ static void test_pool_lru_order_and_lazy_eviction(void **state) {
     pg_block_pool *p = make_pool(5, true);
     int32_t ids[4];
     assert_int_equal(pg_block_pool_alloc(p, 4, ids), PAGODA_OK); /* 1 2 3 4 */
-    for (int i = 0; i < 4; i++) assert_true(pg_block_pool_cache_block(p, ids[i], hash_of(i), 0));
+    for (int i = 0; i < 4; i++)
+        assert_true(pg_block_pool_cache_block(p, ids[i], hash_of(i), 0));
     assert_int_equal(pg_block_pool_num_cached(p), 4);
     /* free as a request would: last block first */
     int32_t rev[4] = {ids[3], ids[2], ids[1], ids[0]};
     pg_block_pool_free(p, rev, 4);
     int32_t q[8];
     assert_int_equal(pg_block_pool_free_queue(p, q, 8), 4);
-    for (int i = 0; i < 4; i++) assert_int_equal(q[i], rev[i]); /* tail of the sequence first */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(q[i], rev[i]); /* tail of the sequence first */
     /* still cached while free */
-    for (int i = 0; i < 4; i++) assert_int_equal(pg_block_pool_lookup(p, hash_of(i), 0), ids[i]);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pg_block_pool_lookup(p, hash_of(i), 0), ids[i]);
     assert_int_equal(pg_block_pool_lookup(p, hash_of(0), 1), -1); /* other group */
     /* a hit takes block 2 back out of the queue, keeping its hash */
     int32_t hit = pg_block_pool_lookup(p, hash_of(1), 0);
@@ -171,7 +175,8 @@ static void test_pool_random_ops(void **state) {
     int32_t held[4 * N];
     int nheld = 0;
     int32_t owner_hash[N]; /* shadow: hash value each cached block holds, -1 none */
-    for (int i = 0; i < N; i++) owner_hash[i] = -1;
+    for (int i = 0; i < N; i++)
+        owner_hash[i] = -1;
     srand(1234);
     int next_hash = 0;
     for (int it = 0; it < 20000; it++) {
@@ -194,7 +199,8 @@ static void test_pool_random_ops(void **state) {
             int32_t id = held[rand() % nheld];
             int hv = next_hash++ % 500; /* repeats produce duplicates */
             bool dup = false;
-            for (int b = 1; b < N; b++) dup |= owner_hash[b] == hv;
+            for (int b = 1; b < N; b++)
+                dup |= owner_hash[b] == hv;
             bool ok = pg_block_pool_cache_block(p, id, hash_of(hv), 0);
             assert_int_equal(ok, owner_hash[id] < 0 && !dup);
             if (ok) owner_hash[id] = hv;
@@ -214,7 +220,8 @@ static void test_pool_random_ops(void **state) {
     }
     pg_block_pool_free(p, held, nheld);
     assert_int_equal(pg_block_pool_num_free(p), N - 1);
-    for (int b = 1; b < N; b++) assert_int_equal(pg_block_pool_ref_cnt(p, b), 0);
+    for (int b = 1; b < N; b++)
+        assert_int_equal(pg_block_pool_ref_cnt(p, b), 0);
     assert_int_equal(pg_block_pool_check(p), PAGODA_OK);
     pg_block_pool_destroy(p);
 }
@@ -244,14 +251,15 @@ static void test_parse_size(void **state) {
     const struct {
         const char *text, *why;
     } bad[] = {
-        {"", "expected a number"},        {"GiB", "expected a number"},
-        {"-1G", "negative"},              {"4 XB", "unknown unit 'XB'"},
-        {"4GiB extra", "unexpected"},     {"1.5.2G", "unexpected"},
-        {"99999999999T", "too large"},    {"99999999999999999999999", "too large"},
+        {"", "expected a number"},     {"GiB", "expected a number"},
+        {"-1G", "negative"},           {"4 XB", "unknown unit 'XB'"},
+        {"4GiB extra", "unexpected"},  {"1.5.2G", "unexpected"},
+        {"99999999999T", "too large"}, {"99999999999999999999999", "too large"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(pg_parse_size(bad[i].text, &b), PAGODA_ERR_INVALID_ARG);
-        if (!strstr(pg_last_error(), bad[i].why)) fail_msg("'%s': %s", bad[i].text, pg_last_error());
+        if (!strstr(pg_last_error(), bad[i].why))
+            fail_msg("'%s': %s", bad[i].text, pg_last_error());
     }
     assert_int_equal(pg_parse_size(NULL, &b), PAGODA_ERR_INVALID_ARG);
 }
@@ -267,10 +275,19 @@ static void test_num_blocks(void **state) {
     assert_int_equal(pg_kv_num_blocks(1 << 20, 0, 2048, &n), PAGODA_ERR_INVALID_ARG);
 
     pg_kv_cache_spec g[2] = {
-        {.kind = PG_KV_FULL_ATTENTION, .block_size = 16, .num_layers = 12, .num_kv_heads = 4,
-         .head_size = 64, .dtype_bytes = 2},
-        {.kind = PG_KV_SLIDING_WINDOW, .block_size = 16, .num_layers = 12, .num_kv_heads = 4,
-         .head_size = 64, .dtype_bytes = 2, .u.sliding.window = 128},
+        {.kind = PG_KV_FULL_ATTENTION,
+         .block_size = 16,
+         .num_layers = 12,
+         .num_kv_heads = 4,
+         .head_size = 64,
+         .dtype_bytes = 2},
+        {.kind = PG_KV_SLIDING_WINDOW,
+         .block_size = 16,
+         .num_layers = 12,
+         .num_kv_heads = 4,
+         .head_size = 64,
+         .dtype_bytes = 2,
+         .u.sliding.window = 128},
     };
     assert_true(pg_kv_cache_spec_page_bytes(&g[0]) == 2ULL * 16 * 4 * 64 * 2);
     uint64_t mem = 64ULL << 20;

@@ -24,9 +24,10 @@ static pg_kvm *make_kvm(int32_t num_blocks, bool caching) {
 /* A request whose tokens are base + i (prompt only). */
 static pg_request *make_req(uint64_t id, int32_t n, int32_t base) {
     int32_t toks[64];
-    for (int32_t i = 0; i < n; i++) toks[i] = base + i;
-    pg_request_params p = {.id = id, .prompt = toks, .num_prompt_tokens = n, .max_tokens = 8,
-                           .eos_token_id = -1};
+    for (int32_t i = 0; i < n; i++)
+        toks[i] = base + i;
+    pg_request_params p = {
+        .id = id, .prompt = toks, .num_prompt_tokens = n, .max_tokens = 8, .eos_token_id = -1};
     pg_request *r = NULL;
     assert_int_equal(pg_request_create(&p, BS, 64, &r), PAGODA_OK);
     return r;
@@ -51,9 +52,10 @@ static void test_shared_prefix_is_reused(void **state) {
     pg_kvm *m = make_kvm(20, true);
     pg_request *a = make_req(1, 10, 100), *b;
     int32_t toks[14]; /* b shares a's first 9 tokens: two full blocks */
-    for (int i = 0; i < 14; i++) toks[i] = i < 9 ? 100 + i : 7;
-    pg_request_params pb = {.id = 2, .prompt = toks, .num_prompt_tokens = 14, .max_tokens = 4,
-                            .eos_token_id = -1};
+    for (int i = 0; i < 14; i++)
+        toks[i] = i < 9 ? 100 + i : 7;
+    pg_request_params pb = {
+        .id = 2, .prompt = toks, .num_prompt_tokens = 14, .max_tokens = 4, .eos_token_id = -1};
     assert_int_equal(pg_request_create(&pb, BS, 64, &b), PAGODA_OK);
 
     int32_t hit = -1, na, nb;
@@ -165,9 +167,10 @@ static void test_failed_allocation_leaves_no_trace(void **state) {
     pg_kvm_free(m, a);
     /* 8 cached + 12 new tokens = 20 tokens = 5 blocks: 2 hits (free) + 3 new > 4 free */
     int32_t toks[20];
-    for (int i = 0; i < 20; i++) toks[i] = i < 8 ? i : 1000 + i;
-    pg_request_params p = {.id = 9, .prompt = toks, .num_prompt_tokens = 20, .max_tokens = 1,
-                           .eos_token_id = -1};
+    for (int i = 0; i < 20; i++)
+        toks[i] = i < 8 ? i : 1000 + i;
+    pg_request_params p = {
+        .id = 9, .prompt = toks, .num_prompt_tokens = 20, .max_tokens = 1, .eos_token_id = -1};
     pg_request *big;
     assert_int_equal(pg_request_create(&p, BS, 64, &big), PAGODA_OK);
     int32_t hit = pg_kvm_find_cached_prefix(m, big);
@@ -247,11 +250,18 @@ static void test_decode_growth_and_caching(void **state) {
 
 static void test_groups(void **state) {
     (void)state;
-    pg_kvm_config c = {.num_blocks = 40, .block_size = BS, .max_model_len = 64,
-                       .max_num_seqs = 4, .enable_prefix_caching = true, .num_groups = 2};
+    pg_kvm_config c = {.num_blocks = 40,
+                       .block_size = BS,
+                       .max_model_len = 64,
+                       .max_num_seqs = 4,
+                       .enable_prefix_caching = true,
+                       .num_groups = 2};
     for (int g = 0; g < 2; g++)
-        c.groups[g] = (pg_kv_cache_spec){.kind = PG_KV_FULL_ATTENTION, .block_size = BS,
-                                         .num_layers = 2, .num_kv_heads = 1, .head_size = 8,
+        c.groups[g] = (pg_kv_cache_spec){.kind = PG_KV_FULL_ATTENTION,
+                                         .block_size = BS,
+                                         .num_layers = 2,
+                                         .num_kv_heads = 1,
+                                         .head_size = 8,
                                          .dtype_bytes = 2};
     pg_kvm *m = NULL;
     assert_int_equal(pg_kvm_create(&c, &m), PAGODA_OK);
@@ -266,7 +276,8 @@ static void test_groups(void **state) {
     assert_int_equal(n0, 3);
     assert_int_equal(n1, 3);
     for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 3; j++) assert_true(a0[i] != a1[j]); /* groups never share blocks */
+        for (int j = 0; j < 3; j++)
+            assert_true(a0[i] != a1[j]); /* groups never share blocks */
     const int32_t *b1 = pg_kvm_block_table(m, 1, b, &n1);
     assert_int_equal(b1[0], a1[0]);
     assert_int_equal(b1[1], a1[1]);
@@ -297,10 +308,17 @@ static void test_groups(void **state) {
  * back to the pool and become PG_NULL_BLOCK in the table. */
 static void test_sliding_window_frees_old_blocks(void **state) {
     (void)state;
-    pg_kvm_config c = {.num_blocks = 40, .block_size = BS, .max_model_len = 64,
-                       .max_num_seqs = 4, .enable_prefix_caching = true, .num_groups = 2};
-    c.groups[0] = (pg_kv_cache_spec){.kind = PG_KV_FULL_ATTENTION, .block_size = BS,
-                                     .num_layers = 1, .num_kv_heads = 1, .head_size = 8,
+    pg_kvm_config c = {.num_blocks = 40,
+                       .block_size = BS,
+                       .max_model_len = 64,
+                       .max_num_seqs = 4,
+                       .enable_prefix_caching = true,
+                       .num_groups = 2};
+    c.groups[0] = (pg_kv_cache_spec){.kind = PG_KV_FULL_ATTENTION,
+                                     .block_size = BS,
+                                     .num_layers = 1,
+                                     .num_kv_heads = 1,
+                                     .head_size = 8,
                                      .dtype_bytes = 2};
     c.groups[1] = c.groups[0];
     c.groups[1].kind = PG_KV_SLIDING_WINDOW;

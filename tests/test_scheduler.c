@@ -30,7 +30,7 @@ typedef struct harness {
     pg_sched_config cfg;
     int32_t *kv; /* [num_blocks * block_size]: token id stored at each slot, -1 never written */
     int32_t kv_n;
-    shadow *sh;  /* [MAX_REQS] indexed by id */
+    shadow *sh; /* [MAX_REQS] indexed by id */
     int64_t steps;
     int64_t last_first_admit; /* id of the latest first admission (FCFS check) */
     int64_t preemptions, fresh_admissions, max_running;
@@ -59,7 +59,8 @@ static void h_init(harness *h, int32_t budget, int32_t seqs, int32_t max_len, in
     assert_int_equal(pg_scheduler_create(&h->cfg, &h->s), PAGODA_OK);
     h->kv_n = num_blocks * bs;
     h->kv = malloc((size_t)h->kv_n * sizeof *h->kv);
-    for (int32_t i = 0; i < h->kv_n; i++) h->kv[i] = -1;
+    for (int32_t i = 0; i < h->kv_n; i++)
+        h->kv[i] = -1;
     h->sh = calloc(MAX_REQS, sizeof *h->sh);
     h->last_first_admit = -1;
     h->model = model_hash;
@@ -87,10 +88,15 @@ static pagoda_status h_add(harness *h, uint64_t id, req_spec rs) {
     memset(x, 0, sizeof *x);
     for (int32_t i = 0; i < rs.prompt_n; i++)
         x->toks[i] = rs.prompt ? rs.prompt[i] : 1000 + (int32_t)id * 7 + i;
-    pg_request_params p = {.id = id, .prompt = x->toks, .num_prompt_tokens = rs.prompt_n,
-                           .max_tokens = rs.max_tokens, .min_tokens = rs.min_tokens,
-                           .eos_token_id = rs.eos, .ignore_eos = rs.ignore_eos,
-                           .stop_token_ids = rs.stop, .num_stop_token_ids = rs.nstop};
+    pg_request_params p = {.id = id,
+                           .prompt = x->toks,
+                           .num_prompt_tokens = rs.prompt_n,
+                           .max_tokens = rs.max_tokens,
+                           .min_tokens = rs.min_tokens,
+                           .eos_token_id = rs.eos,
+                           .ignore_eos = rs.ignore_eos,
+                           .stop_token_ids = rs.stop,
+                           .num_stop_token_ids = rs.nstop};
     pagoda_status st = pg_scheduler_add_request(h->s, &p);
     if (st) return st;
     x->live = true;
@@ -100,7 +106,8 @@ static pagoda_status h_add(harness *h, uint64_t id, req_spec rs) {
     x->eos = rs.eos;
     x->ignore_eos = rs.ignore_eos;
     x->nstop = rs.nstop;
-    for (int32_t i = 0; i < rs.nstop; i++) x->stop[i] = rs.stop[i];
+    for (int32_t i = 0; i < rs.nstop; i++)
+        x->stop[i] = rs.stop[i];
     x->arrive_step = h->steps;
     h->sh[id] = *x;
     return PAGODA_OK;
@@ -151,7 +158,8 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
         x->preempted_waiting = true;
         h->preemptions++;
     }
-    for (int32_t i = 0; i < o.num_finished; i++) assert_false(h->sh[o.finished_ids[i]].live);
+    for (int32_t i = 0; i < o.num_finished; i++)
+        assert_false(h->sh[o.finished_ids[i]].live);
 
     bool fresh = false;
     assert_int_equal(o.query_start_loc[0], 0);
@@ -193,7 +201,8 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
             for (int32_t t = 0; t < n; t++) {
                 int32_t k = o.query_start_loc[i] + t, pos = c + t;
                 assert_int_equal(o.positions[k], pos);
-                assert_int_equal(o.token_ids[k], x->toks[pos]); /* recompute feeds prompt + outputs */
+                assert_int_equal(o.token_ids[k],
+                                 x->toks[pos]); /* recompute feeds prompt + outputs */
                 int32_t slot = o.slot_mapping[g * o.token_stride + k];
                 assert_int_equal(slot, table[pos / bs] * bs + pos % bs);
                 assert_true(table[pos / bs] > 0 && slot < h->kv_n);
@@ -218,7 +227,8 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
         sampled[i] = o.samples[i] ? h->model(o.req_ids[i], o.seq_lens[i]) : -1;
     }
     if (out_copy) *out_copy = o;
-    for (int32_t a = 0; a < n_aborts; a++) h_abort(h, aborts_in_flight[a]);
+    for (int32_t a = 0; a < n_aborts; a++)
+        h_abort(h, aborts_in_flight[a]);
 
     pg_step_result res;
     assert_int_equal(pg_scheduler_update_from_output(h->s, &o, sampled, &res), PAGODA_OK);
@@ -264,7 +274,9 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
     return o.num_reqs;
 }
 
-static int32_t h_step(harness *h) { return h_step_ex(h, NULL, NULL, 0); }
+static int32_t h_step(harness *h) {
+    return h_step_ex(h, NULL, NULL, 0);
+}
 
 static void h_run_to_end(harness *h, int64_t max_steps) {
     while (pg_scheduler_num_unfinished(h->s) > 0) {
@@ -278,7 +290,8 @@ static void assert_all_free(harness *h) {
     pg_kvm *m = pg_scheduler_kvm(h->s);
     pg_block_pool *pool = pg_kvm_pool(m);
     assert_int_equal(pg_block_pool_num_free(pool), h->cfg.kv.num_blocks - 1);
-    for (int32_t b = 1; b < h->cfg.kv.num_blocks; b++) assert_int_equal(pg_block_pool_ref_cnt(pool, b), 0);
+    for (int32_t b = 1; b < h->cfg.kv.num_blocks; b++)
+        assert_int_equal(pg_block_pool_ref_cnt(pool, b), 0);
     assert_int_equal(pg_scheduler_check(h->s), PAGODA_OK);
 }
 
@@ -288,7 +301,8 @@ static void test_chunked_prefill_then_decode(void **state) {
     (void)state;
     harness h;
     h_init(&h, 8, 4, 128, 4, 32, true);
-    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 10, .max_tokens = 5, .eos = -1}), PAGODA_OK);
+    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 10, .max_tokens = 5, .eos = -1}),
+                     PAGODA_OK);
     pg_sched_output o;
     h_step_ex(&h, &o, NULL, 0);
     assert_int_equal(o.num_scheduled_tokens[0], 8); /* chunk 1 */
@@ -323,9 +337,11 @@ static void test_decodes_flow_during_long_prefill(void **state) {
     (void)state;
     harness h;
     h_init(&h, 16, 4, 256, 4, 128, true);
-    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 3, .max_tokens = 30, .eos = -1}), PAGODA_OK);
+    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 3, .max_tokens = 30, .eos = -1}),
+                     PAGODA_OK);
     h_step(&h); /* prompt of 1 done, now decoding */
-    assert_int_equal(h_add(&h, 2, (req_spec){.prompt_n = 150, .max_tokens = 2, .eos = -1}), PAGODA_OK);
+    assert_int_equal(h_add(&h, 2, (req_spec){.prompt_n = 150, .max_tokens = 2, .eos = -1}),
+                     PAGODA_OK);
     int chunks = 0;
     while (h.sh[2].n == 150) {
         pg_sched_output o;
@@ -334,7 +350,8 @@ static void test_decodes_flow_during_long_prefill(void **state) {
         assert_true(o.req_ids[0] == 1);
         assert_int_equal(o.num_scheduled_tokens[0], 1);
         assert_true(o.req_ids[1] == 2);
-        assert_int_equal(o.num_tokens, 16 < 1 + (150 - o.num_computed_tokens[1]) ? 16 : o.num_tokens);
+        assert_int_equal(o.num_tokens,
+                         16 < 1 + (150 - o.num_computed_tokens[1]) ? 16 : o.num_tokens);
         chunks++;
     }
     assert_int_equal(chunks, (150 + 14) / 15);
@@ -348,12 +365,13 @@ static void test_budgets_and_max_num_seqs(void **state) {
     harness h;
     h_init(&h, 20, 3, 128, 4, 200, true);
     for (uint64_t id = 0; id < 10; id++)
-        assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 5 + (int32_t)id * 3, .max_tokens = 6,
-                                                  .eos = -1}),
-                         PAGODA_OK);
+        assert_int_equal(
+            h_add(&h, id, (req_spec){.prompt_n = 5 + (int32_t)id * 3, .max_tokens = 6, .eos = -1}),
+            PAGODA_OK);
     h_run_to_end(&h, 1000); /* h_step asserts both budgets every step */
     assert_int_equal(h.max_running, 3);
-    for (uint64_t id = 0; id < 10; id++) assert_int_equal(h.sh[id].finish, PG_FINISH_LENGTH);
+    for (uint64_t id = 0; id < 10; id++)
+        assert_int_equal(h.sh[id].finish, PG_FINISH_LENGTH);
     assert_all_free(&h);
     h_free(&h);
 }
@@ -363,15 +381,16 @@ static void test_prefix_cache_reuse_across_requests(void **state) {
     harness h;
     h_init(&h, 64, 4, 128, 4, 64, true);
     int32_t prompt[40];
-    for (int i = 0; i < 40; i++) prompt[i] = 500 + i;
-    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 40, .max_tokens = 2, .eos = -1,
-                                             .prompt = prompt}),
-                     PAGODA_OK);
+    for (int i = 0; i < 40; i++)
+        prompt[i] = 500 + i;
+    assert_int_equal(
+        h_add(&h, 1, (req_spec){.prompt_n = 40, .max_tokens = 2, .eos = -1, .prompt = prompt}),
+        PAGODA_OK);
     h_run_to_end(&h, 10);
     prompt[37] = 1; /* same first 36 tokens = 9 blocks */
-    assert_int_equal(h_add(&h, 2, (req_spec){.prompt_n = 40, .max_tokens = 2, .eos = -1,
-                                             .prompt = prompt}),
-                     PAGODA_OK);
+    assert_int_equal(
+        h_add(&h, 2, (req_spec){.prompt_n = 40, .max_tokens = 2, .eos = -1, .prompt = prompt}),
+        PAGODA_OK);
     pg_sched_output o;
     h_step_ex(&h, &o, NULL, 0);
     assert_int_equal(o.num_computed_tokens[0], 36);
@@ -397,7 +416,8 @@ static void test_preemption_and_fair_resume(void **state) {
         assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 8, .max_tokens = 16, .eos = -1}),
                          PAGODA_OK);
     h_step(&h); /* all three admitted: 6 blocks + 3 for the 9th token later */
-    assert_int_equal(h_add(&h, 4, (req_spec){.prompt_n = 4, .max_tokens = 4, .eos = -1}), PAGODA_OK);
+    assert_int_equal(h_add(&h, 4, (req_spec){.prompt_n = 4, .max_tokens = 4, .eos = -1}),
+                     PAGODA_OK);
     int64_t first_preempt_step = -1;
     uint64_t victim = 0;
     while (pg_scheduler_num_unfinished(h.s) > 0) {
@@ -431,7 +451,7 @@ static void test_abort_anywhere(void **state) {
     for (uint64_t id = 1; id <= 4; id++)
         assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 6, .max_tokens = 20, .eos = -1}),
                          PAGODA_OK);
-    h_step(&h); /* 1 and 2 running (max_num_seqs 2), 3 and 4 waiting */
+    h_step(&h);     /* 1 and 2 running (max_num_seqs 2), 3 and 4 waiting */
     h_abort(&h, 4); /* waiting */
     h_abort(&h, 1); /* running, between steps */
     uint64_t in_flight[1] = {2};
@@ -467,10 +487,11 @@ static void test_rejections_have_clear_messages(void **state) {
     assert_int_equal(h_add(&h, 4, (req_spec){.prompt_n = 4, .max_tokens = 0, .eos = -1}),
                      PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "max_tokens 0"));
-    assert_int_equal(h_add(&h, 5, (req_spec){.prompt_n = 4, .max_tokens = 2, .min_tokens = 3,
-                                             .eos = -1}),
-                     PAGODA_ERR_INVALID_ARG);
-    assert_int_equal(h_add(&h, 6, (req_spec){.prompt_n = 4, .max_tokens = 2, .eos = -1}), PAGODA_OK);
+    assert_int_equal(
+        h_add(&h, 5, (req_spec){.prompt_n = 4, .max_tokens = 2, .min_tokens = 3, .eos = -1}),
+        PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(h_add(&h, 6, (req_spec){.prompt_n = 4, .max_tokens = 2, .eos = -1}),
+                     PAGODA_OK);
     assert_int_equal(h_add(&h, 6, (req_spec){.prompt_n = 4, .max_tokens = 2, .eos = -1}),
                      PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "already in use"));
@@ -492,7 +513,9 @@ static void test_rejections_have_clear_messages(void **state) {
 }
 
 static const int32_t *g_script;
-static int32_t script_model(uint64_t id, int32_t pos) { return g_script[pos]; }
+static int32_t script_model(uint64_t id, int32_t pos) {
+    return g_script[pos];
+}
 
 static void test_finish_conditions(void **state) {
     (void)state;
@@ -508,7 +531,9 @@ static void test_finish_conditions(void **state) {
         {{.prompt_n = 4, .max_tokens = 10, .eos = 7}, 1, PG_FINISH_STOP},
         /* min_tokens 2 hides the first EOS; 9 is no stop token here; EOS again at output 3 */
         {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .min_tokens = 2}, 3, PG_FINISH_STOP},
-        {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .ignore_eos = true, .stop = stops, .nstop = 1}, 2, PG_FINISH_STOP},
+        {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .ignore_eos = true, .stop = stops, .nstop = 1},
+         2,
+         PG_FINISH_STOP},
         {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .ignore_eos = true}, 10, PG_FINISH_LENGTH},
         {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .min_tokens = 3}, 3, PG_FINISH_STOP},
         {{.prompt_n = 4, .max_tokens = 30, .eos = -1}, 12, PG_FINISH_LENGTH}, /* max_model_len 16 */
@@ -530,17 +555,20 @@ static void test_update_protocol_errors(void **state) {
     (void)state;
     harness h;
     h_init(&h, 16, 2, 64, 4, 16, true);
-    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 3, .max_tokens = 3, .eos = -1}), PAGODA_OK);
+    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 3, .max_tokens = 3, .eos = -1}),
+                     PAGODA_OK);
     pg_sched_output o, o2;
     assert_int_equal(pg_scheduler_schedule(h.s, &o), PAGODA_OK);
     assert_int_equal(pg_scheduler_schedule(h.s, &o2), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "in flight"));
     /* the harness does not see this step: play the runner's part */
-    for (int32_t t = 0; t < o.num_tokens; t++) h.kv[o.slot_mapping[t]] = o.token_ids[t];
+    for (int32_t t = 0; t < o.num_tokens; t++)
+        h.kv[o.slot_mapping[t]] = o.token_ids[t];
     int32_t bad[1] = {-1};
     assert_int_equal(pg_scheduler_update_from_output(h.s, &o, bad, NULL), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "no sampled token for request 1"));
-    assert_int_equal(pg_scheduler_get_request(h.s, 1)->num_computed_tokens, 0); /* nothing applied */
+    assert_int_equal(pg_scheduler_get_request(h.s, 1)->num_computed_tokens,
+                     0); /* nothing applied */
     o2 = o;
     o2.step = 99;
     int32_t good[1] = {5};
@@ -589,9 +617,10 @@ static void test_steps_do_not_allocate(void **state) {
     harness h;
     h_init(&h, 32, 8, 128, 4, 41, true); /* small pool: preemption happens too */
     for (uint64_t id = 0; id < 40; id++)
-        assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 5 + (int32_t)(id * 7) % 40,
-                                                  .max_tokens = 5 + (int32_t)(id * 3) % 30,
-                                                  .eos = -1}),
+        assert_int_equal(h_add(&h, id,
+                               (req_spec){.prompt_n = 5 + (int32_t)(id * 7) % 40,
+                                          .max_tokens = 5 + (int32_t)(id * 3) % 30,
+                                          .eos = -1}),
                          PAGODA_OK);
     long allocs = 0;
     int64_t steps = 0;
@@ -601,7 +630,8 @@ static void test_steps_do_not_allocate(void **state) {
         assert_int_equal(pg_scheduler_schedule(h.s, &o), PAGODA_OK);
         allocs += g_allocs - before;
         int32_t sampled[8];
-        for (int32_t i = 0; i < o.num_reqs; i++) sampled[i] = model_hash(o.req_ids[i], o.seq_lens[i]);
+        for (int32_t i = 0; i < o.num_reqs; i++)
+            sampled[i] = model_hash(o.req_ids[i], o.seq_lens[i]);
         if (steps % 7 == 3 && o.num_reqs > 1) { /* an abort in flight and one between steps */
             before = g_allocs;
             assert_int_equal(pg_scheduler_abort(h.s, o.req_ids[1]), PAGODA_OK);
@@ -622,7 +652,8 @@ static void test_steps_do_not_allocate(void **state) {
     assert_int_equal(allocs, 0);
     /* the counter does see allocations made inside pagoda_core */
     long before = g_allocs;
-    assert_int_equal(h_add(&h, 999, (req_spec){.prompt_n = 4, .max_tokens = 1, .eos = -1}), PAGODA_OK);
+    assert_int_equal(h_add(&h, 999, (req_spec){.prompt_n = 4, .max_tokens = 1, .eos = -1}),
+                     PAGODA_OK);
     assert_true(g_allocs > before);
     h_free(&h);
 #else
@@ -640,14 +671,14 @@ static void test_no_starvation_under_steady_load(void **state) {
     uint64_t id = 0, long_id = 0;
     for (int step = 0; step < 600; step++) {
         if (step % 2 == 0)
-            assert_int_equal(h_add(&h, id++, (req_spec){.prompt_n = 4 + step % 5, .max_tokens = 6,
-                                                        .eos = -1}),
-                             PAGODA_OK);
+            assert_int_equal(
+                h_add(&h, id++, (req_spec){.prompt_n = 4 + step % 5, .max_tokens = 6, .eos = -1}),
+                PAGODA_OK);
         if (step == 10) {
             long_id = id++;
-            assert_int_equal(h_add(&h, long_id, (req_spec){.prompt_n = 30, .max_tokens = 30,
-                                                           .eos = -1}),
-                             PAGODA_OK);
+            assert_int_equal(
+                h_add(&h, long_id, (req_spec){.prompt_n = 30, .max_tokens = 30, .eos = -1}),
+                PAGODA_OK);
         }
         h_step(&h);
     }
@@ -680,7 +711,8 @@ static void test_random_stress(void **state) {
     srand(20261130);
     int32_t prefixes[3][32];
     for (int p = 0; p < 3; p++)
-        for (int i = 0; i < 32; i++) prefixes[p][i] = 100 * p + i;
+        for (int i = 0; i < 32; i++)
+            prefixes[p][i] = 100 * p + i;
     uint64_t next_id = 0;
     const uint64_t total = 1000;
     int64_t aborted = 0;
@@ -693,14 +725,18 @@ static void test_random_stress(void **state) {
             int p = rand() % 4; /* 3 of 4 requests share a system prompt */
             for (int32_t i = 0; i < n; i++)
                 prompt[i] = (p < 3 && i < 32) ? prefixes[p][i] : 2000 + rand() % 1000;
-            req_spec rs = {.prompt_n = n, .max_tokens = 1 + rand() % 40,
+            req_spec rs = {.prompt_n = n,
+                           .max_tokens = 1 + rand() % 40,
                            .eos = (rand() % 2) ? 999 - rand() % 20 : -1,
-                           .min_tokens = rand() % 3 == 0 ? 1 : 0, .prompt = prompt};
+                           .min_tokens = rand() % 3 == 0 ? 1 : 0,
+                           .prompt = prompt};
             if (rs.min_tokens > rs.max_tokens) rs.min_tokens = rs.max_tokens;
             pagoda_status st = h_add(&h, next_id, rs);
             int32_t total_len = n + rs.max_tokens < 96 ? n + rs.max_tokens : 96;
-            if ((total_len + 3) / 4 > 40) assert_int_equal(st, PAGODA_ERR_LIMIT);
-            else assert_int_equal(st, PAGODA_OK);
+            if ((total_len + 3) / 4 > 40)
+                assert_int_equal(st, PAGODA_ERR_LIMIT);
+            else
+                assert_int_equal(st, PAGODA_OK);
             next_id++;
         }
         /* random aborts between steps and in flight */
@@ -728,7 +764,8 @@ static void test_random_stress(void **state) {
         if (x->prompt_n == 0) continue; /* rejected */
         assert_false(x->live);
         assert_true(x->finish != PG_FINISH_NONE);
-        if (x->finish_step - x->arrive_step > worst_wait) worst_wait = x->finish_step - x->arrive_step;
+        if (x->finish_step - x->arrive_step > worst_wait)
+            worst_wait = x->finish_step - x->arrive_step;
     }
     print_message("stress: %lld steps, %lld preemptions, %lld aborts, worst latency %lld steps\n",
                   (long long)h.steps, (long long)h.preemptions, (long long)aborted,

@@ -14,7 +14,9 @@
 #define P4 0x85EBCA77C2B2AE63ULL
 #define P5 0x27D4EB2F165667C5ULL
 
-static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline uint64_t rotl64(uint64_t x, int r) {
+    return (x << r) | (x >> (64 - r));
+}
 
 static inline uint64_t read64(const uint8_t *p) {
     uint64_t v;
@@ -76,7 +78,8 @@ static uint64_t finish(uint64_t h, const uint8_t *p, size_t len) {
 
 static uint64_t converge(const uint64_t v[4]) {
     uint64_t h = rotl64(v[0], 1) + rotl64(v[1], 7) + rotl64(v[2], 12) + rotl64(v[3], 18);
-    for (int i = 0; i < 4; i++) h = xmerge(h, v[i]);
+    for (int i = 0; i < 4; i++)
+        h = xmerge(h, v[i]);
     return h;
 }
 

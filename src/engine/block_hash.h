@@ -33,7 +33,7 @@ typedef struct pg_xxh64_state {
     uint64_t v[4];      /* the four lane accumulators */
     uint64_t total_len; /* bytes consumed so far */
     uint64_t seed;
-    uint8_t buf[32];    /* pending bytes of an incomplete 32-byte stripe */
+    uint8_t buf[32]; /* pending bytes of an incomplete 32-byte stripe */
     uint32_t buf_len;
 } pg_xxh64_state;
 

@@ -20,12 +20,12 @@ struct pg_block_pool {
     int32_t num_free;
     int32_t num_cached;
     uint64_t evictions;
-    int32_t *ref;        /* [num_blocks] */
+    int32_t *ref;         /* [num_blocks] */
     int32_t *prev, *next; /* [num_blocks + 1]; index num_blocks is the queue sentinel */
-    uint8_t *cached;     /* [num_blocks] 1 if hash[] / hash_group[] are valid */
-    pg_block_hash *hash; /* [num_blocks] */
-    int32_t *hash_group; /* [num_blocks] */
-    map_entry *map;      /* [map_cap], map_cap a power of two >= 2 * num_blocks */
+    uint8_t *cached;      /* [num_blocks] 1 if hash[] / hash_group[] are valid */
+    pg_block_hash *hash;  /* [num_blocks] */
+    int32_t *hash_group;  /* [num_blocks] */
+    map_entry *map;       /* [map_cap], map_cap a power of two >= 2 * num_blocks */
     uint32_t map_mask;
 };
 
@@ -82,8 +82,10 @@ static void map_erase_at(pg_block_pool *p, uint32_t i) {
 
 static void uncache(pg_block_pool *p, int32_t id) {
     int32_t at = map_find(p, p->hash[id], p->hash_group[id]);
-    if (at >= 0 && p->map[at].block == id) map_erase_at(p, (uint32_t)at);
-    else PG_ERROR("block pool: cached block %d missing from the hash map", id);
+    if (at >= 0 && p->map[at].block == id)
+        map_erase_at(p, (uint32_t)at);
+    else
+        PG_ERROR("block pool: cached block %d missing from the hash map", id);
     p->cached[id] = 0;
     p->num_cached--;
 }
@@ -94,12 +96,14 @@ pagoda_status pg_block_pool_create(int32_t num_blocks, bool enable_caching, pg_b
     *out = NULL;
     if (num_blocks < 2 || num_blocks > (1 << 30))
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "block pool: %d blocks; need 2..2^30 (block 0 is the null block)", num_blocks);
+                        "block pool: %d blocks; need 2..2^30 (block 0 is the null block)",
+                        num_blocks);
     pg_block_pool *p = calloc(1, sizeof *p);
     if (!p) return pg_error(PAGODA_ERR_NOMEM, "block pool: out of memory");
     size_t n = (size_t)num_blocks;
     uint32_t cap = 16;
-    while (cap < 2 * n) cap <<= 1;
+    while (cap < 2 * n)
+        cap <<= 1;
     p->num_blocks = num_blocks;
     p->caching = enable_caching;
     p->ref = calloc(n, sizeof *p->ref);
@@ -114,12 +118,14 @@ pagoda_status pg_block_pool_create(int32_t num_blocks, bool enable_caching, pg_b
         return pg_error(PAGODA_ERR_NOMEM, "block pool: out of memory for %d blocks", num_blocks);
     }
     p->map_mask = cap - 1;
-    for (uint32_t i = 0; i < cap; i++) p->map[i].block = -1;
+    for (uint32_t i = 0; i < cap; i++)
+        p->map[i].block = -1;
     int32_t s = SENT(p);
     p->prev[s] = p->next[s] = s;
     p->prev[PG_NULL_BLOCK] = p->next[PG_NULL_BLOCK] = -1;
     p->ref[PG_NULL_BLOCK] = 1; /* never free */
-    for (int32_t i = 1; i < num_blocks; i++) q_append(p, i);
+    for (int32_t i = 1; i < num_blocks; i++)
+        q_append(p, i);
     *out = p;
     return PAGODA_OK;
 }
@@ -136,18 +142,27 @@ void pg_block_pool_destroy(pg_block_pool *p) {
     free(p);
 }
 
-int32_t pg_block_pool_num_blocks(const pg_block_pool *p) { return p->num_blocks; }
-int32_t pg_block_pool_num_free(const pg_block_pool *p) { return p->num_free; }
+int32_t pg_block_pool_num_blocks(const pg_block_pool *p) {
+    return p->num_blocks;
+}
+int32_t pg_block_pool_num_free(const pg_block_pool *p) {
+    return p->num_free;
+}
 double pg_block_pool_usage(const pg_block_pool *p) {
     int32_t usable = p->num_blocks - 1;
     return usable > 0 ? (double)(usable - p->num_free) / usable : 0.0;
 }
-uint64_t pg_block_pool_num_evictions(const pg_block_pool *p) { return p->evictions; }
-int32_t pg_block_pool_num_cached(const pg_block_pool *p) { return p->num_cached; }
+uint64_t pg_block_pool_num_evictions(const pg_block_pool *p) {
+    return p->evictions;
+}
+int32_t pg_block_pool_num_cached(const pg_block_pool *p) {
+    return p->num_cached;
+}
 
 pagoda_status pg_block_pool_alloc(pg_block_pool *p, int32_t n, int32_t *out) {
     if (n < 0 || n > p->num_free)
-        return pg_error(PAGODA_ERR_LIMIT, "block pool: %d blocks requested, %d free", n, p->num_free);
+        return pg_error(PAGODA_ERR_LIMIT, "block pool: %d blocks requested, %d free", n,
+                        p->num_free);
     for (int32_t i = 0; i < n; i++) {
         int32_t id = p->next[SENT(p)];
         q_remove(p, id);
@@ -208,8 +223,10 @@ pagoda_status pg_block_pool_reset_cache(pg_block_pool *p) {
     int32_t used = p->num_blocks - 1 - p->num_free;
     if (used > 0)
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "block pool: cannot reset the prefix cache while %d blocks are in use", used);
-    for (uint32_t i = 0; i <= p->map_mask; i++) p->map[i].block = -1;
+                        "block pool: cannot reset the prefix cache while %d blocks are in use",
+                        used);
+    for (uint32_t i = 0; i <= p->map_mask; i++)
+        p->map[i].block = -1;
     memset(p->cached, 0, (size_t)p->num_blocks);
     p->num_cached = 0;
     return PAGODA_OK;
@@ -250,8 +267,8 @@ pagoda_status pg_block_pool_check(const pg_block_pool *p) {
     }
     if (p->prev[s] != prev) return pg_error(PAGODA_ERR_INTERNAL, "block pool: broken tail link");
     if (count != p->num_free)
-        return pg_error(PAGODA_ERR_INTERNAL, "block pool: queue holds %d blocks, num_free %d", count,
-                        p->num_free);
+        return pg_error(PAGODA_ERR_INTERNAL, "block pool: queue holds %d blocks, num_free %d",
+                        count, p->num_free);
     int32_t zero = 0, cached = 0;
     for (int32_t id = 1; id < p->num_blocks; id++) {
         if (p->ref[id] < 0)
@@ -261,12 +278,13 @@ pagoda_status pg_block_pool_check(const pg_block_pool *p) {
             cached++;
             int32_t at = map_find(p, p->hash[id], p->hash_group[id]);
             if (at < 0 || p->map[at].block != id)
-                return pg_error(PAGODA_ERR_INTERNAL, "block pool: cached block %d not in hash map", id);
+                return pg_error(PAGODA_ERR_INTERNAL, "block pool: cached block %d not in hash map",
+                                id);
         }
     }
     if (zero != p->num_free)
-        return pg_error(PAGODA_ERR_INTERNAL, "block pool: %d blocks with ref_cnt 0 but %d queued", zero,
-                        p->num_free);
+        return pg_error(PAGODA_ERR_INTERNAL, "block pool: %d blocks with ref_cnt 0 but %d queued",
+                        zero, p->num_free);
     int32_t entries = 0;
     for (uint32_t i = 0; i <= p->map_mask; i++) {
         int32_t b = p->map[i].block;
@@ -276,7 +294,8 @@ pagoda_status pg_block_pool_check(const pg_block_pool *p) {
             return pg_error(PAGODA_ERR_INTERNAL, "block pool: map entry -> uncached block %d", b);
     }
     if (entries != cached || cached != p->num_cached)
-        return pg_error(PAGODA_ERR_INTERNAL, "block pool: %d map entries, %d cached blocks, count %d",
-                        entries, cached, p->num_cached);
+        return pg_error(PAGODA_ERR_INTERNAL,
+                        "block pool: %d map entries, %d cached blocks, count %d", entries, cached,
+                        p->num_cached);
     return PAGODA_OK;
 }

@@ -70,8 +70,12 @@ pagoda_status pg_kv_group_init(pg_kv_group *g, int32_t index, const pg_kv_cache_
     pagoda_status st = pg_kv_cache_spec_check(spec);
     if (st) return st;
     switch (spec->kind) {
-    case PG_KV_FULL_ATTENTION: g->ops = &FULL_OPS; break;
-    case PG_KV_SLIDING_WINDOW: g->ops = &SLIDING_OPS; break;
+    case PG_KV_FULL_ATTENTION:
+        g->ops = &FULL_OPS;
+        break;
+    case PG_KV_SLIDING_WINDOW:
+        g->ops = &SLIDING_OPS;
+        break;
     default:
         return pg_error(PAGODA_ERR_UNSUPPORTED, "kv cache group %d: kind %s is not implemented yet",
                         index, pg_kv_cache_kind_name(spec->kind));
@@ -97,7 +101,8 @@ pagoda_status pg_kv_group_init(pg_kv_group *g, int32_t index, const pg_kv_cache_
 
 void pg_kv_group_release(pg_kv_group *g) {
     if (g->tables)
-        for (int32_t i = 0; i < g->num_tables; i++) free(g->tables[i].ids);
+        for (int32_t i = 0; i < g->num_tables; i++)
+            free(g->tables[i].ids);
     free(g->tables);
     g->tables = NULL;
 }
@@ -130,7 +135,8 @@ void pg_kv_group_cache_full(pg_kv_group *g, pg_kv_block_table *t, const pg_block
 }
 
 void pg_kv_group_free(pg_kv_group *g, pg_kv_block_table *t) {
-    for (int32_t i = t->n - 1; i >= 0; i--) pg_block_pool_free(g->pool, &t->ids[i], 1);
+    for (int32_t i = t->n - 1; i >= 0; i--)
+        pg_block_pool_free(g->pool, &t->ids[i], 1);
     t->n = 0;
     t->num_cached = 0;
 }

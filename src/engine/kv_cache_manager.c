@@ -54,10 +54,11 @@ pagoda_status pg_kvm_create(const pg_kvm_config *cfg, pg_kvm **out) {
     for (int32_t g = 0; g < ng; g++) {
         const pg_kv_cache_spec *spec = cfg->num_groups ? &cfg->groups[g] : &def;
         if (spec->block_size != cfg->block_size) {
-            st = pg_error(PAGODA_ERR_INVALID_ARG,
-                          "kv cache manager: group %d block_size %d differs from %d (one block size "
-                          "for all groups)",
-                          g, spec->block_size, cfg->block_size);
+            st =
+                pg_error(PAGODA_ERR_INVALID_ARG,
+                         "kv cache manager: group %d block_size %d differs from %d (one block size "
+                         "for all groups)",
+                         g, spec->block_size, cfg->block_size);
             goto fail;
         }
         st = pg_kv_group_init(&m->groups[g], g, spec, m->pool, m->caching, m->num_tables,
@@ -71,7 +72,8 @@ pagoda_status pg_kvm_create(const pg_kvm_config *cfg, pg_kvm **out) {
         st = pg_error(PAGODA_ERR_NOMEM, "kv cache manager: out of memory");
         goto fail;
     }
-    for (int32_t i = 0; i < m->num_tables; i++) m->free_slots[i] = m->num_tables - 1 - i;
+    for (int32_t i = 0; i < m->num_tables; i++)
+        m->free_slots[i] = m->num_tables - 1 - i;
     m->num_free_slots = m->num_tables;
     *out = m;
     return PAGODA_OK;
@@ -82,18 +84,29 @@ fail:
 
 void pg_kvm_destroy(pg_kvm *m) {
     if (!m) return;
-    for (int32_t g = 0; g < m->num_groups; g++) pg_kv_group_release(&m->groups[g]);
+    for (int32_t g = 0; g < m->num_groups; g++)
+        pg_kv_group_release(&m->groups[g]);
     pg_block_pool_destroy(m->pool);
     free(m->free_slots);
     free(m->hit_ids);
     free(m);
 }
 
-int32_t pg_kvm_num_groups(const pg_kvm *m) { return m->num_groups; }
-int32_t pg_kvm_block_size(const pg_kvm *m) { return m->block_size; }
-int32_t pg_kvm_max_blocks_per_request(const pg_kvm *m) { return m->max_blocks; }
-int32_t pg_kvm_num_usable_blocks(const pg_kvm *m) { return pg_block_pool_num_blocks(m->pool) - 1; }
-pg_block_pool *pg_kvm_pool(pg_kvm *m) { return m->pool; }
+int32_t pg_kvm_num_groups(const pg_kvm *m) {
+    return m->num_groups;
+}
+int32_t pg_kvm_block_size(const pg_kvm *m) {
+    return m->block_size;
+}
+int32_t pg_kvm_max_blocks_per_request(const pg_kvm *m) {
+    return m->max_blocks;
+}
+int32_t pg_kvm_num_usable_blocks(const pg_kvm *m) {
+    return pg_block_pool_num_blocks(m->pool) - 1;
+}
+pg_block_pool *pg_kvm_pool(pg_kvm *m) {
+    return m->pool;
+}
 
 int32_t pg_kvm_blocks_for_tokens(const pg_kvm *m, int32_t num_tokens) {
     int32_t total = 0;
@@ -214,7 +227,9 @@ const int32_t *pg_kvm_block_table(const pg_kvm *m, int32_t g, const pg_request *
     return t->ids;
 }
 
-pagoda_status pg_kvm_reset_prefix_cache(pg_kvm *m) { return pg_block_pool_reset_cache(m->pool); }
+pagoda_status pg_kvm_reset_prefix_cache(pg_kvm *m) {
+    return pg_block_pool_reset_cache(m->pool);
+}
 
 void pg_kvm_get_stats(const pg_kvm *m, pg_kvm_stats *out) {
     out->prefix_queries_tokens = m->queries;
@@ -236,19 +251,20 @@ pagoda_status pg_kvm_check(const pg_kvm *m) {
         free(slot_free);
         return pg_error(PAGODA_ERR_NOMEM, "kv cache manager check: out of memory");
     }
-    for (int32_t i = 0; i < m->num_free_slots; i++) slot_free[m->free_slots[i]] = 1;
+    for (int32_t i = 0; i < m->num_free_slots; i++)
+        slot_free[m->free_slots[i]] = 1;
     for (int32_t g = 0; g < m->num_groups && !st; g++)
         for (int32_t s = 0; s < m->num_tables && !st; s++) {
             const pg_kv_block_table *t = &m->groups[g].tables[s];
             if (slot_free[s]) continue;
             if (t->n > m->max_blocks || t->num_cached > t->n)
-                st = pg_error(PAGODA_ERR_INTERNAL, "kv cache manager: table %d/%d: n %d cached %d", g,
-                              s, t->n, t->num_cached);
+                st = pg_error(PAGODA_ERR_INTERNAL, "kv cache manager: table %d/%d: n %d cached %d",
+                              g, s, t->n, t->num_cached);
             for (int32_t i = 0; i < t->n && !st; i++) {
                 int32_t id = t->ids[i];
                 if (id < 0 || id >= nb)
-                    st = pg_error(PAGODA_ERR_INTERNAL, "kv cache manager: table %d/%d has bad id %d", g,
-                                  s, id);
+                    st = pg_error(PAGODA_ERR_INTERNAL,
+                                  "kv cache manager: table %d/%d has bad id %d", g, s, id);
                 else if (id != PG_NULL_BLOCK)
                     refs[id]++;
             }

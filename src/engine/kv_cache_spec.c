@@ -9,11 +9,16 @@
 
 const char *pg_kv_cache_kind_name(pg_kv_cache_kind kind) {
     switch (kind) {
-    case PG_KV_FULL_ATTENTION: return "full_attention";
-    case PG_KV_SLIDING_WINDOW: return "sliding_window";
-    case PG_KV_MAMBA: return "mamba";
-    case PG_KV_CROSS_ATTENTION: return "cross_attention";
-    default: return "unknown";
+    case PG_KV_FULL_ATTENTION:
+        return "full_attention";
+    case PG_KV_SLIDING_WINDOW:
+        return "sliding_window";
+    case PG_KV_MAMBA:
+        return "mamba";
+    case PG_KV_CROSS_ATTENTION:
+        return "cross_attention";
+    default:
+        return "unknown";
     }
 }
 
@@ -30,16 +35,19 @@ pagoda_status pg_kv_cache_spec_check(const pg_kv_cache_spec *spec) {
                         spec->num_layers);
     if (spec->kind == PG_KV_MAMBA) {
         if (spec->u.mamba.state_bytes <= 0)
-            return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache spec (mamba): state_bytes %lld must be > 0",
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "kv cache spec (mamba): state_bytes %lld must be > 0",
                             (long long)spec->u.mamba.state_bytes);
         return PAGODA_OK;
     }
     if (spec->num_kv_heads <= 0 || spec->head_size <= 0 || spec->dtype_bytes <= 0)
-        return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "kv cache spec (%s): num_kv_heads %d, head_size %d, dtype_bytes %d must be > 0",
-                        k, spec->num_kv_heads, spec->head_size, spec->dtype_bytes);
+        return pg_error(
+            PAGODA_ERR_INVALID_ARG,
+            "kv cache spec (%s): num_kv_heads %d, head_size %d, dtype_bytes %d must be > 0", k,
+            spec->num_kv_heads, spec->head_size, spec->dtype_bytes);
     if (spec->kind == PG_KV_SLIDING_WINDOW && spec->u.sliding.window <= 0)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache spec (sliding_window): window %d must be > 0",
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "kv cache spec (sliding_window): window %d must be > 0",
                         spec->u.sliding.window);
     if (spec->kind == PG_KV_CROSS_ATTENTION && spec->u.cross.max_encoder_len <= 0)
         return pg_error(PAGODA_ERR_INVALID_ARG,
@@ -70,12 +78,12 @@ static pagoda_status blocks_from_bytes(uint64_t mem_bytes, uint64_t bytes_per_bl
     return PAGODA_OK;
 }
 
-pagoda_status pg_kv_num_blocks(uint64_t mem_bytes, int32_t block_size,
-                               uint64_t kv_bytes_per_token, int32_t *num_blocks) {
+pagoda_status pg_kv_num_blocks(uint64_t mem_bytes, int32_t block_size, uint64_t kv_bytes_per_token,
+                               int32_t *num_blocks) {
     if (block_size <= 0 || kv_bytes_per_token == 0)
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "kv cache: block_size %d and kv_bytes_per_token %llu must be > 0", block_size,
-                        (unsigned long long)kv_bytes_per_token);
+                        "kv cache: block_size %d and kv_bytes_per_token %llu must be > 0",
+                        block_size, (unsigned long long)kv_bytes_per_token);
     if (kv_bytes_per_token > UINT64_MAX / (uint64_t)block_size)
         return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache: block bytes overflow (%d x %llu)",
                         block_size, (unsigned long long)kv_bytes_per_token);
@@ -85,7 +93,8 @@ pagoda_status pg_kv_num_blocks(uint64_t mem_bytes, int32_t block_size,
 pagoda_status pg_kv_num_blocks_for_groups(uint64_t mem_bytes, const pg_kv_cache_spec *specs,
                                           int32_t num_groups, int32_t *num_blocks) {
     if (!specs || num_groups <= 0)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache: %d groups; need at least one", num_groups);
+        return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache: %d groups; need at least one",
+                        num_groups);
     uint64_t page = 0;
     int32_t max_layers = 0;
     for (int32_t g = 0; g < num_groups; g++) {
@@ -107,9 +116,9 @@ pagoda_status pg_kv_num_blocks_for_groups(uint64_t mem_bytes, const pg_kv_cache_
 pagoda_status pg_parse_size(const char *text, uint64_t *bytes) {
     if (!text) return pg_error(PAGODA_ERR_INVALID_ARG, "size: missing value");
     const char *p = text;
-    while (isspace((unsigned char)*p)) p++;
-    if (*p == '-')
-        return pg_error(PAGODA_ERR_INVALID_ARG, "size '%s': must not be negative", text);
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p == '-') return pg_error(PAGODA_ERR_INVALID_ARG, "size '%s': must not be negative", text);
     if (*p == '+') p++;
     /* integer and fraction parts, parsed by hand (no locale, no hex/exponent) */
     uint64_t ip = 0;
@@ -118,8 +127,10 @@ pagoda_status pg_parse_size(const char *text, uint64_t *bytes) {
     bool overflow = false;
     while (isdigit((unsigned char)*p)) {
         unsigned d = (unsigned)(*p - '0');
-        if (ip > (UINT64_MAX - d) / 10) overflow = true;
-        else ip = ip * 10 + d;
+        if (ip > (UINT64_MAX - d) / 10)
+            overflow = true;
+        else
+            ip = ip * 10 + d;
         p++;
         digits++;
     }
@@ -133,15 +144,18 @@ pagoda_status pg_parse_size(const char *text, uint64_t *bytes) {
         }
     }
     if (digits == 0)
-        return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "size '%s': expected a number with an optional unit, e.g. 4GiB, 512MiB, 1.5G",
-                        text);
-    while (isspace((unsigned char)*p)) p++;
+        return pg_error(
+            PAGODA_ERR_INVALID_ARG,
+            "size '%s': expected a number with an optional unit, e.g. 4GiB, 512MiB, 1.5G", text);
+    while (isspace((unsigned char)*p))
+        p++;
     const char *unit = p;
     size_t ulen = 0;
-    while (isalpha((unsigned char)unit[ulen])) ulen++;
+    while (isalpha((unsigned char)unit[ulen]))
+        ulen++;
     const char *rest = unit + ulen;
-    while (isspace((unsigned char)*rest)) rest++;
+    while (isspace((unsigned char)*rest))
+        rest++;
     if (*rest)
         return pg_error(PAGODA_ERR_INVALID_ARG, "size '%s': unexpected '%s' after the unit", text,
                         rest);
@@ -169,10 +183,11 @@ pagoda_status pg_parse_size(const char *text, uint64_t *bytes) {
         if (strlen(UNITS[i].name) == ulen && strncasecmp(unit, UNITS[i].name, ulen) == 0)
             mult = UNITS[i].mult;
     if (!mult)
-        return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "size '%s': unknown unit '%.*s' (use B, KiB, MiB, GiB, TiB, K, M, G, T, KB, "
-                        "MB, GB, TB)",
-                        text, (int)ulen, unit);
+        return pg_error(
+            PAGODA_ERR_INVALID_ARG,
+            "size '%s': unknown unit '%.*s' (use B, KiB, MiB, GiB, TiB, K, M, G, T, KB, "
+            "MB, GB, TB)",
+            text, (int)ulen, unit);
     const uint64_t limit = 1ULL << 63;
     if (overflow || ip > limit / mult)
         return pg_error(PAGODA_ERR_INVALID_ARG, "size '%s': too large (limit 2^63 bytes)", text);

@@ -67,8 +67,8 @@ uint64_t pg_kv_cache_spec_page_bytes(const pg_kv_cache_spec *spec);
  *   num_blocks = floor(mem_bytes / (block_size * kv_bytes_per_token)).
  * Errors: PAGODA_ERR_INVALID_ARG (zero sizes), PAGODA_ERR_LIMIT (fewer than
  * 2 blocks fit: block 0 is reserved as the null block) or more than INT32_MAX. */
-pagoda_status pg_kv_num_blocks(uint64_t mem_bytes, int32_t block_size,
-                               uint64_t kv_bytes_per_token, int32_t *num_blocks);
+pagoda_status pg_kv_num_blocks(uint64_t mem_bytes, int32_t block_size, uint64_t kv_bytes_per_token,
+                               int32_t *num_blocks);
 
 /* Blocks for several groups sharing one pool, vLLM's hybrid layout
  * (kv_cache_utils.py: _get_kv_cache_config_uniform_page_size): one block id

@@ -6,10 +6,14 @@
 
 const char *pg_finish_reason_name(pg_finish_reason r) {
     switch (r) {
-    case PG_FINISH_STOP: return "stop";
-    case PG_FINISH_LENGTH: return "length";
-    case PG_FINISH_ABORT: return "abort";
-    default: return "none";
+    case PG_FINISH_STOP:
+        return "stop";
+    case PG_FINISH_LENGTH:
+        return "length";
+    case PG_FINISH_ABORT:
+        return "abort";
+    default:
+        return "none";
     }
 }
 
@@ -18,7 +22,8 @@ static void hash_new_blocks(pg_request *r) {
     while ((r->num_block_hashes + 1) * bs <= r->num_tokens) {
         int32_t b = r->num_block_hashes;
         const pg_block_hash *parent = b > 0 ? &r->block_hashes[b - 1] : NULL;
-        r->block_hashes[b] = pg_block_hash_compute(parent, r->tokens + (size_t)b * bs, bs, r->extra_key);
+        r->block_hashes[b] =
+            pg_block_hash_compute(parent, r->tokens + (size_t)b * bs, bs, r->extra_key);
         r->num_block_hashes++;
     }
 }
@@ -34,24 +39,26 @@ pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
     if (!p->prompt || p->num_prompt_tokens < 1)
         return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: empty prompt", id);
     if (p->num_prompt_tokens >= max_model_len)
-        return pg_error(PAGODA_ERR_LIMIT,
-                        "request %llu: prompt of %d tokens does not fit max_model_len %d (at most %d "
-                        "prompt tokens, leaving room for one output token)",
-                        id, p->num_prompt_tokens, max_model_len, max_model_len - 1);
+        return pg_error(
+            PAGODA_ERR_LIMIT,
+            "request %llu: prompt of %d tokens does not fit max_model_len %d (at most %d "
+            "prompt tokens, leaving room for one output token)",
+            id, p->num_prompt_tokens, max_model_len, max_model_len - 1);
     if (p->max_tokens < 1)
         return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: max_tokens %d must be >= 1", id,
                         p->max_tokens);
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: min_tokens %d must be in 0..max_tokens %d",
-                        id, p->min_tokens, p->max_tokens);
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "request %llu: min_tokens %d must be in 0..max_tokens %d", id,
+                        p->min_tokens, p->max_tokens);
     if (p->num_stop_token_ids < 0 || p->num_stop_token_ids > PG_MAX_STOP_TOKENS ||
         (p->num_stop_token_ids > 0 && !p->stop_token_ids))
         return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: %d stop token ids (at most %d)", id,
                         p->num_stop_token_ids, PG_MAX_STOP_TOKENS);
     for (int32_t i = 0; i < p->num_prompt_tokens; i++)
         if (p->prompt[i] < 0)
-            return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: prompt token %d is negative (%d)", id,
-                            i, p->prompt[i]);
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "request %llu: prompt token %d is negative (%d)", id, i, p->prompt[i]);
 
     int64_t total = (int64_t)p->num_prompt_tokens + p->max_tokens;
     if (total > max_model_len) total = max_model_len;
@@ -107,7 +114,8 @@ pg_finish_reason pg_request_check_stop(const pg_request *r) {
     int32_t n_out = pg_request_num_output_tokens(r);
     if (n_out > 0 && n_out >= r->min_tokens) {
         int32_t last = r->tokens[r->num_tokens - 1];
-        if (!r->ignore_eos && r->eos_token_id >= 0 && last == r->eos_token_id) return PG_FINISH_STOP;
+        if (!r->ignore_eos && r->eos_token_id >= 0 && last == r->eos_token_id)
+            return PG_FINISH_STOP;
         for (int32_t i = 0; i < r->num_stop_token_ids; i++)
             if (last == r->stop_token_ids[i]) return PG_FINISH_STOP;
     }

@@ -35,29 +35,29 @@ const char *pg_finish_reason_name(pg_finish_reason r); /* "stop", "length", "abo
 
 /* What a client asks for (token level). */
 typedef struct pg_request_params {
-    uint64_t id;                /* caller's id, unique among live requests */
-    const int32_t *prompt;      /* prompt token ids (copied) */
-    int32_t num_prompt_tokens;  /* >= 1 and < max_model_len */
-    int32_t max_tokens;         /* >= 1: output tokens at most */
-    int32_t min_tokens;         /* 0..max_tokens: EOS/stop tokens ignored before this many outputs */
-    int32_t eos_token_id;       /* -1: none */
-    bool ignore_eos;            /* keep going past EOS */
+    uint64_t id;               /* caller's id, unique among live requests */
+    const int32_t *prompt;     /* prompt token ids (copied) */
+    int32_t num_prompt_tokens; /* >= 1 and < max_model_len */
+    int32_t max_tokens;        /* >= 1: output tokens at most */
+    int32_t min_tokens;        /* 0..max_tokens: EOS/stop tokens ignored before this many outputs */
+    int32_t eos_token_id;      /* -1: none */
+    bool ignore_eos;           /* keep going past EOS */
     const int32_t *stop_token_ids; /* extra stop tokens (copied), up to PG_MAX_STOP_TOKENS */
     int32_t num_stop_token_ids;
-    uint64_t cache_salt;        /* mixed into every block hash; 0 = shared cache */
+    uint64_t cache_salt; /* mixed into every block hash; 0 = shared cache */
 } pg_request_params;
 
 typedef struct pg_request {
     uint64_t id;
-    int32_t kv_slot;      /* its block tables' index in the KV cache manager; -1: holds none */
+    int32_t kv_slot; /* its block tables' index in the KV cache manager; -1: holds none */
     pg_request_status status;
     pg_finish_reason finish_reason;
-    int32_t stop_token;   /* the token that stopped it, -1 otherwise */
+    int32_t stop_token; /* the token that stopped it, -1 otherwise */
 
-    int32_t *tokens;      /* [max_total_tokens]: prompt, then outputs */
+    int32_t *tokens; /* [max_total_tokens]: prompt, then outputs */
     int32_t num_tokens;
     int32_t num_prompt_tokens;
-    int32_t max_total_tokens; /* min(prompt + max_tokens, max_model_len) */
+    int32_t max_total_tokens;    /* min(prompt + max_tokens, max_model_len) */
     int32_t num_computed_tokens; /* tokens whose KV is in the cache (prefix hits included) */
     int32_t num_cached_tokens;   /* prefix-cache hit at the latest admission (tokens) */
 

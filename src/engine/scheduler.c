@@ -72,7 +72,8 @@ static pg_request *id_find(const pg_scheduler *s, uint64_t id) {
 
 static void id_insert_raw(id_entry *tab, uint32_t mask, uint64_t id, pg_request *r) {
     uint32_t i = id_home(id, mask);
-    while (tab[i].req) i = (i + 1) & mask;
+    while (tab[i].req)
+        i = (i + 1) & mask;
     tab[i] = (id_entry){id, r};
 }
 
@@ -95,7 +96,8 @@ static pagoda_status id_insert(pg_scheduler *s, uint64_t id, pg_request *r) {
 
 static void id_erase(pg_scheduler *s, uint64_t id) {
     uint32_t mask = s->ids_mask, i = id_home(id, mask);
-    while (s->ids[i].req && s->ids[i].id != id) i = (i + 1) & mask;
+    while (s->ids[i].req && s->ids[i].id != id)
+        i = (i + 1) & mask;
     if (!s->ids[i].req) return;
     s->ids[i].req = NULL;
     s->num_live--;
@@ -115,10 +117,12 @@ static void id_erase(pg_scheduler *s, uint64_t id) {
 static pagoda_status wq_reserve(pg_scheduler *s, int32_t need) {
     if (need <= s->wq_cap) return PAGODA_OK;
     int32_t ncap = s->wq_cap ? s->wq_cap : 16;
-    while (ncap < need) ncap *= 2;
+    while (ncap < need)
+        ncap *= 2;
     pg_request **nq = malloc((size_t)ncap * sizeof *nq);
     if (!nq) return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for the waiting queue");
-    for (int32_t i = 0; i < s->wq_len; i++) nq[i] = s->wq[(s->wq_head + i) % s->wq_cap];
+    for (int32_t i = 0; i < s->wq_len; i++)
+        nq[i] = s->wq[(s->wq_head + i) % s->wq_cap];
     free(s->wq);
     s->wq = nq;
     s->wq_cap = ncap;
@@ -344,7 +348,9 @@ static void finish_request(pg_scheduler *s, pg_request *r, pg_finish_reason why)
 
 pagoda_status pg_scheduler_abort(pg_scheduler *s, uint64_t id) {
     pg_request *r = id_find(s, id);
-    if (!r) return pg_error(PAGODA_ERR_NOT_FOUND, "request %llu: not queued or running", (unsigned long long)id);
+    if (!r)
+        return pg_error(PAGODA_ERR_NOT_FOUND, "request %llu: not queued or running",
+                        (unsigned long long)id);
     if (s->in_flight && r->scheduled_step == s->step) {
         r->abort_pending = true; /* its step is executing: finish in update_from_output */
         return PAGODA_OK;
@@ -353,9 +359,15 @@ pagoda_status pg_scheduler_abort(pg_scheduler *s, uint64_t id) {
     return PAGODA_OK;
 }
 
-const pg_request *pg_scheduler_get_request(const pg_scheduler *s, uint64_t id) { return id_find(s, id); }
-int32_t pg_scheduler_num_unfinished(const pg_scheduler *s) { return s->num_live; }
-pg_kvm *pg_scheduler_kvm(pg_scheduler *s) { return s->kvm; }
+const pg_request *pg_scheduler_get_request(const pg_scheduler *s, uint64_t id) {
+    return id_find(s, id);
+}
+int32_t pg_scheduler_num_unfinished(const pg_scheduler *s) {
+    return s->num_live;
+}
+pg_kvm *pg_scheduler_kvm(pg_scheduler *s) {
+    return s->kvm;
+}
 
 void pg_scheduler_get_stats(const pg_scheduler *s, pg_sched_stats *out) {
     out->num_running = s->num_running;
@@ -369,7 +381,8 @@ void pg_scheduler_get_stats(const pg_scheduler *s, pg_sched_stats *out) {
 
 /* Append r with n tokens to the output. prev_blocks[g]: table lengths before
  * this step's allocation. */
-static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new, const int32_t *prev_blocks) {
+static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
+                 const int32_t *prev_blocks) {
     pg_sched_output *o = &s->out;
     int32_t i = o->num_reqs++, off = o->num_tokens, c = r->num_computed_tokens, bs = s->block_size;
     s->sched_reqs[i] = r;
@@ -403,7 +416,8 @@ static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new, const i
 }
 
 static void table_lengths(pg_scheduler *s, const pg_request *r, int32_t *lens) {
-    for (int32_t g = 0; g < s->num_groups; g++) pg_kvm_block_table(s->kvm, g, r, &lens[g]);
+    for (int32_t g = 0; g < s->num_groups; g++)
+        pg_kvm_block_table(s->kvm, g, r, &lens[g]);
 }
 
 static void preempt(pg_scheduler *s, int32_t idx) {
@@ -435,7 +449,8 @@ static int schedule_running(pg_scheduler *s, pg_request *r) {
         if (st != PAGODA_ERR_LIMIT) return -(int)st;
         /* out of blocks: preempt the newest running request not scheduled this step */
         int32_t v = s->num_running - 1;
-        while (v >= 0 && s->running[v]->scheduled_step == s->step) v--;
+        while (v >= 0 && s->running[v]->scheduled_step == s->step)
+            v--;
         if (v < 0) return -(int)pg_error(PAGODA_ERR_INTERNAL, "scheduler: no preemption victim");
         pg_request *victim = s->running[v];
         preempt(s, v);
@@ -477,7 +492,8 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
         }
     }
     /* 3. admit waiting requests FCFS, unless this step had to preempt */
-    while (o->num_preempted == 0 && s->wq_len > 0 && s->budget > 0 && s->num_running < s->max_seqs) {
+    while (o->num_preempted == 0 && s->wq_len > 0 && s->budget > 0 &&
+           s->num_running < s->max_seqs) {
         pg_request *r = wq_at(s, 0);
         int32_t hit = pg_kvm_find_cached_prefix(s->kvm, r);
         int32_t n = r->num_tokens - hit;
@@ -508,7 +524,8 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
     }
     const pg_sched_output *o = &s->out;
     if (!so || so->step != o->step || so->num_reqs != o->num_reqs)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "scheduler: update for step %lld, step %lld is current",
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: update for step %lld, step %lld is current",
                         so ? (long long)so->step : -1LL, (long long)o->step);
     if (!s->in_flight) {
         if (o->num_reqs == 0) return PAGODA_OK; /* an empty step needs no update */
@@ -525,8 +542,8 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
         pg_request *r = s->sched_reqs[i];
         r->num_computed_tokens += s->o_num_sched[i];
         if (r->abort_pending) {
-            s->events[ne++] = (pg_step_event){r->id, -1, PG_FINISH_ABORT, -1,
-                                              pg_request_num_output_tokens(r)};
+            s->events[ne++] =
+                (pg_step_event){r->id, -1, PG_FINISH_ABORT, -1, pg_request_num_output_tokens(r)};
             finish_request(s, r, PG_FINISH_ABORT);
             continue;
         }
@@ -535,9 +552,9 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
         pagoda_status st = pg_request_append_token(r, tok);
         pg_finish_reason why = st ? PG_FINISH_LENGTH : pg_request_check_stop(r);
         if (st) PG_ERROR("%s", pg_last_error());
-        s->events[ne++] = (pg_step_event){r->id, st ? -1 : tok, why,
-                                          why == PG_FINISH_STOP ? tok : -1,
-                                          pg_request_num_output_tokens(r)};
+        s->events[ne++] =
+            (pg_step_event){r->id, st ? -1 : tok, why, why == PG_FINISH_STOP ? tok : -1,
+                            pg_request_num_output_tokens(r)};
         if (why != PG_FINISH_NONE) finish_request(s, r, why);
     }
     s->in_flight = false;
@@ -551,8 +568,8 @@ pagoda_status pg_scheduler_check(const pg_scheduler *s) {
     pagoda_status st = pg_kvm_check(s->kvm);
     if (st) return st;
     if (s->num_running > s->max_seqs)
-        return pg_error(PAGODA_ERR_INTERNAL, "scheduler: %d running > max_num_seqs %d", s->num_running,
-                        s->max_seqs);
+        return pg_error(PAGODA_ERR_INTERNAL, "scheduler: %d running > max_num_seqs %d",
+                        s->num_running, s->max_seqs);
     if (s->num_running + s->wq_len != s->num_live)
         return pg_error(PAGODA_ERR_INTERNAL, "scheduler: %d running + %d waiting != %d live",
                         s->num_running, s->wq_len, s->num_live);

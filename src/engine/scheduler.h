@@ -70,10 +70,10 @@ typedef struct pg_sched_output {
     const int32_t *query_start_loc;      /* [num_reqs + 1] (cu_seqlens_q): i's tokens are
                                             [query_start_loc[i], query_start_loc[i+1]) */
     const int32_t *seq_lens;             /* KV length after this step: computed + scheduled */
-    const uint8_t *is_new;   /* admitted this step (new or resumed after preemption):
-                                the runner (re)builds its per-request state */
-    const uint8_t *samples;  /* 1: this step reaches i's last token, so the runner
-                                samples one token for i (else a prefill chunk: no token) */
+    const uint8_t *is_new;               /* admitted this step (new or resumed after preemption):
+                                            the runner (re)builds its per-request state */
+    const uint8_t *samples;              /* 1: this step reaches i's last token, so the runner
+                                            samples one token for i (else a prefill chunk: no token) */
     /* per group g and request i, at [g * req_stride + i] */
     const int32_t *const *block_tables; /* i's block table in group g (ids) */
     const int32_t *num_blocks;          /* its length */
@@ -81,16 +81,16 @@ typedef struct pg_sched_output {
                                            sliding-window table may also have had entries
                                            replaced by PG_NULL_BLOCK */
     /* per scheduled token t in [0, num_tokens) */
-    const int32_t *token_ids; /* input token id at that position */
-    const int32_t *positions; /* its position in its sequence (for RoPE) */
+    const int32_t *token_ids;    /* input token id at that position */
+    const int32_t *positions;    /* its position in its sequence (for RoPE) */
     const int32_t *slot_mapping; /* group g at [g * token_stride + t]: where to write the
                                     token's K/V: block_id * block_size + position % block_size */
     /* events */
     const uint64_t *preempted_ids; /* preempted in this step (now waiting, blocks freed) */
     int32_t num_preempted;
-    const uint64_t *finished_ids;  /* requests that were running (the runner holds state for
-                                      them) and finished or were aborted since the previous
-                                      step: the runner drops their state. <= max_num_seqs */
+    const uint64_t *finished_ids; /* requests that were running (the runner holds state for
+                                     them) and finished or were aborted since the previous
+                                     step: the runner drops their state. <= max_num_seqs */
     int32_t num_finished;
 } pg_sched_output;
 
