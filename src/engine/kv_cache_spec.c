@@ -64,6 +64,8 @@ uint64_t pg_kv_cache_spec_page_bytes(const pg_kv_cache_spec *spec) {
 
 static pagoda_status blocks_from_bytes(uint64_t mem_bytes, uint64_t bytes_per_block,
                                        int32_t *num_blocks) {
+    if (bytes_per_block == 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache: a block of 0 bytes");
     uint64_t n = mem_bytes / bytes_per_block;
     if (n < 2)
         return pg_error(PAGODA_ERR_LIMIT,
