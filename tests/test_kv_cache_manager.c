@@ -295,17 +295,18 @@ static void test_groups(void **state) {
     assert_int_equal(pg_kvm_create(&c, &m), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "block_size 8"));
     c.groups[1].block_size = BS;
-    c.groups[1].kind = PG_KV_MAMBA;
-    c.groups[1].u.mamba.state_bytes = 4096;
+    c.groups[1].kind = PG_KV_CROSS_ATTENTION;
+    c.groups[1].u.cross.max_encoder_len = 1500;
     assert_int_equal(pg_kvm_create(&c, &m), PAGODA_ERR_UNSUPPORTED);
-    assert_non_null(strstr(pg_last_error(), "mamba"));
+    assert_non_null(strstr(pg_last_error(), "cross_attention"));
     c.num_groups = PG_KV_MAX_GROUPS + 1;
     assert_int_equal(pg_kvm_create(&c, &m), PAGODA_ERR_INVALID_ARG);
     assert_null(m);
 }
 
 /* Sliding window: blocks wholly outside the window of the next query go
- * back to the pool and become PG_NULL_BLOCK in the table. */
+ * back to the pool and become PG_NULL_BLOCK in the table; a prefix hit needs
+ * only the blocks of the window. */
 static void test_sliding_window_frees_old_blocks(void **state) {
     (void)state;
     pg_kvm_config c = {.num_blocks = 40,
@@ -348,14 +349,51 @@ static void test_sliding_window_frees_old_blocks(void **state) {
     /* full group 5 blocks + window group 3 live blocks: the last chunk's first
      * query (position 16) still reads positions 11.., i.e. blocks 2, 3, 4 */
     assert_int_equal(pg_block_pool_num_free(pg_kvm_pool(m)), 39 - 5 - 3);
-    /* a sliding-window group reports no prefix hit (conservative), so neither does the model */
+    /* prefix hit for the same 20 tokens: 4 blocks (never the last token); the
+     * window group needs only blocks 2, 3 (the query at 16 reads 11..16) */
+    const int32_t *as = pg_kvm_block_table(m, 1, a, &n1);
+    int32_t a_s2 = as[2], a_s3 = as[3];
     pg_request *b = make_req(2, 20, 0);
-    assert_int_equal(pg_kvm_find_cached_prefix(m, b), 0);
+    int32_t hit = pg_kvm_find_cached_prefix(m, b);
+    assert_int_equal(hit, 16);
+    assert_int_equal(pg_kvm_allocate_slots(m, b, 4, hit), PAGODA_OK);
+    b->num_computed_tokens = 20;
+    const int32_t *bs = pg_kvm_block_table(m, 1, b, &n1);
+    assert_int_equal(n1, 5);
+    assert_int_equal(bs[0], PG_NULL_BLOCK);
+    assert_int_equal(bs[1], PG_NULL_BLOCK);
+    assert_int_equal(bs[2], a_s2);
+    assert_int_equal(bs[3], a_s3);
+    assert_int_equal(pg_kvm_check(m), PAGODA_OK);
+    /* a request sharing only 12 tokens: the full group caps the hit at 3
+     * blocks; for L = 3 the window group needs blocks 1, 2, and block 1 sits
+     * in the free queue (dropped by a's window, still cached): reused */
+    int32_t toks[20];
+    for (int i = 0; i < 20; i++)
+        toks[i] = i < 12 ? i : 900 + i;
+    pg_request_params pc = {
+        .id = 3, .prompt = toks, .num_prompt_tokens = 20, .max_tokens = 1, .eos_token_id = -1};
+    pg_request *c3;
+    assert_int_equal(pg_request_create(&pc, BS, 64, &c3), PAGODA_OK);
+    int32_t free_before = pg_block_pool_num_free(pg_kvm_pool(m));
+    hit = pg_kvm_find_cached_prefix(m, c3);
+    assert_int_equal(hit, 12);
+    assert_int_equal(pg_kvm_allocate_slots(m, c3, 8, hit), PAGODA_OK);
+    const int32_t *cs = pg_kvm_block_table(m, 1, c3, &n1);
+    assert_int_equal(cs[0], PG_NULL_BLOCK);
+    assert_true(cs[1] != PG_NULL_BLOCK && pg_block_pool_ref_cnt(pg_kvm_pool(m), cs[1]) == 1);
+    assert_int_equal(cs[2], a_s2);
+    /* taken: the cached window block 1 + 2 new per group (blocks 3, 4) */
+    assert_int_equal(pg_block_pool_num_free(pg_kvm_pool(m)), free_before - 1 - 2 - 2);
+    assert_int_equal(pg_kvm_check(m), PAGODA_OK);
     pg_kvm_free(m, a);
+    pg_kvm_free(m, b);
+    pg_kvm_free(m, c3);
     assert_int_equal(pg_block_pool_num_free(pg_kvm_pool(m)), 39);
     assert_int_equal(pg_kvm_check(m), PAGODA_OK);
     pg_request_destroy(a);
     pg_request_destroy(b);
+    pg_request_destroy(c3);
     pg_kvm_destroy(m);
 }
 

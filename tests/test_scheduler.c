@@ -46,10 +46,15 @@ static int32_t model_hash(uint64_t id, int32_t pos) {
     return (int32_t)(x % 1000);
 }
 
-static void h_init(harness *h, int32_t budget, int32_t seqs, int32_t max_len, int32_t bs,
-                   int32_t num_blocks, bool caching) {
+/* groups: NULL for one full-attention group; group 0 must be full attention */
+static void h_init_groups(harness *h, int32_t budget, int32_t seqs, int32_t max_len, int32_t bs,
+                          int32_t num_blocks, bool caching, const pg_kv_cache_spec *groups,
+                          int32_t num_groups) {
     memset(h, 0, sizeof *h);
     pg_sched_config_default(&h->cfg);
+    h->cfg.kv.num_groups = num_groups;
+    for (int32_t g = 0; g < num_groups; g++)
+        h->cfg.kv.groups[g] = groups[g];
     h->cfg.max_num_batched_tokens = budget;
     h->cfg.max_num_seqs = seqs;
     h->cfg.max_model_len = max_len;
@@ -65,6 +70,11 @@ static void h_init(harness *h, int32_t budget, int32_t seqs, int32_t max_len, in
     h->last_first_admit = -1;
     h->model = model_hash;
     h->check_every_step = true;
+}
+
+static void h_init(harness *h, int32_t budget, int32_t seqs, int32_t max_len, int32_t bs,
+                   int32_t num_blocks, bool caching) {
+    h_init_groups(h, budget, seqs, max_len, bs, num_blocks, caching, NULL, 0);
 }
 
 static void h_free(harness *h) {
@@ -196,8 +206,20 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
         for (int32_t g = 0; g < o.num_groups; g++) {
             const int32_t *table = o.block_tables[g * o.req_stride + i];
             int32_t nb = o.num_blocks[g * o.req_stride + i];
-            assert_true(nb * bs >= c + n);
             assert_true(o.num_new_blocks[g * o.req_stride + i] >= 0);
+            pg_kv_cache_kind kind =
+                h->cfg.kv.num_groups ? h->cfg.kv.groups[g].kind : PG_KV_FULL_ATTENTION;
+            if (kind == PG_KV_MAMBA) { /* one state block, never shared, no slots */
+                assert_int_equal(nb, 1);
+                assert_true(table[0] > 0);
+                for (int32_t j = 0; j < i; j++)
+                    assert_true(o.block_tables[g * o.req_stride + j][0] != table[0]);
+                for (int32_t t = 0; t < n; t++)
+                    assert_int_equal(o.slot_mapping[g * o.token_stride + o.query_start_loc[i] + t],
+                                     -1);
+                continue;
+            }
+            assert_true(nb * bs >= c + n);
             for (int32_t t = 0; t < n; t++) {
                 int32_t k = o.query_start_loc[i] + t, pos = c + t;
                 assert_int_equal(o.positions[k], pos);
@@ -224,6 +246,17 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
         const int32_t *table = o.block_tables[i];
         for (int32_t pos = 0; pos < o.seq_lens[i]; pos++)
             assert_int_equal(h->kv[table[pos / bs] * bs + pos % bs], x->toks[pos]);
+        for (int32_t g = 1; g < o.num_groups; g++) { /* sliding window: the window of the
+                                                        chunk's first query on */
+            const pg_kv_cache_spec *sp = &h->cfg.kv.groups[g];
+            if (sp->kind != PG_KV_SLIDING_WINDOW) continue;
+            const int32_t *tw = o.block_tables[g * o.req_stride + i];
+            int32_t from = o.num_computed_tokens[i] - sp->u.sliding.window + 1;
+            for (int32_t pos = from > 0 ? from : 0; pos < o.seq_lens[i]; pos++) {
+                assert_true(tw[pos / bs] > 0);
+                assert_int_equal(h->kv[tw[pos / bs] * bs + pos % bs], x->toks[pos]);
+            }
+        }
         sampled[i] = o.samples[i] ? h->model(o.req_ids[i], o.seq_lens[i]) : -1;
     }
     if (out_copy) *out_copy = o;
@@ -704,18 +737,18 @@ static void test_no_starvation_under_steady_load(void **state) {
  * aborts incl. in flight) through a small pool that forces preemption.
  * Invariants are checked every step by the harness; at the end every block
  * is free. */
-static void test_random_stress(void **state) {
-    (void)state;
+static void random_stress(const pg_kv_cache_spec *groups, int32_t num_groups, int32_t num_blocks,
+                          uint64_t total, bool expect_hits) {
     harness h;
-    h_init(&h, 48, 8, 96, 4, 41, true); /* 40 usable blocks = 160 tokens */
+    h_init_groups(&h, 48, 8, 96, 4, num_blocks, true, groups, num_groups);
     srand(20261130);
     int32_t prefixes[3][32];
     for (int p = 0; p < 3; p++)
         for (int i = 0; i < 32; i++)
             prefixes[p][i] = 100 * p + i;
     uint64_t next_id = 0;
-    const uint64_t total = 1000;
     int64_t aborted = 0;
+    pg_kvm *kvm = pg_scheduler_kvm(h.s);
     while (next_id < total || pg_scheduler_num_unfinished(h.s) > 0) {
         /* arrivals */
         int arrivals = next_id < total ? rand() % 3 : 0;
@@ -733,7 +766,7 @@ static void test_random_stress(void **state) {
             if (rs.min_tokens > rs.max_tokens) rs.min_tokens = rs.max_tokens;
             pagoda_status st = h_add(&h, next_id, rs);
             int32_t total_len = n + rs.max_tokens < 96 ? n + rs.max_tokens : 96;
-            if ((total_len + 3) / 4 > 40)
+            if (pg_kvm_blocks_for_tokens(kvm, total_len) > num_blocks - 1)
                 assert_int_equal(st, PAGODA_ERR_LIMIT);
             else
                 assert_int_equal(st, PAGODA_OK);
@@ -773,10 +806,44 @@ static void test_random_stress(void **state) {
     assert_true(h.preemptions > 0); /* the pool is small enough to force it */
     pg_sched_stats st;
     pg_scheduler_get_stats(h.s, &st);
-    assert_true(st.kv.prefix_hits_tokens > 0);
-    assert_true(st.kv.evictions > 0);
+    if (expect_hits) {
+        assert_true(st.kv.prefix_hits_tokens > 0);
+        assert_true(st.kv.evictions > 0);
+    } else {
+        assert_true(st.kv.prefix_hits_tokens == 0);
+    }
     assert_all_free(&h);
     h_free(&h);
+}
+
+static void test_random_stress(void **state) {
+    (void)state;
+    random_stress(NULL, 0, 41, 1000, true); /* 40 usable blocks = 160 tokens */
+}
+
+/* The same with hybrid models: full attention + sliding window (window 10
+ * tokens), then also a recurrent-state group, all from one pool. */
+static void test_random_stress_hybrid_groups(void **state) {
+    (void)state;
+    pg_kv_cache_spec g[3] = {
+        {.kind = PG_KV_FULL_ATTENTION,
+         .block_size = 4,
+         .num_layers = 1,
+         .num_kv_heads = 1,
+         .head_size = 8,
+         .dtype_bytes = 2},
+        {.kind = PG_KV_SLIDING_WINDOW,
+         .block_size = 4,
+         .num_layers = 1,
+         .num_kv_heads = 1,
+         .head_size = 8,
+         .dtype_bytes = 2,
+         .u.sliding.window = 10},
+        {.kind = PG_KV_MAMBA, .block_size = 4, .num_layers = 1, .u.mamba.state_bytes = 128},
+    };
+    random_stress(g, 2, 81, 400, true);
+    /* a recurrent-state group cannot reuse prefixes: no hits for the model */
+    random_stress(g, 3, 81, 300, false);
 }
 
 int main(void) {
@@ -794,6 +861,7 @@ int main(void) {
         cmocka_unit_test(test_steps_do_not_allocate),
         cmocka_unit_test(test_no_starvation_under_steady_load),
         cmocka_unit_test(test_random_stress),
+        cmocka_unit_test(test_random_stress_hybrid_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* Per-group KV cache managers: full attention and sliding window. */
+/* Per-group KV cache managers: full attention, sliding window, recurrent state. */
 #include "engine/kv_cache_group.h"
 
 #include <stdlib.h>
@@ -31,21 +31,43 @@ static const pg_kv_group_ops FULL_OPS = {
 
 /* ---- sliding window (vLLM SlidingWindowManager) ----
  * The table keeps one entry per block position; blocks entirely before the
- * window of the next query become PG_NULL_BLOCK and return to the pool.
- * Prefix-cache reuse for sliding-window groups (vLLM searches the chain from
- * the right for `window` tokens of contiguous hits) is not implemented: the
- * lookup reports no hit, which is always correct, only slower. */
+ * window of the next query become PG_NULL_BLOCK and return to the pool. */
 
+/* First block the query at position `pos` reads: keys (pos - window, pos]. */
+static int32_t window_first_block(const pg_kv_group *g, int32_t pos) {
+    int32_t first = pos - g->spec.u.sliding.window + 1;
+    return first > 0 ? first / g->spec.block_size : 0;
+}
+
+/* Longest hit L <= max_blocks such that the blocks the next query (at
+ * position L * block_size) reads, [window_first_block, L), are all cached;
+ * earlier entries become PG_NULL_BLOCK. Unlike full attention this is not
+ * prefix-closed (a shorter L may miss), so the coordinator asks again with
+ * smaller caps until all groups agree. Each block is looked up at most once
+ * (out[] doubles as the memo, -2 = not looked up). */
 static int32_t sliding_find_cached_prefix(const pg_kv_group *g, const pg_block_hash *hashes,
                                           int32_t max_blocks, int32_t *out) {
+    for (int32_t i = 0; i < max_blocks; i++)
+        out[i] = -2;
+    for (int32_t L = max_blocks; L > 0; L--) {
+        int32_t start = window_first_block(g, L * g->spec.block_size);
+        bool ok = true;
+        for (int32_t i = L - 1; i >= start && ok; i--) {
+            if (out[i] == -2) out[i] = pg_block_pool_lookup(g->pool, hashes[i], g->index);
+            ok = out[i] >= 0;
+        }
+        if (ok) {
+            for (int32_t i = 0; i < start; i++)
+                out[i] = PG_NULL_BLOCK;
+            return L;
+        }
+    }
     return 0;
 }
 
 static void sliding_remove_skipped(pg_kv_group *g, pg_kv_block_table *t, int32_t num_computed) {
-    /* the next query is at position num_computed and sees keys (num_computed - window, ...] */
-    int32_t first_needed = num_computed - g->spec.u.sliding.window + 1;
-    if (first_needed <= 0) return;
-    int32_t skip = first_needed / g->spec.block_size; /* blocks wholly before the window */
+    /* the next query is at position num_computed: blocks before its window go */
+    int32_t skip = window_first_block(g, num_computed);
     if (skip > t->n) skip = t->n;
     for (int32_t i = skip - 1; i >= 0; i--) { /* last first, stop at the previous boundary */
         if (t->ids[i] == PG_NULL_BLOCK) break;
@@ -59,6 +81,28 @@ static const pg_kv_group_ops SLIDING_OPS = {
     .num_table_blocks = full_num_table_blocks,
     .find_cached_prefix = sliding_find_cached_prefix,
     .remove_skipped = sliding_remove_skipped,
+};
+
+/* ---- fixed-size recurrent state (vLLM MambaManager) ----
+ * One block per request holds the whole state (conv + SSM / linear-attention
+ * state), whatever the length: the runner addresses it through block_table[0]
+ * and has no per-token slots. No prefix reuse (the state after a prefix is not
+ * kept per block), so a model with such a group gets no prefix-cache hits. */
+
+static int32_t state_num_table_blocks(const pg_kv_group *g, int32_t num_tokens) {
+    return num_tokens > 0 ? 1 : 0;
+}
+
+static int32_t no_cached_prefix(const pg_kv_group *g, const pg_block_hash *hashes,
+                                int32_t max_blocks, int32_t *out) {
+    return 0;
+}
+
+static const pg_kv_group_ops MAMBA_OPS = {
+    .name = "mamba",
+    .num_table_blocks = state_num_table_blocks,
+    .find_cached_prefix = no_cached_prefix,
+    .remove_skipped = NULL,
 };
 
 /* ---- common ---- */
@@ -75,6 +119,10 @@ pagoda_status pg_kv_group_init(pg_kv_group *g, int32_t index, const pg_kv_cache_
         break;
     case PG_KV_SLIDING_WINDOW:
         g->ops = &SLIDING_OPS;
+        break;
+    case PG_KV_MAMBA:
+        g->ops = &MAMBA_OPS;
+        caching = false; /* its one block is a state, not the tokens of block 0 */
         break;
     default:
         return pg_error(PAGODA_ERR_UNSUPPORTED, "kv cache group %d: kind %s is not implemented yet",

@@ -32,10 +32,12 @@ typedef struct pg_kv_group_ops {
     /* Block-table entries a request needs to hold num_tokens tokens
      * (full attention: ceil(num_tokens / block_size); a recurrent state: 1). */
     int32_t (*num_table_blocks)(const pg_kv_group *g, int32_t num_tokens);
-    /* Longest cached prefix of the chain hashes[0..max_blocks): writes the
-     * blocks' ids to out[] and returns how many. Must be prefix-closed (any
-     * shorter length is also a hit) so the coordinator can take the minimum
-     * over groups. Kinds that cannot reuse blocks return 0. */
+    /* Longest usable cache hit of at most max_blocks blocks for the chain
+     * hashes[0..max_blocks): writes the table entries (block ids, or
+     * PG_NULL_BLOCK where the group needs nothing) to out[] and returns the
+     * length. A shorter cap may give a different answer (sliding window): the
+     * coordinator lowers the cap until every group returns it. Kinds that
+     * cannot reuse blocks return 0. */
     int32_t (*find_cached_prefix)(const pg_kv_group *g, const pg_block_hash *hashes,
                                   int32_t max_blocks, int32_t *out);
     /* Free blocks that no query from position num_computed on can read
@@ -57,7 +59,7 @@ struct pg_kv_group {
 
 /* Set up group `index` for `spec` with num_tables tables of max_blocks
  * entries each. Errors: PAGODA_ERR_UNSUPPORTED for kinds not implemented yet
- * (mamba, cross-attention), PAGODA_ERR_NOMEM. */
+ * (cross-attention), PAGODA_ERR_NOMEM. */
 pagoda_status pg_kv_group_init(pg_kv_group *g, int32_t index, const pg_kv_cache_spec *spec,
                                pg_block_pool *pool, bool caching, int32_t num_tables,
                                int32_t max_blocks);

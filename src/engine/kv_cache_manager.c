@@ -95,6 +95,9 @@ void pg_kvm_destroy(pg_kvm *m) {
 int32_t pg_kvm_num_groups(const pg_kvm *m) {
     return m->num_groups;
 }
+const pg_kv_cache_spec *pg_kvm_group_spec(const pg_kvm *m, int32_t g) {
+    return &m->groups[g].spec;
+}
 int32_t pg_kvm_block_size(const pg_kvm *m) {
     return m->block_size;
 }
@@ -122,11 +125,21 @@ int32_t pg_kvm_find_cached_prefix(pg_kvm *m, const pg_request *req) {
     /* never the last token: it must be computed for its logits */
     int32_t max_blocks = (req->num_tokens - 1) / m->block_size;
     if (max_blocks > req->num_block_hashes) max_blocks = req->num_block_hashes;
-    for (int32_t g = 0; g < m->num_groups && max_blocks > 0; g++) {
-        pg_kv_group *grp = &m->groups[g];
-        int32_t n = grp->ops->find_cached_prefix(grp, req->block_hashes, max_blocks,
-                                                 m->hit_ids + (size_t)g * m->max_blocks);
-        if (n < max_blocks) max_blocks = n;
+    /* every group answers "longest hit <= cap"; lower the cap until all agree
+     * (terminates: the cap only shrinks), so the last answer of every group is
+     * for the final length (vLLM HybridKVCacheCoordinator) */
+    bool changed = true;
+    while (changed && max_blocks > 0) {
+        changed = false;
+        for (int32_t g = 0; g < m->num_groups && max_blocks > 0; g++) {
+            pg_kv_group *grp = &m->groups[g];
+            int32_t n = grp->ops->find_cached_prefix(grp, req->block_hashes, max_blocks,
+                                                     m->hit_ids + (size_t)g * m->max_blocks);
+            if (n < max_blocks) {
+                max_blocks = n;
+                changed = m->num_groups > 1;
+            }
+        }
     }
     m->hit_blocks = max_blocks;
     return max_blocks * m->block_size;
@@ -186,10 +199,11 @@ pagoda_status pg_kvm_allocate_slots(pg_kvm *m, pg_request *req, int32_t num_new_
             m->hits += (uint64_t)num_hit_tokens;
         }
     }
-    int32_t num_full = (int32_t)total / bs;
+    /* first take every group's hits out of the free queue, THEN allocate:
+     * otherwise one group's new blocks could be popped from under another
+     * group's hits (regression: test_random_stress_hybrid_groups) */
     for (int32_t g = 0; g < m->num_groups; g++) {
-        pg_kv_group *grp = &m->groups[g];
-        pg_kv_block_table *t = &grp->tables[req->kv_slot];
+        pg_kv_block_table *t = &m->groups[g].tables[req->kv_slot];
         if (admission) t->n = t->num_cached = 0;
         if (hits) {
             const int32_t *ids = m->hit_ids + (size_t)g * m->max_blocks;
@@ -198,11 +212,16 @@ pagoda_status pg_kvm_allocate_slots(pg_kvm *m, pg_request *req, int32_t num_new_
             t->n += hits;
             t->num_cached = t->n;
         }
+    }
+    int32_t num_full = (int32_t)total / bs;
+    if (num_full > req->num_block_hashes) num_full = req->num_block_hashes;
+    for (int32_t g = 0; g < m->num_groups; g++) {
+        pg_kv_group *grp = &m->groups[g];
+        pg_kv_block_table *t = &grp->tables[req->kv_slot];
         int32_t n_new = pg_kv_group_blocks_needed(grp, t, (int32_t)total, 0);
         pagoda_status st = pg_kv_group_append_new(grp, t, n_new);
         if (st) return st; /* cannot happen after the count above: a bug */
-        pg_kv_group_cache_full(grp, t, req->block_hashes,
-                               num_full < req->num_block_hashes ? num_full : req->num_block_hashes);
+        pg_kv_group_cache_full(grp, t, req->block_hashes, num_full);
     }
     if (hits) m->hit_req = NULL;
     return PAGODA_OK;

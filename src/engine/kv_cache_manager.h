@@ -46,13 +46,18 @@ typedef struct pg_kvm_stats {
 
 typedef struct pg_kvm pg_kvm;
 
-/* Errors: PAGODA_ERR_INVALID_ARG (sizes, block size mismatch between config
- * and a group spec), PAGODA_ERR_UNSUPPORTED (group kind not implemented),
+/* Groups: full attention, sliding window (frees blocks outside the window;
+ * prefix hits need the window's blocks cached) and mamba (one state block per
+ * request, no slots, no prefix reuse). Errors: PAGODA_ERR_INVALID_ARG (sizes,
+ * block size mismatch between config and a group spec),
+ * PAGODA_ERR_UNSUPPORTED (cross-attention: not implemented yet),
  * PAGODA_ERR_NOMEM. */
 pagoda_status pg_kvm_create(const pg_kvm_config *cfg, pg_kvm **out);
 void pg_kvm_destroy(pg_kvm *m);
 
 int32_t pg_kvm_num_groups(const pg_kvm *m);
+/* Spec of group g (0 <= g < num_groups). */
+const pg_kv_cache_spec *pg_kvm_group_spec(const pg_kvm *m, int32_t g);
 int32_t pg_kvm_block_size(const pg_kvm *m);
 /* Block-table capacity per request: ceil(max_model_len / block_size). */
 int32_t pg_kvm_max_blocks_per_request(const pg_kvm *m);
@@ -63,9 +68,9 @@ int32_t pg_kvm_blocks_for_tokens(const pg_kvm *m, int32_t num_tokens);
 pg_block_pool *pg_kvm_pool(pg_kvm *m);
 
 /* Prefix-cache lookup for a request about to be admitted
- * (num_computed_tokens == 0, holding no blocks): the longest chain of its
- * full-block hashes cached in every group, capped so at least the last token
- * is computed (logits need it). Returns the hit length in TOKENS (a multiple
+ * (num_computed_tokens == 0, holding no blocks): the longest prefix of its
+ * full blocks every group can reuse, capped so at least the last token is
+ * computed (logits need it). Returns the hit length in TOKENS (a multiple
  * of block_size, 0 when caching is off). The hit blocks are remembered for
  * the next pg_kvm_allocate_slots of the same request; nothing is reserved. */
 int32_t pg_kvm_find_cached_prefix(pg_kvm *m, const pg_request *req);

@@ -406,6 +406,11 @@ static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
         s->o_num_blocks[gi] = nb;
         s->o_num_new_blocks[gi] = nb - prev_blocks[g];
         int32_t *slots = s->o_slots + (size_t)g * s->max_tokens + off;
+        if (pg_kvm_group_spec(s->kvm, g)->kind == PG_KV_MAMBA) { /* one state block, no slots */
+            for (int32_t t = 0; t < n; t++)
+                slots[t] = -1;
+            continue;
+        }
         for (int32_t t = 0; t < n; t++) {
             int32_t pos = c + t;
             slots[t] = table[pos / bs] * bs + pos % bs;

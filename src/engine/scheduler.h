@@ -84,7 +84,8 @@ typedef struct pg_sched_output {
     const int32_t *token_ids;    /* input token id at that position */
     const int32_t *positions;    /* its position in its sequence (for RoPE) */
     const int32_t *slot_mapping; /* group g at [g * token_stride + t]: where to write the
-                                    token's K/V: block_id * block_size + position % block_size */
+                                    token's K/V: block_id * block_size + position % block_size;
+                                    -1 for a mamba group (its state is block_tables[.][0]) */
     /* events */
     const uint64_t *preempted_ids; /* preempted in this step (now waiting, blocks freed) */
     int32_t num_preempted;
