@@ -540,6 +540,10 @@ static void test_rejections_have_clear_messages(void **state) {
     c.max_num_seqs = 0;
     assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_ERR_INVALID_ARG);
     c.max_num_seqs = 4;
+    c.max_num_batched_tokens = 3;
+    assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "max_num_batched_tokens 3 < max_num_seqs 4"));
+    c.max_num_batched_tokens = 2048;
     c.kv.num_blocks = 1;
     assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_ERR_INVALID_ARG);
     assert_null(s);

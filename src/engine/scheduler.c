@@ -195,6 +195,11 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
                         "scheduler: max_num_batched_tokens %d, max_num_seqs %d, max_model_len %d "
                         "(need >= 1, >= 1, >= 2)",
                         cfg->max_num_batched_tokens, cfg->max_num_seqs, cfg->max_model_len);
+    if (cfg->max_num_batched_tokens < cfg->max_num_seqs)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: max_num_batched_tokens %d < max_num_seqs %d (every running "
+                        "request needs a decode token per step)",
+                        cfg->max_num_batched_tokens, cfg->max_num_seqs);
     pg_scheduler *s = calloc(1, sizeof *s);
     if (!s) return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory");
     pg_kvm_config kc = cfg->kv;

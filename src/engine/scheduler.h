@@ -119,9 +119,11 @@ typedef struct pg_sched_stats {
 
 typedef struct pg_scheduler pg_scheduler;
 
-/* Errors: PAGODA_ERR_INVALID_ARG (budgets < 1, max_num_batched_tokens <
- * block_size is allowed), anything pg_kvm_create returns. Logs a warning when
- * max_model_len tokens do not fit in the pool (such requests are rejected). */
+/* Errors: PAGODA_ERR_INVALID_ARG (budgets < 1, max_model_len < 2,
+ * max_num_batched_tokens < max_num_seqs: every running request must be able
+ * to decode in every step, as vLLM requires), anything pg_kvm_create returns.
+ * Logs a warning when max_model_len tokens do not fit in the pool (such
+ * requests are rejected by add_request). */
 pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out);
 /* Frees every request still queued or running. */
 void pg_scheduler_destroy(pg_scheduler *s);
