@@ -155,6 +155,31 @@ static void test_pool_lru_order_and_lazy_eviction(void **state) {
     pg_block_pool_destroy(p);
 }
 
+/* A freed block without a hash is reused before any cached block is evicted. */
+static void test_pool_uncached_blocks_are_reused_first(void **state) {
+    (void)state;
+    pg_block_pool *p = make_pool(4, true);
+    int32_t ids[3];
+    assert_int_equal(pg_block_pool_alloc(p, 3, ids), PAGODA_OK);
+    assert_true(pg_block_pool_cache_block(p, ids[0], hash_of(0), 0));
+    assert_true(pg_block_pool_cache_block(p, ids[1], hash_of(1), 0));
+    int32_t rev[3] = {ids[2], ids[1], ids[0]}; /* ids[2]: a partial last block */
+    pg_block_pool_free(p, rev, 3);
+    int32_t q[3];
+    assert_int_equal(pg_block_pool_free_queue(p, q, 3), 3);
+    assert_int_equal(q[0], ids[2]);
+    assert_int_equal(q[1], ids[1]);
+    assert_int_equal(q[2], ids[0]);
+    int32_t one;
+    assert_int_equal(pg_block_pool_alloc(p, 1, &one), PAGODA_OK);
+    assert_int_equal(one, ids[2]);
+    assert_true(pg_block_pool_num_evictions(p) == 0);
+    assert_int_equal(pg_block_pool_num_cached(p), 2);
+    assert_int_equal(pg_block_pool_check(p), PAGODA_OK);
+    pg_block_pool_free(p, &one, 1);
+    pg_block_pool_destroy(p);
+}
+
 static void test_pool_caching_disabled(void **state) {
     (void)state;
     pg_block_pool *p = make_pool(4, false);
@@ -318,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_pool_create_errors),
         cmocka_unit_test(test_pool_alloc_free_and_null_block),
         cmocka_unit_test(test_pool_lru_order_and_lazy_eviction),
+        cmocka_unit_test(test_pool_uncached_blocks_are_reused_first),
         cmocka_unit_test(test_pool_caching_disabled),
         cmocka_unit_test(test_pool_random_ops),
         cmocka_unit_test(test_parse_size),

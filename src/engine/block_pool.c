@@ -46,6 +46,15 @@ static void q_remove(pg_block_pool *p, int32_t id) {
     p->num_free--;
 }
 
+static void q_push_front(pg_block_pool *p, int32_t id) {
+    int32_t s = SENT(p), first = p->next[s];
+    p->prev[first] = id;
+    p->next[id] = first;
+    p->prev[id] = s;
+    p->next[s] = id;
+    p->num_free++;
+}
+
 static void q_append(pg_block_pool *p, int32_t id) {
     int32_t s = SENT(p), last = p->prev[s];
     p->next[last] = id;
@@ -193,7 +202,12 @@ void pg_block_pool_free(pg_block_pool *p, const int32_t *ids, int32_t n) {
             PG_ERROR("block pool: free of block %d that is not in use (bug)", id);
             continue;
         }
-        if (--p->ref[id] == 0) q_append(p, id);
+        if (--p->ref[id] == 0) {
+            if (p->cached[id])
+                q_append(p, id);
+            else
+                q_push_front(p, id); /* nothing to keep: reuse it first */
+        }
     }
 }
 

@@ -7,8 +7,11 @@
  * (it keeps its hash): a later request with the same prefix takes it back out
  * of the queue ("touch"). New blocks are taken from the queue's HEAD; a taken
  * block that still holds a hash is evicted from the cache at that moment,
- * i.e. only when the memory is needed. Freed blocks are appended at the TAIL,
- * so the head is the least recently used.
+ * i.e. only when the memory is needed. Freed blocks holding a hash are
+ * appended at the TAIL, so among cached blocks the head is the least recently
+ * used; freed blocks holding no hash go to the HEAD (our refinement of vLLM,
+ * which appends both): they are reused first, so a cached block is evicted
+ * only when no empty free block is left.
  *
  * Block 0 is the reserved "null block": never handed out, used as a
  * placeholder in block tables (sliding-window positions already dropped).
@@ -50,10 +53,11 @@ pagoda_status pg_block_pool_alloc(pg_block_pool *pool, int32_t n, int32_t *out);
  * ignored. */
 void pg_block_pool_touch(pg_block_pool *pool, const int32_t *ids, int32_t n);
 
-/* Drop one reference from each of ids[0..n) IN THIS ORDER; a block reaching
- * ref_cnt 0 is appended to the free queue's tail (so ids[0] is evicted before
- * ids[1]). Callers pass a request's blocks in reverse so its tail blocks are
- * evicted first (vLLM KVCacheManager.free). The null block is ignored.
+/* Drop one reference from each of ids[0..n) IN THIS ORDER; a cached block
+ * reaching ref_cnt 0 is appended to the free queue's tail (so ids[0] is
+ * evicted before ids[1]), an uncached one goes to the head. Callers pass a
+ * request's blocks in reverse so its tail blocks are evicted first (vLLM
+ * KVCacheManager.free). The null block is ignored.
  * Freeing a block whose ref_cnt is 0 is a bug: it is logged and ignored. */
 void pg_block_pool_free(pg_block_pool *pool, const int32_t *ids, int32_t n);
 
