@@ -121,7 +121,7 @@ static pagoda_status wq_reserve(pg_scheduler *s, int32_t need) {
         ncap *= 2;
     pg_request **nq = malloc((size_t)ncap * sizeof *nq);
     if (!nq) return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for the waiting queue");
-    for (int32_t i = 0; i < s->wq_len; i++)
+    for (int32_t i = 0; i < s->wq_len && s->wq_cap > 0; i++)
         nq[i] = s->wq[(s->wq_head + i) % s->wq_cap];
     free(s->wq);
     s->wq = nq;
