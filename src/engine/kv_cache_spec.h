@@ -90,7 +90,8 @@ pagoda_status pg_kv_num_blocks_for_groups(uint64_t mem_bytes, const pg_kv_cache_
 pagoda_status pg_parse_size(const char *text, uint64_t *bytes);
 
 /* The default `--kv-cache-memory` given the memory available for it
- * (MemAvailable after the weights are loaded), in bytes: 4 GiB like vLLM's
+ * (MemAvailable after the weights are loaded, e.g. pg_cpu()->mem_available
+ * from base/cpu.h), in bytes: 4 GiB like vLLM's
  * VLLM_CPU_KVCACHE_SPACE, but never more than half of what is available
  * (0 available -> the 4 GiB default, for callers that do not know). */
 uint64_t pg_kv_default_memory_bytes(uint64_t available_bytes);
