@@ -18,3 +18,15 @@ foreach(src ${PAGODA_TESTS})
     set_tests_properties(${name}_sve256 PROPERTIES ENVIRONMENT "${env}" TIMEOUT 900)
   endif()
 endforeach()
+
+# aarch64 only: the thread pool's atomics must be LSE instructions, not
+# ldxr/stxr loops (tests/check_lse.sh disassembles the pool's objects).
+if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
+  find_program(PAGODA_OBJDUMP NAMES aarch64-linux-gnu-objdump)
+  if(PAGODA_OBJDUMP)
+    add_test(NAME check_lse COMMAND bash ${CMAKE_SOURCE_DIR}/tests/check_lse.sh
+             ${PAGODA_OBJDUMP} "$<TARGET_OBJECTS:pagoda_core>")
+  else()
+    message(WARNING "aarch64-linux-gnu-objdump not found: check_lse test not registered")
+  endif()
+endif()
