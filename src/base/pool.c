@@ -36,6 +36,8 @@
 #include "base/log.h"
 
 #define PG_POOL_LINE 128
+/* Spin with only pause/isb for this long, then spin with sched_yield. */
+#define PG_POOL_PURE_SPIN_NS 50000u
 
 typedef struct waitword {
     _Atomic uint32_t value;
@@ -134,7 +136,13 @@ static uint32_t wait_word(const pg_pool *p, waitword *w, uint32_t old, bool unti
                 v = atomic_load_explicit(&w->value, memory_order_acquire);
                 if (wait_done(v, old, until_zero)) return v;
             }
-            if (now_ns() - start >= p->blocktime_ns) break;
+            uint64_t spent = now_ns() - start;
+            if (spent >= p->blocktime_ns) break;
+            /* Past the first PG_POOL_PURE_SPIN_NS, offer the CPU to any other
+             * runnable thread between checks (a no-op on an otherwise idle
+             * core): an oversubscribed or shared machine then lets the thread
+             * we wait for run instead of burning its time slice. */
+            if (spent >= PG_POOL_PURE_SPIN_NS) sched_yield();
         }
     }
     for (;;) {

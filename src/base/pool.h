@@ -6,9 +6,10 @@
  * and returns when all have finished. The calling thread is worker 0; the
  * pool owns n-1 threads created once at pg_pool_create.
  *
- * Waiting policy: an idle worker spins (x86 `pause` / Arm `yield`) for the
- * block time, then sleeps on a futex (SYS_futex FUTEX_WAIT_PRIVATE) until the
- * next region; the join and pg_pool_barrier wait the same way. Block time
+ * Waiting policy: an idle worker spins (x86 `pause` / Arm `isb`; after the
+ * first 50 us also sched_yield between checks) for the block time, then
+ * sleeps on a futex (SYS_futex FUTEX_WAIT_PRIVATE) until the next region;
+ * the caller's join and pg_pool_barrier wait the same way. Block time
  * comes from the options, else PAGODA_BLOCKTIME_US, else
  * PG_POOL_BLOCKTIME_DEFAULT_US (why that value: docs/PERFORMANCE.md). 0 means
  * sleep at once.
@@ -40,7 +41,7 @@
 #include "base/status.h"
 
 /* Default spin time before sleeping, microseconds. */
-#define PG_POOL_BLOCKTIME_DEFAULT_US 300
+#define PG_POOL_BLOCKTIME_DEFAULT_US 1000
 /* Largest accepted block time, microseconds (10 s). */
 #define PG_POOL_BLOCKTIME_MAX_US 10000000L
 /* Largest accepted thread count. */
