@@ -14,7 +14,7 @@
  * block time).
  *
  * Usage:
- *   bench_forkjoin [--rounds R] [--batches B] [--regions N] [--threads "1 2"]
+ *   bench_forkjoin [--rounds R (5)] [--batches B] [--regions N] [--threads "1 2"]
  *       driver: runs R rounds, each round alternating child processes
  *       pool, libgomp, libomp for every thread count, then prints a table of
  *       the medians over rounds (min..max in brackets) and the ratio
@@ -182,26 +182,29 @@ static int run_wake(void) {
     printf("\n| --- |");
     for (int j = 0; j < nb; j++) printf(" --- |");
     printf("\n");
-    pg_pool *pools[8];
+    /* One pool at a time: idle pools' spinning workers would share the CPUs. */
+    enum { NG = sizeof gaps / sizeof gaps[0] };
+    double lat[NG][8];
     for (int j = 0; j < nb; j++) {
         pg_pool_options o = pg_pool_options_default();
         o.n_threads = 2;
         o.blocktime_us = bts[j];
-        if (pg_pool_create(&o, &pools[j]) != PAGODA_OK) {
+        pg_pool *p = NULL;
+        if (pg_pool_create(&o, &p) != PAGODA_OK) {
             fprintf(stderr, "bench_forkjoin: %s\n", pg_last_error());
             return 1;
         }
-    }
-    for (size_t g = 0; g < sizeof gaps / sizeof gaps[0]; g++) {
-        printf("| %d |", gaps[g]);
-        for (int j = 0; j < nb; j++) {
-            gap_latency(pools[j], gaps[g], 20); /* settle */
-            printf(" %.0f |", gap_latency(pools[j], gaps[g], 200));
+        for (int g = 0; g < NG; g++) {
+            gap_latency(p, gaps[g], 20); /* settle */
+            lat[g][j] = gap_latency(p, gaps[g], 200);
         }
-        printf("\n");
-        fflush(stdout);
+        pg_pool_free(p);
     }
-    for (int j = 0; j < nb; j++) pg_pool_free(pools[j]);
+    for (int g = 0; g < NG; g++) {
+        printf("| %d |", gaps[g]);
+        for (int j = 0; j < nb; j++) printf(" %.0f |", lat[g][j]);
+        printf("\n");
+    }
     return 0;
 }
 
@@ -316,7 +319,7 @@ int main(int argc, char **argv) {
         return run_one(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
     }
     if (argc >= 2 && strcmp(argv[1], "--wake") == 0) return run_wake();
-    int rounds = 3, batches = 20, regions = 10000;
+    int rounds = 5, batches = 20, regions = 10000;
     int ts[MAX_T] = {1, 2}, nt = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)

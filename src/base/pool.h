@@ -98,8 +98,9 @@ void pg_pool_partition(size_t n, size_t grain, int nthreads, int tid, size_t *be
 /* Run fn(ctx, begin, end, tid) once per thread whose range (per
  * pg_pool_partition with the pool's size) is non-empty; returns when all are
  * done. No shared counter is touched per iteration or per chunk. n == 0 does
- * nothing; when only one thread gets work, fn runs inline on the caller
- * without waking the workers. Must not call pg_pool_barrier (threads without
+ * nothing; when only one thread gets work (or the call is nested inside a
+ * region of p), fn runs inline on the caller over the whole range with
+ * tid 0, without waking the workers. Must not call pg_pool_barrier (threads without
  * work do not call fn). */
 void pg_pool_parallel_for(pg_pool *p, size_t n, size_t grain,
                           void (*fn)(void *ctx, size_t begin, size_t end, int tid), void *ctx);
