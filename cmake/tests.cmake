@@ -59,3 +59,11 @@ if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
     message(WARNING "aarch64-linux-gnu-objdump not found: check_lse test not registered")
   endif()
 endif()
+
+# `pagoda env` shows the pool's settings and reports a bad PAGODA_CPUS.
+add_test(NAME pagoda_env_pool COMMAND pagoda env)
+set_tests_properties(pagoda_env_pool PROPERTIES ENVIRONMENT "PAGODA_BLOCKTIME_US=77"
+                     PASS_REGULAR_EXPRESSION "pool blocktime +77 us spin, then futex sleep \\(PAGODA_BLOCKTIME_US\\)")
+add_test(NAME pagoda_env_bad_cpus COMMAND pagoda env)
+set_tests_properties(pagoda_env_bad_cpus PROPERTIES ENVIRONMENT "PAGODA_CPUS=0-"
+                     PASS_REGULAR_EXPRESSION "PAGODA_CPUS: '0-' ends at offset 2 where a range end was expected; using the default")

@@ -443,9 +443,9 @@ static void test_describe(void **state) {
     assert_non_null(f);
     pg_pool_describe(p, f);
     fclose(f);
-    assert_non_null(strstr(buf, "pool threads    2"));
+    assert_non_null(strstr(buf, "  pool threads     2 "));
     assert_non_null(strstr(buf, "not pinned"));
-    assert_non_null(strstr(buf, "pool blocktime  123 us"));
+    assert_non_null(strstr(buf, "  pool blocktime   123 us"));
     assert_non_null(strstr(buf, "(option)"));
     free(buf);
     pg_pool_free(p);

@@ -295,7 +295,7 @@ static pagoda_status pool_create(const pg_pool_options *opt, bool use_env, pg_po
     p->id = atomic_fetch_add(&g_next_id, 1);
     p->n_cpus_listed = n_list;
     pg_cpulist_format(list, n_list, p->cpus_text, sizeof p->cpus_text);
-    p->src_threads = o.n_threads > 0 ? "option" : "one per CPU";
+    p->src_threads = o.n_threads > 0 ? "option" : "one per chosen CPU";
     p->src_cpus = src_cpus;
     p->src_blocktime = src_bt;
     p->cpus = malloc((size_t)n * sizeof *p->cpus);
@@ -453,16 +453,16 @@ void pg_pool_parallel_for(pg_pool *p, size_t n, size_t grain,
 /* ---- describe / default pool --------------------------------------------- */
 
 void pg_pool_describe(const pg_pool *p, FILE *f) {
-    fprintf(f, "pool threads    %d (the calling thread + %d workers; %s)\n", p->n, p->n - 1,
+    fprintf(f, "  %-16s %d (the calling thread + %d workers; %s)\n", "pool threads", p->n, p->n - 1,
             p->src_threads);
     if (p->pinned) {
         char buf[256];
-        fprintf(f, "pool cpus       %s (pinned, thread i -> i-th CPU; %s)\n",
+        fprintf(f, "  %-16s %s (pinned, thread i on the i-th CPU; %s)\n", "pool cpus",
                 pg_cpulist_format(p->cpus, p->n, buf, sizeof buf), p->src_cpus);
     } else {
-        fprintf(f, "pool cpus       not pinned (chosen from %s; %s)\n", p->cpus_text, p->src_cpus);
+        fprintf(f, "  %-16s not pinned (from %s; %s)\n", "pool cpus", p->cpus_text, p->src_cpus);
     }
-    fprintf(f, "pool blocktime  %ld us spin before sleeping (%s)\n", p->blocktime_us,
+    fprintf(f, "  %-16s %ld us spin, then futex sleep (%s)\n", "pool blocktime", p->blocktime_us,
             p->src_blocktime);
 }
 

@@ -121,8 +121,10 @@ long pg_pool_blocktime_us(const pg_pool *p);
 /* CPU thread i is pinned to, or -1 if unpinned. */
 int pg_pool_cpu(const pg_pool *p, int i);
 
-/* For `pagoda env`: lines "threads", "cpus", "blocktime", each saying where
- * the value came from (default / option / environment variable). */
+/* For `pagoda env`: three lines "  pool threads ...", "  pool cpus ...",
+ * "  pool blocktime ..." (2-space indent, 16-column label, like the rest of
+ * the report), each saying where the value came from (default / option /
+ * environment variable). */
 void pg_pool_describe(const pg_pool *p, FILE *f);
 
 /* The process-wide pool, created on first use from opt set by
