@@ -65,7 +65,8 @@ static double median(double *v, int n) {
 /* ---- the regions ------------------------------------------------------------ */
 
 __attribute__((noinline)) static void axpy_range(size_t begin, size_t end) {
-    for (size_t i = begin; i < end; i++) g_y[i] = g_a * g_x[i] + g_y[i];
+    for (size_t i = begin; i < end; i++)
+        g_y[i] = g_a * g_x[i] + g_y[i];
 }
 
 static void omp_empty(int t) {
@@ -122,11 +123,13 @@ static void region(const bench *b, int axpy) {
 
 /* Median over `batches` of the mean ns per region of `regions` back-to-back. */
 static double time_regions(const bench *b, int axpy, int batches, int regions) {
-    for (int r = 0; r < regions / 5 + 1; r++) region(b, axpy); /* warm up, spin up */
+    for (int r = 0; r < regions / 5 + 1; r++)
+        region(b, axpy); /* warm up, spin up */
     double *per = malloc((size_t)batches * sizeof *per);
     for (int k = 0; k < batches; k++) {
         double t0 = now_ns();
-        for (int r = 0; r < regions; r++) region(b, axpy);
+        for (int r = 0; r < regions; r++)
+            region(b, axpy);
         per[k] = (now_ns() - t0) / regions;
     }
     double m = median(per, batches);
@@ -178,9 +181,11 @@ static int run_wake(void) {
     printf("\npool (2 threads) empty-region latency after an idle gap, median ns of 200:\n");
     printf("| gap (us) |");
     for (int j = 0; j < nb; j++)
-        printf(" blocktime %ld us%s |", bts[j], bts[j] == PG_POOL_BLOCKTIME_DEFAULT_US ? " (default)" : "");
+        printf(" blocktime %ld us%s |", bts[j],
+               bts[j] == PG_POOL_BLOCKTIME_DEFAULT_US ? " (default)" : "");
     printf("\n| --- |");
-    for (int j = 0; j < nb; j++) printf(" --- |");
+    for (int j = 0; j < nb; j++)
+        printf(" --- |");
     printf("\n");
     /* One pool at a time: idle pools' spinning workers would share the CPUs. */
     enum { NG = sizeof gaps / sizeof gaps[0] };
@@ -202,7 +207,8 @@ static int run_wake(void) {
     }
     for (int g = 0; g < NG; g++) {
         printf("| %d |", gaps[g]);
-        for (int j = 0; j < nb; j++) printf(" %.0f |", lat[g][j]);
+        for (int j = 0; j < nb; j++)
+            printf(" %.0f |", lat[g][j]);
         printf("\n");
     }
     return 0;
@@ -219,8 +225,7 @@ typedef struct cell {
     int ok;
 } cell;
 
-static int run_child(const char *exe, const char *which, int t, int batches, int regions,
-                     cell *c) {
+static int run_child(const char *exe, const char *which, int t, int batches, int regions, cell *c) {
     char cmd[PATH_MAX + 128];
     snprintf(cmd, sizeof cmd, "'%s' --run %s %d %d %d", exe, which, t, batches, regions);
     FILE *f = popen(cmd, "r");

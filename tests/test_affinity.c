@@ -16,7 +16,8 @@ static void expect_list(const char *s, const int *want, int nwant) {
     pagoda_status st = pg_cpulist_parse("test", s, cpus, PG_CPU_MAX, &n);
     if (st != PAGODA_OK) fail_msg("'%s' rejected: %s", s, pg_last_error());
     assert_int_equal(n, nwant);
-    for (int i = 0; i < n; i++) assert_int_equal(cpus[i], want[i]);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(cpus[i], want[i]);
 }
 
 static void test_cpulist_accepts(void **state) {
@@ -35,7 +36,8 @@ static void expect_reject(const char *s, const char *msg_part) {
     pagoda_status st = pg_cpulist_parse("PAGODA_CPUS", s, cpus, PG_CPU_MAX, &n);
     if (st != PAGODA_ERR_INVALID_ARG) fail_msg("'%s' accepted (status %d)", s ? s : "(null)", st);
     const char *m = pg_last_error();
-    if (!strstr(m, msg_part)) fail_msg("'%s': message '%s' lacks '%s'", s ? s : "(null)", m, msg_part);
+    if (!strstr(m, msg_part))
+        fail_msg("'%s': message '%s' lacks '%s'", s ? s : "(null)", m, msg_part);
     assert_non_null(strstr(m, "PAGODA_CPUS: "));
     assert_null(strchr(m, '\n'));
 }
@@ -124,7 +126,8 @@ static void test_physical_cores_on_fake_topology(void **state) {
     const char *root = pg_test_tmpdir();
     /* Two packages x two cores x two hyperthreads, numbered like Linux on
      * x86 (siblings far apart): cpu c and c+4 share a core. */
-    for (int c = 0; c < 8; c++) write_topo(root, c, (c % 4) / 2, c % 2);
+    for (int c = 0; c < 8; c++)
+        write_topo(root, c, (c % 4) / 2, c % 2);
     /* cpu 8 has no topology files: counts as its own core. */
     int cpus[] = {0, 1, 2, 3, 4, 5, 6, 7, 8}, out[9];
     int k = pg_cpu_physical_cores(root, cpus, 9, out);

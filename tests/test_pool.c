@@ -88,7 +88,8 @@ static void pf_mark(void *ctx, size_t begin, size_t end, int tid) {
     size_t b, e;
     pg_pool_partition(c->n, c->grain, c->nthreads, tid, &b, &e);
     if (b != begin || e != end || begin >= end) atomic_fetch_add(&c->bad, 1);
-    for (size_t i = begin; i < end; i++) c->hits[i]++; /* disjoint ranges: no race */
+    for (size_t i = begin; i < end; i++)
+        c->hits[i]++; /* disjoint ranges: no race */
 }
 
 static void check_parallel_for(pg_pool *p, size_t n, size_t grain) {
@@ -98,7 +99,8 @@ static void check_parallel_for(pg_pool *p, size_t n, size_t grain) {
     pg_pool_parallel_for(p, n, grain, pf_mark, &c);
     assert_int_equal(atomic_load(&c.bad), 0);
     for (size_t i = 0; i < n; i++)
-        if (c.hits[i] != 1) fail_msg("n=%zu grain=%zu: index %zu hit %d times", n, grain, i, c.hits[i]);
+        if (c.hits[i] != 1)
+            fail_msg("n=%zu grain=%zu: index %zu hit %d times", n, grain, i, c.hits[i]);
     size_t b, e;
     int expect_calls = 0;
     for (int t = 0; t < c.nthreads; t++) {
@@ -135,8 +137,10 @@ typedef struct run_check {
 
 static void run_count(void *ctx, int tid, int nthreads) {
     run_check *c = ctx;
-    if (nthreads != c->n || tid < 0 || tid >= nthreads) atomic_fetch_add(&c->bad, 1);
-    else atomic_fetch_add(&c->per_tid[tid], 1);
+    if (nthreads != c->n || tid < 0 || tid >= nthreads)
+        atomic_fetch_add(&c->bad, 1);
+    else
+        atomic_fetch_add(&c->per_tid[tid], 1);
 }
 
 static void test_run_calls_every_thread_once(void **state) {
@@ -144,9 +148,11 @@ static void test_run_calls_every_thread_once(void **state) {
     for (int n = 1; n <= 4; n++) {
         pg_pool *p = make_pool(n, -1, 1);
         run_check c = {.n = n};
-        for (int r = 0; r < 50; r++) pg_pool_run(p, run_count, &c);
+        for (int r = 0; r < 50; r++)
+            pg_pool_run(p, run_count, &c);
         assert_int_equal(atomic_load(&c.bad), 0);
-        for (int t = 0; t < n; t++) assert_int_equal(atomic_load(&c.per_tid[t]), 50);
+        for (int t = 0; t < n; t++)
+            assert_int_equal(atomic_load(&c.per_tid[t]), 50);
         pg_pool_free(p);
     }
 }
@@ -177,7 +183,8 @@ static void test_barrier_phases(void **state) {
         for (int b = 0; b < 3; b++) {
             pg_pool *p = make_pool(n, blocktimes[b], 1);
             phases ph = {.phases = 200, .p = p};
-            for (int r = 0; r < 5; r++) pg_pool_run(p, run_phases, &ph);
+            for (int r = 0; r < 5; r++)
+                pg_pool_run(p, run_phases, &ph);
             assert_int_equal(atomic_load(&ph.bad), 0);
             pg_pool_free(p);
         }
@@ -199,9 +206,11 @@ static void test_many_back_to_back_regions(void **state) {
     const int regions = 20000;
 #endif
     pg_pool *p = make_pool(2, -1, 1);
-    for (int r = 0; r < regions; r++) pg_pool_run(p, empty_region, NULL);
+    for (int r = 0; r < regions; r++)
+        pg_pool_run(p, empty_region, NULL);
     run_check c = {.n = 2};
-    for (int r = 0; r < regions / 10; r++) pg_pool_run(p, run_count, &c);
+    for (int r = 0; r < regions / 10; r++)
+        pg_pool_run(p, run_count, &c);
     assert_int_equal(atomic_load(&c.per_tid[1]), regions / 10);
     pg_pool_free(p);
 }
@@ -218,13 +227,16 @@ static void test_blocktime_zero_sleeps_and_wakes(void **state) {
         pg_pool_run(p, run_count, &c);
         /* With block time 0 both workers go to sleep right after the region;
          * wait until they have (no timing assumption: just poll). */
-        while (pg_pool_sleep_count(p) < before + 2) usleep(100);
+        while (pg_pool_sleep_count(p) < before + 2)
+            usleep(100);
         /* Next region must wake them through FUTEX_WAKE. */
     }
     pg_pool_run(p, run_count, &c);
-    for (int t = 0; t < 3; t++) assert_int_equal(atomic_load(&c.per_tid[t]), 21);
+    for (int t = 0; t < 3; t++)
+        assert_int_equal(atomic_load(&c.per_tid[t]), 21);
     /* Many quick regions with immediate sleeping. */
-    for (int r = 0; r < 2000; r++) pg_pool_run(p, empty_region, NULL);
+    for (int r = 0; r < 2000; r++)
+        pg_pool_run(p, empty_region, NULL);
     pg_pool_free(p);
 }
 
@@ -232,7 +244,8 @@ static void test_large_blocktime_spins_and_stops(void **state) {
     (void)state;
     pg_pool *p = make_pool(2, 10 * 1000 * 1000, 1); /* spin up to 10 s */
     run_check c = {.n = 2};
-    for (int r = 0; r < 1000; r++) pg_pool_run(p, run_count, &c);
+    for (int r = 0; r < 1000; r++)
+        pg_pool_run(p, run_count, &c);
     assert_int_equal(atomic_load(&c.per_tid[1]), 1000);
     phases ph = {.phases = 100, .p = p};
     pg_pool_run(p, run_phases, &ph);
@@ -285,7 +298,8 @@ static void test_nested_run_is_inline(void **state) {
     (void)state;
     pg_pool *p = make_pool(3, -1, 0);
     nest x = {.p = p};
-    for (int r = 0; r < 10; r++) pg_pool_run(p, outer_region, &x);
+    for (int r = 0; r < 10; r++)
+        pg_pool_run(p, outer_region, &x);
     assert_int_equal(atomic_load(&x.bad), 0);
     assert_int_equal(atomic_load(&x.inner_calls), 30);
     pg_pool_free(p);
@@ -347,7 +361,8 @@ static void test_threads_are_pinned_to_their_cpus(void **state) {
     int cpus[PG_CPU_MAX], n = 0;
     assert_int_equal(pg_cpu_allowed(cpus, PG_CPU_MAX, &n), PAGODA_OK);
     pg_pool *p = make_pool(0, -1, 1); /* default: one thread per physical core */
-    for (int i = 0; i < pg_pool_size(p); i++) assert_true(pg_pool_cpu(p, i) >= 0);
+    for (int i = 0; i < pg_pool_size(p); i++)
+        assert_true(pg_pool_cpu(p, i) >= 0);
     pin_check c = {.p = p};
     pg_pool_run(p, check_my_cpu, &c);
     assert_int_equal(atomic_load(&c.bad), 0);
@@ -369,10 +384,12 @@ static void test_threads_are_pinned_to_their_cpus(void **state) {
     assert_int_equal(pg_pool_create(&o, &p), PAGODA_OK);
     pg_log_set_level(PG_LOG_INFO);
     assert_int_equal(pg_pool_size(p), 3);
-    for (int i = 0; i < 3; i++) assert_int_equal(pg_pool_cpu(p, i), -1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pg_pool_cpu(p, i), -1);
     run_check rc = {.n = 3};
     pg_pool_run(p, run_count, &rc);
-    for (int t = 0; t < 3; t++) assert_int_equal(atomic_load(&rc.per_tid[t]), 1);
+    for (int t = 0; t < 3; t++)
+        assert_int_equal(atomic_load(&rc.per_tid[t]), 1);
     pg_pool_free(p);
     sched_setaffinity(0, sizeof old, &old);
 }
@@ -406,7 +423,8 @@ static void test_bad_options_and_environment(void **state) {
     assert_int_equal(pg_cpu_allowed(cpus, PG_CPU_MAX, &n), PAGODA_OK);
     if (n < PG_CPU_MAX) {
         int missing = 0;
-        for (int i = 0; i < n && cpus[i] == missing; i++) missing++;
+        for (int i = 0; i < n && cpus[i] == missing; i++)
+            missing++;
         char list[16];
         snprintf(list, sizeof list, "%d", missing);
         o.cpus = list;

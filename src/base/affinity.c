@@ -9,8 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-static bool is_space(char c) { return c == ' ' || c == '\t'; }
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+static bool is_space(char c) {
+    return c == ' ' || c == '\t';
+}
 
 /* Read a decimal number at s[*i]; advances *i. Returns -1 (with error set)
  * if there is no digit there or the value reaches PG_CPU_MAX. */
@@ -47,7 +51,8 @@ pagoda_status pg_cpulist_parse(const char *what, const char *s, int *cpus, int c
     size_t i = 0;
     bool any = false;
     for (;;) {
-        while (is_space(s[i])) i++;
+        while (is_space(s[i]))
+            i++;
         size_t item = i;
         if (s[i] == ',' || s[i] == '\0') {
             if (s[i] == '\0' && !any)
@@ -76,9 +81,11 @@ pagoda_status pg_cpulist_parse(const char *what, const char *s, int *cpus, int c
                                     item);
             }
         }
-        for (long c = lo; c <= hi; c += stride) seen[c] = true;
+        for (long c = lo; c <= hi; c += stride)
+            seen[c] = true;
         any = true;
-        while (is_space(s[i])) i++;
+        while (is_space(s[i]))
+            i++;
         if (s[i] == '\0') break;
         if (s[i] != ',')
             return pg_error(PAGODA_ERR_INVALID_ARG,
@@ -103,7 +110,8 @@ char *pg_cpulist_format(const int *cpus, int n, char *buf, size_t cap) {
     size_t len = 0;
     for (int i = 0; i < n;) {
         int j = i;
-        while (j + 1 < n && cpus[j + 1] == cpus[j] + 1) j++;
+        while (j + 1 < n && cpus[j + 1] == cpus[j] + 1)
+            j++;
         char item[32];
         if (j == i)
             snprintf(item, sizeof item, "%s%d", i ? "," : "", cpus[i]);
@@ -177,7 +185,8 @@ int pg_cpu_physical_cores(const char *sysfs, const int *cpus, int n, int *out) {
         long k = read_topology(sysfs, c, "core_id");
         bool dup = false;
         if (p >= 0 && k >= 0)
-            for (int j = 0; j < kept && !dup; j++) dup = pkg[j] == p && core[j] == k;
+            for (int j = 0; j < kept && !dup; j++)
+                dup = pkg[j] == p && core[j] == k;
         if (dup) continue;
         pkg[kept] = p;
         core[kept] = k;

@@ -49,7 +49,8 @@ typedef struct worker_arg {
     int tid;
 } worker_arg;
 
-struct pg_pool {
+/* Padding between the synchronisation words is deliberate (false sharing). */
+struct pg_pool { // NOLINT(clang-analyzer-optin.performance.Padding)
     /* Read-only after creation. */
     int n;
     int pinned;
@@ -58,9 +59,9 @@ struct pg_pool {
     uint64_t id; /* unique per pool: the caller-pinning cache key */
     int *cpus;   /* n entries when pinned */
     int n_cpus_listed;
-    char cpus_text[256];  /* the CPU list the pool chose from, formatted */
+    char cpus_text[256]; /* the CPU list the pool chose from, formatted */
     const char *src_threads, *src_cpus, *src_blocktime;
-    pthread_t *threads;   /* n-1 workers: tid 1..n-1 */
+    pthread_t *threads; /* n-1 workers: tid 1..n-1 */
     worker_arg *args;
     int n_started;
     pthread_mutex_t run_mu;
@@ -170,7 +171,8 @@ static void *worker_main(void *arg) {
         seen = wait_word(p, &p->fork, seen, false);
         if (p->stop) break;
         p->fn(p->ctx, tid, p->n);
-        if (atomic_fetch_sub_explicit(&p->join.value, 1, memory_order_seq_cst) == 1) notify(&p->join);
+        if (atomic_fetch_sub_explicit(&p->join.value, 1, memory_order_seq_cst) == 1)
+            notify(&p->join);
     }
     return NULL;
 }
@@ -191,7 +193,8 @@ static void stop_workers(pg_pool *p) {
     atomic_fetch_add_explicit(&p->fork.value, 1, memory_order_seq_cst);
     notify(&p->fork);
     pthread_mutex_unlock(&p->run_mu);
-    for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 0; i < p->n_started; i++)
+        pthread_join(p->threads[i], NULL);
     p->n_started = 0;
 }
 
@@ -204,7 +207,8 @@ pg_pool_options pg_pool_options_default(void) {
 
 static pagoda_status parse_blocktime(const char *what, const char *s, long *out) {
     const char *q = s;
-    while (*q == ' ') q++;
+    while (*q == ' ')
+        q++;
     if (*q < '0' || *q > '9')
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "%s: '%s' is not a number of microseconds (expected 0..%ld)", what, s,
@@ -212,7 +216,8 @@ static pagoda_status parse_blocktime(const char *what, const char *s, long *out)
     char *end = NULL;
     errno = 0;
     long v = strtol(q, &end, 10);
-    while (*end == ' ') end++;
+    while (*end == ' ')
+        end++;
     if (*end != '\0' || errno == ERANGE || v > PG_POOL_BLOCKTIME_MAX_US)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "%s: '%s' is not a number of microseconds in 0..%ld", what, s,
@@ -260,12 +265,13 @@ static pagoda_status pool_create(const pg_pool_options *opt, bool use_env, pg_po
         s = pg_cpulist_parse(what, o.cpus ? o.cpus : env_cpus, list, PG_CPU_MAX, &n_list);
         if (s != PAGODA_OK) return s;
         for (int i = 0, j = 0; i < n_list; i++) {
-            while (j < n_allowed && allowed[j] < list[i]) j++;
+            while (j < n_allowed && allowed[j] < list[i])
+                j++;
             if (j == n_allowed || allowed[j] != list[i]) {
                 char buf[128];
                 return pg_error(PAGODA_ERR_INVALID_ARG,
-                                "%s: CPU %d is not in the process's allowed set %s", what,
-                                list[i], pg_cpulist_format(allowed, n_allowed, buf, sizeof buf));
+                                "%s: CPU %d is not in the process's allowed set %s", what, list[i],
+                                pg_cpulist_format(allowed, n_allowed, buf, sizeof buf));
             }
         }
     } else {
@@ -305,7 +311,8 @@ static pagoda_status pool_create(const pg_pool_options *opt, bool use_env, pg_po
         pg_pool_free(p);
         return pg_error(PAGODA_ERR_NOMEM, "pool: out of memory");
     }
-    for (int i = 0; i < n; i++) p->cpus[i] = pinned ? list[i] : -1;
+    for (int i = 0; i < n; i++)
+        p->cpus[i] = pinned ? list[i] : -1;
 
     for (int i = 1; i < n; i++) {
         pthread_attr_t attr;
@@ -317,7 +324,8 @@ static pagoda_status pool_create(const pg_pool_options *opt, bool use_env, pg_po
         if (pinned)
             CPU_SET(p->cpus[i], &set);
         else
-            for (int c = 0; c < n_allowed; c++) CPU_SET(allowed[c], &set);
+            for (int c = 0; c < n_allowed; c++)
+                CPU_SET(allowed[c], &set);
         pthread_attr_setaffinity_np(&attr, sizeof set, &set);
         p->args[i - 1] = (worker_arg){.pool = p, .tid = i};
         int rc = pthread_create(&p->threads[i - 1], &attr, worker_main, &p->args[i - 1]);
@@ -351,12 +359,18 @@ void pg_pool_free(pg_pool *p) {
     free(p);
 }
 
-int pg_pool_size(const pg_pool *p) { return p->n; }
+int pg_pool_size(const pg_pool *p) {
+    return p->n;
+}
 uint64_t pg_pool_sleep_count(const pg_pool *p) {
     return atomic_load_explicit((_Atomic uint64_t *)&p->n_sleeps, memory_order_relaxed);
 }
-long pg_pool_blocktime_us(const pg_pool *p) { return p->blocktime_us; }
-int pg_pool_cpu(const pg_pool *p, int i) { return i >= 0 && i < p->n ? p->cpus[i] : -1; }
+long pg_pool_blocktime_us(const pg_pool *p) {
+    return p->blocktime_us;
+}
+int pg_pool_cpu(const pg_pool *p, int i) {
+    return i >= 0 && i < p->n ? p->cpus[i] : -1;
+}
 
 /* ---- regions -------------------------------------------------------------- */
 
@@ -406,8 +420,7 @@ void pg_pool_barrier(pg_pool *p, int tid) {
     }
 }
 
-void pg_pool_partition(size_t n, size_t grain, int nthreads, int tid, size_t *begin,
-                       size_t *end) {
+void pg_pool_partition(size_t n, size_t grain, int nthreads, int tid, size_t *begin, size_t *end) {
     if (grain == 0) grain = 1;
     if (nthreads < 1) nthreads = 1;
     size_t chunks = n / grain + (n % grain != 0);

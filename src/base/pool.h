@@ -50,10 +50,10 @@
 typedef struct pg_pool pg_pool;
 
 typedef struct pg_pool_options {
-    int n_threads;       /* 0 = one per CPU of the cpu list (default: physical cores) */
-    const char *cpus;    /* cpulist "0-3,8"; NULL = PAGODA_CPUS, else physical cores */
-    long blocktime_us;   /* spin time before sleeping; -1 = PAGODA_BLOCKTIME_US or default */
-    int pin;             /* 1 = pin thread i to cpus[i], 0 = leave placement to the OS */
+    int n_threads;     /* 0 = one per CPU of the cpu list (default: physical cores) */
+    const char *cpus;  /* cpulist "0-3,8"; NULL = PAGODA_CPUS, else physical cores */
+    long blocktime_us; /* spin time before sleeping; -1 = PAGODA_BLOCKTIME_US or default */
+    int pin;           /* 1 = pin thread i to cpus[i], 0 = leave placement to the OS */
 } pg_pool_options;
 
 /* Options meaning "all defaults": {0, NULL, -1, 1}. */
@@ -92,8 +92,7 @@ void pg_pool_run(pg_pool *p, void (*fn)(void *ctx, int tid, int nthreads), void 
  * chunk more, and the split depends only on (n, grain, nthreads) — kernels
  * may rely on it being deterministic. Threads i >= t get begin == end.
  * This is the function pg_pool_parallel_for uses. */
-void pg_pool_partition(size_t n, size_t grain, int nthreads, int tid, size_t *begin,
-                       size_t *end);
+void pg_pool_partition(size_t n, size_t grain, int nthreads, int tid, size_t *begin, size_t *end);
 
 /* Run fn(ctx, begin, end, tid) once per thread whose range (per
  * pg_pool_partition with the pool's size) is non-empty; returns when all are
