@@ -64,7 +64,9 @@ struct pg_pool { // NOLINT(clang-analyzer-optin.performance.Padding)
     pthread_t *threads; /* n-1 workers: tid 1..n-1 */
     worker_arg *args;
     int n_started;
-    pthread_mutex_t run_mu;
+
+    /* Locked by every region's caller: kept off the lines workers read. */
+    _Alignas(PG_POOL_LINE) pthread_mutex_t run_mu;
 
     /* Fork line: written by the caller, read by all workers. */
     _Alignas(PG_POOL_LINE) waitword fork;
@@ -126,7 +128,7 @@ static inline bool wait_done(uint32_t v, uint32_t old, bool until_zero) {
 /* Wait until w->value != old (until_zero false) or == 0 (until_zero true):
  * spin for the pool's block time, then sleep on the futex. Returns the value
  * seen (acquire). */
-static uint32_t wait_word(const pg_pool *p, waitword *w, uint32_t old, bool until_zero) {
+static uint32_t wait_word(pg_pool *p, waitword *w, uint32_t old, bool until_zero) {
     uint32_t v = atomic_load_explicit(&w->value, memory_order_acquire);
     if (wait_done(v, old, until_zero)) return v;
     if (p->blocktime_ns > 0) {
@@ -150,7 +152,7 @@ static uint32_t wait_word(const pg_pool *p, waitword *w, uint32_t old, bool unti
         atomic_fetch_add_explicit(&w->sleepers, 1, memory_order_seq_cst);
         v = atomic_load_explicit(&w->value, memory_order_seq_cst);
         if (!wait_done(v, old, until_zero)) {
-            atomic_fetch_add_explicit((_Atomic uint64_t *)&p->n_sleeps, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&p->n_sleeps, 1, memory_order_relaxed);
             futex_wait(&w->value, v);
         }
         atomic_fetch_sub_explicit(&w->sleepers, 1, memory_order_relaxed);
@@ -363,7 +365,7 @@ int pg_pool_size(const pg_pool *p) {
     return p->n;
 }
 uint64_t pg_pool_sleep_count(const pg_pool *p) {
-    return atomic_load_explicit((_Atomic uint64_t *)&p->n_sleeps, memory_order_relaxed);
+    return atomic_load_explicit(&p->n_sleeps, memory_order_relaxed);
 }
 long pg_pool_blocktime_us(const pg_pool *p) {
     return p->blocktime_us;
