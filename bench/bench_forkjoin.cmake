@@ -13,9 +13,11 @@ endif()
 target_compile_options(${name} PRIVATE ${OpenMP_C_FLAGS} -O3)
 target_link_libraries(${name} PRIVATE OpenMP::OpenMP_C)
 
-find_library(PAGODA_LIBOMP NAMES omp libomp.so.5
-             PATHS /usr/lib/llvm-16/lib /usr/lib/llvm-15/lib /usr/lib/llvm-14/lib
-             NO_DEFAULT_PATH)
+if(NOT CMAKE_CROSSCOMPILING)   # the host's libomp would not link into an aarch64 binary
+  find_library(PAGODA_LIBOMP NAMES omp libomp.so.5
+               PATHS /usr/lib/llvm-16/lib /usr/lib/llvm-15/lib /usr/lib/llvm-14/lib
+               NO_DEFAULT_PATH)
+endif()
 if(PAGODA_LIBOMP)
   add_executable(peer_forkjoin_llvmomp EXCLUDE_FROM_ALL ${src})
   target_compile_options(peer_forkjoin_llvmomp PRIVATE ${OpenMP_C_FLAGS} -O3)
