@@ -354,7 +354,9 @@ static pagoda_status load_model(pg_tokenizer *t, const lctx *L, const cJSON *mod
     if (n == 0) return pg_error(PAGODA_ERR_FORMAT, "%s: empty vocab", L->path);
     pagoda_status st = pg_tok_alloc_vocab(t, n);
     if (st) return st;
-    cJSON_ArrayForEach(e, vocab) t->tokens[e->valueint] = e->string; /* borrowed until finish */
+    cJSON_ArrayForEach(e, vocab) {
+        t->tokens[e->valueint] = e->string; /* borrowed until copied below */
+    }
     int na = cJSON_GetArraySize(added);
     t->added = calloc((size_t)(na ? na : 1), sizeof *t->added);
     if (!t->added) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", L->path);
