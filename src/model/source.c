@@ -407,6 +407,8 @@ static pagoda_status open_gguf(pg_model_source *src) {
         if (gt->dtype == PG_DTYPE_COUNT)
             return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported tensor type %s", src->path,
                             gt->name, pg_ggml_type_name(gt->ggml_type));
+        if (src->cfg.rope_scaling == PG_ROPE_SCALING_LLAMA3 && !strcmp(gt->name, "rope_freqs.weight"))
+            continue; /* the config's llama3 parameters already describe it */
         pg_tensor t = {0};
         t.dtype = gt->dtype;
         t.ndim = gt->n_dims;
