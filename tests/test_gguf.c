@@ -278,6 +278,23 @@ static void test_corrupt_header(void **state) {
     free(b);
 }
 
+static void test_version2_accepted(void **state) {
+    (void)state;
+    load_small();
+    uint8_t *b = malloc(g_len);
+    memcpy(b, g_buf, g_len);
+    patch_u32(b, 4, 2);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/v2.gguf", g_dir);
+    pg_test_write_file(path, b, g_len);
+    pg_gguf *g;
+    assert_int_equal(pg_gguf_open(path, &g), PAGODA_OK);
+    assert_int_equal(pg_gguf_version(g), 2);
+    assert_non_null(pg_gguf_find_tensor(g, "q"));
+    pg_gguf_close(g);
+    free(b);
+}
+
 static void test_corrupt_values(void **state) {
     (void)state;
     load_small();
@@ -373,7 +390,7 @@ int main(void) {
         cmocka_unit_test(test_type_table),       cmocka_unit_test(test_writer_roundtrip),
         cmocka_unit_test(test_corrupt_header),   cmocka_unit_test(test_corrupt_values),
         cmocka_unit_test(test_corrupt_tensors),  cmocka_unit_test(test_every_truncation),
-        cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_missing_file),     cmocka_unit_test(test_version2_accepted),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     free(g_buf);

@@ -191,8 +191,10 @@ static pagoda_status parse_value(cursor *c, kv *k) {
         const uint8_t *s;
         uint64_t len;
         if (!rd_str(c, &s, &len, "array string")) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", pg_last_error() + strlen(c->path) + 2);
             return pg_error(PAGODA_ERR_FORMAT, "%s: string array '%s' element %llu: %s", c->path, k->key,
-                            (unsigned long long)i, pg_last_error() + strlen(c->path) + 2);
+                            (unsigned long long)i, why);
         }
     }
     k->arr.str_offs = k->str_offs;
@@ -528,7 +530,10 @@ pagoda_status pg_gguf_get_array(const pg_gguf *g, const char *key, pg_gguf_array
 int64_t pg_gguf_array_int(const pg_gguf_array *a, uint64_t i) {
     int64_t v = 0;
     if (i >= a->n || a->type == PG_GGUF_STRING) return 0;
-    if (a->type == PG_GGUF_F32 || a->type == PG_GGUF_F64) return (int64_t)pg_gguf_array_float(a, i);
+    if (a->type == PG_GGUF_F32 || a->type == PG_GGUF_F64) {
+        double d = pg_gguf_array_float(a, i);
+        return d > -9.2e18 && d < 9.2e18 ? (int64_t)d : 0; /* NaN / out of range -> 0 */
+    }
     if (!scalar_int(a->type, a->data + i * GGUF_TYPE_SIZE[a->type], &v)) return 0;
     return v;
 }

@@ -72,7 +72,8 @@ static pagoda_status get_float(const cJSON *o, const char *key, const char *path
         *out = def;
         return PAGODA_OK;
     }
-    if (!cJSON_IsNumber(j)) return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be a number", path, key);
+    if (!cJSON_IsNumber(j) || !(fabs(j->valuedouble) <= 3.0e38))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be a finite number", path, key);
     *out = (float)j->valuedouble;
     return PAGODA_OK;
 }

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,8 +315,11 @@ static pagoda_status gguf_int(const pg_gguf *g, const char *key, bool required, 
 static pagoda_status gguf_float(const pg_gguf *g, const char *key, double def, float *out) {
     double v;
     pagoda_status s = pg_gguf_get_float_or(g, key, def, &v);
-    if (!s) *out = (float)v;
-    return s;
+    if (s) return s;
+    if (!(fabs(v) <= 3.0e38))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: %s is not a finite float", pg_gguf_path(g), key);
+    *out = (float)v;
+    return PAGODA_OK;
 }
 
 static pagoda_status gguf_config(pg_model_source *src) {
