@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model/gguf.h"
 #include "model/hf_config.h"
@@ -232,6 +233,23 @@ static void test_hf_cache(void **state) {
     assert_int_equal(pg_model_source_open("tiny/nothere", &src), PAGODA_ERR_NOT_FOUND);
     assert_non_null(strstr(pg_last_error(), "tiny/nothere"));
     assert_int_equal(pg_model_source_open("/no/such/dir", &src), PAGODA_ERR_NOT_FOUND);
+
+    /* neither set: ~/.cache/huggingface/hub */
+    char *old_user_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+    char home[4096], link[4400], target[4400];
+    snprintf(home, sizeof home, "%s", pg_test_tmpdir());
+    snprintf(link, sizeof link, "%s/.cache/huggingface", home);
+    mkdirs(link);
+    snprintf(link, sizeof link, "%s/.cache/huggingface/hub", home);
+    snprintf(target, sizeof target, "%s/hub", root);
+    assert_int_equal(symlink(target, link), 0);
+    unsetenv("HF_HUB_CACHE");
+    unsetenv("HF_HOME");
+    setenv("HOME", home, 1);
+    assert_int_equal(pg_model_resolve("tiny/stories", out, sizeof out, &is_gguf), PAGODA_OK);
+    assert_non_null(strstr(out, "/.cache/huggingface/hub/models--tiny--stories/snapshots/abc123"));
+    if (old_user_home) setenv("HOME", old_user_home, 1);
+    free(old_user_home);
 
     if (old_home) setenv("HF_HOME", old_home, 1);
     else unsetenv("HF_HOME");
