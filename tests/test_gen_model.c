@@ -73,7 +73,8 @@ static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol
         assert_int_equal(t->ndim, u->ndim);
         assert_int_equal(t->shape[0], u->shape[0]);
         assert_int_equal(t->dtype, o->hf_dtype);
-        int64_t rows = t->ndim == 1 ? 1 : t->shape[0], cols = t->ndim == 1 ? t->shape[0] : t->shape[1];
+        int64_t rows = t->ndim == 1 ? 1 : t->shape[0],
+                cols = t->ndim == 1 ? t->shape[0] : t->shape[1];
         bool perm = strstr(t->name, "q_proj") || strstr(t->name, "k_proj");
         for (int64_t r = 0; r < rows; r++) {
             int64_t gr = r;
@@ -85,13 +86,16 @@ static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol
             row_f32(u, gr, y);
             pg_gen_model_row(o, t->name, r, cols, ref);
             float amax = 0;
-            for (int64_t c = 0; c < cols; c++) amax = fmaxf(amax, fabsf(ref[c]));
+            for (int64_t c = 0; c < cols; c++)
+                amax = fmaxf(amax, fabsf(ref[c]));
             for (int64_t c = 0; c < cols; c++) {
                 if (fabsf(x[c] - ref[c]) > tol_hf * fabsf(ref[c]) + 1e-7f)
-                    fail_msg("HF %s[%lld][%lld] = %g, generator %g", t->name, (long long)r, (long long)c, x[c], ref[c]);
+                    fail_msg("HF %s[%lld][%lld] = %g, generator %g", t->name, (long long)r,
+                             (long long)c, x[c], ref[c]);
                 float tg = t->ndim == 1 ? 0 : (u->dtype == PG_F16 ? 1e-3f : tol_gguf);
                 if (fabsf(y[c] - ref[c]) > tg * amax + 1e-6f)
-                    fail_msg("GGUF %s[%lld][%lld] = %g, generator %g", t->name, (long long)gr, (long long)c, y[c], ref[c]);
+                    fail_msg("GGUF %s[%lld][%lld] = %g, generator %g", t->name, (long long)gr,
+                             (long long)c, y[c], ref[c]);
             }
         }
     }
@@ -116,7 +120,8 @@ static void test_f32_both_forms(void **state) {
     const float *w = t->data;
     double s2 = 0;
     size_t n = t->nbytes / 4;
-    for (size_t i = 0; i < n; i++) s2 += (double)w[i] * w[i];
+    for (size_t i = 0; i < n; i++)
+        s2 += (double)w[i] * w[i];
     assert_true(fabs(sqrt(s2 / n) - 0.02) < 0.002);
     float other[128];
     pg_gen_model_options o2 = o;
@@ -127,7 +132,8 @@ static void test_f32_both_forms(void **state) {
     pg_model_source *gg;
     assert_int_equal(pg_model_source_open(g_gguf, &gg), PAGODA_OK);
     pg_gguf_array toks;
-    assert_int_equal(pg_gguf_get_array(pg_model_source_gguf(gg), "tokenizer.ggml.tokens", &toks), PAGODA_OK);
+    assert_int_equal(pg_gguf_get_array(pg_model_source_gguf(gg), "tokenizer.ggml.tokens", &toks),
+                     PAGODA_OK);
     assert_int_equal(toks.n, 512);
     size_t len;
     assert_memory_equal(pg_gguf_array_str(&toks, 1, &len), "<s>", 3);
@@ -175,7 +181,8 @@ static void test_bf16_sharded_q8_llama3(void **state) {
     memcpy(f, rf->data, sizeof f);
     assert_true(f[0] == 1.0f);  /* highest frequency: unscaled */
     assert_true(f[15] == 8.0f); /* lowest: divided by the factor */
-    for (int i = 1; i < 16; i++) assert_true(f[i] >= f[i - 1]);
+    for (int i = 1; i < 16; i++)
+        assert_true(f[i] >= f[i - 1]);
     pg_gguf_close(g);
 }
 
@@ -284,7 +291,8 @@ static void test_gguf_refused(void **state) {
     size_t at = find("blk.1.attn_q.weight") + strlen("blk.1.attn_q.weight") + 4 + 16;
     uint32_t q4k = 12;
     memcpy(g_buf + at, &q4k, 4);
-    expect_src_fail(PAGODA_ERR_UNSUPPORTED, "tensor 'blk.1.attn_q.weight' has unsupported tensor type Q4_K");
+    expect_src_fail(PAGODA_ERR_UNSUPPORTED,
+                    "tensor 'blk.1.attn_q.weight' has unsupported tensor type Q4_K");
     /* metadata that contradicts the weights */
     uint32_t v;
     memcpy(g_buf, orig, g_len);
@@ -296,7 +304,8 @@ static void test_gguf_refused(void **state) {
     at = find("llama.attention.head_count_kv") + strlen("llama.attention.head_count_kv") + 4;
     v = 2;
     memcpy(g_buf + at, &v, 4);
-    expect_src_fail(PAGODA_ERR_FORMAT, "k_proj.weight' has shape [256, 256] but the config implies [128, 256]");
+    expect_src_fail(PAGODA_ERR_FORMAT,
+                    "k_proj.weight' has shape [256, 256] but the config implies [128, 256]");
     memcpy(g_buf, orig, g_len);
     at = find("general.architecture") + strlen("general.architecture") + 4 + 8;
     memcpy(g_buf + at, "qwen3", 5);
@@ -307,8 +316,10 @@ static void test_gguf_refused(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_f32_both_forms),        cmocka_unit_test(test_bf16_sharded_q8_llama3),
-        cmocka_unit_test(test_q4_0_and_tokenizer_copy), cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_f32_both_forms),
+        cmocka_unit_test(test_bf16_sharded_q8_llama3),
+        cmocka_unit_test(test_q4_0_and_tokenizer_copy),
+        cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_gguf_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

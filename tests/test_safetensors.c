@@ -82,7 +82,8 @@ static void expect_fail_raw(const void *data, size_t len, pagoda_status want, co
     assert_non_null(strstr(pg_last_error(), "bad.safetensors"));
 }
 /* header JSON + `data_len` zero bytes of data */
-static void expect_fail(const char *header, size_t data_len, pagoda_status want, const char *substr) {
+static void expect_fail(const char *header, size_t data_len, pagoda_status want,
+                        const char *substr) {
     size_t hl = strlen(header);
     uint8_t *b = calloc(1, 8 + hl + data_len);
     uint64_t n = hl;
@@ -101,25 +102,26 @@ static void test_corrupt(void **state) {
     uint8_t b[16] = {100};
     expect_fail_raw(b, 16, PAGODA_ERR_FORMAT, "runs past the end");
     expect_fail("[1,2]", 0, PAGODA_ERR_FORMAT, "not a JSON object");
-    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]", 8, PAGODA_ERR_FORMAT,
-                "not a JSON object");
+    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]", 8,
+                PAGODA_ERR_FORMAT, "not a JSON object");
     expect_fail("{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2,
                 PAGODA_ERR_UNSUPPORTED, "tensor 'a' has unknown dtype 'F8_E4M3'");
-    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, PAGODA_ERR_FORMAT,
-                "shape needs 12 bytes of F32 but data_offsets span 8");
-    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, PAGODA_ERR_FORMAT,
-                "tensor 'a' ends at data byte 8, past the end of the file");
+    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+                PAGODA_ERR_FORMAT, "shape needs 12 bytes of F32 but data_offsets span 8");
+    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4,
+                PAGODA_ERR_FORMAT, "tensor 'a' ends at data byte 8, past the end of the file");
     expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                 12, PAGODA_ERR_FORMAT, "overlap");
-    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, PAGODA_ERR_FORMAT,
-                "non-integer or negative");
+    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
+                PAGODA_ERR_FORMAT, "non-integer or negative");
     expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
                 PAGODA_ERR_UNSUPPORTED, "5 dimensions");
-    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,4]}}",
+    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_"
+                "offsets\":[0,4]}}",
                 4, PAGODA_ERR_FORMAT, "absurd shape");
-    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, PAGODA_ERR_FORMAT,
-                "bad data_offsets");
+    expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
+                PAGODA_ERR_FORMAT, "bad data_offsets");
     expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, PAGODA_ERR_FORMAT, "needs dtype");
     expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                 "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
@@ -146,7 +148,8 @@ static void test_every_truncation(void **state) {
 
 /* ---- sharded HF directory built from the stories260K tensors */
 
-static void write_shards(const char *dir, const pg_model_source *src, int n_shards, bool bad_index) {
+static void write_shards(const char *dir, const pg_model_source *src, int n_shards,
+                         bool bad_index) {
     size_t n = pg_model_source_n_tensors(src);
     const char **names = calloc(n, sizeof *names), **files = calloc(n, sizeof *files);
     static char fnames[4][64];
@@ -157,7 +160,8 @@ static void write_shards(const char *dir, const pg_model_source *src, int n_shar
         assert_int_equal(pg_safetensors_writer_create(&w), PAGODA_OK);
         for (size_t i = (size_t)s; i < n; i += (size_t)n_shards) {
             const pg_tensor *t = pg_model_source_tensor_at(src, i);
-            assert_int_equal(pg_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape), PAGODA_OK);
+            assert_int_equal(pg_safetensors_writer_add(w, t->name, t->dtype, t->ndim, t->shape),
+                             PAGODA_OK);
             names[i] = t->name;
             files[i] = fnames[(bad_index && i == 3) ? (s + 1) % n_shards : s];
         }
@@ -214,8 +218,8 @@ static void test_sharded_source(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_real_file),         cmocka_unit_test(test_writer_roundtrip),
-        cmocka_unit_test(test_corrupt),           cmocka_unit_test(test_every_truncation),
+        cmocka_unit_test(test_real_file),      cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_corrupt),        cmocka_unit_test(test_every_truncation),
         cmocka_unit_test(test_sharded_source),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,7 +18,8 @@ static void usage(void) {
           "  --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N --head-dim N\n"
           "  --max-pos N          max_position_embeddings (default 2048)\n"
           "  --tie | --no-tie     tie_word_embeddings (default tie)\n"
-          "  --rope-scaling llama3|none   (llama3: --rope-factor F --rope-low F --rope-high F --rope-orig N;\n"
+          "  --rope-scaling llama3|none   (llama3: --rope-factor F --rope-low F --rope-high F "
+          "--rope-orig N;\n"
           "                       defaults 32 / 1 / 4 / 8192)\n"
           "  --rope-theta F --rms-eps F --std F --seed N --bos N --eos N\n"
           "  --dtype T            f32|f16|bf16 for both forms (q8_0|q4_0: GGUF only)\n"
@@ -33,7 +34,8 @@ static int parse_dtype(const char *s, pg_dtype *out) {
     static const struct {
         const char *n;
         pg_dtype t;
-    } T[] = {{"f32", PG_F32}, {"f16", PG_F16}, {"bf16", PG_BF16}, {"q8_0", PG_Q8_0}, {"q4_0", PG_Q4_0}};
+    } T[] = {
+        {"f32", PG_F32}, {"f16", PG_F16}, {"bf16", PG_BF16}, {"q8_0", PG_Q8_0}, {"q4_0", PG_Q4_0}};
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
         if (!strcasecmp(s, T[i].n)) {
             *out = T[i].t;
@@ -74,41 +76,75 @@ int main(int argc, char **argv) {
     const char *hf_quant = NULL; /* --dtype q8_0/q4_0: GGUF only */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--tie")) { o.tie = true; continue; }
-        if (!strcmp(a, "--no-tie")) { o.tie = false; continue; }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        if (!strcmp(a, "--tie")) {
+            o.tie = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-tie")) {
+            o.tie = false;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "gen_model: unknown option or missing value: %s\n", a);
             usage();
             return 2;
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--preset")) continue;
-        else if (!strcmp(a, "--hf")) o.hf_dir = v;
-        else if (!strcmp(a, "--gguf")) o.gguf_path = v;
-        else if (!strcmp(a, "--hidden")) o.hidden = to_int(a, v);
-        else if (!strcmp(a, "--layers")) o.layers = to_int(a, v);
-        else if (!strcmp(a, "--heads")) o.heads = to_int(a, v);
-        else if (!strcmp(a, "--kv-heads")) o.kv_heads = to_int(a, v);
-        else if (!strcmp(a, "--ffn")) o.ffn = to_int(a, v);
-        else if (!strcmp(a, "--vocab")) o.vocab = to_int(a, v);
-        else if (!strcmp(a, "--head-dim")) o.head_dim = to_int(a, v);
-        else if (!strcmp(a, "--max-pos")) o.max_position = to_int(a, v);
-        else if (!strcmp(a, "--rope-theta")) o.rope_theta = to_float(a, v);
-        else if (!strcmp(a, "--rms-eps")) o.rms_eps = to_float(a, v);
-        else if (!strcmp(a, "--std")) o.init_std = to_float(a, v);
-        else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--bos")) o.bos_token_id = to_int(a, v);
-        else if (!strcmp(a, "--eos")) o.eos_token_id = to_int(a, v);
-        else if (!strcmp(a, "--shards")) o.shards = to_int(a, v);
-        else if (!strcmp(a, "--tokenizer")) o.tokenizer_dir = v;
-        else if (!strcmp(a, "--gguf-vocab")) o.vocab_gguf = v;
-        else if (!strcmp(a, "--rope-factor")) o.rope_factor = to_float(a, v);
-        else if (!strcmp(a, "--rope-low")) o.rope_low_freq_factor = to_float(a, v);
-        else if (!strcmp(a, "--rope-high")) o.rope_high_freq_factor = to_float(a, v);
-        else if (!strcmp(a, "--rope-orig")) o.rope_original_max_position = to_int(a, v);
+        if (!strcmp(a, "--preset"))
+            continue;
+        else if (!strcmp(a, "--hf"))
+            o.hf_dir = v;
+        else if (!strcmp(a, "--gguf"))
+            o.gguf_path = v;
+        else if (!strcmp(a, "--hidden"))
+            o.hidden = to_int(a, v);
+        else if (!strcmp(a, "--layers"))
+            o.layers = to_int(a, v);
+        else if (!strcmp(a, "--heads"))
+            o.heads = to_int(a, v);
+        else if (!strcmp(a, "--kv-heads"))
+            o.kv_heads = to_int(a, v);
+        else if (!strcmp(a, "--ffn"))
+            o.ffn = to_int(a, v);
+        else if (!strcmp(a, "--vocab"))
+            o.vocab = to_int(a, v);
+        else if (!strcmp(a, "--head-dim"))
+            o.head_dim = to_int(a, v);
+        else if (!strcmp(a, "--max-pos"))
+            o.max_position = to_int(a, v);
+        else if (!strcmp(a, "--rope-theta"))
+            o.rope_theta = to_float(a, v);
+        else if (!strcmp(a, "--rms-eps"))
+            o.rms_eps = to_float(a, v);
+        else if (!strcmp(a, "--std"))
+            o.init_std = to_float(a, v);
+        else if (!strcmp(a, "--seed"))
+            o.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--bos"))
+            o.bos_token_id = to_int(a, v);
+        else if (!strcmp(a, "--eos"))
+            o.eos_token_id = to_int(a, v);
+        else if (!strcmp(a, "--shards"))
+            o.shards = to_int(a, v);
+        else if (!strcmp(a, "--tokenizer"))
+            o.tokenizer_dir = v;
+        else if (!strcmp(a, "--gguf-vocab"))
+            o.vocab_gguf = v;
+        else if (!strcmp(a, "--rope-factor"))
+            o.rope_factor = to_float(a, v);
+        else if (!strcmp(a, "--rope-low"))
+            o.rope_low_freq_factor = to_float(a, v);
+        else if (!strcmp(a, "--rope-high"))
+            o.rope_high_freq_factor = to_float(a, v);
+        else if (!strcmp(a, "--rope-orig"))
+            o.rope_original_max_position = to_int(a, v);
         else if (!strcmp(a, "--rope-scaling")) {
-            if (!strcmp(v, "none")) o.rope_scaling = PG_ROPE_SCALING_NONE;
+            if (!strcmp(v, "none"))
+                o.rope_scaling = PG_ROPE_SCALING_NONE;
             else if (!strcmp(v, "llama3")) {
                 o.rope_scaling = PG_ROPE_SCALING_LLAMA3;
                 if (!o.rope_factor) o.rope_factor = 32.0f;
@@ -129,8 +165,10 @@ int main(int argc, char **argv) {
                 o.gguf_dtype = t;
                 gguf_dtype_set = true;
             } else {
-                if (t == PG_F32 || t == PG_F16 || t == PG_BF16) o.hf_dtype = t;
-                else hf_quant = v;
+                if (t == PG_F32 || t == PG_F16 || t == PG_BF16)
+                    o.hf_dtype = t;
+                else
+                    hf_quant = v;
                 if (!gguf_dtype_set) o.gguf_dtype = t;
             }
         } else {
@@ -144,7 +182,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (hf_quant && o.hf_dir) {
-        fprintf(stderr, "gen_model: HF output cannot be %s (use --gguf-dtype for the GGUF form)\n", hf_quant);
+        fprintf(stderr, "gen_model: HF output cannot be %s (use --gguf-dtype for the GGUF form)\n",
+                hf_quant);
         return 2;
     }
     pagoda_status s = pg_gen_model_write(&o);

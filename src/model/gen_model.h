@@ -22,23 +22,24 @@
 
 typedef struct pg_gen_model_options {
     int hidden, layers, heads, kv_heads, ffn, vocab;
-    int head_dim;             /* 0: hidden / heads */
-    int max_position;         /* max_position_embeddings / llama.context_length */
-    bool tie;                 /* tie_word_embeddings (no lm_head / output.weight) */
+    int head_dim;     /* 0: hidden / heads */
+    int max_position; /* max_position_embeddings / llama.context_length */
+    bool tie;         /* tie_word_embeddings (no lm_head / output.weight) */
     float rope_theta, rms_eps, init_std;
     pg_rope_scaling_type rope_scaling; /* NONE or LLAMA3 */
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position;
     int bos_token_id, eos_token_id;
     uint64_t seed;
-    pg_dtype hf_dtype;        /* F32, F16, BF16 */
-    pg_dtype gguf_dtype;      /* F32, F16, BF16, Q8_0, Q4_0 (norms stay F32;
-                                 rows not a multiple of 32 fall back to F16) */
-    int shards;               /* 1: model.safetensors; N > 1: N shards + index */
-    const char *hf_dir;       /* write the HF form here (created), or NULL */
-    const char *gguf_path;    /* write the GGUF form here, or NULL */
-    const char *tokenizer_dir; /* copy tokenizer.json / tokenizer_config.json from here into hf_dir */
-    const char *vocab_gguf;   /* copy tokenizer.* keys of this GGUF into the GGUF output */
+    pg_dtype hf_dtype;     /* F32, F16, BF16 */
+    pg_dtype gguf_dtype;   /* F32, F16, BF16, Q8_0, Q4_0 (norms stay F32;
+                              rows not a multiple of 32 fall back to F16) */
+    int shards;            /* 1: model.safetensors; N > 1: N shards + index */
+    const char *hf_dir;    /* write the HF form here (created), or NULL */
+    const char *gguf_path; /* write the GGUF form here, or NULL */
+    const char
+        *tokenizer_dir;     /* copy tokenizer.json / tokenizer_config.json from here into hf_dir */
+    const char *vocab_gguf; /* copy tokenizer.* keys of this GGUF into the GGUF output */
 } pg_gen_model_options;
 
 /* A tiny default: hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512, F32,
@@ -56,8 +57,8 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o);
 
 /* Row `row` (HF layout) of tensor `hf_name` with `ncols` columns, as f32
  * before any dtype conversion. 1-D tensors are one row. */
-void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_t row, int64_t ncols,
-                      float *out);
+void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_t row,
+                      int64_t ncols, float *out);
 
 /* Llama-3 RoPE frequency factors (the divisors llama.cpp stores as
  * rope_freqs.weight): for i < head_dim/2, with wavelength

@@ -26,7 +26,8 @@ void pg_model_config_add_eos(pg_model_config *cfg, int id);
  * Errors: PAGODA_ERR_FORMAT (bad JSON, missing or ill-typed field, heads not
  * a multiple of kv heads), PAGODA_ERR_UNSUPPORTED (architecture, rope
  * scaling type). */
-pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path, pg_model_config *cfg);
+pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
+                                 pg_model_config *cfg);
 
 /* Parse generation_config.json: temperature, top_p, top_k, min_p,
  * repetition_penalty, max_new_tokens into gen; eos_token_id (int or list)
