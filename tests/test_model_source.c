@@ -327,6 +327,14 @@ static void test_config_llama3_and_mistral(void **state) {
     assert_int_equal(c.num_key_value_heads, 32);
     assert_int_equal(c.rope_scaling, PG_ROPE_SCALING_LINEAR);
     assert_true(c.rope_factor == 2.0f);
+    /* transformers 5 style */
+    const char *m3 =
+        "{\"model_type\":\"llama\",\"vocab_size\":32000,\"hidden_size\":4096,"
+        "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+        "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":250000.0}}";
+    assert_int_equal(pg_hf_config_parse(m3, strlen(m3), "config.json", &c), PAGODA_OK);
+    assert_true(c.rope_theta == 250000.0f);
+    assert_int_equal(c.rope_scaling, PG_ROPE_SCALING_NONE);
 }
 
 static void expect_cfg_fail(const char *json, pagoda_status want, const char *substr) {

@@ -111,7 +111,9 @@ static pagoda_status get_eos(const cJSON *o, const char *path, pg_model_config *
 }
 
 static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_model_config *cfg) {
+    /* transformers >= 5 writes "rope_parameters" (with rope_theta inside) */
     const cJSON *rs = item(root, "rope_scaling");
+    if (!rs) rs = item(root, "rope_parameters");
     cfg->rope_scaling = PG_ROPE_SCALING_NONE;
     if (!rs) return PAGODA_OK;
     if (!cJSON_IsObject(rs))
@@ -216,7 +218,10 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
         s = get_int(root, "max_position_embeddings", path, 1, BIG, false, 2048,
                     &cfg->max_position_embeddings);
     if (!s) s = get_float(root, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
-    if (!s) s = get_float(root, "rope_theta", path, false, 10000.0f, &cfg->rope_theta);
+    const cJSON *rp = item(root, "rope_parameters");
+    if (!s)
+        s = get_float(cJSON_IsObject(rp) && item(rp, "rope_theta") ? rp : root, "rope_theta", path,
+                      false, 10000.0f, &cfg->rope_theta);
     if (!s && !(cfg->rms_norm_eps >= 0 && cfg->rope_theta > 0))
         s = pg_error(PAGODA_ERR_FORMAT, "%s: rms_norm_eps must be >= 0 and rope_theta > 0", path);
     if (!s) s = get_bool(root, "tie_word_embeddings", path, false, &cfg->tie_word_embeddings);

@@ -22,7 +22,9 @@ void pg_model_config_add_eos(pg_model_config *cfg, int id);
  * "llama"/"mistral"); head_dim defaults to hidden/heads, num_key_value_heads
  * to heads; rope_scaling null/"default"/"llama3"/"linear"/"yarn" (key
  * rope_type or type); eos_token_id an int or a list; sliding_window int or
- * null; torch_dtype (or dtype) float32/float16/bfloat16.
+ * null; torch_dtype (or dtype) float32/float16/bfloat16; transformers 5's
+ * "rope_parameters" (rope_type, rope_theta, factors) in place of
+ * rope_scaling / rope_theta.
  * Errors: PAGODA_ERR_FORMAT (bad JSON, missing or ill-typed field, heads not
  * a multiple of kv heads), PAGODA_ERR_UNSUPPORTED (architecture, rope
  * scaling type). */
