@@ -57,7 +57,8 @@ static int32_t draw_at(pg_sampler *s, const pg_sampling_params *p, const pg_rng 
 
 static double softmax_at(const float *x, size_t v, float t, size_t id) {
     double m = -INFINITY, z = 0.0;
-    for (size_t i = 0; i < v; i++) m = fmax(m, (double)x[i]);
+    for (size_t i = 0; i < v; i++)
+        if ((double)x[i] > m) m = (double)x[i];
     for (size_t i = 0; i < v; i++) z += exp(((double)x[i] - m) / (double)t);
     return exp(((double)x[id] - m) / (double)t) / z;
 }
