@@ -334,9 +334,9 @@ static void test_tiny_top_p_is_argmax(void **state) {
     pg_sampler_free(s);
 }
 
-/* ---- a straightforward reference of sampler.h's steps 7-8 (full sort, no
- * heaps, no lazy head), using the same float formulas, so the optimised
- * paths must pick exactly the same token for the same uniform. */
+/* ---- a straightforward reference of sampler.h's steps 7-8 (one full sort,
+ * no heap, no bins), using the same float formulas, so the optimised paths
+ * must pick exactly the same token for the same uniform. */
 
 static const float *g_ref_x;
 static int ref_cmp(const void *a, const void *b) {
@@ -351,52 +351,51 @@ static int32_t ref_sample(const float *x, size_t v, const pg_sampling_params *p,
     const float inv_t = 1.0f / p->temperature;
     float *e = malloc(v * sizeof(float));
     int32_t *order = malloc(v * sizeof(int32_t));
+    bool *keep = calloc(v, sizeof(bool));
     for (size_t i = 0; i < v; i++) {
         e[i] = expf((x[i] - m) * inv_t);
         if (e[i] < p->min_p) e[i] = 0.0f;
         order[i] = (int32_t)i;
     }
+    g_ref_x = x;
+    qsort(order, v, sizeof(int32_t), ref_cmp);
     const bool use_k = p->top_k > 0 && (size_t)p->top_k < v;
-    int32_t tok = -1;
-    if (!use_k && p->top_p >= 1.0f) {
-        double total = 0.0, cum = 0.0;
-        for (size_t i = 0; i < v; i++) total += e[i];
-        for (size_t i = 0; i < v && tok < 0; i++) {
-            cum += e[i];
-            if (e[i] > 0.0f && cum > u * total) tok = (int32_t)i;
-        }
-        for (size_t i = v; i-- > 0 && tok < 0;)
-            if (e[i] > 0.0f) tok = (int32_t)i;
-    } else {
-        g_ref_x = x;
-        qsort(order, v, sizeof(int32_t), ref_cmp);
-        size_t n = use_k ? (size_t)p->top_k : v;
-        size_t kept = 0;
-        while (kept < n && e[order[kept]] > 0.0f) kept++;
+    size_t n = use_k ? (size_t)p->top_k : v; /* best-first candidates */
+    size_t kept = 0;
+    while (kept < n && e[order[kept]] > 0.0f) kept++;
+    if (p->top_p < 1.0f) {
+        /* top_p is a share of the candidates' mass: summed best-first after
+         * top-k, by id over the whole vocabulary otherwise (as sampler.c) */
         double total = 0.0;
         if (use_k)
             for (size_t j = 0; j < kept; j++) total += e[order[j]];
         else
             for (size_t i = 0; i < v; i++) total += e[i];
-        if (p->top_p < 1.0f) {
-            double cum = 0.0;
-            size_t j = 0;
-            while (j < kept) {
-                cum += e[order[j++]];
-                if (cum >= (double)p->top_p * total) break;
-            }
-            kept = j;
-            total = cum;
-        }
         double cum = 0.0;
-        for (size_t j = 0; j < kept && tok < 0; j++) {
+        for (size_t j = 0; j < kept; j++) {
             cum += e[order[j]];
-            if (cum > u * total) tok = order[j];
+            if (cum >= (double)p->top_p * total) {
+                kept = j + 1;
+                break;
+            }
         }
-        if (tok < 0) tok = order[kept - 1];
     }
+    for (size_t j = 0; j < kept; j++) keep[order[j]] = true;
+    /* inverse CDF over the kept tokens in id order */
+    double total = 0.0, cum = 0.0;
+    int32_t tok = -1, last = -1;
+    for (size_t i = 0; i < v; i++)
+        if (keep[i]) total += e[i];
+    for (size_t i = 0; i < v && tok < 0; i++) {
+        if (!keep[i]) continue;
+        cum += e[i];
+        last = (int32_t)i;
+        if (cum > u * total) tok = (int32_t)i;
+    }
+    if (tok < 0) tok = last;
     free(e);
     free(order);
+    free(keep);
     return tok;
 }
 
@@ -412,10 +411,12 @@ static void test_fast_paths_match_a_full_sort_reference(void **state) {
         {1.0f, 1.0f, 0.0f, 1.0f, 0},      /* no filter: id-order inverse CDF */
         {0.8f, 1.0f, 0.0f, 1.0f, 50},     /* top-k heap */
         {1.2f, 1.0f, 0.0f, 1.0f, 2000},   /* large k */
-        {1.0f, 0.9f, 0.0f, 0.3f, 0},      /* flat: lazy top-p head must grow */
-        {0.7f, 0.5f, 0.0f, 2.0f, 0},      /* peaked: first head suffices */
-        {1.0f, 0.5f, 0.0f, 1.0f, 0},      /* the head grows, but not to all of V */
-        {1.0f, 0.2f, 0.0f, 0.5f, 0},      /* idem */
+        {1.0f, 0.9f, 0.0f, 0.3f, 0},      /* flat: top-p crosses in the bulk */
+        {0.7f, 0.5f, 0.0f, 2.0f, 0},      /* peaked: top-p crosses in the peaks */
+        {1.0f, 0.5f, 0.0f, 1.0f, 0},
+        {1.0f, 0.2f, 0.0f, 0.5f, 0},
+        {0.05f, 0.9f, 0.0f, 1.0f, 0},     /* cold: wide bins, few tokens per bin */
+        {20.0f, 0.7f, 0.0f, 1.0f, 0},     /* hot: the whole bulk in one or two bins */
         {1.0f, 0.95f, 0.01f, 1.0f, 0},    /* min-p + top-p */
         {0.7f, 0.9f, 0.02f, 1.0f, 100},   /* everything */
         {1.0f, 1.0f, 0.05f, 1.0f, 0},     /* min-p only */

@@ -16,9 +16,11 @@
 #define HIST_PROMPT 0x40000000u
 #define HIST_DONE 0x80000000u
 
-/* Top-p without top-k first sorts this many candidates, then 8x more each
- * time the sorted head holds less than top_p of the mass. */
-#define TOPP_FIRST_HEAD 256
+/* Top-p without top-k buckets tokens by y = (x - max) / T in bins of width
+ * 1/TOPP_BINS_PER_UNIT (bin 0 holds the most likely); only the bin where the
+ * cumulative mass crosses top_p needs sorting. */
+#define TOPP_BINS 512
+#define TOPP_BINS_PER_UNIT 4.0f
 
 typedef struct cand {
     float x;    /* logit (never NaN) */
@@ -31,6 +33,7 @@ struct pg_sampler {
     float *prob;    /* [V] unnormalised probabilities exp((x - max) / T), by token id */
     uint32_t *hist; /* [V] history counts and flags, see HIST_* */
     cand *cand;     /* [V] candidate tokens */
+    double *bins;   /* [TOPP_BINS] probability mass per bin (top-p) */
 };
 
 pg_sampling_params pg_sampling_params_default(void) {
@@ -92,7 +95,8 @@ pagoda_status pg_sampler_create(int32_t vocab_size, pg_sampler **out) {
     s->prob = pg_malloc_aligned(v * sizeof(float));
     s->hist = pg_calloc_aligned(v, sizeof(uint32_t));
     s->cand = pg_malloc_aligned(v * sizeof(cand));
-    if (!s->raw || !s->prob || !s->hist || !s->cand) {
+    s->bins = pg_malloc_aligned(TOPP_BINS * sizeof(double));
+    if (!s->raw || !s->prob || !s->hist || !s->cand || !s->bins) {
         pg_sampler_free(s);
         return pg_error(PAGODA_ERR_NOMEM, "sampler: out of memory for vocab %d", vocab_size);
     }
@@ -106,6 +110,7 @@ void pg_sampler_free(pg_sampler *s) {
     pg_free(s->prob);
     pg_free(s->hist);
     pg_free(s->cand);
+    pg_free(s->bins);
     free(s);
 }
 
@@ -176,43 +181,6 @@ static size_t top_k_heap(const float *x, size_t n, size_t k, cand *out) {
     return sz;
 }
 
-/* Rearrange a[0..n) so that a[0..k) hold its k best elements (any order).
- * Quickselect with a median-of-three pivot; falls back to a full sort when
- * the recursion gets too deep, so the worst case is O(n log n). */
-static void select_top(cand *a, size_t n, size_t k) {
-    if (k == 0 || k >= n) return;
-    size_t lo = 0, hi = n; /* invariant: lo <= k <= hi, [0,lo) better than [lo,n), [hi,n) worse */
-    int depth = 64;
-    while (hi - lo > 16) {
-        if (depth-- == 0) {
-            sort_desc(a + lo, hi - lo);
-            return;
-        }
-        size_t mid = lo + (hi - lo) / 2;
-        cand t;
-        /* median of a[lo], a[mid], a[hi-1] into a[mid] */
-        if (better(a[mid], a[lo])) t = a[mid], a[mid] = a[lo], a[lo] = t;
-        if (better(a[hi - 1], a[mid])) t = a[hi - 1], a[hi - 1] = a[mid], a[mid] = t;
-        if (better(a[mid], a[lo])) t = a[mid], a[mid] = a[lo], a[lo] = t;
-        t = a[mid], a[mid] = a[hi - 1], a[hi - 1] = t;
-        cand piv = a[hi - 1];
-        size_t store = lo;
-        for (size_t i = lo; i < hi - 1; i++) {
-            if (better(a[i], piv)) {
-                t = a[i], a[i] = a[store], a[store] = t;
-                store++;
-            }
-        }
-        t = a[store], a[store] = a[hi - 1], a[hi - 1] = t; /* pivot at its final rank */
-        if (k == store || k == store + 1) return;
-        if (k < store)
-            hi = store;
-        else
-            lo = store + 1;
-    }
-    sort_desc(a + lo, hi - lo);
-}
-
 /* NaN -> -inf (never sampled), +inf -> FLT_MAX (finite, so x - max never
  * gives NaN). */
 static inline float clean(float x) {
@@ -221,18 +189,36 @@ static inline float clean(float x) {
     return x;
 }
 
-static float max_of(const float *x, size_t n) {
-    float m = -INFINITY;
-    for (size_t i = 0; i < n; i++)
-        if (x[i] > m) m = x[i];
-    return m;
+/* Maximum of x[0..n) (NaN ignored; -inf if none). *bad is set when some
+ * element is NaN or +inf (then the caller cleans and rescans). Eight
+ * independent running maxima keep the loop off the compare latency. */
+static float max_scan(const float *x, size_t n, bool *bad) {
+    float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int any_bad = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; j++) {
+            float v = x[i + (size_t)j];
+            any_bad |= !(v <= FLT_MAX); /* NaN or +inf */
+            m[j] = v > m[j] ? v : m[j];
+        }
+    }
+    for (; i < n; i++) {
+        any_bad |= !(x[i] <= FLT_MAX);
+        m[0] = x[i] > m[0] ? x[i] : m[0];
+    }
+    float r = m[0];
+    for (int j = 1; j < 8; j++) r = m[j] > r ? m[j] : r;
+    if (bad) *bad = any_bad != 0;
+    return r;
 }
 
-static size_t argmax_of(const float *x, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+/* Lowest index holding the value m (which occurs in x). */
+static size_t first_index_of(const float *x, size_t n, float m) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] == m) return i;
+    return 0;
 }
 
 static pagoda_status check_ids(const int32_t *ids, size_t n, int32_t vocab, const char *what) {
@@ -302,90 +288,133 @@ static double raw_logprobs(pg_sampler *s, const float *raw, float raw_max, int32
     return lse;
 }
 
-/* Steps 7-8 over logits with maximum `m`. Returns the sampled id. */
-static int32_t sample_random(pg_sampler *s, const pg_sampling_params *p, const pg_rng *rng,
-                             const float *x, float m, uint64_t draw_index) {
-    const size_t v = (size_t)s->vocab;
-    const float inv_t = 1.0f / p->temperature;
-    const float min_p = p->min_p;
-    const bool use_top_p = p->top_p < 1.0f;
-    const size_t k = p->top_k > 0 ? (size_t)p->top_k : v;
-    float *prob = s->prob;
-    cand *c = s->cand;
-    const double u = pg_rng_uniform(rng, draw_index, PG_RNG_STREAM_SAMPLE);
 
-    size_t n;          /* candidates c[0..n), sorted best first */
-    double total = 0.; /* their unnormalised mass */
-    if (k < v) {
-        /* top-k by heap, then min-p: both keep a best-first prefix */
-        n = top_k_heap(x, v, k, c);
-        for (size_t j = 0; j < n; j++) {
-            float e = expf((c[j].x - m) * inv_t);
-            if (e < min_p || e == 0.0f) { /* sorted: everything after is smaller */
-                n = j;
-                break;
-            }
-            prob[c[j].id] = e;
-            total += (double)e;
-        }
-    } else {
-        /* full vocabulary: probabilities by id, min-p zeroes the small ones */
-        n = 0;
-        for (size_t i = 0; i < v; i++) {
-            float e = expf((x[i] - m) * inv_t);
-            if (e < min_p) e = 0.0f;
-            prob[i] = e;
-            total += (double)e;
-        }
-        if (!use_top_p) {
-            /* inverse CDF in id order: no sorting at all */
-            double target = u * total, cum = 0.0;
-            size_t last = 0;
-            for (size_t i = 0; i < v; i++) {
-                if (prob[i] == 0.0f) continue;
-                cum += (double)prob[i];
-                last = i;
-                if (cum > target) return (int32_t)i;
-            }
-            return (int32_t)last; /* u * total rounded up to total */
-        }
-        for (size_t i = 0; i < v; i++)
-            if (prob[i] > 0.0f) c[n++] = (cand){x[i], (int32_t)i};
-        /* lazy sort: a best-first head that holds top_p of the mass */
-        double need = (double)p->top_p * total;
-        size_t head = n < TOPP_FIRST_HEAD ? n : TOPP_FIRST_HEAD;
-        for (;;) {
-            select_top(c, n, head);
-            sort_desc(c, head);
-            double cum = 0.0;
-            for (size_t j = 0; j < head; j++) cum += (double)prob[c[j].id];
-            if (cum >= need || head == n) break;
-            head = n / 8 < head ? n : head * 8;
-        }
-        n = head; /* `total` stays the mass of all survivors: top_p is a share of it */
-    }
+static inline int topp_bin(float y) {
+    float b = -y * TOPP_BINS_PER_UNIT; /* y <= 0 */
+    return b < (float)(TOPP_BINS - 1) ? (int)b : TOPP_BINS - 1;
+}
 
-    if (use_top_p) {
-        /* smallest best-first prefix with mass >= top_p (at least one token) */
-        double need = (double)p->top_p * total, cum = 0.0;
-        size_t keep = n;
-        for (size_t j = 0; j < n; j++) {
-            cum += (double)prob[c[j].id];
-            if (cum >= need) {
-                keep = j + 1;
-                break;
-            }
-        }
-        n = keep;
-        total = cum;
-    }
+static int cmp_id(const void *pa, const void *pb) {
+    const cand *a = pa, *b = pb;
+    return (a->id > b->id) - (a->id < b->id);
+}
 
+/* Inverse CDF over c[0..n) in ascending id order (c is reordered). */
+static int32_t draw_from(cand *c, size_t n, const float *prob, double u) {
+    qsort(c, n, sizeof *c, cmp_id);
+    double total = 0.0;
+    for (size_t j = 0; j < n; j++) total += (double)prob[c[j].id];
     double target = u * total, cum = 0.0;
     for (size_t j = 0; j < n; j++) {
         cum += (double)prob[c[j].id];
         if (cum > target) return c[j].id;
     }
-    return c[n - 1].id; /* u * total rounded up to total; n >= 1 (the max has prob 1) */
+    return c[n - 1].id; /* u * total rounded up to total */
+}
+
+/* Steps 7-8 with top-k: the k best by heap, then min-p and top-p on that
+ * best-first list. Returns the sampled id. */
+static int32_t sample_top_k(pg_sampler *s, const pg_sampling_params *p, const float *x, float m,
+                            size_t k, double u) {
+    const float inv_t = 1.0f / p->temperature;
+    float *prob = s->prob;
+    cand *c = s->cand;
+    size_t n = top_k_heap(x, (size_t)s->vocab, k, c);
+    double total = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        float e = expf((c[j].x - m) * inv_t);
+        if (e < p->min_p || e == 0.0f) { /* best-first: all later ones are smaller */
+            n = j;
+            break;
+        }
+        prob[c[j].id] = e;
+        total += (double)e;
+    }
+    if (p->top_p < 1.0f) {
+        double need = (double)p->top_p * total, cum = 0.0;
+        for (size_t j = 0; j < n; j++) {
+            cum += (double)prob[c[j].id];
+            if (cum >= need) {
+                n = j + 1;
+                break;
+            }
+        }
+    }
+    return draw_from(c, n, prob, u); /* n >= 1: the maximum has prob 1 */
+}
+
+/* Steps 7-8 over the whole vocabulary (no top-k). */
+static int32_t sample_full(pg_sampler *s, const pg_sampling_params *p, const float *x, float m,
+                           double u) {
+    const size_t v = (size_t)s->vocab;
+    const float inv_t = 1.0f / p->temperature;
+    const float min_p = p->min_p;
+    const bool use_top_p = p->top_p < 1.0f;
+    float *prob = s->prob;
+    double *bins = s->bins;
+    if (use_top_p) memset(bins, 0, TOPP_BINS * sizeof(double));
+
+    /* Probabilities by id; min-p zeroes the small ones. Below `skip`, expf
+     * is surely < min_p (or 0), so the call is skipped: expf is accurate to
+     * ~1 ulp, far inside the 0.01 margin. */
+    float skip = -104.0f; /* expf(-104) rounds to 0 */
+    if (min_p > 0.0f && logf(min_p) - 0.01f > skip) skip = logf(min_p) - 0.01f;
+    double total = 0.0;
+    for (size_t i = 0; i < v; i++) {
+        float y = (x[i] - m) * inv_t;
+        float e = y < skip ? 0.0f : expf(y);
+        if (e < min_p) e = 0.0f;
+        prob[i] = e;
+        total += (double)e;
+        if (use_top_p && e > 0.0f) bins[topp_bin(y)] += (double)e;
+    }
+
+    if (use_top_p) {
+        /* the bin where the best-first cumulative mass reaches top_p */
+        double need = (double)p->top_p * total, cum = 0.0;
+        int cross = -1;
+        for (int b = 0; b < TOPP_BINS; b++) {
+            if (cum + bins[b] >= need) {
+                cross = b;
+                break;
+            }
+            cum += bins[b];
+        }
+        if (cross < 0) goto draw; /* rounding left the sum short of need: keep all */
+        /* sort that bin; the crossing token is the cut */
+        cand *c = s->cand;
+        size_t n = 0;
+        for (size_t i = 0; i < v; i++)
+            if (prob[i] > 0.0f && topp_bin((x[i] - m) * inv_t) == cross)
+                c[n++] = (cand){x[i], (int32_t)i};
+        sort_desc(c, n);
+        cand cut = c[n - 1]; /* n >= 1 (bins[cross] > 0); rounding: the whole bin */
+        for (size_t j = 0; j < n; j++) {
+            cum += (double)prob[c[j].id];
+            if (cum >= need) {
+                cut = c[j];
+                break;
+            }
+        }
+        /* drop what is worse than the cut */
+        total = 0.0;
+        for (size_t i = 0; i < v; i++) {
+            if (prob[i] > 0.0f && better(cut, (cand){x[i], (int32_t)i})) prob[i] = 0.0f;
+            total += (double)prob[i];
+        }
+    }
+
+draw:;
+    /* inverse CDF in id order */
+    double target = u * total, cum = 0.0;
+    size_t last = 0;
+    for (size_t i = 0; i < v; i++) {
+        if (prob[i] == 0.0f) continue;
+        cum += (double)prob[i];
+        last = i;
+        if (cum > target) return (int32_t)i;
+    }
+    return (int32_t)last; /* u * total rounded up to total */
 }
 
 pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, const pg_rng *rng,
@@ -404,12 +433,12 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
         return pg_error(PAGODA_ERR_INVALID_ARG, "sampler: logprobs arrays are NULL");
     const size_t v = (size_t)s->vocab;
 
-    /* 1. sanitise */
-    float raw_max = -INFINITY;
-    for (size_t i = 0; i < v; i++) {
-        float x = clean(logits[i]);
-        logits[i] = x;
-        if (x > raw_max) raw_max = x;
+    /* 1. sanitise (a read-only scan; the fix-up pass only when needed) */
+    bool bad = false;
+    float raw_max = max_scan(logits, v, &bad);
+    if (bad) {
+        for (size_t i = 0; i < v; i++) logits[i] = clean(logits[i]);
+        raw_max = max_scan(logits, v, NULL);
     }
     if (raw_max == -INFINITY)
         return pg_error(PAGODA_ERR_INVALID_ARG, "sampler: every logit is -inf or NaN");
@@ -431,19 +460,23 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
     st = apply_penalties(s, p, logits, prompt_ids, n_prompt, output_ids, n_output);
     if (st != PAGODA_OK) return st;
 
-    /* 6-8. greedy or random */
+    /* 6-8. greedy or random; the maximum changed only if a logit did */
+    const bool touched = p->n_logit_bias > 0 || p->repetition_penalty != 1.0f ||
+                         p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
+    const float m = touched ? max_scan(logits, v, NULL) : raw_max;
+    if (m == -INFINITY)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "sampler: every token is banned (all logits -inf after logit_bias)");
     int32_t tok;
-    if (p->temperature < PG_SAMPLER_GREEDY_EPS) {
-        tok = (int32_t)argmax_of(logits, v);
-        if (logits[tok] == -INFINITY)
-            return pg_error(PAGODA_ERR_INVALID_ARG,
-                            "sampler: every token is banned (all logits -inf after logit_bias)");
-    } else {
-        float m = max_of(logits, v);
-        if (m == -INFINITY)
-            return pg_error(PAGODA_ERR_INVALID_ARG,
-                            "sampler: every token is banned (all logits -inf after logit_bias)");
-        tok = sample_random(s, p, rng, logits, m, (uint64_t)n_output);
+    if (p->temperature < PG_SAMPLER_GREEDY_EPS)
+        tok = (int32_t)first_index_of(logits, v, m);
+    else
+    {
+        const double u = pg_rng_uniform(rng, (uint64_t)n_output, PG_RNG_STREAM_SAMPLE);
+        if (p->top_k > 0 && p->top_k < s->vocab)
+            tok = sample_top_k(s, p, logits, m, (size_t)p->top_k, u);
+        else
+            tok = sample_full(s, p, logits, m, u);
     }
 
     if (lp) {

@@ -25,15 +25,21 @@
  *      keep "the largest tokens", so their order does not matter; top-p is
  *      applied last, on the min-p and top-k survivors (vLLM's order).
  *   8. One uniform u = pg_rng_uniform(rng, n_output, PG_RNG_STREAM_SAMPLE)
- *      picks the token by inverse CDF over the kept tokens, renormalised:
- *      in descending-probability order when top-k or top-p is on, in id
- *      order otherwise. The result is a pure function of (logits, params,
- *      history, seed, output position): the same on every run, every thread
- *      count, and whatever else is in the batch.
+ *      picks the token by inverse CDF over the kept tokens, renormalised,
+ *      walked in ascending id order. The result is a pure function of
+ *      (logits, params, history, seed, output position): the same on every
+ *      run, every thread count, and whatever else is in the batch. Greedy
+ *      draws nothing, so it cannot shift later draws; a request that is
+ *      preempted and recomputed redraws the same numbers.
+ *   Probabilities are expf in float, their sums are in double.
  *
- * Cost: O(V) scans plus O(history); top-k uses a size-k heap (no full sort);
- * top-p without top-k sorts lazily (partial selection of a growing head
- * until it holds top_p of the mass). No allocation after pg_sampler_create.
+ * Cost: a few O(V) scans plus O(history); no full-vocabulary sort. top-k
+ * uses a size-k heap (O(V + k log k)). top-p without top-k buckets tokens by
+ * log-probability (bins of 1/4 nat) and sorts only the bin where the
+ * cumulative mass crosses top_p. min-p skips expf for tokens surely below
+ * it. No allocation after pg_sampler_create. The full-vocabulary paths (no
+ * top-k, and logprobs) are dominated by one expf per token: a vector exp
+ * from src/kernels/ will speed them up.
  *
  * One pg_sampler per thread (it owns scratch); the params and pg_rng are per
  * request. A batch is sampled row by row with each request's own params,
