@@ -47,11 +47,13 @@ static int cmp_pair(const void *a, const void *b) {
 /* The naive baseline: sort everything, softmax, top-k/top-p cut, draw. */
 static int32_t naive_sample(const float *x, size_t v, pair *tmp, float t, int k, float top_p,
                             double u) {
-    for (size_t i = 0; i < v; i++) tmp[i] = (pair){x[i], (int32_t)i};
+    for (size_t i = 0; i < v; i++)
+        tmp[i] = (pair){x[i], (int32_t)i};
     qsort(tmp, v, sizeof *tmp, cmp_pair);
     size_t n = k > 0 && (size_t)k < v ? (size_t)k : v;
     double z = 0.0;
-    for (size_t j = 0; j < n; j++) z += exp((double)(tmp[j].x - tmp[0].x) / t);
+    for (size_t j = 0; j < n; j++)
+        z += exp((double)(tmp[j].x - tmp[0].x) / t);
     double cum = 0.0;
     size_t keep = n;
     for (size_t j = 0; j < n; j++) {
@@ -106,12 +108,15 @@ int main(void) {
             double g = sqrt(-2.0 * log(1.0 - rnd())) * cos(6.283185307179586 * rnd());
             src[i] = (float)(2.0 * g);
         }
-        for (int j = 0; j < 8; j++) src[(size_t)(rnd() * (double)v)] += 12.0f;
+        for (int j = 0; j < 8; j++)
+            src[(size_t)(rnd() * (double)v)] += 12.0f;
         /* history: 2048 prompt + 512 output tokens */
         int32_t *hist = malloc((2048 + 512 + ITERS) * sizeof(int32_t));
-        for (size_t i = 0; i < 2048 + 512 + ITERS; i++) hist[i] = (int32_t)(rnd() * (double)v);
+        for (size_t i = 0; i < 2048 + 512 + ITERS; i++)
+            hist[i] = (int32_t)(rnd() * (double)v);
         pg_logit_bias bias[8];
-        for (int j = 0; j < 8; j++) bias[j] = (pg_logit_bias){(int32_t)(rnd() * (double)v), -5.0f};
+        for (int j = 0; j < 8; j++)
+            bias[j] = (pg_logit_bias){(int32_t)(rnd() * (double)v), -5.0f};
 
         pg_sampler *s = NULL;
         if (pg_sampler_create((int32_t)v, &s) != PAGODA_OK) return 1;

@@ -28,7 +28,8 @@ static void fill_logits(float *x, size_t v, float scale) {
         double g = test_rand() + test_rand() + test_rand() + test_rand() - 2.0;
         x[i] = (float)(g * scale);
     }
-    for (int j = 0; j < 5; j++) x[(size_t)(test_rand() * (double)v)] += 4.0f * scale;
+    for (int j = 0; j < 5; j++)
+        x[(size_t)(test_rand() * (double)v)] += 4.0f * scale;
 }
 
 static pg_sampler *make_sampler(int32_t v) {
@@ -59,7 +60,8 @@ static double softmax_at(const float *x, size_t v, float t, size_t id) {
     double m = -INFINITY, z = 0.0;
     for (size_t i = 0; i < v; i++)
         if ((double)x[i] > m) m = (double)x[i];
-    for (size_t i = 0; i < v; i++) z += exp(((double)x[i] - m) / (double)t);
+    for (size_t i = 0; i < v; i++)
+        z += exp(((double)x[i] - m) / (double)t);
     return exp(((double)x[id] - m) / (double)t) / z;
 }
 
@@ -94,7 +96,8 @@ static void test_philox_known_answers(void **state) {
     for (int t = 0; t < 3; t++) {
         uint32_t out[4];
         pg_philox4x32_10(&kat[t][0], &kat[t][4], out);
-        for (int j = 0; j < 4; j++) assert_int_equal(out[j], kat[t][6 + j]);
+        for (int j = 0; j < 4; j++)
+            assert_int_equal(out[j], kat[t][6 + j]);
     }
 }
 
@@ -137,7 +140,8 @@ static void test_greedy_is_argmax_lowest_id_on_ties(void **state) {
     float temps[3] = {0.0f, 1e-6f, 0.99e-5f};
     for (int t = 0; t < 3; t++) {
         p.temperature = temps[t];
-        for (size_t pos = 0; pos < 20; pos++) assert_int_equal(draw_at(s, &p, &rng, x, 6, pos), 1);
+        for (size_t pos = 0; pos < 20; pos++)
+            assert_int_equal(draw_at(s, &p, &rng, x, 6, pos), 1);
     }
     /* greedy ignores the filters */
     p.temperature = 0.0f;
@@ -149,7 +153,8 @@ static void test_greedy_is_argmax_lowest_id_on_ties(void **state) {
     p = pg_sampling_params_default();
     p.temperature = 0.05f;
     int seen[6] = {0};
-    for (size_t pos = 0; pos < 300; pos++) seen[draw_at(s, &p, &rng, x, 6, pos)]++;
+    for (size_t pos = 0; pos < 300; pos++)
+        seen[draw_at(s, &p, &rng, x, 6, pos)]++;
     assert_true(seen[1] > 0 && seen[3] > 0 && seen[5] > 0);
     assert_int_equal(seen[0] + seen[2], 0);
     pg_sampler_free(s);
@@ -165,14 +170,17 @@ static void test_empirical_distribution_matches_softmax(void **state) {
     pg_sampling_params p = pg_sampling_params_default();
     const long n = 200000;
     long counts[8] = {0};
-    for (long i = 0; i < n; i++) counts[draw_at(s, &p, &rng, x, 8, (size_t)i)]++;
+    for (long i = 0; i < n; i++)
+        counts[draw_at(s, &p, &rng, x, 8, (size_t)i)]++;
     double prob[8];
-    for (size_t i = 0; i < 8; i++) prob[i] = softmax_at(x, 8, 1.0f, i);
+    for (size_t i = 0; i < 8; i++)
+        prob[i] = softmax_at(x, 8, 1.0f, i);
     double c = chi2(counts, prob, 8, n);
     print_message("chi2 (df 7) = %.2f, bound %.2f\n", c, CHI2_1E9[7]);
     assert_true(c < CHI2_1E9[7]);
     /* the same counts are far from a wrong distribution (temperature 2) */
-    for (size_t i = 0; i < 8; i++) prob[i] = softmax_at(x, 8, 2.0f, i);
+    for (size_t i = 0; i < 8; i++)
+        prob[i] = softmax_at(x, 8, 2.0f, i);
     assert_true(chi2(counts, prob, 8, n) > 1000.0);
     pg_sampler_free(s);
 }
@@ -189,9 +197,11 @@ static void test_temperature_scales_the_distribution(void **state) {
         p.temperature = temps[t];
         const long n = 30000;
         long counts[3] = {0};
-        for (long i = 0; i < n; i++) counts[draw_at(s, &p, &rng, x, 3, (size_t)i)]++;
+        for (long i = 0; i < n; i++)
+            counts[draw_at(s, &p, &rng, x, 3, (size_t)i)]++;
         double prob[3];
-        for (size_t i = 0; i < 3; i++) prob[i] = softmax_at(x, 3, temps[t], i);
+        for (size_t i = 0; i < 3; i++)
+            prob[i] = softmax_at(x, 3, temps[t], i);
         assert_true(chi2(counts, prob, 3, n) < CHI2_1E9[2]);
         p0[t] = (double)counts[0] / (double)n;
     }
@@ -229,19 +239,22 @@ static void test_top_k_1_is_greedy(void **state) {
 
 /* Draw n tokens and check: tokens with want[i] == 0 never appear, the others
  * match want[] (renormalised) by chi-squared. */
-static void check_distribution(pg_sampler *s, const pg_sampling_params *p, const float *x,
-                               size_t v, const double *want, long n) {
+static void check_distribution(pg_sampler *s, const pg_sampling_params *p, const float *x, size_t v,
+                               const double *want, long n) {
     pg_rng rng = pg_rng_from_seed(555);
     long counts[16] = {0};
     assert_true(v <= 16);
-    for (long i = 0; i < n; i++) counts[draw_at(s, p, &rng, x, v, (size_t)i)]++;
+    for (long i = 0; i < n; i++)
+        counts[draw_at(s, p, &rng, x, v, (size_t)i)]++;
     long kc[16];
     double kp[16], z = 0.0;
     size_t k = 0;
-    for (size_t i = 0; i < v; i++) z += want[i];
+    for (size_t i = 0; i < v; i++)
+        z += want[i];
     for (size_t i = 0; i < v; i++) {
         if (want[i] == 0.0) {
-            if (counts[i] != 0) fail_msg("token %zu drawn %ld times, should be filtered", i, counts[i]);
+            if (counts[i] != 0)
+                fail_msg("token %zu drawn %ld times, should be filtered", i, counts[i]);
             continue;
         }
         kc[k] = counts[i];
@@ -261,7 +274,8 @@ static void test_min_p_top_p_top_k_on_a_hand_made_distribution(void **state) {
     (void)state;
     const double pr[4] = {0.5, 0.3, 0.15, 0.05};
     float x[4];
-    for (int i = 0; i < 4; i++) x[i] = (float)log(pr[i]);
+    for (int i = 0; i < 4; i++)
+        x[i] = (float)log(pr[i]);
     pg_sampler *s = make_sampler(4);
     pg_sampling_params p = pg_sampling_params_default();
     const long n = 20000;
@@ -308,8 +322,8 @@ static void test_min_p_top_p_top_k_on_a_hand_made_distribution(void **state) {
     p.top_p = 1.0f;
     p.temperature = 2.0f;
     p.min_p = 0.3f;
-    check_distribution(s, &p, x, 4,
-                       (const double[4]){sqrt(0.5), sqrt(0.3), sqrt(0.15), sqrt(0.05)}, n);
+    check_distribution(s, &p, x, 4, (const double[4]){sqrt(0.5), sqrt(0.3), sqrt(0.15), sqrt(0.05)},
+                       n);
     p.min_p = 0.35f;
     check_distribution(s, &p, x, 4, (const double[4]){sqrt(0.5), sqrt(0.3), sqrt(0.15), 0}, n);
     pg_sampler_free(s);
@@ -347,7 +361,8 @@ static int ref_cmp(const void *a, const void *b) {
 
 static int32_t ref_sample(const float *x, size_t v, const pg_sampling_params *p, double u) {
     float m = -INFINITY;
-    for (size_t i = 0; i < v; i++) m = fmaxf(m, x[i]);
+    for (size_t i = 0; i < v; i++)
+        m = fmaxf(m, x[i]);
     const float inv_t = 1.0f / p->temperature;
     float *e = malloc(v * sizeof(float));
     int32_t *order = malloc(v * sizeof(int32_t));
@@ -362,15 +377,18 @@ static int32_t ref_sample(const float *x, size_t v, const pg_sampling_params *p,
     const bool use_k = p->top_k > 0 && (size_t)p->top_k < v;
     size_t n = use_k ? (size_t)p->top_k : v; /* best-first candidates */
     size_t kept = 0;
-    while (kept < n && e[order[kept]] > 0.0f) kept++;
+    while (kept < n && e[order[kept]] > 0.0f)
+        kept++;
     if (p->top_p < 1.0f) {
         /* top_p is a share of the candidates' mass: summed best-first after
          * top-k, by id over the whole vocabulary otherwise (as sampler.c) */
         double total = 0.0;
         if (use_k)
-            for (size_t j = 0; j < kept; j++) total += e[order[j]];
+            for (size_t j = 0; j < kept; j++)
+                total += e[order[j]];
         else
-            for (size_t i = 0; i < v; i++) total += e[i];
+            for (size_t i = 0; i < v; i++)
+                total += e[i];
         double cum = 0.0;
         for (size_t j = 0; j < kept; j++) {
             cum += e[order[j]];
@@ -380,7 +398,8 @@ static int32_t ref_sample(const float *x, size_t v, const pg_sampling_params *p,
             }
         }
     }
-    for (size_t j = 0; j < kept; j++) keep[order[j]] = true;
+    for (size_t j = 0; j < kept; j++)
+        keep[order[j]] = true;
     /* inverse CDF over the kept tokens in id order */
     double total = 0.0, cum = 0.0;
     int32_t tok = -1, last = -1;
@@ -408,19 +427,18 @@ static void test_fast_paths_match_a_full_sort_reference(void **state) {
         float t, top_p, min_p, scale;
         int32_t top_k;
     } cfg[] = {
-        {1.0f, 1.0f, 0.0f, 1.0f, 0},      /* no filter: id-order inverse CDF */
-        {0.8f, 1.0f, 0.0f, 1.0f, 50},     /* top-k heap */
-        {1.2f, 1.0f, 0.0f, 1.0f, 2000},   /* large k */
-        {1.0f, 0.9f, 0.0f, 0.3f, 0},      /* flat: top-p crosses in the bulk */
-        {0.7f, 0.5f, 0.0f, 2.0f, 0},      /* peaked: top-p crosses in the peaks */
-        {1.0f, 0.5f, 0.0f, 1.0f, 0},
-        {1.0f, 0.2f, 0.0f, 0.5f, 0},
-        {0.05f, 0.9f, 0.0f, 1.0f, 0},     /* cold: wide bins, few tokens per bin */
-        {20.0f, 0.7f, 0.0f, 1.0f, 0},     /* hot: the whole bulk in one or two bins */
-        {1.0f, 0.95f, 0.01f, 1.0f, 0},    /* min-p + top-p */
-        {0.7f, 0.9f, 0.02f, 1.0f, 100},   /* everything */
-        {1.0f, 1.0f, 0.05f, 1.0f, 0},     /* min-p only */
-        {3.0f, 0.99f, 0.0f, 1.0f, 4999},  /* k = V - 1 */
+        {1.0f, 1.0f, 0.0f, 1.0f, 0},    /* no filter: id-order inverse CDF */
+        {0.8f, 1.0f, 0.0f, 1.0f, 50},   /* top-k heap */
+        {1.2f, 1.0f, 0.0f, 1.0f, 2000}, /* large k */
+        {1.0f, 0.9f, 0.0f, 0.3f, 0},    /* flat: top-p crosses in the bulk */
+        {0.7f, 0.5f, 0.0f, 2.0f, 0},    /* peaked: top-p crosses in the peaks */
+        {1.0f, 0.5f, 0.0f, 1.0f, 0},     {1.0f, 0.2f, 0.0f, 0.5f, 0},
+        {0.05f, 0.9f, 0.0f, 1.0f, 0},    /* cold: wide bins, few tokens per bin */
+        {20.0f, 0.7f, 0.0f, 1.0f, 0},    /* hot: the whole bulk in one or two bins */
+        {1.0f, 0.95f, 0.01f, 1.0f, 0},   /* min-p + top-p */
+        {0.7f, 0.9f, 0.02f, 1.0f, 100},  /* everything */
+        {1.0f, 1.0f, 0.05f, 1.0f, 0},    /* min-p only */
+        {3.0f, 0.99f, 0.0f, 1.0f, 4999}, /* k = V - 1 */
     };
     int checked = 0;
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
@@ -436,7 +454,9 @@ static void test_fast_paths_match_a_full_sort_reference(void **state) {
                 double u = pg_rng_uniform(&rng, pos, PG_RNG_STREAM_SAMPLE);
                 int32_t want = ref_sample(x, v, &p, u);
                 int32_t got = draw_at(s, &p, &rng, x, v, pos);
-                if (got != want) fail_msg("config %zu trial %d pos %zu: got %d want %d", c, trial, pos, got, want);
+                if (got != want)
+                    fail_msg("config %zu trial %d pos %zu: got %d want %d", c, trial, pos, got,
+                             want);
                 checked++;
             }
         }
@@ -470,7 +490,8 @@ static void test_penalties_hand_computed(void **state) {
     float x[6] = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f, 1.0f};
     run_greedy(s, &p, x, prompt, 3, out, 3, &tok);
     const float rep[6] = {1.0f, -2.0f, 0.5f, 1.5f, -4.0f, 1.0f};
-    for (int i = 0; i < 6; i++) assert_float_equal(x[i], rep[i], 1e-6);
+    for (int i = 0; i < 6; i++)
+        assert_float_equal(x[i], rep[i], 1e-6);
     assert_int_equal(tok, 3);
 
     /* frequency 0.5: output counts {3: 2, 4: 1}; prompt ignored */
@@ -479,7 +500,8 @@ static void test_penalties_hand_computed(void **state) {
     float y[6] = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f, 1.0f};
     run_greedy(s, &p, y, prompt, 3, out, 3, &tok);
     const float freq[6] = {2.0f, -1.0f, 0.5f, 2.0f, -2.5f, 1.0f};
-    for (int i = 0; i < 6; i++) assert_float_equal(y[i], freq[i], 1e-6);
+    for (int i = 0; i < 6; i++)
+        assert_float_equal(y[i], freq[i], 1e-6);
     assert_int_equal(tok, 0); /* 2.0 ties 2.0: lowest id */
 
     /* presence 1.5: once per distinct output token */
@@ -488,7 +510,8 @@ static void test_penalties_hand_computed(void **state) {
     float z[6] = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f, 1.0f};
     run_greedy(s, &p, z, prompt, 3, out, 3, &tok);
     const float pres[6] = {2.0f, -1.0f, 0.5f, 1.5f, -3.5f, 1.0f};
-    for (int i = 0; i < 6; i++) assert_float_equal(z[i], pres[i], 1e-6);
+    for (int i = 0; i < 6; i++)
+        assert_float_equal(z[i], pres[i], 1e-6);
 
     /* all three, plus a negative presence penalty (encourages repeats) */
     p.repetition_penalty = 1.25f;
@@ -498,7 +521,8 @@ static void test_penalties_hand_computed(void **state) {
     run_greedy(s, &p, w, prompt, 3, out, 3, &tok);
     const float all[6] = {1.6f, -1.25f, 0.5f, 3.0f / 1.25f - 0.5f + 0.5f, -2.5f - 0.25f + 0.5f,
                           1.0f};
-    for (int i = 0; i < 6; i++) assert_float_equal(w[i], all[i], 1e-6);
+    for (int i = 0; i < 6; i++)
+        assert_float_equal(w[i], all[i], 1e-6);
     assert_int_equal(tok, 3);
 
     /* the count table is clean between calls: no history = no change */
@@ -552,7 +576,8 @@ static void test_logit_bias_and_bans(void **state) {
     pg_logit_bias ban2[2] = {{2, -INFINITY}, {0, -INFINITY}};
     p.logit_bias = ban2;
     p.n_logit_bias = 2;
-    for (size_t pos = 0; pos < 100; pos++) assert_int_equal(draw_at(s, &p, &rng, x, 3, pos), 1);
+    for (size_t pos = 0; pos < 100; pos++)
+        assert_int_equal(draw_at(s, &p, &rng, x, 3, pos), 1);
 
     /* everything banned: a clear error, greedy or not */
     pg_logit_bias ban3[3] = {{2, -INFINITY}, {0, -INFINITY}, {1, -INFINITY}};
@@ -577,7 +602,8 @@ static void test_logprobs_are_raw_log_softmax(void **state) {
     pg_sampler *s = make_sampler(5);
     const float x0[5] = {1.0f, 2.0f, 0.5f, 2.0f, -1.0f};
     double z = 0.0;
-    for (int i = 0; i < 5; i++) z += exp((double)x0[i]);
+    for (int i = 0; i < 5; i++)
+        z += exp((double)x0[i]);
     const double lse = log(z);
 
     pg_sampling_params p = pg_sampling_params_default();
@@ -617,7 +643,8 @@ static void test_logprobs_are_raw_log_softmax(void **state) {
     assert_float_equal(lp.sampled_logprob, -1.0 - lse, 1e-6);
     assert_int_equal(lp.sampled_rank, 5);
     double sum = 0.0;
-    for (int j = 0; j < 5; j++) sum += exp((double)lps[j]);
+    for (int j = 0; j < 5; j++)
+        sum += exp((double)lps[j]);
     assert_float_equal(sum, 1.0, 1e-6);
 
     /* random sampling: the sampled logprob is that token's raw logprob */
@@ -631,7 +658,8 @@ static void test_logprobs_are_raw_log_softmax(void **state) {
         assert_int_equal(lp.n_top, 0);
         assert_float_equal(lp.sampled_logprob, (double)x0[tok] - lse, 1e-6);
         int rank = 0;
-        for (int i = 0; i < 5; i++) rank += x0[i] >= x0[tok];
+        for (int i = 0; i < 5; i++)
+            rank += x0[i] >= x0[tok];
         assert_int_equal(lp.sampled_rank, rank);
     }
 
@@ -793,7 +821,8 @@ static void test_invalid_params_rejected(void **state) {
  * (a deterministic function of both, with a soft preference for a few ids). */
 #define TOY_V 1000
 static void toy_logits(int req, size_t pos, float *x) {
-    uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(req + 1) ^ (uint64_t)pos * 0xBF58476D1CE4E5B9ull;
+    uint64_t h =
+        0x9E3779B97F4A7C15ull * (uint64_t)(req + 1) ^ (uint64_t)pos * 0xBF58476D1CE4E5B9ull;
     for (size_t i = 0; i < TOY_V; i++) {
         h ^= h >> 31;
         h *= 0x94D049BB133111EBull;
@@ -837,7 +866,8 @@ static void test_same_seed_same_tokens_other_seed_other_tokens(void **state) {
     generate(s, 0, &p, &r43, prompt, 4, c, 60);
     assert_memory_equal(a, b, sizeof a);
     int differ = 0;
-    for (int i = 0; i < 60; i++) differ += a[i] != c[i];
+    for (int i = 0; i < 60; i++)
+        differ += a[i] != c[i];
     assert_true(differ > 30);
     pg_sampler_free(s);
 }
@@ -875,7 +905,8 @@ static void test_same_tokens_on_any_thread(void **state) {
     pg_sampler_free(s);
     thread_job jobs[4];
     pthread_t th[4];
-    for (int t = 0; t < 4; t++) assert_int_equal(pthread_create(&th[t], NULL, thread_main, &jobs[t]), 0);
+    for (int t = 0; t < 4; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, thread_main, &jobs[t]), 0);
     for (int t = 0; t < 4; t++) {
         pthread_join(th[t], NULL);
         assert_memory_equal(jobs[t].out, want, sizeof want);
@@ -900,9 +931,13 @@ static void test_interleaved_requests_are_independent(void **state) {
     for (size_t pos = 0; pos < 50; pos++) {
         /* B runs one step ahead of A, as in a batch with staggered arrivals */
         toy_logits(2, pos, x);
-        assert_int_equal(pg_sampler_sample(s, &pb, &rb, x, prompt_b, 5, mixed_b, pos, NULL, &mixed_b[pos]), PAGODA_OK);
+        assert_int_equal(
+            pg_sampler_sample(s, &pb, &rb, x, prompt_b, 5, mixed_b, pos, NULL, &mixed_b[pos]),
+            PAGODA_OK);
         toy_logits(1, pos, x);
-        assert_int_equal(pg_sampler_sample(s, &pa, &ra, x, prompt_a, 3, mixed_a, pos, NULL, &mixed_a[pos]), PAGODA_OK);
+        assert_int_equal(
+            pg_sampler_sample(s, &pa, &ra, x, prompt_a, 3, mixed_a, pos, NULL, &mixed_a[pos]),
+            PAGODA_OK);
     }
     assert_memory_equal(alone_a, mixed_a, sizeof alone_a);
     assert_memory_equal(alone_b, mixed_b, sizeof alone_b);
@@ -912,7 +947,9 @@ static void test_interleaved_requests_are_independent(void **state) {
     memcpy(resumed, alone_a, 20 * sizeof(int32_t));
     for (size_t pos = 20; pos < 50; pos++) {
         toy_logits(1, pos, x);
-        assert_int_equal(pg_sampler_sample(s, &pa, &ra, x, prompt_a, 3, resumed, pos, NULL, &resumed[pos]), PAGODA_OK);
+        assert_int_equal(
+            pg_sampler_sample(s, &pa, &ra, x, prompt_a, 3, resumed, pos, NULL, &resumed[pos]),
+            PAGODA_OK);
     }
     assert_memory_equal(alone_a, resumed, sizeof alone_a);
     pg_sampler_free(s);

@@ -114,11 +114,15 @@ void pg_sampler_free(pg_sampler *s) {
     free(s);
 }
 
-int32_t pg_sampler_vocab_size(const pg_sampler *s) { return s->vocab; }
+int32_t pg_sampler_vocab_size(const pg_sampler *s) {
+    return s->vocab;
+}
 
 /* ---- ordering: larger logit first, then lower id (a total order) */
 
-static inline bool better(cand a, cand b) { return a.x > b.x || (a.x == b.x && a.id < b.id); }
+static inline bool better(cand a, cand b) {
+    return a.x > b.x || (a.x == b.x && a.id < b.id);
+}
 
 static int cmp_better_first(const void *pa, const void *pb) {
     const cand *a = pa, *b = pb;
@@ -157,7 +161,8 @@ static void heap_sift_up(cand *h, size_t i) {
 }
 
 /* The k best of x[0..n) (by logit, ties to the lower id) into out[0..k'),
- * sorted best first; k' = min(k, n). O(n + k' log k' * replacements). */
+ * sorted best first; k' = min(k, n). O(n + r log k) for r replacements of
+ * the root (about k ln(n / k) for logits in random order). */
 static size_t top_k_heap(const float *x, size_t n, size_t k, cand *out) {
     if (k > n) k = n;
     if (k == 0) return 0;
@@ -209,7 +214,8 @@ static float max_scan(const float *x, size_t n, bool *bad) {
         m[0] = x[i] > m[0] ? x[i] : m[0];
     }
     float r = m[0];
-    for (int j = 1; j < 8; j++) r = m[j] > r ? m[j] : r;
+    for (int j = 1; j < 8; j++)
+        r = m[j] > r ? m[j] : r;
     if (bad) *bad = any_bad != 0;
     return r;
 }
@@ -247,7 +253,8 @@ static pagoda_status apply_penalties(pg_sampler *s, const pg_sampling_params *p,
     uint32_t *h = s->hist;
     for (size_t i = 0; i < n_output; i++)
         if ((h[output[i]] & HIST_COUNT_MASK) != HIST_COUNT_MASK) h[output[i]]++;
-    for (size_t i = 0; i < n_prompt; i++) h[prompt[i]] |= HIST_PROMPT;
+    for (size_t i = 0; i < n_prompt; i++)
+        h[prompt[i]] |= HIST_PROMPT;
 
     for (int pass = 0; pass < 2; pass++) {
         const int32_t *ids = pass == 0 ? output : prompt;
@@ -267,8 +274,10 @@ static pagoda_status apply_penalties(pg_sampler *s, const pg_sampling_params *p,
             logits[id] = clean(x);
         }
     }
-    for (size_t i = 0; i < n_output; i++) h[output[i]] = 0;
-    for (size_t i = 0; i < n_prompt; i++) h[prompt[i]] = 0;
+    for (size_t i = 0; i < n_output; i++)
+        h[output[i]] = 0;
+    for (size_t i = 0; i < n_prompt; i++)
+        h[prompt[i]] = 0;
     return PAGODA_OK;
 }
 
@@ -277,7 +286,10 @@ static double raw_logprobs(pg_sampler *s, const float *raw, float raw_max, int32
                            pg_logprob_out *lp) {
     size_t v = (size_t)s->vocab;
     double sum = 0.0;
-    for (size_t i = 0; i < v; i++) sum += (double)expf(raw[i] - raw_max);
+    for (size_t i = 0; i < v; i++)
+        sum += (double)expf(raw[i] - raw_max);
+    /* sum >= 1: the maximum contributes expf(0) */
+    // cppcheck-suppress invalidFunctionArg
     double lse = (double)raw_max + log(sum);
     size_t n = top_k_heap(raw, v, (size_t)n_top, s->cand);
     for (size_t j = 0; j < n; j++) {
@@ -287,7 +299,6 @@ static double raw_logprobs(pg_sampler *s, const float *raw, float raw_max, int32
     lp->n_top = (int32_t)n;
     return lse;
 }
-
 
 static inline int topp_bin(float y) {
     float b = -y * TOPP_BINS_PER_UNIT; /* y <= 0 */
@@ -303,7 +314,8 @@ static int cmp_id(const void *pa, const void *pb) {
 static int32_t draw_from(cand *c, size_t n, const float *prob, double u) {
     qsort(c, n, sizeof *c, cmp_id);
     double total = 0.0;
-    for (size_t j = 0; j < n; j++) total += (double)prob[c[j].id];
+    for (size_t j = 0; j < n; j++)
+        total += (double)prob[c[j].id];
     double target = u * total, cum = 0.0;
     for (size_t j = 0; j < n; j++) {
         cum += (double)prob[c[j].id];
@@ -437,7 +449,8 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
     bool bad = false;
     float raw_max = max_scan(logits, v, &bad);
     if (bad) {
-        for (size_t i = 0; i < v; i++) logits[i] = clean(logits[i]);
+        for (size_t i = 0; i < v; i++)
+            logits[i] = clean(logits[i]);
         raw_max = max_scan(logits, v, NULL);
     }
     if (raw_max == -INFINITY)
@@ -470,8 +483,7 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
     int32_t tok;
     if (p->temperature < PG_SAMPLER_GREEDY_EPS)
         tok = (int32_t)first_index_of(logits, v, m);
-    else
-    {
+    else {
         const double u = pg_rng_uniform(rng, (uint64_t)n_output, PG_RNG_STREAM_SAMPLE);
         if (p->top_k > 0 && p->top_k < s->vocab)
             tok = sample_top_k(s, p, logits, m, (size_t)p->top_k, u);
@@ -483,7 +495,8 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
         float xs = s->raw[tok];
         lp->sampled_logprob = (float)((double)xs - lse);
         int32_t rank = 0;
-        for (size_t i = 0; i < v; i++) rank += s->raw[i] >= xs;
+        for (size_t i = 0; i < v; i++)
+            rank += s->raw[i] >= xs;
         lp->sampled_rank = rank;
     }
     *token_out = tok;

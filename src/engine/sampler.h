@@ -69,7 +69,8 @@ typedef struct pg_sampling_params {
     float repetition_penalty; /* > 0; 1 = off. Default 1 */
     float presence_penalty;   /* [-2, 2] (OpenAI range); 0 = off */
     float frequency_penalty;  /* [-2, 2] (OpenAI range); 0 = off */
-    const pg_logit_bias *logit_bias; /* n_logit_bias entries (not owned); a token may repeat: biases add */
+    const pg_logit_bias
+        *logit_bias; /* n_logit_bias entries (not owned); a token may repeat: biases add */
     size_t n_logit_bias;
     int64_t seed;       /* -1 = random (the engine calls pg_rng_from_seed once per request) */
     int32_t n_logprobs; /* top-N logprobs to return, 0..vocab_size; 0 = only the sampled token's */
@@ -86,12 +87,14 @@ pagoda_status pg_sampling_params_validate(const pg_sampling_params *p, int32_t v
 
 /* Logprobs of one sampled position; the caller owns the arrays. */
 typedef struct pg_logprob_out {
-    int32_t *top_ids;     /* [cap]: ids of the n_top largest raw logprobs, descending (ties: lower id) */
-    float *top_logprobs;  /* [cap]: their log-softmax values (natural log) */
-    int32_t cap;          /* capacity of both arrays; must be >= params n_logprobs */
-    int32_t n_top;        /* out: min(n_logprobs, vocab_size) */
+    int32_t
+        *top_ids; /* [cap]: ids of the n_top largest raw logprobs, descending (ties: lower id) */
+    float *top_logprobs;   /* [cap]: their log-softmax values (natural log) */
+    int32_t cap;           /* capacity of both arrays; must be >= params n_logprobs */
+    int32_t n_top;         /* out: min(n_logprobs, vocab_size) */
     float sampled_logprob; /* out: raw logprob of the sampled token */
-    int32_t sampled_rank;  /* out: #tokens whose raw logprob >= the sampled one's (1 = top; vLLM's rank) */
+    int32_t sampled_rank;  /* out: #tokens whose raw logprob >= the sampled one's (1 = top; vLLM's
+                              rank) */
 } pg_logprob_out;
 
 typedef struct pg_sampler pg_sampler;
