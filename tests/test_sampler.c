@@ -595,6 +595,32 @@ static void test_logit_bias_and_bans(void **state) {
     pg_sampler_free(s);
 }
 
+/* Filters when most tokens are banned: top-k larger than what is left,
+ * top-p over a handful of survivors. */
+static void test_filters_with_most_tokens_banned(void **state) {
+    (void)state;
+    const float x[10] = {5, 4, 3, 2, 1, 0, -1, -2, 0.5f, -0.5f};
+    pg_sampler *s = make_sampler(10);
+    pg_logit_bias ban[8];
+    for (int i = 0; i < 8; i++)
+        ban[i] = (pg_logit_bias){i, -INFINITY};
+    pg_sampling_params p = pg_sampling_params_default();
+    p.logit_bias = ban;
+    p.n_logit_bias = 8;
+    const double want[10] = {0, 0, 0, 0, 0, 0, 0, 0, exp(0.5), exp(-0.5)};
+    p.top_k = 5;
+    check_distribution(s, &p, x, 10, want, 20000);
+    p.top_p = 0.99f;
+    check_distribution(s, &p, x, 10, want, 20000);
+    p.top_k = 0;
+    check_distribution(s, &p, x, 10, want, 20000);
+    p.top_p = 0.5f; /* 0.731 of the mass is token 8 */
+    check_distribution(s, &p, x, 10, (const double[10]){0, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 2000);
+    p.top_k = 9;
+    check_distribution(s, &p, x, 10, (const double[10]){0, 0, 0, 0, 0, 0, 0, 0, 1, 0}, 2000);
+    pg_sampler_free(s);
+}
+
 /* ---- logprobs */
 
 static void test_logprobs_are_raw_log_softmax(void **state) {
@@ -968,6 +994,7 @@ int main(void) {
         cmocka_unit_test(test_fast_paths_match_a_full_sort_reference),
         cmocka_unit_test(test_penalties_hand_computed),
         cmocka_unit_test(test_logit_bias_and_bans),
+        cmocka_unit_test(test_filters_with_most_tokens_banned),
         cmocka_unit_test(test_logprobs_are_raw_log_softmax),
         cmocka_unit_test(test_nan_and_inf_logits),
         cmocka_unit_test(test_invalid_params_rejected),
