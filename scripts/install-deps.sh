@@ -14,7 +14,8 @@ NATIVE_PKGS=(
 )
 CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
 ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64
-            libutf8proc-dev:arm64 libcjson-dev:arm64 libc6-dev:arm64)
+            libutf8proc-dev:arm64 libcjson-dev:arm64 libc6-dev:arm64
+            libmicrohttpd-dev:arm64)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
