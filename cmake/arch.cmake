@@ -2,7 +2,7 @@
 #
 # Kernels for one ISA live in files whose name ends in a suffix naming it;
 # only those files are compiled with that ISA's flags, and the run-time
-# dispatch table (src/base/dispatch.c) decides whether they are ever called.
+# dispatch table (src/kernels/dispatch.c) decides whether they are ever called.
 # The rest of the binary targets the baseline (x86-64 / armv8.2-a), so one
 # binary runs on every machine of its architecture.
 #
@@ -55,9 +55,11 @@ set(PAGODA_ISA_SUFFIX_FLAGS
 function(pagoda_set_isa_flags sources)
   foreach(src ${sources})
     foreach(entry ${PAGODA_ISA_SUFFIX_FLAGS})
-      string(REPLACE "=" ";" kv "${entry}")
-      list(GET kv 0 suffix)
-      list(GET kv 1 flags)
+      # Split at the FIRST "=" only: the flags themselves contain "=" (-march=...).
+      string(FIND "${entry}" "=" eq)
+      string(SUBSTRING "${entry}" 0 ${eq} suffix)
+      math(EXPR fstart "${eq} + 1")
+      string(SUBSTRING "${entry}" ${fstart} -1 flags)
       string(LENGTH "${suffix}" slen)
       string(LENGTH "${src}" len)
       if(len GREATER slen)

@@ -2,7 +2,12 @@
 # Tests find the shared assets through PAGODA_ASSETS and the build tree
 # through PAGODA_BUILD_DIR. When cross-compiling for aarch64, CTest runs each
 # test under qemu (CMAKE_CROSSCOMPILING_EMULATOR: -cpu max) and registers a
-# second copy "<name>_sve256" under -cpu max,sve256=on.
+# second copy "<name>_sve256" under -cpu max,sve256=on. Those runs also tell
+# tests what the emulated CPU must show (PAGODA_EXPECT_FEATURES, and the SVE
+# vector length: qemu 7.2 user mode defaults to 64 bytes under -cpu max).
+# Features qemu-aarch64 -cpu max must show (names as in `pagoda env`).
+set(PAGODA_QEMU_MAX_FEATURES "asimd,fp16,dotprod,i8mm,bf16,sve,sve2,lse")
+
 file(GLOB PAGODA_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.c)
 file(GLOB PAGODA_TEST_HELPERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/helpers/*.c)
 foreach(src ${PAGODA_TESTS})
@@ -12,9 +17,33 @@ foreach(src ${PAGODA_TESTS})
   target_link_libraries(${name} PRIVATE pagoda_core ${CMOCKA_LIB})
   set(env "PAGODA_ASSETS=${PAGODA_ASSETS};PAGODA_BUILD_DIR=${CMAKE_BINARY_DIR};PAGODA_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
   add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 600)
   if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
+    set(qemu_env "${env};PAGODA_EXPECT_FEATURES=${PAGODA_QEMU_MAX_FEATURES}")
+    set_tests_properties(${name} PROPERTIES TIMEOUT 600
+                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=64")
     add_test(NAME ${name}_sve256 COMMAND ${PAGODA_QEMU} -cpu max,sve256=on $<TARGET_FILE:${name}>)
-    set_tests_properties(${name}_sve256 PROPERTIES ENVIRONMENT "${env}" TIMEOUT 900)
+    set_tests_properties(${name}_sve256 PROPERTIES TIMEOUT 900
+                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=32")
+  else()
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 600)
   endif()
 endforeach()
+
+# `pagoda env` end to end (under qemu -cpu max for the aarch64 build: the
+# emulator is prepended to target-name commands automatically).
+add_test(NAME pagoda_env COMMAND pagoda env)
+add_test(NAME pagoda_env_forced_scalar COMMAND pagoda env)
+set_tests_properties(pagoda_env_forced_scalar PROPERTIES ENVIRONMENT "PAGODA_ISA=scalar"
+                     PASS_REGULAR_EXPRESSION "chosen +scalar\n")
+add_test(NAME pagoda_env_bad_isa COMMAND pagoda env)
+set_tests_properties(pagoda_env_bad_isa PROPERTIES ENVIRONMENT "PAGODA_ISA=bogus"
+                     PASS_REGULAR_EXPRESSION "pagoda env: PAGODA_ISA=bogus: unknown ISA level")
+if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
+  add_test(NAME pagoda_env_qemu_max_features COMMAND pagoda env)
+  set_tests_properties(pagoda_env_qemu_max_features PROPERTIES PASS_REGULAR_EXPRESSION
+    "dotprod +yes\n +i8mm +yes\n +bf16 +yes\n +sve +yes\n +sve2 +yes\n +lse +yes\n +sve vector len +64 bytes.*chosen +sve\n.*dot_f32 +sve\n")
+  add_test(NAME pagoda_env_sve256 COMMAND ${PAGODA_QEMU} -cpu max,sve256=on $<TARGET_FILE:pagoda> env)
+  set_tests_properties(pagoda_env_sve256 PROPERTIES PASS_REGULAR_EXPRESSION "sve vector len +32 bytes")
+endif()
+add_test(NAME pagoda_env_bad_isa_fails COMMAND pagoda env)
+set_tests_properties(pagoda_env_bad_isa_fails PROPERTIES ENVIRONMENT "PAGODA_ISA=bogus" WILL_FAIL TRUE)

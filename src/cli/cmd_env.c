@@ -1,11 +1,33 @@
-/* `pagoda env`: environment report. Filled in by the CPU-detection work. */
+/* `pagoda env`: environment report (CPU, ISA features, chosen kernels,
+ * memory, threads, performance warnings); see src/kernels/env_report.h. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/cpu.h"
+#include "base/status.h"
 #include "cli/commands.h"
+#include "kernels/env_report.h"
 
 int pg_cmd_env(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    printf("pagoda %s\n", PAGODA_VERSION);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf(
+                "usage: pagoda env\n\nPrints the detected CPU, ISA features, the kernel variants "
+                "chosen (PAGODA_ISA may force a lower level), memory, huge pages, thread "
+                "settings and performance warnings.\n");
+            return 0;
+        }
+        fprintf(stderr, "pagoda env: unknown option '%s' (see pagoda env --help)\n", argv[i]);
+        return 2;
+    }
+    /* An unknown PAGODA_ISA is a usage error here (the library would only
+     * log it and fall back to the best level). */
+    pg_isa level;
+    if (pg_isa_resolve(pg_cpu(), getenv("PAGODA_ISA"), &level, NULL) != PAGODA_OK) {
+        fprintf(stderr, "pagoda env: %s\n", pg_last_error());
+        return 2;
+    }
+    pg_env_report(stdout);
     return 0;
 }

@@ -1,14 +1,101 @@
-/* Placeholder table with the scalar references only; CPU-feature based
- * selection replaces this (see dispatch.h). */
+/* Kernel dispatch tables, one per ISA level, built once (see dispatch.h). */
 #include "kernels/dispatch.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "base/cpu.h"
+#include "base/log.h"
 #include "kernels/ref/ref.h"
+#if defined(__x86_64__)
+#include "kernels/x86/x86.h"
+#elif defined(__aarch64__)
+#include "kernels/arm/arm.h"
+#endif
 
-static const pg_kernel_table SCALAR = {
-    .isa = "scalar",
-    .dot_f32 = pg_ref_dot_f32,
-    .dot_bf16_f32 = pg_ref_dot_bf16_f32,
-    .dot_f16_f32 = pg_ref_dot_f16_f32,
-};
+/* Set an entry and record which variant filled it. */
+#define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
 
-const pg_kernel_table *pg_kernels(void) { return &SCALAR; }
+/* Build the table of `level`: the scalar references, overlaid by each level's
+ * variants from the lowest up to `level`, so an entry without a variant at
+ * `level` keeps the best lower one. */
+static void fill_table(pg_kernel_table *t, pg_isa level) {
+    t->isa = pg_isa_name(level);
+    SET(t, dot_f32, pg_ref_dot_f32, "scalar");
+    SET(t, dot_bf16_f32, pg_ref_dot_bf16_f32, "scalar");
+    SET(t, dot_f16_f32, pg_ref_dot_f16_f32, "scalar");
+#if defined(__x86_64__)
+    if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
+        SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
+        SET(t, dot_bf16_f32, pg_avx2_dot_bf16_f32, "avx2");
+        SET(t, dot_f16_f32, pg_avx2_dot_f16_f32, "avx2");
+    }
+    if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
+        SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
+        SET(t, dot_bf16_f32, pg_avx512_dot_bf16_f32, "avx512");
+        SET(t, dot_f16_f32, pg_avx512_dot_f16_f32, "avx512");
+    }
+    /* avx512bf16: no entry uses VDPBF16PS yet (it rounds activations to
+     * BF16; it arrives with the BF16 GEMM), so it equals avx512 for now. */
+#elif defined(__aarch64__)
+    if (level >= PG_ISA_NEON && level <= PG_ISA_SVE) {
+        SET(t, dot_f32, pg_neon_dot_f32, "neon");
+        SET(t, dot_bf16_f32, pg_neon_dot_bf16_f32, "neon");
+        SET(t, dot_f16_f32, pg_neon_dot_f16_f32, "neon");
+    }
+    if (level == PG_ISA_SVE) {
+        SET(t, dot_f32, pg_sve_dot_f32, "sve");
+        SET(t, dot_bf16_f32, pg_sve_dot_bf16_f32, "sve");
+        SET(t, dot_f16_f32, pg_sve_dot_f16_f32, "sve");
+    }
+#endif
+}
+
+void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) {
+    const char *p = prefix ? prefix : "";
+    fprintf(f, "  %s%-16s %s\n", p, "dot_f32", t->variant.dot_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "dot_bf16_f32", t->variant.dot_bf16_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "dot_f16_f32", t->variant.dot_f16_f32);
+}
+
+/* Tables of every level this CPU supports (others stay zeroed). */
+static pg_kernel_table g_tables[PG_ISA_COUNT];
+static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
+
+static void tables_init(void) {
+    const pg_cpu_info *cpu = pg_cpu();
+    for (int l = 0; l < PG_ISA_COUNT; l++)
+        if (pg_isa_supported(cpu, (pg_isa)l)) fill_table(&g_tables[l], (pg_isa)l);
+}
+
+const pg_kernel_table *pg_kernels_for_isa(const char *isa) {
+    pthread_once(&g_tables_once, tables_init);
+    int l = pg_isa_parse(isa);
+    if (l < 0 || !pg_isa_supported(pg_cpu(), (pg_isa)l)) return NULL;
+    return &g_tables[l];
+}
+
+const pg_kernel_table *pg_kernels_select(const char *isa_or_null) {
+    pthread_once(&g_tables_once, tables_init);
+    const pg_cpu_info *cpu = pg_cpu();
+    pg_isa level;
+    bool clamped;
+    if (pg_isa_resolve(cpu, isa_or_null, &level, &clamped) != PAGODA_OK)
+        PG_ERROR("%s; using %s", pg_last_error(), pg_isa_name(level));
+    else if (clamped)
+        PG_WARN("PAGODA_ISA=%s: this CPU does not support it; using %s", isa_or_null,
+                pg_isa_name(level));
+    return &g_tables[level];
+}
+
+static const pg_kernel_table *g_active;
+static pthread_once_t g_active_once = PTHREAD_ONCE_INIT;
+
+static void active_init(void) {
+    g_active = pg_kernels_select(getenv("PAGODA_ISA"));
+}
+
+const pg_kernel_table *pg_kernels(void) {
+    pthread_once(&g_active_once, active_init);
+    return g_active;
+}

@@ -1,30 +1,59 @@
-/* The kernel dispatch table: one set of function pointers per process,
- * filled once at start-up from the CPU's features (src/base/cpu.h), possibly
- * lowered by PAGODA_ISA (e.g. "scalar", "avx2", "avx512", "neon", "sve").
- * Every entry has a scalar reference in src/kernels/ref/ that is its
- * specification; SIMD variants live in src/kernels/x86/ and src/kernels/arm/
- * and are tested against it.
+/* The kernel dispatch table: one set of function pointers per ISA level
+ * (src/base/cpu.h), filled once per process from the CPU's features. The
+ * process-wide table, pg_kernels(), uses the best level the CPU supports,
+ * possibly lowered by PAGODA_ISA ("scalar", "avx2", "avx512", "avx512bf16",
+ * "neon", "sve"). Every entry has a scalar reference in src/kernels/ref/ that
+ * is its specification; SIMD variants live in src/kernels/x86/ and
+ * src/kernels/arm/ and are tested against it (tests/test_dispatch.c). An
+ * entry without a variant at some level inherits the next lower level's.
  *
  * Reduction order: a variant's result may differ from the reference in the
  * last bits (different summation order), but for one table the order depends
- * only on n, never on where the row sits in a batch (batch invariance). */
+ * only on n, never on where the row sits in a batch or on pointer alignment
+ * (batch invariance).
+ *
+ * Adding an entry: the reference in ref/, variants in x86/ and arm/, a field
+ * here (plus its `variant` name), the assignments in dispatch.c (fill_table
+ * and pg_kernels_describe), and a test in tests/test_dispatch.c. */
 #ifndef PAGODA_KERNELS_DISPATCH_H
 #define PAGODA_KERNELS_DISPATCH_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct pg_kernel_table {
-    const char *isa; /* name of the level chosen: "scalar", "avx2", "avx512", "neon", "sve", ... */
+    const char
+        *isa; /* name of the level: "scalar", "avx2", "avx512", "avx512bf16", "neon", "sve" */
     /* sum_i a[i]*b[i] over n floats (any n >= 0, any alignment). */
     float (*dot_f32)(const float *a, const float *b, size_t n);
     /* sum_i bf16(w[i])*x[i]: BF16 weights (raw uint16 bits) times f32 activations. */
     float (*dot_bf16_f32)(const uint16_t *w, const float *x, size_t n);
     /* sum_i f16(w[i])*x[i]: F16 weights (raw uint16 bits) times f32 activations. */
     float (*dot_f16_f32)(const uint16_t *w, const float *x, size_t n);
+
+    /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
+    struct {
+        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32;
+    } variant;
 } pg_kernel_table;
 
-/* The process-wide table. Thread-safe; the first call fills it. */
+/* The process-wide table. Thread-safe; the first call reads PAGODA_ISA and
+ * picks the level as pg_kernels_select does. Never NULL. */
 const pg_kernel_table *pg_kernels(void);
+
+/* The table for the level a PAGODA_ISA value asks for (NULL or "" = best
+ * this CPU supports). A level the CPU lacks is clamped to the best one with
+ * a warning; an unknown name (or a level of the other architecture) logs an
+ * error and gives the best table. Never NULL. Does not change pg_kernels(). */
+const pg_kernel_table *pg_kernels_select(const char *isa_or_null);
+
+/* The table of exactly level `isa` (a pg_isa_name, case-insensitive), or
+ * NULL when the name is unknown or this CPU cannot run that level. Lets
+ * tests run every variant the machine supports. */
+const pg_kernel_table *pg_kernels_for_isa(const char *isa);
+
+/* Print one line per entry, "  <prefix><entry> <variant>", to f. */
+void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix);
 
 #endif

@@ -106,4 +106,24 @@ bool pg_model_source_is_gguf(const pg_model_source *src);
  * tokenizer.chat_template, or NULL. */
 const char *pg_model_source_chat_template(const pg_model_source *src);
 
+/* The underlying GGUF (for tokenizer.ggml.* metadata, see model/gguf.h), or
+ * NULL for Hugging Face sources. Owned by the source. */
+struct pg_gguf;
+const struct pg_gguf *pg_model_source_gguf(const pg_model_source *src);
+
+/* Resolve MODEL as pg_model_source_open does, without loading it: an
+ * existing path is returned as is; "org/name" maps to the HF cache snapshot
+ * directory ($HF_HUB_CACHE, else $HF_HOME/hub, else
+ * ~/.cache/huggingface/hub; models--org--name/snapshots/<refs/main or the
+ * newest snapshot>). *is_gguf tells a GGUF file (by its magic) from a
+ * directory. Errors: PAGODA_ERR_NOT_FOUND, PAGODA_ERR_INVALID_ARG (path too
+ * long for `cap`). */
+pagoda_status pg_model_resolve(const char *model, char *out, size_t cap, bool *is_gguf);
+
+/* Extra tensors a source may carry beyond the list at the top of this file:
+ *   "rope_freqs.weight" [head_dim/2] F32 — llama.cpp's GGUF form of Llama-3
+ *   RoPE scaling: rotation frequency i is divided by rope_freqs[i]. When a
+ *   GGUF has it but no rope.scaling keys, config.rope_scaling stays NONE and
+ *   the architecture must apply these factors instead. */
+
 #endif

@@ -1,0 +1,25 @@
+/* aarch64 SIMD kernel variants. Each has the signature and meaning of the
+ * dispatch table entry of the same name (src/kernels/dispatch.h) and of its
+ * scalar reference in src/kernels/ref/; only the summation order differs
+ * (fixed for a given n and, for SVE, the machine's vector length). Call them
+ * only through the dispatch table, which checks the CPU first: the files are
+ * compiled with ISA flags taken from their name suffix (cmake/arch.cmake). */
+#ifndef PAGODA_KERNELS_ARM_H
+#define PAGODA_KERNELS_ARM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* dot_neon.c: Advanced SIMD. 4 accumulators x 4 lanes (16 elements per
+ * step); the tail (< 16) is zero-padded into one more step. */
+float pg_neon_dot_f32(const float *a, const float *b, size_t n);
+float pg_neon_dot_bf16_f32(const uint16_t *w, const float *x, size_t n);
+float pg_neon_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
+
+/* dot_sve.c: SVE, vector-length agnostic. 2 accumulators x VL (2*VL
+ * elements per step), then predicated VL steps (svwhilelt) for the rest. */
+float pg_sve_dot_f32(const float *a, const float *b, size_t n);
+float pg_sve_dot_bf16_f32(const uint16_t *w, const float *x, size_t n);
+float pg_sve_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
+
+#endif

@@ -1,0 +1,25 @@
+/* x86-64 SIMD kernel variants. Each has the signature and meaning of the
+ * dispatch table entry of the same name (src/kernels/dispatch.h) and of its
+ * scalar reference in src/kernels/ref/; only the summation order differs
+ * (fixed for a given n). Call them only through the dispatch table, which
+ * checks the CPU first: the files are compiled with ISA flags taken from
+ * their name suffix (cmake/arch.cmake). */
+#ifndef PAGODA_KERNELS_X86_H
+#define PAGODA_KERNELS_X86_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* dot_avx2.c: AVX2 + FMA + F16C. 4 accumulators x 8 lanes (32 elements per
+ * step); the tail (< 32) is zero-padded into one more step. */
+float pg_avx2_dot_f32(const float *a, const float *b, size_t n);
+float pg_avx2_dot_bf16_f32(const uint16_t *w, const float *x, size_t n);
+float pg_avx2_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
+
+/* dot_avx512.c: AVX-512 F + BW + VL. 4 accumulators x 16 lanes (64 per
+ * step), then 16-element steps; the tail (< 16) uses masked loads. */
+float pg_avx512_dot_f32(const float *a, const float *b, size_t n);
+float pg_avx512_dot_bf16_f32(const uint16_t *w, const float *x, size_t n);
+float pg_avx512_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
+
+#endif

@@ -1,0 +1,265 @@
+#include "model/hf_config.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pg_model_config_init(pg_model_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->rope_theta = 10000.0f;
+    cfg->rms_norm_eps = 1e-6f;
+    cfg->torch_dtype = PG_DTYPE_COUNT;
+    cfg->bos_token_id = -1;
+    for (int i = 0; i < 8; i++) cfg->eos_token_ids[i] = -1;
+}
+
+void pg_generation_defaults_init(pg_generation_defaults *gen) {
+    gen->temperature = gen->top_p = gen->min_p = gen->repetition_penalty = NAN;
+    gen->top_k = -1;
+    gen->max_new_tokens = -1;
+}
+
+void pg_model_config_add_eos(pg_model_config *cfg, int id) {
+    if (id < 0) return;
+    for (int i = 0; i < 7; i++) {
+        if (cfg->eos_token_ids[i] == id) return;
+        if (cfg->eos_token_ids[i] < 0) {
+            cfg->eos_token_ids[i] = id;
+            cfg->eos_token_ids[i + 1] = -1;
+            return;
+        }
+    }
+}
+
+static cJSON *parse_obj(const char *json, size_t len, const char *path, pagoda_status *s) {
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        *s = pg_error(PAGODA_ERR_FORMAT, "%s: not a valid JSON object", path);
+        return NULL;
+    }
+    *s = PAGODA_OK;
+    return root;
+}
+
+static const cJSON *item(const cJSON *o, const char *key) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNull(j) ? NULL : j;
+}
+
+/* Integer field: absent/null -> def (or error when required, def == INT_MIN). */
+static pagoda_status get_int(const cJSON *o, const char *key, const char *path, long long lo,
+                             long long hi, bool required, int def, int *out) {
+    const cJSON *j = item(o, key);
+    if (!j) {
+        if (required) return pg_error(PAGODA_ERR_FORMAT, "%s: missing '%s'", path, key);
+        *out = def;
+        return PAGODA_OK;
+    }
+    if (!cJSON_IsNumber(j) || floor(j->valuedouble) != j->valuedouble || j->valuedouble < (double)lo ||
+        j->valuedouble > (double)hi)
+        return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be an integer in [%lld, %lld]", path, key, lo, hi);
+    *out = (int)j->valuedouble;
+    return PAGODA_OK;
+}
+static pagoda_status get_float(const cJSON *o, const char *key, const char *path, bool required,
+                               float def, float *out) {
+    const cJSON *j = item(o, key);
+    if (!j) {
+        if (required) return pg_error(PAGODA_ERR_FORMAT, "%s: missing '%s'", path, key);
+        *out = def;
+        return PAGODA_OK;
+    }
+    if (!cJSON_IsNumber(j)) return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be a number", path, key);
+    *out = (float)j->valuedouble;
+    return PAGODA_OK;
+}
+static pagoda_status get_bool(const cJSON *o, const char *key, const char *path, bool def, bool *out) {
+    const cJSON *j = item(o, key);
+    if (!j) {
+        *out = def;
+        return PAGODA_OK;
+    }
+    if (!cJSON_IsBool(j)) return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be true or false", path, key);
+    *out = cJSON_IsTrue(j);
+    return PAGODA_OK;
+}
+/* eos_token_id: int or list of ints. */
+static pagoda_status get_eos(const cJSON *o, const char *path, pg_model_config *cfg) {
+    const cJSON *j = item(o, "eos_token_id");
+    if (!j) return PAGODA_OK;
+    if (cJSON_IsNumber(j)) {
+        pg_model_config_add_eos(cfg, (int)j->valuedouble);
+        return PAGODA_OK;
+    }
+    if (!cJSON_IsArray(j)) return pg_error(PAGODA_ERR_FORMAT, "%s: 'eos_token_id' must be an int or a list", path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, j) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e9)
+            return pg_error(PAGODA_ERR_FORMAT, "%s: 'eos_token_id' list holds a non-integer", path);
+        pg_model_config_add_eos(cfg, (int)e->valuedouble);
+    }
+    return PAGODA_OK;
+}
+
+static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_model_config *cfg) {
+    const cJSON *rs = item(root, "rope_scaling");
+    cfg->rope_scaling = PG_ROPE_SCALING_NONE;
+    if (!rs) return PAGODA_OK;
+    if (!cJSON_IsObject(rs)) return pg_error(PAGODA_ERR_FORMAT, "%s: 'rope_scaling' must be an object or null", path);
+    const cJSON *t = item(rs, "rope_type");
+    if (!t) t = item(rs, "type");
+    if (!cJSON_IsString(t)) return pg_error(PAGODA_ERR_FORMAT, "%s: rope_scaling has no 'rope_type'", path);
+    const char *ty = t->valuestring;
+    pagoda_status s = PAGODA_OK;
+    if (!strcmp(ty, "default")) return PAGODA_OK;
+    if (!strcmp(ty, "llama3")) {
+        cfg->rope_scaling = PG_ROPE_SCALING_LLAMA3;
+        if (!s) s = get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
+        if (!s) s = get_float(rs, "low_freq_factor", path, true, 0, &cfg->rope_low_freq_factor);
+        if (!s) s = get_float(rs, "high_freq_factor", path, true, 0, &cfg->rope_high_freq_factor);
+        if (!s)
+            s = get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, true, 0,
+                        &cfg->rope_original_max_position);
+        if (!s && !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor))
+            s = pg_error(PAGODA_ERR_FORMAT, "%s: rope_scaling high_freq_factor must exceed low_freq_factor", path);
+    } else if (!strcmp(ty, "linear")) {
+        cfg->rope_scaling = PG_ROPE_SCALING_LINEAR;
+        s = get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
+    } else if (!strcmp(ty, "yarn")) {
+        cfg->rope_scaling = PG_ROPE_SCALING_YARN;
+        s = get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
+        if (!s)
+            s = get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, false,
+                        cfg->max_position_embeddings, &cfg->rope_original_max_position);
+    } else {
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: rope_scaling type '%.40s' is not supported", path, ty);
+    }
+    if (!s && !(cfg->rope_factor > 0))
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: rope_scaling factor must be positive", path);
+    return s;
+}
+
+static pg_dtype parse_torch_dtype(const char *s) {
+    if (!strcmp(s, "float32")) return PG_F32;
+    if (!strcmp(s, "float16")) return PG_F16;
+    if (!strcmp(s, "bfloat16")) return PG_BF16;
+    return PG_DTYPE_COUNT;
+}
+
+pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path, pg_model_config *cfg) {
+    pagoda_status s;
+    cJSON *root = parse_obj(json, len, path, &s);
+    if (!root) return s;
+    pg_model_config_init(cfg);
+    const cJSON *archs = item(root, "architectures");
+    const cJSON *mt = item(root, "model_type");
+    const char *arch = NULL;
+    if (cJSON_IsArray(archs) && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
+        arch = cJSON_GetArrayItem(archs, 0)->valuestring;
+    else if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama"))
+        arch = "LlamaForCausalLM";
+    else if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "mistral"))
+        arch = "MistralForCausalLM";
+    if (!arch) {
+        cJSON_Delete(root);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: no 'architectures' (or known model_type)", path);
+    }
+    if (strcmp(arch, "LlamaForCausalLM") && strcmp(arch, "MistralForCausalLM")) {
+        s = pg_error(PAGODA_ERR_UNSUPPORTED, "%s: architecture '%.60s' is not supported", path, arch);
+        cJSON_Delete(root);
+        return s;
+    }
+    snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch);
+    const int BIG = 1 << 30;
+    s = get_int(root, "vocab_size", path, 1, BIG, true, 0, &cfg->vocab_size);
+    if (!s) s = get_int(root, "hidden_size", path, 1, 1 << 20, true, 0, &cfg->hidden_size);
+    if (!s) s = get_int(root, "intermediate_size", path, 1, 1 << 22, true, 0, &cfg->intermediate_size);
+    if (!s) s = get_int(root, "num_hidden_layers", path, 1, 1 << 16, true, 0, &cfg->num_hidden_layers);
+    if (!s) s = get_int(root, "num_attention_heads", path, 1, 1 << 16, true, 0, &cfg->num_attention_heads);
+    if (!s)
+        s = get_int(root, "num_key_value_heads", path, 1, 1 << 16, false, cfg->num_attention_heads,
+                    &cfg->num_key_value_heads);
+    if (!s && cfg->num_attention_heads % cfg->num_key_value_heads)
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                     path, cfg->num_attention_heads, cfg->num_key_value_heads);
+    if (!s && !item(root, "head_dim") && cfg->hidden_size % cfg->num_attention_heads)
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
+                     path, cfg->hidden_size, cfg->num_attention_heads);
+    if (!s)
+        s = get_int(root, "head_dim", path, 1, 1 << 16, false,
+                    cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim);
+    if (!s && cfg->head_dim % 2)
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path, cfg->head_dim);
+    if (!s)
+        s = get_int(root, "max_position_embeddings", path, 1, BIG, false, 2048, &cfg->max_position_embeddings);
+    if (!s) s = get_float(root, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
+    if (!s) s = get_float(root, "rope_theta", path, false, 10000.0f, &cfg->rope_theta);
+    if (!s && !(cfg->rms_norm_eps >= 0 && cfg->rope_theta > 0))
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: rms_norm_eps must be >= 0 and rope_theta > 0", path);
+    if (!s) s = get_bool(root, "tie_word_embeddings", path, false, &cfg->tie_word_embeddings);
+    if (!s) s = get_bool(root, "attention_bias", path, false, &cfg->attention_bias);
+    if (!s) s = get_int(root, "sliding_window", path, 0, BIG, false, 0, &cfg->sliding_window);
+    if (!s) s = get_int(root, "bos_token_id", path, 0, BIG, false, -1, &cfg->bos_token_id);
+    if (!s) s = get_eos(root, path, cfg);
+    if (!s) s = parse_rope_scaling(root, path, cfg);
+    if (!s) {
+        const cJSON *td = item(root, "torch_dtype");
+        if (!td) td = item(root, "dtype");
+        if (cJSON_IsString(td)) cfg->torch_dtype = parse_torch_dtype(td->valuestring);
+    }
+    cfg->rope_interleaved = false; /* HF checkpoints: rotate_half layout */
+    cJSON_Delete(root);
+    return s;
+}
+
+pagoda_status pg_hf_generation_parse(const char *json, size_t len, const char *path,
+                                     pg_generation_defaults *gen, pg_model_config *cfg) {
+    pagoda_status s;
+    cJSON *root = parse_obj(json, len, path, &s);
+    if (!root) return s;
+    pg_generation_defaults_init(gen);
+    s = get_float(root, "temperature", path, false, NAN, &gen->temperature);
+    if (!s) s = get_float(root, "top_p", path, false, NAN, &gen->top_p);
+    if (!s) s = get_float(root, "min_p", path, false, NAN, &gen->min_p);
+    if (!s) s = get_float(root, "repetition_penalty", path, false, NAN, &gen->repetition_penalty);
+    if (!s) s = get_int(root, "top_k", path, 0, 1 << 30, false, -1, &gen->top_k);
+    if (!s) s = get_int(root, "max_new_tokens", path, 0, 1 << 30, false, -1, &gen->max_new_tokens);
+    if (!s) s = get_eos(root, path, cfg);
+    if (!s && cfg->bos_token_id < 0) s = get_int(root, "bos_token_id", path, 0, 1 << 30, false, -1, &cfg->bos_token_id);
+    cJSON_Delete(root);
+    return s;
+}
+
+pagoda_status pg_hf_chat_template_parse(const char *json, size_t len, const char *path, char **out) {
+    *out = NULL;
+    pagoda_status s;
+    cJSON *root = parse_obj(json, len, path, &s);
+    if (!root) return s;
+    const cJSON *ct = item(root, "chat_template");
+    const char *tmpl = NULL;
+    if (cJSON_IsString(ct)) {
+        tmpl = ct->valuestring;
+    } else if (cJSON_IsArray(ct)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, ct) {
+            const cJSON *n = item(e, "name"), *t = item(e, "template");
+            if (!cJSON_IsString(t)) continue;
+            if (!tmpl) tmpl = t->valuestring; /* first as fallback */
+            if (cJSON_IsString(n) && !strcmp(n->valuestring, "default")) {
+                tmpl = t->valuestring;
+                break;
+            }
+        }
+    } else if (ct) {
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: 'chat_template' must be a string or a list", path);
+    }
+    if (!s && tmpl) {
+        *out = strdup(tmpl);
+        if (!*out) s = pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    cJSON_Delete(root);
+    return s;
+}

@@ -1,0 +1,42 @@
+/* Hugging Face model directory metadata: config.json, generation_config.json
+ * and tokenizer_config.json (chat template). Field meanings follow
+ * transformers' LlamaConfig / MistralConfig and GenerationConfig. */
+#ifndef PAGODA_MODEL_HF_CONFIG_H
+#define PAGODA_MODEL_HF_CONFIG_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+#include "model/source.h"
+
+/* Reset to "unknown": zeros, bos -1, eos list empty, rope_theta 10000,
+ * rms_norm_eps 1e-6, torch_dtype PG_DTYPE_COUNT (= not given). */
+void pg_model_config_init(pg_model_config *cfg);
+/* All -1 / NaN. */
+void pg_generation_defaults_init(pg_generation_defaults *gen);
+/* Add an eos id to cfg->eos_token_ids unless present (up to 7, -1 terminated). */
+void pg_model_config_add_eos(pg_model_config *cfg, int id);
+
+/* Parse config.json text (`path` is only for messages). Supports
+ * LlamaForCausalLM and MistralForCausalLM (architectures[0], or model_type
+ * "llama"/"mistral"); head_dim defaults to hidden/heads, num_key_value_heads
+ * to heads; rope_scaling null/"default"/"llama3"/"linear"/"yarn" (key
+ * rope_type or type); eos_token_id an int or a list; sliding_window int or
+ * null; torch_dtype (or dtype) float32/float16/bfloat16.
+ * Errors: PAGODA_ERR_FORMAT (bad JSON, missing or ill-typed field, heads not
+ * a multiple of kv heads), PAGODA_ERR_UNSUPPORTED (architecture, rope
+ * scaling type). */
+pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path, pg_model_config *cfg);
+
+/* Parse generation_config.json: temperature, top_p, top_k, min_p,
+ * repetition_penalty, max_new_tokens into gen; eos_token_id (int or list)
+ * and bos_token_id are merged into cfg. Errors: PAGODA_ERR_FORMAT. */
+pagoda_status pg_hf_generation_parse(const char *json, size_t len, const char *path,
+                                     pg_generation_defaults *gen, pg_model_config *cfg);
+
+/* chat_template of tokenizer_config.json: a string, or a list of
+ * {name, template} from which "default" is taken (else the first). *out is
+ * malloc'ed, or NULL when there is none. Errors: PAGODA_ERR_FORMAT. */
+pagoda_status pg_hf_chat_template_parse(const char *json, size_t len, const char *path, char **out);
+
+#endif

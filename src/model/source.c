@@ -1,0 +1,553 @@
+/* pg_model_source: a HF directory (config.json + safetensors, single or
+ * sharded) or a GGUF file, seen through one interface (model/source.h). */
+#include "model/source.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/log.h"
+#include "model/gguf.h"
+#include "model/hf_config.h"
+#include "model/mapped_file.h"
+#include "model/safetensors.h"
+
+#define MAX_JSON_BYTES (64u << 20)
+
+struct pg_model_source {
+    char *path;
+    bool is_gguf;
+    pg_model_config cfg;
+    pg_generation_defaults gen;
+    char *chat_template;
+    pg_gguf *gguf;
+    pg_safetensors **shards;
+    size_t n_shards;
+    pg_tensor *tensors; /* names owned */
+    size_t n_tensors;
+    const pg_tensor **by_name;
+    char weights_desc[PATH_MAX + 64]; /* file named in weight errors */
+    char config_desc[PATH_MAX + 64];  /* file named in config errors */
+};
+
+/* ------------------------------------------------------------ resolving */
+
+static bool is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+static bool is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+static bool has_gguf_magic(const char *p) {
+    FILE *f = fopen(p, "rb");
+    if (!f) return false;
+    char m[4] = {0};
+    bool ok = fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
+    fclose(f);
+    return ok;
+}
+
+static pagoda_status resolve_hf_cache(const char *repo, char *out, size_t cap) {
+    const char *slash = strchr(repo, '/');
+    if (!slash || slash == repo || !slash[1] || strchr(slash + 1, '/') || strstr(repo, ".."))
+        return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no such file or directory", repo);
+    char root[PATH_MAX];
+    const char *hub = getenv("HF_HUB_CACHE"), *home = getenv("HF_HOME"), *uhome = getenv("HOME");
+    if (hub && *hub) snprintf(root, sizeof root, "%s", hub);
+    else if (home && *home) snprintf(root, sizeof root, "%s/hub", home);
+    else snprintf(root, sizeof root, "%s/.cache/huggingface/hub", uhome && *uhome ? uhome : ".");
+    char base[PATH_MAX];
+    int n = snprintf(base, sizeof base, "%s/models--%.*s--%s", root, (int)(slash - repo), repo, slash + 1);
+    if (n < 0 || (size_t)n >= sizeof base)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model '%s': cache path too long", repo);
+    if (!is_dir(base))
+        return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': not a path and not in the Hugging Face cache (%s)",
+                        repo, base);
+    char rev[256] = "";
+    char refp[PATH_MAX + 16];
+    snprintf(refp, sizeof refp, "%s/refs/main", base);
+    FILE *f = fopen(refp, "r");
+    if (f) {
+        size_t k = fread(rev, 1, sizeof rev - 1, f);
+        fclose(f);
+        rev[k] = 0;
+        while (k && (rev[k - 1] == '\n' || rev[k - 1] == '\r' || rev[k - 1] == ' ')) rev[--k] = 0;
+        if (strchr(rev, '/') || !strcmp(rev, "..") || !strcmp(rev, ".")) rev[0] = 0;
+    }
+    char snaps[PATH_MAX + 16];
+    snprintf(snaps, sizeof snaps, "%s/snapshots", base);
+    if (!rev[0]) { /* newest snapshot */
+        DIR *d = opendir(snaps);
+        time_t best = 0;
+        if (d) {
+            struct dirent *e;
+            while ((e = readdir(d))) {
+                if (e->d_name[0] == '.') continue;
+                char p[PATH_MAX + 300];
+                snprintf(p, sizeof p, "%s/%s", snaps, e->d_name);
+                struct stat st;
+                if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && (!rev[0] || st.st_mtime > best) &&
+                    strlen(e->d_name) < sizeof rev) {
+                    best = st.st_mtime;
+                    snprintf(rev, sizeof rev, "%s", e->d_name);
+                }
+            }
+            closedir(d);
+        }
+    }
+    if (!rev[0]) return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no snapshot in %s", repo, snaps);
+    n = snprintf(out, cap, "%s/%s", snaps, rev);
+    if (n < 0 || (size_t)n >= cap) return pg_error(PAGODA_ERR_INVALID_ARG, "model '%s': path too long", repo);
+    if (!is_dir(out)) return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': snapshot %s missing", repo, out);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_model_resolve(const char *model, char *out, size_t cap, bool *is_gguf) {
+    *is_gguf = false;
+    if (!model || !*model) return pg_error(PAGODA_ERR_INVALID_ARG, "no model given");
+    if (is_file(model) || is_dir(model)) {
+        if (strlen(model) >= cap) return pg_error(PAGODA_ERR_INVALID_ARG, "%s: path too long", model);
+        snprintf(out, cap, "%s", model);
+        *is_gguf = is_file(model);
+        if (*is_gguf && !has_gguf_magic(model)) {
+            size_t n = strlen(model);
+            if (n < 5 || strcmp(model + n - 5, ".gguf"))
+                return pg_error(PAGODA_ERR_FORMAT, "%s: neither a model directory nor a GGUF file", model);
+        }
+        return PAGODA_OK;
+    }
+    if (model[0] == '/' || model[0] == '.')
+        return pg_error(PAGODA_ERR_NOT_FOUND, "%s: no such file or directory", model);
+    return resolve_hf_cache(model, out, cap);
+}
+
+/* ------------------------------------------------------------ tensors */
+
+static pagoda_status add_tensor(pg_model_source *src, size_t *cap, const pg_tensor *t, const char *name) {
+    if (src->n_tensors == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        pg_tensor *p = realloc(src->tensors, nc * sizeof *p);
+        if (!p) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", src->path);
+        src->tensors = p;
+        *cap = nc;
+    }
+    pg_tensor *d = &src->tensors[src->n_tensors];
+    *d = *t;
+    d->name = strdup(name);
+    if (!d->name) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", src->path);
+    src->n_tensors++;
+    return PAGODA_OK;
+}
+
+static int cmp_by_name(const void *a, const void *b) {
+    return strcmp((*(const pg_tensor *const *)a)->name, (*(const pg_tensor *const *)b)->name);
+}
+
+static pagoda_status build_index(pg_model_source *src) {
+    src->by_name = malloc((src->n_tensors ? src->n_tensors : 1) * sizeof *src->by_name);
+    if (!src->by_name) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", src->path);
+    for (size_t i = 0; i < src->n_tensors; i++) src->by_name[i] = &src->tensors[i];
+    qsort(src->by_name, src->n_tensors, sizeof *src->by_name, cmp_by_name);
+    for (size_t i = 1; i < src->n_tensors; i++)
+        if (!strcmp(src->by_name[i]->name, src->by_name[i - 1]->name))
+            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' appears twice", src->weights_desc,
+                            src->by_name[i]->name);
+    return PAGODA_OK;
+}
+
+const pg_tensor *pg_model_source_tensor(const pg_model_source *src, const char *name) {
+    size_t lo = 0, hi = src->n_tensors;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(src->by_name[mid]->name, name);
+        if (!c) return src->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+/* Dominant dtype of the 2-D weights, by element count. */
+static pg_dtype dominant_dtype(const pg_model_source *src) {
+    double count[PG_DTYPE_COUNT] = {0};
+    for (size_t i = 0; i < src->n_tensors; i++)
+        if (src->tensors[i].ndim == 2)
+            count[src->tensors[i].dtype] += (double)src->tensors[i].shape[0] * (double)src->tensors[i].shape[1];
+    int best = PG_F32;
+    for (int t = 0; t < PG_DTYPE_COUNT; t++)
+        if (count[t] > count[best]) best = t;
+    return (pg_dtype)best;
+}
+
+/* ------------------------------------------------------------ HF */
+
+static pagoda_status read_json(const char *dir, const char *file, bool required, char **buf,
+                               size_t *len, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", dir, file);
+    *buf = NULL;
+    if (!required && !is_file(path)) return PAGODA_OK;
+    return pg_read_small_file(path, MAX_JSON_BYTES, buf, len);
+}
+
+static pagoda_status add_shard_tensors(pg_model_source *src, size_t *cap, const pg_safetensors *st) {
+    for (size_t i = 0; i < pg_safetensors_n_tensors(st); i++) {
+        const pg_tensor *t = pg_safetensors_tensor_at(st, i);
+        pagoda_status s = add_tensor(src, cap, t, t->name);
+        if (s) return s;
+    }
+    return PAGODA_OK;
+}
+
+static pagoda_status open_sharded(pg_model_source *src, const char *index_path, size_t *cap) {
+    char *json;
+    size_t len;
+    pagoda_status s = pg_read_small_file(index_path, MAX_JSON_BYTES, &json, &len);
+    if (s) return s;
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    free(json);
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(wm)) {
+        cJSON_Delete(root);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: no 'weight_map' object", index_path);
+    }
+    size_t n = (size_t)cJSON_GetArraySize(wm);
+    src->shards = calloc(n ? n : 1, sizeof *src->shards);
+    const char **shard_names = calloc(n ? n : 1, sizeof *shard_names);
+    if (!src->shards || !shard_names) s = pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", index_path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm) {
+        if (s) break;
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !e->valuestring[0]) {
+            s = pg_error(PAGODA_ERR_FORMAT, "%s: weight_map entry '%s' is not a plain file name", index_path,
+                         e->string);
+            break;
+        }
+        size_t k = 0;
+        while (k < src->n_shards && strcmp(shard_names[k], e->valuestring)) k++;
+        if (k == src->n_shards) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s/%s", src->path, e->valuestring);
+            s = pg_safetensors_open(p, &src->shards[k]);
+            if (s) break;
+            shard_names[k] = e->valuestring;
+            src->n_shards++;
+        }
+        if (!pg_safetensors_find(src->shards[k], e->string))
+            s = pg_error(PAGODA_ERR_FORMAT, "%s: weight_map puts '%s' in %s but that file does not hold it",
+                         index_path, e->string, e->valuestring);
+    }
+    for (size_t k = 0; !s && k < src->n_shards; k++) s = add_shard_tensors(src, cap, src->shards[k]);
+    free(shard_names);
+    cJSON_Delete(root);
+    return s;
+}
+
+static pagoda_status open_hf(pg_model_source *src) {
+    char path[PATH_MAX + 64];
+    char *json;
+    size_t len;
+    pagoda_status s = read_json(src->path, "config.json", true, &json, &len, path, sizeof path);
+    if (s) return s;
+    snprintf(src->config_desc, sizeof src->config_desc, "%s", path);
+    s = pg_hf_config_parse(json, len, path, &src->cfg);
+    free(json);
+    if (s) return s;
+    s = read_json(src->path, "generation_config.json", false, &json, &len, path, sizeof path);
+    if (!s && json) s = pg_hf_generation_parse(json, len, path, &src->gen, &src->cfg);
+    free(json);
+    if (s) return s;
+    s = read_json(src->path, "tokenizer_config.json", false, &json, &len, path, sizeof path);
+    if (!s && json) s = pg_hf_chat_template_parse(json, len, path, &src->chat_template);
+    free(json);
+    if (s) return s;
+
+    size_t cap = 0;
+    char index[PATH_MAX + 64];
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", src->path);
+    snprintf(path, sizeof path, "%s/model.safetensors", src->path);
+    if (is_file(index)) {
+        snprintf(src->weights_desc, sizeof src->weights_desc, "%s", index);
+        s = open_sharded(src, index, &cap);
+    } else if (is_file(path)) {
+        snprintf(src->weights_desc, sizeof src->weights_desc, "%s", path);
+        src->shards = calloc(1, sizeof *src->shards);
+        if (!src->shards) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+        s = pg_safetensors_open(path, &src->shards[0]);
+        if (!s) {
+            src->n_shards = 1;
+            s = add_shard_tensors(src, &cap, src->shards[0]);
+        }
+    } else {
+        return pg_error(PAGODA_ERR_NOT_FOUND, "%s: no model.safetensors or model.safetensors.index.json",
+                        src->path);
+    }
+    if (s) return s;
+    for (size_t i = 0; i < src->n_tensors; i++) {
+        pg_dtype t = src->tensors[i].dtype;
+        if (t != PG_F32 && t != PG_F16 && t != PG_BF16 && t != PG_I8 && t != PG_U8 && t != PG_I32)
+            return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
+                            src->weights_desc, src->tensors[i].name, pg_dtype_name(t));
+    }
+    return PAGODA_OK;
+}
+
+/* ------------------------------------------------------------ GGUF */
+
+static pagoda_status gguf_int(const pg_gguf *g, const char *key, bool required, int64_t def, int64_t lo,
+                              int64_t hi, int *out) {
+    int64_t v;
+    pagoda_status s = required ? pg_gguf_get_int(g, key, &v) : pg_gguf_get_int_or(g, key, def, &v);
+    if (s) return s;
+    if (v < lo || v > hi)
+        return pg_error(PAGODA_ERR_FORMAT, "%s: %s = %lld is out of range [%lld, %lld]", pg_gguf_path(g),
+                        key, (long long)v, (long long)lo, (long long)hi);
+    *out = (int)v;
+    return PAGODA_OK;
+}
+static pagoda_status gguf_float(const pg_gguf *g, const char *key, double def, float *out) {
+    double v;
+    pagoda_status s = pg_gguf_get_float_or(g, key, def, &v);
+    if (!s) *out = (float)v;
+    return s;
+}
+
+static pagoda_status gguf_config(pg_model_source *src) {
+    const pg_gguf *g = src->gguf;
+    pg_model_config *c = &src->cfg;
+    const char *path = src->path;
+    const char *arch;
+    pagoda_status s = pg_gguf_get_str(g, "general.architecture", &arch, NULL);
+    if (s) return s;
+    if (strcmp(arch, "llama"))
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: GGUF architecture '%.40s' is not supported", path, arch);
+    snprintf(c->architecture, sizeof c->architecture, "LlamaForCausalLM");
+    const int64_t BIG = 1 << 30;
+    s = gguf_int(g, "llama.embedding_length", true, 0, 1, 1 << 20, &c->hidden_size);
+    if (!s) s = gguf_int(g, "llama.block_count", true, 0, 1, 1 << 16, &c->num_hidden_layers);
+    if (!s) s = gguf_int(g, "llama.feed_forward_length", true, 0, 1, 1 << 22, &c->intermediate_size);
+    if (!s) s = gguf_int(g, "llama.attention.head_count", true, 0, 1, 1 << 16, &c->num_attention_heads);
+    if (!s)
+        s = gguf_int(g, "llama.attention.head_count_kv", false, c->num_attention_heads, 1, 1 << 16,
+                     &c->num_key_value_heads);
+    if (!s && c->num_attention_heads % c->num_key_value_heads)
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", path,
+                     c->num_attention_heads, c->num_key_value_heads);
+    if (!s)
+        s = gguf_int(g, "llama.attention.key_length", false, c->hidden_size / c->num_attention_heads, 2,
+                     1 << 16, &c->head_dim);
+    int rot = 0;
+    if (!s) s = gguf_int(g, "llama.rope.dimension_count", false, c->head_dim, 0, 1 << 16, &rot);
+    if (!s && rot != c->head_dim)
+        s = pg_error(PAGODA_ERR_UNSUPPORTED, "%s: partial RoPE (rope.dimension_count %d < head_dim %d)", path,
+                     rot, c->head_dim);
+    if (!s) s = gguf_int(g, "llama.context_length", false, 2048, 1, BIG, &c->max_position_embeddings);
+    if (!s) s = gguf_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &c->rms_norm_eps);
+    if (!s) s = gguf_float(g, "llama.rope.freq_base", 10000.0, &c->rope_theta);
+    if (s) return s;
+    c->rope_interleaved = true; /* llama.cpp's converter permutes Q/K rows */
+    const char *rt = NULL;
+    if (pg_gguf_find_key(g, "llama.rope.scaling.type") >= 0) {
+        s = pg_gguf_get_str(g, "llama.rope.scaling.type", &rt, NULL);
+        if (s) return s;
+    }
+    if (rt && strcmp(rt, "none")) {
+        if (!strcmp(rt, "linear")) c->rope_scaling = PG_ROPE_SCALING_LINEAR;
+        else if (!strcmp(rt, "yarn")) c->rope_scaling = PG_ROPE_SCALING_YARN;
+        else if (!strcmp(rt, "llama3")) c->rope_scaling = PG_ROPE_SCALING_LLAMA3;
+        else return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: rope scaling type '%.40s' is not supported", path, rt);
+        s = gguf_float(g, "llama.rope.scaling.factor", 1.0, &c->rope_factor);
+        if (!s)
+            s = gguf_int(g, "llama.rope.scaling.original_context_length", false, c->max_position_embeddings,
+                         1, BIG, &c->rope_original_max_position);
+        if (!s) s = gguf_float(g, "llama.rope.scaling.low_freq_factor", 1.0, &c->rope_low_freq_factor);
+        if (!s) s = gguf_float(g, "llama.rope.scaling.high_freq_factor", 4.0, &c->rope_high_freq_factor);
+        if (s) return s;
+    }
+    int64_t v;
+    if (!pg_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &v) && v >= 0 && v < BIG)
+        c->bos_token_id = (int)v;
+    static const char *const EOS_KEYS[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                           "tokenizer.ggml.eom_token_id"};
+    for (size_t i = 0; i < 3; i++)
+        if (!pg_gguf_get_int_or(g, EOS_KEYS[i], -1, &v) && v >= 0 && v < BIG) pg_model_config_add_eos(c, (int)v);
+    pg_clear_error();
+    /* sampling defaults some converters store */
+    double d;
+    if (!pg_gguf_get_float(g, "general.sampling.temp", &d)) src->gen.temperature = (float)d;
+    if (!pg_gguf_get_float(g, "general.sampling.top_p", &d)) src->gen.top_p = (float)d;
+    if (!pg_gguf_get_float(g, "general.sampling.min_p", &d)) src->gen.min_p = (float)d;
+    if (!pg_gguf_get_int(g, "general.sampling.top_k", &v) && v >= 0 && v < BIG) src->gen.top_k = (int)v;
+    pg_clear_error();
+    const char *tmpl;
+    if (pg_gguf_find_key(g, "tokenizer.chat_template") >= 0 &&
+        !pg_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL)) {
+        src->chat_template = strdup(tmpl);
+        if (!src->chat_template) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    return PAGODA_OK;
+}
+
+static pagoda_status open_gguf(pg_model_source *src) {
+    pagoda_status s = pg_gguf_open(src->path, &src->gguf);
+    if (s) return s;
+    snprintf(src->weights_desc, sizeof src->weights_desc, "%s", src->path);
+    snprintf(src->config_desc, sizeof src->config_desc, "%s", src->path);
+    s = gguf_config(src);
+    if (s) return s;
+    size_t cap = 0;
+    for (size_t i = 0; i < pg_gguf_n_tensors(src->gguf); i++) {
+        const pg_gguf_tensor *gt = pg_gguf_tensor_at(src->gguf, i);
+        if (gt->dtype == PG_DTYPE_COUNT)
+            return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported tensor type %s", src->path,
+                            gt->name, pg_ggml_type_name(gt->ggml_type));
+        pg_tensor t = {0};
+        t.dtype = gt->dtype;
+        t.ndim = gt->n_dims;
+        for (int d = 0; d < PG_MAX_DIMS; d++) t.shape[d] = 1;
+        for (int d = 0; d < gt->n_dims; d++) t.shape[d] = gt->ne[gt->n_dims - 1 - d];
+        t.data = gt->data;
+        t.nbytes = gt->nbytes;
+        char name[512];
+        pg_gguf_llama_name_to_hf(gt->name, name, sizeof name);
+        s = add_tensor(src, &cap, &t, name);
+        if (s) return s;
+    }
+    const pg_gguf_tensor *emb = pg_gguf_find_tensor(src->gguf, "token_embd.weight");
+    if (!emb) return pg_error(PAGODA_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", src->path);
+    if (emb->n_dims != 2 || emb->ne[1] > INT32_MAX)
+        return pg_error(PAGODA_ERR_FORMAT, "%s: token_embd.weight must be 2-D", src->path);
+    src->cfg.vocab_size = (int)emb->ne[1];
+    src->cfg.tie_word_embeddings = pg_gguf_find_tensor(src->gguf, "output.weight") == NULL;
+    return PAGODA_OK;
+}
+
+/* ------------------------------------------------------------ validation */
+
+static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+/* Expect `name` with shape [d0] (d1 < 0) or [d0, d1]; `why` explains d0/d1. */
+static pagoda_status expect(const pg_model_source *src, const char *name, bool required, int64_t d0,
+                            int64_t d1, const char *why) {
+    const pg_tensor *t = pg_model_source_tensor(src, name);
+    if (!t) {
+        if (!required) return PAGODA_OK;
+        return pg_error(PAGODA_ERR_FORMAT, "%s: missing tensor '%s' (num_hidden_layers %d)", src->weights_desc,
+                        name, src->cfg.num_hidden_layers);
+    }
+    int nd = d1 < 0 ? 1 : 2;
+    int64_t want[2] = {d0, d1};
+    if (t->ndim != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
+        char have[96], exp[96];
+        fmt_shape(have, sizeof have, t->ndim, t->shape);
+        fmt_shape(exp, sizeof exp, nd, want);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' has shape %s but the config implies %s (%s)",
+                        src->config_desc, name, have, exp, why);
+    }
+    return PAGODA_OK;
+}
+
+static pagoda_status validate_llama(const pg_model_source *src) {
+    const pg_model_config *c = &src->cfg;
+    int64_t H = c->hidden_size, q = (int64_t)c->num_attention_heads * c->head_dim,
+            kv = (int64_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size, V = c->vocab_size;
+    pagoda_status s = expect(src, "model.embed_tokens.weight", true, V, H, "vocab_size x hidden_size");
+    if (!s) s = expect(src, "model.norm.weight", true, H, -1, "hidden_size");
+    if (!s) s = expect(src, "lm_head.weight", !c->tie_word_embeddings, V, H, "vocab_size x hidden_size");
+    char n[256];
+    for (int l = 0; l < c->num_hidden_layers && !s; l++) {
+#define E(suffix, req, a, b, why)                                             \
+    if (!s) {                                                                 \
+        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);               \
+        s = expect(src, n, req, a, b, why);                                   \
+    }
+        E("input_layernorm.weight", true, H, -1, "hidden_size");
+        E("self_attn.q_proj.weight", true, q, H, "num_attention_heads*head_dim x hidden_size");
+        E("self_attn.k_proj.weight", true, kv, H, "num_key_value_heads*head_dim x hidden_size");
+        E("self_attn.v_proj.weight", true, kv, H, "num_key_value_heads*head_dim x hidden_size");
+        E("self_attn.o_proj.weight", true, H, q, "hidden_size x num_attention_heads*head_dim");
+        E("self_attn.q_proj.bias", c->attention_bias, q, -1, "num_attention_heads*head_dim");
+        E("self_attn.k_proj.bias", c->attention_bias, kv, -1, "num_key_value_heads*head_dim");
+        E("self_attn.v_proj.bias", c->attention_bias, kv, -1, "num_key_value_heads*head_dim");
+        E("self_attn.o_proj.bias", false, H, -1, "hidden_size");
+        E("post_attention_layernorm.weight", true, H, -1, "hidden_size");
+        E("mlp.gate_proj.weight", true, F, H, "intermediate_size x hidden_size");
+        E("mlp.up_proj.weight", true, F, H, "intermediate_size x hidden_size");
+        E("mlp.down_proj.weight", true, H, F, "hidden_size x intermediate_size");
+#undef E
+    }
+    if (s) return s;
+    for (size_t i = 0; i < src->n_tensors; i++) {
+        int layer;
+        if (sscanf(src->tensors[i].name, "model.layers.%d.", &layer) == 1 &&
+            (layer < 0 || layer >= c->num_hidden_layers))
+            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' is beyond num_hidden_layers %d", src->config_desc,
+                            src->tensors[i].name, c->num_hidden_layers);
+    }
+    return PAGODA_OK;
+}
+
+/* ------------------------------------------------------------ open/free */
+
+pagoda_status pg_model_source_open(const char *model, pg_model_source **out) {
+    *out = NULL;
+    char path[PATH_MAX];
+    bool is_gguf;
+    pagoda_status s = pg_model_resolve(model, path, sizeof path, &is_gguf);
+    if (s) return s;
+    pg_model_source *src = calloc(1, sizeof *src);
+    if (!src || !(src->path = strdup(path))) {
+        free(src);
+        return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    src->is_gguf = is_gguf;
+    pg_model_config_init(&src->cfg);
+    pg_generation_defaults_init(&src->gen);
+    s = is_gguf ? open_gguf(src) : open_hf(src);
+    if (!s) s = build_index(src);
+    if (!s) s = validate_llama(src);
+    if (s) {
+        pg_model_source_free(src);
+        return s;
+    }
+    if (src->cfg.torch_dtype == PG_DTYPE_COUNT || is_gguf) src->cfg.torch_dtype = dominant_dtype(src);
+    PG_DEBUG("%s: %s, %zu tensors, %d layers, hidden %d, vocab %d", path, src->cfg.architecture,
+             src->n_tensors, src->cfg.num_hidden_layers, src->cfg.hidden_size, src->cfg.vocab_size);
+    *out = src;
+    return PAGODA_OK;
+}
+
+void pg_model_source_free(pg_model_source *src) {
+    if (!src) return;
+    for (size_t i = 0; i < src->n_tensors; i++) free((char *)src->tensors[i].name);
+    free(src->tensors);
+    free(src->by_name);
+    for (size_t i = 0; i < src->n_shards; i++) pg_safetensors_close(src->shards[i]);
+    free(src->shards);
+    pg_gguf_close(src->gguf);
+    free(src->chat_template);
+    free(src->path);
+    free(src);
+}
+
+const pg_model_config *pg_model_source_config(const pg_model_source *src) { return &src->cfg; }
+const pg_generation_defaults *pg_model_source_generation(const pg_model_source *src) { return &src->gen; }
+size_t pg_model_source_n_tensors(const pg_model_source *src) { return src->n_tensors; }
+const pg_tensor *pg_model_source_tensor_at(const pg_model_source *src, size_t i) {
+    return i < src->n_tensors ? &src->tensors[i] : NULL;
+}
+const char *pg_model_source_path(const pg_model_source *src) { return src->path; }
+bool pg_model_source_is_gguf(const pg_model_source *src) { return src->is_gguf; }
+const char *pg_model_source_chat_template(const pg_model_source *src) { return src->chat_template; }
+const struct pg_gguf *pg_model_source_gguf(const pg_model_source *src) { return src->gguf; }
