@@ -228,7 +228,7 @@ static pagoda_status load_weights(pg_llama *m, const pg_model_source *src) {
     return PAGODA_OK;
 }
 
-static pagoda_status init_rope(pg_llama *m) {
+static pagoda_status init_rope(pg_llama *m, const pg_model_source *src) {
     const pg_model_config *c = &m->cfg;
     pg_rope_freq_params p = {.head_dim = c->head_dim, .theta = c->rope_theta};
     if (c->rope_scaling == PG_ROPE_SCALING_LINEAR) {
@@ -241,9 +241,27 @@ static pagoda_status init_rope(pg_llama *m) {
         p.high_freq_factor = c->rope_high_freq_factor;
         p.original_max_position = c->rope_original_max_position;
     }
-    m->rope_inv_freq = pg_malloc_aligned((size_t)c->head_dim / 2 * sizeof(float));
+    int half = c->head_dim / 2;
+    m->rope_inv_freq = pg_malloc_aligned((size_t)half * sizeof(float));
     if (!m->rope_inv_freq) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
-    return pg_rope_inv_freq(&p, m->rope_inv_freq);
+    pagoda_status st = pg_rope_inv_freq(&p, m->rope_inv_freq);
+    if (st != PAGODA_OK || c->rope_scaling != PG_ROPE_SCALING_NONE) return st;
+    /* llama.cpp's GGUF form of Llama-3 scaling: frequency i divided by rope_freqs[i] */
+    const pg_tensor *rf;
+    if ((st = get_tensor(src, "rope_freqs.weight", half, -1, true, &rf)) != PAGODA_OK || !rf)
+        return st;
+    float *factors = malloc((size_t)half * sizeof(float));
+    if (!factors) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+    pg_dequant_row(rf->dtype, rf->data, factors, (size_t)half);
+    for (int i = 0; i < half && st == PAGODA_OK; i++) {
+        if (!(factors[i] > 0.0f))
+            st = pg_error(PAGODA_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g must be > 0",
+                          pg_model_source_path(src), i, (double)factors[i]);
+        else
+            m->rope_inv_freq[i] /= factors[i];
+    }
+    free(factors);
+    return st;
 }
 
 pagoda_status pg_llama_load(const pg_model_source *src, int max_context, pg_llama **out) {
@@ -265,7 +283,7 @@ pagoda_status pg_llama_load(const pg_model_source *src, int max_context, pg_llam
                         "%s: max_position_embeddings is not set and no context limit was given",
                         pg_model_source_path(src));
     }
-    if ((st = load_weights(m, src)) != PAGODA_OK || (st = init_rope(m)) != PAGODA_OK) {
+    if ((st = load_weights(m, src)) != PAGODA_OK || (st = init_rope(m, src)) != PAGODA_OK) {
         pg_llama_free(m);
         return st;
     }
