@@ -286,8 +286,17 @@ static void test_context_limit_and_bad_tokens(void **state) {
 /* ---- tiny models written here: an independent double-precision forward,
  * attention biases, untied heads, BF16/F16 weights, and bad files ---------- */
 
-enum { TV = 32, TH = 32, TI = 64, TL = 2, TNH = 4, TNKV = 2, THD = 8, TQ = TNH * THD,
-       TKV = TNKV * THD };
+enum {
+    TV = 32,
+    TH = 32,
+    TI = 64,
+    TL = 2,
+    TNH = 4,
+    TNKV = 2,
+    THD = 8,
+    TQ = TNH * THD,
+    TKV = TNKV * THD
+};
 
 typedef struct tiny_opts {
     const char *weight_dtype; /* dtype of the 2-D tensors: "F32" (default), "BF16", "F16" */
@@ -340,7 +349,8 @@ static const float *tiny_get(const tiny_model *m, const char *name) {
 }
 
 static void tiny_free(tiny_model *m) {
-    for (int i = 0; i < m->n; i++) free(m->t[i].values);
+    for (int i = 0; i < m->n; i++)
+        free(m->t[i].values);
 }
 
 /* Write config.json + model.safetensors of a 2-layer Llama (vocab 32, hidden
@@ -417,7 +427,8 @@ static void write_tiny_model(tiny_model *m, const tiny_opts *o) {
         off += elems * es;
     }
     hl += (size_t)snprintf(header + hl, 16384 - hl, "}");
-    while (hl % 8) header[hl++] = ' ';
+    while (hl % 8)
+        header[hl++] = ' ';
     uint8_t *file = calloc(1, 8 + hl + off);
     uint64_t hl64 = hl;
     memcpy(file, &hl64, 8);
@@ -458,16 +469,19 @@ static void ref_linear(double *y, const float *w, const float *b, const double *
                        int n_in) {
     for (int o = 0; o < n_out; o++) {
         double s = b ? b[o] : 0.0;
-        for (int i = 0; i < n_in; i++) s += (double)w[o * n_in + i] * x[i];
+        for (int i = 0; i < n_in; i++)
+            s += (double)w[o * n_in + i] * x[i];
         y[o] = s;
     }
 }
 
 static void ref_rmsnorm(double *y, const double *x, const float *w, int n) {
     double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
     double r = 1.0 / sqrt(ss / n + 1e-5);
-    for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+    for (int i = 0; i < n; i++)
+        y[i] = x[i] * r * w[i];
 }
 
 static void ref_rope_half(double *v, int heads, int pos, const float *freq_factors) {
@@ -493,7 +507,8 @@ static void ref_forward(const tiny_model *m, const tiny_opts *o, const int32_t *
     char nm[128];
     for (int p = 0; p < n; p++) {
         const float *emb = tiny_get(m, "model.embed_tokens.weight");
-        for (int i = 0; i < TH; i++) x[i] = emb[toks[p] * TH + i];
+        for (int i = 0; i < TH; i++)
+            x[i] = emb[toks[p] * TH + i];
         for (int l = 0; l < TL; l++) {
 #define W(fmt) (snprintf(nm, sizeof nm, fmt, l), tiny_get(m, nm))
             ref_rmsnorm(h, x, W("model.layers.%d.input_layernorm.weight"), TH);
@@ -510,25 +525,31 @@ static void ref_forward(const tiny_model *m, const tiny_opts *o, const int32_t *
                 double s[16], mx = -1e300, sum = 0;
                 for (int t = 0; t <= p; t++) {
                     s[t] = 0;
-                    for (int i = 0; i < THD; i++) s[t] += q[hd * THD + i] * K[l][t][kvh * THD + i];
+                    for (int i = 0; i < THD; i++)
+                        s[t] += q[hd * THD + i] * K[l][t][kvh * THD + i];
                     s[t] /= sqrt((double)THD);
                     mx = fmax(mx, s[t]);
                 }
-                for (int t = 0; t <= p; t++) sum += (s[t] = exp(s[t] - mx));
+                for (int t = 0; t <= p; t++)
+                    sum += (s[t] = exp(s[t] - mx));
                 for (int i = 0; i < THD; i++) {
                     double acc = 0;
-                    for (int t = 0; t <= p; t++) acc += s[t] / sum * V[l][t][kvh * THD + i];
+                    for (int t = 0; t <= p; t++)
+                        acc += s[t] / sum * V[l][t][kvh * THD + i];
                     a[hd * THD + i] = acc;
                 }
             }
             ref_linear(y, W("model.layers.%d.self_attn.o_proj.weight"), NULL, a, TH, TQ);
-            for (int i = 0; i < TH; i++) x[i] += y[i];
+            for (int i = 0; i < TH; i++)
+                x[i] += y[i];
             ref_rmsnorm(h, x, W("model.layers.%d.post_attention_layernorm.weight"), TH);
             ref_linear(g, W("model.layers.%d.mlp.gate_proj.weight"), NULL, h, TI, TH);
             ref_linear(u, W("model.layers.%d.mlp.up_proj.weight"), NULL, h, TI, TH);
-            for (int i = 0; i < TI; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            for (int i = 0; i < TI; i++)
+                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
             ref_linear(y, W("model.layers.%d.mlp.down_proj.weight"), NULL, g, TH, TI);
-            for (int i = 0; i < TH; i++) x[i] += y[i];
+            for (int i = 0; i < TH; i++)
+                x[i] += y[i];
 #undef W
         }
     }
@@ -605,9 +626,9 @@ static void expect_load_error(const tiny_opts *o, const char *needle) {
 
 static void test_weights_disagreeing_with_config_fail_clearly(void **state) {
     (void)state;
-    expect_load_error(&(tiny_opts){.mutate_name = "model.layers.1.self_attn.k_proj.weight",
-                                   .mutate_dim0 = 24},
-                      "k_proj");
+    expect_load_error(
+        &(tiny_opts){.mutate_name = "model.layers.1.self_attn.k_proj.weight", .mutate_dim0 = 24},
+        "k_proj");
     expect_load_error(
         &(tiny_opts){.mutate_name = "model.layers.0.mlp.up_proj.weight", .mutate_dim0 = 48},
         "up_proj");

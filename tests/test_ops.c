@@ -22,7 +22,8 @@ static float frand(void) {
     return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
 }
 static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * scale;
 }
 static bool close_rel(double a, double b, double tol) {
     return fabs(a - b) <= tol * fmax(1.0, fabs(b));
@@ -37,7 +38,8 @@ static void test_rmsnorm_matches_double(void **state) {
     pg_rmsnorm(y, x, w, M, N, 1e-5f);
     for (int r = 0; r < M; r++) {
         double ss = 0;
-        for (int i = 0; i < N; i++) ss += (double)x[r * N + i] * x[r * N + i];
+        for (int i = 0; i < N; i++)
+            ss += (double)x[r * N + i] * x[r * N + i];
         double scale = 1.0 / sqrt(ss / N + 1e-5);
         for (int i = 0; i < N; i++)
             assert_true(close_rel(y[r * N + i], x[r * N + i] * scale * w[i], 1e-5));
@@ -56,9 +58,11 @@ static void test_softmax_stable_and_exact(void **state) {
     x[7] = 1000.0f; /* would overflow a naive exp */
     x[8] = 999.0f;
     double m = -INFINITY, sum = 0;
-    for (int i = 0; i < 50; i++) m = fmax(m, x[i]);
+    for (int i = 0; i < 50; i++)
+        m = fmax(m, x[i]);
     double e[50];
-    for (int i = 0; i < 50; i++) sum += (e[i] = exp((double)x[i] - m));
+    for (int i = 0; i < 50; i++)
+        sum += (e[i] = exp((double)x[i] - m));
     pg_softmax(x, 50);
     double total = 0;
     for (int i = 0; i < 50; i++) {
@@ -94,7 +98,8 @@ static void test_rope_inv_freq_plain_and_linear(void **state) {
     float f[32];
     pg_rope_freq_params p = {.head_dim = 64, .theta = 500000.0};
     assert_int_equal(pg_rope_inv_freq(&p, f), PAGODA_OK);
-    for (int i = 0; i < 32; i++) assert_true(close_rel(f[i], pow(500000.0, -2.0 * i / 64), 1e-6));
+    for (int i = 0; i < 32; i++)
+        assert_true(close_rel(f[i], pow(500000.0, -2.0 * i / 64), 1e-6));
     p.scaling = PG_ROPE_FREQ_LINEAR;
     p.factor = 4.0;
     assert_int_equal(pg_rope_inv_freq(&p, f), PAGODA_OK);
@@ -111,8 +116,12 @@ static void test_rope_inv_freq_llama3(void **state) {
     (void)state;
     enum { D = 128 };
     float f[D / 2];
-    pg_rope_freq_params p = {.head_dim = D, .theta = 500000.0, .scaling = PG_ROPE_FREQ_LLAMA3,
-                             .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+    pg_rope_freq_params p = {.head_dim = D,
+                             .theta = 500000.0,
+                             .scaling = PG_ROPE_FREQ_LLAMA3,
+                             .factor = 8.0,
+                             .low_freq_factor = 1.0,
+                             .high_freq_factor = 4.0,
                              .original_max_position = 8192.0};
     assert_int_equal(pg_rope_inv_freq(&p, f), PAGODA_OK);
     int n_high = 0, n_low = 0, n_mid = 0;
@@ -135,7 +144,8 @@ static void test_rope_inv_freq_llama3(void **state) {
         assert_true(close_rel(f[i], want, 1e-6));
     }
     assert_true(n_high > 0 && n_low > 0 && n_mid > 0); /* all three bands exercised */
-    for (int i = 1; i < D / 2; i++) assert_true(f[i] < f[i - 1]);
+    for (int i = 1; i < D / 2; i++)
+        assert_true(f[i] < f[i - 1]);
     p.high_freq_factor = 0.5;
     assert_int_equal(pg_rope_inv_freq(&p, f), PAGODA_ERR_INVALID_ARG);
 }
@@ -164,7 +174,8 @@ static void test_rope_both_layouts(void **state) {
             memcpy(y, x, sizeof x);
             pg_rope(y, H, D, pos, f, inter);
             rope_double(x, want, H, D, pos, f, inter);
-            for (int i = 0; i < H * D; i++) assert_true(fabs(y[i] - want[i]) < 2e-6);
+            for (int i = 0; i < H * D; i++)
+                assert_true(fabs(y[i] - want[i]) < 2e-6);
         }
     /* The layouts are the same rotation up to the dimension permutation that
      * llama.cpp's converter applies: interleaved index 2i <-> half index i,
@@ -198,7 +209,8 @@ static void test_rope_relative_position(void **state) {
         pg_rope(a, 1, D, 10 + shift, f, false);
         pg_rope(b, 1, D, 3 + shift, f, false);
         double dot = 0;
-        for (int i = 0; i < D; i++) dot += (double)a[i] * b[i];
+        for (int i = 0; i < D; i++)
+            dot += (double)a[i] * b[i];
         if (shift == 0) ref = dot;
         assert_true(fabs(dot - ref) < 1e-4);
     }
@@ -209,7 +221,8 @@ static void test_rope_relative_position(void **state) {
 static void quantize_q8_0(const float *x, uint8_t *out, size_t n) {
     for (size_t b = 0; b < n / 32; b++) {
         float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[b * 32 + j]));
         float d = amax / 127.0f;
         uint16_t dh = pg_f32_to_f16(d);
         memcpy(out + b * 34, &dh, 2);
@@ -244,16 +257,25 @@ static void *make_weights(pg_dtype t, const float *wf, size_t N, size_t K) {
         const float *r = wf + n * K;
         uint8_t *o = w + n * rb;
         switch (t) {
-        case PG_F32: memcpy(o, r, K * 4); break;
+        case PG_F32:
+            memcpy(o, r, K * 4);
+            break;
         case PG_F16:
-            for (size_t k = 0; k < K; k++) ((uint16_t *)o)[k] = pg_f32_to_f16(r[k]);
+            for (size_t k = 0; k < K; k++)
+                ((uint16_t *)o)[k] = pg_f32_to_f16(r[k]);
             break;
         case PG_BF16:
-            for (size_t k = 0; k < K; k++) ((uint16_t *)o)[k] = pg_f32_to_bf16(r[k]);
+            for (size_t k = 0; k < K; k++)
+                ((uint16_t *)o)[k] = pg_f32_to_bf16(r[k]);
             break;
-        case PG_Q8_0: quantize_q8_0(r, o, K); break;
-        case PG_Q4_0: quantize_q4_0(r, o, K); break;
-        default: fail();
+        case PG_Q8_0:
+            quantize_q8_0(r, o, K);
+            break;
+        case PG_Q4_0:
+            quantize_q4_0(r, o, K);
+            break;
+        default:
+            fail();
         }
     }
     return w;
@@ -272,7 +294,8 @@ static void check_matmul(pg_dtype t) {
         pg_dequant_row(t, (uint8_t *)w + n * rb, deq, K);
         for (int m = 0; m < M; m++) {
             double s = bias[n];
-            for (int k = 0; k < K; k++) s += (double)deq[k] * x[m * K + k];
+            for (int k = 0; k < K; k++)
+                s += (double)deq[k] * x[m * K + k];
             assert_true(close_rel(out[m * N + n], s, 1e-5));
         }
     }
@@ -286,7 +309,8 @@ static void check_matmul(pg_dtype t) {
     for (int n = 0; n < N; n++)
         for (int m = 0; m < M; m++) {
             double s = bias[n];
-            for (int k = 0; k < K; k++) s += (double)wf[n * K + k] * x[m * K + k];
+            for (int k = 0; k < K; k++)
+                s += (double)wf[n * K + k] * x[m * K + k];
             err = fmax(err, fabs(out[m * N + n] - s));
             mag = fmax(mag, fabs(s));
         }
@@ -296,15 +320,31 @@ static void check_matmul(pg_dtype t) {
     float ref[M * N], scratch[K];
     assert_int_equal(pg_matmul(out, x, w, t, NULL, M, N, K), PAGODA_OK);
     pg_ref_matmul_rows(ref, x, w, t, NULL, M, N, K, 0, N, scratch);
-    for (int i = 0; i < M * N; i++) assert_true(close_rel(out[i], ref[i], 1e-5));
+    for (int i = 0; i < M * N; i++)
+        assert_true(close_rel(out[i], ref[i], 1e-5));
     free(w);
 }
 
-static void test_matmul_f32(void **state) { (void)state; check_matmul(PG_F32); }
-static void test_matmul_f16(void **state) { (void)state; check_matmul(PG_F16); }
-static void test_matmul_bf16(void **state) { (void)state; check_matmul(PG_BF16); }
-static void test_matmul_q8_0(void **state) { (void)state; check_matmul(PG_Q8_0); }
-static void test_matmul_q4_0(void **state) { (void)state; check_matmul(PG_Q4_0); }
+static void test_matmul_f32(void **state) {
+    (void)state;
+    check_matmul(PG_F32);
+}
+static void test_matmul_f16(void **state) {
+    (void)state;
+    check_matmul(PG_F16);
+}
+static void test_matmul_bf16(void **state) {
+    (void)state;
+    check_matmul(PG_BF16);
+}
+static void test_matmul_q8_0(void **state) {
+    (void)state;
+    check_matmul(PG_Q8_0);
+}
+static void test_matmul_q4_0(void **state) {
+    (void)state;
+    check_matmul(PG_Q4_0);
+}
 
 static void test_matmul_errors(void **state) {
     (void)state;

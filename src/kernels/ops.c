@@ -19,9 +19,13 @@ void pg_rope(float *x, size_t n_heads, size_t head_dim, int pos, const float *in
     pg_ref_rope(x, n_heads, head_dim, pos, inv_freq, interleaved);
 }
 
-void pg_softmax(float *x, size_t n) { pg_ref_softmax(x, n); }
+void pg_softmax(float *x, size_t n) {
+    pg_ref_softmax(x, n);
+}
 
-void pg_silu(float *out, const float *x, size_t n) { pg_ref_silu(out, x, n); }
+void pg_silu(float *out, const float *x, size_t n) {
+    pg_ref_silu(out, x, n);
+}
 
 void pg_swiglu(float *out, const float *gate, const float *up, size_t n) {
     pg_ref_swiglu(out, gate, up, n);
@@ -100,10 +104,18 @@ static void matmul_range(matmul_job *job, size_t n0, size_t n1) {
             const float *xm = job->x + m * K;
             float s;
             switch (job->wtype) {
-            case PG_F32: s = kt->dot_f32(wr, xm, K); break;
-            case PG_BF16: s = kt->dot_bf16_f32(wr, xm, K); break;
-            case PG_F16: s = kt->dot_f16_f32(wr, xm, K); break;
-            default: s = kt->dot_f32(scratch, xm, K); break;
+            case PG_F32:
+                s = kt->dot_f32(wr, xm, K);
+                break;
+            case PG_BF16:
+                s = kt->dot_bf16_f32(wr, xm, K);
+                break;
+            case PG_F16:
+                s = kt->dot_f16_f32(wr, xm, K);
+                break;
+            default:
+                s = kt->dot_f32(scratch, xm, K);
+                break;
             }
             job->out[m * N + n] = s + b;
         }
@@ -122,8 +134,16 @@ pagoda_status pg_matmul(float *out, const float *x, const void *w, pg_dtype wtyp
                         "matmul: K=%zu is not a multiple of the %s block size (%zu)", K,
                         pg_dtype_name(wtype), pg_dtype_block_elems(wtype));
     if (M == 0 || N == 0) return PAGODA_OK;
-    matmul_job job = {.out = out, .x = x, .w = w, .wtype = wtype, .bias = bias, .M = M,
-                      .N = N, .K = K, .row_bytes = row_bytes, .kt = pg_kernels(),
+    matmul_job job = {.out = out,
+                      .x = x,
+                      .w = w,
+                      .wtype = wtype,
+                      .bias = bias,
+                      .M = M,
+                      .N = N,
+                      .K = K,
+                      .row_bytes = row_bytes,
+                      .kt = pg_kernels(),
                       .status = PAGODA_OK};
     matmul_range(&job, 0, N);
     if (job.status != PAGODA_OK)

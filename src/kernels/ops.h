@@ -46,10 +46,10 @@ typedef enum pg_rope_freq_scaling {
 } pg_rope_freq_scaling;
 
 typedef struct pg_rope_freq_params {
-    int head_dim;         /* d, even */
-    double theta;         /* base, e.g. 10000 or 500000 */
+    int head_dim; /* d, even */
+    double theta; /* base, e.g. 10000 or 500000 */
     pg_rope_freq_scaling scaling;
-    double factor;        /* LINEAR / LLAMA3 */
+    double factor;                            /* LINEAR / LLAMA3 */
     double low_freq_factor, high_freq_factor; /* LLAMA3 */
     double original_max_position;             /* LLAMA3 */
 } pg_rope_freq_params;

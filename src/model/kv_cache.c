@@ -54,9 +54,14 @@ pagoda_status pg_kv_cache_create_contiguous(int n_layers, int n_kv_heads, int he
     c->bytes_each = bytes;
     c->k = pg_alloc_huge(bytes);
     c->v = pg_alloc_huge(bytes);
-    *kv = (pg_kv_cache){.n_layers = n_layers, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
-                        .max_positions = max_positions, .k_ptr = contiguous_k,
-                        .v_ptr = contiguous_v, .destroy = contiguous_destroy, .impl = c};
+    *kv = (pg_kv_cache){.n_layers = n_layers,
+                        .n_kv_heads = n_kv_heads,
+                        .head_dim = head_dim,
+                        .max_positions = max_positions,
+                        .k_ptr = contiguous_k,
+                        .v_ptr = contiguous_v,
+                        .destroy = contiguous_destroy,
+                        .impl = c};
     if (!c->k || !c->v) {
         contiguous_destroy(kv);
         return pg_error(PAGODA_ERR_NOMEM, "kv cache: cannot allocate 2 x %zu bytes", bytes);

@@ -37,12 +37,12 @@ typedef struct llama_weights {
 } llama_weights;
 
 struct pg_llama {
-    pg_model_config cfg;  /* what the user/model says */
+    pg_model_config cfg; /* what the user/model says */
     llama_weights w;
     float *rope_inv_freq; /* [head_dim / 2] */
     int max_context;
-    int q_dim, kv_dim;    /* heads * head_dim, kv_heads * head_dim */
-    float **owned;        /* f32 copies of 1-D tensors */
+    int q_dim, kv_dim; /* heads * head_dim, kv_heads * head_dim */
+    float **owned;     /* f32 copies of 1-D tensors */
     int n_owned, cap_owned;
 };
 
@@ -50,16 +50,16 @@ struct pg_llama {
 
 struct pg_llama_state {
     const pg_llama *model;
-    int max_tokens;  /* rows per chunk */
-    pg_arena arena;  /* every buffer below */
-    float *x;        /* residual stream [T, hidden] */
-    float *xb;       /* normed input / projection output [T, hidden] */
-    float *q;        /* [T, q_dim] */
-    float *k, *v;    /* [T, kv_dim] */
-    float *attn;     /* attention output [T, q_dim] */
-    float *scores;   /* [max_context] attention weights of one head */
+    int max_tokens;   /* rows per chunk */
+    pg_arena arena;   /* every buffer below */
+    float *x;         /* residual stream [T, hidden] */
+    float *xb;        /* normed input / projection output [T, hidden] */
+    float *q;         /* [T, q_dim] */
+    float *k, *v;     /* [T, kv_dim] */
+    float *attn;      /* attention output [T, q_dim] */
+    float *scores;    /* [max_context] attention weights of one head */
     float *gate, *up; /* [T, intermediate] */
-    float *last;     /* final-normed last row [hidden] */
+    float *last;      /* final-normed last row [hidden] */
     pg_kv_cache *kv;
     int owns_kv;
 };
@@ -71,8 +71,8 @@ static const char *SUPPORTED_DTYPES = "F32, F16, BF16, Q8_0, Q4_0";
 static void shape_str(const pg_tensor *t, char *buf, size_t cap) {
     size_t off = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < t->ndim && off < cap; i++)
-        off += (size_t)snprintf(buf + off, cap - off, "%s%lld", i ? ", " : "",
-                                (long long)t->shape[i]);
+        off +=
+            (size_t)snprintf(buf + off, cap - off, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
     if (off < cap) snprintf(buf + off, cap - off, "]");
 }
 
@@ -84,8 +84,8 @@ static pagoda_status get_tensor(const pg_model_source *src, const char *name, in
     const pg_tensor *t = pg_model_source_tensor(src, name);
     if (!t) {
         if (optional) return PAGODA_OK;
-        return pg_error(PAGODA_ERR_NOT_FOUND, "%s: missing tensor '%s'",
-                        pg_model_source_path(src), name);
+        return pg_error(PAGODA_ERR_NOT_FOUND, "%s: missing tensor '%s'", pg_model_source_path(src),
+                        name);
     }
     int want_ndim = d1 < 0 ? 1 : 2;
     if (t->ndim != want_ndim || t->shape[0] != d0 || (d1 >= 0 && t->shape[1] != d1)) {
@@ -100,8 +100,7 @@ static pagoda_status get_tensor(const pg_model_source *src, const char *name, in
     if (!pg_matmul_supports(t->dtype))
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "%s: tensor '%s' has dtype %s; the llama model supports %s",
-                        pg_model_source_path(src), name, pg_dtype_name(t->dtype),
-                        SUPPORTED_DTYPES);
+                        pg_model_source_path(src), name, pg_dtype_name(t->dtype), SUPPORTED_DTYPES);
     size_t inner = (size_t)(d1 < 0 ? d0 : d1);
     if (pg_dtype_row_bytes(t->dtype, inner) == 0)
         return pg_error(PAGODA_ERR_FORMAT,
@@ -164,8 +163,8 @@ static pagoda_status check_config(const pg_model_source *src, const pg_model_con
                         "(LlamaForCausalLM, MistralForCausalLM)",
                         path, c->architecture);
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
-        c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 ||
-        c->num_key_value_heads <= 0 || c->head_dim <= 0 || c->head_dim % 2 != 0)
+        c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
+        c->head_dim <= 0 || c->head_dim % 2 != 0)
         return pg_error(PAGODA_ERR_FORMAT,
                         "%s: bad config (vocab %d, hidden %d, intermediate %d, layers %d, heads "
                         "%d, kv heads %d, head_dim %d)",
@@ -223,8 +222,8 @@ static pagoda_status load_weights(pg_llama *m, const pg_model_source *src) {
     bool need_head = !c->tie_word_embeddings;
     if ((st = get_tensor(src, "lm_head.weight", c->vocab_size, H, !need_head, &head))) return st;
     if (!head) head = m->w.embed;
-    m->w.lm_head = (linear){.w = head->data, .dtype = head->dtype, .n_out = c->vocab_size,
-                            .n_in = H};
+    m->w.lm_head =
+        (linear){.w = head->data, .dtype = head->dtype, .n_out = c->vocab_size, .n_in = H};
     return PAGODA_OK;
 }
 
@@ -288,24 +287,28 @@ pagoda_status pg_llama_load(const pg_model_source *src, int max_context, pg_llam
         return st;
     }
     PG_DEBUG("llama: %d layers, hidden %d, heads %d/%d x %d, context %d, weights %s",
-             c->num_hidden_layers, c->hidden_size, c->num_attention_heads,
-             c->num_key_value_heads, c->head_dim, m->max_context,
-             pg_dtype_name(m->w.layers[0].wq.dtype));
+             c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
+             c->head_dim, m->max_context, pg_dtype_name(m->w.layers[0].wq.dtype));
     *out = m;
     return PAGODA_OK;
 }
 
 void pg_llama_free(pg_llama *m) {
     if (!m) return;
-    for (int i = 0; i < m->n_owned; i++) pg_free(m->owned[i]);
+    for (int i = 0; i < m->n_owned; i++)
+        pg_free(m->owned[i]);
     free(m->owned);
     free(m->w.layers);
     pg_free(m->rope_inv_freq);
     free(m);
 }
 
-const pg_model_config *pg_llama_config(const pg_llama *m) { return &m->cfg; }
-int pg_llama_max_context(const pg_llama *m) { return m->max_context; }
+const pg_model_config *pg_llama_config(const pg_llama *m) {
+    return &m->cfg;
+}
+int pg_llama_max_context(const pg_llama *m) {
+    return m->max_context;
+}
 
 /* ---- run state -------------------------------------------------------------- */
 
@@ -328,11 +331,18 @@ pagoda_status pg_llama_state_create(const pg_llama *m, int max_batch_tokens, pg_
     s->model = m;
     s->max_tokens = max_batch_tokens;
     size_t T = (size_t)max_batch_tokens, H = (size_t)c->hidden_size;
-    size_t sizes[] = {T * H, T * H, T * (size_t)m->q_dim, T * (size_t)m->kv_dim,
-                      T * (size_t)m->kv_dim, T * (size_t)m->q_dim, (size_t)m->max_context,
-                      T * (size_t)c->intermediate_size, T * (size_t)c->intermediate_size, H};
-    float **bufs[] = {&s->x, &s->xb, &s->q, &s->k, &s->v, &s->attn, &s->scores,
-                      &s->gate, &s->up, &s->last};
+    size_t sizes[] = {T * H,
+                      T * H,
+                      T * (size_t)m->q_dim,
+                      T * (size_t)m->kv_dim,
+                      T * (size_t)m->kv_dim,
+                      T * (size_t)m->q_dim,
+                      (size_t)m->max_context,
+                      T * (size_t)c->intermediate_size,
+                      T * (size_t)c->intermediate_size,
+                      H};
+    float **bufs[] = {&s->x,    &s->xb,     &s->q,    &s->k,  &s->v,
+                      &s->attn, &s->scores, &s->gate, &s->up, &s->last};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += (sizes[i] * sizeof(float) + PG_ALIGN - 1) / PG_ALIGN * PG_ALIGN;
@@ -378,8 +388,7 @@ static void embed(const pg_llama *m, float *x, const int32_t *tokens, int n) {
 }
 
 static pagoda_status project(float *out, const float *x, const linear *l, int n) {
-    return pg_matmul(out, x, l->w, l->dtype, l->bias, (size_t)n, (size_t)l->n_out,
-                     (size_t)l->n_in);
+    return pg_matmul(out, x, l->w, l->dtype, l->bias, (size_t)n, (size_t)l->n_out, (size_t)l->n_in);
 }
 
 /* RoPE on the n rows of q [n, q_dim] and k [n, kv_dim], row i at start + i. */
@@ -393,8 +402,8 @@ static void rotate_qk(const pg_llama *m, float *q, float *k, int n, int start) {
     }
 }
 
-static void cache_kv(pg_kv_cache *kv, int layer, const float *k, const float *v, int n,
-                     int start, int kv_dim) {
+static void cache_kv(pg_kv_cache *kv, int layer, const float *k, const float *v, int n, int start,
+                     int kv_dim) {
     for (int i = 0; i < n; i++) {
         memcpy(pg_kv_k(kv, layer, start + i), k + (size_t)i * kv_dim, (size_t)kv_dim * 4);
         memcpy(pg_kv_v(kv, layer, start + i), v + (size_t)i * kv_dim, (size_t)kv_dim * 4);
@@ -420,21 +429,23 @@ static void attention(const pg_llama *m, pg_llama_state *s, int layer, int n, in
             float *out = s->attn + (size_t)i * m->q_dim + (size_t)h * hd;
             int len = pos - first + 1;
             for (int t = 0; t < len; t++)
-                s->scores[t] = kt->dot_f32(q, pg_kv_k(s->kv, layer, first + t) + kv_off,
-                                           (size_t)hd) * scale;
+                s->scores[t] =
+                    kt->dot_f32(q, pg_kv_k(s->kv, layer, first + t) + kv_off, (size_t)hd) * scale;
             pg_softmax(s->scores, (size_t)len);
             memset(out, 0, (size_t)hd * sizeof(float));
             for (int t = 0; t < len; t++) {
                 const float *v = pg_kv_v(s->kv, layer, first + t) + kv_off;
                 float a = s->scores[t];
-                for (int d = 0; d < hd; d++) out[d] += a * v[d];
+                for (int d = 0; d < hd; d++)
+                    out[d] += a * v[d];
             }
         }
     }
 }
 
 static void add_residual(float *x, const float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
 }
 
 /* One chunk of n <= max_tokens tokens. */
@@ -478,8 +489,8 @@ pagoda_status pg_llama_forward(const pg_llama *m, pg_llama_state *s, const int32
     int ctx = m->max_context < s->kv->max_positions ? m->max_context : s->kv->max_positions;
     if (start_pos > ctx - n_tokens)
         return pg_error(PAGODA_ERR_LIMIT,
-                        "llama: %d tokens at position %d exceed the context of %d tokens",
-                        n_tokens, start_pos, ctx);
+                        "llama: %d tokens at position %d exceed the context of %d tokens", n_tokens,
+                        start_pos, ctx);
     for (int i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
             return pg_error(PAGODA_ERR_INVALID_ARG, "llama: token id %d outside the vocab [0, %d)",

@@ -64,8 +64,7 @@ void pg_llama_state_free(pg_llama_state *state);
  * Errors: PAGODA_ERR_INVALID_ARG (n_tokens < 1, start_pos < 0, token id
  * outside [0, vocab_size)), PAGODA_ERR_LIMIT (start_pos + n_tokens exceeds
  * the context), errors of the matmul. */
-pagoda_status pg_llama_forward(const pg_llama *model, pg_llama_state *state,
-                               const int32_t *tokens, int n_tokens, int start_pos,
-                               float *logits_out);
+pagoda_status pg_llama_forward(const pg_llama *model, pg_llama_state *state, const int32_t *tokens,
+                               int n_tokens, int start_pos, float *logits_out);
 
 #endif

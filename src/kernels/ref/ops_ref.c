@@ -9,9 +9,11 @@ void pg_ref_rmsnorm(float *out, const float *x, const float *w, size_t m, size_t
         const float *xr = x + r * n;
         float *yr = out + r * n;
         float ss = 0.0f;
-        for (size_t i = 0; i < n; i++) ss += xr[i] * xr[i];
+        for (size_t i = 0; i < n; i++)
+            ss += xr[i] * xr[i];
         float scale = 1.0f / sqrtf(ss / (float)n + eps);
-        for (size_t i = 0; i < n; i++) yr[i] = w[i] * (scale * xr[i]);
+        for (size_t i = 0; i < n; i++)
+            yr[i] = w[i] * (scale * xr[i]);
     }
 }
 
@@ -42,11 +44,13 @@ void pg_ref_softmax(float *x, size_t n) {
         sum += x[i];
     }
     float inv = 1.0f / sum;
-    for (size_t i = 0; i < n; i++) x[i] *= inv;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
 void pg_ref_silu(float *out, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = x[i] / (1.0f + expf(-x[i]));
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
 void pg_ref_swiglu(float *out, const float *gate, const float *up, size_t n) {
@@ -68,10 +72,18 @@ void pg_ref_matmul_rows(float *out, const float *x, const void *w, pg_dtype wtyp
             const float *xm = x + m * K;
             float s;
             switch (wtype) {
-            case PG_F16: s = pg_ref_dot_f16_f32(wr, xm, K); break;
-            case PG_BF16: s = pg_ref_dot_bf16_f32(wr, xm, K); break;
-            case PG_F32: s = pg_ref_dot_f32(wr, xm, K); break;
-            default: s = pg_ref_dot_f32(scratch, xm, K); break;
+            case PG_F16:
+                s = pg_ref_dot_f16_f32(wr, xm, K);
+                break;
+            case PG_BF16:
+                s = pg_ref_dot_bf16_f32(wr, xm, K);
+                break;
+            case PG_F32:
+                s = pg_ref_dot_f32(wr, xm, K);
+                break;
+            default:
+                s = pg_ref_dot_f32(scratch, xm, K);
+                break;
             }
             out[m * N + n] = s + b;
         }
