@@ -148,6 +148,7 @@ static pagoda_status get_linear(pg_llama *m, const pg_model_source *src, const c
     snprintf(name, sizeof name, "%s.weight", prefix);
     pagoda_status st = get_tensor(src, name, n_out, n_in, false, &t);
     if (st != PAGODA_OK) return st;
+    if (!t) return pg_error(PAGODA_ERR_INTERNAL, "llama: tensor '%s' vanished", name);
     *out = (linear){.w = t->data, .dtype = t->dtype, .n_out = n_out, .n_in = n_in};
     if (!with_bias) return PAGODA_OK;
     snprintf(name, sizeof name, "%s.bias", prefix);
