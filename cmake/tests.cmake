@@ -47,3 +47,23 @@ if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
 endif()
 add_test(NAME pagoda_env_bad_isa_fails COMMAND pagoda env)
 set_tests_properties(pagoda_env_bad_isa_fails PROPERTIES ENVIRONMENT "PAGODA_ISA=bogus" WILL_FAIL TRUE)
+
+# aarch64 only: the thread pool's atomics must be LSE instructions, not
+# ldxr/stxr loops (tests/check_lse.sh disassembles the pool's objects).
+if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
+  find_program(PAGODA_OBJDUMP NAMES aarch64-linux-gnu-objdump)
+  if(PAGODA_OBJDUMP)
+    add_test(NAME check_lse COMMAND bash ${CMAKE_SOURCE_DIR}/tests/check_lse.sh
+             ${PAGODA_OBJDUMP} "$<TARGET_OBJECTS:pagoda_core>")
+  else()
+    message(WARNING "aarch64-linux-gnu-objdump not found: check_lse test not registered")
+  endif()
+endif()
+
+# `pagoda env` shows the pool's settings and reports a bad PAGODA_CPUS.
+add_test(NAME pagoda_env_pool COMMAND pagoda env)
+set_tests_properties(pagoda_env_pool PROPERTIES ENVIRONMENT "PAGODA_BLOCKTIME_US=77"
+                     PASS_REGULAR_EXPRESSION "pool blocktime +77 us spin, then futex sleep \\(PAGODA_BLOCKTIME_US\\)")
+add_test(NAME pagoda_env_bad_cpus COMMAND pagoda env)
+set_tests_properties(pagoda_env_bad_cpus PROPERTIES ENVIRONMENT "PAGODA_CPUS=0-"
+                     PASS_REGULAR_EXPRESSION "PAGODA_CPUS: '0-' ends at offset 2 where a range end was expected; using the default")

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
+
 /* "48 KiB", "1.0 MiB", "15.6 GiB"; "unknown" for 0. */
 static const char *fmt_bytes(char *buf, size_t cap, uint64_t v) {
     if (!v) return "unknown";
@@ -101,9 +103,11 @@ void pg_env_report(FILE *f) {
             fmt_bytes(b1, sizeof b1, c->hugepage_bytes));
 
     fprintf(f, "\nthreads\n");
-    /* THREAD POOL SETTINGS GO HERE: threads, CPUs they are bound to, block
-     * (spin) time, from src/base/pool.h once it lands. Until then: */
-    fprintf(f, "  %-16s %s\n", "thread pool", "(not built yet)");
+    pg_pool *pool = pg_pool_default(); /* created here if nothing used it yet */
+    if (pool)
+        pg_pool_describe(pool, f);
+    else
+        fprintf(f, "  %-16s %s\n", "thread pool", "(could not be created)");
 
     fprintf(f, "\nwarnings\n");
     if (pg_env_warnings(c, t, f) == 0) fprintf(f, "  none\n");
