@@ -5,10 +5,12 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/dtype.h"
+#include "base/pool.h"
 #include "base/status.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
@@ -346,6 +348,34 @@ static void test_matmul_q4_0(void **state) {
     check_matmul(PG_Q4_0);
 }
 
+/* The default pool runs 3 threads here (main); a matmul split across them
+ * equals the same columns computed one call at a time, bit for bit. */
+static void test_matmul_independent_of_threads(void **state) {
+    (void)state;
+    enum { M = 3, N = 200, K = 256 };
+    pg_dtype types[] = {PG_F32, PG_BF16, PG_Q8_0};
+    float *wf = malloc(sizeof(float) * N * K), x[M * K], bias[N];
+    float *out = malloc(sizeof(float) * M * N), col[M];
+    fill(wf, N * K, 1.0f);
+    fill(x, M * K, 1.0f);
+    fill(bias, N, 1.0f);
+    assert_int_equal(pg_pool_size(pg_pool_default()), 3);
+    for (int t = 0; t < 3; t++) {
+        void *w = make_weights(types[t], wf, N, K);
+        size_t rb = pg_dtype_row_bytes(types[t], K);
+        assert_int_equal(pg_matmul(out, x, w, types[t], bias, M, N, K), PAGODA_OK);
+        for (int n = 0; n < N; n++) {
+            assert_int_equal(pg_matmul(col, x, (uint8_t *)w + n * rb, types[t], bias + n, M, 1, K),
+                             PAGODA_OK);
+            for (int m = 0; m < M; m++)
+                assert_true(col[m] == out[m * N + n]);
+        }
+        free(w);
+    }
+    free(wf);
+    free(out);
+}
+
 static void test_matmul_errors(void **state) {
     (void)state;
     float x[40] = {0}, w[40] = {0}, out[4];
@@ -358,6 +388,13 @@ static void test_matmul_errors(void **state) {
 }
 
 int main(void) {
+    pg_pool_options po = pg_pool_options_default();
+    po.n_threads = 3;
+    po.pin = 0;
+    if (pg_pool_default_configure(&po) != PAGODA_OK) {
+        fprintf(stderr, "pool: %s\n", pg_last_error());
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm_matches_double),
         cmocka_unit_test(test_softmax_stable_and_exact),
@@ -371,7 +408,10 @@ int main(void) {
         cmocka_unit_test(test_matmul_bf16),
         cmocka_unit_test(test_matmul_q8_0),
         cmocka_unit_test(test_matmul_q4_0),
+        cmocka_unit_test(test_matmul_independent_of_threads),
         cmocka_unit_test(test_matmul_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    pg_pool_default_shutdown();
+    return rc;
 }

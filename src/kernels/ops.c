@@ -4,8 +4,11 @@
 #include "kernels/ops.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "base/pool.h"
 
 #include "kernels/dispatch.h"
 #include "kernels/ref/ops_ref.h"
@@ -81,18 +84,20 @@ typedef struct matmul_job {
     const float *bias;
     size_t M, N, K, row_bytes;
     const pg_kernel_table *kt;
-    pagoda_status status;
+    atomic_int failed; /* a thread could not allocate its scratch row */
 } matmul_job;
 
 /* Output columns [n0, n1) of the job: one dot over K per element. */
-static void matmul_range(matmul_job *job, size_t n0, size_t n1) {
+static void matmul_range(void *ctx, size_t n0, size_t n1, int tid) {
+    (void)tid;
+    matmul_job *job = ctx;
     const pg_kernel_table *kt = job->kt;
     size_t K = job->K, N = job->N;
     float *scratch = NULL;
     if (job->wtype == PG_Q8_0 || job->wtype == PG_Q4_0) {
         scratch = malloc(K * sizeof(float));
         if (!scratch) {
-            job->status = PAGODA_ERR_NOMEM;
+            atomic_store(&job->failed, 1);
             return;
         }
     }
@@ -143,10 +148,19 @@ pagoda_status pg_matmul(float *out, const float *x, const void *w, pg_dtype wtyp
                       .N = N,
                       .K = K,
                       .row_bytes = row_bytes,
-                      .kt = pg_kernels(),
-                      .status = PAGODA_OK};
-    matmul_range(&job, 0, N);
-    if (job.status != PAGODA_OK)
-        return pg_error(job.status, "matmul: out of memory for a %zu-float scratch row", K);
+                      .kt = pg_kernels()};
+    atomic_init(&job.failed, 0);
+    /* Split N in multiples of 16 columns (no two threads write one cache
+     * line of an output row) with at least ~32K multiply-adds per chunk, so
+     * tiny layers stay on the calling thread. */
+    size_t grain = 32768 / (M * K) + 1;
+    grain = (grain + 15) / 16 * 16;
+    pg_pool *pool = pg_pool_default();
+    if (pool && N > grain)
+        pg_pool_parallel_for(pool, N, grain, matmul_range, &job);
+    else
+        matmul_range(&job, 0, N, 0);
+    if (atomic_load(&job.failed))
+        return pg_error(PAGODA_ERR_NOMEM, "matmul: out of memory for a %zu-float scratch row", K);
     return PAGODA_OK;
 }
