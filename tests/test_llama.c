@@ -13,6 +13,7 @@
 
 #include "base/dtype.h"
 #include "base/status.h"
+#include "model/gen_model.h"
 #include "model/llama.h"
 #include "model/source.h"
 
@@ -669,6 +670,72 @@ static void test_missing_tensor_fails_clearly(void **state) {
         fail_msg("unexpected error: %s", pg_last_error());
 }
 
+/* ---- random-weight models written by pg_gen_model (src/model/gen_model.h):
+ * the HF form (rotate_half RoPE) and the GGUF form (Q/K rows permuted,
+ * interleaved RoPE) of one model agree, with Llama-3 RoPE scaling exercised
+ * past the original context. */
+
+/* Logits of the last of n tokens (prefilled in one call) of model `path`. */
+static void last_logits(const char *path, const int32_t *toks, int n, float *logits) {
+    pg_model_source *src;
+    pg_llama *m;
+    pg_llama_state *s;
+    if (pg_model_source_open(path, &src) != PAGODA_OK) fail_msg("%s", pg_last_error());
+    if (pg_llama_load(src, 0, &m) != PAGODA_OK) fail_msg("%s", pg_last_error());
+    assert_int_equal(pg_llama_state_create(m, 32, NULL, &s), PAGODA_OK);
+    assert_int_equal(pg_llama_forward(m, s, toks, n, 0, logits), PAGODA_OK);
+    pg_llama_state_free(s);
+    pg_llama_free(m);
+    pg_model_source_free(src);
+}
+
+static void test_gen_model_hf_and_gguf_agree_with_llama3_rope(void **state) {
+    (void)state;
+    enum { V = 512, N = 150 };
+    const char *dir = pg_test_tmpdir();
+    char hf[600], gguf[600], hf_plain[600];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    snprintf(gguf, sizeof gguf, "%s/model.gguf", dir);
+    snprintf(hf_plain, sizeof hf_plain, "%s/hf-plain", dir);
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    o.head_dim = 16; /* 4 heads x 16 = 64, 2 KV heads */
+    o.tie = false;
+    o.init_std = 0.25f; /* sharp attention, O(1) logits */
+    o.max_position = 256;
+    o.rope_scaling = PG_ROPE_SCALING_LLAMA3;
+    o.rope_factor = 8.0f;
+    o.rope_low_freq_factor = 1.0f;
+    o.rope_high_freq_factor = 4.0f;
+    o.rope_original_max_position = 64; /* wavelengths 6 .. 6000: all three bands */
+    o.hf_dir = hf;
+    o.gguf_path = gguf;
+    if (pg_gen_model_write(&o) != PAGODA_OK) fail_msg("%s", pg_last_error());
+    o.rope_scaling = PG_ROPE_SCALING_NONE;
+    o.hf_dir = hf_plain;
+    o.gguf_path = NULL;
+    if (pg_gen_model_write(&o) != PAGODA_OK) fail_msg("%s", pg_last_error());
+
+    int32_t toks[N];
+    for (int i = 0; i < N; i++)
+        toks[i] = (int32_t)((i * 37 + 11) % V);
+    float a[V], b[V], c[V];
+    last_logits(hf, toks, N, a);
+    last_logits(gguf, toks, N, b);
+    last_logits(hf_plain, toks, N, c);
+    float mx = 0, err = 0, scaling_effect = 0;
+    for (int i = 0; i < V; i++) {
+        if (fabsf(a[i]) > mx) mx = fabsf(a[i]);
+        if (fabsf(a[i] - b[i]) > err) err = fabsf(a[i] - b[i]);
+        if (fabsf(a[i] - c[i]) > scaling_effect) scaling_effect = fabsf(a[i] - c[i]);
+    }
+    float tol = 1e-4f * fmaxf(1.0f, mx);
+    if (err > tol) fail_msg("HF vs GGUF: max logit difference %g (max |logit| %g)", err, mx);
+    /* the scaling matters at these positions, far beyond the tolerance */
+    if (scaling_effect < 100 * tol)
+        fail_msg("llama3 scaling changed the logits by only %g", scaling_effect);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_bos_256_hf_f32),
@@ -688,6 +755,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_bf16_matches_double_reference),
         cmocka_unit_test(test_tiny_f16_matches_double_reference),
         cmocka_unit_test(test_tiny_rope_freqs_matches_double_reference),
+        cmocka_unit_test(test_gen_model_hf_and_gguf_agree_with_llama3_rope),
         cmocka_unit_test(test_weights_disagreeing_with_config_fail_clearly),
         cmocka_unit_test(test_unsupported_weight_dtype_fails_clearly),
         cmocka_unit_test(test_missing_tensor_fails_clearly),

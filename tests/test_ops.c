@@ -13,6 +13,7 @@
 #include "base/pool.h"
 #include "base/status.h"
 #include "kernels/ops.h"
+#include "model/gen_model.h"
 #include "kernels/ref/ops_ref.h"
 
 /* Deterministic xorshift stream in [-1, 1). */
@@ -150,6 +151,36 @@ static void test_rope_inv_freq_llama3(void **state) {
         assert_true(f[i] < f[i - 1]);
     p.high_freq_factor = 0.5;
     assert_int_equal(pg_rope_inv_freq(&p, f), PAGODA_ERR_INVALID_ARG);
+}
+
+/* Cross-check with the model writer's own Llama-3 factors (the divisors
+ * llama.cpp stores as rope_freqs.weight), an independent implementation. */
+static void test_rope_inv_freq_llama3_matches_rope_freqs(void **state) {
+    (void)state;
+    enum { D = 64 };
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    o.hidden = 8 * D;
+    o.heads = 8;
+    o.head_dim = D;
+    o.rope_theta = 500000.0f;
+    o.rope_scaling = PG_ROPE_SCALING_LLAMA3;
+    o.rope_factor = 32.0f;
+    o.rope_low_freq_factor = 1.0f;
+    o.rope_high_freq_factor = 4.0f;
+    o.rope_original_max_position = 8192;
+    float factors[D / 2], f[D / 2];
+    pg_llama3_rope_factors(&o, factors);
+    pg_rope_freq_params p = {.head_dim = D,
+                             .theta = 500000.0,
+                             .scaling = PG_ROPE_FREQ_LLAMA3,
+                             .factor = 32.0,
+                             .low_freq_factor = 1.0,
+                             .high_freq_factor = 4.0,
+                             .original_max_position = 8192.0};
+    assert_int_equal(pg_rope_inv_freq(&p, f), PAGODA_OK);
+    for (int i = 0; i < D / 2; i++)
+        assert_true(close_rel(f[i], pow(500000.0, -2.0 * i / D) / factors[i], 1e-5));
 }
 
 static void rope_double(const float *x, double *y, int heads, int d, int pos, const float *f,
@@ -401,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_silu_swiglu),
         cmocka_unit_test(test_rope_inv_freq_plain_and_linear),
         cmocka_unit_test(test_rope_inv_freq_llama3),
+        cmocka_unit_test(test_rope_inv_freq_llama3_matches_rope_freqs),
         cmocka_unit_test(test_rope_both_layouts),
         cmocka_unit_test(test_rope_relative_position),
         cmocka_unit_test(test_matmul_f32),
