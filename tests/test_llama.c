@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/dtype.h"
+#include "base/pool.h"
 #include "base/status.h"
 #include "model/gen_model.h"
 #include "model/llama.h"
@@ -675,15 +676,19 @@ static void test_missing_tensor_fails_clearly(void **state) {
  * interleaved RoPE) of one model agree, with Llama-3 RoPE scaling exercised
  * past the original context. */
 
-/* Logits of the last of n tokens (prefilled in one call) of model `path`. */
-static void last_logits(const char *path, const int32_t *toks, int n, float *logits) {
+/* Logits of the last of n tokens of model `path`, prefilled `chunk` tokens
+ * per forward call (the state holds up to 32 rows: longer calls are split). */
+static void last_logits(const char *path, const int32_t *toks, int n, int chunk, float *logits) {
     pg_model_source *src;
     pg_llama *m;
     pg_llama_state *s;
     if (pg_model_source_open(path, &src) != PAGODA_OK) fail_msg("%s", pg_last_error());
     if (pg_llama_load(src, 0, &m) != PAGODA_OK) fail_msg("%s", pg_last_error());
     assert_int_equal(pg_llama_state_create(m, 32, NULL, &s), PAGODA_OK);
-    assert_int_equal(pg_llama_forward(m, s, toks, n, 0, logits), PAGODA_OK);
+    for (int done = 0; done < n; done += chunk) {
+        int k = n - done < chunk ? n - done : chunk;
+        assert_int_equal(pg_llama_forward(m, s, toks + done, k, done, logits), PAGODA_OK);
+    }
     pg_llama_state_free(s);
     pg_llama_free(m);
     pg_model_source_free(src);
@@ -719,10 +724,16 @@ static void test_gen_model_hf_and_gguf_agree_with_llama3_rope(void **state) {
     int32_t toks[N];
     for (int i = 0; i < N; i++)
         toks[i] = (int32_t)((i * 37 + 11) % V);
-    float a[V], b[V], c[V];
-    last_logits(hf, toks, N, a);
-    last_logits(gguf, toks, N, b);
-    last_logits(hf_plain, toks, N, c);
+    float a[V], b[V], c[V], d[V];
+    last_logits(hf, toks, N, N, a);
+    last_logits(gguf, toks, N, N, b);
+    last_logits(hf_plain, toks, N, N, c);
+    /* batch invariance with attention and matmuls split over 3 threads:
+     * token by token, and in chunks of 7, give the same bits */
+    last_logits(hf, toks, N, 1, d);
+    assert_memory_equal(a, d, sizeof a);
+    last_logits(hf, toks, N, 7, d);
+    assert_memory_equal(a, d, sizeof a);
     float mx = 0, err = 0, scaling_effect = 0;
     for (int i = 0; i < V; i++) {
         if (fabsf(a[i]) > mx) mx = fabsf(a[i]);
@@ -737,6 +748,14 @@ static void test_gen_model_hf_and_gguf_agree_with_llama3_rope(void **state) {
 }
 
 int main(void) {
+    /* 3 threads (more than this machine may have) so the splits are exercised */
+    pg_pool_options po = pg_pool_options_default();
+    po.n_threads = 3;
+    po.pin = 0;
+    if (pg_pool_default_configure(&po) != PAGODA_OK) {
+        fprintf(stderr, "pool: %s\n", pg_last_error());
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_bos_256_hf_f32),
         cmocka_unit_test(test_greedy_bos_256_gguf_f32),
@@ -760,5 +779,7 @@ int main(void) {
         cmocka_unit_test(test_unsupported_weight_dtype_fails_clearly),
         cmocka_unit_test(test_missing_tensor_fails_clearly),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    pg_pool_default_shutdown();
+    return rc;
 }

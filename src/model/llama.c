@@ -9,6 +9,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 
@@ -57,7 +58,8 @@ struct pg_llama_state {
     float *q;         /* [T, q_dim] */
     float *k, *v;     /* [T, kv_dim] */
     float *attn;      /* attention output [T, q_dim] */
-    float *scores;    /* [max_context] attention weights of one head */
+    float *scores;    /* [score_rows, max_context] attention weights, one row per thread */
+    int score_rows;   /* threads of the default pool when the state was made */
     float *gate, *up; /* [T, intermediate] */
     float *last;      /* final-normed last row [hidden] */
     pg_kv_cache *kv;
@@ -331,6 +333,8 @@ pagoda_status pg_llama_state_create(const pg_llama *m, int max_batch_tokens, pg_
     if (!s) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
     s->model = m;
     s->max_tokens = max_batch_tokens;
+    pg_pool *pool = pg_pool_default();
+    s->score_rows = pool ? pg_pool_size(pool) : 1;
     size_t T = (size_t)max_batch_tokens, H = (size_t)c->hidden_size;
     size_t sizes[] = {T * H,
                       T * H,
@@ -338,7 +342,7 @@ pagoda_status pg_llama_state_create(const pg_llama *m, int max_batch_tokens, pg_
                       T * (size_t)m->kv_dim,
                       T * (size_t)m->kv_dim,
                       T * (size_t)m->q_dim,
-                      (size_t)m->max_context,
+                      (size_t)s->score_rows * (size_t)m->max_context,
                       T * (size_t)c->intermediate_size,
                       T * (size_t)c->intermediate_size,
                       H};
@@ -411,37 +415,64 @@ static void cache_kv(pg_kv_cache *kv, int layer, const float *k, const float *v,
     }
 }
 
-/* Causal grouped-query attention of the n query rows (positions start + i)
- * over the cached keys/values of positions [first, start + i], where first
- * is 0, or pos - sliding_window + 1 for Mistral's sliding window. */
-static void attention(const pg_llama *m, pg_llama_state *s, int layer, int n, int start) {
+/* One query row i (position start + i), one head h: causal grouped-query
+ * attention over the cached keys/values of positions [first, pos], where
+ * first is 0, or pos - sliding_window + 1 for Mistral's sliding window.
+ * scores: max_context floats of scratch. */
+static void attend_one(const pg_llama *m, pg_llama_state *s, int layer, int i, int h, int start,
+                       float *scores) {
     const pg_model_config *c = &m->cfg;
     const pg_kernel_table *kt = pg_kernels();
     int hd = c->head_dim, group = c->num_attention_heads / c->num_key_value_heads;
     float scale = 1.0f / sqrtf((float)hd);
-    for (int i = 0; i < n; i++) {
-        int pos = start + i;
-        int first = c->sliding_window > 0 && pos - c->sliding_window + 1 > 0
-                        ? pos - c->sliding_window + 1
-                        : 0;
-        for (int h = 0; h < c->num_attention_heads; h++) {
-            const float *q = s->q + (size_t)i * m->q_dim + (size_t)h * hd;
-            size_t kv_off = (size_t)(h / group) * hd;
-            float *out = s->attn + (size_t)i * m->q_dim + (size_t)h * hd;
-            int len = pos - first + 1;
-            for (int t = 0; t < len; t++)
-                s->scores[t] =
-                    kt->dot_f32(q, pg_kv_k(s->kv, layer, first + t) + kv_off, (size_t)hd) * scale;
-            pg_softmax(s->scores, (size_t)len);
-            memset(out, 0, (size_t)hd * sizeof(float));
-            for (int t = 0; t < len; t++) {
-                const float *v = pg_kv_v(s->kv, layer, first + t) + kv_off;
-                float a = s->scores[t];
-                for (int d = 0; d < hd; d++)
-                    out[d] += a * v[d];
-            }
-        }
+    int pos = start + i;
+    int first =
+        c->sliding_window > 0 && pos - c->sliding_window + 1 > 0 ? pos - c->sliding_window + 1 : 0;
+    int len = pos - first + 1;
+    const float *q = s->q + (size_t)i * m->q_dim + (size_t)h * hd;
+    size_t kv_off = (size_t)(h / group) * hd;
+    float *out = s->attn + (size_t)i * m->q_dim + (size_t)h * hd;
+    for (int t = 0; t < len; t++)
+        scores[t] = kt->dot_f32(q, pg_kv_k(s->kv, layer, first + t) + kv_off, (size_t)hd) * scale;
+    pg_softmax(scores, (size_t)len);
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int t = 0; t < len; t++) {
+        const float *v = pg_kv_v(s->kv, layer, first + t) + kv_off;
+        float a = scores[t];
+        for (int d = 0; d < hd; d++)
+            out[d] += a * v[d];
     }
+}
+
+typedef struct attention_job {
+    const pg_llama *m;
+    pg_llama_state *s;
+    int layer, start;
+} attention_job;
+
+/* Items [begin, end) of the (row, head) pairs, row-major. */
+static void attention_items(void *ctx, size_t begin, size_t end, int tid) {
+    attention_job *job = ctx;
+    int heads = job->m->cfg.num_attention_heads;
+    float *scores = job->s->scores + (size_t)tid * (size_t)job->m->max_context;
+    for (size_t item = begin; item < end; item++)
+        attend_one(job->m, job->s, job->layer, (int)(item / (size_t)heads),
+                   (int)(item % (size_t)heads), job->start, scores);
+}
+
+/* Attention of the n query rows, every (row, head) pair independent: split
+ * across the default pool when there is enough work (each pair is computed
+ * the same way whichever thread runs it). */
+static void attention(const pg_llama *m, pg_llama_state *s, int layer, int n, int start) {
+    attention_job job = {.m = m, .s = s, .layer = layer, .start = start};
+    size_t items = (size_t)n * (size_t)m->cfg.num_attention_heads;
+    size_t per_item = (size_t)(start + n) * (size_t)m->cfg.head_dim; /* ~ multiply-adds */
+    size_t grain = 32768 / (per_item + 1) + 1;
+    pg_pool *pool = pg_pool_default();
+    if (pool && items > grain && pg_pool_size(pool) <= s->score_rows)
+        pg_pool_parallel_for(pool, items, grain, attention_items, &job);
+    else
+        attention_items(&job, 0, items, 0);
 }
 
 static void add_residual(float *x, const float *y, size_t n) {
