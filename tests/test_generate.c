@@ -198,6 +198,21 @@ static void test_runtime_errors_exit_1(void **state) {
     assert_int_equal(run(args, true, &out), 1);
     assert_non_null(strstr(out, "context"));
     free(out);
+    /* --max-model-len: 5 prompt tokens leave no room in 5; in 20 they leave 15 */
+    snprintf(args, cap, "%s --prompt 'Once upon a time' --max-model-len 5",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &out), 1);
+    assert_non_null(strstr(out, "context is 5 tokens"));
+    free(out);
+    snprintf(args, cap, "%s --prompt 'Once upon a time' --max-model-len 20 --json",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &out), 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "token_ids")), 15);
+    assert_string_equal(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "length");
+    cJSON_Delete(j);
+    free(out);
     free(args);
 }
 

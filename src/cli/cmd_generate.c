@@ -38,34 +38,31 @@ typedef struct gen_options {
     long long seed;                  /* -1 = random */
     bool ignore_eos;
     bool json;
-    long threads; /* 0 = default */
+    long threads;       /* 0 = default */
+    long max_model_len; /* 0 = the model's max_position_embeddings */
 } gen_options;
 
+static const char USAGE[] =
+    "usage: pagoda generate MODEL --prompt TEXT [options]\n"
+    "\n"
+    "MODEL is a Hugging Face model directory, a GGUF file or an org/name repo id\n"
+    "found in the local Hugging Face cache.\n"
+    "\n"
+    "options:\n"
+    "  --prompt TEXT        text to continue (encoded with BOS as the tokenizer says)\n"
+    "  --max-tokens N       at most N new tokens (default: up to the context length)\n"
+    "  --temperature T      0 = greedy (default: generation_config.json, else 1)\n"
+    "  --top-p P            nucleus sampling, (0, 1] (default: generation_config, else 1)\n"
+    "  --top-k K            keep the K most likely tokens, 0 = off\n"
+    "  --min-p P            drop tokens below P x the top probability, 0 = off\n"
+    "  --seed S             random seed (default: random)\n"
+    "  --ignore-eos         keep going past the end-of-sequence token\n"
+    "  --json               print one JSON object (ids, text, finish_reason) at the end\n"
+    "  --threads N          compute threads (default: one per physical core)\n"
+    "  --max-model-len N    context limit in tokens (default: the model's maximum)\n";
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: pagoda generate MODEL --prompt TEXT [options]\n"
-               "\n"
-               "MODEL is a Hugging Face model directory, a GGUF file or an org/name "
-               "repo id\n"
-               "found in the local Hugging Face cache.\n"
-               "\n"
-               "options:\n"
-               "  --prompt TEXT        text to continue (encoded with BOS as the "
-               "tokenizer says)\n"
-               "  --max-tokens N       at most N new tokens (default: up to the "
-               "context length)\n"
-               "  --temperature T      0 = greedy (default: generation_config.json, "
-               "else 1)\n"
-               "  --top-p P            nucleus sampling, (0, 1] (default: "
-               "generation_config, else 1)\n"
-               "  --top-k K            keep the K most likely tokens, 0 = off\n"
-               "  --min-p P            drop tokens below P x the top probability, 0 "
-               "= off\n"
-               "  --seed S             random seed (default: random)\n"
-               "  --ignore-eos         keep going past the end-of-sequence token\n"
-               "  --json               print one JSON object (ids, text, "
-               "finish_reason) at the end\n"
-               "  --threads N          compute threads (default: one per physical "
-               "core)\n");
+    fputs(USAGE, f);
 }
 
 static bool parse_long(const char *s, long lo, long hi, long *out) {
@@ -127,6 +124,8 @@ static int parse_args(int argc, char **argv, gen_options *o) {
                 ok = !errno && end != v && !*end;
             } else if (!strcmp(a, "--threads")) {
                 ok = parse_long(v, 1, 1024, &o->threads);
+            } else if (!strcmp(a, "--max-model-len")) {
+                ok = parse_long(v, 1, 1L << 30, &o->max_model_len);
             } else {
                 fprintf(stderr, "pagoda generate: unknown option '%s'\n", a);
                 return 2;
@@ -229,6 +228,7 @@ typedef struct gen_run {
     pg_model_source *src;
     pg_llama *model;
     pg_llama_state *state;
+    pg_kv_cache *kv;
     pg_tokenizer *tok;
     pg_sampler *sampler;
     int32_t *ids; /* prompt then generated ids, [max_context] */
@@ -238,6 +238,7 @@ typedef struct gen_run {
 
 static void run_free(gen_run *r) {
     pg_llama_state_free(r->state);
+    pg_kv_cache_free(r->kv);
     pg_llama_free(r->model);
     pg_tokenizer_free(r->tok);
     pg_sampler_free(r->sampler);
@@ -314,7 +315,7 @@ int pg_cmd_generate(int argc, char **argv) {
 
     gen_run r = {0};
     if (pg_model_source_open(o.model, &r.src) != PAGODA_OK) return fail(&r, 1);
-    if (pg_llama_load(r.src, 0, &r.model) != PAGODA_OK) return fail(&r, 1);
+    if (pg_llama_load(r.src, (int)o.max_model_len, &r.model) != PAGODA_OK) return fail(&r, 1);
     if (pg_tokenizer_load(pg_model_source_path(r.src), &r.tok) != PAGODA_OK) return fail(&r, 1);
     const pg_model_config *cfg = pg_llama_config(r.model);
     int ctx = pg_llama_max_context(r.model);
@@ -357,8 +358,13 @@ int pg_cmd_generate(int argc, char **argv) {
         max_new = g->max_new_tokens;
     if (max_new > room) max_new = room;
 
+    /* KV cache for exactly the positions this run can reach */
     int chunk = n_prompt < 512 ? (int)n_prompt : 512;
-    if (pg_llama_state_create(r.model, chunk, NULL, &r.state) != PAGODA_OK) return fail(&r, 1);
+    if (pg_kv_cache_create_contiguous(cfg->num_hidden_layers, cfg->num_key_value_heads,
+                                      cfg->head_dim, (int)n_prompt + (int)max_new + 1,
+                                      &r.kv) != PAGODA_OK ||
+        pg_llama_state_create(r.model, chunk, r.kv, &r.state) != PAGODA_OK)
+        return fail(&r, 1);
     if (decode_all(r.tok, r.ids, n_prompt, &r.prompt_text) != PAGODA_OK) return fail(&r, 1);
     if (!o.json) {
         fwrite(o.prompt, 1, plen, stdout);
