@@ -305,9 +305,10 @@ static void *engine_main(void *arg) {
 
 /* --------------------------------------------------------- generation */
 
-static char *detok(pagoda_engine *e, const int32_t *ids, size_t n, size_t *len) {
+static char *detok(pagoda_engine *e, const int32_t *ids, size_t n, bool skip_special,
+                   size_t *len) {
     char *t = NULL;
-    if (pagoda_detokenize(e, ids, n, false, &t, len) != PAGODA_OK) return NULL;
+    if (pagoda_detokenize(e, ids, n, skip_special, &t, len) != PAGODA_OK) return NULL;
     char *s = malloc(*len + 1);
     if (s) memcpy(s, t, *len), s[*len] = 0;
     pagoda_free(t);
@@ -390,7 +391,7 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
                 pg_api_choice_append(&j->choices[c], pr->text, pr->text_len);
             } else {
                 size_t len = 0;
-                char *t = detok(s->e, pr->ids, pr->n_ids, &len);
+                char *t = detok(s->e, pr->ids, pr->n_ids, r->sampling.skip_special_tokens, &len);
                 if (t) pg_api_choice_append(&j->choices[c], t, len);
                 free(t);
             }
@@ -701,7 +702,7 @@ static enum MHD_Result handle_detokenize(conn *cc, struct MHD_Connection *c) {
         goto out;
     }
     size_t len = 0;
-    char *text = detok(s->e, ids, n, &len);
+    char *text = detok(s->e, ids, n, false, &len);
     free(ids);
     if (!text) {
         ret = fail(c, 400, "tokens", pagoda_last_error());
