@@ -29,3 +29,16 @@ else()
   message(WARNING "curl or jq not found: the `pagoda serve` end-to-end tests are not registered "
                   "(run scripts/install-deps.sh)")
 endif()
+
+# The official openai npm client against the server (tests/node/).
+find_program(PAGODA_NODE node)
+find_program(PAGODA_NPM npm)
+if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ)
+  add_test(NAME serve_openai_node COMMAND bash ${CMAKE_SOURCE_DIR}/tests/node/run.sh
+           ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node ${PAGODA_SERVE_MODEL}
+           "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
+  set_tests_properties(serve_openai_node PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+else()
+  message(STATUS "node/npm (or jq) not found: the openai-client test of `pagoda serve` "
+                 "(tests/node) is not registered; install Node.js >= 20 to run it")
+endif()

@@ -9,6 +9,7 @@ NATIVE_PKGS=(
   build-essential cmake pkg-config
   libcmocka-dev libmimalloc-dev libpcre2-dev libutf8proc-dev libcjson-dev
   libmicrohttpd-dev
+  curl jq                  # end-to-end tests of `pagoda serve`
   libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
   clang-format clang-tidy cppcheck
 )
