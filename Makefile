@@ -11,6 +11,7 @@ JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 ASSETS  ?= $(or $(PAGODA_ASSETS),$(abspath ../shared/assets))
 MODEL   ?= $(ASSETS)/llm/stories260K-hf
 CMAKE_FLAGS ?=
+SERVE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 

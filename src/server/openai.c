@@ -374,7 +374,7 @@ static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
     if ((st = get_int64(p, "seed", -9223372036854775807LL, 9223372036854775807LL, &has_seed,
                         &seed)))
         return st;
-    if (has_seed) s->seed = seed;
+    if (has_seed) s->seed = seed < 0 ? seed & INT64_MAX : seed; /* any int64, as vLLM */
     if ((st = get_int32(p, "min_tokens", 0, 2147483647LL, &s->min_tokens))) return st;
     if (s->max_tokens > 0 && s->min_tokens > s->max_tokens)
         return pg_api_fail(p->err, 400, "min_tokens",

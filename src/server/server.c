@@ -36,6 +36,8 @@ struct pg_server {
     size_t max_body;
     int64_t inflight_limit;
     int32_t max_model_len;
+    int32_t special_ids[2]; /* what tokenize("", add_special) adds: BOS [, EOS] */
+    size_t n_special_ids;
     pg_metrics metrics;
 
     pthread_mutex_t mu; /* guards everything below and every job's results */
@@ -43,6 +45,7 @@ struct pg_server {
     int64_t inflight;   /* engine requests not finished */
     atomic_bool stopping;
     pthread_t engine_thread;
+    bool engine_started;
     atomic_uint_fast64_t next_id;
 };
 
@@ -315,6 +318,20 @@ static char *detok(pagoda_engine *e, const int32_t *ids, size_t n, bool skip_spe
     return s;
 }
 
+/* Tokenize a rendered chat prompt as vLLM does (add_special_tokens=False
+ * with special-token text matched): pagoda_tokenize with add_special only
+ * matches special tokens when it also adds BOS/EOS, so those are removed. */
+static pagoda_status encode_rendered(pg_server *s, const char *text, size_t len, int32_t **ids,
+                                     size_t *n) {
+    if (pagoda_tokenize(s->e, text, len, true, ids, n) != PAGODA_OK) return PAGODA_ERR_INVALID_ARG;
+    if (s->n_special_ids >= 1 && *n >= 1 && (*ids)[0] == s->special_ids[0]) {
+        memmove(*ids, *ids + 1, (*n - 1) * sizeof **ids);
+        (*n)--;
+    }
+    if (s->n_special_ids == 2 && *n >= 1 && (*ids)[*n - 1] == s->special_ids[1]) (*n)--;
+    return PAGODA_OK;
+}
+
 /* Tokenize every prompt (chat: render the template first) and check lengths.
  * On success ids[i] / n_ids[i] are malloc'ed and echo texts set. */
 static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out,
@@ -346,9 +363,12 @@ static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out,
     for (size_t p = 0; p < r->n_prompts; p++) {
         pg_api_prompt *pr = &r->prompts[p];
         if (pr->text) {
-            if (pagoda_tokenize(s->e, pr->text, pr->text_len, r->add_special_tokens, &ids[p],
-                                &n[p]) != PAGODA_OK)
-                return pg_api_fail(err, 400, "prompt", "%s", pagoda_last_error());
+            pagoda_status st =
+                r->kind == PG_API_CHAT
+                    ? encode_rendered(s, pr->text, pr->text_len, &ids[p], &n[p])
+                    : pagoda_tokenize(s->e, pr->text, pr->text_len, r->add_special_tokens,
+                                      &ids[p], &n[p]);
+            if (st) return pg_api_fail(err, 400, "prompt", "%s", pagoda_last_error());
         } else {
             for (size_t k = 0; k < pr->n_ids; k++)
                 if (pr->ids[k] >= vocab)
@@ -652,7 +672,10 @@ static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    if (pagoda_tokenize(s->e, text, strlen(text), special, &ids, &n)) {
+    pagoda_status tst = text_pagoda && !special
+                            ? encode_rendered(s, text, strlen(text), &ids, &n)
+                            : pagoda_tokenize(s->e, text, strlen(text), special, &ids, &n);
+    if (tst) {
         ret = fail(c, 400, "prompt", pagoda_last_error());
         goto out;
     }
@@ -889,6 +912,13 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     s->inflight_limit = (int64_t)(opt->max_num_seqs > 0 ? opt->max_num_seqs : 256) +
                         (opt->max_queue >= 0 ? opt->max_queue : 1024);
     s->max_model_len = pagoda_engine_max_model_len(e);
+    int32_t *sp = NULL;
+    size_t nsp = 0;
+    if (pagoda_tokenize(e, "", 0, true, &sp, &nsp) == PAGODA_OK) {
+        s->n_special_ids = nsp < 2 ? nsp : 2;
+        for (size_t i = 0; i < s->n_special_ids; i++) s->special_ids[i] = sp[i];
+        pagoda_free(sp);
+    }
     pg_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
     atomic_init(&s->stopping, false);
@@ -914,7 +944,7 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
                               MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
                               on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
                               MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-                              MHD_OPTION_THREAD_STACK_SIZE, (size_t)512 * 1024,
+                              MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20,
                               MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
@@ -929,6 +959,7 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
         pg_server_stop(s);
         return pg_error(PAGODA_ERR_NOMEM, "serve: cannot start the engine thread");
     }
+    s->engine_started = true;
     *out = s;
     return PAGODA_OK;
 }
@@ -939,7 +970,7 @@ void pg_server_stop(pg_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
     if (s->mhd) MHD_stop_daemon(s->mhd);
-    if (s->engine_thread) pthread_join(s->engine_thread, NULL);
+    if (s->engine_started) pthread_join(s->engine_thread, NULL);
     pthread_mutex_destroy(&s->mu);
     pg_metrics_destroy(&s->metrics);
     free(s->model_name);
