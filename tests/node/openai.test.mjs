@@ -130,6 +130,13 @@ describe('pagoda serve with the openai client', () => {
     }
     assert.equal(role, 'assistant');
     assert.equal(text, r.choices[0].message.content);
+    // the same tokens as a completion give the same greedy text
+    const tok = await (await fetch(`${baseURL.replace(/\/v1$/, '')}/tokenize`, {
+      method: 'POST', headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ messages }),
+    })).json();
+    const c = await client.completions.create({ model: modelName, prompt: tok.tokens, max_tokens: 16, temperature: 0 });
+    assert.equal(c.choices[0].text, r.choices[0].message.content);
   });
 
   test('chat logprobs and n', { skip: !TEMPLATE && 'no chat template engine' }, async () => {

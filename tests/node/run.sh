@@ -6,6 +6,11 @@
 set -euo pipefail
 SRC=$1 WORK=$2 MODEL=$3 TEMPLATE=$4
 shift 4
+if [ -n "$TEMPLATE" ]; then TEMPLATE=$(realpath "$TEMPLATE"); fi
+MODEL=$(realpath "$MODEL")
+ARGS=()
+for a in "$@"; do if [ -e "$a" ]; then ARGS+=("$(realpath "$a")"); else ARGS+=("$a"); fi; done
+set -- "${ARGS[@]}"
 mkdir -p "$WORK"
 cp "$SRC/package.json" "$SRC/openai.test.mjs" "$WORK/"
 if ! cmp -s "$SRC/package-lock.json" "$WORK/package-lock.json" || [ ! -d "$WORK/node_modules/openai" ]; then

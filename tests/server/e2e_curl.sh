@@ -238,6 +238,11 @@ if [ -n "$TEMPLATE" ]; then
   S=$(jq -j '.choices[]?.delta.content // empty' "$TMP/chunks")
   [ "$S" = "$C" ] || die "chat stream '$S' != '$C'"
   req POST /tokenize "{\"messages\": $MSG}"; expect 200 "tokenize messages"
+  # the chat prompt's tokens as a completion give the same greedy text (and
+  # greedy completions equal `pagoda generate`, checked above)
+  req POST /v1/completions "{\"prompt\": $(jq -c .tokens "$TMP/body"), \"max_tokens\": 16, \"temperature\": 0}"
+  expect 200 "chat tokens as a completion"
+  [ "$(jqb '.choices[0].text')" = "$C" ] || die "chat '$C' != completion over its tokens '$(jqb '.choices[0].text')'"
   req POST /v1/chat/completions "{\"messages\": $MSG, \"max_completion_tokens\": 3, \"logprobs\": true, \"top_logprobs\": 2}"
   expect 200 "chat logprobs"
   check '(.choices[0].logprobs.content|length) == .usage.completion_tokens' "chat logprobs per token"
