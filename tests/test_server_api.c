@@ -104,6 +104,28 @@ static void test_completion_defaults(void **state) {
     pg_api_request_free(&r);
 }
 
+/* The model's default stop ids stay; the request's are added. */
+static void test_default_stop_ids(void **state) {
+    (void)state;
+    static const int32_t eos[] = {2, 9};
+    pagoda_sampling d = defaults();
+    d.stop_token_ids = eos;
+    d.n_stop_token_ids = 2;
+    pg_api_request r;
+    pg_api_error e;
+    const char *b1 = "{\"prompt\": \"x\"}";
+    assert_int_equal(pg_api_parse(PG_API_COMPLETION, b1, strlen(b1), &d, &r, &e), PAGODA_OK);
+    assert_int_equal(r.sampling.n_stop_token_ids, 2);
+    assert_int_equal(r.sampling.stop_token_ids[1], 9);
+    pg_api_request_free(&r);
+    const char *b2 = "{\"prompt\": \"x\", \"stop_token_ids\": [5]}";
+    assert_int_equal(pg_api_parse(PG_API_COMPLETION, b2, strlen(b2), &d, &r, &e), PAGODA_OK);
+    assert_int_equal(r.sampling.n_stop_token_ids, 3);
+    assert_int_equal(r.sampling.stop_token_ids[0], 2);
+    assert_int_equal(r.sampling.stop_token_ids[2], 5);
+    pg_api_request_free(&r);
+}
+
 static void test_prompt_forms(void **state) {
     (void)state;
     pg_api_request r;
@@ -530,7 +552,8 @@ static void test_metrics_text(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_fields),  cmocka_unit_test(test_completion_defaults),
-        cmocka_unit_test(test_prompt_forms),       cmocka_unit_test(test_bad_json_and_types),
+        cmocka_unit_test(test_prompt_forms), cmocka_unit_test(test_default_stop_ids),
+             cmocka_unit_test(test_bad_json_and_types),
         cmocka_unit_test(test_ranges),             cmocka_unit_test(test_chat_parse),
         cmocka_unit_test(test_check_length),       cmocka_unit_test(test_error_json),
         cmocka_unit_test(test_response_completion), cmocka_unit_test(test_response_chat),

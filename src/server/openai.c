@@ -391,9 +391,23 @@ static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
         if (!cJSON_IsArray(sti))
             return pg_api_fail(p->err, 400, "stop_token_ids",
                                "'stop_token_ids' must be a list of token ids");
-        if ((st = parse_ids(p, sti, "stop_token_ids", &r->stop_token_ids, &s->n_stop_token_ids)))
-            return st;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if ((st = parse_ids(p, sti, "stop_token_ids", &ids, &n))) return st;
+        /* the model's default stop ids (generation_config) stay in force */
+        size_t nd = s->n_stop_token_ids;
+        if (n + nd) {
+            r->stop_token_ids = malloc((n + nd) * sizeof *r->stop_token_ids);
+            if (!r->stop_token_ids) {
+                free(ids);
+                return pg_api_fail(p->err, 500, "stop_token_ids", "out of memory");
+            }
+            if (nd) memcpy(r->stop_token_ids, s->stop_token_ids, nd * sizeof *ids);
+            if (n) memcpy(r->stop_token_ids + nd, ids, n * sizeof *ids);
+        }
+        free(ids);
         s->stop_token_ids = r->stop_token_ids;
+        s->n_stop_token_ids = n + nd;
     }
     return parse_logit_bias(p, r);
 }
@@ -418,6 +432,8 @@ static pagoda_status parse_logprobs(const parse_ctx *p, pg_api_request *r) {
     return PAGODA_OK;
 }
 
+/* (defaults' stop_token_ids, if any, are borrowed: they must outlive the
+ * request, as the engine's own defaults do.) */
 pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
                            const pagoda_sampling *defaults, pg_api_request *out,
                            pg_api_error *err) {
@@ -430,8 +446,8 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
     out->sampling = *defaults;
     out->sampling.logit_bias = NULL;
     out->sampling.n_logit_bias = 0;
-    out->sampling.stop_token_ids = NULL;
-    out->sampling.n_stop_token_ids = 0;
+    /* defaults->stop_token_ids (engine-owned, e.g. generation_config's extra
+     * EOS ids) are kept by reference unless the request adds its own */
     out->sampling.stop = NULL;
     out->sampling.n_stop = 0;
     out->sampling.logprobs = -1;

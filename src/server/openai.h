@@ -74,7 +74,9 @@ typedef struct pg_api_request {
 } pg_api_request;
 
 /* Parse and validate a JSON body. `defaults` gives the sampling defaults
- * (pagoda_sampling_defaults); its array fields are ignored. On error `err`
+ * (pagoda_sampling_defaults); its stop_token_ids (borrowed, must outlive the
+ * request) stay in force and the request's are appended; its other array
+ * fields are ignored. On error `err`
  * gets a 400 with the field name and the reason, nothing is allocated and
  * PAGODA_ERR_INVALID_ARG is returned. Unknown fields are ignored; known
  * fields of the wrong type are errors. Context-length checks need the
