@@ -1,6 +1,7 @@
 # One cmocka executable per tests/test_*.c, each registered with CTest.
 # Tests find the shared assets through PAGODA_ASSETS and the build tree
-# through PAGODA_BUILD_DIR. When cross-compiling for aarch64, CTest runs each
+# through PAGODA_BUILD_DIR; tests that start the `pagoda` binary prefix it with
+# PAGODA_EXEC_WRAPPER (empty natively, qemu in the cross build). When cross-compiling for aarch64, CTest runs each
 # test under qemu (CMAKE_CROSSCOMPILING_EMULATOR: -cpu max) and registers a
 # second copy "<name>_sve256" under -cpu max,sve256=on. Those runs also tell
 # tests what the emulated CPU must show (PAGODA_EXPECT_FEATURES, and the SVE
@@ -19,11 +20,12 @@ foreach(src ${PAGODA_TESTS})
   add_test(NAME ${name} COMMAND ${name})
   if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
     set(qemu_env "${env};PAGODA_EXPECT_FEATURES=${PAGODA_QEMU_MAX_FEATURES}")
+    # Tests that start the pagoda binary prepend PAGODA_EXEC_WRAPPER (qemu).
     set_tests_properties(${name} PROPERTIES TIMEOUT 600
-                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=64")
+                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=64;PAGODA_EXEC_WRAPPER=${PAGODA_QEMU} -cpu max")
     add_test(NAME ${name}_sve256 COMMAND ${PAGODA_QEMU} -cpu max,sve256=on $<TARGET_FILE:${name}>)
     set_tests_properties(${name}_sve256 PROPERTIES TIMEOUT 900
-                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=32")
+                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=32;PAGODA_EXEC_WRAPPER=${PAGODA_QEMU} -cpu max,sve256=on")
   else()
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 600)
   endif()
