@@ -6,12 +6,19 @@
 
 #include "base/cpu.h"
 #include "base/log.h"
+#include "kernels/attention.h"
 #include "kernels/ref/ref.h"
 #if defined(__x86_64__)
 #include "kernels/x86/x86.h"
 #elif defined(__aarch64__)
 #include "kernels/arm/arm.h"
 #endif
+
+/* Attention micro-kernel sets (kernels/attention.h), one per ISA and KV dtype. */
+static const pg_attn_ukernels UK_SCALAR_F32 = {"scalar", PG_F32, pg_ref_attn_qk_f32kv,
+                                               pg_ref_attn_softmax, pg_ref_attn_pv_f32kv};
+static const pg_attn_ukernels UK_SCALAR_BF16 = {"scalar", PG_BF16, pg_ref_attn_qk_bf16kv,
+                                                pg_ref_attn_softmax, pg_ref_attn_pv_bf16kv};
 
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
@@ -24,6 +31,9 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, dot_f32, pg_ref_dot_f32, "scalar");
     SET(t, dot_bf16_f32, pg_ref_dot_bf16_f32, "scalar");
     SET(t, dot_f16_f32, pg_ref_dot_f16_f32, "scalar");
+    SET(t, vexp_f32, pg_ref_vexp_f32, "scalar");
+    SET(t, attn_f32kv, &UK_SCALAR_F32, "scalar");
+    SET(t, attn_bf16kv, &UK_SCALAR_BF16, "scalar");
 #if defined(__x86_64__)
     if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
@@ -56,6 +66,9 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "dot_f32", t->variant.dot_f32);
     fprintf(f, "  %s%-16s %s\n", p, "dot_bf16_f32", t->variant.dot_bf16_f32);
     fprintf(f, "  %s%-16s %s\n", p, "dot_f16_f32", t->variant.dot_f16_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "vexp_f32", t->variant.vexp_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "attn_f32kv", t->variant.attn_f32kv);
+    fprintf(f, "  %s%-16s %s\n", p, "attn_bf16kv", t->variant.attn_bf16kv);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */
@@ -98,4 +111,19 @@ static void active_init(void) {
 const pg_kernel_table *pg_kernels(void) {
     pthread_once(&g_active_once, active_init);
     return g_active;
+}
+
+int pg_attn_ukernel_variants(pg_dtype dtype, const pg_attn_ukernels **out, int max) {
+    pthread_once(&g_tables_once, tables_init);
+    int n = 0;
+    const pg_attn_ukernels *prev = NULL;
+    for (int l = 0; l < PG_ISA_COUNT; l++) {
+        if (!g_tables[l].isa) continue;
+        const pg_attn_ukernels *u =
+            dtype == PG_BF16 ? g_tables[l].attn_bf16kv : g_tables[l].attn_f32kv;
+        if (u != prev && n < max) out[n++] = u;
+        prev = u;
+    }
+    /*ATTN_EXTRA*/
+    return n;
 }
