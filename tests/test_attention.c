@@ -140,7 +140,7 @@ static float *run_ref(const tcase *t) {
 
 /* Variants that round q and p to BF16 (VDPBF16PS, BFDOT) get a looser bound. */
 static float tolerance(const pg_attn_ukernels *uk) {
-    return strstr(uk->name, "bf16") ? 3e-2f : 2e-4f;
+    return strstr(uk->name, "bf16") ? 1e-2f : 5e-5f;
 }
 
 static void compare_all_variants(const tcase *t, const char *what) {

@@ -19,6 +19,20 @@ static const pg_attn_ukernels UK_SCALAR_F32 = {"scalar", PG_F32, pg_ref_attn_qk_
                                                pg_ref_attn_softmax, pg_ref_attn_pv_f32kv};
 static const pg_attn_ukernels UK_SCALAR_BF16 = {"scalar", PG_BF16, pg_ref_attn_qk_bf16kv,
                                                 pg_ref_attn_softmax, pg_ref_attn_pv_bf16kv};
+#if defined(__x86_64__)
+static const pg_attn_ukernels UK_AVX2_F32 = {"avx2", PG_F32, pg_avx2_attn_qk_f32kv,
+                                             pg_avx2_attn_softmax, pg_avx2_attn_pv_f32kv};
+static const pg_attn_ukernels UK_AVX2_BF16 = {"avx2", PG_BF16, pg_avx2_attn_qk_bf16kv,
+                                              pg_avx2_attn_softmax, pg_avx2_attn_pv_bf16kv};
+static const pg_attn_ukernels UK_AVX512_F32 = {"avx512", PG_F32, pg_avx512_attn_qk_f32kv,
+                                               pg_avx512_attn_softmax, pg_avx512_attn_pv_f32kv};
+static const pg_attn_ukernels UK_AVX512_BF16 = {"avx512", PG_BF16, pg_avx512_attn_qk_bf16kv,
+                                                pg_avx512_attn_softmax, pg_avx512_attn_pv_bf16kv};
+static const pg_attn_ukernels UK_AVX512BF16_BF16 = {"avx512bf16", PG_BF16,
+                                                    pg_avx512bf16_attn_qk_bf16kv,
+                                                    pg_avx512_attn_softmax,
+                                                    pg_avx512bf16_attn_pv_bf16kv};
+#endif
 
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
@@ -39,14 +53,21 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
         SET(t, dot_bf16_f32, pg_avx2_dot_bf16_f32, "avx2");
         SET(t, dot_f16_f32, pg_avx2_dot_f16_f32, "avx2");
+        SET(t, vexp_f32, pg_avx2_vexp_f32, "avx2");
+        SET(t, attn_f32kv, &UK_AVX2_F32, "avx2");
+        SET(t, attn_bf16kv, &UK_AVX2_BF16, "avx2");
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
         SET(t, dot_bf16_f32, pg_avx512_dot_bf16_f32, "avx512");
         SET(t, dot_f16_f32, pg_avx512_dot_f16_f32, "avx512");
+        SET(t, vexp_f32, pg_avx512_vexp_f32, "avx512");
+        SET(t, attn_f32kv, &UK_AVX512_F32, "avx512");
+        SET(t, attn_bf16kv, &UK_AVX512_BF16, "avx512");
     }
-    /* avx512bf16: no entry uses VDPBF16PS yet (it rounds activations to
-     * BF16; it arrives with the BF16 GEMM), so it equals avx512 for now. */
+    if (level == PG_ISA_AVX512BF16) SET(t, attn_bf16kv, &UK_AVX512BF16_BF16, "avx512bf16");
+    /* avx512bf16: only attention over a BF16 KV cache uses VDPBF16PS so far
+     * (the dot products keep f32 activations; the BF16 GEMM comes later). */
 #elif defined(__aarch64__)
     if (level >= PG_ISA_NEON && level <= PG_ISA_SVE) {
         SET(t, dot_f32, pg_neon_dot_f32, "neon");
