@@ -28,10 +28,16 @@ static const pg_attn_ukernels UK_AVX512_F32 = {"avx512", PG_F32, pg_avx512_attn_
                                                pg_avx512_attn_softmax, pg_avx512_attn_pv_f32kv};
 static const pg_attn_ukernels UK_AVX512_BF16 = {"avx512", PG_BF16, pg_avx512_attn_qk_bf16kv,
                                                 pg_avx512_attn_softmax, pg_avx512_attn_pv_bf16kv};
-static const pg_attn_ukernels UK_AVX512BF16_BF16 = {"avx512bf16", PG_BF16,
-                                                    pg_avx512bf16_attn_qk_bf16kv,
-                                                    pg_avx512_attn_softmax,
-                                                    pg_avx512bf16_attn_pv_bf16kv};
+static const pg_attn_ukernels UK_AVX512BF16_BF16 = {
+    "avx512bf16", PG_BF16, pg_avx512bf16_attn_qk_bf16kv, pg_avx512_attn_softmax,
+    pg_avx512bf16_attn_pv_bf16kv};
+#elif defined(__aarch64__)
+static const pg_attn_ukernels UK_NEON_F32 = {"neon", PG_F32, pg_neon_attn_qk_f32kv,
+                                             pg_neon_attn_softmax, pg_neon_attn_pv_f32kv};
+static const pg_attn_ukernels UK_NEON_BF16 = {"neon", PG_BF16, pg_neon_attn_qk_bf16kv,
+                                              pg_neon_attn_softmax, pg_neon_attn_pv_bf16kv};
+static const pg_attn_ukernels UK_NEON_BF16DOT = {"neon_bf16", PG_BF16, pg_neon_bf16_attn_qk_bf16kv,
+                                                 pg_neon_attn_softmax, pg_neon_bf16_attn_pv_bf16kv};
 #endif
 
 /* Set an entry and record which variant filled it. */
@@ -66,13 +72,20 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, attn_bf16kv, &UK_AVX512_BF16, "avx512");
     }
     if (level == PG_ISA_AVX512BF16) SET(t, attn_bf16kv, &UK_AVX512BF16_BF16, "avx512bf16");
-    /* avx512bf16: only attention over a BF16 KV cache uses VDPBF16PS so far
-     * (the dot products keep f32 activations; the BF16 GEMM comes later). */
+        /* avx512bf16: only attention over a BF16 KV cache uses VDPBF16PS so far
+         * (the dot products keep f32 activations; the BF16 GEMM comes later). */
 #elif defined(__aarch64__)
     if (level >= PG_ISA_NEON && level <= PG_ISA_SVE) {
         SET(t, dot_f32, pg_neon_dot_f32, "neon");
         SET(t, dot_bf16_f32, pg_neon_dot_bf16_f32, "neon");
         SET(t, dot_f16_f32, pg_neon_dot_f16_f32, "neon");
+        SET(t, vexp_f32, pg_neon_vexp_f32, "neon");
+        SET(t, attn_f32kv, &UK_NEON_F32, "neon");
+        /* BFDOT is a feature, not a level: used at neon and sve when present */
+        if (pg_cpu()->bf16)
+            SET(t, attn_bf16kv, &UK_NEON_BF16DOT, "neon_bf16");
+        else
+            SET(t, attn_bf16kv, &UK_NEON_BF16, "neon");
     }
     if (level == PG_ISA_SVE) {
         SET(t, dot_f32, pg_sve_dot_f32, "sve");
@@ -145,6 +158,10 @@ int pg_attn_ukernel_variants(pg_dtype dtype, const pg_attn_ukernels **out, int m
         if (u != prev && n < max) out[n++] = u;
         prev = u;
     }
-    /*ATTN_EXTRA*/
+#if defined(__aarch64__)
+    /* the exact-widening NEON BF16 set, when the tables use BFDOT instead */
+    if (dtype == PG_BF16 && pg_isa_supported(pg_cpu(), PG_ISA_NEON) && pg_cpu()->bf16 && n < max)
+        out[n++] = &UK_NEON_BF16;
+#endif
     return n;
 }
