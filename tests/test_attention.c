@@ -294,8 +294,8 @@ static void invariance_case(pg_dtype dt, int G, int hd, int bs, int target_q, in
     enum { N = 16, AT = 7 };
     int ql[N], kl[N];
     for (int s = 0; s < N; s++) {
-        ql[s] = rnd_int(0, 3) ? 1 : rnd_int(2, 40);
-        kl[s] = ql[s] + rnd_int(0, 700);
+        ql[s] = rnd_int(0, 3) ? 1 : rnd_int(2, 24);
+        kl[s] = ql[s] + rnd_int(0, 400);
     }
     ql[AT] = target_q, kl[AT] = target_kv;
     tcase big;
