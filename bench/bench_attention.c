@@ -50,7 +50,7 @@ typedef struct scen {
 } scen;
 
 typedef struct setup {
-    pg_kv_cache kv;
+    pg_paged_kv kv;
     int32_t cu[33], lens[32];
     int32_t *tables[32];
     const int32_t *ctables[32];
@@ -64,8 +64,8 @@ typedef struct setup {
 static void setup_make(setup *s, const scen *sc, pg_dtype dt, int bs) {
     memset(s, 0, sizeof *s);
     int per = (sc->kv_len + bs - 1) / bs, nb = per * sc->n_seqs + 1;
-    s->kv = (pg_kv_cache){NULL, NULL, dt, nb, NKV, bs, HD};
-    size_t bytes = pg_kv_cache_bytes(dt, nb, NKV, bs, HD);
+    s->kv = (pg_paged_kv){NULL, NULL, dt, nb, NKV, bs, HD};
+    size_t bytes = pg_paged_kv_bytes(dt, nb, NKV, bs, HD);
     s->kv.k = pg_alloc_huge(bytes);
     s->kv.v = pg_alloc_huge(bytes);
     size_t n = bytes / (dt == PG_F32 ? 4 : 2);
@@ -104,7 +104,7 @@ static void setup_make(setup *s, const scen *sc, pg_dtype dt, int bs) {
 }
 
 static void setup_free(setup *s, const scen *sc) {
-    size_t bytes = pg_kv_cache_bytes(s->kv.dtype, s->kv.num_blocks, NKV, s->kv.block_size, HD);
+    size_t bytes = pg_paged_kv_bytes(s->kv.dtype, s->kv.num_blocks, NKV, s->kv.block_size, HD);
     pg_free_huge(s->kv.k, bytes);
     pg_free_huge(s->kv.v, bytes);
     for (int r = 0; r < sc->n_seqs; r++)

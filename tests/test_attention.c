@@ -18,6 +18,7 @@
 #include "base/pool.h"
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
+#include "kernels/ref/ops_ref.h"
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
 static uint32_t rnd_u32(void) {
@@ -39,7 +40,7 @@ static pg_pool *g_pool2;
 
 typedef struct tcase {
     pg_attn_params p;
-    pg_kv_cache kv;
+    pg_paged_kv kv;
     int n_seqs;
     int32_t cu[40], lens[40];
     int32_t *tables[40];
@@ -60,8 +61,8 @@ static void tcase_init(tcase *t, int n_heads, int n_kv, int hd, int bs, pg_dtype
     int nblocks = 1;
     for (int s = 0; s < n_seqs; s++)
         nblocks += (kvlens[s] + bs - 1) / bs;
-    t->kv = (pg_kv_cache){NULL, NULL, dt, nblocks, n_kv, bs, hd};
-    size_t bytes = pg_kv_cache_bytes(dt, nblocks, n_kv, bs, hd);
+    t->kv = (pg_paged_kv){NULL, NULL, dt, nblocks, n_kv, bs, hd};
+    size_t bytes = pg_paged_kv_bytes(dt, nblocks, n_kv, bs, hd);
     t->kv.k = pg_malloc_aligned(bytes);
     t->kv.v = pg_malloc_aligned(bytes);
     assert_true(t->kv.k && t->kv.v);
@@ -391,9 +392,9 @@ static void test_rope_kv_store(void **state) {
         for (int dti = 0; dti < 2; dti++)
             for (int rd = HD; rd >= HD / 2; rd -= HD / 2) {
                 pg_dtype dt = dti ? PG_BF16 : PG_F32;
-                pg_rope rope = {(pg_rope_style)style, rd, inv_freq};
-                size_t bytes = pg_kv_cache_bytes(dt, NB, NKV, BS, HD);
-                pg_kv_cache kv = {calloc(1, bytes), calloc(1, bytes), dt, NB, NKV, BS, HD};
+                pg_rope_spec rope = {(pg_rope_style)style, rd, inv_freq};
+                size_t bytes = pg_paged_kv_bytes(dt, NB, NKV, BS, HD);
+                pg_paged_kv kv = {calloc(1, bytes), calloc(1, bytes), dt, NB, NKV, BS, HD};
                 float q[NT][NH * HD], q0[NT][NH * HD], k[NT][NKV * HD], v[NT][NKV * HD];
                 for (int t = 0; t < NT; t++) {
                     for (int i = 0; i < NH * HD; i++)
@@ -404,6 +405,14 @@ static void test_rope_kv_store(void **state) {
                 assert_int_equal(pg_rope_kv_store(&rope, NT, pos, slots, &q[0][0], NH * HD, NH,
                                                   &k[0][0], NKV * HD, &v[0][0], NKV * HD, &kv),
                                  PAGODA_OK);
+                if (rd == HD) /* full rotation: the model's pg_ref_rope, same math */
+                    for (int t = 0; t < NT; t++) {
+                        float qq[NH * HD];
+                        memcpy(qq, q0[t], sizeof qq);
+                        pg_ref_rope(qq, NH, HD, pos[t], inv_freq, style == PG_ROPE_INTERLEAVED);
+                        for (int i = 0; i < NH * HD; i++)
+                            assert_true(fabsf(qq[i] - q[t][i]) <= 1e-6f);
+                    }
                 for (int t = 0; t < NT; t++) {
                     /* plain reference: the rotation written out from the definition */
                     float ref[NH + NKV][HD];
@@ -414,9 +423,10 @@ static void test_rope_kv_store(void **state) {
                         for (int i = 0; i < rd / 2; i++) {
                             int a = style == PG_ROPE_NEOX ? i : 2 * i;
                             int bb = style == PG_ROPE_NEOX ? i + rd / 2 : 2 * i + 1;
-                            double th = (double)((float)pos[t] * inv_freq[i]);
-                            ref[h][a] = (float)(x[a] * cos(th) - x[bb] * sin(th));
-                            ref[h][bb] = (float)(x[a] * sin(th) + x[bb] * cos(th));
+                            double th = (double)pos[t] * (double)inv_freq[i];
+                            float cth = (float)cos(th), sth = (float)sin(th);
+                            ref[h][a] = x[a] * cth - x[bb] * sth;
+                            ref[h][bb] = x[a] * sth + x[bb] * cth;
                         }
                     }
                     for (int h = 0; h < NH; h++)
@@ -502,10 +512,10 @@ static void test_bad_arguments(void **state) {
     assert_non_null(strstr(pg_last_error(), "block_size 24"));
     t.kv.block_size = 16;
     t.kv.dtype = PG_F16;
-    assert_int_equal(pg_kv_cache_check(&t.kv), PAGODA_ERR_UNSUPPORTED);
+    assert_int_equal(pg_paged_kv_check(&t.kv), PAGODA_ERR_UNSUPPORTED);
     t.kv.dtype = PG_F32;
     t.kv.head_dim = 7;
-    assert_int_equal(pg_kv_cache_check(&t.kv), PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_paged_kv_check(&t.kv), PAGODA_ERR_INVALID_ARG);
     t.kv.head_dim = 64;
     /* the good call still works */
     assert_int_equal(
@@ -513,7 +523,7 @@ static void test_bad_arguments(void **state) {
         PAGODA_OK);
     /* rope store: slot past the cache, negative position, odd rotary_dim */
     float inv[32] = {0};
-    pg_rope rope = {PG_ROPE_NEOX, 64, inv};
+    pg_rope_spec rope = {PG_ROPE_NEOX, 64, inv};
     int32_t pos[1] = {0}, slot[1] = {t.kv.num_blocks * 16};
     float kq[4 * 64] = {0};
     assert_int_equal(pg_rope_kv_store(&rope, 1, pos, slot, kq, 256, 4, kq, 128, kq, 128, &t.kv),

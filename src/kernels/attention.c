@@ -69,7 +69,7 @@ static void unit_range(const pg_attn_params *p, const pg_attn_batch *b, int32_t 
 }
 
 /* Count units/items and sizes; with `units`/`items` non-NULL also fill them. */
-static void make_plan(const pg_attn_params *p, const pg_attn_batch *b, const pg_kv_cache *kv,
+static void make_plan(const pg_attn_params *p, const pg_attn_batch *b, const pg_paged_kv *kv,
                       int n_threads, bool allow_split, plan *pl, unit *units, item *items) {
     memset(pl, 0, sizeof *pl);
     pl->group = p->n_heads / p->n_kv_heads;
@@ -118,7 +118,7 @@ static void make_plan(const pg_attn_params *p, const pg_attn_batch *b, const pg_
 }
 
 size_t pg_attention_scratch_bytes(const pg_attn_params *p, const pg_attn_batch *b,
-                                  const pg_kv_cache *kv, int n_threads) {
+                                  const pg_paged_kv *kv, int n_threads) {
     if (!p || !b || !kv || p->n_kv_heads < 1 || p->n_heads < 1 || p->head_dim < 1 ||
         kv->block_size < 1 || !b->cu_seqlens_q || !b->seq_lens)
         return 0;
@@ -132,7 +132,7 @@ size_t pg_attention_scratch_bytes(const pg_attn_params *p, const pg_attn_batch *
 typedef struct ctx {
     const pg_attn_params *p;
     const pg_attn_batch *b;
-    const pg_kv_cache *kv;
+    const pg_paged_kv *kv;
     const pg_attn_ukernels *uk;
     const float *q;
     size_t q_stride, out_stride;
@@ -219,7 +219,7 @@ static void finalize(const ctx *c, const unit *u, const float *sm, const float *
 static void run_partition(const ctx *c, const unit *u, int32_t part, const wsp *w, float *m,
                           float *l, float *acc) {
     const pg_attn_params *p = c->p;
-    const pg_kv_cache *kv = c->kv;
+    const pg_paged_kv *kv = c->kv;
     const int hd = p->head_dim, G = c->pl->group, bs = kv->block_size;
     const int rows = G * (u->t1 - u->t0);
     state_reset(m, l, acc, rows, hd);
@@ -322,7 +322,7 @@ static void run_region(pg_pool *pool, void (*fn)(void *, int, int), ctx *c) {
         fn(c, 0, 1);
 }
 
-pagoda_status pg_attention(const pg_attn_params *p, const pg_attn_batch *b, const pg_kv_cache *kv,
+pagoda_status pg_attention(const pg_attn_params *p, const pg_attn_batch *b, const pg_paged_kv *kv,
                            const float *q, size_t q_stride, float *out, size_t out_stride,
                            void *scratch, size_t scratch_bytes, pg_pool *pool,
                            const pg_attn_ukernels *uk) {

@@ -15,7 +15,7 @@
  *                                            the operand of VDPBF16PS / BFDOT
  *         V: [block_size/2][head_dim][2]     token pairs interleaved per column:
  *                                            one 32-bit lane = (V[2u][d], V[2u+1][d])
- * pg_kv_k_index / pg_kv_v_index give the element index of (block, head, t, d).
+ * pg_paged_kv_k_index / pg_paged_kv_v_index give the element index of (block, head, t, d).
  * Requirements: dtype PG_F32 or PG_BF16; block_size a multiple of 16 in
  * [16, 1024]; head_dim even in [2, 512]. A token's slot is
  * block_id * block_size + (position % block_size) (the scheduler's slot
@@ -59,24 +59,24 @@
 #define PG_KV_MAX_HEAD_DIM 512
 
 /* One layer's paged KV cache (see the layout above). The memory is the
- * caller's (pg_alloc_huge of pg_kv_cache_bytes for each of K and V). */
-typedef struct pg_kv_cache {
+ * caller's (pg_alloc_huge of pg_paged_kv_bytes for each of K and V). */
+typedef struct pg_paged_kv {
     void *k, *v;
     pg_dtype dtype; /* PG_F32 or PG_BF16 */
     int32_t num_blocks, num_kv_heads, block_size, head_dim;
-} pg_kv_cache;
+} pg_paged_kv;
 
 /* Bytes of ONE of K or V for these shapes (0 on overflow or a bad dtype). */
-size_t pg_kv_cache_bytes(pg_dtype dtype, int32_t num_blocks, int32_t num_kv_heads,
+size_t pg_paged_kv_bytes(pg_dtype dtype, int32_t num_blocks, int32_t num_kv_heads,
                          int32_t block_size, int32_t head_dim);
 
 /* Check dtype, block_size, head_dim, counts and pointers. Errors:
  * PAGODA_ERR_INVALID_ARG / PAGODA_ERR_UNSUPPORTED naming the field. */
-pagoda_status pg_kv_cache_check(const pg_kv_cache *kv);
+pagoda_status pg_paged_kv_check(const pg_paged_kv *kv);
 
 /* Element index into kv->k of K(block, kv head h, token t in block, dim d). */
-static inline size_t pg_kv_k_index(const pg_kv_cache *kv, int32_t block, int32_t h, int32_t t,
-                                   int32_t d) {
+static inline size_t pg_paged_kv_k_index(const pg_paged_kv *kv, int32_t block, int32_t h, int32_t t,
+                                         int32_t d) {
     size_t tile = ((size_t)block * (size_t)kv->num_kv_heads + (size_t)h) * (size_t)kv->block_size *
                   (size_t)kv->head_dim;
     if (kv->dtype == PG_F32) return tile + (size_t)d * (size_t)kv->block_size + (size_t)t;
@@ -84,8 +84,8 @@ static inline size_t pg_kv_k_index(const pg_kv_cache *kv, int32_t block, int32_t
 }
 
 /* Element index into kv->v of V(block, kv head h, token t in block, dim d). */
-static inline size_t pg_kv_v_index(const pg_kv_cache *kv, int32_t block, int32_t h, int32_t t,
-                                   int32_t d) {
+static inline size_t pg_paged_kv_v_index(const pg_paged_kv *kv, int32_t block, int32_t h, int32_t t,
+                                         int32_t d) {
     size_t tile = ((size_t)block * (size_t)kv->num_kv_heads + (size_t)h) * (size_t)kv->block_size *
                   (size_t)kv->head_dim;
     if (kv->dtype == PG_F32) return tile + (size_t)t * (size_t)kv->head_dim + (size_t)d;
@@ -99,18 +99,18 @@ typedef enum pg_rope_style {
     PG_ROPE_NEOX = 1,        /* HF rotate_half: pairs (i, i + rotary_dim/2) */
 } pg_rope_style;
 
-/* Rotary position embedding (Su et al. 2021, RoFormer). Pair i of a head is
- * rotated by the angle theta = (float)position * inv_freq[i], in f32 as HF
- * transformers computes it:  (x, y) -> (x cos - y sin, x sin + y cos).
+/* Rotary position embedding (Su et al. 2021, RoFormer), the math of
+ * pg_rope / pg_ref_rope (kernels/ops.h) with a per-call layout: pair i is
+ * rotated by theta = position * inv_freq[i], formed in double with cos/sin
+ * rounded to f32:  (a, b) -> (a cos - b sin, a sin + b cos)  in f32.
  * Only the first rotary_dim dims of each head rotate (partial RoPE); the
- * rest pass through. inv_freq[rotary_dim/2] is the caller's table, computed
- * once per model (base^(-2i/rotary_dim), with Llama-3 / YaRN scaling
- * already applied). */
-typedef struct pg_rope {
+ * rest pass through. inv_freq[rotary_dim/2] is the caller's table
+ * (pg_rope_inv_freq: computed once per model, Llama-3 scaling included). */
+typedef struct pg_rope_spec {
     pg_rope_style style;
     int32_t rotary_dim; /* even, <= head_dim */
     const float *inv_freq;
-} pg_rope;
+} pg_rope_spec;
 
 /* Fused RoPE + cache store for one layer and one step:
  *   q [n_tokens][q_stride] f32: heads at q[t*q_stride + h*head_dim], h < n_heads,
@@ -124,14 +124,14 @@ typedef struct pg_rope {
  * checked before anything is written. Errors: PAGODA_ERR_INVALID_ARG (bad
  * cache, rope, a slot >= num_blocks*block_size, negative position, strides
  * too small). */
-pagoda_status pg_rope_kv_store(const pg_rope *rope, int32_t n_tokens, const int32_t *positions,
+pagoda_status pg_rope_kv_store(const pg_rope_spec *rope, int32_t n_tokens, const int32_t *positions,
                                const int32_t *slot_mapping, float *q, size_t q_stride,
                                int32_t n_heads, const float *k, size_t k_stride, const float *v,
-                               size_t v_stride, pg_kv_cache *kv);
+                               size_t v_stride, pg_paged_kv *kv);
 
 /* RoPE on one vector of head_dim floats in place (the scalar definition the
  * fused kernel and the tests use). */
-void pg_rope_apply(const pg_rope *rope, int32_t position, float *x, int32_t head_dim);
+void pg_rope_apply(const pg_rope_spec *rope, int32_t position, float *x, int32_t head_dim);
 
 /* ---- attention ----------------------------------------------------------------- */
 
@@ -181,7 +181,7 @@ int32_t pg_attn_partition_tokens(int32_t block_size);
  * partial results. Depends on the shapes only (never on KV contents); 0 if
  * the arguments are invalid. */
 size_t pg_attention_scratch_bytes(const pg_attn_params *p, const pg_attn_batch *b,
-                                  const pg_kv_cache *kv, int n_threads);
+                                  const pg_paged_kv *kv, int n_threads);
 
 /* Attention over the paged cache (semantics above).
  *   q   [n_tokens][q_stride] f32 (after RoPE), n_tokens = cu_seqlens_q[n_seqs];
@@ -194,7 +194,7 @@ size_t pg_attention_scratch_bytes(const pg_attn_params *p, const pg_attn_batch *
  * Errors: PAGODA_ERR_INVALID_ARG (shapes disagree with the cache, q_len >
  * kv_len, a block id out of range, scratch too small, a ukernel set for
  * another dtype). */
-pagoda_status pg_attention(const pg_attn_params *p, const pg_attn_batch *b, const pg_kv_cache *kv,
+pagoda_status pg_attention(const pg_attn_params *p, const pg_attn_batch *b, const pg_paged_kv *kv,
                            const float *q, size_t q_stride, float *out, size_t out_stride,
                            void *scratch, size_t scratch_bytes, pg_pool *pool,
                            const pg_attn_ukernels *uk);
@@ -204,7 +204,7 @@ pagoda_status pg_attention(const pg_attn_params *p, const pg_attn_batch *b, cons
  * sum; sequential f32 sums, single thread, no scratch. Same arguments,
  * semantics and errors as pg_attention. */
 pagoda_status pg_ref_attention(const pg_attn_params *p, const pg_attn_batch *b,
-                               const pg_kv_cache *kv, const float *q, size_t q_stride, float *out,
+                               const pg_paged_kv *kv, const float *q, size_t q_stride, float *out,
                                size_t out_stride);
 
 /* Every micro-kernel set this CPU can run for `dtype` (the scalar one
@@ -212,7 +212,7 @@ pagoda_status pg_ref_attention(const pg_attn_params *p, const pg_attn_batch *b,
 int pg_attn_ukernel_variants(pg_dtype dtype, const pg_attn_ukernels **out, int max);
 
 /* Shared argument check of pg_attention / pg_ref_attention. */
-pagoda_status pg_attn_check(const pg_attn_params *p, const pg_attn_batch *b, const pg_kv_cache *kv,
+pagoda_status pg_attn_check(const pg_attn_params *p, const pg_attn_batch *b, const pg_paged_kv *kv,
                             size_t q_stride, size_t out_stride);
 
 #endif

@@ -5,7 +5,7 @@
 
 #include "kernels/attention.h"
 
-size_t pg_kv_cache_bytes(pg_dtype dtype, int32_t num_blocks, int32_t num_kv_heads,
+size_t pg_paged_kv_bytes(pg_dtype dtype, int32_t num_blocks, int32_t num_kv_heads,
                          int32_t block_size, int32_t head_dim) {
     size_t esz = dtype == PG_F32 ? 4 : dtype == PG_BF16 ? 2 : 0;
     if (!esz || num_blocks < 0 || num_kv_heads < 0 || block_size < 0 || head_dim < 0) return 0;
@@ -18,7 +18,7 @@ size_t pg_kv_cache_bytes(pg_dtype dtype, int32_t num_blocks, int32_t num_kv_head
     return n;
 }
 
-pagoda_status pg_kv_cache_check(const pg_kv_cache *kv) {
+pagoda_status pg_paged_kv_check(const pg_paged_kv *kv) {
     if (!kv || !kv->k || !kv->v)
         return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache: missing K/V memory");
     if (kv->dtype != PG_F32 && kv->dtype != PG_BF16)
@@ -36,15 +36,15 @@ pagoda_status pg_kv_cache_check(const pg_kv_cache *kv) {
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "kv cache: num_blocks %d, num_kv_heads %d (need >= 1)", (int)kv->num_blocks,
                         (int)kv->num_kv_heads);
-    if (!pg_kv_cache_bytes(kv->dtype, kv->num_blocks, kv->num_kv_heads, kv->block_size,
+    if (!pg_paged_kv_bytes(kv->dtype, kv->num_blocks, kv->num_kv_heads, kv->block_size,
                            kv->head_dim))
         return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache: size overflows");
     return PAGODA_OK;
 }
 
-pagoda_status pg_attn_check(const pg_attn_params *p, const pg_attn_batch *b, const pg_kv_cache *kv,
+pagoda_status pg_attn_check(const pg_attn_params *p, const pg_attn_batch *b, const pg_paged_kv *kv,
                             size_t q_stride, size_t out_stride) {
-    pagoda_status st = pg_kv_cache_check(kv);
+    pagoda_status st = pg_paged_kv_check(kv);
     if (st != PAGODA_OK) return st;
     if (!p || !b) return pg_error(PAGODA_ERR_INVALID_ARG, "attention: missing params or batch");
     if (p->n_kv_heads != kv->num_kv_heads || p->head_dim != kv->head_dim)
@@ -101,7 +101,7 @@ pagoda_status pg_attn_check(const pg_attn_params *p, const pg_attn_batch *b, con
 
 /* ---- RoPE ---------------------------------------------------------------------- */
 
-static pagoda_status rope_check(const pg_rope *rope, int32_t head_dim) {
+static pagoda_status rope_check(const pg_rope_spec *rope, int32_t head_dim) {
     if (!rope) return PAGODA_OK;
     if (rope->style != PG_ROPE_INTERLEAVED && rope->style != PG_ROPE_NEOX)
         return pg_error(PAGODA_ERR_INVALID_ARG, "rope: unknown style %d", (int)rope->style);
@@ -131,15 +131,15 @@ static void rope_rotate(pg_rope_style style, int32_t half, const float *c, const
     }
 }
 
-static void rope_angles(const pg_rope *rope, int32_t position, float *c, float *s) {
+static void rope_angles(const pg_rope_spec *rope, int32_t position, float *c, float *s) {
     for (int32_t i = 0; i < rope->rotary_dim / 2; i++) {
-        float theta = (float)position * rope->inv_freq[i];
-        c[i] = cosf(theta);
-        s[i] = sinf(theta);
+        double theta = (double)position * (double)rope->inv_freq[i];
+        c[i] = (float)cos(theta);
+        s[i] = (float)sin(theta);
     }
 }
 
-void pg_rope_apply(const pg_rope *rope, int32_t position, float *x, int32_t head_dim) {
+void pg_rope_apply(const pg_rope_spec *rope, int32_t position, float *x, int32_t head_dim) {
     (void)head_dim;
     if (!rope || rope->rotary_dim == 0) return;
     float c[PG_KV_MAX_HEAD_DIM / 2], s[PG_KV_MAX_HEAD_DIM / 2];
@@ -147,11 +147,11 @@ void pg_rope_apply(const pg_rope *rope, int32_t position, float *x, int32_t head
     rope_rotate(rope->style, rope->rotary_dim / 2, c, s, x);
 }
 
-pagoda_status pg_rope_kv_store(const pg_rope *rope, int32_t n_tokens, const int32_t *positions,
+pagoda_status pg_rope_kv_store(const pg_rope_spec *rope, int32_t n_tokens, const int32_t *positions,
                                const int32_t *slot_mapping, float *q, size_t q_stride,
                                int32_t n_heads, const float *k, size_t k_stride, const float *v,
-                               size_t v_stride, pg_kv_cache *kv) {
-    pagoda_status st = pg_kv_cache_check(kv);
+                               size_t v_stride, pg_paged_kv *kv) {
+    pagoda_status st = pg_paged_kv_check(kv);
     if (st != PAGODA_OK) return st;
     const int32_t hd = kv->head_dim, nkv = kv->num_kv_heads, bs = kv->block_size;
     if ((st = rope_check(rope, hd)) != PAGODA_OK) return st;
@@ -191,14 +191,14 @@ pagoda_status pg_rope_kv_store(const pg_rope *rope, int32_t n_tokens, const int3
             if (kv->dtype == PG_F32) {
                 float *kc = kv->k, *vc = kv->v;
                 for (int32_t d = 0; d < hd; d++) {
-                    kc[pg_kv_k_index(kv, blk, h, off, d)] = tmp[d];
-                    vc[pg_kv_v_index(kv, blk, h, off, d)] = vr[d];
+                    kc[pg_paged_kv_k_index(kv, blk, h, off, d)] = tmp[d];
+                    vc[pg_paged_kv_v_index(kv, blk, h, off, d)] = vr[d];
                 }
             } else {
                 uint16_t *kc = kv->k, *vc = kv->v;
                 for (int32_t d = 0; d < hd; d++) {
-                    kc[pg_kv_k_index(kv, blk, h, off, d)] = pg_f32_to_bf16(tmp[d]);
-                    vc[pg_kv_v_index(kv, blk, h, off, d)] = pg_f32_to_bf16(vr[d]);
+                    kc[pg_paged_kv_k_index(kv, blk, h, off, d)] = pg_f32_to_bf16(tmp[d]);
+                    vc[pg_paged_kv_v_index(kv, blk, h, off, d)] = pg_f32_to_bf16(vr[d]);
                 }
             }
         }

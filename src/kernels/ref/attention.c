@@ -18,7 +18,7 @@ static inline float tile_v(const void *tile, pg_dtype dt, int hd, int j, int d) 
 }
 
 pagoda_status pg_ref_attention(const pg_attn_params *p, const pg_attn_batch *b,
-                               const pg_kv_cache *kv, const float *q, size_t q_stride, float *out,
+                               const pg_paged_kv *kv, const float *q, size_t q_stride, float *out,
                                size_t out_stride) {
     pagoda_status st = pg_attn_check(p, b, kv, q_stride, out_stride);
     if (st != PAGODA_OK) return st;
