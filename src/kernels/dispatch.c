@@ -7,6 +7,7 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "kernels/attention.h"
+#include "kernels/ref/ops_ref.h"
 #include "kernels/ref/ref.h"
 #if defined(__x86_64__)
 #include "kernels/x86/x86.h"
@@ -54,6 +55,11 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, vexp_f32, pg_ref_vexp_f32, "scalar");
     SET(t, attn_f32kv, &UK_SCALAR_F32, "scalar");
     SET(t, attn_bf16kv, &UK_SCALAR_BF16, "scalar");
+    SET(t, rmsnorm_f32, pg_ref_rmsnorm, "scalar");
+    SET(t, softmax_f32, pg_ref_softmax, "scalar");
+    SET(t, silu_f32, pg_ref_silu, "scalar");
+    SET(t, swiglu_f32, pg_ref_swiglu, "scalar");
+    SET(t, argmax_f32, pg_ref_argmax_f32, "scalar");
 #if defined(__x86_64__)
     if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
@@ -62,6 +68,11 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, vexp_f32, pg_avx2_vexp_f32, "avx2");
         SET(t, attn_f32kv, &UK_AVX2_F32, "avx2");
         SET(t, attn_bf16kv, &UK_AVX2_BF16, "avx2");
+        SET(t, rmsnorm_f32, pg_avx2_rmsnorm_f32, "avx2");
+        SET(t, softmax_f32, pg_avx2_softmax_f32, "avx2");
+        SET(t, silu_f32, pg_avx2_silu_f32, "avx2");
+        SET(t, swiglu_f32, pg_avx2_swiglu_f32, "avx2");
+        SET(t, argmax_f32, pg_avx2_argmax_f32, "avx2");
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
@@ -70,6 +81,11 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, vexp_f32, pg_avx512_vexp_f32, "avx512");
         SET(t, attn_f32kv, &UK_AVX512_F32, "avx512");
         SET(t, attn_bf16kv, &UK_AVX512_BF16, "avx512");
+        SET(t, rmsnorm_f32, pg_avx512_rmsnorm_f32, "avx512");
+        SET(t, softmax_f32, pg_avx512_softmax_f32, "avx512");
+        SET(t, silu_f32, pg_avx512_silu_f32, "avx512");
+        SET(t, swiglu_f32, pg_avx512_swiglu_f32, "avx512");
+        SET(t, argmax_f32, pg_avx512_argmax_f32, "avx512");
     }
     if (level == PG_ISA_AVX512BF16) SET(t, attn_bf16kv, &UK_AVX512BF16_BF16, "avx512bf16");
         /* avx512bf16: only attention over a BF16 KV cache uses VDPBF16PS so far
@@ -81,6 +97,11 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, dot_f16_f32, pg_neon_dot_f16_f32, "neon");
         SET(t, vexp_f32, pg_neon_vexp_f32, "neon");
         SET(t, attn_f32kv, &UK_NEON_F32, "neon");
+        SET(t, rmsnorm_f32, pg_neon_rmsnorm_f32, "neon");
+        SET(t, softmax_f32, pg_neon_softmax_f32, "neon");
+        SET(t, silu_f32, pg_neon_silu_f32, "neon");
+        SET(t, swiglu_f32, pg_neon_swiglu_f32, "neon");
+        SET(t, argmax_f32, pg_neon_argmax_f32, "neon");
         /* BFDOT is a feature, not a level: used at neon and sve when present */
         if (pg_cpu()->bf16)
             SET(t, attn_bf16kv, &UK_NEON_BF16DOT, "neon_bf16");
@@ -103,6 +124,11 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "vexp_f32", t->variant.vexp_f32);
     fprintf(f, "  %s%-16s %s\n", p, "attn_f32kv", t->variant.attn_f32kv);
     fprintf(f, "  %s%-16s %s\n", p, "attn_bf16kv", t->variant.attn_bf16kv);
+    fprintf(f, "  %s%-16s %s\n", p, "rmsnorm_f32", t->variant.rmsnorm_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "softmax_f32", t->variant.softmax_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "silu_f32", t->variant.silu_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "swiglu_f32", t->variant.swiglu_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "argmax_f32", t->variant.argmax_f32);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */

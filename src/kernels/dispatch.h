@@ -41,11 +41,22 @@ typedef struct pg_kernel_table {
     void (*vexp_f32)(const float *x, float *y, size_t n);
     /* Paged-attention micro-kernels for an F32 / a BF16 KV cache (kernels/attention.h). */
     const struct pg_attn_ukernels *attn_f32kv, *attn_bf16kv;
+    /* Row ops; specs: pg_ref_rmsnorm / pg_ref_softmax / pg_ref_silu /
+     * pg_ref_swiglu (kernels/ref/ops_ref.h: m rows of n for RMSNorm, softmax
+     * in place over n >= 1), pg_ref_argmax_f32 (ref/ref.h: first index of
+     * the largest non-NaN value, 0 if none). Variants sum in an order fixed
+     * by n and use the vexp above (tests/test_vops.c). */
+    void (*rmsnorm_f32)(float *out, const float *x, const float *w, size_t m, size_t n, float eps);
+    void (*softmax_f32)(float *x, size_t n);
+    void (*silu_f32)(float *out, const float *x, size_t n);
+    void (*swiglu_f32)(float *out, const float *gate, const float *up, size_t n);
+    size_t (*argmax_f32)(const float *x, size_t n);
 
     /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
     struct {
         const char *dot_f32, *dot_bf16_f32, *dot_f16_f32;
         const char *vexp_f32, *attn_f32kv, *attn_bf16kv;
+        const char *rmsnorm_f32, *softmax_f32, *silu_f32, *swiglu_f32, *argmax_f32;
     } variant;
 } pg_kernel_table;
 

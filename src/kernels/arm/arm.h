@@ -42,4 +42,11 @@ void pg_neon_bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_
 void pg_neon_bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs,
                                  int nk, int hd, float *acc, int ldacc);
 
+/* ops_neon.c: row ops (dispatch entries rmsnorm_f32 ...). */
+void pg_neon_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n, float eps);
+void pg_neon_softmax_f32(float *x, size_t n);
+void pg_neon_silu_f32(float *out, const float *x, size_t n);
+void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+size_t pg_neon_argmax_f32(const float *x, size_t n);
+
 #endif

@@ -24,4 +24,7 @@ void pg_ref_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, 
                          int ldacc, int hd);
 void pg_ref_vexp_f32(const float *x, float *y, size_t n);
 
+/* argmax.c: index of the first largest non-NaN value; 0 if n == 0 or all NaN. */
+size_t pg_ref_argmax_f32(const float *x, size_t n);
+
 #endif

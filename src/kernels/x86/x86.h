@@ -55,4 +55,17 @@ void pg_avx512bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k
 void pg_avx512bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs,
                                   int nk, int hd, float *acc, int ldacc);
 
+/* ops_avx2.c / ops_avx512.c: row ops (dispatch entries rmsnorm_f32 ...). */
+void pg_avx2_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n, float eps);
+void pg_avx2_softmax_f32(float *x, size_t n);
+void pg_avx2_silu_f32(float *out, const float *x, size_t n);
+void pg_avx2_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+size_t pg_avx2_argmax_f32(const float *x, size_t n);
+void pg_avx512_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n,
+                           float eps);
+void pg_avx512_softmax_f32(float *x, size_t n);
+void pg_avx512_silu_f32(float *out, const float *x, size_t n);
+void pg_avx512_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+size_t pg_avx512_argmax_f32(const float *x, size_t n);
+
 #endif
