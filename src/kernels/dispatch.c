@@ -13,6 +13,14 @@
 #include "kernels/arm/arm.h"
 #endif
 
+/* A GEMM microkernel descriptor. */
+static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
+                          void (*run)(int64_t, const void *, int64_t, const void *, float *,
+                                      int64_t, int, int)) {
+    pg_gemm_ukernel u = {name, mr, nr, kg, ar, run};
+    return u;
+}
+
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
 
@@ -24,24 +32,45 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, dot_f32, pg_ref_dot_f32, "scalar");
     SET(t, dot_bf16_f32, pg_ref_dot_bf16_f32, "scalar");
     SET(t, dot_f16_f32, pg_ref_dot_f16_f32, "scalar");
+    SET(t, cvt_f32_bf16, pg_ref_cvt_f32_bf16, "scalar");
+    t->gemm_bf16 = uk("scalar", 4, 16, 2, 1, pg_ref_gemm_uk_bf16);
+    t->gemm_f32 = uk("scalar", 4, 16, 1, 1, pg_ref_gemm_uk_f32);
 #if defined(__x86_64__)
     if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
         SET(t, dot_bf16_f32, pg_avx2_dot_bf16_f32, "avx2");
         SET(t, dot_f16_f32, pg_avx2_dot_f16_f32, "avx2");
+        SET(t, cvt_f32_bf16, pg_avx2_cvt_f32_bf16, "avx2");
+        t->gemm_bf16 = uk("avx2", 4, 16, 2, 1, pg_avx2_gemm_uk_bf16);
+        t->gemm_f32 = uk("avx2", 6, 16, 1, 1, pg_avx2_gemm_uk_f32);
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
         SET(t, dot_bf16_f32, pg_avx512_dot_bf16_f32, "avx512");
         SET(t, dot_f16_f32, pg_avx512_dot_f16_f32, "avx512");
+        SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
+        t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
+        t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
     }
-    /* avx512bf16: no entry uses VDPBF16PS yet (it rounds activations to
-     * BF16; it arrives with the BF16 GEMM), so it equals avx512 for now. */
+    /* avx512bf16: the BF16 GEMM uses VDPBF16PS; the dot products keep f32
+     * activations (never rounded to BF16), so they stay avx512's. */
+    if (level == PG_ISA_AVX512BF16) {
+        SET(t, cvt_f32_bf16, pg_avx512bf16_cvt_f32_bf16, "avx512bf16");
+        t->gemm_bf16 = uk("avx512bf16", 6, 64, 2, 1, pg_avx512bf16_gemm_uk_bf16);
+    }
 #elif defined(__aarch64__)
     if (level >= PG_ISA_NEON && level <= PG_ISA_SVE) {
         SET(t, dot_f32, pg_neon_dot_f32, "neon");
         SET(t, dot_bf16_f32, pg_neon_dot_bf16_f32, "neon");
         SET(t, dot_f16_f32, pg_neon_dot_f16_f32, "neon");
+        SET(t, cvt_f32_bf16, pg_neon_cvt_f32_bf16, "neon");
+        t->gemm_f32 = uk("neon", 6, 16, 1, 1, pg_neon_gemm_uk_f32);
+        /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
+         * row pairs), else widen + FMA on k-pairs. */
+        if (pg_cpu()->bf16)
+            t->gemm_bf16 = uk("neon-bfmmla", 8, 8, 4, 2, pg_bf16_gemm_uk_bfmmla);
+        else
+            t->gemm_bf16 = uk("neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16);
     }
     if (level == PG_ISA_SVE) {
         SET(t, dot_f32, pg_sve_dot_f32, "sve");
@@ -56,6 +85,11 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "dot_f32", t->variant.dot_f32);
     fprintf(f, "  %s%-16s %s\n", p, "dot_bf16_f32", t->variant.dot_bf16_f32);
     fprintf(f, "  %s%-16s %s\n", p, "dot_f16_f32", t->variant.dot_f16_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "cvt_f32_bf16", t->variant.cvt_f32_bf16);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_bf16", t->gemm_bf16.name, t->gemm_bf16.mr,
+            t->gemm_bf16.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_f32", t->gemm_f32.name, t->gemm_f32.mr,
+            t->gemm_f32.nr);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */
