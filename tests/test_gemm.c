@@ -142,7 +142,8 @@ static void check_case(const pg_kernel_table *kt, const gemm_case *gc, pg_pool *
             float got = C[m * gc->ldc + n], want = R[m * gc->ldc + n];
             if (exact || n >= N) {
                 if (memcmp(&got, &want, 4) != 0) {
-                    fprintf(stderr, "%s %s ep=%d M=%lld N=%lld K=%lld: C[%lld,%lld] = %.9g, ref %.9g\n",
+                    fprintf(stderr,
+                            "%s %s ep=%d M=%lld N=%lld K=%lld: C[%lld,%lld] = %.9g, ref %.9g\n",
                             kt->isa, pg_dtype_name(gc->t), gc->ep, (long long)M, (long long)N,
                             (long long)K, (long long)m, (long long)n, got, want);
                     fail();
@@ -160,9 +161,11 @@ static void check_case(const pg_kernel_table *kt, const gemm_case *gc, pg_pool *
                 tol += 4 * u * fabs(want);
             }
             if (!(fabs((double)got - want) <= tol)) {
-                fprintf(stderr, "%s %s ep=%d M=%lld N=%lld K=%lld: C[%lld,%lld] = %.9g, ref %.9g, tol %.3g\n",
-                        kt->isa, pg_dtype_name(gc->t), gc->ep, (long long)M, (long long)N,
-                        (long long)K, (long long)m, (long long)n, got, want, tol);
+                fprintf(
+                    stderr,
+                    "%s %s ep=%d M=%lld N=%lld K=%lld: C[%lld,%lld] = %.9g, ref %.9g, tol %.3g\n",
+                    kt->isa, pg_dtype_name(gc->t), gc->ep, (long long)M, (long long)N, (long long)K,
+                    (long long)m, (long long)n, got, want, tol);
                 fail();
             }
         }
@@ -277,12 +280,13 @@ static void invariance_case(const pg_kernel_table *kt, pg_dtype t, int64_t N, in
             /* the batch starts at a different row each time */
             int64_t off = M == MMAX ? 0 : rnd_int(0, MMAX - M);
             memset(C, 0, (size_t)(M * N) * sizeof *C);
-            assert_int_equal(pg_gemm(pw, A + off * K, M, K, C, N, bias, ep, p, scratch),
-                             PAGODA_OK);
+            assert_int_equal(pg_gemm(pw, A + off * K, M, K, C, N, bias, ep, p, scratch), PAGODA_OK);
             if (memcmp(C, base + off * N, (size_t)(M * N) * sizeof *C) != 0) {
                 for (int64_t e = 0; e < M * N; e++)
                     if (memcmp(C + e, base + off * N + e, 4) != 0) {
-                        fprintf(stderr, "%s %s ep=%d N=%lld: M=%lld threads=%d row %lld col %lld: %.9g vs alone %.9g\n",
+                        fprintf(stderr,
+                                "%s %s ep=%d N=%lld: M=%lld threads=%d row %lld col %lld: %.9g vs "
+                                "alone %.9g\n",
                                 kt->isa, pg_dtype_name(t), ep, (long long)N, (long long)M, pi + 1,
                                 (long long)(off + e / N), (long long)(e % N), C[e],
                                 base[off * N + e]);

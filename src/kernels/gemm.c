@@ -25,25 +25,39 @@ enum { KC_ELEMS = 256, NC_ELEMS = 128, MC_MAX = 512 };
 struct pg_packed_weight {
     pg_gemm_ukernel uk;
     const pg_kernel_table *kt;
-    int bf16;          /* 1: BF16 panels (uint16), 0: f32 panels */
-    int swiglu;        /* panels alternate gate, up (per NR columns) */
-    int64_t N, K;      /* logical N (gate rows for SwiGLU), K */
-    int64_t kgroups;   /* ceil(K / kg) */
-    int64_t npanels;   /* panels of uk.nr columns (SwiGLU: even: gate, up, gate, ...) */
-    size_t elem;       /* bytes per packed element */
+    int bf16;           /* 1: BF16 panels (uint16), 0: f32 panels */
+    int swiglu;         /* panels alternate gate, up (per NR columns) */
+    int64_t N, K;       /* logical N (gate rows for SwiGLU), K */
+    int64_t kgroups;    /* ceil(K / kg) */
+    int64_t npanels;    /* panels of uk.nr columns (SwiGLU: even: gate, up, gate, ...) */
+    size_t elem;        /* bytes per packed element */
     size_t panel_elems; /* kgroups * kg * nr */
     void *data;
     size_t bytes;
 };
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static size_t align_up(size_t x) { return (x + PG_ALIGN - 1) & ~(size_t)(PG_ALIGN - 1); }
+static int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+static size_t align_up(size_t x) {
+    return (x + PG_ALIGN - 1) & ~(size_t)(PG_ALIGN - 1);
+}
 
-int64_t pg_gemm_n(const pg_packed_weight *w) { return w->N; }
-int64_t pg_gemm_k(const pg_packed_weight *w) { return w->K; }
-int pg_gemm_is_swiglu(const pg_packed_weight *w) { return w->swiglu; }
-size_t pg_gemm_packed_bytes(const pg_packed_weight *w) { return w->bytes; }
-const char *pg_gemm_variant(const pg_packed_weight *w) { return w->uk.name; }
+int64_t pg_gemm_n(const pg_packed_weight *w) {
+    return w->N;
+}
+int64_t pg_gemm_k(const pg_packed_weight *w) {
+    return w->K;
+}
+int pg_gemm_is_swiglu(const pg_packed_weight *w) {
+    return w->swiglu;
+}
+size_t pg_gemm_packed_bytes(const pg_packed_weight *w) {
+    return w->bytes;
+}
+const char *pg_gemm_variant(const pg_packed_weight *w) {
+    return w->uk.name;
+}
 
 void pg_gemm_free(pg_packed_weight *w) {
     if (!w) return;
@@ -76,8 +90,7 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
                                  const pg_kernel_table *kt, pg_packed_weight **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
     *out = NULL;
-    if (!Wg)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL weight");
+    if (!Wg) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL weight");
     if (N < 1 || K < 1)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: N=%lld K=%lld must be >= 1",
                         (long long)N, (long long)K);
@@ -355,10 +368,10 @@ pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int6
     if (!w || !A || !C || !scratch)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: NULL weight, A, C or scratch");
     if (M < 1 || lda < w->K || ldc < w->N)
-        return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "gemm: M=%lld lda=%lld ldc=%lld (need M >= 1, lda >= K=%lld, ldc >= N=%lld)",
-                        (long long)M, (long long)lda, (long long)ldc, (long long)w->K,
-                        (long long)w->N);
+        return pg_error(
+            PAGODA_ERR_INVALID_ARG,
+            "gemm: M=%lld lda=%lld ldc=%lld (need M >= 1, lda >= K=%lld, ldc >= N=%lld)",
+            (long long)M, (long long)lda, (long long)ldc, (long long)w->K, (long long)w->N);
     if ((ep == PG_GEMM_SWIGLU) != (w->swiglu != 0))
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         w->swiglu ? "gemm: a SwiGLU-packed weight needs PG_GEMM_SWIGLU"
@@ -369,8 +382,8 @@ pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int6
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: scratch must be %d-byte aligned", PG_ALIGN);
 
     int nthreads = pool ? pg_pool_size(pool) : 1;
-    call cl = {.w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias,
-               .ep = ep};
+    call cl = {
+        .w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias, .ep = ep};
     cl.apack = scratch;
     cl.acc = (char *)scratch + cl.g.a_bytes;
     /* Thread grid: split panel units; when there are fewer units than

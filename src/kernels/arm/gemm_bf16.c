@@ -15,13 +15,15 @@
 
 enum { RP = 4, CP = 4, NR = 2 * CP };
 
-static inline __attribute__((always_inline)) void
-tile(const int mr, int64_t ng, const uint16_t *a, int64_t as, const uint16_t *w, float *c,
-     int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng, const uint16_t *a,
+                                                       int64_t as, const uint16_t *w, float *c,
+                                                       int64_t ldc, int accumulate) {
     const int rp = (mr + 1) / 2;
     float32x4_t acc[RP][CP];
+#pragma GCC unroll 16
     for (int p = 0; p < rp; p++) {
         const int two = 2 * p + 1 < mr; /* the pair's second row exists */
+#pragma GCC unroll 16
         for (int q = 0; q < CP; q += 2) {
             float64x2_t r0, r1;
             if (accumulate) {
@@ -37,16 +39,21 @@ tile(const int mr, int64_t ng, const uint16_t *a, int64_t as, const uint16_t *w,
     }
     for (int64_t g = 0; g < ng; g++) {
         bfloat16x8_t wv[CP];
+#pragma GCC unroll 16
         for (int q = 0; q < CP; q++)
             wv[q] = vreinterpretq_bf16_u16(vld1q_u16(w + g * 4 * NR + 8 * q));
+#pragma GCC unroll 16
         for (int p = 0; p < rp; p++) {
             bfloat16x8_t av = vreinterpretq_bf16_u16(vld1q_u16(a + p * as + 8 * g));
+#pragma GCC unroll 16
             for (int q = 0; q < CP; q++)
                 acc[p][q] = vbfmmlaq_f32(acc[p][q], av, wv[q]);
         }
     }
+#pragma GCC unroll 16
     for (int p = 0; p < rp; p++) {
         const int two = 2 * p + 1 < mr;
+#pragma GCC unroll 16
         for (int q = 0; q < CP; q += 2) {
             float64x2_t x = vreinterpretq_f64_f32(acc[p][q]);
             float64x2_t y = vreinterpretq_f64_f32(acc[p][q + 1]);
@@ -60,13 +67,29 @@ tile(const int mr, int64_t ng, const uint16_t *a, int64_t as, const uint16_t *w,
 void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                             float *c, int64_t ldc, int mr, int accumulate) {
     switch (mr) {
-    case 1: tile(1, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 2: tile(2, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 3: tile(3, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 4: tile(4, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 5: tile(5, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 6: tile(6, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 7: tile(7, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    default: tile(8, ngroups, a, a_stride, w, c, ldc, accumulate); break;
+    case 1:
+        tile(1, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 2:
+        tile(2, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 3:
+        tile(3, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 4:
+        tile(4, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 5:
+        tile(5, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 6:
+        tile(6, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 7:
+        tile(7, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    default:
+        tile(8, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
     }
 }

@@ -13,8 +13,8 @@ void pg_ref_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n) {
 
 enum { REF_MR = 4, REF_NR = 16 };
 
-void pg_ref_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
-                         float *c, int64_t ldc, int mr, int accumulate) {
+void pg_ref_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                         int64_t ldc, int mr, int accumulate) {
     const uint16_t *ap = a, *wp = w;
     for (int i = 0; i < mr; i++) {
         float acc[REF_NR];

@@ -12,26 +12,33 @@
 
 enum { MR = 6, NV = 4, NR = 16 * NV };
 
-static inline __attribute__((always_inline)) void
-tile(const int mr, int64_t ng, const uint16_t *a, int64_t as, const uint16_t *w, float *c,
-     int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng, const uint16_t *a,
+                                                       int64_t as, const uint16_t *w, float *c,
+                                                       int64_t ldc, int accumulate) {
     __m512 acc[MR][NV];
+#pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
+#pragma GCC unroll 16
         for (int v = 0; v < NV; v++)
             acc[i][v] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
         __m512bh wv[NV];
+#pragma GCC unroll 16
         for (int v = 0; v < NV; v++)
             wv[v] = (__m512bh)_mm512_loadu_si512(w + g * 2 * NR + 32 * v);
+#pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             int32_t pair;
             memcpy(&pair, a + i * as + 2 * g, 4);
             __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 16
             for (int v = 0; v < NV; v++)
                 acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, wv[v]);
         }
     }
+#pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
+#pragma GCC unroll 16
         for (int v = 0; v < NV; v++)
             _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
 }
@@ -39,12 +46,24 @@ tile(const int mr, int64_t ng, const uint16_t *a, int64_t as, const uint16_t *w,
 void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                                 float *c, int64_t ldc, int mr, int accumulate) {
     switch (mr) {
-    case 1: tile(1, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 2: tile(2, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 3: tile(3, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 4: tile(4, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    case 5: tile(5, ngroups, a, a_stride, w, c, ldc, accumulate); break;
-    default: tile(6, ngroups, a, a_stride, w, c, ldc, accumulate); break;
+    case 1:
+        tile(1, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 2:
+        tile(2, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 3:
+        tile(3, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 4:
+        tile(4, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    case 5:
+        tile(5, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
+    default:
+        tile(6, ngroups, a, a_stride, w, c, ldc, accumulate);
+        break;
     }
 }
 
