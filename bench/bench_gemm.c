@@ -37,6 +37,16 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU seconds of all the process's threads: unlike wall time it does not
+ * count the time other jobs on the shared cores take from us, so ratios of
+ * "work per CPU second" stay meaningful under load (spin-waiting at a join
+ * counts, which makes them conservative). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -192,12 +202,13 @@ static void peak_region(void *vctx, int tid, int n) {
 }
 
 /* GFLOP/s (kind 0, 1) or GB/s (kind 2) of one region over the pool. */
-static double run_peak(pg_pool *pool, peak_ctx *c) {
-    double t0 = now();
+static double run_peak(pg_pool *pool, peak_ctx *c, double *per_cpu_s) {
+    double t0 = now(), c0 = cpu_now();
     pg_pool_run(pool, peak_region, c);
-    double dt = now() - t0, total = 0;
+    double dt = now() - t0, dc = cpu_now() - c0, total = 0;
     for (int i = 0; i < pg_pool_size(pool); i++)
         total += c->flops[i];
+    if (per_cpu_s) *per_cpu_s = total / dc * 1e-9 * pg_pool_size(pool);
     return total / dt * 1e-9;
 }
 
@@ -319,16 +330,17 @@ int main(int argc, char **argv) {
     double peak_bf16[MAX_ROUNDS], peak_f32[MAX_ROUNDS], bw[MAX_ROUNDS];
     double res[3][N_SHAPES][MAX_ROUNDS], rpeak[3][N_SHAPES][MAX_ROUNDS],
         rbw[3][N_SHAPES][MAX_ROUNDS];
+    double cpeak[3][N_SHAPES][MAX_ROUNDS], cbw[3][N_SHAPES][MAX_ROUNDS];
     peak_ctx pc = {.buf = bwbuf, .bytes = bw_bytes};
     const int peak_kind = wt == PG_F32 ? 1 : 0;
     const int have_peak = wt == PG_F32 ? have_peak_f32() : have_peak_bf16();
     for (int r = 0; r < rounds; r++) {
         pc.kind = 0;
-        peak_bf16[r] = have_peak_bf16() ? run_peak(pool, &pc) : 0;
+        peak_bf16[r] = have_peak_bf16() ? run_peak(pool, &pc, NULL) : 0;
         pc.kind = 1;
-        peak_f32[r] = have_peak_f32() ? run_peak(pool, &pc) : 0;
+        peak_f32[r] = have_peak_f32() ? run_peak(pool, &pc, NULL) : 0;
         pc.kind = 2;
-        bw[r] = run_peak(pool, &pc);
+        bw[r] = run_peak(pool, &pc, NULL);
         for (int mi = 0; mi < 3; mi++) {
             int64_t M = Ms[mi];
             for (int s = 0; s < nshapes; s++) {
@@ -339,20 +351,24 @@ int main(int argc, char **argv) {
                 if (M == 512 && flops > 1e11) reps = 1;
                 pg_gemm_epilogue ep = SHAPES[s].swiglu ? PG_GEMM_SWIGLU : PG_GEMM_STORE;
                 pc.kind = 2;
-                double b = run_peak(pool, &pc);
+                double bc, pkc = 0;
+                double b = run_peak(pool, &pc, &bc);
                 pc.kind = peak_kind;
-                double pk = have_peak ? run_peak(pool, &pc) : 0;
+                double pk = have_peak ? run_peak(pool, &pc, &pkc) : 0;
                 /* warm-up call (first touch of C, wakes the pool) */
                 pg_gemm(ps->w[ps->next], A, M, SHAPES[s].K, C, SHAPES[s].N, NULL, ep, pool,
                         scratch);
                 ps->next = (ps->next + 1) % ps->copies;
-                double t0 = now();
+                double t0 = now(), c0 = cpu_now();
                 for (int i = 0; i < reps; i++) {
                     pg_gemm(ps->w[ps->next], A, M, SHAPES[s].K, C, SHAPES[s].N, NULL, ep, pool,
                             scratch);
                     ps->next = (ps->next + 1) % ps->copies;
                 }
                 double t = (now() - t0) / reps;
+                double tc = (cpu_now() - c0) / reps / nth; /* CPU s per thread */
+                cpeak[mi][s][r] = pkc > 0 ? flops / tc * 1e-9 / pkc : 0;
+                cbw[mi][s][r] = (double)pg_gemm_packed_bytes(ps->w[0]) / tc * 1e-9 / bc;
                 res[mi][s][r] = t;
                 rpeak[mi][s][r] = pk > 0 ? flops / t * 1e-9 / pk : 0;
                 rbw[mi][s][r] = (double)pg_gemm_packed_bytes(ps->w[0]) / t * 1e-9 / b;
@@ -369,7 +385,8 @@ int main(int argc, char **argv) {
 #endif
            pb, pf, bwm);
     printf("(%% of peak / of read bw: median over rounds of the ratio to the baseline measured "
-           "just before that call)\n");
+           "just before that call;\n [cpu: the same ratio per CPU second, robust to other jobs "
+           "taking the cores])\n");
     for (int mi = 0; mi < 3; mi++) {
         int64_t M = Ms[mi];
         printf("M=%lld\n", (long long)M);
@@ -378,10 +395,11 @@ int main(int argc, char **argv) {
             double flops = 2.0 * (double)M * (double)SHAPES[s].N * (double)SHAPES[s].K *
                            (SHAPES[s].swiglu ? 2 : 1);
             double gbs = (double)pg_gemm_packed_bytes(sets[s].w[0]) / t * 1e-9;
-            printf("  %-28s %9.3f ms %8.1f GFLOP/s (%5.1f%% of peak) %7.1f GB/s weights (%5.1f%% "
-                   "of read bw)\n",
+            printf("  %-27s %9.3f ms %7.1f GFLOP/s (%5.1f%% of peak) [cpu %5.1f%%] %6.1f GB/s "
+                   "(%5.1f%% of read bw) [cpu %5.1f%%]\n",
                    SHAPES[s].name, t * 1e3, flops / t * 1e-9, 100.0 * median(rpeak[mi][s], rounds),
-                   gbs, 100.0 * median(rbw[mi][s], rounds));
+                   100.0 * median(cpeak[mi][s], rounds), gbs, 100.0 * median(rbw[mi][s], rounds),
+                   100.0 * median(cbw[mi][s], rounds));
         }
     }
     for (int s = 0; s < nshapes; s++)
