@@ -1,0 +1,604 @@
+/* Scheduler: continuous batching, chunked prefill, preemption by recompute.
+ * See scheduler.h for the policy. */
+#include "engine/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+typedef struct id_entry {
+    uint64_t id;
+    pg_request *req; /* NULL: empty */
+} id_entry;
+
+struct pg_scheduler {
+    int32_t max_tokens; /* max_num_batched_tokens */
+    int32_t max_seqs;
+    int32_t max_model_len;
+    int32_t block_size;
+    int32_t num_groups;
+    pg_kvm *kvm;
+
+    /* live requests by id: open addressing, linear probing */
+    id_entry *ids;
+    uint32_t ids_mask;
+    int32_t num_live;
+
+    /* waiting queue: ring buffer (FCFS; preempted requests pushed at the front) */
+    pg_request **wq;
+    int32_t wq_cap, wq_head, wq_len;
+
+    /* running, in admission order */
+    pg_request **running;
+    int32_t num_running;
+
+    /* step state */
+    int64_t step;
+    bool in_flight;
+    uint64_t num_preemptions;
+    pg_request **sched_reqs; /* [max_seqs] requests of the output, in batch order */
+    int32_t budget;
+
+    /* output buffers */
+    pg_sched_output out;
+    uint64_t *o_req_ids;
+    int32_t *o_num_sched, *o_num_computed, *o_qsl, *o_seq_lens;
+    uint8_t *o_is_new, *o_samples;
+    const int32_t **o_tables;
+    int32_t *o_num_blocks, *o_num_new_blocks;
+    int32_t *o_tokens, *o_positions, *o_slots;
+    uint64_t *o_preempted;
+    uint64_t *fin[2]; /* finished ids: one reported in `out`, one accumulating */
+    int32_t fin_cur, num_fin;
+    pg_step_event *events;
+};
+
+/* ---- id map ---- */
+
+static inline uint32_t id_home(uint64_t id, uint32_t mask) {
+    id ^= id >> 33;
+    id *= 0xff51afd7ed558ccdULL;
+    id ^= id >> 33;
+    return (uint32_t)id & mask;
+}
+
+static pg_request *id_find(const pg_scheduler *s, uint64_t id) {
+    for (uint32_t i = id_home(id, s->ids_mask);; i = (i + 1) & s->ids_mask) {
+        if (!s->ids[i].req) return NULL;
+        if (s->ids[i].id == id) return s->ids[i].req;
+    }
+}
+
+static void id_insert_raw(id_entry *tab, uint32_t mask, uint64_t id, pg_request *r) {
+    uint32_t i = id_home(id, mask);
+    while (tab[i].req)
+        i = (i + 1) & mask;
+    tab[i] = (id_entry){id, r};
+}
+
+static pagoda_status id_insert(pg_scheduler *s, uint64_t id, pg_request *r) {
+    uint32_t cap = s->ids_mask + 1;
+    if ((uint32_t)(s->num_live + 1) * 2 > cap) { /* keep load <= 1/2 */
+        uint32_t ncap = cap * 2;
+        id_entry *nt = calloc(ncap, sizeof *nt);
+        if (!nt) return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for the request map");
+        for (uint32_t i = 0; i < cap; i++)
+            if (s->ids[i].req) id_insert_raw(nt, ncap - 1, s->ids[i].id, s->ids[i].req);
+        free(s->ids);
+        s->ids = nt;
+        s->ids_mask = ncap - 1;
+    }
+    id_insert_raw(s->ids, s->ids_mask, id, r);
+    s->num_live++;
+    return PAGODA_OK;
+}
+
+static void id_erase(pg_scheduler *s, uint64_t id) {
+    uint32_t mask = s->ids_mask, i = id_home(id, mask);
+    while (s->ids[i].req && s->ids[i].id != id)
+        i = (i + 1) & mask;
+    if (!s->ids[i].req) return;
+    s->ids[i].req = NULL;
+    s->num_live--;
+    for (uint32_t j = (i + 1) & mask; s->ids[j].req; j = (j + 1) & mask) {
+        uint32_t k = id_home(s->ids[j].id, mask);
+        bool k_in = (i <= j) ? (k > i && k <= j) : (k > i || k <= j);
+        if (!k_in) {
+            s->ids[i] = s->ids[j];
+            s->ids[j].req = NULL;
+            i = j;
+        }
+    }
+}
+
+/* ---- waiting queue ---- */
+
+static pagoda_status wq_reserve(pg_scheduler *s, int32_t need) {
+    if (need <= s->wq_cap) return PAGODA_OK;
+    int32_t ncap = s->wq_cap ? s->wq_cap : 16;
+    while (ncap < need)
+        ncap *= 2;
+    pg_request **nq = malloc((size_t)ncap * sizeof *nq);
+    if (!nq) return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for the waiting queue");
+    for (int32_t i = 0; i < s->wq_len && s->wq_cap > 0; i++)
+        nq[i] = s->wq[(s->wq_head + i) % s->wq_cap];
+    free(s->wq);
+    s->wq = nq;
+    s->wq_cap = ncap;
+    s->wq_head = 0;
+    return PAGODA_OK;
+}
+
+static inline pg_request *wq_at(const pg_scheduler *s, int32_t i) {
+    return s->wq[(s->wq_head + i) % s->wq_cap];
+}
+
+static void wq_push_back(pg_scheduler *s, pg_request *r) {
+    s->wq[(s->wq_head + s->wq_len) % s->wq_cap] = r;
+    s->wq_len++;
+}
+
+static void wq_push_front(pg_scheduler *s, pg_request *r) {
+    s->wq_head = (s->wq_head + s->wq_cap - 1) % s->wq_cap;
+    s->wq[s->wq_head] = r;
+    s->wq_len++;
+}
+
+static void wq_pop_front(pg_scheduler *s) {
+    s->wq_head = (s->wq_head + 1) % s->wq_cap;
+    s->wq_len--;
+}
+
+static bool wq_remove(pg_scheduler *s, const pg_request *r) {
+    for (int32_t i = 0; i < s->wq_len; i++)
+        if (wq_at(s, i) == r) {
+            for (int32_t j = i; j + 1 < s->wq_len; j++)
+                s->wq[(s->wq_head + j) % s->wq_cap] = wq_at(s, j + 1);
+            s->wq_len--;
+            return true;
+        }
+    return false;
+}
+
+/* ---- running list ---- */
+
+static void running_remove_at(pg_scheduler *s, int32_t i) {
+    memmove(s->running + i, s->running + i + 1,
+            (size_t)(s->num_running - i - 1) * sizeof *s->running);
+    s->num_running--;
+}
+
+static int32_t running_index(const pg_scheduler *s, const pg_request *r) {
+    for (int32_t i = 0; i < s->num_running; i++)
+        if (s->running[i] == r) return i;
+    return -1;
+}
+
+/* ---- create / destroy ---- */
+
+void pg_sched_config_default(pg_sched_config *c) {
+    memset(c, 0, sizeof *c);
+    c->max_num_batched_tokens = 2048;
+    c->max_num_seqs = 128;
+    c->max_model_len = 4096;
+    c->kv.block_size = PG_KV_DEFAULT_BLOCK_SIZE;
+    c->kv.enable_prefix_caching = true;
+    c->kv.num_groups = 0;
+}
+
+pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out) {
+    *out = NULL;
+    if (!cfg) return pg_error(PAGODA_ERR_INVALID_ARG, "scheduler: NULL config");
+    if (cfg->max_num_batched_tokens < 1 || cfg->max_num_seqs < 1 || cfg->max_model_len < 2)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: max_num_batched_tokens %d, max_num_seqs %d, max_model_len %d "
+                        "(need >= 1, >= 1, >= 2)",
+                        cfg->max_num_batched_tokens, cfg->max_num_seqs, cfg->max_model_len);
+    if (cfg->max_num_batched_tokens < cfg->max_num_seqs)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: max_num_batched_tokens %d < max_num_seqs %d (every running "
+                        "request needs a decode token per step)",
+                        cfg->max_num_batched_tokens, cfg->max_num_seqs);
+    pg_scheduler *s = calloc(1, sizeof *s);
+    if (!s) return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory");
+    pg_kvm_config kc = cfg->kv;
+    kc.max_model_len = cfg->max_model_len;
+    kc.max_num_seqs = cfg->max_num_seqs;
+    pagoda_status st = pg_kvm_create(&kc, &s->kvm);
+    if (st) {
+        free(s);
+        return st;
+    }
+    s->max_tokens = cfg->max_num_batched_tokens;
+    s->max_seqs = cfg->max_num_seqs;
+    s->max_model_len = cfg->max_model_len;
+    s->block_size = kc.block_size;
+    s->num_groups = pg_kvm_num_groups(s->kvm);
+    size_t S = (size_t)s->max_seqs, T = (size_t)s->max_tokens, G = (size_t)s->num_groups;
+    s->ids = calloc(64, sizeof *s->ids);
+    s->ids_mask = 63;
+    s->running = malloc(S * sizeof *s->running);
+    s->sched_reqs = malloc(S * sizeof *s->sched_reqs);
+    s->o_req_ids = malloc(S * sizeof *s->o_req_ids);
+    s->o_num_sched = malloc(S * sizeof(int32_t));
+    s->o_num_computed = malloc(S * sizeof(int32_t));
+    s->o_qsl = malloc((S + 1) * sizeof(int32_t));
+    s->o_seq_lens = malloc(S * sizeof(int32_t));
+    s->o_is_new = malloc(S);
+    s->o_samples = malloc(S);
+    s->o_tables = calloc(G * S, sizeof *s->o_tables);
+    s->o_num_blocks = calloc(G * S, sizeof(int32_t));
+    s->o_num_new_blocks = calloc(G * S, sizeof(int32_t));
+    s->o_tokens = malloc(T * sizeof(int32_t));
+    s->o_positions = malloc(T * sizeof(int32_t));
+    s->o_slots = malloc(G * T * sizeof(int32_t));
+    s->o_preempted = malloc(S * sizeof(uint64_t));
+    s->fin[0] = malloc(S * sizeof(uint64_t));
+    s->fin[1] = malloc(S * sizeof(uint64_t));
+    s->events = malloc(S * sizeof *s->events);
+    if (!s->ids || !s->running || !s->sched_reqs || !s->o_req_ids || !s->o_num_sched ||
+        !s->o_num_computed || !s->o_qsl || !s->o_seq_lens || !s->o_is_new || !s->o_samples ||
+        !s->o_tables || !s->o_num_blocks || !s->o_num_new_blocks || !s->o_tokens ||
+        !s->o_positions || !s->o_slots || !s->o_preempted || !s->fin[0] || !s->fin[1] ||
+        !s->events || wq_reserve(s, 64) != PAGODA_OK) {
+        pg_scheduler_destroy(s);
+        return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for step buffers");
+    }
+    int64_t cap_tokens = (int64_t)pg_kvm_num_usable_blocks(s->kvm) * s->block_size / s->num_groups;
+    if (pg_kvm_blocks_for_tokens(s->kvm, s->max_model_len) > pg_kvm_num_usable_blocks(s->kvm))
+        PG_WARN("scheduler: max_model_len %d exceeds the KV cache (%d blocks of %d tokens, about "
+                "%lld tokens); longer requests will be rejected",
+                s->max_model_len, pg_kvm_num_usable_blocks(s->kvm), s->block_size,
+                (long long)cap_tokens);
+    pg_sched_output *o = &s->out;
+    o->num_groups = s->num_groups;
+    o->block_size = s->block_size;
+    o->req_stride = s->max_seqs;
+    o->token_stride = s->max_tokens;
+    o->req_ids = s->o_req_ids;
+    o->num_scheduled_tokens = s->o_num_sched;
+    o->num_computed_tokens = s->o_num_computed;
+    o->query_start_loc = s->o_qsl;
+    o->seq_lens = s->o_seq_lens;
+    o->is_new = s->o_is_new;
+    o->samples = s->o_samples;
+    o->block_tables = s->o_tables;
+    o->num_blocks = s->o_num_blocks;
+    o->num_new_blocks = s->o_num_new_blocks;
+    o->token_ids = s->o_tokens;
+    o->positions = s->o_positions;
+    o->slot_mapping = s->o_slots;
+    o->preempted_ids = s->o_preempted;
+    o->finished_ids = s->fin[1];
+    o->step = -1;
+    *out = s;
+    return PAGODA_OK;
+}
+
+void pg_scheduler_destroy(pg_scheduler *s) {
+    if (!s) return;
+    if (s->ids)
+        for (uint32_t i = 0; i <= s->ids_mask; i++)
+            if (s->ids[i].req) pg_request_destroy(s->ids[i].req);
+    pg_kvm_destroy(s->kvm);
+    free(s->ids);
+    free(s->wq);
+    free(s->running);
+    free(s->sched_reqs);
+    free(s->o_req_ids);
+    free(s->o_num_sched);
+    free(s->o_num_computed);
+    free(s->o_qsl);
+    free(s->o_seq_lens);
+    free(s->o_is_new);
+    free(s->o_samples);
+    free(s->o_tables);
+    free(s->o_num_blocks);
+    free(s->o_num_new_blocks);
+    free(s->o_tokens);
+    free(s->o_positions);
+    free(s->o_slots);
+    free(s->o_preempted);
+    free(s->fin[0]);
+    free(s->fin[1]);
+    free(s->events);
+    free(s);
+}
+
+/* ---- requests ---- */
+
+pagoda_status pg_scheduler_add_request(pg_scheduler *s, const pg_request_params *p) {
+    if (!p) return pg_error(PAGODA_ERR_INVALID_ARG, "scheduler: NULL request params");
+    if (id_find(s, p->id))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: id already in use",
+                        (unsigned long long)p->id);
+    pg_request *r;
+    pagoda_status st = pg_request_create(p, s->block_size, s->max_model_len, &r);
+    if (st) return st;
+    int32_t need = pg_kvm_blocks_for_tokens(s->kvm, r->max_total_tokens);
+    int32_t have = pg_kvm_num_usable_blocks(s->kvm);
+    if (need > have) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "request %llu: %d prompt + %d max output tokens (capped at max_model_len %d) "
+                      "= %d tokens need %d KV blocks of %d tokens; the KV cache has only %d blocks",
+                      (unsigned long long)p->id, r->num_prompt_tokens, r->max_tokens,
+                      s->max_model_len, r->max_total_tokens, need, s->block_size, have);
+        pg_request_destroy(r);
+        return st;
+    }
+    if ((st = wq_reserve(s, s->num_live + 1)) || (st = id_insert(s, r->id, r))) {
+        pg_request_destroy(r);
+        return st;
+    }
+    wq_push_back(s, r);
+    return PAGODA_OK;
+}
+
+/* Remove r for good: out of the queues, blocks freed, destroyed. */
+static void finish_request(pg_scheduler *s, pg_request *r, pg_finish_reason why) {
+    if (r->status == PG_REQ_RUNNING) {
+        int32_t i = running_index(s, r);
+        if (i >= 0) running_remove_at(s, i);
+        s->fin[s->fin_cur][s->num_fin++] = r->id; /* the runner holds state for it */
+    } else {
+        wq_remove(s, r);
+    }
+    pg_kvm_free(s->kvm, r);
+    r->status = PG_REQ_FINISHED;
+    r->finish_reason = why;
+    id_erase(s, r->id);
+    pg_request_destroy(r);
+}
+
+pagoda_status pg_scheduler_abort(pg_scheduler *s, uint64_t id) {
+    pg_request *r = id_find(s, id);
+    if (!r)
+        return pg_error(PAGODA_ERR_NOT_FOUND, "request %llu: not queued or running",
+                        (unsigned long long)id);
+    if (s->in_flight && r->scheduled_step == s->step) {
+        r->abort_pending = true; /* its step is executing: finish in update_from_output */
+        return PAGODA_OK;
+    }
+    finish_request(s, r, PG_FINISH_ABORT);
+    return PAGODA_OK;
+}
+
+const pg_request *pg_scheduler_get_request(const pg_scheduler *s, uint64_t id) {
+    return id_find(s, id);
+}
+int32_t pg_scheduler_num_unfinished(const pg_scheduler *s) {
+    return s->num_live;
+}
+pg_kvm *pg_scheduler_kvm(pg_scheduler *s) {
+    return s->kvm;
+}
+
+void pg_scheduler_get_stats(const pg_scheduler *s, pg_sched_stats *out) {
+    out->num_running = s->num_running;
+    out->num_waiting = s->wq_len;
+    out->num_steps = s->step;
+    out->num_preemptions = s->num_preemptions;
+    pg_kvm_get_stats(s->kvm, &out->kv);
+}
+
+/* ---- schedule ---- */
+
+/* Append r with n tokens to the output. prev_blocks[g]: table lengths before
+ * this step's allocation. */
+static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
+                 const int32_t *prev_blocks) {
+    pg_sched_output *o = &s->out;
+    int32_t i = o->num_reqs++, off = o->num_tokens, c = r->num_computed_tokens, bs = s->block_size;
+    s->sched_reqs[i] = r;
+    r->scheduled_step = s->step;
+    s->o_req_ids[i] = r->id;
+    s->o_num_sched[i] = n;
+    s->o_num_computed[i] = c;
+    s->o_qsl[i + 1] = off + n;
+    s->o_seq_lens[i] = c + n;
+    s->o_is_new[i] = is_new;
+    s->o_samples[i] = (c + n == r->num_tokens);
+    for (int32_t t = 0; t < n; t++) {
+        s->o_tokens[off + t] = r->tokens[c + t];
+        s->o_positions[off + t] = c + t;
+    }
+    for (int32_t g = 0; g < s->num_groups; g++) {
+        int32_t nb;
+        const int32_t *table = pg_kvm_block_table(s->kvm, g, r, &nb);
+        size_t gi = (size_t)g * s->max_seqs + i;
+        s->o_tables[gi] = table;
+        s->o_num_blocks[gi] = nb;
+        s->o_num_new_blocks[gi] = nb - prev_blocks[g];
+        int32_t *slots = s->o_slots + (size_t)g * s->max_tokens + off;
+        if (pg_kvm_group_spec(s->kvm, g)->kind == PG_KV_MAMBA) { /* one state block, no slots */
+            for (int32_t t = 0; t < n; t++)
+                slots[t] = -1;
+            continue;
+        }
+        for (int32_t t = 0; t < n; t++) {
+            int32_t pos = c + t;
+            slots[t] = table[pos / bs] * bs + pos % bs;
+        }
+    }
+    o->num_tokens += n;
+    s->budget -= n;
+}
+
+static void table_lengths(pg_scheduler *s, const pg_request *r, int32_t *lens) {
+    for (int32_t g = 0; g < s->num_groups; g++)
+        pg_kvm_block_table(s->kvm, g, r, &lens[g]);
+}
+
+static void preempt(pg_scheduler *s, int32_t idx) {
+    pg_request *r = s->running[idx];
+    running_remove_at(s, idx);
+    pg_kvm_free(s->kvm, r);
+    r->num_computed_tokens = 0;
+    r->status = PG_REQ_PREEMPTED;
+    r->num_preemptions++;
+    s->num_preemptions++;
+    wq_push_front(s, r); /* capacity: add_request keeps wq_cap >= live requests */
+    s->o_preempted[s->out.num_preempted++] = r->id;
+}
+
+/* Schedule running request r (at index idx). Returns 1 scheduled, 0 r was
+ * preempted, <0 error (status negated). */
+static int schedule_running(pg_scheduler *s, pg_request *r) {
+    int32_t n = r->num_tokens - r->num_computed_tokens;
+    if (n > s->budget) n = s->budget;
+    if (n <= 0) return 1;
+    int32_t prev[PG_KV_MAX_GROUPS];
+    for (;;) {
+        table_lengths(s, r, prev);
+        pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, n, 0);
+        if (st == PAGODA_OK) {
+            emit(s, r, n, false, prev);
+            return 1;
+        }
+        if (st != PAGODA_ERR_LIMIT) return -(int)st;
+        /* out of blocks: preempt the newest running request not scheduled this step */
+        int32_t v = s->num_running - 1;
+        while (v >= 0 && s->running[v]->scheduled_step == s->step)
+            v--;
+        if (v < 0) return -(int)pg_error(PAGODA_ERR_INTERNAL, "scheduler: no preemption victim");
+        pg_request *victim = s->running[v];
+        preempt(s, v);
+        if (victim == r) return 0;
+    }
+}
+
+pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
+    if (s->in_flight)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: step %lld is still in flight (call update_from_output first)",
+                        (long long)s->step);
+    pg_sched_output *o = &s->out;
+    s->step = o->step + 1;
+    o->step = s->step;
+    o->num_reqs = 0;
+    o->num_tokens = 0;
+    o->num_preempted = 0;
+    s->o_qsl[0] = 0;
+    /* report the finished ids gathered since the last step; gather into the other buffer */
+    o->finished_ids = s->fin[s->fin_cur];
+    o->num_finished = s->num_fin;
+    s->fin_cur ^= 1;
+    s->num_fin = 0;
+    s->budget = s->max_tokens;
+
+    /* 1. decodes, then 2. prefill chunks of running requests */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < s->num_running && s->budget > 0;) {
+            pg_request *r = s->running[i];
+            int32_t pending = r->num_tokens - r->num_computed_tokens;
+            if (r->scheduled_step == s->step || (pass == 0) != (pending == 1)) {
+                i++;
+                continue;
+            }
+            int rc = schedule_running(s, r);
+            if (rc < 0) return (pagoda_status)(-rc);
+            if (rc == 1) i++; /* else r left running[i]; victims are always at >= i */
+        }
+    }
+    /* 3. admit waiting requests FCFS, unless this step had to preempt */
+    while (o->num_preempted == 0 && s->wq_len > 0 && s->budget > 0 &&
+           s->num_running < s->max_seqs) {
+        pg_request *r = wq_at(s, 0);
+        int32_t hit = pg_kvm_find_cached_prefix(s->kvm, r);
+        int32_t n = r->num_tokens - hit;
+        if (n > s->budget) n = s->budget;
+        int32_t prev[PG_KV_MAX_GROUPS] = {0};
+        pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, n, hit);
+        if (st == PAGODA_ERR_LIMIT) break; /* the head waits for memory; nobody skips it */
+        if (st) return st;
+        wq_pop_front(s);
+        s->running[s->num_running++] = r;
+        r->status = PG_REQ_RUNNING;
+        r->num_computed_tokens = hit;
+        r->num_cached_tokens = hit;
+        emit(s, r, n, true, prev);
+    }
+    s->in_flight = o->num_reqs > 0;
+    *out = *o;
+    return PAGODA_OK;
+}
+
+/* ---- update ---- */
+
+pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_output *so,
+                                              const int32_t *sampled, pg_step_result *res) {
+    if (res) {
+        res->num_events = 0;
+        res->events = s->events;
+    }
+    const pg_sched_output *o = &s->out;
+    if (!so || so->step != o->step || so->num_reqs != o->num_reqs)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: update for step %lld, step %lld is current",
+                        so ? (long long)so->step : -1LL, (long long)o->step);
+    if (!s->in_flight) {
+        if (o->num_reqs == 0) return PAGODA_OK; /* an empty step needs no update */
+        return pg_error(PAGODA_ERR_INVALID_ARG, "scheduler: step %lld was already updated",
+                        (long long)o->step);
+    }
+    for (int32_t i = 0; i < o->num_reqs; i++)
+        if (s->o_samples[i] && !s->sched_reqs[i]->abort_pending && (!sampled || sampled[i] < 0))
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "scheduler: step %lld: no sampled token for request %llu (index %d)",
+                            (long long)o->step, (unsigned long long)s->o_req_ids[i], i);
+    int32_t ne = 0;
+    for (int32_t i = 0; i < o->num_reqs; i++) {
+        pg_request *r = s->sched_reqs[i];
+        r->num_computed_tokens += s->o_num_sched[i];
+        if (r->abort_pending) {
+            s->events[ne++] =
+                (pg_step_event){r->id, -1, PG_FINISH_ABORT, -1, pg_request_num_output_tokens(r)};
+            finish_request(s, r, PG_FINISH_ABORT);
+            continue;
+        }
+        if (!s->o_samples[i]) continue;
+        int32_t tok = sampled[i];
+        pagoda_status st = pg_request_append_token(r, tok);
+        pg_finish_reason why = st ? PG_FINISH_LENGTH : pg_request_check_stop(r);
+        if (st) PG_ERROR("%s", pg_last_error());
+        s->events[ne++] =
+            (pg_step_event){r->id, st ? -1 : tok, why, why == PG_FINISH_STOP ? tok : -1,
+                            pg_request_num_output_tokens(r)};
+        if (why != PG_FINISH_NONE) finish_request(s, r, why);
+    }
+    s->in_flight = false;
+    if (res) res->num_events = ne;
+    return PAGODA_OK;
+}
+
+/* ---- invariants ---- */
+
+pagoda_status pg_scheduler_check(const pg_scheduler *s) {
+    pagoda_status st = pg_kvm_check(s->kvm);
+    if (st) return st;
+    if (s->num_running > s->max_seqs)
+        return pg_error(PAGODA_ERR_INTERNAL, "scheduler: %d running > max_num_seqs %d",
+                        s->num_running, s->max_seqs);
+    if (s->num_running + s->wq_len != s->num_live)
+        return pg_error(PAGODA_ERR_INTERNAL, "scheduler: %d running + %d waiting != %d live",
+                        s->num_running, s->wq_len, s->num_live);
+    for (int32_t i = 0; i < s->num_running; i++) {
+        const pg_request *r = s->running[i];
+        if (r->status != PG_REQ_RUNNING || r->kv_slot < 0 || id_find(s, r->id) != r)
+            return pg_error(PAGODA_ERR_INTERNAL, "scheduler: running request %llu is inconsistent",
+                            (unsigned long long)r->id);
+        if (r->num_computed_tokens < 0 || r->num_computed_tokens >= r->num_tokens)
+            return pg_error(PAGODA_ERR_INTERNAL,
+                            "scheduler: request %llu has %d computed of %d tokens",
+                            (unsigned long long)r->id, r->num_computed_tokens, r->num_tokens);
+    }
+    for (int32_t i = 0; i < s->wq_len; i++) {
+        const pg_request *r = wq_at(s, i);
+        if ((r->status != PG_REQ_WAITING && r->status != PG_REQ_PREEMPTED) || r->kv_slot >= 0 ||
+            r->num_computed_tokens != 0 || id_find(s, r->id) != r)
+            return pg_error(PAGODA_ERR_INTERNAL, "scheduler: waiting request %llu is inconsistent",
+                            (unsigned long long)r->id);
+    }
+    return PAGODA_OK;
+}

@@ -1,0 +1,175 @@
+/* Scheduler: continuous batching with chunked prefill, prefix caching and
+ * preemption by recompute, over integers only (no model).
+ *
+ * Idea from vLLM v1 vllm/v1/core/sched/scheduler.py (Scheduler.schedule,
+ * update_from_output, _preempt_request, finish_requests) and
+ * vllm/v1/core/sched/output.py (SchedulerOutput). Our own policy details:
+ *
+ * One step = pg_scheduler_schedule -> (runner executes the output) ->
+ * pg_scheduler_update_from_output. Each step has a budget of
+ * max_num_batched_tokens tokens and at most max_num_seqs requests:
+ *   1. running requests with one pending token (decodes), in admission order;
+ *   2. running requests with a partly computed prompt (prefill chunks), in
+ *      admission order, each as many tokens as the budget allows;
+ *   3. waiting requests, FCFS, only if nobody was preempted in this step:
+ *      prefix-cache lookup, then a prefill chunk of what is left. The queue
+ *      head blocks the queue when it does not fit (no skipping).
+ * When a running request needs a block and none is free, the most recently
+ * admitted running request NOT yet scheduled in this step is preempted
+ * (possibly the request itself): its blocks are freed, num_computed_tokens
+ * reset to 0 (recomputed later from prompt + outputs so far; its outputs are
+ * kept) and it goes back to the FRONT of the waiting queue, so preempted
+ * requests resume before newer ones. Its full blocks stay in the prefix
+ * cache, so resuming usually re-reads them instead of recomputing.
+ *
+ * num_computed_tokens advances in update_from_output (as the runner reports),
+ * except prefix-cache hits, which count as computed at admission.
+ * No call allocates in the steady state: step buffers are sized at create;
+ * only add_request allocates (the request and, when they grow, the id map
+ * and the waiting queue). Not thread-safe: one engine thread
+ * owns the scheduler. */
+#ifndef PAGODA_ENGINE_SCHEDULER_H
+#define PAGODA_ENGINE_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+
+typedef struct pg_sched_config {
+    int32_t max_num_batched_tokens; /* token budget per step (vLLM CPU online default 2048) */
+    int32_t max_num_seqs;           /* requests running / per step (default 128) */
+    int32_t max_model_len;          /* tokens per request (prompt + output) */
+    /* KV cache: num_blocks, block_size, enable_prefix_caching, groups. Its
+     * max_model_len and max_num_seqs are taken from the fields above. */
+    pg_kvm_config kv;
+} pg_sched_config;
+
+/* Defaults: 2048 tokens, 128 seqs, max_model_len 4096, block size
+ * PG_KV_DEFAULT_BLOCK_SIZE, prefix caching on, one full-attention group;
+ * kv.num_blocks = 0 must be set by the caller (pg_kv_num_blocks). */
+void pg_sched_config_default(pg_sched_config *cfg);
+
+/* The plan for one step: plain data for the runner. Arrays are owned by the
+ * scheduler and valid until the next pg_scheduler_update_from_output. */
+typedef struct pg_sched_output {
+    int64_t step;       /* 0, 1, 2, ... */
+    int32_t num_reqs;   /* scheduled requests, <= max_num_seqs */
+    int32_t num_tokens; /* sum of num_scheduled_tokens, <= max_num_batched_tokens */
+    int32_t num_groups; /* KV cache groups */
+    int32_t block_size;
+    int32_t req_stride;   /* = max_num_seqs: stride of the per-group request arrays */
+    int32_t token_stride; /* = max_num_batched_tokens: stride of slot_mapping */
+
+    /* per scheduled request i in batch order (decodes, prefill chunks, new admissions) */
+    const uint64_t *req_ids;
+    const int32_t *num_scheduled_tokens; /* query length of i */
+    const int32_t *num_computed_tokens;  /* KV already cached for i before this step */
+    const int32_t *query_start_loc;      /* [num_reqs + 1] (cu_seqlens_q): i's tokens are
+                                            [query_start_loc[i], query_start_loc[i+1]) */
+    const int32_t *seq_lens;             /* KV length after this step: computed + scheduled */
+    const uint8_t *is_new;               /* admitted this step (new or resumed after preemption):
+                                            the runner (re)builds its per-request state */
+    const uint8_t *samples;              /* 1: this step reaches i's last token, so the runner
+                                            samples one token for i (else a prefill chunk: no token) */
+    /* per group g and request i, at [g * req_stride + i] */
+    const int32_t *const *block_tables; /* i's block table in group g (ids) */
+    const int32_t *num_blocks;          /* its length */
+    const int32_t *num_new_blocks;      /* entries appended this step (the last ones); a
+                                           sliding-window table may also have had entries
+                                           replaced by PG_NULL_BLOCK */
+    /* per scheduled token t in [0, num_tokens) */
+    const int32_t *token_ids;    /* input token id at that position */
+    const int32_t *positions;    /* its position in its sequence (for RoPE) */
+    const int32_t *slot_mapping; /* group g at [g * token_stride + t]: where to write the
+                                    token's K/V: block_id * block_size + position % block_size;
+                                    -1 for a mamba group (its state is block_tables[.][0]) */
+    /* events */
+    const uint64_t *preempted_ids; /* preempted in this step (now waiting, blocks freed) */
+    int32_t num_preempted;
+    const uint64_t *finished_ids; /* requests that were running (the runner holds state for
+                                     them) and finished or were aborted since the previous
+                                     step: the runner drops their state. <= max_num_seqs */
+    int32_t num_finished;
+} pg_sched_output;
+
+/* What happened to one request in update_from_output. */
+typedef struct pg_step_event {
+    uint64_t req_id;
+    int32_t token;             /* the new output token, -1 if none (aborted) */
+    pg_finish_reason finish;   /* PG_FINISH_NONE while it continues */
+    int32_t stop_token;        /* for PG_FINISH_STOP: the EOS/stop token, else -1 */
+    int32_t num_output_tokens; /* outputs so far, including this token */
+} pg_step_event;
+
+typedef struct pg_step_result {
+    int32_t num_events;
+    const pg_step_event *events; /* valid until the next update_from_output */
+} pg_step_result;
+
+typedef struct pg_sched_stats {
+    int32_t num_running;
+    int32_t num_waiting; /* includes preempted */
+    int64_t num_steps;
+    uint64_t num_preemptions;
+    pg_kvm_stats kv;
+} pg_sched_stats;
+
+typedef struct pg_scheduler pg_scheduler;
+
+/* Errors: PAGODA_ERR_INVALID_ARG (budgets < 1, max_model_len < 2,
+ * max_num_batched_tokens < max_num_seqs: every running request must be able
+ * to decode in every step, as vLLM requires), anything pg_kvm_create returns.
+ * Logs a warning when max_model_len tokens do not fit in the pool (such
+ * requests are rejected by add_request). */
+pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out);
+/* Frees every request still queued or running. */
+void pg_scheduler_destroy(pg_scheduler *s);
+
+/* Queue a request (state WAITING, FCFS order). Rejected before admission:
+ * PAGODA_ERR_INVALID_ARG (bad params, id already live), PAGODA_ERR_LIMIT
+ * (prompt >= max_model_len; or prompt + max_tokens, capped at max_model_len,
+ * needing more blocks than the whole pool: it could never finish), with a
+ * message naming the request and the numbers. PAGODA_ERR_NOMEM. */
+pagoda_status pg_scheduler_add_request(pg_scheduler *s, const pg_request_params *p);
+
+/* Abort a queued or running request: its blocks are freed and, if it was
+ * running, its id is reported in the next output's finished_ids. If it is part of the step in
+ * flight, the abort completes in update_from_output (its token is dropped and
+ * an event with PG_FINISH_ABORT is reported). Errors: PAGODA_ERR_NOT_FOUND. */
+pagoda_status pg_scheduler_abort(pg_scheduler *s, uint64_t id);
+
+/* Plan the next step into *out (pointers into scheduler buffers).
+ * num_reqs == 0 when there is nothing to do. Errors: PAGODA_ERR_INVALID_ARG
+ * when the previous step's update_from_output is missing,
+ * PAGODA_ERR_INTERNAL on a broken invariant. */
+pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out);
+
+/* Apply the runner's results of the step `so` (the last output of
+ * pg_scheduler_schedule): every scheduled request's num_computed_tokens
+ * grows by its num_scheduled_tokens; for requests with samples[i] == 1,
+ * sampled_token_ids[i] (>= 0) is appended and the finish conditions checked;
+ * finished requests free their blocks and leave the scheduler.
+ * sampled_token_ids: [so->num_reqs], entries ignored where samples[i] == 0.
+ * *res (may be NULL) lists one event per request that got a token or ended.
+ * Errors: PAGODA_ERR_INVALID_ARG (not the step in flight, a missing or
+ * negative token; nothing is applied then). */
+pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_output *so,
+                                              const int32_t *sampled_token_ids,
+                                              pg_step_result *res);
+
+/* A live (queued or running) request, NULL when unknown or finished.
+ * Read-only view; valid until it finishes. */
+const pg_request *pg_scheduler_get_request(const pg_scheduler *s, uint64_t id);
+/* Requests queued or running. */
+int32_t pg_scheduler_num_unfinished(const pg_scheduler *s);
+void pg_scheduler_get_stats(const pg_scheduler *s, pg_sched_stats *out);
+pg_kvm *pg_scheduler_kvm(pg_scheduler *s);
+
+/* Check scheduler + KV invariants (queue states, kv slots, ref counts).
+ * Errors: PAGODA_ERR_INTERNAL. Allocates: for tests and debugging. */
+pagoda_status pg_scheduler_check(const pg_scheduler *s);
+
+#endif

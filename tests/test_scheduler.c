@@ -1,0 +1,871 @@
+/* Scheduler: budgets, chunked prefill, decode priority, prefix-cache reuse,
+ * preemption (recompute) fairness, aborts, rejections, finish conditions and
+ * a randomized stress test. The test plays the model: a fake runner keeps a
+ * KV "cache" of token ids indexed by slot, writes each scheduled token at its
+ * slot, then checks that every position a request attends to (through its
+ * block table) holds the right token, and samples token = f(id, position). */
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "engine/scheduler.h"
+
+#define MAX_REQS 1200
+#define MAX_LEN 256
+
+typedef struct shadow {
+    bool live, admitted_once, preempted_waiting, running;
+    int32_t toks[MAX_LEN];
+    int32_t n, prompt_n, max_tokens, min_tokens, eos;
+    bool ignore_eos;
+    int32_t stop[4], nstop;
+    int64_t arrive_step, finish_step;
+    pg_finish_reason finish;
+} shadow;
+
+typedef struct harness {
+    pg_scheduler *s;
+    pg_sched_config cfg;
+    int32_t *kv; /* [num_blocks * block_size]: token id stored at each slot, -1 never written */
+    int32_t kv_n;
+    shadow *sh; /* [MAX_REQS] indexed by id */
+    int64_t steps;
+    int64_t last_first_admit; /* id of the latest first admission (FCFS check) */
+    int64_t preemptions, fresh_admissions, max_running;
+    int32_t (*model)(uint64_t id, int32_t pos); /* token sampled for position pos */
+    bool check_every_step;
+} harness;
+
+static int32_t model_hash(uint64_t id, int32_t pos) {
+    uint64_t x = id * 0x9E3779B97F4A7C15ULL + (uint64_t)pos * 0xC2B2AE3D27D4EB4FULL;
+    x ^= x >> 31;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 29;
+    return (int32_t)(x % 1000);
+}
+
+/* groups: NULL for one full-attention group; group 0 must be full attention */
+static void h_init_groups(harness *h, int32_t budget, int32_t seqs, int32_t max_len, int32_t bs,
+                          int32_t num_blocks, bool caching, const pg_kv_cache_spec *groups,
+                          int32_t num_groups) {
+    memset(h, 0, sizeof *h);
+    pg_sched_config_default(&h->cfg);
+    h->cfg.kv.num_groups = num_groups;
+    for (int32_t g = 0; g < num_groups; g++)
+        h->cfg.kv.groups[g] = groups[g];
+    h->cfg.max_num_batched_tokens = budget;
+    h->cfg.max_num_seqs = seqs;
+    h->cfg.max_model_len = max_len;
+    h->cfg.kv.block_size = bs;
+    h->cfg.kv.num_blocks = num_blocks;
+    h->cfg.kv.enable_prefix_caching = caching;
+    assert_int_equal(pg_scheduler_create(&h->cfg, &h->s), PAGODA_OK);
+    h->kv_n = num_blocks * bs;
+    h->kv = malloc((size_t)h->kv_n * sizeof *h->kv);
+    for (int32_t i = 0; i < h->kv_n; i++)
+        h->kv[i] = -1;
+    h->sh = calloc(MAX_REQS, sizeof *h->sh);
+    h->last_first_admit = -1;
+    h->model = model_hash;
+    h->check_every_step = true;
+}
+
+static void h_init(harness *h, int32_t budget, int32_t seqs, int32_t max_len, int32_t bs,
+                   int32_t num_blocks, bool caching) {
+    h_init_groups(h, budget, seqs, max_len, bs, num_blocks, caching, NULL, 0);
+}
+
+static void h_free(harness *h) {
+    pg_scheduler_destroy(h->s);
+    free(h->kv);
+    free(h->sh);
+}
+
+typedef struct req_spec {
+    int32_t prompt_n, max_tokens, min_tokens, eos;
+    bool ignore_eos;
+    const int32_t *stop;
+    int32_t nstop;
+    const int32_t *prompt; /* NULL: tokens 1000 + id*7 + i */
+} req_spec;
+
+static pagoda_status h_add(harness *h, uint64_t id, req_spec rs) {
+    assert_true(id < MAX_REQS && rs.prompt_n <= MAX_LEN);
+    static shadow tmp;
+    shadow *x = &tmp;
+    memset(x, 0, sizeof *x);
+    for (int32_t i = 0; i < rs.prompt_n; i++)
+        x->toks[i] = rs.prompt ? rs.prompt[i] : 1000 + (int32_t)id * 7 + i;
+    pg_request_params p = {.id = id,
+                           .prompt = x->toks,
+                           .num_prompt_tokens = rs.prompt_n,
+                           .max_tokens = rs.max_tokens,
+                           .min_tokens = rs.min_tokens,
+                           .eos_token_id = rs.eos,
+                           .ignore_eos = rs.ignore_eos,
+                           .stop_token_ids = rs.stop,
+                           .num_stop_token_ids = rs.nstop};
+    pagoda_status st = pg_scheduler_add_request(h->s, &p);
+    if (st) return st;
+    x->live = true;
+    x->n = x->prompt_n = rs.prompt_n;
+    x->max_tokens = rs.max_tokens;
+    x->min_tokens = rs.min_tokens;
+    x->eos = rs.eos;
+    x->ignore_eos = rs.ignore_eos;
+    x->nstop = rs.nstop;
+    for (int32_t i = 0; i < rs.nstop; i++)
+        x->stop[i] = rs.stop[i];
+    x->arrive_step = h->steps;
+    h->sh[id] = *x;
+    return PAGODA_OK;
+}
+
+static pg_finish_reason expected_finish(const harness *h, const shadow *x) {
+    int32_t out = x->n - x->prompt_n, last = x->toks[x->n - 1];
+    if (out >= x->min_tokens) {
+        if (!x->ignore_eos && x->eos >= 0 && last == x->eos) return PG_FINISH_STOP;
+        for (int32_t i = 0; i < x->nstop; i++)
+            if (last == x->stop[i]) return PG_FINISH_STOP;
+    }
+    if (out >= x->max_tokens || x->n >= h->cfg.max_model_len) return PG_FINISH_LENGTH;
+    return PG_FINISH_NONE;
+}
+
+static void h_abort(harness *h, uint64_t id) {
+    assert_int_equal(pg_scheduler_abort(h->s, id), PAGODA_OK);
+    h->sh[id].live = false;
+    h->sh[id].finish = PG_FINISH_ABORT;
+    h->sh[id].running = false;
+    h->sh[id].finish_step = h->steps;
+}
+
+/* Validate the plan against the shadow state, "run" it, update. Returns the
+ * number of scheduled requests. `aborts_in_flight`: ids to abort between
+ * schedule and update. */
+static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *aborts_in_flight,
+                         int32_t n_aborts) {
+    pg_sched_output o;
+    assert_int_equal(pg_scheduler_schedule(h->s, &o), PAGODA_OK);
+    const int32_t bs = o.block_size;
+    /* budgets */
+    assert_true(o.num_tokens <= h->cfg.max_num_batched_tokens);
+    assert_true(o.num_reqs <= h->cfg.max_num_seqs);
+    pg_sched_stats ss;
+    pg_scheduler_get_stats(h->s, &ss);
+    assert_true(ss.num_running <= h->cfg.max_num_seqs);
+    if (ss.num_running > h->max_running) h->max_running = ss.num_running;
+    /* liveness: work exists -> something is scheduled */
+    if (pg_scheduler_num_unfinished(h->s) > 0) assert_true(o.num_reqs > 0);
+
+    /* events first: preemptions */
+    for (int32_t i = 0; i < o.num_preempted; i++) {
+        shadow *x = &h->sh[o.preempted_ids[i]];
+        assert_true(x->live && x->running);
+        x->running = false;
+        x->preempted_waiting = true;
+        h->preemptions++;
+    }
+    for (int32_t i = 0; i < o.num_finished; i++)
+        assert_false(h->sh[o.finished_ids[i]].live);
+
+    bool fresh = false;
+    assert_int_equal(o.query_start_loc[0], 0);
+    int32_t sum = 0;
+    for (int32_t i = 0; i < o.num_reqs; i++) {
+        shadow *x = &h->sh[o.req_ids[i]];
+        assert_true(x->live);
+        int32_t n = o.num_scheduled_tokens[i], c = o.num_computed_tokens[i];
+        assert_true(n >= 1);
+        assert_int_equal(o.query_start_loc[i + 1] - o.query_start_loc[i], n);
+        assert_int_equal(o.seq_lens[i], c + n);
+        assert_true(c + n <= x->n);
+        assert_int_equal(o.samples[i], c + n == x->n);
+        sum += n;
+        if (o.is_new[i]) {
+            assert_false(x->running);
+            assert_int_equal(c % bs, 0); /* prefix hit: whole blocks */
+            assert_true(c < x->n);       /* never the last token */
+            if (x->preempted_waiting) {
+                x->preempted_waiting = false;
+            } else {
+                assert_false(x->admitted_once);
+                fresh = true;
+                /* FCFS: first admissions in arrival (= id) order */
+                assert_true((int64_t)o.req_ids[i] > h->last_first_admit);
+                h->last_first_admit = (int64_t)o.req_ids[i];
+                h->fresh_admissions++;
+            }
+            x->admitted_once = true;
+            x->running = true;
+        } else {
+            assert_true(x->running);
+        }
+        for (int32_t g = 0; g < o.num_groups; g++) {
+            const int32_t *table = o.block_tables[g * o.req_stride + i];
+            int32_t nb = o.num_blocks[g * o.req_stride + i];
+            assert_true(o.num_new_blocks[g * o.req_stride + i] >= 0);
+            pg_kv_cache_kind kind =
+                h->cfg.kv.num_groups ? h->cfg.kv.groups[g].kind : PG_KV_FULL_ATTENTION;
+            if (kind == PG_KV_MAMBA) { /* one state block, never shared, no slots */
+                assert_int_equal(nb, 1);
+                assert_true(table[0] > 0);
+                for (int32_t j = 0; j < i; j++)
+                    assert_true(o.block_tables[g * o.req_stride + j][0] != table[0]);
+                for (int32_t t = 0; t < n; t++)
+                    assert_int_equal(o.slot_mapping[g * o.token_stride + o.query_start_loc[i] + t],
+                                     -1);
+                continue;
+            }
+            assert_true(nb * bs >= c + n);
+            for (int32_t t = 0; t < n; t++) {
+                int32_t k = o.query_start_loc[i] + t, pos = c + t;
+                assert_int_equal(o.positions[k], pos);
+                assert_int_equal(o.token_ids[k],
+                                 x->toks[pos]); /* recompute feeds prompt + outputs */
+                int32_t slot = o.slot_mapping[g * o.token_stride + k];
+                assert_int_equal(slot, table[pos / bs] * bs + pos % bs);
+                assert_true(table[pos / bs] > 0 && slot < h->kv_n);
+                h->kv[slot] = o.token_ids[k]; /* write K/V */
+            }
+        }
+    }
+    assert_int_equal(sum, o.num_tokens);
+    assert_int_equal(o.query_start_loc[o.num_reqs], o.num_tokens);
+    /* preempted requests resume before any newer waiting request is admitted */
+    if (fresh)
+        for (int32_t id = 0; id < MAX_REQS; id++)
+            if (h->sh[id].live) assert_false(h->sh[id].preempted_waiting);
+    /* attention: every position each request reads holds the right token */
+    int32_t sampled[512];
+    assert_true(o.num_reqs <= 512);
+    for (int32_t i = 0; i < o.num_reqs; i++) {
+        const shadow *x = &h->sh[o.req_ids[i]];
+        const int32_t *table = o.block_tables[i];
+        for (int32_t pos = 0; pos < o.seq_lens[i]; pos++)
+            assert_int_equal(h->kv[table[pos / bs] * bs + pos % bs], x->toks[pos]);
+        for (int32_t g = 1; g < o.num_groups; g++) { /* sliding window: the window of the
+                                                        chunk's first query on */
+            const pg_kv_cache_spec *sp = &h->cfg.kv.groups[g];
+            if (sp->kind != PG_KV_SLIDING_WINDOW) continue;
+            const int32_t *tw = o.block_tables[g * o.req_stride + i];
+            int32_t from = o.num_computed_tokens[i] - sp->u.sliding.window + 1;
+            for (int32_t pos = from > 0 ? from : 0; pos < o.seq_lens[i]; pos++) {
+                assert_true(tw[pos / bs] > 0);
+                assert_int_equal(h->kv[tw[pos / bs] * bs + pos % bs], x->toks[pos]);
+            }
+        }
+        sampled[i] = o.samples[i] ? h->model(o.req_ids[i], o.seq_lens[i]) : -1;
+    }
+    if (out_copy) *out_copy = o;
+    for (int32_t a = 0; a < n_aborts; a++)
+        h_abort(h, aborts_in_flight[a]);
+
+    pg_step_result res;
+    assert_int_equal(pg_scheduler_update_from_output(h->s, &o, sampled, &res), PAGODA_OK);
+    h->steps++;
+    int32_t ev = 0;
+    for (int32_t i = 0; i < o.num_reqs; i++) {
+        shadow *x = &h->sh[o.req_ids[i]];
+        if (!x->live) { /* aborted while in flight */
+            assert_true(ev < res.num_events);
+            assert_true(res.events[ev].req_id == o.req_ids[i]);
+            assert_int_equal(res.events[ev].finish, PG_FINISH_ABORT);
+            assert_int_equal(res.events[ev].token, -1);
+            ev++;
+            continue;
+        }
+        if (!o.samples[i]) continue;
+        assert_true(ev < res.num_events);
+        const pg_step_event *e = &res.events[ev++];
+        assert_true(e->req_id == o.req_ids[i]);
+        assert_int_equal(e->token, sampled[i]);
+        x->toks[x->n++] = sampled[i];
+        assert_int_equal(e->num_output_tokens, x->n - x->prompt_n);
+        pg_finish_reason want = expected_finish(h, x);
+        assert_int_equal(e->finish, want);
+        if (want == PG_FINISH_STOP) assert_int_equal(e->stop_token, sampled[i]);
+        if (want != PG_FINISH_NONE) {
+            x->live = false;
+            x->running = false;
+            x->finish = want;
+            x->finish_step = h->steps;
+            assert_null(pg_scheduler_get_request(h->s, o.req_ids[i]));
+        } else {
+            const pg_request *r = pg_scheduler_get_request(h->s, o.req_ids[i]);
+            assert_non_null(r);
+            assert_int_equal(r->num_tokens, x->n);
+        }
+    }
+    assert_int_equal(ev, res.num_events);
+    if (h->check_every_step) {
+        pagoda_status st = pg_scheduler_check(h->s);
+        if (st) fail_msg("%s", pg_last_error());
+    }
+    return o.num_reqs;
+}
+
+static int32_t h_step(harness *h) {
+    return h_step_ex(h, NULL, NULL, 0);
+}
+
+static void h_run_to_end(harness *h, int64_t max_steps) {
+    while (pg_scheduler_num_unfinished(h->s) > 0) {
+        assert_true(max_steps-- > 0);
+        h_step(h);
+    }
+}
+
+/* Everything finished: every block free with ref_cnt 0. */
+static void assert_all_free(harness *h) {
+    pg_kvm *m = pg_scheduler_kvm(h->s);
+    pg_block_pool *pool = pg_kvm_pool(m);
+    assert_int_equal(pg_block_pool_num_free(pool), h->cfg.kv.num_blocks - 1);
+    for (int32_t b = 1; b < h->cfg.kv.num_blocks; b++)
+        assert_int_equal(pg_block_pool_ref_cnt(pool, b), 0);
+    assert_int_equal(pg_scheduler_check(h->s), PAGODA_OK);
+}
+
+/* ---- tests ---- */
+
+static void test_chunked_prefill_then_decode(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 8, 4, 128, 4, 32, true);
+    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 10, .max_tokens = 5, .eos = -1}),
+                     PAGODA_OK);
+    pg_sched_output o;
+    h_step_ex(&h, &o, NULL, 0);
+    assert_int_equal(o.num_scheduled_tokens[0], 8); /* chunk 1 */
+    assert_int_equal(o.samples[0], 0);
+    assert_int_equal(o.is_new[0], 1);
+    assert_int_equal(o.num_new_blocks[0], 2);
+    h_step_ex(&h, &o, NULL, 0);
+    assert_int_equal(o.num_scheduled_tokens[0], 2); /* rest of the prompt + first token */
+    assert_int_equal(o.samples[0], 1);
+    assert_int_equal(o.is_new[0], 0);
+    assert_int_equal(o.num_new_blocks[0], 1);
+    for (int i = 0; i < 4; i++) {
+        h_step_ex(&h, &o, NULL, 0);
+        assert_int_equal(o.num_scheduled_tokens[0], 1);
+    }
+    assert_int_equal(pg_scheduler_num_unfinished(h.s), 0);
+    assert_int_equal(h.sh[1].finish, PG_FINISH_LENGTH);
+    assert_int_equal(h.sh[1].n, 15);
+    /* the next (empty) step reports it finished */
+    assert_int_equal(pg_scheduler_schedule(h.s, &o), PAGODA_OK);
+    assert_int_equal(o.num_reqs, 0);
+    assert_int_equal(o.num_finished, 1);
+    assert_true(o.finished_ids[0] == 1);
+    assert_int_equal(pg_scheduler_update_from_output(h.s, &o, NULL, NULL), PAGODA_OK);
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+/* A long prompt is spread over many steps while a running decode gets its
+ * token in every one of them, first in the batch. */
+static void test_decodes_flow_during_long_prefill(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 16, 4, 256, 4, 128, true);
+    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 3, .max_tokens = 30, .eos = -1}),
+                     PAGODA_OK);
+    h_step(&h); /* prompt of 1 done, now decoding */
+    assert_int_equal(h_add(&h, 2, (req_spec){.prompt_n = 150, .max_tokens = 2, .eos = -1}),
+                     PAGODA_OK);
+    int chunks = 0;
+    while (h.sh[2].n == 150) {
+        pg_sched_output o;
+        h_step_ex(&h, &o, NULL, 0);
+        assert_int_equal(o.num_reqs, 2);
+        assert_true(o.req_ids[0] == 1);
+        assert_int_equal(o.num_scheduled_tokens[0], 1);
+        assert_true(o.req_ids[1] == 2);
+        assert_int_equal(o.num_tokens,
+                         16 < 1 + (150 - o.num_computed_tokens[1]) ? 16 : o.num_tokens);
+        chunks++;
+    }
+    assert_int_equal(chunks, (150 + 14) / 15);
+    h_run_to_end(&h, 100);
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+static void test_budgets_and_max_num_seqs(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 20, 3, 128, 4, 200, true);
+    for (uint64_t id = 0; id < 10; id++)
+        assert_int_equal(
+            h_add(&h, id, (req_spec){.prompt_n = 5 + (int32_t)id * 3, .max_tokens = 6, .eos = -1}),
+            PAGODA_OK);
+    h_run_to_end(&h, 1000); /* h_step asserts both budgets every step */
+    assert_int_equal(h.max_running, 3);
+    for (uint64_t id = 0; id < 10; id++)
+        assert_int_equal(h.sh[id].finish, PG_FINISH_LENGTH);
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+static void test_prefix_cache_reuse_across_requests(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 64, 4, 128, 4, 64, true);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = 500 + i;
+    assert_int_equal(
+        h_add(&h, 1, (req_spec){.prompt_n = 40, .max_tokens = 2, .eos = -1, .prompt = prompt}),
+        PAGODA_OK);
+    h_run_to_end(&h, 10);
+    prompt[37] = 1; /* same first 36 tokens = 9 blocks */
+    assert_int_equal(
+        h_add(&h, 2, (req_spec){.prompt_n = 40, .max_tokens = 2, .eos = -1, .prompt = prompt}),
+        PAGODA_OK);
+    pg_sched_output o;
+    h_step_ex(&h, &o, NULL, 0);
+    assert_int_equal(o.num_computed_tokens[0], 36);
+    assert_int_equal(o.num_scheduled_tokens[0], 4);
+    pg_sched_stats st;
+    pg_scheduler_get_stats(h.s, &st);
+    assert_true(st.kv.prefix_queries_tokens == 80);
+    assert_true(st.kv.prefix_hits_tokens == 36);
+    h_run_to_end(&h, 10);
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+/* Pool of 10 usable blocks of 4 tokens; three requests grow until blocks run
+ * out: the newest running one is preempted, goes to the FRONT of the queue
+ * and resumes before a newer waiting request; outputs stay consistent (the
+ * harness checks the recomputed tokens and the KV content). */
+static void test_preemption_and_fair_resume(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 64, 8, 64, 4, 11, true);
+    for (uint64_t id = 1; id <= 3; id++)
+        assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 8, .max_tokens = 16, .eos = -1}),
+                         PAGODA_OK);
+    h_step(&h); /* all three admitted: 6 blocks + 3 for the 9th token later */
+    assert_int_equal(h_add(&h, 4, (req_spec){.prompt_n = 4, .max_tokens = 4, .eos = -1}),
+                     PAGODA_OK);
+    int64_t first_preempt_step = -1;
+    uint64_t victim = 0;
+    while (pg_scheduler_num_unfinished(h.s) > 0) {
+        pg_sched_output o;
+        h_step_ex(&h, &o, NULL, 0);
+        if (o.num_preempted && first_preempt_step < 0) {
+            first_preempt_step = o.step;
+            victim = o.preempted_ids[0];
+            /* the victim is the most recently admitted running request */
+            assert_true(victim == 4 || victim == 3);
+        }
+        assert_true(h.steps < 200);
+    }
+    assert_true(first_preempt_step >= 0);
+    assert_true(h.preemptions >= 1);
+    pg_sched_stats st;
+    pg_scheduler_get_stats(h.s, &st);
+    assert_true(st.num_preemptions == (uint64_t)h.preemptions);
+    for (uint64_t id = 1; id <= 4; id++) {
+        assert_int_equal(h.sh[id].finish, PG_FINISH_LENGTH);
+        assert_int_equal(h.sh[id].n - h.sh[id].prompt_n, h.sh[id].max_tokens);
+    }
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+static void test_abort_anywhere(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 16, 2, 128, 4, 64, true);
+    for (uint64_t id = 1; id <= 4; id++)
+        assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 6, .max_tokens = 20, .eos = -1}),
+                         PAGODA_OK);
+    h_step(&h);     /* 1 and 2 running (max_num_seqs 2), 3 and 4 waiting */
+    h_abort(&h, 4); /* waiting */
+    h_abort(&h, 1); /* running, between steps */
+    uint64_t in_flight[1] = {2};
+    pg_sched_output o;
+    h_step_ex(&h, &o, in_flight, 1); /* running and part of the step in flight */
+    assert_int_equal(o.num_finished, 1);
+    assert_true(o.finished_ids[0] == 1); /* only requests the runner knew */
+    assert_int_equal(pg_scheduler_abort(h.s, 77), PAGODA_ERR_NOT_FOUND);
+    assert_non_null(strstr(pg_last_error(), "77"));
+    h_step_ex(&h, &o, NULL, 0);
+    assert_int_equal(o.num_finished, 1);
+    assert_true(o.finished_ids[0] == 2);
+    h_abort(&h, 3);
+    assert_int_equal(pg_scheduler_num_unfinished(h.s), 0);
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+static void test_rejections_have_clear_messages(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 16, 2, 100, 4, 11, true); /* 10 usable blocks = 40 tokens */
+    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 100, .max_tokens = 1, .eos = -1}),
+                     PAGODA_ERR_LIMIT);
+    assert_non_null(strstr(pg_last_error(), "request 1: prompt of 100 tokens"));
+    assert_non_null(strstr(pg_last_error(), "max_model_len 100"));
+    assert_int_equal(h_add(&h, 2, (req_spec){.prompt_n = 30, .max_tokens = 20, .eos = -1}),
+                     PAGODA_ERR_LIMIT);
+    assert_non_null(strstr(pg_last_error(), "50 tokens need 13 KV blocks"));
+    assert_non_null(strstr(pg_last_error(), "only 10 blocks"));
+    assert_int_equal(h_add(&h, 3, (req_spec){.prompt_n = 0, .max_tokens = 1, .eos = -1}),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(h_add(&h, 4, (req_spec){.prompt_n = 4, .max_tokens = 0, .eos = -1}),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "max_tokens 0"));
+    assert_int_equal(
+        h_add(&h, 5, (req_spec){.prompt_n = 4, .max_tokens = 2, .min_tokens = 3, .eos = -1}),
+        PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(h_add(&h, 6, (req_spec){.prompt_n = 4, .max_tokens = 2, .eos = -1}),
+                     PAGODA_OK);
+    assert_int_equal(h_add(&h, 6, (req_spec){.prompt_n = 4, .max_tokens = 2, .eos = -1}),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "already in use"));
+    assert_int_equal(pg_scheduler_num_unfinished(h.s), 1);
+    h_run_to_end(&h, 10);
+    assert_all_free(&h);
+    h_free(&h);
+
+    pg_sched_config c;
+    pg_sched_config_default(&c);
+    pg_scheduler *s = NULL;
+    c.kv.num_blocks = 100;
+    c.max_num_seqs = 0;
+    assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_ERR_INVALID_ARG);
+    c.max_num_seqs = 4;
+    c.max_num_batched_tokens = 3;
+    assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "max_num_batched_tokens 3 < max_num_seqs 4"));
+    c.max_num_batched_tokens = 2048;
+    c.kv.num_blocks = 1;
+    assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_ERR_INVALID_ARG);
+    assert_null(s);
+}
+
+static const int32_t *g_script;
+static int32_t script_model(uint64_t id, int32_t pos) {
+    return g_script[pos];
+}
+
+static void test_finish_conditions(void **state) {
+    (void)state;
+    /* outputs start at position 4: tokens 7 (eos), 9 (stop), 7, 5 ... */
+    static const int32_t script[32] = {0, 0, 0, 0, 7, 9, 7, 5, 5, 5, 5, 5, 5, 5, 5, 5};
+    g_script = script;
+    int32_t stops[1] = {9};
+    struct {
+        req_spec rs;
+        int32_t outputs;
+        pg_finish_reason why;
+    } cases[] = {
+        {{.prompt_n = 4, .max_tokens = 10, .eos = 7}, 1, PG_FINISH_STOP},
+        /* min_tokens 2 hides the first EOS; 9 is no stop token here; EOS again at output 3 */
+        {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .min_tokens = 2}, 3, PG_FINISH_STOP},
+        {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .ignore_eos = true, .stop = stops, .nstop = 1},
+         2,
+         PG_FINISH_STOP},
+        {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .ignore_eos = true}, 10, PG_FINISH_LENGTH},
+        {{.prompt_n = 4, .max_tokens = 10, .eos = 7, .min_tokens = 3}, 3, PG_FINISH_STOP},
+        {{.prompt_n = 4, .max_tokens = 30, .eos = -1}, 12, PG_FINISH_LENGTH}, /* max_model_len 16 */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        harness h;
+        h_init(&h, 16, 2, 16, 4, 16, true);
+        h.model = script_model;
+        assert_int_equal(h_add(&h, 1, cases[k].rs), PAGODA_OK);
+        h_run_to_end(&h, 40);
+        assert_int_equal(h.sh[1].n - 4, cases[k].outputs);
+        assert_int_equal(h.sh[1].finish, cases[k].why);
+        assert_all_free(&h);
+        h_free(&h);
+    }
+}
+
+static void test_update_protocol_errors(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 16, 2, 64, 4, 16, true);
+    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 3, .max_tokens = 3, .eos = -1}),
+                     PAGODA_OK);
+    pg_sched_output o, o2;
+    assert_int_equal(pg_scheduler_schedule(h.s, &o), PAGODA_OK);
+    assert_int_equal(pg_scheduler_schedule(h.s, &o2), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "in flight"));
+    /* the harness does not see this step: play the runner's part */
+    for (int32_t t = 0; t < o.num_tokens; t++)
+        h.kv[o.slot_mapping[t]] = o.token_ids[t];
+    int32_t bad[1] = {-1};
+    assert_int_equal(pg_scheduler_update_from_output(h.s, &o, bad, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "no sampled token for request 1"));
+    assert_int_equal(pg_scheduler_get_request(h.s, 1)->num_computed_tokens,
+                     0); /* nothing applied */
+    o2 = o;
+    o2.step = 99;
+    int32_t good[1] = {5};
+    assert_int_equal(pg_scheduler_update_from_output(h.s, &o2, good, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_scheduler_update_from_output(h.s, &o, good, NULL), PAGODA_OK);
+    assert_int_equal(pg_scheduler_update_from_output(h.s, &o, good, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "already updated"));
+    h.sh[1].toks[h.sh[1].n++] = 5;
+    h.sh[1].running = h.sh[1].admitted_once = true;
+    h.last_first_admit = 1;
+    h_run_to_end(&h, 10);
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+/* ---- "no heap allocation per step in the steady state" ----
+ * With glibc (and no sanitizer, which owns malloc), the test binary
+ * interposes malloc/calloc/realloc with counting wrappers around glibc's
+ * own entry points, so allocations made inside pagoda_core are counted. */
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
+#define COUNT_MALLOC 1
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+static volatile long g_allocs;
+void *malloc(size_t n);
+void *calloc(size_t n, size_t m);
+void *realloc(void *p, size_t n);
+void *malloc(size_t n) {
+    g_allocs++;
+    return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t m) {
+    g_allocs++;
+    return __libc_calloc(n, m);
+}
+void *realloc(void *p, size_t n) {
+    g_allocs++;
+    return __libc_realloc(p, n);
+}
+#endif
+
+static void test_steps_do_not_allocate(void **state) {
+    (void)state;
+#ifdef COUNT_MALLOC
+    harness h;
+    h_init(&h, 32, 8, 128, 4, 41, true); /* small pool: preemption happens too */
+    for (uint64_t id = 0; id < 40; id++)
+        assert_int_equal(h_add(&h, id,
+                               (req_spec){.prompt_n = 5 + (int32_t)(id * 7) % 40,
+                                          .max_tokens = 5 + (int32_t)(id * 3) % 30,
+                                          .eos = -1}),
+                         PAGODA_OK);
+    long allocs = 0;
+    int64_t steps = 0;
+    while (pg_scheduler_num_unfinished(h.s) > 0) {
+        pg_sched_output o;
+        long before = g_allocs;
+        assert_int_equal(pg_scheduler_schedule(h.s, &o), PAGODA_OK);
+        allocs += g_allocs - before;
+        int32_t sampled[8];
+        for (int32_t i = 0; i < o.num_reqs; i++)
+            sampled[i] = model_hash(o.req_ids[i], o.seq_lens[i]);
+        if (steps % 7 == 3 && o.num_reqs > 1) { /* an abort in flight and one between steps */
+            before = g_allocs;
+            assert_int_equal(pg_scheduler_abort(h.s, o.req_ids[1]), PAGODA_OK);
+            allocs += g_allocs - before;
+        }
+        pg_step_result res;
+        before = g_allocs;
+        assert_int_equal(pg_scheduler_update_from_output(h.s, &o, sampled, &res), PAGODA_OK);
+        allocs += g_allocs - before;
+        steps++;
+        assert_true(steps < 5000);
+    }
+    pg_sched_stats st;
+    pg_scheduler_get_stats(h.s, &st);
+    print_message("no-alloc: %lld steps, %llu preemptions, %ld allocations\n", (long long)steps,
+                  (unsigned long long)st.num_preemptions, allocs);
+    assert_true(st.num_preemptions > 0);
+    assert_int_equal(allocs, 0);
+    /* the counter does see allocations made inside pagoda_core */
+    long before = g_allocs;
+    assert_int_equal(h_add(&h, 999, (req_spec){.prompt_n = 4, .max_tokens = 1, .eos = -1}),
+                     PAGODA_OK);
+    assert_true(g_allocs > before);
+    h_free(&h);
+#else
+    skip();
+#endif
+}
+
+/* No starvation: a long request arriving into a steady stream of short ones
+ * (which keep the small pool busy and get preempted by it) finishes within a
+ * bound, and so does every short one. */
+static void test_no_starvation_under_steady_load(void **state) {
+    (void)state;
+    harness h;
+    h_init(&h, 16, 4, 64, 4, 17, true); /* 16 usable blocks = 64 tokens */
+    uint64_t id = 0, long_id = 0;
+    for (int step = 0; step < 600; step++) {
+        if (step % 2 == 0)
+            assert_int_equal(
+                h_add(&h, id++, (req_spec){.prompt_n = 4 + step % 5, .max_tokens = 6, .eos = -1}),
+                PAGODA_OK);
+        if (step == 10) {
+            long_id = id++;
+            assert_int_equal(
+                h_add(&h, long_id, (req_spec){.prompt_n = 30, .max_tokens = 30, .eos = -1}),
+                PAGODA_OK);
+        }
+        h_step(&h);
+    }
+    h_run_to_end(&h, 1000);
+    int64_t worst = 0;
+    for (uint64_t i = 0; i < id; i++) {
+        assert_int_equal(h.sh[i].finish, PG_FINISH_LENGTH);
+        int64_t lat = h.sh[i].finish_step - h.sh[i].arrive_step;
+        if (i != long_id && lat > worst) worst = lat;
+    }
+    int64_t long_lat = h.sh[long_id].finish_step - h.sh[long_id].arrive_step;
+    print_message("starvation: long request %lld steps, worst short %lld steps, %lld preemptions\n",
+                  (long long)long_lat, (long long)worst, (long long)h.preemptions);
+    /* its own work is 60 tokens (>= 1 token per step once admitted); the queue
+     * ahead of it at arrival is a few short requests */
+    assert_true(long_lat <= 150);
+    assert_true(worst <= 150);
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+/* 1000 random requests (random lengths, shared prefixes, random EOS, random
+ * aborts incl. in flight) through a small pool that forces preemption.
+ * Invariants are checked every step by the harness; at the end every block
+ * is free. */
+static void random_stress(const pg_kv_cache_spec *groups, int32_t num_groups, int32_t num_blocks,
+                          uint64_t total, bool expect_hits) {
+    harness h;
+    h_init_groups(&h, 48, 8, 96, 4, num_blocks, true, groups, num_groups);
+    srand(20261130);
+    int32_t prefixes[3][32];
+    for (int p = 0; p < 3; p++)
+        for (int i = 0; i < 32; i++)
+            prefixes[p][i] = 100 * p + i;
+    uint64_t next_id = 0;
+    int64_t aborted = 0;
+    pg_kvm *kvm = pg_scheduler_kvm(h.s);
+    while (next_id < total || pg_scheduler_num_unfinished(h.s) > 0) {
+        /* arrivals */
+        int arrivals = next_id < total ? rand() % 3 : 0;
+        for (int a = 0; a < arrivals && next_id < total; a++) {
+            int32_t prompt[MAX_LEN];
+            int32_t n = 1 + rand() % 60;
+            int p = rand() % 4; /* 3 of 4 requests share a system prompt */
+            for (int32_t i = 0; i < n; i++)
+                prompt[i] = (p < 3 && i < 32) ? prefixes[p][i] : 2000 + rand() % 1000;
+            req_spec rs = {.prompt_n = n,
+                           .max_tokens = 1 + rand() % 40,
+                           .eos = (rand() % 2) ? 999 - rand() % 20 : -1,
+                           .min_tokens = rand() % 3 == 0 ? 1 : 0,
+                           .prompt = prompt};
+            if (rs.min_tokens > rs.max_tokens) rs.min_tokens = rs.max_tokens;
+            pagoda_status st = h_add(&h, next_id, rs);
+            int32_t total_len = n + rs.max_tokens < 96 ? n + rs.max_tokens : 96;
+            if (pg_kvm_blocks_for_tokens(kvm, total_len) > num_blocks - 1)
+                assert_int_equal(st, PAGODA_ERR_LIMIT);
+            else
+                assert_int_equal(st, PAGODA_OK);
+            next_id++;
+        }
+        /* random aborts between steps and in flight */
+        uint64_t in_flight[2];
+        int32_t nf = 0;
+        if (rand() % 50 == 0 && next_id > 0) {
+            uint64_t id = (uint64_t)rand() % next_id;
+            if (h.sh[id].live) {
+                if (rand() % 2) {
+                    h_abort(&h, id);
+                } else {
+                    in_flight[nf++] = id;
+                }
+                aborted++;
+            }
+        }
+        if (pg_scheduler_num_unfinished(h.s) == 0) continue;
+        h_step_ex(&h, NULL, in_flight, nf);
+        assert_true(h.steps < 100000);
+    }
+    /* every request reached an end; none starved */
+    int64_t worst_wait = 0;
+    for (uint64_t id = 0; id < total; id++) {
+        shadow *x = &h.sh[id];
+        if (x->prompt_n == 0) continue; /* rejected */
+        assert_false(x->live);
+        assert_true(x->finish != PG_FINISH_NONE);
+        if (x->finish_step - x->arrive_step > worst_wait)
+            worst_wait = x->finish_step - x->arrive_step;
+    }
+    print_message("stress: %lld steps, %lld preemptions, %lld aborts, worst latency %lld steps\n",
+                  (long long)h.steps, (long long)h.preemptions, (long long)aborted,
+                  (long long)worst_wait);
+    assert_true(h.preemptions > 0); /* the pool is small enough to force it */
+    pg_sched_stats st;
+    pg_scheduler_get_stats(h.s, &st);
+    if (expect_hits) {
+        assert_true(st.kv.prefix_hits_tokens > 0);
+        assert_true(st.kv.evictions > 0);
+    } else {
+        assert_true(st.kv.prefix_hits_tokens == 0);
+    }
+    assert_all_free(&h);
+    h_free(&h);
+}
+
+static void test_random_stress(void **state) {
+    (void)state;
+    random_stress(NULL, 0, 41, 1000, true); /* 40 usable blocks = 160 tokens */
+}
+
+/* The same with hybrid models: full attention + sliding window (window 10
+ * tokens), then also a recurrent-state group, all from one pool. */
+static void test_random_stress_hybrid_groups(void **state) {
+    (void)state;
+    pg_kv_cache_spec g[3] = {
+        {.kind = PG_KV_FULL_ATTENTION,
+         .block_size = 4,
+         .num_layers = 1,
+         .num_kv_heads = 1,
+         .head_size = 8,
+         .dtype_bytes = 2},
+        {.kind = PG_KV_SLIDING_WINDOW,
+         .block_size = 4,
+         .num_layers = 1,
+         .num_kv_heads = 1,
+         .head_size = 8,
+         .dtype_bytes = 2,
+         .u.sliding.window = 10},
+        {.kind = PG_KV_MAMBA, .block_size = 4, .num_layers = 1, .u.mamba.state_bytes = 128},
+    };
+    random_stress(g, 2, 81, 400, true);
+    /* a recurrent-state group cannot reuse prefixes: no hits for the model */
+    random_stress(g, 3, 81, 300, false);
+}
+
+int main(void) {
+    pg_log_set_level(PG_LOG_ERROR); /* small test pools warn about max_model_len */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chunked_prefill_then_decode),
+        cmocka_unit_test(test_decodes_flow_during_long_prefill),
+        cmocka_unit_test(test_budgets_and_max_num_seqs),
+        cmocka_unit_test(test_prefix_cache_reuse_across_requests),
+        cmocka_unit_test(test_preemption_and_fair_resume),
+        cmocka_unit_test(test_abort_anywhere),
+        cmocka_unit_test(test_rejections_have_clear_messages),
+        cmocka_unit_test(test_finish_conditions),
+        cmocka_unit_test(test_update_protocol_errors),
+        cmocka_unit_test(test_steps_do_not_allocate),
+        cmocka_unit_test(test_no_starvation_under_steady_load),
+        cmocka_unit_test(test_random_stress),
+        cmocka_unit_test(test_random_stress_hybrid_groups),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
