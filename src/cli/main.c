@@ -12,6 +12,7 @@ typedef struct pg_command {
 
 static const pg_command COMMANDS[] = {
     {"env", pg_cmd_env, "print the CPU, ISA features, chosen kernels, memory and thread settings"},
+    {"bench", pg_cmd_bench, "benchmarks: `bench serve` measures an OpenAI-compatible server"},
 };
 
 static void usage(FILE *f) {
