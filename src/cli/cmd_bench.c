@@ -322,7 +322,7 @@ static int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "pagoda bench serve: %s\n", pg_last_error());
         return st == PAGODA_ERR_INVALID_ARG ? 2 : 1;
     }
-    return 0;
+    return m.completed > 0 ? 0 : 1; /* every request failed: say so to scripts */
 }
 
 int pg_cmd_bench(int argc, char **argv) {

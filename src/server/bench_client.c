@@ -330,7 +330,7 @@ static void slot_finish(slot *s, CURLcode rc, double t0, pg_bench_req_result *re
     res->usage_tokens = -1;
     curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
     if (rc != CURLE_OK) {
-        slot_fail(s, "%s%s%s", curl_easy_strerror(rc), s->errbuf[0] ? ": " : "", s->errbuf);
+        slot_fail(s, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc));
     } else if (s->status != 200) {
         http_error(s);
     } else {
@@ -511,8 +511,7 @@ pagoda_status pg_bench_fetch_model(const char *base_url, const char *api_key, do
     long status = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     if (rc != CURLE_OK) {
-        st = pg_error(PAGODA_ERR_IO, "GET %s: %s%s%s", url, curl_easy_strerror(rc),
-                      errbuf[0] ? ": " : "", errbuf);
+        st = pg_error(PAGODA_ERR_IO, "GET %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
         goto out;
     }
     if (status != 200) {

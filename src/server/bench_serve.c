@@ -105,9 +105,16 @@ pagoda_status pg_bench_serve(const pg_bench_serve_opts *o, FILE *out, pg_bench_m
     }
     if (isinf(o->request_rate))
         fprintf(out, "Traffic request rate: inf\n");
+    else if (o->request_rate == floor(o->request_rate) && o->request_rate < 1e15)
+        fprintf(out, "Traffic request rate: %.1f\n", o->request_rate);
     else
         fprintf(out, "Traffic request rate: %g\n", o->request_rate);
-    fprintf(out, "Burstiness factor: %g (%s)\n", o->burstiness,
+    char burst[32];
+    if (o->burstiness == floor(o->burstiness) && fabs(o->burstiness) < 1e15)
+        snprintf(burst, sizeof burst, "%.1f", o->burstiness); /* Python prints 1.0 */
+    else
+        snprintf(burst, sizeof burst, "%g", o->burstiness);
+    fprintf(out, "Burstiness factor: %s (%s)\n", burst,
             o->burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
     if (cfg.max_concurrency > 0)
         fprintf(out, "Maximum request concurrency: %d\n", cfg.max_concurrency);
