@@ -195,6 +195,17 @@ static int cmd_serve(int argc, char **argv) {
             if (!k) return bad("%s needs KEY:MS values%s", name, "");
             continue;
         }
+        static const char *const VALUED[] = {
+            "--base-url", "--host", "--port", "--endpoint", "--model", "--api-key",
+            "--tokenizer", "--dataset", "--dataset-name", "--num-prompts",
+            "--random-input-len", "--random-output-len", "--random-prefix-len",
+            "--random-range-ratio", "--vocab-size", "--seed", "--request-rate", "--burstiness",
+            "--max-concurrency", "--percentiles", "--metric-percentiles",
+            "--percentile-metrics", "--output-json", "--label", "--ready-check-timeout-sec",
+            "--request-timeout"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof VALUED / sizeof VALUED[0]; k++) known |= !strcmp(name, VALUED[k]);
+        if (!known) return bad("unknown option '%s'%s", name, "");
         if (!val) {
             if (i + 1 >= argc) return bad("option %s needs a value%s", name, "");
             val = argv[++i];
