@@ -14,6 +14,7 @@
 #include "server/bench_report.h"
 #include "server/bench_schedule.h"
 #include "server/bench_sse.h"
+#include "server/bench_tokenizer.h"
 
 #define EPS 1e-9
 
@@ -445,6 +446,41 @@ static void test_random_dataset_ids_lengths_prefix(void **state) {
     pg_bench_requests_free(b, 3);
 }
 
+/* The project's tokenizers (SentencePiece-style and byte-level BPE): every
+ * random prompt's text re-encodes to exactly the intended length, and the
+ * shared prefix is the same text at the start of every prompt. */
+static void random_dataset_real(const char *asset, int32_t input_len, int32_t prefix_len) {
+    pg_tokenizer *tk;
+    assert_int_equal(pg_tokenizer_load(pg_test_asset(asset), &tk), PAGODA_OK);
+    pg_bench_tokenizer bt = pg_bench_tokenizer_wrap(tk);
+    pg_bench_random_cfg cfg = {.input_len = input_len, .output_len = 8, .prefix_len = prefix_len};
+    pg_bench_rng r;
+    pg_bench_rng_seed(&r, 0);
+    pg_bench_request *req;
+    const size_t n = 8;
+    assert_int_equal(pg_bench_random_dataset(&cfg, &bt, n, &r, &req), PAGODA_OK);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(req[i].prompt_len, input_len + prefix_len);
+        int32_t *ids;
+        size_t k;
+        assert_int_equal(bt.encode(bt.ctx, req[i].prompt, strlen(req[i].prompt), &ids, &k),
+                         PAGODA_OK);
+        assert_int_equal(k, (size_t)(input_len + prefix_len));
+        assert_memory_equal(ids, req[i].prompt_ids, k * sizeof *ids);
+        for (size_t j = 0; j < k; j++) assert_false(pg_tokenizer_is_special(tk, ids[j]));
+        free(ids);
+    }
+    pg_bench_requests_free(req, n);
+    pg_tokenizer_free(tk);
+}
+
+static void test_random_dataset_real_tokenizers(void **state) {
+    (void)state;
+    random_dataset_real("llm/stories260K-hf", 64, 0);
+    random_dataset_real("tokenizers/qwen3", 64, 0);
+    random_dataset_real("tokenizers/qwen3", 32, 16);
+}
+
 static void test_random_dataset_bad_config(void **state) {
     (void)state;
     pg_bench_rng r;
@@ -604,6 +640,7 @@ int main(void) {
         cmocka_unit_test(test_rng_int_covers_range),
         cmocka_unit_test(test_random_dataset_with_tokenizer),
         cmocka_unit_test(test_random_dataset_ids_lengths_prefix),
+        cmocka_unit_test(test_random_dataset_real_tokenizers),
         cmocka_unit_test(test_random_dataset_bad_config),
         cmocka_unit_test(test_parse_options),
         cmocka_unit_test(test_outcomes_token_count_fallbacks),

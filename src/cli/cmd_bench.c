@@ -13,65 +13,8 @@
 #include "base/status.h"
 #include "cli/commands.h"
 #include "server/bench_serve.h"
+#include "server/bench_tokenizer.h"
 #include "tokenizer/tokenizer.h"
-
-/* ---- pg_tokenizer behind the benchmark's tokenizer interface ---- */
-
-/* TEMPORARY: while src/tokenizer/ is not yet merged the library may lack
- * the tokenizer; weak references keep the command linkable and --tokenizer
- * then says so. Delete these pragmas once the tokenizer is in main. */
-#pragma weak pg_tokenizer_load
-#pragma weak pg_tokenizer_free
-#pragma weak pg_tokenizer_encode
-#pragma weak pg_tokenizer_decode
-#pragma weak pg_tokenizer_vocab_size
-#pragma weak pg_tokenizer_is_special
-
-static bool tok_is_special(void *ctx, int32_t id) { return pg_tokenizer_is_special(ctx, id); }
-
-static pagoda_status tok_encode(void *ctx, const char *text, size_t len, int32_t **ids,
-                                size_t *n) {
-    size_t cap = len + 16;
-    for (;;) {
-        int32_t *buf = malloc(cap * sizeof *buf);
-        if (!buf) return pg_error(PAGODA_ERR_NOMEM, "bench: no memory to encode %zu bytes", len);
-        size_t got = 0;
-        pagoda_status st = pg_tokenizer_encode(ctx, text, len, false, buf, cap, &got);
-        if (st != PAGODA_OK) {
-            free(buf);
-            return st;
-        }
-        if (got <= cap) {
-            *ids = buf;
-            *n = got;
-            return PAGODA_OK;
-        }
-        free(buf);
-        cap = got;
-    }
-}
-
-static pagoda_status tok_decode(void *ctx, const int32_t *ids, size_t n, char **text,
-                                size_t *len) {
-    size_t cap = n * 8 + 16;
-    for (;;) {
-        char *buf = malloc(cap);
-        if (!buf) return pg_error(PAGODA_ERR_NOMEM, "bench: no memory to decode %zu ids", n);
-        size_t got = 0;
-        pagoda_status st = pg_tokenizer_decode(ctx, ids, n, false, buf, cap, &got);
-        if (st != PAGODA_OK) {
-            free(buf);
-            return st;
-        }
-        if (got < cap) {
-            *text = buf;
-            *len = got;
-            return PAGODA_OK;
-        }
-        free(buf);
-        cap = got + 1;
-    }
-}
 
 /* ---- options ---- */
 
@@ -300,20 +243,11 @@ static int cmd_serve(int argc, char **argv) {
     pg_tokenizer *tk = NULL;
     pg_bench_tokenizer bt;
     if (tokenizer_path) {
-        if (!pg_tokenizer_load) {
-            fprintf(stderr, "pagoda bench serve: this build has no tokenizer module; use "
-                            "--prompt-as-ids --vocab-size N\n");
-            return 1;
-        }
         if (pg_tokenizer_load(tokenizer_path, &tk) != PAGODA_OK) {
             fprintf(stderr, "pagoda bench serve: %s\n", pg_last_error());
             return 1;
         }
-        bt = (pg_bench_tokenizer){.ctx = tk,
-                                  .vocab_size = pg_tokenizer_vocab_size(tk),
-                                  .is_special = tok_is_special,
-                                  .encode = tok_encode,
-                                  .decode = tok_decode};
+        bt = pg_bench_tokenizer_wrap(tk);
         o.tok = &bt;
         o.tokenizer_id = tokenizer_path;
     } else if (!o.client.prompt_as_ids) {

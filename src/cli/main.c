@@ -12,6 +12,8 @@ typedef struct pg_command {
 
 static const pg_command COMMANDS[] = {
     {"env", pg_cmd_env, "print the CPU, ISA features, chosen kernels, memory and thread settings"},
+    {"tokenize", pg_cmd_tokenize, "print the token ids of a text (TOKENIZER --text TEXT)"},
+    {"detokenize", pg_cmd_detokenize, "print the text of token ids (TOKENIZER --ids 1,2,3)"},
     {"bench", pg_cmd_bench, "benchmarks: `bench serve` measures an OpenAI-compatible server"},
 };
 
