@@ -127,8 +127,7 @@ static void test_metrics_all_failed_and_bad_args(void **state) {
     assert_float_equal(m.ttft.mean, 0, EPS);
     assert_float_equal(m.itl.pct[0], 0, EPS);
     assert_float_equal(m.max_output_tokens_per_s, 0, EPS);
-    assert_int_equal(pg_bench_metrics_compute(o, 2, 0.0, pct, 1, NULL, &m),
-                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_bench_metrics_compute(o, 2, 0.0, pct, 1, NULL, &m), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "duration"));
     const double badp[] = {101};
     assert_int_equal(pg_bench_metrics_compute(o, 2, 1.0, badp, 1, NULL, &m),
@@ -153,18 +152,18 @@ static bool collect(void *ctx, const char *data, size_t len) {
     return !(e->stop_after && e->n >= e->stop_after);
 }
 
-static const char STREAM[] =
-    ": keep-alive ping\r\n"
-    "data: {\"a\":1}\r\n\r\n"
-    "data: line1\ndata: line2\n\n"
-    "event: message\nid: 5\nretry: 10\ndata:nospace\r\r"
-    "data\n\n"
-    "data: [DONE]\n\n";
+static const char STREAM[] = ": keep-alive ping\r\n"
+                             "data: {\"a\":1}\r\n\r\n"
+                             "data: line1\ndata: line2\n\n"
+                             "event: message\nid: 5\nretry: 10\ndata:nospace\r\r"
+                             "data\n\n"
+                             "data: [DONE]\n\n";
 static const char *const WANT[] = {"{\"a\":1}", "line1\nline2", "nospace", "", "[DONE]"};
 
 static void check_events(const events *e) {
     assert_int_equal(e->n, 5);
-    for (int i = 0; i < 5; i++) assert_string_equal(e->got[i], WANT[i]);
+    for (int i = 0; i < 5; i++)
+        assert_string_equal(e->got[i], WANT[i]);
 }
 
 static void test_sse_whole_bytewise_and_every_split(void **state) {
@@ -265,7 +264,8 @@ static void test_arrivals(void **state) {
     pg_bench_rng r;
     pg_bench_rng_seed(&r, 7);
     assert_int_equal(pg_bench_arrivals(n, 10.0, 1.0, &r, t), PAGODA_OK);
-    for (size_t i = 1; i < n; i++) assert_true(t[i] >= t[i - 1]);
+    for (size_t i = 1; i < n; i++)
+        assert_true(t[i] >= t[i - 1]);
     assert_true(t[0] >= 0);
     assert_float_equal(t[n - 1], n / 10.0, 1e-9); /* rescaled to n / rate, as vLLM */
     /* Poisson: the gaps' coefficient of variation is ~1; burstiness 4: ~0.5 */
@@ -295,9 +295,11 @@ static void test_arrivals(void **state) {
     assert_memory_equal(t, v, n * sizeof *t);
     /* inf rate: all at once; inf burstiness: constant gaps */
     assert_int_equal(pg_bench_arrivals(n, INFINITY, 1.0, &r, v), PAGODA_OK);
-    for (size_t i = 0; i < n; i++) assert_float_equal(v[i], 0, 0);
+    for (size_t i = 0; i < n; i++)
+        assert_float_equal(v[i], 0, 0);
     assert_int_equal(pg_bench_arrivals(4, 2.0, INFINITY, &r, v), PAGODA_OK);
-    for (size_t i = 0; i < 4; i++) assert_float_equal(v[i], 0.5 * (double)(i + 1), 1e-12);
+    for (size_t i = 0; i < 4; i++)
+        assert_float_equal(v[i], 0.5 * (double)(i + 1), 1e-12);
     assert_int_equal(pg_bench_arrivals(4, 0.0, 1.0, &r, v), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "request rate"));
     assert_int_equal(pg_bench_arrivals(4, 1.0, -1.0, &r, v), PAGODA_ERR_INVALID_ARG);
@@ -317,7 +319,8 @@ static void test_rng_int_covers_range(void **state) {
         assert_true(x >= -2 && x <= 2);
         seen[x + 2]++;
     }
-    for (int k = 0; k < 5; k++) assert_true(seen[k] > 100);
+    for (int k = 0; k < 5; k++)
+        assert_true(seen[k] > 100);
     double u = pg_bench_rng_uniform(&r);
     assert_true(u >= 0 && u < 1);
 }
@@ -334,8 +337,7 @@ static bool toy_special(void *ctx, int32_t id) {
     return id == 0;
 }
 
-static pagoda_status toy_encode(void *ctx, const char *text, size_t len, int32_t **ids,
-                                size_t *n) {
+static pagoda_status toy_encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n) {
     (void)ctx;
     int32_t *out = malloc((len + 1) * sizeof *out);
     size_t k = 0;
@@ -361,8 +363,7 @@ static pagoda_status toy_encode(void *ctx, const char *text, size_t len, int32_t
     return PAGODA_OK;
 }
 
-static pagoda_status toy_decode(void *ctx, const int32_t *ids, size_t n, char **text,
-                                size_t *len) {
+static pagoda_status toy_decode(void *ctx, const int32_t *ids, size_t n, char **text, size_t *len) {
     (void)ctx;
     char *out = malloc(n * 3 + 1);
     size_t k = 0;
@@ -397,7 +398,8 @@ static void test_random_dataset_with_tokenizer(void **state) {
                          PAGODA_OK);
         assert_int_equal(k, 40); /* the text re-encodes to exactly the intended length */
         assert_memory_equal(ids, req[i].prompt_ids, k * sizeof *ids);
-        for (size_t j = 0; j < k; j++) assert_int_not_equal(ids[j], 0); /* no special */
+        for (size_t j = 0; j < k; j++)
+            assert_int_not_equal(ids[j], 0); /* no special */
         free(ids);
     }
     pg_bench_requests_free(req, n);
@@ -405,8 +407,11 @@ static void test_random_dataset_with_tokenizer(void **state) {
 
 static void test_random_dataset_ids_lengths_prefix(void **state) {
     (void)state;
-    pg_bench_random_cfg cfg = {
-        .input_len = 100, .output_len = 10, .range_ratio = 0.25, .prefix_len = 5, .vocab_size = 1000};
+    pg_bench_random_cfg cfg = {.input_len = 100,
+                               .output_len = 10,
+                               .range_ratio = 0.25,
+                               .prefix_len = 5,
+                               .vocab_size = 1000};
     pg_bench_rng r;
     pg_bench_rng_seed(&r, 3);
     pg_bench_request *req;
@@ -467,7 +472,8 @@ static void random_dataset_real(const char *asset, int32_t input_len, int32_t pr
                          PAGODA_OK);
         assert_int_equal(k, (size_t)(input_len + prefix_len));
         assert_memory_equal(ids, req[i].prompt_ids, k * sizeof *ids);
-        for (size_t j = 0; j < k; j++) assert_false(pg_tokenizer_is_special(tk, ids[j]));
+        for (size_t j = 0; j < k; j++)
+            assert_false(pg_tokenizer_is_special(tk, ids[j]));
         free(ids);
     }
     pg_bench_requests_free(req, n);
@@ -486,7 +492,8 @@ static void test_random_dataset_bad_config(void **state) {
     pg_bench_rng r;
     pg_bench_rng_seed(&r, 0);
     pg_bench_request *req = (pg_bench_request *)1;
-    pg_bench_random_cfg cfg = {.input_len = 10, .output_len = 10, .range_ratio = 1.0, .vocab_size = 9};
+    pg_bench_random_cfg cfg = {
+        .input_len = 10, .output_len = 10, .range_ratio = 1.0, .vocab_size = 9};
     assert_int_equal(pg_bench_random_dataset(&cfg, NULL, 2, &r, &req), PAGODA_ERR_INVALID_ARG);
     assert_null(req);
     assert_non_null(strstr(pg_last_error(), "range ratio"));
@@ -533,10 +540,22 @@ static void test_outcomes_token_count_fallbacks(void **state) {
     pg_bench_request req[3] = {{.prompt_len = 4}, {.prompt_len = 5}, {.prompt_len = 6}};
     double itl[2] = {0.1, 0.1};
     pg_bench_req_result res[3] = {
-        {.success = true, .ttft = 0.1, .latency = 0.3, .itl = itl, .n_itl = 2, .n_chunks = 3,
-         .usage_tokens = 7, .text = "abab"},
-        {.success = true, .ttft = 0.1, .latency = 0.3, .itl = itl, .n_itl = 2, .n_chunks = 3,
-         .usage_tokens = -1, .text = "abab c"},
+        {.success = true,
+         .ttft = 0.1,
+         .latency = 0.3,
+         .itl = itl,
+         .n_itl = 2,
+         .n_chunks = 3,
+         .usage_tokens = 7,
+         .text = "abab"},
+        {.success = true,
+         .ttft = 0.1,
+         .latency = 0.3,
+         .itl = itl,
+         .n_itl = 2,
+         .n_chunks = 3,
+         .usage_tokens = -1,
+         .text = "abab c"},
         {.success = false, .error = "HTTP 500: boom"},
     };
     pg_bench_outcome o[3];
@@ -590,12 +609,13 @@ static void test_report_table_and_json(void **state) {
     assert_null(strstr(t, "Request rate configured"));
     free(t);
 
-    pg_bench_request req[4] = {{.prompt_len = 10}, {.prompt_len = 20}, {.prompt_len = 30},
-                               {.prompt_len = 5}};
-    pg_bench_req_result res[4] = {{.success = true, .ttft = 0.5, .itl = (double *)ITL_A, .n_itl = 3},
-                                  {.success = true, .ttft = 1.0, .itl = (double *)ITL_B, .n_itl = 2},
-                                  {.success = false, .error = "HTTP 500: boom"},
-                                  {.success = true, .ttft = 0.3}};
+    pg_bench_request req[4] = {
+        {.prompt_len = 10}, {.prompt_len = 20}, {.prompt_len = 30}, {.prompt_len = 5}};
+    pg_bench_req_result res[4] = {
+        {.success = true, .ttft = 0.5, .itl = (double *)ITL_A, .n_itl = 3},
+        {.success = true, .ttft = 1.0, .itl = (double *)ITL_B, .n_itl = 2},
+        {.success = false, .error = "HTTP 500: boom"},
+        {.success = true, .ttft = 0.3}};
     int32_t lens[4] = {4, 3, 0, 1};
     snprintf(path, sizeof path, "%s/r.json", dir);
     assert_int_equal(pg_bench_write_json(path, &m, &info, req, res, lens, 4), PAGODA_OK);
@@ -616,8 +636,8 @@ static void test_report_table_and_json(void **state) {
     assert_int_equal(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "itls"), 0)), 3);
     assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "errors"), 2)->valuestring,
                         "HTTP 500: boom");
-    assert_float_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), 1)->valuedouble,
-                       20, EPS);
+    assert_float_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), 1)->valuedouble, 20,
+                       EPS);
     assert_null(cJSON_GetObjectItem(j, "generated_texts"));
     cJSON_Delete(j);
     free(js);

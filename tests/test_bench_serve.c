@@ -34,8 +34,8 @@ typedef struct fake {
     pthread_t acceptor;
     atomic_int stop;
     int ttft_ms, itl_ms;
-    bool usage;        /* send the usage event */
-    bool failures;     /* request r: r % 4 == 0 ok, 1 HTTP 500, 2 drop, 3 stream error */
+    bool usage;    /* send the usage event */
+    bool failures; /* request r: r % 4 == 0 ok, 1 HTTP 500, 2 drop, 3 stream error */
     bool models_broken;
     atomic_int n_posts, in_flight, max_in_flight;
     pthread_mutex_t mu;
@@ -63,7 +63,9 @@ static void send_all(int fd, const char *p, size_t n) {
     }
 }
 
-static void send_str(int fd, const char *s) { send_all(fd, s, strlen(s)); }
+static void send_str(int fd, const char *s) {
+    send_all(fd, s, strlen(s));
+}
 
 /* One HTTP/1.1 chunk. */
 static void send_chunk(int fd, const char *p, size_t n) {
@@ -108,7 +110,8 @@ static void *serve_conn(void *arg) {
         buf[len] = 0;
         if (!hdr_end && (hdr_end = strstr(buf, "\r\n\r\n"))) {
             size_t cl = 0;
-            for (char *l = buf; l && l < hdr_end; l = strstr(l, "\r\n") ? strstr(l, "\r\n") + 2 : NULL)
+            for (char *l = buf; l && l < hdr_end;
+                 l = strstr(l, "\r\n") ? strstr(l, "\r\n") + 2 : NULL)
                 if (!strncasecmp(l, "Content-Length:", 15)) cl = strtoul(l + 15, NULL, 10);
             need = (size_t)(hdr_end + 4 - buf) + cl;
         }
@@ -138,10 +141,15 @@ static void *serve_conn(void *arg) {
     int max_tokens = cJSON_IsNumber(mt) ? (int)mt->valuedouble : 4;
     cJSON_Delete(j);
     reply_kind kind = f->failures ? (reply_kind)(r % 4) : REPLY_OK;
+    /* in_flight drops just before the last bytes go out: the client can only
+     * start another request after it has them, so max_in_flight measures
+     * the client's concurrency, not this thread's scheduling */
     if (kind == REPLY_500) {
-        reply_json(c.fd, "500 Internal Server Error",
-                   "{\"error\":{\"message\":\"boom\",\"type\":\"InternalServerError\",\"code\":500}}");
-        goto out;
+        atomic_fetch_sub(&f->in_flight, 1);
+        reply_json(
+            c.fd, "500 Internal Server Error",
+            "{\"error\":{\"message\":\"boom\",\"type\":\"InternalServerError\",\"code\":500}}");
+        goto done;
     }
     send_str(c.fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                    "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
@@ -149,12 +157,16 @@ static void *serve_conn(void *arg) {
     sleep_ms(f->ttft_ms);
     for (int k = 0; k < max_tokens; k++) {
         if (chat)
-            send_event(c.fd, k == 0 ? "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
-                                      "\"content\":\"x\"}}]}"
-                                    : "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}");
+            send_event(c.fd, k == 0
+                                 ? "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+                                   "\"content\":\"x\"}}]}"
+                                 : "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}");
         else
             send_event(c.fd, "{\"choices\":[{\"index\":0,\"text\":\"x\"}]}");
-        if (kind == REPLY_DROP) goto out; /* close mid-stream, no terminating chunk */
+        if (kind == REPLY_DROP) { /* close mid-stream, no terminating chunk */
+            atomic_fetch_sub(&f->in_flight, 1);
+            goto done;
+        }
         if (kind == REPLY_STREAM_ERROR) {
             send_event(c.fd, "{\"error\":{\"message\":\"kv cache full\",\"code\":500}}");
             break;
@@ -169,9 +181,8 @@ static void *serve_conn(void *arg) {
         send_event(c.fd, u);
     }
     send_event(c.fd, "[DONE]");
-    send_str(c.fd, "0\r\n\r\n");
-out:
     atomic_fetch_sub(&f->in_flight, 1);
+    send_str(c.fd, "0\r\n\r\n");
 done:
     free(buf);
     close(c.fd);
@@ -227,7 +238,8 @@ static fake *fake_start(int ttft_ms, int itl_ms) {
 static void fake_stop(fake *f) {
     atomic_store(&f->stop, 1);
     pthread_join(f->acceptor, NULL);
-    for (int i = 0; i < f->n_conns; i++) pthread_join(f->conns[i], NULL);
+    for (int i = 0; i < f->n_conns; i++)
+        pthread_join(f->conns[i], NULL);
     close(f->fd);
     pthread_mutex_destroy(&f->mu);
     free(f);
@@ -245,7 +257,8 @@ static bool ch_special(void *ctx, int32_t id) {
 static pagoda_status ch_encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n) {
     (void)ctx;
     *ids = malloc((len + 1) * sizeof **ids);
-    for (size_t i = 0; i < len; i++) (*ids)[i] = (unsigned char)text[i];
+    for (size_t i = 0; i < len; i++)
+        (*ids)[i] = (unsigned char)text[i];
     *n = len;
     return PAGODA_OK;
 }
@@ -253,7 +266,8 @@ static pagoda_status ch_encode(void *ctx, const char *text, size_t len, int32_t 
 static pagoda_status ch_decode(void *ctx, const int32_t *ids, size_t n, char **text, size_t *len) {
     (void)ctx;
     *text = malloc(n + 1);
-    for (size_t i = 0; i < n; i++) (*text)[i] = (char)ids[i];
+    for (size_t i = 0; i < n; i++)
+        (*text)[i] = (char)ids[i];
     (*text)[n] = 0;
     *len = n;
     return PAGODA_OK;
@@ -322,8 +336,8 @@ static void test_completions_token_ids(void **state) {
     assert_non_null(b);
     assert_string_equal(cJSON_GetObjectItem(b, "model")->valuestring, "fake-model");
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(b, "stream")));
-    assert_true(
-        cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(b, "stream_options"), "include_usage")));
+    assert_true(cJSON_IsTrue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(b, "stream_options"), "include_usage")));
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(b, "ignore_eos")));
     assert_int_equal((int)cJSON_GetObjectItem(b, "max_tokens")->valuedouble, 6);
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(b, "prompt")), 16);
@@ -339,7 +353,8 @@ static void test_completions_token_ids(void **state) {
     for (int i = 0; i < 12; i++) {
         assert_int_equal(cJSON_GetArraySize(cJSON_GetArrayItem(itls, i)), 5); /* 6 chunks */
         assert_true(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ttfts"), i)->valuedouble >= 0.030);
-        assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "errors"), i)->valuestring, "");
+        assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "errors"), i)->valuestring,
+                            "");
     }
     cJSON_Delete(j);
     free(js);

@@ -108,7 +108,7 @@ static int cmd_serve(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (strncmp(a, "--", 2)) return bad("unexpected argument '%s'%s", a, "");
+        if (strncmp(a, "--", 2) != 0) return bad("unexpected argument '%s'%s", a, "");
         /* --opt=value or --opt value */
         char name[64];
         const char *val = NULL;
@@ -120,34 +120,68 @@ static int cmd_serve(int argc, char **argv) {
             snprintf(name, sizeof name, "%s", a);
         }
         /* flags */
-        if (!strcmp(name, "--prompt-as-ids")) { o.client.prompt_as_ids = true; continue; }
-        if (!strcmp(name, "--ignore-eos")) { o.client.ignore_eos = true; continue; }
-        if (!strcmp(name, "--no-ignore-eos")) { o.client.ignore_eos = false; continue; }
-        if (!strcmp(name, "--save-detailed")) { o.save_detailed = true; continue; }
-        if (!strcmp(name, "--disable-tqdm")) { o.client.progress = false; continue; }
+        if (!strcmp(name, "--prompt-as-ids")) {
+            o.client.prompt_as_ids = true;
+            continue;
+        }
+        if (!strcmp(name, "--ignore-eos")) {
+            o.client.ignore_eos = true;
+            continue;
+        }
+        if (!strcmp(name, "--no-ignore-eos")) {
+            o.client.ignore_eos = false;
+            continue;
+        }
+        if (!strcmp(name, "--save-detailed")) {
+            o.save_detailed = true;
+            continue;
+        }
+        if (!strcmp(name, "--disable-tqdm")) {
+            o.client.progress = false;
+            continue;
+        }
         if (!strcmp(name, "--goodput")) {
             int k = 0;
             if (val) {
                 if (pg_bench_parse_slo(val, &o.slo) != PAGODA_OK) goto bad_value;
                 k++;
             }
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
                 if (pg_bench_parse_slo(argv[++i], &o.slo) != PAGODA_OK) goto bad_value;
                 k++;
             }
             if (!k) return bad("%s needs KEY:MS values%s", name, "");
             continue;
         }
-        static const char *const VALUED[] = {
-            "--base-url", "--host", "--port", "--endpoint", "--model", "--api-key",
-            "--tokenizer", "--dataset", "--dataset-name", "--num-prompts",
-            "--random-input-len", "--random-output-len", "--random-prefix-len",
-            "--random-range-ratio", "--vocab-size", "--seed", "--request-rate", "--burstiness",
-            "--max-concurrency", "--percentiles", "--metric-percentiles",
-            "--percentile-metrics", "--output-json", "--label", "--ready-check-timeout-sec",
-            "--request-timeout"};
+        static const char *const VALUED[] = {"--base-url",
+                                             "--host",
+                                             "--port",
+                                             "--endpoint",
+                                             "--model",
+                                             "--api-key",
+                                             "--tokenizer",
+                                             "--dataset",
+                                             "--dataset-name",
+                                             "--num-prompts",
+                                             "--random-input-len",
+                                             "--random-output-len",
+                                             "--random-prefix-len",
+                                             "--random-range-ratio",
+                                             "--vocab-size",
+                                             "--seed",
+                                             "--request-rate",
+                                             "--burstiness",
+                                             "--max-concurrency",
+                                             "--percentiles",
+                                             "--metric-percentiles",
+                                             "--percentile-metrics",
+                                             "--output-json",
+                                             "--label",
+                                             "--ready-check-timeout-sec",
+                                             "--request-timeout"};
         bool known = false;
-        for (size_t k = 0; k < sizeof VALUED / sizeof VALUED[0]; k++) known |= !strcmp(name, VALUED[k]);
+        for (size_t k = 0; k < sizeof VALUED / sizeof VALUED[0]; k++)
+            known |= !strcmp(name, VALUED[k]);
         if (!known) return bad("unknown option '%s'%s", name, "");
         if (!val) {
             if (i + 1 >= argc) return bad("option %s needs a value%s", name, "");
@@ -171,7 +205,7 @@ static int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(name, "--tokenizer")) {
             tokenizer_path = val;
         } else if (!strcmp(name, "--dataset") || !strcmp(name, "--dataset-name")) {
-            if (strcmp(val, "random"))
+            if (strcmp(val, "random") != 0)
                 return bad("--dataset '%s': only 'random' is supported%s", val, "");
         } else if (!strcmp(name, "--num-prompts")) {
             if (!parse_i64(val, 1, 100000000, &iv)) goto bad_value;
@@ -235,7 +269,8 @@ static int cmd_serve(int argc, char **argv) {
 
     char base[512];
     if (!have_base && (host || port)) {
-        snprintf(base, sizeof base, "http://%s:%s", host ? host : "127.0.0.1", port ? port : "8000");
+        snprintf(base, sizeof base, "http://%s:%s", host ? host : "127.0.0.1",
+                 port ? port : "8000");
         o.client.base_url = base;
     }
     if (!tokenizer_path && is_dir_or_file(o.client.model)) tokenizer_path = o.client.model;

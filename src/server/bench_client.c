@@ -29,7 +29,9 @@ bool pg_bench_endpoint_is_chat(const char *endpoint) {
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc = CURLE_OK;
-static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init(void) {
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 static pagoda_status ensure_curl(void) {
     pthread_once(&curl_once, curl_init);
@@ -48,7 +50,8 @@ typedef struct gbuf {
 static bool gbuf_add(gbuf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t c = b->cap ? b->cap : 256;
-        while (c < b->len + n + 1) c *= 2;
+        while (c < b->len + n + 1)
+            c *= 2;
         char *q = realloc(b->p, c);
         if (!q) return false;
         b->p = q;
@@ -162,7 +165,8 @@ static bool on_event(void *ctx, const char *data, size_t len) {
         }
         s->last_ts = s->now;
         s->n_chunks++;
-        if (cJSON_IsString(txt) && !gbuf_add(&s->text, txt->valuestring, strlen(txt->valuestring))) {
+        if (cJSON_IsString(txt) &&
+            !gbuf_add(&s->text, txt->valuestring, strlen(txt->valuestring))) {
             slot_fail(s, "out of memory for the generated text");
             cJSON_Delete(j);
             return false;
@@ -265,9 +269,11 @@ fail:
 
 static char *join_url(const char *base, const char *path) {
     size_t nb = strlen(base);
-    while (nb && base[nb - 1] == '/') nb--;
+    while (nb && base[nb - 1] == '/')
+        nb--;
     const char *p = path;
-    while (*p == '/') p++;
+    while (*p == '/')
+        p++;
     size_t len = nb + 1 + strlen(p) + 1;
     char *u = malloc(len);
     if (u) snprintf(u, len, "%.*s/%s", (int)nb, base, p);
@@ -279,7 +285,8 @@ static void set_common(CURL *e, const char *url, double timeout_s, char *errbuf)
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)((timeout_s > 0 ? timeout_s : 6 * 3600.0) * 1000));
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                     (long)((timeout_s > 0 ? timeout_s : 6 * 3600.0) * 1000));
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 30000L);
     errbuf[0] = 0;
 }
@@ -368,10 +375,12 @@ static void progress(size_t done, size_t n, double elapsed, bool final) {
     const int width = 40;
     int fill = n ? (int)((double)done / (double)n * width) : width;
     char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
     bar[width] = 0;
-    fprintf(stderr, "\r%3d%% |%s| %zu/%zu [%.1fs]%s", n ? (int)(100.0 * (double)done / (double)n) : 100,
-            bar, done, n, elapsed, final ? "\n" : "");
+    fprintf(stderr, "\r%3d%% |%s| %zu/%zu [%.1fs]%s",
+            n ? (int)(100.0 * (double)done / (double)n) : 100, bar, done, n, elapsed,
+            final ? "\n" : "");
     fflush(stderr);
 }
 
@@ -387,7 +396,8 @@ pagoda_status pg_bench_client_run(const pg_bench_client_cfg *cfg, const pg_bench
         if (!cfg->prompt_as_ids && !reqs[i].prompt)
             return pg_error(PAGODA_ERR_INVALID_ARG,
                             "bench: request %zu has no prompt text (no tokenizer: use "
-                            "--prompt-as-ids)", i);
+                            "--prompt-as-ids)",
+                            i);
         if (cfg->prompt_as_ids && !reqs[i].prompt_ids && reqs[i].prompt_len > 0)
             return pg_error(PAGODA_ERR_INVALID_ARG, "bench: request %zu has no prompt ids", i);
     }
@@ -395,7 +405,7 @@ pagoda_status pg_bench_client_run(const pg_bench_client_cfg *cfg, const pg_bench
     if (st != PAGODA_OK) return st;
     char *url = join_url(cfg->base_url, cfg->endpoint);
     CURLM *multi = curl_multi_init();
-    slot **live = calloc(n ? n : 1, sizeof *live);
+    slot **live = calloc(n ? n : 1, sizeof(slot *));
     if (!url || !multi || !live) {
         free(url);
         free(live);
@@ -511,7 +521,8 @@ pagoda_status pg_bench_fetch_model(const char *base_url, const char *api_key, do
     long status = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     if (rc != CURLE_OK) {
-        st = pg_error(PAGODA_ERR_IO, "GET %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        st =
+            pg_error(PAGODA_ERR_IO, "GET %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
         goto out;
     }
     if (status != 200) {

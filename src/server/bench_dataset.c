@@ -73,8 +73,10 @@ pagoda_status pg_bench_random_dataset(const pg_bench_random_cfg *cfg, const pg_b
                         cfg->range_ratio);
     int32_t vocab = tok ? tok->vocab_size : cfg->vocab_size;
     if (vocab <= 0)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "bench: vocabulary size %d (need a tokenizer or "
-                        "a positive vocab size)", vocab);
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "bench: vocabulary size %d (need a tokenizer or "
+                        "a positive vocab size)",
+                        vocab);
 
     int32_t *allowed = malloc((size_t)vocab * sizeof *allowed);
     pg_bench_request *reqs = calloc(n ? n : 1, sizeof *reqs);

@@ -26,10 +26,12 @@ void pg_bench_stat_compute(double *x, size_t n, const double *percentiles, size_
     if (n == 0) return; /* vLLM: np.mean(xs or 0) == 0 for an empty list */
     qsort(x, n, sizeof *x, cmp_double);
     double sum = 0.0;
-    for (size_t i = 0; i < n; i++) sum += x[i];
+    for (size_t i = 0; i < n; i++)
+        sum += x[i];
     double mean = sum / (double)n;
     double ss = 0.0;
-    for (size_t i = 0; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
+    for (size_t i = 0; i < n; i++)
+        ss += (x[i] - mean) * (x[i] - mean);
     out->mean = mean * 1000.0;
     out->std = sqrt(ss / (double)n) * 1000.0;
     out->median = pg_bench_percentile(x, n, 50.0) * 1000.0;
@@ -67,7 +69,8 @@ static pagoda_status peaks(const pg_bench_outcome *o, size_t n, pg_bench_metrics
         }
         size_t s0 = (size_t)floor(o[i].start_time - t0);
         size_t s1 = (size_t)floor(o[i].start_time + o[i].latency - t0);
-        for (size_t s = s0; s <= s1 && s < nb; s++) conc[s] += 1.0;
+        for (size_t s = s0; s <= s1 && s < nb; s++)
+            conc[s] += 1.0;
     }
     for (size_t b = 0; b < nb; b++) {
         if (tok[b] > m->max_output_tokens_per_s) m->max_output_tokens_per_s = tok[b];

@@ -55,8 +55,8 @@ pagoda_status pg_bench_parse_percentiles(const char *s, double *p, size_t *n) {
                             "bench: percentiles '%s': want numbers in [0, 100] separated by commas",
                             s);
         if (*n == PG_BENCH_MAX_PERCENTILES)
-            return pg_error(PAGODA_ERR_INVALID_ARG, "bench: percentiles '%s': at most %d values",
-                            s, PG_BENCH_MAX_PERCENTILES);
+            return pg_error(PAGODA_ERR_INVALID_ARG, "bench: percentiles '%s': at most %d values", s,
+                            PG_BENCH_MAX_PERCENTILES);
         p[(*n)++] = v;
         if (!*end) return PAGODA_OK;
         c = end + 1;
@@ -97,7 +97,8 @@ pagoda_status pg_bench_parse_slo(const char *s, pg_bench_slo *slo) {
     if (!colon)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "bench: goodput '%s': want KEY:VALUE with KEY ttft, tpot or e2el and "
-                        "VALUE in milliseconds", s);
+                        "VALUE in milliseconds",
+                        s);
     char *end;
     errno = 0;
     double v = strtod(colon + 1, &end);
@@ -122,9 +123,11 @@ pagoda_status pg_bench_parse_slo(const char *s, pg_bench_slo *slo) {
 /* Python's "{s:{c}^{n}}".format(...): s centred in n columns of c. */
 static void print_centered(FILE *f, const char *s, char c, int n) {
     int len = (int)strlen(s), pad = n > len ? n - len : 0;
-    for (int i = 0; i < pad / 2; i++) fputc(c, f);
+    for (int i = 0; i < pad / 2; i++)
+        fputc(c, f);
     fputs(s, f);
-    for (int i = 0; i < pad - pad / 2; i++) fputc(c, f);
+    for (int i = 0; i < pad - pad / 2; i++)
+        fputc(c, f);
     fputc('\n', f);
 }
 
@@ -134,7 +137,9 @@ static void row_i(FILE *f, const char *name, int64_t v) {
     fprintf(f, "%-40s %-10s\n", name, num);
 }
 
-static void row_f(FILE *f, const char *name, double v) { fprintf(f, "%-40s %-10.2f\n", name, v); }
+static void row_f(FILE *f, const char *name, double v) {
+    fprintf(f, "%-40s %-10.2f\n", name, v);
+}
 
 /* vLLM's p_word: "99" for 99.0, "99.9" for 99.9 (Python str(float)). */
 static void pct_word(double p, char *buf, size_t cap) {
@@ -158,10 +163,14 @@ static const metric_desc METRICS[] = {
 
 static const pg_bench_stat *metric_stat(const pg_bench_metrics *m, unsigned bit) {
     switch (bit) {
-    case PG_BENCH_METRIC_TTFT: return &m->ttft;
-    case PG_BENCH_METRIC_TPOT: return &m->tpot;
-    case PG_BENCH_METRIC_ITL: return &m->itl;
-    default: return &m->e2el;
+    case PG_BENCH_METRIC_TTFT:
+        return &m->ttft;
+    case PG_BENCH_METRIC_TPOT:
+        return &m->tpot;
+    case PG_BENCH_METRIC_ITL:
+        return &m->itl;
+    default:
+        return &m->e2el;
     }
 }
 
@@ -200,7 +209,8 @@ void pg_bench_print_report(FILE *f, const pg_bench_metrics *m, const pg_bench_ru
             row_f(f, name, s->pct[i]);
         }
     }
-    for (int i = 0; i < 50; i++) fputc('=', f);
+    for (int i = 0; i < 50; i++)
+        fputc('=', f);
     fputc('\n', f);
 }
 

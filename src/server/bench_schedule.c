@@ -11,10 +11,13 @@ static uint64_t splitmix64(uint64_t *x) {
 }
 
 void pg_bench_rng_seed(pg_bench_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&seed);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t pg_bench_rng_next(pg_bench_rng *r) {
     uint64_t *s = r->s;
@@ -38,7 +41,8 @@ int64_t pg_bench_rng_int(pg_bench_rng *r, int64_t lo, int64_t hi) {
     if (span == 0) return (int64_t)pg_bench_rng_next(r);
     uint64_t limit = UINT64_MAX - UINT64_MAX % span; /* reject the biased tail */
     uint64_t x;
-    do x = pg_bench_rng_next(r);
+    do
+        x = pg_bench_rng_next(r);
     while (x >= limit);
     return (int64_t)((uint64_t)lo + x % span);
 }
@@ -77,19 +81,22 @@ pagoda_status pg_bench_arrivals(size_t n, double rate, double burstiness, pg_ben
         return pg_error(PAGODA_ERR_INVALID_ARG, "bench: burstiness %g must be > 0", burstiness);
     if (n == 0) return PAGODA_OK;
     if (isinf(rate)) {
-        for (size_t i = 0; i < n; i++) times[i] = 0.0;
+        for (size_t i = 0; i < n; i++)
+            times[i] = 0.0;
         return PAGODA_OK;
     }
     double t = 0.0;
     for (size_t i = 0; i < n; i++) {
-        double gap = isinf(burstiness) ? 1.0 / rate
-                                       : pg_bench_rng_gamma(r, burstiness, 1.0 / (rate * burstiness));
+        double gap = isinf(burstiness)
+                         ? 1.0 / rate
+                         : pg_bench_rng_gamma(r, burstiness, 1.0 / (rate * burstiness));
         t += gap;
         times[i] = t;
     }
     if (t > 0.0) {
         double f = ((double)n / rate) / t;
-        for (size_t i = 0; i < n; i++) times[i] *= f;
+        for (size_t i = 0; i < n; i++)
+            times[i] *= f;
         times[n - 1] = (double)n / rate;
     }
     return PAGODA_OK;

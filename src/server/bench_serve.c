@@ -20,8 +20,8 @@ void pg_bench_serve_defaults(pg_bench_serve_opts *o) {
     o->burstiness = 1.0;
     o->percentiles[0] = 99.0;
     o->n_percentiles = 1;
-    o->metrics = PG_BENCH_METRIC_TTFT | PG_BENCH_METRIC_TPOT | PG_BENCH_METRIC_ITL |
-                 PG_BENCH_METRIC_E2EL;
+    o->metrics =
+        PG_BENCH_METRIC_TTFT | PG_BENCH_METRIC_TPOT | PG_BENCH_METRIC_ITL | PG_BENCH_METRIC_E2EL;
     o->slo.ttft_ms = o->slo.tpot_ms = o->slo.e2el_ms = -1.0;
     o->ready_check_timeout_s = 600.0;
 }
@@ -52,7 +52,8 @@ static pagoda_status ready_check(const pg_bench_serve_opts *o, const pg_bench_cl
         if (pg_bench_now() + 1.0 > deadline)
             return pg_error(PAGODA_ERR_IO,
                             "bench: initial test run failed (check the benchmark options and "
-                            "that the server is up): %s", msg);
+                            "that the server is up): %s",
+                            msg);
         sleep_s(1.0);
     }
     fprintf(out, "Initial test run completed. Starting main benchmark run...\n");
@@ -147,11 +148,11 @@ pagoda_status pg_bench_serve(const pg_bench_serve_opts *o, FILE *out, pg_bench_m
         .save_detailed = o->save_detailed,
     };
     pg_bench_print_report(out, m, &info, first_error);
-    if (o->output_json)
-        st = pg_bench_write_json(o->output_json, m, &info, reqs, res, out_lens, n);
+    if (o->output_json) st = pg_bench_write_json(o->output_json, m, &info, reqs, res, out_lens, n);
 out:
     if (res)
-        for (size_t i = 0; i < n; i++) pg_bench_req_result_free(&res[i]);
+        for (size_t i = 0; i < n; i++)
+            pg_bench_req_result_free(&res[i]);
     free(res);
     free(outc);
     free(out_lens);

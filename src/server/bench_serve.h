@@ -23,8 +23,8 @@ typedef struct pg_bench_serve_opts {
     uint64_t seed;
     double percentiles[PG_BENCH_MAX_PERCENTILES];
     size_t n_percentiles;
-    unsigned metrics; /* PG_BENCH_METRIC_* sections reported */
-    pg_bench_slo slo; /* negative fields: not set */
+    unsigned metrics;        /* PG_BENCH_METRIC_* sections reported */
+    pg_bench_slo slo;        /* negative fields: not set */
     const char *output_json; /* NULL: no file */
     const char *label;
     const char *tokenizer_id;

@@ -20,7 +20,8 @@ static pagoda_status grow(char **buf, size_t *cap, size_t need, size_t limit) {
     if (need > limit)
         return pg_error(PAGODA_ERR_LIMIT, "SSE: line or event longer than %zu bytes", limit);
     size_t c = *cap ? *cap : 256;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     char *b = realloc(*buf, c);
     if (!b) return pg_error(PAGODA_ERR_NOMEM, "SSE: no memory for %zu bytes", c);
     *buf = b;

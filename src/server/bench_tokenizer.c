@@ -3,10 +3,11 @@
 
 #include <stdlib.h>
 
-static bool tok_is_special(void *ctx, int32_t id) { return pg_tokenizer_is_special(ctx, id); }
+static bool tok_is_special(void *ctx, int32_t id) {
+    return pg_tokenizer_is_special(ctx, id);
+}
 
-static pagoda_status tok_encode(void *ctx, const char *text, size_t len, int32_t **ids,
-                                size_t *n) {
+static pagoda_status tok_encode(void *ctx, const char *text, size_t len, int32_t **ids, size_t *n) {
     size_t cap = len + 16;
     for (;;) {
         int32_t *buf = malloc(cap * sizeof *buf);
@@ -27,8 +28,7 @@ static pagoda_status tok_encode(void *ctx, const char *text, size_t len, int32_t
     }
 }
 
-static pagoda_status tok_decode(void *ctx, const int32_t *ids, size_t n, char **text,
-                                size_t *len) {
+static pagoda_status tok_decode(void *ctx, const int32_t *ids, size_t n, char **text, size_t *len) {
     size_t cap = n * 8 + 16;
     for (;;) {
         char *buf = malloc(cap);
