@@ -69,3 +69,23 @@ set_tests_properties(pagoda_env_pool PROPERTIES ENVIRONMENT "PAGODA_BLOCKTIME_US
 add_test(NAME pagoda_env_bad_cpus COMMAND pagoda env)
 set_tests_properties(pagoda_env_bad_cpus PROPERTIES ENVIRONMENT "PAGODA_CPUS=0-"
                      PASS_REGULAR_EXPRESSION "PAGODA_CPUS: '0-' ends at offset 2 where a range end was expected; using the default")
+
+# `pagoda bench serve` option handling (the client itself is tested end to
+# end by tests/test_bench_serve.c against an in-process fake server).
+add_test(NAME pagoda_bench_serve_bad_option COMMAND pagoda bench serve --bogus)
+set_tests_properties(pagoda_bench_serve_bad_option PROPERTIES
+                     PASS_REGULAR_EXPRESSION "pagoda bench serve: unknown option '--bogus'")
+add_test(NAME pagoda_bench_serve_bad_rate COMMAND pagoda bench serve --request-rate 0)
+set_tests_properties(pagoda_bench_serve_bad_rate PROPERTIES
+                     PASS_REGULAR_EXPRESSION "bad value '0' for --request-rate")
+add_test(NAME pagoda_bench_serve_needs_tokenizer COMMAND pagoda bench serve --model m)
+set_tests_properties(pagoda_bench_serve_needs_tokenizer PROPERTIES
+                     PASS_REGULAR_EXPRESSION "needs --tokenizer PATH")
+# Nothing listens on port 1: every request fails, the table says so, exit 1.
+add_test(NAME pagoda_bench_serve_refused COMMAND pagoda bench serve --base-url http://127.0.0.1:1
+         --model m --prompt-as-ids --vocab-size 50 --num-prompts 2 --ready-check-timeout-sec 0)
+set_tests_properties(pagoda_bench_serve_refused PROPERTIES
+                     PASS_REGULAR_EXPRESSION "Failed requests: +2 ")
+add_test(NAME pagoda_bench_serve_refused_fails COMMAND pagoda bench serve --base-url http://127.0.0.1:1
+         --model m --prompt-as-ids --vocab-size 50 --num-prompts 2 --ready-check-timeout-sec 0)
+set_tests_properties(pagoda_bench_serve_refused_fails PROPERTIES WILL_FAIL TRUE)
