@@ -36,7 +36,8 @@ static void expect_bad(pg_api_kind k, const char *body, const char *param, const
     pagoda_status st = parse(k, body, &r, &e);
     if (st != PAGODA_ERR_INVALID_ARG) fail_msg("accepted: %s", body);
     assert_int_equal(e.status, 400);
-    if (param && strcmp(e.param, param)) fail_msg("param '%s' != '%s' for %s", e.param, param, body);
+    if (param && strcmp(e.param, param))
+        fail_msg("param '%s' != '%s' for %s", e.param, param, body);
     if (needle && !strstr(e.message, needle))
         fail_msg("message '%s' lacks '%s' for %s", e.message, needle, body);
     assert_null(r.prompts);
@@ -94,8 +95,8 @@ static void test_completion_defaults(void **state) {
     assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": null}", &r, &e),
                      PAGODA_OK);
     assert_null(r.model);
-    assert_int_equal(r.sampling.max_tokens, 0); /* null = up to the context */
-    assert_true(r.sampling.temperature == 0.7f);  /* the model's defaults */
+    assert_int_equal(r.sampling.max_tokens, 0);  /* null = up to the context */
+    assert_true(r.sampling.temperature == 0.7f); /* the model's defaults */
     assert_int_equal(r.sampling.top_k, 40);
     assert_int_equal(r.sampling.seed, -1);
     assert_int_equal(r.n, 1);
@@ -201,8 +202,8 @@ static void test_ranges(void **state) {
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"n\": 1000}", "n", NULL);
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"min_p\": 2}", "min_p", NULL);
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_k\": -2}", "top_k", NULL);
-    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"presence_penalty\": 3}", "presence_penalty",
-               NULL);
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"presence_penalty\": 3}",
+               "presence_penalty", NULL);
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"frequency_penalty\": -3}",
                "frequency_penalty", NULL);
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"repetition_penalty\": 0}",
@@ -210,13 +211,14 @@ static void test_ranges(void **state) {
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"logprobs\": 21}", "logprobs", NULL);
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"max_tokens\": 2, \"min_tokens\": 3}",
                "min_tokens", NULL);
-    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}",
+    expect_bad(PG_API_COMPLETION,
+               "{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": true}}",
                "stream_options", "stream");
     pg_api_request r;
     pg_api_error e;
-    assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 1, \"top_k\": -1}",
-                           &r, &e),
-                     PAGODA_OK);
+    assert_int_equal(
+        parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 1, \"top_k\": -1}", &r, &e),
+        PAGODA_OK);
     pg_api_request_free(&r);
 }
 
@@ -244,8 +246,9 @@ static void test_chat_parse(void **state) {
     assert_int_equal(r.sampling.max_tokens, 9);
     assert_int_equal(r.logprobs, 2);
     pg_api_request_free(&r);
-    assert_int_equal(parse(PG_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
-                                        " \"logprobs\": false}",
+    assert_int_equal(parse(PG_API_CHAT,
+                           "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
+                           " \"logprobs\": false}",
                            &r, &e),
                      PAGODA_OK);
     assert_int_equal(r.logprobs, -1);
@@ -277,8 +280,8 @@ static void test_chat_parse(void **state) {
                "\"max_completion_tokens\": 0}",
                "max_completion_tokens", NULL);
     expect_bad(PG_API_CHAT,
-               "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}",
-               "tools", NULL);
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools",
+               NULL);
 }
 
 static void test_check_length(void **state) {
@@ -328,7 +331,7 @@ static pg_api_logprob mk_lp(const char *t, float v, int ntop) {
         lp.top = calloc((size_t)ntop, sizeof *lp.top);
         lp.n_top = ntop;
         for (int i = 0; i < ntop; i++) {
-            char b[8];
+            char b[16];
             snprintf(b, sizeof b, "t%d", i);
             lp.top[i].text = strdup(b);
             lp.top[i].logprob = -1.0f - (float)i;
@@ -384,7 +387,8 @@ static void test_response_completion(void **state) {
     assert_int_equal(cJSON_GetObjectItem(u, "total_tokens")->valueint, 24);
     cJSON_Delete(o);
     free(js);
-    for (int i = 0; i < 4; i++) pg_api_choice_free(&ch[i]);
+    for (int i = 0; i < 4; i++)
+        pg_api_choice_free(&ch[i]);
 }
 
 static void test_response_chat(void **state) {
@@ -469,8 +473,8 @@ static void test_sse_chunks(void **state) {
     pg_api_usage u = {3, 4, 0};
     o = sse_json(pg_api_usage_sse(&mc, &u));
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "choices")), 0);
-    assert_int_equal(
-        cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "total_tokens")->valueint, 7);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "total_tokens")->valueint,
+                     7);
     cJSON_Delete(o);
     assert_string_equal(PG_API_SSE_DONE, "data: [DONE]\n\n");
 }
@@ -488,7 +492,8 @@ static void test_utf8_dup(void **state) {
     assert_null(strstr(s, "\xed"));
     free(s);
     s = pg_api_utf8_dup("a\0b", 3);
-    assert_string_equal(s, "a\xef\xbf\xbd" "b");
+    assert_string_equal(s, "a\xef\xbf\xbd"
+                           "b");
     free(s);
 }
 
@@ -552,13 +557,12 @@ static void test_metrics_text(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_fields),  cmocka_unit_test(test_completion_defaults),
-        cmocka_unit_test(test_prompt_forms), cmocka_unit_test(test_default_stop_ids),
-             cmocka_unit_test(test_bad_json_and_types),
-        cmocka_unit_test(test_ranges),             cmocka_unit_test(test_chat_parse),
-        cmocka_unit_test(test_check_length),       cmocka_unit_test(test_error_json),
-        cmocka_unit_test(test_response_completion), cmocka_unit_test(test_response_chat),
-        cmocka_unit_test(test_sse_chunks),         cmocka_unit_test(test_utf8_dup),
-        cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_prompt_forms),       cmocka_unit_test(test_default_stop_ids),
+        cmocka_unit_test(test_bad_json_and_types), cmocka_unit_test(test_ranges),
+        cmocka_unit_test(test_chat_parse),         cmocka_unit_test(test_check_length),
+        cmocka_unit_test(test_error_json),         cmocka_unit_test(test_response_completion),
+        cmocka_unit_test(test_response_chat),      cmocka_unit_test(test_sse_chunks),
+        cmocka_unit_test(test_utf8_dup),           cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,29 +13,30 @@
 #include "server/server.h"
 
 static void serve_usage(FILE *f) {
-    fprintf(f,
-            "usage: pagoda serve MODEL [options]\n"
-            "  MODEL                        HF model directory, GGUF file or HF repo id (local cache)\n"
-            "server:\n"
-            "  --host ADDR                  address to bind (default 127.0.0.1; 0.0.0.0 = all)\n"
-            "  --port N                     TCP port (default 8000; 0 = pick a free one and print it)\n"
-            "  --api-key KEY                require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n"
-            "                               /detokenize (default: env PAGODA_API_KEY, else none)\n"
-            "  --served-model-name NAME     model name in the API (default: MODEL's base name)\n"
-            "  --chat-template FILE         Jinja chat template overriding the model's\n"
-            "  --max-queue N                requests allowed to wait beyond --max-num-seqs; more\n"
-            "                               get 503 + Retry-After (default 1024)\n"
-            "  --max-request-bytes SIZE     largest request body (default 16MiB; larger: 413)\n"
-            "engine:\n"
-            "  --max-model-len N            context length (default: the model's)\n"
-            "  --max-num-seqs N             requests per step (default 256)\n"
-            "  --max-num-batched-tokens N   tokens per step (default 4096)\n"
-            "  --kv-cache-memory SIZE       KV cache size, e.g. 4GiB (default: see docs)\n"
-            "  --kv-cache-dtype auto|bf16|f32\n"
-            "  --block-size N               tokens per KV block\n"
-            "  --no-prefix-caching          disable prefix caching\n"
-            "  --threads N                  compute threads (default: one per physical core)\n"
-            "  --seed N                     base seed for requests without one\n");
+    fprintf(
+        f,
+        "usage: pagoda serve MODEL [options]\n"
+        "  MODEL                        HF model directory, GGUF file or HF repo id (local cache)\n"
+        "server:\n"
+        "  --host ADDR                  address to bind (default 127.0.0.1; 0.0.0.0 = all)\n"
+        "  --port N                     TCP port (default 8000; 0 = pick a free one and print it)\n"
+        "  --api-key KEY                require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n"
+        "                               /detokenize (default: env PAGODA_API_KEY, else none)\n"
+        "  --served-model-name NAME     model name in the API (default: MODEL's base name)\n"
+        "  --chat-template FILE         Jinja chat template overriding the model's\n"
+        "  --max-queue N                requests allowed to wait beyond --max-num-seqs; more\n"
+        "                               get 503 + Retry-After (default 1024)\n"
+        "  --max-request-bytes SIZE     largest request body (default 16MiB; larger: 413)\n"
+        "engine:\n"
+        "  --max-model-len N            context length (default: the model's)\n"
+        "  --max-num-seqs N             requests per step (default 256)\n"
+        "  --max-num-batched-tokens N   tokens per step (default 4096)\n"
+        "  --kv-cache-memory SIZE       KV cache size, e.g. 4GiB (default: see docs)\n"
+        "  --kv-cache-dtype auto|bf16|f32\n"
+        "  --block-size N               tokens per KV block\n"
+        "  --no-prefix-caching          disable prefix caching\n"
+        "  --threads N                  compute threads (default: one per physical core)\n"
+        "  --seed N                     base seed for requests without one\n");
 }
 
 static int parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -105,12 +106,18 @@ int pg_cmd_serve(int argc, char **argv) {
             return 2;
         }
         i++;
-        if (!strcmp(a, "--host")) so.host = v;
-        else if (!strcmp(a, "--port")) rc = parse_int(a, v, 0, 65535, &x), so.port = (int)x;
-        else if (!strcmp(a, "--api-key")) so.api_key = v;
-        else if (!strcmp(a, "--served-model-name")) so.served_model_name = v;
-        else if (!strcmp(a, "--chat-template")) tmpl_file = v;
-        else if (!strcmp(a, "--max-queue")) rc = parse_int(a, v, 0, INT_MAX, &x), so.max_queue = (int)x;
+        if (!strcmp(a, "--host"))
+            so.host = v;
+        else if (!strcmp(a, "--port"))
+            rc = parse_int(a, v, 0, 65535, &x), so.port = (int)x;
+        else if (!strcmp(a, "--api-key"))
+            so.api_key = v;
+        else if (!strcmp(a, "--served-model-name"))
+            so.served_model_name = v;
+        else if (!strcmp(a, "--chat-template"))
+            tmpl_file = v;
+        else if (!strcmp(a, "--max-queue"))
+            rc = parse_int(a, v, 0, INT_MAX, &x), so.max_queue = (int)x;
         else if (!strcmp(a, "--max-request-bytes")) {
             uint64_t b = 0;
             if (pg_parse_size(v, &b) || b == 0) {
@@ -118,24 +125,33 @@ int pg_cmd_serve(int argc, char **argv) {
                 return 2;
             }
             so.max_body_bytes = (size_t)b;
-        } else if (!strcmp(a, "--max-model-len")) rc = parse_int(a, v, 1, INT_MAX, &x), eo.max_model_len = (int32_t)x;
-        else if (!strcmp(a, "--max-num-seqs")) rc = parse_int(a, v, 1, INT_MAX, &x), eo.max_num_seqs = (int32_t)x;
+        } else if (!strcmp(a, "--max-model-len"))
+            rc = parse_int(a, v, 1, INT_MAX, &x), eo.max_model_len = (int32_t)x;
+        else if (!strcmp(a, "--max-num-seqs"))
+            rc = parse_int(a, v, 1, INT_MAX, &x), eo.max_num_seqs = (int32_t)x;
         else if (!strcmp(a, "--max-num-batched-tokens"))
             rc = parse_int(a, v, 1, INT_MAX, &x), eo.max_num_batched_tokens = (int32_t)x;
-        else if (!strcmp(a, "--block-size")) rc = parse_int(a, v, 1, 1 << 20, &x), eo.block_size = (int32_t)x;
-        else if (!strcmp(a, "--threads")) rc = parse_int(a, v, 0, 4096, &x), eo.num_threads = (int32_t)x;
-        else if (!strcmp(a, "--seed")) rc = parse_int(a, v, 0, LONG_MAX, &x), eo.seed = (uint64_t)x;
+        else if (!strcmp(a, "--block-size"))
+            rc = parse_int(a, v, 1, 1 << 20, &x), eo.block_size = (int32_t)x;
+        else if (!strcmp(a, "--threads"))
+            rc = parse_int(a, v, 0, 4096, &x), eo.num_threads = (int32_t)x;
+        else if (!strcmp(a, "--seed"))
+            rc = parse_int(a, v, 0, LONG_MAX, &x), eo.seed = (uint64_t)x;
         else if (!strcmp(a, "--kv-cache-memory")) {
             if (pg_parse_size(v, &eo.kv_cache_memory)) {
                 fprintf(stderr, "pagoda serve: --kv-cache-memory: %s\n", pg_last_error());
                 return 2;
             }
         } else if (!strcmp(a, "--kv-cache-dtype")) {
-            if (!strcmp(v, "auto")) eo.kv_cache_dtype = PAGODA_KV_AUTO;
-            else if (!strcmp(v, "bf16")) eo.kv_cache_dtype = PAGODA_KV_BF16;
-            else if (!strcmp(v, "f32")) eo.kv_cache_dtype = PAGODA_KV_F32;
+            if (!strcmp(v, "auto"))
+                eo.kv_cache_dtype = PAGODA_KV_AUTO;
+            else if (!strcmp(v, "bf16"))
+                eo.kv_cache_dtype = PAGODA_KV_BF16;
+            else if (!strcmp(v, "f32"))
+                eo.kv_cache_dtype = PAGODA_KV_F32;
             else {
-                fprintf(stderr, "pagoda serve: --kv-cache-dtype: '%s' is not auto, bf16 or f32\n", v);
+                fprintf(stderr, "pagoda serve: --kv-cache-dtype: '%s' is not auto, bf16 or f32\n",
+                        v);
                 return 2;
             }
         } else {
@@ -181,8 +197,8 @@ int pg_cmd_serve(int argc, char **argv) {
         return 1;
     }
     const char *name = so.served_model_name ? so.served_model_name : pagoda_engine_model_name(e);
-    const char *shown = strchr(so.host, ':') ? "[::1]"
-                        : (!strcmp(so.host, "0.0.0.0") ? "127.0.0.1" : so.host);
+    const char *shown =
+        strchr(so.host, ':') ? "[::1]" : (!strcmp(so.host, "0.0.0.0") ? "127.0.0.1" : so.host);
     int port = pg_server_port(srv);
     printf("pagoda serve: %s (max_model_len %d) listening on http://%s:%d\n", name,
            pagoda_engine_max_model_len(e), shown, port);

@@ -31,8 +31,8 @@ static pagoda_status parse_json(const char *what, const char *text, int want_arr
 
 pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *messages_json,
                                          const char *tools_json, const char *kwargs_json,
-                                         bool add_generation_prompt,
-                                         const char *template_override, char **out) {
+                                         bool add_generation_prompt, const char *template_override,
+                                         char **out) {
     *out = NULL;
     if (!messages_json)
         return pg_error(PAGODA_ERR_INVALID_ARG, "chat template: messages are required");
@@ -64,8 +64,8 @@ pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *mes
 
 pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *messages_json,
                                          const char *tools_json, const char *kwargs_json,
-                                         bool add_generation_prompt,
-                                         const char *template_override, char **out) {
+                                         bool add_generation_prompt, const char *template_override,
+                                         char **out) {
     (void)e, (void)messages_json, (void)tools_json, (void)kwargs_json;
     (void)add_generation_prompt, (void)template_override;
     *out = NULL;

@@ -7,15 +7,14 @@
 #include <string.h>
 
 /* vLLM's bucket boundaries (v1/metrics/loggers.py). */
-static const double TTFT_BUCKETS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                      0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+static const double TTFT_BUCKETS[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                      0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
                                       20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
-static const double ITL_BUCKETS[] = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,
-                                     0.3,  0.4,   0.5,  0.75,  1.0,  2.5,  5.0,
-                                     7.5,  10.0,  20.0, 40.0,  80.0};
-static const double E2E_BUCKETS[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,
-                                     10.0, 15.0, 20.0, 30.0, 40.0, 50.0,  60.0,  120.0,
-                                     240.0, 480.0, 960.0, 1920.0, 7680.0};
+static const double ITL_BUCKETS[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                     0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+static const double E2E_BUCKETS[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                     5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                     60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
 #define NB(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -34,12 +33,15 @@ void pg_metrics_init(pg_metrics *m) {
     hist_init(&m->queue, E2E_BUCKETS, NB(E2E_BUCKETS));
 }
 
-void pg_metrics_destroy(pg_metrics *m) { pthread_mutex_destroy(&m->mu); }
+void pg_metrics_destroy(pg_metrics *m) {
+    pthread_mutex_destroy(&m->mu);
+}
 
 void pg_histogram_observe(pg_histogram *h, double v) {
     if (!(v > 0)) v = 0;
     int b = 0;
-    while (b < h->n_bounds && v > h->bounds[b]) b++;
+    while (b < h->n_bounds && v > h->bounds[b])
+        b++;
     h->counts[b]++;
     h->count++;
     h->sum += v;
@@ -49,10 +51,18 @@ void pg_metrics_finished(pg_metrics *m, pagoda_finish_reason r, double e2e, doub
                          double ttft) {
     pthread_mutex_lock(&m->mu);
     switch (r) {
-    case PAGODA_FINISH_STOP: m->success_stop++; break;
-    case PAGODA_FINISH_LENGTH: m->success_length++; break;
-    case PAGODA_FINISH_ABORT: m->success_abort++; break;
-    default: m->success_error++; break;
+    case PAGODA_FINISH_STOP:
+        m->success_stop++;
+        break;
+    case PAGODA_FINISH_LENGTH:
+        m->success_length++;
+        break;
+    case PAGODA_FINISH_ABORT:
+        m->success_abort++;
+        break;
+    default:
+        m->success_error++;
+        break;
     }
     pg_histogram_observe(&m->e2e, e2e);
     if (queue >= 0) pg_histogram_observe(&m->queue, queue);
@@ -62,7 +72,8 @@ void pg_metrics_finished(pg_metrics *m, pagoda_finish_reason r, double e2e, doub
 
 void pg_metrics_itl(pg_metrics *m, double itl, size_t n) {
     pthread_mutex_lock(&m->mu);
-    for (size_t i = 0; i < n; i++) pg_histogram_observe(&m->itl, itl);
+    for (size_t i = 0; i < n; i++)
+        pg_histogram_observe(&m->itl, itl);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -75,28 +86,28 @@ typedef struct sbuf {
 static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_printf(sbuf *b, const char *fmt, ...) {
     if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)n;
+    va_list ap, aq;
+    va_start(ap, fmt);
+    va_copy(aq, ap);
+    // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): ap is started above
+    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    if (n >= 0 && b->len + (size_t)n >= b->cap) { /* too small: grow, print again */
+        size_t cap = (b->len + (size_t)n + 1) * 2;
         char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
+        if (q) {
+            b->p = q;
+            b->cap = cap;
+            n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, aq);
+        } else {
+            n = -1;
         }
-        b->p = q;
-        b->cap = cap;
     }
+    va_end(aq);
+    va_end(ap);
+    if (n < 0)
+        b->oom = 1;
+    else
+        b->len += (size_t)n;
 }
 
 static void header(sbuf *b, const char *name, const char *type, const char *help) {
@@ -135,9 +146,12 @@ static char *escape_label(const char *s) {
     char *o = malloc(2 * n + 1), *q = o;
     if (!o) return NULL;
     for (; *s; s++) {
-        if (*s == '\\' || *s == '"') *q++ = '\\', *q++ = *s;
-        else if (*s == '\n') *q++ = '\\', *q++ = 'n';
-        else *q++ = *s;
+        if (*s == '\\' || *s == '"')
+            *q++ = '\\', *q++ = *s;
+        else if (*s == '\n')
+            *q++ = '\\', *q++ = 'n';
+        else
+            *q++ = *s;
     }
     *q = 0;
     return o;
@@ -165,8 +179,8 @@ char *pg_metrics_render(pg_metrics *m, const char *model_name, const pagoda_stat
     counter(&b, "vllm:generation_tokens", "Number of generation tokens processed.",
             st->generation_tokens, model);
     counter(&b, "vllm:prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            st->prefix_cache_queries, model);
+            "Prefix cache queries, in terms of number of queried tokens.", st->prefix_cache_queries,
+            model);
     counter(&b, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
             st->prefix_cache_hits, model);
 
@@ -182,8 +196,8 @@ char *pg_metrics_render(pg_metrics *m, const char *model_name, const pagoda_stat
          &m->ttft, model);
     hist(&b, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
          &m->itl, model);
-    hist(&b, "vllm:e2e_request_latency_seconds",
-         "Histogram of e2e request latency in seconds.", &m->e2e, model);
+    hist(&b, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+         &m->e2e, model);
     hist(&b, "vllm:request_queue_time_seconds",
          "Histogram of time spent in WAITING phase for request.", &m->queue, model);
     pthread_mutex_unlock(&m->mu);

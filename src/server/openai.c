@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-pagoda_status pg_api_fail(pg_api_error *err, int status, const char *param, const char *fmt,
-                          ...) {
+pagoda_status pg_api_fail(pg_api_error *err, int status, const char *param, const char *fmt, ...) {
     err->status = status;
     err->type = status == 401   ? "authentication_error"
                 : status == 404 ? "invalid_request_error"
@@ -44,11 +43,16 @@ char *pg_api_error_json(const pg_api_error *err) {
 
 const char *pg_api_finish_name(pagoda_finish_reason r) {
     switch (r) {
-    case PAGODA_FINISH_STOP: return "stop";
-    case PAGODA_FINISH_LENGTH: return "length";
-    case PAGODA_FINISH_ABORT: return "abort";
-    case PAGODA_FINISH_ERROR: return "error";
-    default: return NULL;
+    case PAGODA_FINISH_STOP:
+        return "stop";
+    case PAGODA_FINISH_LENGTH:
+        return "length";
+    case PAGODA_FINISH_ABORT:
+        return "abort";
+    case PAGODA_FINISH_ERROR:
+        return "error";
+    default:
+        return NULL;
     }
 }
 
@@ -234,7 +238,7 @@ static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
                 const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
                 const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
                 if (!cJSON_IsObject(part) || !cJSON_IsString(type) ||
-                    strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+                    strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text))
                     return pg_api_fail(p->err, 400, "messages",
                                        "messages[%zu].content parts must be {\"type\": \"text\", "
                                        "\"text\": \"...\"} (no other part types are supported)",
@@ -270,8 +274,8 @@ static pagoda_status parse_stop(const parse_ctx *p, pg_api_request *r) {
     if (!cJSON_IsString(f) && !cJSON_IsArray(f))
         return pg_api_fail(p->err, 400, "stop", "'stop' must be a string or a list of strings");
     if (cnt > PG_API_MAX_STOP)
-        return pg_api_fail(p->err, 400, "stop", "at most %d stop strings, got %zu",
-                           PG_API_MAX_STOP, cnt);
+        return pg_api_fail(p->err, 400, "stop", "at most %d stop strings, got %zu", PG_API_MAX_STOP,
+                           cnt);
     if (cnt == 0) return PAGODA_OK;
     r->stop = calloc(cnt, sizeof *r->stop);
     if (!r->stop) return pg_api_fail(p->err, 500, "stop", "out of memory");
@@ -311,8 +315,8 @@ static pagoda_status parse_logit_bias(const parse_ctx *p, pg_api_request *r) {
         char *end = NULL;
         long tok = strtol(it->string, &end, 10);
         if (!it->string[0] || *end || tok < 0 || tok > 2147483647L)
-            return pg_api_fail(p->err, 400, "logit_bias",
-                               "'logit_bias' key '%s' is not a token id", it->string);
+            return pg_api_fail(p->err, 400, "logit_bias", "'logit_bias' key '%s' is not a token id",
+                               it->string);
         if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < -100 ||
             it->valuedouble > 100)
             return pg_api_fail(p->err, 400, "logit_bias",
@@ -334,7 +338,8 @@ static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
     int64_t mt = 0;
     bool has_mt = false;
     const char *mt_name = "max_tokens";
-    if (r->kind == PG_API_CHAT && field(p, "max_completion_tokens")) mt_name = "max_completion_tokens";
+    if (r->kind == PG_API_CHAT && field(p, "max_completion_tokens"))
+        mt_name = "max_completion_tokens";
     if (field(p, mt_name) && is_int(field(p, mt_name)) && field(p, mt_name)->valuedouble < 1)
         return pg_api_fail(p->err, 400, mt_name, "'%s' must be at least 1, got %.0f", mt_name,
                            field(p, mt_name)->valuedouble);
@@ -371,8 +376,8 @@ static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
                            (double)s->repetition_penalty);
     bool has_seed = false;
     int64_t seed = s->seed;
-    if ((st = get_int64(p, "seed", -9223372036854775807LL, 9223372036854775807LL, &has_seed,
-                        &seed)))
+    if ((st =
+             get_int64(p, "seed", -9223372036854775807LL, 9223372036854775807LL, &has_seed, &seed)))
         return st;
     if (has_seed) s->seed = seed < 0 ? seed & INT64_MAX : seed; /* any int64, as vLLM */
     if ((st = get_int32(p, "min_tokens", 0, 2147483647LL, &s->min_tokens))) return st;
@@ -382,8 +387,7 @@ static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
                            s->max_tokens);
     if ((st = get_bool(p, "ignore_eos", &s->ignore_eos))) return st;
     if ((st = get_bool(p, "skip_special_tokens", &s->skip_special_tokens))) return st;
-    if ((st = get_bool(p, "include_stop_str_in_output", &s->include_stop_str_in_output)))
-        return st;
+    if ((st = get_bool(p, "include_stop_str_in_output", &s->include_stop_str_in_output))) return st;
     if ((st = parse_stop(p, r))) return st;
     s->stop = (const char *const *)r->stop;
     const cJSON *sti = field(p, "stop_token_ids");
@@ -512,7 +516,8 @@ void pg_api_request_free(pg_api_request *r) {
     free(r->logit_bias);
     free(r->stop_token_ids);
     if (r->stop)
-        for (size_t i = 0; i < r->sampling.n_stop; i++) free(r->stop[i]);
+        for (size_t i = 0; i < r->sampling.n_stop; i++)
+            free(r->stop[i]);
     free(r->stop);
     memset(r, 0, sizeof *r);
 }
@@ -539,7 +544,8 @@ pagoda_status pg_api_check_length(int32_t n_prompt, int32_t max_tokens, int32_t 
 pagoda_status pg_api_choice_append(pg_api_choice *c, const char *text, size_t len) {
     if (c->len + len + 1 > c->cap) {
         size_t cap = c->cap ? c->cap : 64;
-        while (cap < c->len + len + 1) cap *= 2;
+        while (cap < c->len + len + 1)
+            cap *= 2;
         char *t = realloc(c->text, cap);
         if (!t) return pg_error(PAGODA_ERR_NOMEM, "server: out of memory for %zu bytes", cap);
         c->text = t;
@@ -568,13 +574,15 @@ pagoda_status pg_api_choice_add_logprob(pg_api_choice *c, pg_api_logprob *lp) {
 
 void pg_api_logprob_free(pg_api_logprob *lp) {
     free(lp->text);
-    for (int32_t i = 0; i < lp->n_top; i++) free(lp->top[i].text);
+    for (int32_t i = 0; i < lp->n_top; i++)
+        free(lp->top[i].text);
     free(lp->top);
 }
 
 void pg_api_choice_free(pg_api_choice *c) {
     free(c->text);
-    for (size_t i = 0; i < c->n_lp; i++) pg_api_logprob_free(&c->lp[i]);
+    for (size_t i = 0; i < c->n_lp; i++)
+        pg_api_logprob_free(&c->lp[i]);
     free(c->lp);
     free(c->stop_reason);
     memset(c, 0, sizeof *c);
@@ -586,10 +594,14 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
     size_t len;
     uint32_t min;
     if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, min = 0x10000;
-    else return 0;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
     if (n < len) return 0;
     uint32_t cp = c & (0x7F >> len);
     for (size_t i = 1; i < len; i++) {
@@ -621,8 +633,7 @@ char *pg_api_utf8_dup(const char *s, size_t len) {
     return out;
 }
 
-pg_api_usage pg_api_usage_of(const pg_api_choice *choices, size_t n_choices,
-                             int32_t n_per_prompt) {
+pg_api_usage pg_api_usage_of(const pg_api_choice *choices, size_t n_choices, int32_t n_per_prompt) {
     pg_api_usage u = {0, 0, 0};
     for (size_t i = 0; i < n_choices; i++) {
         if (n_per_prompt <= 1 || i % (size_t)n_per_prompt == 0) {
@@ -649,9 +660,9 @@ static cJSON *meta_object(const pg_api_meta *m, bool chunk) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", m->id);
     cJSON_AddStringToObject(o, "object",
-                            m->kind == PG_API_CHAT ? (chunk ? "chat.completion.chunk"
-                                                            : "chat.completion")
-                                                   : "text_completion");
+                            m->kind == PG_API_CHAT
+                                ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)m->created);
     cJSON_AddStringToObject(o, "model", m->model);
     return o;
@@ -759,13 +770,9 @@ char *pg_api_response_json(const pg_api_meta *m, const pg_api_choice *choices, s
 static char *sse(cJSON *o) {
     char *js = print_free(o);
     if (!js) return NULL;
-    size_t n = strlen(js);
-    char *out = malloc(n + 9);
-    if (out) {
-        memcpy(out, "data: ", 6);
-        memcpy(out + 6, js, n);
-        memcpy(out + 6 + n, "\n\n", 3);
-    }
+    size_t n = strlen(js) + 9;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "data: %s\n\n", js);
     cJSON_free(js);
     return out;
 }

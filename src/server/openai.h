@@ -28,10 +28,10 @@ typedef enum pg_api_kind {
 /* An HTTP error in OpenAI's shape:
  * {"error": {"message", "type", "param", "code"}}. */
 typedef struct pg_api_error {
-    int status;         /* HTTP status: 400, 401, 404, 405, 413, 503, 500 */
-    const char *type;   /* "invalid_request_error", "authentication_error", ... */
-    const char *code;   /* NULL or e.g. "model_not_found" */
-    char param[64];     /* offending field ("" = none) */
+    int status;       /* HTTP status: 400, 401, 404, 405, 413, 503, 500 */
+    const char *type; /* "invalid_request_error", "authentication_error", ... */
+    const char *code; /* NULL or e.g. "model_not_found" */
+    char param[64];   /* offending field ("" = none) */
     char message[768];
 } pg_api_error;
 
@@ -53,19 +53,19 @@ typedef struct pg_api_prompt {
 /* A parsed and validated /v1/completions or /v1/chat/completions body. */
 typedef struct pg_api_request {
     pg_api_kind kind;
-    char *model;              /* NULL when absent */
-    pg_api_prompt *prompts;   /* completions: >= 1 prompts */
+    char *model;            /* NULL when absent */
+    pg_api_prompt *prompts; /* completions: >= 1 prompts */
     size_t n_prompts;
-    char *messages_json;      /* chat: the messages array re-serialized */
-    char *tools_json;         /* chat: tools array or NULL */
-    char *kwargs_json;        /* chat: chat_template_kwargs object or NULL */
+    char *messages_json;        /* chat: the messages array re-serialized */
+    char *tools_json;           /* chat: tools array or NULL */
+    char *kwargs_json;          /* chat: chat_template_kwargs object or NULL */
     bool add_generation_prompt; /* chat, default true */
-    bool add_special_tokens;  /* completions default true, chat default false */
-    int32_t n;                /* choices per prompt, >= 1 */
+    bool add_special_tokens;    /* completions default true, chat default false */
+    int32_t n;                  /* choices per prompt, >= 1 */
     bool stream;
-    bool include_usage;       /* stream_options.include_usage */
-    bool echo;                /* completions: prepend the prompt text */
-    int32_t logprobs;         /* -1 none; completions: top-N; chat: top_logprobs */
+    bool include_usage; /* stream_options.include_usage */
+    bool echo;          /* completions: prepend the prompt text */
+    int32_t logprobs;   /* -1 none; completions: top-N; chat: top_logprobs */
     char *user;
     pagoda_sampling sampling; /* arrays below are owned by the request */
     pagoda_logit_bias *logit_bias;
@@ -82,8 +82,7 @@ typedef struct pg_api_request {
  * fields of the wrong type are errors. Context-length checks need the
  * tokenizer and happen later (pg_api_check_length). */
 pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
-                           const pagoda_sampling *defaults, pg_api_request *out,
-                           pg_api_error *err);
+                           const pagoda_sampling *defaults, pg_api_request *out, pg_api_error *err);
 void pg_api_request_free(pg_api_request *r);
 
 /* Check a prompt of n_prompt tokens against the context (max_model_len):
@@ -116,8 +115,8 @@ typedef struct pg_api_choice {
     size_t n_lp, cap_lp;
     size_t text_offset0; /* bytes of the echoed prompt (completions logprobs) */
     pagoda_finish_reason finish;
-    char *stop_reason;   /* matched stop string or NULL */
-    int32_t stop_token;  /* matched stop token or -1 */
+    char *stop_reason;  /* matched stop string or NULL */
+    int32_t stop_token; /* matched stop token or -1 */
     int32_t n_prompt_tokens;
     int32_t n_output_tokens;
     int32_t n_cached_tokens;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "server/metrics.h"
@@ -102,6 +103,12 @@ typedef struct conn {
     job *job;
 } conn;
 
+static uint64_t mix64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
 static double now_mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -114,8 +121,8 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
                                  char *body_owned, size_t len, const char *extra_hdr,
                                  const char *extra_val) {
     struct MHD_Response *r = MHD_create_response_from_buffer(
-        len, body_owned ? body_owned : (void *)"", body_owned ? MHD_RESPMEM_MUST_FREE
-                                                              : MHD_RESPMEM_PERSISTENT);
+        len, body_owned ? body_owned : (void *)"",
+        body_owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!r) {
         free(body_owned);
         return MHD_NO;
@@ -153,7 +160,8 @@ static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *pa
 
 static void job_free(job *j) {
     if (!j) return;
-    for (size_t i = 0; i < j->n_choices; i++) pg_api_choice_free(&j->choices[i]);
+    for (size_t i = 0; i < j->n_choices; i++)
+        pg_api_choice_free(&j->choices[i]);
     free(j->choices);
     free(j->subs);
     free(j->out);
@@ -171,11 +179,13 @@ static void job_unregister_locked(job *j) {
         pagoda_engine_abort(s->e, j->subs[i].eid);
         j->subs[i].done = true;
         s->inflight--;
-        pg_metrics_finished(&s->metrics, PAGODA_FINISH_ABORT, now_mono() - j->subs[i].arrival,
-                            -1, -1);
+        pg_metrics_finished(&s->metrics, PAGODA_FINISH_ABORT, now_mono() - j->subs[i].arrival, -1,
+                            -1);
     }
-    if (j->prev) j->prev->next = j->next;
-    else s->jobs = j->next;
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->jobs = j->next;
     if (j->next) j->next->prev = j->prev;
     j->registered = false;
 }
@@ -187,15 +197,17 @@ static void job_log(const job *j) {
     for (size_t i = 0; i < j->n_choices; i++) {
         out_tokens += j->choices[i].n_output_tokens;
         if (i % (size_t)j->req.n == 0) prompt_tokens += j->choices[i].n_prompt_tokens;
-        if (j->subs[i].first_token > 0 && (ttft < 0 || j->subs[i].first_token - j->subs[i].arrival < ttft))
+        if (j->subs[i].first_token > 0 &&
+            (ttft < 0 || j->subs[i].first_token - j->subs[i].arrival < ttft))
             ttft = j->subs[i].first_token - j->subs[i].arrival;
-        if (pg_api_finish_name(j->choices[i].finish)) fin = pg_api_finish_name(j->choices[i].finish);
+        if (pg_api_finish_name(j->choices[i].finish))
+            fin = pg_api_finish_name(j->choices[i].finish);
     }
-    PG_INFO("%s: %zu choice%s, prompt %lld tokens, output %lld tokens, ttft %.1f ms, total %.1f ms, "
-            "finish %s",
-            j->id, j->n_choices, j->n_choices == 1 ? "" : "s", (long long)prompt_tokens,
-            (long long)out_tokens, ttft < 0 ? -1.0 : ttft * 1e3, (now_mono() - j->t_start) * 1e3,
-            fin);
+    PG_INFO(
+        "%s: %zu choice%s, prompt %lld tokens, output %lld tokens, ttft %.1f ms, total %.1f ms, "
+        "finish %s",
+        j->id, j->n_choices, j->n_choices == 1 ? "" : "s", (long long)prompt_tokens,
+        (long long)out_tokens, ttft < 0 ? -1.0 : ttft * 1e3, (now_mono() - j->t_start) * 1e3, fin);
 }
 
 /* True when the peer closed its end of the connection. */
@@ -294,7 +306,8 @@ static void *engine_main(void *arg) {
         for (size_t k = 0; k < n; k++) {
             for (job *j = s->jobs; j; j = j->next) {
                 size_t i = 0;
-                while (i < j->n_choices && j->subs[i].eid != outs[k].id) i++;
+                while (i < j->n_choices && j->subs[i].eid != outs[k].id)
+                    i++;
                 if (i == j->n_choices) continue;
                 apply_output(s, j, i, &outs[k], now);
                 pthread_cond_broadcast(&j->cv);
@@ -308,12 +321,15 @@ static void *engine_main(void *arg) {
 
 /* --------------------------------------------------------- generation */
 
-static char *detok(pagoda_engine *e, const int32_t *ids, size_t n, bool skip_special,
-                   size_t *len) {
+static char *detok(pagoda_engine *e, const int32_t *ids, size_t n, bool skip_special, size_t *len) {
     char *t = NULL;
     if (pagoda_detokenize(e, ids, n, skip_special, &t, len) != PAGODA_OK) return NULL;
     char *s = malloc(*len + 1);
-    if (s) memcpy(s, t, *len), s[*len] = 0;
+    if (s) {
+        // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
+        memcpy(s, t, *len);
+        s[*len] = 0;
+    }
     pagoda_free(t);
     return s;
 }
@@ -334,8 +350,8 @@ static pagoda_status encode_rendered(pg_server *s, const char *text, size_t len,
 
 /* Tokenize every prompt (chat: render the template first) and check lengths.
  * On success ids[i] / n_ids[i] are malloc'ed and echo texts set. */
-static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out,
-                                     size_t **n_out, pg_api_error *err) {
+static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out, size_t **n_out,
+                                     pg_api_error *err) {
     pg_api_request *r = &j->req;
     if (r->kind == PG_API_CHAT) {
         char *text = NULL;
@@ -363,11 +379,10 @@ static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out,
     for (size_t p = 0; p < r->n_prompts; p++) {
         pg_api_prompt *pr = &r->prompts[p];
         if (pr->text) {
-            pagoda_status st =
-                r->kind == PG_API_CHAT
-                    ? encode_rendered(s, pr->text, pr->text_len, &ids[p], &n[p])
-                    : pagoda_tokenize(s->e, pr->text, pr->text_len, r->add_special_tokens,
-                                      &ids[p], &n[p]);
+            pagoda_status st = r->kind == PG_API_CHAT
+                                   ? encode_rendered(s, pr->text, pr->text_len, &ids[p], &n[p])
+                                   : pagoda_tokenize(s->e, pr->text, pr->text_len,
+                                                     r->add_special_tokens, &ids[p], &n[p]);
             if (st) return pg_api_fail(err, 400, "prompt", "%s", pagoda_last_error());
         } else {
             for (size_t k = 0; k < pr->n_ids; k++)
@@ -389,7 +404,8 @@ static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out,
 
 static void free_ids(int32_t **ids, size_t *n, size_t count) {
     if (ids)
-        for (size_t i = 0; i < count; i++) pagoda_free(ids[i]);
+        for (size_t i = 0; i < count; i++)
+            pagoda_free(ids[i]);
     free(ids);
     free(n);
 }
@@ -397,6 +413,7 @@ static void free_ids(int32_t **ids, size_t *n, size_t count) {
 /* Add the job's engine requests and register it; 503 when the queue is full. */
 static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_api_error *err) {
     pg_api_request *r = &j->req;
+    if (!ids || !n) return pg_api_fail(err, 500, NULL, "out of memory");
     size_t per = (size_t)r->n;
     j->n_choices = r->n_prompts * per;
     j->choices = calloc(j->n_choices, sizeof *j->choices);
@@ -433,10 +450,12 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
         req.n_prompt_token_ids = n[c / per];
         req.add_special_tokens = false;
         req.sampling = r->sampling;
-        if (r->sampling.seed >= 0) req.sampling.seed = r->sampling.seed + (int64_t)(c % per);
+        if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
+            req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
         if (pagoda_engine_add_request(s->e, &req, &j->subs[c].eid, NULL) != PAGODA_OK) {
             pg_api_fail(err, 400, NULL, "%s", pagoda_last_error());
-            for (size_t k = 0; k < c; k++) pagoda_engine_abort(s->e, j->subs[k].eid);
+            for (size_t k = 0; k < c; k++)
+                pagoda_engine_abort(s->e, j->subs[k].eid);
             pthread_mutex_unlock(&s->mu);
             return PAGODA_ERR_INVALID_ARG;
         }
@@ -457,6 +476,7 @@ static void out_push(job *j, char *ev) {
     size_t n = strlen(ev);
     char *nb = realloc(j->out, j->out_len + n);
     if (nb) {
+        // NOLINTNEXTLINE(bugprone-not-null-terminated-result): a byte buffer, not a string
         memcpy(nb + j->out_len, ev, n);
         j->out = nb;
         j->out_len += n;
@@ -488,7 +508,8 @@ static void stream_collect(job *j) {
     }
     if (j->n_done == j->n_choices && !j->done_sent) {
         bool all = true;
-        for (size_t i = 0; i < j->n_choices; i++) all &= j->subs[i].finish_sent;
+        for (size_t i = 0; i < j->n_choices; i++)
+            all &= j->subs[i].finish_sent;
         if (!all) return;
         if (j->req.include_usage && !j->usage_sent) {
             pg_api_usage u = pg_api_usage_of(j->choices, j->n_choices, j->req.n);
@@ -546,16 +567,18 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
         job_free(j);
         return send_error(c, &err);
     }
-    if (j->req.model && strcmp(j->req.model, s->model_name)) {
+    if (j->req.model && strcmp(j->req.model, s->model_name) != 0) {
         pg_api_fail(&err, 404, "model", "The model `%s` does not exist (this server serves `%s`).",
                     j->req.model, s->model_name);
         err.code = "model_not_found";
         job_free(j);
         return send_error(c, &err);
     }
-    uint64_t num = atomic_fetch_add(&s->next_id, 1);
-    snprintf(j->id, sizeof j->id, "%s-%llx%08llx", kind == PG_API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)num, (unsigned long long)((uint64_t)time(NULL) & 0xffffffffu));
+    /* ids: a splitmix64 stream keyed per server start (unique, not secret) */
+    uint64_t num = atomic_fetch_add(&s->next_id, 0x9E3779B97F4A7C15ull);
+    uint64_t a = mix64(num), b = mix64(num ^ 0xD1B54A32D192ED03ull);
+    snprintf(j->id, sizeof j->id, "%s-%016llx%016llx", kind == PG_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)a, (unsigned long long)b);
     j->meta = (pg_api_meta){kind, j->id, (int64_t)time(NULL), s->model_name};
 
     int32_t **ids = NULL;
@@ -590,9 +613,11 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     bool complete = j->n_done == j->n_choices;
     const char *error = NULL;
     for (size_t i = 0; i < j->n_choices && complete; i++)
-        if (j->choices[i].finish == PAGODA_FINISH_ERROR) error = "generation failed (see the server log)";
-    char *js = complete && !error ? pg_api_response_json(&j->meta, j->choices, j->n_choices, j->req.n)
-                                  : NULL;
+        if (j->choices[i].finish == PAGODA_FINISH_ERROR)
+            error = "generation failed (see the server log)";
+    char *js = complete && !error
+                   ? pg_api_response_json(&j->meta, j->choices, j->n_choices, j->req.n)
+                   : NULL;
     pthread_mutex_unlock(&s->mu);
     if (gone) return MHD_NO;
     if (!complete) return fail(c, 503, NULL, "server shutting down");
@@ -637,7 +662,7 @@ static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
     char *text = NULL;
     bool text_pagoda = false;
     if (model && !cJSON_IsNull(model) &&
-        (!cJSON_IsString(model) || strcmp(model->valuestring, s->model_name))) {
+        (!cJSON_IsString(model) || strcmp(model->valuestring, s->model_name) != 0)) {
         pg_api_error err;
         pg_api_fail(&err, 404, "model", "The model `%s` does not exist.",
                     cJSON_IsString(model) ? model->valuestring : "?");
@@ -646,8 +671,8 @@ static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
         goto out;
     }
     if ((add_sp && !cJSON_IsBool(add_sp)) || (add_gen && !cJSON_IsBool(add_gen))) {
-        ret = fail(c, 400, add_sp && !cJSON_IsBool(add_sp) ? "add_special_tokens"
-                                                           : "add_generation_prompt",
+        ret = fail(c, 400,
+                   add_sp && !cJSON_IsBool(add_sp) ? "add_special_tokens" : "add_generation_prompt",
                    "flag must be a boolean");
         goto out;
     }
@@ -683,7 +708,8 @@ static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
     cJSON_AddNumberToObject(o, "count", (double)n);
     cJSON_AddNumberToObject(o, "max_model_len", s->max_model_len);
     cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
     cJSON_AddNullToObject(o, "token_strs");
     pagoda_free(ids);
     char *js = cJSON_PrintUnformatted(o);
@@ -776,19 +802,21 @@ static const route ROUTES[] = {
 static bool auth_ok(pg_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     const char *k = h + 7;
-    while (*k == ' ') k++;
+    while (*k == ' ')
+        k++;
     /* constant-time compare over the key's length */
     size_t n = strlen(s->api_key), m = strlen(k);
     unsigned diff = (unsigned)(n ^ m);
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)s->api_key[i] ^ (unsigned char)(i < m ? k[i] : 0);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)s->api_key[i] ^ (unsigned char)(i < m ? k[i] : 0);
     return diff == 0;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls) {
     pg_server *s = cls;
     conn *cc = *con_cls;
     if (!cc) {
@@ -799,7 +827,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const route *rt = NULL;
         bool path_known = false;
         for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
-            if (strcmp(url, ROUTES[i].path)) continue;
+            if (strcmp(url, ROUTES[i].path) != 0) continue;
             path_known = true;
             if (!strcmp(method, ROUTES[i].method)) rt = &ROUTES[i];
         }
@@ -846,7 +874,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         if (cc->len + n + 1 > cc->cap) {
             size_t cap = cc->cap ? cc->cap : 4096;
-            while (cap < cc->len + n + 1) cap *= 2;
+            while (cap < cc->len + n + 1)
+                cap *= 2;
             char *b = realloc(cc->body, cap);
             if (!b) return MHD_NO;
             cc->body = b;
@@ -863,18 +892,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return fail(c, 413, NULL, msg);
     }
     switch (cc->ep) {
-    case EP_HEALTH: return send_text(c, 200, NULL, NULL, 0, NULL, NULL);
+    case EP_HEALTH:
+        return send_text(c, 200, NULL, NULL, 0, NULL, NULL);
     case EP_VERSION: {
         char *js = strdup("{\"version\":\"" PAGODA_VERSION "\"}");
         return send_json(c, 200, js);
     }
-    case EP_MODELS: return handle_models(s, c);
-    case EP_METRICS: return handle_metrics(s, c);
-    case EP_TOKENIZE: return handle_tokenize(cc, c);
-    case EP_DETOKENIZE: return handle_detokenize(cc, c);
+    case EP_MODELS:
+        return handle_models(s, c);
+    case EP_METRICS:
+        return handle_metrics(s, c);
+    case EP_TOKENIZE:
+        return handle_tokenize(cc, c);
+    case EP_DETOKENIZE:
+        return handle_detokenize(cc, c);
     case EP_COMPLETIONS:
-    case EP_CHAT: return handle_generate(cc, c);
-    default: return fail(c, 404, NULL, "no such endpoint");
+    case EP_CHAT:
+        return handle_generate(cc, c);
+    default:
+        return fail(c, 404, NULL, "no such endpoint");
     }
 }
 
@@ -888,7 +924,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         bool aborted = cc->job->n_done < cc->job->n_choices;
         job_unregister_locked(cc->job);
         pthread_mutex_unlock(&s->mu);
-        if (aborted) PG_INFO("%s: client went away, request aborted", cc->job->id);
+        if (aborted)
+            PG_INFO("%s: %s, request aborted", cc->job->id,
+                    atomic_load(&s->stopping) ? "server shutting down" : "client went away");
         job_log(cc->job);
         job_free(cc->job);
     }
@@ -904,7 +942,8 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     pg_server *s = calloc(1, sizeof *s);
     if (!s) return pg_error(PAGODA_ERR_NOMEM, "server: out of memory");
     s->e = e;
-    const char *name = opt->served_model_name ? opt->served_model_name : pagoda_engine_model_name(e);
+    const char *name =
+        opt->served_model_name ? opt->served_model_name : pagoda_engine_model_name(e);
     s->model_name = strdup(name ? name : "model");
     s->api_key = opt->api_key && opt->api_key[0] ? strdup(opt->api_key) : NULL;
     s->chat_template = opt->chat_template ? strdup(opt->chat_template) : NULL;
@@ -916,13 +955,17 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     size_t nsp = 0;
     if (pagoda_tokenize(e, "", 0, true, &sp, &nsp) == PAGODA_OK) {
         s->n_special_ids = nsp < 2 ? nsp : 2;
-        for (size_t i = 0; i < s->n_special_ids; i++) s->special_ids[i] = sp[i];
+        for (size_t i = 0; i < s->n_special_ids; i++)
+            s->special_ids[i] = sp[i];
         pagoda_free(sp);
     }
     pg_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
     atomic_init(&s->stopping, false);
-    atomic_init(&s->next_id, 1);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    atomic_init(&s->next_id, mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+                                 ((uint64_t)getpid() << 32));
 
     const char *host = opt->host ? opt->host : "127.0.0.1";
     char port[16];
@@ -937,15 +980,14 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
         return pg_error(PAGODA_ERR_IO, "serve: cannot resolve host '%s': %s", host,
                         gai_strerror(gai));
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(flags, (uint16_t)opt->port, NULL, NULL, on_request, s,
-                              MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-                              on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-                              MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20,
-                              MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(
+        flags, (uint16_t)opt->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
+        MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         int err = errno;
@@ -964,7 +1006,9 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     return PAGODA_OK;
 }
 
-int pg_server_port(const pg_server *s) { return s->port; }
+int pg_server_port(const pg_server *s) {
+    return s->port;
+}
 
 void pg_server_stop(pg_server *s) {
     if (!s) return;

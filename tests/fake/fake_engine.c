@@ -56,7 +56,9 @@ struct pagoda_engine {
     pagoda_stats st;
 };
 
-const char *pagoda_last_error(void) { return pg_last_error(); }
+const char *pagoda_last_error(void) {
+    return pg_last_error();
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -77,7 +79,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     const char *b = strrchr(model, '/');
     while (b && !b[1] && b > model) { /* trailing slash */
         const char *p = b - 1;
-        while (p > model && *p != '/') p--;
+        while (p > model && *p != '/')
+            p--;
         b = p;
     }
     e->name = strdup(b ? b + 1 : model);
@@ -98,7 +101,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
 
 static void freq_free(freq *r) {
     free(r->toks);
-    for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
     free(r->stop);
     free(r->text);
     free(r->stop_hit);
@@ -108,18 +112,28 @@ static void freq_free(freq *r) {
 
 void pagoda_engine_free(pagoda_engine *e) {
     if (!e) return;
-    for (freq *r = e->reqs, *n; r; r = n) n = r->next, freq_free(r);
-    for (freq *r = e->dead, *n; r; r = n) n = r->next, freq_free(r);
+    for (freq *r = e->reqs, *n; r; r = n)
+        n = r->next, freq_free(r);
+    for (freq *r = e->dead, *n; r; r = n)
+        n = r->next, freq_free(r);
     free(e->outs);
     free(e->path);
     free(e->name);
     free(e);
 }
 
-int32_t pagoda_engine_max_model_len(const pagoda_engine *e) { return e->max_model_len; }
-int32_t pagoda_engine_vocab_size(const pagoda_engine *e) { return VOCAB; }
-const char *pagoda_engine_model_name(const pagoda_engine *e) { return e->name; }
-const char *pg_engine_model_path(const pagoda_engine *e) { return e->path; }
+int32_t pagoda_engine_max_model_len(const pagoda_engine *e) {
+    return e->max_model_len;
+}
+int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
+    return VOCAB;
+}
+const char *pagoda_engine_model_name(const pagoda_engine *e) {
+    return e->name;
+}
+const char *pg_engine_model_path(const pagoda_engine *e) {
+    return e->path;
+}
 
 void pagoda_sampling_defaults(const pagoda_engine *e, pagoda_sampling *s) {
     memset(s, 0, sizeof *s);
@@ -143,7 +157,8 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
     if (!v) return pg_error(PAGODA_ERR_NOMEM, "fake engine: out of memory");
     size_t k = 0;
     if (add_special) v[k++] = BOS;
-    for (size_t i = 0; i < len; i++) v[k++] = (unsigned char)text[i];
+    for (size_t i = 0; i < len; i++)
+        v[k++] = (unsigned char)text[i];
     *ids = v;
     *n = k;
     return PAGODA_OK;
@@ -157,11 +172,14 @@ pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= VOCAB) {
             free(t);
-            return pg_error(PAGODA_ERR_INVALID_ARG, "fake engine: token id %d out of range", ids[i]);
+            return pg_error(PAGODA_ERR_INVALID_ARG, "fake engine: token id %d out of range",
+                            ids[i]);
         }
-        if (ids[i] < 256) t[k++] = (char)ids[i];
-        else if (!skip_special) memcpy(t + k, ids[i] == BOS ? "<s>" : "</s>", ids[i] == BOS ? 3 : 4),
-                                k += ids[i] == BOS ? 3 : 4;
+        if (ids[i] < 256)
+            t[k++] = (char)ids[i];
+        else if (!skip_special)
+            memcpy(t + k, ids[i] == BOS ? "<s>" : "</s>", ids[i] == BOS ? 3 : 4),
+                k += ids[i] == BOS ? 3 : 4;
     }
     t[k] = 0;
     *text = t;
@@ -169,7 +187,9 @@ pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size
     return PAGODA_OK;
 }
 
-void pagoda_free(void *p) { free(p); }
+void pagoda_free(void *p) {
+    free(p);
+}
 
 pagoda_status pagoda_engine_add_request(pagoda_engine *e, const pagoda_request *req,
                                         uint64_t *id_out, int32_t *n_prompt_out) {
@@ -214,14 +234,16 @@ pagoda_status pagoda_engine_add_request(pagoda_engine *e, const pagoda_request *
     }
     r->n_stop = req->sampling.n_stop;
     r->stop = calloc(r->n_stop + 1, sizeof *r->stop);
-    for (size_t i = 0; i < r->n_stop; i++) r->stop[i] = strdup(req->sampling.stop[i]);
+    for (size_t i = 0; i < r->n_stop; i++)
+        r->stop[i] = strdup(req->sampling.stop[i]);
     r->rng = req->sampling.seed >= 0 ? (uint64_t)req->sampling.seed * 0x9E3779B97F4A7C15ull + 1
                                      : (uint64_t)rand() << 20 ^ (uint64_t)rand();
     r->arrival = now_s();
     pthread_mutex_lock(&e->mu);
     r->id = e->next_id++;
     freq **tail = &e->reqs;
-    while (*tail) tail = &(*tail)->next;
+    while (*tail)
+        tail = &(*tail)->next;
     *tail = r;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -264,15 +286,19 @@ static int32_t next_token(freq *r) {
     return (unsigned char)alphabet[(h >> 8) % (sizeof alphabet - 1)];
 }
 
-static size_t blocks_of(const freq *r) { return (r->n + BLOCK - 1) / BLOCK; }
+static size_t blocks_of(const freq *r) {
+    return (r->n + BLOCK - 1) / BLOCK;
+}
 
 pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
     pthread_mutex_lock(&e->mu);
-    for (freq *r = e->dead, *n; r; r = n) n = r->next, freq_free(r);
+    for (freq *r = e->dead, *n; r; r = n)
+        n = r->next, freq_free(r);
     e->dead = NULL;
     e->n_outs = 0;
     size_t count = 0;
-    for (freq *r = e->reqs; r; r = r->next) count++;
+    for (freq *r = e->reqs; r; r = r->next)
+        count++;
     if (count > e->cap_outs) {
         e->outs = realloc(e->outs, count * sizeof *e->outs);
         e->cap_outs = count;
@@ -311,14 +337,16 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
                 r->lp.token = tok;
                 r->lp.logprob = -0.25f;
                 int32_t nt = r->s.logprobs < MAX_TOP ? r->s.logprobs : MAX_TOP;
-                for (int32_t k = 0; k < nt; k++) r->top[k] = (pagoda_top_logprob){'a' + k, -1.0f - k};
+                for (int32_t k = 0; k < nt; k++)
+                    r->top[k] = (pagoda_top_logprob){'a' + k, -1.0f - k};
                 r->lp.top = r->top;
                 r->lp.n_top = nt;
                 o->logprobs = &r->lp;
             }
             size_t gen = r->n - r->n_prompt;
             bool stop_tok = false;
-            for (size_t k = 0; k < r->s.n_stop_token_ids; k++) stop_tok |= r->s.stop_token_ids[k] == tok;
+            for (size_t k = 0; k < r->s.n_stop_token_ids; k++)
+                stop_tok |= r->s.stop_token_ids[k] == tok;
             if ((tok == EOS && !r->s.ignore_eos) || (stop_tok && (int32_t)gen >= r->s.min_tokens)) {
                 fin = PAGODA_FINISH_STOP;
                 o->stop_token = tok;
@@ -329,7 +357,11 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
                     r->text[r->text_len] = 0;
                 }
                 for (size_t k = 0; k < r->n_stop && fin == PAGODA_FINISH_NONE; k++) {
-                    char *hit = r->text ? strstr(r->text + (r->sent > strlen(r->stop[k]) ? r->sent - strlen(r->stop[k]) : 0), r->stop[k]) : NULL;
+                    char *hit = r->text ? strstr(r->text + (r->sent > strlen(r->stop[k])
+                                                                ? r->sent - strlen(r->stop[k])
+                                                                : 0),
+                                                 r->stop[k])
+                                        : NULL;
                     if (hit) {
                         fin = PAGODA_FINISH_STOP;
                         r->stop_hit = strdup(r->stop[k]);
@@ -397,7 +429,9 @@ const pagoda_output *pagoda_engine_outputs(const pagoda_engine *e, size_t *n) {
     return e->outs;
 }
 
-bool pagoda_engine_has_unfinished(const pagoda_engine *e) { return e->reqs != NULL; }
+bool pagoda_engine_has_unfinished(const pagoda_engine *e) {
+    return e->reqs != NULL;
+}
 
 bool pagoda_engine_wait_for_work(pagoda_engine *e, int timeout_ms) {
     pthread_mutex_lock(&e->mu);
