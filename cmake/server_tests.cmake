@@ -44,6 +44,6 @@ if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ)
            "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
   set_tests_properties(serve_openai_node PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
 else()
-  message(STATUS "node/npm (or jq) not found: the openai-client test of `pagoda serve` "
+  message(WARNING "node/npm (or jq) not found: the openai-client test of `pagoda serve` "
                  "(tests/node) is not registered; install Node.js >= 20 to run it")
 endif()

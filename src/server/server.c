@@ -977,7 +977,7 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     int gai = getaddrinfo(host, port, &hints, &ai);
     if (gai || !ai) {
         pg_server_stop(s);
-        return pg_error(PAGODA_ERR_IO, "serve: cannot resolve host '%s': %s", host,
+        return pg_error(PAGODA_ERR_IO, "cannot resolve host '%s': %s", host,
                         gai_strerror(gai));
     }
     unsigned flags =
@@ -986,20 +986,19 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)opt->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
-        MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         int err = errno;
         pg_server_stop(s);
-        return pg_error(PAGODA_ERR_IO, "serve: cannot listen on %s:%d: %s", host, opt->port,
+        return pg_error(PAGODA_ERR_IO, "cannot listen on %s:%d: %s", host, opt->port,
                         strerror(err));
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : opt->port;
     if (pthread_create(&s->engine_thread, NULL, engine_main, s)) {
         pg_server_stop(s);
-        return pg_error(PAGODA_ERR_NOMEM, "serve: cannot start the engine thread");
+        return pg_error(PAGODA_ERR_NOMEM, "cannot start the engine thread");
     }
     s->engine_started = true;
     *out = s;

@@ -80,6 +80,10 @@ stream() {
 
 echo "== basic endpoints"
 start_server --max-model-len 128
+rc=0
+"${PAGODA[@]}" serve "$MODEL" --port "$PORT" >/dev/null 2>"$TMP/busy" || rc=$?
+[ "$rc" = 1 ] || die "a second server on port $PORT: exit $rc, expected 1"
+grep -q "cannot listen on 127.0.0.1:$PORT" "$TMP/busy" || die "port in use: $(cat "$TMP/busy")"
 req GET /health; expect 200 health
 req GET /version; expect 200 version; check '.version|type=="string"' version
 req GET /v1/models; expect 200 models
