@@ -66,23 +66,26 @@ void pg_gemm_free(pg_packed_weight *w) {
     pg_free(w);
 }
 
-/* Copy one source row (K elements of dtype t) into panel column c of the
- * packed panel p0: element k goes to group k / kg, slot k % kg. */
-static void pack_row(pg_packed_weight *pw, pg_dtype t, const void *src, int64_t n, void *panel,
-                     int c) {
-    const int kg = pw->uk.kg, nr = pw->uk.nr;
-    const int64_t K = pw->K;
-    for (int64_t k = 0; k < K; k++) {
-        size_t at = (size_t)((k / kg) * nr * kg + (int64_t)c * kg + k % kg);
-        if (t == PG_F32) {
-            float v = ((const float *)src)[n * K + k];
-            if (pw->bf16)
-                ((uint16_t *)panel)[at] = pg_f32_to_bf16(v);
-            else
-                ((float *)panel)[at] = v;
-        } else {
-            uint16_t h = ((const uint16_t *)src)[n * K + k];
-            ((uint16_t *)panel)[at] = t == PG_BF16 ? h : pg_f32_to_bf16(pg_f16_to_f32(h));
+/* Copy source row n (K elements of dtype t) into column c of a packed
+ * panel: element k goes to group k / kg, slot k % kg. */
+static void pack_row(const pg_packed_weight *pw, pg_dtype t, const void *src, int64_t n,
+                     void *panel, int c) {
+    const int64_t kg = pw->uk.kg, nr = pw->uk.nr, K = pw->K;
+    for (int64_t g = 0; g < pw->kgroups; g++) {
+        const int64_t k0 = g * kg, cnt = K - k0 < kg ? K - k0 : kg;
+        const size_t at = (size_t)((g * nr + c) * kg);
+        for (int64_t j = 0; j < cnt; j++) {
+            const size_t i = (size_t)(n * K + k0 + j);
+            if (t == PG_F32) {
+                float v = ((const float *)src)[i];
+                if (pw->bf16)
+                    ((uint16_t *)panel)[at + j] = pg_f32_to_bf16(v);
+                else
+                    ((float *)panel)[at + j] = v;
+            } else {
+                uint16_t h = ((const uint16_t *)src)[i];
+                ((uint16_t *)panel)[at + j] = t == PG_BF16 ? h : pg_f32_to_bf16(pg_f16_to_f32(h));
+            }
         }
     }
 }
