@@ -349,6 +349,56 @@ static void test_gemm_cvt_bf16(void **state) {
     }
 }
 
+/* pg_gemm_expf stays within 4 ulp of e^x (computed in double) on [-87, 88]. */
+static void test_gemm_expf_accuracy(void **state) {
+    (void)state;
+    double worst = 0;
+    for (int i = 0; i <= 200000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 200000.0f;
+        double want = exp((double)x);
+        double ulp = ldexp(1.0, ilogb(want) - 23);
+        double err = fabs((double)pg_gemm_expf(x) - want) / ulp;
+        if (err > worst) worst = err;
+    }
+    if (worst > 4.0) {
+        fprintf(stderr, "pg_gemm_expf: %.2f ulp\n", worst);
+        fail();
+    }
+}
+
+/* swiglu_f32 of every table equals the reference bit for bit: every tail
+ * length, inputs across the clamp range and signed zeros. */
+static void test_gemm_swiglu_entry(void **state) {
+    (void)state;
+    enum { N = 77 };
+    float g[N], u[N], want[N], got[N + 1];
+    for (int i = 0; i < N; i++) {
+        g[i] = rnd() * (i % 3 == 0 ? 120.0f : 6.0f);
+        u[i] = rnd() * 4.0f;
+    }
+    g[5] = 0.0f;
+    g[6] = -0.0f;
+    g[7] = 90.0f;
+    g[8] = -95.0f;
+    pg_ref_swiglu_f32(want, g, u, N);
+    const pg_kernel_table *ts[N_ISAS + 1];
+    int nt = tables(ts);
+    for (int l = 0; l < nt; l++) {
+        for (int n = 0; n <= N; n++) {
+            got[n] = 12345.0f; /* the element past the end stays */
+            ts[l]->swiglu_f32(got, g, u, (size_t)n);
+            if (memcmp(got, want, (size_t)n * sizeof(float)) != 0) {
+                for (int i = 0; i < n; i++)
+                    if (memcmp(&got[i], &want[i], 4))
+                        fprintf(stderr, "%s swiglu_f32 n=%d: [%d] g=%.9g: %.9g vs ref %.9g\n",
+                                ts[l]->isa, n, i, g[i], got[i], want[i]);
+                fail();
+            }
+            assert_true(got[n] == 12345.0f);
+        }
+    }
+}
+
 static void test_gemm_bad_args(void **state) {
     (void)state;
     float W[6] = {1, 2, 3, 4, 5, 6}, A[3] = {1, 1, 1}, C[2];
@@ -387,10 +437,9 @@ static void test_gemm_bad_args(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_cvt_bf16),
-        cmocka_unit_test(test_gemm_vs_reference),
-        cmocka_unit_test(test_gemm_batch_invariance),
-        cmocka_unit_test(test_gemm_bad_args),
+        cmocka_unit_test(test_gemm_cvt_bf16),         cmocka_unit_test(test_gemm_expf_accuracy),
+        cmocka_unit_test(test_gemm_swiglu_entry),     cmocka_unit_test(test_gemm_vs_reference),
+        cmocka_unit_test(test_gemm_batch_invariance), cmocka_unit_test(test_gemm_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

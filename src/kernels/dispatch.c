@@ -33,6 +33,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, dot_bf16_f32, pg_ref_dot_bf16_f32, "scalar");
     SET(t, dot_f16_f32, pg_ref_dot_f16_f32, "scalar");
     SET(t, cvt_f32_bf16, pg_ref_cvt_f32_bf16, "scalar");
+    SET(t, swiglu_f32, pg_ref_swiglu_f32, "scalar");
     t->gemm_bf16 = uk("scalar", 4, 16, 2, 1, pg_ref_gemm_uk_bf16);
     t->gemm_f32 = uk("scalar", 4, 16, 1, 1, pg_ref_gemm_uk_f32);
 #if defined(__x86_64__)
@@ -41,6 +42,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, dot_bf16_f32, pg_avx2_dot_bf16_f32, "avx2");
         SET(t, dot_f16_f32, pg_avx2_dot_f16_f32, "avx2");
         SET(t, cvt_f32_bf16, pg_avx2_cvt_f32_bf16, "avx2");
+        SET(t, swiglu_f32, pg_avx2_swiglu_f32, "avx2");
         t->gemm_bf16 = uk("avx2", 4, 16, 2, 1, pg_avx2_gemm_uk_bf16);
         t->gemm_f32 = uk("avx2", 6, 16, 1, 1, pg_avx2_gemm_uk_f32);
     }
@@ -49,6 +51,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, dot_bf16_f32, pg_avx512_dot_bf16_f32, "avx512");
         SET(t, dot_f16_f32, pg_avx512_dot_f16_f32, "avx512");
         SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
+        SET(t, swiglu_f32, pg_avx512_swiglu_f32, "avx512");
         t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
         t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
     }
@@ -64,6 +67,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, dot_bf16_f32, pg_neon_dot_bf16_f32, "neon");
         SET(t, dot_f16_f32, pg_neon_dot_f16_f32, "neon");
         SET(t, cvt_f32_bf16, pg_neon_cvt_f32_bf16, "neon");
+        SET(t, swiglu_f32, pg_neon_swiglu_f32, "neon");
         t->gemm_f32 = uk("neon", 6, 16, 1, 1, pg_neon_gemm_uk_f32);
         /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
          * row pairs), else widen + FMA on k-pairs. */
@@ -86,6 +90,7 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "dot_bf16_f32", t->variant.dot_bf16_f32);
     fprintf(f, "  %s%-16s %s\n", p, "dot_f16_f32", t->variant.dot_f16_f32);
     fprintf(f, "  %s%-16s %s\n", p, "cvt_f32_bf16", t->variant.cvt_f32_bf16);
+    fprintf(f, "  %s%-16s %s\n", p, "swiglu_f32", t->variant.swiglu_f32);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_bf16", t->gemm_bf16.name, t->gemm_bf16.mr,
             t->gemm_bf16.nr);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_f32", t->gemm_f32.name, t->gemm_f32.mr,

@@ -57,10 +57,13 @@ typedef struct pg_kernel_table {
     /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN), n >= 0:
      * the GEMM's activation input stage. */
     void (*cvt_f32_bf16)(const float *src, uint16_t *dst, size_t n);
+    /* out[i] = silu(gate[i]) * up[i], n >= 0, silu with the exp of
+     * pg_gemm_expf (ref/ref.h), bit for bit: the GEMM's SwiGLU epilogue. */
+    void (*swiglu_f32)(float *out, const float *gate, const float *up, size_t n);
 
     /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
     struct {
-        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16;
+        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16, *swiglu_f32;
     } variant;
 } pg_kernel_table;
 

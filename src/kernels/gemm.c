@@ -22,6 +22,7 @@
  * rows of acc over NC_ELEMS columns = 256 KiB (L2), and W is streamed from
  * memory once per MC_MAX rows. NC_ELEMS is a multiple of every NR. */
 enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512 };
+#define PG_GEMM_MAX_NR 128 /* widest panel of any microkernel */
 
 struct pg_packed_weight {
     pg_gemm_ukernel uk;
@@ -103,6 +104,9 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
                         "gemm: pack: weight dtype %s not supported (F32, F16, BF16)",
                         pg_dtype_name(t));
     if (!kt) kt = pg_kernels();
+    if ((t == PG_F32 ? kt->gemm_f32.nr : kt->gemm_bf16.nr) > PG_GEMM_MAX_NR)
+        return pg_error(PAGODA_ERR_INTERNAL, "gemm: microkernel panel wider than %d",
+                        PG_GEMM_MAX_NR);
     pg_packed_weight *pw = pg_calloc_aligned(1, sizeof *pw);
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
     pw->kt = kt;
@@ -267,17 +271,22 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
     const int64_t nr = w->uk.nr, N = w->N;
     const float *bias = cl->bias;
     if (w->swiglu) {
+        float gb[PG_GEMM_MAX_NR], ub[PG_GEMM_MAX_NR];
         for (int64_t p = p0; p < p1; p += 2) {
             int64_t n0 = (p / 2) * nr, cnt = N - n0 < nr ? N - n0 : nr;
             const int64_t off = (p - p0) * nr;
             for (int64_t m = m0; m < m1; m++) {
                 const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
                 float *c = cl->C + m * cl->ldc + n0;
-                for (int64_t j = 0; j < cnt; j++) {
-                    float gv = gr[j], uv = ur[j];
-                    if (bias) gv += bias[n0 + j], uv += bias[N + n0 + j];
-                    c[j] = pg_silu_f32(gv) * uv;
+                if (bias) {
+                    for (int64_t j = 0; j < cnt; j++) {
+                        gb[j] = gr[j] + bias[n0 + j];
+                        ub[j] = ur[j] + bias[N + n0 + j];
+                    }
+                    gr = gb;
+                    ur = ub;
                 }
+                w->kt->swiglu_f32(c, gr, ur, (size_t)cnt);
             }
         }
         return;

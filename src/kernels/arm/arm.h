@@ -32,6 +32,8 @@ void pg_neon_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const
 void pg_neon_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                           float *c, int64_t ldc, int mr, int accumulate);
 void pg_neon_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+/* SwiGLU epilogue (swiglu_f32 entry): pg_gemm_expf's steps on vectors. */
+void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                             float *c, int64_t ldc, int mr, int accumulate);
 

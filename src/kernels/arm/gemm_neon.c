@@ -147,3 +147,40 @@ void pg_neon_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n) {
         memcpy(dst + i, h, (n - i) * sizeof(uint16_t));
     }
 }
+
+/* pg_gemm_expf (ref/ref.h), step for step. */
+static inline float32x4_t exp4(float32x4_t x) {
+    x = vmaxq_f32(x, vdupq_n_f32(-87.0f));
+    x = vminq_f32(x, vdupq_n_f32(88.0f));
+    float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269502e+00f)));
+    float32x4_t r = vfmaq_f32(x, n, vdupq_n_f32(-6.93145752e-01f));
+    r = vfmaq_f32(r, n, vdupq_n_f32(-1.42860677e-06f));
+    float32x4_t p = vdupq_n_f32(1.98412698e-04f);
+    p = vfmaq_f32(vdupq_n_f32(1.38888889e-03f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(8.33333333e-03f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(4.16666667e-02f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.66666667e-01f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(5.00000000e-01f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+
+static inline float32x4_t swiglu4(float32x4_t g, float32x4_t u) {
+    float32x4_t e = exp4(vnegq_f32(g));
+    return vmulq_f32(vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), e)), u);
+}
+
+void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(out + i, swiglu4(vld1q_f32(gate + i), vld1q_f32(up + i)));
+    if (i < n) {
+        float g[4] = {0}, u[4] = {0}, o[4];
+        memcpy(g, gate + i, (n - i) * sizeof(float));
+        memcpy(u, up + i, (n - i) * sizeof(float));
+        vst1q_f32(o, swiglu4(vld1q_f32(g), vld1q_f32(u)));
+        memcpy(out + i, o, (n - i) * sizeof(float));
+    }
+}

@@ -153,3 +153,42 @@ void pg_avx2_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n) {
         dst[i] = (uint16_t)(u >> 16);
     }
 }
+
+/* pg_gemm_expf (ref/ref.h), step for step. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269502e+00f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-6.93145752e-01f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-1.42860677e-06f), r);
+    __m256 p = _mm256_set1_ps(1.98412698e-04f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888889e-03f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333e-03f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666667e-02f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666667e-01f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.00000000e-01f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static inline __m256 swiglu8(__m256 g, __m256 u) {
+    __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void pg_avx2_swiglu_f32(float *out, const float *gate, const float *up, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float g[8] = {0}, u[8] = {0}, o[8];
+        memcpy(g, gate + i, (n - i) * sizeof(float));
+        memcpy(u, up + i, (n - i) * sizeof(float));
+        _mm256_storeu_ps(o, swiglu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(out + i, o, (n - i) * sizeof(float));
+    }
+}

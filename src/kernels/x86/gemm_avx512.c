@@ -159,3 +159,41 @@ void pg_avx512_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n) {
         _mm256_mask_storeu_epi16(dst + i, m, cvt16(_mm512_maskz_loadu_ps(m, src + i)));
     }
 }
+
+/* pg_gemm_expf (ref/ref.h), step for step. */
+static inline __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269502e+00f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-6.93145752e-01f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.42860677e-06f), r);
+    __m512 p = _mm512_set1_ps(1.98412698e-04f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888889e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666667e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666667e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.00000000e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i e =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+static inline __m512 swiglu16(__m512 g, __m512 u) {
+    __m512 e = exp16(_mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)0x80000000u))));
+    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+void pg_avx512_swiglu_f32(float *out, const float *gate, const float *up, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, swiglu16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 r = swiglu16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i));
+        _mm512_mask_storeu_ps(out + i, m, r);
+    }
+}

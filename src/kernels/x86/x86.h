@@ -37,6 +37,9 @@ void pg_avx512_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, con
 void pg_avx512_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                             float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx512_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+/* SwiGLU epilogue (swiglu_f32 entry): pg_gemm_expf's steps on vectors. */
+void pg_avx2_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+void pg_avx512_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                                 float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx512bf16_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
