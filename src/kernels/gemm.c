@@ -211,7 +211,7 @@ typedef struct {
     const float *bias;
     pg_gemm_epilogue ep;
     uint16_t *apack; /* BF16 path: A rounded and laid out for the microkernel */
-    char *acc;       /* per-thread acc blocks */
+    float *acc;      /* per-thread acc blocks, acc_bytes apart */
     int tn, tm;      /* thread grid: tn over panel units, tm over row tiles */
 } call;
 
@@ -338,7 +338,7 @@ static void compute(void *ctx, int tid, int nthreads) {
     int64_t P0, P1, M0, M1;
     share(cl, tid, &P0, &P1, &M0, &M1);
     if (P0 >= P1 || M0 >= M1) return;
-    float *acc = (float *)(cl->acc + (size_t)tid * g->acc_bytes);
+    float *acc = cl->acc + (size_t)tid * (g->acc_bytes / sizeof(float));
     const int64_t nr = uk->nr, mr = uk->mr, kg = uk->kg;
     const int64_t ldacc = g->nc_panels * nr;
     const size_t pbytes = w->panel_elems * w->elem;
@@ -401,7 +401,8 @@ pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int6
     call cl = {
         .w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias, .ep = ep};
     cl.apack = scratch;
-    cl.acc = (char *)scratch + cl.g.a_bytes;
+    void *acc_base = (char *)scratch + cl.g.a_bytes;
+    cl.acc = acc_base;
     /* Thread grid: split panel units; when there are fewer units than
      * threads, split row tiles too. The split changes who computes an
      * element, never how. */
