@@ -17,7 +17,9 @@
  * unit roundoff u = 2^-24 (Higham, "Accuracy and Stability of Numerical
  * Algorithms", 2nd ed., sec. 4.2); round-to-odd steps cost at most 2u. The
  * test allows |C - ref| <= 4 (K + 4) u sum_k |a_k w_k|, then propagates it
- * through the epilogue (|silu'| <= 1.1). */
+ * through the epilogue (|silu'| <= 1.1). The SwiGLU epilogue is the table's
+ * swiglu_f32, whose SIMD variants use a polynomial exp (within 2 ulp, see
+ * test_vops): 16 ulp of the result are allowed for them. */
 #include "testutil.h"
 
 #include <math.h>
@@ -31,6 +33,7 @@
 #include "base/pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm.h"
+#include "kernels/ref/ops_ref.h"
 #include "kernels/ref/ref.h"
 #if defined(__aarch64__)
 #include "kernels/arm/arm.h"
@@ -135,7 +138,10 @@ static void check_case(const pg_kernel_table *kt, const gemm_case *gc, pg_pool *
     pg_ref_gemm(gc->t, Wg, Wu, N, K, A, M, gc->lda, R, gc->ldc, b, gc->ep, Y);
 
     const pg_gemm_ukernel *uk = gc->t == PG_F32 ? &kt->gemm_f32 : &kt->gemm_bf16;
-    const int exact = gc->t == PG_F32 || uk->kg == 2;
+    /* the sums are bitwise the reference's (F32, k-pair BF16); the SwiGLU
+     * epilogue is too when the table uses the scalar swiglu_f32 */
+    const int exact_sum = gc->t == PG_F32 || uk->kg == 2;
+    const int exact = exact_sum && (!swiglu || kt->swiglu_f32 == pg_ref_swiglu);
     const double u = ldexp(1.0, -24);
     for (int64_t m = 0; m < M; m++) {
         for (int64_t n = 0; n < gc->ldc; n++) {
@@ -150,13 +156,16 @@ static void check_case(const pg_kernel_table *kt, const gemm_case *gc, pg_pool *
                 }
                 continue;
             }
-            double tg = 4.0 * (double)(K + 4) * u * abs_dot(gc->t, Wg, K, n, A + m * gc->lda);
+            const double ks = exact_sum ? 0.0 : 4.0 * (double)(K + 4) * u;
+            double tg = ks * abs_dot(gc->t, Wg, K, n, A + m * gc->lda);
             double tol = tg;
             if (swiglu) {
-                double tu = 4.0 * (double)(K + 4) * u * abs_dot(gc->t, Wu, K, n, A + m * gc->lda);
+                /* + the SIMD swiglu_f32's few ulp (vexp within 2 ulp, then a
+                 * division and a product): 16 ulp of the result */
+                double tu = ks * abs_dot(gc->t, Wu, K, n, A + m * gc->lda);
                 double g = Y[m * 2 * N + n], up = Y[m * 2 * N + N + n];
                 if (b) g += b[n], up += b[N + n];
-                tol = 1.1 * fabs(up) * tg + fabs(g) * tu + 8 * u * fabs(want) + 1e-30;
+                tol = 1.1 * fabs(up) * tg + fabs(g) * tu + 16 * u * fabs(want) + 1e-30;
             } else {
                 tol += 4 * u * fabs(want);
             }
@@ -349,56 +358,6 @@ static void test_gemm_cvt_bf16(void **state) {
     }
 }
 
-/* pg_gemm_expf stays within 4 ulp of e^x (computed in double) on [-87, 88]. */
-static void test_gemm_expf_accuracy(void **state) {
-    (void)state;
-    double worst = 0;
-    for (int i = 0; i <= 200000; i++) {
-        float x = -87.0f + 175.0f * (float)i / 200000.0f;
-        double want = exp((double)x);
-        double ulp = ldexp(1.0, ilogb(want) - 23);
-        double err = fabs((double)pg_gemm_expf(x) - want) / ulp;
-        if (err > worst) worst = err;
-    }
-    if (worst > 4.0) {
-        fprintf(stderr, "pg_gemm_expf: %.2f ulp\n", worst);
-        fail();
-    }
-}
-
-/* swiglu_f32 of every table equals the reference bit for bit: every tail
- * length, inputs across the clamp range and signed zeros. */
-static void test_gemm_swiglu_entry(void **state) {
-    (void)state;
-    enum { N = 77 };
-    float g[N], u[N], want[N], got[N + 1];
-    for (int i = 0; i < N; i++) {
-        g[i] = rnd() * (i % 3 == 0 ? 120.0f : 6.0f);
-        u[i] = rnd() * 4.0f;
-    }
-    g[5] = 0.0f;
-    g[6] = -0.0f;
-    g[7] = 90.0f;
-    g[8] = -95.0f;
-    pg_ref_swiglu_f32(want, g, u, N);
-    const pg_kernel_table *ts[N_ISAS + 1];
-    int nt = tables(ts);
-    for (int l = 0; l < nt; l++) {
-        for (int n = 0; n <= N; n++) {
-            got[n] = 12345.0f; /* the element past the end stays */
-            ts[l]->swiglu_f32(got, g, u, (size_t)n);
-            if (memcmp(got, want, (size_t)n * sizeof(float)) != 0) {
-                for (int i = 0; i < n; i++)
-                    if (memcmp(&got[i], &want[i], 4))
-                        fprintf(stderr, "%s swiglu_f32 n=%d: [%d] g=%.9g: %.9g vs ref %.9g\n",
-                                ts[l]->isa, n, i, g[i], got[i], want[i]);
-                fail();
-            }
-            assert_true(got[n] == 12345.0f);
-        }
-    }
-}
-
 static void test_gemm_bad_args(void **state) {
     (void)state;
     float W[6] = {1, 2, 3, 4, 5, 6}, A[3] = {1, 1, 1}, C[2];
@@ -437,9 +396,10 @@ static void test_gemm_bad_args(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_cvt_bf16),         cmocka_unit_test(test_gemm_expf_accuracy),
-        cmocka_unit_test(test_gemm_swiglu_entry),     cmocka_unit_test(test_gemm_vs_reference),
-        cmocka_unit_test(test_gemm_batch_invariance), cmocka_unit_test(test_gemm_bad_args),
+        cmocka_unit_test(test_gemm_cvt_bf16),
+        cmocka_unit_test(test_gemm_vs_reference),
+        cmocka_unit_test(test_gemm_batch_invariance),
+        cmocka_unit_test(test_gemm_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

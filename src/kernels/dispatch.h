@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct pg_attn_ukernels; /* kernels/attention.h */
 /* A GEMM microkernel (driven by src/kernels/gemm.c; layouts in
  * docs/ARCHITECTURE.md "GEMM"). It computes an mr x nr tile
  *     c[i][j] (+)= sum over ngroups k-groups of A(row i) . W(column j)
@@ -51,19 +52,37 @@ typedef struct pg_kernel_table {
     float (*dot_bf16_f32)(const uint16_t *w, const float *x, size_t n);
     /* sum_i f16(w[i])*x[i]: F16 weights (raw uint16 bits) times f32 activations. */
     float (*dot_f16_f32)(const uint16_t *w, const float *x, size_t n);
+    /* y[i] = e^{x[i]}, n floats (x == y allowed): range reduction x = n ln2 + r,
+     * Cephes degree-7 polynomial, 2^n from exponent bits in two halves (so the
+     * denormal range rounds once and x near 88.7 does not overflow early);
+     * within 2 ulp of the correctly rounded value (tests/test_vexp.c);
+     * -inf -> 0, +inf -> inf, NaN -> NaN, x < -104 -> 0. */
+    void (*vexp_f32)(const float *x, float *y, size_t n);
+    /* Paged-attention micro-kernels for an F32 / a BF16 KV cache (kernels/attention.h). */
+    const struct pg_attn_ukernels *attn_f32kv, *attn_bf16kv;
+    /* Row ops; specs: pg_ref_rmsnorm / pg_ref_softmax / pg_ref_silu /
+     * pg_ref_swiglu (kernels/ref/ops_ref.h: m rows of n for RMSNorm, softmax
+     * in place over n >= 1), pg_ref_argmax_f32 (ref/ref.h: first index of
+     * the largest non-NaN value, 0 if none). Variants sum in an order fixed
+     * by n and use the vexp above (tests/test_vops.c). */
+    void (*rmsnorm_f32)(float *out, const float *x, const float *w, size_t m, size_t n, float eps);
+    void (*softmax_f32)(float *x, size_t n);
+    void (*silu_f32)(float *out, const float *x, size_t n);
+    void (*swiglu_f32)(float *out, const float *gate, const float *up, size_t n);
+    size_t (*argmax_f32)(const float *x, size_t n);
+
     /* GEMM microkernels (kernels/gemm.h): BF16 weights x BF16-rounded
      * activations with f32 accumulation, and exact f32 (one FMA per product). */
     pg_gemm_ukernel gemm_bf16, gemm_f32;
     /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN), n >= 0:
      * the GEMM's activation input stage. */
     void (*cvt_f32_bf16)(const float *src, uint16_t *dst, size_t n);
-    /* out[i] = silu(gate[i]) * up[i], n >= 0, silu with the exp of
-     * pg_gemm_expf (ref/ref.h), bit for bit: the GEMM's SwiGLU epilogue. */
-    void (*swiglu_f32)(float *out, const float *gate, const float *up, size_t n);
 
     /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
     struct {
-        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16, *swiglu_f32;
+        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16;
+        const char *vexp_f32, *attn_f32kv, *attn_bf16kv;
+        const char *rmsnorm_f32, *softmax_f32, *silu_f32, *swiglu_f32, *argmax_f32;
     } variant;
 } pg_kernel_table;
 

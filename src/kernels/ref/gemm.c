@@ -11,11 +11,6 @@ void pg_ref_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n) {
         dst[i] = pg_f32_to_bf16(src[i]);
 }
 
-void pg_ref_swiglu_f32(float *out, const float *gate, const float *up, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        out[i] = pg_silu_f32(gate[i]) * up[i];
-}
-
 enum { REF_MR = 4, REF_NR = 16 };
 
 void pg_ref_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,

@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "base/dtype.h"
 
@@ -14,47 +13,28 @@ float pg_ref_dot_f32(const float *a, const float *b, size_t n);
 float pg_ref_dot_bf16_f32(const uint16_t *w, const float *x, size_t n);
 float pg_ref_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
 
+/* attention.c: scalar attention micro-kernels (see pg_attn_ukernels in
+ * kernels/attention.h) and exp over an array (libm expf, the vexp spec). */
+void pg_ref_attn_qk_f32kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
+                          int hd, float scale, float *s, int lds);
+void pg_ref_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
+                           int hd, float scale, float *s, int lds);
+void pg_ref_attn_pv_f32kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
+                          int hd, float *acc, int ldacc);
+void pg_ref_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
+                           int hd, float *acc, int ldacc);
+void pg_ref_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,
+                         int ldacc, int hd);
+void pg_ref_vexp_f32(const float *x, float *y, size_t n);
+
+/* argmax.c: index of the first largest non-NaN value; 0 if n == 0 or all NaN. */
+size_t pg_ref_argmax_f32(const float *x, size_t n);
+
 /* ---- GEMM (kernels/gemm.h). */
 
-/* e^x for the GEMM's SwiGLU epilogue, specified operation by operation so
- * every SIMD variant reproduces it bit for bit: x clamped to [-87, 88];
- * n = rint(x * log2(e)) (nearest even); r = x - n ln2 with ln2 split in two
- * (Cody & Waite 1980), each step one fused multiply-add; e^r by the degree-7
- * Taylor polynomial in Horner form with FMA (|r| <= 0.35: truncation error
- * < 1e-8 relative); times 2^n built from exponent bits. Within 2 ulp of
- * expf on [-87, 88] (tests/test_gemm.c checks 4). NaN is not propagated
- * (the clamp of a NaN is unspecified). */
-static inline float pg_gemm_expf(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    float n = rintf(x * 1.44269502e+00f);
-    float r = fmaf(n, -6.93145752e-01f, x);
-    r = fmaf(n, -1.42860677e-06f, r);
-    float p = 1.98412698e-04f; /* 1/7! */
-    p = fmaf(p, r, 1.38888889e-03f);
-    p = fmaf(p, r, 8.33333333e-03f);
-    p = fmaf(p, r, 4.16666667e-02f);
-    p = fmaf(p, r, 1.66666667e-01f);
-    p = fmaf(p, r, 5.00000000e-01f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, 4);
-    return p * scale;
-}
-
 /* silu(x) = x * sigmoid(x) = x / (1 + e^-x) (Elfwing et al. 2017; Hendrycks
- * & Gimpel's "SiLU") with e^-x from pg_gemm_expf: the SwiGLU epilogue every
- * GEMM variant and the reference share (it may differ from expf-based SiLU,
- * e.g. pg_swiglu in ops.h, in the last bits). */
-static inline float pg_silu_f32(float x) {
-    return x / (1.0f + pg_gemm_expf(-x));
-}
-
-/* out[i] = silu(gate[i]) * up[i] over n >= 0 floats (the SwiGLU epilogue;
- * out may alias gate or up). */
-void pg_ref_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+ * & Gimpel's "SiLU"), the epilogue every GEMM variant and the reference share. */
+static inline float pg_silu_f32(float x) { return x / (1.0f + expf(-x)); }
 
 /* dst[i] = bf16(src[i]), round to nearest even, NaN stays NaN. */
 void pg_ref_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
@@ -65,8 +45,8 @@ void pg_ref_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
  *       add rounded: the order of the VDPBF16PS pseudocode, Intel SDM vol. 2,
  *       which x86 variants reproduce bit for bit).
  * f32:  mr <= 4, nr 16, kg 1, ar 1. c = fmaf(a[k], w[k], c), k increasing. */
-void pg_ref_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
-                         int64_t ldc, int mr, int accumulate);
+void pg_ref_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                         float *c, int64_t ldc, int mr, int accumulate);
 void pg_ref_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
                         int64_t ldc, int mr, int accumulate);
 
