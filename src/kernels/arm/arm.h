@@ -49,4 +49,7 @@ void pg_neon_silu_f32(float *out, const float *x, size_t n);
 void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 size_t pg_neon_argmax_f32(const float *x, size_t n);
 
+/* vexp_sve.c: the vector exp with SVE (vector-length agnostic). */
+void pg_sve_vexp_f32(const float *x, float *y, size_t n);
+
 #endif
