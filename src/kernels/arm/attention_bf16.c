@@ -18,9 +18,8 @@
 #include "kernels/attention.h"
 
 #define INLINE static inline __attribute__((always_inline))
-/* Fully unroll the register-block loops (R, V, C <= 4 are constants after
- * inlining; -O2 alone keeps the accumulator arrays in memory). */
-#define UNROLL _Pragma("GCC unroll 4")
+/* The register-block loops (R, V, C <= 4, constants after inlining) carry
+ * "#pragma GCC unroll 4": -O2 alone keeps the accumulator arrays in memory. */
 
 enum { QP = PG_KV_MAX_HEAD_DIM / 2, PP = PG_KV_MAX_BLOCK_SIZE / 2 };
 
@@ -42,25 +41,37 @@ static inline bfloat16x8_t dup_pair(uint32_t p) {
 INLINE void qk_tile(const uint32_t *qp, const uint16_t *k, int bs, int j0, int hd, float scale,
                     float *s, int lds, int R, int V) {
     float32x4_t acc[4][4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-        vdupq_n_f32(0);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            acc[r][v] = vdupq_n_f32(0);
     for (int i = 0; i < hd / 2; i++) {
         bfloat16x8_t kx[4];
-        UNROLL for (int v = 0; v < V; v++) kx[v] =
-            vreinterpretq_bf16_u16(vld1q_u16(k + ((size_t)i * bs + j0 + 4 * v) * 2));
-        UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            kx[v] = vreinterpretq_bf16_u16(vld1q_u16(k + ((size_t)i * bs + j0 + 4 * v) * 2));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
             bfloat16x8_t qb = dup_pair(qp[r * QP + i]);
-            UNROLL for (int v = 0; v < V; v++) acc[r][v] = vbfdotq_f32(acc[r][v], kx[v], qb);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[r][v] = vbfdotq_f32(acc[r][v], kx[v], qb);
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        vst1q_f32(s + (size_t)r * lds + j0 + 4 * v, vmulq_n_f32(acc[r][v], scale));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            vst1q_f32(s + (size_t)r * lds + j0 + 4 * v, vmulq_n_f32(acc[r][v], scale));
 }
 
 INLINE void qk_rows(const float *q, int ldq, const uint16_t *k, int bs, int nk, int hd, float scale,
                     float *s, int lds, int R) {
     uint32_t qp[4 * QP];
-    UNROLL for (int r = 0; r < R; r++) to_pairs(q + (size_t)r * ldq, hd, qp + r * QP);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        to_pairs(q + (size_t)r * ldq, hd, qp + r * QP);
     const int nv = (nk + 3) / 4;
     int v = 0;
     for (; v + 4 <= nv; v += 4)
@@ -95,29 +106,40 @@ void pg_neon_bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_
 INLINE void pv_tile(const uint32_t *pp, const uint16_t *v, int nk, int hd, int c0, float *acc,
                     int ldacc, int R, int C) {
     float32x4_t a[4][4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) a[r][c] =
-        vld1q_f32(acc + (size_t)r * ldacc + c0 + 4 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            a[r][c] = vld1q_f32(acc + (size_t)r * ldacc + c0 + 4 * c);
     const int np = (nk + 1) / 2;
     for (int u = 0; u < np; u++) {
         bfloat16x8_t vx[4];
-        UNROLL for (int c = 0; c < C; c++) {
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
             uint32x4_t x = vld1q_u32((const uint32_t *)(v + ((size_t)u * hd + c0 + 4 * c) * 2));
             if (2 * u + 1 == nk) x = vandq_u32(x, vdupq_n_u32(0xffff)); /* token nk: not context */
             vx[c] = vreinterpretq_bf16_u32(x);
         }
-        UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
             bfloat16x8_t pb = dup_pair(pp[r * PP + u]);
-            UNROLL for (int c = 0; c < C; c++) a[r][c] = vbfdotq_f32(a[r][c], vx[c], pb);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                a[r][c] = vbfdotq_f32(a[r][c], vx[c], pb);
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++)
-        vst1q_f32(acc + (size_t)r * ldacc + c0 + 4 * c, a[r][c]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            vst1q_f32(acc + (size_t)r * ldacc + c0 + 4 * c, a[r][c]);
 }
 
 /* The last 2 columns (head_dim % 4 == 2) with the 64-bit BFDOT. */
 static void pv_tail2(const uint32_t *pp, const uint16_t *v, int nk, int hd, int c0, float *acc,
                      int ldacc, int R) {
-    UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
         float32x2_t a = vld1_f32(acc + (size_t)r * ldacc + c0);
         for (int u = 0; u < (nk + 1) / 2; u++) {
             uint32x2_t x = vld1_u32((const uint32_t *)(v + ((size_t)u * hd + c0) * 2));
@@ -132,7 +154,9 @@ static void pv_tail2(const uint32_t *pp, const uint16_t *v, int nk, int hd, int 
 INLINE void pv_rows(const float *p, int ldp, const uint16_t *v, int nk, int hd, float *acc,
                     int ldacc, int R) {
     uint32_t pp[4 * PP];
-    UNROLL for (int r = 0; r < R; r++) to_pairs(p + (size_t)r * ldp, nk, pp + r * PP);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        to_pairs(p + (size_t)r * ldp, nk, pp + r * PP);
     const int nc = hd / 4;
     int c = 0;
     for (; c + 4 <= nc; c += 4)

@@ -14,9 +14,8 @@
 #include "kernels/arm/vexp_neon.h"
 
 #define INLINE static inline __attribute__((always_inline))
-/* Fully unroll the register-block loops (R, V, C <= 4 are constants after
- * inlining; -O2 alone keeps the accumulator arrays in memory). */
-#define UNROLL _Pragma("GCC unroll 4")
+/* The register-block loops (R, V, C <= 4, constants after inlining) carry
+ * "#pragma GCC unroll 4": -O2 alone keeps the accumulator arrays in memory. */
 
 void pg_neon_vexp_f32(const float *x, float *y, size_t n) {
     size_t i = 0;
@@ -37,16 +36,24 @@ void pg_neon_vexp_f32(const float *x, float *y, size_t n) {
 INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0, int hd,
                     float scale, float *s, int lds, int R, int V, int bf16) {
     float32x4_t acc[4][4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-        vdupq_n_f32(0);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            acc[r][v] = vdupq_n_f32(0);
     if (!bf16) {
         const float *k = (const float *)k_tile + j0;
         for (int d = 0; d < hd; d++) {
             float32x4_t kv[4];
-            UNROLL for (int v = 0; v < V; v++) kv[v] = vld1q_f32(k + (size_t)d * bs + 4 * v);
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                kv[v] = vld1q_f32(k + (size_t)d * bs + 4 * v);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 float qd = q[(size_t)r * ldq + d];
-                UNROLL for (int v = 0; v < V; v++) acc[r][v] = vfmaq_n_f32(acc[r][v], kv[v], qd);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++)
+                    acc[r][v] = vfmaq_n_f32(acc[r][v], kv[v], qd);
             }
         }
     } else {
@@ -54,22 +61,28 @@ INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0,
         const uint32x4_t hi_mask = vdupq_n_u32(0xffff0000u);
         for (int i = 0; i < hd / 2; i++) {
             float32x4_t klo[4], khi[4];
-            UNROLL for (int v = 0; v < V; v++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++) {
                 uint32x4_t x = vld1q_u32((const uint32_t *)(k + ((size_t)i * bs + 4 * v) * 2));
                 klo[v] = vreinterpretq_f32_u32(vshlq_n_u32(x, 16));
                 khi[v] = vreinterpretq_f32_u32(vandq_u32(x, hi_mask));
             }
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 float q0 = q[(size_t)r * ldq + 2 * i], q1 = q[(size_t)r * ldq + 2 * i + 1];
-                UNROLL for (int v = 0; v < V; v++) {
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++) {
                     acc[r][v] = vfmaq_n_f32(acc[r][v], klo[v], q0);
                     acc[r][v] = vfmaq_n_f32(acc[r][v], khi[v], q1);
                 }
             }
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        vst1q_f32(s + (size_t)r * lds + j0 + 4 * v, vmulq_n_f32(acc[r][v], scale));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            vst1q_f32(s + (size_t)r * lds + j0 + 4 * v, vmulq_n_f32(acc[r][v], scale));
 }
 
 INLINE void qk_rows(const float *q, int ldq, const void *k_tile, int bs, int nk, int hd,
@@ -162,16 +175,24 @@ void pg_neon_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l,
 INLINE void pv_tile(const float *p, int ldp, const void *v_tile, int nk, int hd, int c0, float *acc,
                     int ldacc, int R, int C, int bf16) {
     float32x4_t a[4][4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) a[r][c] =
-        vld1q_f32(acc + (size_t)r * ldacc + c0 + 4 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            a[r][c] = vld1q_f32(acc + (size_t)r * ldacc + c0 + 4 * c);
     if (!bf16) {
         const float *v = (const float *)v_tile + c0;
         for (int j = 0; j < nk; j++) {
             float32x4_t vv[4];
-            UNROLL for (int c = 0; c < C; c++) vv[c] = vld1q_f32(v + (size_t)j * hd + 4 * c);
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                vv[c] = vld1q_f32(v + (size_t)j * hd + 4 * c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 float pj = p[(size_t)r * ldp + j];
-                UNROLL for (int c = 0; c < C; c++) a[r][c] = vfmaq_n_f32(a[r][c], vv[c], pj);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    a[r][c] = vfmaq_n_f32(a[r][c], vv[c], pj);
             }
         }
     } else {
@@ -179,40 +200,51 @@ INLINE void pv_tile(const float *p, int ldp, const void *v_tile, int nk, int hd,
         const uint32x4_t hi_mask = vdupq_n_u32(0xffff0000u);
         for (int j = 0; j < nk; j += 2) {
             float32x4_t vlo[4], vhi[4];
-            UNROLL for (int c = 0; c < C; c++) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
                 uint32x4_t x =
                     vld1q_u32((const uint32_t *)(v + ((size_t)(j / 2) * hd + 4 * c) * 2));
                 vlo[c] = vreinterpretq_f32_u32(vshlq_n_u32(x, 16));
                 vhi[c] = vreinterpretq_f32_u32(vandq_u32(x, hi_mask));
             }
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 float p0 = p[(size_t)r * ldp + j];
-                UNROLL for (int c = 0; c < C; c++) a[r][c] = vfmaq_n_f32(a[r][c], vlo[c], p0);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    a[r][c] = vfmaq_n_f32(a[r][c], vlo[c], p0);
                 if (j + 1 < nk) {
                     float p1 = p[(size_t)r * ldp + j + 1];
-                    UNROLL for (int c = 0; c < C; c++) a[r][c] = vfmaq_n_f32(a[r][c], vhi[c], p1);
+#pragma GCC unroll 4
+                    for (int c = 0; c < C; c++)
+                        a[r][c] = vfmaq_n_f32(a[r][c], vhi[c], p1);
                 }
             }
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++)
-        vst1q_f32(acc + (size_t)r * ldacc + c0 + 4 * c, a[r][c]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            vst1q_f32(acc + (size_t)r * ldacc + c0 + 4 * c, a[r][c]);
 }
 
 /* Columns [c0, hd) (fewer than 4) of R rows, scalar fmaf. */
 static void pv_cols_tail(const float *p, int ldp, int R, const void *v_tile, int nk, int hd, int c0,
                          float *acc, int ldacc, int bf16) {
-    UNROLL for (int r = 0; r < R; r++) for (int d = c0; d < hd; d++) {
-        float a = acc[(size_t)r * ldacc + d];
-        for (int j = 0; j < nk; j++) {
-            float vj =
-                bf16 ? pg_bf16_to_f32(
-                           ((const uint16_t *)v_tile)[((size_t)(j / 2) * hd + d) * 2 + (j & 1)])
-                     : ((const float *)v_tile)[(size_t)j * hd + d];
-            a = fmaf(p[(size_t)r * ldp + j], vj, a);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        for (int d = c0; d < hd; d++) {
+            float a = acc[(size_t)r * ldacc + d];
+            for (int j = 0; j < nk; j++) {
+                float vj =
+                    bf16 ? pg_bf16_to_f32(
+                               ((const uint16_t *)v_tile)[((size_t)(j / 2) * hd + d) * 2 + (j & 1)])
+                         : ((const float *)v_tile)[(size_t)j * hd + d];
+                a = fmaf(p[(size_t)r * ldp + j], vj, a);
+            }
+            acc[(size_t)r * ldacc + d] = a;
         }
-        acc[(size_t)r * ldacc + d] = a;
-    }
 }
 
 INLINE void pv_rows(const float *p, int ldp, const void *v_tile, int nk, int hd, float *acc,

@@ -18,9 +18,8 @@
 #include "kernels/x86/x86.h"
 
 #define INLINE static inline __attribute__((always_inline))
-/* Fully unroll the register-block loops (R, V, C <= 4 are constants after
- * inlining; -O2 alone keeps the accumulator arrays in memory). */
-#define UNROLL _Pragma("GCC unroll 4")
+/* The register-block loops (R, V, C <= 4, constants after inlining) carry
+ * "#pragma GCC unroll 4": -O2 alone keeps the accumulator arrays in memory. */
 
 void pg_avx512_vexp_f32(const float *x, float *y, size_t n) {
     size_t i = 0;
@@ -39,17 +38,24 @@ void pg_avx512_vexp_f32(const float *x, float *y, size_t n) {
 INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0, int hd,
                     float scale, float *s, int lds, int R, int V, int bf16) {
     __m512 acc[4][4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-        _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            acc[r][v] = _mm512_setzero_ps();
     if (!bf16) {
         const float *k = (const float *)k_tile + j0;
         for (int d = 0; d < hd; d++) {
             __m512 kv[4];
-            UNROLL for (int v = 0; v < V; v++) kv[v] = _mm512_loadu_ps(k + (size_t)d * bs + 16 * v);
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                kv[v] = _mm512_loadu_ps(k + (size_t)d * bs + 16 * v);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m512 qb = _mm512_set1_ps(q[(size_t)r * ldq + d]);
-                UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-                    _mm512_fmadd_ps(qb, kv[v], acc[r][v]);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++)
+                    acc[r][v] = _mm512_fmadd_ps(qb, kv[v], acc[r][v]);
             }
         }
     } else {
@@ -57,15 +63,18 @@ INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0,
         const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
         for (int i = 0; i < hd / 2; i++) {
             __m512 klo[4], khi[4];
-            UNROLL for (int v = 0; v < V; v++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++) {
                 __m512i x = _mm512_loadu_si512(k + ((size_t)i * bs + 16 * v) * 2);
                 klo[v] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
                 khi[v] = _mm512_castsi512_ps(_mm512_and_si512(x, hi_mask));
             }
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m512 q0 = _mm512_set1_ps(q[(size_t)r * ldq + 2 * i]);
                 __m512 q1 = _mm512_set1_ps(q[(size_t)r * ldq + 2 * i + 1]);
-                UNROLL for (int v = 0; v < V; v++) {
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++) {
                     acc[r][v] = _mm512_fmadd_ps(q0, klo[v], acc[r][v]);
                     acc[r][v] = _mm512_fmadd_ps(q1, khi[v], acc[r][v]);
                 }
@@ -73,8 +82,11 @@ INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0,
         }
     }
     const __m512 sc = _mm512_set1_ps(scale);
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        _mm512_storeu_ps(s + (size_t)r * lds + j0 + 16 * v, _mm512_mul_ps(acc[r][v], sc));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            _mm512_storeu_ps(s + (size_t)r * lds + j0 + 16 * v, _mm512_mul_ps(acc[r][v], sc));
 }
 
 /* Rows [0, R) (R = 4 or 1) over the nk (rounded up to 16) tokens. */
@@ -172,19 +184,28 @@ void pg_avx512_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *
 INLINE void pv_tile(const float *p, int ldp, const void *v_tile, int nk, int hd, int c0, float *acc,
                     int ldacc, int R, int C, int bf16) {
     __m512 a[4][4];
-    __mmask16 mk[4];
-    UNROLL for (int c = 0; c < C; c++) mk[c] = tail_mask(hd - c0 - 16 * c);
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) a[r][c] =
-        _mm512_maskz_loadu_ps(mk[c], acc + (size_t)r * ldacc + c0 + 16 * c);
+    __mmask16 mk[4] = {0};
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        mk[c] = tail_mask(hd - c0 - 16 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            a[r][c] = _mm512_maskz_loadu_ps(mk[c], acc + (size_t)r * ldacc + c0 + 16 * c);
     if (!bf16) {
         const float *v = (const float *)v_tile + c0;
         for (int j = 0; j < nk; j++) {
             __m512 vv[4];
-            UNROLL for (int c = 0; c < C; c++) vv[c] =
-                _mm512_maskz_loadu_ps(mk[c], v + (size_t)j * hd + 16 * c);
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                vv[c] = _mm512_maskz_loadu_ps(mk[c], v + (size_t)j * hd + 16 * c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m512 pb = _mm512_set1_ps(p[(size_t)r * ldp + j]);
-                UNROLL for (int c = 0; c < C; c++) a[r][c] = _mm512_fmadd_ps(pb, vv[c], a[r][c]);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    a[r][c] = _mm512_fmadd_ps(pb, vv[c], a[r][c]);
             }
         }
     } else {
@@ -192,25 +213,33 @@ INLINE void pv_tile(const float *p, int ldp, const void *v_tile, int nk, int hd,
         const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
         for (int j = 0; j < nk; j += 2) {
             __m512 vlo[4], vhi[4];
-            UNROLL for (int c = 0; c < C; c++) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
                 __m512i x =
                     _mm512_maskz_loadu_epi32(mk[c], v + ((size_t)(j / 2) * hd + 16 * c) * 2);
                 vlo[c] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
                 vhi[c] = _mm512_castsi512_ps(_mm512_and_si512(x, hi_mask));
             }
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m512 p0 = _mm512_set1_ps(p[(size_t)r * ldp + j]);
-                UNROLL for (int c = 0; c < C; c++) a[r][c] = _mm512_fmadd_ps(p0, vlo[c], a[r][c]);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    a[r][c] = _mm512_fmadd_ps(p0, vlo[c], a[r][c]);
                 if (j + 1 < nk) {
                     __m512 p1 = _mm512_set1_ps(p[(size_t)r * ldp + j + 1]);
-                    UNROLL for (int c = 0; c < C; c++) a[r][c] =
-                        _mm512_fmadd_ps(p1, vhi[c], a[r][c]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < C; c++)
+                        a[r][c] = _mm512_fmadd_ps(p1, vhi[c], a[r][c]);
                 }
             }
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++)
-        _mm512_mask_storeu_ps(acc + (size_t)r * ldacc + c0 + 16 * c, mk[c], a[r][c]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            _mm512_mask_storeu_ps(acc + (size_t)r * ldacc + c0 + 16 * c, mk[c], a[r][c]);
 }
 
 /* Rows [0, R) (R = 4 or 1) over all columns. */
