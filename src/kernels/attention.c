@@ -7,7 +7,10 @@
  * the T tokens x G query heads sharing that KV head (G = n_heads /
  * n_kv_heads), so every K/V block tile is read once for all of them.
  * T = max(1, ROWS_TARGET / G). A unit walks its visible KV range in fixed
- * partitions of pg_attn_partition_tokens(block_size) tokens; each partition
+ * partitions of pg_attn_partition_tokens(block_size) tokens, stepping over
+ * super-blocks of pg_attn_superblock_tokens(block_size) tokens (aligned runs
+ * of consecutive blocks, 128 tokens for blocks of 16..128: one micro-kernel
+ * call covers them all); each partition
  * starts a fresh online-softmax state (m, l, acc) and is merged into the
  * unit's running state in partition order (merge_rows). Split-KV runs the
  * partitions of a unit as separate work items on any thread, stores their
