@@ -15,6 +15,7 @@ static const pg_command COMMANDS[] = {
     {"tokenize", pg_cmd_tokenize, "print the token ids of a text (TOKENIZER --text TEXT)"},
     {"detokenize", pg_cmd_detokenize, "print the text of token ids (TOKENIZER --ids 1,2,3)"},
     {"generate", pg_cmd_generate, "generate text for one prompt (offline, batch of one)"},
+    {"bench", pg_cmd_bench, "benchmarks: `bench serve` measures an OpenAI-compatible server"},
 };
 
 static void usage(FILE *f) {

@@ -40,6 +40,13 @@ static const pg_attn_ukernels UK_NEON_BF16 = {"neon", PG_BF16, pg_neon_attn_qk_b
 static const pg_attn_ukernels UK_NEON_BF16DOT = {"neon_bf16", PG_BF16, pg_neon_bf16_attn_qk_bf16kv,
                                                  pg_neon_attn_softmax, pg_neon_bf16_attn_pv_bf16kv};
 #endif
+/* A GEMM microkernel descriptor. */
+static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
+                          void (*run)(int64_t, const void *, int64_t, const void *, float *,
+                                      int64_t, int, int)) {
+    pg_gemm_ukernel u = {name, mr, nr, kg, ar, run};
+    return u;
+}
 
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
@@ -60,6 +67,9 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, silu_f32, pg_ref_silu, "scalar");
     SET(t, swiglu_f32, pg_ref_swiglu, "scalar");
     SET(t, argmax_f32, pg_ref_argmax_f32, "scalar");
+    SET(t, cvt_f32_bf16, pg_ref_cvt_f32_bf16, "scalar");
+    t->gemm_bf16 = uk("scalar", 4, 16, 2, 1, pg_ref_gemm_uk_bf16);
+    t->gemm_f32 = uk("scalar", 4, 16, 1, 1, pg_ref_gemm_uk_f32);
 #if defined(__x86_64__)
     if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
@@ -73,6 +83,9 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, silu_f32, pg_avx2_silu_f32, "avx2");
         SET(t, swiglu_f32, pg_avx2_swiglu_f32, "avx2");
         SET(t, argmax_f32, pg_avx2_argmax_f32, "avx2");
+        SET(t, cvt_f32_bf16, pg_avx2_cvt_f32_bf16, "avx2");
+        t->gemm_bf16 = uk("avx2", 4, 16, 2, 1, pg_avx2_gemm_uk_bf16);
+        t->gemm_f32 = uk("avx2", 6, 16, 1, 1, pg_avx2_gemm_uk_f32);
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
@@ -86,10 +99,18 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, silu_f32, pg_avx512_silu_f32, "avx512");
         SET(t, swiglu_f32, pg_avx512_swiglu_f32, "avx512");
         SET(t, argmax_f32, pg_avx512_argmax_f32, "avx512");
+        SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
+        t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
+        t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
     }
-    if (level == PG_ISA_AVX512BF16) SET(t, attn_bf16kv, &UK_AVX512BF16_BF16, "avx512bf16");
-        /* avx512bf16: only attention over a BF16 KV cache uses VDPBF16PS so far
-         * (the dot products keep f32 activations; the BF16 GEMM comes later). */
+    /* avx512bf16: the BF16 GEMM and attention over a BF16 KV cache use
+     * VDPBF16PS; the dot products keep f32 activations (never rounded to
+     * BF16), so they stay avx512's. */
+    if (level == PG_ISA_AVX512BF16) {
+        SET(t, attn_bf16kv, &UK_AVX512BF16_BF16, "avx512bf16");
+        SET(t, cvt_f32_bf16, pg_avx512bf16_cvt_f32_bf16, "avx512bf16");
+        t->gemm_bf16 = uk("avx512bf16", 6, 64, 2, 1, pg_avx512bf16_gemm_uk_bf16);
+    }
 #elif defined(__aarch64__)
     if (level >= PG_ISA_NEON && level <= PG_ISA_SVE) {
         SET(t, dot_f32, pg_neon_dot_f32, "neon");
@@ -107,6 +128,14 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
             SET(t, attn_bf16kv, &UK_NEON_BF16DOT, "neon_bf16");
         else
             SET(t, attn_bf16kv, &UK_NEON_BF16, "neon");
+        SET(t, cvt_f32_bf16, pg_neon_cvt_f32_bf16, "neon");
+        t->gemm_f32 = uk("neon", 6, 16, 1, 1, pg_neon_gemm_uk_f32);
+        /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
+         * row pairs), else widen + FMA on k-pairs. */
+        if (pg_cpu()->bf16)
+            t->gemm_bf16 = uk("neon-bfmmla", 8, 8, 4, 2, pg_bf16_gemm_uk_bfmmla);
+        else
+            t->gemm_bf16 = uk("neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16);
     }
     if (level == PG_ISA_SVE) {
         SET(t, dot_f32, pg_sve_dot_f32, "sve");
@@ -130,6 +159,11 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "silu_f32", t->variant.silu_f32);
     fprintf(f, "  %s%-16s %s\n", p, "swiglu_f32", t->variant.swiglu_f32);
     fprintf(f, "  %s%-16s %s\n", p, "argmax_f32", t->variant.argmax_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "cvt_f32_bf16", t->variant.cvt_f32_bf16);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_bf16", t->gemm_bf16.name, t->gemm_bf16.mr,
+            t->gemm_bf16.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_f32", t->gemm_f32.name, t->gemm_f32.mr,
+            t->gemm_f32.nr);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */

@@ -23,6 +23,25 @@
 #include <stdio.h>
 
 struct pg_attn_ukernels; /* kernels/attention.h */
+/* A GEMM microkernel (driven by src/kernels/gemm.c; layouts in
+ * docs/ARCHITECTURE.md "GEMM"). It computes an mr x nr tile
+ *     c[i][j] (+)= sum over ngroups k-groups of A(row i) . W(column j)
+ * where W is one packed panel slice (ngroups x nr x kg elements: for each
+ * k-group, for each of the nr columns, kg consecutive k) and A is ngroups
+ * k-groups of mr rows: ar == 1: row i at a + i*a_stride, kg consecutive k
+ * per group; ar == 2: row pairs (BFMMLA), pair p at a + p*a_stride, each
+ * group = row 2p's kg values then row 2p+1's. Elements are uint16 BF16 bits
+ * (bf16 kernels) or f32. c is row-major with stride ldc floats; accumulate
+ * == 0 starts from zero, 1 adds to what c holds. 1 <= mr <= the kernel's mr.
+ * Every c[i][j] is reduced in increasing k-group order in one accumulator
+ * whose lane does not depend on mr or i: the batch-invariance contract. */
+typedef struct pg_gemm_ukernel {
+    const char *name; /* variant, for reports: "avx512bf16", "scalar", ... */
+    int mr, nr;       /* max rows per call; panel width in columns */
+    int kg, ar;       /* k per group; rows per A group (1 or 2) */
+    void (*run)(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                int64_t ldc, int mr, int accumulate);
+} pg_gemm_ukernel;
 
 typedef struct pg_kernel_table {
     const char
@@ -52,9 +71,16 @@ typedef struct pg_kernel_table {
     void (*swiglu_f32)(float *out, const float *gate, const float *up, size_t n);
     size_t (*argmax_f32)(const float *x, size_t n);
 
+    /* GEMM microkernels (kernels/gemm.h): BF16 weights x BF16-rounded
+     * activations with f32 accumulation, and exact f32 (one FMA per product). */
+    pg_gemm_ukernel gemm_bf16, gemm_f32;
+    /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN), n >= 0:
+     * the GEMM's activation input stage. */
+    void (*cvt_f32_bf16)(const float *src, uint16_t *dst, size_t n);
+
     /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
     struct {
-        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32;
+        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16;
         const char *vexp_f32, *attn_f32kv, *attn_bf16kv;
         const char *rmsnorm_f32, *softmax_f32, *silu_f32, *swiglu_f32, *argmax_f32;
     } variant;

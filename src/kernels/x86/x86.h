@@ -67,5 +67,23 @@ void pg_avx512_softmax_f32(float *x, size_t n);
 void pg_avx512_silu_f32(float *out, const float *x, size_t n);
 void pg_avx512_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 size_t pg_avx512_argmax_f32(const float *x, size_t n);
+/* GEMM microkernels (pg_gemm_ukernel, dispatch.h) and the activation
+ * input stage (cvt_f32_bf16). Shapes: gemm_avx2.c f32 6x16, bf16 4x16;
+ * gemm_avx512.c f32 6x64, bf16 8x32 (widen + FMA);
+ * gemm_avx512bf16.c bf16 6x64 (VDPBF16PS). All bf16 kernels use k-pairs
+ * (kg 2) and row-major A (ar 1); all are bitwise equal to the reference. */
+void pg_avx2_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                         float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx2_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                          float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx2_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+void pg_avx512_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                           float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx512_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                            float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx512_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                                float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx512bf16_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 
 #endif
