@@ -1,0 +1,260 @@
+/* apply_chat_template over the Jinja interpreter (see chat_template.h). */
+#include "tokenizer/chat_template.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tokenizer/jinja.h"
+
+struct pg_chat_template {
+    jj_template *t;
+};
+
+/* prefix the interpreter's message ("line N: ...") */
+static pagoda_status rewrap(pagoda_status st) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pg_last_error());
+    return pg_error(st, "chat template: %s", msg);
+}
+
+pagoda_status pg_chat_template_compile(const char *source, pg_chat_template **out) {
+    *out = NULL;
+    if (!source) return pg_error(PAGODA_ERR_INVALID_ARG, "chat template: no source");
+    pg_chat_template *ct = calloc(1, sizeof *ct);
+    if (!ct) return pg_error(PAGODA_ERR_NOMEM, "chat template: out of memory");
+    pagoda_status st = jj_compile(source, &ct->t);
+    if (st != PAGODA_OK) {
+        free(ct);
+        return rewrap(st);
+    }
+    *out = ct;
+    return PAGODA_OK;
+}
+
+void pg_chat_template_free(pg_chat_template *t) {
+    if (!t) return;
+    jj_template_free(t->t);
+    free(t);
+}
+
+static pagoda_status set_token(jj_ctx *c, const char *name, const char *v) {
+    if (!v) return PAGODA_OK;
+    jj_arena *a = jj_ctx_arena(c);
+    (void)a;
+    return jj_ctx_set(c, name, jv_cstr(v));
+}
+
+pagoda_status pg_chat_template_render_at(const pg_chat_template *t, const cJSON *messages,
+                                         const cJSON *tools, const cJSON *kwargs,
+                                         bool add_generation_prompt,
+                                         const pg_chat_special_tokens *sp, const struct tm *now,
+                                         char **out_text) {
+    *out_text = NULL;
+    if (!t) return pg_error(PAGODA_ERR_INVALID_ARG, "chat template: no template");
+    if (!cJSON_IsArray(messages))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "chat template: messages must be a JSON array");
+    if (kwargs && !cJSON_IsObject(kwargs) && !cJSON_IsNull(kwargs))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "chat template: chat_template_kwargs must be a JSON object");
+    if (tools && !cJSON_IsArray(tools) && !cJSON_IsNull(tools))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "chat template: tools must be a JSON array");
+    struct tm tmv;
+    if (!now) {
+        time_t tt = time(NULL);
+        localtime_r(&tt, &tmv);
+        now = &tmv;
+    }
+    jj_render_opts o = {.year = now->tm_year + 1900, .month = now->tm_mon + 1,
+                        .day = now->tm_mday, .hour = now->tm_hour, .min = now->tm_min,
+                        .sec = now->tm_sec, .wday = now->tm_wday, .yday = now->tm_yday};
+    jj_ctx *c = jj_ctx_new(&o);
+    if (!c) return pg_error(PAGODA_ERR_NOMEM, "chat template: out of memory");
+    pagoda_status st = PAGODA_OK;
+    if (sp) {
+        if (!st) st = set_token(c, "bos_token", sp->bos_token);
+        if (!st) st = set_token(c, "eos_token", sp->eos_token);
+        if (!st) st = set_token(c, "pad_token", sp->pad_token);
+        if (!st) st = set_token(c, "unk_token", sp->unk_token);
+    }
+    if (kwargs && cJSON_IsObject(kwargs))
+        for (const cJSON *e = kwargs->child; e && !st; e = e->next)
+            if (e->string) st = jj_ctx_set_json(c, e->string, e);
+    if (!st) st = jj_ctx_set_json(c, "messages", messages);
+    if (!st) st = jj_ctx_set_json(c, "tools", cJSON_IsArray(tools) ? tools : NULL);
+    if (!st) st = jj_ctx_set_json(c, "documents", NULL);
+    if (!st) st = jj_ctx_set(c, "add_generation_prompt", jv_bool(add_generation_prompt));
+    if (st) {
+        jj_ctx_free(c);
+        return rewrap(st);
+    }
+    size_t n = 0;
+    st = jj_render(c, t->t, out_text, &n);
+    jj_ctx_free(c);
+    if (st) return rewrap(st);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_chat_template_render(const pg_chat_template *t, const cJSON *messages,
+                                      const cJSON *tools, const cJSON *kwargs,
+                                      bool add_generation_prompt, const pg_chat_special_tokens *sp,
+                                      char **out_text) {
+    return pg_chat_template_render_at(t, messages, tools, kwargs, add_generation_prompt, sp, NULL,
+                                      out_text);
+}
+
+/* ---- locating a model's template ------------------------------------------ */
+static pagoda_status read_text(const char *path, char **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        return pg_error(errno == ENOENT ? PAGODA_ERR_NOT_FOUND : PAGODA_ERR_IO, "%s: %s", path,
+                        strerror(errno));
+    }
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return pg_error(PAGODA_ERR_IO, "%s: cannot seek", path);
+    }
+    long sz = ftell(f);
+    if (sz < 0 || sz > (64L << 20)) {
+        fclose(f);
+        return pg_error(PAGODA_ERR_IO, "%s: bad size or larger than 64 MiB", path);
+    }
+    rewind(f);
+    char *buf = malloc((size_t)sz + 1);
+    if (!buf) {
+        fclose(f);
+        return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t got = fread(buf, 1, (size_t)sz, f);
+    fclose(f);
+    if (got != (size_t)sz) {
+        free(buf);
+        return pg_error(PAGODA_ERR_IO, "%s: short read", path);
+    }
+    buf[sz] = 0;
+    if (strlen(buf) != (size_t)sz) {
+        free(buf);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: contains a NUL byte", path);
+    }
+    *out = buf;
+    return PAGODA_OK;
+}
+
+static bool is_dir(const char *p) {
+    struct stat s;
+    return stat(p, &s) == 0 && S_ISDIR(s.st_mode);
+}
+
+static char *dup_token(const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (!cJSON_IsString(v) || !v->valuestring) return NULL;
+    return strdup(v->valuestring);
+}
+
+void pg_chat_config_free(pg_chat_config *c) {
+    if (!c) return;
+    free(c->source);
+    free(c->bos_token);
+    free(c->eos_token);
+    free(c->pad_token);
+    free(c->unk_token);
+    memset(c, 0, sizeof *c);
+}
+
+pg_chat_special_tokens pg_chat_config_tokens(const pg_chat_config *c) {
+    pg_chat_special_tokens s = {c->bos_token, c->eos_token, c->pad_token, c->unk_token};
+    return s;
+}
+
+pagoda_status pg_chat_config_load(const char *model_path, const char *template_file,
+                                  pg_chat_config *out) {
+    memset(out, 0, sizeof *out);
+    pagoda_status st;
+    char cfg_path[4096] = "";
+    if (model_path) {
+        if (is_dir(model_path))
+            snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", model_path);
+        else
+            snprintf(cfg_path, sizeof cfg_path, "%s", model_path);
+    }
+    cJSON *cfg = NULL;
+    if (cfg_path[0]) {
+        char *text = NULL;
+        st = read_text(cfg_path, &text);
+        if (st == PAGODA_OK) {
+            cfg = cJSON_Parse(text);
+            free(text);
+            if (!cfg)
+                return pg_error(PAGODA_ERR_FORMAT, "%s: invalid JSON", cfg_path);
+        } else if (st != PAGODA_ERR_NOT_FOUND || !template_file) {
+            if (st == PAGODA_ERR_NOT_FOUND && is_dir(model_path)) {
+                /* a directory without tokenizer_config.json may still hold a .jinja */
+                pg_clear_error();
+            } else {
+                return st;
+            }
+        }
+    }
+    if (cfg) {
+        out->bos_token = dup_token(cfg, "bos_token");
+        out->eos_token = dup_token(cfg, "eos_token");
+        out->pad_token = dup_token(cfg, "pad_token");
+        out->unk_token = dup_token(cfg, "unk_token");
+    }
+    if (template_file) {
+        st = read_text(template_file, &out->source);
+        cJSON_Delete(cfg);
+        if (st) pg_chat_config_free(out);
+        return st;
+    }
+    if (model_path && is_dir(model_path)) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/chat_template.jinja", model_path);
+        if (read_text(p, &out->source) == PAGODA_OK) {
+            cJSON_Delete(cfg);
+            return PAGODA_OK;
+        }
+        pg_clear_error();
+    }
+    const cJSON *ct = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "chat_template") : NULL;
+    const char *src = NULL;
+    if (cJSON_IsString(ct)) {
+        src = ct->valuestring;
+    } else if (cJSON_IsArray(ct)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, ct) {
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(e, "template");
+            if (cJSON_IsString(nm) && cJSON_IsString(tx) && strcmp(nm->valuestring, "default") == 0)
+                src = tx->valuestring;
+        }
+        if (!src) {
+            cJSON_Delete(cfg);
+            pg_chat_config_free(out);
+            return pg_error(PAGODA_ERR_NOT_FOUND,
+                            "%s: chat_template lists named templates but none is \"default\"; "
+                            "pass --chat-template FILE",
+                            cfg_path);
+        }
+    }
+    if (!src) {
+        cJSON_Delete(cfg);
+        pg_chat_config_free(out);
+        return pg_error(PAGODA_ERR_NOT_FOUND,
+                        "%s: no chat template (no chat_template.jinja and tokenizer_config.json "
+                        "has no chat_template); pass --chat-template FILE",
+                        model_path ? model_path : "(no model)");
+    }
+    out->source = strdup(src);
+    cJSON_Delete(cfg);
+    if (!out->source) {
+        pg_chat_config_free(out);
+        return pg_error(PAGODA_ERR_NOMEM, "chat template: out of memory");
+    }
+    return PAGODA_OK;
+}
