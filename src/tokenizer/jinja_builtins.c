@@ -204,40 +204,67 @@ static jv str_replace(jj_ctx *c, jv s, jv old, jv neu, int64_t count) {
     return new_buf_str(c, &b);
 }
 
+/* The code point ending at byte j: returns it; moves *pos to its start if
+ * `move_if_not_space` is false and it is whitespace, or if it is true and
+ * it is not whitespace (the rsplit scanners step over one class). */
+static int32_t prev_cp(const char *p, size_t j, size_t *pos, bool move_if_not_space) {
+    size_t k = j - 1;
+    while (k > 0 && ((unsigned char)p[k] & 0xC0) == 0x80 && j - k < 4) k--;
+    int32_t cp;
+    size_t e = jj_utf8_next(p, j, k, &cp);
+    if (e != j) { /* invalid sequence: treat the last byte alone */
+        k = j - 1;
+        cp = (unsigned char)p[k];
+    }
+    if (is_space_cp(cp) != move_if_not_space) *pos = k;
+    return cp;
+}
+
 /* Python str.split / rsplit */
 static jv str_split(jj_ctx *c, jv s, const jv *sep, int64_t maxsplit, bool from_right) {
     jv out = jv_new_list(&c->arena, 4);
     const char *p = s.u.s.p;
     size_t n = s.u.s.n;
     if (!sep || sep->t == JV_NONE || sep->t == JV_UNDEF) {
-        /* whitespace runs; leading/trailing dropped */
-        jv parts = jv_new_list(&c->arena, 4);
-        size_t i = 0;
-        while (i < n) {
-            int32_t cp;
-            size_t j;
-            while (i < n && (j = jj_utf8_next(p, n, i, &cp), is_space_cp(cp))) i = j;
-            if (i >= n) break;
-            size_t st = i;
-            while (i < n && (j = jj_utf8_next(p, n, i, &cp), !is_space_cp(cp))) i = j;
-            jv_list_push(&c->arena, parts, jv_str(p + st, i - st));
-        }
-        size_t np = parts.u.l->n;
-        if (maxsplit < 0 || (size_t)maxsplit + 1 >= np) return parts;
-        /* re-join the unsplit remainder from the original text */
+        /* CPython split_whitespace / rsplit_whitespace: runs of whitespace
+         * separate; once maxsplit is reached the rest (minus the whitespace
+         * run at the split side) is one item */
+        int64_t count = 0;
         if (!from_right) {
-            for (int64_t k = 0; k < maxsplit; k++) jv_list_push(&c->arena, out, parts.u.l->v[k]);
-            jv rest = parts.u.l->v[maxsplit];
-            const char *st = rest.u.s.p;
-            jv tail = strip(jv_str(st, (size_t)(p + n - st)), NULL, 2);
-            jv_list_push(&c->arena, out, tail);
-        } else {
-            size_t keep = np - (size_t)maxsplit;
-            jv last = parts.u.l->v[keep - 1];
-            jv head = strip(jv_str(p, (size_t)(last.u.s.p + last.u.s.n - p)), NULL, 1);
-            jv_list_push(&c->arena, out, head);
-            for (size_t k = keep; k < np; k++) jv_list_push(&c->arena, out, parts.u.l->v[k]);
+            size_t i = 0;
+            for (;;) {
+                int32_t cp;
+                size_t j;
+                while (i < n && (j = jj_utf8_next(p, n, i, &cp), is_space_cp(cp))) i = j;
+                if (i >= n) break;
+                if (maxsplit >= 0 && count == maxsplit) {
+                    jv_list_push(&c->arena, out, jv_str(p + i, n - i));
+                    break;
+                }
+                size_t st = i;
+                while (i < n && (j = jj_utf8_next(p, n, i, &cp), !is_space_cp(cp))) i = j;
+                jv_list_push(&c->arena, out, jv_str(p + st, i - st));
+                count++;
+            }
+            return out;
         }
+        jv rev = jv_new_list(&c->arena, 4);
+        size_t j = n;
+        for (;;) {
+            while (j > 0 && is_space_cp(prev_cp(p, j, &j, false))) {
+            }
+            if (j == 0) break;
+            if (maxsplit >= 0 && count == maxsplit) {
+                jv_list_push(&c->arena, rev, jv_str(p, j));
+                break;
+            }
+            size_t e = j;
+            while (j > 0 && !is_space_cp(prev_cp(p, j, &j, true))) {
+            }
+            jv_list_push(&c->arena, rev, jv_str(p + j, e - j));
+            count++;
+        }
+        for (size_t k = rev.u.l->n; k-- > 0;) jv_list_push(&c->arena, out, rev.u.l->v[k]);
         return out;
     }
     if (sep->t != JV_STR) jj_fail(c, "split: separator must be a string");
@@ -747,24 +774,26 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
             memset(sp, ' ', (size_t)n);
             ind = jv_str(sp, (size_t)n);
         }
-        /* lines of s + "\n" (splitlines drops the final empty piece) */
+        /* jinja2: lines = (s + "\n").splitlines(); first line as is, later
+         * lines indented unless empty (blank=False) */
         jj_buf b;
         jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
         if (first) jj_buf_put(&b, ind.u.s.p, ind.u.s.n);
         const char *p = s.u.s.p;
         size_t n = s.u.s.n, i = 0;
         bool first_line = true;
-        while (i <= n) {
+        for (;;) {
             size_t j = i;
             while (j < n && p[j] != '\n' && p[j] != '\r') j++;
-            if (j == n && i == n && !first_line) break; /* trailing piece after final newline */
+            /* piece p[i..j) ends at a line break, or at the end (the added "\n") */
             if (!first_line) {
                 jj_buf_put(&b, "\n", 1);
                 if (blank || j > i) jj_buf_put(&b, ind.u.s.p, ind.u.s.n);
             }
             jj_buf_put(&b, p + i, j - i);
             first_line = false;
-            if (j < n && p[j] == '\r' && j + 1 < n && p[j + 1] == '\n') j++;
+            if (j >= n) break;
+            if (p[j] == '\r' && j + 1 < n && p[j + 1] == '\n') j++;
             i = j + 1;
         }
         return new_buf_str(c, &b);
@@ -1130,7 +1159,7 @@ static bool list_method(jj_ctx *c, jv l, const char *name, const jv *args, size_
     if (mut && l.tuple) return false;
     if (IS("append")) {
         if (nargs != 1) jj_fail(c, "append takes exactly one argument");
-        if (L->n >= (1u << 20)) jj_fail_st(c, PAGODA_ERR_LIMIT, "list too long");
+        if (L->n >= JJ_MAX_LIST) jj_fail_st(c, PAGODA_ERR_LIMIT, "list too long");
         jv_list_push(&c->arena, l, args[0]);
         *out = jv_none();
         return true;
@@ -1138,7 +1167,7 @@ static bool list_method(jj_ctx *c, jv l, const char *name, const jv *args, size_
     if (IS("extend")) {
         if (nargs != 1) jj_fail(c, "extend takes exactly one argument");
         jv items = list_of(c, args[0]);
-        if (L->n + items.u.l->n >= (1u << 20)) jj_fail_st(c, PAGODA_ERR_LIMIT, "list too long");
+        if (L->n + items.u.l->n >= JJ_MAX_LIST) jj_fail_st(c, PAGODA_ERR_LIMIT, "list too long");
         for (size_t i = 0; i < items.u.l->n; i++) jv_list_push(&c->arena, l, items.u.l->v[i]);
         *out = jv_none();
         return true;

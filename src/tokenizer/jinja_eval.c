@@ -250,7 +250,8 @@ static jv repeat_seq(jj_ctx *c, jv s, int64_t k) {
         return jj_buf_value(&b);
     }
     size_t n = s.u.l->n;
-    if (n && (uint64_t)k > (1u << 20) / n) jj_fail_st(c, PAGODA_ERR_LIMIT, "list repetition too large");
+    if (n && (uint64_t)k > JJ_MAX_LIST / n)
+        jj_fail_st(c, PAGODA_ERR_LIMIT, "list repetition too large (limit %d items)", JJ_MAX_LIST);
     jv l = jv_new_list(&c->arena, n * (size_t)k);
     for (int64_t i = 0; i < k; i++)
         for (size_t j = 0; j < n; j++) l.u.l->v[l.u.l->n++] = s.u.l->v[j];
@@ -314,6 +315,8 @@ static jv binop(jj_ctx *c, jj_op op, jv a, jv b) {
             return jj_buf_value(&s);
         }
         if (a.t == JV_LIST && b.t == JV_LIST && a.tuple == b.tuple) {
+            if (a.u.l->n + b.u.l->n > JJ_MAX_LIST)
+                jj_fail_st(c, PAGODA_ERR_LIMIT, "list too long (limit %d items)", JJ_MAX_LIST);
             jv l = jv_new_list(&c->arena, a.u.l->n + b.u.l->n);
             if (a.u.l->n) memcpy(l.u.l->v, a.u.l->v, a.u.l->n * sizeof(jv));
             if (b.u.l->n) memcpy(l.u.l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(jv));
@@ -743,6 +746,7 @@ static void exec_for(jj_ctx *c, jj_frame *f, const jj_node *n) {
     for (size_t k = 0; k < 8; k++) jv_dict_set(&c->arena, loop, jv_cstr(keys[k]), jv_none());
     lv = loop.u.d->v + 4;
     for (size_t i = 0; i < len; i++) {
+        step(c, n);
         lv[0] = jv_int((int64_t)i + 1);
         lv[1] = jv_int((int64_t)i);
         lv[2] = jv_int((int64_t)(len - i));

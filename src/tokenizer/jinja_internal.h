@@ -7,6 +7,7 @@
 
 #define JJ_MAX_MACRO_DEPTH 100 /* nested macro calls */
 #define JJ_MAX_EVAL_DEPTH 1000 /* nested expression/statement evaluation */
+#define JJ_MAX_LIST (1 << 20)  /* items in one list built by +, *, append */
 
 typedef jv (*jj_builtin_fn)(jj_ctx *c, jv self, const jv *args, size_t nargs, const char **kwn,
                             const jv *kwv, size_t nkw);

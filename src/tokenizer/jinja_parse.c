@@ -1289,7 +1289,11 @@ static void parse_body(parser *p, nvec *out, const char *const *ends) {
     for (;;) {
         tok *t = peek(p);
         if (t->k == T_EOF) {
-            if (ends) perr(p, t->line, "unexpected end of template, expected '%s'", ends[0]);
+            if (ends) {
+                const char *const *e = ends;
+                while (e[1]) e++;
+                perr(p, t->line, "unexpected end of template, expected '%s'", *e);
+            }
             return;
         }
         if (t->k == T_TEXT) {
