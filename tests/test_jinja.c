@@ -317,6 +317,19 @@ static void test_limits(void **state) {
     for (size_t i = 0; i < 1000; i++) n += (size_t)sprintf(deep + n, "{%% if 1 %%}");
     check_err(deep, NULL, PAGODA_ERR_FORMAT, "nested too deeply");
     free(deep);
+    /* quadratic work is charged to the step limit */
+    check_err("{% set l = range(100000) | list %}{% for i in range(100000) %}{% if i in l %}{% endif %}"
+              "{% endfor %}",
+              NULL, PAGODA_ERR_LIMIT, "step limit");
+    check_err("{{ range(100000) | list | unique | length }}", NULL, PAGODA_ERR_LIMIT, "step limit");
+    /* self-containing values end with an error or an output, never a crash */
+    check_err("{% set l = [] %}{% do l.append(l) %}{% do l.append(l) %}{{ l }}", NULL,
+              PAGODA_ERR_LIMIT, "output exceeds");
+    check_err("{% set l = [] %}{% do l.append(l) %}{{ l | tojson }}", NULL, PAGODA_ERR_FORMAT,
+              "not JSON serializable");
+    check_err("{% set l = [] %}{% do l.append(l) %}{{ l < l }}", NULL, PAGODA_ERR_FORMAT,
+              "recursion depth");
+    CHECK("{% set l = [] %}{% do l.append(l) %}{{ (l == l) is boolean }}", "True");
     /* a loop appending to the list it iterates terminates (snapshot) */
     CHECK("{% set l = [1, 2] %}{% for x in l %}{% do l.append(x) %}{% endfor %}{{ l | length }}", "4");
 }

@@ -479,7 +479,9 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
     if (IS("length") || IS("count")) {
         switch (in.t) {
         case JV_UNDEF: return jv_int(0);
-        case JV_STR: return jv_int((int64_t)jj_utf8_len(in.u.s.p, in.u.s.n));
+        case JV_STR:
+            jj_charge(c, in.u.s.n / 64);
+            return jv_int((int64_t)jj_utf8_len(in.u.s.p, in.u.s.n));
         case JV_LIST: return jv_int((int64_t)in.u.l->n);
         case JV_DICT:
         case JV_NS: return jv_int((int64_t)in.u.d->n);
@@ -684,6 +686,7 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         jv seen = jv_new_list(&c->arena, 0);
         for (size_t i = 0; i < items.u.l->n; i++) {
             jv k = sort_key(c, items.u.l->v[i], attr, cs);
+            jj_charge(c, seen.u.l->n);
             bool dup = false;
             for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = jv_equal(seen.u.l->v[j], k);
             if (dup) continue;
@@ -895,6 +898,7 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
 /* ---- tests ---------------------------------------------------------------- */
 bool jj_test(jj_ctx *c, const char *name, jv v, const jv *args, size_t nargs) {
 #define IS(s) (strcmp(name, s) == 0)
+    if (nargs) jj_charge(c, (v.t == JV_STR ? v.u.s.n / 64 : 0) + (args[0].t == JV_LIST ? args[0].u.l->n : 0));
     if (IS("defined")) return v.t != JV_UNDEF;
     if (IS("undefined")) return v.t == JV_UNDEF;
     if (IS("none")) return v.t == JV_NONE;
@@ -983,6 +987,7 @@ static int64_t cp_index(jv s, size_t byte_off) { return (int64_t)jj_utf8_len(s.u
 static bool str_method(jj_ctx *c, jv s, const char *name, const jv *args, size_t nargs,
                        const char **kwn, const jv *kwv, size_t nkw, jv *out) {
 #define IS(x) (strcmp(name, x) == 0)
+    jj_charge(c, s.u.s.n / 64);
     if (IS("startswith") || IS("endswith")) {
         const jv *p = ARG(0, NULL);
         if (!p) jj_fail(c, "%s needs an argument", name);
@@ -1196,6 +1201,7 @@ static bool list_method(jj_ctx *c, jv l, const char *name, const jv *args, size_
     }
     if (IS("remove") || IS("index") || IS("count")) {
         if (nargs != 1) jj_fail(c, "%s takes exactly one argument", name);
+        jj_charge(c, L->n);
         int64_t k = 0, first = -1;
         for (size_t i = 0; i < L->n; i++)
             if (jv_equal(L->v[i], args[0])) {

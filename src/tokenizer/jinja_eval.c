@@ -101,6 +101,24 @@ static void set_var(jj_ctx *c, jj_frame *f, const char *name, jv v) {
 }
 
 /* ---- helpers -------------------------------------------------------------- */
+void jj_charge(jj_ctx *c, size_t units) {
+    c->steps += units;
+    if (c->steps > JJ_MAX_STEPS)
+        jj_fail_st(c, PAGODA_ERR_LIMIT, "template evaluation step limit (%llu) exceeded",
+                   (unsigned long long)JJ_MAX_STEPS);
+}
+
+static size_t size_of(jv v) {
+    switch (v.t) {
+    case JV_STR: return v.u.s.n / 64;
+    case JV_LIST: return v.u.l->n;
+    case JV_DICT:
+    case JV_NS: return v.u.d->n;
+    default: return 0;
+    }
+}
+
+
 jv jj_to_str(jj_ctx *c, jv v) {
     if (v.t == JV_STR) return v;
     jj_buf b;
@@ -110,6 +128,7 @@ jv jj_to_str(jj_ctx *c, jv v) {
 }
 
 jv jj_iterate(jj_ctx *c, jv v) {
+    jj_charge(c, size_of(v) / 4);
     switch (v.t) {
     case JV_LIST: return v;
     case JV_UNDEF: return jv_new_list(&c->arena, 0);
@@ -139,7 +158,11 @@ static double num_f(jv v) {
 }
 static int64_t num_i(jv v) { return v.t == JV_INT ? v.u.i : (int64_t)v.u.b; }
 
-int jj_compare(jj_ctx *c, jv a, jv b) {
+static int compare_depth(jj_ctx *c, jv a, jv b, int depth);
+int jj_compare(jj_ctx *c, jv a, jv b) { return compare_depth(c, a, b, 0); }
+
+static int compare_depth(jj_ctx *c, jv a, jv b, int depth) {
+    if (depth > JJ_MAX_DEPTH) jj_fail(c, "maximum recursion depth exceeded in comparison");
     if (a.t == JV_UNDEF) jj_fail_undef(c, a);
     if (b.t == JV_UNDEF) jj_fail_undef(c, b);
     if (is_num(a) && is_num(b)) {
@@ -158,9 +181,10 @@ int jj_compare(jj_ctx *c, jv a, jv b) {
     }
     if (a.t == JV_LIST && b.t == JV_LIST) {
         size_t m = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
+        jj_charge(c, m);
         for (size_t i = 0; i < m; i++) {
             if (jv_equal(a.u.l->v[i], b.u.l->v[i])) continue;
-            return jj_compare(c, a.u.l->v[i], b.u.l->v[i]);
+            return compare_depth(c, a.u.l->v[i], b.u.l->v[i], depth + 1);
         }
         return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
     }
@@ -201,6 +225,7 @@ jv jj_getitem(jj_ctx *c, jv obj, jv key) {
         break;
     case JV_STR:
         if (key.t == JV_INT || key.t == JV_BOOL) {
+            jj_charge(c, obj.u.s.n / 64);
             int64_t i = num_i(key);
             int64_t n = (int64_t)jj_utf8_len(obj.u.s.p, obj.u.s.n);
             if (i < 0) i += n;
@@ -398,8 +423,10 @@ static jv binop(jj_ctx *c, jj_op op, jv a, jv b) {
         jv_write_str(&s, b);
         return jj_buf_value(&s);
     }
-    case OP_EQ: return jv_bool(jv_equal(a, b));
-    case OP_NE: return jv_bool(!jv_equal(a, b));
+    case OP_EQ:
+    case OP_NE:
+        jj_charge(c, size_of(a));
+        return jv_bool(jv_equal(a, b) == (op == OP_EQ));
     case OP_LT: return jv_bool(jj_compare(c, a, b) < 0);
     case OP_LE: return jv_bool(jj_compare(c, a, b) <= 0);
     case OP_GT: return jv_bool(jj_compare(c, a, b) > 0);
@@ -407,6 +434,7 @@ static jv binop(jj_ctx *c, jj_op op, jv a, jv b) {
     case OP_IN:
     case OP_NOTIN: {
         bool r = false;
+        jj_charge(c, size_of(b));
         if (b.t == JV_STR) {
             if (a.t != JV_STR)
                 jj_fail(c, "'in <string>' requires string as left operand, not %s",

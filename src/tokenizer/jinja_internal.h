@@ -47,6 +47,10 @@ __attribute__((noreturn, format(printf, 3, 4))) void jj_fail_st(jj_ctx *c, pagod
 /* Raise the error an Undefined value gives when used (e.g. "'x' is undefined"). */
 __attribute__((noreturn)) void jj_fail_undef(jj_ctx *c, jv u);
 
+/* Count `units` evaluation steps of work done by one operation (list
+ * scans, substring searches) against the step limit. */
+void jj_charge(jj_ctx *c, size_t units);
+
 /* Python str(v) as a value (strings returned as is). */
 jv jj_to_str(jj_ctx *c, jv v);
 /* The items of an iterable (list, tuple, dict keys, string characters,

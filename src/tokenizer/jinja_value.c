@@ -112,7 +112,14 @@ static double num_f(jv v) {
     return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-bool jv_equal(jv a, jv b) {
+static bool equal_depth(jv a, jv b, int depth);
+
+/* Python ==; containers compared element-wise. Self-containing values
+ * (l.append(l)) stop at JJ_MAX_DEPTH and compare unequal. */
+bool jv_equal(jv a, jv b) { return equal_depth(a, b, 0); }
+
+static bool equal_depth(jv a, jv b, int depth) {
+    if (depth > JJ_MAX_DEPTH) return false;
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
             int64_t x = a.t == JV_INT ? a.u.i : a.u.b, y = b.t == JV_INT ? b.u.i : b.u.b;
@@ -128,13 +135,13 @@ bool jv_equal(jv a, jv b) {
     case JV_LIST:
         if (a.tuple != b.tuple || a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return false;
+            if (!equal_depth(a.u.l->v[i], b.u.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jv *o = jv_dict_get(b, a.u.d->k[i]);
-            if (!o || !jv_equal(a.u.d->v[i], *o)) return false;
+            if (!o || !equal_depth(a.u.d->v[i], *o, depth + 1)) return false;
         }
         return true;
     case JV_NS: return a.u.d == b.u.d;
