@@ -67,3 +67,18 @@ set_tests_properties(pagoda_env_pool PROPERTIES ENVIRONMENT "PAGODA_BLOCKTIME_US
 add_test(NAME pagoda_env_bad_cpus COMMAND pagoda env)
 set_tests_properties(pagoda_env_bad_cpus PROPERTIES ENVIRONMENT "PAGODA_CPUS=0-"
                      PASS_REGULAR_EXPRESSION "PAGODA_CPUS: '0-' ends at offset 2 where a range end was expected; using the default")
+
+# `pagoda chat-template` end to end: a template file, and a model without one.
+add_test(NAME pagoda_chat_template COMMAND pagoda chat-template
+         ${PAGODA_ASSETS}/chat-templates/Qwen-Qwen3-0.6B.jinja
+         --messages "[{\"role\":\"user\",\"content\":\"Hi\"}]" --add-generation-prompt
+         --kwargs "{\"enable_thinking\":false}")
+set_tests_properties(pagoda_chat_template PROPERTIES PASS_REGULAR_EXPRESSION
+  "^<\\|im_start\\|>user\nHi<\\|im_end\\|>\n<\\|im_start\\|>assistant\n<think>\n\n</think>\n\n$")
+add_test(NAME pagoda_chat_template_missing COMMAND pagoda chat-template
+         ${PAGODA_ASSETS}/llm/stories260K-hf --messages "[]")
+set_tests_properties(pagoda_chat_template_missing PROPERTIES PASS_REGULAR_EXPRESSION
+  "no chat template .*pass --chat-template FILE")
+add_test(NAME pagoda_chat_template_missing_fails COMMAND pagoda chat-template
+         ${PAGODA_ASSETS}/llm/stories260K-hf --messages "[]")
+set_tests_properties(pagoda_chat_template_missing_fails PROPERTIES WILL_FAIL TRUE)

@@ -5,5 +5,6 @@
 #define PAGODA_CLI_COMMANDS_H
 
 int pg_cmd_env(int argc, char **argv);
+int pg_cmd_chat_template(int argc, char **argv);
 
 #endif

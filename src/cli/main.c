@@ -12,6 +12,7 @@ typedef struct pg_command {
 
 static const pg_command COMMANDS[] = {
     {"env", pg_cmd_env, "print the CPU, ISA features, chosen kernels, memory and thread settings"},
+    {"chat-template", pg_cmd_chat_template, "render a conversation with a model's chat template"},
 };
 
 static void usage(FILE *f) {
