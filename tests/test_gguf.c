@@ -25,7 +25,8 @@ static void test_real_stories260k(void **state) {
     assert_int_equal(pg_gguf_get_int(g, "llama.block_count", &v), PAGODA_OK);
     assert_int_equal(v, 5);
     double eps;
-    assert_int_equal(pg_gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps), PAGODA_OK);
+    assert_int_equal(pg_gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps),
+                     PAGODA_OK);
     assert_true(fabs(eps - 1e-5) < 1e-9);
     /* wrong type and missing key */
     assert_int_equal(pg_gguf_get_str(g, "llama.block_count", &arch, NULL), PAGODA_ERR_FORMAT);
@@ -73,12 +74,14 @@ static void test_real_stories260k(void **state) {
 static void test_real_quantized(void **state) {
     (void)state;
     pg_gguf *g = NULL;
-    assert_int_equal(pg_gguf_open(pg_test_asset("llm/llama2c/stories260K-q8_0.gguf"), &g), PAGODA_OK);
+    assert_int_equal(pg_gguf_open(pg_test_asset("llm/llama2c/stories260K-q8_0.gguf"), &g),
+                     PAGODA_OK);
     const pg_gguf_tensor *t = pg_gguf_find_tensor(g, "blk.0.attn_q.weight");
     assert_int_equal(t->dtype, PG_Q8_0);
     assert_int_equal(t->nbytes, 64 / 32 * 34 * 64);
     pg_gguf_close(g);
-    assert_int_equal(pg_gguf_open(pg_test_asset("llm/llama2c/stories260K-q4_0.gguf"), &g), PAGODA_OK);
+    assert_int_equal(pg_gguf_open(pg_test_asset("llm/llama2c/stories260K-q4_0.gguf"), &g),
+                     PAGODA_OK);
     t = pg_gguf_find_tensor(g, "blk.0.attn_q.weight");
     assert_int_equal(t->dtype, PG_Q4_0);
     assert_string_equal(pg_ggml_type_name(t->ggml_type), "Q4_0");
@@ -123,9 +126,11 @@ static const char *write_small(const char *dir, uint32_t alignment) {
     snprintf(g_path, sizeof g_path, "%s/small.gguf", dir);
     assert_int_equal(pg_gguf_writer_begin(w, g_path), PAGODA_OK);
     float wdata[12];
-    for (int i = 0; i < 12; i++) wdata[i] = (float)i;
+    for (int i = 0; i < 12; i++)
+        wdata[i] = (float)i;
     uint8_t q[34];
-    for (int i = 0; i < 34; i++) q[i] = (uint8_t)i;
+    for (int i = 0; i < 34; i++)
+        q[i] = (uint8_t)i;
     assert_int_equal(pg_gguf_writer_write(w, wdata, 20), PAGODA_OK); /* split writes */
     assert_int_equal(pg_gguf_writer_write(w, (uint8_t *)wdata + 20, 28), PAGODA_OK);
     assert_int_equal(pg_gguf_writer_write(w, q, 34), PAGODA_OK);
@@ -181,7 +186,8 @@ static void test_writer_roundtrip(void **state) {
         assert_int_equal(t->ne[1], 3);
         float f[12];
         memcpy(f, t->data, 48);
-        for (int i = 0; i < 12; i++) assert_true(f[i] == (float)i);
+        for (int i = 0; i < 12; i++)
+            assert_true(f[i] == (float)i);
         t = pg_gguf_find_tensor(g, "q");
         assert_int_equal(t->dtype, PG_Q8_0);
         assert_int_equal(t->offset % pg_gguf_alignment(g), 0);
@@ -250,8 +256,12 @@ static void expect_fail(const uint8_t *data, size_t len, pagoda_status want, con
     assert_non_null(strstr(pg_last_error(), "bad.gguf"));
 }
 
-static void patch_u64(uint8_t *b, size_t at, uint64_t v) { memcpy(b + at, &v, 8); }
-static void patch_u32(uint8_t *b, size_t at, uint32_t v) { memcpy(b + at, &v, 4); }
+static void patch_u64(uint8_t *b, size_t at, uint64_t v) {
+    memcpy(b + at, &v, 8);
+}
+static void patch_u32(uint8_t *b, size_t at, uint32_t v) {
+    memcpy(b + at, &v, 4);
+}
 
 static void test_corrupt_header(void **state) {
     (void)state;
@@ -275,6 +285,23 @@ static void test_corrupt_header(void **state) {
     patch_u64(b, 24, 1ull << 60); /* first key's length */
     expect_fail(b, g_len, PAGODA_ERR_FORMAT, "has length");
     expect_fail(b, 0, PAGODA_ERR_FORMAT, "bad magic");
+    free(b);
+}
+
+static void test_version2_accepted(void **state) {
+    (void)state;
+    load_small();
+    uint8_t *b = malloc(g_len);
+    memcpy(b, g_buf, g_len);
+    patch_u32(b, 4, 2);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/v2.gguf", g_dir);
+    pg_test_write_file(path, b, g_len);
+    pg_gguf *g;
+    assert_int_equal(pg_gguf_open(path, &g), PAGODA_OK);
+    assert_int_equal(pg_gguf_version(g), 2);
+    assert_non_null(pg_gguf_find_tensor(g, "q"));
+    pg_gguf_close(g);
     free(b);
 }
 
@@ -373,7 +400,7 @@ int main(void) {
         cmocka_unit_test(test_type_table),       cmocka_unit_test(test_writer_roundtrip),
         cmocka_unit_test(test_corrupt_header),   cmocka_unit_test(test_corrupt_values),
         cmocka_unit_test(test_corrupt_tensors),  cmocka_unit_test(test_every_truncation),
-        cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_missing_file),     cmocka_unit_test(test_version2_accepted),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     free(g_buf);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model/gguf.h"
 #include "model/hf_config.h"
@@ -127,7 +128,8 @@ static void cross_check(const char *gguf_rel, float tol) {
             row(x, r, a);
             row(y, gr, b);
             float amax = 0;
-            for (int64_t k = 0; k < x->shape[1]; k++) amax = fmaxf(amax, fabsf(a[k]));
+            for (int64_t k = 0; k < x->shape[1]; k++)
+                amax = fmaxf(amax, fabsf(a[k]));
             for (int64_t k = 0; k < x->shape[1]; k++)
                 if (fabsf(a[k] - b[k]) > tol * amax + 1e-6f)
                     fail_msg("%s: %s row %lld col %lld: %g vs %g", gguf_rel, x->name, (long long)r,
@@ -146,7 +148,8 @@ static void test_gguf_f32_vs_hf(void **state) {
     (void)state;
     cross_check("llm/llama2c/stories260K.gguf", 0.0f);
     pg_model_source *gg;
-    assert_int_equal(pg_model_source_open(pg_test_asset("llm/llama2c/stories260K.gguf"), &gg), PAGODA_OK);
+    assert_int_equal(pg_model_source_open(pg_test_asset("llm/llama2c/stories260K.gguf"), &gg),
+                     PAGODA_OK);
     assert_int_equal(pg_model_source_config(gg)->torch_dtype, PG_F32);
     pg_model_source_free(gg);
 }
@@ -154,14 +157,17 @@ static void test_gguf_q8_0_vs_hf(void **state) {
     (void)state;
     cross_check("llm/llama2c/stories260K-q8_0.gguf", 1.0f / 127 * 0.51f + 1e-3f);
     pg_model_source *gg;
-    assert_int_equal(pg_model_source_open(pg_test_asset("llm/llama2c/stories260K-q8_0.gguf"), &gg), PAGODA_OK);
+    assert_int_equal(pg_model_source_open(pg_test_asset("llm/llama2c/stories260K-q8_0.gguf"), &gg),
+                     PAGODA_OK);
     assert_int_equal(pg_model_source_config(gg)->torch_dtype, PG_Q8_0);
-    assert_int_equal(pg_model_source_tensor(gg, "model.layers.0.self_attn.q_proj.weight")->dtype, PG_Q8_0);
+    assert_int_equal(pg_model_source_tensor(gg, "model.layers.0.self_attn.q_proj.weight")->dtype,
+                     PG_Q8_0);
     pg_model_source_free(gg);
 }
 static void test_gguf_q4_0_vs_hf(void **state) {
     (void)state;
-    cross_check("llm/llama2c/stories260K-q4_0.gguf", 1.0f / 8 * 1.01f); /* +7 clamp: up to one step */
+    cross_check("llm/llama2c/stories260K-q4_0.gguf",
+                1.0f / 8 * 1.01f); /* +7 clamp: up to one step */
 }
 
 /* ---- HF cache */
@@ -191,8 +197,8 @@ static void test_hf_cache(void **state) {
     snprintf(root, sizeof root, "%s", pg_test_tmpdir());
     snprintf(snap, sizeof snap, "%s/hub/models--tiny--stories/snapshots/abc123", root);
     mkdirs(snap);
-    static const char *const files[] = {"config.json", "generation_config.json", "model.safetensors",
-                                        "tokenizer_config.json"};
+    static const char *const files[] = {"config.json", "generation_config.json",
+                                        "model.safetensors", "tokenizer_config.json"};
     for (int i = 0; i < 4; i++) {
         char from[4200];
         snprintf(from, sizeof from, "%s", pg_test_asset("llm/stories260K-hf"));
@@ -233,10 +239,31 @@ static void test_hf_cache(void **state) {
     assert_non_null(strstr(pg_last_error(), "tiny/nothere"));
     assert_int_equal(pg_model_source_open("/no/such/dir", &src), PAGODA_ERR_NOT_FOUND);
 
-    if (old_home) setenv("HF_HOME", old_home, 1);
-    else unsetenv("HF_HOME");
-    if (old_hub) setenv("HF_HUB_CACHE", old_hub, 1);
-    else unsetenv("HF_HUB_CACHE");
+    /* neither set: ~/.cache/huggingface/hub */
+    char *old_user_home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+    char home[4096], link[4400], target[4400];
+    snprintf(home, sizeof home, "%s", pg_test_tmpdir());
+    snprintf(link, sizeof link, "%s/.cache/huggingface", home);
+    mkdirs(link);
+    snprintf(link, sizeof link, "%s/.cache/huggingface/hub", home);
+    snprintf(target, sizeof target, "%s/hub", root);
+    assert_int_equal(symlink(target, link), 0);
+    unsetenv("HF_HUB_CACHE");
+    unsetenv("HF_HOME");
+    setenv("HOME", home, 1);
+    assert_int_equal(pg_model_resolve("tiny/stories", out, sizeof out, &is_gguf), PAGODA_OK);
+    assert_non_null(strstr(out, "/.cache/huggingface/hub/models--tiny--stories/snapshots/abc123"));
+    if (old_user_home) setenv("HOME", old_user_home, 1);
+    free(old_user_home);
+
+    if (old_home)
+        setenv("HF_HOME", old_home, 1);
+    else
+        unsetenv("HF_HOME");
+    if (old_hub)
+        setenv("HF_HUB_CACHE", old_hub, 1);
+    else
+        unsetenv("HF_HUB_CACHE");
     free(old_home);
     free(old_hub);
 }
@@ -252,7 +279,8 @@ static void test_config_llama3_and_mistral(void **state) {
         "\"rms_norm_eps\":1e-05,\"rope_theta\":500000.0,\"tie_word_embeddings\":true,"
         "\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
         "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
-        "\"bos_token_id\":128000,\"eos_token_id\":[128001,128008,128009],\"torch_dtype\":\"bfloat16\"}";
+        "\"bos_token_id\":128000,\"eos_token_id\":[128001,128008,128009],\"torch_dtype\":"
+        "\"bfloat16\"}";
     pg_model_config c;
     assert_int_equal(pg_hf_config_parse(j, strlen(j), "config.json", &c), PAGODA_OK);
     assert_int_equal(c.rope_scaling, PG_ROPE_SCALING_LLAMA3);
@@ -268,33 +296,45 @@ static void test_config_llama3_and_mistral(void **state) {
     assert_int_equal(c.head_dim, 64);
     assert_true(c.tie_word_embeddings);
 
-    const char *gj = "{\"temperature\":0.6,\"top_p\":0.9,\"top_k\":40,\"eos_token_id\":[128001,128009,7]}";
+    const char *gj =
+        "{\"temperature\":0.6,\"top_p\":0.9,\"top_k\":40,\"eos_token_id\":[128001,128009,7]}";
     pg_generation_defaults g;
-    assert_int_equal(pg_hf_generation_parse(gj, strlen(gj), "generation_config.json", &g, &c), PAGODA_OK);
+    assert_int_equal(pg_hf_generation_parse(gj, strlen(gj), "generation_config.json", &g, &c),
+                     PAGODA_OK);
     assert_true(fabsf(g.temperature - 0.6f) < 1e-6f);
     assert_int_equal(g.top_k, 40);
     assert_true(isnan(g.min_p));
     assert_int_equal(g.max_new_tokens, -1);
     assert_int_equal(c.eos_token_ids[3], 7);
 
-    const char *m = "{\"architectures\":[\"MistralForCausalLM\"],\"vocab_size\":32000,\"hidden_size\":4096,"
-                    "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
-                    "\"num_key_value_heads\":8,\"sliding_window\":null,\"rope_scaling\":null,"
-                    "\"rope_theta\":1000000.0,\"type_vocab\":1,\"eos_token_id\":2}";
+    const char *m =
+        "{\"architectures\":[\"MistralForCausalLM\"],\"vocab_size\":32000,\"hidden_size\":4096,"
+        "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+        "\"num_key_value_heads\":8,\"sliding_window\":null,\"rope_scaling\":null,"
+        "\"rope_theta\":1000000.0,\"type_vocab\":1,\"eos_token_id\":2}";
     assert_int_equal(pg_hf_config_parse(m, strlen(m), "config.json", &c), PAGODA_OK);
     assert_string_equal(c.architecture, "MistralForCausalLM");
     assert_int_equal(c.sliding_window, 0);
     assert_int_equal(c.head_dim, 128);
     assert_false(c.tie_word_embeddings);
     assert_int_equal(c.rope_scaling, PG_ROPE_SCALING_NONE);
-    const char *m2 = "{\"model_type\":\"mistral\",\"vocab_size\":32000,\"hidden_size\":4096,"
-                     "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
-                     "\"sliding_window\":4096,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}}";
+    const char *m2 =
+        "{\"model_type\":\"mistral\",\"vocab_size\":32000,\"hidden_size\":4096,"
+        "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+        "\"sliding_window\":4096,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}}";
     assert_int_equal(pg_hf_config_parse(m2, strlen(m2), "config.json", &c), PAGODA_OK);
     assert_int_equal(c.sliding_window, 4096);
     assert_int_equal(c.num_key_value_heads, 32);
     assert_int_equal(c.rope_scaling, PG_ROPE_SCALING_LINEAR);
     assert_true(c.rope_factor == 2.0f);
+    /* transformers 5 style */
+    const char *m3 =
+        "{\"model_type\":\"llama\",\"vocab_size\":32000,\"hidden_size\":4096,"
+        "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+        "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":250000.0}}";
+    assert_int_equal(pg_hf_config_parse(m3, strlen(m3), "config.json", &c), PAGODA_OK);
+    assert_true(c.rope_theta == 250000.0f);
+    assert_int_equal(c.rope_scaling, PG_ROPE_SCALING_NONE);
 }
 
 static void expect_cfg_fail(const char *json, pagoda_status want, const char *substr) {
@@ -307,22 +347,30 @@ static void expect_cfg_fail(const char *json, pagoda_status want, const char *su
 static void test_config_errors(void **state) {
     (void)state;
     expect_cfg_fail("{", PAGODA_ERR_FORMAT, "not a valid JSON object");
-    expect_cfg_fail("{\"architectures\":[\"Qwen3ForCausalLM\"]}", PAGODA_ERR_UNSUPPORTED, "Qwen3ForCausalLM");
-    expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10}", PAGODA_ERR_FORMAT, "missing 'hidden_size'");
-    expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":\"64\"}", PAGODA_ERR_FORMAT,
-                    "'hidden_size' must be an integer");
-    expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
-                    "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"num_key_value_heads\":3}",
-                    PAGODA_ERR_FORMAT, "not a multiple of num_key_value_heads 3");
-    expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
-                    "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2}}",
-                    PAGODA_ERR_UNSUPPORTED, "rope_scaling type 'dynamic'");
-    expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
-                    "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":2}}",
-                    PAGODA_ERR_FORMAT, "missing 'low_freq_factor'");
-    expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
-                    "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"eos_token_id\":\"x\"}",
-                    PAGODA_ERR_FORMAT, "eos_token_id");
+    expect_cfg_fail("{\"architectures\":[\"Qwen3ForCausalLM\"]}", PAGODA_ERR_UNSUPPORTED,
+                    "Qwen3ForCausalLM");
+    expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10}", PAGODA_ERR_FORMAT,
+                    "missing 'hidden_size'");
+    expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":\"64\"}",
+                    PAGODA_ERR_FORMAT, "'hidden_size' must be an integer");
+    expect_cfg_fail(
+        "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
+        "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"num_key_value_heads\":3}",
+        PAGODA_ERR_FORMAT, "not a multiple of num_key_value_heads 3");
+    expect_cfg_fail(
+        "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
+        "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"rope_scaling\":{\"rope_type\":"
+        "\"dynamic\",\"factor\":2}}",
+        PAGODA_ERR_UNSUPPORTED, "rope_scaling type 'dynamic'");
+    expect_cfg_fail(
+        "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
+        "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"rope_scaling\":{\"rope_type\":"
+        "\"llama3\",\"factor\":2}}",
+        PAGODA_ERR_FORMAT, "missing 'low_freq_factor'");
+    expect_cfg_fail(
+        "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
+        "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"eos_token_id\":\"x\"}",
+        PAGODA_ERR_FORMAT, "eos_token_id");
 }
 
 static void test_chat_template(void **state) {
@@ -367,9 +415,9 @@ static void expect_open_fail(const char *cfg, pagoda_status want, const char *su
     assert_non_null(strstr(pg_last_error(), g_dir));
 }
 
-#define STORIES_CFG(vocab, layers, heads, kv, tie)                                                \
-    "{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":" #vocab ",\"hidden_size\":64,"     \
-    "\"intermediate_size\":172,\"num_hidden_layers\":" #layers ",\"num_attention_heads\":" #heads \
+#define STORIES_CFG(vocab, layers, heads, kv, tie)                                                 \
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":" #vocab ",\"hidden_size\":64,"      \
+    "\"intermediate_size\":172,\"num_hidden_layers\":" #layers ",\"num_attention_heads\":" #heads  \
     ",\"num_key_value_heads\":" #kv ",\"head_dim\":8,\"tie_word_embeddings\":" #tie "}"
 
 static void test_config_contradicts_weights(void **state) {
@@ -378,15 +426,19 @@ static void test_config_contradicts_weights(void **state) {
     pg_model_source *src;
     assert_int_equal(pg_model_source_open(g_dir, &src), PAGODA_OK);
     pg_model_source_free(src);
-    expect_open_fail(STORIES_CFG(600, 5, 8, 4, true), PAGODA_ERR_FORMAT,
-                     "'model.embed_tokens.weight' has shape [512, 64] but the config implies [600, 64]");
+    expect_open_fail(
+        STORIES_CFG(600, 5, 8, 4, true), PAGODA_ERR_FORMAT,
+        "'model.embed_tokens.weight' has shape [512, 64] but the config implies [600, 64]");
     expect_open_fail(STORIES_CFG(512, 6, 8, 4, true), PAGODA_ERR_FORMAT,
                      "missing tensor 'model.layers.5.input_layernorm.weight'");
-    expect_open_fail(STORIES_CFG(512, 4, 8, 4, true), PAGODA_ERR_FORMAT, "beyond num_hidden_layers 4");
+    expect_open_fail(STORIES_CFG(512, 4, 8, 4, true), PAGODA_ERR_FORMAT,
+                     "beyond num_hidden_layers 4");
     expect_open_fail(STORIES_CFG(512, 5, 16, 4, true), PAGODA_ERR_FORMAT,
                      "q_proj.weight' has shape [64, 64] but the config implies [128, 64]");
-    expect_open_fail(STORIES_CFG(512, 5, 8, 8, true), PAGODA_ERR_FORMAT, "k_proj.weight' has shape [32, 64]");
-    expect_open_fail(STORIES_CFG(512, 5, 8, 4, false), PAGODA_ERR_FORMAT, "missing tensor 'lm_head.weight'");
+    expect_open_fail(STORIES_CFG(512, 5, 8, 8, true), PAGODA_ERR_FORMAT,
+                     "k_proj.weight' has shape [32, 64]");
+    expect_open_fail(STORIES_CFG(512, 5, 8, 4, false), PAGODA_ERR_FORMAT,
+                     "missing tensor 'lm_head.weight'");
     /* no weights at all */
     snprintf(g_dir, sizeof g_dir, "%s", pg_test_tmpdir());
     char p[4200];

@@ -6,5 +6,7 @@
 
 int pg_cmd_env(int argc, char **argv);
 int pg_cmd_chat_template(int argc, char **argv);
+int pg_cmd_tokenize(int argc, char **argv);
+int pg_cmd_detokenize(int argc, char **argv);
 
 #endif

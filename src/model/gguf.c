@@ -14,35 +14,48 @@ static const struct {
     const char *name;
     uint32_t block_elems, block_bytes;
 } GGML_TYPES[] = {
-    [0] = {"F32", 1, 4},        [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
-    [3] = {"Q4_1", 32, 20},     [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},     [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
-    [11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
-    [17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
-    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},        [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},       [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
-    [29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
 };
 #define N_GGML_TYPES (sizeof GGML_TYPES / sizeof GGML_TYPES[0])
 
-const char *pg_ggml_type_name(uint32_t t) { return t < N_GGML_TYPES ? GGML_TYPES[t].name : NULL; }
+const char *pg_ggml_type_name(uint32_t t) {
+    return t < N_GGML_TYPES ? GGML_TYPES[t].name : NULL;
+}
 
 pg_dtype pg_ggml_type_to_dtype(uint32_t t) {
     switch (t) {
-    case 0: return PG_F32;
-    case 1: return PG_F16;
-    case 2: return PG_Q4_0;
-    case 8: return PG_Q8_0;
-    case 24: return PG_I8;
-    case 25: return PG_I16;
-    case 26: return PG_I32;
-    case 27: return PG_I64;
-    case 28: return PG_F64;
-    case 30: return PG_BF16;
-    default: return PG_DTYPE_COUNT;
+    case 0:
+        return PG_F32;
+    case 1:
+        return PG_F16;
+    case 2:
+        return PG_Q4_0;
+    case 8:
+        return PG_Q8_0;
+    case 24:
+        return PG_I8;
+    case 25:
+        return PG_I16;
+    case 26:
+        return PG_I32;
+    case 27:
+        return PG_I64;
+    case 28:
+        return PG_F64;
+    case 30:
+        return PG_BF16;
+    default:
+        return PG_DTYPE_COUNT;
     }
 }
 
@@ -69,8 +82,8 @@ typedef struct kv {
     const uint8_t *val;        /* scalar value / string bytes */
     char *str;                 /* STRING: NUL-terminated copy */
     size_t str_len;
-    pg_gguf_array arr;         /* ARRAY */
-    uint64_t *str_offs;        /* owned: arr.str_offs */
+    pg_gguf_array arr;  /* ARRAY */
+    uint64_t *str_offs; /* owned: arr.str_offs */
 } kv;
 
 typedef struct name_idx {
@@ -96,8 +109,9 @@ typedef struct cursor {
 
 static bool take(cursor *c, size_t n, const char *what) {
     if (n > c->size - c->pos) {
-        pg_error(PAGODA_ERR_FORMAT, "%s: truncated file: %s needs %zu bytes at offset %zu, file has %zu",
-                 c->path, what, n, c->pos, c->size);
+        pg_error(PAGODA_ERR_FORMAT,
+                 "%s: truncated file: %s needs %zu bytes at offset %zu, file has %zu", c->path,
+                 what, n, c->pos, c->size);
         return false;
     }
     return true;
@@ -118,8 +132,9 @@ static bool rd_u64(cursor *c, uint64_t *v, const char *what) {
 static bool rd_str(cursor *c, const uint8_t **s, uint64_t *len, const char *what) {
     if (!rd_u64(c, len, what)) return false;
     if (*len > c->size - c->pos) {
-        pg_error(PAGODA_ERR_FORMAT, "%s: %s has length %llu at offset %zu but only %zu bytes remain",
-                 c->path, what, (unsigned long long)*len, c->pos - 8, c->size - c->pos);
+        pg_error(PAGODA_ERR_FORMAT,
+                 "%s: %s has length %llu at offset %zu but only %zu bytes remain", c->path, what,
+                 (unsigned long long)*len, c->pos - 8, c->size - c->pos);
         return false;
     }
     *s = c->base + c->pos;
@@ -141,7 +156,8 @@ static pagoda_status parse_value(cursor *c, kv *k) {
     uint32_t t;
     if (!rd_u32(c, &t, "value type")) return PAGODA_ERR_FORMAT;
     if (t >= PG_GGUF_TYPE_COUNT)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: key '%s' has unknown value type %u", c->path, k->key, t);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: key '%s' has unknown value type %u", c->path,
+                        k->key, t);
     k->type = (pg_gguf_type)t;
     if (t == PG_GGUF_STRING) {
         const uint8_t *s;
@@ -163,10 +179,11 @@ static pagoda_status parse_value(cursor *c, kv *k) {
     uint64_t n;
     if (!rd_u32(c, &et, "array type") || !rd_u64(c, &n, "array length")) return PAGODA_ERR_FORMAT;
     if (et >= PG_GGUF_TYPE_COUNT)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: array '%s' has unknown element type %u", c->path, k->key, et);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: array '%s' has unknown element type %u", c->path,
+                        k->key, et);
     if (et == PG_GGUF_ARRAY)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: array '%s' holds arrays (nested arrays unsupported)",
-                        c->path, k->key);
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: array '%s' holds arrays (nested arrays unsupported)", c->path, k->key);
     k->arr.type = (pg_gguf_type)et;
     k->arr.n = n;
     k->arr.data = c->base + c->pos;
@@ -181,8 +198,8 @@ static pagoda_status parse_value(cursor *c, kv *k) {
     }
     if (n > left / 8)
         return pg_error(PAGODA_ERR_FORMAT,
-                        "%s: string array '%s' claims %llu elements but only %zu bytes remain", c->path,
-                        k->key, (unsigned long long)n, left);
+                        "%s: string array '%s' claims %llu elements but only %zu bytes remain",
+                        c->path, k->key, (unsigned long long)n, left);
     k->str_offs = malloc((n ? (size_t)n : 1) * sizeof(uint64_t));
     if (!k->str_offs) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", c->path);
     size_t start = c->pos;
@@ -191,8 +208,10 @@ static pagoda_status parse_value(cursor *c, kv *k) {
         const uint8_t *s;
         uint64_t len;
         if (!rd_str(c, &s, &len, "array string")) {
-            return pg_error(PAGODA_ERR_FORMAT, "%s: string array '%s' element %llu: %s", c->path, k->key,
-                            (unsigned long long)i, pg_last_error() + strlen(c->path) + 2);
+            char why[512];
+            snprintf(why, sizeof why, "%s", pg_last_error() + strlen(c->path) + 2);
+            return pg_error(PAGODA_ERR_FORMAT, "%s: string array '%s' element %llu: %s", c->path,
+                            k->key, (unsigned long long)i, why);
         }
     }
     k->arr.str_offs = k->str_offs;
@@ -217,17 +236,19 @@ static pagoda_status parse_tensor_info(cursor *c, pg_gguf_tensor *t) {
     uint32_t nd;
     if (!rd_u32(c, &nd, "tensor n_dims")) return PAGODA_ERR_FORMAT;
     if (nd < 1 || nd > PG_GGUF_MAX_DIMS)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1..%d allowed)", c->path,
-                        t->name, nd, PG_GGUF_MAX_DIMS);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1..%d allowed)",
+                        c->path, t->name, nd, PG_GGUF_MAX_DIMS);
     t->n_dims = (int)nd;
     uint64_t nel = 1;
-    for (int i = 0; i < PG_GGUF_MAX_DIMS; i++) t->ne[i] = 1;
+    for (int i = 0; i < PG_GGUF_MAX_DIMS; i++)
+        t->ne[i] = 1;
     for (uint32_t i = 0; i < nd; i++) {
         uint64_t ne;
         if (!rd_u64(c, &ne, "tensor shape")) return PAGODA_ERR_FORMAT;
         if (ne > (uint64_t)INT64_MAX || (ne && nel > (uint64_t)INT64_MAX / ne))
-            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' has an absurd shape (dim %u = %llu)",
-                            c->path, t->name, i, (unsigned long long)ne);
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: tensor '%s' has an absurd shape (dim %u = %llu)", c->path, t->name,
+                            i, (unsigned long long)ne);
         t->ne[i] = (int64_t)ne;
         nel *= ne;
     }
@@ -241,8 +262,10 @@ static pagoda_status parse_tensor_info(cursor *c, pg_gguf_tensor *t) {
     t->dtype = pg_ggml_type_to_dtype(type);
     uint64_t be = GGML_TYPES[type].block_elems, bb = GGML_TYPES[type].block_bytes;
     if ((uint64_t)t->ne[0] % be)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' row length %lld is not a multiple of the %s block size %llu",
-                        c->path, t->name, (long long)t->ne[0], GGML_TYPES[type].name, (unsigned long long)be);
+        return pg_error(
+            PAGODA_ERR_FORMAT,
+            "%s: tensor '%s' row length %lld is not a multiple of the %s block size %llu", c->path,
+            t->name, (long long)t->ne[0], GGML_TYPES[type].name, (unsigned long long)be);
     uint64_t nbytes;
     if (__builtin_mul_overflow(nel / be, bb, &nbytes) || nbytes > SIZE_MAX)
         return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' byte size overflows", c->path, t->name);
@@ -258,19 +281,22 @@ static pagoda_status parse(pg_gguf *g) {
     c.pos = 4;
     if (!rd_u32(&c, &g->version, "version")) return PAGODA_ERR_FORMAT;
     if (g->version == 1)
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: GGUF version 1 is not supported (re-convert the model)", c.path);
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: GGUF version 1 is not supported (re-convert the model)", c.path);
     if (g->version < 1 || g->version > 3)
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: unsupported GGUF version %u", c.path, g->version);
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: unsupported GGUF version %u", c.path,
+                        g->version);
     uint64_t nt, nkv;
-    if (!rd_u64(&c, &nt, "tensor count") || !rd_u64(&c, &nkv, "metadata count")) return PAGODA_ERR_FORMAT;
+    if (!rd_u64(&c, &nt, "tensor count") || !rd_u64(&c, &nkv, "metadata count"))
+        return PAGODA_ERR_FORMAT;
     size_t left = c.size - c.pos;
     /* a kv needs >= 8 (key len) + 4 (type) + 1 bytes; a tensor info >= 8+4+8+4+8 */
     if (nkv > left / 13)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: absurd metadata count %llu for a %zu-byte file", c.path,
-                        (unsigned long long)nkv, c.size);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: absurd metadata count %llu for a %zu-byte file",
+                        c.path, (unsigned long long)nkv, c.size);
     if (nt > left / 32)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: absurd tensor count %llu for a %zu-byte file", c.path,
-                        (unsigned long long)nt, c.size);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: absurd tensor count %llu for a %zu-byte file",
+                        c.path, (unsigned long long)nt, c.size);
     g->kvs = calloc(nkv ? (size_t)nkv : 1, sizeof(kv));
     g->tensors = calloc(nt ? (size_t)nt : 1, sizeof(pg_gguf_tensor));
     g->kv_sorted = malloc((nkv ? (size_t)nkv : 1) * sizeof(name_idx));
@@ -291,7 +317,8 @@ static pagoda_status parse(pg_gguf *g) {
         if (st) return st;
         k->raw_end = c.pos;
     }
-    for (size_t i = 0; i < g->n_kv; i++) g->kv_sorted[i] = (name_idx){g->kvs[i].key, i};
+    for (size_t i = 0; i < g->n_kv; i++)
+        g->kv_sorted[i] = (name_idx){g->kvs[i].key, i};
     qsort(g->kv_sorted, g->n_kv, sizeof(name_idx), cmp_name_idx);
     for (size_t i = 1; i < g->n_kv; i++)
         if (!strcmp(g->kv_sorted[i].name, g->kv_sorted[i - 1].name))
@@ -304,7 +331,8 @@ static pagoda_status parse(pg_gguf *g) {
         uint32_t a = 0;
         if (al->type == PG_GGUF_U32) memcpy(&a, al->val, 4);
         if (al->type != PG_GGUF_U32 || a == 0 || (a & (a - 1)))
-            return pg_error(PAGODA_ERR_FORMAT, "%s: general.alignment must be a power-of-two u32", c.path);
+            return pg_error(PAGODA_ERR_FORMAT, "%s: general.alignment must be a power-of-two u32",
+                            c.path);
         g->alignment = a;
     }
 
@@ -327,26 +355,31 @@ static pagoda_status parse(pg_gguf *g) {
     for (size_t i = 0; i < g->n_tensors; i++) {
         pg_gguf_tensor *t = &g->tensors[i];
         if (t->offset % g->alignment)
-            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' offset %llu is not a multiple of the alignment %u",
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: tensor '%s' offset %llu is not a multiple of the alignment %u",
                             c.path, t->name, (unsigned long long)t->offset, g->alignment);
         if (t->offset > data_size || t->nbytes > data_size - t->offset)
             return pg_error(PAGODA_ERR_FORMAT,
-                            "%s: tensor '%s' (%zu bytes at data offset %llu) ends past the end of the file (data section is %llu bytes)",
+                            "%s: tensor '%s' (%zu bytes at data offset %llu) ends past the end of "
+                            "the file (data section is %llu bytes)",
                             c.path, t->name, t->nbytes, (unsigned long long)t->offset,
                             (unsigned long long)data_size);
         t->data = g->f.data + data_off + t->offset;
     }
     /* overlaps: sort a scratch index by offset */
-    const pg_gguf_tensor **by_off = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof *by_off);
+    const pg_gguf_tensor **by_off =
+        malloc((g->n_tensors ? g->n_tensors : 1) * sizeof(const pg_gguf_tensor *));
     if (!by_off) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", c.path);
-    for (size_t i = 0; i < g->n_tensors; i++) by_off[i] = &g->tensors[i];
-    qsort(by_off, g->n_tensors, sizeof *by_off, cmp_tensor_ptr_off);
+    for (size_t i = 0; i < g->n_tensors; i++)
+        by_off[i] = &g->tensors[i];
+    qsort(by_off, g->n_tensors, sizeof(const pg_gguf_tensor *), cmp_tensor_ptr_off);
     const pg_gguf_tensor *prev = NULL;
     for (size_t i = 0; i < g->n_tensors; i++) {
         const pg_gguf_tensor *t = by_off[i];
         if (!t->nbytes) continue;
         if (prev && prev->offset + prev->nbytes > t->offset) {
-            pg_error(PAGODA_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", c.path, prev->name, t->name);
+            pg_error(PAGODA_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", c.path, prev->name,
+                     t->name);
             free(by_off);
             return PAGODA_ERR_FORMAT;
         }
@@ -377,7 +410,8 @@ void pg_gguf_close(pg_gguf *g) {
         free(g->kvs[i].str);
         free(g->kvs[i].str_offs);
     }
-    for (size_t i = 0; i < g->n_tensors; i++) free((char *)g->tensors[i].name);
+    for (size_t i = 0; i < g->n_tensors; i++)
+        free((char *)g->tensors[i].name);
     free(g->kvs);
     free(g->tensors);
     free(g->kv_sorted);
@@ -386,12 +420,24 @@ void pg_gguf_close(pg_gguf *g) {
     free(g);
 }
 
-const char *pg_gguf_path(const pg_gguf *g) { return g->f.path; }
-uint32_t pg_gguf_version(const pg_gguf *g) { return g->version; }
-uint32_t pg_gguf_alignment(const pg_gguf *g) { return g->alignment; }
-uint64_t pg_gguf_data_offset(const pg_gguf *g) { return g->data_offset; }
-size_t pg_gguf_n_kv(const pg_gguf *g) { return g->n_kv; }
-const char *pg_gguf_key_at(const pg_gguf *g, size_t i) { return i < g->n_kv ? g->kvs[i].key : NULL; }
+const char *pg_gguf_path(const pg_gguf *g) {
+    return g->f.path;
+}
+uint32_t pg_gguf_version(const pg_gguf *g) {
+    return g->version;
+}
+uint32_t pg_gguf_alignment(const pg_gguf *g) {
+    return g->alignment;
+}
+uint64_t pg_gguf_data_offset(const pg_gguf *g) {
+    return g->data_offset;
+}
+size_t pg_gguf_n_kv(const pg_gguf *g) {
+    return g->n_kv;
+}
+const char *pg_gguf_key_at(const pg_gguf *g, size_t i) {
+    return i < g->n_kv ? g->kvs[i].key : NULL;
+}
 pg_gguf_type pg_gguf_kv_type(const pg_gguf *g, size_t i) {
     return i < g->n_kv ? g->kvs[i].type : PG_GGUF_TYPE_COUNT;
 }
@@ -407,8 +453,10 @@ int64_t pg_gguf_find_key(const pg_gguf *g, const char *key) {
         size_t mid = (lo + hi) / 2;
         int c = strcmp(g->kv_sorted[mid].name, key);
         if (!c) return (int64_t)g->kv_sorted[mid].idx;
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return -1;
 }
@@ -420,14 +468,45 @@ static const kv *find_kv(const pg_gguf *g, const char *key) {
 /* Scalar of a numeric type at p, as int64 / double. */
 static bool scalar_int(pg_gguf_type t, const uint8_t *p, int64_t *out) {
     switch (t) {
-    case PG_GGUF_U8: *out = p[0]; return true;
-    case PG_GGUF_BOOL: *out = p[0] != 0; return true;
-    case PG_GGUF_I8: *out = (int8_t)p[0]; return true;
-    case PG_GGUF_U16: { uint16_t v; memcpy(&v, p, 2); *out = v; return true; }
-    case PG_GGUF_I16: { int16_t v; memcpy(&v, p, 2); *out = v; return true; }
-    case PG_GGUF_U32: { uint32_t v; memcpy(&v, p, 4); *out = v; return true; }
-    case PG_GGUF_I32: { int32_t v; memcpy(&v, p, 4); *out = v; return true; }
-    case PG_GGUF_I64: { int64_t v; memcpy(&v, p, 8); *out = v; return true; }
+    case PG_GGUF_U8:
+        *out = p[0];
+        return true;
+    case PG_GGUF_BOOL:
+        *out = p[0] != 0;
+        return true;
+    case PG_GGUF_I8:
+        *out = p[0] < 128 ? (int64_t)p[0] : (int64_t)p[0] - 256;
+        return true;
+    case PG_GGUF_U16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return true;
+    }
+    case PG_GGUF_I16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return true;
+    }
+    case PG_GGUF_U32: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return true;
+    }
+    case PG_GGUF_I32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return true;
+    }
+    case PG_GGUF_I64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        *out = v;
+        return true;
+    }
     case PG_GGUF_U64: {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -435,13 +514,29 @@ static bool scalar_int(pg_gguf_type t, const uint8_t *p, int64_t *out) {
         *out = (int64_t)v;
         return true;
     }
-    default: return false;
+    default:
+        return false;
     }
 }
 static bool scalar_float(pg_gguf_type t, const uint8_t *p, double *out) {
-    if (t == PG_GGUF_F32) { float v; memcpy(&v, p, 4); *out = v; return true; }
-    if (t == PG_GGUF_F64) { double v; memcpy(&v, p, 8); *out = v; return true; }
-    if (t == PG_GGUF_U64) { uint64_t v; memcpy(&v, p, 8); *out = (double)v; return true; }
+    if (t == PG_GGUF_F32) {
+        float v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return true;
+    }
+    if (t == PG_GGUF_F64) {
+        double v;
+        memcpy(&v, p, 8);
+        *out = v;
+        return true;
+    }
+    if (t == PG_GGUF_U64) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        *out = (double)v;
+        return true;
+    }
     int64_t i;
     if (!scalar_int(t, p, &i)) return false;
     *out = (double)i;
@@ -450,7 +545,8 @@ static bool scalar_float(pg_gguf_type t, const uint8_t *p, double *out) {
 
 static pagoda_status lookup(const pg_gguf *g, const char *key, const kv **k) {
     *k = find_kv(g, key);
-    if (!*k) return pg_error(PAGODA_ERR_NOT_FOUND, "%s: metadata key '%s' not found", g->f.path, key);
+    if (!*k)
+        return pg_error(PAGODA_ERR_NOT_FOUND, "%s: metadata key '%s' not found", g->f.path, key);
     return PAGODA_OK;
 }
 static pagoda_status wrong_type(const pg_gguf *g, const kv *k, const char *want) {
@@ -528,7 +624,10 @@ pagoda_status pg_gguf_get_array(const pg_gguf *g, const char *key, pg_gguf_array
 int64_t pg_gguf_array_int(const pg_gguf_array *a, uint64_t i) {
     int64_t v = 0;
     if (i >= a->n || a->type == PG_GGUF_STRING) return 0;
-    if (a->type == PG_GGUF_F32 || a->type == PG_GGUF_F64) return (int64_t)pg_gguf_array_float(a, i);
+    if (a->type == PG_GGUF_F32 || a->type == PG_GGUF_F64) {
+        double d = pg_gguf_array_float(a, i);
+        return d > -9.2e18 && d < 9.2e18 ? (int64_t)d : 0; /* NaN / out of range -> 0 */
+    }
     if (!scalar_int(a->type, a->data + i * GGUF_TYPE_SIZE[a->type], &v)) return 0;
     return v;
 }
@@ -550,7 +649,9 @@ const char *pg_gguf_array_str(const pg_gguf_array *a, uint64_t i, size_t *len) {
     return (const char *)p + 8;
 }
 
-size_t pg_gguf_n_tensors(const pg_gguf *g) { return g->n_tensors; }
+size_t pg_gguf_n_tensors(const pg_gguf *g) {
+    return g->n_tensors;
+}
 const pg_gguf_tensor *pg_gguf_tensor_at(const pg_gguf *g, size_t i) {
     return i < g->n_tensors ? &g->tensors[i] : NULL;
 }
@@ -560,8 +661,10 @@ const pg_gguf_tensor *pg_gguf_find_tensor(const pg_gguf *g, const char *name) {
         size_t mid = (lo + hi) / 2;
         int c = strcmp(g->tensor_sorted[mid].name, name);
         if (!c) return &g->tensors[g->tensor_sorted[mid].idx];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -586,8 +689,8 @@ struct pg_gguf_writer {
     bool oom;
     FILE *fp;
     char *path;
-    size_t cur;          /* tensor being written */
-    uint64_t cur_done;   /* bytes of it written */
+    size_t cur;        /* tensor being written */
+    uint64_t cur_done; /* bytes of it written */
     uint64_t file_pos;
 };
 
@@ -601,7 +704,8 @@ pagoda_status pg_gguf_writer_create(pg_gguf_writer **out) {
 void pg_gguf_writer_free(pg_gguf_writer *w) {
     if (!w) return;
     if (w->fp) fclose(w->fp);
-    for (size_t i = 0; i < w->n_tensors; i++) free(w->tensors[i].name);
+    for (size_t i = 0; i < w->n_tensors; i++)
+        free(w->tensors[i].name);
     free(w->tensors);
     free(w->kv_buf);
     free(w->path);
@@ -612,7 +716,8 @@ static void put(pg_gguf_writer *w, const void *p, size_t n) {
     if (w->oom) return;
     if (w->kv_len + n > w->kv_cap) {
         size_t cap = w->kv_cap ? w->kv_cap : 4096;
-        while (cap < w->kv_len + n) cap *= 2;
+        while (cap < w->kv_len + n)
+            cap *= 2;
         uint8_t *b = realloc(w->kv_buf, cap);
         if (!b) {
             w->oom = true;
@@ -624,8 +729,12 @@ static void put(pg_gguf_writer *w, const void *p, size_t n) {
     memcpy(w->kv_buf + w->kv_len, p, n);
     w->kv_len += n;
 }
-static void put_u32(pg_gguf_writer *w, uint32_t v) { put(w, &v, 4); }
-static void put_u64(pg_gguf_writer *w, uint64_t v) { put(w, &v, 8); }
+static void put_u32(pg_gguf_writer *w, uint32_t v) {
+    put(w, &v, 4);
+}
+static void put_u64(pg_gguf_writer *w, uint64_t v) {
+    put(w, &v, 8);
+}
 static void put_str(pg_gguf_writer *w, const char *s) {
     size_t n = strlen(s);
     put_u64(w, n);
@@ -678,7 +787,8 @@ void pg_gguf_writer_set_str_array(pg_gguf_writer *w, const char *key, const char
     put_key(w, key, PG_GGUF_ARRAY);
     put_u32(w, PG_GGUF_STRING);
     put_u64(w, n);
-    for (uint64_t i = 0; i < n; i++) put_str(w, v[i]);
+    for (uint64_t i = 0; i < n; i++)
+        put_str(w, v[i]);
 }
 void pg_gguf_writer_add_raw_kv(pg_gguf_writer *w, const uint8_t *raw, size_t len) {
     put(w, raw, len);
@@ -695,12 +805,14 @@ pagoda_status pg_gguf_writer_add_tensor(pg_gguf_writer *w, const char *name, uin
         return pg_error(PAGODA_ERR_INVALID_ARG, "gguf writer: tensor '%s': bad dims or type", name);
     uint64_t be = GGML_TYPES[ggml_type].block_elems, nel = 1;
     for (int i = 0; i < n_dims; i++) {
-        if (ne[i] < 0) return pg_error(PAGODA_ERR_INVALID_ARG, "gguf writer: tensor '%s': negative dim", name);
+        if (ne[i] < 0)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "gguf writer: tensor '%s': negative dim", name);
         nel *= (uint64_t)ne[i];
     }
     if ((uint64_t)ne[0] % be)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "gguf writer: tensor '%s': row length %lld not a multiple of %llu",
-                        name, (long long)ne[0], (unsigned long long)be);
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "gguf writer: tensor '%s': row length %lld not a multiple of %llu", name,
+                        (long long)ne[0], (unsigned long long)be);
     if (w->n_tensors == w->cap_tensors) {
         size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 64;
         wtensor *t = realloc(w->tensors, cap * sizeof *t);
@@ -714,7 +826,8 @@ pagoda_status pg_gguf_writer_add_tensor(pg_gguf_writer *w, const char *name, uin
     if (!t->name) return pg_error(PAGODA_ERR_NOMEM, "gguf writer: out of memory");
     t->type = ggml_type;
     t->n_dims = n_dims;
-    for (int i = 0; i < n_dims; i++) t->ne[i] = ne[i];
+    for (int i = 0; i < n_dims; i++)
+        t->ne[i] = ne[i];
     t->nbytes = nel / be * GGML_TYPES[ggml_type].block_bytes;
     uint64_t off = 0;
     if (w->n_tensors) {
@@ -763,7 +876,8 @@ pagoda_status pg_gguf_writer_begin(pg_gguf_writer *w, const char *path) {
         s = wr(w, &len, 8);
         if (!s) s = wr(w, t->name, (size_t)len);
         if (!s) s = wr(w, &nd, 4);
-        for (int d = 0; !s && d < t->n_dims; d++) s = wr(w, &t->ne[d], 8);
+        for (int d = 0; !s && d < t->n_dims; d++)
+            s = wr(w, &t->ne[d], 8);
         if (!s) s = wr(w, &t->type, 4);
         if (!s) s = wr(w, &t->offset, 8);
     }

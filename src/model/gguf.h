@@ -65,22 +65,23 @@ uint32_t pg_dtype_to_ggml_type(pg_dtype t);
 const char *pg_gguf_type_name(pg_gguf_type t);
 
 typedef struct pg_gguf_tensor {
-    const char *name;     /* GGUF name, e.g. "blk.0.attn_q.weight" */
-    uint32_t ggml_type;   /* ggml type id (may be one pagoda cannot load) */
-    pg_dtype dtype;       /* PG_DTYPE_COUNT when unsupported */
+    const char *name;   /* GGUF name, e.g. "blk.0.attn_q.weight" */
+    uint32_t ggml_type; /* ggml type id (may be one pagoda cannot load) */
+    pg_dtype dtype;     /* PG_DTYPE_COUNT when unsupported */
     int n_dims;
     int64_t ne[PG_GGUF_MAX_DIMS]; /* GGUF order: ne[0] fastest; unused = 1 */
-    uint64_t offset;      /* relative to the data section */
-    const void *data;     /* into the mapping */
+    uint64_t offset;              /* relative to the data section */
+    const void *data;             /* into the mapping */
     size_t nbytes;
 } pg_gguf_tensor;
 
 /* An array value: elements live in the mapping. */
 typedef struct pg_gguf_array {
-    pg_gguf_type type;        /* element type */
-    uint64_t n;               /* element count */
-    const uint8_t *data;      /* first element */
-    const uint64_t *str_offs; /* STRING arrays: byte offset of element i's length prefix from data */
+    pg_gguf_type type;   /* element type */
+    uint64_t n;          /* element count */
+    const uint8_t *data; /* first element */
+    const uint64_t
+        *str_offs; /* STRING arrays: byte offset of element i's length prefix from data */
 } pg_gguf_array;
 
 typedef struct pg_gguf pg_gguf;

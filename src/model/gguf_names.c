@@ -12,10 +12,10 @@ static const char *const TOP[][2] = {
     {"output", "lm_head"},
 };
 static const char *const BLK[][2] = {
-    {"attn_norm", "input_layernorm"},   {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},     {"attn_v", "self_attn.v_proj"},
+    {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
     {"attn_output", "self_attn.o_proj"}, {"ffn_norm", "post_attention_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},      {"ffn_up", "mlp.up_proj"},
+    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
 };
 #define N_TOP (sizeof TOP / sizeof TOP[0])
@@ -53,8 +53,10 @@ static bool map_name(const char *in, char *out, size_t cap, int from, const char
                 const char *rest = end + 1;
                 size_t rest_len = (size_t)(in + stem - rest);
                 for (size_t i = 0; i < N_BLK; i++)
-                    if (strlen(BLK[i][from]) == rest_len && !strncmp(rest, BLK[i][from], rest_len)) {
-                        snprintf(out, cap, "%s%ld.%s%s", blk_prefix_out, layer, BLK[i][1 - from], suf);
+                    if (strlen(BLK[i][from]) == rest_len &&
+                        !strncmp(rest, BLK[i][from], rest_len)) {
+                        snprintf(out, cap, "%s%ld.%s%s", blk_prefix_out, layer, BLK[i][1 - from],
+                                 suf);
                         return true;
                     }
             }

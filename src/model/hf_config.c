@@ -12,7 +12,8 @@ void pg_model_config_init(pg_model_config *cfg) {
     cfg->rms_norm_eps = 1e-6f;
     cfg->torch_dtype = PG_DTYPE_COUNT;
     cfg->bos_token_id = -1;
-    for (int i = 0; i < 8; i++) cfg->eos_token_ids[i] = -1;
+    for (int i = 0; i < 8; i++)
+        cfg->eos_token_ids[i] = -1;
 }
 
 void pg_generation_defaults_init(pg_generation_defaults *gen) {
@@ -58,9 +59,10 @@ static pagoda_status get_int(const cJSON *o, const char *key, const char *path, 
         *out = def;
         return PAGODA_OK;
     }
-    if (!cJSON_IsNumber(j) || floor(j->valuedouble) != j->valuedouble || j->valuedouble < (double)lo ||
-        j->valuedouble > (double)hi)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be an integer in [%lld, %lld]", path, key, lo, hi);
+    if (!cJSON_IsNumber(j) || floor(j->valuedouble) != j->valuedouble ||
+        j->valuedouble < (double)lo || j->valuedouble > (double)hi)
+        return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be an integer in [%lld, %lld]", path, key,
+                        lo, hi);
     *out = (int)j->valuedouble;
     return PAGODA_OK;
 }
@@ -72,17 +74,20 @@ static pagoda_status get_float(const cJSON *o, const char *key, const char *path
         *out = def;
         return PAGODA_OK;
     }
-    if (!cJSON_IsNumber(j)) return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be a number", path, key);
+    if (!cJSON_IsNumber(j) || !(fabs(j->valuedouble) <= 3.0e38))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be a finite number", path, key);
     *out = (float)j->valuedouble;
     return PAGODA_OK;
 }
-static pagoda_status get_bool(const cJSON *o, const char *key, const char *path, bool def, bool *out) {
+static pagoda_status get_bool(const cJSON *o, const char *key, const char *path, bool def,
+                              bool *out) {
     const cJSON *j = item(o, key);
     if (!j) {
         *out = def;
         return PAGODA_OK;
     }
-    if (!cJSON_IsBool(j)) return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be true or false", path, key);
+    if (!cJSON_IsBool(j))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: '%s' must be true or false", path, key);
     *out = cJSON_IsTrue(j);
     return PAGODA_OK;
 }
@@ -94,7 +99,8 @@ static pagoda_status get_eos(const cJSON *o, const char *path, pg_model_config *
         pg_model_config_add_eos(cfg, (int)j->valuedouble);
         return PAGODA_OK;
     }
-    if (!cJSON_IsArray(j)) return pg_error(PAGODA_ERR_FORMAT, "%s: 'eos_token_id' must be an int or a list", path);
+    if (!cJSON_IsArray(j))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: 'eos_token_id' must be an int or a list", path);
     const cJSON *e;
     cJSON_ArrayForEach(e, j) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e9)
@@ -105,13 +111,17 @@ static pagoda_status get_eos(const cJSON *o, const char *path, pg_model_config *
 }
 
 static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_model_config *cfg) {
+    /* transformers >= 5 writes "rope_parameters" (with rope_theta inside) */
     const cJSON *rs = item(root, "rope_scaling");
+    if (!rs) rs = item(root, "rope_parameters");
     cfg->rope_scaling = PG_ROPE_SCALING_NONE;
     if (!rs) return PAGODA_OK;
-    if (!cJSON_IsObject(rs)) return pg_error(PAGODA_ERR_FORMAT, "%s: 'rope_scaling' must be an object or null", path);
+    if (!cJSON_IsObject(rs))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: 'rope_scaling' must be an object or null", path);
     const cJSON *t = item(rs, "rope_type");
     if (!t) t = item(rs, "type");
-    if (!cJSON_IsString(t)) return pg_error(PAGODA_ERR_FORMAT, "%s: rope_scaling has no 'rope_type'", path);
+    if (!cJSON_IsString(t))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: rope_scaling has no 'rope_type'", path);
     const char *ty = t->valuestring;
     pagoda_status s = PAGODA_OK;
     if (!strcmp(ty, "default")) return PAGODA_OK;
@@ -124,7 +134,8 @@ static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_
             s = get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, true, 0,
                         &cfg->rope_original_max_position);
         if (!s && !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor))
-            s = pg_error(PAGODA_ERR_FORMAT, "%s: rope_scaling high_freq_factor must exceed low_freq_factor", path);
+            s = pg_error(PAGODA_ERR_FORMAT,
+                         "%s: rope_scaling high_freq_factor must exceed low_freq_factor", path);
     } else if (!strcmp(ty, "linear")) {
         cfg->rope_scaling = PG_ROPE_SCALING_LINEAR;
         s = get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
@@ -135,7 +146,8 @@ static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_
             s = get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, false,
                         cfg->max_position_embeddings, &cfg->rope_original_max_position);
     } else {
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: rope_scaling type '%.40s' is not supported", path, ty);
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: rope_scaling type '%.40s' is not supported",
+                        path, ty);
     }
     if (!s && !(cfg->rope_factor > 0))
         s = pg_error(PAGODA_ERR_FORMAT, "%s: rope_scaling factor must be positive", path);
@@ -149,7 +161,8 @@ static pg_dtype parse_torch_dtype(const char *s) {
     return PG_DTYPE_COUNT;
 }
 
-pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path, pg_model_config *cfg) {
+pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
+                                 pg_model_config *cfg) {
     pagoda_status s;
     cJSON *root = parse_obj(json, len, path, &s);
     if (!root) return s;
@@ -167,8 +180,9 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
         cJSON_Delete(root);
         return pg_error(PAGODA_ERR_FORMAT, "%s: no 'architectures' (or known model_type)", path);
     }
-    if (strcmp(arch, "LlamaForCausalLM") && strcmp(arch, "MistralForCausalLM")) {
-        s = pg_error(PAGODA_ERR_UNSUPPORTED, "%s: architecture '%.60s' is not supported", path, arch);
+    if (strcmp(arch, "LlamaForCausalLM") != 0 && strcmp(arch, "MistralForCausalLM") != 0) {
+        s = pg_error(PAGODA_ERR_UNSUPPORTED, "%s: architecture '%.60s' is not supported", path,
+                     arch);
         cJSON_Delete(root);
         return s;
     }
@@ -176,27 +190,38 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
     const int BIG = 1 << 30;
     s = get_int(root, "vocab_size", path, 1, BIG, true, 0, &cfg->vocab_size);
     if (!s) s = get_int(root, "hidden_size", path, 1, 1 << 20, true, 0, &cfg->hidden_size);
-    if (!s) s = get_int(root, "intermediate_size", path, 1, 1 << 22, true, 0, &cfg->intermediate_size);
-    if (!s) s = get_int(root, "num_hidden_layers", path, 1, 1 << 16, true, 0, &cfg->num_hidden_layers);
-    if (!s) s = get_int(root, "num_attention_heads", path, 1, 1 << 16, true, 0, &cfg->num_attention_heads);
+    if (!s)
+        s = get_int(root, "intermediate_size", path, 1, 1 << 22, true, 0, &cfg->intermediate_size);
+    if (!s)
+        s = get_int(root, "num_hidden_layers", path, 1, 1 << 16, true, 0, &cfg->num_hidden_layers);
+    if (!s)
+        s = get_int(root, "num_attention_heads", path, 1, 1 << 16, true, 0,
+                    &cfg->num_attention_heads);
     if (!s)
         s = get_int(root, "num_key_value_heads", path, 1, 1 << 16, false, cfg->num_attention_heads,
                     &cfg->num_key_value_heads);
     if (!s && cfg->num_attention_heads % cfg->num_key_value_heads)
-        s = pg_error(PAGODA_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                     path, cfg->num_attention_heads, cfg->num_key_value_heads);
+        s = pg_error(PAGODA_ERR_FORMAT,
+                     "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", path,
+                     cfg->num_attention_heads, cfg->num_key_value_heads);
     if (!s && !item(root, "head_dim") && cfg->hidden_size % cfg->num_attention_heads)
-        s = pg_error(PAGODA_ERR_FORMAT, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
-                     path, cfg->hidden_size, cfg->num_attention_heads);
+        s = pg_error(PAGODA_ERR_FORMAT,
+                     "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
+                     cfg->hidden_size, cfg->num_attention_heads);
     if (!s)
         s = get_int(root, "head_dim", path, 1, 1 << 16, false,
                     cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim);
     if (!s && cfg->head_dim % 2)
-        s = pg_error(PAGODA_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path, cfg->head_dim);
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path,
+                     cfg->head_dim);
     if (!s)
-        s = get_int(root, "max_position_embeddings", path, 1, BIG, false, 2048, &cfg->max_position_embeddings);
+        s = get_int(root, "max_position_embeddings", path, 1, BIG, false, 2048,
+                    &cfg->max_position_embeddings);
     if (!s) s = get_float(root, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
-    if (!s) s = get_float(root, "rope_theta", path, false, 10000.0f, &cfg->rope_theta);
+    const cJSON *rp = item(root, "rope_parameters");
+    if (!s)
+        s = get_float(cJSON_IsObject(rp) && item(rp, "rope_theta") ? rp : root, "rope_theta", path,
+                      false, 10000.0f, &cfg->rope_theta);
     if (!s && !(cfg->rms_norm_eps >= 0 && cfg->rope_theta > 0))
         s = pg_error(PAGODA_ERR_FORMAT, "%s: rms_norm_eps must be >= 0 and rope_theta > 0", path);
     if (!s) s = get_bool(root, "tie_word_embeddings", path, false, &cfg->tie_word_embeddings);
@@ -228,12 +253,14 @@ pagoda_status pg_hf_generation_parse(const char *json, size_t len, const char *p
     if (!s) s = get_int(root, "top_k", path, 0, 1 << 30, false, -1, &gen->top_k);
     if (!s) s = get_int(root, "max_new_tokens", path, 0, 1 << 30, false, -1, &gen->max_new_tokens);
     if (!s) s = get_eos(root, path, cfg);
-    if (!s && cfg->bos_token_id < 0) s = get_int(root, "bos_token_id", path, 0, 1 << 30, false, -1, &cfg->bos_token_id);
+    if (!s && cfg->bos_token_id < 0)
+        s = get_int(root, "bos_token_id", path, 0, 1 << 30, false, -1, &cfg->bos_token_id);
     cJSON_Delete(root);
     return s;
 }
 
-pagoda_status pg_hf_chat_template_parse(const char *json, size_t len, const char *path, char **out) {
+pagoda_status pg_hf_chat_template_parse(const char *json, size_t len, const char *path,
+                                        char **out) {
     *out = NULL;
     pagoda_status s;
     cJSON *root = parse_obj(json, len, path, &s);

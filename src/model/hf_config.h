@@ -22,11 +22,14 @@ void pg_model_config_add_eos(pg_model_config *cfg, int id);
  * "llama"/"mistral"); head_dim defaults to hidden/heads, num_key_value_heads
  * to heads; rope_scaling null/"default"/"llama3"/"linear"/"yarn" (key
  * rope_type or type); eos_token_id an int or a list; sliding_window int or
- * null; torch_dtype (or dtype) float32/float16/bfloat16.
+ * null; torch_dtype (or dtype) float32/float16/bfloat16; transformers 5's
+ * "rope_parameters" (rope_type, rope_theta, factors) in place of
+ * rope_scaling / rope_theta.
  * Errors: PAGODA_ERR_FORMAT (bad JSON, missing or ill-typed field, heads not
  * a multiple of kv heads), PAGODA_ERR_UNSUPPORTED (architecture, rope
  * scaling type). */
-pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path, pg_model_config *cfg);
+pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
+                                 pg_model_config *cfg);
 
 /* Parse generation_config.json: temperature, top_p, top_k, min_p,
  * repetition_penalty, max_new_tokens into gen; eos_token_id (int or list)

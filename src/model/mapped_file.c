@@ -28,8 +28,8 @@ static pagoda_status open_regular(const char *path, int *fd_out, size_t *size_ou
 
 pagoda_status pg_mapped_file_open(const char *path, pg_mapped_file *out) {
     memset(out, 0, sizeof *out);
-    int fd;
-    size_t size;
+    int fd = -1;
+    size_t size = 0;
     pagoda_status s = open_regular(path, &fd, &size);
     if (s) return s;
     out->path = strdup(path);
@@ -62,8 +62,8 @@ void pg_mapped_file_close(pg_mapped_file *f) {
 
 pagoda_status pg_read_small_file(const char *path, size_t max_bytes, char **out, size_t *len) {
     *out = NULL;
-    int fd;
-    size_t size;
+    int fd = -1;
+    size_t size = 0;
     pagoda_status s = open_regular(path, &fd, &size);
     if (s) return s;
     if (size > max_bytes) {

@@ -42,7 +42,8 @@ static int cmp_by_name(const void *a, const void *b) {
     return strcmp((*(const pg_tensor *const *)a)->name, (*(const pg_tensor *const *)b)->name);
 }
 static int cmp_by_data(const void *a, const void *b) {
-    const uint8_t *x = (*(const pg_tensor *const *)a)->data, *y = (*(const pg_tensor *const *)b)->data;
+    const uint8_t *x = (*(const pg_tensor *const *)a)->data,
+                  *y = (*(const pg_tensor *const *)b)->data;
     return x < y ? -1 : x > y;
 }
 
@@ -55,7 +56,8 @@ static bool json_uint(const cJSON *j, uint64_t *out) {
     return true;
 }
 
-static pagoda_status parse_entry(pg_safetensors *st, const cJSON *e, pg_tensor *t, uint64_t buf_size) {
+static pagoda_status parse_entry(pg_safetensors *st, const cJSON *e, pg_tensor *t,
+                                 uint64_t buf_size) {
     const char *path = st->f.path;
     const char *name = t->name;
     if (!cJSON_IsObject(e))
@@ -64,15 +66,16 @@ static pagoda_status parse_entry(pg_safetensors *st, const cJSON *e, pg_tensor *
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of))
-        return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s': needs dtype, shape and data_offsets", path, name);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s': needs dtype, shape and data_offsets",
+                        path, name);
     t->dtype = pg_safetensors_parse_dtype(dt->valuestring);
     if (t->dtype == PG_DTYPE_COUNT)
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has unknown dtype '%.32s'", path, name,
-                        dt->valuestring);
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has unknown dtype '%.32s'", path,
+                        name, dt->valuestring);
     int nd = cJSON_GetArraySize(sh);
     if (nd > PG_MAX_DIMS)
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (max %d)", path, name,
-                        nd, PG_MAX_DIMS);
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (max %d)", path,
+                        name, nd, PG_MAX_DIMS);
     t->ndim = nd;
     uint64_t nel = 1;
     int i = 0;
@@ -80,13 +83,15 @@ static pagoda_status parse_entry(pg_safetensors *st, const cJSON *e, pg_tensor *
     cJSON_ArrayForEach(d, sh) {
         uint64_t v;
         if (!json_uint(d, &v))
-            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s': shape holds a non-integer or negative", path, name);
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: tensor '%s': shape holds a non-integer or negative", path, name);
         if (v && nel > UINT64_MAX / 2 / v)
             return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s': absurd shape", path, name);
         t->shape[i++] = (int64_t)v;
         nel *= v;
     }
-    for (; i < PG_MAX_DIMS; i++) t->shape[i] = 1;
+    for (; i < PG_MAX_DIMS; i++)
+        t->shape[i] = 1;
     uint64_t b, en;
     if (cJSON_GetArraySize(of) != 2 || !json_uint(cJSON_GetArrayItem(of, 0), &b) ||
         !json_uint(cJSON_GetArrayItem(of, 1), &en) || en < b)
@@ -96,13 +101,14 @@ static pagoda_status parse_entry(pg_safetensors *st, const cJSON *e, pg_tensor *
         return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s': absurd shape", path, name);
     if (want != en - b)
         return pg_error(PAGODA_ERR_FORMAT,
-                        "%s: tensor '%s': shape needs %llu bytes of %s but data_offsets span %llu", path,
-                        name, (unsigned long long)want, pg_dtype_name(t->dtype),
+                        "%s: tensor '%s': shape needs %llu bytes of %s but data_offsets span %llu",
+                        path, name, (unsigned long long)want, pg_dtype_name(t->dtype),
                         (unsigned long long)(en - b));
     if (en > buf_size)
-        return pg_error(PAGODA_ERR_FORMAT,
-                        "%s: tensor '%s' ends at data byte %llu, past the end of the file (data is %llu bytes)",
-                        path, name, (unsigned long long)en, (unsigned long long)buf_size);
+        return pg_error(
+            PAGODA_ERR_FORMAT,
+            "%s: tensor '%s' ends at data byte %llu, past the end of the file (data is %llu bytes)",
+            path, name, (unsigned long long)en, (unsigned long long)buf_size);
     t->nbytes = (size_t)(en - b);
     return PAGODA_OK;
 }
@@ -110,14 +116,17 @@ static pagoda_status parse_entry(pg_safetensors *st, const cJSON *e, pg_tensor *
 static pagoda_status parse(pg_safetensors *st) {
     const char *path = st->f.path;
     if (st->f.size < 8)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: truncated file (%zu bytes, no header)", path, st->f.size);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: truncated file (%zu bytes, no header)", path,
+                        st->f.size);
     uint64_t hlen;
     memcpy(&hlen, st->f.data, 8);
     if (hlen > PG_SAFETENSORS_MAX_HEADER)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: absurd header length %llu", path, (unsigned long long)hlen);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: absurd header length %llu", path,
+                        (unsigned long long)hlen);
     if (hlen > st->f.size - 8)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes)",
-                        path, (unsigned long long)hlen, st->f.size);
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: header length %llu runs past the end of the file (%zu bytes)", path,
+                        (unsigned long long)hlen, st->f.size);
     const uint8_t *buf = st->f.data + 8 + hlen;
     uint64_t buf_size = st->f.size - 8 - hlen;
     cJSON *root = cJSON_ParseWithLength((const char *)st->f.data + 8, (size_t)hlen);
@@ -127,11 +136,16 @@ static pagoda_status parse(pg_safetensors *st) {
     }
     size_t n = 0;
     const cJSON *e;
-    cJSON_ArrayForEach(e, root) if (strcmp(e->string, "__metadata__")) n++;
+    cJSON_ArrayForEach(e, root) {
+        if (strcmp(e->string, "__metadata__") != 0) n++;
+    }
     st->tensors = calloc(n ? n : 1, sizeof(pg_tensor));
-    st->by_name = calloc(n ? n : 1, sizeof(pg_tensor *));
+    st->by_name = calloc(n ? n : 1, sizeof(const pg_tensor *));
+    if (!st->tensors || !st->by_name) {
+        cJSON_Delete(root);
+        return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+    }
     pagoda_status s = PAGODA_OK;
-    if (!st->tensors || !st->by_name) s = pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
     cJSON_ArrayForEach(e, root) {
         if (s) break;
         if (!strcmp(e->string, "__metadata__")) continue;
@@ -144,21 +158,25 @@ static pagoda_status parse(pg_safetensors *st) {
         st->n++;
         s = parse_entry(st, e, t, buf_size);
         if (!s) {
-            uint64_t b = (uint64_t)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(e, "data_offsets"), 0)->valuedouble;
+            uint64_t b =
+                (uint64_t)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(e, "data_offsets"), 0)
+                    ->valuedouble;
             t->data = buf + b;
         }
     }
     cJSON_Delete(root);
     if (s) return s;
-    for (size_t i = 0; i < st->n; i++) st->by_name[i] = &st->tensors[i];
-    qsort(st->by_name, st->n, sizeof *st->by_name, cmp_by_name);
+    for (size_t i = 0; i < st->n; i++)
+        st->by_name[i] = &st->tensors[i];
+    qsort(st->by_name, st->n, sizeof(const pg_tensor *), cmp_by_name);
     for (size_t i = 1; i < st->n; i++)
         if (!strcmp(st->by_name[i]->name, st->by_name[i - 1]->name))
-            return pg_error(PAGODA_ERR_FORMAT, "%s: duplicate tensor name '%s'", path, st->by_name[i]->name);
-    const pg_tensor **by_data = malloc((st->n ? st->n : 1) * sizeof *by_data);
+            return pg_error(PAGODA_ERR_FORMAT, "%s: duplicate tensor name '%s'", path,
+                            st->by_name[i]->name);
+    const pg_tensor **by_data = malloc((st->n ? st->n : 1) * sizeof(const pg_tensor *));
     if (!by_data) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(by_data, st->by_name, st->n * sizeof *by_data);
-    qsort(by_data, st->n, sizeof *by_data, cmp_by_data);
+    memcpy(by_data, st->by_name, st->n * sizeof(const pg_tensor *));
+    qsort(by_data, st->n, sizeof(const pg_tensor *), cmp_by_data);
     const pg_tensor *prev = NULL;
     for (size_t i = 0; i < st->n && !s; i++) {
         if (!by_data[i]->nbytes) continue;
@@ -187,15 +205,20 @@ pagoda_status pg_safetensors_open(const char *path, pg_safetensors **out) {
 
 void pg_safetensors_close(pg_safetensors *st) {
     if (!st) return;
-    for (size_t i = 0; i < st->n; i++) free((char *)st->tensors[i].name);
+    for (size_t i = 0; i < st->n; i++)
+        free((char *)st->tensors[i].name);
     free(st->tensors);
     free(st->by_name);
     pg_mapped_file_close(&st->f);
     free(st);
 }
 
-const char *pg_safetensors_path(const pg_safetensors *st) { return st->f.path; }
-size_t pg_safetensors_n_tensors(const pg_safetensors *st) { return st->n; }
+const char *pg_safetensors_path(const pg_safetensors *st) {
+    return st->f.path;
+}
+size_t pg_safetensors_n_tensors(const pg_safetensors *st) {
+    return st->n;
+}
 const pg_tensor *pg_safetensors_tensor_at(const pg_safetensors *st, size_t i) {
     return i < st->n ? &st->tensors[i] : NULL;
 }
@@ -205,8 +228,10 @@ const pg_tensor *pg_safetensors_find(const pg_safetensors *st, const char *name)
         size_t mid = (lo + hi) / 2;
         int c = strcmp(st->by_name[mid]->name, name);
         if (!c) return st->by_name[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -238,7 +263,8 @@ pagoda_status pg_safetensors_writer_create(pg_safetensors_writer **out) {
 void pg_safetensors_writer_free(pg_safetensors_writer *w) {
     if (!w) return;
     if (w->fp) fclose(w->fp);
-    for (size_t i = 0; i < w->n; i++) free(w->t[i].name);
+    for (size_t i = 0; i < w->n; i++)
+        free(w->t[i].name);
     free(w->t);
     free(w->path);
     free(w);
@@ -247,7 +273,8 @@ void pg_safetensors_writer_free(pg_safetensors_writer *w) {
 pagoda_status pg_safetensors_writer_add(pg_safetensors_writer *w, const char *name, pg_dtype dtype,
                                         int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > PG_MAX_DIMS || !pg_safetensors_dtype_name(dtype))
-        return pg_error(PAGODA_ERR_INVALID_ARG, "safetensors writer: tensor '%s': bad dims or dtype", name);
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "safetensors writer: tensor '%s': bad dims or dtype", name);
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
         st_wt *t = realloc(w->t, cap * sizeof *t);
@@ -264,7 +291,8 @@ pagoda_status pg_safetensors_writer_add(pg_safetensors_writer *w, const char *na
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             free(t->name);
-            return pg_error(PAGODA_ERR_INVALID_ARG, "safetensors writer: tensor '%s': negative dim", name);
+            return pg_error(PAGODA_ERR_INVALID_ARG, "safetensors writer: tensor '%s': negative dim",
+                            name);
         }
         t->shape[i] = shape[i];
         nel *= (uint64_t)shape[i];
@@ -275,7 +303,9 @@ pagoda_status pg_safetensors_writer_add(pg_safetensors_writer *w, const char *na
     return PAGODA_OK;
 }
 
-uint64_t pg_safetensors_writer_data_bytes(const pg_safetensors_writer *w) { return w->total; }
+uint64_t pg_safetensors_writer_data_bytes(const pg_safetensors_writer *w) {
+    return w->total;
+}
 
 /* Append to a growable string. */
 typedef struct sbuf {
@@ -286,38 +316,47 @@ typedef struct sbuf {
 static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_add(sbuf *b, const char *fmt, ...) {
     if (b->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
     for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
+        va_list aq;
+        va_copy(aq, ap);
+        /* va_copy'd just above; the analyzer does not follow va_copy in loops */
+        // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized)
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, aq);
+        va_end(aq);
         if (n < 0) {
             b->oom = true;
-            return;
+            break;
         }
         if (b->p && b->len + (size_t)n < b->cap) {
             b->len += (size_t)n;
-            return;
+            break;
         }
         size_t cap = b->cap ? b->cap : 1024;
-        while (cap <= b->len + (size_t)n) cap *= 2;
+        while (cap <= b->len + (size_t)n)
+            cap *= 2;
         char *q = realloc(b->p, cap);
         if (!q) {
             b->oom = true;
-            return;
+            break;
         }
         b->p = q;
         b->cap = cap;
     }
+    va_end(ap);
 }
 /* JSON string literal (names are ASCII in practice; escape the few specials). */
 static void sb_json_str(sbuf *b, const char *s) {
     sb_add(b, "\"");
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') sb_add(b, "\\%c", c);
-        else if (c < 0x20) sb_add(b, "\\u%04x", c);
-        else sb_add(b, "%c", c);
+        if (c == '"' || c == '\\')
+            sb_add(b, "\\%c", c);
+        else if (c < 0x20)
+            sb_add(b, "\\u%04x", c);
+        else
+            sb_add(b, "%c", c);
     }
     sb_add(b, "\"");
 }
@@ -331,13 +370,15 @@ pagoda_status pg_safetensors_writer_begin(pg_safetensors_writer *w, const char *
         sb_add(&b, ",");
         sb_json_str(&b, t->name);
         sb_add(&b, ":{\"dtype\":\"%s\",\"shape\":[", pg_safetensors_dtype_name(t->dtype));
-        for (int d = 0; d < t->ndim; d++) sb_add(&b, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-        sb_add(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-               (unsigned long long)(off + t->nbytes));
+        for (int d = 0; d < t->ndim; d++)
+            sb_add(&b, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        unsigned long long begin = off, end = off + t->nbytes;
+        sb_add(&b, "],\"data_offsets\":[%llu,%llu]}", begin, end);
         off += t->nbytes;
     }
     sb_add(&b, "}");
-    while (!b.oom && b.len % 8) sb_add(&b, " ");
+    while (!b.oom && b.len % 8)
+        sb_add(&b, " ");
     if (b.oom) {
         free(b.p);
         return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
@@ -382,7 +423,8 @@ pagoda_status pg_safetensors_write_index(const char *path, uint64_t total_size,
                                          const char *const *names, const char *const *files,
                                          size_t n) {
     sbuf b = {0};
-    sb_add(&b, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total_size);
+    sb_add(&b, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {",
+           (unsigned long long)total_size);
     for (size_t i = 0; i < n; i++) {
         sb_add(&b, "%s\n    ", i ? "," : "");
         sb_json_str(&b, names[i]);

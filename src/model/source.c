@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,16 +61,21 @@ static pagoda_status resolve_hf_cache(const char *repo, char *out, size_t cap) {
         return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no such file or directory", repo);
     char root[PATH_MAX];
     const char *hub = getenv("HF_HUB_CACHE"), *home = getenv("HF_HOME"), *uhome = getenv("HOME");
-    if (hub && *hub) snprintf(root, sizeof root, "%s", hub);
-    else if (home && *home) snprintf(root, sizeof root, "%s/hub", home);
-    else snprintf(root, sizeof root, "%s/.cache/huggingface/hub", uhome && *uhome ? uhome : ".");
+    if (hub && *hub)
+        snprintf(root, sizeof root, "%s", hub);
+    else if (home && *home)
+        snprintf(root, sizeof root, "%s/hub", home);
+    else
+        snprintf(root, sizeof root, "%s/.cache/huggingface/hub", uhome && *uhome ? uhome : ".");
     char base[PATH_MAX];
-    int n = snprintf(base, sizeof base, "%s/models--%.*s--%s", root, (int)(slash - repo), repo, slash + 1);
+    int n = snprintf(base, sizeof base, "%s/models--%.*s--%s", root, (int)(slash - repo), repo,
+                     slash + 1);
     if (n < 0 || (size_t)n >= sizeof base)
         return pg_error(PAGODA_ERR_INVALID_ARG, "model '%s': cache path too long", repo);
     if (!is_dir(base))
-        return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': not a path and not in the Hugging Face cache (%s)",
-                        repo, base);
+        return pg_error(PAGODA_ERR_NOT_FOUND,
+                        "model '%s': not a path and not in the Hugging Face cache (%s)", repo,
+                        base);
     char rev[256] = "";
     char refp[PATH_MAX + 16];
     snprintf(refp, sizeof refp, "%s/refs/main", base);
@@ -78,7 +84,8 @@ static pagoda_status resolve_hf_cache(const char *repo, char *out, size_t cap) {
         size_t k = fread(rev, 1, sizeof rev - 1, f);
         fclose(f);
         rev[k] = 0;
-        while (k && (rev[k - 1] == '\n' || rev[k - 1] == '\r' || rev[k - 1] == ' ')) rev[--k] = 0;
+        while (k && (rev[k - 1] == '\n' || rev[k - 1] == '\r' || rev[k - 1] == ' '))
+            rev[--k] = 0;
         if (strchr(rev, '/') || !strcmp(rev, "..") || !strcmp(rev, ".")) rev[0] = 0;
     }
     char snaps[PATH_MAX + 16];
@@ -102,10 +109,13 @@ static pagoda_status resolve_hf_cache(const char *repo, char *out, size_t cap) {
             closedir(d);
         }
     }
-    if (!rev[0]) return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no snapshot in %s", repo, snaps);
+    if (!rev[0])
+        return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no snapshot in %s", repo, snaps);
     n = snprintf(out, cap, "%s/%s", snaps, rev);
-    if (n < 0 || (size_t)n >= cap) return pg_error(PAGODA_ERR_INVALID_ARG, "model '%s': path too long", repo);
-    if (!is_dir(out)) return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': snapshot %s missing", repo, out);
+    if (n < 0 || (size_t)n >= cap)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model '%s': path too long", repo);
+    if (!is_dir(out))
+        return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': snapshot %s missing", repo, out);
     return PAGODA_OK;
 }
 
@@ -113,13 +123,15 @@ pagoda_status pg_model_resolve(const char *model, char *out, size_t cap, bool *i
     *is_gguf = false;
     if (!model || !*model) return pg_error(PAGODA_ERR_INVALID_ARG, "no model given");
     if (is_file(model) || is_dir(model)) {
-        if (strlen(model) >= cap) return pg_error(PAGODA_ERR_INVALID_ARG, "%s: path too long", model);
+        if (strlen(model) >= cap)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "%s: path too long", model);
         snprintf(out, cap, "%s", model);
         *is_gguf = is_file(model);
         if (*is_gguf && !has_gguf_magic(model)) {
             size_t n = strlen(model);
-            if (n < 5 || strcmp(model + n - 5, ".gguf"))
-                return pg_error(PAGODA_ERR_FORMAT, "%s: neither a model directory nor a GGUF file", model);
+            if (n < 5 || strcmp(model + n - 5, ".gguf") != 0)
+                return pg_error(PAGODA_ERR_FORMAT, "%s: neither a model directory nor a GGUF file",
+                                model);
         }
         return PAGODA_OK;
     }
@@ -130,7 +142,8 @@ pagoda_status pg_model_resolve(const char *model, char *out, size_t cap, bool *i
 
 /* ------------------------------------------------------------ tensors */
 
-static pagoda_status add_tensor(pg_model_source *src, size_t *cap, const pg_tensor *t, const char *name) {
+static pagoda_status add_tensor(pg_model_source *src, size_t *cap, const pg_tensor *t,
+                                const char *name) {
     if (src->n_tensors == *cap) {
         size_t nc = *cap ? *cap * 2 : 64;
         pg_tensor *p = realloc(src->tensors, nc * sizeof *p);
@@ -151,10 +164,11 @@ static int cmp_by_name(const void *a, const void *b) {
 }
 
 static pagoda_status build_index(pg_model_source *src) {
-    src->by_name = malloc((src->n_tensors ? src->n_tensors : 1) * sizeof *src->by_name);
+    src->by_name = malloc((src->n_tensors ? src->n_tensors : 1) * sizeof(const pg_tensor *));
     if (!src->by_name) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", src->path);
-    for (size_t i = 0; i < src->n_tensors; i++) src->by_name[i] = &src->tensors[i];
-    qsort(src->by_name, src->n_tensors, sizeof *src->by_name, cmp_by_name);
+    for (size_t i = 0; i < src->n_tensors; i++)
+        src->by_name[i] = &src->tensors[i];
+    qsort(src->by_name, src->n_tensors, sizeof(const pg_tensor *), cmp_by_name);
     for (size_t i = 1; i < src->n_tensors; i++)
         if (!strcmp(src->by_name[i]->name, src->by_name[i - 1]->name))
             return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' appears twice", src->weights_desc,
@@ -168,8 +182,10 @@ const pg_tensor *pg_model_source_tensor(const pg_model_source *src, const char *
         size_t mid = (lo + hi) / 2;
         int c = strcmp(src->by_name[mid]->name, name);
         if (!c) return src->by_name[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -179,7 +195,8 @@ static pg_dtype dominant_dtype(const pg_model_source *src) {
     double count[PG_DTYPE_COUNT] = {0};
     for (size_t i = 0; i < src->n_tensors; i++)
         if (src->tensors[i].ndim == 2)
-            count[src->tensors[i].dtype] += (double)src->tensors[i].shape[0] * (double)src->tensors[i].shape[1];
+            count[src->tensors[i].dtype] +=
+                (double)src->tensors[i].shape[0] * (double)src->tensors[i].shape[1];
     int best = PG_F32;
     for (int t = 0; t < PG_DTYPE_COUNT; t++)
         if (count[t] > count[best]) best = t;
@@ -196,7 +213,8 @@ static pagoda_status read_json(const char *dir, const char *file, bool required,
     return pg_read_small_file(path, MAX_JSON_BYTES, buf, len);
 }
 
-static pagoda_status add_shard_tensors(pg_model_source *src, size_t *cap, const pg_safetensors *st) {
+static pagoda_status add_shard_tensors(pg_model_source *src, size_t *cap,
+                                       const pg_safetensors *st) {
     for (size_t i = 0; i < pg_safetensors_n_tensors(st); i++) {
         const pg_tensor *t = pg_safetensors_tensor_at(st, i);
         pagoda_status s = add_tensor(src, cap, t, t->name);
@@ -218,19 +236,22 @@ static pagoda_status open_sharded(pg_model_source *src, const char *index_path, 
         return pg_error(PAGODA_ERR_FORMAT, "%s: no 'weight_map' object", index_path);
     }
     size_t n = (size_t)cJSON_GetArraySize(wm);
-    src->shards = calloc(n ? n : 1, sizeof *src->shards);
-    const char **shard_names = calloc(n ? n : 1, sizeof *shard_names);
-    if (!src->shards || !shard_names) s = pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", index_path);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, wm) {
-        if (s) break;
+    src->shards = calloc(n ? n : 1, sizeof(pg_safetensors *));
+    const char **shard_names = calloc(n ? n : 1, sizeof(const char *));
+    if (!src->shards || !shard_names) {
+        free(shard_names);
+        cJSON_Delete(root);
+        return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", index_path);
+    }
+    for (const cJSON *e = wm->child; e && !s; e = e->next) {
         if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !e->valuestring[0]) {
-            s = pg_error(PAGODA_ERR_FORMAT, "%s: weight_map entry '%s' is not a plain file name", index_path,
-                         e->string);
+            s = pg_error(PAGODA_ERR_FORMAT, "%s: weight_map entry '%s' is not a plain file name",
+                         index_path, e->string);
             break;
         }
         size_t k = 0;
-        while (k < src->n_shards && strcmp(shard_names[k], e->valuestring)) k++;
+        while (k < src->n_shards && shard_names[k] && strcmp(shard_names[k], e->valuestring) != 0)
+            k++;
         if (k == src->n_shards) {
             char p[PATH_MAX];
             snprintf(p, sizeof p, "%s/%s", src->path, e->valuestring);
@@ -240,10 +261,12 @@ static pagoda_status open_sharded(pg_model_source *src, const char *index_path, 
             src->n_shards++;
         }
         if (!pg_safetensors_find(src->shards[k], e->string))
-            s = pg_error(PAGODA_ERR_FORMAT, "%s: weight_map puts '%s' in %s but that file does not hold it",
+            s = pg_error(PAGODA_ERR_FORMAT,
+                         "%s: weight_map puts '%s' in %s but that file does not hold it",
                          index_path, e->string, e->valuestring);
     }
-    for (size_t k = 0; !s && k < src->n_shards; k++) s = add_shard_tensors(src, cap, src->shards[k]);
+    for (size_t k = 0; !s && k < src->n_shards; k++)
+        s = add_shard_tensors(src, cap, src->shards[k]);
     free(shard_names);
     cJSON_Delete(root);
     return s;
@@ -277,7 +300,7 @@ static pagoda_status open_hf(pg_model_source *src) {
         s = open_sharded(src, index, &cap);
     } else if (is_file(path)) {
         snprintf(src->weights_desc, sizeof src->weights_desc, "%s", path);
-        src->shards = calloc(1, sizeof *src->shards);
+        src->shards = calloc(1, sizeof(pg_safetensors *));
         if (!src->shards) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
         s = pg_safetensors_open(path, &src->shards[0]);
         if (!s) {
@@ -285,8 +308,8 @@ static pagoda_status open_hf(pg_model_source *src) {
             s = add_shard_tensors(src, &cap, src->shards[0]);
         }
     } else {
-        return pg_error(PAGODA_ERR_NOT_FOUND, "%s: no model.safetensors or model.safetensors.index.json",
-                        src->path);
+        return pg_error(PAGODA_ERR_NOT_FOUND,
+                        "%s: no model.safetensors or model.safetensors.index.json", src->path);
     }
     if (s) return s;
     for (size_t i = 0; i < src->n_tensors; i++) {
@@ -300,22 +323,25 @@ static pagoda_status open_hf(pg_model_source *src) {
 
 /* ------------------------------------------------------------ GGUF */
 
-static pagoda_status gguf_int(const pg_gguf *g, const char *key, bool required, int64_t def, int64_t lo,
-                              int64_t hi, int *out) {
+static pagoda_status gguf_int(const pg_gguf *g, const char *key, bool required, int64_t def,
+                              int64_t lo, int64_t hi, int *out) {
     int64_t v;
     pagoda_status s = required ? pg_gguf_get_int(g, key, &v) : pg_gguf_get_int_or(g, key, def, &v);
     if (s) return s;
     if (v < lo || v > hi)
-        return pg_error(PAGODA_ERR_FORMAT, "%s: %s = %lld is out of range [%lld, %lld]", pg_gguf_path(g),
-                        key, (long long)v, (long long)lo, (long long)hi);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: %s = %lld is out of range [%lld, %lld]",
+                        pg_gguf_path(g), key, (long long)v, (long long)lo, (long long)hi);
     *out = (int)v;
     return PAGODA_OK;
 }
 static pagoda_status gguf_float(const pg_gguf *g, const char *key, double def, float *out) {
     double v;
     pagoda_status s = pg_gguf_get_float_or(g, key, def, &v);
-    if (!s) *out = (float)v;
-    return s;
+    if (s) return s;
+    if (!(fabs(v) <= 3.0e38))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: %s is not a finite float", pg_gguf_path(g), key);
+    *out = (float)v;
+    return PAGODA_OK;
 }
 
 static pagoda_status gguf_config(pg_model_source *src) {
@@ -325,29 +351,34 @@ static pagoda_status gguf_config(pg_model_source *src) {
     const char *arch;
     pagoda_status s = pg_gguf_get_str(g, "general.architecture", &arch, NULL);
     if (s) return s;
-    if (strcmp(arch, "llama"))
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: GGUF architecture '%.40s' is not supported", path, arch);
+    if (strcmp(arch, "llama") != 0)
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: GGUF architecture '%.40s' is not supported",
+                        path, arch);
     snprintf(c->architecture, sizeof c->architecture, "LlamaForCausalLM");
     const int64_t BIG = 1 << 30;
     s = gguf_int(g, "llama.embedding_length", true, 0, 1, 1 << 20, &c->hidden_size);
     if (!s) s = gguf_int(g, "llama.block_count", true, 0, 1, 1 << 16, &c->num_hidden_layers);
-    if (!s) s = gguf_int(g, "llama.feed_forward_length", true, 0, 1, 1 << 22, &c->intermediate_size);
-    if (!s) s = gguf_int(g, "llama.attention.head_count", true, 0, 1, 1 << 16, &c->num_attention_heads);
+    if (!s)
+        s = gguf_int(g, "llama.feed_forward_length", true, 0, 1, 1 << 22, &c->intermediate_size);
+    if (!s)
+        s = gguf_int(g, "llama.attention.head_count", true, 0, 1, 1 << 16, &c->num_attention_heads);
     if (!s)
         s = gguf_int(g, "llama.attention.head_count_kv", false, c->num_attention_heads, 1, 1 << 16,
                      &c->num_key_value_heads);
     if (!s && c->num_attention_heads % c->num_key_value_heads)
-        s = pg_error(PAGODA_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", path,
-                     c->num_attention_heads, c->num_key_value_heads);
+        s = pg_error(PAGODA_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
+                     path, c->num_attention_heads, c->num_key_value_heads);
     if (!s)
-        s = gguf_int(g, "llama.attention.key_length", false, c->hidden_size / c->num_attention_heads, 2,
-                     1 << 16, &c->head_dim);
+        s = gguf_int(g, "llama.attention.key_length", false,
+                     c->hidden_size / c->num_attention_heads, 2, 1 << 16, &c->head_dim);
     int rot = 0;
     if (!s) s = gguf_int(g, "llama.rope.dimension_count", false, c->head_dim, 0, 1 << 16, &rot);
     if (!s && rot != c->head_dim)
-        s = pg_error(PAGODA_ERR_UNSUPPORTED, "%s: partial RoPE (rope.dimension_count %d < head_dim %d)", path,
-                     rot, c->head_dim);
-    if (!s) s = gguf_int(g, "llama.context_length", false, 2048, 1, BIG, &c->max_position_embeddings);
+        s = pg_error(PAGODA_ERR_UNSUPPORTED,
+                     "%s: partial RoPE (rope.dimension_count %d < head_dim %d)", path, rot,
+                     c->head_dim);
+    if (!s)
+        s = gguf_int(g, "llama.context_length", false, 2048, 1, BIG, &c->max_position_embeddings);
     if (!s) s = gguf_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &c->rms_norm_eps);
     if (!s) s = gguf_float(g, "llama.rope.freq_base", 10000.0, &c->rope_theta);
     if (s) return s;
@@ -357,33 +388,44 @@ static pagoda_status gguf_config(pg_model_source *src) {
         s = pg_gguf_get_str(g, "llama.rope.scaling.type", &rt, NULL);
         if (s) return s;
     }
-    if (rt && strcmp(rt, "none")) {
-        if (!strcmp(rt, "linear")) c->rope_scaling = PG_ROPE_SCALING_LINEAR;
-        else if (!strcmp(rt, "yarn")) c->rope_scaling = PG_ROPE_SCALING_YARN;
-        else if (!strcmp(rt, "llama3")) c->rope_scaling = PG_ROPE_SCALING_LLAMA3;
-        else return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: rope scaling type '%.40s' is not supported", path, rt);
+    if (rt && strcmp(rt, "none") != 0) {
+        if (!strcmp(rt, "linear"))
+            c->rope_scaling = PG_ROPE_SCALING_LINEAR;
+        else if (!strcmp(rt, "yarn"))
+            c->rope_scaling = PG_ROPE_SCALING_YARN;
+        else if (!strcmp(rt, "llama3"))
+            c->rope_scaling = PG_ROPE_SCALING_LLAMA3;
+        else
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "%s: rope scaling type '%.40s' is not supported", path, rt);
         s = gguf_float(g, "llama.rope.scaling.factor", 1.0, &c->rope_factor);
         if (!s)
-            s = gguf_int(g, "llama.rope.scaling.original_context_length", false, c->max_position_embeddings,
-                         1, BIG, &c->rope_original_max_position);
-        if (!s) s = gguf_float(g, "llama.rope.scaling.low_freq_factor", 1.0, &c->rope_low_freq_factor);
-        if (!s) s = gguf_float(g, "llama.rope.scaling.high_freq_factor", 4.0, &c->rope_high_freq_factor);
+            s = gguf_int(g, "llama.rope.scaling.original_context_length", false,
+                         c->max_position_embeddings, 1, BIG, &c->rope_original_max_position);
+        if (!s)
+            s = gguf_float(g, "llama.rope.scaling.low_freq_factor", 1.0, &c->rope_low_freq_factor);
+        if (!s)
+            s = gguf_float(g, "llama.rope.scaling.high_freq_factor", 4.0,
+                           &c->rope_high_freq_factor);
         if (s) return s;
     }
     int64_t v;
     if (!pg_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &v) && v >= 0 && v < BIG)
         c->bos_token_id = (int)v;
-    static const char *const EOS_KEYS[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+    static const char *const EOS_KEYS[] = {"tokenizer.ggml.eos_token_id",
+                                           "tokenizer.ggml.eot_token_id",
                                            "tokenizer.ggml.eom_token_id"};
     for (size_t i = 0; i < 3; i++)
-        if (!pg_gguf_get_int_or(g, EOS_KEYS[i], -1, &v) && v >= 0 && v < BIG) pg_model_config_add_eos(c, (int)v);
+        if (!pg_gguf_get_int_or(g, EOS_KEYS[i], -1, &v) && v >= 0 && v < BIG)
+            pg_model_config_add_eos(c, (int)v);
     pg_clear_error();
     /* sampling defaults some converters store */
     double d;
     if (!pg_gguf_get_float(g, "general.sampling.temp", &d)) src->gen.temperature = (float)d;
     if (!pg_gguf_get_float(g, "general.sampling.top_p", &d)) src->gen.top_p = (float)d;
     if (!pg_gguf_get_float(g, "general.sampling.min_p", &d)) src->gen.min_p = (float)d;
-    if (!pg_gguf_get_int(g, "general.sampling.top_k", &v) && v >= 0 && v < BIG) src->gen.top_k = (int)v;
+    if (!pg_gguf_get_int(g, "general.sampling.top_k", &v) && v >= 0 && v < BIG)
+        src->gen.top_k = (int)v;
     pg_clear_error();
     const char *tmpl;
     if (pg_gguf_find_key(g, "tokenizer.chat_template") >= 0 &&
@@ -405,13 +447,19 @@ static pagoda_status open_gguf(pg_model_source *src) {
     for (size_t i = 0; i < pg_gguf_n_tensors(src->gguf); i++) {
         const pg_gguf_tensor *gt = pg_gguf_tensor_at(src->gguf, i);
         if (gt->dtype == PG_DTYPE_COUNT)
-            return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported tensor type %s", src->path,
-                            gt->name, pg_ggml_type_name(gt->ggml_type));
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "%s: tensor '%s' has unsupported tensor type %s", src->path, gt->name,
+                            pg_ggml_type_name(gt->ggml_type));
+        if (src->cfg.rope_scaling == PG_ROPE_SCALING_LLAMA3 &&
+            !strcmp(gt->name, "rope_freqs.weight"))
+            continue; /* the config's llama3 parameters already describe it */
         pg_tensor t = {0};
         t.dtype = gt->dtype;
         t.ndim = gt->n_dims;
-        for (int d = 0; d < PG_MAX_DIMS; d++) t.shape[d] = 1;
-        for (int d = 0; d < gt->n_dims; d++) t.shape[d] = gt->ne[gt->n_dims - 1 - d];
+        for (int d = 0; d < PG_MAX_DIMS; d++)
+            t.shape[d] = 1;
+        for (int d = 0; d < gt->n_dims; d++)
+            t.shape[d] = gt->ne[gt->n_dims - 1 - d];
         t.data = gt->data;
         t.nbytes = gt->nbytes;
         char name[512];
@@ -420,7 +468,8 @@ static pagoda_status open_gguf(pg_model_source *src) {
         if (s) return s;
     }
     const pg_gguf_tensor *emb = pg_gguf_find_tensor(src->gguf, "token_embd.weight");
-    if (!emb) return pg_error(PAGODA_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", src->path);
+    if (!emb)
+        return pg_error(PAGODA_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", src->path);
     if (emb->n_dims != 2 || emb->ne[1] > INT32_MAX)
         return pg_error(PAGODA_ERR_FORMAT, "%s: token_embd.weight must be 2-D", src->path);
     src->cfg.vocab_size = (int)emb->ne[1];
@@ -443,8 +492,8 @@ static pagoda_status expect(const pg_model_source *src, const char *name, bool r
     const pg_tensor *t = pg_model_source_tensor(src, name);
     if (!t) {
         if (!required) return PAGODA_OK;
-        return pg_error(PAGODA_ERR_FORMAT, "%s: missing tensor '%s' (num_hidden_layers %d)", src->weights_desc,
-                        name, src->cfg.num_hidden_layers);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: missing tensor '%s' (num_hidden_layers %d)",
+                        src->weights_desc, name, src->cfg.num_hidden_layers);
     }
     int nd = d1 < 0 ? 1 : 2;
     int64_t want[2] = {d0, d1};
@@ -452,48 +501,73 @@ static pagoda_status expect(const pg_model_source *src, const char *name, bool r
         char have[96], exp[96];
         fmt_shape(have, sizeof have, t->ndim, t->shape);
         fmt_shape(exp, sizeof exp, nd, want);
-        return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' has shape %s but the config implies %s (%s)",
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: tensor '%s' has shape %s but the config implies %s (%s)",
                         src->config_desc, name, have, exp, why);
     }
     return PAGODA_OK;
 }
 
+/* Per-layer Llama tensors: dims are codes resolved from the config. */
+enum { D_NONE, D_H, D_Q, D_KV, D_F };
+enum { REQ_ALWAYS, REQ_IF_BIAS, REQ_NEVER };
+static const struct {
+    const char *suffix;
+    int d0, d1, req;
+    const char *why;
+} LAYER_TENSORS[] = {
+    {"input_layernorm.weight", D_H, D_NONE, REQ_ALWAYS, "hidden_size"},
+    {"self_attn.q_proj.weight", D_Q, D_H, REQ_ALWAYS, "num_attention_heads*head_dim x hidden_size"},
+    {"self_attn.k_proj.weight", D_KV, D_H, REQ_ALWAYS,
+     "num_key_value_heads*head_dim x hidden_size"},
+    {"self_attn.v_proj.weight", D_KV, D_H, REQ_ALWAYS,
+     "num_key_value_heads*head_dim x hidden_size"},
+    {"self_attn.o_proj.weight", D_H, D_Q, REQ_ALWAYS, "hidden_size x num_attention_heads*head_dim"},
+    {"self_attn.q_proj.bias", D_Q, D_NONE, REQ_IF_BIAS, "num_attention_heads*head_dim"},
+    {"self_attn.k_proj.bias", D_KV, D_NONE, REQ_IF_BIAS, "num_key_value_heads*head_dim"},
+    {"self_attn.v_proj.bias", D_KV, D_NONE, REQ_IF_BIAS, "num_key_value_heads*head_dim"},
+    {"self_attn.o_proj.bias", D_H, D_NONE, REQ_NEVER, "hidden_size"},
+    {"post_attention_layernorm.weight", D_H, D_NONE, REQ_ALWAYS, "hidden_size"},
+    {"mlp.gate_proj.weight", D_F, D_H, REQ_ALWAYS, "intermediate_size x hidden_size"},
+    {"mlp.up_proj.weight", D_F, D_H, REQ_ALWAYS, "intermediate_size x hidden_size"},
+    {"mlp.down_proj.weight", D_H, D_F, REQ_ALWAYS, "hidden_size x intermediate_size"},
+};
+
 static pagoda_status validate_llama(const pg_model_source *src) {
     const pg_model_config *c = &src->cfg;
-    int64_t H = c->hidden_size, q = (int64_t)c->num_attention_heads * c->head_dim,
-            kv = (int64_t)c->num_key_value_heads * c->head_dim, F = c->intermediate_size, V = c->vocab_size;
-    pagoda_status s = expect(src, "model.embed_tokens.weight", true, V, H, "vocab_size x hidden_size");
+    int64_t H = c->hidden_size, V = c->vocab_size;
+    const int64_t dims[] = {
+        [D_NONE] = -1,
+        [D_H] = H,
+        [D_Q] = (int64_t)c->num_attention_heads * c->head_dim,
+        [D_KV] = (int64_t)c->num_key_value_heads * c->head_dim,
+        [D_F] = c->intermediate_size,
+    };
+    pagoda_status s =
+        expect(src, "model.embed_tokens.weight", true, V, H, "vocab_size x hidden_size");
     if (!s) s = expect(src, "model.norm.weight", true, H, -1, "hidden_size");
-    if (!s) s = expect(src, "lm_head.weight", !c->tie_word_embeddings, V, H, "vocab_size x hidden_size");
+    if (!s)
+        s = expect(src, "lm_head.weight", !c->tie_word_embeddings, V, H,
+                   "vocab_size x hidden_size");
     char n[256];
     for (int l = 0; l < c->num_hidden_layers && !s; l++) {
-#define E(suffix, req, a, b, why)                                             \
-    if (!s) {                                                                 \
-        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);               \
-        s = expect(src, n, req, a, b, why);                                   \
-    }
-        E("input_layernorm.weight", true, H, -1, "hidden_size");
-        E("self_attn.q_proj.weight", true, q, H, "num_attention_heads*head_dim x hidden_size");
-        E("self_attn.k_proj.weight", true, kv, H, "num_key_value_heads*head_dim x hidden_size");
-        E("self_attn.v_proj.weight", true, kv, H, "num_key_value_heads*head_dim x hidden_size");
-        E("self_attn.o_proj.weight", true, H, q, "hidden_size x num_attention_heads*head_dim");
-        E("self_attn.q_proj.bias", c->attention_bias, q, -1, "num_attention_heads*head_dim");
-        E("self_attn.k_proj.bias", c->attention_bias, kv, -1, "num_key_value_heads*head_dim");
-        E("self_attn.v_proj.bias", c->attention_bias, kv, -1, "num_key_value_heads*head_dim");
-        E("self_attn.o_proj.bias", false, H, -1, "hidden_size");
-        E("post_attention_layernorm.weight", true, H, -1, "hidden_size");
-        E("mlp.gate_proj.weight", true, F, H, "intermediate_size x hidden_size");
-        E("mlp.up_proj.weight", true, F, H, "intermediate_size x hidden_size");
-        E("mlp.down_proj.weight", true, H, F, "hidden_size x intermediate_size");
-#undef E
+        for (size_t k = 0; k < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0] && !s; k++) {
+            bool req = LAYER_TENSORS[k].req == REQ_ALWAYS ||
+                       (LAYER_TENSORS[k].req == REQ_IF_BIAS && c->attention_bias);
+            snprintf(n, sizeof n, "model.layers.%d.%s", l, LAYER_TENSORS[k].suffix);
+            s = expect(src, n, req, dims[LAYER_TENSORS[k].d0], dims[LAYER_TENSORS[k].d1],
+                       LAYER_TENSORS[k].why);
+        }
     }
     if (s) return s;
     for (size_t i = 0; i < src->n_tensors; i++) {
-        int layer;
-        if (sscanf(src->tensors[i].name, "model.layers.%d.", &layer) == 1 &&
-            (layer < 0 || layer >= c->num_hidden_layers))
-            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' is beyond num_hidden_layers %d", src->config_desc,
-                            src->tensors[i].name, c->num_hidden_layers);
+        const char *nm = src->tensors[i].name;
+        if (strncmp(nm, "model.layers.", 13) != 0) continue;
+        char *end;
+        long layer = strtol(nm + 13, &end, 10);
+        if (end != nm + 13 && *end == '.' && (layer < 0 || layer >= c->num_hidden_layers))
+            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' is beyond num_hidden_layers %d",
+                            src->config_desc, src->tensors[i].name, c->num_hidden_layers);
     }
     return PAGODA_OK;
 }
@@ -521,7 +595,8 @@ pagoda_status pg_model_source_open(const char *model, pg_model_source **out) {
         pg_model_source_free(src);
         return s;
     }
-    if (src->cfg.torch_dtype == PG_DTYPE_COUNT || is_gguf) src->cfg.torch_dtype = dominant_dtype(src);
+    if (src->cfg.torch_dtype == PG_DTYPE_COUNT || is_gguf)
+        src->cfg.torch_dtype = dominant_dtype(src);
     PG_DEBUG("%s: %s, %zu tensors, %d layers, hidden %d, vocab %d", path, src->cfg.architecture,
              src->n_tensors, src->cfg.num_hidden_layers, src->cfg.hidden_size, src->cfg.vocab_size);
     *out = src;
@@ -530,10 +605,12 @@ pagoda_status pg_model_source_open(const char *model, pg_model_source **out) {
 
 void pg_model_source_free(pg_model_source *src) {
     if (!src) return;
-    for (size_t i = 0; i < src->n_tensors; i++) free((char *)src->tensors[i].name);
+    for (size_t i = 0; i < src->n_tensors; i++)
+        free((char *)src->tensors[i].name);
     free(src->tensors);
     free(src->by_name);
-    for (size_t i = 0; i < src->n_shards; i++) pg_safetensors_close(src->shards[i]);
+    for (size_t i = 0; i < src->n_shards; i++)
+        pg_safetensors_close(src->shards[i]);
     free(src->shards);
     pg_gguf_close(src->gguf);
     free(src->chat_template);
@@ -541,13 +618,27 @@ void pg_model_source_free(pg_model_source *src) {
     free(src);
 }
 
-const pg_model_config *pg_model_source_config(const pg_model_source *src) { return &src->cfg; }
-const pg_generation_defaults *pg_model_source_generation(const pg_model_source *src) { return &src->gen; }
-size_t pg_model_source_n_tensors(const pg_model_source *src) { return src->n_tensors; }
+const pg_model_config *pg_model_source_config(const pg_model_source *src) {
+    return &src->cfg;
+}
+const pg_generation_defaults *pg_model_source_generation(const pg_model_source *src) {
+    return &src->gen;
+}
+size_t pg_model_source_n_tensors(const pg_model_source *src) {
+    return src->n_tensors;
+}
 const pg_tensor *pg_model_source_tensor_at(const pg_model_source *src, size_t i) {
     return i < src->n_tensors ? &src->tensors[i] : NULL;
 }
-const char *pg_model_source_path(const pg_model_source *src) { return src->path; }
-bool pg_model_source_is_gguf(const pg_model_source *src) { return src->is_gguf; }
-const char *pg_model_source_chat_template(const pg_model_source *src) { return src->chat_template; }
-const struct pg_gguf *pg_model_source_gguf(const pg_model_source *src) { return src->gguf; }
+const char *pg_model_source_path(const pg_model_source *src) {
+    return src->path;
+}
+bool pg_model_source_is_gguf(const pg_model_source *src) {
+    return src->is_gguf;
+}
+const char *pg_model_source_chat_template(const pg_model_source *src) {
+    return src->chat_template;
+}
+const struct pg_gguf *pg_model_source_gguf(const pg_model_source *src) {
+    return src->gguf;
+}

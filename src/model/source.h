@@ -31,11 +31,11 @@
 
 /* A read-only view of one tensor inside a mapped file. */
 typedef struct pg_tensor {
-    const char *name;    /* canonical (HF) name */
+    const char *name; /* canonical (HF) name */
     pg_dtype dtype;
     int ndim;
     int64_t shape[PG_MAX_DIMS]; /* PyTorch order */
-    const void *data;    /* into the mmap'ed file; valid while the source lives */
+    const void *data;           /* into the mmap'ed file; valid while the source lives */
     size_t nbytes;
 } pg_tensor;
 
@@ -47,29 +47,30 @@ typedef enum pg_rope_scaling_type {
 } pg_rope_scaling_type;
 
 typedef struct pg_model_config {
-    char architecture[64];  /* "LlamaForCausalLM", "MistralForCausalLM" (GGUF "llama" maps to LlamaForCausalLM) */
+    char architecture[64]; /* "LlamaForCausalLM", "MistralForCausalLM" (GGUF "llama" maps to
+                              LlamaForCausalLM) */
     int vocab_size;
     int hidden_size;
     int intermediate_size;
     int num_hidden_layers;
     int num_attention_heads;
     int num_key_value_heads;
-    int head_dim;           /* hidden_size / heads unless given */
+    int head_dim; /* hidden_size / heads unless given */
     int max_position_embeddings;
     float rms_norm_eps;
     float rope_theta;
-    bool rope_interleaved;  /* see top of file */
+    bool rope_interleaved; /* see top of file */
     pg_rope_scaling_type rope_scaling;
-    float rope_factor;                 /* llama3 / linear / yarn */
-    float rope_low_freq_factor;        /* llama3 */
-    float rope_high_freq_factor;       /* llama3 */
-    int rope_original_max_position;    /* llama3 / yarn */
+    float rope_factor;              /* llama3 / linear / yarn */
+    float rope_low_freq_factor;     /* llama3 */
+    float rope_high_freq_factor;    /* llama3 */
+    int rope_original_max_position; /* llama3 / yarn */
     bool tie_word_embeddings;
     bool attention_bias;
-    int sliding_window;     /* 0 = none */
-    pg_dtype torch_dtype;   /* dominant weight dtype (F32/F16/BF16/...) */
-    int bos_token_id;       /* -1 if none */
-    int eos_token_ids[8];   /* from config / generation_config; -1 terminated */
+    int sliding_window;   /* 0 = none */
+    pg_dtype torch_dtype; /* dominant weight dtype (F32/F16/BF16/...) */
+    int bos_token_id;     /* -1 if none */
+    int eos_token_ids[8]; /* from config / generation_config; -1 terminated */
 } pg_model_config;
 
 /* Defaults from generation_config.json (HF) — -1 / NaN when not given. */

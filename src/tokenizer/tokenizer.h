@@ -48,6 +48,9 @@ int32_t pg_tokenizer_vocab_size(const pg_tokenizer *tok);
 int32_t pg_tokenizer_bos(const pg_tokenizer *tok); /* -1 if none */
 int32_t pg_tokenizer_eos(const pg_tokenizer *tok); /* -1 if none */
 bool pg_tokenizer_is_special(const pg_tokenizer *tok, int32_t id);
+/* Id of the vocab entry whose stored text (as in tokenizer.json / GGUF,
+ * e.g. "<|im_end|>" or the byte-level form "Ġthe") is text[0..len), or -1. */
+int32_t pg_tokenizer_token_to_id(const pg_tokenizer *tok, const char *text, size_t len);
 /* Chat template from tokenizer_config.json / GGUF, or NULL. */
 const char *pg_tokenizer_chat_template(const pg_tokenizer *tok);
 

@@ -1,5 +1,7 @@
+#define _GNU_SOURCE /* nftw */
 #include "testutil.h"
 
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +15,31 @@ const char *pg_test_asset(const char *rel) {
     return buf;
 }
 
+/* Temporary directories made by pg_test_tmpdir, removed at exit unless
+ * PAGODA_KEEP_TMP is set (to inspect a failing test's files). */
+#define MAX_TMPDIRS 256
+static char g_tmpdirs[MAX_TMPDIRS][PATH_MAX];
+static int g_n_tmpdirs;
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void remove_tmpdirs(void) {
+    if (getenv("PAGODA_KEEP_TMP")) return;
+    for (int i = 0; i < g_n_tmpdirs; i++) nftw(g_tmpdirs[i], remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 const char *pg_test_tmpdir(void) {
     static char buf[PATH_MAX];
     const char *t = getenv("TMPDIR");
     snprintf(buf, sizeof buf, "%s/pagoda-test-XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(buf)) fail_msg("mkdtemp failed");
+    if (g_n_tmpdirs == 0) atexit(remove_tmpdirs);
+    if (g_n_tmpdirs < MAX_TMPDIRS) memcpy(g_tmpdirs[g_n_tmpdirs++], buf, sizeof buf);
     return buf;
 }
 

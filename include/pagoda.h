@@ -1,0 +1,240 @@
+/* pagoda.h — the public C API of the pagoda inference engine.
+ *
+ * An engine owns one model, its tokenizer, a paged KV cache, a scheduler
+ * (continuous batching, chunked prefill, prefix caching, preemption) and a
+ * thread pool. Callers add requests, call pagoda_engine_step() in a loop,
+ * and read each step's outputs. The design follows vLLM's v1 engine
+ * (EngineCore.add_request / step / abort).
+ *
+ * Threading: pagoda_engine_add_request(), pagoda_engine_abort() and
+ * pagoda_engine_get_stats() may be called from any thread at any time (they
+ * are queued and applied at the start of the next step). pagoda_engine_step()
+ * and pagoda_engine_outputs() must be called from one thread at a time (the
+ * "engine thread"). Tokenizer helpers are thread-safe.
+ *
+ * Errors: functions return a pagoda_status; on failure
+ * pagoda_last_error() gives a one-line message for the calling thread.
+ *
+ * Memory: strings and arrays passed in are copied; pointers handed out are
+ * owned by the engine and valid until the next pagoda_engine_step() on the
+ * engine thread (outputs) or until pagoda_engine_free(). */
+#ifndef PAGODA_H
+#define PAGODA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h" /* pagoda_status, PAGODA_OK, PAGODA_ERR_* */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One-line message of the calling thread's last error ("" if none). */
+const char *pagoda_last_error(void);
+
+/* ------------------------------------------------------------------ engine */
+
+typedef enum pagoda_kv_dtype {
+    PAGODA_KV_AUTO = 0, /* F32 checkpoints -> F32 cache; BF16/F16/quantized -> BF16 */
+    PAGODA_KV_BF16,
+    PAGODA_KV_F32,
+} pagoda_kv_dtype;
+
+typedef struct pagoda_engine_options {
+    int32_t max_model_len;          /* 0 = the model's max_position_embeddings */
+    int32_t max_num_seqs;           /* running requests per step; 0 = default (256) */
+    int32_t max_num_batched_tokens; /* token budget per step; 0 = default (4096) */
+    uint64_t kv_cache_memory;       /* bytes for the KV cache; 0 = default (see docs) */
+    pagoda_kv_dtype kv_cache_dtype; /* default PAGODA_KV_AUTO */
+    int32_t block_size;             /* tokens per KV block; 0 = default */
+    bool enable_prefix_caching;     /* default true */
+    int32_t num_threads;            /* 0 = one per physical core allowed */
+    uint64_t seed;                  /* base for requests without a seed; 0 = random */
+} pagoda_engine_options;
+
+typedef struct pagoda_engine pagoda_engine;
+
+/* Fill `opt` with the defaults above. */
+void pagoda_engine_options_default(pagoda_engine_options *opt);
+
+/* Load MODEL (HF directory, GGUF file or HF repo id in the local cache) and
+ * its tokenizer, size the KV cache and workspace, start the thread pool.
+ * Errors: IO / NOT_FOUND / FORMAT / UNSUPPORTED (model), INVALID_ARG
+ * (options), NOMEM (KV cache). */
+pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_options *opt,
+                                   pagoda_engine **out);
+void pagoda_engine_free(pagoda_engine *e);
+
+/* The effective limits after defaults were applied. */
+int32_t pagoda_engine_max_model_len(const pagoda_engine *e);
+int32_t pagoda_engine_vocab_size(const pagoda_engine *e);
+
+/* ---------------------------------------------------------------- requests */
+
+typedef struct pagoda_logit_bias {
+    int32_t token;
+    float bias;
+} pagoda_logit_bias;
+
+/* Per-request sampling and stopping parameters (OpenAI / vLLM names).
+ * pagoda_sampling_defaults() gives the model's generation_config.json
+ * values where it has them, else the OpenAI defaults. */
+typedef struct pagoda_sampling {
+    float temperature;        /* >= 0; 0 = greedy */
+    float top_p;              /* (0, 1] */
+    int32_t top_k;            /* 0 or -1 = off */
+    float min_p;              /* [0, 1] */
+    float repetition_penalty; /* > 0; 1 = off */
+    float presence_penalty;   /* [-2, 2] */
+    float frequency_penalty;  /* [-2, 2] */
+    const pagoda_logit_bias *logit_bias;
+    size_t n_logit_bias;
+    int64_t seed;          /* -1 = random */
+    int32_t max_tokens;    /* >= 1; 0 = up to the context (max_model_len - prompt) */
+    int32_t min_tokens;    /* EOS/stop are ignored before this many tokens */
+    bool ignore_eos;
+    const int32_t *stop_token_ids;
+    size_t n_stop_token_ids;
+    const char *const *stop; /* stop strings; generation ends before them */
+    size_t n_stop;
+    bool include_stop_str_in_output;
+    bool skip_special_tokens; /* default true: drop special tokens from text */
+    int32_t logprobs;         /* -1 = none; N >= 0: sampled token + top-N per position */
+} pagoda_sampling;
+
+void pagoda_sampling_defaults(const pagoda_engine *e, pagoda_sampling *s);
+
+typedef struct pagoda_request {
+    const char *prompt;         /* UTF-8 text, or NULL when prompt_token_ids is given */
+    size_t prompt_len;          /* bytes of prompt; 0 = strlen */
+    const int32_t *prompt_token_ids;
+    size_t n_prompt_token_ids;
+    bool add_special_tokens;    /* text prompts: add BOS etc. like HF encode (default true) */
+    pagoda_sampling sampling;
+    const char *cache_salt;     /* optional: separates prefix-cache tenants */
+} pagoda_request;
+
+/* Queue a request. Validates everything it can up front (parameters, token
+ * ids in range, prompt non-empty, prompt + max_tokens within max_model_len)
+ * and returns INVALID_ARG / LIMIT with a message giving the numbers; nothing
+ * is queued then. On success *id_out is the engine-wide request id and
+ * *n_prompt_tokens_out (optional) the prompt length in tokens. */
+pagoda_status pagoda_engine_add_request(pagoda_engine *e, const pagoda_request *req,
+                                        uint64_t *id_out, int32_t *n_prompt_tokens_out);
+
+/* Abort a request (queued, running or waiting); its KV blocks are freed at
+ * the next step, which reports it with PAGODA_FINISH_ABORT. Unknown or
+ * finished ids: PAGODA_ERR_NOT_FOUND. */
+pagoda_status pagoda_engine_abort(pagoda_engine *e, uint64_t id);
+
+/* ----------------------------------------------------------------- stepping */
+
+typedef enum pagoda_finish_reason {
+    PAGODA_FINISH_NONE = 0, /* still running */
+    PAGODA_FINISH_STOP,     /* EOS, a stop token id or a stop string */
+    PAGODA_FINISH_LENGTH,   /* max_tokens or the context limit */
+    PAGODA_FINISH_ABORT,    /* pagoda_engine_abort */
+    PAGODA_FINISH_ERROR,    /* failed during execution; see `error` */
+} pagoda_finish_reason;
+
+/* "stop", "length", "abort", "error", or NULL for NONE. */
+const char *pagoda_finish_reason_name(pagoda_finish_reason r);
+
+typedef struct pagoda_top_logprob {
+    int32_t token;
+    float logprob;
+} pagoda_top_logprob;
+
+/* Logprobs of one generated position. */
+typedef struct pagoda_token_logprobs {
+    int32_t token;                  /* the sampled token */
+    float logprob;                  /* its log-probability (raw logits) */
+    const pagoda_top_logprob *top;  /* n_top entries, descending */
+    int32_t n_top;
+} pagoda_token_logprobs;
+
+/* What one step produced for one request. */
+typedef struct pagoda_output {
+    uint64_t id;
+    const int32_t *new_token_ids;     /* tokens generated this step */
+    size_t n_new_tokens;
+    const pagoda_token_logprobs *logprobs; /* n_new_tokens entries, or NULL */
+    const char *text_delta;           /* new text: never a partial UTF-8 sequence and
+                                         never part of a stop string; may be empty */
+    size_t text_delta_len;
+    pagoda_finish_reason finish_reason;
+    const char *stop_reason;          /* matched stop string, or NULL */
+    int32_t stop_token;               /* matched stop token id / EOS, or -1 */
+    int32_t n_prompt_tokens;
+    int32_t n_output_tokens;          /* total so far */
+    int32_t n_cached_tokens;          /* prompt tokens served from the prefix cache */
+    double arrival_time;              /* seconds, CLOCK_MONOTONIC */
+    double first_scheduled_time;      /* 0 until scheduled */
+    double first_token_time;          /* 0 until the first token */
+    const char *error;                /* FINISH_ERROR only */
+} pagoda_output;
+
+/* Run one engine step: apply queued adds/aborts, schedule, run the model over
+ * the flattened batch, sample, detokenize, check stop conditions.
+ * *n_outputs gets the number of requests with news this step (see
+ * pagoda_engine_outputs). A step with nothing to do returns at once with
+ * *n_outputs == 0. Errors: INTERNAL (a bug) — requests that failed are
+ * reported as FINISH_ERROR outputs instead, and the engine stays usable. */
+pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs);
+
+/* The outputs of the last step, valid until the next step. */
+const pagoda_output *pagoda_engine_outputs(const pagoda_engine *e, size_t *n);
+
+/* True while any request is queued, waiting or running. */
+bool pagoda_engine_has_unfinished(const pagoda_engine *e);
+
+/* Block the calling (engine) thread until work arrives or `timeout_ms`
+ * passes; returns true if there is work. Lets a server loop sleep when idle. */
+bool pagoda_engine_wait_for_work(pagoda_engine *e, int timeout_ms);
+
+/* ----------------------------------------------------------------- metrics */
+
+typedef struct pagoda_stats {
+    int32_t num_requests_running;
+    int32_t num_requests_waiting;
+    double kv_cache_usage;       /* fraction of KV blocks in use, 0..1 */
+    uint64_t num_preemptions;
+    uint64_t prompt_tokens;      /* totals since start */
+    uint64_t generation_tokens;
+    uint64_t prefix_cache_queries; /* tokens */
+    uint64_t prefix_cache_hits;    /* tokens */
+    int32_t num_kv_blocks;
+    int32_t num_free_kv_blocks;
+} pagoda_stats;
+
+void pagoda_engine_get_stats(pagoda_engine *e, pagoda_stats *out);
+
+/* --------------------------------------------------------------- tokenizer */
+
+/* Encode / decode with the engine's tokenizer (same semantics as
+ * pg_tokenizer_encode / decode in src/tokenizer/tokenizer.h). The returned
+ * buffers are malloc'ed; free with pagoda_free. */
+pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t len,
+                              bool add_special, int32_t **ids, size_t *n);
+pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,
+                                bool skip_special, char **text, size_t *len);
+void pagoda_free(void *p);
+
+/* Render a chat (messages as a JSON array text in OpenAI format, optional
+ * tools JSON array text, optional extra template kwargs JSON object text)
+ * with the model's chat template (or `template_override` if not NULL).
+ * Result malloc'ed; NOT_FOUND when the model has no template. */
+pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *messages_json,
+                                         const char *tools_json, const char *kwargs_json,
+                                         bool add_generation_prompt,
+                                         const char *template_override, char **out);
+
+/* Model name for /v1/models (the directory or file base name). */
+const char *pagoda_engine_model_name(const pagoda_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,70 @@
+/* Random-weight Llama models of any shape, written as a real Hugging Face
+ * directory (config.json, generation_config.json, model.safetensors or
+ * N shards + index, optional tokenizer files) and/or a GGUF file (llama
+ * keys, Q/K rows permuted as llama.cpp's converter does, so both forms are
+ * the same model). Used by tools/gen_model and by tests.
+ *
+ * Weights are deterministic in (seed, tensor name, row): each row has its
+ * own random stream, so the HF and GGUF writers produce identical values in
+ * any order. Linear/embedding weights are uniform with standard deviation
+ * `init_std` (0.02, as HF's initializer_range); norm weights are
+ * 1 + U(-0.1, 0.1). Everything is streamed row by row: a 1B-parameter model
+ * never needs more than a row of memory. */
+#ifndef PAGODA_MODEL_GEN_MODEL_H
+#define PAGODA_MODEL_GEN_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "model/source.h"
+
+typedef struct pg_gen_model_options {
+    int hidden, layers, heads, kv_heads, ffn, vocab;
+    int head_dim;     /* 0: hidden / heads */
+    int max_position; /* max_position_embeddings / llama.context_length */
+    bool tie;         /* tie_word_embeddings (no lm_head / output.weight) */
+    float rope_theta, rms_eps, init_std;
+    pg_rope_scaling_type rope_scaling; /* NONE or LLAMA3 */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_position;
+    int bos_token_id, eos_token_id;
+    uint64_t seed;
+    pg_dtype hf_dtype;     /* F32, F16, BF16 */
+    pg_dtype gguf_dtype;   /* F32, F16, BF16, Q8_0, Q4_0 (norms stay F32;
+                              rows not a multiple of 32 fall back to F16) */
+    int shards;            /* 1: model.safetensors; N > 1: N shards + index */
+    const char *hf_dir;    /* write the HF form here (created), or NULL */
+    const char *gguf_path; /* write the GGUF form here, or NULL */
+    const char
+        *tokenizer_dir;     /* copy tokenizer.json / tokenizer_config.json from here into hf_dir */
+    const char *vocab_gguf; /* copy tokenizer.* keys of this GGUF into the GGUF output */
+} pg_gen_model_options;
+
+/* A tiny default: hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512, F32,
+ * seed 1, theta 10000, eps 1e-5, std 0.02, tied, bos 1, eos 2. */
+void pg_gen_model_defaults(pg_gen_model_options *o);
+/* Apply a named preset: "llama-3.2-1b" (hidden 2048, 16 layers, 32/8 heads,
+ * ffn 8192, vocab 128256, llama3 RoPE scaling factor 32 / 1 / 4 / 8192,
+ * theta 500000, tied, BF16, bos 128000, eos 128001). Errors:
+ * PAGODA_ERR_INVALID_ARG for an unknown name. */
+pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name);
+/* Write the requested forms. Errors: PAGODA_ERR_INVALID_ARG (inconsistent
+ * shape, dtype not allowed for the form), PAGODA_ERR_IO, PAGODA_ERR_NOMEM,
+ * and the errors of opening vocab_gguf. */
+pagoda_status pg_gen_model_write(const pg_gen_model_options *o);
+
+/* Row `row` (HF layout) of tensor `hf_name` with `ncols` columns, as f32
+ * before any dtype conversion. 1-D tensors are one row. */
+void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_t row,
+                      int64_t ncols, float *out);
+
+/* Llama-3 RoPE frequency factors (the divisors llama.cpp stores as
+ * rope_freqs.weight): for i < head_dim/2, with wavelength
+ * 2*pi*theta^(2i/head_dim): 1 above high-frequency, `factor` below
+ * low-frequency, smooth interpolation in between (Meta's
+ * apply_scaling / transformers _compute_llama3_parameters). */
+void pg_llama3_rope_factors(const pg_gen_model_options *o, float *out);
+
+#endif

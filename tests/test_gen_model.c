@@ -1,0 +1,326 @@
+/* The random-model generator: both forms load through pg_model_source,
+ * agree with each other (up to the GGUF Q/K row permutation and dtype
+ * rounding), and carry the requested config. Also GGUF-side errors: an
+ * unsupported tensor type and metadata that contradicts the weights. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gen_model.h"
+#include "model/gguf.h"
+#include "model/source.h"
+
+static char g_hf[4200], g_gguf[4200];
+
+static void gen(pg_gen_model_options *o) {
+    const char *d = pg_test_tmpdir();
+    snprintf(g_hf, sizeof g_hf, "%s/hf", d);
+    snprintf(g_gguf, sizeof g_gguf, "%s/model.gguf", d);
+    o->hf_dir = g_hf;
+    o->gguf_path = g_gguf;
+    if (pg_gen_model_write(o)) fail_msg("gen: %s", pg_last_error());
+}
+
+static void row_f32(const pg_tensor *t, int64_t r, float *out) {
+    int64_t cols = t->ndim == 1 ? t->shape[0] : t->shape[1];
+    size_t rb = pg_dtype_row_bytes(t->dtype, (size_t)cols);
+    pg_dequant_row(t->dtype, (const uint8_t *)t->data + (size_t)r * rb, out, (size_t)cols);
+}
+
+/* Compare every tensor of the two forms, and the HF form to the generator. */
+static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol_gguf) {
+    pg_model_source *hf, *gg;
+    assert_int_equal(pg_model_source_open(g_hf, &hf), PAGODA_OK);
+    assert_int_equal(pg_model_source_open(g_gguf, &gg), PAGODA_OK);
+    const pg_model_config *a = pg_model_source_config(hf), *b = pg_model_source_config(gg);
+    int hd = o->head_dim ? o->head_dim : o->hidden / o->heads;
+    const pg_model_config *cs[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        const pg_model_config *c = cs[k];
+        assert_int_equal(c->hidden_size, o->hidden);
+        assert_int_equal(c->num_hidden_layers, o->layers);
+        assert_int_equal(c->num_attention_heads, o->heads);
+        assert_int_equal(c->num_key_value_heads, o->kv_heads);
+        assert_int_equal(c->intermediate_size, o->ffn);
+        assert_int_equal(c->vocab_size, o->vocab);
+        assert_int_equal(c->head_dim, hd);
+        assert_int_equal(c->max_position_embeddings, o->max_position);
+        assert_int_equal(c->tie_word_embeddings, o->tie);
+        assert_true(c->rope_theta == o->rope_theta);
+        assert_true(c->rms_norm_eps == o->rms_eps);
+        assert_int_equal(c->rope_scaling, o->rope_scaling);
+        assert_int_equal(c->bos_token_id, o->bos_token_id);
+        assert_int_equal(c->eos_token_ids[0], o->eos_token_id);
+        if (o->rope_scaling == PG_ROPE_SCALING_LLAMA3) {
+            assert_true(c->rope_factor == o->rope_factor);
+            assert_true(c->rope_low_freq_factor == o->rope_low_freq_factor);
+            assert_true(c->rope_high_freq_factor == o->rope_high_freq_factor);
+            assert_int_equal(c->rope_original_max_position, o->rope_original_max_position);
+        }
+    }
+    assert_false(a->rope_interleaved);
+    assert_true(b->rope_interleaved);
+    assert_int_equal(a->torch_dtype, o->hf_dtype);
+    assert_int_equal(pg_model_source_n_tensors(hf), pg_model_source_n_tensors(gg));
+    float *x = malloc(65536 * 4), *y = malloc(65536 * 4), *ref = malloc(65536 * 4);
+    for (size_t i = 0; i < pg_model_source_n_tensors(hf); i++) {
+        const pg_tensor *t = pg_model_source_tensor_at(hf, i);
+        const pg_tensor *u = pg_model_source_tensor(gg, t->name);
+        if (!u) fail_msg("GGUF lacks %s", t->name);
+        assert_int_equal(t->ndim, u->ndim);
+        assert_int_equal(t->shape[0], u->shape[0]);
+        assert_int_equal(t->dtype, o->hf_dtype);
+        int64_t rows = t->ndim == 1 ? 1 : t->shape[0],
+                cols = t->ndim == 1 ? t->shape[0] : t->shape[1];
+        bool perm = strstr(t->name, "q_proj") || strstr(t->name, "k_proj");
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t gr = r;
+            if (perm) {
+                int64_t h = r / hd, w = r % hd;
+                gr = h * hd + 2 * (w % (hd / 2)) + w / (hd / 2);
+            }
+            row_f32(t, r, x);
+            row_f32(u, gr, y);
+            pg_gen_model_row(o, t->name, r, cols, ref);
+            float amax = 0;
+            for (int64_t c = 0; c < cols; c++)
+                amax = fmaxf(amax, fabsf(ref[c]));
+            for (int64_t c = 0; c < cols; c++) {
+                if (fabsf(x[c] - ref[c]) > tol_hf * fabsf(ref[c]) + 1e-7f)
+                    fail_msg("HF %s[%lld][%lld] = %g, generator %g", t->name, (long long)r,
+                             (long long)c, x[c], ref[c]);
+                float tg = t->ndim == 1 ? 0 : (u->dtype == PG_F16 ? 1e-3f : tol_gguf);
+                if (fabsf(y[c] - ref[c]) > tg * amax + 1e-6f)
+                    fail_msg("GGUF %s[%lld][%lld] = %g, generator %g", t->name, (long long)gr,
+                             (long long)c, y[c], ref[c]);
+            }
+        }
+    }
+    free(x);
+    free(y);
+    free(ref);
+    pg_model_source_free(hf);
+    pg_model_source_free(gg);
+}
+
+static void test_f32_both_forms(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    o.seed = 7;
+    gen(&o);
+    compare_forms(&o, 0, 0);
+    /* the weights look like N(0, 0.02)-ish and differ with the seed */
+    pg_model_source *hf;
+    assert_int_equal(pg_model_source_open(g_hf, &hf), PAGODA_OK);
+    const pg_tensor *t = pg_model_source_tensor(hf, "model.layers.1.mlp.up_proj.weight");
+    const float *w = t->data;
+    double s2 = 0;
+    size_t n = t->nbytes / 4;
+    for (size_t i = 0; i < n; i++)
+        s2 += (double)w[i] * w[i];
+    assert_true(fabs(sqrt(s2 / n) - 0.02) < 0.002);
+    float other[128];
+    pg_gen_model_options o2 = o;
+    o2.seed = 8;
+    pg_gen_model_row(&o2, t->name, 0, 64, other);
+    assert_true(memcmp(other, w, 64 * 4) != 0);
+    /* GGUF carries a synthetic vocab the tokenizer can read */
+    pg_model_source *gg;
+    assert_int_equal(pg_model_source_open(g_gguf, &gg), PAGODA_OK);
+    pg_gguf_array toks;
+    assert_int_equal(pg_gguf_get_array(pg_model_source_gguf(gg), "tokenizer.ggml.tokens", &toks),
+                     PAGODA_OK);
+    assert_int_equal(toks.n, 512);
+    size_t len;
+    assert_memory_equal(pg_gguf_array_str(&toks, 1, &len), "<s>", 3);
+    pg_model_source_free(gg);
+    pg_model_source_free(hf);
+}
+
+static void test_bf16_sharded_q8_llama3(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    o.hidden = 96;
+    o.heads = 6;
+    o.kv_heads = 2;
+    o.head_dim = 32; /* != hidden/heads */
+    o.ffn = 160;
+    o.layers = 3;
+    o.vocab = 300;
+    o.tie = false;
+    o.rope_scaling = PG_ROPE_SCALING_LLAMA3;
+    o.rope_factor = 8;
+    o.rope_low_freq_factor = 1;
+    o.rope_high_freq_factor = 4;
+    o.rope_original_max_position = 64;
+    o.rope_theta = 500000.0f;
+    o.max_position = 1024;
+    o.hf_dtype = PG_BF16;
+    o.gguf_dtype = PG_Q8_0;
+    o.shards = 3;
+    gen(&o);
+    compare_forms(&o, 1.0f / 128, 1.0f / 127 * 0.6f); /* half a step + f16 scale rounding */
+    pg_model_source *hf;
+    assert_int_equal(pg_model_source_open(g_hf, &hf), PAGODA_OK);
+    assert_non_null(pg_model_source_tensor(hf, "lm_head.weight"));
+    assert_true(pg_model_source_generation(hf)->temperature > 0.5f);
+    pg_model_source_free(hf);
+    /* the GGUF also holds llama.cpp's rope_freqs tensor; the source hides it
+     * because the llama3 keys describe the same thing */
+    pg_gguf *g;
+    assert_int_equal(pg_gguf_open(g_gguf, &g), PAGODA_OK);
+    const pg_gguf_tensor *rf = pg_gguf_find_tensor(g, "rope_freqs.weight");
+    assert_non_null(rf);
+    assert_int_equal(rf->ne[0], 16);
+    float f[16];
+    memcpy(f, rf->data, sizeof f);
+    assert_true(f[0] == 1.0f);  /* highest frequency: unscaled */
+    assert_true(f[15] == 8.0f); /* lowest: divided by the factor */
+    for (int i = 1; i < 16; i++)
+        assert_true(f[i] >= f[i - 1]);
+    pg_gguf_close(g);
+}
+
+static void test_q4_0_and_tokenizer_copy(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    o.gguf_dtype = PG_Q4_0;
+    o.hf_dtype = PG_F16;
+    char vocab[4200], tokdir[4200]; /* pg_test_asset reuses one buffer */
+    snprintf(tokdir, sizeof tokdir, "%s", pg_test_asset("llm/stories260K-hf"));
+    snprintf(vocab, sizeof vocab, "%s", pg_test_asset("llm/llama2c/stories260K.gguf"));
+    o.tokenizer_dir = tokdir;
+    o.vocab_gguf = vocab;
+    gen(&o);
+    compare_forms(&o, 1e-3f, 1.0f / 8 * 1.01f);
+    char p[4300];
+    snprintf(p, sizeof p, "%s/tokenizer.json", g_hf);
+    size_t n1, n2;
+    char *a = pg_test_read_file(p, &n1);
+    snprintf(p, sizeof p, "%s/tokenizer.json", tokdir);
+    char *b = pg_test_read_file(p, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(a, b, n1);
+    free(a);
+    free(b);
+    pg_gguf *g, *ref;
+    assert_int_equal(pg_gguf_open(g_gguf, &g), PAGODA_OK);
+    assert_int_equal(pg_gguf_open(vocab, &ref), PAGODA_OK);
+    pg_gguf_array t1, t2;
+    assert_int_equal(pg_gguf_get_array(g, "tokenizer.ggml.tokens", &t1), PAGODA_OK);
+    assert_int_equal(pg_gguf_get_array(ref, "tokenizer.ggml.tokens", &t2), PAGODA_OK);
+    assert_int_equal(t1.n, t2.n);
+    for (uint64_t i = 0; i < t1.n; i++) {
+        size_t l1, l2;
+        const char *s1 = pg_gguf_array_str(&t1, i, &l1), *s2 = pg_gguf_array_str(&t2, i, &l2);
+        assert_int_equal(l1, l2);
+        assert_memory_equal(s1, s2, l1);
+    }
+    assert_int_equal(pg_gguf_find_tensor(g, "blk.0.attn_q.weight")->dtype, PG_Q4_0);
+    assert_int_equal(pg_gguf_find_tensor(g, "blk.0.attn_norm.weight")->dtype, PG_F32);
+    pg_gguf_close(g);
+    pg_gguf_close(ref);
+    /* a vocab larger than the model is refused */
+    o.vocab = 100;
+    o.hf_dir = NULL;
+    assert_int_equal(pg_gen_model_write(&o), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "512 tokens"));
+}
+
+static void test_bad_options(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    o.gguf_path = "/tmp/never-written.gguf";
+    o.kv_heads = 3;
+    assert_int_equal(pg_gen_model_write(&o), PAGODA_ERR_INVALID_ARG);
+    pg_gen_model_defaults(&o);
+    o.hf_dir = "/tmp/never";
+    o.hf_dtype = PG_Q8_0;
+    assert_int_equal(pg_gen_model_write(&o), PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_gen_model_preset(&o, "gpt-17"), PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_gen_model_preset(&o, "llama-3.2-1b"), PAGODA_OK);
+    assert_int_equal(o.hidden, 2048);
+    assert_int_equal(o.vocab, 128256);
+    assert_int_equal(o.rope_scaling, PG_ROPE_SCALING_LLAMA3);
+}
+
+/* ---- GGUF files that the source must refuse */
+
+static uint8_t *g_buf;
+static size_t g_len;
+static size_t find(const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i + n <= g_len; i++)
+        if (!memcmp(g_buf + i, s, n)) return i;
+    fail_msg("'%s' not found", s);
+    return 0;
+}
+static void expect_src_fail(pagoda_status want, const char *substr) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s.bad.gguf", g_gguf);
+    pg_test_write_file(p, g_buf, g_len);
+    pg_model_source *src = (pg_model_source *)1;
+    pagoda_status s = pg_model_source_open(p, &src);
+    if (s != want || !strstr(pg_last_error(), substr) || !strstr(pg_last_error(), ".bad.gguf"))
+        fail_msg("want %d '%s', got %d: %s", want, substr, s, pg_last_error());
+    assert_null(src);
+}
+
+static void test_gguf_refused(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    o.hidden = 256;
+    o.heads = 4;
+    o.kv_heads = 4;
+    o.ffn = 256;
+    o.layers = 2;
+    o.vocab = 64;
+    gen(&o);
+    uint8_t *orig = (uint8_t *)pg_test_read_file(g_gguf, &g_len);
+    g_buf = malloc(g_len);
+    /* tensor info: name, u32 n_dims, ne[2], u32 type */
+    memcpy(g_buf, orig, g_len);
+    size_t at = find("blk.1.attn_q.weight") + strlen("blk.1.attn_q.weight") + 4 + 16;
+    uint32_t q4k = 12;
+    memcpy(g_buf + at, &q4k, 4);
+    expect_src_fail(PAGODA_ERR_UNSUPPORTED,
+                    "tensor 'blk.1.attn_q.weight' has unsupported tensor type Q4_K");
+    /* metadata that contradicts the weights */
+    uint32_t v;
+    memcpy(g_buf, orig, g_len);
+    at = find("llama.block_count") + strlen("llama.block_count") + 4;
+    v = 3;
+    memcpy(g_buf + at, &v, 4);
+    expect_src_fail(PAGODA_ERR_FORMAT, "missing tensor 'model.layers.2.input_layernorm.weight'");
+    memcpy(g_buf, orig, g_len);
+    at = find("llama.attention.head_count_kv") + strlen("llama.attention.head_count_kv") + 4;
+    v = 2;
+    memcpy(g_buf + at, &v, 4);
+    expect_src_fail(PAGODA_ERR_FORMAT,
+                    "k_proj.weight' has shape [256, 256] but the config implies [128, 256]");
+    memcpy(g_buf, orig, g_len);
+    at = find("general.architecture") + strlen("general.architecture") + 4 + 8;
+    memcpy(g_buf + at, "qwen3", 5);
+    expect_src_fail(PAGODA_ERR_UNSUPPORTED, "GGUF architecture 'qwen3'");
+    free(orig);
+    free(g_buf);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f32_both_forms),
+        cmocka_unit_test(test_bf16_sharded_q8_llama3),
+        cmocka_unit_test(test_q4_0_and_tokenizer_copy),
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_gguf_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

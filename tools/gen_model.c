@@ -1,0 +1,197 @@
+/* gen_model: write a random-weight Llama model as a Hugging Face directory
+ * and/or a GGUF file (see src/model/gen_model.h).
+ *
+ *   gen_model --hf OUT_DIR [--gguf OUT.gguf] [shape options] [--dtype bf16]
+ *   gen_model --preset llama-3.2-1b --hf /tmp/llama1b --tokenizer path/to/llama-3.2-tokenizer
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/status.h"
+#include "model/gen_model.h"
+
+static void usage(void) {
+    fputs("usage: gen_model [--hf DIR] [--gguf FILE] [options]\n"
+          "  --preset NAME        llama-3.2-1b\n"
+          "  --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N --head-dim N\n"
+          "  --max-pos N          max_position_embeddings (default 2048)\n"
+          "  --tie | --no-tie     tie_word_embeddings (default tie)\n"
+          "  --rope-scaling llama3|none   (llama3: --rope-factor F --rope-low F --rope-high F "
+          "--rope-orig N;\n"
+          "                       defaults 32 / 1 / 4 / 8192)\n"
+          "  --rope-theta F --rms-eps F --std F --seed N --bos N --eos N\n"
+          "  --dtype T            f32|f16|bf16 for both forms (q8_0|q4_0: GGUF only)\n"
+          "  --gguf-dtype T       override for the GGUF form: f32|f16|bf16|q8_0|q4_0\n"
+          "  --shards N           write N safetensors shards + index\n"
+          "  --tokenizer DIR      copy tokenizer.json / tokenizer_config.json into the HF dir\n"
+          "  --gguf-vocab FILE    copy tokenizer.* metadata of FILE into the GGUF\n",
+          stderr);
+}
+
+static int parse_dtype(const char *s, pg_dtype *out) {
+    static const struct {
+        const char *n;
+        pg_dtype t;
+    } T[] = {
+        {"f32", PG_F32}, {"f16", PG_F16}, {"bf16", PG_BF16}, {"q8_0", PG_Q8_0}, {"q4_0", PG_Q4_0}};
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
+        if (!strcasecmp(s, T[i].n)) {
+            *out = T[i].t;
+            return 0;
+        }
+    return -1;
+}
+
+static int to_int(const char *opt, const char *v) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1 << 30) {
+        fprintf(stderr, "gen_model: %s needs a non-negative integer, got '%s'\n", opt, v);
+        exit(2);
+    }
+    return (int)x;
+}
+static float to_float(const char *opt, const char *v) {
+    char *end;
+    float x = strtof(v, &end);
+    if (*end) {
+        fprintf(stderr, "gen_model: %s needs a number, got '%s'\n", opt, v);
+        exit(2);
+    }
+    return x;
+}
+
+int main(int argc, char **argv) {
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    /* presets first, so explicit options override them */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--preset") && pg_gen_model_preset(&o, argv[i + 1])) {
+            fprintf(stderr, "gen_model: %s\n", pg_last_error());
+            return 2;
+        }
+    bool gguf_dtype_set = false;
+    const char *hf_quant = NULL; /* --dtype q8_0/q4_0: GGUF only */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--tie")) {
+            o.tie = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-tie")) {
+            o.tie = false;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "gen_model: unknown option or missing value: %s\n", a);
+            usage();
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--preset"))
+            continue;
+        else if (!strcmp(a, "--hf"))
+            o.hf_dir = v;
+        else if (!strcmp(a, "--gguf"))
+            o.gguf_path = v;
+        else if (!strcmp(a, "--hidden"))
+            o.hidden = to_int(a, v);
+        else if (!strcmp(a, "--layers"))
+            o.layers = to_int(a, v);
+        else if (!strcmp(a, "--heads"))
+            o.heads = to_int(a, v);
+        else if (!strcmp(a, "--kv-heads"))
+            o.kv_heads = to_int(a, v);
+        else if (!strcmp(a, "--ffn"))
+            o.ffn = to_int(a, v);
+        else if (!strcmp(a, "--vocab"))
+            o.vocab = to_int(a, v);
+        else if (!strcmp(a, "--head-dim"))
+            o.head_dim = to_int(a, v);
+        else if (!strcmp(a, "--max-pos"))
+            o.max_position = to_int(a, v);
+        else if (!strcmp(a, "--rope-theta"))
+            o.rope_theta = to_float(a, v);
+        else if (!strcmp(a, "--rms-eps"))
+            o.rms_eps = to_float(a, v);
+        else if (!strcmp(a, "--std"))
+            o.init_std = to_float(a, v);
+        else if (!strcmp(a, "--seed"))
+            o.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--bos"))
+            o.bos_token_id = to_int(a, v);
+        else if (!strcmp(a, "--eos"))
+            o.eos_token_id = to_int(a, v);
+        else if (!strcmp(a, "--shards"))
+            o.shards = to_int(a, v);
+        else if (!strcmp(a, "--tokenizer"))
+            o.tokenizer_dir = v;
+        else if (!strcmp(a, "--gguf-vocab"))
+            o.vocab_gguf = v;
+        else if (!strcmp(a, "--rope-factor"))
+            o.rope_factor = to_float(a, v);
+        else if (!strcmp(a, "--rope-low"))
+            o.rope_low_freq_factor = to_float(a, v);
+        else if (!strcmp(a, "--rope-high"))
+            o.rope_high_freq_factor = to_float(a, v);
+        else if (!strcmp(a, "--rope-orig"))
+            o.rope_original_max_position = to_int(a, v);
+        else if (!strcmp(a, "--rope-scaling")) {
+            if (!strcmp(v, "none"))
+                o.rope_scaling = PG_ROPE_SCALING_NONE;
+            else if (!strcmp(v, "llama3")) {
+                o.rope_scaling = PG_ROPE_SCALING_LLAMA3;
+                if (!o.rope_factor) o.rope_factor = 32.0f;
+                if (!o.rope_low_freq_factor) o.rope_low_freq_factor = 1.0f;
+                if (!o.rope_high_freq_factor) o.rope_high_freq_factor = 4.0f;
+                if (!o.rope_original_max_position) o.rope_original_max_position = 8192;
+            } else {
+                fprintf(stderr, "gen_model: --rope-scaling takes llama3 or none\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--dtype") || !strcmp(a, "--gguf-dtype")) {
+            pg_dtype t;
+            if (parse_dtype(v, &t)) {
+                fprintf(stderr, "gen_model: unknown dtype '%s'\n", v);
+                return 2;
+            }
+            if (!strcmp(a, "--gguf-dtype")) {
+                o.gguf_dtype = t;
+                gguf_dtype_set = true;
+            } else {
+                if (t == PG_F32 || t == PG_F16 || t == PG_BF16)
+                    o.hf_dtype = t;
+                else
+                    hf_quant = v;
+                if (!gguf_dtype_set) o.gguf_dtype = t;
+            }
+        } else {
+            fprintf(stderr, "gen_model: unknown option %s\n", a);
+            usage();
+            return 2;
+        }
+    }
+    if (!o.hf_dir && !o.gguf_path) {
+        usage();
+        return 2;
+    }
+    if (hf_quant && o.hf_dir) {
+        fprintf(stderr, "gen_model: HF output cannot be %s (use --gguf-dtype for the GGUF form)\n",
+                hf_quant);
+        return 2;
+    }
+    pagoda_status s = pg_gen_model_write(&o);
+    if (s) {
+        fprintf(stderr, "gen_model: %s\n", pg_last_error());
+        return 1;
+    }
+    if (o.hf_dir) printf("wrote %s\n", o.hf_dir);
+    if (o.gguf_path) printf("wrote %s\n", o.gguf_path);
+    return 0;
+}
