@@ -202,6 +202,23 @@ static void test_config_no_template(void **state) {
     assert_non_null(strstr(pg_last_error(), "--chat-template"));
 }
 
+static void test_config_gguf(void **state) {
+    (void)state;
+    pg_chat_config cfg;
+    char gguf[1024];
+    snprintf(gguf, sizeof gguf, "%s", pg_test_asset("llm/llama2c/stories260K.gguf"));
+    assert_int_equal(pg_chat_config_load(gguf, NULL, &cfg), PAGODA_ERR_NOT_FOUND);
+    assert_non_null(strstr(pg_last_error(), "no chat template"));
+    char tf[1024];
+    snprintf(tf, sizeof tf, "%s/t.jinja", pg_test_tmpdir());
+    pg_test_write_file(tf, "{{ bos_token }}|{{ eos_token }}", 31);
+    assert_int_equal(pg_chat_config_load(gguf, tf, &cfg), PAGODA_OK);
+    assert_string_equal(cfg.source, "{{ bos_token }}|{{ eos_token }}");
+    assert_string_equal(cfg.bos_token, "<s>");
+    assert_string_equal(cfg.eos_token, "</s>");
+    pg_chat_config_free(&cfg);
+}
+
 static void test_config_named_templates_and_tokens(void **state) {
     (void)state;
     const char *dir = pg_test_tmpdir();
@@ -382,6 +399,7 @@ int main(void) {
         cmocka_unit_test(test_all_templates_plain_conversation),
         cmocka_unit_test(test_config_no_template),
         cmocka_unit_test(test_config_named_templates_and_tokens),
+        cmocka_unit_test(test_config_gguf),
         cmocka_unit_test(test_render_bad_arguments),
         cmocka_unit_test(test_mutated_templates_never_crash),
     };

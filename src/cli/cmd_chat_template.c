@@ -16,8 +16,8 @@ static void help(void) {
         "usage: pagoda chat-template MODEL_OR_TEMPLATE --messages JSON [options]\n\n"
         "Renders a conversation with a chat template and prints the prompt text.\n"
         "MODEL_OR_TEMPLATE is a model directory (its chat_template.jinja or the\n"
-        "chat_template of tokenizer_config.json), a tokenizer_config.json, or a\n"
-        "Jinja template file.\n\n"
+        "chat_template of tokenizer_config.json), a tokenizer_config.json, a .gguf\n"
+        "file (tokenizer.chat_template), or a Jinja template file.\n\n"
         "options:\n"
         "  --messages JSON|@FILE     the messages array, e.g. '[{\"role\":\"user\",\"content\":\"Hi\"}]'\n"
         "  --tools JSON|@FILE        a tools array (OpenAI function schemas)\n"
@@ -69,7 +69,7 @@ static bool is_template_file(const char *p) {
     struct stat s;
     if (stat(p, &s) != 0 || S_ISDIR(s.st_mode)) return false;
     size_t n = strlen(p);
-    return !(n >= 5 && strcmp(p + n - 5, ".json") == 0);
+    return !(n >= 5 && strcmp(p + n - 5, ".json") == 0) && !(n >= 5 && strcmp(p + n - 5, ".gguf") == 0);
 }
 
 int pg_cmd_chat_template(int argc, char **argv) {

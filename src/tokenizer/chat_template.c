@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "tokenizer/jinja.h"
+#include "tokenizer/tokenizer.h"
 
 struct pg_chat_template {
     jj_template *t;
@@ -171,10 +172,51 @@ pg_chat_special_tokens pg_chat_config_tokens(const pg_chat_config *c) {
     return s;
 }
 
+static char *token_text(const pg_tokenizer *tok, int32_t id) {
+    size_t n = 0;
+    const char *b = id >= 0 ? pg_tokenizer_token_bytes(tok, id, &n) : NULL;
+    if (!b) return NULL;
+    char *s = malloc(n + 1);
+    if (!s) return NULL;
+    memcpy(s, b, n);
+    s[n] = 0;
+    return s;
+}
+
+/* A GGUF file: tokenizer.chat_template and the BOS/EOS token texts. */
+static pagoda_status load_gguf(const char *path, const char *template_file, pg_chat_config *out) {
+    pg_tokenizer *tok = NULL;
+    pagoda_status st = pg_tokenizer_load(path, &tok);
+    if (st) return st;
+    out->bos_token = token_text(tok, pg_tokenizer_bos(tok));
+    out->eos_token = token_text(tok, pg_tokenizer_eos(tok));
+    const char *src = pg_tokenizer_chat_template(tok);
+    if (template_file) {
+        st = read_text(template_file, &out->source);
+    } else if (!src) {
+        st = pg_error(PAGODA_ERR_NOT_FOUND,
+                      "%s: no chat template (no tokenizer.chat_template key); pass "
+                      "--chat-template FILE",
+                      path);
+    } else if (!(out->source = strdup(src))) {
+        st = pg_error(PAGODA_ERR_NOMEM, "chat template: out of memory");
+    }
+    pg_tokenizer_free(tok);
+    if (st) pg_chat_config_free(out);
+    return st;
+}
+
+static bool has_suffix(const char *s, const char *suf) {
+    size_t n = strlen(s), m = strlen(suf);
+    return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
 pagoda_status pg_chat_config_load(const char *model_path, const char *template_file,
                                   pg_chat_config *out) {
     memset(out, 0, sizeof *out);
     pagoda_status st;
+    if (model_path && !is_dir(model_path) && has_suffix(model_path, ".gguf"))
+        return load_gguf(model_path, template_file, out);
     char cfg_path[4096] = "";
     if (model_path) {
         if (is_dir(model_path))

@@ -72,8 +72,9 @@ typedef struct pg_chat_config {
     char *bos_token, *eos_token, *pad_token, *unk_token; /* NULL if absent */
 } pg_chat_config;
 
-/* Find the template for `model_path` (a Hugging Face model directory, or a
- * tokenizer_config.json file): `template_file` if not NULL (--chat-template),
+/* Find the template for `model_path` (a Hugging Face model directory, a
+ * tokenizer_config.json file, or a .gguf file whose tokenizer.chat_template
+ * and BOS/EOS token texts are used): `template_file` if not NULL (--chat-template),
  * else the directory's chat_template.jinja, else tokenizer_config.json's
  * "chat_template" (a string, or a list of {"name", "template"} of which
  * "default" is used). Special tokens come from tokenizer_config.json
