@@ -143,6 +143,27 @@ static void test_filters(void **state) {
     CHECK("{{ 'x' | safe }} {{ [1, 2] | list | length }}", "x 2");
 }
 
+/* markupsafe.Markup from |safe / |escape: concatenating a plain string
+ * escapes it (transformers templates rely on it, e.g. functionary's
+ * `"..."|safe + tool | tojson`); `~` gives a plain string. map/select/...
+ * give generators: always true, no length, not JSON serializable. */
+static void test_markup_and_generators(void **state) {
+    (void)state;
+    CHECK("{{ '<a>'|safe + '<b>' }} {{ '<b>' + '<a>'|safe }} {{ '<a>'|safe ~ '<b>' }}",
+          "<a>&lt;b&gt; &lt;b&gt;<a> <a><b>");
+    CHECK("{{ '<' | e | e }} {{ '\"&\\'' | escape }} {{ ('<a>'|safe).replace('a', '<') }}",
+          "&lt; &#34;&amp;&#39; <&lt;>");
+    CHECK("{{ '%s'|safe % '<' }} {{ ('<x> '|safe).strip() + '&' }} {{ ('<'|safe) * 2 + '>' }}",
+          "&lt; <x>&amp; <<&gt;");
+    CHECK("{{ ('<' | safe | upper) + '<' }} {{ {'a': '<'} | tojson | safe }}", "<&lt; {\"a\": \"<\"}");
+    CHECK("{{ ([] | select) and 'truthy' }} {{ [1] | select is sequence }} {{ [1] | select is iterable }}",
+          "truthy False True");
+    CHECK("{{ [1, 2] | reverse | list }} {{ {'a': 1} | items | list }} {{ {'a': 1}.items() | length }}",
+          "[2, 1] [('a', 1)] 1");
+    check_err("{{ [1] | map('string') | tojson }}", NULL, PAGODA_ERR_FORMAT, "not JSON serializable");
+    check_err("{{ [1] | select | length }}", NULL, PAGODA_ERR_FORMAT, "has no len()");
+}
+
 static void test_tests(void **state) {
     (void)state;
     CHECK("{{ x is defined }} {{ x is undefined }} {{ none is none }} {{ 'a' is string }} {{ {} is mapping }}",
@@ -339,6 +360,7 @@ int main(void) {
         cmocka_unit_test(test_literals_and_printing),
         cmocka_unit_test(test_operators),
         cmocka_unit_test(test_filters),
+        cmocka_unit_test(test_markup_and_generators),
         cmocka_unit_test(test_tests),
         cmocka_unit_test(test_methods),
         cmocka_unit_test(test_control_flow),

@@ -63,6 +63,10 @@ typedef struct jj_func jj_func;
 typedef struct jv {
     uint8_t t;
     bool tuple; /* JV_LIST printed as (a, b) */
+    bool safe;  /* JV_STR that is a markupsafe.Markup (|safe, |escape): adding a
+                   plain string to it HTML-escapes that string */
+    bool gen;   /* JV_LIST standing for a Python generator (map, select, ...):
+                   always true, no len(), not JSON serializable */
     union {
         bool b;
         int64_t i;

@@ -361,6 +361,38 @@ static jv sorted(jj_ctx *c, jv items, const jv *keys, bool rev) {
     return out;
 }
 
+static jv gen_of(jv l) {
+    l.gen = true;
+    l.tuple = false;
+    return l;
+}
+
+jv jj_escape(jj_ctx *c, jv v) {
+    if (v.t == JV_STR && v.safe) return v;
+    jv s = jj_to_str(c, v);
+    jj_buf b;
+    jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
+    size_t run = 0;
+    for (size_t i = 0; i < s.u.s.n; i++) {
+        const char *e;
+        switch (s.u.s.p[i]) {
+        case '&': e = "&amp;"; break;
+        case '<': e = "&lt;"; break;
+        case '>': e = "&gt;"; break;
+        case '"': e = "&#34;"; break;
+        case '\'': e = "&#39;"; break;
+        default: continue;
+        }
+        jj_buf_put(&b, s.u.s.p + run, i - run);
+        jj_buf_puts(&b, e);
+        run = i + 1;
+    }
+    jj_buf_put(&b, s.u.s.p + run, s.u.s.n - run);
+    jv r = jj_buf_value(&b);
+    r.safe = true;
+    return r;
+}
+
 /* ---- JSON <-> values ------------------------------------------------------- */
 static jv from_cjson(jj_ctx *c, const cJSON *j, int depth) {
     if (depth > 2 * JJ_MAX_DEPTH) return jv_none(); /* cJSON itself stops at 1000 */
@@ -444,9 +476,9 @@ static jv list_of(jj_ctx *c, jv v) {
 static jv str_of(jj_ctx *c, jv v) { return jj_to_str(c, v); }
 
 static jv f_select(jj_ctx *c, jv in, const jv *args, size_t nargs, bool attr_mode, bool keep) {
-    if (!jv_truthy(in)) return jv_new_list(&c->arena, 0); /* jinja2: `if value:` */
+    if (!jv_truthy(in)) return gen_of(jv_new_list(&c->arena, 0)); /* jinja2: `if value:` */
     jv items = jj_iterate(c, in);
-    jv out = jv_new_list(&c->arena, 0);
+    jv out = gen_of(jv_new_list(&c->arena, 0));
     size_t off = attr_mode ? 1 : 0;
     if (attr_mode && nargs < 1) jj_fail(c, "selectattr/rejectattr need an attribute name");
     for (size_t i = 0; i < items.u.l->n; i++) {
@@ -482,16 +514,20 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         case JV_STR:
             jj_charge(c, in.u.s.n / 64);
             return jv_int((int64_t)jj_utf8_len(in.u.s.p, in.u.s.n));
-        case JV_LIST: return jv_int((int64_t)in.u.l->n);
+        case JV_LIST:
+            if (in.gen) jj_fail(c, "object of type 'generator' has no len()");
+            return jv_int((int64_t)in.u.l->n);
         case JV_DICT:
         case JV_NS: return jv_int((int64_t)in.u.d->n);
         default: jj_fail(c, "object of type '%s' has no len()", jv_type_name(in));
         }
     }
-    if (IS("safe") || IS("string")) {
-        if (IS("safe") && in.t != JV_STR) return in;
-        return str_of(c, in);
+    if (IS("safe")) {
+        jv s = str_of(c, in);
+        s.safe = true;
+        return s;
     }
+    if (IS("string")) return str_of(c, in); /* soft_str keeps Markup */
     if (IS("tojson")) {
         if (in.t == JV_UNDEF) jj_fail(c, "tojson: object of type 'Undefined' is not JSON serializable");
         return to_json(c, in, ARG(0, "indent"), ARG(99, "separators"),
@@ -511,12 +547,16 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
     }
     if (IS("trim")) {
         jv s = str_of(c, in);
-        return strip(s, ARG(0, "chars"), 3);
+        jv r = strip(s, ARG(0, "chars"), 3);
+        r.safe = s.safe;
+        return r;
     }
     if (IS("lower") || IS("upper") || IS("capitalize") || IS("title")) {
         jv s = str_of(c, in);
-        return map_case(c, s, IS("lower") ? CASE_LOWER : IS("upper") ? CASE_UPPER
+        jv r = map_case(c, s, IS("lower") ? CASE_LOWER : IS("upper") ? CASE_UPPER
                               : IS("capitalize") ? CASE_CAPITALIZE : CASE_TITLE_JINJA);
+        r.safe = s.safe;
+        return r;
     }
     if (IS("replace")) {
         jv s = str_of(c, in);
@@ -550,7 +590,7 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
             t.u.l->n = 2;
             l.u.l->v[l.u.l->n++] = t;
         }
-        return l;
+        return gen_of(l); /* do_items is a generator */
     }
     if (IS("dictsort")) {
         if (in.t != JV_DICT && in.t != JV_NS) jj_fail(c, "dictsort: expected a mapping");
@@ -580,7 +620,7 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
             return new_buf_str(c, &b);
         }
         jv items = jj_iterate(c, in);
-        jv l = jv_new_list(&c->arena, items.u.l->n);
+        jv l = gen_of(jv_new_list(&c->arena, items.u.l->n)); /* reversed() iterator */
         for (size_t i = items.u.l->n; i-- > 0;) l.u.l->v[l.u.l->n++] = items.u.l->v[i];
         return l;
     }
@@ -645,9 +685,9 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         return jv_float(y / m);
     }
     if (IS("map")) {
-        if (!jv_truthy(in)) return jv_new_list(&c->arena, 0); /* jinja2: `if value:` */
+        if (!jv_truthy(in)) return gen_of(jv_new_list(&c->arena, 0)); /* jinja2: `if value:` */
         jv items = jj_iterate(c, in);
-        jv out = jv_new_list(&c->arena, items.u.l->n);
+        jv out = gen_of(jv_new_list(&c->arena, items.u.l->n));
         const jv *attr = ARG(99, "attribute");
         if (attr) {
             const jv *dv = ARG(99, "default");
@@ -682,7 +722,7 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         bool cs = arg_bool(ARG(0, "case_sensitive"), false);
         const jv *attr = ARG(1, "attribute");
         jv items = jj_iterate(c, in);
-        jv out = jv_new_list(&c->arena, 0);
+        jv out = gen_of(jv_new_list(&c->arena, 0));
         jv seen = jv_new_list(&c->arena, 0);
         for (size_t i = 0; i < items.u.l->n; i++) {
             jv k = sort_key(c, items.u.l->v[i], attr, cs);
@@ -745,7 +785,7 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         const jv *fill = ARG(1, "fill_with");
         if (k <= 0) jj_fail(c, "batch: count must be positive");
         jv items = jj_iterate(c, in);
-        jv out = jv_new_list(&c->arena, 0);
+        jv out = gen_of(jv_new_list(&c->arena, 0));
         jv cur = jv_new_list(&c->arena, 0);
         for (size_t i = 0; i < items.u.l->n; i++) {
             jv_list_push(&c->arena, cur, items.u.l->v[i]);
@@ -829,21 +869,9 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         return jv_int(n);
     }
     if (IS("escape") || IS("e") || IS("forceescape")) {
-        jv s = str_of(c, in);
-        jj_buf b;
-        jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
-        for (size_t i = 0; i < s.u.s.n; i++) {
-            char ch = s.u.s.p[i];
-            switch (ch) {
-            case '&': jj_buf_puts(&b, "&amp;"); break;
-            case '<': jj_buf_puts(&b, "&lt;"); break;
-            case '>': jj_buf_puts(&b, "&gt;"); break;
-            case '"': jj_buf_puts(&b, "&#34;"); break;
-            case '\'': jj_buf_puts(&b, "&#39;"); break;
-            default: jj_buf_put(&b, &ch, 1);
-            }
-        }
-        return new_buf_str(c, &b);
+        if (!IS("forceescape")) return jj_escape(c, in);
+        in.safe = false;
+        return jj_escape(c, in);
     }
     if (IS("pprint")) {
         jj_buf b;
@@ -907,7 +935,7 @@ bool jj_test(jj_ctx *c, const char *name, jv v, const jv *args, size_t nargs) {
     if (IS("iterable"))
         return v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR || v.t == JV_UNDEF;
     if (IS("sequence"))
-        return v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR || v.t == JV_UNDEF;
+        return (v.t == JV_LIST && !v.gen) || v.t == JV_DICT || v.t == JV_STR || v.t == JV_UNDEF;
     if (IS("number")) return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
     if (IS("integer")) return v.t == JV_INT;
     if (IS("float")) return v.t == JV_FLOAT;
@@ -1025,7 +1053,7 @@ static bool str_method(jj_ctx *c, jv s, const char *name, const jv *args, size_t
         return true;
     }
     if (IS("upper") || IS("lower") || IS("title") || IS("capitalize") || IS("swapcase")) {
-        *out = map_case(c, s, IS("upper") ? CASE_UPPER : IS("lower") ? CASE_LOWER
+        *out = map_case(c, jv_str(s.u.s.p, s.u.s.n), IS("upper") ? CASE_UPPER : IS("lower") ? CASE_LOWER
                               : IS("title") ? CASE_TITLE_PY : IS("capitalize") ? CASE_CAPITALIZE
                               : CASE_SWAP);
         return true;
@@ -1159,6 +1187,7 @@ static bool list_method(jj_ctx *c, jv l, const char *name, const jv *args, size_
                         const char **kwn, const jv *kwv, size_t nkw, jv *out) {
 #define IS(x) (strcmp(name, x) == 0)
     jj_list *L = l.u.l;
+    if (l.gen) return false;
     bool mut = IS("append") || IS("extend") || IS("insert") || IS("pop") || IS("remove") ||
                IS("clear") || IS("reverse") || IS("sort");
     if (mut && l.tuple) return false;
@@ -1256,8 +1285,9 @@ static bool dict_method(jj_ctx *c, jv d, const char *name, const jv *args, size_
         *out = v ? *v : def ? *def : jv_none();
         return true;
     }
-    if (IS("items")) {
+    if (IS("items")) { /* a dict_items view: has a length, unlike the filter's generator */
         *out = jj_filter(c, "items", d, NULL, 0, NULL, NULL, 0);
+        out->gen = false;
         return true;
     }
     if (IS("keys") || IS("values")) {
@@ -1315,10 +1345,36 @@ static bool dict_method(jj_ctx *c, jv d, const char *name, const jv *args, size_
 #undef IS
 }
 
+/* markupsafe wraps str methods: string arguments are escaped and string
+ * results (and list items of split) are Markup again */
+static bool markup_method(jj_ctx *c, jv obj, const char *name, const jv *args, size_t nargs,
+                          const char **kwn, const jv *kwv, size_t nkw, jv *out) {
+    jv *ea = jj_alloc(&c->arena, (nargs + 1) * sizeof(jv));
+    jv *ek = jj_alloc(&c->arena, (nkw + 1) * sizeof(jv));
+    bool esc = !strcmp(name, "replace") || !strcmp(name, "format") || !strcmp(name, "strip") ||
+               !strcmp(name, "lstrip") || !strcmp(name, "rstrip");
+    for (size_t i = 0; i < nargs; i++) ea[i] = esc && args[i].t == JV_STR ? jj_escape(c, args[i]) : args[i];
+    for (size_t i = 0; i < nkw; i++) ek[i] = esc && kwv[i].t == JV_STR ? jj_escape(c, kwv[i]) : kwv[i];
+    if (!strcmp(name, "join") && nargs == 1) { /* Markup.join escapes the items */
+        jv items = list_of(c, args[0]);
+        for (size_t i = 0; i < items.u.l->n; i++)
+            if (items.u.l->v[i].t == JV_STR) items.u.l->v[i] = jj_escape(c, items.u.l->v[i]);
+        ea[0] = items;
+    }
+    if (!str_method(c, obj, name, ea, nargs, kwn, ek, nkw, out)) return false;
+    if (out->t == JV_STR) out->safe = true;
+    if (out->t == JV_LIST)
+        for (size_t i = 0; i < out->u.l->n; i++)
+            if (out->u.l->v[i].t == JV_STR) out->u.l->v[i].safe = true;
+    return true;
+}
+
 bool jj_method(jj_ctx *c, jv obj, const char *name, const jv *args, size_t nargs,
                const char **kwn, const jv *kwv, size_t nkw, jv *out) {
     switch (obj.t) {
-    case JV_STR: return str_method(c, obj, name, args, nargs, kwn, kwv, nkw, out);
+    case JV_STR:
+        if (obj.safe) return markup_method(c, obj, name, args, nargs, kwn, kwv, nkw, out);
+        return str_method(c, obj, name, args, nargs, kwn, kwv, nkw, out);
     case JV_LIST: return list_method(c, obj, name, args, nargs, kwn, kwv, nkw, out);
     case JV_DICT: return dict_method(c, obj, name, args, nargs, kwn, kwv, nkw, out);
     default: return false;

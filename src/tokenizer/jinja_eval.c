@@ -119,6 +119,13 @@ static size_t size_of(jv v) {
 }
 
 
+jv jj_repr(jj_ctx *c, jv v) {
+    jj_buf b;
+    jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
+    jv_write_repr(&b, v);
+    return jj_buf_value(&b);
+}
+
 jv jj_to_str(jj_ctx *c, jv v) {
     if (v.t == JV_STR) return v;
     jj_buf b;
@@ -217,6 +224,7 @@ jv jj_getitem(jj_ctx *c, jv obj, jv key) {
         break;
     }
     case JV_LIST:
+        if (obj.gen) break;
         if (key.t == JV_INT || key.t == JV_BOOL) {
             int64_t i = num_i(key), n = (int64_t)obj.u.l->n;
             if (i < 0) i += n;
@@ -234,7 +242,9 @@ jv jj_getitem(jj_ctx *c, jv obj, jv key) {
                 int32_t cp;
                 for (int64_t k = 0; k < i; k++) pos = jj_utf8_next(obj.u.s.p, obj.u.s.n, pos, &cp);
                 size_t e = jj_utf8_next(obj.u.s.p, obj.u.s.n, pos, &cp);
-                return jv_str(obj.u.s.p + pos, e - pos);
+                jv r = jv_str(obj.u.s.p + pos, e - pos);
+                r.safe = obj.safe;
+                return r;
             }
         }
         break;
@@ -272,7 +282,9 @@ static jv repeat_seq(jj_ctx *c, jv s, int64_t k) {
         jj_buf b;
         jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
         for (int64_t i = 0; i < k; i++) jj_buf_put(&b, s.u.s.p, s.u.s.n);
-        return jj_buf_value(&b);
+        jv r = jj_buf_value(&b);
+        r.safe = s.safe;
+        return r;
     }
     size_t n = s.u.l->n;
     if (n && (uint64_t)k > JJ_MAX_LIST / n)
@@ -306,7 +318,8 @@ jv jj_percent_format(jj_ctx *c, jv fmt, jv args) {
         }
         if (ai >= an) jj_fail(c, "not enough arguments for format string");
         jv a = av[ai++];
-        if (t == 's') jv_write_str(&b, a);
+        if (fmt.safe && (t == 's' || t == 'r')) a = jj_escape(c, t == 'r' ? jj_repr(c, a) : a);
+        if (t == 's' || (t == 'r' && fmt.safe)) jv_write_str(&b, a);
         else if (t == 'r') jv_write_repr(&b, a);
         else if ((t == 'd' || t == 'i') && is_num(a))
             jj_buf_printf(&b, "%lld", a.t == JV_FLOAT ? (long long)a.u.f : (long long)num_i(a));
@@ -315,7 +328,9 @@ jv jj_percent_format(jj_ctx *c, jv fmt, jv args) {
     }
     if (ai < an && args.t == JV_LIST && args.tuple)
         jj_fail(c, "not all arguments converted during string formatting");
-    return jj_buf_value(&b);
+    jv r = jj_buf_value(&b);
+    r.safe = fmt.safe;
+    return r;
 }
 
 static jv binop(jj_ctx *c, jj_op op, jv a, jv b) {
@@ -333,13 +348,21 @@ static jv binop(jj_ctx *c, jj_op op, jv a, jv b) {
             return jv_float(num_f(a) + num_f(b));
         }
         if (a.t == JV_STR && b.t == JV_STR) {
+            /* Markup + str and str + Markup escape the plain side (markupsafe) */
+            bool safe = a.safe || b.safe;
+            if (safe) {
+                a = jj_escape(c, a);
+                b = jj_escape(c, b);
+            }
             jj_buf s;
             jj_buf_init(&s, &c->arena, JJ_MAX_OUTPUT);
             jj_buf_put(&s, a.u.s.p, a.u.s.n);
             jj_buf_put(&s, b.u.s.p, b.u.s.n);
-            return jj_buf_value(&s);
+            jv r = jj_buf_value(&s);
+            r.safe = safe;
+            return r;
         }
-        if (a.t == JV_LIST && b.t == JV_LIST && a.tuple == b.tuple) {
+        if (a.t == JV_LIST && b.t == JV_LIST && a.tuple == b.tuple && !a.gen && !b.gen) {
             if (a.u.l->n + b.u.l->n > JJ_MAX_LIST)
                 jj_fail_st(c, PAGODA_ERR_LIMIT, "list too long (limit %d items)", JJ_MAX_LIST);
             jv l = jv_new_list(&c->arena, a.u.l->n + b.u.l->n);
@@ -365,9 +388,9 @@ static jv binop(jj_ctx *c, jj_op op, jv a, jv b) {
             return jv_float(op == OP_SUB ? num_f(a) - num_f(b) : num_f(a) * num_f(b));
         }
         if (op == OP_MUL) {
-            if ((a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL))
+            if ((a.t == JV_STR || (a.t == JV_LIST && !a.gen)) && (b.t == JV_INT || b.t == JV_BOOL))
                 return repeat_seq(c, a, num_i(b));
-            if ((b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL))
+            if ((b.t == JV_STR || (b.t == JV_LIST && !b.gen)) && (a.t == JV_INT || a.t == JV_BOOL))
                 return repeat_seq(c, b, num_i(a));
         }
         bad_operands(c, op == OP_SUB ? "-" : "*", a, b);
@@ -547,7 +570,7 @@ static jv slice(jj_ctx *c, jv obj, jv start, jv stop, jv stepv) {
     jv items;
     bool is_str = obj.t == JV_STR;
     if (is_str) items = jj_iterate(c, obj);
-    else if (obj.t == JV_LIST) items = obj;
+    else if (obj.t == JV_LIST && !obj.gen) items = obj;
     else jj_fail(c, "'%s' object is not subscriptable", jv_type_name(obj));
     int64_t n = (int64_t)items.u.l->n;
     int64_t lo, hi;
@@ -580,7 +603,9 @@ static jv slice(jj_ctx *c, jv obj, jv start, jv stop, jv stepv) {
         jj_buf b;
         jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
         for (size_t i = 0; i < out.u.l->n; i++) jj_buf_put(&b, out.u.l->v[i].u.s.p, out.u.l->v[i].u.s.n);
-        return jj_buf_value(&b);
+        jv r = jj_buf_value(&b);
+        r.safe = obj.safe;
+        return r;
     }
     out.tuple = obj.tuple;
     return out;

@@ -51,6 +51,8 @@ __attribute__((noreturn)) void jj_fail_undef(jj_ctx *c, jv u);
  * scans, substring searches) against the step limit. */
 void jj_charge(jj_ctx *c, size_t units);
 
+/* Python repr(v) as a value. */
+jv jj_repr(jj_ctx *c, jv v);
 /* Python str(v) as a value (strings returned as is). */
 jv jj_to_str(jj_ctx *c, jv v);
 /* The items of an iterable (list, tuple, dict keys, string characters,
@@ -65,6 +67,10 @@ jv jj_getitem(jj_ctx *c, jv obj, jv key);
 jv jj_call(jj_ctx *c, jv fn, const jv *args, size_t nargs, const char **kwn, const jv *kwv,
            size_t nkw);
 jv jj_make_builtin(jj_ctx *c, const char *name, jj_builtin_fn fn, jv self);
+
+/* markupsafe.escape: Markup values unchanged, others str() and escaped
+ * (& < > " '); the result is Markup. */
+jv jj_escape(jj_ctx *c, jv v);
 
 /* Python's `str % args` (%s %r %d %i %f %%). */
 jv jj_percent_format(jj_ctx *c, jv fmt, jv args);

@@ -101,7 +101,7 @@ bool jv_truthy(jv v) {
     case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0.0;
     case JV_STR: return v.u.s.n > 0;
-    case JV_LIST: return v.u.l->n > 0;
+    case JV_LIST: return v.gen || v.u.l->n > 0;
     case JV_DICT: return v.u.d->n > 0;
     default: return true;
     }
@@ -128,6 +128,7 @@ static bool equal_depth(jv a, jv b, int depth) {
         return num_f(a) == num_f(b);
     }
     if (a.t != b.t) return false;
+    if (a.t == JV_LIST && (a.gen || b.gen)) return a.u.l == b.u.l;
     switch (a.t) {
     case JV_UNDEF:
     case JV_NONE: return true;
@@ -162,7 +163,7 @@ const char *jv_type_name(jv v) {
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return v.tuple ? "tuple" : "list";
+    case JV_LIST: return v.gen ? "generator" : v.tuple ? "tuple" : "list";
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     default: return "function";
@@ -343,6 +344,10 @@ static void write_repr_depth(jj_buf *b, jv v, int depth) {
     case JV_FLOAT: jv_write_float(b, v.u.f); break;
     case JV_STR: write_str_repr(b, v.u.s.p, v.u.s.n); break;
     case JV_LIST:
+        if (v.gen) {
+            jj_buf_puts(b, "<generator object>");
+            break;
+        }
         jj_buf_puts(b, v.tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jj_buf_puts(b, ", ");
@@ -441,6 +446,7 @@ bool jv_write_json(jj_buf *b, jv v, int indent, const char *item_sep, const char
         return true;
     case JV_STR: write_json_str(b, v.u.s.p, v.u.s.n, ensure_ascii); return true;
     case JV_LIST:
+        if (v.gen) return false;
         if (v.u.l->n == 0) {
             jj_buf_puts(b, "[]");
             return true;
