@@ -497,8 +497,6 @@ static jv f_select(jj_ctx *c, jv in, const jv *args, size_t nargs, bool attr_mod
     return out;
 }
 
-static int64_t py_round_half_even(double x) { return (int64_t)nearbyint(x); }
-
 jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, const char **kwn,
              const jv *kwv, size_t nkw) {
 #define IS(s) (strcmp(name, s) == 0)
@@ -624,6 +622,8 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         for (size_t i = items.u.l->n; i-- > 0;) l.u.l->v[l.u.l->n++] = items.u.l->v[i];
         return l;
     }
+    if ((IS("int") || IS("float") || IS("round") || IS("abs")) && in.t == JV_UNDEF)
+        jj_fail_undef(c, in); /* Undefined.__int__ / __float__ fail */
     if (IS("int")) {
         int64_t def = arg_int(c, ARG(0, "default"), 0, "int");
         int64_t base = arg_int(c, ARG(1, "base"), 10, "int");
@@ -675,13 +675,16 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         double x = in.t == JV_FLOAT ? in.u.f : in.t == JV_INT ? (double)in.u.i
                  : in.t == JV_BOOL ? in.u.b : NAN;
         if (isnan(x) && in.t != JV_FLOAT) jj_fail(c, "round: expected a number");
+        bool common = !method || (!jv_is_str(*method, "floor") && !jv_is_str(*method, "ceil"));
+        if (common && in.t != JV_FLOAT && prec >= 0) return jv_int(in.t == JV_INT ? in.u.i : in.u.b);
         if (prec < -20) prec = -20;
         if (prec > 20) prec = 20;
         double m = pow(10.0, (double)prec);
         double y = x * m;
         if (method && jv_is_str(*method, "floor")) y = floor(y);
         else if (method && jv_is_str(*method, "ceil")) y = ceil(y);
-        else y = (double)py_round_half_even(y);
+        else if (fabs(y) < 4503599627370496.0) y = nearbyint(y); /* half to even, like round() */
+        else return jv_float(x); /* already integral at this precision */
         return jv_float(y / m);
     }
     if (IS("map")) {
@@ -802,7 +805,9 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         return out;
     }
     if (IS("indent")) {
-        jv s = str_of(c, in);
+        if (in.t != JV_STR)
+            jj_fail(c, "unsupported operand type(s) for +=: '%s' and 'str'", jv_type_name(in));
+        jv s = in;
         const jv *w = ARG(0, "width");
         bool first = arg_bool(ARG(1, "first"), false);
         bool blank = arg_bool(ARG(2, "blank"), false);
@@ -894,7 +899,15 @@ jv jj_filter(jj_ctx *c, const char *name, jv in, const jv *args, size_t nargs, c
         return jj_getattr(c, in, nm, a->u.s.n);
     }
     if (IS("truncate")) {
-        jv s = str_of(c, in);
+        if (in.t != JV_STR) {
+            /* jinja2 returns any value whose len() fits unchanged */
+            int64_t lim = arg_int(c, ARG(0, "length"), 255, "truncate") + arg_int(c, ARG(3, "leeway"), 5, "truncate");
+            bool sized = (in.t == JV_LIST && !in.gen) || in.t == JV_DICT;
+            size_t n = in.t == JV_LIST ? in.u.l->n : in.t == JV_DICT ? in.u.d->n : 0;
+            if (sized && (int64_t)n <= lim) return in;
+            jj_fail(c, "truncate: expected a string, got '%s'", jv_type_name(in));
+        }
+        jv s = in;
         int64_t len = arg_int(c, ARG(0, "length"), 255, "truncate");
         bool killwords = arg_bool(ARG(1, "killwords"), false);
         const jv *endv = ARG(2, "end");
@@ -944,18 +957,36 @@ bool jj_test(jj_ctx *c, const char *name, jv v, const jv *args, size_t nargs) {
     if (IS("false")) return v.t == JV_BOOL && !v.u.b;
     if (IS("callable")) return v.t == JV_FUNC;
     if (IS("escaped")) return false;
-    if (IS("lower") || IS("upper")) {
-        if (v.t != JV_STR) jj_fail(c, "'%s' object has no attribute '%s'", jv_type_name(v), name);
-        jv m = map_case(c, v, IS("lower") ? CASE_LOWER : CASE_UPPER);
-        return jv_equal(m, v);
+    if (IS("lower") || IS("upper")) { /* str(value).islower() / isupper() */
+        jv s = jj_to_str(c, v);
+        bool any_cased = false, ok = true;
+        int32_t cp;
+        for (size_t i = 0; i < s.u.s.n && ok;) {
+            i = jj_utf8_next(s.u.s.p, s.u.s.n, i, &cp);
+            if (!is_cased(cp)) continue;
+            any_cased = true;
+            ok = IS("lower") ? to_lower(cp) == cp : to_upper(cp) == cp;
+        }
+        return ok && any_cased;
     }
+    if ((IS("odd") || IS("even") || IS("divisibleby")) && v.t == JV_UNDEF) jj_fail_undef(c, v);
     if (IS("odd") || IS("even")) {
-        if (v.t != JV_INT && v.t != JV_BOOL) jj_fail(c, "test '%s' needs an integer", name);
+        if (v.t == JV_FLOAT) {
+            double r = fmod(v.u.f, 2.0);
+            return IS("odd") ? fabs(r) == 1.0 : r == 0.0;
+        }
+        if (v.t != JV_INT && v.t != JV_BOOL) jj_fail(c, "test '%s' needs a number", name);
         int64_t i = v.t == JV_INT ? v.u.i : v.u.b;
         return IS("odd") ? (i % 2 != 0) : (i % 2 == 0);
     }
     if (IS("divisibleby")) {
         if (nargs < 1) jj_fail(c, "divisibleby needs an argument");
+        if (v.t == JV_FLOAT || args[0].t == JV_FLOAT) {
+            double x = v.t == JV_FLOAT ? v.u.f : (double)arg_int(c, &v, 0, "divisibleby");
+            double y = args[0].t == JV_FLOAT ? args[0].u.f : (double)arg_int(c, &args[0], 1, "divisibleby");
+            if (y == 0.0) jj_fail(c, "float modulo");
+            return fmod(x, y) == 0.0;
+        }
         int64_t d = arg_int(c, &args[0], 1, "divisibleby");
         if (d == 0) jj_fail(c, "integer division or modulo by zero");
         int64_t i = arg_int(c, &v, 0, "divisibleby");

@@ -326,7 +326,7 @@ jv jj_percent_format(jj_ctx *c, jv fmt, jv args) {
         else if (t == 'f' && is_num(a)) jj_buf_printf(&b, "%f", num_f(a));
         else jj_fail(c, "unsupported format character '%c'", t);
     }
-    if (ai < an && args.t == JV_LIST && args.tuple)
+    if (ai < an && args.t != JV_DICT)
         jj_fail(c, "not all arguments converted during string formatting");
     jv r = jj_buf_value(&b);
     r.safe = fmt.safe;

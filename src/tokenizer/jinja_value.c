@@ -337,7 +337,7 @@ static void write_repr_depth(jj_buf *b, jv v, int depth) {
         return;
     }
     switch (v.t) {
-    case JV_UNDEF: break;
+    case JV_UNDEF: jj_buf_puts(b, "Undefined"); break;
     case JV_NONE: jj_buf_puts(b, "None"); break;
     case JV_BOOL: jj_buf_puts(b, v.u.b ? "True" : "False"); break;
     case JV_INT: jj_buf_printf(b, "%lld", (long long)v.u.i); break;
