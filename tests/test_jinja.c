@@ -276,6 +276,7 @@ static void test_whitespace_control(void **state) {
     CHECK("<\n  {%- for x in [1, 2] %}\n  {{ x }}\n  {%- endfor %}\n>", "<  1  2>");
     CHECK("{%- if true -%}\n\n  x  \n\n{%- endif -%}", "x");
     CHECK("{% for x in [1, 2] %}\n  {{ x }}\n{% endfor %}", "  1\n  2\n");
+    CHECK("{% raw -%}\n {{ r }}\n  {% endraw %}|{% raw %}a  {%- endraw %}|", "{{ r }}\n|a|");
 }
 
 static void test_errors(void **state) {

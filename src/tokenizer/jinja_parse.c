@@ -464,8 +464,16 @@ static void lex(parser *p, const char *src0) {
                     break;
             if (!end) perr(p, line, "unclosed raw block");
             size_t cl = j - after;
-            if (eb == '-')
+            if (eb == '-') {
                 while (cl > 0 && is_ws(src[after + cl - 1])) cl--;
+            } else if (eb != '+') { /* lstrip_blocks applies to endraw too */
+                size_t lp = cl;
+                while (lp > 0 && src[after + lp - 1] != '\n') lp--;
+                bool only = lp > 0 || (after > 0 && src[after - 1] == '\n');
+                for (size_t k = lp; k < cl && only; k++)
+                    only = src[after + k] == ' ' || src[after + k] == '\t';
+                if (only) cl = lp;
+            }
             emit_text(p, src + after, cl, line);
             line += count_nl(src + q, end - q);
             after = end;
