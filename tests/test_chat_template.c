@@ -275,6 +275,37 @@ static void test_config_named_templates_and_tokens(void **state) {
     assert_non_null(strstr(pg_last_error(), "default"));
 }
 
+static bool iterates(const char *src) {
+    pg_chat_template *t;
+    assert_int_equal(pg_chat_template_compile(src, &t), PAGODA_OK);
+    bool r = pg_chat_template_iterates_content(t);
+    pg_chat_template_free(t);
+    return r;
+}
+
+static bool iterates_file(const char *name) {
+    char *src = load_template(name);
+    bool r = iterates(src);
+    free(src);
+    return r;
+}
+
+static void test_content_format_detection(void **state) {
+    (void)state;
+    assert_false(iterates("{% for m in messages %}{{ m['content'] }}{% endfor %}"));
+    assert_true(iterates("{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}"
+                         "{% endfor %}"));
+    assert_true(iterates("{% for m in messages %}{% set c = m.content %}{% for p in c %}{% endfor %}"
+                         "{% endfor %}"));
+    assert_true(iterates("{% for m in messages %}{% if m.content is string %}{{ m.content }}"
+                         "{% else %}{% for p in m.content | selectattr('type') %}{% endfor %}"
+                         "{% endif %}{% endfor %}"));
+    /* real templates: Llama 3.1 prints content; Qwen2.5 (text only) too; Qwen3.5 (vision)
+     * iterates over content parts */
+    assert_false(iterates_file("meta-llama-Llama-3.1-8B-Instruct.jinja"));
+    assert_true(iterates_file("Qwen3.5-4B.jinja"));
+}
+
 static void test_render_bad_arguments(void **state) {
     (void)state;
     pg_chat_template *t;
@@ -401,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_config_named_templates_and_tokens),
         cmocka_unit_test(test_config_gguf),
         cmocka_unit_test(test_render_bad_arguments),
+        cmocka_unit_test(test_content_format_detection),
         cmocka_unit_test(test_mutated_templates_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

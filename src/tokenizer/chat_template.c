@@ -15,6 +15,54 @@ struct pg_chat_template {
     jj_template *t;
 };
 
+/* ---- content format detection (vLLM's _detect_content_format, simplified) */
+typedef struct names_ {
+    const char *v[64];
+    int n;
+} names_;
+
+/* strip filters / tests / slices: `message['content'] | list` -> message['content'] */
+static const jj_node *strip_expr(const jj_node *e) {
+    while (e && (e->kind == E_FILTER || e->kind == E_SLICE)) e = e->a;
+    return e;
+}
+
+static bool is_content_access(const jj_node *e, const names_ *vars) {
+    e = strip_expr(e);
+    if (!e) return false;
+    if (e->kind == E_ATTR && e->s && strcmp(e->s, "content") == 0) return true;
+    if (e->kind == E_ITEM && e->b && e->b->kind == E_LIT && jv_is_str(e->b->lit, "content"))
+        return true;
+    if (e->kind == E_NAME && strcmp(e->s, "content") == 0) return true; /* a macro's content param */
+    if (e->kind == E_NAME)
+        for (int i = 0; i < vars->n; i++)
+            if (strcmp(vars->v[i], e->s) == 0) return true;
+    return false;
+}
+
+static bool walk_content(jj_node *const *body, size_t n, names_ *vars, int depth) {
+    if (depth > JJ_MAX_DEPTH) return false;
+    for (size_t i = 0; i < n; i++) {
+        const jj_node *s = body[i];
+        if (!s) continue;
+        if (s->kind == S_SET && !s->a && s->nkw == 1 && is_content_access(s->b, vars) &&
+            vars->n < 64)
+            vars->v[vars->n++] = s->kwn[0];
+        if (s->kind == S_FOR && is_content_access(s->a, vars)) return true;
+        if (walk_content(s->items, s->n, vars, depth + 1)) return true;
+        if (walk_content(s->body2, s->n2, vars, depth + 1)) return true;
+    }
+    return false;
+}
+
+bool pg_chat_template_iterates_content(const pg_chat_template *t) {
+    if (!t) return false;
+    names_ vars = {.n = 0};
+    /* two passes: a variable may be set from content after the macro using it */
+    walk_content(t->t->body, t->t->n, &vars, 0);
+    return walk_content(t->t->body, t->t->n, &vars, 0);
+}
+
 /* prefix the interpreter's message ("line N: ...") */
 static pagoda_status rewrap(pagoda_status st) {
     char msg[1024];

@@ -41,6 +41,14 @@ typedef struct pg_chat_special_tokens {
 pagoda_status pg_chat_template_compile(const char *source, pg_chat_template **out);
 void pg_chat_template_free(pg_chat_template *t);
 
+/* How the template wants message content, as vLLM detects it
+ * (chat_utils._detect_content_format): true ("openai") when the template
+ * loops over a message's content (`for part in message['content']`, also
+ * through a variable set from it), so content stays a list of
+ * {"type": "text", "text": ...} parts; false ("string") when it prints
+ * content as a string, so a server should join text parts first. */
+bool pg_chat_template_iterates_content(const pg_chat_template *t);
+
 /* Render a conversation to the prompt text.
  * messages: JSON array of message objects ({"role", "content", ...}; content
  *   may be a string or a list of parts, tool_calls etc. pass through as is).
