@@ -306,6 +306,46 @@ static void test_content_format_detection(void **state) {
     assert_true(iterates_file("Qwen3.5-4B.jinja"));
 }
 
+static void test_messages_prepare(void **state) {
+    (void)state;
+    cJSON *in = cJSON_Parse(
+        "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+        "{\"type\":\"text\",\"text\":\"b\"}],\"name\":\"u1\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": 1}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}]");
+    assert_non_null(in);
+    cJSON *out;
+    assert_int_equal(pg_chat_messages_prepare(in, false, &out), PAGODA_OK);
+    char *s = cJSON_PrintUnformatted(out);
+    assert_string_equal(s,
+                        "[{\"role\":\"user\",\"content\":\"a\\nb\",\"name\":\"u1\"},"
+                        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\","
+                        "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{\"x\":1}}}]},"
+                        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}]");
+    free(s);
+    cJSON_Delete(out);
+    assert_int_equal(pg_chat_messages_prepare(in, true, &out), PAGODA_OK);
+    s = cJSON_PrintUnformatted(cJSON_GetArrayItem(out, 2));
+    assert_string_equal(s, "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":"
+                           "[{\"type\":\"text\",\"text\":\"42\"}]}");
+    free(s);
+    cJSON_Delete(out);
+    cJSON_Delete(in);
+
+    in = cJSON_Parse("[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]");
+    assert_int_equal(pg_chat_messages_prepare(in, false, &out), PAGODA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pg_last_error(), "image_url"));
+    cJSON_Delete(in);
+    in = cJSON_Parse("[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{bad\"}}]}]");
+    assert_int_equal(pg_chat_messages_prepare(in, false, &out), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "not valid JSON"));
+    cJSON_Delete(in);
+    in = cJSON_Parse("[1]");
+    assert_int_equal(pg_chat_messages_prepare(in, false, &out), PAGODA_ERR_INVALID_ARG);
+    cJSON_Delete(in);
+}
+
 static void test_render_bad_arguments(void **state) {
     (void)state;
     pg_chat_template *t;
@@ -433,6 +473,7 @@ int main(void) {
         cmocka_unit_test(test_config_gguf),
         cmocka_unit_test(test_render_bad_arguments),
         cmocka_unit_test(test_content_format_detection),
+        cmocka_unit_test(test_messages_prepare),
         cmocka_unit_test(test_mutated_templates_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

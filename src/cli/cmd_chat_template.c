@@ -23,7 +23,10 @@ static void help(void) {
         "  --tools JSON|@FILE        a tools array (OpenAI function schemas)\n"
         "  --kwargs JSON|@FILE       chat_template_kwargs object, e.g. '{\"enable_thinking\":false}'\n"
         "  --add-generation-prompt   end with the assistant turn header\n"
-        "  --chat-template FILE      use this template instead of the model's\n");
+        "  --chat-template FILE      use this template instead of the model's\n"
+        "  --prepare                 prepare messages as the server does for an OpenAI\n"
+        "                            request (content parts joined or wrapped to suit the\n"
+        "                            template, tool call arguments parsed from JSON)\n");
 }
 
 /* Parse JSON given inline or as @FILE. Returns NULL (message printed) on error. */
@@ -74,7 +77,7 @@ static bool is_template_file(const char *p) {
 
 int pg_cmd_chat_template(int argc, char **argv) {
     const char *model = NULL, *messages = NULL, *tools = NULL, *kwargs = NULL, *tpl = NULL;
-    bool agp = false;
+    bool agp = false, prepare = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -83,6 +86,10 @@ int pg_cmd_chat_template(int argc, char **argv) {
         }
         if (!strcmp(a, "--add-generation-prompt")) {
             agp = true;
+            continue;
+        }
+        if (!strcmp(a, "--prepare")) {
+            prepare = true;
             continue;
         }
         const char **slot = !strcmp(a, "--messages") ? &messages
@@ -129,6 +136,15 @@ int pg_cmd_chat_template(int argc, char **argv) {
         pg_chat_template_compile(cfg.source, &t) != PAGODA_OK) {
         fprintf(stderr, "pagoda chat-template: %s\n", pg_last_error());
         goto done;
+    }
+    if (prepare) {
+        cJSON *pm = NULL;
+        if (pg_chat_messages_prepare(jm, pg_chat_template_iterates_content(t), &pm) != PAGODA_OK) {
+            fprintf(stderr, "pagoda chat-template: %s\n", pg_last_error());
+            goto done;
+        }
+        cJSON_Delete(jm);
+        jm = pm;
     }
     pg_chat_special_tokens sp = pg_chat_config_tokens(&cfg);
     if (pg_chat_template_render(t, jm, jt, jk, agp, &sp, &out) != PAGODA_OK) {

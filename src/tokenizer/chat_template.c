@@ -155,6 +155,131 @@ pagoda_status pg_chat_template_render(const pg_chat_template *t, const cJSON *me
                                       out_text);
 }
 
+/* ---- OpenAI request messages -> template messages --------------------------- */
+/* replace content in place (templates may iterate a message's keys in order) */
+static void set_content(cJSON *msg, cJSON *v) {
+    if (cJSON_GetObjectItemCaseSensitive(msg, "content"))
+        cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", v);
+    else
+        cJSON_AddItemToObject(msg, "content", v);
+}
+
+static pagoda_status prep_content(cJSON *msg, size_t idx, bool openai) {
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    cJSON *parts = cJSON_CreateArray();
+    if (!parts) return pg_error(PAGODA_ERR_NOMEM, "messages: out of memory");
+    if (cJSON_IsString(c)) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddItemToArray(parts, p);
+        cJSON_AddStringToObject(p, "type", "text");
+        cJSON_AddStringToObject(p, "text", c->valuestring);
+    } else if (cJSON_IsArray(c)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, c) {
+            const cJSON *ty = cJSON_GetObjectItemCaseSensitive(e, "type");
+            const cJSON *tx = cJSON_GetObjectItemCaseSensitive(e, "text");
+            const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
+            if (cJSON_IsString(e)) { /* a bare string part */
+                tx = e;
+                t = "text";
+            }
+            if (strcmp(t, "text") != 0 && strcmp(t, "input_text") != 0) {
+                cJSON_Delete(parts);
+                if (!strcmp(t, "image_url") || !strcmp(t, "input_audio") ||
+                    !strcmp(t, "audio_url") || !strcmp(t, "video_url") || !strcmp(t, "image"))
+                    return pg_error(PAGODA_ERR_UNSUPPORTED,
+                                    "messages[%zu]: content part type '%s' is not supported "
+                                    "(text only)",
+                                    idx, t);
+                return pg_error(PAGODA_ERR_INVALID_ARG,
+                                "messages[%zu]: unknown content part type '%s'", idx, t);
+            }
+            if (!cJSON_IsString(tx)) {
+                cJSON_Delete(parts);
+                return pg_error(PAGODA_ERR_INVALID_ARG, "messages[%zu]: text part without text",
+                                idx);
+            }
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddItemToArray(parts, p);
+            cJSON_AddStringToObject(p, "type", "text");
+            cJSON_AddStringToObject(p, "text", tx->valuestring);
+        }
+    } else if (c && !cJSON_IsNull(c)) {
+        cJSON_Delete(parts);
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "messages[%zu]: content must be a string, a list of parts or null", idx);
+    }
+    if (openai) {
+        set_content(msg, parts);
+        return PAGODA_OK;
+    }
+    size_t len = 0, n = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, parts) {
+        len += strlen(cJSON_GetObjectItem(p, "text")->valuestring) + 1;
+        n++;
+    }
+    char *joined = malloc(len + 1), *w = joined;
+    if (!joined) {
+        cJSON_Delete(parts);
+        return pg_error(PAGODA_ERR_NOMEM, "messages: out of memory");
+    }
+    *w = 0;
+    size_t k = 0;
+    cJSON_ArrayForEach(p, parts) {
+        const char *t = cJSON_GetObjectItem(p, "text")->valuestring;
+        size_t tl = strlen(t);
+        memcpy(w, t, tl);
+        w += tl;
+        if (++k < n) *w++ = '\n';
+        *w = 0;
+    }
+    cJSON_Delete(parts);
+    cJSON *js = cJSON_CreateString(joined);
+    free(joined);
+    if (!js) return pg_error(PAGODA_ERR_NOMEM, "messages: out of memory");
+    set_content(msg, js);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_chat_messages_prepare(const cJSON *messages, bool openai_content, cJSON **out) {
+    *out = NULL;
+    if (!cJSON_IsArray(messages))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "messages must be a JSON array");
+    cJSON *m = cJSON_Duplicate(messages, true);
+    if (!m) return pg_error(PAGODA_ERR_NOMEM, "messages: out of memory");
+    size_t idx = 0;
+    cJSON *msg;
+    cJSON_ArrayForEach(msg, m) {
+        if (!cJSON_IsObject(msg)) {
+            cJSON_Delete(m);
+            return pg_error(PAGODA_ERR_INVALID_ARG, "messages[%zu] must be an object", idx);
+        }
+        pagoda_status st = prep_content(msg, idx, openai_content);
+        if (st) {
+            cJSON_Delete(m);
+            return st;
+        }
+        cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+        cJSON *call;
+        if (cJSON_IsArray(calls)) cJSON_ArrayForEach(call, calls) {
+            cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+            cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+            if (!cJSON_IsString(args)) continue;
+            cJSON *parsed = cJSON_Parse(args->valuestring);
+            if (!parsed) {
+                cJSON_Delete(m);
+                return pg_error(PAGODA_ERR_INVALID_ARG,
+                                "messages[%zu]: tool call arguments are not valid JSON", idx);
+            }
+            cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
+        }
+        idx++;
+    }
+    *out = m;
+    return PAGODA_OK;
+}
+
 /* ---- locating a model's template ------------------------------------------ */
 static pagoda_status read_text(const char *path, char **out) {
     *out = NULL;

@@ -49,6 +49,21 @@ void pg_chat_template_free(pg_chat_template *t);
  * content as a string, so a server should join text parts first. */
 bool pg_chat_template_iterates_content(const pg_chat_template *t);
 
+/* vLLM's message preparation for an OpenAI chat request (chat_utils.py
+ * _parse_chat_message_content + _postprocess_messages), before rendering:
+ * - openai_content false ("string" templates): a list of content parts
+ *   becomes its text parts joined with "\n"; null content becomes "".
+ * - openai_content true: string content becomes [{"type":"text","text":s}],
+ *   text parts are kept as {"type":"text","text":...}; null becomes [].
+ * - assistant tool_calls[].function.arguments given as a JSON string are
+ *   parsed into an object (templates apply tojson to them).
+ * Other keys (name, tool_call_id, reasoning_content, ...) are kept.
+ * *out: a new array (cJSON_Delete it). Errors: INVALID_ARG (not an array of
+ * objects, a part without text, arguments that are not valid JSON),
+ * UNSUPPORTED (image/audio/video parts: no multimodal input). */
+pagoda_status pg_chat_messages_prepare(const struct cJSON *messages, bool openai_content,
+                                       struct cJSON **out);
+
 /* Render a conversation to the prompt text.
  * messages: JSON array of message objects ({"role", "content", ...}; content
  *   may be a string or a list of parts, tool_calls etc. pass through as is).
