@@ -346,6 +346,30 @@ static void test_messages_prepare(void **state) {
     cJSON_Delete(in);
 }
 
+static void test_continue_final_message(void **state) {
+    (void)state;
+    char *src = load_template("Qwen-Qwen2.5-7B-Instruct.jinja");
+    pg_chat_template *t;
+    assert_int_equal(pg_chat_template_compile(src, &t), PAGODA_OK);
+    free(src);
+    cJSON *m = cJSON_Parse("[{\"role\":\"user\",\"content\":\"Hi\"},"
+                           "{\"role\":\"assistant\",\"content\":\"Hel \"}]");
+    char *out;
+    assert_int_equal(pg_chat_template_render(t, m, NULL, NULL, false, NULL, &out), PAGODA_OK);
+    assert_int_equal(pg_chat_continue_final_message(out, m), PAGODA_OK);
+    const char *tail = "<|im_start|>assistant\nHel ";
+    assert_true(strlen(out) >= strlen(tail));
+    assert_string_equal(out + strlen(out) - strlen(tail), tail);
+    free(out);
+    cJSON_Delete(m);
+    /* the template drops the text: a clear error */
+    m = cJSON_Parse("[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"zzz\"}]");
+    char buf[] = "<|im_start|>user\nHi<|im_end|>\n";
+    assert_int_equal(pg_chat_continue_final_message(buf, m), PAGODA_ERR_INVALID_ARG);
+    cJSON_Delete(m);
+    pg_chat_template_free(t);
+}
+
 static void test_render_bad_arguments(void **state) {
     (void)state;
     pg_chat_template *t;
@@ -474,6 +498,7 @@ int main(void) {
         cmocka_unit_test(test_render_bad_arguments),
         cmocka_unit_test(test_content_format_detection),
         cmocka_unit_test(test_messages_prepare),
+        cmocka_unit_test(test_continue_final_message),
         cmocka_unit_test(test_mutated_templates_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -23,6 +23,7 @@ static void help(void) {
         "  --tools JSON|@FILE        a tools array (OpenAI function schemas)\n"
         "  --kwargs JSON|@FILE       chat_template_kwargs object, e.g. '{\"enable_thinking\":false}'\n"
         "  --add-generation-prompt   end with the assistant turn header\n"
+        "  --continue-final-message  end inside the last message (to continue it)\n"
         "  --chat-template FILE      use this template instead of the model's\n"
         "  --prepare                 prepare messages as the server does for an OpenAI\n"
         "                            request (content parts joined or wrapped to suit the\n"
@@ -77,7 +78,7 @@ static bool is_template_file(const char *p) {
 
 int pg_cmd_chat_template(int argc, char **argv) {
     const char *model = NULL, *messages = NULL, *tools = NULL, *kwargs = NULL, *tpl = NULL;
-    bool agp = false, prepare = false;
+    bool agp = false, prepare = false, cont = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -86,6 +87,10 @@ int pg_cmd_chat_template(int argc, char **argv) {
         }
         if (!strcmp(a, "--add-generation-prompt")) {
             agp = true;
+            continue;
+        }
+        if (!strcmp(a, "--continue-final-message")) {
+            cont = true;
             continue;
         }
         if (!strcmp(a, "--prepare")) {
@@ -113,6 +118,11 @@ int pg_cmd_chat_template(int argc, char **argv) {
     }
     if (!model && !tpl) {
         fprintf(stderr, "pagoda chat-template: give a model or a template file (see --help)\n");
+        return 2;
+    }
+    if (agp && cont) {
+        fprintf(stderr, "pagoda chat-template: --add-generation-prompt and "
+                        "--continue-final-message exclude each other\n");
         return 2;
     }
     if (!messages) {
@@ -148,6 +158,10 @@ int pg_cmd_chat_template(int argc, char **argv) {
     }
     pg_chat_special_tokens sp = pg_chat_config_tokens(&cfg);
     if (pg_chat_template_render(t, jm, jt, jk, agp, &sp, &out) != PAGODA_OK) {
+        fprintf(stderr, "pagoda chat-template: %s\n", pg_last_error());
+        goto done;
+    }
+    if (cont && pg_chat_continue_final_message(out, jm) != PAGODA_OK) {
         fprintf(stderr, "pagoda chat-template: %s\n", pg_last_error());
         goto done;
     }

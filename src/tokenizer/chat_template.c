@@ -280,6 +280,52 @@ pagoda_status pg_chat_messages_prepare(const cJSON *messages, bool openai_conten
     return PAGODA_OK;
 }
 
+static bool is_py_space(char ch) {
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
+}
+
+pagoda_status pg_chat_continue_final_message(char *text, const cJSON *messages) {
+    const cJSON *last = cJSON_IsArray(messages) ? cJSON_GetArrayItem(messages, cJSON_GetArraySize(messages) - 1) : NULL;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(last, "content");
+    const char *fm = NULL;
+    if (cJSON_IsString(c)) {
+        fm = c->valuestring;
+    } else if (cJSON_IsArray(c)) {
+        for (int i = cJSON_GetArraySize(c) - 1; i >= 0 && !fm; i--) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(c, i), "text");
+            if (cJSON_IsString(t)) fm = t->valuestring;
+        }
+    }
+    if (!fm)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "continue_final_message: the final message has no text to continue");
+    /* stripped form [lo, hi) of fm */
+    size_t n = strlen(fm), lo = 0, hi = n;
+    while (lo < hi && is_py_space(fm[lo])) lo++;
+    while (hi > lo && is_py_space(fm[hi - 1])) hi--;
+    size_t sl = hi - lo, tl = strlen(text);
+    const char *loc = NULL;
+    if (sl == 0) {
+        loc = text + tl;
+    } else {
+        for (size_t k = tl >= sl ? tl - sl + 1 : 0; k-- > 0;)
+            if (memcmp(text + k, fm + lo, sl) == 0) {
+                loc = text + k;
+                break;
+            }
+    }
+    if (!loc)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "continue_final_message: the final message does not appear in the "
+                        "rendered chat (the template changes it)");
+    size_t at = (size_t)(loc - text), keep = n - lo; /* len(final_message.lstrip()) */
+    if (at + keep <= tl && memcmp(loc, fm + lo, keep) == 0)
+        text[at + keep] = 0;
+    else
+        text[at + sl] = 0;
+    return PAGODA_OK;
+}
+
 /* ---- locating a model's template ------------------------------------------ */
 static pagoda_status read_text(const char *path, char **out) {
     *out = NULL;

@@ -89,6 +89,16 @@ pagoda_status pg_chat_template_render_at(const pg_chat_template *t, const struct
                                          const pg_chat_special_tokens *sp, const struct tm *now,
                                          char **out_text);
 
+/* continue_final_message (transformers apply_chat_template): cut `text`, a
+ * rendering made with add_generation_prompt=false, right after the final
+ * message's content so the model continues that message. The content is the
+ * last message's string, or the text of its last part that has one; it is
+ * found with rindex of its stripped form, keeping its leading/trailing
+ * whitespace only as far as the template kept it. Truncates in place.
+ * Errors: INVALID_ARG (no final message text, or the template did not
+ * render it). */
+pagoda_status pg_chat_continue_final_message(char *text, const struct cJSON *messages);
+
 /* Where a model's template and special tokens come from. */
 typedef struct pg_chat_config {
     char *source; /* template text */
