@@ -4,6 +4,7 @@
  * numbers and the limits that stop hostile templates. Expected strings are
  * what Python jinja2 3.1 (trim_blocks, lstrip_blocks, loopcontrols) prints. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,6 +357,37 @@ static void test_limits(void **state) {
     CHECK("{% set l = [1, 2] %}{% for x in l %}{% do l.append(x) %}{% endfor %}{{ l | length }}", "4");
 }
 
+/* deep but legal recursion on a thread with a small stack: a LIMIT error,
+ * not a stack overflow (the budget follows the thread's stack) */
+static char *g_deep_src;
+static pagoda_status g_deep_st;
+static void *deep_thread(void *arg) {
+    (void)arg;
+    char *out = render_st(g_deep_src, NULL, &g_deep_st);
+    free(out);
+    return NULL;
+}
+
+static void test_small_thread_stack(void **state) {
+    (void)state;
+    char *src = malloc(4096);
+    size_t n = (size_t)sprintf(src, "{%% macro f(n) %%}{%% if n > 0 %%}{{ ");
+    for (int i = 0; i < 40; i++) n += (size_t)sprintf(src + n, "('' ~ ");
+    n += (size_t)sprintf(src + n, "f(n - 1)");
+    for (int i = 0; i < 40; i++) src[n++] = ')';
+    sprintf(src + n, " }}{%% endif %%}{%% endmacro %%}{{ f(99) }}");
+    g_deep_src = src;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, &attr, deep_thread, NULL), 0);
+    pthread_join(th, NULL);
+    pthread_attr_destroy(&attr);
+    assert_int_equal(g_deep_st, PAGODA_ERR_LIMIT);
+    free(src);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_literals_and_printing),
@@ -369,6 +401,7 @@ int main(void) {
         cmocka_unit_test(test_whitespace_control),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_small_thread_stack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

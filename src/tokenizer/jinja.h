@@ -29,6 +29,12 @@
 #define JJ_MAX_ARENA ((size_t)256 << 20)  /* bytes of values per render */
 #define JJ_MAX_STEPS 5000000ull           /* evaluation steps per render */
 
+/* Stack bytes the interpreter may use below its entry point: at most 1 MiB
+ * and at most half of what the calling thread's stack has left (measured
+ * once per thread), so deep but legal nesting ends with a LIMIT error on any
+ * thread instead of a stack overflow. */
+size_t jj_stack_budget(void);
+
 /* ---- arena ---------------------------------------------------------------- */
 typedef struct jj_chunk jj_chunk;
 typedef struct jj_arena {

@@ -734,8 +734,15 @@ static jv eval_inner(jj_ctx *c, jj_frame *f, const jj_node *n) {
     }
 }
 
+static void check_stack(jj_ctx *c) {
+    if ((size_t)(c->stack_base - (char *)__builtin_frame_address(0)) > c->stack_budget)
+        jj_fail_st(c, PAGODA_ERR_LIMIT, "template evaluation nested too deeply (%zu KiB of stack)",
+                   c->stack_budget >> 10);
+}
+
 static jv eval(jj_ctx *c, jj_frame *f, const jj_node *n) {
     step(c, n);
+    check_stack(c);
     if (++c->depth > JJ_MAX_EVAL_DEPTH)
         jj_fail_st(c, PAGODA_ERR_LIMIT, "template evaluation nested deeper than %d",
                    JJ_MAX_EVAL_DEPTH);
@@ -908,6 +915,7 @@ static void exec_stmt(jj_ctx *c, jj_frame *f, const jj_node *n) {
 }
 
 static void exec_body(jj_ctx *c, jj_frame *f, jj_node *const *body, size_t n) {
+    check_stack(c);
     if (++c->depth > JJ_MAX_EVAL_DEPTH)
         jj_fail_st(c, PAGODA_ERR_LIMIT, "template evaluation nested deeper than %d",
                    JJ_MAX_EVAL_DEPTH);
@@ -922,6 +930,8 @@ pagoda_status jj_render(jj_ctx *c, const jj_template *t, char **out, size_t *out
     jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
     c->out = &b;
     c->depth = c->macro_depth = 0;
+    c->stack_base = (char *)__builtin_frame_address(0);
+    c->stack_budget = jj_stack_budget();
     c->loopctl = 0;
     c->steps = 0;
     c->line = 1;

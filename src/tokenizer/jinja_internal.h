@@ -33,6 +33,8 @@ struct jj_ctx {
     jj_buf *out;
     int line;
     int depth, macro_depth;
+    char *stack_base; /* frame address at jj_render entry */
+    size_t stack_budget;
     unsigned long long steps;
     int loopctl; /* 0, 1 = break, 2 = continue */
     jv pending_caller;

@@ -8,12 +8,34 @@
  * start and itself (lstrip_blocks) unless marked "+". Expression grammar and
  * precedence follow jinja2's parser.py (or < and < not < compare < +,- < ~ <
  * *,/,//,% < ** < unary -,+ < postfix . [] () | is). */
+#define _GNU_SOURCE /* pthread_getattr_np */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer/jinja.h"
+
+size_t jj_stack_budget(void) {
+    static _Thread_local size_t cached;
+    if (cached) return cached;
+    size_t budget = (size_t)1 << 20;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void *lo;
+        size_t size;
+        if (pthread_attr_getstack(&attr, &lo, &size) == 0) {
+            char here;
+            size_t left = (size_t)(&here - (char *)lo);
+            if (left / 2 < budget) budget = left / 2;
+        }
+        pthread_attr_destroy(&attr);
+    }
+    if (budget < 16384) budget = 16384;
+    cached = budget;
+    return budget;
+}
 
 /* ---- arena ---------------------------------------------------------------- */
 struct jj_chunk {
@@ -104,6 +126,8 @@ typedef struct parser {
     tok *t;
     size_t nt, cap, pos;
     int depth;
+    char *stack_base;
+    size_t stack_budget;
 } parser;
 
 __attribute__((noreturn, format(printf, 3, 4))) static void perr(parser *p, int line,
@@ -596,7 +620,9 @@ static jj_node *parse_unary(parser *p, bool with_filter);
 static jj_node *parse_primary(parser *p);
 
 static void enter(parser *p, int line) {
-    if (++p->depth > JJ_MAX_DEPTH) perr(p, line, "template nested too deeply");
+    if (++p->depth > JJ_MAX_DEPTH ||
+        (size_t)(p->stack_base - (char *)__builtin_frame_address(0)) > p->stack_budget)
+        perr(p, line, "template nested too deeply");
 }
 static void leave(parser *p) { p->depth--; }
 
@@ -1345,6 +1371,8 @@ pagoda_status jj_compile(const char *src, jj_template **out) {
     t->arena.jmp = &p->jmp;
     t->arena.st = &p->st;
     p->a = &t->arena;
+    p->stack_base = (char *)__builtin_frame_address(0);
+    p->stack_budget = jj_stack_budget();
     if (setjmp(p->jmp)) {
         pagoda_status st = p->st;
         jj_arena_free(&t->arena);
