@@ -484,7 +484,7 @@ pagoda_status pg_chat_config_load(const char *model_path, const char *template_f
     }
     const cJSON *ct = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "chat_template") : NULL;
     const char *src = NULL;
-    if (cJSON_IsString(ct)) {
+    if (ct && cJSON_IsString(ct)) {
         src = ct->valuestring;
     } else if (cJSON_IsArray(ct)) {
         const cJSON *e;

@@ -44,8 +44,9 @@ typedef struct jj_arena {
     pagoda_status *st;
 } jj_arena;
 
-void *jj_alloc(jj_arena *a, size_t n);
-char *jj_strdup(jj_arena *a, const char *s, size_t n);
+/* Never NULL: exhaustion unwinds to the arena's jmp_buf. */
+void *jj_alloc(jj_arena *a, size_t n) __attribute__((returns_nonnull, malloc));
+char *jj_strdup(jj_arena *a, const char *s, size_t n) __attribute__((returns_nonnull));
 void jj_arena_free(jj_arena *a);
 
 /* ---- values --------------------------------------------------------------- */

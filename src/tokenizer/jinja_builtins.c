@@ -1155,8 +1155,6 @@ static bool str_method(jj_ctx *c, jv s, const char *name, const jv *args, size_t
             } else {
                 if (is_cased(cp)) {
                     any_cased = true;
-                    all = IS("isupper") ? to_lower(cp) != cp || to_upper(cp) == cp
-                                        : to_upper(cp) != cp || to_lower(cp) == cp;
                     if (IS("isupper")) all = to_upper(cp) == cp;
                     else all = to_lower(cp) == cp;
                 }

@@ -800,21 +800,20 @@ static void exec_for(jj_ctx *c, jj_frame *f, const jj_node *n) {
     jv_dict_set(&c->arena, loop, jv_cstr("length"), jv_int((int64_t)len));
     jv_dict_set(&c->arena, loop, jv_cstr("depth"), jv_int(1));
     jv_dict_set(&c->arena, loop, jv_cstr("depth0"), jv_int(0));
-    jv *lv = loop.u.d->v;
     static const char *const keys[] = {"index", "index0", "revindex", "revindex0",
                                        "first", "last",   "previtem", "nextitem"};
-    for (size_t k = 0; k < 8; k++) jv_dict_set(&c->arena, loop, jv_cstr(keys[k]), jv_none());
-    lv = loop.u.d->v + 4;
     for (size_t i = 0; i < len; i++) {
         step(c, n);
-        lv[0] = jv_int((int64_t)i + 1);
-        lv[1] = jv_int((int64_t)i);
-        lv[2] = jv_int((int64_t)(len - i));
-        lv[3] = jv_int((int64_t)(len - i - 1));
-        lv[4] = jv_bool(i == 0);
-        lv[5] = jv_bool(i + 1 == len);
-        lv[6] = i ? items.u.l->v[i - 1] : jv_undef("previtem");
-        lv[7] = i + 1 < len ? items.u.l->v[i + 1] : jv_undef("nextitem");
+        jv lv[8] = {jv_int((int64_t)i + 1),
+                    jv_int((int64_t)i),
+                    jv_int((int64_t)(len - i)),
+                    jv_int((int64_t)(len - i - 1)),
+                    jv_bool(i == 0),
+                    jv_bool(i + 1 == len),
+                    i ? items.u.l->v[i - 1] : jv_undef("previtem"),
+                    i + 1 < len ? items.u.l->v[i + 1] : jv_undef("nextitem")};
+        /* by key each time: the body may have changed the loop dict (loop.update) */
+        for (size_t k = 0; k < 8; k++) jv_dict_set(&c->arena, loop, jv_cstr(keys[k]), lv[k]);
         set_var(c, lf, "loop", loop);
         assign(c, lf, n->kwn, n->nkw, items.u.l->v[i]);
         exec_body(c, lf, n->items, n->n);
@@ -926,9 +925,8 @@ static void exec_body(jj_ctx *c, jj_frame *f, jj_node *const *body, size_t n) {
 pagoda_status jj_render(jj_ctx *c, const jj_template *t, char **out, size_t *out_len) {
     *out = NULL;
     if (out_len) *out_len = 0;
-    jj_buf b;
-    jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
-    c->out = &b;
+    jj_buf_init(&c->root_out, &c->arena, JJ_MAX_OUTPUT);
+    c->out = &c->root_out;
     c->depth = c->macro_depth = 0;
     c->stack_base = (char *)__builtin_frame_address(0);
     c->stack_budget = jj_stack_budget();
@@ -938,11 +936,12 @@ pagoda_status jj_render(jj_ctx *c, const jj_template *t, char **out, size_t *out
     c->pending_caller = jv_undef(NULL);
     if (setjmp(c->jmp)) return c->st;
     exec_body(c, c->globals, t->body, t->n);
-    char *s = malloc(b.n + 1);
+    jj_buf *b = &c->root_out;
+    char *s = malloc(b->n + 1);
     if (!s) return pg_error(PAGODA_ERR_NOMEM, "chat template: out of memory");
-    if (b.n) memcpy(s, b.p, b.n);
-    s[b.n] = 0;
+    if (b->n) memcpy(s, b->p, b->n);
+    s[b->n] = 0;
     *out = s;
-    if (out_len) *out_len = b.n;
+    if (out_len) *out_len = b->n;
     return PAGODA_OK;
 }

@@ -31,6 +31,7 @@ struct jj_ctx {
     pagoda_status st;
     jj_frame *globals;
     jj_buf *out;
+    jj_buf root_out; /* the render's output */
     int line;
     int depth, macro_depth;
     char *stack_base; /* frame address at jj_render entry */

@@ -297,7 +297,7 @@ static size_t lex_tag(parser *p, const char *src, size_t len, size_t i, bool blo
         if (bal == 0) {
             char e1 = block ? '%' : '}';
             if ((c == '-' || c == '+') && i + 2 < len + 0 && src[i + 1] == e1 && src[i + 2] == '}') {
-                *strip_after = c;
+                *strip_after = (unsigned char)c;
                 push_tok(p, (tok){.k = block ? T_BE : T_VE, .line = *line});
                 return i + 3;
             }
@@ -402,7 +402,7 @@ static size_t match_named_tag(const char *src, size_t len, size_t i, const char 
     if (i + 2 > len || src[i] != '{' || src[i + 1] != '%') return 0;
     size_t j = i + 2;
     *sign_before = 0;
-    if (j < len && (src[j] == '-' || src[j] == '+')) *sign_before = src[j++];
+    if (j < len && (src[j] == '-' || src[j] == '+')) *sign_before = (unsigned char)src[j++];
     while (j < len && is_ws(src[j])) j++;
     size_t nl = strlen(name);
     if (j + nl > len || memcmp(src + j, name, nl) != 0) return 0;
@@ -410,7 +410,7 @@ static size_t match_named_tag(const char *src, size_t len, size_t i, const char 
     if (j < len && (is_alpha(src[j]) || is_digit(src[j]))) return 0;
     while (j < len && is_ws(src[j])) j++;
     *sign_after = 0;
-    if (j < len && (src[j] == '-' || src[j] == '+')) *sign_after = src[j++];
+    if (j < len && (src[j] == '-' || src[j] == '+')) *sign_after = (unsigned char)src[j++];
     if (j + 2 > len || src[j] != '%' || src[j + 1] != '}') return 0;
     return j + 2;
 }

@@ -255,14 +255,15 @@ void jv_write_float(jj_buf *b, double f) {
         if (strtod(tmp, NULL) == f) break;
     }
     /* tmp: [-]d[.ddd]e[+-]XX */
-    char digits[32];
+    char digits[32] = {'0'};
     int nd = 0;
     const char *s = tmp;
     bool neg = *s == '-';
     if (neg) s++;
     for (; *s && *s != 'e'; s++)
         if (*s != '.' && nd < 30) digits[nd++] = *s;
-    int exp = atoi(s + 1);
+    int exp = *s ? atoi(s + 1) : 0;
+    if (nd == 0) nd = 1;
     while (nd > 1 && digits[nd - 1] == '0') nd--;
     char out[80];
     size_t o = 0;
