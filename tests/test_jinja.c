@@ -316,8 +316,8 @@ static void test_limits(void **state) {
               "macro recursion");
     check_err("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", NULL,
               PAGODA_ERR_LIMIT, "step limit");
-    check_err("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", NULL, PAGODA_ERR_LIMIT,
-              "output exceeds");
+    check_err("\n{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", NULL, PAGODA_ERR_LIMIT,
+              "line 2: template output exceeds");
     check_err("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
               "{% endfor %}",
               NULL, PAGODA_ERR_LIMIT, "exceeds");

@@ -42,6 +42,7 @@ typedef struct jj_arena {
     size_t used, limit;
     jmp_buf *jmp; /* where to unwind on exhaustion */
     pagoda_status *st;
+    const int *line; /* current template line for messages (may be NULL) */
 } jj_arena;
 
 /* Never NULL: exhaustion unwinds to the arena's jmp_buf. */

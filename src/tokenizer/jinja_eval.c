@@ -60,6 +60,7 @@ jj_ctx *jj_ctx_new(const jj_render_opts *opts) {
     c->arena.limit = JJ_MAX_ARENA;
     c->arena.jmp = &c->jmp;
     c->arena.st = &c->st;
+    c->arena.line = &c->line;
     if (opts) c->opts = *opts;
     if (setjmp(c->jmp)) {
         jj_arena_free(&c->arena);

@@ -54,8 +54,12 @@ void *jj_alloc(jj_arena *a, size_t n) {
     }
     size_t cap = n > 65536 ? n : 65536;
     if (a->used + cap > a->limit) {
-        *a->st = pg_error(PAGODA_ERR_LIMIT, "template memory limit (%zu MiB) exceeded",
-                          a->limit >> 20);
+        if (a->line)
+            *a->st = pg_error(PAGODA_ERR_LIMIT, "line %d: template memory limit (%zu MiB) exceeded",
+                              *a->line, a->limit >> 20);
+        else
+            *a->st = pg_error(PAGODA_ERR_LIMIT, "template memory limit (%zu MiB) exceeded",
+                              a->limit >> 20);
         longjmp(*a->jmp, 1);
     }
     jj_chunk *c = malloc(sizeof(jj_chunk) + cap);

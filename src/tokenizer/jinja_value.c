@@ -181,7 +181,11 @@ void jj_buf_init(jj_buf *b, jj_arena *a, size_t limit) {
 void jj_buf_put(jj_buf *b, const char *s, size_t n) {
     if (n == 0) return;
     if (b->n + n > b->limit) {
-        *b->a->st = pg_error(PAGODA_ERR_LIMIT, "template output exceeds %zu bytes", b->limit);
+        if (b->a->line)
+            *b->a->st = pg_error(PAGODA_ERR_LIMIT, "line %d: template output exceeds %zu bytes",
+                                 *b->a->line, b->limit);
+        else
+            *b->a->st = pg_error(PAGODA_ERR_LIMIT, "template output exceeds %zu bytes", b->limit);
         longjmp(*b->a->jmp, 1);
     }
     if (b->n + n + 1 > b->cap) {
