@@ -104,6 +104,9 @@ static void test_filters(void **state) {
     CHECK("{{ '\xc3\x89""COLE' | lower }} {{ '\xc3\xa9lan vital' | upper }} {{ 'hELLO wORLD' | capitalize }}",
           "\xc3\xa9""cole \xc3\x89LAN VITAL Hello world");
     CHECK("{{ 'hello world-foo' | title }}", "Hello World-Foo");
+    /* full case mappings that expand (SpecialCasing): ß -> SS, ligatures */
+    CHECK("{{ 'stra\xc3\x9f""e \xef\xac\x81ne' | upper }} {{ '\xc3\x9f""a' | capitalize }}",
+          "STRASSE FINE Ssa");
     CHECK("[{{ '  x \\n' | trim }}] [{{ 'xxhixx' | trim('x') }}]", "[x] [hi]");
     CHECK("{{ [1, 2, 3] | join(', ') }} {{ ['a', 'b'] | join }}", "1, 2, 3 ab");
     CHECK("{{ u | default('d') }} {{ none | default('d') }} {{ '' | default('d', true) }} {{ '' | d('e', true) }}",

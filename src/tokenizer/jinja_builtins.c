@@ -64,8 +64,9 @@ static void put_cp(jj_buf *b, int32_t cp) {
 
 static bool is_cased(int32_t cp) {
     if (cp < 0 || cp > 0x10FFFF) return false;
-    return utf8proc_tolower(cp) != cp || utf8proc_toupper(cp) != cp ||
-           utf8proc_get_property(cp)->category == UTF8PROC_CATEGORY_LT;
+    utf8proc_category_t k = utf8proc_category(cp);
+    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT ||
+           utf8proc_tolower(cp) != cp || utf8proc_toupper(cp) != cp;
 }
 static bool is_alnum_cp(int32_t cp) {
     if (cp < 0 || cp > 0x10FFFF) return false;
@@ -79,6 +80,29 @@ static int32_t to_title(int32_t cp) { return cp < 0 || cp > 0x10FFFF ? cp : utf8
 
 enum { CASE_LOWER, CASE_UPPER, CASE_CAPITALIZE, CASE_TITLE_PY, CASE_TITLE_JINJA, CASE_SWAP };
 
+/* Python's full case mappings that expand one character to several
+ * (SpecialCasing.txt, unconditional part used by str.upper/title/lower). */
+static const char *special_case(int32_t cp, int kind /* 0 lower, 1 upper, 2 title */) {
+    static const struct {
+        int32_t cp;
+        const char *lower, *upper, *title;
+    } T[] = {
+        {0x00DF, NULL, "SS", "Ss"},
+        {0x0130, "i\xcc\x87", NULL, NULL},
+        {0x0149, NULL, "\xca\xbcN", "\xca\xbcN"},
+        {0xFB00, NULL, "FF", "Ff"},
+        {0xFB01, NULL, "FI", "Fi"},
+        {0xFB02, NULL, "FL", "Fl"},
+        {0xFB03, NULL, "FFI", "Ffi"},
+        {0xFB04, NULL, "FFL", "Ffl"},
+        {0xFB05, NULL, "ST", "St"},
+        {0xFB06, NULL, "ST", "St"},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
+        if (T[i].cp == cp) return kind == 0 ? T[i].lower : kind == 1 ? T[i].upper : T[i].title;
+    return NULL;
+}
+
 static jv map_case(jj_ctx *c, jv s, int mode) {
     jj_buf b;
     jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
@@ -87,12 +111,20 @@ static jv map_case(jj_ctx *c, jv s, int mode) {
     for (size_t i = 0; i < s.u.s.n;) {
         i = jj_utf8_next(s.u.s.p, s.u.s.n, i, &cp);
         int32_t o = cp;
+        int kind = 0; /* which full mapping applies: 0 lower, 1 upper, 2 title, -1 none */
         switch (mode) {
         case CASE_LOWER: o = to_lower(cp); break;
-        case CASE_UPPER: o = to_upper(cp); break;
-        case CASE_CAPITALIZE: o = first ? to_title(cp) : to_lower(cp); break;
+        case CASE_UPPER:
+            o = to_upper(cp);
+            kind = 1;
+            break;
+        case CASE_CAPITALIZE:
+            o = first ? to_title(cp) : to_lower(cp);
+            kind = first ? 2 : 0;
+            break;
         case CASE_TITLE_PY:
             o = prev_cased ? to_lower(cp) : to_title(cp);
+            kind = prev_cased ? 0 : 2;
             prev_cased = is_cased(cp);
             break;
         case CASE_TITLE_JINJA: {
@@ -101,19 +133,24 @@ static jv map_case(jj_ctx *c, jv s, int mode) {
                        cp == '<';
             if (sep) {
                 word_start = true;
+                kind = -1;
             } else {
                 o = word_start ? to_upper(cp) : to_lower(cp);
+                kind = word_start ? 1 : 0;
                 word_start = false;
             }
             break;
         }
         case CASE_SWAP:
-            o = to_upper(cp) != cp ? to_upper(cp) : to_lower(cp);
+            kind = to_upper(cp) != cp ? 1 : 0;
+            o = kind ? to_upper(cp) : to_lower(cp);
             break;
         default: break;
         }
         first = false;
-        put_cp(&b, o);
+        const char *full = kind >= 0 ? special_case(cp, kind) : NULL;
+        if (full) jj_buf_puts(&b, full);
+        else put_cp(&b, o);
     }
     return new_buf_str(c, &b);
 }
