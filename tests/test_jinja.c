@@ -90,6 +90,11 @@ static void test_operators(void **state) {
           "cba el [3, 4] [1, 3]");
     CHECK("{{ 'h\xc3\xa9llo'[1] }} {{ [1, 2][-1] }} {{ [1, 2][5] is defined }}", "\xc3\xa9 2 False");
     CHECK("{{ '%s=%d' % ('a', 3) }}", "a=3");
+    CHECK("{{ '%05.1f|%-4s|%x|%(k)s' % (3.14159, 'ab', 255, 1) if false else '%05.1f|%-4s|%x' % (3.14159, 'ab', 255) }}",
+          "003.1|ab  |ff");
+    CHECK("{{ '%(a)s-%(b)05d' % {'a': 'x', 'b': 42} }} {{ '%+d %#o %c %.2s|%5s' % (5, 8, 65, 'h\xc3\xa9llo', 'x') }}",
+          "x-00042 +5 0o10 A h\xc3\xa9|    x");
+    CHECK("{% for x in [1, 1, 2, 2, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}", "121");
 }
 
 static void test_filters(void **state) {

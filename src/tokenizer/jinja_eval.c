@@ -298,36 +298,166 @@ static jv repeat_seq(jj_ctx *c, jv s, int64_t k) {
 }
 
 /* Python's str % args for %s %r %d %i %f %% (enough for templates) */
+/* Python's printf-style `fmt % args`: %[(key)][flags][width][.prec]conv with
+ * conv in s r a d i u f F e E g G x X o c %. Widths and precisions are
+ * bounded (<= 1000). */
 jv jj_percent_format(jj_ctx *c, jv fmt, jv args) {
     jj_buf b;
     jj_buf_init(&b, &c->arena, JJ_MAX_OUTPUT);
     size_t ai = 0;
-    const jv *av = args.t == JV_LIST && args.tuple ? args.u.l->v : &args;
-    size_t an = args.t == JV_LIST && args.tuple ? args.u.l->n : 1;
+    bool tuple = args.t == JV_LIST && args.tuple;
+    const jv *av = tuple ? args.u.l->v : &args;
+    size_t an = tuple ? args.u.l->n : 1;
+    bool used_key = false;
     const char *p = fmt.u.s.p;
     size_t n = fmt.u.s.n;
     for (size_t i = 0; i < n; i++) {
         if (p[i] != '%') {
-            jj_buf_put(&b, p + i, 1);
+            size_t j = i;
+            while (j < n && p[j] != '%') j++;
+            jj_buf_put(&b, p + i, j - i);
+            i = j - 1;
             continue;
         }
         if (++i >= n) jj_fail(c, "incomplete format");
+        jv a = jv_undef(NULL);
+        bool have_arg = false;
+        if (p[i] == '(') { /* %(key)s */
+            size_t j = i + 1;
+            int depth = 1;
+            while (j < n && depth) {
+                if (p[j] == '(') depth++;
+                if (p[j] == ')') depth--;
+                j++;
+            }
+            if (depth) jj_fail(c, "incomplete format key");
+            if (args.t != JV_DICT) jj_fail(c, "format requires a mapping");
+            jv *v = jv_dict_get(args, jv_str(p + i + 1, j - i - 2));
+            if (!v) jj_fail(c, "format key '%.*s' not found", (int)(j - i - 2), p + i + 1);
+            a = *v;
+            have_arg = used_key = true;
+            i = j;
+            if (i >= n) jj_fail(c, "incomplete format");
+        }
+        char flags[8];
+        int nf = 0;
+        while (i < n && strchr("-+ #0", p[i]) && nf < 6) flags[nf++] = p[i++];
+        flags[nf] = 0;
+        int width = -1, prec = -1;
+        if (i < n && p[i] == '*') jj_fail(c, "'*' width is not supported");
+        if (i < n && p[i] >= '0' && p[i] <= '9') {
+            width = 0;
+            while (i < n && p[i] >= '0' && p[i] <= '9' && width <= 1000) width = width * 10 + (p[i++] - '0');
+        }
+        if (i < n && p[i] == '.') {
+            i++;
+            prec = 0;
+            while (i < n && p[i] >= '0' && p[i] <= '9' && prec <= 1000) prec = prec * 10 + (p[i++] - '0');
+        }
+        if (width > 1000 || prec > 1000) jj_fail(c, "format width or precision too large");
+        while (i < n && (p[i] == 'l' || p[i] == 'h' || p[i] == 'L')) i++;
+        if (i >= n) jj_fail(c, "incomplete format");
         char t = p[i];
         if (t == '%') {
             jj_buf_put(&b, "%", 1);
             continue;
         }
-        if (ai >= an) jj_fail(c, "not enough arguments for format string");
-        jv a = av[ai++];
-        if (fmt.safe && (t == 's' || t == 'r')) a = jj_escape(c, t == 'r' ? jj_repr(c, a) : a);
-        if (t == 's' || (t == 'r' && fmt.safe)) jv_write_str(&b, a);
-        else if (t == 'r') jv_write_repr(&b, a);
-        else if ((t == 'd' || t == 'i') && is_num(a))
-            jj_buf_printf(&b, "%lld", a.t == JV_FLOAT ? (long long)a.u.f : (long long)num_i(a));
-        else if (t == 'f' && is_num(a)) jj_buf_printf(&b, "%f", num_f(a));
-        else jj_fail(c, "unsupported format character '%c'", t);
+        if (!have_arg) {
+            if (ai >= an) jj_fail(c, "not enough arguments for format string");
+            a = av[ai++];
+        }
+        char spec[48];
+        switch (t) {
+        case 's':
+        case 'r':
+        case 'a': {
+            jv sv = t == 's' ? jj_to_str(c, a) : jj_repr(c, a);
+            if (fmt.safe) sv = jj_escape(c, sv);
+            size_t len = sv.u.s.n;
+            if (prec >= 0) { /* precision counts code points */
+                size_t k = 0, pos = 0;
+                int32_t cp;
+                while (pos < len && k < (size_t)prec) {
+                    pos = jj_utf8_next(sv.u.s.p, len, pos, &cp);
+                    k++;
+                }
+                len = pos;
+            }
+            size_t cps = jj_utf8_len(sv.u.s.p, len);
+            bool left = strchr(flags, '-') != NULL;
+            if (!left)
+                for (size_t k = cps; (int)k < width; k++) jj_buf_put(&b, " ", 1);
+            jj_buf_put(&b, sv.u.s.p, len);
+            if (left)
+                for (size_t k = cps; (int)k < width; k++) jj_buf_put(&b, " ", 1);
+            break;
+        }
+        case 'd':
+        case 'i':
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o':
+        case 'c': {
+            if (t == 'c' && a.t == JV_STR && jj_utf8_len(a.u.s.p, a.u.s.n) == 1) {
+                jj_buf_put(&b, a.u.s.p, a.u.s.n);
+                break;
+            }
+            if (!is_num(a)) jj_fail(c, "%%%c format: a number is required, not %s", t, jv_type_name(a));
+            if (a.t == JV_FLOAT && (t == 'x' || t == 'X' || t == 'o' || t == 'c'))
+                jj_fail(c, "%%%c format: an integer is required, not float", t);
+            long long v = a.t == JV_FLOAT ? (long long)a.u.f : (long long)num_i(a);
+            if (t == 'c') {
+                if (v < 0 || v > 0x10FFFF) jj_fail(c, "%%c arg not in range(0x110000)");
+                char u[5];
+                size_t un = 0;
+                uint32_t cp = (uint32_t)v;
+                if (cp < 0x80) u[un++] = (char)cp;
+                else if (cp < 0x800) { u[un++] = (char)(0xC0 | (cp >> 6)); u[un++] = (char)(0x80 | (cp & 0x3F)); }
+                else if (cp < 0x10000) { u[un++] = (char)(0xE0 | (cp >> 12)); u[un++] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[un++] = (char)(0x80 | (cp & 0x3F)); }
+                else { u[un++] = (char)(0xF0 | (cp >> 18)); u[un++] = (char)(0x80 | ((cp >> 12) & 0x3F)); u[un++] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[un++] = (char)(0x80 | (cp & 0x3F)); }
+                jj_buf_put(&b, u, un);
+                break;
+            }
+            char conv = t == 'i' || t == 'u' ? 'd' : t;
+            /* Python's %#o prints 0o; C prints 0 */
+            bool alt_o = conv == 'o' && strchr(flags, '#');
+            char fl2[8];
+            int k2 = 0;
+            for (int k = 0; flags[k]; k++)
+                if (!(alt_o && flags[k] == '#')) fl2[k2++] = flags[k];
+            fl2[k2] = 0;
+            if (alt_o) jj_buf_puts(&b, v < 0 ? "-0o" : "0o");
+            if (alt_o && v < 0) v = -v;
+            if (prec >= 0 && width >= 0) snprintf(spec, sizeof spec, "%%%s%d.%dll%c", fl2, width, prec, conv);
+            else if (prec >= 0) snprintf(spec, sizeof spec, "%%%s.%dll%c", fl2, prec, conv);
+            else if (width >= 0) snprintf(spec, sizeof spec, "%%%s%dll%c", fl2, width, conv);
+            else snprintf(spec, sizeof spec, "%%%sll%c", fl2, conv);
+            char out[2100];
+            int m = snprintf(out, sizeof out, spec, v);
+            if (m > 0) jj_buf_put(&b, out, (size_t)m < sizeof out ? (size_t)m : sizeof out - 1);
+            break;
+        }
+        case 'f':
+        case 'F':
+        case 'e':
+        case 'E':
+        case 'g':
+        case 'G': {
+            if (!is_num(a)) jj_fail(c, "%%%c format: a real number is required, not %s", t, jv_type_name(a));
+            if (prec >= 0 && width >= 0) snprintf(spec, sizeof spec, "%%%s%d.%d%c", flags, width, prec, t);
+            else if (prec >= 0) snprintf(spec, sizeof spec, "%%%s.%d%c", flags, prec, t);
+            else if (width >= 0) snprintf(spec, sizeof spec, "%%%s%d%c", flags, width, t);
+            else snprintf(spec, sizeof spec, "%%%s%c", flags, t);
+            char out[2100];
+            int m = snprintf(out, sizeof out, spec, num_f(a));
+            if (m > 0) jj_buf_put(&b, out, (size_t)m < sizeof out ? (size_t)m : sizeof out - 1);
+            break;
+        }
+        default: jj_fail(c, "unsupported format character '%c'", t);
+        }
     }
-    if (ai < an && args.t != JV_DICT)
+    if (ai < an && !used_key && args.t != JV_DICT)
         jj_fail(c, "not all arguments converted during string formatting");
     jv r = jj_buf_value(&b);
     r.safe = fmt.safe;
@@ -772,6 +902,19 @@ static jv loop_cycle(jj_ctx *c, jv self, const jv *args, size_t nargs, const cha
     return args[(size_t)(idx ? idx->u.i : 0) % nargs];
 }
 
+/* loop.changed(*values): true when the values differ from the previous call */
+static jv loop_changed(jj_ctx *c, jv self, const jv *args, size_t nargs, const char **kwn,
+                       const jv *kwv, size_t nkw) {
+    (void)kwn, (void)kwv, (void)nkw;
+    jv now = jv_new_list(&c->arena, nargs);
+    for (size_t i = 0; i < nargs; i++) now.u.l->v[i] = args[i];
+    now.u.l->n = nargs;
+    jv *last = jv_dict_gets(self, "last");
+    if (last && jv_equal(*last, now)) return jv_bool(false);
+    jv_dict_set(&c->arena, self, jv_cstr("last"), now);
+    return jv_bool(true);
+}
+
 static void exec_for(jj_ctx *c, jj_frame *f, const jj_node *n) {
     jv seq = eval(c, f, n->a);
     c->line = n->line;
@@ -798,6 +941,8 @@ static void exec_for(jj_ctx *c, jj_frame *f, const jj_node *n) {
     }
     jv loop = jv_new_dict(&c->arena, 12);
     jv_dict_set(&c->arena, loop, jv_cstr("cycle"), jj_make_builtin(c, "cycle", loop_cycle, loop));
+    jv_dict_set(&c->arena, loop, jv_cstr("changed"),
+                jj_make_builtin(c, "changed", loop_changed, jv_new_dict(&c->arena, 1)));
     jv_dict_set(&c->arena, loop, jv_cstr("length"), jv_int((int64_t)len));
     jv_dict_set(&c->arena, loop, jv_cstr("depth"), jv_int(1));
     jv_dict_set(&c->arena, loop, jv_cstr("depth0"), jv_int(0));
