@@ -457,7 +457,8 @@ jv jj_percent_format(jj_ctx *c, jv fmt, jv args) {
         default: jj_fail(c, "unsupported format character '%c'", t);
         }
     }
-    if (ai < an && !used_key && args.t != JV_DICT)
+    /* CPython skips this check when args is a mapping-like (dict, list) */
+    if (ai < an && !used_key && args.t != JV_DICT && !(args.t == JV_LIST && !args.tuple))
         jj_fail(c, "not all arguments converted during string formatting");
     jv r = jj_buf_value(&b);
     r.safe = fmt.safe;
