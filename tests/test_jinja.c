@@ -258,6 +258,8 @@ static void test_scoping_and_macros(void **state) {
     CHECK("{% macro m() %}{{ varargs | length }}{{ kwargs.k }}{% endmacro %}{{ m(1, 2, k=3) }}", "23");
     CHECK("{% set g = 'G' %}{% macro m() %}{{ g }}{% endmacro %}{{ m() }}", "G");
     CHECK("{% filter upper %}ab{{ 'c' }}{% endfilter %}", "ABC");
+    CHECK("{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}{{ c is defined }}",
+          "211False");
     CHECK("{% raw %}{{ x }}{% if %}{% endraw %}", "{{ x }}{% if %}");
     CHECK("{{ bos_token }}{{ eos_token }}{{ pad_token is defined }}{{ add_generation_prompt }}",
           "<s></s>FalseTrue");

@@ -130,6 +130,7 @@ typedef enum jj_kind {
     S_BREAK,
     S_CONTINUE,
     S_DO,
+    S_WITH, /* with kwn[i] = kwv[i], ...: items in a new frame */
 } jj_kind;
 
 typedef enum jj_op {

@@ -1056,6 +1056,15 @@ static void exec_stmt(jj_ctx *c, jj_frame *f, const jj_node *n) {
     case S_BREAK: c->loopctl = 1; break;
     case S_CONTINUE: c->loopctl = 2; break;
     case S_DO: (void)eval(c, f, n->a); break;
+    case S_WITH: {
+        /* values are evaluated in the outer frame, as jinja2 does */
+        jv *vals = jj_alloc(&c->arena, (n->nkw + 1) * sizeof(jv));
+        for (size_t i = 0; i < n->nkw; i++) vals[i] = eval(c, f, n->kwv[i]);
+        jj_frame *wf = new_frame(c, f);
+        for (size_t i = 0; i < n->nkw; i++) set_var(c, wf, n->kwn[i], vals[i]);
+        exec_body(c, wf, n->items, n->n);
+        break;
+    }
     default: jj_fail(c, "internal: expression used as statement");
     }
 }

@@ -1296,6 +1296,28 @@ static jj_node *parse_stmt(parser *p) {
     } else if (is_name(t, "break") || is_name(t, "continue")) {
         n = mk(p, is_name(t, "break") ? S_BREAK : S_CONTINUE, line);
         end_tag(p);
+    } else if (is_name(t, "with")) {
+        n = mk(p, S_WITH, line);
+        svec names = {0};
+        nvec vals = {0};
+        while (peek(p)->k != T_BE) {
+            if (names.n) expect_op(p, ",");
+            sv_push(p, &names, expect_name(p));
+            expect_op(p, "=");
+            nv_push(p, &vals, parse_expr(p));
+        }
+        n->kwn = names.v;
+        n->kwv = vals.v;
+        n->nkw = names.n;
+        end_tag(p);
+        static const char *const ends[] = {"endwith", NULL};
+        nvec body = {0};
+        parse_body(p, &body, ends);
+        n->items = body.v;
+        n->n = body.n;
+        next(p);
+        next(p);
+        end_tag(p);
     } else if (is_name(t, "do")) {
         n = mk(p, S_DO, line);
         n->a = parse_tuple_expr(p, true);
@@ -1351,7 +1373,7 @@ static void parse_body(parser *p, nvec *out, const char *const *ends) {
             tok *nt = peek2(p);
             static const char *const stray[] = {"endif", "endfor", "else", "elif", "endset",
                                                 "endmacro", "endcall", "endfilter",
-                                                "endgeneration", NULL};
+                                                "endgeneration", "endwith", NULL};
             if (at_block_named(p, stray))
                 perr(p, nt->line, "unexpected '%.*s'", (int)nt->n, nt->s);
             nv_push(p, out, parse_stmt(p));
