@@ -949,6 +949,10 @@ static void exec_for(jj_ctx *c, jj_frame *f, const jj_node *n) {
     jv_dict_set(&c->arena, loop, jv_cstr("depth0"), jv_int(0));
     static const char *const keys[] = {"index", "index0", "revindex", "revindex0",
                                        "first", "last",   "previtem", "nextitem"};
+    size_t first_key = loop.u.d->n;
+    for (size_t k = 0; k < 8; k++) jv_dict_set(&c->arena, loop, jv_cstr(keys[k]), jv_none());
+    /* the layout the fast path writes into; the body may change it (loop.pop) */
+    const jj_dict layout = *loop.u.d;
     for (size_t i = 0; i < len; i++) {
         step(c, n);
         jv lv[8] = {jv_int((int64_t)i + 1),
@@ -959,8 +963,11 @@ static void exec_for(jj_ctx *c, jj_frame *f, const jj_node *n) {
                     jv_bool(i + 1 == len),
                     i ? items.u.l->v[i - 1] : jv_undef("previtem"),
                     i + 1 < len ? items.u.l->v[i + 1] : jv_undef("nextitem")};
-        /* by key each time: the body may have changed the loop dict (loop.update) */
-        for (size_t k = 0; k < 8; k++) jv_dict_set(&c->arena, loop, jv_cstr(keys[k]), lv[k]);
+        jj_dict *d = loop.u.d;
+        if (d->n == layout.n && d->k == layout.k && d->v == layout.v)
+            memcpy(d->v + first_key, lv, sizeof lv);
+        else /* changed by the body: by key */
+            for (size_t k = 0; k < 8; k++) jv_dict_set(&c->arena, loop, jv_cstr(keys[k]), lv[k]);
         set_var(c, lf, "loop", loop);
         assign(c, lf, n->kwn, n->nkw, items.u.l->v[i]);
         exec_body(c, lf, n->items, n->n);
