@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "base/status.h"
 #include "cli/commands.h"
@@ -25,6 +26,7 @@ static void help(void) {
         "  --add-generation-prompt   end with the assistant turn header\n"
         "  --continue-final-message  end inside the last message (to continue it)\n"
         "  --chat-template FILE      use this template instead of the model's\n"
+        "  --date YYYY-MM-DD         the date strftime_now() sees (default: today)\n"
         "  --prepare                 prepare messages as the server does for an OpenAI\n"
         "                            request (content parts joined or wrapped to suit the\n"
         "                            template, tool call arguments parsed from JSON)\n");
@@ -78,6 +80,7 @@ static bool is_template_file(const char *p) {
 
 int pg_cmd_chat_template(int argc, char **argv) {
     const char *model = NULL, *messages = NULL, *tools = NULL, *kwargs = NULL, *tpl = NULL;
+    const char *date = NULL;
     bool agp = false, prepare = false, cont = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -101,6 +104,7 @@ int pg_cmd_chat_template(int argc, char **argv) {
                           : !strcmp(a, "--tools") ? &tools
                           : !strcmp(a, "--kwargs") ? &kwargs
                           : !strcmp(a, "--chat-template") ? &tpl
+                          : !strcmp(a, "--date") ? &date
                           : NULL;
         if (slot) {
             if (i + 1 >= argc) {
@@ -128,6 +132,23 @@ int pg_cmd_chat_template(int argc, char **argv) {
     if (!messages) {
         fprintf(stderr, "pagoda chat-template: --messages is required (see --help)\n");
         return 2;
+    }
+    struct tm now_tm = {0}, *now = NULL;
+    if (date) {
+        int y, m, d;
+        char extra;
+        if (sscanf(date, "%d-%d-%d%c", &y, &m, &d, &extra) != 3 || m < 1 || m > 12 || d < 1 ||
+            d > 31) {
+            fprintf(stderr, "pagoda chat-template: --date '%s': expected YYYY-MM-DD\n", date);
+            return 2;
+        }
+        now_tm.tm_year = y - 1900;
+        now_tm.tm_mon = m - 1;
+        now_tm.tm_mday = d;
+        now_tm.tm_isdst = -1;
+        time_t tt = timegm(&now_tm); /* normalise and fill wday / yday */
+        gmtime_r(&tt, &now_tm);
+        now = &now_tm;
     }
     if (model && !tpl && is_template_file(model)) {
         tpl = model;
@@ -157,7 +178,7 @@ int pg_cmd_chat_template(int argc, char **argv) {
         jm = pm;
     }
     pg_chat_special_tokens sp = pg_chat_config_tokens(&cfg);
-    if (pg_chat_template_render(t, jm, jt, jk, agp, &sp, &out) != PAGODA_OK) {
+    if (pg_chat_template_render_at(t, jm, jt, jk, agp, &sp, now, &out) != PAGODA_OK) {
         fprintf(stderr, "pagoda chat-template: %s\n", pg_last_error());
         goto done;
     }
