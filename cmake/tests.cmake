@@ -1,6 +1,7 @@
 # One cmocka executable per tests/test_*.c, each registered with CTest.
 # Tests find the shared assets through PAGODA_ASSETS and the build tree
-# through PAGODA_BUILD_DIR. When cross-compiling for aarch64, CTest runs each
+# through PAGODA_BUILD_DIR; tests that start the `pagoda` binary prefix it with
+# PAGODA_EXEC_WRAPPER (empty natively, qemu in the cross build). When cross-compiling for aarch64, CTest runs each
 # test under qemu (CMAKE_CROSSCOMPILING_EMULATOR: -cpu max) and registers a
 # second copy "<name>_sve256" under -cpu max,sve256=on. Those runs also tell
 # tests what the emulated CPU must show (PAGODA_EXPECT_FEATURES, and the SVE
@@ -19,11 +20,12 @@ foreach(src ${PAGODA_TESTS})
   add_test(NAME ${name} COMMAND ${name})
   if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
     set(qemu_env "${env};PAGODA_EXPECT_FEATURES=${PAGODA_QEMU_MAX_FEATURES}")
+    # Tests that start the pagoda binary prepend PAGODA_EXEC_WRAPPER (qemu).
     set_tests_properties(${name} PROPERTIES TIMEOUT 600
-                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=64")
+                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=64;PAGODA_EXEC_WRAPPER=${PAGODA_QEMU} -cpu max")
     add_test(NAME ${name}_sve256 COMMAND ${PAGODA_QEMU} -cpu max,sve256=on $<TARGET_FILE:${name}>)
     set_tests_properties(${name}_sve256 PROPERTIES TIMEOUT 900
-                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=32")
+                         ENVIRONMENT "${qemu_env};PAGODA_EXPECT_SVE_VL_BYTES=32;PAGODA_EXEC_WRAPPER=${PAGODA_QEMU} -cpu max,sve256=on")
   else()
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 600)
   endif()
@@ -68,6 +70,25 @@ add_test(NAME pagoda_env_bad_cpus COMMAND pagoda env)
 set_tests_properties(pagoda_env_bad_cpus PROPERTIES ENVIRONMENT "PAGODA_CPUS=0-"
                      PASS_REGULAR_EXPRESSION "PAGODA_CPUS: '0-' ends at offset 2 where a range end was expected; using the default")
 
+# `pagoda bench serve` option handling (the client itself is tested end to
+# end by tests/test_bench_serve.c against an in-process fake server).
+add_test(NAME pagoda_bench_serve_bad_option COMMAND pagoda bench serve --bogus)
+set_tests_properties(pagoda_bench_serve_bad_option PROPERTIES
+                     PASS_REGULAR_EXPRESSION "pagoda bench serve: unknown option '--bogus'")
+add_test(NAME pagoda_bench_serve_bad_rate COMMAND pagoda bench serve --request-rate 0)
+set_tests_properties(pagoda_bench_serve_bad_rate PROPERTIES
+                     PASS_REGULAR_EXPRESSION "bad value '0' for --request-rate")
+add_test(NAME pagoda_bench_serve_needs_tokenizer COMMAND pagoda bench serve --model m)
+set_tests_properties(pagoda_bench_serve_needs_tokenizer PROPERTIES
+                     PASS_REGULAR_EXPRESSION "needs --tokenizer PATH")
+# Nothing listens on port 1: every request fails, the table says so, exit 1.
+add_test(NAME pagoda_bench_serve_refused COMMAND pagoda bench serve --base-url http://127.0.0.1:1
+         --model m --prompt-as-ids --vocab-size 50 --num-prompts 2 --ready-check-timeout-sec 0)
+set_tests_properties(pagoda_bench_serve_refused PROPERTIES
+                     PASS_REGULAR_EXPRESSION "Failed requests: +2 ")
+add_test(NAME pagoda_bench_serve_refused_fails COMMAND pagoda bench serve --base-url http://127.0.0.1:1
+         --model m --prompt-as-ids --vocab-size 50 --num-prompts 2 --ready-check-timeout-sec 0)
+set_tests_properties(pagoda_bench_serve_refused_fails PROPERTIES WILL_FAIL TRUE)
 # `pagoda chat-template` end to end: a template file, and a model without one.
 add_test(NAME pagoda_chat_template COMMAND pagoda chat-template
          ${PAGODA_ASSETS}/chat-templates/Qwen-Qwen3-0.6B.jinja

@@ -15,6 +15,8 @@ static const pg_command COMMANDS[] = {
     {"chat-template", pg_cmd_chat_template, "render a conversation with a model's chat template"},
     {"tokenize", pg_cmd_tokenize, "print the token ids of a text (TOKENIZER --text TEXT)"},
     {"detokenize", pg_cmd_detokenize, "print the text of token ids (TOKENIZER --ids 1,2,3)"},
+    {"generate", pg_cmd_generate, "generate text for one prompt (offline, batch of one)"},
+    {"bench", pg_cmd_bench, "benchmarks: `bench serve` measures an OpenAI-compatible server"},
 };
 
 static void usage(FILE *f) {

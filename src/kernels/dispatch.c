@@ -6,12 +6,47 @@
 
 #include "base/cpu.h"
 #include "base/log.h"
+#include "kernels/attention.h"
+#include "kernels/ref/ops_ref.h"
 #include "kernels/ref/ref.h"
 #if defined(__x86_64__)
 #include "kernels/x86/x86.h"
 #elif defined(__aarch64__)
 #include "kernels/arm/arm.h"
 #endif
+
+/* Attention micro-kernel sets (kernels/attention.h), one per ISA and KV dtype. */
+static const pg_attn_ukernels UK_SCALAR_F32 = {"scalar", PG_F32, pg_ref_attn_qk_f32kv,
+                                               pg_ref_attn_softmax, pg_ref_attn_pv_f32kv};
+static const pg_attn_ukernels UK_SCALAR_BF16 = {"scalar", PG_BF16, pg_ref_attn_qk_bf16kv,
+                                                pg_ref_attn_softmax, pg_ref_attn_pv_bf16kv};
+#if defined(__x86_64__)
+static const pg_attn_ukernels UK_AVX2_F32 = {"avx2", PG_F32, pg_avx2_attn_qk_f32kv,
+                                             pg_avx2_attn_softmax, pg_avx2_attn_pv_f32kv};
+static const pg_attn_ukernels UK_AVX2_BF16 = {"avx2", PG_BF16, pg_avx2_attn_qk_bf16kv,
+                                              pg_avx2_attn_softmax, pg_avx2_attn_pv_bf16kv};
+static const pg_attn_ukernels UK_AVX512_F32 = {"avx512", PG_F32, pg_avx512_attn_qk_f32kv,
+                                               pg_avx512_attn_softmax, pg_avx512_attn_pv_f32kv};
+static const pg_attn_ukernels UK_AVX512_BF16 = {"avx512", PG_BF16, pg_avx512_attn_qk_bf16kv,
+                                                pg_avx512_attn_softmax, pg_avx512_attn_pv_bf16kv};
+static const pg_attn_ukernels UK_AVX512BF16_BF16 = {
+    "avx512bf16", PG_BF16, pg_avx512bf16_attn_qk_bf16kv, pg_avx512_attn_softmax,
+    pg_avx512bf16_attn_pv_bf16kv};
+#elif defined(__aarch64__)
+static const pg_attn_ukernels UK_NEON_F32 = {"neon", PG_F32, pg_neon_attn_qk_f32kv,
+                                             pg_neon_attn_softmax, pg_neon_attn_pv_f32kv};
+static const pg_attn_ukernels UK_NEON_BF16 = {"neon", PG_BF16, pg_neon_attn_qk_bf16kv,
+                                              pg_neon_attn_softmax, pg_neon_attn_pv_bf16kv};
+static const pg_attn_ukernels UK_NEON_BF16DOT = {"neon_bf16", PG_BF16, pg_neon_bf16_attn_qk_bf16kv,
+                                                 pg_neon_attn_softmax, pg_neon_bf16_attn_pv_bf16kv};
+#endif
+/* A GEMM microkernel descriptor. */
+static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
+                          void (*run)(int64_t, const void *, int64_t, const void *, float *,
+                                      int64_t, int, int)) {
+    pg_gemm_ukernel u = {name, mr, nr, kg, ar, run};
+    return u;
+}
 
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
@@ -24,29 +59,89 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, dot_f32, pg_ref_dot_f32, "scalar");
     SET(t, dot_bf16_f32, pg_ref_dot_bf16_f32, "scalar");
     SET(t, dot_f16_f32, pg_ref_dot_f16_f32, "scalar");
+    SET(t, vexp_f32, pg_ref_vexp_f32, "scalar");
+    SET(t, attn_f32kv, &UK_SCALAR_F32, "scalar");
+    SET(t, attn_bf16kv, &UK_SCALAR_BF16, "scalar");
+    SET(t, rmsnorm_f32, pg_ref_rmsnorm, "scalar");
+    SET(t, softmax_f32, pg_ref_softmax, "scalar");
+    SET(t, silu_f32, pg_ref_silu, "scalar");
+    SET(t, swiglu_f32, pg_ref_swiglu, "scalar");
+    SET(t, argmax_f32, pg_ref_argmax_f32, "scalar");
+    SET(t, cvt_f32_bf16, pg_ref_cvt_f32_bf16, "scalar");
+    t->gemm_bf16 = uk("scalar", 4, 16, 2, 1, pg_ref_gemm_uk_bf16);
+    t->gemm_f32 = uk("scalar", 4, 16, 1, 1, pg_ref_gemm_uk_f32);
 #if defined(__x86_64__)
     if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
         SET(t, dot_bf16_f32, pg_avx2_dot_bf16_f32, "avx2");
         SET(t, dot_f16_f32, pg_avx2_dot_f16_f32, "avx2");
+        SET(t, vexp_f32, pg_avx2_vexp_f32, "avx2");
+        SET(t, attn_f32kv, &UK_AVX2_F32, "avx2");
+        SET(t, attn_bf16kv, &UK_AVX2_BF16, "avx2");
+        SET(t, rmsnorm_f32, pg_avx2_rmsnorm_f32, "avx2");
+        SET(t, softmax_f32, pg_avx2_softmax_f32, "avx2");
+        SET(t, silu_f32, pg_avx2_silu_f32, "avx2");
+        SET(t, swiglu_f32, pg_avx2_swiglu_f32, "avx2");
+        SET(t, argmax_f32, pg_avx2_argmax_f32, "avx2");
+        SET(t, cvt_f32_bf16, pg_avx2_cvt_f32_bf16, "avx2");
+        t->gemm_bf16 = uk("avx2", 4, 16, 2, 1, pg_avx2_gemm_uk_bf16);
+        t->gemm_f32 = uk("avx2", 6, 16, 1, 1, pg_avx2_gemm_uk_f32);
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
         SET(t, dot_bf16_f32, pg_avx512_dot_bf16_f32, "avx512");
         SET(t, dot_f16_f32, pg_avx512_dot_f16_f32, "avx512");
+        SET(t, vexp_f32, pg_avx512_vexp_f32, "avx512");
+        SET(t, attn_f32kv, &UK_AVX512_F32, "avx512");
+        SET(t, attn_bf16kv, &UK_AVX512_BF16, "avx512");
+        SET(t, rmsnorm_f32, pg_avx512_rmsnorm_f32, "avx512");
+        SET(t, softmax_f32, pg_avx512_softmax_f32, "avx512");
+        SET(t, silu_f32, pg_avx512_silu_f32, "avx512");
+        SET(t, swiglu_f32, pg_avx512_swiglu_f32, "avx512");
+        SET(t, argmax_f32, pg_avx512_argmax_f32, "avx512");
+        SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
+        t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
+        t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
     }
-    /* avx512bf16: no entry uses VDPBF16PS yet (it rounds activations to
-     * BF16; it arrives with the BF16 GEMM), so it equals avx512 for now. */
+    /* avx512bf16: the BF16 GEMM and attention over a BF16 KV cache use
+     * VDPBF16PS; the dot products keep f32 activations (never rounded to
+     * BF16), so they stay avx512's. */
+    if (level == PG_ISA_AVX512BF16) {
+        SET(t, attn_bf16kv, &UK_AVX512BF16_BF16, "avx512bf16");
+        SET(t, cvt_f32_bf16, pg_avx512bf16_cvt_f32_bf16, "avx512bf16");
+        t->gemm_bf16 = uk("avx512bf16", 6, 64, 2, 1, pg_avx512bf16_gemm_uk_bf16);
+    }
 #elif defined(__aarch64__)
     if (level >= PG_ISA_NEON && level <= PG_ISA_SVE) {
         SET(t, dot_f32, pg_neon_dot_f32, "neon");
         SET(t, dot_bf16_f32, pg_neon_dot_bf16_f32, "neon");
         SET(t, dot_f16_f32, pg_neon_dot_f16_f32, "neon");
+        SET(t, vexp_f32, pg_neon_vexp_f32, "neon");
+        SET(t, attn_f32kv, &UK_NEON_F32, "neon");
+        SET(t, rmsnorm_f32, pg_neon_rmsnorm_f32, "neon");
+        SET(t, softmax_f32, pg_neon_softmax_f32, "neon");
+        SET(t, silu_f32, pg_neon_silu_f32, "neon");
+        SET(t, swiglu_f32, pg_neon_swiglu_f32, "neon");
+        SET(t, argmax_f32, pg_neon_argmax_f32, "neon");
+        /* BFDOT is a feature, not a level: used at neon and sve when present */
+        if (pg_cpu()->bf16)
+            SET(t, attn_bf16kv, &UK_NEON_BF16DOT, "neon_bf16");
+        else
+            SET(t, attn_bf16kv, &UK_NEON_BF16, "neon");
+        SET(t, cvt_f32_bf16, pg_neon_cvt_f32_bf16, "neon");
+        t->gemm_f32 = uk("neon", 6, 16, 1, 1, pg_neon_gemm_uk_f32);
+        /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
+         * row pairs), else widen + FMA on k-pairs. */
+        if (pg_cpu()->bf16)
+            t->gemm_bf16 = uk("neon-bfmmla", 8, 8, 4, 2, pg_bf16_gemm_uk_bfmmla);
+        else
+            t->gemm_bf16 = uk("neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16);
     }
     if (level == PG_ISA_SVE) {
         SET(t, dot_f32, pg_sve_dot_f32, "sve");
         SET(t, dot_bf16_f32, pg_sve_dot_bf16_f32, "sve");
         SET(t, dot_f16_f32, pg_sve_dot_f16_f32, "sve");
+        SET(t, vexp_f32, pg_sve_vexp_f32, "sve");
     }
 #endif
 }
@@ -56,6 +151,19 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "dot_f32", t->variant.dot_f32);
     fprintf(f, "  %s%-16s %s\n", p, "dot_bf16_f32", t->variant.dot_bf16_f32);
     fprintf(f, "  %s%-16s %s\n", p, "dot_f16_f32", t->variant.dot_f16_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "vexp_f32", t->variant.vexp_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "attn_f32kv", t->variant.attn_f32kv);
+    fprintf(f, "  %s%-16s %s\n", p, "attn_bf16kv", t->variant.attn_bf16kv);
+    fprintf(f, "  %s%-16s %s\n", p, "rmsnorm_f32", t->variant.rmsnorm_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "softmax_f32", t->variant.softmax_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "silu_f32", t->variant.silu_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "swiglu_f32", t->variant.swiglu_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "argmax_f32", t->variant.argmax_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "cvt_f32_bf16", t->variant.cvt_f32_bf16);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_bf16", t->gemm_bf16.name, t->gemm_bf16.mr,
+            t->gemm_bf16.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_f32", t->gemm_f32.name, t->gemm_f32.mr,
+            t->gemm_f32.nr);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */
@@ -98,4 +206,23 @@ static void active_init(void) {
 const pg_kernel_table *pg_kernels(void) {
     pthread_once(&g_active_once, active_init);
     return g_active;
+}
+
+int pg_attn_ukernel_variants(pg_dtype dtype, const pg_attn_ukernels **out, int max) {
+    pthread_once(&g_tables_once, tables_init);
+    int n = 0;
+    const pg_attn_ukernels *prev = NULL;
+    for (int l = 0; l < PG_ISA_COUNT; l++) {
+        if (!g_tables[l].isa) continue;
+        const pg_attn_ukernels *u =
+            dtype == PG_BF16 ? g_tables[l].attn_bf16kv : g_tables[l].attn_f32kv;
+        if (u != prev && n < max) out[n++] = u;
+        prev = u;
+    }
+#if defined(__aarch64__)
+    /* the exact-widening NEON BF16 set, when the tables use BFDOT instead */
+    if (dtype == PG_BF16 && pg_isa_supported(pg_cpu(), PG_ISA_NEON) && pg_cpu()->bf16 && n < max)
+        out[n++] = &UK_NEON_BF16;
+#endif
+    return n;
 }

@@ -22,6 +22,27 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct pg_attn_ukernels; /* kernels/attention.h */
+/* A GEMM microkernel (driven by src/kernels/gemm.c; layouts in
+ * docs/ARCHITECTURE.md "GEMM"). It computes an mr x nr tile
+ *     c[i][j] (+)= sum over ngroups k-groups of A(row i) . W(column j)
+ * where W is one packed panel slice (ngroups x nr x kg elements: for each
+ * k-group, for each of the nr columns, kg consecutive k) and A is ngroups
+ * k-groups of mr rows: ar == 1: row i at a + i*a_stride, kg consecutive k
+ * per group; ar == 2: row pairs (BFMMLA), pair p at a + p*a_stride, each
+ * group = row 2p's kg values then row 2p+1's. Elements are uint16 BF16 bits
+ * (bf16 kernels) or f32. c is row-major with stride ldc floats; accumulate
+ * == 0 starts from zero, 1 adds to what c holds. 1 <= mr <= the kernel's mr.
+ * Every c[i][j] is reduced in increasing k-group order in one accumulator
+ * whose lane does not depend on mr or i: the batch-invariance contract. */
+typedef struct pg_gemm_ukernel {
+    const char *name; /* variant, for reports: "avx512bf16", "scalar", ... */
+    int mr, nr;       /* max rows per call; panel width in columns */
+    int kg, ar;       /* k per group; rows per A group (1 or 2) */
+    void (*run)(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                int64_t ldc, int mr, int accumulate);
+} pg_gemm_ukernel;
+
 typedef struct pg_kernel_table {
     const char
         *isa; /* name of the level: "scalar", "avx2", "avx512", "avx512bf16", "neon", "sve" */
@@ -31,10 +52,37 @@ typedef struct pg_kernel_table {
     float (*dot_bf16_f32)(const uint16_t *w, const float *x, size_t n);
     /* sum_i f16(w[i])*x[i]: F16 weights (raw uint16 bits) times f32 activations. */
     float (*dot_f16_f32)(const uint16_t *w, const float *x, size_t n);
+    /* y[i] = e^{x[i]}, n floats (x == y allowed): range reduction x = n ln2 + r,
+     * Cephes degree-7 polynomial, 2^n from exponent bits in two halves (so the
+     * denormal range rounds once and x near 88.7 does not overflow early);
+     * within 2 ulp of the correctly rounded value (tests/test_vexp.c);
+     * -inf -> 0, +inf -> inf, NaN -> NaN, x < -104 -> 0. */
+    void (*vexp_f32)(const float *x, float *y, size_t n);
+    /* Paged-attention micro-kernels for an F32 / a BF16 KV cache (kernels/attention.h). */
+    const struct pg_attn_ukernels *attn_f32kv, *attn_bf16kv;
+    /* Row ops; specs: pg_ref_rmsnorm / pg_ref_softmax / pg_ref_silu /
+     * pg_ref_swiglu (kernels/ref/ops_ref.h: m rows of n for RMSNorm, softmax
+     * in place over n >= 1), pg_ref_argmax_f32 (ref/ref.h: first index of
+     * the largest non-NaN value, 0 if none). Variants sum in an order fixed
+     * by n and use the vexp above (tests/test_vops.c). */
+    void (*rmsnorm_f32)(float *out, const float *x, const float *w, size_t m, size_t n, float eps);
+    void (*softmax_f32)(float *x, size_t n);
+    void (*silu_f32)(float *out, const float *x, size_t n);
+    void (*swiglu_f32)(float *out, const float *gate, const float *up, size_t n);
+    size_t (*argmax_f32)(const float *x, size_t n);
+
+    /* GEMM microkernels (kernels/gemm.h): BF16 weights x BF16-rounded
+     * activations with f32 accumulation, and exact f32 (one FMA per product). */
+    pg_gemm_ukernel gemm_bf16, gemm_f32;
+    /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN), n >= 0:
+     * the GEMM's activation input stage. */
+    void (*cvt_f32_bf16)(const float *src, uint16_t *dst, size_t n);
 
     /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
     struct {
-        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32;
+        const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16;
+        const char *vexp_f32, *attn_f32kv, *attn_bf16kv;
+        const char *rmsnorm_f32, *softmax_f32, *silu_f32, *swiglu_f32, *argmax_f32;
     } variant;
 } pg_kernel_table;
 

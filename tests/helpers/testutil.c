@@ -15,6 +15,11 @@ const char *pg_test_asset(const char *rel) {
     return buf;
 }
 
+const char *pg_test_exec_wrapper(void) {
+    const char *w = getenv("PAGODA_EXEC_WRAPPER");
+    return w ? w : "";
+}
+
 /* Temporary directories made by pg_test_tmpdir, removed at exit unless
  * PAGODA_KEEP_TMP is set (to inspect a failing test's files). */
 #define MAX_TMPDIRS 256

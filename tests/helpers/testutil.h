@@ -14,6 +14,10 @@
  * copy it if you need two at once). */
 const char *pg_test_asset(const char *rel);
 
+/* Command prefix for starting the built `pagoda` binary: "" natively, the
+ * qemu command line in the aarch64 cross build (env PAGODA_EXEC_WRAPPER). */
+const char *pg_test_exec_wrapper(void);
+
 /* A fresh temporary directory for the calling test (mkdtemp under $TMPDIR). */
 const char *pg_test_tmpdir(void);
 

@@ -22,4 +22,46 @@ float pg_sve_dot_f32(const float *a, const float *b, size_t n);
 float pg_sve_dot_bf16_f32(const uint16_t *w, const float *x, size_t n);
 float pg_sve_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
 
+/* attention_neon.c: paged-attention micro-kernels (pg_attn_ukernels,
+ * kernels/attention.h; BF16 K/V widened exactly) and the vector exp.
+ * attention_bf16.c (FEAT_BF16): BF16-KV QK and PV with BFDOT (q and p
+ * rounded to BF16). */
+void pg_neon_vexp_f32(const float *x, float *y, size_t n);
+void pg_neon_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float scale, float *s, int lds);
+void pg_neon_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float scale, float *s, int lds);
+void pg_neon_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,
+                          int ldacc, int hd);
+void pg_neon_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float *acc, int ldacc);
+void pg_neon_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float *acc, int ldacc);
+void pg_neon_bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                                 int nk, int hd, float scale, float *s, int lds);
+void pg_neon_bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                                 int nk, int hd, float *acc, int ldacc);
+
+/* ops_neon.c: row ops (dispatch entries rmsnorm_f32 ...). */
+void pg_neon_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n, float eps);
+void pg_neon_softmax_f32(float *x, size_t n);
+void pg_neon_silu_f32(float *out, const float *x, size_t n);
+void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+size_t pg_neon_argmax_f32(const float *x, size_t n);
+/* GEMM microkernels (pg_gemm_ukernel, dispatch.h).
+ * gemm_neon.c: f32 6x16 (FMLA, one FMA per product in increasing k:
+ *   bitwise the reference); bf16 for cores without FEAT_BF16 4x16 (k-pairs,
+ *   widen + FMA odd then even: bitwise the reference); cvt_f32_bf16.
+ * gemm_bf16.c: bf16 8x8 with BFMMLA (kg 4, A in row pairs: ar 2). */
+void pg_neon_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                         float *c, int64_t ldc, int mr, int accumulate);
+void pg_neon_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                          float *c, int64_t ldc, int mr, int accumulate);
+void pg_neon_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                            float *c, int64_t ldc, int mr, int accumulate);
+
+/* vexp_sve.c: the vector exp with SVE (vector-length agnostic). */
+void pg_sve_vexp_f32(const float *x, float *y, size_t n);
+
 #endif

@@ -3,11 +3,61 @@
 #ifndef PAGODA_KERNELS_REF_H
 #define PAGODA_KERNELS_REF_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/dtype.h"
 
 float pg_ref_dot_f32(const float *a, const float *b, size_t n);
 float pg_ref_dot_bf16_f32(const uint16_t *w, const float *x, size_t n);
 float pg_ref_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
+
+/* attention.c: scalar attention micro-kernels (see pg_attn_ukernels in
+ * kernels/attention.h) and exp over an array (libm expf, the vexp spec). */
+void pg_ref_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs, int nk,
+                          int hd, float scale, float *s, int lds);
+void pg_ref_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float scale, float *s, int lds);
+void pg_ref_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs, int nk,
+                          int hd, float *acc, int ldacc);
+void pg_ref_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float *acc, int ldacc);
+void pg_ref_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,
+                         int ldacc, int hd);
+void pg_ref_vexp_f32(const float *x, float *y, size_t n);
+
+/* argmax.c: index of the first largest non-NaN value; 0 if n == 0 or all NaN. */
+size_t pg_ref_argmax_f32(const float *x, size_t n);
+
+/* ---- GEMM (kernels/gemm.h). */
+
+/* silu(x) = x * sigmoid(x) = x / (1 + e^-x) (Elfwing et al. 2017; Hendrycks
+ * & Gimpel's "SiLU"), the epilogue every GEMM variant and the reference share. */
+static inline float pg_silu_f32(float x) { return x / (1.0f + expf(-x)); }
+
+/* dst[i] = bf16(src[i]), round to nearest even, NaN stays NaN. */
+void pg_ref_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+
+/* Scalar microkernels (see pg_gemm_ukernel in kernels/dispatch.h):
+ * bf16: mr <= 4, nr 16, kg 2, ar 1. Per k-pair (k0 = 2g, k1 = 2g+1):
+ *       c += a[k1]*w[k1]; c += a[k0]*w[k0]  (each product exact in f32, each
+ *       add rounded: the order of the VDPBF16PS pseudocode, Intel SDM vol. 2,
+ *       which x86 variants reproduce bit for bit).
+ * f32:  mr <= 4, nr 16, kg 1, ar 1. c = fmaf(a[k], w[k], c), k increasing. */
+void pg_ref_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                         float *c, int64_t ldc, int mr, int accumulate);
+void pg_ref_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                        int64_t ldc, int mr, int accumulate);
+
+/* The GEMM specification on unpacked data (kernels/gemm.h for the meaning):
+ * W [N, K] of wdtype F32/F16/BF16 (W_up: the up half of a SwiGLU pair, else
+ * NULL), ep a pg_gemm_epilogue. F32: fmaf over increasing k. F16/BF16: W and
+ * A rounded to BF16, k-pairs summed as pg_ref_gemm_uk_bf16 does (odd K: a
+ * zero k appended). If y_out is not NULL it receives the raw sums
+ * y [M, N] (SwiGLU: [M, 2N], gate then up), row stride 2N, for tests. */
+void pg_ref_gemm(pg_dtype wdtype, const void *W, const void *W_up, int64_t N, int64_t K,
+                 const float *A, int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias,
+                 int ep, float *y_out);
 
 #endif

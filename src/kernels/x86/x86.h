@@ -22,4 +22,68 @@ float pg_avx512_dot_f32(const float *a, const float *b, size_t n);
 float pg_avx512_dot_bf16_f32(const uint16_t *w, const float *x, size_t n);
 float pg_avx512_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
 
+/* attention_avx2.c / attention_avx512.c / attention_avx512bf16.c: paged-
+ * attention micro-kernels (pg_attn_ukernels, kernels/attention.h) and the
+ * vector exp (dispatch entry vexp_f32). avx2 and avx512 widen BF16 K/V to
+ * f32 exactly; avx512bf16 computes with VDPBF16PS (q and p rounded to BF16). */
+void pg_avx2_vexp_f32(const float *x, float *y, size_t n);
+void pg_avx2_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float scale, float *s, int lds);
+void pg_avx2_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float scale, float *s, int lds);
+void pg_avx2_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,
+                          int ldacc, int hd);
+void pg_avx2_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float *acc, int ldacc);
+void pg_avx2_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float *acc, int ldacc);
+
+void pg_avx512_vexp_f32(const float *x, float *y, size_t n);
+void pg_avx512_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                             int nk, int hd, float scale, float *s, int lds);
+void pg_avx512_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                              int nk, int hd, float scale, float *s, int lds);
+void pg_avx512_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,
+                            int ldacc, int hd);
+void pg_avx512_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                             int nk, int hd, float *acc, int ldacc);
+void pg_avx512_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                              int nk, int hd, float *acc, int ldacc);
+
+void pg_avx512bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                                  int nk, int hd, float scale, float *s, int lds);
+void pg_avx512bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                                  int nk, int hd, float *acc, int ldacc);
+
+/* ops_avx2.c / ops_avx512.c: row ops (dispatch entries rmsnorm_f32 ...). */
+void pg_avx2_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n, float eps);
+void pg_avx2_softmax_f32(float *x, size_t n);
+void pg_avx2_silu_f32(float *out, const float *x, size_t n);
+void pg_avx2_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+size_t pg_avx2_argmax_f32(const float *x, size_t n);
+void pg_avx512_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n,
+                           float eps);
+void pg_avx512_softmax_f32(float *x, size_t n);
+void pg_avx512_silu_f32(float *out, const float *x, size_t n);
+void pg_avx512_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
+size_t pg_avx512_argmax_f32(const float *x, size_t n);
+/* GEMM microkernels (pg_gemm_ukernel, dispatch.h) and the activation
+ * input stage (cvt_f32_bf16). Shapes: gemm_avx2.c f32 6x16, bf16 4x16;
+ * gemm_avx512.c f32 6x64, bf16 8x32 (widen + FMA);
+ * gemm_avx512bf16.c bf16 6x64 (VDPBF16PS). All bf16 kernels use k-pairs
+ * (kg 2) and row-major A (ar 1); all are bitwise equal to the reference. */
+void pg_avx2_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                         float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx2_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                          float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx2_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+void pg_avx512_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                           float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx512_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                            float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx512_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                                float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx512bf16_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
+
 #endif

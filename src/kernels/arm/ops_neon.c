@@ -1,0 +1,89 @@
+/* NEON row ops (RMSNorm, softmax, SiLU, SwiGLU, argmax): the scheme of
+ * x86/ops_avx512.c on 4 lanes; tails through a padded 4-float buffer. */
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/arm/arm.h"
+#include "kernels/arm/vexp_neon.h"
+
+/* x[i..i+4), lanes past n = pad. */
+static inline float32x4_t load_pad(const float *x, size_t i, size_t n, float pad) {
+    if (i + 4 <= n) return vld1q_f32(x + i);
+    float b[4] = {pad, pad, pad, pad};
+    memcpy(b, x + i, (n - i) * sizeof(float));
+    return vld1q_f32(b);
+}
+
+static inline void store_part(float *y, size_t i, size_t n, float32x4_t v) {
+    if (i + 4 <= n) {
+        vst1q_f32(y + i, v);
+        return;
+    }
+    float b[4];
+    vst1q_f32(b, v);
+    memcpy(y + i, b, (n - i) * sizeof(float));
+}
+
+void pg_neon_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n,
+                         float eps) {
+    for (size_t r = 0; r < m; r++) {
+        const float *xr = x + r * n;
+        float *yr = out + r * n;
+        float32x4_t acc = vdupq_n_f32(0);
+        for (size_t i = 0; i < n; i += 4) {
+            float32x4_t v = load_pad(xr, i, n, 0);
+            acc = vfmaq_f32(acc, v, v);
+        }
+        float scale = 1.0f / sqrtf(vaddvq_f32(acc) / (float)n + eps);
+        for (size_t i = 0; i < n; i += 4) {
+            float32x4_t v = vmulq_n_f32(load_pad(xr, i, n, 0), scale);
+            store_part(yr, i, n, vmulq_f32(load_pad(w, i, n, 0), v));
+        }
+    }
+}
+
+void pg_neon_softmax_f32(float *x, size_t n) {
+    float32x4_t mx = vdupq_n_f32(-INFINITY);
+    for (size_t i = 0; i < n; i += 4)
+        mx = vmaxq_f32(mx, load_pad(x, i, n, -INFINITY));
+    const float32x4_t mv = vdupq_n_f32(vmaxvq_f32(mx));
+    float32x4_t sum = vdupq_n_f32(0);
+    for (size_t i = 0; i < n; i += 4) {
+        float32x4_t e = pg_exp_neon(vsubq_f32(load_pad(x, i, n, -INFINITY), mv));
+        store_part(x, i, n, e);
+        sum = vaddq_f32(sum, e);
+    }
+    const float inv = 1.0f / vaddvq_f32(sum);
+    for (size_t i = 0; i < n; i += 4)
+        store_part(x, i, n, vmulq_n_f32(load_pad(x, i, n, 0), inv));
+}
+
+static inline float32x4_t silu(float32x4_t g) {
+    float32x4_t e = pg_exp_neon(vnegq_f32(g));
+    return vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), e));
+}
+
+void pg_neon_silu_f32(float *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i += 4)
+        store_part(out, i, n, silu(load_pad(x, i, n, 0)));
+}
+
+void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i += 4)
+        store_part(out, i, n, vmulq_f32(silu(load_pad(gate, i, n, 0)), load_pad(up, i, n, 0)));
+}
+
+size_t pg_neon_argmax_f32(const float *x, size_t n) {
+    const float32x4_t ninf = vdupq_n_f32(-INFINITY);
+    float32x4_t mx = ninf;
+    for (size_t i = 0; i < n; i += 4) {
+        float32x4_t v = load_pad(x, i, n, -INFINITY);
+        v = vbslq_f32(vceqq_f32(v, v), v, ninf); /* NaN never wins */
+        mx = vmaxq_f32(mx, v);
+    }
+    const float best = vmaxvq_f32(mx);
+    for (size_t i = 0; i < n; i++)
+        if (x[i] == best) return i;
+    return 0; /* n == 0 or every value NaN */
+}

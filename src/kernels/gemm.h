@@ -1,0 +1,102 @@
+/* Prepacked GEMM for linear layers: C[M,N] = A[M,K] . W[N,K]^T (+ bias),
+ * with fused epilogues.
+ *
+ * Shapes and dtypes
+ *   A    [M, K] f32, row-major, row stride lda (floats, >= K).
+ *   W    [N, K] row-major (the nn.Linear / GGUF layout: one row per output
+ *        feature), source dtype F32, F16 or BF16, packed once by pg_gemm_pack.
+ *   C    [M, N] f32 (SwiGLU: [M, N] with N the gate/up row count), row
+ *        stride ldc (floats, >= N).
+ *   bias [N] f32 or NULL (SwiGLU: [2N], the gate bias then the up bias).
+ *
+ * Arithmetic (the scalar reference pg_ref_gemm in ref/gemm.c is the
+ * specification)
+ *   - BF16 path (F16 or BF16 source): W is stored as BF16 (F16 rounds to
+ *     nearest even BF16 at pack time), A is rounded to BF16 (nearest even)
+ *     once per call in the GEMM's input stage, products are exact in f32 and
+ *     accumulate in f32. This is what VDPBF16PS (x86 AVX512_BF16) and BFMMLA
+ *     (Arm FEAT_BF16) compute; CPUs without them widen BF16 to f32 and FMA.
+ *   - F32 path (F32 source): W and A stay f32; one FMA per product, in
+ *     increasing k. Exact f32 semantics (this is what the F32 reference
+ *     models, e.g. stories260K, need).
+ *
+ * Epilogues, applied to y = sum_k A[m,k] W[n,k] after the whole K sum:
+ *   PG_GEMM_STORE     C[m,n]  = y + bias[n]
+ *   PG_GEMM_RESIDUAL  C[m,n] += y + bias[n]            (residual add)
+ *   PG_GEMM_SWIGLU    C[m,n]  = silu(g) * u, g = y_gate[n] + bias[n],
+ *                     u = y_up[n] + bias[N + n], silu(x) = x / (1 + e^-x)
+ *                     (Shazeer 2020, "GLU Variants Improve Transformer";
+ *                     needs a weight from pg_gemm_pack_swiglu); applied
+ *                     by the table's swiglu_f32 (spec pg_ref_swiglu, SIMD
+ *                     variants within a few ulp: their vexp_f32).
+ *
+ * Batch invariance: every C[m,n] is reduced over K in one fixed order that
+ * depends only on K and the kernel table (not on M, on the row's position,
+ * on the thread count or on the K blocking), so row i computed alone equals
+ * row i computed inside any batch, bit for bit. docs/ARCHITECTURE.md ("GEMM")
+ * gives the argument and the packed layouts.
+ *
+ * Threads: pool NULL runs on the caller; otherwise the call is one or two
+ * fork-join regions on `pool` (static split of N, and of M when N is too
+ * narrow). No allocation happens in pg_gemm: the caller passes `scratch` of
+ * at least pg_gemm_scratch_size bytes, 64-byte aligned. */
+#ifndef PAGODA_KERNELS_GEMM_H
+#define PAGODA_KERNELS_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/pool.h"
+#include "base/status.h"
+#include "kernels/dispatch.h"
+
+typedef enum pg_gemm_epilogue {
+    PG_GEMM_STORE = 0,
+    PG_GEMM_RESIDUAL,
+    PG_GEMM_SWIGLU,
+} pg_gemm_epilogue;
+
+/* Packed weight: opaque; owns its (huge-page) buffer. */
+typedef struct pg_packed_weight pg_packed_weight;
+
+/* Pack W [N, K] (src_dtype F32, F16 or BF16, row-major, contiguous) for the
+ * GEMM of table kt (NULL = pg_kernels()). The result keeps no pointer to W:
+ * the caller may unmap the source afterwards. F32 -> packed F32 panels;
+ * F16/BF16 -> packed BF16 panels. Errors: PAGODA_ERR_INVALID_ARG (N or K
+ * < 1, NULL W, other dtype), PAGODA_ERR_NOMEM. */
+pagoda_status pg_gemm_pack(pg_dtype src_dtype, const void *W, int64_t N, int64_t K,
+                           const pg_kernel_table *kt, pg_packed_weight **out);
+
+/* Pack a gate/up pair (each [N, K], same dtype) for PG_GEMM_SWIGLU: gate and
+ * up panels interleaved so one pass over A computes both. Errors as
+ * pg_gemm_pack. */
+pagoda_status pg_gemm_pack_swiglu(pg_dtype src_dtype, const void *W_gate, const void *W_up,
+                                  int64_t N, int64_t K, const pg_kernel_table *kt,
+                                  pg_packed_weight **out);
+
+void pg_gemm_free(pg_packed_weight *w); /* NULL is a no-op */
+
+/* Output width N (for SwiGLU: the gate rows), reduction length K, whether it
+ * is a SwiGLU pair, the packed bytes, and the variant name ("avx512bf16"...). */
+int64_t pg_gemm_n(const pg_packed_weight *w);
+int64_t pg_gemm_k(const pg_packed_weight *w);
+int pg_gemm_is_swiglu(const pg_packed_weight *w);
+size_t pg_gemm_packed_bytes(const pg_packed_weight *w);
+const char *pg_gemm_variant(const pg_packed_weight *w);
+
+/* Scratch bytes pg_gemm needs for M rows with nthreads threads (use
+ * pg_pool_size(pool), or 1 for pool NULL). Monotonic in M and nthreads, so
+ * size once for the largest step (max_num_batched_tokens). */
+size_t pg_gemm_scratch_size(const pg_packed_weight *w, int64_t M, int nthreads);
+
+/* C = epilogue(A . W^T + bias) as described above. M >= 1; lda >= K;
+ * ldc >= N; A and C must not overlap; scratch >= pg_gemm_scratch_size(w, M,
+ * threads of pool), 64-byte aligned. Errors: PAGODA_ERR_INVALID_ARG (bad
+ * sizes, NULL pointers, SWIGLU with a non-pair weight or a pair with another
+ * epilogue). */
+pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int64_t lda, float *C,
+                      int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                      void *scratch);
+
+#endif

@@ -1,0 +1,94 @@
+/* AVX-512 row ops: RMSNorm, softmax, SiLU, SwiGLU, argmax (dispatch entries
+ * of the same names; specs in kernels/ref/ops_ref.h and ref/ref.h). Sums use
+ * one 16-lane accumulator over the row, then a fixed horizontal reduction,
+ * so a row's result depends on n only (batch invariant); exp is
+ * pg_exp_avx512 (<= 1 ulp measured, tests/test_vexp.c). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/x86/vexp_avx512.h"
+#include "kernels/x86/x86.h"
+
+static inline __mmask16 tail(size_t n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+
+void pg_avx512_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n,
+                           float eps) {
+    for (size_t r = 0; r < m; r++) {
+        const float *xr = x + r * n;
+        float *yr = out + r * n;
+        __m512 acc = _mm512_setzero_ps();
+        for (size_t i = 0; i < n; i += 16) {
+            __m512 v = _mm512_maskz_loadu_ps(tail(n - i), xr + i);
+            acc = _mm512_fmadd_ps(v, v, acc);
+        }
+        float scale = 1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)n + eps);
+        const __m512 sv = _mm512_set1_ps(scale);
+        for (size_t i = 0; i < n; i += 16) {
+            __mmask16 k = tail(n - i);
+            __m512 v = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(k, xr + i));
+            _mm512_mask_storeu_ps(yr + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, w + i), v));
+        }
+    }
+}
+
+void pg_avx512_softmax_f32(float *x, size_t n) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx = ninf;
+    for (size_t i = 0; i < n; i += 16)
+        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, tail(n - i), x + i));
+    const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail(n - i);
+        __m512 e = pg_exp_avx512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, x + i), mv));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail(n - i);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+    }
+}
+
+static inline __m512 silu(__m512 g) {
+    __m512 e = pg_exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+void pg_avx512_silu_f32(float *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail(n - i);
+        _mm512_mask_storeu_ps(out + i, k, silu(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+}
+
+void pg_avx512_swiglu_f32(float *out, const float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail(n - i);
+        __m512 s = silu(_mm512_maskz_loadu_ps(k, gate + i));
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, up + i)));
+    }
+}
+
+size_t pg_avx512_argmax_f32(const float *x, size_t n) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx = ninf;
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 k = tail(n - i);
+        __m512 v = _mm512_mask_loadu_ps(ninf, k, x + i);
+        /* NaN never wins: ordered lanes only */
+        __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        mx = _mm512_mask_max_ps(mx, ord, mx, v);
+    }
+    const float best = _mm512_reduce_max_ps(mx);
+    const __m512 bv = _mm512_set1_ps(best);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 hit = _mm512_mask_cmp_ps_mask(
+            tail(n - i), _mm512_maskz_loadu_ps(tail(n - i), x + i), bv, _CMP_EQ_OQ);
+        if (hit) return i + (size_t)__builtin_ctz(hit);
+    }
+    return 0; /* n == 0 or every value NaN */
+}

@@ -1,0 +1,539 @@
+/* Llama family forward pass (see llama.h): config, weights resolved once at
+ * load, run state, then forward() as a sequence of named steps. */
+#include "model/llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/pool.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+
+/* ---- weights: what the file holds ---------------------------------------- */
+
+/* A linear layer's weight [n_out, n_in] (in place in the source) and bias. */
+typedef struct linear {
+    const void *w;
+    pg_dtype dtype;
+    const float *bias; /* f32 [n_out] owned by the model, or NULL */
+    int n_out, n_in;
+} linear;
+
+typedef struct llama_layer {
+    const float *attn_norm; /* f32 [hidden] */
+    linear wq, wk, wv, wo;
+    const float *ffn_norm; /* f32 [hidden] */
+    linear w_gate, w_up, w_down;
+} llama_layer;
+
+typedef struct llama_weights {
+    const pg_tensor *embed; /* [vocab, hidden] */
+    llama_layer *layers;
+    const float *final_norm; /* f32 [hidden] */
+    linear lm_head;          /* [vocab, hidden]: lm_head.weight or the tied embedding */
+} llama_weights;
+
+struct pg_llama {
+    pg_model_config cfg; /* what the user/model says */
+    llama_weights w;
+    float *rope_inv_freq; /* [head_dim / 2] */
+    int max_context;
+    int q_dim, kv_dim; /* heads * head_dim, kv_heads * head_dim */
+    float **owned;     /* f32 copies of 1-D tensors */
+    int n_owned, cap_owned;
+};
+
+/* ---- run state: what a run holds ----------------------------------------- */
+
+struct pg_llama_state {
+    const pg_llama *model;
+    int max_tokens;   /* rows per chunk */
+    pg_arena arena;   /* every buffer below */
+    float *x;         /* residual stream [T, hidden] */
+    float *xb;        /* normed input / projection output [T, hidden] */
+    float *q;         /* [T, q_dim] */
+    float *k, *v;     /* [T, kv_dim] */
+    float *attn;      /* attention output [T, q_dim] */
+    float *scores;    /* [score_rows, max_context] attention weights, one row per thread */
+    int score_rows;   /* threads of the default pool when the state was made */
+    float *gate, *up; /* [T, intermediate] */
+    float *last;      /* final-normed last row [hidden] */
+    pg_kv_cache *kv;
+    int owns_kv;
+};
+
+/* ---- load ----------------------------------------------------------------- */
+
+static const char *SUPPORTED_DTYPES = "F32, F16, BF16, Q8_0, Q4_0";
+
+static void shape_str(const pg_tensor *t, char *buf, size_t cap) {
+    size_t off = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < t->ndim && off < cap; i++)
+        off +=
+            (size_t)snprintf(buf + off, cap - off, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (off < cap) snprintf(buf + off, cap - off, "]");
+}
+
+/* Tensor `name` with shape [d0] (d1 < 0) or [d0, d1]; NULL + error if
+ * missing (unless optional), of the wrong shape or of an unsupported dtype. */
+static pagoda_status get_tensor(const pg_model_source *src, const char *name, int d0, int d1,
+                                bool optional, const pg_tensor **out) {
+    *out = NULL;
+    const pg_tensor *t = pg_model_source_tensor(src, name);
+    if (!t) {
+        if (optional) return PAGODA_OK;
+        return pg_error(PAGODA_ERR_NOT_FOUND, "%s: missing tensor '%s'", pg_model_source_path(src),
+                        name);
+    }
+    int want_ndim = d1 < 0 ? 1 : 2;
+    if (t->ndim != want_ndim || t->shape[0] != d0 || (d1 >= 0 && t->shape[1] != d1)) {
+        char got[96];
+        shape_str(t, got, sizeof got);
+        if (d1 < 0)
+            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' has shape %s, config expects [%d]",
+                            pg_model_source_path(src), name, got, d0);
+        return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' has shape %s, config expects [%d, %d]",
+                        pg_model_source_path(src), name, got, d0, d1);
+    }
+    if (!pg_matmul_supports(t->dtype))
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: tensor '%s' has dtype %s; the llama model supports %s",
+                        pg_model_source_path(src), name, pg_dtype_name(t->dtype), SUPPORTED_DTYPES);
+    size_t inner = (size_t)(d1 < 0 ? d0 : d1);
+    if (pg_dtype_row_bytes(t->dtype, inner) == 0)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: tensor '%s' is %s but its rows of %zu are not whole blocks",
+                        pg_model_source_path(src), name, pg_dtype_name(t->dtype), inner);
+    *out = t;
+    return PAGODA_OK;
+}
+
+/* An f32 copy of a 1-D tensor, owned by the model. */
+static pagoda_status own_f32(pg_llama *m, const pg_tensor *t, const float **out) {
+    size_t n = (size_t)t->shape[0];
+    float *buf = pg_malloc_aligned(n * sizeof(float));
+    if (!buf) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory copying '%s'", t->name);
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        float **grown = realloc(m->owned, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            pg_free(buf);
+            return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+        }
+        m->owned = grown;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = buf;
+    pg_dequant_row(t->dtype, t->data, buf, n);
+    *out = buf;
+    return PAGODA_OK;
+}
+
+static pagoda_status get_vector(pg_llama *m, const pg_model_source *src, const char *name, int n,
+                                bool optional, const float **out) {
+    const pg_tensor *t;
+    *out = NULL;
+    pagoda_status st = get_tensor(src, name, n, -1, optional, &t);
+    if (st != PAGODA_OK || !t) return st;
+    return own_f32(m, t, out);
+}
+
+/* Linear weight "<prefix>.weight" [n_out, n_in] and optional "<prefix>.bias". */
+static pagoda_status get_linear(pg_llama *m, const pg_model_source *src, const char *prefix,
+                                int n_out, int n_in, bool with_bias, linear *out) {
+    char name[160];
+    const pg_tensor *t;
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    pagoda_status st = get_tensor(src, name, n_out, n_in, false, &t);
+    if (st != PAGODA_OK) return st;
+    if (!t) return pg_error(PAGODA_ERR_INTERNAL, "llama: tensor '%s' vanished", name);
+    *out = (linear){.w = t->data, .dtype = t->dtype, .n_out = n_out, .n_in = n_in};
+    if (!with_bias) return PAGODA_OK;
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    return get_vector(m, src, name, n_out, false, &out->bias);
+}
+
+static pagoda_status check_config(const pg_model_source *src, const pg_model_config *c) {
+    const char *path = pg_model_source_path(src);
+    if (strcmp(c->architecture, "LlamaForCausalLM") != 0 &&
+        strcmp(c->architecture, "MistralForCausalLM") != 0)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: architecture '%s' is not a Llama-family model "
+                        "(LlamaForCausalLM, MistralForCausalLM)",
+                        path, c->architecture);
+    if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
+        c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
+        c->head_dim <= 0 || c->head_dim % 2 != 0)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: bad config (vocab %d, hidden %d, intermediate %d, layers %d, heads "
+                        "%d, kv heads %d, head_dim %d)",
+                        path, c->vocab_size, c->hidden_size, c->intermediate_size,
+                        c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads,
+                        c->head_dim);
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                        path, c->num_attention_heads, c->num_key_value_heads);
+    if (!(c->rms_norm_eps > 0.0f))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: rms_norm_eps %g must be > 0", path,
+                        (double)c->rms_norm_eps);
+    if (c->rope_scaling == PG_ROPE_SCALING_YARN)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: rope_scaling type 'yarn' is not supported by the llama model", path);
+    return PAGODA_OK;
+}
+
+static pagoda_status load_weights(pg_llama *m, const pg_model_source *src) {
+    const pg_model_config *c = &m->cfg;
+    int H = c->hidden_size, I = c->intermediate_size;
+    pagoda_status st;
+    m->w.layers = calloc((size_t)c->num_hidden_layers, sizeof *m->w.layers);
+    if (!m->w.layers) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+
+    st = get_tensor(src, "model.embed_tokens.weight", c->vocab_size, H, false, &m->w.embed);
+    if (st != PAGODA_OK) return st;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        llama_layer *L = &m->w.layers[l];
+        char p[128], n[160];
+        snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", l);
+        if ((st = get_vector(m, src, n, H, false, &L->attn_norm)) != PAGODA_OK) return st;
+        snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", l);
+        if ((st = get_vector(m, src, n, H, false, &L->ffn_norm)) != PAGODA_OK) return st;
+        snprintf(p, sizeof p, "model.layers.%d.self_attn.q_proj", l);
+        if ((st = get_linear(m, src, p, m->q_dim, H, c->attention_bias, &L->wq))) return st;
+        snprintf(p, sizeof p, "model.layers.%d.self_attn.k_proj", l);
+        if ((st = get_linear(m, src, p, m->kv_dim, H, c->attention_bias, &L->wk))) return st;
+        snprintf(p, sizeof p, "model.layers.%d.self_attn.v_proj", l);
+        if ((st = get_linear(m, src, p, m->kv_dim, H, c->attention_bias, &L->wv))) return st;
+        snprintf(p, sizeof p, "model.layers.%d.self_attn.o_proj", l);
+        if ((st = get_linear(m, src, p, H, m->q_dim, false, &L->wo))) return st;
+        snprintf(p, sizeof p, "model.layers.%d.mlp.gate_proj", l);
+        if ((st = get_linear(m, src, p, I, H, false, &L->w_gate))) return st;
+        snprintf(p, sizeof p, "model.layers.%d.mlp.up_proj", l);
+        if ((st = get_linear(m, src, p, I, H, false, &L->w_up))) return st;
+        snprintf(p, sizeof p, "model.layers.%d.mlp.down_proj", l);
+        if ((st = get_linear(m, src, p, H, I, false, &L->w_down))) return st;
+    }
+    if ((st = get_vector(m, src, "model.norm.weight", H, false, &m->w.final_norm))) return st;
+
+    /* LM head: its own tensor when the file has one, else the tied embedding. */
+    const pg_tensor *head;
+    bool need_head = !c->tie_word_embeddings;
+    if ((st = get_tensor(src, "lm_head.weight", c->vocab_size, H, !need_head, &head))) return st;
+    if (!head) head = m->w.embed;
+    m->w.lm_head =
+        (linear){.w = head->data, .dtype = head->dtype, .n_out = c->vocab_size, .n_in = H};
+    return PAGODA_OK;
+}
+
+static pagoda_status init_rope(pg_llama *m, const pg_model_source *src) {
+    const pg_model_config *c = &m->cfg;
+    pg_rope_freq_params p = {.head_dim = c->head_dim, .theta = c->rope_theta};
+    if (c->rope_scaling == PG_ROPE_SCALING_LINEAR) {
+        p.scaling = PG_ROPE_FREQ_LINEAR;
+        p.factor = c->rope_factor;
+    } else if (c->rope_scaling == PG_ROPE_SCALING_LLAMA3) {
+        p.scaling = PG_ROPE_FREQ_LLAMA3;
+        p.factor = c->rope_factor;
+        p.low_freq_factor = c->rope_low_freq_factor;
+        p.high_freq_factor = c->rope_high_freq_factor;
+        p.original_max_position = c->rope_original_max_position;
+    }
+    int half = c->head_dim / 2;
+    m->rope_inv_freq = pg_malloc_aligned((size_t)half * sizeof(float));
+    if (!m->rope_inv_freq) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+    pagoda_status st = pg_rope_inv_freq(&p, m->rope_inv_freq);
+    if (st != PAGODA_OK || c->rope_scaling != PG_ROPE_SCALING_NONE) return st;
+    /* llama.cpp's GGUF form of Llama-3 scaling: frequency i divided by rope_freqs[i] */
+    const pg_tensor *rf;
+    if ((st = get_tensor(src, "rope_freqs.weight", half, -1, true, &rf)) != PAGODA_OK || !rf)
+        return st;
+    float *factors = malloc((size_t)half * sizeof(float));
+    if (!factors) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+    pg_dequant_row(rf->dtype, rf->data, factors, (size_t)half);
+    for (int i = 0; i < half && st == PAGODA_OK; i++) {
+        if (!(factors[i] > 0.0f))
+            st = pg_error(PAGODA_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g must be > 0",
+                          pg_model_source_path(src), i, (double)factors[i]);
+        else
+            m->rope_inv_freq[i] /= factors[i];
+    }
+    free(factors);
+    return st;
+}
+
+pagoda_status pg_llama_load(const pg_model_source *src, int max_context, pg_llama **out) {
+    *out = NULL;
+    const pg_model_config *c = pg_model_source_config(src);
+    pagoda_status st = check_config(src, c);
+    if (st != PAGODA_OK) return st;
+    pg_llama *m = calloc(1, sizeof *m);
+    if (!m) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+    m->cfg = *c;
+    m->q_dim = c->num_attention_heads * c->head_dim;
+    m->kv_dim = c->num_key_value_heads * c->head_dim;
+    m->max_context = c->max_position_embeddings;
+    if (max_context > 0 && (m->max_context <= 0 || max_context < m->max_context))
+        m->max_context = max_context;
+    if (m->max_context <= 0) {
+        pg_llama_free(m);
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: max_position_embeddings is not set and no context limit was given",
+                        pg_model_source_path(src));
+    }
+    if ((st = load_weights(m, src)) != PAGODA_OK || (st = init_rope(m, src)) != PAGODA_OK) {
+        pg_llama_free(m);
+        return st;
+    }
+    PG_DEBUG("llama: %d layers, hidden %d, heads %d/%d x %d, context %d, weights %s",
+             c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
+             c->head_dim, m->max_context, pg_dtype_name(m->w.layers[0].wq.dtype));
+    *out = m;
+    return PAGODA_OK;
+}
+
+void pg_llama_free(pg_llama *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++)
+        pg_free(m->owned[i]);
+    free(m->owned);
+    free(m->w.layers);
+    pg_free(m->rope_inv_freq);
+    free(m);
+}
+
+const pg_model_config *pg_llama_config(const pg_llama *m) {
+    return &m->cfg;
+}
+int pg_llama_max_context(const pg_llama *m) {
+    return m->max_context;
+}
+
+/* ---- run state -------------------------------------------------------------- */
+
+pagoda_status pg_llama_state_create(const pg_llama *m, int max_batch_tokens, pg_kv_cache *kv,
+                                    pg_llama_state **out) {
+    *out = NULL;
+    const pg_model_config *c = &m->cfg;
+    if (max_batch_tokens <= 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: max_batch_tokens %d must be > 0",
+                        max_batch_tokens);
+    if (kv && (kv->n_layers != c->num_hidden_layers || kv->n_kv_heads != c->num_key_value_heads ||
+               kv->head_dim != c->head_dim))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: KV cache geometry (%d layers, %d kv heads, head_dim %d) does not "
+                        "match the model (%d, %d, %d)",
+                        kv->n_layers, kv->n_kv_heads, kv->head_dim, c->num_hidden_layers,
+                        c->num_key_value_heads, c->head_dim);
+    pg_llama_state *s = calloc(1, sizeof *s);
+    if (!s) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+    s->model = m;
+    s->max_tokens = max_batch_tokens;
+    pg_pool *pool = pg_pool_default();
+    s->score_rows = pool ? pg_pool_size(pool) : 1;
+    size_t T = (size_t)max_batch_tokens, H = (size_t)c->hidden_size;
+    size_t sizes[] = {T * H,
+                      T * H,
+                      T * (size_t)m->q_dim,
+                      T * (size_t)m->kv_dim,
+                      T * (size_t)m->kv_dim,
+                      T * (size_t)m->q_dim,
+                      (size_t)s->score_rows * (size_t)m->max_context,
+                      T * (size_t)c->intermediate_size,
+                      T * (size_t)c->intermediate_size,
+                      H};
+    float **bufs[] = {&s->x,    &s->xb,     &s->q,    &s->k,  &s->v,
+                      &s->attn, &s->scores, &s->gate, &s->up, &s->last};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += (sizes[i] * sizeof(float) + PG_ALIGN - 1) / PG_ALIGN * PG_ALIGN;
+    pagoda_status st = pg_arena_init(&s->arena, total);
+    if (st != PAGODA_OK) {
+        free(s);
+        return st;
+    }
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        *bufs[i] = pg_arena_alloc(&s->arena, sizes[i] * sizeof(float));
+    if (kv) {
+        s->kv = kv;
+    } else {
+        st = pg_kv_cache_create_contiguous(c->num_hidden_layers, c->num_key_value_heads,
+                                           c->head_dim, m->max_context, &s->kv);
+        if (st != PAGODA_OK) {
+            pg_llama_state_free(s);
+            return st;
+        }
+        s->owns_kv = 1;
+    }
+    *out = s;
+    return PAGODA_OK;
+}
+
+void pg_llama_state_free(pg_llama_state *s) {
+    if (!s) return;
+    if (s->owns_kv) pg_kv_cache_free(s->kv);
+    pg_arena_free(&s->arena);
+    free(s);
+}
+
+/* ---- forward: the named steps ---------------------------------------------- */
+
+/* x[i, :] = embedding row of tokens[i] (dequantized to f32). */
+static void embed(const pg_llama *m, float *x, const int32_t *tokens, int n) {
+    const pg_tensor *e = m->w.embed;
+    size_t H = (size_t)m->cfg.hidden_size;
+    size_t row_bytes = pg_dtype_row_bytes(e->dtype, H);
+    for (int i = 0; i < n; i++)
+        pg_dequant_row(e->dtype, (const uint8_t *)e->data + (size_t)tokens[i] * row_bytes,
+                       x + (size_t)i * H, H);
+}
+
+static pagoda_status project(float *out, const float *x, const linear *l, int n) {
+    return pg_matmul(out, x, l->w, l->dtype, l->bias, (size_t)n, (size_t)l->n_out, (size_t)l->n_in);
+}
+
+/* RoPE on the n rows of q [n, q_dim] and k [n, kv_dim], row i at start + i. */
+static void rotate_qk(const pg_llama *m, float *q, float *k, int n, int start) {
+    const pg_model_config *c = &m->cfg;
+    for (int i = 0; i < n; i++) {
+        pg_rope(q + (size_t)i * m->q_dim, (size_t)c->num_attention_heads, (size_t)c->head_dim,
+                start + i, m->rope_inv_freq, c->rope_interleaved);
+        pg_rope(k + (size_t)i * m->kv_dim, (size_t)c->num_key_value_heads, (size_t)c->head_dim,
+                start + i, m->rope_inv_freq, c->rope_interleaved);
+    }
+}
+
+static void cache_kv(pg_kv_cache *kv, int layer, const float *k, const float *v, int n, int start,
+                     int kv_dim) {
+    for (int i = 0; i < n; i++) {
+        memcpy(pg_kv_k(kv, layer, start + i), k + (size_t)i * kv_dim, (size_t)kv_dim * 4);
+        memcpy(pg_kv_v(kv, layer, start + i), v + (size_t)i * kv_dim, (size_t)kv_dim * 4);
+    }
+}
+
+/* One query row i (position start + i), one head h: causal grouped-query
+ * attention over the cached keys/values of positions [first, pos], where
+ * first is 0, or pos - sliding_window + 1 for Mistral's sliding window.
+ * scores: max_context floats of scratch. */
+static void attend_one(const pg_llama *m, pg_llama_state *s, int layer, int i, int h, int start,
+                       float *scores) {
+    const pg_model_config *c = &m->cfg;
+    const pg_kernel_table *kt = pg_kernels();
+    int hd = c->head_dim, group = c->num_attention_heads / c->num_key_value_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    int pos = start + i;
+    int first =
+        c->sliding_window > 0 && pos - c->sliding_window + 1 > 0 ? pos - c->sliding_window + 1 : 0;
+    int len = pos - first + 1;
+    const float *q = s->q + (size_t)i * m->q_dim + (size_t)h * hd;
+    size_t kv_off = (size_t)(h / group) * hd;
+    float *out = s->attn + (size_t)i * m->q_dim + (size_t)h * hd;
+    for (int t = 0; t < len; t++)
+        scores[t] = kt->dot_f32(q, pg_kv_k(s->kv, layer, first + t) + kv_off, (size_t)hd) * scale;
+    pg_softmax(scores, (size_t)len);
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int t = 0; t < len; t++) {
+        const float *v = pg_kv_v(s->kv, layer, first + t) + kv_off;
+        float a = scores[t];
+        for (int d = 0; d < hd; d++)
+            out[d] += a * v[d];
+    }
+}
+
+typedef struct attention_job {
+    const pg_llama *m;
+    pg_llama_state *s;
+    int layer, start;
+} attention_job;
+
+/* Items [begin, end) of the (row, head) pairs, row-major. */
+static void attention_items(void *ctx, size_t begin, size_t end, int tid) {
+    attention_job *job = ctx;
+    int heads = job->m->cfg.num_attention_heads;
+    float *scores = job->s->scores + (size_t)tid * (size_t)job->m->max_context;
+    for (size_t item = begin; item < end; item++)
+        attend_one(job->m, job->s, job->layer, (int)(item / (size_t)heads),
+                   (int)(item % (size_t)heads), job->start, scores);
+}
+
+/* Attention of the n query rows, every (row, head) pair independent: split
+ * across the default pool when there is enough work (each pair is computed
+ * the same way whichever thread runs it). */
+static void attention(const pg_llama *m, pg_llama_state *s, int layer, int n, int start) {
+    attention_job job = {.m = m, .s = s, .layer = layer, .start = start};
+    size_t items = (size_t)n * (size_t)m->cfg.num_attention_heads;
+    size_t per_item = (size_t)(start + n) * (size_t)m->cfg.head_dim; /* ~ multiply-adds */
+    size_t grain = 32768 / (per_item + 1) + 1;
+    pg_pool *pool = pg_pool_default();
+    if (pool && items > grain && pg_pool_size(pool) <= s->score_rows)
+        pg_pool_parallel_for(pool, items, grain, attention_items, &job);
+    else
+        attention_items(&job, 0, items, 0);
+}
+
+static void add_residual(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* One chunk of n <= max_tokens tokens. */
+static pagoda_status forward_chunk(const pg_llama *m, pg_llama_state *s, const int32_t *tokens,
+                                   int n, int start, float *logits) {
+    const pg_model_config *c = &m->cfg;
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    pagoda_status st;
+
+    embed(m, s->x, tokens, n);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const llama_layer *L = &m->w.layers[l];
+        /* attention block */
+        pg_rmsnorm(s->xb, s->x, L->attn_norm, (size_t)n, H, c->rms_norm_eps);
+        if ((st = project(s->q, s->xb, &L->wq, n))) return st;
+        if ((st = project(s->k, s->xb, &L->wk, n))) return st;
+        if ((st = project(s->v, s->xb, &L->wv, n))) return st;
+        rotate_qk(m, s->q, s->k, n, start);
+        cache_kv(s->kv, l, s->k, s->v, n, start, m->kv_dim);
+        attention(m, s, l, n, start);
+        if ((st = project(s->xb, s->attn, &L->wo, n))) return st;
+        add_residual(s->x, s->xb, (size_t)n * H);
+        /* MLP block */
+        pg_rmsnorm(s->xb, s->x, L->ffn_norm, (size_t)n, H, c->rms_norm_eps);
+        if ((st = project(s->gate, s->xb, &L->w_gate, n))) return st;
+        if ((st = project(s->up, s->xb, &L->w_up, n))) return st;
+        pg_swiglu(s->gate, s->gate, s->up, (size_t)n * I);
+        if ((st = project(s->xb, s->gate, &L->w_down, n))) return st;
+        add_residual(s->x, s->xb, (size_t)n * H);
+    }
+    if (!logits) return PAGODA_OK;
+    pg_rmsnorm(s->last, s->x + (size_t)(n - 1) * H, m->w.final_norm, 1, H, c->rms_norm_eps);
+    return project(logits, s->last, &m->w.lm_head, 1);
+}
+
+pagoda_status pg_llama_forward(const pg_llama *m, pg_llama_state *s, const int32_t *tokens,
+                               int n_tokens, int start_pos, float *logits_out) {
+    if (n_tokens < 1 || start_pos < 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: bad forward call (%d tokens at %d)",
+                        n_tokens, start_pos);
+    int ctx = m->max_context < s->kv->max_positions ? m->max_context : s->kv->max_positions;
+    if (start_pos > ctx - n_tokens)
+        return pg_error(PAGODA_ERR_LIMIT,
+                        "llama: %d tokens at position %d exceed the context of %d tokens", n_tokens,
+                        start_pos, ctx);
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "llama: token id %d outside the vocab [0, %d)",
+                            tokens[i], m->cfg.vocab_size);
+    for (int done = 0; done < n_tokens;) {
+        int n = n_tokens - done < s->max_tokens ? n_tokens - done : s->max_tokens;
+        bool last = done + n == n_tokens;
+        pagoda_status st =
+            forward_chunk(m, s, tokens + done, n, start_pos + done, last ? logits_out : NULL);
+        if (st != PAGODA_OK) return st;
+        done += n;
+    }
+    return PAGODA_OK;
+}

@@ -1,0 +1,76 @@
+/* The HTTP side of `pagoda bench serve`: drives streaming requests against
+ * any OpenAI-compatible server (vLLM, llama.cpp's llama-server, pagoda) with
+ * libcurl's multi interface, so hundreds of concurrent streams run from one
+ * thread, and records each request's timeline the way vLLM's client does
+ * (vllm/benchmarks/lib/endpoint_request_func.py):
+ * - st = just before the request is handed to curl; TTFT = first SSE event
+ *   carrying a non-empty `choices`; ITL = gaps between such events (events
+ *   delivered in one read share a timestamp, as with aiohttp's iter_any);
+ * - E2EL: /v1/completions: st -> last choice-carrying event;
+ *   /v1/chat/completions: st -> last data event (usage included), as vLLM;
+ * - output tokens = usage.completion_tokens when the server sends it.
+ * A request fails on a transport error (refused, dropped connection,
+ * truncated chunked body), an HTTP status other than 200, an `error` object
+ * in the stream, or a stream without any choice-carrying event. */
+#ifndef PAGODA_SERVER_BENCH_CLIENT_H
+#define PAGODA_SERVER_BENCH_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "server/bench_dataset.h"
+
+typedef struct pg_bench_client_cfg {
+    const char *base_url; /* "http://127.0.0.1:8000" */
+    const char *endpoint; /* "/v1/completions" or "/v1/chat/completions" */
+    const char *model;    /* the request's "model" */
+    const char *api_key;  /* Bearer token, NULL for none */
+    bool prompt_as_ids;   /* /v1/completions: send prompt_ids as a list */
+    bool ignore_eos;      /* send "ignore_eos": true */
+    int max_concurrency;  /* 0: unlimited */
+    bool progress;        /* draw a progress bar on stderr */
+    double timeout_s;     /* per request, 0: 6 hours (vLLM's aiohttp timeout) */
+} pg_bench_client_cfg;
+
+/* One request's recorded timeline (seconds). */
+typedef struct pg_bench_req_result {
+    bool success;
+    double start_time; /* s since the run began */
+    double ttft, latency;
+    double *itl;
+    size_t n_itl;
+    int32_t n_chunks;     /* choice-carrying events */
+    int32_t usage_tokens; /* usage.completion_tokens, -1 if not sent */
+    char *text;           /* generated text (concatenated deltas) */
+    size_t text_len;
+    char *error; /* one line, NULL on success */
+} pg_bench_req_result;
+
+/* Run `n` requests; request i is started at arrivals[i] seconds after the
+ * run begins (or later, when max_concurrency requests are in flight).
+ * results[n] are filled (free each with pg_bench_req_result_free);
+ * *duration_s gets the wall time from the run's start to the last
+ * completion. Request failures are recorded, not returned. Errors:
+ * PAGODA_ERR_INVALID_ARG (endpoint, prompts), PAGODA_ERR_NOMEM,
+ * PAGODA_ERR_INTERNAL (curl could not be set up). */
+pagoda_status pg_bench_client_run(const pg_bench_client_cfg *cfg, const pg_bench_request *reqs,
+                                  size_t n, const double *arrivals, pg_bench_req_result *results,
+                                  double *duration_s);
+
+void pg_bench_req_result_free(pg_bench_req_result *r);
+
+/* GET base_url/v1/models and return the first model's id (malloc'ed).
+ * Errors: PAGODA_ERR_IO (connection, HTTP status), PAGODA_ERR_FORMAT (no
+ * data[0].id in the reply). */
+pagoda_status pg_bench_fetch_model(const char *base_url, const char *api_key, double timeout_s,
+                                   char **model);
+
+/* True when `endpoint` names the chat API ("/chat/completions" suffix). */
+bool pg_bench_endpoint_is_chat(const char *endpoint);
+
+/* Seconds on a monotonic clock. */
+double pg_bench_now(void);
+
+#endif

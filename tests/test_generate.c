@@ -1,0 +1,333 @@
+/* `pagoda generate` end to end: runs the built binary on stories260K and
+ * compares its stdout with llama2.c's run.c output (plain mode) and its
+ * reference token ids (--json); usage and runtime errors give clear messages
+ * and the documented exit codes. The binary is found through
+ * PAGODA_BUILD_DIR and started through PAGODA_EXEC_WRAPPER (qemu in the
+ * aarch64 cross build). */
+#include "testutil.h"
+
+#include "model/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static char pagoda_bin[4096];
+
+static int setup(void **state) {
+    (void)state;
+    const char *dir = getenv("PAGODA_BUILD_DIR");
+    snprintf(pagoda_bin, sizeof pagoda_bin, "%s/pagoda", dir && *dir ? dir : ".");
+    return 0;
+}
+
+/* Run `pagoda generate <args>` (stderr merged into stdout when merge_err);
+ * returns the exit code and a malloc'ed copy of the output. */
+static int run(const char *args, bool merge_err, char **out) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s '%s' generate %s%s", pg_test_exec_wrapper(), pagoda_bin, args,
+             merge_err ? " 2>&1" : " 2>/dev/null");
+    FILE *p = popen(cmd, "r");
+    if (!p) fail_msg("popen failed");
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    size_t n;
+    while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (cap - len < 1024) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    int status = pclose(p);
+    *out = buf;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Fail early with a clear message when the binary cannot be started. */
+static void require_runnable(void) {
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "%s '%s' --version >/dev/null 2>&1", pg_test_exec_wrapper(),
+             pagoda_bin);
+    if (system(cmd) != 0) fail_msg("cannot run %s", pagoda_bin);
+}
+
+static const char *model_arg(const char *rel) {
+    static char buf[4200];
+    snprintf(buf, sizeof buf, "'%s'", pg_test_asset(rel));
+    return buf;
+}
+
+static void test_plain_greedy_matches_run_c_stdout(void **state) {
+    (void)state;
+    require_runnable();
+    const char *models[] = {"llm/stories260K-hf", "llm/llama2c/stories260K.gguf"};
+    for (int i = 0; i < 2; i++) {
+        char args[4400], *out;
+        /* run.c -n 64 counts the 4 forced prompt steps: 60 new tokens */
+        snprintf(args, sizeof args,
+                 "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 60",
+                 model_arg(models[i]));
+        assert_int_equal(run(args, false, &out), 0);
+        char *want =
+            pg_test_read_file(pg_test_asset("llm/llama2c/expected/"
+                                            "stories260K_greedy_prompt_once_upon_a_time_n64.txt"),
+                              NULL);
+        assert_string_equal(out, want);
+        free(out);
+        free(want);
+        /* BOS only, 256 steps */
+        snprintf(args, sizeof args, "%s --prompt '' --temperature 0 --max-tokens 256",
+                 model_arg(models[i]));
+        assert_int_equal(run(args, false, &out), 0);
+        want = pg_test_read_file(pg_test_asset("llm/llama2c/expected/stories260K_greedy_n256.txt"),
+                                 NULL);
+        assert_string_equal(out, want);
+        free(out);
+        free(want);
+    }
+}
+
+static void test_json_greedy_ids_and_text(void **state) {
+    (void)state;
+    require_runnable();
+    char args[4400], *out;
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 60 --json",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &out), 0);
+    cJSON *j = cJSON_Parse(out);
+    if (!j) fail_msg("not JSON: %s", out);
+    char *ref = pg_test_read_file(
+        pg_test_asset("llm/llama2c/expected/"
+                      "stories260K_greedy_prompt_once_upon_a_time_n64.tokens.txt"),
+        NULL);
+    /* PROMPT_TOKENS: 1 403 407 261 378 ; GEN: 4 forced prompt ids, then 60 */
+    cJSON *pids = cJSON_GetObjectItem(j, "prompt_token_ids");
+    cJSON *gids = cJSON_GetObjectItem(j, "token_ids");
+    assert_int_equal(cJSON_GetArraySize(pids), 5);
+    assert_int_equal(cJSON_GetArraySize(gids), 60);
+    const char *p = strstr(ref, "PROMPT_TOKENS:") + 14;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(cJSON_GetArrayItem(pids, i)->valueint, strtol(p, (char **)&p, 10));
+    p = strstr(ref, "GEN:") + 4;
+    for (int i = 0; i < 4; i++)
+        strtol(p, (char **)&p, 10);
+    for (int i = 0; i < 60; i++)
+        assert_int_equal(cJSON_GetArrayItem(gids, i)->valueint, strtol(p, (char **)&p, 10));
+    assert_string_equal(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "length");
+    /* text: the completion only (run.c's stdout minus the prompt and its final
+     * newline) */
+    char *want =
+        pg_test_read_file(pg_test_asset("llm/llama2c/expected/"
+                                        "stories260K_greedy_prompt_once_upon_a_time_n64.txt"),
+                          NULL);
+    want[strlen(want) - 1] = 0;
+    assert_string_equal(cJSON_GetObjectItem(j, "text")->valuestring,
+                        want + strlen("Once upon a time"));
+    free(want);
+    free(ref);
+    cJSON_Delete(j);
+    free(out);
+}
+
+static void test_seeded_sampling_is_reproducible(void **state) {
+    (void)state;
+    require_runnable();
+    char args[4400], *a, *b, *c;
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 1 --top-p 0.9 --seed "
+             "42 --max-tokens 40 --json",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &a), 0);
+    assert_int_equal(run(args, false, &b), 0);
+    assert_string_equal(a, b);
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 1 --top-p 0.9 --seed "
+             "43 --max-tokens 40 --json",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &c), 0);
+    assert_string_not_equal(a, c); /* 40 sampled tokens: a different seed differs */
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_usage_errors_exit_2(void **state) {
+    (void)state;
+    require_runnable();
+    char *out;
+    assert_int_equal(run(model_arg("llm/stories260K-hf"), true, &out), 2);
+    assert_non_null(strstr(out, "--prompt"));
+    free(out);
+    char args[4400];
+    snprintf(args, sizeof args, "%s --prompt hi --temperature -1", model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &out), 2);
+    assert_non_null(strstr(out, "--temperature"));
+    free(out);
+    snprintf(args, sizeof args, "%s --prompt hi --frobnicate 3", model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &out), 2);
+    assert_non_null(strstr(out, "--frobnicate"));
+    free(out);
+    snprintf(args, sizeof args, "%s --prompt hi --top-p 0", model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &out), 2);
+    assert_non_null(strstr(out, "top_p"));
+    free(out);
+}
+
+static void test_runtime_errors_exit_1(void **state) {
+    (void)state;
+    require_runnable();
+    char *out;
+    assert_int_equal(run("/nonexistent/model --prompt hi", true, &out), 1);
+    assert_non_null(strstr(out, "/nonexistent/model"));
+    free(out);
+    /* a prompt longer than the 512-token context */
+    size_t cap = 40000;
+    char *args = malloc(cap);
+    int off = snprintf(args, cap, "%s --prompt '", model_arg("llm/stories260K-hf"));
+    for (int i = 0; i < 300; i++)
+        off += snprintf(args + off, cap - (size_t)off, "Once upon a time ");
+    snprintf(args + off, cap - (size_t)off, "'");
+    assert_int_equal(run(args, true, &out), 1);
+    assert_non_null(strstr(out, "context"));
+    free(out);
+    /* --max-model-len: 5 prompt tokens leave no room in 5; in 20 they leave 15 */
+    snprintf(args, cap, "%s --prompt 'Once upon a time' --max-model-len 5",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &out), 1);
+    assert_non_null(strstr(out, "context is 5 tokens"));
+    free(out);
+    snprintf(args, cap, "%s --prompt 'Once upon a time' --max-model-len 20 --json",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &out), 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "token_ids")), 15);
+    assert_string_equal(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "length");
+    cJSON_Delete(j);
+    free(out);
+    free(args);
+}
+
+/* A 1-layer model over the stories260K vocab whose greedy choice is always
+ * EOS (id 2): every projection is zero, the embedding rows are constant and
+ * only lm_head row 2 is non-zero. */
+static const char *write_eos_model(void) {
+    static char dir[4096];
+    snprintf(dir, sizeof dir, "%s", pg_test_tmpdir());
+    char path[4200];
+    const char *config = "{\"architectures\": [\"LlamaForCausalLM\"], "
+                         "\"vocab_size\": 512, \"hidden_size\": 32, "
+                         "\"intermediate_size\": 32, \"num_hidden_layers\": 1, "
+                         "\"num_attention_heads\": 2, "
+                         "\"num_key_value_heads\": 1, \"head_dim\": 16, "
+                         "\"max_position_embeddings\": 64, "
+                         "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, "
+                         "\"tie_word_embeddings\": false, "
+                         "\"bos_token_id\": 1, \"eos_token_id\": 2}";
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    pg_test_write_file(path, config, strlen(config));
+    const char *copies[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        char src[4200];
+        snprintf(src, sizeof src, "llm/stories260K-hf/%s", copies[i]);
+        char *text = pg_test_read_file(pg_test_asset(src), &len);
+        snprintf(path, sizeof path, "%s/%s", dir, copies[i]);
+        pg_test_write_file(path, text, len);
+        free(text);
+    }
+    struct {
+        const char *name;
+        int64_t d0, d1;
+        float value; /* every element, except lm_head */
+    } ts[] = {
+        {"model.embed_tokens.weight", 512, 32, 0.5f},
+        {"model.layers.0.input_layernorm.weight", 32, 0, 1.0f},
+        {"model.layers.0.self_attn.q_proj.weight", 32, 32, 0.0f},
+        {"model.layers.0.self_attn.k_proj.weight", 16, 32, 0.0f},
+        {"model.layers.0.self_attn.v_proj.weight", 16, 32, 0.0f},
+        {"model.layers.0.self_attn.o_proj.weight", 32, 32, 0.0f},
+        {"model.layers.0.post_attention_layernorm.weight", 32, 0, 1.0f},
+        {"model.layers.0.mlp.gate_proj.weight", 32, 32, 0.0f},
+        {"model.layers.0.mlp.up_proj.weight", 32, 32, 0.0f},
+        {"model.layers.0.mlp.down_proj.weight", 32, 32, 0.0f},
+        {"model.norm.weight", 32, 0, 1.0f},
+        {"lm_head.weight", 512, 32, 0.0f},
+    };
+    size_t nt = sizeof ts / sizeof ts[0];
+    pg_safetensors_writer *w;
+    assert_int_equal(pg_safetensors_writer_create(&w), PAGODA_OK);
+    for (size_t i = 0; i < nt; i++) {
+        int64_t shape[2] = {ts[i].d0, ts[i].d1};
+        assert_int_equal(pg_safetensors_writer_add(w, ts[i].name, PG_F32, ts[i].d1 ? 2 : 1, shape),
+                         PAGODA_OK);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(pg_safetensors_writer_begin(w, path), PAGODA_OK);
+    for (size_t i = 0; i < nt; i++) {
+        size_t n = (size_t)ts[i].d0 * (size_t)(ts[i].d1 ? ts[i].d1 : 1);
+        float *v = malloc(n * sizeof(float));
+        for (size_t k = 0; k < n; k++)
+            v[k] = ts[i].value;
+        if (!strcmp(ts[i].name, "lm_head.weight"))
+            for (int k = 0; k < 32; k++)
+                v[2 * 32 + k] = 1.0f;
+        assert_int_equal(pg_safetensors_writer_write(w, v, n * sizeof(float)), PAGODA_OK);
+        free(v);
+    }
+    assert_int_equal(pg_safetensors_writer_finish(w), PAGODA_OK);
+    pg_safetensors_writer_free(w);
+    return dir;
+}
+
+static void test_stops_at_eos_unless_ignored(void **state) {
+    (void)state;
+    require_runnable();
+    const char *dir = write_eos_model();
+    char args[4400], *out;
+    snprintf(args, sizeof args, "'%s' --prompt hi --temperature 0 --json", dir);
+    assert_int_equal(run(args, false, &out), 0);
+    cJSON *j = cJSON_Parse(out);
+    if (!j) fail_msg("not JSON: %s", out);
+    cJSON *ids = cJSON_GetObjectItem(j, "token_ids");
+    assert_int_equal(cJSON_GetArraySize(ids), 1);
+    assert_int_equal(cJSON_GetArrayItem(ids, 0)->valueint, 2);
+    assert_string_equal(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "stop");
+    assert_string_equal(cJSON_GetObjectItem(j, "text")->valuestring, "");
+    cJSON_Delete(j);
+    free(out);
+
+    snprintf(args, sizeof args,
+             "'%s' --prompt hi --temperature 0 --ignore-eos --max-tokens 3 --json", dir);
+    assert_int_equal(run(args, false, &out), 0);
+    j = cJSON_Parse(out);
+    if (!j) fail_msg("not JSON: %s", out);
+    ids = cJSON_GetObjectItem(j, "token_ids");
+    assert_int_equal(cJSON_GetArraySize(ids), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cJSON_GetArrayItem(ids, i)->valueint, 2);
+    assert_string_equal(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "length");
+    cJSON_Delete(j);
+    free(out);
+
+    /* plain mode: the prompt echoed, nothing generated, a newline */
+    snprintf(args, sizeof args, "'%s' --prompt hi --temperature 0", dir);
+    assert_int_equal(run(args, false, &out), 0);
+    assert_string_equal(out, "hi\n");
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plain_greedy_matches_run_c_stdout),
+        cmocka_unit_test(test_json_greedy_ids_and_text),
+        cmocka_unit_test(test_seeded_sampling_is_reproducible),
+        cmocka_unit_test(test_stops_at_eos_unless_ignored),
+        cmocka_unit_test(test_usage_errors_exit_2),
+        cmocka_unit_test(test_runtime_errors_exit_1),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
