@@ -554,15 +554,52 @@ static void test_metrics_text(void **state) {
     pg_metrics_destroy(&m);
 }
 
+/* pagoda_apply_chat_template with a template override and no engine. */
+static void test_apply_chat_template(void **state) {
+    (void)state;
+    const char *tmpl = "{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}"
+                       "{% if add_generation_prompt %}A:{% endif %}{{ flavor | default('') }}";
+    const char *msgs = "[{\"role\": \"user\", \"content\": \"hi\"}]";
+    char *out = NULL;
+    assert_int_equal(pagoda_apply_chat_template(NULL, msgs, NULL, NULL, true, tmpl, &out),
+                     PAGODA_OK);
+    assert_string_equal(out, "user=hi;A:");
+    free(out);
+    assert_int_equal(
+        pagoda_apply_chat_template(NULL, msgs, "[]", "{\"flavor\": \"x\"}", false, tmpl, &out),
+        PAGODA_OK);
+    assert_string_equal(out, "user=hi;x");
+    free(out);
+    assert_int_equal(pagoda_apply_chat_template(NULL, "{}", NULL, NULL, true, tmpl, &out),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_null(out);
+    assert_int_equal(pagoda_apply_chat_template(NULL, msgs, NULL, "[1]", true, tmpl, &out),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pagoda_apply_chat_template(NULL, msgs, NULL, NULL, true, "{% if %}", &out),
+                     PAGODA_ERR_FORMAT);
+    /* no engine, no override: no template to find */
+    assert_int_not_equal(pagoda_apply_chat_template(NULL, msgs, NULL, NULL, true, NULL, &out),
+                         PAGODA_OK);
+    assert_null(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_completion_fields),  cmocka_unit_test(test_completion_defaults),
-        cmocka_unit_test(test_prompt_forms),       cmocka_unit_test(test_default_stop_ids),
-        cmocka_unit_test(test_bad_json_and_types), cmocka_unit_test(test_ranges),
-        cmocka_unit_test(test_chat_parse),         cmocka_unit_test(test_check_length),
-        cmocka_unit_test(test_error_json),         cmocka_unit_test(test_response_completion),
-        cmocka_unit_test(test_response_chat),      cmocka_unit_test(test_sse_chunks),
-        cmocka_unit_test(test_utf8_dup),           cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_completion_fields),
+        cmocka_unit_test(test_completion_defaults),
+        cmocka_unit_test(test_prompt_forms),
+        cmocka_unit_test(test_default_stop_ids),
+        cmocka_unit_test(test_bad_json_and_types),
+        cmocka_unit_test(test_ranges),
+        cmocka_unit_test(test_chat_parse),
+        cmocka_unit_test(test_check_length),
+        cmocka_unit_test(test_error_json),
+        cmocka_unit_test(test_response_completion),
+        cmocka_unit_test(test_response_chat),
+        cmocka_unit_test(test_sse_chunks),
+        cmocka_unit_test(test_utf8_dup),
+        cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_apply_chat_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,14 +7,12 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "tokenizer/chat_template.h"
 
 __attribute__((weak)) const char *pg_engine_model_path(const pagoda_engine *e) {
     (void)e;
     return NULL;
 }
-
-#if __has_include("tokenizer/chat_template.h")
-#include "tokenizer/chat_template.h"
 
 static pagoda_status parse_json(const char *what, const char *text, int want_array, cJSON **out) {
     *out = NULL;
@@ -59,16 +57,3 @@ pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *mes
     pg_chat_config_free(&cfg);
     return st;
 }
-
-#else /* chat templates not in this tree yet */
-
-pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *messages_json,
-                                         const char *tools_json, const char *kwargs_json,
-                                         bool add_generation_prompt, const char *template_override,
-                                         char **out) {
-    (void)e, (void)messages_json, (void)tools_json, (void)kwargs_json;
-    (void)add_generation_prompt, (void)template_override;
-    *out = NULL;
-    return pg_error(PAGODA_ERR_UNSUPPORTED, "chat templates are not built into this pagoda");
-}
-#endif
