@@ -53,6 +53,7 @@ struct pg_server {
 /* One choice of a job: an engine request and what was streamed of it. */
 typedef struct sub {
     uint64_t eid;
+    int32_t last_token; /* context for logprob token texts (-1 none) */
     bool done;
     bool role_sent, finish_sent;
     size_t sent_text, sent_lp;
@@ -232,13 +233,32 @@ static void timed_wait(job *j) {
     pthread_cond_timedwait(&j->cv, &j->srv->mu, &ts);
 }
 
-/* Token text for logprobs (UTF-8-safe). */
-static char *token_text(pagoda_engine *e, int32_t tok) {
-    char *t = NULL;
+/* Token text for logprobs (UTF-8-safe), decoded after the previous token so
+ * that SentencePiece's leading-space rule applies as in the running text:
+ * decode([prev, tok]) minus decode([prev]). prev < 0: the token alone. */
+static char *token_text(pagoda_engine *e, int32_t prev, int32_t tok) {
+    char *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
+    int32_t pair[2] = {prev, tok};
+    const char *src = NULL;
     size_t len = 0;
-    if (pagoda_detokenize(e, &tok, 1, false, &t, &len) != PAGODA_OK) return strdup("");
-    char *s = pg_api_utf8_dup(t, len);
-    pagoda_free(t);
+    if (prev >= 0 && pagoda_detokenize(e, pair, 2, false, &a, &la) == PAGODA_OK &&
+        pagoda_detokenize(e, pair, 1, false, &b, &lb) == PAGODA_OK && lb <= la &&
+        memcmp(a, b, lb) == 0) {
+        src = a + lb;
+        len = la - lb;
+    }
+    pagoda_free(b);
+    b = NULL;
+    if (!src) {
+        pagoda_free(a);
+        a = NULL;
+        if (pagoda_detokenize(e, &tok, 1, false, &a, &la) != PAGODA_OK) return strdup("");
+        src = a;
+        len = la;
+    }
+    char *s = pg_api_utf8_dup(src, len);
+    pagoda_free(a);
     return s;
 }
 
@@ -250,16 +270,17 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
     if (o->logprobs && j->req.logprobs >= 0) {
         for (size_t k = 0; k < o->n_new_tokens; k++) {
             const pagoda_token_logprobs *tl = &o->logprobs[k];
-            pg_api_logprob lp = {token_text(s->e, tl->token), tl->logprob, NULL, 0};
+            pg_api_logprob lp = {token_text(s->e, sb->last_token, tl->token), tl->logprob, NULL, 0};
             int32_t nt = tl->n_top < j->req.logprobs ? tl->n_top : j->req.logprobs;
             if (nt > 0 && (lp.top = calloc((size_t)nt, sizeof *lp.top))) {
                 lp.n_top = nt;
                 for (int32_t t = 0; t < nt; t++) {
-                    lp.top[t].text = token_text(s->e, tl->top[t].token);
+                    lp.top[t].text = token_text(s->e, sb->last_token, tl->top[t].token);
                     lp.top[t].logprob = tl->top[t].logprob;
                 }
             }
             pg_api_choice_add_logprob(ch, &lp);
+            sb->last_token = tl->token;
         }
     }
     ch->n_prompt_tokens = o->n_prompt_tokens;
@@ -460,6 +481,7 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
             return PAGODA_ERR_INVALID_ARG;
         }
         j->subs[c].arrival = now_mono();
+        j->subs[c].last_token = n[c / per] ? ids[c / per][n[c / per] - 1] : -1;
     }
     s->inflight += (int64_t)j->n_choices;
     j->next = s->jobs;
@@ -977,16 +999,16 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     int gai = getaddrinfo(host, port, &hints, &ai);
     if (gai || !ai) {
         pg_server_stop(s);
-        return pg_error(PAGODA_ERR_IO, "cannot resolve host '%s': %s", host,
-                        gai_strerror(gai));
+        return pg_error(PAGODA_ERR_IO, "cannot resolve host '%s': %s", host, gai_strerror(gai));
     }
     unsigned flags =
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(
-        flags, (uint16_t)opt->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
-        MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20, MHD_OPTION_END);
+    s->mhd = MHD_start_daemon(flags, (uint16_t)opt->port, NULL, NULL, on_request, s,
+                              MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+                              on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
+                              MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_THREAD_STACK_SIZE,
+                              (size_t)2 << 20, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         int err = errno;

@@ -304,7 +304,7 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         e->cap_outs = count;
     }
     double t = now_s();
-    int running = 0;
+    int running = 0, alive = 0, remaining = 0;
     size_t used_blocks = 0;
     for (freq **pp = &e->reqs; *pp;) {
         freq *r = *pp;
@@ -407,12 +407,13 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
             e->dead = r;
         } else {
             if (r->first_sched) used_blocks += blocks_of(r);
+            if (o->n_new_tokens) alive++;
+            remaining++;
             pp = &r->next;
         }
     }
-    e->st.num_requests_running = running;
-    e->st.num_requests_waiting = (int32_t)(count - (size_t)running);
-    if (e->st.num_requests_waiting < 0) e->st.num_requests_waiting = 0;
+    e->st.num_requests_running = alive;
+    e->st.num_requests_waiting = remaining - alive;
     e->st.num_free_kv_blocks = NUM_BLOCKS - (int32_t)used_blocks;
     e->st.kv_cache_usage = (double)used_blocks / NUM_BLOCKS;
     pthread_mutex_unlock(&e->mu);

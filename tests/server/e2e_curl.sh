@@ -158,6 +158,9 @@ req POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 5, "tempe
 check '(.choices[0].logprobs.tokens|length) == .usage.completion_tokens' "one logprob per token"
 check '.choices[0].logprobs.top_logprobs | all(length <= 2)' "top_logprobs <= 2"
 check '.choices[0].logprobs.token_logprobs | all(. <= 0)' "logprobs <= 0"
+req POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "ignore_eos": true, "logprobs": 1}'
+expect 200 "logprobs tokens"
+check '(.choices[0].logprobs.tokens | join("")) == .choices[0].text' "logprob tokens concatenate to the text"
 
 echo "== errors"
 req POST /v1/completions '{"prompt": '; expect_error 400 "not valid JSON" "malformed JSON"
@@ -183,22 +186,7 @@ req POST /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}]}
 expect_error 400 "chat template" "chat without a template"
 req GET /health; expect 200 "still up after the errors"
 
-echo "== client gone mid-stream: request aborted, KV blocks freed"
-curl -sN "$URL/v1/completions" -H 'Content-Type: application/json' \
-  --data-binary '{"prompt": "Once upon a time", "max_tokens": 100, "ignore_eos": true, "stream": true}' >"$TMP/partial" &
-CPID=$!
-for _ in $(seq 1 200); do [ -s "$TMP/partial" ] && break; sleep 0.05; done
-kill "$CPID" 2>/dev/null || true
-wait "$CPID" 2>/dev/null || true
-for _ in $(seq 1 100); do
-  req GET /metrics
-  if grep -q '^vllm:num_requests_running{model_name="[^"]*"} 0$' "$TMP/body" &&
-     grep -q '^vllm:kv_cache_usage_perc{model_name="[^"]*"} 0$' "$TMP/body"; then break; fi
-  sleep 0.1
-done
-grep -q '^vllm:kv_cache_usage_perc{model_name="[^"]*"} 0$' "$TMP/body" || die "KV blocks still in use after the client went away"
-grep -q "client went away" "$TMP/err.$N" || die "no abort logged"
-grep -q '^vllm:request_success_total{finished_reason="abort",model_name="[^"]*"} 1$' "$TMP/body" || die "abort not counted"
+req GET /metrics; expect 200 metrics
 grep -q '^# TYPE vllm:time_to_first_token_seconds histogram$' "$TMP/body" || die "metrics: TTFT histogram"
 for m in vllm:inter_token_latency_seconds_count vllm:e2e_request_latency_seconds_count \
          vllm:request_queue_time_seconds_count vllm:num_requests_waiting vllm:num_preemptions_total \
@@ -209,23 +197,68 @@ done
 grep -q "^pagoda I .*cmpl-.*prompt [0-9]* tokens, output [0-9]* tokens, ttft" "$TMP/err.$N" || die "no per-request log line"
 stop_server
 
+echo "== clients gone: a queued stream and a running non-streamed request are aborted, KV blocks freed"
+start_server --max-num-seqs 1
+# A: long and non-streamed (32 choices run one at a time); B: a stream queued behind it
+curl -s "$URL/v1/completions" -H 'Content-Type: application/json' -o /dev/null \
+  --data-binary '{"prompt": "Once upon a time", "n": 32, "max_tokens": 400, "ignore_eos": true}' &
+APID=$!
+for _ in $(seq 1 200); do
+  req GET /metrics
+  grep -q '^vllm:num_requests_running{[^}]*} 1$' "$TMP/body" && break
+  sleep 0.05
+done
+curl -sN "$URL/v1/completions" -H 'Content-Type: application/json' -o "$TMP/partial" \
+  --data-binary '{"prompt": "Once", "max_tokens": 50, "stream": true}' &
+BPID=$!
+sleep 0.5
+kill "$BPID" 2>/dev/null || true
+wait "$BPID" 2>/dev/null || true
+for _ in $(seq 1 100); do grep -q "client went away" "$TMP/err.$N" && break; sleep 0.05; done
+grep -q "client went away" "$TMP/err.$N" || die "the queued stream's request was not aborted"
+kill "$APID" 2>/dev/null || true
+wait "$APID" 2>/dev/null || true
+for _ in $(seq 1 200); do
+  req GET /metrics
+  if grep -q '^vllm:num_requests_running{[^}]*} 0$' "$TMP/body" &&
+     grep -q '^vllm:num_requests_waiting{[^}]*} 0$' "$TMP/body" &&
+     grep -q '^vllm:kv_cache_usage_perc{[^}]*} 0$' "$TMP/body"; then break; fi
+  sleep 0.05
+done
+grep -q '^vllm:num_requests_running{[^}]*} 0$' "$TMP/body" || die "requests still running after their clients went away"
+grep -q '^vllm:num_requests_waiting{[^}]*} 0$' "$TMP/body" || die "requests still waiting after their clients went away"
+grep -q '^vllm:kv_cache_usage_perc{[^}]*} 0$' "$TMP/body" || die "KV blocks still in use after the clients went away"
+[ "$(grep -c 'client went away' "$TMP/err.$N")" -ge 2 ] || die "the non-streamed request was not aborted"
+grep -q '^vllm:request_success_total{finished_reason="abort",[^}]*} [1-9]' "$TMP/body" || die "aborts not counted"
+stop_server
+
 echo "== auth, body limit, queue full"
-start_server --api-key sekrit --max-request-bytes 4KiB --max-num-seqs 1 --max-queue 0
+start_server --api-key sekrit --max-request-bytes 4KiB --max-num-seqs 1 --max-queue 40
 req GET /health; expect 200 "health needs no key"
 req GET /v1/models; expect_error 401 "API key" "missing key"
 AUTH=(-H 'Authorization: Bearer wrong'); req GET /v1/models; expect_error 401 "API key" "wrong key"
 AUTH=(-H 'Authorization: Bearer sekrit'); req GET /v1/models; expect 200 "right key"
 BIG=$(head -c 8000 /dev/zero | tr '\0' 'a')
 req POST /v1/completions "{\"prompt\": \"$BIG\"}"; expect_error 413 "limit" "body over the limit"
-curl -sN "$URL/v1/completions" "${AUTH[@]}" -H 'Content-Type: application/json' \
-  --data-binary '{"prompt": "Once", "max_tokens": 100, "ignore_eos": true, "stream": true}' >"$TMP/long" &
+# 32 long choices in flight (one runs at a time); 10 more exceed 1 + 40
+curl -s "$URL/v1/completions" "${AUTH[@]}" -H 'Content-Type: application/json' -o /dev/null \
+  --data-binary '{"prompt": "Once", "n": 32, "max_tokens": 400, "ignore_eos": true}' &
 CPID=$!
-for _ in $(seq 1 200); do [ -s "$TMP/long" ] && break; sleep 0.05; done
-req POST /v1/completions '{"prompt": "a", "max_tokens": 2}'; expect_error 503 "busy" "queue full"
+for _ in $(seq 1 200); do
+  req GET /metrics
+  grep -q '^vllm:num_requests_running{[^}]*} 1$' "$TMP/body" && break
+  sleep 0.05
+done
+req POST /v1/completions '{"prompt": "a", "max_tokens": 2, "n": 10}'; expect_error 503 "busy" "queue full"
 grep -qi '^Retry-After: ' "$TMP/hdr" || die "503 without Retry-After"
-wait "$CPID" || die "the long stream failed"
-tail -n 2 "$TMP/long" | grep -q '^data: \[DONE\]' || die "long stream did not finish"
-req POST /v1/completions '{"prompt": "a", "max_tokens": 2}'; expect 200 "accepted again after the queue drained"
+kill "$CPID" 2>/dev/null || true
+wait "$CPID" 2>/dev/null || true
+for _ in $(seq 1 200); do
+  req GET /metrics
+  grep -q '^vllm:num_requests_waiting{[^}]*} 0$' "$TMP/body" && grep -q '^vllm:num_requests_running{[^}]*} 0$' "$TMP/body" && break
+  sleep 0.05
+done
+req POST /v1/completions '{"prompt": "a", "max_tokens": 2, "n": 10}'; expect 200 "accepted again after the queue drained"
 AUTH=()
 stop_server
 
