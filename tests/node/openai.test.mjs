@@ -20,7 +20,8 @@ let client;
 let modelName;
 
 function startServer() {
-  const args = [...CMD.slice(1), 'serve', MODEL_DIR, '--port', '0', '--api-key', KEY];
+  // one running sequence at a time: the abort test queues work behind a long request
+  const args = [...CMD.slice(1), 'serve', MODEL_DIR, '--port', '0', '--api-key', KEY, '--max-num-seqs', '1'];
   if (TEMPLATE) args.push('--chat-template', TEMPLATE);
   const proc = spawn(CMD[0], args, { stdio: ['ignore', 'pipe', 'pipe'] });
   proc.stderr.on('data', (d) => { stderr += d; });
@@ -174,27 +175,41 @@ describe('pagoda serve with the openai client', () => {
     assert.equal(r.choices.length, 1);
   });
 
-  test('a stream aborted by the client frees its KV blocks', async () => {
+  test('requests whose clients go away are aborted and free their KV blocks', async () => {
+    const gauge = (text, name) => Number((text.match(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm')) ?? [])[1]);
+    // a long non-streamed request (16 choices x 400 tokens, one at a time) ...
+    const blockerCtrl = new AbortController();
+    const blocker = client.completions.create(
+      { model: modelName, prompt: 'Once upon a time', n: 16, max_tokens: 400, ignore_eos: true },
+      { signal: blockerCtrl.signal }).catch((e) => e);
+    for (let i = 0; i < 200 && gauge(await metrics(), 'vllm:num_requests_running') < 1; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    // ... and a stream queued behind it, both abandoned by their client
     const ctrl = new AbortController();
-    const stream = await client.completions.create(
-      { model: modelName, prompt: 'Once upon a time', max_tokens: 200, ignore_eos: true, stream: true },
-      { signal: ctrl.signal });
+    setTimeout(() => ctrl.abort(), 300);
     let chunks = 0;
     try {
-      for await (const _ of stream) { // eslint-disable-line no-unused-vars
-        if (++chunks === 2) ctrl.abort();
-      }
+      const stream = await client.completions.create(
+        { model: modelName, prompt: 'Once', max_tokens: 50, stream: true }, { signal: ctrl.signal });
+      for await (const _ of stream) chunks++; // eslint-disable-line no-unused-vars
     } catch (e) {
-      assert.ok(e.name === 'AbortError' || e instanceof OpenAI.APIUserAbortError, String(e));
+      assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
     }
-    assert.ok(chunks < 200, 'the stream went on after the abort');
+    assert.equal(chunks, 0, 'the queued stream produced tokens before its abort');
+    blockerCtrl.abort();
+    assert.ok((await blocker) instanceof Error);
     let text = '';
-    for (let i = 0; i < 100; i++) {
+    for (let i = 0; i < 200; i++) {
       text = await metrics();
-      if (/^vllm:num_requests_running\{[^}]*\} 0$/m.test(text) && /^vllm:kv_cache_usage_perc\{[^}]*\} 0$/m.test(text)) break;
-      await new Promise((r) => setTimeout(r, 100));
+      if (gauge(text, 'vllm:num_requests_running') === 0 && gauge(text, 'vllm:num_requests_waiting') === 0 &&
+          gauge(text, 'vllm:kv_cache_usage_perc') === 0) break;
+      await new Promise((r) => setTimeout(r, 50));
     }
-    assert.match(text, /^vllm:kv_cache_usage_perc\{[^}]*\} 0$/m);
-    assert.match(text, /^vllm:request_success_total\{finished_reason="abort",[^}]*\} [1-9]/m);
+    assert.equal(gauge(text, 'vllm:num_requests_running'), 0);
+    assert.equal(gauge(text, 'vllm:num_requests_waiting'), 0);
+    assert.equal(gauge(text, 'vllm:kv_cache_usage_perc'), 0);
+    const aborts = Number(text.match(/^vllm:request_success_total\{finished_reason="abort",[^}]*\} (\d+)$/m)[1]);
+    assert.ok(aborts >= 2, `aborts counted: ${aborts}`);
   });
 });
