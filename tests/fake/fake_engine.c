@@ -157,8 +157,15 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
     if (!v) return pg_error(PAGODA_ERR_NOMEM, "fake engine: out of memory");
     size_t k = 0;
     if (add_special) v[k++] = BOS;
-    for (size_t i = 0; i < len; i++)
+    for (size_t i = 0; i < len; i++) {
+        /* like HF encode(add_special_tokens=True): special-token text matches */
+        if (add_special && i + 3 <= len && !memcmp(text + i, "<s>", 3)) {
+            v[k++] = BOS;
+            i += 2;
+            continue;
+        }
         v[k++] = (unsigned char)text[i];
+    }
     *ids = v;
     *n = k;
     return PAGODA_OK;

@@ -274,7 +274,12 @@ if [ -n "$TEMPLATE" ]; then
   jq -s -e 'all(.[]; .object == "chat.completion.chunk")' "$TMP/chunks" >/dev/null || die "chunk object"
   S=$(jq -j '.choices[]?.delta.content // empty' "$TMP/chunks")
   [ "$S" = "$C" ] || die "chat stream '$S' != '$C'"
+  req POST /tokenize '{"prompt": "x"}'; expect 200 "tokenize with BOS"
+  BOS=$(jqb '.tokens[0]')
   req POST /tokenize "{\"messages\": $MSG}"; expect 200 "tokenize messages"
+  # the template starts with {{ bos_token }} (from the model's tokenizer_config.json)
+  [ "$(jqb '.tokens[0]')" = "$BOS" ] && [ "$(jqb '.tokens[1]')" != "$BOS" ] ||
+    die "chat prompt does not start with exactly one BOS (is pg_engine_model_path of src/engine/chat.h defined by the engine?)"
   # the chat prompt's tokens as a completion give the same greedy text (and
   # greedy completions equal `pagoda generate`, checked above)
   req POST /v1/completions "{\"prompt\": $(jq -c .tokens "$TMP/body"), \"max_tokens\": 16, \"temperature\": 0}"
