@@ -37,8 +37,8 @@ typedef struct ereq {
     struct ereq *next; /* pending queue / reap list */
     int32_t *prompt;
     int32_t n_prompt;
-    int32_t *out_ids; /* [max_tokens] */
-    int32_t n_out, max_tokens, min_tokens;
+    int32_t *out_ids; /* [cap_out], grows up to max_tokens */
+    int32_t n_out, cap_out, max_tokens, min_tokens;
     bool ignore_eos, in_sched, finished;
     int32_t stop_ids[PG_MAX_STOP_TOKENS];
     int32_t n_stop_ids;
@@ -465,7 +465,8 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
         st = pg_error(PAGODA_ERR_INVALID_ARG, "request: stop is NULL");
         goto fail;
     }
-    r->out_ids = malloc((size_t)r->max_tokens * sizeof(int32_t));
+    r->cap_out = r->max_tokens < 64 ? r->max_tokens : 64;
+    r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
     if (!r->out_ids) goto nomem;
     if ((st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt,
                             s->skip_special_tokens, s->stop, s->n_stop,
@@ -817,6 +818,14 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         }
         r->n_new = 0;
         if (ev->token >= 0) {
+            if (r->n_out == r->cap_out) {
+                int32_t cap = r->cap_out * 2 < r->max_tokens ? r->cap_out * 2 : r->max_tokens;
+                int32_t *g = cap > r->n_out ? realloc(r->out_ids, (size_t)cap * sizeof *g) : NULL;
+                if (!g) return pg_error(PAGODA_ERR_NOMEM, "engine: output buffer of %d tokens",
+                                        r->n_out);
+                r->out_ids = g;
+                r->cap_out = cap;
+            }
             r->out_ids[r->n_out++] = ev->token;
             r->new_token = ev->token;
             r->n_new = 1;
