@@ -17,7 +17,7 @@
 #include "pagoda.h"
 #include "tokenizer/tokenizer.h"
 
-static char g_tiny[4200];    /* random F32 model with the stories260K tokenizer */
+static char g_tiny[4200];      /* random F32 model with the stories260K tokenizer */
 static char g_tiny_bf16[4200]; /* same shape, BF16 weights */
 
 static int setup(void **state) {
@@ -148,7 +148,8 @@ static void run_all(pagoda_engine *e, const uint64_t *ids, result *res, size_t n
             if (o->finish_reason != PAGODA_FINISH_NONE) {
                 r->finish = o->finish_reason;
                 r->stop_token = o->stop_token;
-                if (o->stop_reason) snprintf(r->stop_reason, sizeof r->stop_reason, "%s", o->stop_reason);
+                if (o->stop_reason)
+                    snprintf(r->stop_reason, sizeof r->stop_reason, "%s", o->stop_reason);
             }
         }
     }
@@ -241,9 +242,9 @@ static void test_stories_reference_f32(void **state) {
     (void)state;
     check_reference("llm/stories260K-hf", "llm/llama2c/expected/stories260K_greedy_n256.tokens.txt",
                     -1);
-    check_reference("llm/stories260K-hf",
-                    "llm/llama2c/expected/stories260K_greedy_prompt_once_upon_a_time_n64.tokens.txt",
-                    -1);
+    check_reference(
+        "llm/stories260K-hf",
+        "llm/llama2c/expected/stories260K_greedy_prompt_once_upon_a_time_n64.tokens.txt", -1);
 }
 
 static void test_stories_reference_bf16(void **state) {
@@ -397,7 +398,8 @@ static void test_preemption(void **state) {
     }
 }
 
-/* ---- leaks under random aborts ---------------------------------------------------------------- */
+/* ---- leaks under random aborts ----------------------------------------------------------------
+ */
 
 /* 1000 requests natively; fewer under qemu (the aarch64 build), where every
  * fork-join of the pool is expensive. */
@@ -463,7 +465,8 @@ static void test_no_block_leaks_with_random_aborts(void **state) {
     pagoda_engine_free(e);
 }
 
-/* ---- text: stop strings, min_tokens, UTF-8 ------------------------------------------------------ */
+/* ---- text: stop strings, min_tokens, UTF-8 ------------------------------------------------------
+ */
 
 static pagoda_engine *stories(void) {
     char model[4200];

@@ -152,8 +152,7 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
 
 /* Add the requests, run until all finished; latency[i] = finish - start
  * (seconds) when not NULL. Returns elapsed seconds, or < 0 on error. */
-static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n,
-                        double *latency) {
+static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n, double *latency) {
     uint64_t *ids = malloc(n * sizeof *ids);
     if (!ids) return -1;
     double t0 = now_s();

@@ -328,21 +328,21 @@ static bool parse_line(const pagoda_engine *e, const gen_options *o, const char 
     j->req.prompt_token_ids = j->prompt_ids;
     j->req.n_prompt_token_ids = j->n_prompt;
     const cJSON *f;
-#define NUM(name, field, type)                                                                    \
-    if ((f = cJSON_GetObjectItem(root, name)) && !cJSON_IsNull(f)) {                              \
-        if (!cJSON_IsNumber(f)) {                                                                 \
-            snprintf(err, cap, "\"%s\" must be a number", name);                                  \
-            goto out;                                                                             \
-        }                                                                                         \
-        s->field = (type)f->valuedouble;                                                          \
+#define NUM(name, field, type)                                                                     \
+    if ((f = cJSON_GetObjectItem(root, name)) && !cJSON_IsNull(f)) {                               \
+        if (!cJSON_IsNumber(f)) {                                                                  \
+            snprintf(err, cap, "\"%s\" must be a number", name);                                   \
+            goto out;                                                                              \
+        }                                                                                          \
+        s->field = (type)f->valuedouble;                                                           \
     }
-#define BOOL(name, field)                                                                         \
-    if ((f = cJSON_GetObjectItem(root, name)) && !cJSON_IsNull(f)) {                              \
-        if (!cJSON_IsBool(f)) {                                                                   \
-            snprintf(err, cap, "\"%s\" must be true or false", name);                             \
-            goto out;                                                                             \
-        }                                                                                         \
-        s->field = cJSON_IsTrue(f);                                                               \
+#define BOOL(name, field)                                                                          \
+    if ((f = cJSON_GetObjectItem(root, name)) && !cJSON_IsNull(f)) {                               \
+        if (!cJSON_IsBool(f)) {                                                                    \
+            snprintf(err, cap, "\"%s\" must be true or false", name);                              \
+            goto out;                                                                              \
+        }                                                                                          \
+        s->field = cJSON_IsTrue(f);                                                                \
     }
     NUM("temperature", temperature, float)
     NUM("top_p", top_p, float)

@@ -16,17 +16,16 @@ static bool parse_i32(const char *s, long lo, long hi, int32_t *out) {
     return true;
 }
 
-int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i,
-                         pagoda_engine_options *o) {
+int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_engine_options *o) {
     const char *a = argv[*i];
     if (!strcmp(a, "--no-prefix-caching")) {
         o->enable_prefix_caching = false;
         return 1;
     }
-    static const char *const with_value[] = {"--max-model-len",  "--max-num-seqs",
-                                             "--max-num-batched-tokens", "--kv-cache-memory",
-                                             "--kv-cache-dtype", "--block-size",
-                                             "--threads"};
+    static const char *const with_value[] = {
+        "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
+        "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
+        "--threads"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         known |= !strcmp(a, with_value[k]);

@@ -34,8 +34,7 @@ static pagoda_status grow(char **buf, size_t *cap, size_t need) {
 }
 
 /* decode(ids[a..b)) into *buf. */
-static pagoda_status decode(pg_detok *d, size_t a, size_t b, char **buf, size_t *cap,
-                            size_t *len) {
+static pagoda_status decode(pg_detok *d, size_t a, size_t b, char **buf, size_t *cap, size_t *len) {
     pagoda_status st;
     if ((st = grow(buf, cap, 64)) != PAGODA_OK) return st;
     for (;;) {

@@ -97,11 +97,16 @@ const char *pagoda_last_error(void) {
 
 const char *pagoda_finish_reason_name(pagoda_finish_reason r) {
     switch (r) {
-    case PAGODA_FINISH_STOP: return "stop";
-    case PAGODA_FINISH_LENGTH: return "length";
-    case PAGODA_FINISH_ABORT: return "abort";
-    case PAGODA_FINISH_ERROR: return "error";
-    default: return NULL;
+    case PAGODA_FINISH_STOP:
+        return "stop";
+    case PAGODA_FINISH_LENGTH:
+        return "length";
+    case PAGODA_FINISH_ABORT:
+        return "abort";
+    case PAGODA_FINISH_ERROR:
+        return "error";
+    default:
+        return NULL;
     }
 }
 
@@ -132,12 +137,12 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "engine: negative option (max_model_len %d, max_num_seqs %d, "
                         "max_num_batched_tokens %d, block_size %d, threads %d)",
-                        o->max_model_len, o->max_num_seqs, o->max_num_batched_tokens,
-                        o->block_size, o->num_threads);
+                        o->max_model_len, o->max_num_seqs, o->max_num_batched_tokens, o->block_size,
+                        o->num_threads);
     if (o->block_size && (o->block_size % 16 || o->block_size > PG_KV_MAX_BLOCK_SIZE))
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "engine: block_size %d must be a multiple of 16 in [16, %d]",
-                        o->block_size, PG_KV_MAX_BLOCK_SIZE);
+                        "engine: block_size %d must be a multiple of 16 in [16, %d]", o->block_size,
+                        PG_KV_MAX_BLOCK_SIZE);
     if ((unsigned)o->kv_cache_dtype > PAGODA_KV_F32)
         return pg_error(PAGODA_ERR_INVALID_ARG, "engine: unknown kv_cache_dtype %d",
                         (int)o->kv_cache_dtype);
@@ -196,8 +201,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     e->seed = o.seed;
 
     /* budgets */
-    int32_t mnbt = o.max_num_batched_tokens ? o.max_num_batched_tokens
-                                            : DEFAULT_MAX_NUM_BATCHED_TOKENS;
+    int32_t mnbt =
+        o.max_num_batched_tokens ? o.max_num_batched_tokens : DEFAULT_MAX_NUM_BATCHED_TOKENS;
     int32_t mns = o.max_num_seqs ? o.max_num_seqs : DEFAULT_MAX_NUM_SEQS;
     if (!o.max_num_seqs && mns > mnbt) mns = mnbt;
     e->max_num_seqs = mns;
@@ -205,8 +210,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
 
     /* KV cache: memory -> blocks */
     pg_dtype kvt = kv_dtype_for(&o, e->model);
-    uint64_t mem = o.kv_cache_memory ? o.kv_cache_memory
-                                     : pg_kv_default_memory_bytes(pg_cpu()->mem_available);
+    uint64_t mem =
+        o.kv_cache_memory ? o.kv_cache_memory : pg_kv_default_memory_bytes(pg_cpu()->mem_available);
     uint64_t per_token = pg_runner_kv_bytes_per_token(e->model, kvt);
     int32_t num_blocks;
     if ((st = pg_kv_num_blocks(mem, e->block_size, per_token, &num_blocks)) != PAGODA_OK) goto fail;
@@ -364,8 +369,8 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
         size_t cap = len + 16, n = 0;
         r->prompt = malloc(cap * sizeof(int32_t));
         if (!r->prompt) goto nomem;
-        if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens, r->prompt,
-                                      cap, &n)) != PAGODA_OK)
+        if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens, r->prompt, cap,
+                                      &n)) != PAGODA_OK)
             goto fail;
         r->n_prompt = (int32_t)n;
     }
@@ -468,9 +473,8 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     r->cap_out = r->max_tokens < 64 ? r->max_tokens : 64;
     r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
     if (!r->out_ids) goto nomem;
-    if ((st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt,
-                            s->skip_special_tokens, s->stop, s->n_stop,
-                            s->include_stop_str_in_output)) != PAGODA_OK)
+    if ((st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt, s->skip_special_tokens,
+                            s->stop, s->n_stop, s->include_stop_str_in_output)) != PAGODA_OK)
         goto fail;
     if (q->cache_salt && *q->cache_salt) {
         uint64_t h = 1469598103934665603ULL;
@@ -516,8 +520,8 @@ pagoda_status pagoda_engine_add_request(pagoda_engine *e, const pagoda_request *
     pthread_mutex_lock(&e->mu);
     r->id = e->next_id++;
     if (r->sp.seed < 0)
-        r->sp.seed = (int64_t)((e->seed ? mix64(e->seed ^ mix64(r->id)) : pg_rng_random_seed()) >>
-                               1);
+        r->sp.seed =
+            (int64_t)((e->seed ? mix64(e->seed ^ mix64(r->id)) : pg_rng_random_seed()) >> 1);
     r->rng = pg_rng_from_seed(r->sp.seed);
     st = live_push(e, r);
     if (st == PAGODA_OK) {
@@ -709,10 +713,14 @@ static pagoda_status sample_one(pagoda_engine *e, ereq *r, float *logits, int32_
 
 static pagoda_finish_reason map_finish(pg_finish_reason f) {
     switch (f) {
-    case PG_FINISH_STOP: return PAGODA_FINISH_STOP;
-    case PG_FINISH_LENGTH: return PAGODA_FINISH_LENGTH;
-    case PG_FINISH_ABORT: return PAGODA_FINISH_ABORT;
-    default: return PAGODA_FINISH_NONE;
+    case PG_FINISH_STOP:
+        return PAGODA_FINISH_STOP;
+    case PG_FINISH_LENGTH:
+        return PAGODA_FINISH_LENGTH;
+    case PG_FINISH_ABORT:
+        return PAGODA_FINISH_ABORT;
+    default:
+        return PAGODA_FINISH_NONE;
     }
 }
 
@@ -821,8 +829,9 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
             if (r->n_out == r->cap_out) {
                 int32_t cap = r->cap_out * 2 < r->max_tokens ? r->cap_out * 2 : r->max_tokens;
                 int32_t *g = cap > r->n_out ? realloc(r->out_ids, (size_t)cap * sizeof *g) : NULL;
-                if (!g) return pg_error(PAGODA_ERR_NOMEM, "engine: output buffer of %d tokens",
-                                        r->n_out);
+                if (!g)
+                    return pg_error(PAGODA_ERR_NOMEM, "engine: output buffer of %d tokens",
+                                    r->n_out);
                 r->out_ids = g;
                 r->cap_out = cap;
             }

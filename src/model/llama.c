@@ -577,8 +577,8 @@ static pagoda_status pack_qkv(const pg_llama *m, llama_layer *L) {
     memcpy(tmp, L->wq.w, nq * row);
     memcpy(tmp + nq * row, L->wk.w, nkv * row);
     memcpy(tmp + (nq + nkv) * row, L->wv.w, nkv * row);
-    pagoda_status st = pg_gemm_pack(L->wq.dtype, tmp, (int64_t)(nq + 2 * nkv),
-                                    m->cfg.hidden_size, NULL, &L->qkv);
+    pagoda_status st =
+        pg_gemm_pack(L->wq.dtype, tmp, (int64_t)(nq + 2 * nkv), m->cfg.hidden_size, NULL, &L->qkv);
     free(tmp);
     if (st != PAGODA_OK || !L->wq.bias) return st;
     L->qkv_bias = pg_malloc_aligned((nq + 2 * nkv) * sizeof(float));
@@ -612,13 +612,13 @@ pagoda_status pg_llama_pack(pg_llama *m) {
 struct pg_llama_workspace {
     int32_t max_tokens, max_seqs;
     pg_arena arena;
-    float *x;      /* residual stream [T, hidden] */
-    float *xb;     /* normed input / projection output [T, hidden] */
-    float *qkv;    /* [T, q_dim + 2 kv_dim] (fused) or q | k | v blocks (unpacked) */
-    float *attn;   /* attention output [T, q_dim] */
-    float *act;    /* SwiGLU output [T, intermediate] */
-    float *up;     /* [T, intermediate] only for unpacked gate/up */
-    float *last;   /* final-normed rows that need logits [max_seqs, hidden] */
+    float *x;    /* residual stream [T, hidden] */
+    float *xb;   /* normed input / projection output [T, hidden] */
+    float *qkv;  /* [T, q_dim + 2 kv_dim] (fused) or q | k | v blocks (unpacked) */
+    float *attn; /* attention output [T, q_dim] */
+    float *act;  /* SwiGLU output [T, intermediate] */
+    float *up;   /* [T, intermediate] only for unpacked gate/up */
+    float *last; /* final-normed rows that need logits [max_seqs, hidden] */
     void *gemm_scratch;
     size_t gemm_scratch_bytes;
     void *attn_scratch;
@@ -636,8 +636,10 @@ static size_t gemm_need(const pg_packed_weight *w, int64_t M, int nt) {
 static size_t attn_need(const pg_llama *m, int32_t T, int32_t S, int32_t max_len,
                         const pg_paged_kv *kv, int nt) {
     const pg_model_config *c = &m->cfg;
-    pg_attn_params p = {.n_heads = c->num_attention_heads, .n_kv_heads = c->num_key_value_heads,
-                        .head_dim = c->head_dim, .scale = 1.0f};
+    pg_attn_params p = {.n_heads = c->num_attention_heads,
+                        .n_kv_heads = c->num_key_value_heads,
+                        .head_dim = c->head_dim,
+                        .scale = 1.0f};
     int32_t n = T > S ? T : S;
     int32_t *cu = malloc((size_t)(n + 1) * sizeof(int32_t)), *lens = malloc((size_t)n * 4);
     size_t best = 0;
@@ -675,7 +677,8 @@ pagoda_status pg_llama_workspace_create(const pg_llama *m, int32_t max_tokens, i
                         "llama: bad workspace sizes (%d tokens, %d seqs, max_model_len %d)",
                         max_tokens, max_seqs, max_model_len);
     if (!m->packed)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: pg_llama_pack must run before the workspace");
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: pg_llama_pack must run before the workspace");
     pg_llama_workspace *ws = calloc(1, sizeof *ws);
     if (!ws) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
     ws->max_tokens = max_tokens;
@@ -689,8 +692,7 @@ pagoda_status pg_llama_workspace_create(const pg_llama *m, int32_t max_tokens, i
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const llama_layer *L = &m->w.layers[l];
         size_t need[] = {gemm_need(L->qkv, max_tokens, nt), gemm_need(L->o, max_tokens, nt),
-                         gemm_need(L->gate_up, max_tokens, nt),
-                         gemm_need(L->down, max_tokens, nt)};
+                         gemm_need(L->gate_up, max_tokens, nt), gemm_need(L->down, max_tokens, nt)};
         for (size_t i = 0; i < 4; i++)
             if (need[i] > gs) gs = need[i];
         if (!L->gate_up) unpacked_mlp = true;
@@ -703,13 +705,17 @@ pagoda_status pg_llama_workspace_create(const pg_llama *m, int32_t max_tokens, i
         free(ws);
         return pg_error(PAGODA_ERR_INVALID_ARG, "llama: KV cache layout rejected by attention");
     }
-    size_t sizes[] = {T * H * 4,       T * H * 4,
-                      T * qkv_dim * 4, T * (size_t)m->q_dim * 4,
-                      T * I * 4,       unpacked_mlp ? T * I * 4 : 0,
-                      (size_t)max_seqs * H * 4, ws->gemm_scratch_bytes,
+    size_t sizes[] = {T * H * 4,
+                      T * H * 4,
+                      T * qkv_dim * 4,
+                      T * (size_t)m->q_dim * 4,
+                      T * I * 4,
+                      unpacked_mlp ? T * I * 4 : 0,
+                      (size_t)max_seqs * H * 4,
+                      ws->gemm_scratch_bytes,
                       ws->attn_scratch_bytes};
-    void **bufs[] = {(void **)&ws->x,    (void **)&ws->xb,   (void **)&ws->qkv,
-                     (void **)&ws->attn, (void **)&ws->act,  (void **)&ws->up,
+    void **bufs[] = {(void **)&ws->x,    (void **)&ws->xb,  (void **)&ws->qkv,
+                     (void **)&ws->attn, (void **)&ws->act, (void **)&ws->up,
                      (void **)&ws->last, &ws->gemm_scratch, &ws->attn_scratch};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -791,9 +797,8 @@ static pagoda_status project_residual(pg_llama_workspace *ws, const pg_packed_we
 /* act = silu(h Wgate^T) * (h Wup^T). */
 static pagoda_status mlp_swiglu(pg_llama_workspace *ws, const llama_layer *L, int64_t T) {
     if (L->gate_up)
-        return pg_gemm(L->gate_up, ws->xb, T, pg_gemm_k(L->gate_up), ws->act,
-                       pg_gemm_n(L->gate_up), NULL, PG_GEMM_SWIGLU, pg_pool_default(),
-                       ws->gemm_scratch);
+        return pg_gemm(L->gate_up, ws->xb, T, pg_gemm_k(L->gate_up), ws->act, pg_gemm_n(L->gate_up),
+                       NULL, PG_GEMM_SWIGLU, pg_pool_default(), ws->gemm_scratch);
     pagoda_status st;
     if ((st = project(ws->act, ws->xb, &L->w_gate, (int)T)) != PAGODA_OK) return st;
     if ((st = project(ws->up, ws->xb, &L->w_up, (int)T)) != PAGODA_OK) return st;

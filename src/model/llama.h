@@ -84,13 +84,13 @@ pagoda_status pg_llama_forward(const pg_llama *model, pg_llama_state *state, con
 
 typedef struct pg_llama_batch {
     int32_t num_tokens, num_seqs;
-    const int32_t *token_ids;          /* [num_tokens] */
-    const int32_t *positions;          /* [num_tokens] */
-    const int32_t *slot_mapping;       /* [num_tokens] block_id * block_size + pos % block_size */
-    const int32_t *query_start_loc;    /* [num_seqs + 1] */
-    const int32_t *seq_lens;           /* [num_seqs] KV length after this step */
+    const int32_t *token_ids;           /* [num_tokens] */
+    const int32_t *positions;           /* [num_tokens] */
+    const int32_t *slot_mapping;        /* [num_tokens] block_id * block_size + pos % block_size */
+    const int32_t *query_start_loc;     /* [num_seqs + 1] */
+    const int32_t *seq_lens;            /* [num_seqs] KV length after this step */
     const int32_t *const *block_tables; /* [num_seqs] */
-    const int32_t *logit_rows;         /* [num_logits] token indices whose logits are wanted */
+    const int32_t *logit_rows;          /* [num_logits] token indices whose logits are wanted */
     int32_t num_logits;
 } pg_llama_batch;
 
@@ -106,9 +106,9 @@ pagoda_status pg_llama_pack(pg_llama *model);
  * threads (pg_pool_size of the default pool). Allocated once; a step never
  * allocates. Errors: PAGODA_ERR_INVALID_ARG, PAGODA_ERR_NOMEM. */
 typedef struct pg_llama_workspace pg_llama_workspace;
-pagoda_status pg_llama_workspace_create(const pg_llama *model, int32_t max_tokens,
-                                        int32_t max_seqs, int32_t max_model_len,
-                                        const pg_paged_kv *kv_layout, pg_llama_workspace **out);
+pagoda_status pg_llama_workspace_create(const pg_llama *model, int32_t max_tokens, int32_t max_seqs,
+                                        int32_t max_model_len, const pg_paged_kv *kv_layout,
+                                        pg_llama_workspace **out);
 void pg_llama_workspace_free(pg_llama_workspace *ws);
 size_t pg_llama_workspace_bytes(const pg_llama_workspace *ws);
 
@@ -116,7 +116,7 @@ size_t pg_llama_workspace_bytes(const pg_llama_workspace *ws);
  * [num_logits][vocab_size] f32 receives the logits of the listed rows.
  * Errors: PAGODA_ERR_INVALID_ARG (batch larger than the workspace, token id
  * out of range, not packed), errors of the kernels. */
-pagoda_status pg_llama_forward_batch(const pg_llama *model, pg_llama_workspace *ws,
-                                     pg_paged_kv *kv, const pg_llama_batch *b, float *logits);
+pagoda_status pg_llama_forward_batch(const pg_llama *model, pg_llama_workspace *ws, pg_paged_kv *kv,
+                                     const pg_llama_batch *b, float *logits);
 
 #endif
