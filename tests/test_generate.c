@@ -174,6 +174,24 @@ static void test_usage_errors_exit_2(void **state) {
     assert_int_equal(run(args, true, &out), 2);
     assert_non_null(strstr(out, "top_p"));
     free(out);
+    /* engine options */
+    const char *bad_engine[] = {"--kv-cache-dtype fp8", "--block-size 20", "--kv-cache-memory 4XB",
+                                "--max-num-seqs 0"};
+    for (size_t i = 0; i < sizeof bad_engine / sizeof bad_engine[0]; i++) {
+        snprintf(args, sizeof args, "%s --prompt hi %s", model_arg("llm/stories260K-hf"),
+                 bad_engine[i]);
+        assert_int_equal(run(args, true, &out), 2);
+        char flag[32];
+        snprintf(flag, sizeof flag, "%.*s", (int)strcspn(bad_engine[i], " "), bad_engine[i]);
+        assert_non_null(strstr(out, flag));
+        free(out);
+    }
+    /* a budget below max_num_seqs is a usage error with both numbers */
+    snprintf(args, sizeof args, "%s --prompt hi --max-num-batched-tokens 4 --max-num-seqs 8",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &out), 2);
+    assert_non_null(strstr(out, "max_num_batched_tokens 4"));
+    free(out);
 }
 
 static void test_runtime_errors_exit_1(void **state) {
@@ -362,6 +380,16 @@ static void test_prompts_file(void **state) {
     assert_non_null(second);
     second++;
     assert_memory_equal(multi, single, strlen(single));
+    /* every engine option at once: same greedy output (F32 cache, small chunks) */
+    char *opts;
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 8 --json --block-size 32 "
+             "--no-prefix-caching --max-num-seqs 2 --max-num-batched-tokens 3 --threads 1 "
+             "--kv-cache-memory 1MiB --kv-cache-dtype float32 --max-model-len 64",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &opts), 0);
+    assert_string_equal(opts, single);
+    free(opts);
     cJSON *j = cJSON_Parse(second);
     assert_non_null(j);
     assert_string_equal(cJSON_GetObjectItem(j, "text")->valuestring, ", there was a little ");

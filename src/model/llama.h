@@ -18,8 +18,10 @@
  * are used in place from the model source (F32, F16, BF16, Q8_0, Q4_0); only
  * the small 1-D tensors (norm weights, biases) are copied to f32 at load.
  *
- * Batch-of-one: a state runs one sequence. The engine's paged KV cache plugs
- * in through src/model/kv_cache.h. */
+ * Two forwards: pg_llama_forward runs one sequence over a contiguous KV
+ * cache (src/model/kv_cache.h; tests and references), and
+ * pg_llama_forward_batch (below) runs one engine step over the paged KV
+ * cache with every linear layer as one GEMM over all tokens of the step. */
 #ifndef PAGODA_MODEL_LLAMA_H
 #define PAGODA_MODEL_LLAMA_H
 
