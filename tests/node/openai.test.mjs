@@ -177,21 +177,22 @@ describe('pagoda serve with the openai client', () => {
 
   test('requests whose clients go away are aborted and free their KV blocks', async () => {
     const gauge = (text, name) => Number((text.match(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm')) ?? [])[1]);
-    // a long non-streamed request (16 choices x 400 tokens, one at a time) ...
+    // a long non-streamed request (64 choices x 480 tokens, one at a time) ...
     const blockerCtrl = new AbortController();
     const blocker = client.completions.create(
-      { model: modelName, prompt: 'Once upon a time', n: 16, max_tokens: 400, ignore_eos: true },
+      { model: modelName, prompt: 'Once upon a time', n: 64, max_tokens: 480, ignore_eos: true },
       { signal: blockerCtrl.signal }).catch((e) => e);
     for (let i = 0; i < 200 && gauge(await metrics(), 'vllm:num_requests_running') < 1; i++) {
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, 20));
     }
     // ... and a stream queued behind it, both abandoned by their client
+    // (the stream as soon as its response headers arrive)
     const ctrl = new AbortController();
-    setTimeout(() => ctrl.abort(), 300);
     let chunks = 0;
     try {
       const stream = await client.completions.create(
         { model: modelName, prompt: 'Once', max_tokens: 50, stream: true }, { signal: ctrl.signal });
+      ctrl.abort();
       for await (const _ of stream) chunks++; // eslint-disable-line no-unused-vars
     } catch (e) {
       assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));

@@ -199,9 +199,9 @@ stop_server
 
 echo "== clients gone: a queued stream and a running non-streamed request are aborted, KV blocks freed"
 start_server --max-num-seqs 1
-# A: long and non-streamed (32 choices run one at a time); B: a stream queued behind it
+# A: long and non-streamed (64 choices run one at a time); B: a stream queued behind it
 curl -s "$URL/v1/completions" -H 'Content-Type: application/json' -o /dev/null \
-  --data-binary '{"prompt": "Once upon a time", "n": 32, "max_tokens": 400, "ignore_eos": true}' &
+  --data-binary '{"prompt": "Once upon a time", "n": 64, "max_tokens": 480, "ignore_eos": true}' &
 APID=$!
 for _ in $(seq 1 200); do
   req GET /metrics
@@ -211,7 +211,7 @@ done
 curl -sN "$URL/v1/completions" -H 'Content-Type: application/json' -o "$TMP/partial" \
   --data-binary '{"prompt": "Once", "max_tokens": 50, "stream": true}' &
 BPID=$!
-sleep 0.5
+sleep 0.2
 kill "$BPID" 2>/dev/null || true
 wait "$BPID" 2>/dev/null || true
 for _ in $(seq 1 100); do grep -q "client went away" "$TMP/err.$N" && break; sleep 0.05; done
@@ -240,16 +240,17 @@ AUTH=(-H 'Authorization: Bearer wrong'); req GET /v1/models; expect_error 401 "A
 AUTH=(-H 'Authorization: Bearer sekrit'); req GET /v1/models; expect 200 "right key"
 BIG=$(head -c 8000 /dev/zero | tr '\0' 'a')
 req POST /v1/completions "{\"prompt\": \"$BIG\"}"; expect_error 413 "limit" "body over the limit"
-# 32 long choices in flight (one runs at a time); 10 more exceed 1 + 40
+# 40 long choices in flight (one runs at a time); 20 more exceed 1 + 40 while
+# fewer than 20 of them have finished
 curl -s "$URL/v1/completions" "${AUTH[@]}" -H 'Content-Type: application/json' -o /dev/null \
-  --data-binary '{"prompt": "Once", "n": 32, "max_tokens": 400, "ignore_eos": true}' &
+  --data-binary '{"prompt": "Once", "n": 40, "max_tokens": 480, "ignore_eos": true}' &
 CPID=$!
 for _ in $(seq 1 200); do
   req GET /metrics
   grep -q '^vllm:num_requests_running{[^}]*} 1$' "$TMP/body" && break
-  sleep 0.05
+  sleep 0.02
 done
-req POST /v1/completions '{"prompt": "a", "max_tokens": 2, "n": 10}'; expect_error 503 "busy" "queue full"
+req POST /v1/completions '{"prompt": "a", "max_tokens": 2, "n": 20}'; expect_error 503 "busy" "queue full"
 grep -qi '^Retry-After: ' "$TMP/hdr" || die "503 without Retry-After"
 kill "$CPID" 2>/dev/null || true
 wait "$CPID" 2>/dev/null || true
