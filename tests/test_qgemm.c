@@ -142,6 +142,10 @@ static void test_qgemm_vs_reference(void **state) {
         int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
         assert_true(nu >= 1);
         assert_string_equal(uks[0]->name, "scalar");
+        fprintf(stderr, "W%d variants:", bits);
+        for (int v = 0; v < nu; v++)
+            fprintf(stderr, " %s", uks[v]->name);
+        fprintf(stderr, "\n");
         for (int v = 0; v < nu; v++) {
             for (int gi = 0; gi < 4; gi++) {
                 for (int r = 0; r < rounds; r++) {
