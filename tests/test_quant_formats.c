@@ -18,6 +18,7 @@
 #include "kernels/gemm.h"
 #include "kernels/qgemm.h"
 #include "kernels/ref/ref.h"
+#include "model/compressed_tensors.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
 static uint64_t rnd_u64(void) {
@@ -206,10 +207,156 @@ static void test_load_time_quantization(void **state) {
     free(s);
 }
 
+static const char *CT_W4 =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"quantization_config\": {"
+    "\"quant_method\": \"compressed-tensors\", \"format\": \"pack-quantized\","
+    "\"config_groups\": {\"group_0\": {\"targets\": [\"Linear\"], \"weights\": {"
+    "\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\","
+    "\"group_size\": 32, \"dynamic\": false}, \"input_activations\": {\"num_bits\": 8,"
+    "\"type\": \"int\", \"symmetric\": true, \"strategy\": \"token\", \"dynamic\": true}}},"
+    "\"ignore\": [\"lm_head\", \"re:.*mlp\\\\.down_proj$\"]}}";
+
+static void test_ct_config(void **state) {
+    (void)state;
+    pg_ct_config c;
+    assert_int_equal(pg_ct_config_parse(CT_W4, strlen(CT_W4), "config.json", &c), PAGODA_OK);
+    assert_int_equal(c.format, PG_CT_PACK_QUANTIZED);
+    assert_int_equal(c.bits, 4);
+    assert_int_equal(c.group, 32);
+    assert_true(c.act_dynamic);
+    assert_int_equal(c.n_ignore, 2);
+    assert_true(pg_ct_ignored(&c, "lm_head"));
+    assert_true(pg_ct_ignored(&c, "model.layers.3.mlp.down_proj"));
+    assert_false(pg_ct_ignored(&c, "model.layers.3.mlp.up_proj"));
+    assert_false(pg_ct_ignored(&c, "model.layers.3.mlp.down_proj_x"));
+    assert_false(pg_ct_ignored(&c, "lm_head2"));
+    pg_ct_config_free(&c);
+
+    const char *w8 = "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\","
+                     "\"format\": \"int-quantized\", \"config_groups\": {\"g\": {\"weights\":"
+                     "{\"num_bits\": 8, \"type\": \"int\", \"symmetric\": true,"
+                     "\"strategy\": \"channel\"}, \"input_activations\": null}}}}";
+    assert_int_equal(pg_ct_config_parse(w8, strlen(w8), "c", &c), PAGODA_OK);
+    assert_int_equal(c.format, PG_CT_INT_QUANTIZED);
+    assert_int_equal(c.bits, 8);
+    assert_int_equal(c.group, 0);
+    assert_false(c.act_dynamic);
+    assert_false(pg_ct_ignored(&c, "lm_head"));
+    pg_ct_config_free(&c);
+
+    const char *none = "{\"hidden_size\": 8}";
+    assert_int_equal(pg_ct_config_parse(none, strlen(none), "c", &c), PAGODA_OK);
+    assert_int_equal(c.format, PG_CT_NONE);
+    const char *gptq = "{\"quantization_config\": {\"quant_method\": \"gptq\"}}";
+    assert_int_equal(pg_ct_config_parse(gptq, strlen(gptq), "c", &c), PAGODA_OK);
+    assert_int_equal(c.format, PG_CT_NONE);
+
+    /* unsupported schemes name the field */
+    struct {
+        const char *from, *to, *msg;
+    } bad[] = {
+        {"\"symmetric\": true, \"strategy\": \"group\"", "\"symmetric\": false, \"strategy\": \"group\"",
+         "asymmetric"},
+        {"\"group_size\": 32", "\"group_size\": 48", "group_size 48"},
+        {"\"strategy\": \"group\"", "\"strategy\": \"tensor\"", "strategy 'tensor'"},
+        {"\"strategy\": \"token\", \"dynamic\": true", "\"strategy\": \"tensor\", \"dynamic\": false",
+         "dynamic per-token"},
+        {"\"num_bits\": 4", "\"num_bits\": 2", "num_bits 2"},
+        {"pack-quantized", "float-quantized", "format 'float-quantized'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char buf[2048];
+        const char *at = strstr(CT_W4, bad[i].from);
+        assert_non_null(at);
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - CT_W4), CT_W4, bad[i].to,
+                 at + strlen(bad[i].from));
+        assert_int_equal(pg_ct_config_parse(buf, strlen(buf), "config.json", &c),
+                         PAGODA_ERR_UNSUPPORTED);
+        if (!strstr(pg_last_error(), bad[i].msg)) {
+            fprintf(stderr, "case %zu: %s\n", i, pg_last_error());
+            fail();
+        }
+        assert_true(strstr(pg_last_error(), "config.json") != NULL);
+    }
+    assert_int_equal(pg_ct_config_parse("{oops", 5, "config.json", &c), PAGODA_ERR_FORMAT);
+}
+
+/* pack-quantized int4 and int-quantized int8 layers unpack to the values
+ * they were made from, and run through pg_gemm as the reference does. */
+static void test_ct_unpack(void **state) {
+    (void)state;
+    pg_ct_config c;
+    assert_int_equal(pg_ct_config_parse(CT_W4, strlen(CT_W4), "c", &c), PAGODA_OK);
+    enum { N = 5, K = 37, NG = 2, WORDS = 5, M = 3 };
+    int8_t q0[N * K], q[N * K];
+    uint32_t packed[N * WORDS] = {0};
+    uint16_t sb[N * NG];
+    float s[N * NG];
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            q0[n * K + k] = (int8_t)((int)(rnd_u64() % 16) - 8);
+            packed[n * WORDS + k / 8] |= (uint32_t)(q0[n * K + k] + 8) << (4 * (k % 8));
+        }
+    for (int i = 0; i < N * NG; i++)
+        sb[i] = pg_f32_to_bf16(0.01f * (1.5f + rnd()));
+    int64_t shp[2] = {N, K};
+    pg_tensor tw = {"x.weight_packed", PG_I32, 2, {N, WORDS}, packed, sizeof packed};
+    pg_tensor ts = {"x.weight_shape", PG_I64, 1, {2}, shp, sizeof shp};
+    pg_tensor tsc = {"x.weight_scale", PG_BF16, 2, {N, NG}, sb, sizeof sb};
+    pg_qweight w;
+    assert_int_equal(pg_ct_unpack(&c, &tw, &ts, &tsc, q, s, &w), PAGODA_OK);
+    assert_memory_equal(q, q0, sizeof q);
+    for (int i = 0; i < N * NG; i++)
+        assert_true(s[i] == pg_bf16_to_f32(sb[i]));
+    assert_int_equal(w.N, N);
+    assert_int_equal(w.K, K);
+    pg_packed_weight *pw = NULL;
+    assert_int_equal(pg_gemm_pack_qweight(&w, NULL, NULL, &pw), PAGODA_OK);
+    float A[M * K], C[M * N], R[M * N];
+    for (int i = 0; i < M * K; i++)
+        A[i] = rnd();
+    run_gemm(pw, A, M, C, PG_GEMM_STORE, NULL);
+    pg_ref_qgemm(&w, NULL, A, M, K, R, N, NULL, PG_GEMM_STORE);
+    assert_memory_equal(C, R, sizeof C);
+    pg_gemm_free(pw);
+    /* inconsistent shapes */
+    int64_t bad_shp[2] = {N, 41};
+    ts.data = bad_shp;
+    assert_int_equal(pg_ct_unpack(&c, &tw, &ts, &tsc, q, s, &w), PAGODA_ERR_FORMAT);
+    assert_non_null(strstr(pg_last_error(), "x.weight_packed"));
+    ts.data = shp;
+    tsc.shape[1] = 1;
+    assert_int_equal(pg_ct_unpack(&c, &tw, &ts, &tsc, q, s, &w), PAGODA_ERR_FORMAT);
+    assert_non_null(strstr(pg_last_error(), "weight_scale"));
+    assert_int_equal(pg_ct_unpack(&c, &tw, NULL, &tsc, q, s, &w), PAGODA_ERR_FORMAT);
+    pg_ct_config_free(&c);
+
+    /* int-quantized: int8 weight, per-channel F16 scale */
+    c = (pg_ct_config){PG_CT_INT_QUANTIZED, 8, 0, true, 0, NULL};
+    int8_t q8[N * K];
+    uint16_t sh[N];
+    for (int i = 0; i < N * K; i++)
+        q8[i] = (int8_t)rnd_u64();
+    for (int i = 0; i < N; i++)
+        sh[i] = pg_f32_to_f16(0.003f * (2.0f + rnd()));
+    pg_tensor t8 = {"y.weight", PG_I8, 2, {N, K}, q8, sizeof q8};
+    pg_tensor t8s = {"y.weight_scale", PG_F16, 2, {N, 1}, sh, sizeof sh};
+    assert_int_equal(pg_ct_unpack(&c, &t8, NULL, &t8s, q, s, &w), PAGODA_OK);
+    assert_memory_equal(q, q8, sizeof q8);
+    for (int i = 0; i < N; i++)
+        assert_true(s[i] == pg_f16_to_f32(sh[i]));
+    assert_int_equal(w.group, 0);
+    t8.dtype = PG_I32;
+    assert_int_equal(pg_ct_unpack(&c, &t8, NULL, &t8s, q, s, &w), PAGODA_ERR_FORMAT);
+    assert_non_null(strstr(pg_last_error(), "y.weight: dtype"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gguf_repack),
         cmocka_unit_test(test_load_time_quantization),
+        cmocka_unit_test(test_ct_config),
+        cmocka_unit_test(test_ct_unpack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
