@@ -89,3 +89,17 @@ set_tests_properties(pagoda_bench_serve_refused PROPERTIES
 add_test(NAME pagoda_bench_serve_refused_fails COMMAND pagoda bench serve --base-url http://127.0.0.1:1
          --model m --prompt-as-ids --vocab-size 50 --num-prompts 2 --ready-check-timeout-sec 0)
 set_tests_properties(pagoda_bench_serve_refused_fails PROPERTIES WILL_FAIL TRUE)
+# `pagoda chat-template` end to end: a template file, and a model without one.
+add_test(NAME pagoda_chat_template COMMAND pagoda chat-template
+         ${PAGODA_ASSETS}/chat-templates/Qwen-Qwen3-0.6B.jinja
+         --messages "[{\"role\":\"user\",\"content\":\"Hi\"}]" --add-generation-prompt
+         --kwargs "{\"enable_thinking\":false}")
+set_tests_properties(pagoda_chat_template PROPERTIES PASS_REGULAR_EXPRESSION
+  "^<\\|im_start\\|>user\nHi<\\|im_end\\|>\n<\\|im_start\\|>assistant\n<think>\n\n</think>\n\n$")
+add_test(NAME pagoda_chat_template_missing COMMAND pagoda chat-template
+         ${PAGODA_ASSETS}/llm/stories260K-hf --messages "[]")
+set_tests_properties(pagoda_chat_template_missing PROPERTIES PASS_REGULAR_EXPRESSION
+  "no chat template .*pass --chat-template FILE")
+add_test(NAME pagoda_chat_template_missing_fails COMMAND pagoda chat-template
+         ${PAGODA_ASSETS}/llm/stories260K-hf --messages "[]")
+set_tests_properties(pagoda_chat_template_missing_fails PROPERTIES WILL_FAIL TRUE)

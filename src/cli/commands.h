@@ -6,6 +6,7 @@
 
 int pg_cmd_env(int argc, char **argv);
 int pg_cmd_bench(int argc, char **argv);
+int pg_cmd_chat_template(int argc, char **argv);
 int pg_cmd_tokenize(int argc, char **argv);
 int pg_cmd_detokenize(int argc, char **argv);
 int pg_cmd_generate(int argc, char **argv);

@@ -12,6 +12,7 @@ typedef struct pg_command {
 
 static const pg_command COMMANDS[] = {
     {"env", pg_cmd_env, "print the CPU, ISA features, chosen kernels, memory and thread settings"},
+    {"chat-template", pg_cmd_chat_template, "render a conversation with a model's chat template"},
     {"tokenize", pg_cmd_tokenize, "print the token ids of a text (TOKENIZER --text TEXT)"},
     {"detokenize", pg_cmd_detokenize, "print the text of token ids (TOKENIZER --ids 1,2,3)"},
     {"generate", pg_cmd_generate, "generate text for one prompt (offline, batch of one)"},

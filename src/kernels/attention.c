@@ -7,7 +7,10 @@
  * the T tokens x G query heads sharing that KV head (G = n_heads /
  * n_kv_heads), so every K/V block tile is read once for all of them.
  * T = max(1, ROWS_TARGET / G). A unit walks its visible KV range in fixed
- * partitions of pg_attn_partition_tokens(block_size) tokens; each partition
+ * partitions of pg_attn_partition_tokens(block_size) tokens, stepping over
+ * super-blocks of pg_attn_superblock_tokens(block_size) tokens (aligned runs
+ * of consecutive blocks, 128 tokens for blocks of 16..128: one micro-kernel
+ * call covers them all); each partition
  * starts a fresh online-softmax state (m, l, acc) and is merged into the
  * unit's running state in partition order (merge_rows). Split-KV runs the
  * partitions of a unit as separate work items on any thread, stores their
@@ -23,16 +26,22 @@
 #include "kernels/dispatch.h"
 
 enum {
-    ROWS_TARGET = 32,   /* rows (tokens x heads) per unit when the group is small */
-    SPLIT_MAX_Q = 16,   /* only requests with at most this many query tokens split */
-    SPLIT_FACTOR = 4,   /* split when units < SPLIT_FACTOR * threads */
-    PARTITION_MIN = 512 /* KV tokens per partition (rounded up to a block multiple) */
+    ROWS_TARGET = 32,    /* rows (tokens x heads) per unit when the group is small */
+    SPLIT_MAX_Q = 16,    /* only requests with at most this many query tokens split */
+    SPLIT_FACTOR = 4,    /* split when units < SPLIT_FACTOR * threads */
+    PARTITION_MIN = 512, /* KV tokens per partition (rounded up to a super-block multiple) */
+    SUPERBLOCK_MIN = 128 /* KV tokens per softmax step (whole blocks) */
 };
 
+int32_t pg_attn_superblock_tokens(int32_t block_size) {
+    if (block_size <= 0) return SUPERBLOCK_MIN;
+    return block_size >= SUPERBLOCK_MIN ? block_size : SUPERBLOCK_MIN / block_size * block_size;
+}
+
 int32_t pg_attn_partition_tokens(int32_t block_size) {
-    if (block_size <= 0) return PARTITION_MIN;
-    int32_t pt = block_size >= PARTITION_MIN ? block_size : PARTITION_MIN;
-    return (pt + block_size - 1) / block_size * block_size;
+    int32_t sb = pg_attn_superblock_tokens(block_size);
+    int32_t pt = sb >= PARTITION_MIN ? sb : PARTITION_MIN;
+    return (pt + sb - 1) / sb * sb;
 }
 
 typedef struct unit {
@@ -46,7 +55,7 @@ typedef struct item {
 } item;
 
 typedef struct plan {
-    int32_t group, tile_tokens, rows_max, part_tokens;
+    int32_t group, tile_tokens, rows_max, part_tokens, sb_tokens;
     int64_t n_units, n_items;
     size_t ws_floats;      /* per thread */
     size_t partial_floats; /* split-KV partial states */
@@ -76,8 +85,9 @@ static void make_plan(const pg_attn_params *p, const pg_attn_batch *b, const pg_
     pl->tile_tokens = pl->group >= ROWS_TARGET ? 1 : ROWS_TARGET / pl->group;
     pl->rows_max = pl->group * pl->tile_tokens;
     pl->part_tokens = pg_attn_partition_tokens(kv->block_size);
+    pl->sb_tokens = pg_attn_superblock_tokens(kv->block_size);
     const size_t hd = (size_t)p->head_dim, R = (size_t)pl->rows_max;
-    pl->ws_floats = up16(R * hd) * 3 + up16(R * (size_t)kv->block_size) + up16(R) * 4;
+    pl->ws_floats = up16(R * hd) * 3 + up16(R * (size_t)pl->sb_tokens) + up16(R) * 4;
     int64_t nu = 0;
     for (int32_t s = 0; s < b->n_seqs; s++) {
         int32_t ql = b->cu_seqlens_q[s + 1] - b->cu_seqlens_q[s];
@@ -158,7 +168,7 @@ static wsp thread_ws(const ctx *c, int tid) {
     x.q = w, w += up16(R * hd);
     x.tacc = w, w += up16(R * hd);
     x.sacc = w, w += up16(R * hd);
-    x.s = w, w += up16(R * (size_t)c->kv->block_size);
+    x.s = w, w += up16(R * (size_t)c->pl->sb_tokens);
     x.tm = w, w += up16(R);
     x.tl = w, w += up16(R);
     x.sm = w, w += up16(R);
@@ -230,32 +240,46 @@ static void run_partition(const ctx *c, const unit *u, int32_t part, const wsp *
             kend = (part + 1) * pt < hi + 1 ? (part + 1) * pt : hi + 1;
     if (kstart >= kend) return;
     const int32_t pos0 = hi - (u->t1 - u->t0) + 1;
+    const int32_t sb = c->pl->sb_tokens;
     const size_t tile = (size_t)bs * (size_t)hd * (kv->dtype == PG_F32 ? 4 : 2);
     const int32_t *table = c->b->block_tables[u->seq];
-    for (int32_t bi = kstart / bs; bi <= (kend - 1) / bs; bi++) {
-        const int32_t b0 = bi * bs;
-        const int nk = kend - b0 < bs ? kend - b0 : bs;
-        const size_t off = ((size_t)table[bi] * (size_t)kv->num_kv_heads + (size_t)u->kvh) * tile;
-        c->uk->qk(w->q, hd, rows, (const char *)kv->k + off, bs, nk, hd, p->scale, w->s, bs);
+    const void *kt[SUPERBLOCK_MIN / PG_KV_MIN_BLOCK_SIZE],
+        *vt[SUPERBLOCK_MIN / PG_KV_MIN_BLOCK_SIZE];
+    for (int32_t si = kstart / sb; si <= (kend - 1) / sb; si++) {
+        const int32_t b0 = si * sb;
+        const int nk = kend - b0 < sb ? kend - b0 : sb;
+        /* blocks wholly before kstart (a sliding window's start inside the
+         * super-block) may be null in the block table: alias the first
+         * visible tile there; the window mask removes their scores */
+        const int first = kstart > b0 ? (kstart - b0) / bs : 0;
+        for (int t = first; t * bs < nk; t++) {
+            const size_t off =
+                ((size_t)table[b0 / bs + t] * (size_t)kv->num_kv_heads + (size_t)u->kvh) * tile;
+            kt[t] = (const char *)kv->k + off;
+            vt[t] = (const char *)kv->v + off;
+        }
+        for (int t = 0; t < first; t++)
+            kt[t] = kt[first], vt[t] = vt[first];
+        c->uk->qk(w->q, hd, rows, kt, bs, nk, hd, p->scale, w->s, sb);
         if (p->softcap > 0)
             for (int r = 0; r < rows; r++)
                 for (int j = 0; j < nk; j++) {
-                    float *x = &w->s[(size_t)r * bs + j];
+                    float *x = &w->s[(size_t)r * sb + j];
                     *x = p->softcap * tanhf(*x / p->softcap);
                 }
-        /* causal / window masks, only where the block crosses a row's bounds */
+        /* causal / window masks, only where the super-block crosses a row's bounds */
         if (b0 + nk - 1 > pos0 || (p->sliding_window > 0 && b0 < hi - p->sliding_window + 1))
             for (int r = 0; r < rows; r++) {
                 int32_t pos = pos0 + r / G;
-                float *sr = w->s + (size_t)r * bs;
+                float *sr = w->s + (size_t)r * sb;
                 for (int j = pos + 1 - b0 > 0 ? pos + 1 - b0 : 0; j < nk; j++)
                     sr[j] = -INFINITY;
                 if (p->sliding_window > 0)
                     for (int j = 0; j < nk && b0 + j <= pos - p->sliding_window; j++)
                         sr[j] = -INFINITY;
             }
-        c->uk->softmax(w->s, bs, rows, nk, m, l, acc, hd, hd);
-        c->uk->pv(w->s, bs, rows, (const char *)kv->v + off, bs, nk, hd, acc, hd);
+        c->uk->softmax(w->s, sb, rows, nk, m, l, acc, hd, hd);
+        c->uk->pv(w->s, sb, rows, vt, bs, nk, hd, acc, hd);
     }
 }
 

@@ -153,10 +153,12 @@ typedef struct pg_attn_batch {
 
 /* Micro-kernels of one ISA for one KV dtype (filled by the dispatch table).
  * Rows are (query token, head) pairs sharing one KV head; a call covers one
- * KV block tile (block, kv head) of nk <= block_size valid tokens.
+ * super-block of nk <= pg_attn_superblock_tokens(block_size) tokens of that
+ * KV head: token j lives in tiles[j / block_size] (the (block, kv head) tile
+ * of the j / block_size-th block of the super-block) at offset j % block_size.
  *   qk:      s[r*lds + j] = scale * sum_d q[r*ldq + d] * K(j, d),  r < nr,
  *            j < nk (columns up to the next multiple of 16 may be written too;
- *            lds >= block_size).
+ *            lds >= the super-block size).
  *   softmax: online-softmax step per row r over s[r*lds + j], j < nk:
  *            m' = max(m, max_j s); s_j <- e^{s_j - m'}; l <- l e^{m - m'} + sum_j s_j;
  *            acc[r] *= e^{m - m'}; a row whose m' is -inf gets s_j = 0 and keeps m, l, acc.
@@ -165,15 +167,21 @@ typedef struct pg_attn_batch {
 typedef struct pg_attn_ukernels {
     const char *name; /* "scalar", "avx2", "avx512", "avx512bf16", "neon", "neon_bf16" */
     pg_dtype kv_dtype;
-    void (*qk)(const float *q, int ldq, int nr, const void *k_tile, int block_size, int nk,
+    void (*qk)(const float *q, int ldq, int nr, const void *const *tiles, int block_size, int nk,
                int head_dim, float scale, float *s, int lds);
     void (*softmax)(float *s, int lds, int nr, int nk, float *m, float *l, float *acc, int ldacc,
                     int head_dim);
-    void (*pv)(const float *p, int ldp, int nr, const void *v_tile, int block_size, int nk,
+    void (*pv)(const float *p, int ldp, int nr, const void *const *tiles, int block_size, int nk,
                int head_dim, float *acc, int ldacc);
 } pg_attn_ukernels;
 
-/* KV tokens per split-KV partition for this block size (a multiple of it). */
+/* KV tokens per online-softmax step: block_size * max(1, 128 / block_size),
+ * so small blocks are processed 128 tokens at a time (aligned groups of
+ * consecutive blocks of the block table). */
+int32_t pg_attn_superblock_tokens(int32_t block_size);
+
+/* KV tokens per split-KV partition for this block size (>= 512, a multiple
+ * of the super-block). */
 int32_t pg_attn_partition_tokens(int32_t block_size);
 
 /* Scratch bytes pg_attention needs for this step at n_threads threads: per

@@ -166,6 +166,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, dot_f32, pg_sve_dot_f32, "sve");
         SET(t, dot_bf16_f32, pg_sve_dot_bf16_f32, "sve");
         SET(t, dot_f16_f32, pg_sve_dot_f16_f32, "sve");
+        SET(t, vexp_f32, pg_sve_vexp_f32, "sve");
     }
 #endif
 }

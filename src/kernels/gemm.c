@@ -23,6 +23,7 @@
  * rows of acc over NC_ELEMS columns = 256 KiB (L2), and W is streamed from
  * memory once per MC_MAX rows. NC_ELEMS is a multiple of every NR. */
 enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512 };
+#define PG_GEMM_MAX_NR 128 /* widest panel of any microkernel */
 
 struct pg_packed_weight {
     pg_gemm_ukernel uk;
@@ -184,23 +185,26 @@ pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const voi
     return st;
 }
 
-/* Copy one source row (K elements of dtype t) into panel column c of the
- * packed panel p0: element k goes to group k / kg, slot k % kg. */
-static void pack_row(pg_packed_weight *pw, pg_dtype t, const void *src, int64_t n, void *panel,
-                     int c) {
-    const int kg = pw->uk.kg, nr = pw->uk.nr;
-    const int64_t K = pw->K;
-    for (int64_t k = 0; k < K; k++) {
-        size_t at = (size_t)((k / kg) * nr * kg + (int64_t)c * kg + k % kg);
-        if (t == PG_F32) {
-            float v = ((const float *)src)[n * K + k];
-            if (pw->bf16)
-                ((uint16_t *)panel)[at] = pg_f32_to_bf16(v);
-            else
-                ((float *)panel)[at] = v;
-        } else {
-            uint16_t h = ((const uint16_t *)src)[n * K + k];
-            ((uint16_t *)panel)[at] = t == PG_BF16 ? h : pg_f32_to_bf16(pg_f16_to_f32(h));
+/* Copy source row n (K elements of dtype t) into column c of a packed
+ * panel: element k goes to group k / kg, slot k % kg. */
+static void pack_row(const pg_packed_weight *pw, pg_dtype t, const void *src, int64_t n,
+                     void *panel, int c) {
+    const int64_t kg = pw->uk.kg, nr = pw->uk.nr, K = pw->K;
+    for (int64_t g = 0; g < pw->kgroups; g++) {
+        const int64_t k0 = g * kg, cnt = K - k0 < kg ? K - k0 : kg;
+        const size_t at = (size_t)((g * nr + c) * kg);
+        for (int64_t j = 0; j < cnt; j++) {
+            const size_t i = (size_t)(n * K + k0 + j);
+            if (t == PG_F32) {
+                float v = ((const float *)src)[i];
+                if (pw->bf16)
+                    ((uint16_t *)panel)[at + j] = pg_f32_to_bf16(v);
+                else
+                    ((float *)panel)[at + j] = v;
+            } else {
+                uint16_t h = ((const uint16_t *)src)[i];
+                ((uint16_t *)panel)[at + j] = t == PG_BF16 ? h : pg_f32_to_bf16(pg_f16_to_f32(h));
+            }
         }
     }
 }
@@ -219,6 +223,9 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
                         "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0)",
                         pg_dtype_name(t));
     if (!kt) kt = pg_kernels();
+    if ((t == PG_F32 ? kt->gemm_f32.nr : kt->gemm_bf16.nr) > PG_GEMM_MAX_NR)
+        return pg_error(PAGODA_ERR_INTERNAL, "gemm: microkernel panel wider than %d",
+                        PG_GEMM_MAX_NR);
     pg_packed_weight *pw = pg_calloc_aligned(1, sizeof *pw);
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
     pw->kt = kt;
@@ -324,7 +331,7 @@ typedef struct {
     const float *bias;
     pg_gemm_epilogue ep;
     uint16_t *apack; /* BF16 path: A rounded and laid out for the microkernel */
-    char *acc;       /* per-thread acc blocks */
+    float *acc;      /* per-thread acc blocks, acc_bytes apart */
     int tn, tm;      /* thread grid: tn over panel units, tm over row tiles */
 } call;
 
@@ -384,17 +391,22 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
     const int64_t nr = w->uk.nr, N = w->N;
     const float *bias = cl->bias;
     if (w->swiglu) {
+        float gb[PG_GEMM_MAX_NR], ub[PG_GEMM_MAX_NR];
         for (int64_t p = p0; p < p1; p += 2) {
             int64_t n0 = (p / 2) * nr, cnt = N - n0 < nr ? N - n0 : nr;
             const int64_t off = (p - p0) * nr;
             for (int64_t m = m0; m < m1; m++) {
                 const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
                 float *c = cl->C + m * cl->ldc + n0;
-                for (int64_t j = 0; j < cnt; j++) {
-                    float gv = gr[j], uv = ur[j];
-                    if (bias) gv += bias[n0 + j], uv += bias[N + n0 + j];
-                    c[j] = pg_silu_f32(gv) * uv;
+                if (bias) {
+                    for (int64_t j = 0; j < cnt; j++) {
+                        gb[j] = gr[j] + bias[n0 + j];
+                        ub[j] = ur[j] + bias[N + n0 + j];
+                    }
+                    gr = gb;
+                    ur = ub;
                 }
+                w->kt->swiglu_f32(c, gr, ur, (size_t)cnt);
             }
         }
         return;
@@ -446,7 +458,7 @@ static void compute(void *ctx, int tid, int nthreads) {
     int64_t P0, P1, M0, M1;
     share(cl, tid, &P0, &P1, &M0, &M1);
     if (P0 >= P1 || M0 >= M1) return;
-    float *acc = (float *)(cl->acc + (size_t)tid * g->acc_bytes);
+    float *acc = cl->acc + (size_t)tid * (g->acc_bytes / sizeof(float));
     const int64_t nr = uk->nr, mr = uk->mr, kg = uk->kg;
     const int64_t ldacc = g->nc_panels * nr;
     const size_t pbytes = w->panel_elems * w->elem;
@@ -510,7 +522,8 @@ pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int6
     call cl = {
         .w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias, .ep = ep};
     cl.apack = scratch;
-    cl.acc = (char *)scratch + cl.g.a_bytes;
+    void *acc_base = (char *)scratch + cl.g.a_bytes;
+    cl.acc = acc_base;
     /* Thread grid: split panel units; when there are fewer units than
      * threads, split row tiles too. The split changes who computes an
      * element, never how. */

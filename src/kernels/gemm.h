@@ -28,7 +28,9 @@
  *   PG_GEMM_SWIGLU    C[m,n]  = silu(g) * u, g = y_gate[n] + bias[n],
  *                     u = y_up[n] + bias[N + n], silu(x) = x / (1 + e^-x)
  *                     (Shazeer 2020, "GLU Variants Improve Transformer";
- *                     needs a weight from pg_gemm_pack_swiglu).
+ *                     needs a weight from pg_gemm_pack_swiglu); applied
+ *                     by the table's swiglu_f32 (spec pg_ref_swiglu, SIMD
+ *                     variants within a few ulp: their vexp_f32).
  *
  * Batch invariance: every C[m,n] is reduced over K in one fixed order that
  * depends only on K and the kernel table (not on M, on the row's position,

@@ -27,19 +27,19 @@ float pg_sve_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
  * attention_bf16.c (FEAT_BF16): BF16-KV QK and PV with BFDOT (q and p
  * rounded to BF16). */
 void pg_neon_vexp_f32(const float *x, float *y, size_t n);
-void pg_neon_attn_qk_f32kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                           int hd, float scale, float *s, int lds);
-void pg_neon_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                            int hd, float scale, float *s, int lds);
+void pg_neon_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float scale, float *s, int lds);
+void pg_neon_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float scale, float *s, int lds);
 void pg_neon_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,
                           int ldacc, int hd);
-void pg_neon_attn_pv_f32kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                           int hd, float *acc, int ldacc);
-void pg_neon_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                            int hd, float *acc, int ldacc);
-void pg_neon_bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs,
+void pg_neon_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float *acc, int ldacc);
+void pg_neon_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float *acc, int ldacc);
+void pg_neon_bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
                                  int nk, int hd, float scale, float *s, int lds);
-void pg_neon_bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs,
+void pg_neon_bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
                                  int nk, int hd, float *acc, int ldacc);
 
 /* ops_neon.c: row ops (dispatch entries rmsnorm_f32 ...). */
@@ -60,6 +60,9 @@ void pg_neon_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, cons
 void pg_neon_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                             float *c, int64_t ldc, int mr, int accumulate);
+
+/* vexp_sve.c: the vector exp with SVE (vector-length agnostic). */
+void pg_sve_vexp_f32(const float *x, float *y, size_t n);
 
 /* Quantized GEMM microkernels (pg_qgemm_ukernel, dispatch.h; bitwise equal
  * to the scalar reference). qgemm_dotprod.c: 4x8, kg 4, SDOT by lane;

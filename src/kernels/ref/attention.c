@@ -79,44 +79,42 @@ pagoda_status pg_ref_attention(const pg_attn_params *p, const pg_attn_batch *b,
 
 /* ---- scalar micro-kernels (the "scalar" dispatch level) --------------------------- */
 
-static void qk_any(const float *q, int ldq, int nr, const void *k_tile, pg_dtype dt, int bs, int nk,
-                   int hd, float scale, float *s, int lds) {
+static void qk_any(const float *q, int ldq, int nr, const void *const *tiles, pg_dtype dt, int bs,
+                   int nk, int hd, float scale, float *s, int lds) {
     for (int r = 0; r < nr; r++)
         for (int j = 0; j < nk; j++) {
             float acc = 0;
             for (int d = 0; d < hd; d++)
-                acc += q[(size_t)r * ldq + d] * tile_k(k_tile, dt, bs, j, d);
+                acc += q[(size_t)r * ldq + d] * tile_k(tiles[j / bs], dt, bs, j % bs, d);
             s[(size_t)r * lds + j] = scale * acc;
         }
 }
 
-static void pv_any(const float *p, int ldp, int nr, const void *v_tile, pg_dtype dt, int nk, int hd,
-                   float *acc, int ldacc) {
+static void pv_any(const float *p, int ldp, int nr, const void *const *tiles, pg_dtype dt, int bs,
+                   int nk, int hd, float *acc, int ldacc) {
     for (int r = 0; r < nr; r++)
         for (int j = 0; j < nk; j++) {
             float pj = p[(size_t)r * ldp + j];
             for (int d = 0; d < hd; d++)
-                acc[(size_t)r * ldacc + d] += pj * tile_v(v_tile, dt, hd, j, d);
+                acc[(size_t)r * ldacc + d] += pj * tile_v(tiles[j / bs], dt, hd, j % bs, d);
         }
 }
 
-void pg_ref_attn_qk_f32kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
+void pg_ref_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs, int nk,
                           int hd, float scale, float *s, int lds) {
-    qk_any(q, ldq, nr, k_tile, PG_F32, bs, nk, hd, scale, s, lds);
+    qk_any(q, ldq, nr, tiles, PG_F32, bs, nk, hd, scale, s, lds);
 }
-void pg_ref_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                           int hd, float scale, float *s, int lds) {
-    qk_any(q, ldq, nr, k_tile, PG_BF16, bs, nk, hd, scale, s, lds);
+void pg_ref_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float scale, float *s, int lds) {
+    qk_any(q, ldq, nr, tiles, PG_BF16, bs, nk, hd, scale, s, lds);
 }
-void pg_ref_attn_pv_f32kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
+void pg_ref_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs, int nk,
                           int hd, float *acc, int ldacc) {
-    (void)bs;
-    pv_any(p, ldp, nr, v_tile, PG_F32, nk, hd, acc, ldacc);
+    pv_any(p, ldp, nr, tiles, PG_F32, bs, nk, hd, acc, ldacc);
 }
-void pg_ref_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                           int hd, float *acc, int ldacc) {
-    (void)bs;
-    pv_any(p, ldp, nr, v_tile, PG_BF16, nk, hd, acc, ldacc);
+void pg_ref_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float *acc, int ldacc) {
+    pv_any(p, ldp, nr, tiles, PG_BF16, bs, nk, hd, acc, ldacc);
 }
 
 void pg_ref_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,

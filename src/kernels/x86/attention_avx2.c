@@ -10,9 +10,8 @@
 #include "kernels/x86/x86.h"
 
 #define INLINE static inline __attribute__((always_inline))
-/* Fully unroll the register-block loops (R, V, C <= 4 are constants after
- * inlining; -O2 alone keeps the accumulator arrays in memory). */
-#define UNROLL _Pragma("GCC unroll 4")
+/* The register-block loops (R, V, C <= 4, constants after inlining) carry
+ * "#pragma GCC unroll 4": -O2 alone keeps the accumulator arrays in memory. */
 
 /* Lanes i < n set (n clamped to [0, 8]). */
 static inline __m256i tail_mask(int n) {
@@ -31,36 +30,56 @@ void pg_avx2_vexp_f32(const float *x, float *y, size_t n) {
 
 /* ---- QK ---------------------------------------------------------------------------- */
 
-INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0, int hd,
+INLINE void qk_tile(const float *q, int ldq, const void *const *tiles, int bs, int j0, int hd,
                     float scale, float *s, int lds, int R, int V, int bf16) {
     __m256 acc[4][2];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-        _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            acc[r][v] = _mm256_setzero_ps();
     if (!bf16) {
-        const float *k = (const float *)k_tile + j0;
+        const float *kp[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            const int j = j0 + 8 * v; /* a vector never crosses a block: 8 | bs */
+            kp[v] = (const float *)tiles[j / bs] + j % bs;
+        }
         for (int d = 0; d < hd; d++) {
             __m256 kv[2];
-            UNROLL for (int v = 0; v < V; v++) kv[v] = _mm256_loadu_ps(k + (size_t)d * bs + 8 * v);
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                kv[v] = _mm256_loadu_ps(kp[v] + (size_t)d * bs);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m256 qb = _mm256_broadcast_ss(q + (size_t)r * ldq + d);
-                UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-                    _mm256_fmadd_ps(qb, kv[v], acc[r][v]);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++)
+                    acc[r][v] = _mm256_fmadd_ps(qb, kv[v], acc[r][v]);
             }
         }
     } else {
-        const uint16_t *k = (const uint16_t *)k_tile + 2 * (size_t)j0;
+        const uint16_t *kp[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            const int j = j0 + 8 * v;
+            kp[v] = (const uint16_t *)tiles[j / bs] + 2 * (size_t)(j % bs);
+        }
         const __m256i hi_mask = _mm256_set1_epi32((int)0xffff0000u);
         for (int i = 0; i < hd / 2; i++) {
             __m256 klo[2], khi[2];
-            UNROLL for (int v = 0; v < V; v++) {
-                __m256i x = _mm256_loadu_si256((const __m256i *)(k + ((size_t)i * bs + 8 * v) * 2));
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++) {
+                __m256i x = _mm256_loadu_si256((const __m256i *)(kp[v] + (size_t)i * bs * 2));
                 klo[v] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
                 khi[v] = _mm256_castsi256_ps(_mm256_and_si256(x, hi_mask));
             }
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m256 q0 = _mm256_broadcast_ss(q + (size_t)r * ldq + 2 * i);
                 __m256 q1 = _mm256_broadcast_ss(q + (size_t)r * ldq + 2 * i + 1);
-                UNROLL for (int v = 0; v < V; v++) {
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++) {
                     acc[r][v] = _mm256_fmadd_ps(q0, klo[v], acc[r][v]);
                     acc[r][v] = _mm256_fmadd_ps(q1, khi[v], acc[r][v]);
                 }
@@ -68,38 +87,41 @@ INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0,
         }
     }
     const __m256 sc = _mm256_set1_ps(scale);
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        _mm256_storeu_ps(s + (size_t)r * lds + j0 + 8 * v, _mm256_mul_ps(acc[r][v], sc));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            _mm256_storeu_ps(s + (size_t)r * lds + j0 + 8 * v, _mm256_mul_ps(acc[r][v], sc));
 }
 
-INLINE void qk_rows(const float *q, int ldq, const void *k_tile, int bs, int nk, int hd,
+INLINE void qk_rows(const float *q, int ldq, const void *const *tiles, int bs, int nk, int hd,
                     float scale, float *s, int lds, int R, int bf16) {
     const int nv = (nk + 7) / 8;
     int v = 0;
     for (; v + 2 <= nv; v += 2)
-        qk_tile(q, ldq, k_tile, bs, 8 * v, hd, scale, s, lds, R, 2, bf16);
-    if (v < nv) qk_tile(q, ldq, k_tile, bs, 8 * v, hd, scale, s, lds, R, 1, bf16);
+        qk_tile(q, ldq, tiles, bs, 8 * v, hd, scale, s, lds, R, 2, bf16);
+    if (v < nv) qk_tile(q, ldq, tiles, bs, 8 * v, hd, scale, s, lds, R, 1, bf16);
 }
 
-INLINE void qk_any(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk, int hd,
-                   float scale, float *s, int lds, int bf16) {
+INLINE void qk_any(const float *q, int ldq, int nr, const void *const *tiles, int bs, int nk,
+                   int hd, float scale, float *s, int lds, int bf16) {
     int r = 0;
     for (; r + 4 <= nr; r += 4)
-        qk_rows(q + (size_t)r * ldq, ldq, k_tile, bs, nk, hd, scale, s + (size_t)r * lds, lds, 4,
+        qk_rows(q + (size_t)r * ldq, ldq, tiles, bs, nk, hd, scale, s + (size_t)r * lds, lds, 4,
                 bf16);
     for (; r < nr; r++)
-        qk_rows(q + (size_t)r * ldq, ldq, k_tile, bs, nk, hd, scale, s + (size_t)r * lds, lds, 1,
+        qk_rows(q + (size_t)r * ldq, ldq, tiles, bs, nk, hd, scale, s + (size_t)r * lds, lds, 1,
                 bf16);
 }
 
-void pg_avx2_attn_qk_f32kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                           int hd, float scale, float *s, int lds) {
-    qk_any(q, ldq, nr, k_tile, bs, nk, hd, scale, s, lds, 0);
+void pg_avx2_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float scale, float *s, int lds) {
+    qk_any(q, ldq, nr, tiles, bs, nk, hd, scale, s, lds, 0);
 }
 
-void pg_avx2_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                            int hd, float scale, float *s, int lds) {
-    qk_any(q, ldq, nr, k_tile, bs, nk, hd, scale, s, lds, 1);
+void pg_avx2_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float scale, float *s, int lds) {
+    qk_any(q, ldq, nr, tiles, bs, nk, hd, scale, s, lds, 1);
 }
 
 /* ---- softmax step ----------------------------------------------------------------------- */
@@ -164,76 +186,97 @@ void pg_avx2_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l,
 
 /* ---- PV --------------------------------------------------------------------------------- */
 
-INLINE void pv_tile(const float *p, int ldp, const void *v_tile, int nk, int hd, int c0, float *acc,
-                    int ldacc, int R, int C, int bf16) {
+INLINE void pv_tile(const float *p, int ldp, const void *const *tiles, int bs, int nk, int hd,
+                    int c0, float *acc, int ldacc, int R, int C, int bf16) {
     __m256 a[4][2];
     __m256i mk[2];
-    UNROLL for (int c = 0; c < C; c++) mk[c] = tail_mask(hd - c0 - 8 * c);
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) a[r][c] =
-        _mm256_maskload_ps(acc + (size_t)r * ldacc + c0 + 8 * c, mk[c]);
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        mk[c] = tail_mask(hd - c0 - 8 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            a[r][c] = _mm256_maskload_ps(acc + (size_t)r * ldacc + c0 + 8 * c, mk[c]);
     if (!bf16) {
-        const float *v = (const float *)v_tile + c0;
-        for (int j = 0; j < nk; j++) {
+        const float *v = (const float *)tiles[0] + c0;
+        for (int j = 0, jt = 0, t = 0; j < nk; j++, jt++) {
+            if (jt == bs) /* next block of the super-block */
+                jt = 0, v = (const float *)tiles[++t] + c0;
             __m256 vv[2];
-            UNROLL for (int c = 0; c < C; c++) vv[c] =
-                _mm256_maskload_ps(v + (size_t)j * hd + 8 * c, mk[c]);
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                vv[c] = _mm256_maskload_ps(v + (size_t)jt * hd + 8 * c, mk[c]);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m256 pb = _mm256_broadcast_ss(p + (size_t)r * ldp + j);
-                UNROLL for (int c = 0; c < C; c++) a[r][c] = _mm256_fmadd_ps(pb, vv[c], a[r][c]);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    a[r][c] = _mm256_fmadd_ps(pb, vv[c], a[r][c]);
             }
         }
     } else {
-        const uint16_t *v = (const uint16_t *)v_tile + 2 * (size_t)c0;
+        const uint16_t *v = (const uint16_t *)tiles[0] + 2 * (size_t)c0;
         const __m256i hi_mask = _mm256_set1_epi32((int)0xffff0000u);
-        for (int j = 0; j < nk; j += 2) {
+        for (int j = 0, jt = 0, t = 0; j < nk; j += 2, jt += 2) {
+            if (jt == bs) /* next block (bs is even: pairs never straddle) */
+                jt = 0, v = (const uint16_t *)tiles[++t] + 2 * (size_t)c0;
             __m256 vlo[2], vhi[2];
-            UNROLL for (int c = 0; c < C; c++) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
                 __m256i x = _mm256_maskload_epi32(
-                    (const int *)(v + ((size_t)(j / 2) * hd + 8 * c) * 2), mk[c]);
+                    (const int *)(v + ((size_t)(jt / 2) * hd + 8 * c) * 2), mk[c]);
                 vlo[c] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
                 vhi[c] = _mm256_castsi256_ps(_mm256_and_si256(x, hi_mask));
             }
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m256 p0 = _mm256_broadcast_ss(p + (size_t)r * ldp + j);
-                UNROLL for (int c = 0; c < C; c++) a[r][c] = _mm256_fmadd_ps(p0, vlo[c], a[r][c]);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    a[r][c] = _mm256_fmadd_ps(p0, vlo[c], a[r][c]);
                 if (j + 1 < nk) {
                     __m256 p1 = _mm256_broadcast_ss(p + (size_t)r * ldp + j + 1);
-                    UNROLL for (int c = 0; c < C; c++) a[r][c] =
-                        _mm256_fmadd_ps(p1, vhi[c], a[r][c]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < C; c++)
+                        a[r][c] = _mm256_fmadd_ps(p1, vhi[c], a[r][c]);
                 }
             }
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++)
-        _mm256_maskstore_ps(acc + (size_t)r * ldacc + c0 + 8 * c, mk[c], a[r][c]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            _mm256_maskstore_ps(acc + (size_t)r * ldacc + c0 + 8 * c, mk[c], a[r][c]);
 }
 
-INLINE void pv_rows(const float *p, int ldp, const void *v_tile, int nk, int hd, float *acc,
-                    int ldacc, int R, int bf16) {
+INLINE void pv_rows(const float *p, int ldp, const void *const *tiles, int bs, int nk, int hd,
+                    float *acc, int ldacc, int R, int bf16) {
     const int nc = (hd + 7) / 8;
     int c = 0;
     for (; c + 2 <= nc; c += 2)
-        pv_tile(p, ldp, v_tile, nk, hd, 8 * c, acc, ldacc, R, 2, bf16);
-    if (c < nc) pv_tile(p, ldp, v_tile, nk, hd, 8 * c, acc, ldacc, R, 1, bf16);
+        pv_tile(p, ldp, tiles, bs, nk, hd, 8 * c, acc, ldacc, R, 2, bf16);
+    if (c < nc) pv_tile(p, ldp, tiles, bs, nk, hd, 8 * c, acc, ldacc, R, 1, bf16);
 }
 
-INLINE void pv_any(const float *p, int ldp, int nr, const void *v_tile, int nk, int hd, float *acc,
-                   int ldacc, int bf16) {
+INLINE void pv_any(const float *p, int ldp, int nr, const void *const *tiles, int bs, int nk,
+                   int hd, float *acc, int ldacc, int bf16) {
     int r = 0;
     for (; r + 4 <= nr; r += 4)
-        pv_rows(p + (size_t)r * ldp, ldp, v_tile, nk, hd, acc + (size_t)r * ldacc, ldacc, 4, bf16);
+        pv_rows(p + (size_t)r * ldp, ldp, tiles, bs, nk, hd, acc + (size_t)r * ldacc, ldacc, 4,
+                bf16);
     for (; r < nr; r++)
-        pv_rows(p + (size_t)r * ldp, ldp, v_tile, nk, hd, acc + (size_t)r * ldacc, ldacc, 1, bf16);
+        pv_rows(p + (size_t)r * ldp, ldp, tiles, bs, nk, hd, acc + (size_t)r * ldacc, ldacc, 1,
+                bf16);
 }
 
-void pg_avx2_attn_pv_f32kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                           int hd, float *acc, int ldacc) {
-    (void)bs;
-    pv_any(p, ldp, nr, v_tile, nk, hd, acc, ldacc, 0);
+void pg_avx2_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float *acc, int ldacc) {
+    pv_any(p, ldp, nr, tiles, bs, nk, hd, acc, ldacc, 0);
 }
 
-void pg_avx2_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                            int hd, float *acc, int ldacc) {
-    (void)bs;
-    pv_any(p, ldp, nr, v_tile, nk, hd, acc, ldacc, 1);
+void pg_avx2_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float *acc, int ldacc) {
+    pv_any(p, ldp, nr, tiles, bs, nk, hd, acc, ldacc, 1);
 }

@@ -18,9 +18,8 @@
 #include "kernels/x86/x86.h"
 
 #define INLINE static inline __attribute__((always_inline))
-/* Fully unroll the register-block loops (R, V, C <= 4 are constants after
- * inlining; -O2 alone keeps the accumulator arrays in memory). */
-#define UNROLL _Pragma("GCC unroll 4")
+/* The register-block loops (R, V, C <= 4, constants after inlining) carry
+ * "#pragma GCC unroll 4": -O2 alone keeps the accumulator arrays in memory. */
 
 void pg_avx512_vexp_f32(const float *x, float *y, size_t n) {
     size_t i = 0;
@@ -36,36 +35,56 @@ void pg_avx512_vexp_f32(const float *x, float *y, size_t n) {
 
 /* R rows x V vectors of 16 tokens starting at token j0. bf16: K tile is
  * [hd/2][bs][2] BF16, else [hd][bs] f32. */
-INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0, int hd,
+INLINE void qk_tile(const float *q, int ldq, const void *const *tiles, int bs, int j0, int hd,
                     float scale, float *s, int lds, int R, int V, int bf16) {
     __m512 acc[4][4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-        _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            acc[r][v] = _mm512_setzero_ps();
     if (!bf16) {
-        const float *k = (const float *)k_tile + j0;
+        const float *kp[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            const int j = j0 + 16 * v; /* a vector never crosses a block: 16 | bs */
+            kp[v] = (const float *)tiles[j / bs] + j % bs;
+        }
         for (int d = 0; d < hd; d++) {
             __m512 kv[4];
-            UNROLL for (int v = 0; v < V; v++) kv[v] = _mm512_loadu_ps(k + (size_t)d * bs + 16 * v);
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                kv[v] = _mm512_loadu_ps(kp[v] + (size_t)d * bs);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m512 qb = _mm512_set1_ps(q[(size_t)r * ldq + d]);
-                UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-                    _mm512_fmadd_ps(qb, kv[v], acc[r][v]);
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++)
+                    acc[r][v] = _mm512_fmadd_ps(qb, kv[v], acc[r][v]);
             }
         }
     } else {
-        const uint16_t *k = (const uint16_t *)k_tile + 2 * (size_t)j0;
+        const uint16_t *kp[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            const int j = j0 + 16 * v;
+            kp[v] = (const uint16_t *)tiles[j / bs] + 2 * (size_t)(j % bs);
+        }
         const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
         for (int i = 0; i < hd / 2; i++) {
             __m512 klo[4], khi[4];
-            UNROLL for (int v = 0; v < V; v++) {
-                __m512i x = _mm512_loadu_si512(k + ((size_t)i * bs + 16 * v) * 2);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++) {
+                __m512i x = _mm512_loadu_si512(kp[v] + (size_t)i * bs * 2);
                 klo[v] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
                 khi[v] = _mm512_castsi512_ps(_mm512_and_si512(x, hi_mask));
             }
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m512 q0 = _mm512_set1_ps(q[(size_t)r * ldq + 2 * i]);
                 __m512 q1 = _mm512_set1_ps(q[(size_t)r * ldq + 2 * i + 1]);
-                UNROLL for (int v = 0; v < V; v++) {
+#pragma GCC unroll 4
+                for (int v = 0; v < V; v++) {
                     acc[r][v] = _mm512_fmadd_ps(q0, klo[v], acc[r][v]);
                     acc[r][v] = _mm512_fmadd_ps(q1, khi[v], acc[r][v]);
                 }
@@ -73,51 +92,54 @@ INLINE void qk_tile(const float *q, int ldq, const void *k_tile, int bs, int j0,
         }
     }
     const __m512 sc = _mm512_set1_ps(scale);
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        _mm512_storeu_ps(s + (size_t)r * lds + j0 + 16 * v, _mm512_mul_ps(acc[r][v], sc));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            _mm512_storeu_ps(s + (size_t)r * lds + j0 + 16 * v, _mm512_mul_ps(acc[r][v], sc));
 }
 
 /* Rows [0, R) (R = 4 or 1) over the nk (rounded up to 16) tokens. */
-INLINE void qk_rows(const float *q, int ldq, const void *k_tile, int bs, int nk, int hd,
+INLINE void qk_rows(const float *q, int ldq, const void *const *tiles, int bs, int nk, int hd,
                     float scale, float *s, int lds, int R, int bf16) {
     const int nv = (nk + 15) / 16;
     int v = 0;
     for (; v + 4 <= nv; v += 4)
-        qk_tile(q, ldq, k_tile, bs, 16 * v, hd, scale, s, lds, R, 4, bf16);
+        qk_tile(q, ldq, tiles, bs, 16 * v, hd, scale, s, lds, R, 4, bf16);
     switch (nv - v) {
     case 3:
-        qk_tile(q, ldq, k_tile, bs, 16 * v, hd, scale, s, lds, R, 3, bf16);
+        qk_tile(q, ldq, tiles, bs, 16 * v, hd, scale, s, lds, R, 3, bf16);
         break;
     case 2:
-        qk_tile(q, ldq, k_tile, bs, 16 * v, hd, scale, s, lds, R, 2, bf16);
+        qk_tile(q, ldq, tiles, bs, 16 * v, hd, scale, s, lds, R, 2, bf16);
         break;
     case 1:
-        qk_tile(q, ldq, k_tile, bs, 16 * v, hd, scale, s, lds, R, 1, bf16);
+        qk_tile(q, ldq, tiles, bs, 16 * v, hd, scale, s, lds, R, 1, bf16);
         break;
     default:
         break;
     }
 }
 
-INLINE void qk_any(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk, int hd,
-                   float scale, float *s, int lds, int bf16) {
+INLINE void qk_any(const float *q, int ldq, int nr, const void *const *tiles, int bs, int nk,
+                   int hd, float scale, float *s, int lds, int bf16) {
     int r = 0;
     for (; r + 4 <= nr; r += 4)
-        qk_rows(q + (size_t)r * ldq, ldq, k_tile, bs, nk, hd, scale, s + (size_t)r * lds, lds, 4,
+        qk_rows(q + (size_t)r * ldq, ldq, tiles, bs, nk, hd, scale, s + (size_t)r * lds, lds, 4,
                 bf16);
     for (; r < nr; r++)
-        qk_rows(q + (size_t)r * ldq, ldq, k_tile, bs, nk, hd, scale, s + (size_t)r * lds, lds, 1,
+        qk_rows(q + (size_t)r * ldq, ldq, tiles, bs, nk, hd, scale, s + (size_t)r * lds, lds, 1,
                 bf16);
 }
 
-void pg_avx512_attn_qk_f32kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                             int hd, float scale, float *s, int lds) {
-    qk_any(q, ldq, nr, k_tile, bs, nk, hd, scale, s, lds, 0);
+void pg_avx512_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                             int nk, int hd, float scale, float *s, int lds) {
+    qk_any(q, ldq, nr, tiles, bs, nk, hd, scale, s, lds, 0);
 }
 
-void pg_avx512_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                              int hd, float scale, float *s, int lds) {
-    qk_any(q, ldq, nr, k_tile, bs, nk, hd, scale, s, lds, 1);
+void pg_avx512_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                              int nk, int hd, float scale, float *s, int lds) {
+    qk_any(q, ldq, nr, tiles, bs, nk, hd, scale, s, lds, 1);
 }
 
 /* ---- softmax step ------------------------------------------------------------------------- */
@@ -169,89 +191,110 @@ void pg_avx512_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *
 
 /* R rows x C column vectors (16 columns each, from column c0; the last may
  * be partial: masks) over tokens j < nk. */
-INLINE void pv_tile(const float *p, int ldp, const void *v_tile, int nk, int hd, int c0, float *acc,
-                    int ldacc, int R, int C, int bf16) {
+INLINE void pv_tile(const float *p, int ldp, const void *const *tiles, int bs, int nk, int hd,
+                    int c0, float *acc, int ldacc, int R, int C, int bf16) {
     __m512 a[4][4];
-    __mmask16 mk[4];
-    UNROLL for (int c = 0; c < C; c++) mk[c] = tail_mask(hd - c0 - 16 * c);
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) a[r][c] =
-        _mm512_maskz_loadu_ps(mk[c], acc + (size_t)r * ldacc + c0 + 16 * c);
+    __mmask16 mk[4] = {0};
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        mk[c] = tail_mask(hd - c0 - 16 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            a[r][c] = _mm512_maskz_loadu_ps(mk[c], acc + (size_t)r * ldacc + c0 + 16 * c);
     if (!bf16) {
-        const float *v = (const float *)v_tile + c0;
-        for (int j = 0; j < nk; j++) {
+        const float *v = (const float *)tiles[0] + c0;
+        for (int j = 0, jt = 0, t = 0; j < nk; j++, jt++) {
+            if (jt == bs) /* next block of the super-block */
+                jt = 0, v = (const float *)tiles[++t] + c0;
             __m512 vv[4];
-            UNROLL for (int c = 0; c < C; c++) vv[c] =
-                _mm512_maskz_loadu_ps(mk[c], v + (size_t)j * hd + 16 * c);
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                vv[c] = _mm512_maskz_loadu_ps(mk[c], v + (size_t)jt * hd + 16 * c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m512 pb = _mm512_set1_ps(p[(size_t)r * ldp + j]);
-                UNROLL for (int c = 0; c < C; c++) a[r][c] = _mm512_fmadd_ps(pb, vv[c], a[r][c]);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    a[r][c] = _mm512_fmadd_ps(pb, vv[c], a[r][c]);
             }
         }
     } else {
-        const uint16_t *v = (const uint16_t *)v_tile + 2 * (size_t)c0;
+        const uint16_t *v = (const uint16_t *)tiles[0] + 2 * (size_t)c0;
         const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
-        for (int j = 0; j < nk; j += 2) {
+        for (int j = 0, jt = 0, t = 0; j < nk; j += 2, jt += 2) {
+            if (jt == bs) /* next block (bs is even: pairs never straddle) */
+                jt = 0, v = (const uint16_t *)tiles[++t] + 2 * (size_t)c0;
             __m512 vlo[4], vhi[4];
-            UNROLL for (int c = 0; c < C; c++) {
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
                 __m512i x =
-                    _mm512_maskz_loadu_epi32(mk[c], v + ((size_t)(j / 2) * hd + 16 * c) * 2);
+                    _mm512_maskz_loadu_epi32(mk[c], v + ((size_t)(jt / 2) * hd + 16 * c) * 2);
                 vlo[c] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
                 vhi[c] = _mm512_castsi512_ps(_mm512_and_si512(x, hi_mask));
             }
-            UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
                 __m512 p0 = _mm512_set1_ps(p[(size_t)r * ldp + j]);
-                UNROLL for (int c = 0; c < C; c++) a[r][c] = _mm512_fmadd_ps(p0, vlo[c], a[r][c]);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    a[r][c] = _mm512_fmadd_ps(p0, vlo[c], a[r][c]);
                 if (j + 1 < nk) {
                     __m512 p1 = _mm512_set1_ps(p[(size_t)r * ldp + j + 1]);
-                    UNROLL for (int c = 0; c < C; c++) a[r][c] =
-                        _mm512_fmadd_ps(p1, vhi[c], a[r][c]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < C; c++)
+                        a[r][c] = _mm512_fmadd_ps(p1, vhi[c], a[r][c]);
                 }
             }
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++)
-        _mm512_mask_storeu_ps(acc + (size_t)r * ldacc + c0 + 16 * c, mk[c], a[r][c]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            _mm512_mask_storeu_ps(acc + (size_t)r * ldacc + c0 + 16 * c, mk[c], a[r][c]);
 }
 
 /* Rows [0, R) (R = 4 or 1) over all columns. */
-INLINE void pv_rows(const float *p, int ldp, const void *v_tile, int nk, int hd, float *acc,
-                    int ldacc, int R, int bf16) {
+INLINE void pv_rows(const float *p, int ldp, const void *const *tiles, int bs, int nk, int hd,
+                    float *acc, int ldacc, int R, int bf16) {
     const int nc = (hd + 15) / 16;
     int c = 0;
     for (; c + 4 <= nc; c += 4)
-        pv_tile(p, ldp, v_tile, nk, hd, 16 * c, acc, ldacc, R, 4, bf16);
+        pv_tile(p, ldp, tiles, bs, nk, hd, 16 * c, acc, ldacc, R, 4, bf16);
     switch (nc - c) {
     case 3:
-        pv_tile(p, ldp, v_tile, nk, hd, 16 * c, acc, ldacc, R, 3, bf16);
+        pv_tile(p, ldp, tiles, bs, nk, hd, 16 * c, acc, ldacc, R, 3, bf16);
         break;
     case 2:
-        pv_tile(p, ldp, v_tile, nk, hd, 16 * c, acc, ldacc, R, 2, bf16);
+        pv_tile(p, ldp, tiles, bs, nk, hd, 16 * c, acc, ldacc, R, 2, bf16);
         break;
     case 1:
-        pv_tile(p, ldp, v_tile, nk, hd, 16 * c, acc, ldacc, R, 1, bf16);
+        pv_tile(p, ldp, tiles, bs, nk, hd, 16 * c, acc, ldacc, R, 1, bf16);
         break;
     default:
         break;
     }
 }
 
-INLINE void pv_any(const float *p, int ldp, int nr, const void *v_tile, int nk, int hd, float *acc,
-                   int ldacc, int bf16) {
+INLINE void pv_any(const float *p, int ldp, int nr, const void *const *tiles, int bs, int nk,
+                   int hd, float *acc, int ldacc, int bf16) {
     int r = 0;
     for (; r + 4 <= nr; r += 4)
-        pv_rows(p + (size_t)r * ldp, ldp, v_tile, nk, hd, acc + (size_t)r * ldacc, ldacc, 4, bf16);
+        pv_rows(p + (size_t)r * ldp, ldp, tiles, bs, nk, hd, acc + (size_t)r * ldacc, ldacc, 4,
+                bf16);
     for (; r < nr; r++)
-        pv_rows(p + (size_t)r * ldp, ldp, v_tile, nk, hd, acc + (size_t)r * ldacc, ldacc, 1, bf16);
+        pv_rows(p + (size_t)r * ldp, ldp, tiles, bs, nk, hd, acc + (size_t)r * ldacc, ldacc, 1,
+                bf16);
 }
 
-void pg_avx512_attn_pv_f32kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                             int hd, float *acc, int ldacc) {
-    (void)bs;
-    pv_any(p, ldp, nr, v_tile, nk, hd, acc, ldacc, 0);
+void pg_avx512_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                             int nk, int hd, float *acc, int ldacc) {
+    pv_any(p, ldp, nr, tiles, bs, nk, hd, acc, ldacc, 0);
 }
 
-void pg_avx512_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                              int hd, float *acc, int ldacc) {
-    (void)bs;
-    pv_any(p, ldp, nr, v_tile, nk, hd, acc, ldacc, 1);
+void pg_avx512_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                              int nk, int hd, float *acc, int ldacc) {
+    pv_any(p, ldp, nr, tiles, bs, nk, hd, acc, ldacc, 1);
 }

@@ -17,9 +17,8 @@
 #include "kernels/x86/x86.h"
 
 #define INLINE static inline __attribute__((always_inline))
-/* Fully unroll the register-block loops (R, V, C <= 4 are constants after
- * inlining; -O2 alone keeps the accumulator arrays in memory). */
-#define UNROLL _Pragma("GCC unroll 4")
+/* The register-block loops (R, V, C <= 4, constants after inlining) carry
+ * "#pragma GCC unroll 4": -O2 alone keeps the accumulator arrays in memory. */
 
 static inline __mmask16 tail_mask(int n) {
     return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
@@ -38,30 +37,47 @@ enum { QP = PG_KV_MAX_HEAD_DIM / 2, PP = PG_KV_MAX_BLOCK_SIZE / 2 + 16 };
 
 /* ---- QK ------------------------------------------------------------------------------- */
 
-INLINE void qk_tile(const uint32_t *qp, const uint16_t *k, int bs, int j0, int hd, float scale,
+INLINE void qk_tile(const uint32_t *qp, const void *const *k, int bs, int j0, int hd, float scale,
                     float *s, int lds, int R, int V) {
     __m512 acc[4][4];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-        _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            acc[r][v] = _mm512_setzero_ps();
+    const uint16_t *kp[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; v++) {
+        const int j = j0 + 16 * v; /* a vector never crosses a block: 16 | bs */
+        kp[v] = (const uint16_t *)k[j / bs] + 2 * (size_t)(j % bs);
+    }
     for (int i = 0; i < hd / 2; i++) {
         __m512i kx[4];
-        UNROLL for (int v = 0; v < V; v++) kx[v] =
-            _mm512_loadu_si512(k + ((size_t)i * bs + j0 + 16 * v) * 2);
-        UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            kx[v] = _mm512_loadu_si512(kp[v] + (size_t)i * bs * 2);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
             __m512i qb = _mm512_set1_epi32((int)qp[r * QP + i]);
-            UNROLL for (int v = 0; v < V; v++) acc[r][v] =
-                _mm512_dpbf16_ps(acc[r][v], (__m512bh)qb, (__m512bh)kx[v]);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)qb, (__m512bh)kx[v]);
         }
     }
     const __m512 sc = _mm512_set1_ps(scale);
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int v = 0; v < V; v++)
-        _mm512_storeu_ps(s + (size_t)r * lds + j0 + 16 * v, _mm512_mul_ps(acc[r][v], sc));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            _mm512_storeu_ps(s + (size_t)r * lds + j0 + 16 * v, _mm512_mul_ps(acc[r][v], sc));
 }
 
-INLINE void qk_rows(const float *q, int ldq, const uint16_t *k, int bs, int nk, int hd, float scale,
-                    float *s, int lds, int R) {
+INLINE void qk_rows(const float *q, int ldq, const void *const *k, int bs, int nk, int hd,
+                    float scale, float *s, int lds, int R) {
     uint32_t qp[4 * QP + 16];
-    UNROLL for (int r = 0; r < R; r++) to_bf16(q + (size_t)r * ldq, hd, (uint16_t *)(qp + r * QP));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        to_bf16(q + (size_t)r * ldq, hd, (uint16_t *)(qp + r * QP));
     const int nv = (nk + 15) / 16;
     int v = 0;
     for (; v + 4 <= nv; v += 4)
@@ -81,9 +97,9 @@ INLINE void qk_rows(const float *q, int ldq, const uint16_t *k, int bs, int nk, 
     }
 }
 
-void pg_avx512bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs,
+void pg_avx512bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
                                   int nk, int hd, float scale, float *s, int lds) {
-    const uint16_t *k = k_tile;
+    const void *const *k = tiles;
     int r = 0;
     for (; r + 4 <= nr; r += 4)
         qk_rows(q + (size_t)r * ldq, ldq, k, bs, nk, hd, scale, s + (size_t)r * lds, lds, 4);
@@ -93,61 +109,76 @@ void pg_avx512bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k
 
 /* ---- PV ------------------------------------------------------------------------------- */
 
-INLINE void pv_tile(const uint32_t *pp, const uint16_t *v, int nk, int hd, int c0, float *acc,
-                    int ldacc, int R, int C) {
+INLINE void pv_tile(const uint32_t *pp, const void *const *v, int bs, int nk, int hd, int c0,
+                    float *acc, int ldacc, int R, int C) {
     __m512 a[4][4];
-    __mmask16 mk[4];
-    UNROLL for (int c = 0; c < C; c++) mk[c] = tail_mask(hd - c0 - 16 * c);
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) a[r][c] =
-        _mm512_maskz_loadu_ps(mk[c], acc + (size_t)r * ldacc + c0 + 16 * c);
+    __mmask16 mk[4] = {0};
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+        mk[c] = tail_mask(hd - c0 - 16 * c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            a[r][c] = _mm512_maskz_loadu_ps(mk[c], acc + (size_t)r * ldacc + c0 + 16 * c);
     const int np = (nk + 1) / 2;
-    for (int u = 0; u < np; u++) {
+    const uint16_t *vb = v[0];
+    for (int u = 0, ut = 0, t = 0; u < np; u++, ut++) {
+        if (2 * ut == bs) /* next block of the super-block (bs even) */
+            ut = 0, vb = v[++t];
         __m512i vx[4];
-        UNROLL for (int c = 0; c < C; c++) {
-            vx[c] = _mm512_maskz_loadu_epi32(mk[c], v + ((size_t)u * hd + c0 + 16 * c) * 2);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            vx[c] = _mm512_maskz_loadu_epi32(mk[c], vb + ((size_t)ut * hd + c0 + 16 * c) * 2);
             if (2 * u + 1 == nk) /* odd tail: drop token nk (not part of the context) */
                 vx[c] = _mm512_and_si512(vx[c], _mm512_set1_epi32(0xffff));
         }
-        UNROLL for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
             __m512i pb = _mm512_set1_epi32((int)pp[r * PP + u]);
-            UNROLL for (int c = 0; c < C; c++) a[r][c] =
-                _mm512_dpbf16_ps(a[r][c], (__m512bh)pb, (__m512bh)vx[c]);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh)pb, (__m512bh)vx[c]);
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++)
-        _mm512_mask_storeu_ps(acc + (size_t)r * ldacc + c0 + 16 * c, mk[c], a[r][c]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            _mm512_mask_storeu_ps(acc + (size_t)r * ldacc + c0 + 16 * c, mk[c], a[r][c]);
 }
 
-INLINE void pv_rows(const float *p, int ldp, const uint16_t *v, int nk, int hd, float *acc,
-                    int ldacc, int R) {
+INLINE void pv_rows(const float *p, int ldp, const void *const *v, int bs, int nk, int hd,
+                    float *acc, int ldacc, int R) {
     uint32_t pp[4 * PP];
-    UNROLL for (int r = 0; r < R; r++) to_bf16(p + (size_t)r * ldp, nk, (uint16_t *)(pp + r * PP));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        to_bf16(p + (size_t)r * ldp, nk, (uint16_t *)(pp + r * PP));
     const int nc = (hd + 15) / 16;
     int c = 0;
     for (; c + 4 <= nc; c += 4)
-        pv_tile(pp, v, nk, hd, 16 * c, acc, ldacc, R, 4);
+        pv_tile(pp, v, bs, nk, hd, 16 * c, acc, ldacc, R, 4);
     switch (nc - c) {
     case 3:
-        pv_tile(pp, v, nk, hd, 16 * c, acc, ldacc, R, 3);
+        pv_tile(pp, v, bs, nk, hd, 16 * c, acc, ldacc, R, 3);
         break;
     case 2:
-        pv_tile(pp, v, nk, hd, 16 * c, acc, ldacc, R, 2);
+        pv_tile(pp, v, bs, nk, hd, 16 * c, acc, ldacc, R, 2);
         break;
     case 1:
-        pv_tile(pp, v, nk, hd, 16 * c, acc, ldacc, R, 1);
+        pv_tile(pp, v, bs, nk, hd, 16 * c, acc, ldacc, R, 1);
         break;
     default:
         break;
     }
 }
 
-void pg_avx512bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs,
+void pg_avx512bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
                                   int nk, int hd, float *acc, int ldacc) {
-    (void)bs;
-    const uint16_t *v = v_tile;
+    const void *const *v = tiles;
     int r = 0;
     for (; r + 4 <= nr; r += 4)
-        pv_rows(p + (size_t)r * ldp, ldp, v, nk, hd, acc + (size_t)r * ldacc, ldacc, 4);
+        pv_rows(p + (size_t)r * ldp, ldp, v, bs, nk, hd, acc + (size_t)r * ldacc, ldacc, 4);
     for (; r < nr; r++)
-        pv_rows(p + (size_t)r * ldp, ldp, v, nk, hd, acc + (size_t)r * ldacc, ldacc, 1);
+        pv_rows(p + (size_t)r * ldp, ldp, v, bs, nk, hd, acc + (size_t)r * ldacc, ldacc, 1);
 }

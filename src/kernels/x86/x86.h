@@ -27,32 +27,32 @@ float pg_avx512_dot_f16_f32(const uint16_t *w, const float *x, size_t n);
  * vector exp (dispatch entry vexp_f32). avx2 and avx512 widen BF16 K/V to
  * f32 exactly; avx512bf16 computes with VDPBF16PS (q and p rounded to BF16). */
 void pg_avx2_vexp_f32(const float *x, float *y, size_t n);
-void pg_avx2_attn_qk_f32kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                           int hd, float scale, float *s, int lds);
-void pg_avx2_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                            int hd, float scale, float *s, int lds);
+void pg_avx2_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float scale, float *s, int lds);
+void pg_avx2_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float scale, float *s, int lds);
 void pg_avx2_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,
                           int ldacc, int hd);
-void pg_avx2_attn_pv_f32kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                           int hd, float *acc, int ldacc);
-void pg_avx2_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                            int hd, float *acc, int ldacc);
+void pg_avx2_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                           int nk, int hd, float *acc, int ldacc);
+void pg_avx2_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                            int nk, int hd, float *acc, int ldacc);
 
 void pg_avx512_vexp_f32(const float *x, float *y, size_t n);
-void pg_avx512_attn_qk_f32kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                             int hd, float scale, float *s, int lds);
-void pg_avx512_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs, int nk,
-                              int hd, float scale, float *s, int lds);
+void pg_avx512_attn_qk_f32kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                             int nk, int hd, float scale, float *s, int lds);
+void pg_avx512_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
+                              int nk, int hd, float scale, float *s, int lds);
 void pg_avx512_attn_softmax(float *s, int lds, int nr, int nk, float *m, float *l, float *acc,
                             int ldacc, int hd);
-void pg_avx512_attn_pv_f32kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                             int hd, float *acc, int ldacc);
-void pg_avx512_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs, int nk,
-                              int hd, float *acc, int ldacc);
+void pg_avx512_attn_pv_f32kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                             int nk, int hd, float *acc, int ldacc);
+void pg_avx512_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
+                              int nk, int hd, float *acc, int ldacc);
 
-void pg_avx512bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *k_tile, int bs,
+void pg_avx512bf16_attn_qk_bf16kv(const float *q, int ldq, int nr, const void *const *tiles, int bs,
                                   int nk, int hd, float scale, float *s, int lds);
-void pg_avx512bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *v_tile, int bs,
+void pg_avx512bf16_attn_pv_bf16kv(const float *p, int ldp, int nr, const void *const *tiles, int bs,
                                   int nk, int hd, float *acc, int ldacc);
 
 /* ops_avx2.c / ops_avx512.c: row ops (dispatch entries rmsnorm_f32 ...). */
