@@ -7,6 +7,7 @@
 #include "kernels/qgemm.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -99,27 +100,57 @@ static float src_at(pg_dtype t, const void *W, int64_t i) {
     return t == PG_F16 ? pg_f16_to_f32(h) : pg_bf16_to_f32(h);
 }
 
+/* Squared error of quantizing x[0..n) with scale d into [lo, hi]. */
+static double q_err(const float *x, int64_t n, float d, float lo, float hi) {
+    float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    double e = 0;
+    for (int64_t k = 0; k < n; k++) {
+        float v = rintf(x[k] * inv);
+        v = v < lo ? lo : (v > hi ? hi : v);
+        double r = (double)x[k] - (double)d * v;
+        e += r * r;
+    }
+    return e;
+}
+
+enum { QW_CHUNK = 1024 };
+
 void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, int64_t group,
                               int64_t n0, int64_t n1, int8_t *q, float *scale) {
     const int64_t G = group > 0 ? group : K, ng = pg_qweight_ngroups(K, group);
+    const float lo = bits == 8 ? -127.0f : -8.0f, hi = bits == 8 ? 127.0f : 7.0f;
+    float buf[QW_CHUNK];
+    float *x = G <= QW_CHUNK ? buf : malloc((size_t)G * sizeof(float));
+    if (!x) abort();
     for (int64_t n = n0; n < n1; n++) {
         for (int64_t g = 0; g < ng; g++) {
-            int64_t k0 = g * G, k1 = k0 + G < K ? k0 + G : K;
+            int64_t k0 = g * G, k1 = k0 + G < K ? k0 + G : K, cnt = k1 - k0;
             float m = 0.0f, am = 0.0f;
-            for (int64_t k = k0; k < k1; k++) {
-                float v = src_at(src, W, n * K + k);
-                if (fabsf(v) > am) am = fabsf(v), m = v;
+            for (int64_t k = 0; k < cnt; k++) {
+                x[k] = src_at(src, W, n * K + k0 + k);
+                if (fabsf(x[k]) > am) am = fabsf(x[k]), m = x[k];
             }
             float d = bits == 8 ? am / 127.0f : m / -8.0f;
+            if (bits == 4 && d != 0.0f) {
+                /* W4: search a few shrunken scales for the least squared
+                 * error (the extreme may then clip by less than d / 2) */
+                const float d0 = d;
+                double best = q_err(x, cnt, d0, lo, hi);
+                for (int i = 1; i <= 12; i++) {
+                    float di = d0 * (1.0f - 0.02f * (float)i);
+                    double e = q_err(x, cnt, di, lo, hi);
+                    if (e < best) best = e, d = di;
+                }
+            }
             float inv = d != 0.0f ? 1.0f / d : 0.0f;
-            float lo = bits == 8 ? -127.0f : -8.0f, hi = bits == 8 ? 127.0f : 7.0f;
-            for (int64_t k = k0; k < k1; k++) {
-                float v = rintf(src_at(src, W, n * K + k) * inv);
-                q[n * K + k] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+            for (int64_t k = 0; k < cnt; k++) {
+                float v = rintf(x[k] * inv);
+                q[n * K + k0 + k] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
             }
             scale[n * ng + g] = d;
         }
     }
+    if (x != buf) free(x);
 }
 
 pagoda_status pg_qgemm_from_gguf(pg_dtype t, const void *data, int64_t N, int64_t K, int8_t *q,
