@@ -46,6 +46,7 @@ typedef struct {
     float *s;
 } owned_qweight;
 
+static int g_act_group; /* pg_qweight.act_group of the weights made */
 static void make_qweight(owned_qweight *o, int bits, int64_t group, int64_t N, int64_t K) {
     int64_t ng = pg_qweight_ngroups(K, group);
     o->q = malloc((size_t)(N * K));
@@ -56,7 +57,7 @@ static void make_qweight(owned_qweight *o, int bits, int64_t group, int64_t N, i
         o->q[i] = (int8_t)rnd_int(lo, hi);
     for (int64_t i = 0; i < N * ng; i++)
         o->s[i] = (0.5f + 0.5f * rnd()) * 0.01f;
-    o->w = (pg_qweight){bits, group, N, K, o->q, o->s};
+    o->w = (pg_qweight){bits, group, N, K, o->q, o->s, g_act_group};
 }
 static void free_qweight(owned_qweight *o) {
     free(o->q);
@@ -134,6 +135,7 @@ static void check_case(const pg_qgemm_ukernel *uk, int64_t group, int64_t M, int
 
 static void test_qgemm_vs_reference(void **state) {
     (void)state;
+    g_act_group = 0;
     pg_pool *pool2 = make_pool(2);
     const int64_t groups[] = {0, 32, 64, 128};
     const int rounds = on_qemu_arm() ? 3 : 6;
@@ -162,6 +164,17 @@ static void test_qgemm_vs_reference(void **state) {
             check_case(uks[v], 32, 9, 37, 1100, PG_GEMM_STORE, 1, pool2);
             check_case(uks[v], 128, 13, 21, 2100, PG_GEMM_SWIGLU, 0, NULL);
             check_case(uks[v], 0, 7, 33, 1500, PG_GEMM_RESIDUAL, 1, pool2);
+            /* activation scales per (token, group) */
+            g_act_group = 1;
+            for (int gi = 1; gi < 4; gi++)
+                for (int r = 0; r < rounds; r++) {
+                    int64_t M = r == 0 ? 1 : rnd_int(2, 19), N = 2 * rnd_int(1, 40) + 1;
+                    int64_t K = r == 1 ? 3 * groups[gi] + 5 : rnd_int(1, 300);
+                    check_case(uks[v], groups[gi], M, N, K, (pg_gemm_epilogue)(r % 3), r & 1,
+                               (r & 2) ? pool2 : NULL);
+                }
+            check_case(uks[v], 32, 9, 37, 1100, PG_GEMM_STORE, 1, pool2);
+            g_act_group = 0;
         }
     }
     pg_pool_free(pool2);
@@ -178,8 +191,9 @@ static void test_qgemm_batch_invariance(void **state) {
         const pg_qgemm_ukernel *uks[8];
         int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
         for (int v = 0; v < nu; v++) {
-            for (int gi = 0; gi < 2; gi++) {
+            for (int gi = 0; gi < 3; gi++) {
                 owned_qweight g;
+                g_act_group = gi == 2;
                 make_qweight(&g, bits, gi ? 64 : 0, N, K);
                 pg_qpacked *pw = NULL;
                 assert_int_equal(pg_qgemm_pack(&g.w, NULL, uks[v], &pw), PAGODA_OK);
@@ -210,6 +224,7 @@ static void test_qgemm_batch_invariance(void **state) {
                 pg_qgemm_free(pw);
                 free_qweight(&g);
             }
+            g_act_group = 0;
         }
     }
     pg_pool_free(pool2);

@@ -90,8 +90,8 @@ static void test_gguf_repack(void **state) {
         float A[M * K], C[M * N], R[M * N];
         for (int64_t i = 0; i < M * K; i++)
             A[i] = rnd();
-        pg_qweight w = {t == PG_Q8_0 ? 8 : 4, 32, N, K, q, s};
-        pg_qweight wu = {t == PG_Q8_0 ? 8 : 4, 32, N, K, qu, su};
+        pg_qweight w = {t == PG_Q8_0 ? 8 : 4, 32, N, K, q, s, 1};
+        pg_qweight wu = {t == PG_Q8_0 ? 8 : 4, 32, N, K, qu, su, 1};
         pg_packed_weight *pw = NULL;
         assert_int_equal(pg_gemm_pack(t, W, N, K, NULL, &pw), PAGODA_OK);
         assert_int_equal(pg_gemm_quant_bits(pw), w.bits);
@@ -181,9 +181,9 @@ static void test_load_time_quantization(void **state) {
             assert_true(rel < (bits == 8 ? 0.03 : 0.3));
             /* packing from BF16 with a pool == without */
             pg_packed_weight *a = NULL, *b = NULL;
-            assert_int_equal(pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, NULL, pool, &a),
+            assert_int_equal(pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, 0, NULL, pool, &a),
                              PAGODA_OK);
-            assert_int_equal(pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, NULL, NULL, &b),
+            assert_int_equal(pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, 0, NULL, NULL, &b),
                              PAGODA_OK);
             float A[3 * 300], C1[3 * 37], C2[3 * 37];
             for (int i = 0; i < 3 * 300; i++)
@@ -206,11 +206,11 @@ static void test_load_time_quantization(void **state) {
         }
     }
     pg_packed_weight *pw = NULL;
-    assert_int_equal(pg_gemm_pack_quantize(PG_Q8_0, W, NULL, N, K, 8, 0, NULL, NULL, &pw),
+    assert_int_equal(pg_gemm_pack_quantize(PG_Q8_0, W, NULL, N, K, 8, 0, 0, NULL, NULL, &pw),
                      PAGODA_ERR_UNSUPPORTED);
-    assert_int_equal(pg_gemm_pack_quantize(PG_F32, W, NULL, N, K, 3, 0, NULL, NULL, &pw),
+    assert_int_equal(pg_gemm_pack_quantize(PG_F32, W, NULL, N, K, 3, 0, 0, NULL, NULL, &pw),
                      PAGODA_ERR_INVALID_ARG);
-    assert_int_equal(pg_gemm_pack_quantize(PG_F32, W, NULL, N, K, 4, 48, NULL, NULL, &pw),
+    assert_int_equal(pg_gemm_pack_quantize(PG_F32, W, NULL, N, K, 4, 48, 0, NULL, NULL, &pw),
                      PAGODA_ERR_INVALID_ARG);
     assert_null(pw);
     pg_pool_free(pool);

@@ -12,7 +12,8 @@
  * --kl-divergence: "Mean KLD" and "Same top p").
  *
  * Schemes: pagoda's W8A8 per channel and group 32, W4A8 per channel and
- * group 32/64/128 (kernels/qgemm.h, dynamic per-token int8 activations),
+ * group 32/64/128 (kernels/qgemm.h, dynamic per-token int8 activations;
+ * "act gN": one activation scale per token and weight group instead),
  * and an emulation of llama.cpp's CPU arithmetic for Q8_0 / Q4_0 weights:
  * activations quantized to Q8_0 blocks of 32 (f16 block scales) and each
  * block's integer dot product scaled by d_w * d_a (ggml's reference
@@ -42,18 +43,22 @@ typedef struct {
     kind k;
     int bits;
     int64_t group;
+    int act_group; /* activation scales per (token, weight group) */
 } scheme;
 
 static const scheme SCHEMES[] = {
-    {"f32 (reference)", S_F32, 0, 0},
-    {"pagoda W8A8 per-channel", S_Q, 8, 0},
-    {"pagoda W8A8 group 32", S_Q, 8, 32},
-    {"pagoda W4A8 per-channel", S_Q, 4, 0},
-    {"pagoda W4A8 group 32", S_Q, 4, 32},
-    {"pagoda W4A8 group 64", S_Q, 4, 64},
-    {"pagoda W4A8 group 128", S_Q, 4, 128},
-    {"llama.cpp Q8_0 (emulated)", S_EMUL, 8, 32},
-    {"llama.cpp Q4_0 (emulated)", S_EMUL, 4, 32},
+    {"f32 (reference)", S_F32, 0, 0, 0},
+    {"W8A8 per-channel", S_Q, 8, 0, 0},
+    {"W8A8 g32", S_Q, 8, 32, 0},
+    {"W8A8 g32, act g32", S_Q, 8, 32, 1},
+    {"W4A8 per-channel", S_Q, 4, 0, 0},
+    {"W4A8 g32", S_Q, 4, 32, 0},
+    {"W4A8 g64", S_Q, 4, 64, 0},
+    {"W4A8 g128", S_Q, 4, 128, 0},
+    {"W4A8 g32, act g32", S_Q, 4, 32, 1},
+    {"W4A8 g128, act g128", S_Q, 4, 128, 1},
+    {"llama.cpp Q8_0 (emulated)", S_EMUL, 8, 32, 1},
+    {"llama.cpp Q4_0 (emulated)", S_EMUL, 4, 32, 1},
 };
 enum { N_SCHEMES = sizeof SCHEMES / sizeof SCHEMES[0] };
 
@@ -155,7 +160,8 @@ static void make_linear(linear *l, const scheme *s, const float *W, const float 
         st = Wu ? pg_gemm_pack_swiglu(PG_F32, W, Wu, N, K, NULL, &l->pw)
                 : pg_gemm_pack(PG_F32, W, N, K, NULL, &l->pw);
     else if (s->k == S_Q)
-        st = pg_gemm_pack_quantize(PG_F32, W, Wu, N, K, s->bits, s->group, NULL, g_pool, &l->pw);
+        st = pg_gemm_pack_quantize(PG_F32, W, Wu, N, K, s->bits, s->group, s->act_group, NULL, g_pool,
+                                   &l->pw);
     else
         emul_pack(l, W, Wu, s->bits);
     if (st) {

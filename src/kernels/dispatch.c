@@ -49,8 +49,8 @@ static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
 }
 
 /* Quantized GEMM microkernel descriptors (kernels/qgemm.h). */
-typedef void (*qrun_fn)(int64_t, int64_t, const void *, int64_t, const void *, float *, int64_t,
-                        int, int);
+typedef void (*qrun_fn)(int64_t, int64_t, const void *, int64_t, const float *, int64_t,
+                        const void *, float *, int64_t, int, int);
 static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, int ar, int vw,
                             int a_u8, qrun_fn run) {
     pg_qgemm_ukernel u = {name, mr, nr, kg, ar, vw, a_u8, bits, run};

@@ -55,12 +55,15 @@ typedef struct pg_gemm_ukernel {
  * halves this stream: each 2*vw bytes become vw bytes whose low nibbles
  * hold the first vw values and high nibbles the next vw. A: int8 (a_u8:
  * plus 128, as uint8), row i at a + i*a_stride (ar 2: row pairs, each
- * kg-chunk = row 2p's kg values then row 2p+1's). 1 <= mr <= the kernel's mr. */
+ * kg-chunk = row 2p's kg values then row 2p+1's). 1 <= mr <= the kernel's mr.
+ * as == NULL: per-token activation scales (applied later by the driver);
+ * else per-group ones: group g of row i uses scale_g[j] * as[i*as_stride + g]
+ * (that product rounded to f32) in place of scale_g[j]. */
 typedef struct pg_qgemm_ukernel {
     const char *name; /* "avx512vnni", "i8mm", "scalar", ... */
     int mr, nr, kg, ar, vw, a_u8, bits;
-    void (*run)(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const void *w,
-                float *c, int64_t ldc, int mr, int accumulate);
+    void (*run)(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,
+                int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 } pg_qgemm_ukernel;
 
 typedef struct pg_kernel_table {

@@ -123,7 +123,7 @@ static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64
         int8_t *qh = q + h * N * K;
         float *sh = s + h * N * (K / 32);
         st = pg_qgemm_from_gguf(t, h ? Wu : Wg, N, K, qh, sh);
-        w[h] = (pg_qweight){t == PG_Q8_0 ? 8 : 4, 32, N, K, qh, sh};
+        w[h] = (pg_qweight){t == PG_Q8_0 ? 8 : 4, 32, N, K, qh, sh, 1};
     }
     if (!st) st = pg_gemm_pack_qweight(&w[0], Wu ? &w[1] : NULL, kt, out);
     pg_free(q);
@@ -149,7 +149,7 @@ static void quant_rows(void *ctx, size_t begin, size_t end, int tid) {
 
 pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up,
                                     int64_t N, int64_t K, int bits, int64_t group,
-                                    const pg_kernel_table *kt, pg_pool *pool,
+                                    int act_group, const pg_kernel_table *kt, pg_pool *pool,
                                     pg_packed_weight **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
     *out = NULL;
@@ -177,7 +177,7 @@ pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const voi
             pg_pool_parallel_for(pool, (size_t)N, 16, quant_rows, &j);
         else
             quant_rows(&j, 0, (size_t)N, 0);
-        w[h] = (pg_qweight){bits, group, N, K, j.q, j.s};
+        w[h] = (pg_qweight){bits, group, N, K, j.q, j.s, act_group};
     }
     if (!st) st = pg_gemm_pack_qweight(&w[0], W_up ? &w[1] : NULL, kt, out);
     pg_free(q);

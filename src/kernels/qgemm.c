@@ -16,11 +16,12 @@
 
 /* KC_ELEMS int8 x NR of W per K block; MC_MAX rows of acc over NC_ELEMS
  * columns = 256 KiB (L2). */
-enum { KC_ELEMS = 1024, NC_ELEMS = 128, MC_MAX = 512, QCHUNK = 256 };
+enum { KC_ELEMS = 1024, NC_ELEMS = 128, MC_MAX = 512, QCHUNK = 256, ACT_GROUP_MAX = 4096 };
 
 struct pg_qpacked {
     pg_qgemm_ukernel uk;
     int bits, swiglu;
+    int act_group;       /* activation scales per (token, group) */
     int64_t N, K, group; /* group 0: per channel */
     int64_t ngroups, gk; /* groups, k per packed group (multiple of 32) */
     int64_t npanels;
@@ -210,6 +211,10 @@ static pagoda_status check_qweight(const pg_qweight *w, const char *what) {
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "qgemm: pack: group size %lld (need 0 = per channel or a multiple of 32)",
                         (long long)w->group);
+    if (w->act_group && w->group > ACT_GROUP_MAX)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "qgemm: pack: per-group activation scales need group <= %d (got %lld)",
+                        ACT_GROUP_MAX, (long long)w->group);
     if (w->group == 0 && w->K > 65536)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "qgemm: pack: per-channel K=%lld > 65536 could overflow int32 sums; use "
@@ -227,7 +232,7 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up,
     if (w_up) {
         if ((st = check_qweight(w_up, "up"))) return st;
         if (w_up->bits != w->bits || w_up->group != w->group || w_up->N != w->N ||
-            w_up->K != w->K)
+            w_up->K != w->K || (w_up->act_group != 0) != (w->act_group != 0))
             return pg_error(PAGODA_ERR_INVALID_ARG,
                             "qgemm: pack: gate and up differ in bits, group or shape");
     }
@@ -250,6 +255,7 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up,
     pw->uk = *uk;
     pw->bits = bits;
     pw->swiglu = w_up != NULL;
+    pw->act_group = w->act_group && w->group > 0;
     pw->N = w->N;
     pw->K = w->K;
     pw->group = w->group;
@@ -318,7 +324,7 @@ static geometry plan(const pg_qpacked *w, int64_t M) {
     g.a_stride = w->ngroups * w->gk * uk->ar;
     if (g.a_stride % 1024 == 0) g.a_stride += 64;
     g.a_bytes = align_up((size_t)(ceil_div(M, uk->ar) * g.a_stride));
-    g.s_bytes = align_up((size_t)M * sizeof(float));
+    g.s_bytes = align_up((size_t)M * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
     g.acc_bytes = align_up((size_t)(g.mc * g.nc_panels * uk->nr) * sizeof(float));
     return g;
 }
@@ -351,17 +357,28 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1) {
     const pg_qpacked *w = cl->w;
     const int64_t kg = w->uk.kg, ar = w->uk.ar, K = w->K, kp = w->ngroups * w->gk;
     const uint8_t flip = w->uk.a_u8 ? 0x80 : 0;
+    /* segments quantized with one scale: the weight groups (act_group),
+     * else QCHUNK pieces of the row sharing the token's scale */
+    const int64_t seg = w->act_group ? w->gk : QCHUNK;
+    int8_t tmp[ACT_GROUP_MAX > QCHUNK ? ACT_GROUP_MAX : QCHUNK];
     for (int64_t r = r0; r < r1; r++) {
         int8_t *grp = cl->apack + (r / ar) * cl->g.a_stride;
         const float *a = cl->A + r * cl->lda;
-        float m = row_amax(a, K);
-        float inv = m > 0.0f ? 127.0f / m : 0.0f;
-        cl->ascale[r] = m / 127.0f;
-        int8_t tmp[QCHUNK];
+        float inv = 0.0f;
+        if (!w->act_group) {
+            float m = row_amax(a, K);
+            inv = m > 0.0f ? 127.0f / m : 0.0f;
+            cl->ascale[r] = m / 127.0f;
+        }
         const int64_t slot = r % ar;
-        for (int64_t k0 = 0; k0 < kp; k0 += QCHUNK) {
-            int64_t n = kp - k0 < QCHUNK ? kp - k0 : QCHUNK;
+        for (int64_t k0 = 0, g = 0; k0 < kp; k0 += seg, g++) {
+            int64_t n = kp - k0 < seg ? kp - k0 : seg;
             int64_t valid = K - k0 < n ? (K - k0 > 0 ? K - k0 : 0) : n;
+            if (w->act_group) {
+                float m = row_amax(a + k0, valid);
+                inv = m > 0.0f ? 127.0f / m : 0.0f;
+                cl->ascale[r * w->ngroups + g] = m / 127.0f;
+            }
             quant_chunk(a + k0, valid, inv, tmp);
             for (int64_t k = valid; k < n; k++)
                 tmp[k] = 0;
@@ -371,7 +388,8 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1) {
             } else {
                 for (int64_t k = 0; k < n; k++) {
                     int64_t kk = k0 + k;
-                    grp[(kk / kg) * kg * ar + slot * kg + kk % kg] = (int8_t)((uint8_t)tmp[k] ^ flip);
+                    grp[(kk / kg) * kg * ar + slot * kg + kk % kg] =
+                        (int8_t)((uint8_t)tmp[k] ^ flip);
                 }
             }
         }
@@ -380,6 +398,9 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1) {
         int8_t *grp = cl->apack + (r1 / 2) * cl->g.a_stride;
         for (int64_t k = 0; k < kp; k++)
             grp[(k / kg) * kg * 2 + kg + k % kg] = (int8_t)flip;
+        if (w->act_group)
+            for (int64_t g = 0; g < w->ngroups; g++)
+                cl->ascale[r1 * w->ngroups + g] = 0.0f;
     }
 }
 
@@ -402,7 +423,7 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
             int64_t n0 = (p / 2) * nr, cnt = N - n0 < nr ? N - n0 : nr;
             const int64_t off = (p - p0) * nr;
             for (int64_t m = m0; m < m1; m++) {
-                const float as = cl->ascale[m];
+                const float as = w->act_group ? 1.0f : cl->ascale[m];
                 const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
                 float *c = cl->C + m * cl->ldc + n0;
                 for (int64_t j = 0; j < cnt; j++) {
@@ -416,7 +437,7 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
     }
     int64_t n0 = p0 * nr, n1 = p1 * nr < N ? p1 * nr : N;
     for (int64_t m = m0; m < m1; m++) {
-        const float as = cl->ascale[m];
+        const float as = w->act_group ? 1.0f : cl->ascale[m];
         const float *y = acc + (m - m0) * ldacc;
         float *c = cl->C + m * cl->ldc + n0;
         const int64_t cnt = n1 - n0;
@@ -469,8 +490,10 @@ static void compute(const call *cl, int tid) {
                     for (int64_t ir = ic; ir < ic1; ir += mr) {
                         int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
                         const int8_t *ap = cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
-                        uk->run(ng, gk, ap, g->a_stride, wp, ct + (ir - ic) * ldacc, ldacc, rows,
-                                pc > 0);
+                        const float *as =
+                            w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
+                        uk->run(ng, gk, ap, g->a_stride, as, w->ngroups, wp,
+                                ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
                     }
                 }
             }

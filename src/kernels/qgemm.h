@@ -48,6 +48,11 @@ typedef struct pg_qweight {
     int64_t N, K;
     const int8_t *q;
     const float *scale;
+    /* 1 (group-wise weights only): activations get one scale per token AND
+     * weight group (llama.cpp's Q8_0 activation blocks when group is 32)
+     * instead of one per token; the f32 step per group is then
+     * y = fmaf((float)isum, s[n,g] * a_s[m,g], y) and no final a_s multiply. */
+    int act_group;
 } pg_qweight;
 
 /* Groups of a weight: ceil(K / group), or 1 for per channel. */

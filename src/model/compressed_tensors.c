@@ -243,6 +243,6 @@ pagoda_status pg_ct_unpack(const pg_ct_config *c, const pg_tensor *weight, const
             s[i] = scale->dtype == PG_F16 ? pg_f16_to_f32(h) : pg_bf16_to_f32(h);
         }
     }
-    *out = (pg_qweight){c->bits, c->group, N, K, q, s};
+    *out = (pg_qweight){c->bits, c->group, N, K, q, s, 0};
     return PAGODA_OK;
 }

@@ -68,12 +68,12 @@ void pg_sve_vexp_f32(const float *x, float *y, size_t n);
  * to the scalar reference). qgemm_dotprod.c: 4x8, kg 4, SDOT by lane;
  * qgemm_i8mm.c: 4x8, kg 8, A in row pairs (ar 2), SMMLA. Signed A. */
 void pg_dotprod_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_dotprod_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_i8mm_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_i8mm_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 
 #endif

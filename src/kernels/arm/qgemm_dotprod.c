@@ -15,6 +15,7 @@ enum { MR = 4, NV = 2, NR = 4 * NV };
 
 static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
                                                        int64_t gk, const int8_t *a, int64_t as,
+                                                       const float *asc, int64_t ass,
                                                        const char *w, float *c, int64_t ldc,
                                                        int accumulate) {
     float32x4_t f[MR][NV];
@@ -61,7 +62,8 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             float32x4_t s = vld1q_f32((const float *)(grp + NR * 4) + 4 * v);
             for (int i = 0; i < mr; i++) {
                 int32x4_t t = bits == 4 ? vshrq_n_s32(acc[i][v], 4) : acc[i][v];
-                f[i][v] = vfmaq_f32(f[i][v], vcvtq_f32_s32(t), s);
+                float32x4_t si = asc ? vmulq_n_f32(s, asc[i * ass + g]) : s;
+                f[i][v] = vfmaq_f32(f[i][v], vcvtq_f32_s32(t), si);
             }
         }
     }
@@ -72,17 +74,17 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
 
 #define DISPATCH(BITS)                                                                             \
     switch (mr) {                                                                                  \
-    case 1: tile(1, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    case 2: tile(2, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    case 3: tile(3, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    default: tile(4, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;               \
+    case 1: tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    case 2: tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    case 3: tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    default: tile(4, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;               \
     }
 
 void pg_dotprod_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     DISPATCH(8)
 }
 void pg_dotprod_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     DISPATCH(4)
 }

@@ -16,6 +16,7 @@ enum { MP = 2, NQ = 4, NR = 2 * NQ, KG = 8 };
 
 static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
                                                        int64_t gk, const int8_t *a, int64_t as,
+                                                       const float *asc, int64_t ass,
                                                        const char *w, float *c, int64_t ldc,
                                                        int accumulate) {
     const int np = (mr + 1) / 2;
@@ -67,7 +68,13 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             float32x4_t s = vcombine_f32(s2, s2);
             for (int p = 0; p < np; p++) {
                 int32x4_t t = bits == 4 ? vshrq_n_s32(acc[p][q], 4) : acc[p][q];
-                f[p][q] = vfmaq_f32(f[p][q], vcvtq_f32_s32(t), s);
+                float32x4_t si = s;
+                if (asc) {
+                    const float a0 = asc[2 * p * ass + g];
+                    const float a1 = 2 * p + 1 < mr ? asc[(2 * p + 1) * ass + g] : 0.0f;
+                    si = vcombine_f32(vmul_n_f32(s2, a0), vmul_n_f32(s2, a1));
+                }
+                f[p][q] = vfmaq_f32(f[p][q], vcvtq_f32_s32(t), si);
             }
         }
     }
@@ -82,17 +89,17 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
 
 #define DISPATCH(BITS)                                                                             \
     switch (mr) {                                                                                  \
-    case 1: tile(1, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    case 2: tile(2, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    case 3: tile(3, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    default: tile(4, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;               \
+    case 1: tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    case 2: tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    case 3: tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    default: tile(4, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;               \
     }
 
 void pg_i8mm_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     DISPATCH(8)
 }
 void pg_i8mm_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     DISPATCH(4)
 }

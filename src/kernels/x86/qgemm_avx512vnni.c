@@ -17,6 +17,7 @@ enum { MR = 6, NV = 2, NR = 16 * NV };
 
 static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
                                                        int64_t gk, const uint8_t *a, int64_t as,
+                                                       const float *asc, int64_t ass,
                                                        const char *w, float *c, int64_t ldc,
                                                        int accumulate) {
     __m512 f[MR][NV];
@@ -65,7 +66,8 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
 #pragma GCC unroll 16
             for (int i = 0; i < mr; i++) {
                 __m512i t = bits == 4 ? _mm512_srai_epi32(acc[i][v], 4) : acc[i][v];
-                f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), s, f[i][v]);
+                __m512 si = asc ? _mm512_mul_ps(s, _mm512_set1_ps(asc[i * ass + g])) : s;
+                f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), si, f[i][v]);
             }
         }
     }
@@ -78,19 +80,19 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
 
 #define DISPATCH(BITS)                                                                             \
     switch (mr) {                                                                                  \
-    case 1: tile(1, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    case 2: tile(2, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    case 3: tile(3, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    case 4: tile(4, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    case 5: tile(5, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;                \
-    default: tile(6, BITS, ngroups, gk, a, a_stride, w, c, ldc, accumulate); break;               \
+    case 1: tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    case 2: tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    case 3: tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    case 4: tile(4, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    case 5: tile(5, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
+    default: tile(6, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;               \
     }
 
 void pg_avx512vnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     DISPATCH(8)
 }
 void pg_avx512vnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     DISPATCH(4)
 }

@@ -91,12 +91,12 @@ void pg_avx512bf16_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
  * zmm; qgemm_avxvnni.c: 3x16, kg 4, VEX VPDPBUSD on ymm (AVX-VNNI). Both
  * take A as qa + 128 (a_u8). */
 void pg_avx512vnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx512vnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avxvnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avxvnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 
 #endif
