@@ -358,6 +358,54 @@ static void test_gemm_cvt_bf16(void **state) {
     }
 }
 
+/* pg_gemm called from inside a region of its own pool (the pool then runs
+ * it inline on one thread) computes every output, the same bits. */
+typedef struct {
+    pg_packed_weight *pw;
+    const float *A;
+    float *C;
+    pg_pool *pool;
+    void *scratch;
+    int64_t M;
+} nested_ctx;
+
+static void nested_region(void *vctx, int tid, int n) {
+    (void)n;
+    nested_ctx *c = vctx;
+    if (tid != 0) return;
+    int64_t K = pg_gemm_k(c->pw), N = pg_gemm_n(c->pw);
+    assert_int_equal(
+        pg_gemm(c->pw, c->A, c->M, K, c->C, N, NULL, PG_GEMM_STORE, c->pool, c->scratch),
+        PAGODA_OK);
+}
+
+static void test_gemm_nested_in_pool(void **state) {
+    (void)state;
+    const int64_t M = 9, N = 200, K = 70;
+    pg_pool *pool = make_pool(2);
+    uint16_t *W = make_weight(PG_BF16, N, K, 1.0f);
+    float *A = malloc((size_t)(M * K) * sizeof *A), *C = calloc((size_t)(M * N), sizeof *C);
+    float *R = malloc((size_t)(M * N) * sizeof *R);
+    assert_true(A && C && R);
+    for (int64_t i = 0; i < M * K; i++)
+        A[i] = rnd();
+    pg_packed_weight *pw = NULL;
+    assert_int_equal(pg_gemm_pack(PG_BF16, W, N, K, pg_kernels(), &pw), PAGODA_OK);
+    void *scratch = pg_malloc_aligned(pg_gemm_scratch_size(pw, M, 2));
+    assert_non_null(scratch);
+    assert_int_equal(pg_gemm(pw, A, M, K, R, N, NULL, PG_GEMM_STORE, pool, scratch), PAGODA_OK);
+    nested_ctx c = {pw, A, C, pool, scratch, M};
+    pg_pool_run(pool, nested_region, &c);
+    assert_memory_equal(C, R, (size_t)(M * N) * sizeof *C);
+    pg_free(scratch);
+    pg_gemm_free(pw);
+    pg_pool_free(pool);
+    free(W);
+    free(A);
+    free(C);
+    free(R);
+}
+
 static void test_gemm_bad_args(void **state) {
     (void)state;
     float W[6] = {1, 2, 3, 4, 5, 6}, A[3] = {1, 1, 1}, C[2];
@@ -396,9 +444,8 @@ static void test_gemm_bad_args(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_cvt_bf16),
-        cmocka_unit_test(test_gemm_vs_reference),
-        cmocka_unit_test(test_gemm_batch_invariance),
+        cmocka_unit_test(test_gemm_cvt_bf16),         cmocka_unit_test(test_gemm_vs_reference),
+        cmocka_unit_test(test_gemm_batch_invariance), cmocka_unit_test(test_gemm_nested_in_pool),
         cmocka_unit_test(test_gemm_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -492,10 +492,13 @@ static void compute(void *ctx, int tid, int nthreads) {
     }
 }
 
+/* Units are virtual threads (share + acc block each). Normally pool thread
+ * t gets unit t; when the pool runs the loop inline (a call from inside one
+ * of its own regions) one thread walks every unit in turn. */
 static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
-    (void)begin;
-    (void)end;
-    compute(ctx, tid, 0);
+    (void)tid;
+    for (size_t u = begin; u < end; u++)
+        compute(ctx, (int)u, 0);
 }
 
 pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int64_t lda, float *C,
