@@ -230,6 +230,54 @@ static void test_qgemm_batch_invariance(void **state) {
     pg_pool_free(pool2);
 }
 
+/* pg_qgemm called from inside a region of its own pool (the pool then runs
+ * it inline on one thread) computes every output, the same bits. */
+typedef struct {
+    const pg_qpacked *pw;
+    const float *A;
+    float *C;
+    pg_pool *pool;
+    void *scratch;
+    int64_t M, K, N;
+} nested_ctx;
+
+static void nested_region(void *vctx, int tid, int n) {
+    (void)n;
+    nested_ctx *c = vctx;
+    if (tid != 0) return;
+    assert_int_equal(
+        pg_qgemm(c->pw, c->A, c->M, c->K, c->C, c->N, NULL, PG_GEMM_STORE, c->pool, c->scratch),
+        PAGODA_OK);
+}
+
+static void test_qgemm_nested_in_pool(void **state) {
+    (void)state;
+    const int64_t M = 9, N = 200, K = 160;
+    pg_pool *pool = make_pool(2);
+    owned_qweight g;
+    make_qweight(&g, 4, 32, N, K);
+    float *A = malloc((size_t)(M * K) * sizeof *A), *C = calloc((size_t)(M * N), sizeof *C);
+    float *R = malloc((size_t)(M * N) * sizeof *R);
+    assert_true(A && C && R);
+    for (int64_t i = 0; i < M * K; i++)
+        A[i] = rnd();
+    pg_qpacked *pw = NULL;
+    assert_int_equal(pg_qgemm_pack(&g.w, NULL, NULL, &pw), PAGODA_OK);
+    void *scratch = pg_malloc_aligned(pg_qgemm_scratch_size(pw, M, 2));
+    assert_non_null(scratch);
+    assert_int_equal(pg_qgemm(pw, A, M, K, R, N, NULL, PG_GEMM_STORE, pool, scratch), PAGODA_OK);
+    nested_ctx c = {pw, A, C, pool, scratch, M, K, N};
+    pg_pool_run(pool, nested_region, &c);
+    assert_memory_equal(C, R, (size_t)(M * N) * sizeof *C);
+    pg_free(scratch);
+    pg_qgemm_free(pw);
+    pg_pool_free(pool);
+    free_qweight(&g);
+    free(A);
+    free(C);
+    free(R);
+}
+
 static void test_quantize_row(void **state) {
     (void)state;
     float a[5] = {0.5f, -2.0f, 1.0f, 0.0f, 2.0f};
@@ -299,6 +347,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qgemm_vs_reference),
         cmocka_unit_test(test_qgemm_batch_invariance),
+        cmocka_unit_test(test_qgemm_nested_in_pool),
         cmocka_unit_test(test_quantize_row),
         cmocka_unit_test(test_qgemm_bad_args),
     };

@@ -502,10 +502,13 @@ static void compute(const call *cl, int tid) {
     }
 }
 
+/* Units are virtual threads (share + acc block each). Normally pool thread
+ * t gets unit t; when the pool runs the loop inline (a call from inside one
+ * of its own regions) one thread walks every unit in turn. */
 static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
-    (void)begin;
-    (void)end;
-    compute(ctx, tid);
+    (void)tid;
+    for (size_t u = begin; u < end; u++)
+        compute(ctx, (int)u);
 }
 
 pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t lda, float *C,
