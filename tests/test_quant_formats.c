@@ -19,6 +19,8 @@
 #include "kernels/qgemm.h"
 #include "kernels/ref/ref.h"
 #include "model/compressed_tensors.h"
+#include "model/gen_model.h"
+#include "model/safetensors.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
 static uint64_t rnd_u64(void) {
@@ -364,6 +366,78 @@ static void test_ct_unpack(void **state) {
     assert_non_null(strstr(pg_last_error(), "y.weight: dtype"));
 }
 
+/* gen_model writes compressed-tensors checkpoints (W8A8 int-quantized per
+ * channel, W4A8 pack-quantized group 32) that the parser and unpacker read
+ * back to the generator's weights within half a quantization step (int4:
+ * one step where +7.5 steps clip to +7). */
+static void test_gen_model_compressed_tensors(void **state) {
+    (void)state;
+    const int cases[2][2] = {{8, 0}, {4, 32}};
+    for (int ci = 0; ci < 2; ci++) {
+        pg_gen_model_options o;
+        pg_gen_model_defaults(&o);
+        o.hidden = 64;
+        o.ffn = 96;
+        o.vocab = 128;
+        o.tie = false;
+        o.ct_bits = cases[ci][0];
+        o.ct_group = cases[ci][1];
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/ct%d", pg_test_tmpdir(), o.ct_bits);
+        o.hf_dir = dir;
+        assert_int_equal(pg_gen_model_write(&o), PAGODA_OK);
+        char path[1100];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        size_t len;
+        char *js = pg_test_read_file(path, &len);
+        pg_ct_config c;
+        assert_int_equal(pg_ct_config_parse(js, len, path, &c), PAGODA_OK);
+        free(js);
+        assert_int_equal(c.format, o.ct_bits == 8 ? PG_CT_INT_QUANTIZED : PG_CT_PACK_QUANTIZED);
+        assert_int_equal(c.bits, o.ct_bits);
+        assert_int_equal(c.group, o.ct_group);
+        assert_true(c.act_dynamic);
+        assert_true(pg_ct_ignored(&c, "lm_head"));
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        pg_safetensors *st = NULL;
+        assert_int_equal(pg_safetensors_open(path, &st), PAGODA_OK);
+        assert_non_null(pg_safetensors_find(st, "lm_head.weight")); /* ignored: dense */
+        const char *layers[] = {"model.layers.1.self_attn.q_proj", "model.layers.0.mlp.down_proj"};
+        for (int li = 0; li < 2; li++) {
+            char wn[256], sn[256], hn[256];
+            snprintf(wn, sizeof wn, "%s.%s", layers[li], o.ct_bits == 8 ? "weight" : "weight_packed");
+            snprintf(sn, sizeof sn, "%s.weight_scale", layers[li]);
+            snprintf(hn, sizeof hn, "%s.weight_shape", layers[li]);
+            const pg_tensor *tw = pg_safetensors_find(st, wn), *ts = pg_safetensors_find(st, sn);
+            const pg_tensor *th = o.ct_bits == 4 ? pg_safetensors_find(st, hn) : NULL;
+            assert_non_null(tw);
+            assert_non_null(ts);
+            int64_t N, K;
+            assert_int_equal(pg_ct_layer_shape(&c, tw, th, &N, &K), PAGODA_OK);
+            const int64_t ng = pg_qweight_ngroups(K, c.group), G = c.group ? c.group : K;
+            int8_t *q = malloc((size_t)(N * K));
+            float *sc = malloc((size_t)(N * ng) * sizeof *sc), *row = malloc((size_t)K * 4);
+            pg_qweight w;
+            assert_int_equal(pg_ct_unpack(&c, tw, th, ts, q, sc, &w), PAGODA_OK);
+            char hfname[300];
+            snprintf(hfname, sizeof hfname, "%s.weight", layers[li]);
+            for (int64_t n = 0; n < N; n++) {
+                pg_gen_model_row(&o, hfname, n, K, row);
+                for (int64_t k = 0; k < K; k++) {
+                    float d = sc[n * ng + k / G];
+                    float e = fabsf(row[k] - d * (float)q[n * K + k]);
+                    assert_true(e <= (o.ct_bits == 8 ? 0.5f : 1.0f) * d * 1.0001f + 1e-12f);
+                }
+            }
+            free(q);
+            free(sc);
+            free(row);
+        }
+        pg_safetensors_close(st);
+        pg_ct_config_free(&c);
+    }
+}
+
 /* End to end: stories260K teacher-forced over its greedy reference
  * transcript (tools/quant_kl --quick, which also emulates llama.cpp's
  * Q8_0/Q4_0 arithmetic in the same forward pass): the quantized models keep
@@ -414,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_load_time_quantization),
         cmocka_unit_test(test_ct_config),
         cmocka_unit_test(test_ct_unpack),
+        cmocka_unit_test(test_gen_model_compressed_tensors),
         cmocka_unit_test(test_stories260k_quantized_close_to_f32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
