@@ -9,7 +9,8 @@
  *   M=1    decode: GB/s of packed weight bytes (scales and compensation
  *          included) vs the read bandwidth
  * Usage: bench_qgemm [--rounds R] [--threads T] [--scheme w8a8|w4a8]
- *                    [--group G (0 = per channel)] [--quick] */
+ *                    [--group G (0 = per channel)] [--act-group] [--quick]
+ * (--act-group: activation scales per token and group, the GGUF path) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,7 +236,7 @@ typedef struct {
 } packed_set;
 
 int main(int argc, char **argv) {
-    int rounds = 3, threads = 0, quick = 0, bits = 8;
+    int rounds = 3, threads = 0, quick = 0, bits = 8, act_group = 0;
     int64_t group = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
@@ -246,12 +247,14 @@ int main(int argc, char **argv) {
             bits = !strcmp(argv[++i], "w4a8") ? 4 : 8;
         else if (!strcmp(argv[i], "--group") && i + 1 < argc)
             group = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--act-group"))
+            act_group = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else {
             fprintf(stderr,
                     "usage: bench_qgemm [--rounds R] [--threads T] [--scheme w8a8|w4a8] [--group G] "
-                    "[--quick]\n");
+                    "[--act-group] [--quick]\n");
             return 2;
         }
     }
@@ -284,7 +287,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < elems; i++)
             src[i] = pg_f32_to_bf16((float)((i * 2654435761u) % 2001) * 1e-3f - 1.0f);
         pg_qgemm_quantize_weight(PG_BF16, src, sh->K, bits, group, 0, sh->N, q, sc);
-        pg_qweight qw = {bits, group, sh->N, sh->K, q, sc};
+        pg_qweight qw = {bits, group, sh->N, sh->K, q, sc, act_group};
         size_t bytes = elems * (size_t)bits / 8 * (sh->swiglu ? 2 : 1);
         int copies = (int)((stream_bytes + bytes - 1) / bytes);
         if (copies > MAX_COPIES) copies = MAX_COPIES;

@@ -58,6 +58,7 @@ static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, 
 }
 #define QUK_SCALAR(b) quk("scalar", b, 4, 8, 4, 1, 16, 0, pg_ref_qgemm_uk_w##b)
 #define QUK_AVX512VNNI(b) quk("avx512vnni", b, 6, 32, 4, 1, 64, 1, pg_avx512vnni_qgemm_uk_w##b)
+#define QUK_AVX2(b) quk("avx2", b, 3, 16, 4, 1, 32, 0, pg_avx2_qgemm_uk_w##b)
 #define QUK_AVXVNNI(b) quk("avxvnni", b, 3, 16, 4, 1, 32, 1, pg_avxvnni_qgemm_uk_w##b)
 #define QUK_DOTPROD(b) quk("dotprod", b, 4, 8, 4, 1, 16, 0, pg_dotprod_qgemm_uk_w##b)
 #define QUK_I8MM(b) quk("i8mm", b, 4, 8, 8, 2, 16, 0, pg_i8mm_qgemm_uk_w##b)
@@ -103,7 +104,10 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         t->gemm_bf16 = uk("avx2", 4, 16, 2, 1, pg_avx2_gemm_uk_bf16);
         t->gemm_f32 = uk("avx2", 6, 16, 1, 1, pg_avx2_gemm_uk_f32);
         /* VNNI is a feature, not a level: AVX-VNNI (VEX) on AVX2 cores */
-        if (pg_cpu()->avx_vnni) t->qgemm_w8 = QUK_AVXVNNI(8), t->qgemm_w4 = QUK_AVXVNNI(4);
+        if (pg_cpu()->avx_vnni)
+            t->qgemm_w8 = QUK_AVXVNNI(8), t->qgemm_w4 = QUK_AVXVNNI(4);
+        else
+            t->qgemm_w8 = QUK_AVX2(8), t->qgemm_w4 = QUK_AVX2(4);
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
@@ -272,11 +276,16 @@ int pg_qgemm_ukernel_variants(int bits, const pg_qgemm_ukernel **out, int max) {
     const int b = bits == 8 ? 0 : 1;
     (void)b;
 #if defined(__x86_64__)
-    /* AVX-VNNI where the tables use AVX512_VNNI instead */
+    /* AVX-VNNI where the tables use AVX512_VNNI instead; the AVX2 fallback
+     * where they use AVX-VNNI */
     if (pg_cpu()->avx_vnni && pg_cpu()->avx512_vnni && pg_isa_supported(pg_cpu(), PG_ISA_AVX512) &&
         n < max) {
         extra[b][0] = bits == 8 ? QUK_AVXVNNI(8) : QUK_AVXVNNI(4);
         out[n++] = &extra[b][0];
+    }
+    if (pg_cpu()->avx_vnni && pg_isa_supported(pg_cpu(), PG_ISA_AVX2) && n < max) {
+        extra[b][1] = bits == 8 ? QUK_AVX2(8) : QUK_AVX2(4);
+        out[n++] = &extra[b][1];
     }
 #elif defined(__aarch64__)
     /* SDOT where the tables use SMMLA instead */
