@@ -121,8 +121,7 @@ __attribute__((target("avx512f"))) static float sum_bytes(const void *p, size_t 
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 #elif defined(__aarch64__)
-__attribute__((target("arch=armv8.2-a+fp16+dotprod+i8mm"))) static double
-peak_bf16_thread(void) {
+__attribute__((target("arch=armv8.2-a+fp16+dotprod+i8mm"))) static double peak_bf16_thread(void) {
     int32x4_t c[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
@@ -252,9 +251,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else {
-            fprintf(stderr,
-                    "usage: bench_qgemm [--rounds R] [--threads T] [--scheme w8a8|w4a8] [--group G] "
-                    "[--act-group] [--quick]\n");
+            fprintf(
+                stderr,
+                "usage: bench_qgemm [--rounds R] [--threads T] [--scheme w8a8|w4a8] [--group G] "
+                "[--act-group] [--quick]\n");
             return 2;
         }
     }

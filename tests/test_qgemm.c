@@ -345,10 +345,8 @@ static void test_qgemm_bad_args(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qgemm_vs_reference),
-        cmocka_unit_test(test_qgemm_batch_invariance),
-        cmocka_unit_test(test_qgemm_nested_in_pool),
-        cmocka_unit_test(test_quantize_row),
+        cmocka_unit_test(test_qgemm_vs_reference),   cmocka_unit_test(test_qgemm_batch_invariance),
+        cmocka_unit_test(test_qgemm_nested_in_pool), cmocka_unit_test(test_quantize_row),
         cmocka_unit_test(test_qgemm_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -63,8 +63,8 @@ static void run_gemm(const pg_packed_weight *pw, const float *A, int64_t M, floa
     size_t ss = pg_gemm_scratch_size(pw, M, pool ? pg_pool_size(pool) : 1);
     void *scratch = pg_malloc_aligned(ss);
     assert_non_null(scratch);
-    assert_int_equal(
-        pg_gemm(pw, A, M, pg_gemm_k(pw), C, pg_gemm_n(pw), NULL, ep, pool, scratch), PAGODA_OK);
+    assert_int_equal(pg_gemm(pw, A, M, pg_gemm_k(pw), C, pg_gemm_n(pw), NULL, ep, pool, scratch),
+                     PAGODA_OK);
     pg_free(scratch);
 }
 
@@ -162,10 +162,12 @@ static void test_load_time_quantization(void **state) {
                         float m = 0, am = 0;
                         double e_s = 0, e_q4 = 0;
                         for (int64_t k = gg * G; k < K && k < (gg + 1) * G; k++)
-                            if (fabsf(W[n * K + k]) > am) am = fabsf(W[n * K + k]), m = W[n * K + k];
+                            if (fabsf(W[n * K + k]) > am)
+                                am = fabsf(W[n * K + k]), m = W[n * K + k];
                         float d0 = m / -8.0f, d = s[n * ng + gg];
                         if (!(fabsf(d) <= fabsf(d0) && fabsf(d) >= 0.75f * fabsf(d0)))
-                            fprintf(stderr, "g%lld n%lld gg%lld d=%g d0=%g\n", (long long)g, (long long)n, (long long)gg, d, d0);
+                            fprintf(stderr, "g%lld n%lld gg%lld d=%g d0=%g\n", (long long)g,
+                                    (long long)n, (long long)gg, d, d0);
                         assert_true(fabsf(d) <= fabsf(d0) && fabsf(d) >= 0.75f * fabsf(d0));
                         for (int64_t k = gg * G; k < K && k < (gg + 1) * G; k++) {
                             float v = rintf(W[n * K + k] / d0);
@@ -179,14 +181,17 @@ static void test_load_time_quantization(void **state) {
             }
             /* relative RMS error (uniform rounding: step / sqrt(12)) */
             double rel = sqrt(err2 / sig2);
-            if (!(rel < (bits == 8 ? 0.03 : 0.3))) fprintf(stderr, "W%d g%lld: rel %g\n", bits, (long long)g, rel);
+            if (!(rel < (bits == 8 ? 0.03 : 0.3)))
+                fprintf(stderr, "W%d g%lld: rel %g\n", bits, (long long)g, rel);
             assert_true(rel < (bits == 8 ? 0.03 : 0.3));
             /* packing from BF16 with a pool == without */
             pg_packed_weight *a = NULL, *b = NULL;
-            assert_int_equal(pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, 0, NULL, pool, &a),
-                             PAGODA_OK);
-            assert_int_equal(pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, 0, NULL, NULL, &b),
-                             PAGODA_OK);
+            assert_int_equal(
+                pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, 0, NULL, pool, &a),
+                PAGODA_OK);
+            assert_int_equal(
+                pg_gemm_pack_quantize(PG_BF16, Wb, NULL, N, K, bits, g, 0, NULL, NULL, &b),
+                PAGODA_OK);
             float A[3 * 300], C1[3 * 37], C2[3 * 37];
             for (int i = 0; i < 3 * 300; i++)
                 A[i] = rnd();
@@ -270,12 +275,12 @@ static void test_ct_config(void **state) {
     struct {
         const char *from, *to, *msg;
     } bad[] = {
-        {"\"symmetric\": true, \"strategy\": \"group\"", "\"symmetric\": false, \"strategy\": \"group\"",
-         "asymmetric"},
+        {"\"symmetric\": true, \"strategy\": \"group\"",
+         "\"symmetric\": false, \"strategy\": \"group\"", "asymmetric"},
         {"\"group_size\": 32", "\"group_size\": 48", "group_size 48"},
         {"\"strategy\": \"group\"", "\"strategy\": \"tensor\"", "strategy 'tensor'"},
-        {"\"strategy\": \"token\", \"dynamic\": true", "\"strategy\": \"tensor\", \"dynamic\": false",
-         "dynamic per-token"},
+        {"\"strategy\": \"token\", \"dynamic\": true",
+         "\"strategy\": \"tensor\", \"dynamic\": false", "dynamic per-token"},
         {"\"num_bits\": 4", "\"num_bits\": 2", "num_bits 2"},
         {"pack-quantized", "float-quantized", "format 'float-quantized'"},
     };
@@ -405,7 +410,8 @@ static void test_gen_model_compressed_tensors(void **state) {
         const char *layers[] = {"model.layers.1.self_attn.q_proj", "model.layers.0.mlp.down_proj"};
         for (int li = 0; li < 2; li++) {
             char wn[256], sn[256], hn[256];
-            snprintf(wn, sizeof wn, "%s.%s", layers[li], o.ct_bits == 8 ? "weight" : "weight_packed");
+            snprintf(wn, sizeof wn, "%s.%s", layers[li],
+                     o.ct_bits == 8 ? "weight" : "weight_packed");
             snprintf(sn, sizeof sn, "%s.weight_scale", layers[li]);
             snprintf(hn, sizeof hn, "%s.weight_shape", layers[li]);
             const pg_tensor *tw = pg_safetensors_find(st, wn), *ts = pg_safetensors_find(st, sn);

@@ -70,8 +70,8 @@ typedef struct {
     pg_packed_weight *pw;
     int64_t N, K;
     int swiglu;
-    int8_t *q;  /* emul: [halves * N * K] */
-    float *d;   /* emul: block scales (f16-rounded) [halves * N * nb] */
+    int8_t *q; /* emul: [halves * N * K] */
+    float *d;  /* emul: block scales (f16-rounded) [halves * N * nb] */
 } linear;
 
 static float f16r(float x) {
@@ -106,8 +106,8 @@ static void emul_pack(linear *l, const float *W, const float *Wu, int bits) {
         for (int64_t n = 0; n < l->N; n++)
             for (int64_t b = 0; b < nb; b++) {
                 int cnt = (int)(l->K - 32 * b < 32 ? l->K - 32 * b : 32);
-                l->d[(h * l->N + n) * nb + b] = ggml_block(
-                    src + n * l->K + 32 * b, cnt, bits, l->q + (h * l->N + n) * l->K + 32 * b);
+                l->d[(h * l->N + n) * nb + b] = ggml_block(src + n * l->K + 32 * b, cnt, bits,
+                                                           l->q + (h * l->N + n) * l->K + 32 * b);
             }
     }
 }
@@ -163,8 +163,8 @@ static void make_linear(linear *l, const scheme *s, const float *W, const float 
         st = Wu ? pg_gemm_pack_swiglu(PG_F32, W, Wu, N, K, NULL, &l->pw)
                 : pg_gemm_pack(PG_F32, W, N, K, NULL, &l->pw);
     else if (s->k == S_Q)
-        st = pg_gemm_pack_quantize(PG_F32, W, Wu, N, K, s->bits, s->group, s->act_group, NULL, g_pool,
-                                   &l->pw);
+        st = pg_gemm_pack_quantize(PG_F32, W, Wu, N, K, s->bits, s->group, s->act_group, NULL,
+                                   g_pool, &l->pw);
     else
         emul_pack(l, W, Wu, s->bits);
     if (st) {
@@ -249,7 +249,8 @@ static void forward(const pg_model_source *src, const scheme *s, const scheme *l
     for (int l = 0; l < L; l++) {
         layer_w w;
         const char *nm[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                            "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+                            "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                            "mlp.down_proj"};
         float *W[7];
         int64_t rows[7], cols[7];
         for (int i = 0; i < 7; i++) {
@@ -404,11 +405,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int V = c->vocab_size;
-    float *ref = malloc((size_t)T * V * sizeof(float)), *got = malloc((size_t)T * V * sizeof(float));
+    float *ref = malloc((size_t)T * V * sizeof(float)),
+          *got = malloc((size_t)T * V * sizeof(float));
     double *lp = malloc((size_t)V * sizeof(double)), *lq = malloc((size_t)V * sizeof(double));
     forward(src, &SCHEMES[0], &SCHEMES[0], tok, T, ref);
-    printf("quant_kl: %s, %d tokens teacher-forced (%d positions), lm_head %s\n", argv[1], T,
-           T - 1, lm_q ? "quantized" : "f32");
+    printf("quant_kl: %s, %d tokens teacher-forced (%d positions), lm_head %s\n", argv[1], T, T - 1,
+           lm_q ? "quantized" : "f32");
     int follow = 0;
     for (int t = 0; t < T - 1; t++)
         follow += argmax(ref + (size_t)t * V, V) == tok[t + 1];

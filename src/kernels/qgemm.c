@@ -223,8 +223,8 @@ static pagoda_status check_qweight(const pg_qweight *w, const char *what) {
     return PAGODA_OK;
 }
 
-pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up,
-                            const pg_qgemm_ukernel *uk, pg_qpacked **out) {
+pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const pg_qgemm_ukernel *uk,
+                            pg_qpacked **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: NULL out");
     *out = NULL;
     pagoda_status st = check_qweight(w, "");
@@ -484,16 +484,16 @@ static void compute(const call *cl, int tid) {
             for (int64_t pc = 0; pc < w->ngroups; pc += g->kc_groups) {
                 int64_t ng = w->ngroups - pc < g->kc_groups ? w->ngroups - pc : g->kc_groups;
                 for (int64_t jr = jc; jr < jc1; jr++) {
-                    const char *wp =
-                        (const char *)w->data + (size_t)jr * w->panel_bytes + (size_t)pc * w->gbytes;
+                    const char *wp = (const char *)w->data + (size_t)jr * w->panel_bytes +
+                                     (size_t)pc * w->gbytes;
                     float *ct = acc + (jr - jc) * nr;
                     for (int64_t ir = ic; ir < ic1; ir += mr) {
                         int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
-                        const int8_t *ap = cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
-                        const float *as =
-                            w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
-                        uk->run(ng, gk, ap, g->a_stride, as, w->ngroups, wp,
-                                ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
+                        const int8_t *ap =
+                            cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
+                        const float *as = w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
+                        uk->run(ng, gk, ap, g->a_stride, as, w->ngroups, wp, ct + (ir - ic) * ldacc,
+                                ldacc, rows, pc > 0);
                     }
                 }
             }
@@ -528,8 +528,7 @@ pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t l
     if (ep != PG_GEMM_STORE && ep != PG_GEMM_RESIDUAL && ep != PG_GEMM_SWIGLU)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: unknown epilogue %d", (int)ep);
     if ((uintptr_t)scratch % PG_ALIGN)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: scratch must be %d-byte aligned",
-                        PG_ALIGN);
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: scratch must be %d-byte aligned", PG_ALIGN);
     int nthreads = pool ? pg_pool_size(pool) : 1;
     call cl = {
         .w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias, .ep = ep};

@@ -109,8 +109,8 @@ pagoda_status pg_ct_config_parse(const char *json, size_t len, const char *path,
         if ((st = check_args(ia, path, "input_activations"))) goto done;
         const char *as = str(ia, "strategy");
         const cJSON *ab = item(ia, "num_bits");
-        if (!truthy(ia, "dynamic", false) || !as || strcmp(as, "token") ||
-            !cJSON_IsNumber(ab) || (int)ab->valuedouble != 8) {
+        if (!truthy(ia, "dynamic", false) || !as || strcmp(as, "token") || !cJSON_IsNumber(ab) ||
+            (int)ab->valuedouble != 8) {
             st = pg_error(PAGODA_ERR_UNSUPPORTED,
                           "%s: quantization_config input_activations must be dynamic per-token "
                           "int8",

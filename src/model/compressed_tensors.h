@@ -41,11 +41,11 @@ typedef enum pg_ct_format {
 
 typedef struct pg_ct_config {
     pg_ct_format format;
-    int bits;          /* 8 or 4 */
-    int64_t group;     /* 0: per channel */
-    bool act_dynamic;  /* input_activations: dynamic per-token int8 */
+    int bits;         /* 8 or 4 */
+    int64_t group;    /* 0: per channel */
+    bool act_dynamic; /* input_activations: dynamic per-token int8 */
     int n_ignore;
-    char **ignore;     /* layer names, or "re:<POSIX ERE>" matched from the start */
+    char **ignore; /* layer names, or "re:<POSIX ERE>" matched from the start */
 } pg_ct_config;
 
 /* Parse config.json text (path only for messages). A config without
@@ -55,8 +55,7 @@ typedef struct pg_ct_config {
  * strategy other than channel/group, group size not a multiple of 32,
  * static or non-token activation scales, several config groups), with one
  * line naming the field. Free with pg_ct_config_free. */
-pagoda_status pg_ct_config_parse(const char *json, size_t len, const char *path,
-                                 pg_ct_config *out);
+pagoda_status pg_ct_config_parse(const char *json, size_t len, const char *path, pg_ct_config *out);
 void pg_ct_config_free(pg_ct_config *c);
 
 /* True if layer `name` (e.g. "lm_head", "model.layers.0.mlp.down_proj") is

@@ -16,9 +16,8 @@ enum { MP = 2, NQ = 4, NR = 2 * NQ, KG = 8 };
 
 static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
                                                        int64_t gk, const int8_t *a, int64_t as,
-                                                       const float *asc, int64_t ass,
-                                                       const char *w, float *c, int64_t ldc,
-                                                       int accumulate) {
+                                                       const float *asc, int64_t ass, const char *w,
+                                                       float *c, int64_t ldc, int accumulate) {
     const int np = (mr + 1) / 2;
     float32x4_t f[MP][NQ];
     for (int p = 0; p < np; p++) {
@@ -89,17 +88,27 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
 
 #define DISPATCH(BITS)                                                                             \
     switch (mr) {                                                                                  \
-    case 1: tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
-    case 2: tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
-    case 3: tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
-    default: tile(4, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;               \
+    case 1:                                                                                        \
+        tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    default:                                                                                       \
+        tile(4, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
     }
 
 void pg_i8mm_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
+                         int mr, int accumulate) {
     DISPATCH(8)
 }
 void pg_i8mm_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
+                         int mr, int accumulate) {
     DISPATCH(4)
 }

@@ -21,8 +21,8 @@ static int ref_wq(const int8_t *d, int bits, int64_t k, int j) {
 }
 
 static void ref_uk(int bits, int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                   const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
-                   int mr, int accumulate) {
+                   const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr,
+                   int accumulate) {
     const int8_t *ap = a;
     const size_t gbytes = (size_t)REF_NR * 8 + (size_t)(gk * REF_NR * bits / 8);
     for (int i = 0; i < mr; i++) {
@@ -46,11 +46,13 @@ static void ref_uk(int bits, int64_t ngroups, int64_t gk, const void *a, int64_t
 }
 
 void pg_ref_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
+                        int mr, int accumulate) {
     ref_uk(8, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, mr, accumulate);
 }
 void pg_ref_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
+                        int mr, int accumulate) {
     ref_uk(4, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, mr, accumulate);
 }
 

@@ -19,9 +19,8 @@ enum { MR = 3, NV = 2, NR = 8 * NV };
 
 static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
                                                        int64_t gk, const int8_t *a, int64_t as,
-                                                       const float *asc, int64_t ass,
-                                                       const char *w, float *c, int64_t ldc,
-                                                       int accumulate) {
+                                                       const float *asc, int64_t ass, const char *w,
+                                                       float *c, int64_t ldc, int accumulate) {
     __m256 f[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
@@ -86,17 +85,27 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
 
 #define DISPATCH(BITS)                                                                             \
     switch (mr) {                                                                                  \
-    case 1: tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
-    case 2: tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
-    case 3: tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;                \
-    default: tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate); break;               \
+    case 1:                                                                                        \
+        tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    default:                                                                                       \
+        tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
     }
 
 void pg_avx2_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
+                         int mr, int accumulate) {
     DISPATCH(8)
 }
 void pg_avx2_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
+                         int mr, int accumulate) {
     DISPATCH(4)
 }
