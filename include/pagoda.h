@@ -116,6 +116,11 @@ typedef struct pagoda_request {
     const char *cache_salt;     /* optional: separates prefix-cache tenants */
 } pagoda_request;
 
+/* Zero `r`, then add_special_tokens = true and pagoda_sampling_defaults(e).
+ * (Added by the engine work: a zeroed pagoda_request has
+ * add_special_tokens false.) */
+void pagoda_request_defaults(const pagoda_engine *e, pagoda_request *r);
+
 /* Queue a request. Validates everything it can up front (parameters, token
  * ids in range, prompt non-empty, prompt + max_tokens within max_model_len)
  * and returns INVALID_ARG / LIMIT with a message giving the numbers; nothing

@@ -51,10 +51,12 @@ static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol
         assert_int_equal(c->tie_word_embeddings, o->tie);
         assert_true(c->rope_theta == o->rope_theta);
         assert_true(c->rms_norm_eps == o->rms_eps);
-        assert_int_equal(c->rope_scaling, o->rope_scaling);
+        /* GGUF carries Llama-3 scaling as llama.cpp does: only the
+         * rope_freqs.weight tensor, no rope.scaling keys (checked below). */
+        assert_int_equal(c->rope_scaling, k == 1 ? PG_ROPE_SCALING_NONE : o->rope_scaling);
         assert_int_equal(c->bos_token_id, o->bos_token_id);
         assert_int_equal(c->eos_token_ids[0], o->eos_token_id);
-        if (o->rope_scaling == PG_ROPE_SCALING_LLAMA3) {
+        if (k == 0 && o->rope_scaling == PG_ROPE_SCALING_LLAMA3) {
             assert_true(c->rope_factor == o->rope_factor);
             assert_true(c->rope_low_freq_factor == o->rope_low_freq_factor);
             assert_true(c->rope_high_freq_factor == o->rope_high_freq_factor);
@@ -64,7 +66,19 @@ static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol
     assert_false(a->rope_interleaved);
     assert_true(b->rope_interleaved);
     assert_int_equal(a->torch_dtype, o->hf_dtype);
-    assert_int_equal(pg_model_source_n_tensors(hf), pg_model_source_n_tensors(gg));
+    bool llama3 = o->rope_scaling == PG_ROPE_SCALING_LLAMA3;
+    assert_int_equal(pg_model_source_n_tensors(hf) + (llama3 ? 1 : 0),
+                     pg_model_source_n_tensors(gg));
+    const pg_tensor *rf = pg_model_source_tensor(gg, "rope_freqs.weight");
+    assert_int_equal(rf != NULL, llama3);
+    if (rf) { /* llama.cpp divides frequency i by rope_freqs[i] */
+        float factors[512];
+        assert_int_equal(rf->dtype, PG_F32);
+        assert_int_equal(rf->shape[0], hd / 2);
+        pg_llama3_rope_factors(o, factors);
+        for (int i = 0; i < hd / 2; i++)
+            assert_true(((const float *)rf->data)[i] == factors[i]);
+    }
     float *x = malloc(65536 * 4), *y = malloc(65536 * 4), *ref = malloc(65536 * 4);
     for (size_t i = 0; i < pg_model_source_n_tensors(hf); i++) {
         const pg_tensor *t = pg_model_source_tensor_at(hf, i);

@@ -174,6 +174,24 @@ static void test_usage_errors_exit_2(void **state) {
     assert_int_equal(run(args, true, &out), 2);
     assert_non_null(strstr(out, "top_p"));
     free(out);
+    /* engine options */
+    const char *bad_engine[] = {"--kv-cache-dtype fp8", "--block-size 20", "--kv-cache-memory 4XB",
+                                "--max-num-seqs 0"};
+    for (size_t i = 0; i < sizeof bad_engine / sizeof bad_engine[0]; i++) {
+        snprintf(args, sizeof args, "%s --prompt hi %s", model_arg("llm/stories260K-hf"),
+                 bad_engine[i]);
+        assert_int_equal(run(args, true, &out), 2);
+        char flag[32];
+        snprintf(flag, sizeof flag, "%.*s", (int)strcspn(bad_engine[i], " "), bad_engine[i]);
+        assert_non_null(strstr(out, flag));
+        free(out);
+    }
+    /* a budget below max_num_seqs is a usage error with both numbers */
+    snprintf(args, sizeof args, "%s --prompt hi --max-num-batched-tokens 4 --max-num-seqs 8",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &out), 2);
+    assert_non_null(strstr(out, "max_num_batched_tokens 4"));
+    free(out);
 }
 
 static void test_runtime_errors_exit_1(void **state) {
@@ -320,6 +338,113 @@ static void test_stops_at_eos_unless_ignored(void **state) {
     free(out);
 }
 
+/* `pagoda <cmd> <args>` (stdout only); exit code and malloc'ed output. */
+static int run_cmd(const char *args, char **out) {
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>/dev/null", pg_test_exec_wrapper(), pagoda_bin, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) fail_msg("popen failed");
+    size_t cap = 1 << 16, len = 0, n;
+    char *buf = malloc(cap);
+    while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (cap - len < 1024) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    int status = pclose(p);
+    *out = buf;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* --prompts-file: requests run together; each line's JSON equals the single
+ * --json run of the same request; a bad line gives an error object and exit 1. */
+static void test_prompts_file(void **state) {
+    (void)state;
+    require_runnable();
+    char path[4200], args[9000], *single, *multi;
+    snprintf(path, sizeof path, "%s/prompts.jsonl", pg_test_tmpdir());
+    const char *lines =
+        "{\"prompt\": \"Once upon a time\", \"temperature\": 0, \"max_tokens\": 8}\n"
+        "{\"prompt_token_ids\": [1, 403, 407, 261, 378], \"temperature\": 0, \"max_tokens\": 20,"
+        " \"stop\": \"girl\"}\n"
+        "\n"
+        "{\"prompt\": 5}\n";
+    pg_test_write_file(path, lines, strlen(lines));
+    snprintf(args, sizeof args, "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 8 --json",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &single), 0);
+    snprintf(args, sizeof args, "%s --prompts-file '%s' --json", model_arg("llm/stories260K-hf"),
+             path);
+    assert_int_equal(run(args, false, &multi), 1);
+    char *second = strchr(multi, '\n');
+    assert_non_null(second);
+    second++;
+    assert_memory_equal(multi, single, strlen(single));
+    /* every engine option at once: same greedy output (F32 cache, small chunks) */
+    char *opts;
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 8 --json --block-size 32 "
+             "--no-prefix-caching --max-num-seqs 2 --max-num-batched-tokens 3 --threads 1 "
+             "--kv-cache-memory 1MiB --kv-cache-dtype float32 --max-model-len 64",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &opts), 0);
+    assert_string_equal(opts, single);
+    free(opts);
+    cJSON *j = cJSON_Parse(second);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "text")->valuestring, ", there was a little ");
+    assert_string_equal(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "stop");
+    cJSON_Delete(j);
+    char *third = strchr(second, '\n');
+    assert_non_null(third);
+    assert_non_null(strstr(third, "\"error\""));
+    free(single);
+    free(multi);
+}
+
+/* bench throughput / latency: exit 0 and vLLM's JSON keys with the right counts. */
+static void test_bench_throughput_and_latency(void **state) {
+    (void)state;
+    require_runnable();
+    char path[4200], args[9000], *out;
+    snprintf(path, sizeof path, "%s/tp.json", pg_test_tmpdir());
+    snprintf(args, sizeof args,
+             "bench throughput %s --num-prompts 4 --input-len 8 --output-len 4 --output-json '%s'",
+             model_arg("llm/stories260K-hf"), path);
+    assert_int_equal(run_cmd(args, &out), 0);
+    assert_non_null(strstr(out, "requests/s"));
+    free(out);
+    char *text = pg_test_read_file(path, NULL);
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    assert_int_equal(cJSON_GetObjectItem(j, "num_requests")->valueint, 4);
+    assert_int_equal(cJSON_GetObjectItem(j, "total_num_tokens")->valueint, 48);
+    assert_true(cJSON_GetObjectItem(j, "requests_per_second")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(j, "tokens_per_second")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(j, "elapsed_time")->valuedouble > 0);
+    cJSON_Delete(j);
+    free(text);
+    snprintf(args, sizeof args,
+             "bench latency %s --batch-size 2 --input-len 4 --output-len 4 --num-iters-warmup 1 "
+             "--num-iters 3 --output-json '%s'",
+             model_arg("llm/stories260K-hf"), path);
+    assert_int_equal(run_cmd(args, &out), 0);
+    assert_non_null(strstr(out, "Avg latency"));
+    free(out);
+    text = pg_test_read_file(path, NULL);
+    j = cJSON_Parse(text);
+    assert_non_null(j);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "latencies")), 3);
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "percentiles"), "99"));
+    assert_true(cJSON_GetObjectItem(j, "avg_latency")->valuedouble > 0);
+    cJSON_Delete(j);
+    free(text);
+    snprintf(args, sizeof args, "bench throughput %s --num-prompts 0",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run_cmd(args, &out), 2);
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_greedy_matches_run_c_stdout),
@@ -328,6 +453,8 @@ int main(void) {
         cmocka_unit_test(test_stops_at_eos_unless_ignored),
         cmocka_unit_test(test_usage_errors_exit_2),
         cmocka_unit_test(test_runtime_errors_exit_1),
+        cmocka_unit_test(test_prompts_file),
+        cmocka_unit_test(test_bench_throughput_and_latency),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -1,5 +1,6 @@
-/* `pagoda generate MODEL --prompt TEXT ...`: offline generation for one
- * prompt with the Llama-family forward pass, batch of one.
+/* `pagoda generate MODEL --prompt TEXT ...` and `--prompts-file FILE.jsonl`:
+ * offline generation through the engine (include/pagoda.h): every request
+ * goes through the scheduler, the batched forward and the detokenizer.
  *
  * Plain mode echoes the prompt and streams the completion to stdout as tokens
  * are sampled, holding back bytes of an unfinished UTF-8 character. --json
@@ -8,7 +9,9 @@
  *    "finish_reason": "stop" | "length"}
  * where token_ids includes the stop token when one ended the run (as vLLM's
  * CompletionOutput does) and text is the completion only, special tokens
- * skipped. */
+ * skipped. With --prompts-file every line is one request ({"prompt": ...}
+ * or {"prompt_token_ids": [...]} plus optional sampling fields); they run
+ * together and one JSON line per request is printed in input order. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -18,15 +21,10 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "base/log.h"
-#include "base/pool.h"
 #include "base/status.h"
 #include "cli/commands.h"
-#include "engine/rng.h"
-#include "engine/sampler.h"
-#include "model/llama.h"
-#include "model/source.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/engine_args.h"
+#include "pagoda.h"
 
 typedef struct gen_options {
     const char *model;
@@ -38,12 +36,16 @@ typedef struct gen_options {
     long long seed;                  /* -1 = random */
     bool ignore_eos;
     bool json;
-    long threads;       /* 0 = default */
-    long max_model_len; /* 0 = the model's max_position_embeddings */
+    long min_tokens;
+    const char *stop[16];
+    size_t n_stop;
+    const char *prompts_file;
+    pagoda_engine_options eng;
 } gen_options;
 
 static const char USAGE[] =
     "usage: pagoda generate MODEL --prompt TEXT [options]\n"
+    "       pagoda generate MODEL --prompts-file FILE.jsonl [options]\n"
     "\n"
     "MODEL is a Hugging Face model directory, a GGUF file or an org/name repo id\n"
     "found in the local Hugging Face cache.\n"
@@ -57,9 +59,14 @@ static const char USAGE[] =
     "  --min-p P            drop tokens below P x the top probability, 0 = off\n"
     "  --seed S             random seed (default: random)\n"
     "  --ignore-eos         keep going past the end-of-sequence token\n"
+    "  --min-tokens N       no EOS / stop before N new tokens\n"
+    "  --stop TEXT          stop string (repeatable); not included in the text\n"
     "  --json               print one JSON object (ids, text, finish_reason) at the end\n"
-    "  --threads N          compute threads (default: one per physical core)\n"
-    "  --max-model-len N    context limit in tokens (default: the model's maximum)\n";
+    "  --prompts-file F     JSON lines: {\"prompt\": ...} or {\"prompt_token_ids\": [...]}\n"
+    "                       plus optional temperature, top_p, top_k, min_p, seed,\n"
+    "                       max_tokens, min_tokens, stop, stop_token_ids, ignore_eos, ...;\n"
+    "                       all run together, one JSON line per request in input order\n"
+    "\n" PG_ENGINE_ARGS_HELP;
 
 static void usage(FILE *f) {
     fputs(USAGE, f);
@@ -87,7 +94,11 @@ static bool parse_float(const char *s, float *out) {
 static int parse_args(int argc, char **argv, gen_options *o) {
     *o = (gen_options){
         .max_tokens = -1, .temperature = NAN, .top_p = NAN, .min_p = NAN, .top_k = -2, .seed = -1};
+    pagoda_engine_options_default(&o->eng);
     for (int i = 1; i < argc; i++) {
+        int e = pg_engine_args_parse("pagoda generate", argc, argv, &i, &o->eng);
+        if (e < 0) return 2;
+        if (e > 0) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, takes = true;
@@ -122,10 +133,13 @@ static int parse_args(int argc, char **argv, gen_options *o) {
                 errno = 0;
                 o->seed = strtoll(v, &end, 10);
                 ok = !errno && end != v && !*end;
-            } else if (!strcmp(a, "--threads")) {
-                ok = parse_long(v, 1, 1024, &o->threads);
-            } else if (!strcmp(a, "--max-model-len")) {
-                ok = parse_long(v, 1, 1L << 30, &o->max_model_len);
+            } else if (!strcmp(a, "--min-tokens")) {
+                ok = parse_long(v, 0, 1L << 30, &o->min_tokens);
+            } else if (!strcmp(a, "--stop")) {
+                ok = o->n_stop < 16 && *v;
+                if (ok) o->stop[o->n_stop++] = v;
+            } else if (!strcmp(a, "--prompts-file")) {
+                o->prompts_file = v;
             } else {
                 fprintf(stderr, "pagoda generate: unknown option '%s'\n", a);
                 return 2;
@@ -143,7 +157,7 @@ static int parse_args(int argc, char **argv, gen_options *o) {
         }
         if (takes) i++;
     }
-    if (!o->model || !o->prompt) {
+    if (!o->model || (!o->prompt && !o->prompts_file)) {
         fprintf(stderr, "pagoda generate: %s is required\n\n", !o->model ? "MODEL" : "--prompt");
         usage(stderr);
         return 2;
@@ -151,47 +165,7 @@ static int parse_args(int argc, char **argv, gen_options *o) {
     return 0;
 }
 
-/* ---- text -------------------------------------------------------------------
- */
-
-typedef struct text_buf {
-    char *data;
-    size_t cap, len;
-} text_buf;
-
-/* decode(ids[0..n)) into b (special tokens skipped). */
-static pagoda_status decode_all(const pg_tokenizer *tok, const int32_t *ids, size_t n,
-                                text_buf *b) {
-    for (;;) {
-        size_t len;
-        pagoda_status st = pg_tokenizer_decode(tok, ids, n, true, b->data, b->cap, &len);
-        if (st != PAGODA_OK) return st;
-        if (len < b->cap) {
-            b->len = len;
-            return PAGODA_OK;
-        }
-        size_t cap = len + 1 > 2 * b->cap ? len + 1 : 2 * b->cap;
-        char *grown = realloc(b->data, cap);
-        if (!grown) return pg_error(PAGODA_ERR_NOMEM, "generate: out of memory");
-        b->data = grown;
-        b->cap = cap;
-    }
-}
-
-/* Length of the longest prefix of s[0..n) that does not end inside an
- * unfinished UTF-8 sequence (invalid bytes count as complete). */
-static size_t utf8_complete_prefix(const char *s, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) {
-        i--;
-        back++;
-    }
-    if (i == 0) return n;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (need > 1 && back + 1 < need && lead < 0xF8) return i - 1; /* lead + too few tails */
-    return n;
-}
+/* ---- text ---------------------------------------------------------------- */
 
 /* A copy of s[0..n) where every invalid or unfinished UTF-8 sequence is
  * replaced by U+FFFD, NUL-terminated (JSON strings must be valid UTF-8). */
@@ -221,82 +195,291 @@ static char *utf8_sanitize(const char *s, size_t n) {
     return out;
 }
 
-/* ---- the run
- * ------------------------------------------------------------------ */
+/* ---- requests ------------------------------------------------------------ */
 
-typedef struct gen_run {
-    pg_model_source *src;
-    pg_llama *model;
-    pg_llama_state *state;
-    pg_kv_cache *kv;
-    pg_tokenizer *tok;
-    pg_sampler *sampler;
-    int32_t *ids; /* prompt then generated ids, [max_context] */
-    float *logits;
-    text_buf text, prompt_text;
-} gen_run;
+/* One request and what came back for it. */
+typedef struct job {
+    pagoda_request req;
+    int32_t *prompt_ids; /* owned: tokenized prompt or the file's ids */
+    size_t n_prompt;
+    char **stop; /* owned strings (prompts file) */
+    int32_t *stop_ids;
+    uint64_t id;
+    int32_t *out_ids;
+    size_t n_out, cap_out;
+    char *text;
+    size_t text_len, text_cap;
+    const char *finish;
+    char *error;
+} job;
 
-static void run_free(gen_run *r) {
-    pg_llama_state_free(r->state);
-    pg_kv_cache_free(r->kv);
-    pg_llama_free(r->model);
-    pg_tokenizer_free(r->tok);
-    pg_sampler_free(r->sampler);
-    pg_model_source_free(r->src);
-    free(r->ids);
-    free(r->logits);
-    free(r->text.data);
-    free(r->prompt_text.data);
+static void job_free(job *j) {
+    free(j->prompt_ids);
+    for (size_t i = 0; j->stop && i < j->req.sampling.n_stop; i++)
+        free(j->stop[i]);
+    free(j->stop);
+    free(j->stop_ids);
+    free(j->out_ids);
+    free(j->text);
+    free(j->error);
 }
 
-static bool is_stop(const pg_model_config *c, const pg_tokenizer *tok, int32_t id) {
-    for (int i = 0; i < 8 && c->eos_token_ids[i] >= 0; i++)
-        if (c->eos_token_ids[i] == id) return true;
-    return pg_tokenizer_eos(tok) >= 0 && pg_tokenizer_eos(tok) == id;
-}
-
-/* Sampling parameters: defaults, then generation_config.json, then flags. */
-static pg_sampling_params sampling_params(const gen_options *o, const pg_generation_defaults *g) {
-    pg_sampling_params p = pg_sampling_params_default();
-    if (g) {
-        if (!isnan(g->temperature) && g->temperature >= 0) p.temperature = g->temperature;
-        if (!isnan(g->top_p) && g->top_p > 0) p.top_p = g->top_p;
-        if (!isnan(g->min_p) && g->min_p >= 0) p.min_p = g->min_p;
-        if (!isnan(g->repetition_penalty) && g->repetition_penalty > 0)
-            p.repetition_penalty = g->repetition_penalty;
-        if (g->top_k > 0) p.top_k = g->top_k;
+static bool append(job *j, const pagoda_output *o) {
+    if (j->n_out + o->n_new_tokens > j->cap_out) {
+        size_t cap = (j->cap_out + o->n_new_tokens) * 2 + 16;
+        int32_t *g = realloc(j->out_ids, cap * sizeof *g);
+        if (!g) return false;
+        j->out_ids = g;
+        j->cap_out = cap;
     }
-    if (!isnan(o->temperature)) p.temperature = o->temperature;
-    if (!isnan(o->top_p)) p.top_p = o->top_p;
-    if (!isnan(o->min_p)) p.min_p = o->min_p;
-    if (o->top_k != -2) p.top_k = (int32_t)o->top_k;
-    p.seed = o->seed;
-    return p;
+    memcpy(j->out_ids + j->n_out, o->new_token_ids, o->n_new_tokens * sizeof(int32_t));
+    j->n_out += o->n_new_tokens;
+    if (j->text_len + o->text_delta_len + 1 > j->text_cap) {
+        size_t cap = (j->text_len + o->text_delta_len + 1) * 2;
+        char *g = realloc(j->text, cap);
+        if (!g) return false;
+        j->text = g;
+        j->text_cap = cap;
+    }
+    memcpy(j->text + j->text_len, o->text_delta, o->text_delta_len);
+    j->text_len += o->text_delta_len;
+    return true;
 }
 
-static void print_json(const int32_t *ids, int n_prompt, int n_gen, const char *text,
-                       size_t text_len, const char *finish) {
+/* Sampling from generation_config (pagoda_sampling_defaults) then the flags. */
+static void apply_flags(const gen_options *o, pagoda_sampling *s) {
+    if (!isnan(o->temperature)) s->temperature = o->temperature;
+    if (!isnan(o->top_p)) s->top_p = o->top_p;
+    if (!isnan(o->min_p)) s->min_p = o->min_p;
+    if (o->top_k != -2) s->top_k = (int32_t)o->top_k;
+    s->seed = o->seed;
+    s->ignore_eos = o->ignore_eos;
+    s->min_tokens = (int32_t)o->min_tokens;
+    s->stop = o->stop;
+    s->n_stop = o->n_stop;
+}
+
+static void print_json(const job *j) {
     cJSON *obj = cJSON_CreateObject();
-    cJSON *pids = cJSON_AddArrayToObject(obj, "prompt_token_ids");
-    for (int i = 0; i < n_prompt; i++)
-        cJSON_AddItemToArray(pids, cJSON_CreateNumber(ids[i]));
-    cJSON *gids = cJSON_AddArrayToObject(obj, "token_ids");
-    for (int i = 0; i < n_gen; i++)
-        cJSON_AddItemToArray(gids, cJSON_CreateNumber(ids[n_prompt + i]));
-    char *clean = utf8_sanitize(text, text_len);
-    cJSON_AddStringToObject(obj, "text", clean ? clean : "");
-    cJSON_AddStringToObject(obj, "finish_reason", finish);
+    if (j->error) {
+        cJSON_AddStringToObject(obj, "error", j->error);
+    } else {
+        cJSON *pids = cJSON_AddArrayToObject(obj, "prompt_token_ids");
+        for (size_t i = 0; i < j->n_prompt; i++)
+            cJSON_AddItemToArray(pids, cJSON_CreateNumber(j->prompt_ids[i]));
+        cJSON *gids = cJSON_AddArrayToObject(obj, "token_ids");
+        for (size_t i = 0; i < j->n_out; i++)
+            cJSON_AddItemToArray(gids, cJSON_CreateNumber(j->out_ids[i]));
+        char *clean = utf8_sanitize(j->text ? j->text : "", j->text_len);
+        cJSON_AddStringToObject(obj, "text", clean ? clean : "");
+        free(clean);
+        cJSON_AddStringToObject(obj, "finish_reason", j->finish ? j->finish : "error");
+    }
     char *s = cJSON_PrintUnformatted(obj);
     if (s) printf("%s\n", s);
     free(s);
-    free(clean);
     cJSON_Delete(obj);
 }
 
-static int fail(gen_run *r, int code) {
-    fprintf(stderr, "pagoda generate: %s\n", pg_last_error());
-    run_free(r);
-    return code;
+/* Fields of one prompts-file line over the CLI defaults. Returns false with
+ * a message in *err. */
+static bool parse_line(const pagoda_engine *e, const gen_options *o, const char *line, job *j,
+                       char *err, size_t cap) {
+    cJSON *root = cJSON_Parse(line);
+    bool ok = false;
+    if (!root || !cJSON_IsObject(root)) {
+        snprintf(err, cap, "not a JSON object");
+        goto out;
+    }
+    pagoda_request_defaults(e, &j->req);
+    apply_flags(o, &j->req.sampling);
+    j->req.sampling.stop = NULL;
+    j->req.sampling.n_stop = 0;
+    if (o->max_tokens >= 0) j->req.sampling.max_tokens = (int32_t)o->max_tokens;
+    pagoda_sampling *s = &j->req.sampling;
+    const cJSON *p = cJSON_GetObjectItem(root, "prompt");
+    const cJSON *pi = cJSON_GetObjectItem(root, "prompt_token_ids");
+    if (cJSON_IsString(p)) {
+        int32_t *ids;
+        size_t n;
+        if (pagoda_tokenize(e, p->valuestring, strlen(p->valuestring), true, &ids, &n) !=
+            PAGODA_OK) {
+            snprintf(err, cap, "%s", pagoda_last_error());
+            goto out;
+        }
+        j->prompt_ids = ids;
+        j->n_prompt = n;
+    } else if (cJSON_IsArray(pi)) {
+        j->n_prompt = (size_t)cJSON_GetArraySize(pi);
+        j->prompt_ids = malloc((j->n_prompt + 1) * sizeof(int32_t));
+        if (!j->prompt_ids) goto out;
+        for (size_t i = 0; i < j->n_prompt; i++) {
+            const cJSON *it = cJSON_GetArrayItem(pi, (int)i);
+            if (!cJSON_IsNumber(it)) {
+                snprintf(err, cap, "prompt_token_ids[%zu] is not a number", i);
+                goto out;
+            }
+            j->prompt_ids[i] = (int32_t)it->valuedouble;
+        }
+    } else {
+        snprintf(err, cap, "needs \"prompt\" (string) or \"prompt_token_ids\" (array)");
+        goto out;
+    }
+    j->req.prompt_token_ids = j->prompt_ids;
+    j->req.n_prompt_token_ids = j->n_prompt;
+    const cJSON *f;
+#define NUM(name, field, type)                                                                     \
+    if ((f = cJSON_GetObjectItem(root, name)) && !cJSON_IsNull(f)) {                               \
+        if (!cJSON_IsNumber(f)) {                                                                  \
+            snprintf(err, cap, "\"%s\" must be a number", name);                                   \
+            goto out;                                                                              \
+        }                                                                                          \
+        s->field = (type)f->valuedouble;                                                           \
+    }
+#define BOOL(name, field)                                                                          \
+    if ((f = cJSON_GetObjectItem(root, name)) && !cJSON_IsNull(f)) {                               \
+        if (!cJSON_IsBool(f)) {                                                                    \
+            snprintf(err, cap, "\"%s\" must be true or false", name);                              \
+            goto out;                                                                              \
+        }                                                                                          \
+        s->field = cJSON_IsTrue(f);                                                                \
+    }
+    NUM("temperature", temperature, float)
+    NUM("top_p", top_p, float)
+    NUM("top_k", top_k, int32_t)
+    NUM("min_p", min_p, float)
+    NUM("repetition_penalty", repetition_penalty, float)
+    NUM("presence_penalty", presence_penalty, float)
+    NUM("frequency_penalty", frequency_penalty, float)
+    NUM("seed", seed, int64_t)
+    NUM("max_tokens", max_tokens, int32_t)
+    NUM("min_tokens", min_tokens, int32_t)
+    NUM("logprobs", logprobs, int32_t)
+    BOOL("ignore_eos", ignore_eos)
+    BOOL("include_stop_str_in_output", include_stop_str_in_output)
+    BOOL("skip_special_tokens", skip_special_tokens)
+#undef NUM
+#undef BOOL
+    if ((f = cJSON_GetObjectItem(root, "stop")) && !cJSON_IsNull(f)) {
+        size_t n = cJSON_IsString(f) ? 1 : cJSON_IsArray(f) ? (size_t)cJSON_GetArraySize(f) : 0;
+        if (!cJSON_IsString(f) && !cJSON_IsArray(f)) {
+            snprintf(err, cap, "\"stop\" must be a string or an array of strings");
+            goto out;
+        }
+        j->stop = calloc(n + 1, sizeof *j->stop);
+        if (!j->stop) goto out;
+        for (size_t i = 0; i < n; i++) {
+            const cJSON *it = cJSON_IsString(f) ? f : cJSON_GetArrayItem(f, (int)i);
+            if (!cJSON_IsString(it)) {
+                snprintf(err, cap, "\"stop\"[%zu] is not a string", i);
+                goto out;
+            }
+            j->stop[i] = strdup(it->valuestring);
+            s->n_stop = i + 1;
+        }
+        s->stop = (const char *const *)j->stop;
+    }
+    if ((f = cJSON_GetObjectItem(root, "stop_token_ids")) && cJSON_IsArray(f)) {
+        size_t n = (size_t)cJSON_GetArraySize(f);
+        j->stop_ids = malloc((n + 1) * sizeof(int32_t));
+        if (!j->stop_ids) goto out;
+        for (size_t i = 0; i < n; i++)
+            j->stop_ids[i] = (int32_t)cJSON_GetArrayItem(f, (int)i)->valuedouble;
+        s->stop_token_ids = j->stop_ids;
+        s->n_stop_token_ids = n;
+    }
+    ok = true;
+out:
+    cJSON_Delete(root);
+    return ok;
+}
+
+static int exit_code(pagoda_status st) {
+    return st == PAGODA_ERR_INVALID_ARG ? 2 : 1;
+}
+
+/* Step until every job is done; stream job 0's text when `stream`. */
+static pagoda_status run_all(pagoda_engine *e, job *jobs, size_t n, bool stream) {
+    while (pagoda_engine_has_unfinished(e)) {
+        size_t nout;
+        pagoda_status st = pagoda_engine_step(e, &nout);
+        if (st != PAGODA_OK) return st;
+        const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
+        for (size_t k = 0; k < nout; k++) {
+            const pagoda_output *o = &outs[k];
+            job *j = NULL;
+            for (size_t i = 0; i < n && !j; i++)
+                if (jobs[i].id == o->id && !jobs[i].finish && !jobs[i].error) j = &jobs[i];
+            if (!j) continue;
+            if (!append(j, o)) return pg_error(PAGODA_ERR_NOMEM, "generate: out of memory");
+            if (stream && o->text_delta_len) {
+                fwrite(o->text_delta, 1, o->text_delta_len, stdout);
+                fflush(stdout);
+            }
+            if (o->finish_reason == PAGODA_FINISH_ERROR)
+                j->error = strdup(o->error ? o->error : "error");
+            else if (o->finish_reason != PAGODA_FINISH_NONE)
+                j->finish = pagoda_finish_reason_name(o->finish_reason);
+        }
+    }
+    return PAGODA_OK;
+}
+
+static int run_prompts_file(pagoda_engine *e, const gen_options *o) {
+    FILE *f = fopen(o->prompts_file, "r");
+    if (!f) {
+        fprintf(stderr, "pagoda generate: cannot open %s\n", o->prompts_file);
+        return 1;
+    }
+    job *jobs = NULL;
+    size_t n = 0, cap = 0, lineno = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    int rc = 0;
+    while (getline(&line, &lcap, f) > 0) {
+        lineno++;
+        const char *p = line;
+        while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+            p++;
+        if (!*p) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            job *g = realloc(jobs, cap * sizeof *g);
+            if (!g) {
+                rc = 1;
+                break;
+            }
+            jobs = g;
+        }
+        job *j = &jobs[n++];
+        memset(j, 0, sizeof *j);
+        char err[512];
+        if (!parse_line(e, o, p, j, err, sizeof err)) {
+            fprintf(stderr, "pagoda generate: %s:%zu: %s\n", o->prompts_file, lineno, err);
+            j->error = strdup(err);
+            rc = 1;
+            continue;
+        }
+        if (pagoda_engine_add_request(e, &j->req, &j->id, NULL) != PAGODA_OK) {
+            fprintf(stderr, "pagoda generate: %s:%zu: %s\n", o->prompts_file, lineno,
+                    pagoda_last_error());
+            j->error = strdup(pagoda_last_error());
+            rc = 1;
+        }
+    }
+    free(line);
+    fclose(f);
+    if (run_all(e, jobs, n, false) != PAGODA_OK) {
+        fprintf(stderr, "pagoda generate: %s\n", pagoda_last_error());
+        rc = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        print_json(&jobs[i]);
+        job_free(&jobs[i]);
+    }
+    fflush(stdout);
+    free(jobs);
+    return rc;
 }
 
 int pg_cmd_generate(int argc, char **argv) {
@@ -304,115 +487,75 @@ int pg_cmd_generate(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
 
-    if (o.threads > 0) {
-        pg_pool_options po = pg_pool_options_default();
-        po.n_threads = (int)o.threads;
-        if (pg_pool_default_configure(&po) != PAGODA_OK) {
-            fprintf(stderr, "pagoda generate: --threads %ld: %s\n", o.threads, pg_last_error());
-            return 2;
-        }
+    pagoda_engine *e;
+    pagoda_status st = pagoda_engine_create(o.model, &o.eng, &e);
+    if (st != PAGODA_OK) {
+        fprintf(stderr, "pagoda generate: %s\n", pagoda_last_error());
+        return exit_code(st);
+    }
+    if (o.prompts_file) {
+        rc = run_prompts_file(e, &o);
+        pagoda_engine_free(e);
+        return rc;
     }
 
-    gen_run r = {0};
-    if (pg_model_source_open(o.model, &r.src) != PAGODA_OK) return fail(&r, 1);
-    if (pg_llama_load(r.src, (int)o.max_model_len, &r.model) != PAGODA_OK) return fail(&r, 1);
-    if (pg_tokenizer_load(pg_model_source_path(r.src), &r.tok) != PAGODA_OK) return fail(&r, 1);
-    const pg_model_config *cfg = pg_llama_config(r.model);
-    int ctx = pg_llama_max_context(r.model);
-
-    /* prompt */
-    size_t n_prompt = 0, plen = strlen(o.prompt);
-    r.ids = malloc((size_t)ctx * sizeof *r.ids);
-    r.logits = malloc((size_t)cfg->vocab_size * sizeof *r.logits);
-    if (!r.ids || !r.logits) {
-        pg_error(PAGODA_ERR_NOMEM, "out of memory");
-        return fail(&r, 1);
+    job j = {0};
+    pagoda_request_defaults(e, &j.req);
+    apply_flags(&o, &j.req.sampling);
+    size_t plen = strlen(o.prompt);
+    int ctx = pagoda_engine_max_model_len(e);
+    if ((st = pagoda_tokenize(e, o.prompt, plen, true, &j.prompt_ids, &j.n_prompt)) != PAGODA_OK)
+        goto fail;
+    if (j.n_prompt == 0) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG, "the prompt is empty and the tokenizer adds no BOS");
+        goto fail;
     }
-    if (pg_tokenizer_encode(r.tok, o.prompt, plen, true, r.ids, (size_t)ctx, &n_prompt) !=
-        PAGODA_OK)
-        return fail(&r, 1);
-    if (n_prompt == 0) {
-        pg_error(PAGODA_ERR_INVALID_ARG, "the prompt is empty and the tokenizer adds no BOS");
-        return fail(&r, 2);
+    if (j.n_prompt >= (size_t)ctx) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "the prompt is %zu tokens; the context is %d tokens (room for at least one "
+                      "new token is needed)",
+                      j.n_prompt, ctx);
+        goto fail;
     }
-    if (n_prompt >= (size_t)ctx) {
-        pg_error(PAGODA_ERR_LIMIT,
-                 "the prompt is %zu tokens; the context is %d tokens (room for at "
-                 "least one "
-                 "new token is needed)",
-                 n_prompt, ctx);
-        return fail(&r, 1);
-    }
-
-    /* sampling */
-    const pg_generation_defaults *g = pg_model_source_generation(r.src);
-    pg_sampling_params sp = sampling_params(&o, g);
-    if (pg_sampling_params_validate(&sp, cfg->vocab_size) != PAGODA_OK) return fail(&r, 2);
-    pg_rng rng = pg_rng_from_seed(sp.seed);
-    if (pg_sampler_create(cfg->vocab_size, &r.sampler) != PAGODA_OK) return fail(&r, 1);
-    long room = ctx - (long)n_prompt;
-    long max_new = room;
-    if (o.max_tokens >= 0)
-        max_new = o.max_tokens;
-    else if (g && g->max_new_tokens > 0)
-        max_new = g->max_new_tokens;
+    /* --max-tokens, else generation_config's max_new_tokens, capped at the context */
+    long room = ctx - (long)j.n_prompt, max_new = room;
+    if (o.max_tokens >= 0) max_new = o.max_tokens;
     if (max_new > room) max_new = room;
-
-    /* KV cache for exactly the positions this run can reach */
-    int chunk = n_prompt < 512 ? (int)n_prompt : 512;
-    if (pg_kv_cache_create_contiguous(cfg->num_hidden_layers, cfg->num_key_value_heads,
-                                      cfg->head_dim, (int)n_prompt + (int)max_new + 1,
-                                      &r.kv) != PAGODA_OK ||
-        pg_llama_state_create(r.model, chunk, r.kv, &r.state) != PAGODA_OK)
-        return fail(&r, 1);
-    if (decode_all(r.tok, r.ids, n_prompt, &r.prompt_text) != PAGODA_OK) return fail(&r, 1);
+    if (max_new == 0) { /* nothing to generate */
+        if (o.json) {
+            j.finish = "length";
+            print_json(&j);
+        } else {
+            printf("%s\n", o.prompt);
+        }
+        job_free(&j);
+        pagoda_engine_free(e);
+        return 0;
+    }
+    j.req.sampling.max_tokens = (int32_t)max_new;
+    j.req.prompt_token_ids = j.prompt_ids;
+    j.req.n_prompt_token_ids = j.n_prompt;
+    if ((st = pagoda_engine_add_request(e, &j.req, &j.id, NULL)) != PAGODA_OK) goto fail;
     if (!o.json) {
         fwrite(o.prompt, 1, plen, stdout);
         fflush(stdout);
     }
-
-    /* prefill, then decode one token at a time */
-    const char *finish = "length";
-    int n_gen = 0;
-    size_t emitted = r.prompt_text.len; /* bytes of decode(ids) already printed */
-    if (pg_llama_forward(r.model, r.state, r.ids, (int)n_prompt, 0, r.logits) != PAGODA_OK)
-        return fail(&r, 1);
-    while (n_gen < max_new) {
-        int32_t next;
-        if (pg_sampler_sample(r.sampler, &sp, &rng, r.logits, r.ids, n_prompt, r.ids + n_prompt,
-                              (size_t)n_gen, NULL, &next) != PAGODA_OK)
-            return fail(&r, 1);
-        int pos = (int)n_prompt + n_gen;
-        r.ids[pos] = next;
-        n_gen++;
-        if (!o.ignore_eos && is_stop(cfg, r.tok, next)) {
-            finish = "stop";
-            break;
-        }
-        if (!o.json) {
-            if (decode_all(r.tok, r.ids, (size_t)pos + 1, &r.text) != PAGODA_OK) return fail(&r, 1);
-            size_t upto = utf8_complete_prefix(r.text.data, r.text.len);
-            if (upto > emitted) {
-                fwrite(r.text.data + emitted, 1, upto - emitted, stdout);
-                fflush(stdout);
-                emitted = upto;
-            }
-        }
-        if (n_gen == max_new) break;
-        if (pg_llama_forward(r.model, r.state, &next, 1, pos, r.logits) != PAGODA_OK)
-            return fail(&r, 1);
+    if ((st = run_all(e, &j, 1, !o.json)) != PAGODA_OK) goto fail;
+    if (j.error) {
+        st = pg_error(PAGODA_ERR_INTERNAL, "%s", j.error);
+        goto fail;
     }
-
-    if (decode_all(r.tok, r.ids, n_prompt + (size_t)n_gen, &r.text) != PAGODA_OK)
-        return fail(&r, 1);
-    size_t start = r.prompt_text.len <= r.text.len ? r.prompt_text.len : r.text.len;
-    if (o.json) {
-        print_json(r.ids, (int)n_prompt, n_gen, r.text.data + start, r.text.len - start, finish);
-    } else {
-        if (r.text.len > emitted) fwrite(r.text.data + emitted, 1, r.text.len - emitted, stdout);
+    if (o.json)
+        print_json(&j);
+    else
         fputc('\n', stdout);
-    }
     fflush(stdout);
-    run_free(&r);
+    job_free(&j);
+    pagoda_engine_free(e);
     return 0;
+fail:
+    fprintf(stderr, "pagoda generate: %s\n", pagoda_last_error());
+    job_free(&j);
+    pagoda_engine_free(e);
+    return exit_code(st);
 }

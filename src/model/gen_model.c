@@ -651,14 +651,10 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     pg_gguf_writer_set_f32(w, "llama.rope.freq_base", o->rope_theta);
     pg_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", o->rms_eps);
     bool llama3 = o->rope_scaling == PG_ROPE_SCALING_LLAMA3;
-    if (llama3) { /* pagoda reads these; llama.cpp uses rope_freqs.weight below */
-        pg_gguf_writer_set_str(w, "llama.rope.scaling.type", "llama3");
-        pg_gguf_writer_set_f32(w, "llama.rope.scaling.factor", o->rope_factor);
-        pg_gguf_writer_set_f32(w, "llama.rope.scaling.low_freq_factor", o->rope_low_freq_factor);
-        pg_gguf_writer_set_f32(w, "llama.rope.scaling.high_freq_factor", o->rope_high_freq_factor);
-        pg_gguf_writer_set_u32(w, "llama.rope.scaling.original_context_length",
-                               (uint32_t)o->rope_original_max_position);
-    }
+    /* Llama-3 RoPE scaling is written the way llama.cpp's converter writes it:
+     * only the rope_freqs.weight tensor below, no llama.rope.scaling.* keys
+     * (llama.cpp refuses a "llama3" scaling type and would read the factor as
+     * linear scaling). pagoda applies rope_freqs when no scaling keys exist. */
     s = o->vocab_gguf ? copy_vocab(o, w) : synth_vocab(o, w);
     /* tensor types: norms F32, rows that do not fill 32-blocks fall back to F16 */
     pg_dtype *types = calloc(nt, sizeof *types);

@@ -10,7 +10,9 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/pool.h"
+#include "kernels/attention.h"
 #include "kernels/dispatch.h"
+#include "kernels/gemm.h"
 #include "kernels/ops.h"
 
 /* ---- weights: what the file holds ---------------------------------------- */
@@ -28,6 +30,9 @@ typedef struct llama_layer {
     linear wq, wk, wv, wo;
     const float *ffn_norm; /* f32 [hidden] */
     linear w_gate, w_up, w_down;
+    /* prepacked for the batched forward (pg_llama_pack), NULL when not packable */
+    pg_packed_weight *qkv, *o, *gate_up, *down;
+    float *qkv_bias; /* [q_dim + 2 kv_dim] or NULL */
 } llama_layer;
 
 typedef struct llama_weights {
@@ -45,6 +50,8 @@ struct pg_llama {
     int q_dim, kv_dim; /* heads * head_dim, kv_heads * head_dim */
     float **owned;     /* f32 copies of 1-D tensors */
     int n_owned, cap_owned;
+    bool packed;
+    pg_packed_weight *lm_head_packed;
 };
 
 /* ---- run state: what a run holds ----------------------------------------- */
@@ -301,6 +308,15 @@ void pg_llama_free(pg_llama *m) {
     for (int i = 0; i < m->n_owned; i++)
         pg_free(m->owned[i]);
     free(m->owned);
+    for (int l = 0; m->w.layers && l < m->cfg.num_hidden_layers; l++) {
+        llama_layer *L = &m->w.layers[l];
+        pg_gemm_free(L->qkv);
+        pg_gemm_free(L->o);
+        pg_gemm_free(L->gate_up);
+        pg_gemm_free(L->down);
+        pg_free(L->qkv_bias);
+    }
+    pg_gemm_free(m->lm_head_packed);
     free(m->w.layers);
     pg_free(m->rope_inv_freq);
     free(m);
@@ -536,4 +552,328 @@ pagoda_status pg_llama_forward(const pg_llama *m, pg_llama_state *s, const int32
         done += n;
     }
     return PAGODA_OK;
+}
+
+/* ==== batched forward over the paged KV cache ================================ */
+
+static bool packable(pg_dtype t) {
+    return t == PG_F32 || t == PG_F16 || t == PG_BF16;
+}
+
+static pagoda_status pack_one(const linear *l, pg_packed_weight **out) {
+    *out = NULL;
+    if (!packable(l->dtype)) return PAGODA_OK;
+    return pg_gemm_pack(l->dtype, l->w, l->n_out, l->n_in, NULL, out);
+}
+
+/* Q, K and V rows stacked into one [q_dim + 2 kv_dim, hidden] weight. */
+static pagoda_status pack_qkv(const pg_llama *m, llama_layer *L) {
+    if (!packable(L->wq.dtype) || L->wk.dtype != L->wq.dtype || L->wv.dtype != L->wq.dtype)
+        return PAGODA_OK;
+    size_t row = pg_dtype_row_bytes(L->wq.dtype, (size_t)m->cfg.hidden_size);
+    size_t nq = (size_t)m->q_dim, nkv = (size_t)m->kv_dim;
+    uint8_t *tmp = malloc((nq + 2 * nkv) * row);
+    if (!tmp) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory packing Q/K/V");
+    memcpy(tmp, L->wq.w, nq * row);
+    memcpy(tmp + nq * row, L->wk.w, nkv * row);
+    memcpy(tmp + (nq + nkv) * row, L->wv.w, nkv * row);
+    pagoda_status st =
+        pg_gemm_pack(L->wq.dtype, tmp, (int64_t)(nq + 2 * nkv), m->cfg.hidden_size, NULL, &L->qkv);
+    free(tmp);
+    if (st != PAGODA_OK || !L->wq.bias) return st;
+    L->qkv_bias = pg_malloc_aligned((nq + 2 * nkv) * sizeof(float));
+    if (!L->qkv_bias) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+    memcpy(L->qkv_bias, L->wq.bias, nq * sizeof(float));
+    memcpy(L->qkv_bias + nq, L->wk.bias, nkv * sizeof(float));
+    memcpy(L->qkv_bias + nq + nkv, L->wv.bias, nkv * sizeof(float));
+    return PAGODA_OK;
+}
+
+pagoda_status pg_llama_pack(pg_llama *m) {
+    if (m->packed) return PAGODA_OK;
+    pagoda_status st;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        llama_layer *L = &m->w.layers[l];
+        if ((st = pack_qkv(m, L)) != PAGODA_OK) return st;
+        if ((st = pack_one(&L->wo, &L->o)) != PAGODA_OK) return st;
+        if ((st = pack_one(&L->w_down, &L->down)) != PAGODA_OK) return st;
+        if (packable(L->w_gate.dtype) && L->w_up.dtype == L->w_gate.dtype &&
+            (st = pg_gemm_pack_swiglu(L->w_gate.dtype, L->w_gate.w, L->w_up.w, L->w_gate.n_out,
+                                      L->w_gate.n_in, NULL, &L->gate_up)) != PAGODA_OK)
+            return st;
+    }
+    if ((st = pack_one(&m->w.lm_head, &m->lm_head_packed)) != PAGODA_OK) return st;
+    m->packed = true;
+    return PAGODA_OK;
+}
+
+/* ---- workspace: what a step holds ---- */
+
+struct pg_llama_workspace {
+    int32_t max_tokens, max_seqs;
+    pg_arena arena;
+    float *x;    /* residual stream [T, hidden] */
+    float *xb;   /* normed input / projection output [T, hidden] */
+    float *qkv;  /* [T, q_dim + 2 kv_dim] (fused) or q | k | v blocks (unpacked) */
+    float *attn; /* attention output [T, q_dim] */
+    float *act;  /* SwiGLU output [T, intermediate] */
+    float *up;   /* [T, intermediate] only for unpacked gate/up */
+    float *last; /* final-normed rows that need logits [max_seqs, hidden] */
+    void *gemm_scratch;
+    size_t gemm_scratch_bytes;
+    void *attn_scratch;
+    size_t attn_scratch_bytes;
+};
+
+static size_t gemm_need(const pg_packed_weight *w, int64_t M, int nt) {
+    return w ? pg_gemm_scratch_size(w, M, nt) : 0;
+}
+
+/* Attention scratch for the worst step: the most work units (every token its
+ * own request) without split-KV, or the fewest (decodes of max_model_len
+ * tokens) with split-KV partials. A step needing more runs without
+ * split-KV (pg_attention's documented fallback), never fails. */
+static size_t attn_need(const pg_llama *m, int32_t T, int32_t S, int32_t max_len,
+                        const pg_paged_kv *kv, int nt) {
+    const pg_model_config *c = &m->cfg;
+    pg_attn_params p = {.n_heads = c->num_attention_heads,
+                        .n_kv_heads = c->num_key_value_heads,
+                        .head_dim = c->head_dim,
+                        .scale = 1.0f};
+    int32_t n = T > S ? T : S;
+    int32_t *cu = malloc((size_t)(n + 1) * sizeof(int32_t)), *lens = malloc((size_t)n * 4);
+    size_t best = 0;
+    if (cu && lens) {
+        /* T single-token requests of length 1 */
+        for (int32_t i = 0; i <= T; i++)
+            cu[i] = i;
+        for (int32_t i = 0; i < T; i++)
+            lens[i] = 1;
+        pg_attn_batch b = {.n_seqs = T, .cu_seqlens_q = cu, .seq_lens = lens};
+        best = pg_attention_scratch_bytes(&p, &b, kv, nt);
+        /* up to S long decodes, split across partitions */
+        for (int32_t s = 1; s <= S && s <= 8 * nt; s++) {
+            for (int32_t i = 0; i <= s; i++)
+                cu[i] = i;
+            for (int32_t i = 0; i < s; i++)
+                lens[i] = max_len;
+            b = (pg_attn_batch){.n_seqs = s, .cu_seqlens_q = cu, .seq_lens = lens};
+            size_t need = pg_attention_scratch_bytes(&p, &b, kv, nt);
+            if (need > best) best = need;
+        }
+    }
+    free(cu);
+    free(lens);
+    return best;
+}
+
+pagoda_status pg_llama_workspace_create(const pg_llama *m, int32_t max_tokens, int32_t max_seqs,
+                                        int32_t max_model_len, const pg_paged_kv *kv_layout,
+                                        pg_llama_workspace **out) {
+    *out = NULL;
+    const pg_model_config *c = &m->cfg;
+    if (max_tokens < 1 || max_seqs < 1 || max_model_len < 1 || !kv_layout)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: bad workspace sizes (%d tokens, %d seqs, max_model_len %d)",
+                        max_tokens, max_seqs, max_model_len);
+    if (!m->packed)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: pg_llama_pack must run before the workspace");
+    pg_llama_workspace *ws = calloc(1, sizeof *ws);
+    if (!ws) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+    ws->max_tokens = max_tokens;
+    ws->max_seqs = max_seqs;
+    pg_pool *pool = pg_pool_default();
+    int nt = pool ? pg_pool_size(pool) : 1;
+    size_t T = (size_t)max_tokens, H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    size_t qkv_dim = (size_t)m->q_dim + 2 * (size_t)m->kv_dim;
+    bool unpacked_mlp = false;
+    size_t gs = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const llama_layer *L = &m->w.layers[l];
+        size_t need[] = {gemm_need(L->qkv, max_tokens, nt), gemm_need(L->o, max_tokens, nt),
+                         gemm_need(L->gate_up, max_tokens, nt), gemm_need(L->down, max_tokens, nt)};
+        for (size_t i = 0; i < 4; i++)
+            if (need[i] > gs) gs = need[i];
+        if (!L->gate_up) unpacked_mlp = true;
+    }
+    size_t lm = gemm_need(m->lm_head_packed, max_seqs, nt);
+    if (lm > gs) gs = lm;
+    ws->gemm_scratch_bytes = gs;
+    ws->attn_scratch_bytes = attn_need(m, max_tokens, max_seqs, max_model_len, kv_layout, nt);
+    if (ws->attn_scratch_bytes == 0) {
+        free(ws);
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: KV cache layout rejected by attention");
+    }
+    size_t sizes[] = {T * H * 4,
+                      T * H * 4,
+                      T * qkv_dim * 4,
+                      T * (size_t)m->q_dim * 4,
+                      T * I * 4,
+                      unpacked_mlp ? T * I * 4 : 0,
+                      (size_t)max_seqs * H * 4,
+                      ws->gemm_scratch_bytes,
+                      ws->attn_scratch_bytes};
+    void **bufs[] = {(void **)&ws->x,    (void **)&ws->xb,  (void **)&ws->qkv,
+                     (void **)&ws->attn, (void **)&ws->act, (void **)&ws->up,
+                     (void **)&ws->last, &ws->gemm_scratch, &ws->attn_scratch};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += (sizes[i] + PG_ALIGN - 1) / PG_ALIGN * PG_ALIGN + PG_ALIGN;
+    pagoda_status st = pg_arena_init(&ws->arena, total);
+    if (st != PAGODA_OK) {
+        free(ws);
+        return st;
+    }
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        *bufs[i] = sizes[i] ? pg_arena_alloc(&ws->arena, sizes[i]) : NULL;
+    *out = ws;
+    return PAGODA_OK;
+}
+
+void pg_llama_workspace_free(pg_llama_workspace *ws) {
+    if (!ws) return;
+    pg_arena_free(&ws->arena);
+    free(ws);
+}
+
+size_t pg_llama_workspace_bytes(const pg_llama_workspace *ws) {
+    return ws ? ws->arena.cap : 0;
+}
+
+/* ---- the batched forward: named steps ---- */
+
+/* out[T, N] = x[T, K] W^T (+ bias) with the packed weight or the dequant path. */
+static pagoda_status linear_rows(pg_llama_workspace *ws, const pg_packed_weight *pw,
+                                 const linear *l, const float *bias, const float *x, int64_t T,
+                                 float *out, int64_t ldc, pg_gemm_epilogue ep) {
+    if (pw)
+        return pg_gemm(pw, x, T, pg_gemm_k(pw), out, ldc, bias, ep, pg_pool_default(),
+                       ws->gemm_scratch);
+    /* dequant path (Q8_0 / Q4_0): contiguous output, epilogue by hand */
+    if (ep == PG_GEMM_STORE && ldc == l->n_out)
+        return pg_matmul(out, x, l->w, l->dtype, l->bias, (size_t)T, (size_t)l->n_out,
+                         (size_t)l->n_in);
+    return pg_error(PAGODA_ERR_INTERNAL, "llama: unpacked linear with a fused epilogue");
+}
+
+/* q|k|v of all T tokens: (q, k, v, stride) point into ws->qkv. */
+static pagoda_status project_qkv(const pg_llama *m, pg_llama_workspace *ws, const llama_layer *L,
+                                 int64_t T, float **q, float **k, float **v, size_t *stride_q,
+                                 size_t *stride_kv) {
+    size_t nq = (size_t)m->q_dim, nkv = (size_t)m->kv_dim;
+    pagoda_status st;
+    if (L->qkv) {
+        size_t ld = nq + 2 * nkv;
+        st = pg_gemm(L->qkv, ws->xb, T, m->cfg.hidden_size, ws->qkv, (int64_t)ld, L->qkv_bias,
+                     PG_GEMM_STORE, pg_pool_default(), ws->gemm_scratch);
+        *q = ws->qkv;
+        *k = ws->qkv + nq;
+        *v = ws->qkv + nq + nkv;
+        *stride_q = *stride_kv = ld;
+        return st;
+    }
+    *q = ws->qkv;
+    *k = ws->qkv + (size_t)T * nq;
+    *v = *k + (size_t)T * nkv;
+    *stride_q = nq;
+    *stride_kv = nkv;
+    if ((st = project(*q, ws->xb, &L->wq, (int)T)) != PAGODA_OK) return st;
+    if ((st = project(*k, ws->xb, &L->wk, (int)T)) != PAGODA_OK) return st;
+    return project(*v, ws->xb, &L->wv, (int)T);
+}
+
+/* x += y Wo^T (or Wdown^T): residual add in the GEMM epilogue when packed. */
+static pagoda_status project_residual(pg_llama_workspace *ws, const pg_packed_weight *pw,
+                                      const linear *l, const float *in, int64_t T, float *x) {
+    if (pw)
+        return pg_gemm(pw, in, T, pg_gemm_k(pw), x, pg_gemm_n(pw), l->bias, PG_GEMM_RESIDUAL,
+                       pg_pool_default(), ws->gemm_scratch);
+    pagoda_status st = project(ws->xb, in, l, (int)T);
+    if (st == PAGODA_OK) add_residual(x, ws->xb, (size_t)T * (size_t)l->n_out);
+    return st;
+}
+
+/* act = silu(h Wgate^T) * (h Wup^T). */
+static pagoda_status mlp_swiglu(pg_llama_workspace *ws, const llama_layer *L, int64_t T) {
+    if (L->gate_up)
+        return pg_gemm(L->gate_up, ws->xb, T, pg_gemm_k(L->gate_up), ws->act, pg_gemm_n(L->gate_up),
+                       NULL, PG_GEMM_SWIGLU, pg_pool_default(), ws->gemm_scratch);
+    pagoda_status st;
+    if ((st = project(ws->act, ws->xb, &L->w_gate, (int)T)) != PAGODA_OK) return st;
+    if ((st = project(ws->up, ws->xb, &L->w_up, (int)T)) != PAGODA_OK) return st;
+    pg_swiglu(ws->act, ws->act, ws->up, (size_t)T * (size_t)L->w_gate.n_out);
+    return PAGODA_OK;
+}
+
+static pagoda_status check_batch(const pg_llama *m, const pg_llama_workspace *ws,
+                                 const pg_llama_batch *b) {
+    if (!m->packed)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: batched forward before pg_llama_pack");
+    if (b->num_tokens < 1 || b->num_tokens > ws->max_tokens || b->num_seqs < 1 ||
+        b->num_seqs > ws->max_seqs || b->num_logits < 0 || b->num_logits > ws->max_seqs)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: step of %d tokens / %d requests / %d logit rows exceeds the "
+                        "workspace (%d tokens, %d requests)",
+                        b->num_tokens, b->num_seqs, b->num_logits, ws->max_tokens, ws->max_seqs);
+    for (int32_t i = 0; i < b->num_tokens; i++)
+        if (b->token_ids[i] < 0 || b->token_ids[i] >= m->cfg.vocab_size)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "llama: token id %d outside the vocab [0, %d)",
+                            b->token_ids[i], m->cfg.vocab_size);
+    for (int32_t i = 0; i < b->num_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->num_tokens)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "llama: logit row %d outside the step",
+                            b->logit_rows[i]);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_llama_forward_batch(const pg_llama *m, pg_llama_workspace *ws, pg_paged_kv *kv,
+                                     const pg_llama_batch *b, float *logits) {
+    pagoda_status st = check_batch(m, ws, b);
+    if (st != PAGODA_OK) return st;
+    const pg_model_config *c = &m->cfg;
+    const int64_t T = b->num_tokens;
+    const size_t H = (size_t)c->hidden_size;
+    pg_pool *pool = pg_pool_default();
+    pg_rope_spec rope = {.style = c->rope_interleaved ? PG_ROPE_INTERLEAVED : PG_ROPE_NEOX,
+                         .rotary_dim = c->head_dim,
+                         .inv_freq = m->rope_inv_freq};
+    pg_attn_params ap = {.n_heads = c->num_attention_heads,
+                         .n_kv_heads = c->num_key_value_heads,
+                         .head_dim = c->head_dim,
+                         .scale = 1.0f / sqrtf((float)c->head_dim),
+                         .sliding_window = c->sliding_window};
+    pg_attn_batch ab = {.n_seqs = b->num_seqs,
+                        .cu_seqlens_q = b->query_start_loc,
+                        .seq_lens = b->seq_lens,
+                        .block_tables = b->block_tables};
+
+    embed(m, ws->x, b->token_ids, (int)T);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const llama_layer *L = &m->w.layers[l];
+        /* attention block */
+        float *q, *k, *v;
+        size_t ldq, ldkv;
+        pg_rmsnorm(ws->xb, ws->x, L->attn_norm, (size_t)T, H, c->rms_norm_eps);
+        if ((st = project_qkv(m, ws, L, T, &q, &k, &v, &ldq, &ldkv)) != PAGODA_OK) return st;
+        if ((st = pg_rope_kv_store(&rope, (int32_t)T, b->positions, b->slot_mapping, q, ldq,
+                                   c->num_attention_heads, k, ldkv, v, ldkv, &kv[l])) != PAGODA_OK)
+            return st;
+        if ((st = pg_attention(&ap, &ab, &kv[l], q, ldq, ws->attn, (size_t)m->q_dim,
+                               ws->attn_scratch, ws->attn_scratch_bytes, pool, NULL)) != PAGODA_OK)
+            return st;
+        if ((st = project_residual(ws, L->o, &L->wo, ws->attn, T, ws->x)) != PAGODA_OK) return st;
+        /* MLP block */
+        pg_rmsnorm(ws->xb, ws->x, L->ffn_norm, (size_t)T, H, c->rms_norm_eps);
+        if ((st = mlp_swiglu(ws, L, T)) != PAGODA_OK) return st;
+        if ((st = project_residual(ws, L->down, &L->w_down, ws->act, T, ws->x)) != PAGODA_OK)
+            return st;
+    }
+    if (b->num_logits == 0) return PAGODA_OK;
+    /* final norm and LM head of the rows that sample */
+    for (int32_t i = 0; i < b->num_logits; i++)
+        pg_rmsnorm(ws->last + (size_t)i * H, ws->x + (size_t)b->logit_rows[i] * H, m->w.final_norm,
+                   1, H, c->rms_norm_eps);
+    return linear_rows(ws, m->lm_head_packed, &m->w.lm_head, NULL, ws->last, b->num_logits, logits,
+                       c->vocab_size, PG_GEMM_STORE);
 }

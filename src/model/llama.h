@@ -18,14 +18,17 @@
  * are used in place from the model source (F32, F16, BF16, Q8_0, Q4_0); only
  * the small 1-D tensors (norm weights, biases) are copied to f32 at load.
  *
- * Batch-of-one: a state runs one sequence. The engine's paged KV cache plugs
- * in through src/model/kv_cache.h. */
+ * Two forwards: pg_llama_forward runs one sequence over a contiguous KV
+ * cache (src/model/kv_cache.h; tests and references), and
+ * pg_llama_forward_batch (below) runs one engine step over the paged KV
+ * cache with every linear layer as one GEMM over all tokens of the step. */
 #ifndef PAGODA_MODEL_LLAMA_H
 #define PAGODA_MODEL_LLAMA_H
 
 #include <stdint.h>
 
 #include "base/status.h"
+#include "kernels/attention.h"
 #include "model/kv_cache.h"
 #include "model/source.h"
 
@@ -66,5 +69,56 @@ void pg_llama_state_free(pg_llama_state *state);
  * the context), errors of the matmul. */
 pagoda_status pg_llama_forward(const pg_llama *model, pg_llama_state *state, const int32_t *tokens,
                                int n_tokens, int start_pos, float *logits_out);
+
+/* ---- batched forward over the paged KV cache (the engine's runner) ---------
+ *
+ * One step of the engine is one flattened batch: the scheduled tokens of all
+ * requests one after another (request i's tokens are
+ * [query_start_loc[i], query_start_loc[i+1])). Every linear layer is ONE
+ * GEMM over all tokens of the step (pg_gemm on weights prepacked by
+ * pg_llama_pack; Q8_0/Q4_0 stay on pg_matmul's dequant path); Q/K/V come from
+ * one fused GEMM, gate/up from one SwiGLU GEMM, o_proj and down_proj add
+ * into the residual stream in their epilogue. K/V are written by
+ * pg_rope_kv_store at slot_mapping and attention (pg_attention) reads each
+ * request's KV through its block table. Logits are computed only for the
+ * rows listed in logit_rows. Every kernel is batch invariant, so a row's
+ * logits do not depend on the other rows of the step. */
+
+typedef struct pg_llama_batch {
+    int32_t num_tokens, num_seqs;
+    const int32_t *token_ids;           /* [num_tokens] */
+    const int32_t *positions;           /* [num_tokens] */
+    const int32_t *slot_mapping;        /* [num_tokens] block_id * block_size + pos % block_size */
+    const int32_t *query_start_loc;     /* [num_seqs + 1] */
+    const int32_t *seq_lens;            /* [num_seqs] KV length after this step */
+    const int32_t *const *block_tables; /* [num_seqs] */
+    const int32_t *logit_rows;          /* [num_logits] token indices whose logits are wanted */
+    int32_t num_logits;
+} pg_llama_batch;
+
+/* Prepack every F32/F16/BF16 linear layer for pg_gemm (Q, K, V fused into one
+ * weight; gate/up as a SwiGLU pair; lm_head too). Idempotent. The source's
+ * weights are no longer read by the batched forward afterwards (the
+ * batch-of-one pg_llama_forward keeps using them). Errors: PAGODA_ERR_NOMEM. */
+pagoda_status pg_llama_pack(pg_llama *model);
+
+/* Activations + GEMM/attention scratch for steps of at most max_tokens
+ * tokens and max_seqs requests whose KV is at most max_model_len tokens long,
+ * over caches shaped like `kv_layout` (dtype, block size), with n_threads
+ * threads (pg_pool_size of the default pool). Allocated once; a step never
+ * allocates. Errors: PAGODA_ERR_INVALID_ARG, PAGODA_ERR_NOMEM. */
+typedef struct pg_llama_workspace pg_llama_workspace;
+pagoda_status pg_llama_workspace_create(const pg_llama *model, int32_t max_tokens, int32_t max_seqs,
+                                        int32_t max_model_len, const pg_paged_kv *kv_layout,
+                                        pg_llama_workspace **out);
+void pg_llama_workspace_free(pg_llama_workspace *ws);
+size_t pg_llama_workspace_bytes(const pg_llama_workspace *ws);
+
+/* One step: kv[num_hidden_layers] are the layers' paged caches; logits
+ * [num_logits][vocab_size] f32 receives the logits of the listed rows.
+ * Errors: PAGODA_ERR_INVALID_ARG (batch larger than the workspace, token id
+ * out of range, not packed), errors of the kernels. */
+pagoda_status pg_llama_forward_batch(const pg_llama *model, pg_llama_workspace *ws, pg_paged_kv *kv,
+                                     const pg_llama_batch *b, float *logits);
 
 #endif

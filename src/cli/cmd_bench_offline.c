@@ -1,0 +1,323 @@
+/* `pagoda bench throughput MODEL` and `pagoda bench latency MODEL`: offline
+ * benchmarks of the engine with vLLM's options and definitions
+ * (vllm/benchmarks/throughput.py, latency.py; /work/shared/BENCHMARKS.md):
+ *   throughput: the random dataset's requests are all added at once and the
+ *     engine runs until every one finished; elapsed_time, requests/s, total
+ *     (prompt + output) and output tokens/s, per-request latency percentiles.
+ *   latency: one batch of --batch-size random prompts of --input-len tokens,
+ *     --output-len tokens each (ignore_eos), run --num-iters-warmup times
+ *     unmeasured and --num-iters times measured; avg_latency and the
+ *     10/25/50/75/90/99th percentiles of the batch latency. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/commands.h"
+#include "cli/engine_args.h"
+#include "pagoda.h"
+#include "server/bench_dataset.h"
+#include "server/bench_metrics.h"
+#include "server/bench_schedule.h"
+
+typedef struct offline_opts {
+    const char *model;
+    int32_t input_len, output_len, prefix_len, batch_size, num_iters, num_iters_warmup;
+    long num_prompts;
+    double range_ratio;
+    uint64_t seed;
+    const char *output_json;
+    pagoda_engine_options eng;
+} offline_opts;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool parse_i32(const char *s, long lo, long hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+static void usage(FILE *f, bool latency) {
+    if (latency)
+        fputs("usage: pagoda bench latency MODEL [options]\n\n"
+              "One batch of random prompts run to completion, --num-iters times.\n\n"
+              "  --batch-size N         prompts per batch (default 8)\n"
+              "  --input-len N          prompt tokens (default 32)\n"
+              "  --output-len N         output tokens, ignore_eos (default 128)\n"
+              "  --num-iters-warmup N   unmeasured iterations (default 10)\n"
+              "  --num-iters N          measured iterations (default 30)\n",
+              f);
+    else
+        fputs("usage: pagoda bench throughput MODEL [options]\n\n"
+              "All requests of the random dataset added at once, run to completion.\n\n"
+              "  --num-prompts N        requests (default 1000)\n"
+              "  --input-len N          prompt tokens (default 1024; also --random-input-len)\n"
+              "  --output-len N         output tokens, ignore_eos (default 128)\n"
+              "  --range-ratio R        lengths uniform in [L(1-R), L(1+R)] (default 0)\n"
+              "  --prefix-len N         random tokens shared by every prompt (default 0)\n",
+              f);
+    fputs("  --seed S               dataset seed (default 0)\n"
+          "  --output-json FILE     write vLLM's result keys as JSON\n\n" PG_ENGINE_ARGS_HELP,
+          f);
+}
+
+/* Returns 0, 2 (usage error, printed) or -1 (--help). */
+static int parse(int argc, char **argv, bool latency, offline_opts *o) {
+    const char *cmd = latency ? "pagoda bench latency" : "pagoda bench throughput";
+    *o = (offline_opts){.input_len = latency ? 32 : 1024,
+                        .output_len = 128,
+                        .batch_size = 8,
+                        .num_iters = 30,
+                        .num_iters_warmup = 10,
+                        .num_prompts = 1000};
+    pagoda_engine_options_default(&o->eng);
+    for (int i = 1; i < argc; i++) {
+        int e = pg_engine_args_parse(cmd, argc, argv, &i, &o->eng);
+        if (e < 0) return 2;
+        if (e > 0) continue;
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout, latency);
+            return -1;
+        }
+        if (a[0] != '-') {
+            if (o->model) {
+                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, a);
+                return 2;
+            }
+            o->model = a;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: %s needs a value\n", cmd, a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        bool ok = true;
+        int32_t n32;
+        if (!strcmp(a, "--model"))
+            o->model = v;
+        else if (!strcmp(a, "--input-len") || !strcmp(a, "--random-input-len"))
+            ok = parse_i32(v, 1, 1 << 24, &o->input_len);
+        else if (!strcmp(a, "--output-len") || !strcmp(a, "--random-output-len"))
+            ok = parse_i32(v, 1, 1 << 24, &o->output_len);
+        else if (!latency && (!strcmp(a, "--prefix-len") || !strcmp(a, "--random-prefix-len")))
+            ok = parse_i32(v, 0, 1 << 24, &o->prefix_len);
+        else if (!latency && (!strcmp(a, "--range-ratio") || !strcmp(a, "--random-range-ratio"))) {
+            char *end;
+            o->range_ratio = strtod(v, &end);
+            ok = end != v && !*end && o->range_ratio >= 0 && o->range_ratio < 1;
+        } else if (!latency && !strcmp(a, "--num-prompts")) {
+            ok = parse_i32(v, 1, 100000000, &n32);
+            o->num_prompts = n32;
+        } else if (!strcmp(a, "--dataset-name") || !strcmp(a, "--dataset")) {
+            ok = !strcmp(v, "random");
+        } else if (latency && !strcmp(a, "--batch-size"))
+            ok = parse_i32(v, 1, 1 << 20, &o->batch_size);
+        else if (latency && !strcmp(a, "--num-iters"))
+            ok = parse_i32(v, 1, 1 << 20, &o->num_iters);
+        else if (latency && !strcmp(a, "--num-iters-warmup"))
+            ok = parse_i32(v, 0, 1 << 20, &o->num_iters_warmup);
+        else if (!strcmp(a, "--seed")) {
+            ok = parse_i32(v, 0, 1L << 30, &n32);
+            o->seed = (uint64_t)n32;
+        } else if (!strcmp(a, "--output-json"))
+            o->output_json = v;
+        else {
+            fprintf(stderr, "%s: unknown option '%s'\n", cmd, a);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "%s: bad value '%s' for %s\n", cmd, v, a);
+            return 2;
+        }
+    }
+    if (!o->model) {
+        fprintf(stderr, "%s: MODEL is required\n\n", cmd);
+        usage(stderr, latency);
+        return 2;
+    }
+    return 0;
+}
+
+/* Add the requests, run until all finished; latency[i] = finish - start
+ * (seconds) when not NULL. Returns elapsed seconds, or < 0 on error. */
+static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n, double *latency) {
+    uint64_t *ids = malloc(n * sizeof *ids);
+    if (!ids) return -1;
+    double t0 = now_s();
+    for (size_t i = 0; i < n; i++) {
+        pagoda_request r;
+        pagoda_request_defaults(e, &r);
+        r.prompt_token_ids = reqs[i].prompt_ids;
+        r.n_prompt_token_ids = (size_t)reqs[i].prompt_len;
+        r.sampling.temperature = 1.0f; /* vLLM's throughput.py: temperature 1, top_p 1 */
+        r.sampling.top_p = 1.0f;
+        r.sampling.top_k = 0;
+        r.sampling.min_p = 0;
+        r.sampling.repetition_penalty = 1.0f;
+        r.sampling.seed = (int64_t)i;
+        r.sampling.ignore_eos = true;
+        r.sampling.max_tokens = reqs[i].output_len;
+        if (pagoda_engine_add_request(e, &r, &ids[i], NULL) != PAGODA_OK) {
+            free(ids);
+            return -1;
+        }
+    }
+    size_t failed = 0;
+    while (pagoda_engine_has_unfinished(e)) {
+        size_t nout;
+        if (pagoda_engine_step(e, &nout) != PAGODA_OK) {
+            free(ids);
+            return -1;
+        }
+        const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
+        double t = now_s();
+        for (size_t k = 0; k < nout; k++) {
+            if (outs[k].finish_reason == PAGODA_FINISH_NONE) continue;
+            if (outs[k].finish_reason == PAGODA_FINISH_ERROR) failed++;
+            if (latency)
+                for (size_t i = 0; i < n; i++)
+                    if (ids[i] == outs[k].id) latency[i] = t - t0;
+        }
+    }
+    double el = now_s() - t0;
+    free(ids);
+    if (failed) {
+        fprintf(stderr, "pagoda bench: %zu requests failed\n", failed);
+        return -1;
+    }
+    return el;
+}
+
+static int write_json(const char *path, cJSON *obj) {
+    char *s = cJSON_Print(obj);
+    FILE *f = s ? fopen(path, "w") : NULL;
+    int rc = 0;
+    if (!f) {
+        fprintf(stderr, "pagoda bench: cannot write %s\n", path);
+        rc = 1;
+    } else {
+        fprintf(f, "%s\n", s);
+        fclose(f);
+    }
+    free(s);
+    return rc;
+}
+
+static const double PCTS[] = {10, 25, 50, 75, 90, 99};
+#define N_PCTS (sizeof PCTS / sizeof PCTS[0])
+
+static int offline(int argc, char **argv, bool latency) {
+    offline_opts o;
+    int rc = parse(argc, argv, latency, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    pagoda_engine *e;
+    if (pagoda_engine_create(o.model, &o.eng, &e) != PAGODA_OK) {
+        fprintf(stderr, "pagoda bench: %s\n", pagoda_last_error());
+        return 1;
+    }
+    size_t n = latency ? (size_t)o.batch_size : (size_t)o.num_prompts;
+    pg_bench_random_cfg rc_ = {.input_len = o.input_len,
+                               .output_len = o.output_len,
+                               .range_ratio = latency ? 0 : o.range_ratio,
+                               .prefix_len = latency ? 0 : o.prefix_len,
+                               .vocab_size = pagoda_engine_vocab_size(e)};
+    pg_bench_rng rng;
+    pg_bench_rng_seed(&rng, o.seed);
+    pg_bench_request *reqs = NULL;
+    if (pg_bench_random_dataset(&rc_, NULL, n, &rng, &reqs) != PAGODA_OK) {
+        fprintf(stderr, "pagoda bench: %s\n", pagoda_last_error());
+        pagoda_engine_free(e);
+        return 1;
+    }
+    uint64_t prompt_tokens = 0, output_tokens = 0;
+    for (size_t i = 0; i < n; i++) {
+        prompt_tokens += (uint64_t)reqs[i].prompt_len;
+        output_tokens += (uint64_t)reqs[i].output_len;
+    }
+    cJSON *js = cJSON_CreateObject();
+    if (!latency) {
+        double *lat = calloc(n, sizeof *lat);
+        double el = lat ? run_batch(e, reqs, n, lat) : -1;
+        if (el < 0) {
+            fprintf(stderr, "pagoda bench throughput: %s\n", pagoda_last_error());
+            rc = 1;
+        } else {
+            uint64_t total = prompt_tokens + output_tokens;
+            printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n",
+                   (double)n / el, (double)total / el, (double)output_tokens / el);
+            printf("Total num prompt tokens:  %llu\nTotal num output tokens:  %llu\n",
+                   (unsigned long long)prompt_tokens, (unsigned long long)output_tokens);
+            printf("Elapsed time: %.3f s for %zu requests\n", el, n);
+            pg_bench_stat st; /* seconds in, milliseconds out */
+            pg_bench_stat_compute(lat, n, PCTS, N_PCTS, &st);
+            printf("Request latency (ms): mean %.1f, median %.1f", st.mean, st.median);
+            for (size_t i = 0; i < N_PCTS; i++)
+                printf(", p%g %.1f", PCTS[i], st.pct[i]);
+            printf("\n");
+            cJSON_AddNumberToObject(js, "elapsed_time", el);
+            cJSON_AddNumberToObject(js, "num_requests", (double)n);
+            cJSON_AddNumberToObject(js, "total_num_tokens", (double)total);
+            cJSON_AddNumberToObject(js, "requests_per_second", (double)n / el);
+            cJSON_AddNumberToObject(js, "tokens_per_second", (double)total / el);
+            cJSON_AddNumberToObject(js, "output_tokens_per_second", (double)output_tokens / el);
+        }
+        free(lat);
+    } else {
+        int32_t iters = o.num_iters_warmup + o.num_iters;
+        double *lat = calloc((size_t)o.num_iters, sizeof *lat);
+        for (int32_t it = 0; lat && it < iters && rc == 0; it++) {
+            double el = run_batch(e, reqs, n, NULL);
+            if (el < 0) {
+                fprintf(stderr, "pagoda bench latency: %s\n", pagoda_last_error());
+                rc = 1;
+            } else if (it >= o.num_iters_warmup) {
+                lat[it - o.num_iters_warmup] = el;
+            }
+        }
+        if (rc == 0 && lat) {
+            cJSON *arr = cJSON_AddArrayToObject(js, "latencies");
+            for (int32_t i = 0; i < o.num_iters; i++)
+                cJSON_AddItemToArray(arr, cJSON_CreateNumber(lat[i]));
+            pg_bench_stat st; /* seconds in, milliseconds out: back to seconds */
+            pg_bench_stat_compute(lat, (size_t)o.num_iters, PCTS, N_PCTS, &st);
+            st.mean /= 1000.0;
+            for (size_t i = 0; i < N_PCTS; i++)
+                st.pct[i] /= 1000.0;
+            printf("Avg latency: %.6f seconds\n", st.mean);
+            cJSON *pj = cJSON_AddObjectToObject(js, "percentiles");
+            for (size_t i = 0; i < N_PCTS; i++) {
+                printf("%g%% percentile latency: %.6f seconds\n", PCTS[i], st.pct[i]);
+                char key[16];
+                snprintf(key, sizeof key, "%g", PCTS[i]);
+                cJSON_AddNumberToObject(pj, key, st.pct[i]);
+            }
+            cJSON_AddNumberToObject(js, "avg_latency", st.mean);
+        }
+        free(lat);
+    }
+    if (rc == 0 && o.output_json) rc = write_json(o.output_json, js);
+    cJSON_Delete(js);
+    pg_bench_requests_free(reqs, n);
+    pagoda_engine_free(e);
+    return rc;
+}
+
+int pg_cmd_bench_throughput(int argc, char **argv) {
+    return offline(argc, argv, false);
+}
+
+int pg_cmd_bench_latency(int argc, char **argv) {
+    return offline(argc, argv, true);
+}

@@ -1,0 +1,66 @@
+/* Engine options shared by the CLI commands (see engine_args.h). */
+#include "cli/engine_args.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kv_cache_spec.h"
+
+static bool parse_i32(const char *s, long lo, long hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_engine_options *o) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--no-prefix-caching")) {
+        o->enable_prefix_caching = false;
+        return 1;
+    }
+    static const char *const with_value[] = {
+        "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
+        "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
+        "--threads"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+        known |= !strcmp(a, with_value[k]);
+    if (!known) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    bool ok = true;
+    if (!strcmp(a, "--max-model-len"))
+        ok = parse_i32(v, 2, 1L << 30, &o->max_model_len);
+    else if (!strcmp(a, "--max-num-seqs"))
+        ok = parse_i32(v, 1, 1L << 20, &o->max_num_seqs);
+    else if (!strcmp(a, "--max-num-batched-tokens"))
+        ok = parse_i32(v, 1, 1L << 24, &o->max_num_batched_tokens);
+    else if (!strcmp(a, "--block-size"))
+        ok = parse_i32(v, 16, 1024, &o->block_size) && o->block_size % 16 == 0;
+    else if (!strcmp(a, "--threads"))
+        ok = parse_i32(v, 1, 1024, &o->num_threads);
+    else if (!strcmp(a, "--kv-cache-memory")) {
+        ok = pg_parse_size(v, &o->kv_cache_memory) == PAGODA_OK && o->kv_cache_memory > 0;
+    } else if (!strcmp(a, "--kv-cache-dtype")) {
+        if (!strcmp(v, "auto"))
+            o->kv_cache_dtype = PAGODA_KV_AUTO;
+        else if (!strcmp(v, "bfloat16") || !strcmp(v, "bf16"))
+            o->kv_cache_dtype = PAGODA_KV_BF16;
+        else if (!strcmp(v, "float32") || !strcmp(v, "f32") || !strcmp(v, "float"))
+            o->kv_cache_dtype = PAGODA_KV_F32;
+        else
+            ok = false;
+    }
+    if (!ok) {
+        fprintf(stderr, "%s: bad value '%s' for %s\n", cmd, v, a);
+        return -1;
+    }
+    return 1;
+}

@@ -1,0 +1,944 @@
+/* The engine behind include/pagoda.h: request queue, step loop (schedule ->
+ * runner -> sample -> scheduler update -> detokenize/stop), outputs, stats.
+ *
+ * Shape of vLLM v1's EngineCore (vllm/v1/engine/core.py: add_request,
+ * abort_requests, step) with the output processor's detokenizer and stop
+ * checks (vllm/v1/engine/output_processor.py, detokenizer.py) in the same
+ * thread. Adds and aborts from other threads go through a mutex-protected
+ * queue applied at the start of a step. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/cpu.h"
+#include "base/log.h"
+#include "base/pool.h"
+#include "engine/detokenizer.h"
+#include "engine/kv_cache_spec.h"
+#include "engine/rng.h"
+#include "engine/runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "model/llama.h"
+#include "model/source.h"
+#include "pagoda.h"
+#include "tokenizer/tokenizer.h"
+
+#define DEFAULT_MAX_NUM_SEQS 256
+#define DEFAULT_MAX_NUM_BATCHED_TOKENS 4096
+
+/* One request as the engine sees it (the scheduler holds the token-level
+ * twin, pg_request, while it is queued or running). */
+typedef struct ereq {
+    uint64_t id;
+    struct ereq *next; /* pending queue / reap list */
+    int32_t *prompt;
+    int32_t n_prompt;
+    int32_t *out_ids; /* [cap_out], grows up to max_tokens */
+    int32_t n_out, cap_out, max_tokens, min_tokens;
+    bool ignore_eos, in_sched, finished;
+    int32_t stop_ids[PG_MAX_STOP_TOKENS];
+    int32_t n_stop_ids;
+    pg_sampling_params sp;
+    pg_logit_bias *bias;
+    pg_rng rng;
+    int32_t n_logprobs; /* -1: none */
+    uint64_t cache_salt;
+    pg_detok dt;
+    double arrival, first_sched, first_token;
+    int32_t n_cached;
+    /* this step */
+    int32_t new_token;
+    int n_new;
+    int32_t *lp_ids;
+    float *lp_vals;
+    pagoda_top_logprob *top;
+    pagoda_token_logprobs tlp;
+    char *error;
+} ereq;
+
+struct pagoda_engine {
+    pg_model_source *src;
+    pg_llama *model;
+    pg_tokenizer *tok;
+    pg_scheduler *sched;
+    pg_runner *runner;
+    pg_sampler *sampler;
+    char name[256];
+    int32_t vocab, max_model_len, block_size, num_kv_blocks, max_num_seqs;
+    uint64_t seed;
+    int32_t eos_ids[8];
+    int n_eos;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t next_id;
+    ereq *pending_head, *pending_tail; /* adds, FIFO */
+    int32_t n_pending;
+    uint64_t *aborts;
+    size_t n_aborts, cap_aborts;
+    ereq **live; /* every queued/running request (by the engine: pending included) */
+    size_t n_live, cap_live;
+    pagoda_stats stats; /* snapshot after each step, under mu */
+
+    ereq *reap; /* finished in the last step: freed at the next one */
+    pagoda_output *outs;
+    size_t n_outs, cap_outs;
+    int32_t *sampled, *row_of; /* [max_num_seqs] */
+    uint64_t prompt_tokens, generation_tokens;
+};
+
+const char *pagoda_last_error(void) {
+    return pg_last_error();
+}
+
+const char *pagoda_finish_reason_name(pagoda_finish_reason r) {
+    switch (r) {
+    case PAGODA_FINISH_STOP:
+        return "stop";
+    case PAGODA_FINISH_LENGTH:
+        return "length";
+    case PAGODA_FINISH_ABORT:
+        return "abort";
+    case PAGODA_FINISH_ERROR:
+        return "error";
+    default:
+        return NULL;
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void pagoda_engine_options_default(pagoda_engine_options *o) {
+    memset(o, 0, sizeof *o);
+    o->kv_cache_dtype = PAGODA_KV_AUTO;
+    o->enable_prefix_caching = true;
+}
+
+/* ---- create / free ---------------------------------------------------------- */
+
+static pg_dtype kv_dtype_for(const pagoda_engine_options *o, const pg_llama *m) {
+    if (o->kv_cache_dtype == PAGODA_KV_F32) return PG_F32;
+    if (o->kv_cache_dtype == PAGODA_KV_BF16) return PG_BF16;
+    const pg_model_config *c = pg_llama_config(m);
+    return c->torch_dtype == PG_F32 ? PG_F32 : PG_BF16;
+}
+
+static pagoda_status check_options(const pagoda_engine_options *o) {
+    if (o->max_model_len < 0 || o->max_num_seqs < 0 || o->max_num_batched_tokens < 0 ||
+        o->block_size < 0 || o->num_threads < 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: negative option (max_model_len %d, max_num_seqs %d, "
+                        "max_num_batched_tokens %d, block_size %d, threads %d)",
+                        o->max_model_len, o->max_num_seqs, o->max_num_batched_tokens, o->block_size,
+                        o->num_threads);
+    if (o->block_size && (o->block_size % 16 || o->block_size > PG_KV_MAX_BLOCK_SIZE))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: block_size %d must be a multiple of 16 in [16, %d]", o->block_size,
+                        PG_KV_MAX_BLOCK_SIZE);
+    if ((unsigned)o->kv_cache_dtype > PAGODA_KV_F32)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "engine: unknown kv_cache_dtype %d",
+                        (int)o->kv_cache_dtype);
+    return PAGODA_OK;
+}
+
+static void base_name(const char *path, char *out, size_t cap) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    size_t len = n - b < cap - 1 ? n - b : cap - 1;
+    memcpy(out, path + b, len);
+    out[len] = 0;
+}
+
+pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_options *opt,
+                                   pagoda_engine **out) {
+    *out = NULL;
+    pagoda_engine_options o;
+    if (opt)
+        o = *opt;
+    else
+        pagoda_engine_options_default(&o);
+    pagoda_status st = check_options(&o);
+    if (st != PAGODA_OK) return st;
+    if (o.num_threads > 0) {
+        pg_pool_options po = pg_pool_options_default();
+        po.n_threads = o.num_threads;
+        if (pg_pool_default_configure(&po) != PAGODA_OK)
+            PG_WARN("engine: --threads %d not applied (%s)", o.num_threads, pg_last_error());
+    }
+    pagoda_engine *e = calloc(1, sizeof *e);
+    if (!e) return pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->next_id = 1;
+    base_name(model, e->name, sizeof e->name);
+
+    if ((st = pg_model_source_open(model, &e->src)) != PAGODA_OK) goto fail;
+    if ((st = pg_llama_load(e->src, o.max_model_len, &e->model)) != PAGODA_OK) goto fail;
+    if ((st = pg_tokenizer_load(pg_model_source_path(e->src), &e->tok)) != PAGODA_OK) goto fail;
+    if ((st = pg_llama_pack(e->model)) != PAGODA_OK) goto fail;
+    const pg_model_config *c = pg_llama_config(e->model);
+    e->vocab = c->vocab_size;
+    e->max_model_len = pg_llama_max_context(e->model);
+    for (int i = 0; i < 8 && c->eos_token_ids[i] >= 0; i++)
+        e->eos_ids[e->n_eos++] = c->eos_token_ids[i];
+    int32_t teos = pg_tokenizer_eos(e->tok);
+    bool have = false;
+    for (int i = 0; i < e->n_eos; i++)
+        have |= e->eos_ids[i] == teos;
+    if (teos >= 0 && !have && e->n_eos < 8) e->eos_ids[e->n_eos++] = teos;
+    e->seed = o.seed;
+
+    /* budgets */
+    int32_t mnbt =
+        o.max_num_batched_tokens ? o.max_num_batched_tokens : DEFAULT_MAX_NUM_BATCHED_TOKENS;
+    int32_t mns = o.max_num_seqs ? o.max_num_seqs : DEFAULT_MAX_NUM_SEQS;
+    if (!o.max_num_seqs && mns > mnbt) mns = mnbt;
+    e->max_num_seqs = mns;
+    e->block_size = o.block_size ? o.block_size : PG_KV_DEFAULT_BLOCK_SIZE;
+
+    /* KV cache: memory -> blocks */
+    pg_dtype kvt = kv_dtype_for(&o, e->model);
+    uint64_t mem =
+        o.kv_cache_memory ? o.kv_cache_memory : pg_kv_default_memory_bytes(pg_cpu()->mem_available);
+    uint64_t per_token = pg_runner_kv_bytes_per_token(e->model, kvt);
+    int32_t num_blocks;
+    if ((st = pg_kv_num_blocks(mem, e->block_size, per_token, &num_blocks)) != PAGODA_OK) goto fail;
+    /* never more blocks than max_num_seqs full-length requests can use (+ the null block) */
+    int64_t useful = (int64_t)mns * ((e->max_model_len + e->block_size - 1) / e->block_size) + 1;
+    if (num_blocks > useful) num_blocks = (int32_t)useful;
+    e->num_kv_blocks = num_blocks - 1;
+
+    pg_sched_config sc;
+    pg_sched_config_default(&sc);
+    sc.max_num_batched_tokens = mnbt;
+    sc.max_num_seqs = mns;
+    sc.max_model_len = e->max_model_len;
+    sc.kv.num_blocks = num_blocks;
+    sc.kv.block_size = e->block_size;
+    sc.kv.enable_prefix_caching = o.enable_prefix_caching;
+    if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
+    pg_runner_config rc = {.num_blocks = num_blocks,
+                           .block_size = e->block_size,
+                           .kv_dtype = kvt,
+                           .max_num_batched_tokens = mnbt,
+                           .max_num_seqs = mns,
+                           .max_model_len = e->max_model_len};
+    if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
+    if ((st = pg_sampler_create(e->vocab, &e->sampler)) != PAGODA_OK) goto fail;
+    e->sampled = malloc((size_t)mns * sizeof(int32_t));
+    e->row_of = malloc((size_t)mns * sizeof(int32_t));
+    if (!e->sampled || !e->row_of) {
+        st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    e->stats.num_kv_blocks = e->num_kv_blocks;
+    e->stats.num_free_kv_blocks = e->num_kv_blocks;
+    PG_INFO("engine: %s, max_model_len %d, %d seqs x %d tokens per step, KV %s %d blocks x %d "
+            "tokens (%.1f MiB), workspace %.1f MiB, prefix caching %s",
+            e->name, e->max_model_len, mns, mnbt, pg_dtype_name(kvt), e->num_kv_blocks,
+            e->block_size, (double)pg_runner_kv_bytes(e->runner) / 1048576.0,
+            (double)pg_runner_workspace_bytes(e->runner) / 1048576.0,
+            o.enable_prefix_caching ? "on" : "off");
+    *out = e;
+    return PAGODA_OK;
+fail:
+    pagoda_engine_free(e);
+    return st;
+}
+
+static void ereq_free(ereq *r) {
+    if (!r) return;
+    free(r->prompt);
+    free(r->out_ids);
+    free(r->bias);
+    pg_detok_free(&r->dt);
+    free(r->lp_ids);
+    free(r->lp_vals);
+    free(r->top);
+    free(r->error);
+    free(r);
+}
+
+void pagoda_engine_free(pagoda_engine *e) {
+    if (!e) return;
+    for (ereq *r = e->reap, *n; r; r = n) {
+        n = r->next;
+        ereq_free(r);
+    }
+    for (size_t i = 0; i < e->n_live; i++)
+        ereq_free(e->live[i]);
+    free(e->live);
+    free(e->aborts);
+    free(e->outs);
+    free(e->sampled);
+    free(e->row_of);
+    pg_sampler_free(e->sampler);
+    pg_runner_free(e->runner);
+    pg_scheduler_destroy(e->sched);
+    pg_tokenizer_free(e->tok);
+    pg_llama_free(e->model);
+    pg_model_source_free(e->src);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+int32_t pagoda_engine_max_model_len(const pagoda_engine *e) {
+    return e->max_model_len;
+}
+int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
+    return e->vocab;
+}
+const char *pagoda_engine_model_name(const pagoda_engine *e) {
+    return e->name;
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+void pagoda_sampling_defaults(const pagoda_engine *e, pagoda_sampling *s) {
+    memset(s, 0, sizeof *s);
+    s->temperature = 1.0f;
+    s->top_p = 1.0f;
+    s->repetition_penalty = 1.0f;
+    s->seed = -1;
+    s->skip_special_tokens = true;
+    s->logprobs = -1;
+    const pg_generation_defaults *g = e ? pg_model_source_generation(e->src) : NULL;
+    if (!g) return;
+    if (!isnan(g->temperature) && g->temperature >= 0) s->temperature = g->temperature;
+    if (!isnan(g->top_p) && g->top_p > 0 && g->top_p <= 1) s->top_p = g->top_p;
+    if (!isnan(g->min_p) && g->min_p >= 0 && g->min_p <= 1) s->min_p = g->min_p;
+    if (!isnan(g->repetition_penalty) && g->repetition_penalty > 0)
+        s->repetition_penalty = g->repetition_penalty;
+    if (g->top_k > 0) s->top_k = g->top_k;
+}
+
+void pagoda_request_defaults(const pagoda_engine *e, pagoda_request *r) {
+    memset(r, 0, sizeof *r);
+    r->add_special_tokens = true;
+    pagoda_sampling_defaults(e, &r->sampling);
+}
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Build the engine request (validated) without touching shared state. */
+static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, ereq **out) {
+    *out = NULL;
+    const pagoda_sampling *s = &q->sampling;
+    ereq *r = calloc(1, sizeof *r);
+    if (!r) return pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+    pagoda_status st = PAGODA_OK;
+    /* prompt */
+    if (q->prompt_token_ids && q->n_prompt_token_ids) {
+        if (q->n_prompt_token_ids > (size_t)INT32_MAX / 2) {
+            st = pg_error(PAGODA_ERR_LIMIT, "request: prompt of %zu tokens is too long",
+                          q->n_prompt_token_ids);
+            goto fail;
+        }
+        r->n_prompt = (int32_t)q->n_prompt_token_ids;
+        r->prompt = malloc((size_t)r->n_prompt * sizeof(int32_t));
+        if (!r->prompt) goto nomem;
+        memcpy(r->prompt, q->prompt_token_ids, (size_t)r->n_prompt * sizeof(int32_t));
+        for (int32_t i = 0; i < r->n_prompt; i++)
+            if (r->prompt[i] < 0 || r->prompt[i] >= e->vocab) {
+                st = pg_error(PAGODA_ERR_INVALID_ARG,
+                              "request: prompt token %d at index %d is outside the vocab [0, %d)",
+                              r->prompt[i], i, e->vocab);
+                goto fail;
+            }
+    } else if (q->prompt) {
+        size_t len = q->prompt_len ? q->prompt_len : strlen(q->prompt);
+        size_t cap = len + 16, n = 0;
+        r->prompt = malloc(cap * sizeof(int32_t));
+        if (!r->prompt) goto nomem;
+        if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens, r->prompt, cap,
+                                      &n)) != PAGODA_OK)
+            goto fail;
+        r->n_prompt = (int32_t)n;
+    }
+    if (r->n_prompt < 1) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG, "request: the prompt is empty");
+        goto fail;
+    }
+    if (r->n_prompt >= e->max_model_len) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "request: the prompt is %d tokens; max_model_len is %d (room for at least "
+                      "one output token is needed)",
+                      r->n_prompt, e->max_model_len);
+        goto fail;
+    }
+    /* lengths */
+    if (s->max_tokens < 0 || s->min_tokens < 0) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG, "request: max_tokens %d / min_tokens %d must be >= 0",
+                      s->max_tokens, s->min_tokens);
+        goto fail;
+    }
+    if (s->max_tokens > 0 && (int64_t)r->n_prompt + s->max_tokens > e->max_model_len) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "request: prompt (%d tokens) + max_tokens (%d) = %lld exceeds max_model_len "
+                      "%d",
+                      r->n_prompt, s->max_tokens, (long long)r->n_prompt + s->max_tokens,
+                      e->max_model_len);
+        goto fail;
+    }
+    r->max_tokens = s->max_tokens > 0 ? s->max_tokens : e->max_model_len - r->n_prompt;
+    if (s->min_tokens > r->max_tokens) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG, "request: min_tokens %d exceeds max_tokens %d",
+                      s->min_tokens, r->max_tokens);
+        goto fail;
+    }
+    r->min_tokens = s->min_tokens;
+    int64_t total = (int64_t)r->n_prompt + r->max_tokens;
+    int64_t blocks = (total + e->block_size - 1) / e->block_size;
+    if (blocks > e->num_kv_blocks) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "request: prompt + max_tokens = %lld tokens need %lld KV blocks; the cache "
+                      "has %d blocks of %d tokens",
+                      (long long)total, (long long)blocks, e->num_kv_blocks, e->block_size);
+        goto fail;
+    }
+    /* stop tokens: the user's, then the model's extra EOS ids */
+    r->ignore_eos = s->ignore_eos;
+    if (s->n_stop_token_ids > 0 && !s->stop_token_ids) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG, "request: stop_token_ids is NULL");
+        goto fail;
+    }
+    for (size_t i = 0; i < s->n_stop_token_ids; i++) {
+        int32_t t = s->stop_token_ids[i];
+        if (t < 0 || t >= e->vocab || r->n_stop_ids == PG_MAX_STOP_TOKENS) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "request: stop_token_ids: %zu ids (at most %d) or id %d outside [0, %d)",
+                          s->n_stop_token_ids, PG_MAX_STOP_TOKENS, t, e->vocab);
+            goto fail;
+        }
+        r->stop_ids[r->n_stop_ids++] = t;
+    }
+    for (int i = 1; !r->ignore_eos && i < e->n_eos && r->n_stop_ids < PG_MAX_STOP_TOKENS; i++)
+        r->stop_ids[r->n_stop_ids++] = e->eos_ids[i];
+    /* sampling */
+    pg_sampling_params *sp = &r->sp;
+    *sp = pg_sampling_params_default();
+    sp->temperature = s->temperature;
+    sp->top_p = s->top_p;
+    sp->top_k = s->top_k;
+    sp->min_p = s->min_p;
+    sp->repetition_penalty = s->repetition_penalty;
+    sp->presence_penalty = s->presence_penalty;
+    sp->frequency_penalty = s->frequency_penalty;
+    if (s->n_logit_bias) {
+        if (!s->logit_bias) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG, "request: logit_bias is NULL");
+            goto fail;
+        }
+        r->bias = malloc(s->n_logit_bias * sizeof *r->bias);
+        if (!r->bias) goto nomem;
+        for (size_t i = 0; i < s->n_logit_bias; i++)
+            r->bias[i] = (pg_logit_bias){s->logit_bias[i].token, s->logit_bias[i].bias};
+        sp->logit_bias = r->bias;
+        sp->n_logit_bias = s->n_logit_bias;
+    }
+    r->n_logprobs = s->logprobs < 0 ? -1 : s->logprobs;
+    sp->n_logprobs = r->n_logprobs < 0 ? 0 : r->n_logprobs;
+    sp->seed = s->seed;
+    if ((st = pg_sampling_params_validate(sp, e->vocab)) != PAGODA_OK) goto fail;
+    if (r->n_logprobs >= 0) {
+        int32_t cap = r->n_logprobs > 0 ? r->n_logprobs : 1;
+        r->lp_ids = malloc((size_t)cap * sizeof(int32_t));
+        r->lp_vals = malloc((size_t)cap * sizeof(float));
+        r->top = malloc((size_t)cap * sizeof *r->top);
+        if (!r->lp_ids || !r->lp_vals || !r->top) goto nomem;
+    }
+    if (s->n_stop && !s->stop) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG, "request: stop is NULL");
+        goto fail;
+    }
+    r->cap_out = r->max_tokens < 64 ? r->max_tokens : 64;
+    r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
+    if (!r->out_ids) goto nomem;
+    if ((st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt, s->skip_special_tokens,
+                            s->stop, s->n_stop, s->include_stop_str_in_output)) != PAGODA_OK)
+        goto fail;
+    if (q->cache_salt && *q->cache_salt) {
+        uint64_t h = 1469598103934665603ULL;
+        for (const char *c = q->cache_salt; *c; c++)
+            h = (h ^ (uint8_t)*c) * 1099511628211ULL;
+        r->cache_salt = h ? h : 1;
+    }
+    r->arrival = now_s();
+    *out = r;
+    return PAGODA_OK;
+nomem:
+    st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+fail:
+    ereq_free(r);
+    return st;
+}
+
+static pagoda_status live_push(pagoda_engine *e, ereq *r) {
+    if (e->n_live == e->cap_live) {
+        size_t cap = e->cap_live ? 2 * e->cap_live : 64;
+        ereq **g = realloc(e->live, cap * sizeof *g);
+        if (!g) return pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+        e->live = g;
+        e->cap_live = cap;
+    }
+    e->live[e->n_live++] = r;
+    return PAGODA_OK;
+}
+
+/* Index of id in live (caller holds mu), or -1. */
+static long live_find(const pagoda_engine *e, uint64_t id) {
+    for (size_t i = 0; i < e->n_live; i++)
+        if (e->live[i]->id == id) return (long)i;
+    return -1;
+}
+
+pagoda_status pagoda_engine_add_request(pagoda_engine *e, const pagoda_request *req,
+                                        uint64_t *id_out, int32_t *n_prompt_tokens_out) {
+    if (!e || !req) return pg_error(PAGODA_ERR_INVALID_ARG, "request: NULL argument");
+    ereq *r;
+    pagoda_status st = build_request(e, req, &r);
+    if (st != PAGODA_OK) return st;
+    pthread_mutex_lock(&e->mu);
+    r->id = e->next_id++;
+    if (r->sp.seed < 0)
+        r->sp.seed =
+            (int64_t)((e->seed ? mix64(e->seed ^ mix64(r->id)) : pg_rng_random_seed()) >> 1);
+    r->rng = pg_rng_from_seed(r->sp.seed);
+    st = live_push(e, r);
+    if (st == PAGODA_OK) {
+        if (e->pending_tail)
+            e->pending_tail->next = r;
+        else
+            e->pending_head = r;
+        e->pending_tail = r;
+        e->n_pending++;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != PAGODA_OK) {
+        ereq_free(r);
+        return st;
+    }
+    if (id_out) *id_out = r->id;
+    if (n_prompt_tokens_out) *n_prompt_tokens_out = r->n_prompt;
+    return PAGODA_OK;
+}
+
+pagoda_status pagoda_engine_abort(pagoda_engine *e, uint64_t id) {
+    pagoda_status st = PAGODA_OK;
+    pthread_mutex_lock(&e->mu);
+    if (live_find(e, id) < 0) {
+        st = pg_error(PAGODA_ERR_NOT_FOUND, "abort: no live request %llu", (unsigned long long)id);
+    } else {
+        if (e->n_aborts == e->cap_aborts) {
+            size_t cap = e->cap_aborts ? 2 * e->cap_aborts : 16;
+            uint64_t *g = realloc(e->aborts, cap * sizeof *g);
+            if (!g)
+                st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+            else {
+                e->aborts = g;
+                e->cap_aborts = cap;
+            }
+        }
+        if (st == PAGODA_OK) e->aborts[e->n_aborts++] = id;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+/* ---- stepping ------------------------------------------------------------------- */
+
+static pagoda_output *new_output(pagoda_engine *e, ereq *r) {
+    if (e->n_outs == e->cap_outs) {
+        size_t cap = e->cap_outs ? 2 * e->cap_outs : 64;
+        pagoda_output *g = realloc(e->outs, cap * sizeof *g);
+        if (!g) return NULL;
+        e->outs = g;
+        e->cap_outs = cap;
+    }
+    pagoda_output *o = &e->outs[e->n_outs++];
+    memset(o, 0, sizeof *o);
+    o->id = r->id;
+    o->stop_token = -1;
+    o->n_prompt_tokens = r->n_prompt;
+    o->n_output_tokens = r->n_out;
+    o->n_cached_tokens = r->n_cached;
+    o->arrival_time = r->arrival;
+    o->first_scheduled_time = r->first_sched;
+    o->first_token_time = r->first_token;
+    o->text_delta = "";
+    return o;
+}
+
+/* Remove r from live (it finished); freed at the next step. */
+static void retire(pagoda_engine *e, ereq *r) {
+    r->finished = true;
+    pthread_mutex_lock(&e->mu);
+    long i = live_find(e, r->id);
+    if (i >= 0) e->live[i] = e->live[--e->n_live];
+    pthread_mutex_unlock(&e->mu);
+    r->next = e->reap;
+    e->reap = r;
+}
+
+/* Report r (this step's token, text, finish) and retire it if finished. */
+static pagoda_status emit(pagoda_engine *e, ereq *r, pagoda_finish_reason fin, int32_t stop_token,
+                          const char *error) {
+    pagoda_output *o = new_output(e, r);
+    if (!o) return pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+    if (r->n_new) {
+        o->new_token_ids = &r->new_token;
+        o->n_new_tokens = 1;
+        if (r->n_logprobs >= 0) o->logprobs = &r->tlp;
+    }
+    const char *d;
+    size_t n;
+    pagoda_status st = pg_detok_take(&r->dt, fin != PAGODA_FINISH_NONE, &d, &n);
+    if (st != PAGODA_OK) return st;
+    o->text_delta = d;
+    o->text_delta_len = n;
+    o->finish_reason = fin;
+    o->stop_token = stop_token;
+    if (r->dt.stopped) o->stop_reason = r->dt.stop[r->dt.stop_index];
+    if (fin == PAGODA_FINISH_ERROR) {
+        free(r->error);
+        r->error = strdup(error ? error : "error");
+        o->error = r->error;
+    }
+    if (fin != PAGODA_FINISH_NONE) retire(e, r);
+    return PAGODA_OK;
+}
+
+static ereq *find_locked(pagoda_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->mu);
+    long i = live_find(e, id);
+    ereq *r = i >= 0 ? e->live[i] : NULL;
+    pthread_mutex_unlock(&e->mu);
+    return r;
+}
+
+/* Apply the queued adds and aborts. */
+static pagoda_status apply_queue(pagoda_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    ereq *head = e->pending_head;
+    e->pending_head = e->pending_tail = NULL;
+    e->n_pending = 0;
+    size_t na = e->n_aborts;
+    uint64_t *ab = NULL;
+    if (na) {
+        ab = malloc(na * sizeof *ab);
+        if (ab) memcpy(ab, e->aborts, na * sizeof *ab);
+        e->n_aborts = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    pagoda_status st = PAGODA_OK;
+    for (ereq *r = head, *n; r; r = n) {
+        n = r->next;
+        r->next = NULL;
+        pg_request_params p = {.id = r->id,
+                               .prompt = r->prompt,
+                               .num_prompt_tokens = r->n_prompt,
+                               .max_tokens = r->max_tokens,
+                               .min_tokens = r->min_tokens,
+                               .eos_token_id = e->n_eos ? e->eos_ids[0] : -1,
+                               .ignore_eos = r->ignore_eos,
+                               .stop_token_ids = r->stop_ids,
+                               .num_stop_token_ids = r->n_stop_ids,
+                               .cache_salt = r->cache_salt};
+        if (pg_scheduler_add_request(e->sched, &p) == PAGODA_OK) {
+            r->in_sched = true;
+        } else if ((st = emit(e, r, PAGODA_FINISH_ERROR, -1, pg_last_error())) != PAGODA_OK) {
+            break;
+        }
+    }
+    for (size_t i = 0; i < na && ab && st == PAGODA_OK; i++) {
+        ereq *r = find_locked(e, ab[i]);
+        if (!r || r->finished) continue;
+        if (r->in_sched) pg_scheduler_abort(e->sched, r->id);
+        r->in_sched = false;
+        st = emit(e, r, PAGODA_FINISH_ABORT, -1, NULL);
+    }
+    free(ab);
+    return st;
+}
+
+/* Before min_tokens outputs, EOS (unless ignore_eos) and the stop token ids
+ * cannot be sampled (vLLM's MinTokensLogitsProcessor). */
+static void mask_min_tokens(const pagoda_engine *e, const ereq *r, float *logits) {
+    if (r->n_out >= r->min_tokens) return;
+    if (!r->ignore_eos && e->n_eos) logits[e->eos_ids[0]] = -INFINITY;
+    for (int32_t i = 0; i < r->n_stop_ids; i++)
+        logits[r->stop_ids[i]] = -INFINITY;
+}
+
+static pagoda_status sample_one(pagoda_engine *e, ereq *r, float *logits, int32_t *tok) {
+    mask_min_tokens(e, r, logits);
+    pg_logprob_out lp = {0}, *lpp = NULL;
+    if (r->n_logprobs >= 0) {
+        lp = (pg_logprob_out){.top_ids = r->lp_ids,
+                              .top_logprobs = r->lp_vals,
+                              .cap = r->n_logprobs > 0 ? r->n_logprobs : 1};
+        lpp = &lp;
+    }
+    pagoda_status st =
+        pg_sampler_sample(e->sampler, &r->sp, &r->rng, logits, r->prompt, (size_t)r->n_prompt,
+                          r->out_ids, (size_t)r->n_out, lpp, tok);
+    if (st != PAGODA_OK || !lpp) return st;
+    for (int32_t i = 0; i < lp.n_top; i++)
+        r->top[i] = (pagoda_top_logprob){r->lp_ids[i], r->lp_vals[i]};
+    r->tlp = (pagoda_token_logprobs){
+        .token = *tok, .logprob = lp.sampled_logprob, .top = r->top, .n_top = lp.n_top};
+    return PAGODA_OK;
+}
+
+static pagoda_finish_reason map_finish(pg_finish_reason f) {
+    switch (f) {
+    case PG_FINISH_STOP:
+        return PAGODA_FINISH_STOP;
+    case PG_FINISH_LENGTH:
+        return PAGODA_FINISH_LENGTH;
+    case PG_FINISH_ABORT:
+        return PAGODA_FINISH_ABORT;
+    default:
+        return PAGODA_FINISH_NONE;
+    }
+}
+
+static void update_stats(pagoda_engine *e) {
+    pg_sched_stats ss;
+    pg_scheduler_get_stats(e->sched, &ss);
+    pthread_mutex_lock(&e->mu);
+    pagoda_stats *s = &e->stats;
+    s->num_requests_running = ss.num_running;
+    s->num_requests_waiting = ss.num_waiting;
+    s->kv_cache_usage = ss.kv.usage;
+    s->num_preemptions = ss.num_preemptions;
+    s->prompt_tokens = e->prompt_tokens;
+    s->generation_tokens = e->generation_tokens;
+    s->prefix_cache_queries = ss.kv.prefix_queries_tokens;
+    s->prefix_cache_hits = ss.kv.prefix_hits_tokens;
+    s->num_kv_blocks = e->num_kv_blocks;
+    s->num_free_kv_blocks = ss.kv.num_free_blocks;
+    pthread_mutex_unlock(&e->mu);
+}
+
+pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
+    if (n_outputs) *n_outputs = 0;
+    for (ereq *r = e->reap, *n; r; r = n) {
+        n = r->next;
+        ereq_free(r);
+    }
+    e->reap = NULL;
+    e->n_outs = 0;
+    pagoda_status st = apply_queue(e);
+    if (st != PAGODA_OK) return st;
+
+    pg_sched_output so;
+    if ((st = pg_scheduler_schedule(e->sched, &so)) != PAGODA_OK) return st;
+    if (so.num_reqs == 0) {
+        update_stats(e);
+        if (n_outputs) *n_outputs = e->n_outs;
+        return PAGODA_OK;
+    }
+    double t = now_s();
+    for (int32_t i = 0; i < so.num_reqs; i++) {
+        ereq *r = find_locked(e, so.req_ids[i]);
+        if (!r) return pg_error(PAGODA_ERR_INTERNAL, "engine: scheduled unknown request");
+        if (r->first_sched == 0) r->first_sched = t;
+        if (so.is_new[i]) {
+            const pg_request *pr = pg_scheduler_get_request(e->sched, r->id);
+            if (pr && r->n_out == 0) r->n_cached = pr->num_cached_tokens;
+        }
+        if (so.num_computed_tokens[i] < r->n_prompt) {
+            int32_t end = so.num_computed_tokens[i] + so.num_scheduled_tokens[i];
+            e->prompt_tokens +=
+                (uint64_t)((end < r->n_prompt ? end : r->n_prompt) - so.num_computed_tokens[i]);
+        }
+    }
+
+    /* model + sampling */
+    float *logits;
+    pagoda_status fst = pg_runner_execute(e->runner, &so, &logits, e->row_of);
+    char ferr[256] = "";
+    if (fst != PAGODA_OK) snprintf(ferr, sizeof ferr, "%s", pg_last_error());
+    for (int32_t i = 0; i < so.num_reqs; i++) {
+        e->sampled[i] = 0;
+        if (!so.samples[i] || fst != PAGODA_OK) continue;
+        ereq *r = find_locked(e, so.req_ids[i]);
+        r->n_new = 0;
+        float *row = logits + (size_t)e->row_of[i] * (size_t)e->vocab;
+        if (sample_one(e, r, row, &e->sampled[i]) != PAGODA_OK) {
+            e->sampled[i] = 0;
+            r->error = strdup(pg_last_error());
+        }
+    }
+    pg_step_result res;
+    if ((st = pg_scheduler_update_from_output(e->sched, &so, e->sampled, &res)) != PAGODA_OK)
+        return st;
+    if (fst != PAGODA_OK) { /* every scheduled request fails, the engine goes on */
+        PG_ERROR("engine: step failed: %s", ferr);
+        for (int32_t i = 0; i < so.num_reqs; i++) {
+            ereq *r = find_locked(e, so.req_ids[i]);
+            if (!r || r->finished) continue;
+            pg_scheduler_abort(e->sched, r->id);
+            r->n_new = 0;
+            if ((st = emit(e, r, PAGODA_FINISH_ERROR, -1, ferr)) != PAGODA_OK) return st;
+        }
+        update_stats(e);
+        if (n_outputs) *n_outputs = e->n_outs;
+        return PAGODA_OK;
+    }
+
+    /* detokenize, stop strings, outputs */
+    t = now_s();
+    for (int32_t k = 0; k < res.num_events; k++) {
+        const pg_step_event *ev = &res.events[k];
+        ereq *r = find_locked(e, ev->req_id);
+        if (!r || r->finished) continue;
+        pagoda_finish_reason fin = map_finish(ev->finish);
+        if (r->error) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", r->error);
+            if (fin == PAGODA_FINISH_NONE) pg_scheduler_abort(e->sched, r->id);
+            r->n_new = 0;
+            if ((st = emit(e, r, PAGODA_FINISH_ERROR, -1, msg)) != PAGODA_OK) return st;
+            continue;
+        }
+        r->n_new = 0;
+        if (ev->token >= 0) {
+            if (r->n_out == r->cap_out) {
+                int32_t cap = r->cap_out * 2 < r->max_tokens ? r->cap_out * 2 : r->max_tokens;
+                int32_t *g = cap > r->n_out ? realloc(r->out_ids, (size_t)cap * sizeof *g) : NULL;
+                if (!g)
+                    return pg_error(PAGODA_ERR_NOMEM, "engine: output buffer of %d tokens",
+                                    r->n_out);
+                r->out_ids = g;
+                r->cap_out = cap;
+            }
+            r->out_ids[r->n_out++] = ev->token;
+            r->new_token = ev->token;
+            r->n_new = 1;
+            e->generation_tokens++;
+            if (r->first_token == 0) r->first_token = t;
+            /* the stop token that ends a request is not part of the text */
+            if (!(fin == PAGODA_FINISH_STOP && ev->stop_token >= 0) &&
+                (st = pg_detok_add(&r->dt, ev->token, r->n_out > r->min_tokens)) != PAGODA_OK)
+                return st;
+        }
+        int32_t stop_token = fin == PAGODA_FINISH_STOP ? ev->stop_token : -1;
+        if (fin == PAGODA_FINISH_NONE && r->dt.stopped) {
+            pg_scheduler_abort(e->sched, r->id); /* ends by a stop string */
+            fin = PAGODA_FINISH_STOP;
+        }
+        if ((st = emit(e, r, fin, stop_token, NULL)) != PAGODA_OK) return st;
+    }
+    update_stats(e);
+    if (n_outputs) *n_outputs = e->n_outs;
+    return PAGODA_OK;
+}
+
+const pagoda_output *pagoda_engine_outputs(const pagoda_engine *e, size_t *n) {
+    if (n) *n = e->n_outs;
+    return e->outs;
+}
+
+bool pagoda_engine_has_unfinished(const pagoda_engine *e) {
+    pagoda_engine *m = (pagoda_engine *)e;
+    pthread_mutex_lock(&m->mu);
+    bool any = m->n_live > 0 || m->n_aborts > 0;
+    pthread_mutex_unlock(&m->mu);
+    return any;
+}
+
+bool pagoda_engine_wait_for_work(pagoda_engine *e, int timeout_ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&e->mu);
+    while (e->n_live == 0 && e->n_aborts == 0) {
+        if (timeout_ms <= 0 || pthread_cond_timedwait(&e->cv, &e->mu, &ts) != 0) break;
+    }
+    bool any = e->n_live > 0 || e->n_aborts > 0;
+    pthread_mutex_unlock(&e->mu);
+    return any;
+}
+
+void pagoda_engine_get_stats(pagoda_engine *e, pagoda_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->num_requests_waiting += e->n_pending;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- tokenizer ---------------------------------------------------------------------- */
+
+pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t len,
+                              bool add_special, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    size_t cap = len + 16;
+    int32_t *buf = malloc(cap * sizeof *buf);
+    if (!buf) return pg_error(PAGODA_ERR_NOMEM, "tokenize: out of memory");
+    pagoda_status st = pg_tokenizer_encode(e->tok, text, len, add_special, buf, cap, n);
+    if (st != PAGODA_OK) {
+        free(buf);
+        return st;
+    }
+    *ids = buf;
+    return PAGODA_OK;
+}
+
+pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,
+                                bool skip_special, char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->vocab)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "detokenize: id %d outside [0, %d)", ids[i],
+                            e->vocab);
+    size_t cap = 64 + 16 * n;
+    for (;;) {
+        char *buf = malloc(cap);
+        if (!buf) return pg_error(PAGODA_ERR_NOMEM, "detokenize: out of memory");
+        pagoda_status st = pg_tokenizer_decode(e->tok, ids, n, skip_special, buf, cap, len);
+        if (st != PAGODA_OK) {
+            free(buf);
+            return st;
+        }
+        if (*len < cap) {
+            *text = buf;
+            return PAGODA_OK;
+        }
+        free(buf);
+        cap = *len + 1;
+    }
+}
+
+void pagoda_free(void *p) {
+    free(p);
+}
