@@ -488,6 +488,86 @@ static void test_stories260k_quantized_close_to_f32(void **state) {
     assert_true(kl[2] <= kl[4]); /* W4A8 g32 vs llama.cpp Q4_0 */
 }
 
+/* Run `pagoda generate ARGS` greedily; returns its stdout (malloc'ed). */
+static char *run_generate(const char *args) {
+    const char *dir = getenv("PAGODA_BUILD_DIR");
+    assert_non_null(dir);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s '%s/pagoda' generate %s --temperature 0 2>/dev/null",
+             pg_test_exec_wrapper(), dir, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0;
+    char *out = calloc(cap, 1);
+    assert_non_null(out);
+    while (n + 1 < cap && fgets(out + n, (int)(cap - n), p))
+        n += strlen(out + n);
+    assert_int_equal(pclose(p), 0);
+    return out;
+}
+
+/* The engine runs GGUF Q8_0 / Q4_0 models on the W8A8 / W4A8 kernels: greedy
+ * stories260K-q8_0 / -q4_0 print llama.cpp's own reference text (its
+ * llama-simple outputs in llama2c/expected/); --quantization w8a8 / w4a8
+ * quantize the F32 checkpoint at load and still tell the same story start. */
+static void test_engine_quantized_models(void **state) {
+    (void)state;
+    const char *q[2] = {"q8_0", "q4_0"};
+    for (int i = 0; i < 2; i++) {
+        char rel[256], model[1024], args[2048];
+        snprintf(rel, sizeof rel, "llm/llama2c/stories260K-%s.gguf", q[i]);
+        snprintf(model, sizeof model, "%s", pg_test_asset(rel));
+        snprintf(args, sizeof args, "'%s' --prompt 'Once upon a time' --max-tokens 40", model);
+        char *out = run_generate(args);
+        snprintf(rel, sizeof rel,
+                 "llm/llama2c/expected/"
+                 "stories260K-%s.gguf_llama.cpp-simple_prompt_once_upon_a_time_n60.txt",
+                 q[i]);
+        size_t len;
+        char *want = pg_test_read_file(pg_test_asset(rel), &len);
+        const char *w = strstr(want, "Once upon a time");
+        assert_non_null(w);
+        size_t n = strlen(out);
+        while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
+            out[--n] = 0;
+        /* 40 greedy tokens are a prefix of llama.cpp's 60 */
+        if (n < 100 || strncmp(out, w, n) != 0) {
+            fprintf(stderr, "%s: pagoda printed\n%s\nllama.cpp\n%s\n", q[i], out, w);
+            fail();
+        }
+        free(out);
+        free(want);
+    }
+    const char *hf = pg_test_asset("llm/stories260K-hf");
+    const char *schemes[3] = {"w8a8 --quant-group-size 0", "w8a8 --quant-group-size 32",
+                              "w4a8 --quant-group-size 32"};
+    for (int i = 0; i < 3; i++) {
+        char args[2048];
+        snprintf(args, sizeof args,
+                 "'%s' --prompt 'Once upon a time' --max-tokens 20 --quantization %s", hf,
+                 schemes[i]);
+        char *out = run_generate(args);
+        if (strncmp(out, "Once upon a time, there was a little girl named Lily.", 53) != 0) {
+            fprintf(stderr, "%s: %s\n", schemes[i], out);
+            fail();
+        }
+        free(out);
+    }
+    /* bad values are errors naming the option */
+    const char *dir = getenv("PAGODA_BUILD_DIR");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s '%s/pagoda' generate '%s' --prompt x --quantization w2a8 2>&1 | grep -q "
+             "\"bad value 'w2a8' for --quantization\"",
+             pg_test_exec_wrapper(), dir, hf);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "%s '%s/pagoda' generate '%s' --prompt x --quantization w4a8 --quant-group-size 48 "
+             "2>&1 | grep -q \"bad value '48' for --quant-group-size\"",
+             pg_test_exec_wrapper(), dir, hf);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gguf_repack),
@@ -496,6 +576,7 @@ int main(void) {
         cmocka_unit_test(test_ct_unpack),
         cmocka_unit_test(test_gen_model_compressed_tensors),
         cmocka_unit_test(test_stories260k_quantized_close_to_f32),
+        cmocka_unit_test(test_engine_quantized_models),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
