@@ -1,6 +1,8 @@
 # Thin wrapper over CMake/CTest. Everything a person repeats is a target here.
 #   make          Release build, binary at build/pagoda
-#   make run      the main job on the default model
+#   make run      the OpenAI-compatible server on the default model (prints a curl command)
+#   make generate one offline generation on the default model
+#   make loadtest 64 streaming clients against `pagoda serve` for 60 s
 #   make test     every test: native, then the aarch64 build under qemu
 #   make bench    build and run the benchmarks (numbers -> docs/PERFORMANCE.md)
 #   make asan     ASan+UBSan build running the unit tests
@@ -9,10 +11,11 @@ JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 ASSETS  ?= $(or $(PAGODA_ASSETS),$(abspath ../shared/assets))
 MODEL   ?= $(ASSETS)/llm/stories260K-hf
 CMAKE_FLAGS ?=
+SERVE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 
-.PHONY: all deps build run test test-native test-arm bench asan format lint clean
+.PHONY: all deps build run generate loadtest test test-native test-arm bench asan format lint clean
 
 all: build
 
@@ -24,7 +27,13 @@ build: deps
 	@cmake --build build -j$(JOBS) -- --no-print-directory
 
 run: build
+	./build/pagoda serve $(MODEL) $(SERVE_FLAGS)
+
+generate: build
 	./build/pagoda generate $(MODEL) --prompt "Once upon a time" --max-tokens 200
+
+loadtest: build
+	bash tests/server/load.sh $(MODEL) 60 ./build/pagoda
 
 test: test-native test-arm
 

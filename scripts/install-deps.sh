@@ -9,6 +9,7 @@ NATIVE_PKGS=(
   build-essential cmake pkg-config
   libcmocka-dev libmimalloc-dev libpcre2-dev libutf8proc-dev libcjson-dev
   libmicrohttpd-dev
+  curl jq                  # end-to-end tests of `pagoda serve`
   libcurl4-openssl-dev     # `pagoda bench serve` HTTP client (curl_multi)
   libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
   clang-format clang-tidy cppcheck
@@ -16,7 +17,7 @@ NATIVE_PKGS=(
 CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
 ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64
             libutf8proc-dev:arm64 libcjson-dev:arm64 libc6-dev:arm64
-            libcurl4-openssl-dev:arm64)
+            libmicrohttpd-dev:arm64 libcurl4-openssl-dev:arm64)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

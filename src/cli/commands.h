@@ -13,5 +13,6 @@ int pg_cmd_chat_template(int argc, char **argv);
 int pg_cmd_tokenize(int argc, char **argv);
 int pg_cmd_detokenize(int argc, char **argv);
 int pg_cmd_generate(int argc, char **argv);
+int pg_cmd_serve(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "base/pool.h"
+#include "engine/chat.h"
 #include "engine/detokenizer.h"
 #include "engine/kv_cache_spec.h"
 #include "engine/rng.h"
@@ -311,6 +312,12 @@ int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
 }
 const char *pagoda_engine_model_name(const pagoda_engine *e) {
     return e->name;
+}
+
+/* For pagoda_apply_chat_template (src/engine/chat.h): where the template and
+ * the special tokens are looked up. */
+const char *pg_engine_model_path(const pagoda_engine *e) {
+    return pg_model_source_path(e->src);
 }
 
 /* ---- requests ----------------------------------------------------------------- */

@@ -1,0 +1,49 @@
+# End-to-end tests of `pagoda serve` (tests/server/, tests/node/). Each
+# starts the real server on 127.0.0.1 with an ephemeral port (--port 0) on
+# the stories260K model. Needs curl + jq (scripts/install-deps.sh); the Node
+# test needs node + npm (npm ci of tests/node/package-lock.json).
+set(PAGODA_SERVE_MODEL "${PAGODA_ASSETS}/llm/stories260K-hf")
+set(PAGODA_SERVE_CMD $<TARGET_FILE:pagoda>)
+if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
+  set(PAGODA_SERVE_CMD ${PAGODA_QEMU} -cpu max $<TARGET_FILE:pagoda>)
+endif()
+# The chat cases need the chat-template engine (src/tokenizer/chat_template.c).
+set(PAGODA_SERVE_TEMPLATE "")
+if(EXISTS ${CMAKE_SOURCE_DIR}/src/tokenizer/chat_template.c)
+  set(PAGODA_SERVE_TEMPLATE ${CMAKE_SOURCE_DIR}/tests/data/chat_simple.jinja)
+endif()
+find_program(PAGODA_CURL curl)
+find_program(PAGODA_JQ jq)
+if(PAGODA_CURL AND PAGODA_JQ)
+  add_test(NAME serve_e2e_curl COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/e2e_curl.sh
+           ${PAGODA_SERVE_MODEL} "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
+  set_tests_properties(serve_e2e_curl PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+  # 64 streaming clients for 10 s (native only: too slow under qemu);
+  # `make loadtest` runs the 60 s version.
+  if(NOT CMAKE_CROSSCOMPILING)
+    add_test(NAME serve_load_10s COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/load.sh
+             ${PAGODA_SERVE_MODEL} 10 ${PAGODA_SERVE_CMD})
+    set_tests_properties(serve_load_10s PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+    if(PAGODA_SANITIZE)
+      # ASan's quarantine holds freed memory (RSS grows by design); LeakSanitizer
+      # checks the server at exit instead.
+      set_tests_properties(serve_load_10s PROPERTIES ENVIRONMENT "PAGODA_LOAD_SKIP_RSS=1")
+    endif()
+  endif()
+else()
+  message(WARNING "curl or jq not found: the `pagoda serve` end-to-end tests are not registered "
+                  "(run scripts/install-deps.sh)")
+endif()
+
+# The official openai npm client against the server (tests/node/).
+find_program(PAGODA_NODE node)
+find_program(PAGODA_NPM npm)
+if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ)
+  add_test(NAME serve_openai_node COMMAND bash ${CMAKE_SOURCE_DIR}/tests/node/run.sh
+           ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node ${PAGODA_SERVE_MODEL}
+           "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
+  set_tests_properties(serve_openai_node PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+else()
+  message(WARNING "node/npm (or jq) not found: the openai-client test of `pagoda serve` "
+                 "(tests/node) is not registered; install Node.js >= 20 to run it")
+endif()

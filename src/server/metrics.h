@@ -1,0 +1,53 @@
+/* Prometheus metrics of `pagoda serve` (GET /metrics), with vLLM's metric
+ * names and `model_name` label so existing dashboards work unchanged.
+ *
+ * Reference: the Prometheus text exposition format 0.0.4
+ * (https://prometheus.io/docs/instrumenting/exposition_formats/) and
+ * vLLM's v1/metrics/loggers.py (names, help texts, histogram buckets).
+ *
+ * Histograms and request counters are recorded by the server; gauges and
+ * token / preemption / prefix-cache counters come from pagoda_stats at
+ * scrape time. Thread-safe: one mutex guards the recorder. */
+#ifndef PAGODA_SERVER_METRICS_H
+#define PAGODA_SERVER_METRICS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagoda.h"
+
+#define PG_HIST_MAX_BUCKETS 24
+
+typedef struct pg_histogram {
+    const double *bounds; /* upper bounds (le), ascending; +Inf implicit */
+    int n_bounds;
+    uint64_t counts[PG_HIST_MAX_BUCKETS + 1]; /* per bucket, not cumulative; last = +Inf */
+    uint64_t count;
+    double sum;
+} pg_histogram;
+
+typedef struct pg_metrics {
+    pthread_mutex_t mu;
+    pg_histogram ttft, itl, e2e, queue;
+    uint64_t success_stop, success_length, success_abort, success_error;
+} pg_metrics;
+
+void pg_metrics_init(pg_metrics *m);
+void pg_metrics_destroy(pg_metrics *m);
+
+/* Record one observation (seconds). Negative values are clamped to 0. */
+void pg_histogram_observe(pg_histogram *h, double v);
+
+/* Record a finished request: its finish reason and latencies in seconds
+ * (queue < 0 or ttft < 0 = unknown, not recorded). */
+void pg_metrics_finished(pg_metrics *m, pagoda_finish_reason r, double e2e, double queue,
+                         double ttft);
+/* Record `n` inter-token latencies of `itl` seconds each. */
+void pg_metrics_itl(pg_metrics *m, double itl, size_t n);
+
+/* The exposition text (malloc'ed, NUL-terminated) for model `model_name`
+ * with the engine's stats `st`. */
+char *pg_metrics_render(pg_metrics *m, const char *model_name, const pagoda_stats *st);
+
+#endif

@@ -1,0 +1,817 @@
+/* OpenAI request parsing/validation and response building (see openai.h). */
+#include "server/openai.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+pagoda_status pg_api_fail(pg_api_error *err, int status, const char *param, const char *fmt, ...) {
+    err->status = status;
+    err->type = status == 401   ? "authentication_error"
+                : status == 404 ? "invalid_request_error"
+                : status >= 500 ? "server_error"
+                                : "invalid_request_error";
+    err->code = NULL;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return PAGODA_ERR_INVALID_ARG;
+}
+
+char *pg_api_error_json(const pg_api_error *err) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "message", err->message);
+    cJSON_AddStringToObject(e, "type", err->type ? err->type : "invalid_request_error");
+    if (err->param[0])
+        cJSON_AddStringToObject(e, "param", err->param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (err->code)
+        cJSON_AddStringToObject(e, "code", err->code);
+    else
+        cJSON_AddNumberToObject(e, "code", err->status);
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+const char *pg_api_finish_name(pagoda_finish_reason r) {
+    switch (r) {
+    case PAGODA_FINISH_STOP:
+        return "stop";
+    case PAGODA_FINISH_LENGTH:
+        return "length";
+    case PAGODA_FINISH_ABORT:
+        return "abort";
+    case PAGODA_FINISH_ERROR:
+        return "error";
+    default:
+        return NULL;
+    }
+}
+
+/* ------------------------------------------------------------ field access */
+
+typedef struct parse_ctx {
+    const cJSON *root;
+    pg_api_error *err;
+} parse_ctx;
+
+static const cJSON *field(const parse_ctx *p, const char *name) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(p->root, name);
+    return f && !cJSON_IsNull(f) ? f : NULL;
+}
+
+static bool is_int(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    return isfinite(d) && d == floor(d) && d >= -9.2e18 && d <= 9.2e18;
+}
+
+/* Each getter: absent/null leaves *out alone and succeeds. */
+static pagoda_status get_bool(const parse_ctx *p, const char *name, bool *out) {
+    const cJSON *f = field(p, name);
+    if (!f) return PAGODA_OK;
+    if (!cJSON_IsBool(f)) return pg_api_fail(p->err, 400, name, "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(f);
+    return PAGODA_OK;
+}
+
+static pagoda_status get_float(const parse_ctx *p, const char *name, float *out) {
+    const cJSON *f = field(p, name);
+    if (!f) return PAGODA_OK;
+    if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble))
+        return pg_api_fail(p->err, 400, name, "'%s' must be a number", name);
+    *out = (float)f->valuedouble;
+    return PAGODA_OK;
+}
+
+static pagoda_status get_int64(const parse_ctx *p, const char *name, int64_t lo, int64_t hi,
+                               bool *present, int64_t *out) {
+    const cJSON *f = field(p, name);
+    if (!f) return PAGODA_OK;
+    if (!is_int(f)) return pg_api_fail(p->err, 400, name, "'%s' must be an integer", name);
+    double d = f->valuedouble;
+    if (d < (double)lo || d > (double)hi)
+        return pg_api_fail(p->err, 400, name, "'%s' must be in [%lld, %lld], got %.0f", name,
+                           (long long)lo, (long long)hi, d);
+    *out = (int64_t)d;
+    if (present) *present = true;
+    return PAGODA_OK;
+}
+
+static pagoda_status get_int32(const parse_ctx *p, const char *name, int64_t lo, int64_t hi,
+                               int32_t *out) {
+    int64_t v = *out;
+    pagoda_status st = get_int64(p, name, lo, hi, NULL, &v);
+    if (st == PAGODA_OK) *out = (int32_t)v;
+    return st;
+}
+
+static pagoda_status get_string(const parse_ctx *p, const char *name, char **out) {
+    const cJSON *f = field(p, name);
+    if (!f) return PAGODA_OK;
+    if (!cJSON_IsString(f)) return pg_api_fail(p->err, 400, name, "'%s' must be a string", name);
+    *out = strdup(f->valuestring);
+    return *out ? PAGODA_OK : pg_api_fail(p->err, 500, name, "out of memory");
+}
+
+static pagoda_status parse_ids(const parse_ctx *p, const cJSON *arr, const char *name,
+                               int32_t **ids, size_t *n) {
+    size_t cnt = (size_t)cJSON_GetArraySize(arr);
+    *ids = NULL;
+    *n = 0;
+    if (cnt == 0) return PAGODA_OK;
+    int32_t *v = malloc(cnt * sizeof *v);
+    if (!v) return pg_api_fail(p->err, 500, name, "out of memory");
+    size_t i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        if (!is_int(it) || it->valuedouble < 0 || it->valuedouble > 2147483647.0) {
+            free(v);
+            return pg_api_fail(p->err, 400, name,
+                               "'%s' must hold non-negative integer token ids (item %zu)", name, i);
+        }
+        v[i++] = (int32_t)it->valuedouble;
+    }
+    *ids = v;
+    *n = cnt;
+    return PAGODA_OK;
+}
+
+/* ---------------------------------------------------------------- prompts */
+
+static bool all_ints(const cJSON *arr) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) if (!cJSON_IsNumber(it)) return false;
+    return true;
+}
+
+static pagoda_status parse_prompts(const parse_ctx *p, pg_api_request *r) {
+    const cJSON *f = field(p, "prompt");
+    if (!f) return pg_api_fail(p->err, 400, "prompt", "'prompt' is required");
+    if (cJSON_IsString(f)) {
+        if (!f->valuestring[0]) return pg_api_fail(p->err, 400, "prompt", "'prompt' is empty");
+        r->prompts = calloc(1, sizeof *r->prompts);
+        if (!r->prompts || !(r->prompts[0].text = strdup(f->valuestring)))
+            return pg_api_fail(p->err, 500, "prompt", "out of memory");
+        r->prompts[0].text_len = strlen(f->valuestring);
+        r->n_prompts = 1;
+        return PAGODA_OK;
+    }
+    if (!cJSON_IsArray(f))
+        return pg_api_fail(p->err, 400, "prompt",
+                           "'prompt' must be a string, a list of strings, a list of token ids "
+                           "or a list of token-id lists");
+    int cnt = cJSON_GetArraySize(f);
+    if (cnt == 0) return pg_api_fail(p->err, 400, "prompt", "'prompt' is empty");
+    if (all_ints(f)) { /* one prompt of token ids */
+        r->prompts = calloc(1, sizeof *r->prompts);
+        if (!r->prompts) return pg_api_fail(p->err, 500, "prompt", "out of memory");
+        r->n_prompts = 1;
+        return parse_ids(p, f, "prompt", &r->prompts[0].ids, &r->prompts[0].n_ids);
+    }
+    if (cnt > PG_API_MAX_N)
+        return pg_api_fail(p->err, 400, "prompt", "at most %d prompts per request, got %d",
+                           PG_API_MAX_N, cnt);
+    r->prompts = calloc((size_t)cnt, sizeof *r->prompts);
+    if (!r->prompts) return pg_api_fail(p->err, 500, "prompt", "out of memory");
+    r->n_prompts = (size_t)cnt;
+    size_t i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, f) {
+        pg_api_prompt *pr = &r->prompts[i];
+        if (cJSON_IsString(it)) {
+            if (!it->valuestring[0])
+                return pg_api_fail(p->err, 400, "prompt", "'prompt' item %zu is empty", i);
+            if (!(pr->text = strdup(it->valuestring)))
+                return pg_api_fail(p->err, 500, "prompt", "out of memory");
+            pr->text_len = strlen(it->valuestring);
+        } else if (cJSON_IsArray(it)) {
+            if (cJSON_GetArraySize(it) == 0)
+                return pg_api_fail(p->err, 400, "prompt", "'prompt' item %zu is empty", i);
+            if (parse_ids(p, it, "prompt", &pr->ids, &pr->n_ids)) return PAGODA_ERR_INVALID_ARG;
+        } else {
+            return pg_api_fail(p->err, 400, "prompt",
+                               "'prompt' item %zu must be a string or a list of token ids", i);
+        }
+        i++;
+    }
+    return PAGODA_OK;
+}
+
+static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
+    const cJSON *f = field(p, "messages");
+    if (!f) return pg_api_fail(p->err, 400, "messages", "'messages' is required");
+    if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) == 0)
+        return pg_api_fail(p->err, 400, "messages", "'messages' must be a non-empty list");
+    size_t i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, f) {
+        if (!cJSON_IsObject(m))
+            return pg_api_fail(p->err, 400, "messages", "messages[%zu] must be an object", i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role))
+            return pg_api_fail(p->err, 400, "messages", "messages[%zu].role must be a string", i);
+        static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++)
+            known |= !strcmp(role->valuestring, roles[k]);
+        if (!known)
+            return pg_api_fail(p->err, 400, "messages",
+                               "messages[%zu].role '%s' is not one of system, user, assistant, "
+                               "tool, developer",
+                               i, role->valuestring);
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
+            if (!cJSON_IsArray(content))
+                return pg_api_fail(p->err, 400, "messages",
+                                   "messages[%zu].content must be a string or a list of parts", i);
+            const cJSON *part;
+            cJSON_ArrayForEach(part, content) {
+                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (!cJSON_IsObject(part) || !cJSON_IsString(type) ||
+                    strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text))
+                    return pg_api_fail(p->err, 400, "messages",
+                                       "messages[%zu].content parts must be {\"type\": \"text\", "
+                                       "\"text\": \"...\"} (no other part types are supported)",
+                                       i);
+            }
+        }
+        i++;
+    }
+    r->messages_json = cJSON_PrintUnformatted(f);
+    if (!r->messages_json) return pg_api_fail(p->err, 500, "messages", "out of memory");
+    const cJSON *tools = field(p, "tools");
+    if (tools) {
+        if (!cJSON_IsArray(tools))
+            return pg_api_fail(p->err, 400, "tools", "'tools' must be a list");
+        r->tools_json = cJSON_PrintUnformatted(tools);
+    }
+    const cJSON *kw = field(p, "chat_template_kwargs");
+    if (kw) {
+        if (!cJSON_IsObject(kw))
+            return pg_api_fail(p->err, 400, "chat_template_kwargs",
+                               "'chat_template_kwargs' must be an object");
+        r->kwargs_json = cJSON_PrintUnformatted(kw);
+    }
+    return get_bool(p, "add_generation_prompt", &r->add_generation_prompt);
+}
+
+/* --------------------------------------------------------------- sampling */
+
+static pagoda_status parse_stop(const parse_ctx *p, pg_api_request *r) {
+    const cJSON *f = field(p, "stop");
+    if (!f) return PAGODA_OK;
+    size_t cnt = cJSON_IsString(f) ? 1 : cJSON_IsArray(f) ? (size_t)cJSON_GetArraySize(f) : 0;
+    if (!cJSON_IsString(f) && !cJSON_IsArray(f))
+        return pg_api_fail(p->err, 400, "stop", "'stop' must be a string or a list of strings");
+    if (cnt > PG_API_MAX_STOP)
+        return pg_api_fail(p->err, 400, "stop", "at most %d stop strings, got %zu", PG_API_MAX_STOP,
+                           cnt);
+    if (cnt == 0) return PAGODA_OK;
+    r->stop = calloc(cnt, sizeof *r->stop);
+    if (!r->stop) return pg_api_fail(p->err, 500, "stop", "out of memory");
+    r->sampling.n_stop = cnt;
+    if (cJSON_IsString(f)) {
+        if (!f->valuestring[0]) return pg_api_fail(p->err, 400, "stop", "empty stop string");
+        r->stop[0] = strdup(f->valuestring);
+        return r->stop[0] ? PAGODA_OK : pg_api_fail(p->err, 500, "stop", "out of memory");
+    }
+    size_t i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, f) {
+        if (!cJSON_IsString(it))
+            return pg_api_fail(p->err, 400, "stop", "'stop' item %zu must be a string", i);
+        if (!it->valuestring[0])
+            return pg_api_fail(p->err, 400, "stop", "'stop' item %zu is empty", i);
+        if (!(r->stop[i] = strdup(it->valuestring)))
+            return pg_api_fail(p->err, 500, "stop", "out of memory");
+        i++;
+    }
+    return PAGODA_OK;
+}
+
+static pagoda_status parse_logit_bias(const parse_ctx *p, pg_api_request *r) {
+    const cJSON *f = field(p, "logit_bias");
+    if (!f) return PAGODA_OK;
+    if (!cJSON_IsObject(f))
+        return pg_api_fail(p->err, 400, "logit_bias",
+                           "'logit_bias' must be an object of token id strings to numbers");
+    size_t cnt = (size_t)cJSON_GetArraySize(f);
+    if (cnt == 0) return PAGODA_OK;
+    r->logit_bias = calloc(cnt, sizeof *r->logit_bias);
+    if (!r->logit_bias) return pg_api_fail(p->err, 500, "logit_bias", "out of memory");
+    size_t i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, f) {
+        char *end = NULL;
+        long tok = strtol(it->string, &end, 10);
+        if (!it->string[0] || *end || tok < 0 || tok > 2147483647L)
+            return pg_api_fail(p->err, 400, "logit_bias", "'logit_bias' key '%s' is not a token id",
+                               it->string);
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < -100 ||
+            it->valuedouble > 100)
+            return pg_api_fail(p->err, 400, "logit_bias",
+                               "'logit_bias' value of '%s' must be a number in [-100, 100]",
+                               it->string);
+        r->logit_bias[i].token = (int32_t)tok;
+        r->logit_bias[i].bias = (float)it->valuedouble;
+        i++;
+    }
+    r->sampling.logit_bias = r->logit_bias;
+    r->sampling.n_logit_bias = cnt;
+    return PAGODA_OK;
+}
+
+static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
+    pagoda_sampling *s = &r->sampling;
+    pagoda_status st;
+    /* max_tokens: null or absent = up to the context */
+    int64_t mt = 0;
+    bool has_mt = false;
+    const char *mt_name = "max_tokens";
+    if (r->kind == PG_API_CHAT && field(p, "max_completion_tokens"))
+        mt_name = "max_completion_tokens";
+    if (field(p, mt_name) && is_int(field(p, mt_name)) && field(p, mt_name)->valuedouble < 1)
+        return pg_api_fail(p->err, 400, mt_name, "'%s' must be at least 1, got %.0f", mt_name,
+                           field(p, mt_name)->valuedouble);
+    if ((st = get_int64(p, mt_name, 1, 2147483647LL, &has_mt, &mt))) return st;
+    s->max_tokens = has_mt ? (int32_t)mt : 0;
+
+    if ((st = get_float(p, "temperature", &s->temperature))) return st;
+    if (s->temperature < 0)
+        return pg_api_fail(p->err, 400, "temperature", "'temperature' must be >= 0, got %g",
+                           (double)s->temperature);
+    if ((st = get_float(p, "top_p", &s->top_p))) return st;
+    if (!(s->top_p > 0 && s->top_p <= 1))
+        return pg_api_fail(p->err, 400, "top_p", "'top_p' must be in (0, 1], got %g",
+                           (double)s->top_p);
+    if ((st = get_int32(p, "top_k", -1, 2147483647LL, &s->top_k))) return st;
+    if ((st = get_float(p, "min_p", &s->min_p))) return st;
+    if (s->min_p < 0 || s->min_p > 1)
+        return pg_api_fail(p->err, 400, "min_p", "'min_p' must be in [0, 1], got %g",
+                           (double)s->min_p);
+    if ((st = get_float(p, "presence_penalty", &s->presence_penalty))) return st;
+    if (s->presence_penalty < -2 || s->presence_penalty > 2)
+        return pg_api_fail(p->err, 400, "presence_penalty",
+                           "'presence_penalty' must be in [-2, 2], got %g",
+                           (double)s->presence_penalty);
+    if ((st = get_float(p, "frequency_penalty", &s->frequency_penalty))) return st;
+    if (s->frequency_penalty < -2 || s->frequency_penalty > 2)
+        return pg_api_fail(p->err, 400, "frequency_penalty",
+                           "'frequency_penalty' must be in [-2, 2], got %g",
+                           (double)s->frequency_penalty);
+    if ((st = get_float(p, "repetition_penalty", &s->repetition_penalty))) return st;
+    if (!(s->repetition_penalty > 0))
+        return pg_api_fail(p->err, 400, "repetition_penalty",
+                           "'repetition_penalty' must be > 0, got %g",
+                           (double)s->repetition_penalty);
+    bool has_seed = false;
+    int64_t seed = s->seed;
+    if ((st =
+             get_int64(p, "seed", -9223372036854775807LL, 9223372036854775807LL, &has_seed, &seed)))
+        return st;
+    if (has_seed) s->seed = seed < 0 ? seed & INT64_MAX : seed; /* any int64, as vLLM */
+    if ((st = get_int32(p, "min_tokens", 0, 2147483647LL, &s->min_tokens))) return st;
+    if (s->max_tokens > 0 && s->min_tokens > s->max_tokens)
+        return pg_api_fail(p->err, 400, "min_tokens",
+                           "'min_tokens' (%d) must not exceed max_tokens (%d)", s->min_tokens,
+                           s->max_tokens);
+    if ((st = get_bool(p, "ignore_eos", &s->ignore_eos))) return st;
+    if ((st = get_bool(p, "skip_special_tokens", &s->skip_special_tokens))) return st;
+    if ((st = get_bool(p, "include_stop_str_in_output", &s->include_stop_str_in_output))) return st;
+    if ((st = parse_stop(p, r))) return st;
+    s->stop = (const char *const *)r->stop;
+    const cJSON *sti = field(p, "stop_token_ids");
+    if (sti) {
+        if (!cJSON_IsArray(sti))
+            return pg_api_fail(p->err, 400, "stop_token_ids",
+                               "'stop_token_ids' must be a list of token ids");
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if ((st = parse_ids(p, sti, "stop_token_ids", &ids, &n))) return st;
+        /* the model's default stop ids (generation_config) stay in force */
+        size_t nd = s->n_stop_token_ids;
+        if (n + nd) {
+            r->stop_token_ids = malloc((n + nd) * sizeof *r->stop_token_ids);
+            if (!r->stop_token_ids) {
+                free(ids);
+                return pg_api_fail(p->err, 500, "stop_token_ids", "out of memory");
+            }
+            if (nd) memcpy(r->stop_token_ids, s->stop_token_ids, nd * sizeof *ids);
+            if (n) memcpy(r->stop_token_ids + nd, ids, n * sizeof *ids);
+        }
+        free(ids);
+        s->stop_token_ids = r->stop_token_ids;
+        s->n_stop_token_ids = n + nd;
+    }
+    return parse_logit_bias(p, r);
+}
+
+static pagoda_status parse_logprobs(const parse_ctx *p, pg_api_request *r) {
+    const cJSON *f = field(p, "logprobs");
+    if (r->kind == PG_API_COMPLETION) {
+        if (f && (cJSON_IsBool(f) || !is_int(f)))
+            return pg_api_fail(p->err, 400, "logprobs", "'logprobs' must be an integer");
+        return get_int32(p, "logprobs", 0, PG_API_MAX_LOGPROBS, &r->logprobs);
+    }
+    bool want = false;
+    pagoda_status st = get_bool(p, "logprobs", &want);
+    if (st) return st;
+    int32_t top = 0;
+    const cJSON *t = field(p, "top_logprobs");
+    if ((st = get_int32(p, "top_logprobs", 0, PG_API_MAX_LOGPROBS, &top))) return st;
+    if (t && !want)
+        return pg_api_fail(p->err, 400, "top_logprobs",
+                           "'top_logprobs' needs 'logprobs' set to true");
+    r->logprobs = want ? top : -1;
+    return PAGODA_OK;
+}
+
+/* (defaults' stop_token_ids, if any, are borrowed: they must outlive the
+ * request, as the engine's own defaults do.) */
+pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
+                           const pagoda_sampling *defaults, pg_api_request *out,
+                           pg_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    out->n = 1;
+    out->logprobs = -1;
+    out->add_generation_prompt = true;
+    out->add_special_tokens = kind == PG_API_COMPLETION;
+    out->sampling = *defaults;
+    out->sampling.logit_bias = NULL;
+    out->sampling.n_logit_bias = 0;
+    /* defaults->stop_token_ids (engine-owned, e.g. generation_config's extra
+     * EOS ids) are kept by reference unless the request adds its own */
+    out->sampling.stop = NULL;
+    out->sampling.n_stop = 0;
+    out->sampling.logprobs = -1;
+
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) {
+        pg_api_fail(err, 400, NULL, "request body is not valid JSON");
+        return PAGODA_ERR_INVALID_ARG;
+    }
+    parse_ctx p = {root, err};
+    pagoda_status st = PAGODA_OK;
+    if (!cJSON_IsObject(root)) {
+        st = pg_api_fail(err, 400, NULL, "request body must be a JSON object");
+        goto done;
+    }
+    if ((st = get_string(&p, "model", &out->model))) goto done;
+    if ((st = get_string(&p, "user", &out->user))) goto done;
+    if (kind == PG_API_COMPLETION) {
+        if ((st = parse_prompts(&p, out))) goto done;
+        if ((st = get_bool(&p, "echo", &out->echo))) goto done;
+        if ((st = get_bool(&p, "add_special_tokens", &out->add_special_tokens))) goto done;
+    } else {
+        if ((st = parse_messages(&p, out))) goto done;
+    }
+    if ((st = get_int32(&p, "n", 1, PG_API_MAX_N, &out->n))) goto done;
+    if ((st = get_bool(&p, "stream", &out->stream))) goto done;
+    const cJSON *so = field(&p, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) {
+            st = pg_api_fail(err, 400, "stream_options", "'stream_options' must be an object");
+            goto done;
+        }
+        if (!out->stream) {
+            st = pg_api_fail(err, 400, "stream_options",
+                             "'stream_options' is only allowed when 'stream' is true");
+            goto done;
+        }
+        parse_ctx q = {so, err};
+        if ((st = get_bool(&q, "include_usage", &out->include_usage))) goto done;
+    }
+    if ((st = parse_logprobs(&p, out))) goto done;
+    out->sampling.logprobs = out->logprobs;
+    if ((st = parse_sampling(&p, out))) goto done;
+done:
+    cJSON_Delete(root);
+    if (st) pg_api_request_free(out);
+    return st ? PAGODA_ERR_INVALID_ARG : PAGODA_OK;
+}
+
+void pg_api_request_free(pg_api_request *r) {
+    if (!r) return;
+    free(r->model);
+    for (size_t i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
+    cJSON_free(r->messages_json);
+    cJSON_free(r->tools_json);
+    cJSON_free(r->kwargs_json);
+    free(r->user);
+    free(r->logit_bias);
+    free(r->stop_token_ids);
+    if (r->stop)
+        for (size_t i = 0; i < r->sampling.n_stop; i++)
+            free(r->stop[i]);
+    free(r->stop);
+    memset(r, 0, sizeof *r);
+}
+
+pagoda_status pg_api_check_length(int32_t n_prompt, int32_t max_tokens, int32_t max_model_len,
+                                  pg_api_error *err) {
+    if (n_prompt <= 0) return pg_api_fail(err, 400, "prompt", "the prompt is empty (0 tokens)");
+    if (n_prompt >= max_model_len)
+        return pg_api_fail(err, 400, "prompt",
+                           "This model's maximum context length is %d tokens. However, your "
+                           "prompt has %d tokens, which leaves no room for output.",
+                           max_model_len, n_prompt);
+    if (max_tokens > 0 && (int64_t)n_prompt + max_tokens > max_model_len)
+        return pg_api_fail(err, 400, "max_tokens",
+                           "This model's maximum context length is %d tokens. However, you "
+                           "requested %lld tokens (%d in the prompt, %d for the completion). "
+                           "Please reduce the prompt or max_tokens.",
+                           max_model_len, (long long)n_prompt + max_tokens, n_prompt, max_tokens);
+    return PAGODA_OK;
+}
+
+/* ---------------------------------------------------------------- results */
+
+pagoda_status pg_api_choice_append(pg_api_choice *c, const char *text, size_t len) {
+    if (c->len + len + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 64;
+        while (cap < c->len + len + 1)
+            cap *= 2;
+        char *t = realloc(c->text, cap);
+        if (!t) return pg_error(PAGODA_ERR_NOMEM, "server: out of memory for %zu bytes", cap);
+        c->text = t;
+        c->cap = cap;
+    }
+    if (len) memcpy(c->text + c->len, text, len);
+    c->len += len;
+    c->text[c->len] = 0;
+    return PAGODA_OK;
+}
+
+pagoda_status pg_api_choice_add_logprob(pg_api_choice *c, pg_api_logprob *lp) {
+    if (c->n_lp == c->cap_lp) {
+        size_t cap = c->cap_lp ? c->cap_lp * 2 : 16;
+        pg_api_logprob *v = realloc(c->lp, cap * sizeof *v);
+        if (!v) {
+            pg_api_logprob_free(lp);
+            return pg_error(PAGODA_ERR_NOMEM, "server: out of memory for logprobs");
+        }
+        c->lp = v;
+        c->cap_lp = cap;
+    }
+    c->lp[c->n_lp++] = *lp;
+    return PAGODA_OK;
+}
+
+void pg_api_logprob_free(pg_api_logprob *lp) {
+    free(lp->text);
+    for (int32_t i = 0; i < lp->n_top; i++)
+        free(lp->top[i].text);
+    free(lp->top);
+}
+
+void pg_api_choice_free(pg_api_choice *c) {
+    free(c->text);
+    for (size_t i = 0; i < c->n_lp; i++)
+        pg_api_logprob_free(&c->lp[i]);
+    free(c->lp);
+    free(c->stop_reason);
+    memset(c, 0, sizeof *c);
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n) or 0 if invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    size_t len;
+    uint32_t min;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
+    if (n < len) return 0;
+    uint32_t cp = c & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+char *pg_api_utf8_dup(const char *s, size_t len) {
+    char *out = malloc(len * 3 + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq(u + i, len - i);
+        if (k == 0 || (k == 1 && u[i] == 0)) {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(out + o, u + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
+pg_api_usage pg_api_usage_of(const pg_api_choice *choices, size_t n_choices, int32_t n_per_prompt) {
+    pg_api_usage u = {0, 0, 0};
+    for (size_t i = 0; i < n_choices; i++) {
+        if (n_per_prompt <= 1 || i % (size_t)n_per_prompt == 0) {
+            u.prompt_tokens += choices[i].n_prompt_tokens;
+            u.cached_tokens += choices[i].n_cached_tokens;
+        }
+        u.completion_tokens += choices[i].n_output_tokens;
+    }
+    return u;
+}
+
+static void add_usage(cJSON *obj, const pg_api_usage *u) {
+    cJSON *us = cJSON_AddObjectToObject(obj, "usage");
+    cJSON_AddNumberToObject(us, "prompt_tokens", (double)u->prompt_tokens);
+    cJSON_AddNumberToObject(us, "completion_tokens", (double)u->completion_tokens);
+    cJSON_AddNumberToObject(us, "total_tokens", (double)(u->prompt_tokens + u->completion_tokens));
+    if (u->cached_tokens > 0) {
+        cJSON *d = cJSON_AddObjectToObject(us, "prompt_tokens_details");
+        cJSON_AddNumberToObject(d, "cached_tokens", (double)u->cached_tokens);
+    }
+}
+
+static cJSON *meta_object(const pg_api_meta *m, bool chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", m->id);
+    cJSON_AddStringToObject(o, "object",
+                            m->kind == PG_API_CHAT
+                                ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)m->created);
+    cJSON_AddStringToObject(o, "model", m->model);
+    return o;
+}
+
+static cJSON *bytes_array(const char *s) {
+    cJSON *a = cJSON_CreateArray();
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(*u));
+    return a;
+}
+
+/* logprobs object: chat {"content": [...]}, completions the legacy shape. */
+static cJSON *logprobs_json(pg_api_kind kind, const pg_api_logprob *lp, size_t n,
+                            size_t text_offset) {
+    cJSON *o = cJSON_CreateObject();
+    if (kind == PG_API_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(o, "content");
+        for (size_t i = 0; i < n; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "token", lp[i].text);
+            cJSON_AddNumberToObject(e, "logprob", fmax((double)lp[i].logprob, -9999.0));
+            cJSON_AddItemToObject(e, "bytes", bytes_array(lp[i].text));
+            cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (int32_t k = 0; k < lp[i].n_top; k++) {
+                cJSON *t = cJSON_CreateObject();
+                cJSON_AddStringToObject(t, "token", lp[i].top[k].text);
+                cJSON_AddNumberToObject(t, "logprob", fmax((double)lp[i].top[k].logprob, -9999.0));
+                cJSON_AddItemToObject(t, "bytes", bytes_array(lp[i].top[k].text));
+                cJSON_AddItemToArray(top, t);
+            }
+            cJSON_AddItemToArray(content, e);
+        }
+        return o;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *tlp = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *off = cJSON_AddArrayToObject(o, "text_offset");
+    size_t pos = text_offset;
+    for (size_t i = 0; i < n; i++) {
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(lp[i].text));
+        cJSON_AddItemToArray(tlp, cJSON_CreateNumber(fmax((double)lp[i].logprob, -9999.0)));
+        cJSON *d = cJSON_CreateObject();
+        for (int32_t k = 0; k < lp[i].n_top; k++)
+            if (!cJSON_GetObjectItemCaseSensitive(d, lp[i].top[k].text))
+                cJSON_AddNumberToObject(d, lp[i].top[k].text,
+                                        fmax((double)lp[i].top[k].logprob, -9999.0));
+        cJSON_AddItemToArray(top, d);
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)pos));
+        pos += strlen(lp[i].text);
+    }
+    return o;
+}
+
+static void add_finish(cJSON *c, pagoda_finish_reason finish, const char *stop_reason,
+                       int32_t stop_token) {
+    const char *fr = pg_api_finish_name(finish);
+    if (fr)
+        cJSON_AddStringToObject(c, "finish_reason", fr);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
+    if (stop_reason)
+        cJSON_AddStringToObject(c, "stop_reason", stop_reason);
+    else if (finish == PAGODA_FINISH_STOP && stop_token >= 0)
+        cJSON_AddNumberToObject(c, "stop_reason", stop_token);
+    else
+        cJSON_AddNullToObject(c, "stop_reason");
+}
+
+static char *print_free(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+char *pg_api_response_json(const pg_api_meta *m, const pg_api_choice *choices, size_t n_choices,
+                           int32_t n_per_prompt) {
+    cJSON *o = meta_object(m, false);
+    cJSON *arr = cJSON_AddArrayToObject(o, "choices");
+    for (size_t i = 0; i < n_choices; i++) {
+        const pg_api_choice *ch = &choices[i];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", (double)i);
+        if (m->kind == PG_API_CHAT) {
+            cJSON *msg = cJSON_AddObjectToObject(c, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
+        } else {
+            cJSON_AddStringToObject(c, "text", ch->text ? ch->text : "");
+        }
+        if (ch->lp)
+            cJSON_AddItemToObject(c, "logprobs",
+                                  logprobs_json(m->kind, ch->lp, ch->n_lp, ch->text_offset0));
+        else
+            cJSON_AddNullToObject(c, "logprobs");
+        add_finish(c, ch->finish, ch->stop_reason, ch->stop_token);
+        cJSON_AddItemToArray(arr, c);
+    }
+    pg_api_usage u = pg_api_usage_of(choices, n_choices, n_per_prompt);
+    add_usage(o, &u);
+    return print_free(o);
+}
+
+static char *sse(cJSON *o) {
+    char *js = print_free(o);
+    if (!js) return NULL;
+    size_t n = strlen(js) + 9;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "data: %s\n\n", js);
+    cJSON_free(js);
+    return out;
+}
+
+char *pg_api_chunk_sse(const pg_api_meta *m, int32_t index, bool role_first, const char *text,
+                       size_t len, const pg_api_logprob *lp, size_t n_lp, size_t text_offset,
+                       pagoda_finish_reason finish, const char *stop_reason) {
+    cJSON *o = meta_object(m, true);
+    cJSON *arr = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", index);
+    char *t = malloc(len + 1);
+    if (!t) {
+        cJSON_Delete(o);
+        cJSON_Delete(c);
+        return NULL;
+    }
+    if (len) memcpy(t, text, len);
+    t[len] = 0;
+    if (m->kind == PG_API_CHAT) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role_first) cJSON_AddStringToObject(d, "role", "assistant");
+        if (len || role_first) cJSON_AddStringToObject(d, "content", t);
+    } else {
+        cJSON_AddStringToObject(c, "text", t);
+    }
+    free(t);
+    if (n_lp)
+        cJSON_AddItemToObject(c, "logprobs", logprobs_json(m->kind, lp, n_lp, text_offset));
+    else
+        cJSON_AddNullToObject(c, "logprobs");
+    add_finish(c, finish, stop_reason, -1);
+    cJSON_AddItemToArray(arr, c);
+    return sse(o);
+}
+
+char *pg_api_usage_sse(const pg_api_meta *m, const pg_api_usage *u) {
+    cJSON *o = meta_object(m, true);
+    cJSON_AddArrayToObject(o, "choices");
+    add_usage(o, u);
+    return sse(o);
+}

@@ -1,0 +1,171 @@
+/* OpenAI API mapping for `pagoda serve`: request parsing and validation,
+ * response / SSE chunk / error JSON building. Pure data in, pure data out:
+ * nothing here touches an engine, so it is unit-tested on its own
+ * (tests/test_server_api.c).
+ *
+ * Reference: the OpenAI API reference (Completions, Chat Completions,
+ * streaming) and vLLM's protocol.py (extra sampling fields: top_k, min_p,
+ * repetition_penalty, stop_token_ids, ignore_eos, min_tokens,
+ * skip_special_tokens, include_stop_str_in_output, chat_template_kwargs). */
+#ifndef PAGODA_SERVER_OPENAI_H
+#define PAGODA_SERVER_OPENAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagoda.h"
+
+#define PG_API_MAX_LOGPROBS 20 /* vLLM's default max_logprobs */
+#define PG_API_MAX_N 128       /* choices per request */
+#define PG_API_MAX_STOP 16     /* stop strings per request */
+
+typedef enum pg_api_kind {
+    PG_API_COMPLETION = 0, /* POST /v1/completions */
+    PG_API_CHAT,           /* POST /v1/chat/completions */
+} pg_api_kind;
+
+/* An HTTP error in OpenAI's shape:
+ * {"error": {"message", "type", "param", "code"}}. */
+typedef struct pg_api_error {
+    int status;       /* HTTP status: 400, 401, 404, 405, 413, 503, 500 */
+    const char *type; /* "invalid_request_error", "authentication_error", ... */
+    const char *code; /* NULL or e.g. "model_not_found" */
+    char param[64];   /* offending field ("" = none) */
+    char message[768];
+} pg_api_error;
+
+/* Fill `err` (printf-style message) and return PAGODA_ERR_INVALID_ARG. */
+pagoda_status pg_api_fail(pg_api_error *err, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The error JSON text of `err` (malloc'ed). */
+char *pg_api_error_json(const pg_api_error *err);
+
+/* One prompt of a completion request: text or token ids (exactly one set). */
+typedef struct pg_api_prompt {
+    char *text; /* NUL-terminated UTF-8, or NULL */
+    size_t text_len;
+    int32_t *ids;
+    size_t n_ids;
+} pg_api_prompt;
+
+/* A parsed and validated /v1/completions or /v1/chat/completions body. */
+typedef struct pg_api_request {
+    pg_api_kind kind;
+    char *model;            /* NULL when absent */
+    pg_api_prompt *prompts; /* completions: >= 1 prompts */
+    size_t n_prompts;
+    char *messages_json;        /* chat: the messages array re-serialized */
+    char *tools_json;           /* chat: tools array or NULL */
+    char *kwargs_json;          /* chat: chat_template_kwargs object or NULL */
+    bool add_generation_prompt; /* chat, default true */
+    bool add_special_tokens;    /* completions default true, chat default false */
+    int32_t n;                  /* choices per prompt, >= 1 */
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+    bool echo;          /* completions: prepend the prompt text */
+    int32_t logprobs;   /* -1 none; completions: top-N; chat: top_logprobs */
+    char *user;
+    pagoda_sampling sampling; /* arrays below are owned by the request */
+    pagoda_logit_bias *logit_bias;
+    int32_t *stop_token_ids;
+    char **stop;
+} pg_api_request;
+
+/* Parse and validate a JSON body. `defaults` gives the sampling defaults
+ * (pagoda_sampling_defaults); its stop_token_ids (borrowed, must outlive the
+ * request) stay in force and the request's are appended; its other array
+ * fields are ignored. On error `err`
+ * gets a 400 with the field name and the reason, nothing is allocated and
+ * PAGODA_ERR_INVALID_ARG is returned. Unknown fields are ignored; known
+ * fields of the wrong type are errors. Context-length checks need the
+ * tokenizer and happen later (pg_api_check_length). */
+pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
+                           const pagoda_sampling *defaults, pg_api_request *out, pg_api_error *err);
+void pg_api_request_free(pg_api_request *r);
+
+/* Check a prompt of n_prompt tokens against the context (max_model_len):
+ * an empty prompt, a prompt that fills the context, or prompt + max_tokens
+ * over it give a 400 naming the numbers. max_tokens 0 = up to the context. */
+pagoda_status pg_api_check_length(int32_t n_prompt, int32_t max_tokens, int32_t max_model_len,
+                                  pg_api_error *err);
+
+/* --------------------------------------------------------------- results */
+
+/* One generated position with its logprobs (token texts are UTF-8-safe:
+ * invalid bytes are replaced by U+FFFD). */
+typedef struct pg_api_top {
+    char *text;
+    float logprob;
+} pg_api_top;
+
+typedef struct pg_api_logprob {
+    char *text;
+    float logprob;
+    pg_api_top *top;
+    int32_t n_top;
+} pg_api_logprob;
+
+/* The accumulated result of one choice. */
+typedef struct pg_api_choice {
+    char *text; /* NUL-terminated; echo prefix included */
+    size_t len, cap;
+    pg_api_logprob *lp; /* one per generated token when logprobs were asked */
+    size_t n_lp, cap_lp;
+    size_t text_offset0; /* bytes of the echoed prompt (completions logprobs) */
+    pagoda_finish_reason finish;
+    char *stop_reason;  /* matched stop string or NULL */
+    int32_t stop_token; /* matched stop token or -1 */
+    int32_t n_prompt_tokens;
+    int32_t n_output_tokens;
+    int32_t n_cached_tokens;
+} pg_api_choice;
+
+/* Append text / a logprob entry (taking ownership of `lp`'s strings). */
+pagoda_status pg_api_choice_append(pg_api_choice *c, const char *text, size_t len);
+pagoda_status pg_api_choice_add_logprob(pg_api_choice *c, pg_api_logprob *lp);
+void pg_api_logprob_free(pg_api_logprob *lp);
+void pg_api_choice_free(pg_api_choice *c);
+
+/* Copy `len` bytes into a NUL-terminated string, replacing invalid UTF-8
+ * sequences by U+FFFD (for token texts, which may split characters). */
+char *pg_api_utf8_dup(const char *s, size_t len);
+
+/* What every response / chunk carries. */
+typedef struct pg_api_meta {
+    pg_api_kind kind;
+    const char *id;    /* "cmpl-..." / "chatcmpl-..." */
+    int64_t created;   /* unix seconds */
+    const char *model; /* served model name */
+} pg_api_meta;
+
+/* The "usage" object: prompt tokens of each prompt count once (n choices of
+ * one prompt share it), completion tokens of every choice. */
+typedef struct pg_api_usage {
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+} pg_api_usage;
+
+pg_api_usage pg_api_usage_of(const pg_api_choice *choices, size_t n_choices, int32_t n_per_prompt);
+
+/* Non-streamed response JSON (malloc'ed). */
+char *pg_api_response_json(const pg_api_meta *m, const pg_api_choice *choices, size_t n_choices,
+                           int32_t n_per_prompt);
+
+/* One SSE event "data: {...}\n\n" (malloc'ed) for choice `index`: `text`
+ * (len bytes, may be empty), logprob entries lp[0..n_lp), `finish` (NONE =
+ * null). Chat: `role_first` adds delta.role = "assistant". `text_offset` is
+ * the byte offset of `text` in the choice (completions logprobs). */
+char *pg_api_chunk_sse(const pg_api_meta *m, int32_t index, bool role_first, const char *text,
+                       size_t len, const pg_api_logprob *lp, size_t n_lp, size_t text_offset,
+                       pagoda_finish_reason finish, const char *stop_reason);
+
+/* The final usage event (choices: []) of a stream. */
+char *pg_api_usage_sse(const pg_api_meta *m, const pg_api_usage *u);
+
+#define PG_API_SSE_DONE "data: [DONE]\n\n"
+
+/* finish_reason text of a result: "stop", "length", "abort", "error". */
+const char *pg_api_finish_name(pagoda_finish_reason r);
+
+#endif

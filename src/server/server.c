@@ -1,0 +1,1045 @@
+/* The HTTP side of `pagoda serve` (see server.h): routing, auth, limits,
+ * the engine thread, non-streamed and SSE responses. */
+#define _GNU_SOURCE
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+
+#define DEFAULT_MAX_BODY ((size_t)16 << 20)
+#define WAIT_SLICE_MS 200
+
+typedef struct job job;
+
+struct pg_server {
+    pagoda_engine *e;
+    struct MHD_Daemon *mhd;
+    int port;
+    char *model_name;
+    char *api_key;
+    char *chat_template;
+    size_t max_body;
+    int64_t inflight_limit;
+    int32_t max_model_len;
+    int32_t special_ids[2]; /* what tokenize("", add_special) adds: BOS [, EOS] */
+    size_t n_special_ids;
+    pg_metrics metrics;
+
+    pthread_mutex_t mu; /* guards everything below and every job's results */
+    job *jobs;          /* registered jobs (doubly linked) */
+    int64_t inflight;   /* engine requests not finished */
+    atomic_bool stopping;
+    pthread_t engine_thread;
+    bool engine_started;
+    atomic_uint_fast64_t next_id;
+};
+
+/* One choice of a job: an engine request and what was streamed of it. */
+typedef struct sub {
+    uint64_t eid;
+    int32_t last_token; /* context for logprob token texts (-1 none) */
+    bool done;
+    bool role_sent, finish_sent;
+    size_t sent_text, sent_lp;
+    double last_token_time;
+    double arrival, first_token;
+} sub;
+
+/* One generation HTTP request (n_prompts x n engine requests). */
+struct job {
+    pg_server *srv;
+    job *prev, *next;
+    pg_api_request req;
+    char id[48];
+    pg_api_meta meta;
+    size_t n_choices, n_done;
+    pg_api_choice *choices;
+    sub *subs;
+    pthread_cond_t cv;
+    bool registered;
+    int fd; /* client socket, to notice a client that went away */
+    /* streaming */
+    char *out;
+    size_t out_len, out_off;
+    bool usage_sent, done_sent;
+    double t_start;
+};
+
+/* Per-connection state (MHD's con_cls). */
+typedef enum endpoint {
+    EP_NONE = 0,
+    EP_HEALTH,
+    EP_VERSION,
+    EP_MODELS,
+    EP_METRICS,
+    EP_TOKENIZE,
+    EP_DETOKENIZE,
+    EP_COMPLETIONS,
+    EP_CHAT,
+} endpoint;
+
+typedef struct conn {
+    pg_server *srv;
+    endpoint ep;
+    char *body;
+    size_t len, cap;
+    bool too_big;
+    bool early_done; /* an error response was queued on the first call */
+    job *job;
+} conn;
+
+static uint64_t mix64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static double now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ----------------------------------------------------------- responses */
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                 char *body_owned, size_t len, const char *extra_hdr,
+                                 const char *extra_val) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, body_owned ? body_owned : (void *)"",
+        body_owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(body_owned);
+        return MHD_NO;
+    }
+    if (ctype) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (extra_hdr) MHD_add_response_header(r, extra_hdr, extra_val);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, char *json) {
+    if (!json) return send_text(c, 500, "text/plain", NULL, 0, NULL, NULL);
+    return send_text(c, status, "application/json", json, strlen(json), NULL, NULL);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, const pg_api_error *err) {
+    char *js = pg_api_error_json(err);
+    if (!js) return MHD_NO;
+    const char *hdr = NULL, *val = NULL;
+    if (err->status == 503) hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
+    if (err->status == 401) hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
+    if (err->status == 405) hdr = MHD_HTTP_HEADER_ALLOW, val = "GET, POST";
+    return send_text(c, (unsigned)err->status, "application/json", js, strlen(js), hdr, val);
+}
+
+static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *param,
+                            const char *msg) {
+    pg_api_error err;
+    pg_api_fail(&err, status, param, "%s", msg);
+    return send_error(c, &err);
+}
+
+/* ------------------------------------------------------------ jobs */
+
+static void job_free(job *j) {
+    if (!j) return;
+    for (size_t i = 0; i < j->n_choices; i++)
+        pg_api_choice_free(&j->choices[i]);
+    free(j->choices);
+    free(j->subs);
+    free(j->out);
+    pg_api_request_free(&j->req);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* Unregister (mu held): abort engine requests still running. */
+static void job_unregister_locked(job *j) {
+    pg_server *s = j->srv;
+    if (!j->registered) return;
+    for (size_t i = 0; i < j->n_choices; i++) {
+        if (j->subs[i].done) continue;
+        pagoda_engine_abort(s->e, j->subs[i].eid);
+        j->subs[i].done = true;
+        s->inflight--;
+        pg_metrics_finished(&s->metrics, PAGODA_FINISH_ABORT, now_mono() - j->subs[i].arrival, -1,
+                            -1);
+    }
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->jobs = j->next;
+    if (j->next) j->next->prev = j->prev;
+    j->registered = false;
+}
+
+static void job_log(const job *j) {
+    int64_t out_tokens = 0, prompt_tokens = 0;
+    double ttft = -1;
+    const char *fin = "abort";
+    for (size_t i = 0; i < j->n_choices; i++) {
+        out_tokens += j->choices[i].n_output_tokens;
+        if (i % (size_t)j->req.n == 0) prompt_tokens += j->choices[i].n_prompt_tokens;
+        if (j->subs[i].first_token > 0 &&
+            (ttft < 0 || j->subs[i].first_token - j->subs[i].arrival < ttft))
+            ttft = j->subs[i].first_token - j->subs[i].arrival;
+        if (pg_api_finish_name(j->choices[i].finish))
+            fin = pg_api_finish_name(j->choices[i].finish);
+    }
+    PG_INFO(
+        "%s: %zu choice%s, prompt %lld tokens, output %lld tokens, ttft %.1f ms, total %.1f ms, "
+        "finish %s",
+        j->id, j->n_choices, j->n_choices == 1 ? "" : "s", (long long)prompt_tokens,
+        (long long)out_tokens, ttft < 0 ? -1.0 : ttft * 1e3, (now_mono() - j->t_start) * 1e3, fin);
+}
+
+/* True when the peer closed its end of the connection. */
+static bool peer_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    if (p.revents & POLLIN) {
+        char b;
+        ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        return n == 0;
+    }
+    return false;
+}
+
+static void timed_wait(job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &j->srv->mu, &ts);
+}
+
+/* Token text for logprobs (UTF-8-safe), decoded after the previous token so
+ * that SentencePiece's leading-space rule applies as in the running text:
+ * decode([prev, tok]) minus decode([prev]). prev < 0: the token alone. */
+static char *token_text(pagoda_engine *e, int32_t prev, int32_t tok) {
+    char *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
+    int32_t pair[2] = {prev, tok};
+    const char *src = NULL;
+    size_t len = 0;
+    if (prev >= 0 && pagoda_detokenize(e, pair, 2, false, &a, &la) == PAGODA_OK &&
+        pagoda_detokenize(e, pair, 1, false, &b, &lb) == PAGODA_OK && lb <= la &&
+        memcmp(a, b, lb) == 0) {
+        src = a + lb;
+        len = la - lb;
+    }
+    pagoda_free(b);
+    b = NULL;
+    if (!src) {
+        pagoda_free(a);
+        a = NULL;
+        if (pagoda_detokenize(e, &tok, 1, false, &a, &la) != PAGODA_OK) return strdup("");
+        src = a;
+        len = la;
+    }
+    char *s = pg_api_utf8_dup(src, len);
+    pagoda_free(a);
+    return s;
+}
+
+/* Copy one engine output into its choice (mu held). */
+static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o, double now) {
+    pg_api_choice *ch = &j->choices[i];
+    sub *sb = &j->subs[i];
+    if (o->text_delta_len) pg_api_choice_append(ch, o->text_delta, o->text_delta_len);
+    if (o->logprobs && j->req.logprobs >= 0) {
+        for (size_t k = 0; k < o->n_new_tokens; k++) {
+            const pagoda_token_logprobs *tl = &o->logprobs[k];
+            pg_api_logprob lp = {token_text(s->e, sb->last_token, tl->token), tl->logprob, NULL, 0};
+            int32_t nt = tl->n_top < j->req.logprobs ? tl->n_top : j->req.logprobs;
+            if (nt > 0 && (lp.top = calloc((size_t)nt, sizeof *lp.top))) {
+                lp.n_top = nt;
+                for (int32_t t = 0; t < nt; t++) {
+                    lp.top[t].text = token_text(s->e, sb->last_token, tl->top[t].token);
+                    lp.top[t].logprob = tl->top[t].logprob;
+                }
+            }
+            pg_api_choice_add_logprob(ch, &lp);
+            sb->last_token = tl->token;
+        }
+    }
+    ch->n_prompt_tokens = o->n_prompt_tokens;
+    ch->n_output_tokens = o->n_output_tokens;
+    ch->n_cached_tokens = o->n_cached_tokens;
+    sb->arrival = o->arrival_time;
+    if (o->first_token_time > 0) sb->first_token = o->first_token_time;
+    if (o->n_new_tokens) {
+        if (sb->last_token_time > 0)
+            pg_metrics_itl(&s->metrics, (now - sb->last_token_time) / (double)o->n_new_tokens,
+                           o->n_new_tokens);
+        sb->last_token_time = now;
+    }
+    if (o->finish_reason != PAGODA_FINISH_NONE && !sb->done) {
+        ch->finish = o->finish_reason;
+        ch->stop_token = o->stop_token;
+        if (o->stop_reason) ch->stop_reason = strdup(o->stop_reason);
+        if (o->finish_reason == PAGODA_FINISH_ERROR && o->error)
+            PG_WARN("%s: request failed: %s", j->id, o->error);
+        sb->done = true;
+        j->n_done++;
+        s->inflight--;
+        double queue = o->first_scheduled_time > 0 ? o->first_scheduled_time - o->arrival_time : -1;
+        double ttft = o->first_token_time > 0 ? o->first_token_time - o->arrival_time : -1;
+        pg_metrics_finished(&s->metrics, o->finish_reason, now - o->arrival_time, queue, ttft);
+    }
+}
+
+static void *engine_main(void *arg) {
+    pg_server *s = arg;
+    while (!atomic_load(&s->stopping)) {
+        if (!pagoda_engine_wait_for_work(s->e, 100)) continue;
+        size_t n = 0;
+        if (pagoda_engine_step(s->e, &n) != PAGODA_OK) {
+            PG_ERROR("engine step failed: %s", pagoda_last_error());
+            struct timespec ts = {0, 10000000L};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        const pagoda_output *outs = pagoda_engine_outputs(s->e, &n);
+        if (!n) continue;
+        double now = now_mono();
+        pthread_mutex_lock(&s->mu);
+        for (size_t k = 0; k < n; k++) {
+            for (job *j = s->jobs; j; j = j->next) {
+                size_t i = 0;
+                while (i < j->n_choices && j->subs[i].eid != outs[k].id)
+                    i++;
+                if (i == j->n_choices) continue;
+                apply_output(s, j, i, &outs[k], now);
+                pthread_cond_broadcast(&j->cv);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+/* --------------------------------------------------------- generation */
+
+static char *detok(pagoda_engine *e, const int32_t *ids, size_t n, bool skip_special, size_t *len) {
+    char *t = NULL;
+    if (pagoda_detokenize(e, ids, n, skip_special, &t, len) != PAGODA_OK) return NULL;
+    char *s = malloc(*len + 1);
+    if (s) {
+        // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
+        memcpy(s, t, *len);
+        s[*len] = 0;
+    }
+    pagoda_free(t);
+    return s;
+}
+
+/* Tokenize a rendered chat prompt as vLLM does (add_special_tokens=False
+ * with special-token text matched): pagoda_tokenize with add_special only
+ * matches special tokens when it also adds BOS/EOS, so those are removed. */
+static pagoda_status encode_rendered(pg_server *s, const char *text, size_t len, int32_t **ids,
+                                     size_t *n) {
+    if (pagoda_tokenize(s->e, text, len, true, ids, n) != PAGODA_OK) return PAGODA_ERR_INVALID_ARG;
+    if (s->n_special_ids >= 1 && *n >= 1 && (*ids)[0] == s->special_ids[0]) {
+        memmove(*ids, *ids + 1, (*n - 1) * sizeof **ids);
+        (*n)--;
+    }
+    if (s->n_special_ids == 2 && *n >= 1 && (*ids)[*n - 1] == s->special_ids[1]) (*n)--;
+    return PAGODA_OK;
+}
+
+/* Tokenize every prompt (chat: render the template first) and check lengths.
+ * On success ids[i] / n_ids[i] are malloc'ed and echo texts set. */
+static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out, size_t **n_out,
+                                     pg_api_error *err) {
+    pg_api_request *r = &j->req;
+    if (r->kind == PG_API_CHAT) {
+        char *text = NULL;
+        if (pagoda_apply_chat_template(s->e, r->messages_json, r->tools_json, r->kwargs_json,
+                                       r->add_generation_prompt, s->chat_template,
+                                       &text) != PAGODA_OK)
+            return pg_api_fail(err, 400, "messages", "%s", pagoda_last_error());
+        r->prompts = calloc(1, sizeof *r->prompts);
+        if (!r->prompts) {
+            pagoda_free(text);
+            return pg_api_fail(err, 500, NULL, "out of memory");
+        }
+        r->n_prompts = 1;
+        r->prompts[0].text = strdup(text);
+        r->prompts[0].text_len = strlen(text);
+        pagoda_free(text);
+        if (!r->prompts[0].text) return pg_api_fail(err, 500, NULL, "out of memory");
+    }
+    int32_t **ids = calloc(r->n_prompts, sizeof *ids);
+    size_t *n = calloc(r->n_prompts, sizeof *n);
+    *ids_out = ids;
+    *n_out = n;
+    if (!ids || !n) return pg_api_fail(err, 500, NULL, "out of memory");
+    int32_t vocab = pagoda_engine_vocab_size(s->e);
+    for (size_t p = 0; p < r->n_prompts; p++) {
+        pg_api_prompt *pr = &r->prompts[p];
+        if (pr->text) {
+            pagoda_status st = r->kind == PG_API_CHAT
+                                   ? encode_rendered(s, pr->text, pr->text_len, &ids[p], &n[p])
+                                   : pagoda_tokenize(s->e, pr->text, pr->text_len,
+                                                     r->add_special_tokens, &ids[p], &n[p]);
+            if (st) return pg_api_fail(err, 400, "prompt", "%s", pagoda_last_error());
+        } else {
+            for (size_t k = 0; k < pr->n_ids; k++)
+                if (pr->ids[k] >= vocab)
+                    return pg_api_fail(err, 400, "prompt",
+                                       "token id %d at prompt position %zu is out of the "
+                                       "vocabulary (size %d)",
+                                       pr->ids[k], k, vocab);
+            ids[p] = malloc((pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
+            if (!ids[p]) return pg_api_fail(err, 500, NULL, "out of memory");
+            memcpy(ids[p], pr->ids, pr->n_ids * sizeof(int32_t));
+            n[p] = pr->n_ids;
+        }
+        if (pg_api_check_length((int32_t)n[p], r->sampling.max_tokens, s->max_model_len, err))
+            return PAGODA_ERR_INVALID_ARG;
+    }
+    return PAGODA_OK;
+}
+
+static void free_ids(int32_t **ids, size_t *n, size_t count) {
+    if (ids)
+        for (size_t i = 0; i < count; i++)
+            pagoda_free(ids[i]);
+    free(ids);
+    free(n);
+}
+
+/* Add the job's engine requests and register it; 503 when the queue is full. */
+static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_api_error *err) {
+    pg_api_request *r = &j->req;
+    if (!ids || !n) return pg_api_fail(err, 500, NULL, "out of memory");
+    size_t per = (size_t)r->n;
+    j->n_choices = r->n_prompts * per;
+    j->choices = calloc(j->n_choices, sizeof *j->choices);
+    j->subs = calloc(j->n_choices, sizeof *j->subs);
+    if (!j->choices || !j->subs) return pg_api_fail(err, 500, NULL, "out of memory");
+    for (size_t c = 0; c < j->n_choices; c++) {
+        j->choices[c].stop_token = -1;
+        pg_api_choice_append(&j->choices[c], "", 0);
+        if (r->echo) {
+            const pg_api_prompt *pr = &r->prompts[c / per];
+            if (pr->text) {
+                pg_api_choice_append(&j->choices[c], pr->text, pr->text_len);
+            } else {
+                size_t len = 0;
+                char *t = detok(s->e, pr->ids, pr->n_ids, r->sampling.skip_special_tokens, &len);
+                if (t) pg_api_choice_append(&j->choices[c], t, len);
+                free(t);
+            }
+            j->choices[c].text_offset0 = j->choices[c].len;
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    if (s->inflight + (int64_t)j->n_choices > s->inflight_limit) {
+        int64_t inflight = s->inflight;
+        pthread_mutex_unlock(&s->mu);
+        return pg_api_fail(err, 503, NULL,
+                           "server busy: %lld requests in flight, the limit is %lld "
+                           "(--max-num-seqs + --max-queue); retry later",
+                           (long long)inflight, (long long)s->inflight_limit);
+    }
+    for (size_t c = 0; c < j->n_choices; c++) {
+        pagoda_request req = {0};
+        req.prompt_token_ids = ids[c / per];
+        req.n_prompt_token_ids = n[c / per];
+        req.add_special_tokens = false;
+        req.sampling = r->sampling;
+        if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
+            req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
+        if (pagoda_engine_add_request(s->e, &req, &j->subs[c].eid, NULL) != PAGODA_OK) {
+            pg_api_fail(err, 400, NULL, "%s", pagoda_last_error());
+            for (size_t k = 0; k < c; k++)
+                pagoda_engine_abort(s->e, j->subs[k].eid);
+            pthread_mutex_unlock(&s->mu);
+            return PAGODA_ERR_INVALID_ARG;
+        }
+        j->subs[c].arrival = now_mono();
+        j->subs[c].last_token = n[c / per] ? ids[c / per][n[c / per] - 1] : -1;
+    }
+    s->inflight += (int64_t)j->n_choices;
+    j->next = s->jobs;
+    if (s->jobs) s->jobs->prev = j;
+    s->jobs = j;
+    j->registered = true;
+    pthread_mutex_unlock(&s->mu);
+    return PAGODA_OK;
+}
+
+/* Append a malloc'ed SSE event to the job's out buffer (mu held). */
+static void out_push(job *j, char *ev) {
+    if (!ev) return;
+    size_t n = strlen(ev);
+    char *nb = realloc(j->out, j->out_len + n);
+    if (nb) {
+        // NOLINTNEXTLINE(bugprone-not-null-terminated-result): a byte buffer, not a string
+        memcpy(nb + j->out_len, ev, n);
+        j->out = nb;
+        j->out_len += n;
+    }
+    free(ev);
+}
+
+/* Turn what arrived since the last call into SSE events (mu held). */
+static void stream_collect(job *j) {
+    for (size_t i = 0; i < j->n_choices; i++) {
+        pg_api_choice *ch = &j->choices[i];
+        sub *sb = &j->subs[i];
+        bool role = j->meta.kind == PG_API_CHAT && !sb->role_sent;
+        if (role) {
+            out_push(j, pg_api_chunk_sse(&j->meta, (int32_t)i, true, "", 0, NULL, 0, 0,
+                                         PAGODA_FINISH_NONE, NULL));
+            sb->role_sent = true;
+        }
+        size_t nt = ch->len - sb->sent_text, nl = ch->n_lp - sb->sent_lp;
+        bool fin = sb->done && !sb->finish_sent;
+        if (!nt && !nl && !fin) continue;
+        out_push(j, pg_api_chunk_sse(&j->meta, (int32_t)i, false, ch->text + sb->sent_text, nt,
+                                     ch->lp ? ch->lp + sb->sent_lp : NULL, nl, sb->sent_text,
+                                     fin ? ch->finish : PAGODA_FINISH_NONE,
+                                     fin ? ch->stop_reason : NULL));
+        sb->sent_text = ch->len;
+        sb->sent_lp = ch->n_lp;
+        if (fin) sb->finish_sent = true;
+    }
+    if (j->n_done == j->n_choices && !j->done_sent) {
+        bool all = true;
+        for (size_t i = 0; i < j->n_choices; i++)
+            all &= j->subs[i].finish_sent;
+        if (!all) return;
+        if (j->req.include_usage && !j->usage_sent) {
+            pg_api_usage u = pg_api_usage_of(j->choices, j->n_choices, j->req.n);
+            out_push(j, pg_api_usage_sse(&j->meta, &u));
+            j->usage_sent = true;
+        }
+        out_push(j, strdup(PG_API_SSE_DONE));
+        j->done_sent = true;
+    }
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    job *j = cls;
+    pg_server *s = j->srv;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (j->out_off < j->out_len) {
+            size_t n = j->out_len - j->out_off;
+            if (n > max) n = max;
+            memcpy(buf, j->out + j->out_off, n);
+            j->out_off += n;
+            if (j->out_off == j->out_len) j->out_off = j->out_len = 0;
+            pthread_mutex_unlock(&s->mu);
+            return (ssize_t)n;
+        }
+        if (j->done_sent) {
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        stream_collect(j);
+        if (j->out_len) continue;
+        if (atomic_load(&s->stopping) || peer_gone(j->fd)) {
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        timed_wait(j);
+    }
+}
+
+static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
+    pg_server *s = cc->srv;
+    pg_api_error err;
+    job *j = calloc(1, sizeof *j);
+    if (!j) return fail(c, 500, NULL, "out of memory");
+    j->srv = s;
+    j->t_start = now_mono();
+    pthread_cond_init(&j->cv, NULL);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    pagoda_sampling defaults;
+    pagoda_sampling_defaults(s->e, &defaults);
+    pg_api_kind kind = cc->ep == EP_CHAT ? PG_API_CHAT : PG_API_COMPLETION;
+    if (pg_api_parse(kind, cc->body ? cc->body : "", cc->len, &defaults, &j->req, &err)) {
+        job_free(j);
+        return send_error(c, &err);
+    }
+    if (j->req.model && strcmp(j->req.model, s->model_name) != 0) {
+        pg_api_fail(&err, 404, "model", "The model `%s` does not exist (this server serves `%s`).",
+                    j->req.model, s->model_name);
+        err.code = "model_not_found";
+        job_free(j);
+        return send_error(c, &err);
+    }
+    /* ids: a splitmix64 stream keyed per server start (unique, not secret) */
+    uint64_t num = atomic_fetch_add(&s->next_id, 0x9E3779B97F4A7C15ull);
+    uint64_t a = mix64(num), b = mix64(num ^ 0xD1B54A32D192ED03ull);
+    snprintf(j->id, sizeof j->id, "%s-%016llx%016llx", kind == PG_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)a, (unsigned long long)b);
+    j->meta = (pg_api_meta){kind, j->id, (int64_t)time(NULL), s->model_name};
+
+    int32_t **ids = NULL;
+    size_t *n = NULL;
+    pagoda_status st = prepare_prompts(s, j, &ids, &n, &err);
+    if (!st) st = submit(s, j, ids, n, &err);
+    free_ids(ids, n, j->req.n_prompts);
+    if (st) {
+        job_free(j);
+        return send_error(c, &err);
+    }
+    cc->job = j;
+    if (j->req.stream) {
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, NULL);
+        if (!r) return MHD_NO;
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    pthread_mutex_lock(&s->mu);
+    bool gone = false;
+    while (j->n_done < j->n_choices && !atomic_load(&s->stopping)) {
+        timed_wait(j);
+        if (j->n_done < j->n_choices && peer_gone(j->fd)) {
+            gone = true;
+            break;
+        }
+    }
+    bool complete = j->n_done == j->n_choices;
+    const char *error = NULL;
+    for (size_t i = 0; i < j->n_choices && complete; i++)
+        if (j->choices[i].finish == PAGODA_FINISH_ERROR)
+            error = "generation failed (see the server log)";
+    char *js = complete && !error
+                   ? pg_api_response_json(&j->meta, j->choices, j->n_choices, j->req.n)
+                   : NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (gone) return MHD_NO;
+    if (!complete) return fail(c, 503, NULL, "server shutting down");
+    if (error) return fail(c, 500, NULL, error);
+    return send_json(c, 200, js);
+}
+
+/* ------------------------------------------------------------ other endpoints */
+
+static enum MHD_Result handle_models(pg_server *s, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
+    cJSON_AddStringToObject(m, "owned_by", "pagoda");
+    cJSON_AddStringToObject(m, "root", s->model_name);
+    cJSON_AddNullToObject(m, "parent");
+    cJSON_AddNumberToObject(m, "max_model_len", s->max_model_len);
+    cJSON_AddArrayToObject(m, "permission");
+    cJSON_AddItemToArray(data, m);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return send_json(c, 200, js);
+}
+
+static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
+    pg_server *s = cc->srv;
+    cJSON *root = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return fail(c, 400, NULL, "request body must be a JSON object");
+    }
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *add_sp = cJSON_GetObjectItemCaseSensitive(root, "add_special_tokens");
+    const cJSON *add_gen = cJSON_GetObjectItemCaseSensitive(root, "add_generation_prompt");
+    enum MHD_Result ret;
+    char *text = NULL;
+    bool text_pagoda = false;
+    if (model && !cJSON_IsNull(model) &&
+        (!cJSON_IsString(model) || strcmp(model->valuestring, s->model_name) != 0)) {
+        pg_api_error err;
+        pg_api_fail(&err, 404, "model", "The model `%s` does not exist.",
+                    cJSON_IsString(model) ? model->valuestring : "?");
+        err.code = "model_not_found";
+        ret = send_error(c, &err);
+        goto out;
+    }
+    if ((add_sp && !cJSON_IsBool(add_sp)) || (add_gen && !cJSON_IsBool(add_gen))) {
+        ret = fail(c, 400,
+                   add_sp && !cJSON_IsBool(add_sp) ? "add_special_tokens" : "add_generation_prompt",
+                   "flag must be a boolean");
+        goto out;
+    }
+    bool special = true;
+    if (cJSON_IsString(prompt)) {
+        text = prompt->valuestring;
+        if (add_sp) special = cJSON_IsTrue(add_sp);
+    } else if (cJSON_IsArray(messages)) {
+        char *mj = cJSON_PrintUnformatted(messages);
+        pagoda_status st = pagoda_apply_chat_template(
+            s->e, mj, NULL, NULL, !add_gen || cJSON_IsTrue(add_gen), s->chat_template, &text);
+        cJSON_free(mj);
+        if (st) {
+            ret = fail(c, 400, "messages", pagoda_last_error());
+            goto out;
+        }
+        text_pagoda = true;
+        special = add_sp ? cJSON_IsTrue(add_sp) : false;
+    } else {
+        ret = fail(c, 400, "prompt", "'prompt' (a string) or 'messages' (a list) is required");
+        goto out;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    pagoda_status tst = text_pagoda && !special
+                            ? encode_rendered(s, text, strlen(text), &ids, &n)
+                            : pagoda_tokenize(s->e, text, strlen(text), special, &ids, &n);
+    if (tst) {
+        ret = fail(c, 400, "prompt", pagoda_last_error());
+        goto out;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "count", (double)n);
+    cJSON_AddNumberToObject(o, "max_model_len", s->max_model_len);
+    cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    cJSON_AddNullToObject(o, "token_strs");
+    pagoda_free(ids);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    ret = send_json(c, 200, js);
+out:
+    if (text_pagoda) pagoda_free(text);
+    cJSON_Delete(root);
+    return ret;
+}
+
+static enum MHD_Result handle_detokenize(conn *cc, struct MHD_Connection *c) {
+    pg_server *s = cc->srv;
+    cJSON *root = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
+    const cJSON *toks = root ? cJSON_GetObjectItemCaseSensitive(root, "tokens") : NULL;
+    enum MHD_Result ret;
+    if (!cJSON_IsObject(root) || !cJSON_IsArray(toks)) {
+        ret = fail(c, 400, "tokens", "'tokens' (a list of token ids) is required");
+        goto out;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(toks), i = 0;
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    int32_t vocab = pagoda_engine_vocab_size(s->e);
+    const cJSON *it;
+    bool ok = ids != NULL;
+    cJSON_ArrayForEach(it, toks) {
+        if (!ok) break;
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= vocab ||
+            it->valuedouble != (double)(int32_t)it->valuedouble)
+            ok = false;
+        else
+            ids[i++] = (int32_t)it->valuedouble;
+    }
+    if (!ok) {
+        free(ids);
+        char msg[96];
+        snprintf(msg, sizeof msg, "'tokens' must hold token ids in [0, %d)", vocab);
+        ret = fail(c, 400, "tokens", msg);
+        goto out;
+    }
+    size_t len = 0;
+    char *text = detok(s->e, ids, n, false, &len);
+    free(ids);
+    if (!text) {
+        ret = fail(c, 400, "tokens", pagoda_last_error());
+        goto out;
+    }
+    cJSON *o = cJSON_CreateObject();
+    char *safe = pg_api_utf8_dup(text, len);
+    cJSON_AddStringToObject(o, "prompt", safe ? safe : "");
+    free(safe);
+    free(text);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    ret = send_json(c, 200, js);
+out:
+    cJSON_Delete(root);
+    return ret;
+}
+
+static enum MHD_Result handle_metrics(pg_server *s, struct MHD_Connection *c) {
+    pagoda_stats st;
+    pagoda_engine_get_stats(s->e, &st);
+    char *txt = pg_metrics_render(&s->metrics, s->model_name, &st);
+    if (!txt) return fail(c, 500, NULL, "out of memory");
+    return send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", txt, strlen(txt), NULL,
+                     NULL);
+}
+
+/* --------------------------------------------------------------- routing */
+
+typedef struct route {
+    const char *path;
+    const char *method;
+    endpoint ep;
+    bool auth;
+} route;
+
+static const route ROUTES[] = {
+    {"/health", "GET", EP_HEALTH, false},
+    {"/version", "GET", EP_VERSION, false},
+    {"/metrics", "GET", EP_METRICS, false},
+    {"/v1/models", "GET", EP_MODELS, true},
+    {"/tokenize", "POST", EP_TOKENIZE, true},
+    {"/detokenize", "POST", EP_DETOKENIZE, true},
+    {"/v1/completions", "POST", EP_COMPLETIONS, true},
+    {"/v1/chat/completions", "POST", EP_CHAT, true},
+};
+
+static bool auth_ok(pg_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    const char *k = h + 7;
+    while (*k == ' ')
+        k++;
+    /* constant-time compare over the key's length */
+    size_t n = strlen(s->api_key), m = strlen(k);
+    unsigned diff = (unsigned)(n ^ m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)s->api_key[i] ^ (unsigned char)(i < m ? k[i] : 0);
+    return diff == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls) {
+    pg_server *s = cls;
+    conn *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        cc->srv = s;
+        *con_cls = cc;
+        const route *rt = NULL;
+        bool path_known = false;
+        for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+            if (strcmp(url, ROUTES[i].path) != 0) continue;
+            path_known = true;
+            if (!strcmp(method, ROUTES[i].method)) rt = &ROUTES[i];
+        }
+        cc->early_done = true;
+        if (!path_known) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "no such endpoint: %.200s", url);
+            return fail(c, 404, NULL, msg);
+        }
+        if (!rt) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "method %.16s is not allowed on %.200s", method, url);
+            return fail(c, 405, NULL, msg);
+        }
+        if (rt->auth && !auth_ok(s, c)) {
+            pg_api_error err;
+            pg_api_fail(&err, 401, NULL,
+                        "missing or invalid API key (send 'Authorization: Bearer KEY')");
+            err.code = "invalid_api_key";
+            return send_error(c, &err);
+        }
+        const char *cl =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->max_body) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "request body of %.20s bytes is over the limit of %zu bytes",
+                     cl, s->max_body);
+            return fail(c, 413, NULL, msg);
+        }
+        cc->early_done = false;
+        cc->ep = rt->ep;
+        return MHD_YES;
+    }
+    if (cc->early_done) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (cc->too_big || cc->len + n > s->max_body) {
+            cc->too_big = true;
+            return MHD_YES;
+        }
+        if (cc->len + n + 1 > cc->cap) {
+            size_t cap = cc->cap ? cc->cap : 4096;
+            while (cap < cc->len + n + 1)
+                cap *= 2;
+            char *b = realloc(cc->body, cap);
+            if (!b) return MHD_NO;
+            cc->body = b;
+            cc->cap = cap;
+        }
+        memcpy(cc->body + cc->len, upload_data, n);
+        cc->len += n;
+        cc->body[cc->len] = 0;
+        return MHD_YES;
+    }
+    if (cc->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "request body is over the limit of %zu bytes", s->max_body);
+        return fail(c, 413, NULL, msg);
+    }
+    switch (cc->ep) {
+    case EP_HEALTH:
+        return send_text(c, 200, NULL, NULL, 0, NULL, NULL);
+    case EP_VERSION: {
+        char *js = strdup("{\"version\":\"" PAGODA_VERSION "\"}");
+        return send_json(c, 200, js);
+    }
+    case EP_MODELS:
+        return handle_models(s, c);
+    case EP_METRICS:
+        return handle_metrics(s, c);
+    case EP_TOKENIZE:
+        return handle_tokenize(cc, c);
+    case EP_DETOKENIZE:
+        return handle_detokenize(cc, c);
+    case EP_COMPLETIONS:
+    case EP_CHAT:
+        return handle_generate(cc, c);
+    default:
+        return fail(c, 404, NULL, "no such endpoint");
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    conn *cc = *con_cls;
+    if (!cc) return;
+    if (cc->job) {
+        pg_server *s = cc->srv;
+        pthread_mutex_lock(&s->mu);
+        bool aborted = cc->job->n_done < cc->job->n_choices;
+        job_unregister_locked(cc->job);
+        pthread_mutex_unlock(&s->mu);
+        if (aborted)
+            PG_INFO("%s: %s, request aborted", cc->job->id,
+                    atomic_load(&s->stopping) ? "server shutting down" : "client went away");
+        job_log(cc->job);
+        job_free(cc->job);
+    }
+    free(cc->body);
+    free(cc);
+    *con_cls = NULL;
+}
+
+/* -------------------------------------------------------------- lifecycle */
+
+pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg_server **out) {
+    *out = NULL;
+    pg_server *s = calloc(1, sizeof *s);
+    if (!s) return pg_error(PAGODA_ERR_NOMEM, "server: out of memory");
+    s->e = e;
+    const char *name =
+        opt->served_model_name ? opt->served_model_name : pagoda_engine_model_name(e);
+    s->model_name = strdup(name ? name : "model");
+    s->api_key = opt->api_key && opt->api_key[0] ? strdup(opt->api_key) : NULL;
+    s->chat_template = opt->chat_template ? strdup(opt->chat_template) : NULL;
+    s->max_body = opt->max_body_bytes ? opt->max_body_bytes : DEFAULT_MAX_BODY;
+    s->inflight_limit = (int64_t)(opt->max_num_seqs > 0 ? opt->max_num_seqs : 256) +
+                        (opt->max_queue >= 0 ? opt->max_queue : 1024);
+    s->max_model_len = pagoda_engine_max_model_len(e);
+    int32_t *sp = NULL;
+    size_t nsp = 0;
+    if (pagoda_tokenize(e, "", 0, true, &sp, &nsp) == PAGODA_OK) {
+        s->n_special_ids = nsp < 2 ? nsp : 2;
+        for (size_t i = 0; i < s->n_special_ids; i++)
+            s->special_ids[i] = sp[i];
+        pagoda_free(sp);
+    }
+    pg_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->mu, NULL);
+    atomic_init(&s->stopping, false);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    atomic_init(&s->next_id, mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+                                 ((uint64_t)getpid() << 32));
+
+    const char *host = opt->host ? opt->host : "127.0.0.1";
+    char port[16];
+    snprintf(port, sizeof port, "%d", opt->port);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int gai = getaddrinfo(host, port, &hints, &ai);
+    if (gai || !ai) {
+        pg_server_stop(s);
+        return pg_error(PAGODA_ERR_IO, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+    }
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(flags, (uint16_t)opt->port, NULL, NULL, on_request, s,
+                              MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+                              on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
+                              MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_THREAD_STACK_SIZE,
+                              (size_t)2 << 20, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->mhd) {
+        int err = errno;
+        pg_server_stop(s);
+        return pg_error(PAGODA_ERR_IO, "cannot listen on %s:%d: %s", host, opt->port,
+                        strerror(err));
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : opt->port;
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s)) {
+        pg_server_stop(s);
+        return pg_error(PAGODA_ERR_NOMEM, "cannot start the engine thread");
+    }
+    s->engine_started = true;
+    *out = s;
+    return PAGODA_OK;
+}
+
+int pg_server_port(const pg_server *s) {
+    return s->port;
+}
+
+void pg_server_stop(pg_server *s) {
+    if (!s) return;
+    atomic_store(&s->stopping, true);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->engine_started) pthread_join(s->engine_thread, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pg_metrics_destroy(&s->metrics);
+    free(s->model_name);
+    free(s->api_key);
+    free(s->chat_template);
+    free(s);
+}

@@ -1,0 +1,45 @@
+/* `pagoda serve`: an OpenAI-compatible HTTP server over the public engine
+ * API (include/pagoda.h) with libmicrohttpd.
+ *
+ * Threads: MHD runs one thread per connection (plus its listener); those
+ * threads only parse, validate, tokenize, enqueue (pagoda_engine_add_request)
+ * and wait on a condition variable / write SSE chunks. One engine thread
+ * loops over pagoda_engine_wait_for_work + pagoda_engine_step and copies
+ * each step's outputs into the waiting requests under the server's mutex.
+ * A client that goes away (socket closed) has its requests aborted
+ * (pagoda_engine_abort), which frees their KV blocks at the next step.
+ * See docs/ARCHITECTURE.md "HTTP server". */
+#ifndef PAGODA_SERVER_SERVER_H
+#define PAGODA_SERVER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagoda.h"
+
+typedef struct pg_server_options {
+    const char *host;              /* address to bind; NULL = "127.0.0.1" */
+    int port;                      /* 0 = an ephemeral port (see pg_server_port) */
+    const char *api_key;           /* NULL = no authentication */
+    const char *served_model_name; /* NULL = pagoda_engine_model_name() */
+    const char *chat_template;     /* template source overriding the model's, or NULL */
+    int max_num_seqs;              /* the engine's, for the queue limit (0 = 256) */
+    int max_queue;                 /* engine requests allowed to wait beyond max_num_seqs;
+                                      more get 503 + Retry-After. < 0 = default 1024 */
+    size_t max_body_bytes;         /* larger request bodies get 413; 0 = 16 MiB */
+} pg_server_options;
+
+typedef struct pg_server pg_server;
+
+/* Bind, start the HTTP threads and the engine thread. The engine must stay
+ * alive until pg_server_stop. Errors: IO (cannot bind / resolve the host),
+ * NOMEM. */
+pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg_server **out);
+
+/* The bound TCP port (the ephemeral one when port 0 was asked). */
+int pg_server_port(const pg_server *s);
+
+/* Stop accepting, abort what is in flight, join every thread, free. */
+void pg_server_stop(pg_server *s);
+
+#endif
