@@ -52,6 +52,12 @@ typedef struct pagoda_engine_options {
     bool enable_prefix_caching;     /* default true */
     int32_t num_threads;            /* 0 = one per physical core allowed */
     uint64_t seed;                  /* base for requests without a seed; 0 = random */
+    /* Load-time quantization of F32/F16/BF16 linear weights (not the
+     * lm_head): 0 = none, 8 = W8A8, 4 = W4A8, with dynamic per-token int8
+     * activations (docs/QUANTIZATION.md). GGUF Q8_0/Q4_0 weights always run
+     * on the W8A8/W4A8 kernels. */
+    int32_t quantization;
+    int32_t quant_group_size; /* 0 = per output channel; else a multiple of 32 */
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;

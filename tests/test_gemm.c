@@ -410,7 +410,7 @@ static void test_gemm_bad_args(void **state) {
     (void)state;
     float W[6] = {1, 2, 3, 4, 5, 6}, A[3] = {1, 1, 1}, C[2];
     pg_packed_weight *pw = (pg_packed_weight *)&W; /* must be overwritten with NULL */
-    assert_int_equal(pg_gemm_pack(PG_Q8_0, W, 2, 3, NULL, &pw), PAGODA_ERR_UNSUPPORTED);
+    assert_int_equal(pg_gemm_pack(PG_I8, W, 2, 3, NULL, &pw), PAGODA_ERR_UNSUPPORTED);
     assert_null(pw);
     assert_int_equal(pg_gemm_pack(PG_F32, W, 0, 3, NULL, &pw), PAGODA_ERR_INVALID_ARG);
     assert_int_equal(pg_gemm_pack(PG_F32, W, 2, -1, NULL, &pw), PAGODA_ERR_INVALID_ARG);

@@ -26,7 +26,10 @@ static void usage(void) {
           "  --gguf-dtype T       override for the GGUF form: f32|f16|bf16|q8_0|q4_0\n"
           "  --shards N           write N safetensors shards + index\n"
           "  --tokenizer DIR      copy tokenizer.json / tokenizer_config.json into the HF dir\n"
-          "  --gguf-vocab FILE    copy tokenizer.* metadata of FILE into the GGUF\n",
+          "  --gguf-vocab FILE    copy tokenizer.* metadata of FILE into the GGUF\n"
+          "  --compressed-tensors w8a8|w4a8 [--ct-group N]   HF form as a compressed-tensors\n"
+          "                       checkpoint (int-quantized int8 / pack-quantized int4;\n"
+          "                       N = 0: per channel, else a multiple of 32)\n",
           stderr);
 }
 
@@ -134,6 +137,15 @@ int main(int argc, char **argv) {
             o.tokenizer_dir = v;
         else if (!strcmp(a, "--gguf-vocab"))
             o.vocab_gguf = v;
+        else if (!strcmp(a, "--ct-group"))
+            o.ct_group = to_int(a, v);
+        else if (!strcmp(a, "--compressed-tensors")) {
+            if (strcmp(v, "w8a8") && strcmp(v, "w4a8")) {
+                fprintf(stderr, "gen_model: --compressed-tensors takes w8a8 or w4a8\n");
+                return 2;
+            }
+            o.ct_bits = v[1] == '8' ? 8 : 4;
+        }
         else if (!strcmp(a, "--rope-factor"))
             o.rope_factor = to_float(a, v);
         else if (!strcmp(a, "--rope-low"))

@@ -36,6 +36,8 @@ static void serve_usage(FILE *f) {
         "  --block-size N               tokens per KV block\n"
         "  --no-prefix-caching          disable prefix caching\n"
         "  --threads N                  compute threads (default: one per physical core)\n"
+        "  --quantization w8a8|w4a8     quantize F32/F16/BF16 linear weights at load\n"
+        "  --quant-group-size N         scale group for --quantization (0 = per channel)\n"
         "  --seed N                     base seed for requests without one\n");
 }
 
@@ -135,7 +137,19 @@ int pg_cmd_serve(int argc, char **argv) {
             rc = parse_int(a, v, 1, 1 << 20, &x), eo.block_size = (int32_t)x;
         else if (!strcmp(a, "--threads"))
             rc = parse_int(a, v, 0, 4096, &x), eo.num_threads = (int32_t)x;
-        else if (!strcmp(a, "--seed"))
+        else if (!strcmp(a, "--quant-group-size"))
+            rc = parse_int(a, v, 0, 1 << 20, &x), eo.quant_group_size = (int32_t)x;
+        else if (!strcmp(a, "--quantization")) {
+            if (!strcmp(v, "w8a8"))
+                eo.quantization = 8;
+            else if (!strcmp(v, "w4a8"))
+                eo.quantization = 4;
+            else if (strcmp(v, "none")) {
+                fprintf(stderr, "pagoda serve: --quantization: '%s' is not w8a8, w4a8 or none\n",
+                        v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed"))
             rc = parse_int(a, v, 0, LONG_MAX, &x), eo.seed = (uint64_t)x;
         else if (!strcmp(a, "--kv-cache-memory")) {
             if (pg_parse_size(v, &eo.kv_cache_memory)) {

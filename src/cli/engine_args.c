@@ -25,7 +25,7 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
     static const char *const with_value[] = {
         "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
         "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
-        "--threads"};
+        "--threads",         "--quantization",   "--quant-group-size"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         known |= !strcmp(a, with_value[k]);
@@ -44,7 +44,18 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         ok = parse_i32(v, 1, 1L << 24, &o->max_num_batched_tokens);
     else if (!strcmp(a, "--block-size"))
         ok = parse_i32(v, 16, 1024, &o->block_size) && o->block_size % 16 == 0;
-    else if (!strcmp(a, "--threads"))
+    else if (!strcmp(a, "--quant-group-size"))
+        ok = parse_i32(v, 0, 1L << 20, &o->quant_group_size) && o->quant_group_size % 32 == 0;
+    else if (!strcmp(a, "--quantization")) {
+        if (!strcmp(v, "w8a8"))
+            o->quantization = 8;
+        else if (!strcmp(v, "w4a8"))
+            o->quantization = 4;
+        else if (!strcmp(v, "none"))
+            o->quantization = 0;
+        else
+            ok = false;
+    } else if (!strcmp(a, "--threads"))
         ok = parse_i32(v, 1, 1024, &o->num_threads);
     else if (!strcmp(a, "--kv-cache-memory")) {
         ok = pg_parse_size(v, &o->kv_cache_memory) == PAGODA_OK && o->kv_cache_memory > 0;

@@ -1,7 +1,8 @@
 /* Engine options shared by `pagoda generate` and `pagoda bench
  * throughput|latency`: --max-model-len, --max-num-seqs,
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
- * --block-size, --no-prefix-caching, --threads. */
+ * --block-size, --no-prefix-caching, --threads, --quantization,
+ * --quant-group-size. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
 
@@ -20,7 +21,10 @@
     "  --kv-cache-dtype D          auto | bfloat16 | float32 (auto: F32 models keep F32)\n"        \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \
-    "  --threads N                 compute threads (default: one per physical core)\n"
+    "  --threads N                 compute threads (default: one per physical core)\n"             \
+    "  --quantization Q            w8a8 | w4a8: quantize F32/F16/BF16 linear weights at load\n"    \
+    "  --quant-group-size N        scale group for --quantization (0 = per channel, default;\n"    \
+    "                              32, 64, 128, ...)\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with

@@ -147,6 +147,13 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
     if ((unsigned)o->kv_cache_dtype > PAGODA_KV_F32)
         return pg_error(PAGODA_ERR_INVALID_ARG, "engine: unknown kv_cache_dtype %d",
                         (int)o->kv_cache_dtype);
+    if (o->quantization != 0 && o->quantization != 8 && o->quantization != 4)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "engine: quantization %d (0, 8 = W8A8, 4 = W4A8)",
+                        o->quantization);
+    if (o->quant_group_size < 0 || o->quant_group_size % 32)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: quant_group_size %d must be 0 (per channel) or a multiple of 32",
+                        o->quant_group_size);
     return PAGODA_OK;
 }
 
@@ -188,7 +195,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     if ((st = pg_model_source_open(model, &e->src)) != PAGODA_OK) goto fail;
     if ((st = pg_llama_load(e->src, o.max_model_len, &e->model)) != PAGODA_OK) goto fail;
     if ((st = pg_tokenizer_load(pg_model_source_path(e->src), &e->tok)) != PAGODA_OK) goto fail;
-    if ((st = pg_llama_pack(e->model)) != PAGODA_OK) goto fail;
+    if ((st = pg_llama_pack_quantized(e->model, o.quantization, o.quant_group_size)) != PAGODA_OK)
+        goto fail;
     const pg_model_config *c = pg_llama_config(e->model);
     e->vocab = c->vocab_size;
     e->max_model_len = pg_llama_max_context(e->model);

@@ -48,6 +48,21 @@ static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
     return u;
 }
 
+/* Quantized GEMM microkernel descriptors (kernels/qgemm.h). */
+typedef void (*qrun_fn)(int64_t, int64_t, const void *, int64_t, const float *, int64_t,
+                        const void *, float *, int64_t, int, int);
+static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, int ar, int vw,
+                            int a_u8, qrun_fn run) {
+    pg_qgemm_ukernel u = {name, mr, nr, kg, ar, vw, a_u8, bits, run};
+    return u;
+}
+#define QUK_SCALAR(b) quk("scalar", b, 4, 8, 4, 1, 16, 0, pg_ref_qgemm_uk_w##b)
+#define QUK_AVX512VNNI(b) quk("avx512vnni", b, 6, 32, 4, 1, 64, 1, pg_avx512vnni_qgemm_uk_w##b)
+#define QUK_AVX2(b) quk("avx2", b, 3, 16, 4, 1, 32, 0, pg_avx2_qgemm_uk_w##b)
+#define QUK_AVXVNNI(b) quk("avxvnni", b, 3, 16, 4, 1, 32, 1, pg_avxvnni_qgemm_uk_w##b)
+#define QUK_DOTPROD(b) quk("dotprod", b, 4, 8, 4, 1, 16, 0, pg_dotprod_qgemm_uk_w##b)
+#define QUK_I8MM(b) quk("i8mm", b, 4, 8, 8, 2, 16, 0, pg_i8mm_qgemm_uk_w##b)
+
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
 
@@ -70,6 +85,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, cvt_f32_bf16, pg_ref_cvt_f32_bf16, "scalar");
     t->gemm_bf16 = uk("scalar", 4, 16, 2, 1, pg_ref_gemm_uk_bf16);
     t->gemm_f32 = uk("scalar", 4, 16, 1, 1, pg_ref_gemm_uk_f32);
+    t->qgemm_w8 = QUK_SCALAR(8);
+    t->qgemm_w4 = QUK_SCALAR(4);
 #if defined(__x86_64__)
     if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
@@ -86,6 +103,11 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, cvt_f32_bf16, pg_avx2_cvt_f32_bf16, "avx2");
         t->gemm_bf16 = uk("avx2", 4, 16, 2, 1, pg_avx2_gemm_uk_bf16);
         t->gemm_f32 = uk("avx2", 6, 16, 1, 1, pg_avx2_gemm_uk_f32);
+        /* VNNI is a feature, not a level: AVX-VNNI (VEX) on AVX2 cores */
+        if (pg_cpu()->avx_vnni)
+            t->qgemm_w8 = QUK_AVXVNNI(8), t->qgemm_w4 = QUK_AVXVNNI(4);
+        else
+            t->qgemm_w8 = QUK_AVX2(8), t->qgemm_w4 = QUK_AVX2(4);
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
@@ -102,6 +124,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
         t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
         t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
+        if (pg_cpu()->avx512_vnni)
+            t->qgemm_w8 = QUK_AVX512VNNI(8), t->qgemm_w4 = QUK_AVX512VNNI(4);
     }
     /* avx512bf16: the BF16 GEMM and attention over a BF16 KV cache use
      * VDPBF16PS; the dot products keep f32 activations (never rounded to
@@ -136,6 +160,11 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
             t->gemm_bf16 = uk("neon-bfmmla", 8, 8, 4, 2, pg_bf16_gemm_uk_bfmmla);
         else
             t->gemm_bf16 = uk("neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16);
+        /* SMMLA where the core has FEAT_I8MM, else SDOT (FEAT_DotProd) */
+        if (pg_cpu()->i8mm)
+            t->qgemm_w8 = QUK_I8MM(8), t->qgemm_w4 = QUK_I8MM(4);
+        else if (pg_cpu()->asimd_dotprod)
+            t->qgemm_w8 = QUK_DOTPROD(8), t->qgemm_w4 = QUK_DOTPROD(4);
     }
     if (level == PG_ISA_SVE) {
         SET(t, dot_f32, pg_sve_dot_f32, "sve");
@@ -164,6 +193,10 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
             t->gemm_bf16.nr);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_f32", t->gemm_f32.name, t->gemm_f32.mr,
             t->gemm_f32.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "qgemm_w8a8", t->qgemm_w8.name, t->qgemm_w8.mr,
+            t->qgemm_w8.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "qgemm_w4a8", t->qgemm_w4.name, t->qgemm_w4.mr,
+            t->qgemm_w4.nr);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */
@@ -223,6 +256,44 @@ int pg_attn_ukernel_variants(pg_dtype dtype, const pg_attn_ukernels **out, int m
     /* the exact-widening NEON BF16 set, when the tables use BFDOT instead */
     if (dtype == PG_BF16 && pg_isa_supported(pg_cpu(), PG_ISA_NEON) && pg_cpu()->bf16 && n < max)
         out[n++] = &UK_NEON_BF16;
+#endif
+    return n;
+}
+
+/* Every quantized microkernel this machine runs (kernels/qgemm.h). */
+int pg_qgemm_ukernel_variants(int bits, const pg_qgemm_ukernel **out, int max) {
+    pthread_once(&g_tables_once, tables_init);
+    static pg_qgemm_ukernel extra[2][2];
+    int n = 0;
+    for (int l = 0; l < PG_ISA_COUNT; l++) {
+        if (!g_tables[l].isa) continue;
+        const pg_qgemm_ukernel *u = bits == 8 ? &g_tables[l].qgemm_w8 : &g_tables[l].qgemm_w4;
+        int dup = 0;
+        for (int j = 0; j < n; j++)
+            dup |= out[j]->run == u->run;
+        if (!dup && n < max) out[n++] = u;
+    }
+    const int b = bits == 8 ? 0 : 1;
+    (void)b;
+#if defined(__x86_64__)
+    /* AVX-VNNI where the tables use AVX512_VNNI instead; the AVX2 fallback
+     * where they use AVX-VNNI */
+    if (pg_cpu()->avx_vnni && pg_cpu()->avx512_vnni && pg_isa_supported(pg_cpu(), PG_ISA_AVX512) &&
+        n < max) {
+        extra[b][0] = bits == 8 ? QUK_AVXVNNI(8) : QUK_AVXVNNI(4);
+        out[n++] = &extra[b][0];
+    }
+    if (pg_cpu()->avx_vnni && pg_isa_supported(pg_cpu(), PG_ISA_AVX2) && n < max) {
+        extra[b][1] = bits == 8 ? QUK_AVX2(8) : QUK_AVX2(4);
+        out[n++] = &extra[b][1];
+    }
+#elif defined(__aarch64__)
+    /* SDOT where the tables use SMMLA instead */
+    if (pg_cpu()->i8mm && pg_cpu()->asimd_dotprod && pg_isa_supported(pg_cpu(), PG_ISA_NEON) &&
+        n < max) {
+        extra[b][0] = bits == 8 ? QUK_DOTPROD(8) : QUK_DOTPROD(4);
+        out[n++] = &extra[b][0];
+    }
 #endif
     return n;
 }

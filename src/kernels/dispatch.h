@@ -43,6 +43,29 @@ typedef struct pg_gemm_ukernel {
                 int64_t ldc, int mr, int accumulate);
 } pg_gemm_ukernel;
 
+/* A quantized GEMM microkernel (kernels/qgemm.h; layouts in
+ * docs/ARCHITECTURE.md "Quantized GEMM"). It computes an mr x nr tile
+ *     for each of ngroups groups of gk k (gk a multiple of 32):
+ *         c[i][j] = fmaf((float)isum_g[i][j], scale_g[j], c[i][j])
+ * where isum_g is the exact int32 sum over the group of a[i][k] * q[j][k]
+ * (accumulate == 0: c starts at 0). The packed panel holds, per group:
+ * int32 comp[nr] (the start of each column's integer sum: -128 * sum q for
+ * a_u8 kernels, scaled by 16 for W4, else 0), f32 scale[nr], then the
+ * weights: for each k-chunk of kg, for each column, kg int8 values; W4
+ * halves this stream: each 2*vw bytes become vw bytes whose low nibbles
+ * hold the first vw values and high nibbles the next vw. A: int8 (a_u8:
+ * plus 128, as uint8), row i at a + i*a_stride (ar 2: row pairs, each
+ * kg-chunk = row 2p's kg values then row 2p+1's). 1 <= mr <= the kernel's mr.
+ * as == NULL: per-token activation scales (applied later by the driver);
+ * else per-group ones: group g of row i uses scale_g[j] * as[i*as_stride + g]
+ * (that product rounded to f32) in place of scale_g[j]. */
+typedef struct pg_qgemm_ukernel {
+    const char *name; /* "avx512vnni", "i8mm", "scalar", ... */
+    int mr, nr, kg, ar, vw, a_u8, bits;
+    void (*run)(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,
+                int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+} pg_qgemm_ukernel;
+
 typedef struct pg_kernel_table {
     const char
         *isa; /* name of the level: "scalar", "avx2", "avx512", "avx512bf16", "neon", "sve" */
@@ -77,6 +100,9 @@ typedef struct pg_kernel_table {
     /* dst[i] = bf16(src[i]), round to nearest even (NaN stays NaN), n >= 0:
      * the GEMM's activation input stage. */
     void (*cvt_f32_bf16)(const float *src, uint16_t *dst, size_t n);
+    /* Quantized GEMM microkernels (kernels/qgemm.h): int8 and int4 weights
+     * times int8 per-token activations. */
+    pg_qgemm_ukernel qgemm_w8, qgemm_w4;
 
     /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
     struct {
@@ -100,6 +126,12 @@ const pg_kernel_table *pg_kernels_select(const char *isa_or_null);
  * NULL when the name is unknown or this CPU cannot run that level. Lets
  * tests run every variant the machine supports. */
 const pg_kernel_table *pg_kernels_for_isa(const char *isa);
+
+/* Every quantized GEMM microkernel (kernels/qgemm.h) this machine can run
+ * for `bits` (8 or 4), scalar first, including feature variants the tables
+ * do not pick (SDOT where SMMLA exists, AVX-VNNI where AVX512_VNNI
+ * exists), for tests and benchmarks. Returns the count (<= max). */
+int pg_qgemm_ukernel_variants(int bits, const pg_qgemm_ukernel **out, int max);
 
 /* Print one line per entry, "  <prefix><entry> <variant>", to f. */
 void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix);

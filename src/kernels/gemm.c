@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "kernels/qgemm.h"
 #include "kernels/ref/ref.h"
 
 /* Blocking (elements). KC_ELEMS x NR BF16 = 64 KiB for NR 64 (L2; 256 and
@@ -36,6 +37,7 @@ struct pg_packed_weight {
     size_t panel_elems; /* kgroups * kg * nr */
     void *data;
     size_t bytes;
+    pg_qpacked *q; /* quantized (W8A8 / W4A8): everything goes to qgemm.c */
 };
 
 static int64_t ceil_div(int64_t a, int64_t b) {
@@ -55,16 +57,132 @@ int pg_gemm_is_swiglu(const pg_packed_weight *w) {
     return w->swiglu;
 }
 size_t pg_gemm_packed_bytes(const pg_packed_weight *w) {
-    return w->bytes;
+    return w->q ? pg_qgemm_packed_bytes(w->q) : w->bytes;
 }
 const char *pg_gemm_variant(const pg_packed_weight *w) {
-    return w->uk.name;
+    return w->q ? pg_qgemm_variant(w->q) : w->uk.name;
+}
+int pg_gemm_quant_bits(const pg_packed_weight *w) {
+    return w->q ? pg_qgemm_bits(w->q) : 0;
 }
 
 void pg_gemm_free(pg_packed_weight *w) {
     if (!w) return;
-    pg_free_huge(w->data, w->bytes);
+    if (w->q)
+        pg_qgemm_free(w->q);
+    else
+        pg_free_huge(w->data, w->bytes);
     pg_free(w);
+}
+
+/* ---- quantized weights: a wrapper around a pg_qpacked */
+
+static pagoda_status wrap_q(pagoda_status st, pg_qpacked *q, pg_packed_weight **out) {
+    if (st) return st;
+    pg_packed_weight *pw = pg_calloc_aligned(1, sizeof *pw);
+    if (!pw) {
+        pg_qgemm_free(q);
+        return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
+    }
+    pw->q = q;
+    pw->N = pg_qgemm_n(q);
+    pw->K = pg_qgemm_k(q);
+    pw->swiglu = pg_qgemm_is_swiglu(q);
+    *out = pw;
+    return PAGODA_OK;
+}
+
+static const pg_qgemm_ukernel *q_uk(const pg_kernel_table *kt, int bits) {
+    if (!kt) kt = pg_kernels();
+    return bits == 8 ? &kt->qgemm_w8 : &kt->qgemm_w4;
+}
+
+pagoda_status pg_gemm_pack_qweight(const pg_qweight *w, const pg_qweight *w_up,
+                                   const pg_kernel_table *kt, pg_packed_weight **out) {
+    if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
+    *out = NULL;
+    if (!w) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL weight");
+    pg_qpacked *q = NULL;
+    pagoda_status st = pg_qgemm_pack(w, w_up, q_uk(kt, w->bits), &q);
+    return wrap_q(st, q, out);
+}
+
+/* GGUF Q8_0 / Q4_0 rows (gate, and up for a SwiGLU pair) -> W8A8 / W4A8. */
+static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
+                               const pg_kernel_table *kt, pg_packed_weight **out) {
+    if (!Wg || (N < 1 || K < 1))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL weight or N=%lld K=%lld",
+                        (long long)N, (long long)K);
+    const int halves = Wu ? 2 : 1;
+    int8_t *q = pg_malloc_aligned((size_t)(halves * N * K));
+    float *s = pg_malloc_aligned((size_t)(halves * N * (K / 32 + 1)) * sizeof(float));
+    pagoda_status st = PAGODA_OK;
+    if (!q || !s) st = pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
+    pg_qweight w[2];
+    for (int h = 0; h < halves && !st; h++) {
+        int8_t *qh = q + h * N * K;
+        float *sh = s + h * N * (K / 32);
+        st = pg_qgemm_from_gguf(t, h ? Wu : Wg, N, K, qh, sh);
+        w[h] = (pg_qweight){t == PG_Q8_0 ? 8 : 4, 32, N, K, qh, sh, 1};
+    }
+    if (!st) st = pg_gemm_pack_qweight(&w[0], Wu ? &w[1] : NULL, kt, out);
+    pg_free(q);
+    pg_free(s);
+    return st;
+}
+
+typedef struct {
+    pg_dtype t;
+    const void *W;
+    int64_t K, group;
+    int bits;
+    int8_t *q;
+    float *s;
+} quant_job;
+
+static void quant_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const quant_job *j = ctx;
+    pg_qgemm_quantize_weight(j->t, j->W, j->K, j->bits, j->group, (int64_t)begin, (int64_t)end,
+                             j->q, j->s);
+}
+
+pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up,
+                                    int64_t N, int64_t K, int bits, int64_t group,
+                                    int act_group, const pg_kernel_table *kt, pg_pool *pool,
+                                    pg_packed_weight **out) {
+    if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
+    *out = NULL;
+    if (!W || N < 1 || K < 1)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: quantize: NULL weight or N=%lld K=%lld",
+                        (long long)N, (long long)K);
+    if (src_dtype != PG_F32 && src_dtype != PG_F16 && src_dtype != PG_BF16)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "gemm: quantize: source dtype %s (need F32, F16 or BF16)",
+                        pg_dtype_name(src_dtype));
+    if ((bits != 8 && bits != 4) || group < 0 || group % 32)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "gemm: quantize: bits %d group %lld (need 8 or 4; 0 or a multiple of 32)",
+                        bits, (long long)group);
+    const int halves = W_up ? 2 : 1;
+    const int64_t ng = pg_qweight_ngroups(K, group);
+    int8_t *q = pg_malloc_aligned((size_t)(halves * N * K));
+    float *s = pg_malloc_aligned((size_t)(halves * N * ng) * sizeof(float));
+    pagoda_status st = PAGODA_OK;
+    if (!q || !s) st = pg_error(PAGODA_ERR_NOMEM, "gemm: quantize: out of memory");
+    pg_qweight w[2];
+    for (int h = 0; h < halves && !st; h++) {
+        quant_job j = {src_dtype, h ? W_up : W, K, group, bits, q + h * N * K, s + h * N * ng};
+        if (pool && N * K >= 65536)
+            pg_pool_parallel_for(pool, (size_t)N, 16, quant_rows, &j);
+        else
+            quant_rows(&j, 0, (size_t)N, 0);
+        w[h] = (pg_qweight){bits, group, N, K, j.q, j.s, act_group};
+    }
+    if (!st) st = pg_gemm_pack_qweight(&w[0], W_up ? &w[1] : NULL, kt, out);
+    pg_free(q);
+    pg_free(s);
+    return st;
 }
 
 /* Copy source row n (K elements of dtype t) into column c of a packed
@@ -99,9 +217,10 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
     if (N < 1 || K < 1)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: N=%lld K=%lld must be >= 1",
                         (long long)N, (long long)K);
+    if (t == PG_Q8_0 || t == PG_Q4_0) return pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t != PG_F32 && t != PG_F16 && t != PG_BF16)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
-                        "gemm: pack: weight dtype %s not supported (F32, F16, BF16)",
+                        "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0)",
                         pg_dtype_name(t));
     if (!kt) kt = pg_kernels();
     if ((t == PG_F32 ? kt->gemm_f32.nr : kt->gemm_bf16.nr) > PG_GEMM_MAX_NR)
@@ -194,6 +313,7 @@ static geometry plan(const pg_packed_weight *w, int64_t M) {
 
 size_t pg_gemm_scratch_size(const pg_packed_weight *w, int64_t M, int nthreads) {
     if (!w || M < 1) return 0;
+    if (w->q) return pg_qgemm_scratch_size(w->q, M, nthreads);
     if (nthreads < 1) nthreads = 1;
     geometry g = plan(w, M);
     return g.a_bytes + (size_t)nthreads * g.acc_bytes;
@@ -386,6 +506,7 @@ pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int6
                       void *scratch) {
     if (!w || !A || !C || !scratch)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: NULL weight, A, C or scratch");
+    if (w->q) return pg_qgemm(w->q, A, M, lda, C, ldc, bias, ep, pool, scratch);
     if (M < 1 || lda < w->K || ldc < w->N)
         return pg_error(
             PAGODA_ERR_INVALID_ARG,

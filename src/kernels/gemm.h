@@ -4,7 +4,9 @@
  * Shapes and dtypes
  *   A    [M, K] f32, row-major, row stride lda (floats, >= K).
  *   W    [N, K] row-major (the nn.Linear / GGUF layout: one row per output
- *        feature), source dtype F32, F16 or BF16, packed once by pg_gemm_pack.
+ *        feature), source dtype F32, F16 or BF16, packed once by pg_gemm_pack
+ *        (or quantized: Q8_0 / Q4_0 rows, pg_gemm_pack_quantize,
+ *        pg_gemm_pack_qweight; see below and kernels/qgemm.h).
  *   C    [M, N] f32 (SwiGLU: [M, N] with N the gate/up row count), row
  *        stride ldc (floats, >= N).
  *   bias [N] f32 or NULL (SwiGLU: [2N], the gate bias then the up bias).
@@ -76,6 +78,30 @@ pagoda_status pg_gemm_pack_swiglu(pg_dtype src_dtype, const void *W_gate, const 
                                   pg_packed_weight **out);
 
 void pg_gemm_free(pg_packed_weight *w); /* NULL is a no-op */
+
+/* Quantized weights (kernels/qgemm.h has the arithmetic): a packed weight
+ * may also be W8A8 or W4A8; pg_gemm, pg_gemm_scratch_size and the queries
+ * below then run the quantized GEMM (per-token int8 activations). GGUF
+ * Q8_0 / Q4_0 rows given to pg_gemm_pack / pg_gemm_pack_swiglu become W8A8
+ * / W4A8 with group 32 (no detour through BF16) and per-(token, block)
+ * activation scales, the arithmetic of llama.cpp's Q8_0 activation blocks. */
+struct pg_qweight;
+/* Pack an unpacked quantized weight (and its up half for SwiGLU, else
+ * NULL) for table kt (NULL = pg_kernels()). Errors: those of pg_qgemm_pack. */
+pagoda_status pg_gemm_pack_qweight(const struct pg_qweight *w, const struct pg_qweight *w_up,
+                                   const pg_kernel_table *kt, pg_packed_weight **out);
+/* Quantize W [N, K] (and W_up, else NULL) of src_dtype F32/F16/BF16 at load
+ * time (pg_qgemm_quantize_weight: symmetric round-to-nearest, bits 8 or 4,
+ * group 0 = per channel or a multiple of 32), rows split over `pool` (NULL:
+ * the caller), then pack. act_group 1 (group-wise only): activation scales
+ * per token and group (pg_qweight.act_group) instead of per token. Errors: PAGODA_ERR_INVALID_ARG,
+ * PAGODA_ERR_UNSUPPORTED (source dtype), PAGODA_ERR_NOMEM. */
+pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up,
+                                    int64_t N, int64_t K, int bits, int64_t group,
+                                    int act_group, const pg_kernel_table *kt, pg_pool *pool,
+                                    pg_packed_weight **out);
+/* 8 or 4 for a quantized weight, 0 otherwise. */
+int pg_gemm_quant_bits(const pg_packed_weight *w);
 
 /* Output width N (for SwiGLU: the gate rows), reduction length K, whether it
  * is a SwiGLU pair, the packed bytes, and the variant name ("avx512bf16"...). */

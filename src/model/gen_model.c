@@ -284,6 +284,26 @@ static const char *torch_dtype_name(pg_dtype t) {
     return t == PG_F16 ? "float16" : t == PG_BF16 ? "bfloat16" : "float32";
 }
 
+/* The quantization_config member (with its trailing comma) or "". */
+static const char *ct_config(const pg_gen_model_options *o) {
+    static _Thread_local char buf[1024];
+    if (!o->ct_bits) return "";
+    char strat[96];
+    if (o->ct_group)
+        snprintf(strat, sizeof strat, "\"strategy\": \"group\", \"group_size\": %d", o->ct_group);
+    else
+        snprintf(strat, sizeof strat, "\"strategy\": \"channel\", \"group_size\": null");
+    snprintf(buf, sizeof buf,
+             "  \"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
+             "\"%s\", \"quantization_status\": \"compressed\", \"config_groups\": {\"group_0\": "
+             "{\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": %d, \"type\": \"int\", "
+             "\"symmetric\": true, %s, \"dynamic\": false}, \"input_activations\": "
+             "{\"num_bits\": 8, \"type\": \"int\", \"symmetric\": true, \"strategy\": "
+             "\"token\", \"dynamic\": true}}}, \"ignore\": [\"lm_head\"]},\n",
+             o->ct_bits == 8 ? "int-quantized" : "pack-quantized", o->ct_bits, strat);
+    return buf;
+}
+
 static pagoda_status write_hf_json(const pg_gen_model_options *o) {
     char path[PATH_MAX], js[4096], rs[512] = "null";
     if (o->rope_scaling == PG_ROPE_SCALING_LLAMA3)
@@ -302,10 +322,10 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
         "  \"rope_theta\": %.1f,\n  \"rope_scaling\": %s,\n  \"hidden_act\": \"silu\",\n"
         "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
         "  \"initializer_range\": %g,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
-        "  \"torch_dtype\": \"%s\"\n}\n",
+        "%s  \"torch_dtype\": \"%s\"\n}\n",
         o->vocab, o->hidden, o->ffn, o->layers, o->heads, o->kv_heads, head_dim(o), o->max_position,
         o->rms_eps, o->rope_theta, rs, o->tie ? "true" : "false", o->init_std, o->bos_token_id,
-        o->eos_token_id, torch_dtype_name(o->hf_dtype));
+        o->eos_token_id, ct_config(o), torch_dtype_name(o->hf_dtype));
     snprintf(path, sizeof path, "%s/config.json", o->hf_dir);
     pagoda_status s = write_text(path, js);
     if (s) return s;
@@ -330,6 +350,119 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
     return s;
 }
 
+static bool ct_linear(const pg_gen_model_options *o, const gen_tensor *t) {
+    return o->ct_bits && t->ndim == 2 && strstr(t->name, "_proj.weight") != NULL;
+}
+
+/* One quantized row: scale per group (BF16-rounded first, then q from it). */
+static void ct_row(const pg_gen_model_options *o, const float *x, int64_t K, int8_t *q,
+                   uint16_t *sc) {
+    const int64_t G = o->ct_group ? o->ct_group : K;
+    const float qmax = o->ct_bits == 8 ? 127.0f : 7.5f;
+    const float lo = o->ct_bits == 8 ? -128.0f : -8.0f, hi = o->ct_bits == 8 ? 127.0f : 7.0f;
+    for (int64_t g = 0; g * G < K; g++) {
+        int64_t k1 = (g + 1) * G < K ? (g + 1) * G : K;
+        float am = 0;
+        for (int64_t k = g * G; k < k1; k++)
+            am = fabsf(x[k]) > am ? fabsf(x[k]) : am;
+        sc[g] = pg_f32_to_bf16(am / qmax);
+        float d = pg_bf16_to_f32(sc[g]);
+        for (int64_t k = g * G; k < k1; k++) {
+            float v = d > 0 ? rintf(x[k] / d) : 0.0f;
+            q[k] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+        }
+    }
+}
+
+/* compressed-tensors HF output: one shard, linear weights quantized. */
+static pagoda_status write_hf_ct(const pg_gen_model_options *o, const gen_tensor *t, size_t nt,
+                                 float *row, void *buf) {
+    if ((o->ct_bits != 8 && o->ct_bits != 4) || o->ct_group < 0 || o->ct_group % 32)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "compressed-tensors output: bits %d group %d (need 8 or 4; group 0 or a "
+                        "multiple of 32)",
+                        o->ct_bits, o->ct_group);
+    pg_safetensors_writer *w;
+    pagoda_status s = pg_safetensors_writer_create(&w);
+    if (s) return s;
+    char nm[160];
+    for (size_t j = 0; j < nt && !s; j++) {
+        int64_t shape[2] = {t[j].ndim == 2 ? t[j].rows : t[j].cols, t[j].cols};
+        if (!ct_linear(o, &t[j])) {
+            s = pg_safetensors_writer_add(w, t[j].name, o->hf_dtype, t[j].ndim, shape);
+            continue;
+        }
+        const int64_t N = t[j].rows, K = t[j].cols;
+        const int64_t ng = o->ct_group ? (K + o->ct_group - 1) / o->ct_group : 1;
+        size_t base = strlen(t[j].name) - strlen("weight");
+        if (o->ct_bits == 8) {
+            s = pg_safetensors_writer_add(w, t[j].name, PG_I8, 2, shape);
+        } else {
+            int64_t ps[2] = {N, (K + 7) / 8}, ss[1] = {2};
+            snprintf(nm, sizeof nm, "%.*sweight_packed", (int)base, t[j].name);
+            s = pg_safetensors_writer_add(w, nm, PG_I32, 2, ps);
+            snprintf(nm, sizeof nm, "%.*sweight_shape", (int)base, t[j].name);
+            if (!s) s = pg_safetensors_writer_add(w, nm, PG_I64, 1, ss);
+        }
+        int64_t sc[2] = {N, ng};
+        snprintf(nm, sizeof nm, "%.*sweight_scale", (int)base, t[j].name);
+        if (!s) s = pg_safetensors_writer_add(w, nm, PG_BF16, 2, sc);
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.safetensors", o->hf_dir);
+    if (!s) s = pg_safetensors_writer_begin(w, path);
+    int8_t *q = NULL;
+    uint16_t *scl = NULL;
+    for (size_t j = 0; j < nt && !s; j++) {
+        if (!ct_linear(o, &t[j])) {
+            s = stream_tensor(o, &t[j], o->hf_dtype, false, row, buf, st_write, w);
+            continue;
+        }
+        const int64_t N = t[j].rows, K = t[j].cols;
+        const int64_t ng = o->ct_group ? (K + o->ct_group - 1) / o->ct_group : 1;
+        free(q);
+        free(scl);
+        q = malloc((size_t)(N * K));
+        scl = malloc((size_t)(N * ng) * sizeof *scl);
+        if (!q || !scl) {
+            s = pg_error(PAGODA_ERR_NOMEM, "out of memory");
+            break;
+        }
+        for (int64_t r = 0; r < N; r++) {
+            pg_gen_model_row(o, t[j].name, r, K, row);
+            ct_row(o, row, K, q + r * K, scl + r * ng);
+        }
+        if (o->ct_bits == 8) {
+            s = st_write(w, q, (size_t)(N * K));
+        } else {
+            const int64_t words = (K + 7) / 8;
+            for (int64_t r = 0; r < N && !s; r++)
+                for (int64_t wd = 0; wd < words && !s; wd++) {
+                    uint32_t u = 0;
+                    for (int64_t k = 8 * wd; k < K && k < 8 * wd + 8; k++)
+                        u |= (uint32_t)(q[r * K + k] + 8) << (4 * (k - 8 * wd));
+                    uint8_t le[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16),
+                                     (uint8_t)(u >> 24)};
+                    s = st_write(w, le, 4);
+                }
+            int64_t shp[2] = {N, K};
+            uint8_t le[16];
+            for (int i = 0; i < 16; i++)
+                le[i] = (uint8_t)((uint64_t)shp[i / 8] >> (8 * (i % 8)));
+            if (!s) s = st_write(w, le, 16);
+        }
+        for (int64_t i = 0; i < N * ng && !s; i++) {
+            uint8_t le[2] = {(uint8_t)scl[i], (uint8_t)(scl[i] >> 8)};
+            s = st_write(w, le, 2);
+        }
+    }
+    free(q);
+    free(scl);
+    if (!s) s = pg_safetensors_writer_finish(w);
+    pg_safetensors_writer_free(w);
+    return s;
+}
+
 static pagoda_status write_hf(const pg_gen_model_options *o, const gen_tensor *t, size_t nt,
                               float *row, void *buf) {
     if (o->hf_dtype != PG_F32 && o->hf_dtype != PG_F16 && o->hf_dtype != PG_BF16)
@@ -340,6 +473,7 @@ static pagoda_status write_hf(const pg_gen_model_options *o, const gen_tensor *t
                         strerror(errno));
     pagoda_status s = write_hf_json(o);
     if (s) return s;
+    if (o->ct_bits) return write_hf_ct(o, t, nt, row, buf);
     int ns = o->shards < 1 ? 1 : o->shards;
     if ((size_t)ns > nt) ns = (int)nt;
     uint64_t total = 0, esz = pg_dtype_block_bytes(o->hf_dtype);

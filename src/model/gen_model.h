@@ -40,6 +40,15 @@ typedef struct pg_gen_model_options {
     const char
         *tokenizer_dir;     /* copy tokenizer.json / tokenizer_config.json from here into hf_dir */
     const char *vocab_gguf; /* copy tokenizer.* keys of this GGUF into the GGUF output */
+    /* compressed-tensors HF output (model/compressed_tensors.h): 0 = dense;
+     * 8 = W8A8 "int-quantized" (int8 X.weight), 4 = W4A8 "pack-quantized"
+     * (int32 X.weight_packed + X.weight_shape); X.weight_scale BF16,
+     * symmetric, scale = max|w| / 127 (or / 7.5 for int4, the
+     * compressed-tensors rule), group ct_group (0 = per channel); dynamic
+     * per-token int8 activations; lm_head stays dense and is listed in
+     * `ignore`. One shard. */
+    int ct_bits;
+    int ct_group;
 } pg_gen_model_options;
 
 /* A tiny default: hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512, F32,

@@ -51,6 +51,8 @@ struct pg_llama {
     float **owned;     /* f32 copies of 1-D tensors */
     int n_owned, cap_owned;
     bool packed;
+    int quant_bits;      /* load-time quantization of linear layers (0 = none) */
+    int64_t quant_group; /* its group size (0 = per channel) */
     pg_packed_weight *lm_head_packed;
 };
 
@@ -557,13 +559,26 @@ pagoda_status pg_llama_forward(const pg_llama *m, pg_llama_state *s, const int32
 /* ==== batched forward over the paged KV cache ================================ */
 
 static bool packable(pg_dtype t) {
-    return t == PG_F32 || t == PG_F16 || t == PG_BF16;
+    /* Q8_0 / Q4_0 rows go to the W8A8 / W4A8 kernels (kernels/qgemm.h) */
+    return t == PG_F32 || t == PG_F16 || t == PG_BF16 || t == PG_Q8_0 || t == PG_Q4_0;
 }
 
-static pagoda_status pack_one(const linear *l, pg_packed_weight **out) {
+/* Pack W (and W_up for a SwiGLU pair), quantizing float weights when the
+ * model asks for it (quantize 0: the lm_head, which stays unquantized). */
+static pagoda_status pack_w(const pg_llama *m, int quantize, pg_dtype t, const void *W,
+                            const void *W_up, int64_t N, int64_t K, pg_packed_weight **out) {
+    if (quantize && m->quant_bits && (t == PG_F32 || t == PG_F16 || t == PG_BF16))
+        return pg_gemm_pack_quantize(t, W, W_up, N, K, m->quant_bits, m->quant_group, 0, NULL,
+                                     pg_pool_default(), out);
+    return W_up ? pg_gemm_pack_swiglu(t, W, W_up, N, K, NULL, out)
+                : pg_gemm_pack(t, W, N, K, NULL, out);
+}
+
+static pagoda_status pack_one(const pg_llama *m, int quantize, const linear *l,
+                              pg_packed_weight **out) {
     *out = NULL;
     if (!packable(l->dtype)) return PAGODA_OK;
-    return pg_gemm_pack(l->dtype, l->w, l->n_out, l->n_in, NULL, out);
+    return pack_w(m, quantize, l->dtype, l->w, NULL, l->n_out, l->n_in, out);
 }
 
 /* Q, K and V rows stacked into one [q_dim + 2 kv_dim, hidden] weight. */
@@ -578,7 +593,7 @@ static pagoda_status pack_qkv(const pg_llama *m, llama_layer *L) {
     memcpy(tmp + nq * row, L->wk.w, nkv * row);
     memcpy(tmp + (nq + nkv) * row, L->wv.w, nkv * row);
     pagoda_status st =
-        pg_gemm_pack(L->wq.dtype, tmp, (int64_t)(nq + 2 * nkv), m->cfg.hidden_size, NULL, &L->qkv);
+        pack_w(m, 1, L->wq.dtype, tmp, NULL, (int64_t)(nq + 2 * nkv), m->cfg.hidden_size, &L->qkv);
     free(tmp);
     if (st != PAGODA_OK || !L->wq.bias) return st;
     L->qkv_bias = pg_malloc_aligned((nq + 2 * nkv) * sizeof(float));
@@ -589,20 +604,37 @@ static pagoda_status pack_qkv(const pg_llama *m, llama_layer *L) {
     return PAGODA_OK;
 }
 
+pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
+    if (bits != 0 && bits != 8 && bits != 4)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: quantization bits %d (need 8 or 4)", bits);
+    if (group < 0 || group % 32)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: quantization group size %lld (need 0 or a multiple of 32)",
+                        (long long)group);
+    if (m->packed && (bits != m->quant_bits || group != m->quant_group))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: already packed with other quantization");
+    m->quant_bits = bits;
+    m->quant_group = group;
+    return pg_llama_pack(m);
+}
+
 pagoda_status pg_llama_pack(pg_llama *m) {
     if (m->packed) return PAGODA_OK;
     pagoda_status st;
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         llama_layer *L = &m->w.layers[l];
         if ((st = pack_qkv(m, L)) != PAGODA_OK) return st;
-        if ((st = pack_one(&L->wo, &L->o)) != PAGODA_OK) return st;
-        if ((st = pack_one(&L->w_down, &L->down)) != PAGODA_OK) return st;
+        if ((st = pack_one(m, 1, &L->wo, &L->o)) != PAGODA_OK) return st;
+        if ((st = pack_one(m, 1, &L->w_down, &L->down)) != PAGODA_OK) return st;
         if (packable(L->w_gate.dtype) && L->w_up.dtype == L->w_gate.dtype &&
-            (st = pg_gemm_pack_swiglu(L->w_gate.dtype, L->w_gate.w, L->w_up.w, L->w_gate.n_out,
-                                      L->w_gate.n_in, NULL, &L->gate_up)) != PAGODA_OK)
+            (st = pack_w(m, 1, L->w_gate.dtype, L->w_gate.w, L->w_up.w, L->w_gate.n_out,
+                         L->w_gate.n_in, &L->gate_up)) != PAGODA_OK)
             return st;
+        if (m->quant_bits)
+            PG_INFO("llama: quantized layer %d/%d to W%dA8", l + 1, m->cfg.num_hidden_layers,
+                    m->quant_bits);
     }
-    if ((st = pack_one(&m->w.lm_head, &m->lm_head_packed)) != PAGODA_OK) return st;
+    if ((st = pack_one(m, 0, &m->w.lm_head, &m->lm_head_packed)) != PAGODA_OK) return st;
     m->packed = true;
     return PAGODA_OK;
 }

@@ -76,7 +76,8 @@ pagoda_status pg_llama_forward(const pg_llama *model, pg_llama_state *state, con
  * requests one after another (request i's tokens are
  * [query_start_loc[i], query_start_loc[i+1])). Every linear layer is ONE
  * GEMM over all tokens of the step (pg_gemm on weights prepacked by
- * pg_llama_pack; Q8_0/Q4_0 stay on pg_matmul's dequant path); Q/K/V come from
+ * pg_llama_pack; Q8_0/Q4_0 run on the W8A8/W4A8 kernels of kernels/qgemm.h,
+ * and pg_llama_pack_quantized quantizes float weights); Q/K/V come from
  * one fused GEMM, gate/up from one SwiGLU GEMM, o_proj and down_proj add
  * into the residual stream in their epilogue. K/V are written by
  * pg_rope_kv_store at slot_mapping and attention (pg_attention) reads each
@@ -101,6 +102,12 @@ typedef struct pg_llama_batch {
  * weights are no longer read by the batched forward afterwards (the
  * batch-of-one pg_llama_forward keeps using them). Errors: PAGODA_ERR_NOMEM. */
 pagoda_status pg_llama_pack(pg_llama *model);
+/* pg_llama_pack, quantizing F32/F16/BF16 linear weights (all but the
+ * lm_head) to W8A8 (bits 8) or W4A8 (bits 4) with group `group` (0 = per
+ * channel; kernels/qgemm.h) on the default pool, logging progress per
+ * layer. bits 0 = pg_llama_pack. Errors: PAGODA_ERR_INVALID_ARG (bits,
+ * group), those of pg_gemm_pack_quantize. */
+pagoda_status pg_llama_pack_quantized(pg_llama *model, int bits, int64_t group);
 
 /* Activations + GEMM/attention scratch for steps of at most max_tokens
  * tokens and max_seqs requests whose KV is at most max_model_len tokens long,

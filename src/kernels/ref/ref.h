@@ -60,4 +60,17 @@ void pg_ref_gemm(pg_dtype wdtype, const void *W, const void *W_up, int64_t N, in
                  const float *A, int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias,
                  int ep, float *y_out);
 
+/* ---- Quantized GEMM (kernels/qgemm.h). */
+struct pg_qweight;
+/* Scalar microkernels (pg_qgemm_ukernel, dispatch.h): mr 4, nr 8, kg 4,
+ * ar 1, vw 16, signed activations; int32 sums, then one fmaf per group. */
+void pg_ref_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_ref_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+/* The quantized GEMM specification on unpacked weights (kernels/qgemm.h):
+ * w (and w_up for SwiGLU, else NULL), ep a pg_gemm_epilogue. */
+void pg_ref_qgemm(const struct pg_qweight *w, const struct pg_qweight *w_up, const float *A,
+                  int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias, int ep);
+
 #endif

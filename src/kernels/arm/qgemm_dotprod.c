@@ -1,0 +1,99 @@
+/* Quantized GEMM microkernels with SDOT (FEAT_DotProd; see arm.h,
+ * dispatch.h pg_qgemm_ukernel, kernels/qgemm.h).
+ *
+ * Tile 4 rows x 8 columns: per row two int32x4 accumulators (lane j of
+ * vector v = column 4v + j, four k per SDOT, A taken by lane from a
+ * 16-byte load = four k-chunks) and two f32x4 accumulators. SDOT is signed
+ * x signed: A is qa itself and the packed comp is unused. W4: a 16-byte
+ * load holds one k-chunk of 8 columns as nibbles; x << 4 and x & 0xF0 are
+ * 16 q as signed bytes; the group's sum is shifted right by 4 (exact). */
+#include <arm_neon.h>
+
+#include "kernels/arm/arm.h"
+
+enum { MR = 4, NV = 2, NR = 4 * NV };
+
+static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
+                                                       int64_t gk, const int8_t *a, int64_t as,
+                                                       const float *asc, int64_t ass, const char *w,
+                                                       float *c, int64_t ldc, int accumulate) {
+    float32x4_t f[MR][NV];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < NV; v++)
+            f[i][v] = accumulate ? vld1q_f32(c + i * ldc + 4 * v) : vdupq_n_f32(0.0f);
+    const size_t gbytes = (size_t)NR * 8 + (size_t)(gk * NR * bits / 8);
+    const int8x16_t hi_mask = vdupq_n_s8((int8_t)0xF0);
+    for (int64_t g = 0; g < ng; g++) {
+        const char *grp = w + (size_t)g * gbytes;
+        const int8_t *d = (const int8_t *)(grp + NR * 8);
+        const int8_t *ag = a + g * gk;
+        int32x4_t acc[MR][NV];
+        for (int i = 0; i < mr; i++)
+            for (int v = 0; v < NV; v++)
+                acc[i][v] = vdupq_n_s32(0);
+        for (int64_t c4 = 0; c4 < gk / 16; c4++) {
+            int8x16_t av[MR];
+            for (int i = 0; i < mr; i++)
+                av[i] = vld1q_s8(ag + i * as + 16 * c4);
+#define STEP(L)                                                                                    \
+    do {                                                                                           \
+        const int64_t ch = 4 * c4 + (L);                                                           \
+        int8x16_t wv[NV];                                                                          \
+        if (bits == 8) {                                                                           \
+            wv[0] = vld1q_s8(d + ch * 4 * NR);                                                     \
+            wv[1] = vld1q_s8(d + ch * 4 * NR + 16);                                                \
+        } else {                                                                                   \
+            int8x16_t x = vld1q_s8(d + ch * 2 * NR);                                               \
+            wv[0] = vshlq_n_s8(x, 4);                                                              \
+            wv[1] = vandq_s8(x, hi_mask);                                                          \
+        }                                                                                          \
+        for (int i = 0; i < mr; i++)                                                               \
+            for (int v = 0; v < NV; v++)                                                           \
+                acc[i][v] = vdotq_laneq_s32(acc[i][v], wv[v], av[i], (L));                         \
+    } while (0)
+            STEP(0);
+            STEP(1);
+            STEP(2);
+            STEP(3);
+#undef STEP
+        }
+        for (int v = 0; v < NV; v++) {
+            float32x4_t s = vld1q_f32((const float *)(grp + NR * 4) + 4 * v);
+            for (int i = 0; i < mr; i++) {
+                int32x4_t t = bits == 4 ? vshrq_n_s32(acc[i][v], 4) : acc[i][v];
+                float32x4_t si = asc ? vmulq_n_f32(s, asc[i * ass + g]) : s;
+                f[i][v] = vfmaq_f32(f[i][v], vcvtq_f32_s32(t), si);
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < NV; v++)
+            vst1q_f32(c + i * ldc + 4 * v, f[i][v]);
+}
+
+#define DISPATCH(BITS)                                                                             \
+    switch (mr) {                                                                                  \
+    case 1:                                                                                        \
+        tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    default:                                                                                       \
+        tile(4, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        break;                                                                                     \
+    }
+
+void pg_dotprod_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const void *w, float *c,
+                            int64_t ldc, int mr, int accumulate) {
+    DISPATCH(8)
+}
+void pg_dotprod_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const void *w, float *c,
+                            int64_t ldc, int mr, int accumulate) {
+    DISPATCH(4)
+}

@@ -1,0 +1,551 @@
+/* Quantized prepacked GEMM driver (see qgemm.h): packing, the per-token
+ * activation quantization (input stage), the BLIS-style loops around the
+ * table's integer microkernel, threading and the fused epilogues. The loops
+ * are those of gemm.c; K is blocked at group boundaries only, so the float
+ * accumulation order (one fmaf per group, groups increasing) never depends
+ * on M or on the blocking. */
+#include "kernels/qgemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "kernels/ref/ref.h"
+
+/* KC_ELEMS int8 x NR of W per K block; MC_MAX rows of acc over NC_ELEMS
+ * columns = 256 KiB (L2). */
+enum { KC_ELEMS = 1024, NC_ELEMS = 128, MC_MAX = 512, QCHUNK = 256, ACT_GROUP_MAX = 4096 };
+
+struct pg_qpacked {
+    pg_qgemm_ukernel uk;
+    int bits, swiglu;
+    int act_group;       /* activation scales per (token, group) */
+    int64_t N, K, group; /* group 0: per channel */
+    int64_t ngroups, gk; /* groups, k per packed group (multiple of 32) */
+    int64_t npanels;
+    size_t gbytes;      /* one group of one panel: header + weights */
+    size_t panel_bytes; /* ngroups * gbytes */
+    void *data;
+    size_t bytes;
+};
+
+static int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+static size_t align_up(size_t x) {
+    return (x + PG_ALIGN - 1) & ~(size_t)(PG_ALIGN - 1);
+}
+
+int64_t pg_qweight_ngroups(int64_t K, int64_t group) {
+    return group > 0 ? ceil_div(K, group) : 1;
+}
+int64_t pg_qgemm_n(const pg_qpacked *w) {
+    return w->N;
+}
+int64_t pg_qgemm_k(const pg_qpacked *w) {
+    return w->K;
+}
+int pg_qgemm_bits(const pg_qpacked *w) {
+    return w->bits;
+}
+int64_t pg_qgemm_group(const pg_qpacked *w) {
+    return w->group;
+}
+int pg_qgemm_is_swiglu(const pg_qpacked *w) {
+    return w->swiglu;
+}
+size_t pg_qgemm_packed_bytes(const pg_qpacked *w) {
+    return w->bytes;
+}
+const char *pg_qgemm_variant(const pg_qpacked *w) {
+    return w->uk.name;
+}
+
+void pg_qgemm_free(pg_qpacked *w) {
+    if (!w) return;
+    pg_free_huge(w->data, w->bytes);
+    pg_free(w);
+}
+
+/* ---- quantization */
+
+static float row_amax(const float *a, int64_t K) {
+    float m = 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        float v = fabsf(a[k]);
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
+static void quant_chunk(const float *a, int64_t n, float inv, int8_t *q) {
+    for (int64_t k = 0; k < n; k++) {
+        float v = rintf(a[k] * inv);
+        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+        q[k] = (int8_t)v;
+    }
+}
+
+void pg_qgemm_quantize_row(const float *a, int64_t K, int8_t *q, float *scale) {
+    float m = row_amax(a, K);
+    float inv = m > 0.0f ? 127.0f / m : 0.0f;
+    *scale = m / 127.0f;
+    quant_chunk(a, K, inv, q);
+}
+
+static float src_at(pg_dtype t, const void *W, int64_t i) {
+    if (t == PG_F32) return ((const float *)W)[i];
+    uint16_t h = ((const uint16_t *)W)[i];
+    return t == PG_F16 ? pg_f16_to_f32(h) : pg_bf16_to_f32(h);
+}
+
+/* Squared error of quantizing x[0..n) with scale d into [lo, hi]. */
+static double q_err(const float *x, int64_t n, float d, float lo, float hi) {
+    float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    double e = 0;
+    for (int64_t k = 0; k < n; k++) {
+        float v = rintf(x[k] * inv);
+        v = v < lo ? lo : (v > hi ? hi : v);
+        double r = (double)x[k] - (double)d * v;
+        e += r * r;
+    }
+    return e;
+}
+
+enum { QW_CHUNK = 1024 };
+
+void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, int64_t group,
+                              int64_t n0, int64_t n1, int8_t *q, float *scale) {
+    const int64_t G = group > 0 ? group : K, ng = pg_qweight_ngroups(K, group);
+    const float lo = bits == 8 ? -127.0f : -8.0f, hi = bits == 8 ? 127.0f : 7.0f;
+    float buf[QW_CHUNK];
+    float *x = G <= QW_CHUNK ? buf : malloc((size_t)G * sizeof(float));
+    if (!x) abort();
+    for (int64_t n = n0; n < n1; n++) {
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t k0 = g * G, k1 = k0 + G < K ? k0 + G : K, cnt = k1 - k0;
+            float m = 0.0f, am = 0.0f;
+            for (int64_t k = 0; k < cnt; k++) {
+                x[k] = src_at(src, W, n * K + k0 + k);
+                if (fabsf(x[k]) > am) am = fabsf(x[k]), m = x[k];
+            }
+            float d = bits == 8 ? am / 127.0f : m / -8.0f;
+            if (bits == 4 && d != 0.0f) {
+                /* W4: search a few shrunken scales for the least squared
+                 * error (the extreme may then clip by less than d / 2) */
+                const float d0 = d;
+                double best = q_err(x, cnt, d0, lo, hi);
+                for (int i = 1; i <= 12; i++) {
+                    float di = d0 * (1.0f - 0.02f * (float)i);
+                    double e = q_err(x, cnt, di, lo, hi);
+                    if (e < best) best = e, d = di;
+                }
+            }
+            float inv = d != 0.0f ? 1.0f / d : 0.0f;
+            for (int64_t k = 0; k < cnt; k++) {
+                float v = rintf(x[k] * inv);
+                q[n * K + k0 + k] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+            }
+            scale[n * ng + g] = d;
+        }
+    }
+    if (x != buf) free(x);
+}
+
+pagoda_status pg_qgemm_from_gguf(pg_dtype t, const void *data, int64_t N, int64_t K, int8_t *q,
+                                 float *scale) {
+    if ((t != PG_Q8_0 && t != PG_Q4_0) || !data || !q || !scale || N < 1 || K < 1 || K % 32)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "qgemm: from_gguf: need Q8_0/Q4_0 rows with K a multiple of 32 (%s, "
+                        "N=%lld, K=%lld)",
+                        pg_dtype_name(t), (long long)N, (long long)K);
+    const uint8_t *p = data;
+    const int64_t nb = N * K / 32;
+    for (int64_t b = 0; b < nb; b++) {
+        uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+        scale[b] = pg_f16_to_f32(h);
+        int8_t *o = q + b * 32;
+        if (t == PG_Q8_0) {
+            memcpy(o, p + 2, 32);
+            p += 34;
+        } else {
+            for (int j = 0; j < 16; j++) {
+                o[j] = (int8_t)((p[2 + j] & 0xF) - 8);
+                o[j + 16] = (int8_t)((p[2 + j] >> 4) - 8);
+            }
+            p += 18;
+        }
+    }
+    return PAGODA_OK;
+}
+
+/* ---- packing */
+
+/* Write weight value v at group-local k, column c of one packed group. */
+static void put_w(const pg_qpacked *pw, int8_t *d, int64_t k, int c, int v) {
+    const int64_t kg = pw->uk.kg, nr = pw->uk.nr, vw = pw->uk.vw;
+    int64_t s = (k / kg) * nr * kg + c * kg + k % kg;
+    if (pw->bits == 8) {
+        d[s] = (int8_t)v;
+        return;
+    }
+    int64_t b = s / (2 * vw), in = s % (2 * vw);
+    uint8_t *byte = (uint8_t *)&d[b * vw + in % vw];
+    if (in < vw)
+        *byte = (uint8_t)((*byte & 0xF0) | (v & 0xF));
+    else
+        *byte = (uint8_t)((*byte & 0x0F) | (v & 0xF) << 4);
+}
+
+static pagoda_status check_qweight(const pg_qweight *w, const char *what) {
+    if (!w || !w->q || !w->scale)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: NULL %s weight", what);
+    if (w->bits != 8 && w->bits != 4)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: bits %d (need 8 or 4)", w->bits);
+    if (w->N < 1 || w->K < 1)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: N=%lld K=%lld must be >= 1",
+                        (long long)w->N, (long long)w->K);
+    if (w->group < 0 || w->group % 32)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "qgemm: pack: group size %lld (need 0 = per channel or a multiple of 32)",
+                        (long long)w->group);
+    if (w->act_group && w->group > ACT_GROUP_MAX)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "qgemm: pack: per-group activation scales need group <= %d (got %lld)",
+                        ACT_GROUP_MAX, (long long)w->group);
+    if (w->group == 0 && w->K > 65536)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "qgemm: pack: per-channel K=%lld > 65536 could overflow int32 sums; use "
+                        "group-wise scales",
+                        (long long)w->K);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const pg_qgemm_ukernel *uk,
+                            pg_qpacked **out) {
+    if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: NULL out");
+    *out = NULL;
+    pagoda_status st = check_qweight(w, "");
+    if (st) return st;
+    if (w_up) {
+        if ((st = check_qweight(w_up, "up"))) return st;
+        if (w_up->bits != w->bits || w_up->group != w->group || w_up->N != w->N ||
+            w_up->K != w->K || (w_up->act_group != 0) != (w->act_group != 0))
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "qgemm: pack: gate and up differ in bits, group or shape");
+    }
+    if (!uk) uk = w->bits == 8 ? &pg_kernels()->qgemm_w8 : &pg_kernels()->qgemm_w4;
+    if (uk->bits != w->bits)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: microkernel %s is for W%d, not W%d",
+                        uk->name, uk->bits, w->bits);
+    const int bits = w->bits;
+    const int8_t lo = bits == 8 ? -128 : -8, hi = bits == 8 ? 127 : 7;
+    for (int h = 0; h < (w_up ? 2 : 1); h++) {
+        const pg_qweight *s = h ? w_up : w;
+        for (int64_t i = 0; i < s->N * s->K; i++)
+            if (s->q[i] < lo || s->q[i] > hi)
+                return pg_error(PAGODA_ERR_INVALID_ARG,
+                                "qgemm: pack: weight value %d at %lld outside [%d, %d] for W%d",
+                                s->q[i], (long long)i, lo, hi, bits);
+    }
+    pg_qpacked *pw = pg_calloc_aligned(1, sizeof *pw);
+    if (!pw) return pg_error(PAGODA_ERR_NOMEM, "qgemm: pack: out of memory");
+    pw->uk = *uk;
+    pw->bits = bits;
+    pw->swiglu = w_up != NULL;
+    pw->act_group = w->act_group && w->group > 0;
+    pw->N = w->N;
+    pw->K = w->K;
+    pw->group = w->group;
+    pw->ngroups = pg_qweight_ngroups(w->K, w->group);
+    pw->gk = w->group ? w->group : ceil_div(w->K, 32) * 32;
+    const int nr = uk->nr;
+    int64_t np = ceil_div(w->N, nr);
+    pw->npanels = pw->swiglu ? 2 * np : np;
+    pw->gbytes = (size_t)nr * 8 + (size_t)(pw->gk * nr * bits / 8);
+    pw->panel_bytes = (size_t)pw->ngroups * pw->gbytes;
+    pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
+    pw->data = pg_alloc_huge(pw->bytes); /* zero-filled: padding stays 0 */
+    if (!pw->data) {
+        pg_free(pw);
+        return pg_error(PAGODA_ERR_NOMEM, "qgemm: pack: cannot allocate %zu bytes", pw->bytes);
+    }
+    const int64_t K = w->K, G = pw->gk, ng = pw->ngroups;
+    const int32_t cmul = uk->a_u8 ? -128 * (bits == 4 ? 16 : 1) : 0;
+    for (int h = 0; h < (pw->swiglu ? 2 : 1); h++) {
+        const pg_qweight *s = h ? w_up : w;
+        for (int64_t n = 0; n < w->N; n++) {
+            int64_t p = n / nr;
+            if (pw->swiglu) p = 2 * p + h;
+            const int c = (int)(n % nr);
+            char *panel = (char *)pw->data + (size_t)p * pw->panel_bytes;
+            for (int64_t g = 0; g < ng; g++) {
+                char *grp = panel + (size_t)g * pw->gbytes;
+                int8_t *d = (int8_t *)(grp + nr * 8);
+                int32_t sum = 0;
+                for (int64_t k = g * G; k < K && k < (g + 1) * G; k++) {
+                    int v = s->q[n * K + k];
+                    sum += v;
+                    put_w(pw, d, k - g * G, c, v);
+                }
+                int32_t comp = sum * cmul;
+                memcpy(grp + c * 4, &comp, 4);
+                memcpy(grp + nr * 4 + c * 4, &s->scale[n * ng + g], 4);
+            }
+        }
+    }
+    *out = pw;
+    return PAGODA_OK;
+}
+
+/* ---- call geometry */
+
+typedef struct {
+    int64_t M;
+    int64_t mc, nc_panels, kc_groups;
+    int64_t a_stride; /* packed A bytes between row groups */
+    size_t a_bytes, s_bytes, acc_bytes;
+} geometry;
+
+static geometry plan(const pg_qpacked *w, int64_t M) {
+    geometry g;
+    const pg_qgemm_ukernel *uk = &w->uk;
+    g.M = M;
+    int64_t mc = ceil_div(M, uk->mr) * uk->mr;
+    int64_t mc_max = (MC_MAX / uk->mr) * uk->mr;
+    g.mc = mc < mc_max ? mc : mc_max;
+    g.nc_panels = NC_ELEMS / uk->nr;
+    if (g.nc_panels < 2) g.nc_panels = 2;
+    if (w->swiglu && (g.nc_panels & 1)) g.nc_panels++;
+    int64_t kcg = KC_ELEMS / w->gk;
+    g.kc_groups = M <= uk->mr || kcg < 1 ? w->ngroups : kcg;
+    g.a_stride = w->ngroups * w->gk * uk->ar;
+    if (g.a_stride % 1024 == 0) g.a_stride += 64;
+    g.a_bytes = align_up((size_t)(ceil_div(M, uk->ar) * g.a_stride));
+    g.s_bytes = align_up((size_t)M * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
+    g.acc_bytes = align_up((size_t)(g.mc * g.nc_panels * uk->nr) * sizeof(float));
+    return g;
+}
+
+size_t pg_qgemm_scratch_size(const pg_qpacked *w, int64_t M, int nthreads) {
+    if (!w || M < 1) return 0;
+    if (nthreads < 1) nthreads = 1;
+    geometry g = plan(w, M);
+    return g.a_bytes + g.s_bytes + (size_t)nthreads * g.acc_bytes;
+}
+
+typedef struct {
+    const pg_qpacked *w;
+    geometry g;
+    const float *A;
+    int64_t lda;
+    float *C;
+    int64_t ldc;
+    const float *bias;
+    pg_gemm_epilogue ep;
+    int8_t *apack;
+    float *ascale;
+    char *acc;
+    int tn, tm;
+} call;
+
+/* Input stage: rows [r0, r1) of A -> per-token int8 in the layout of the
+ * microkernel (+128 for a_u8 kernels), zero padding, and the row scales. */
+static void pack_a_rows(const call *cl, int64_t r0, int64_t r1) {
+    const pg_qpacked *w = cl->w;
+    const int64_t kg = w->uk.kg, ar = w->uk.ar, K = w->K, kp = w->ngroups * w->gk;
+    const uint8_t flip = w->uk.a_u8 ? 0x80 : 0;
+    /* segments quantized with one scale: the weight groups (act_group),
+     * else QCHUNK pieces of the row sharing the token's scale */
+    const int64_t seg = w->act_group ? w->gk : QCHUNK;
+    int8_t tmp[ACT_GROUP_MAX > QCHUNK ? ACT_GROUP_MAX : QCHUNK];
+    for (int64_t r = r0; r < r1; r++) {
+        int8_t *grp = cl->apack + (r / ar) * cl->g.a_stride;
+        const float *a = cl->A + r * cl->lda;
+        float inv = 0.0f;
+        if (!w->act_group) {
+            float m = row_amax(a, K);
+            inv = m > 0.0f ? 127.0f / m : 0.0f;
+            cl->ascale[r] = m / 127.0f;
+        }
+        const int64_t slot = r % ar;
+        for (int64_t k0 = 0, g = 0; k0 < kp; k0 += seg, g++) {
+            int64_t n = kp - k0 < seg ? kp - k0 : seg;
+            int64_t valid = K - k0 < n ? (K - k0 > 0 ? K - k0 : 0) : n;
+            if (w->act_group) {
+                float m = row_amax(a + k0, valid);
+                inv = m > 0.0f ? 127.0f / m : 0.0f;
+                cl->ascale[r * w->ngroups + g] = m / 127.0f;
+            }
+            quant_chunk(a + k0, valid, inv, tmp);
+            for (int64_t k = valid; k < n; k++)
+                tmp[k] = 0;
+            if (ar == 1) {
+                for (int64_t k = 0; k < n; k++)
+                    grp[k0 + k] = (int8_t)((uint8_t)tmp[k] ^ flip);
+            } else {
+                for (int64_t k = 0; k < n; k++) {
+                    int64_t kk = k0 + k;
+                    grp[(kk / kg) * kg * ar + slot * kg + kk % kg] =
+                        (int8_t)((uint8_t)tmp[k] ^ flip);
+                }
+            }
+        }
+    }
+    if (ar == 2 && r1 == cl->g.M && (r1 & 1)) {
+        int8_t *grp = cl->apack + (r1 / 2) * cl->g.a_stride;
+        for (int64_t k = 0; k < kp; k++)
+            grp[(k / kg) * kg * 2 + kg + k % kg] = (int8_t)flip;
+        if (w->act_group)
+            for (int64_t g = 0; g < w->ngroups; g++)
+                cl->ascale[r1 * w->ngroups + g] = 0.0f;
+    }
+}
+
+static void input_stage(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const call *cl = ctx;
+    int64_t ar = cl->w->uk.ar;
+    int64_t r0 = (int64_t)begin * ar, r1 = (int64_t)end * ar;
+    if (r1 > cl->g.M) r1 = cl->g.M;
+    pack_a_rows(cl, r0, r1);
+}
+
+static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0, int64_t m1,
+                     int64_t p0, int64_t p1) {
+    const pg_qpacked *w = cl->w;
+    const int64_t nr = w->uk.nr, N = w->N;
+    const float *bias = cl->bias;
+    if (w->swiglu) {
+        for (int64_t p = p0; p < p1; p += 2) {
+            int64_t n0 = (p / 2) * nr, cnt = N - n0 < nr ? N - n0 : nr;
+            const int64_t off = (p - p0) * nr;
+            for (int64_t m = m0; m < m1; m++) {
+                const float as = w->act_group ? 1.0f : cl->ascale[m];
+                const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
+                float *c = cl->C + m * cl->ldc + n0;
+                for (int64_t j = 0; j < cnt; j++) {
+                    float gv = gr[j] * as, uv = ur[j] * as;
+                    if (bias) gv += bias[n0 + j], uv += bias[N + n0 + j];
+                    c[j] = pg_silu_f32(gv) * uv;
+                }
+            }
+        }
+        return;
+    }
+    int64_t n0 = p0 * nr, n1 = p1 * nr < N ? p1 * nr : N;
+    for (int64_t m = m0; m < m1; m++) {
+        const float as = w->act_group ? 1.0f : cl->ascale[m];
+        const float *y = acc + (m - m0) * ldacc;
+        float *c = cl->C + m * cl->ldc + n0;
+        const int64_t cnt = n1 - n0;
+        const float *b = bias ? bias + n0 : NULL;
+        if (cl->ep == PG_GEMM_RESIDUAL) {
+            for (int64_t j = 0; j < cnt; j++)
+                c[j] += b ? y[j] * as + b[j] : y[j] * as;
+        } else {
+            for (int64_t j = 0; j < cnt; j++)
+                c[j] = b ? y[j] * as + b[j] : y[j] * as;
+        }
+    }
+}
+
+static void share(const call *cl, int tid, int64_t *p0, int64_t *p1, int64_t *m0, int64_t *m1) {
+    const pg_qpacked *w = cl->w;
+    int64_t unit = w->swiglu ? 2 : 1;
+    int ti = tid % cl->tn, tj = tid / cl->tn;
+    size_t b, e;
+    pg_pool_partition((size_t)(w->npanels / unit), 1, cl->tn, ti, &b, &e);
+    *p0 = (int64_t)b * unit;
+    *p1 = (int64_t)e * unit;
+    int64_t mr = w->uk.mr;
+    pg_pool_partition((size_t)ceil_div(cl->g.M, mr), 1, cl->tm, tj, &b, &e);
+    *m0 = (int64_t)b * mr;
+    *m1 = (int64_t)e * mr < cl->g.M ? (int64_t)e * mr : cl->g.M;
+    if (tj >= cl->tm) *m0 = *m1 = 0;
+}
+
+static void compute(const call *cl, int tid) {
+    const pg_qpacked *w = cl->w;
+    const pg_qgemm_ukernel *uk = &w->uk;
+    const geometry *g = &cl->g;
+    int64_t P0, P1, M0, M1;
+    share(cl, tid, &P0, &P1, &M0, &M1);
+    if (P0 >= P1 || M0 >= M1) return;
+    float *acc = (float *)(cl->acc + (size_t)tid * g->acc_bytes);
+    const int64_t nr = uk->nr, mr = uk->mr, gk = w->gk;
+    const int64_t ldacc = g->nc_panels * nr;
+    for (int64_t jc = P0; jc < P1; jc += g->nc_panels) {
+        int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
+        for (int64_t ic = M0; ic < M1; ic += g->mc) {
+            int64_t ic1 = ic + g->mc < M1 ? ic + g->mc : M1;
+            for (int64_t pc = 0; pc < w->ngroups; pc += g->kc_groups) {
+                int64_t ng = w->ngroups - pc < g->kc_groups ? w->ngroups - pc : g->kc_groups;
+                for (int64_t jr = jc; jr < jc1; jr++) {
+                    const char *wp = (const char *)w->data + (size_t)jr * w->panel_bytes +
+                                     (size_t)pc * w->gbytes;
+                    float *ct = acc + (jr - jc) * nr;
+                    for (int64_t ir = ic; ir < ic1; ir += mr) {
+                        int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
+                        const int8_t *ap =
+                            cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
+                        const float *as = w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
+                        uk->run(ng, gk, ap, g->a_stride, as, w->ngroups, wp, ct + (ir - ic) * ldacc,
+                                ldacc, rows, pc > 0);
+                    }
+                }
+            }
+            epilogue(cl, acc, ldacc, ic, ic1, jc, jc1);
+        }
+    }
+}
+
+/* Units are virtual threads (share + acc block each). Normally pool thread
+ * t gets unit t; when the pool runs the loop inline (a call from inside one
+ * of its own regions) one thread walks every unit in turn. */
+static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    for (size_t u = begin; u < end; u++)
+        compute(ctx, (int)u);
+}
+
+pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t lda, float *C,
+                       int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                       void *scratch) {
+    if (!w || !A || !C || !scratch)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: NULL weight, A, C or scratch");
+    if (M < 1 || lda < w->K || ldc < w->N)
+        return pg_error(
+            PAGODA_ERR_INVALID_ARG,
+            "qgemm: M=%lld lda=%lld ldc=%lld (need M >= 1, lda >= K=%lld, ldc >= N=%lld)",
+            (long long)M, (long long)lda, (long long)ldc, (long long)w->K, (long long)w->N);
+    if ((ep == PG_GEMM_SWIGLU) != (w->swiglu != 0))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        w->swiglu ? "qgemm: a SwiGLU-packed weight needs PG_GEMM_SWIGLU"
+                                  : "qgemm: PG_GEMM_SWIGLU needs a gate/up pair");
+    if (ep != PG_GEMM_STORE && ep != PG_GEMM_RESIDUAL && ep != PG_GEMM_SWIGLU)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: unknown epilogue %d", (int)ep);
+    if ((uintptr_t)scratch % PG_ALIGN)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: scratch must be %d-byte aligned", PG_ALIGN);
+    int nthreads = pool ? pg_pool_size(pool) : 1;
+    call cl = {
+        .w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias, .ep = ep};
+    cl.apack = scratch;
+    cl.ascale = (float *)((char *)scratch + cl.g.a_bytes);
+    cl.acc = (char *)scratch + cl.g.a_bytes + cl.g.s_bytes;
+    int64_t units = w->npanels / (w->swiglu ? 2 : 1);
+    cl.tn = units < nthreads ? (int)units : nthreads;
+    cl.tm = nthreads / cl.tn;
+    size_t groups = (size_t)ceil_div(M, w->uk.ar);
+    if (pool && nthreads > 1 && M * w->K >= 16384)
+        pg_pool_parallel_for(pool, groups, 1, input_stage, &cl);
+    else
+        input_stage(&cl, 0, groups, 0);
+    if (pool && nthreads > 1)
+        pg_pool_parallel_for(pool, (size_t)nthreads, 1, compute_range, &cl);
+    else
+        compute(&cl, 0);
+    return PAGODA_OK;
+}

@@ -1,0 +1,353 @@
+/* Quantized GEMM (kernels/qgemm.h): every W8A8 and W4A8 microkernel this
+ * machine (or qemu) runs against the scalar specification pg_ref_qgemm,
+ * bit for bit (integer sums are exact and the f32 steps happen in one fixed
+ * order, so there is no tolerance): M = 1 and odd M, odd N, K not a
+ * multiple of the group, group sizes 32/64/128 and per channel, all three
+ * epilogues with and without bias, 1 and 2 threads, K long enough to be
+ * blocked; batch invariance (row i alone == row i inside larger batches);
+ * the activation quantizer; bad arguments. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/pool.h"
+#include "kernels/dispatch.h"
+#include "kernels/qgemm.h"
+#include "kernels/ref/ref.h"
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd_u64(void) {
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return g_rng * 2685821657736338717ull;
+}
+static float rnd(void) { /* [-1, 1) */
+    return (float)(rnd_u64() >> 40) / (float)(1u << 23) - 1.0f;
+}
+static int64_t rnd_int(int64_t lo, int64_t hi) {
+    return lo + (int64_t)(rnd_u64() % (uint64_t)(hi - lo + 1));
+}
+static int on_qemu_arm(void) {
+#if defined(__aarch64__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+typedef struct {
+    pg_qweight w;
+    int8_t *q;
+    float *s;
+} owned_qweight;
+
+static int g_act_group; /* pg_qweight.act_group of the weights made */
+static void make_qweight(owned_qweight *o, int bits, int64_t group, int64_t N, int64_t K) {
+    int64_t ng = pg_qweight_ngroups(K, group);
+    o->q = malloc((size_t)(N * K));
+    o->s = malloc((size_t)(N * ng) * sizeof(float));
+    assert_true(o->q && o->s);
+    int lo = bits == 8 ? -128 : -8, hi = bits == 8 ? 127 : 7;
+    for (int64_t i = 0; i < N * K; i++)
+        o->q[i] = (int8_t)rnd_int(lo, hi);
+    for (int64_t i = 0; i < N * ng; i++)
+        o->s[i] = (0.5f + 0.5f * rnd()) * 0.01f;
+    o->w = (pg_qweight){bits, group, N, K, o->q, o->s, g_act_group};
+}
+static void free_qweight(owned_qweight *o) {
+    free(o->q);
+    free(o->s);
+}
+
+static pg_pool *make_pool(int n) {
+    pg_pool_options o = pg_pool_options_default();
+    o.n_threads = n;
+    o.pin = 0;
+    o.blocktime_us = 0;
+    pg_pool *p = NULL;
+    assert_int_equal(pg_pool_create(&o, &p), PAGODA_OK);
+    return p;
+}
+
+/* Run pg_qgemm into C (prefilled with C0) and return 0 on success. */
+static void run_q(const pg_qpacked *pw, const float *A, int64_t M, int64_t lda, float *C,
+                  int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool) {
+    int threads = pool ? pg_pool_size(pool) : 1;
+    size_t ss = pg_qgemm_scratch_size(pw, M, threads);
+    void *scratch = pg_malloc_aligned(ss);
+    assert_non_null(scratch);
+    assert_int_equal(pg_qgemm(pw, A, M, lda, C, ldc, bias, ep, pool, scratch), PAGODA_OK);
+    pg_free(scratch);
+}
+
+static void check_case(const pg_qgemm_ukernel *uk, int64_t group, int64_t M, int64_t N, int64_t K,
+                       pg_gemm_epilogue ep, int with_bias, pg_pool *pool) {
+    const int swiglu = ep == PG_GEMM_SWIGLU;
+    owned_qweight g, u;
+    make_qweight(&g, uk->bits, group, N, K);
+    if (swiglu) make_qweight(&u, uk->bits, group, N, K);
+    const int64_t lda = K + rnd_int(0, 3), ldc = N + rnd_int(0, 3);
+    float *A = malloc((size_t)(M * lda) * sizeof *A);
+    float *C = malloc((size_t)(M * ldc) * sizeof *C);
+    float *R = malloc((size_t)(M * ldc) * sizeof *R);
+    float *bias = malloc((size_t)(2 * N) * sizeof *bias);
+    assert_true(A && C && R && bias);
+    for (int64_t i = 0; i < M * lda; i++)
+        A[i] = rnd() * 3.0f;
+    if (M > 2) /* an all-zero row: scale 0 */
+        for (int64_t k = 0; k < K; k++)
+            A[1 * lda + k] = 0.0f;
+    for (int64_t i = 0; i < 2 * N; i++)
+        bias[i] = rnd();
+    for (int64_t i = 0; i < M * ldc; i++)
+        C[i] = R[i] = rnd();
+    const float *b = with_bias ? bias : NULL;
+    pg_qpacked *pw = NULL;
+    assert_int_equal(pg_qgemm_pack(&g.w, swiglu ? &u.w : NULL, uk, &pw), PAGODA_OK);
+    assert_int_equal(pg_qgemm_n(pw), N);
+    assert_int_equal(pg_qgemm_k(pw), K);
+    assert_int_equal(pg_qgemm_is_swiglu(pw), swiglu);
+    run_q(pw, A, M, lda, C, ldc, b, ep, pool);
+    pg_ref_qgemm(&g.w, swiglu ? &u.w : NULL, A, M, lda, R, ldc, b, ep);
+    for (int64_t i = 0; i < M * ldc; i++) {
+        if (memcmp(&C[i], &R[i], 4) != 0) {
+            fprintf(stderr,
+                    "%s W%d group=%lld ep=%d bias=%d M=%lld N=%lld K=%lld: C[%lld,%lld] = %.9g, "
+                    "ref %.9g\n",
+                    uk->name, uk->bits, (long long)group, ep, with_bias, (long long)M, (long long)N,
+                    (long long)K, (long long)(i / ldc), (long long)(i % ldc), C[i], R[i]);
+            fail();
+        }
+    }
+    pg_qgemm_free(pw);
+    free_qweight(&g);
+    if (swiglu) free_qweight(&u);
+    free(A);
+    free(C);
+    free(R);
+    free(bias);
+}
+
+static void test_qgemm_vs_reference(void **state) {
+    (void)state;
+    g_act_group = 0;
+    pg_pool *pool2 = make_pool(2);
+    const int64_t groups[] = {0, 32, 64, 128};
+    const int rounds = on_qemu_arm() ? 3 : 6;
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        const pg_qgemm_ukernel *uks[8];
+        int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
+        assert_true(nu >= 1);
+        assert_string_equal(uks[0]->name, "scalar");
+        fprintf(stderr, "W%d variants:", bits);
+        for (int v = 0; v < nu; v++)
+            fprintf(stderr, " %s", uks[v]->name);
+        fprintf(stderr, "\n");
+        for (int v = 0; v < nu; v++) {
+            for (int gi = 0; gi < 4; gi++) {
+                for (int r = 0; r < rounds; r++) {
+                    int64_t M = r == 0 ? 1 : rnd_int(2, 19);
+                    int64_t N = 2 * rnd_int(1, 40) + 1;
+                    int64_t K = rnd_int(1, 300);
+                    if (r == 1) K = groups[gi] ? 3 * groups[gi] + 5 : 97;
+                    pg_gemm_epilogue ep = (pg_gemm_epilogue)(r % 3);
+                    check_case(uks[v], groups[gi], M, N, K, ep, r & 1, (r & 2) ? pool2 : NULL);
+                }
+            }
+            /* K beyond the K block (1024 int8): the f32 accumulator is carried
+             * across K blocks; M above mr takes the prefill path */
+            check_case(uks[v], 32, 9, 37, 1100, PG_GEMM_STORE, 1, pool2);
+            check_case(uks[v], 128, 13, 21, 2100, PG_GEMM_SWIGLU, 0, NULL);
+            check_case(uks[v], 0, 7, 33, 1500, PG_GEMM_RESIDUAL, 1, pool2);
+            /* activation scales per (token, group) */
+            g_act_group = 1;
+            for (int gi = 1; gi < 4; gi++)
+                for (int r = 0; r < rounds; r++) {
+                    int64_t M = r == 0 ? 1 : rnd_int(2, 19), N = 2 * rnd_int(1, 40) + 1;
+                    int64_t K = r == 1 ? 3 * groups[gi] + 5 : rnd_int(1, 300);
+                    check_case(uks[v], groups[gi], M, N, K, (pg_gemm_epilogue)(r % 3), r & 1,
+                               (r & 2) ? pool2 : NULL);
+                }
+            check_case(uks[v], 32, 9, 37, 1100, PG_GEMM_STORE, 1, pool2);
+            g_act_group = 0;
+        }
+    }
+    pg_pool_free(pool2);
+}
+
+/* Row i computed alone equals row i inside batches of several sizes, at
+ * 1 and 2 threads: per-token scales and a fixed K order. */
+static void test_qgemm_batch_invariance(void **state) {
+    (void)state;
+    pg_pool *pool2 = make_pool(2);
+    const int64_t N = 45, K = 200;
+    const int64_t sizes[] = {7, 64, on_qemu_arm() ? 80 : 530};
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        const pg_qgemm_ukernel *uks[8];
+        int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
+        for (int v = 0; v < nu; v++) {
+            for (int gi = 0; gi < 3; gi++) {
+                owned_qweight g;
+                g_act_group = gi == 2;
+                make_qweight(&g, bits, gi ? 64 : 0, N, K);
+                pg_qpacked *pw = NULL;
+                assert_int_equal(pg_qgemm_pack(&g.w, NULL, uks[v], &pw), PAGODA_OK);
+                const int64_t Mmax = sizes[2];
+                float *A = malloc((size_t)(Mmax * K) * sizeof *A);
+                float *C = malloc((size_t)(Mmax * N) * sizeof *C);
+                float *one = malloc((size_t)N * sizeof *one);
+                assert_true(A && C && one);
+                for (int64_t i = 0; i < Mmax * K; i++)
+                    A[i] = rnd() * (1.0f + (float)(i % 7));
+                for (int si = 0; si < 3; si++) {
+                    const int64_t M = sizes[si];
+                    for (int t = 0; t < 2; t++) {
+                        run_q(pw, A, M, K, C, N, NULL, PG_GEMM_STORE, t ? pool2 : NULL);
+                        for (int64_t i = 0; i < M; i += (M > 64 ? 37 : 5)) {
+                            run_q(pw, A + i * K, 1, K, one, N, NULL, PG_GEMM_STORE, NULL);
+                            if (memcmp(one, C + i * N, (size_t)N * sizeof *one) != 0) {
+                                fprintf(stderr, "%s W%d: row %lld differs in M=%lld threads %d\n",
+                                        uks[v]->name, bits, (long long)i, (long long)M, t + 1);
+                                fail();
+                            }
+                        }
+                    }
+                }
+                free(A);
+                free(C);
+                free(one);
+                pg_qgemm_free(pw);
+                free_qweight(&g);
+            }
+            g_act_group = 0;
+        }
+    }
+    pg_pool_free(pool2);
+}
+
+/* pg_qgemm called from inside a region of its own pool (the pool then runs
+ * it inline on one thread) computes every output, the same bits. */
+typedef struct {
+    const pg_qpacked *pw;
+    const float *A;
+    float *C;
+    pg_pool *pool;
+    void *scratch;
+    int64_t M, K, N;
+} nested_ctx;
+
+static void nested_region(void *vctx, int tid, int n) {
+    (void)n;
+    nested_ctx *c = vctx;
+    if (tid != 0) return;
+    assert_int_equal(
+        pg_qgemm(c->pw, c->A, c->M, c->K, c->C, c->N, NULL, PG_GEMM_STORE, c->pool, c->scratch),
+        PAGODA_OK);
+}
+
+static void test_qgemm_nested_in_pool(void **state) {
+    (void)state;
+    const int64_t M = 9, N = 200, K = 160;
+    pg_pool *pool = make_pool(2);
+    owned_qweight g;
+    make_qweight(&g, 4, 32, N, K);
+    float *A = malloc((size_t)(M * K) * sizeof *A), *C = calloc((size_t)(M * N), sizeof *C);
+    float *R = malloc((size_t)(M * N) * sizeof *R);
+    assert_true(A && C && R);
+    for (int64_t i = 0; i < M * K; i++)
+        A[i] = rnd();
+    pg_qpacked *pw = NULL;
+    assert_int_equal(pg_qgemm_pack(&g.w, NULL, NULL, &pw), PAGODA_OK);
+    void *scratch = pg_malloc_aligned(pg_qgemm_scratch_size(pw, M, 2));
+    assert_non_null(scratch);
+    assert_int_equal(pg_qgemm(pw, A, M, K, R, N, NULL, PG_GEMM_STORE, pool, scratch), PAGODA_OK);
+    nested_ctx c = {pw, A, C, pool, scratch, M, K, N};
+    pg_pool_run(pool, nested_region, &c);
+    assert_memory_equal(C, R, (size_t)(M * N) * sizeof *C);
+    pg_free(scratch);
+    pg_qgemm_free(pw);
+    pg_pool_free(pool);
+    free_qweight(&g);
+    free(A);
+    free(C);
+    free(R);
+}
+
+static void test_quantize_row(void **state) {
+    (void)state;
+    float a[5] = {0.5f, -2.0f, 1.0f, 0.0f, 2.0f};
+    int8_t q[5];
+    float s;
+    pg_qgemm_quantize_row(a, 5, q, &s);
+    assert_true(s == 2.0f / 127.0f);
+    assert_int_equal(q[1], -127);
+    assert_int_equal(q[4], 127);
+    assert_int_equal(q[3], 0);
+    assert_int_equal(q[2], 64); /* 63.5 rounds to even */
+    float z[3] = {0, 0, 0};
+    pg_qgemm_quantize_row(z, 3, q, &s);
+    assert_true(s == 0.0f);
+    assert_int_equal(q[0] | q[1] | q[2], 0);
+}
+
+static void test_qgemm_bad_args(void **state) {
+    (void)state;
+    owned_qweight g;
+    make_qweight(&g, 8, 32, 5, 64);
+    pg_qpacked *pw = (pg_qpacked *)&g; /* must be reset to NULL on error */
+    pg_qweight w = g.w;
+    w.bits = 5;
+    assert_int_equal(pg_qgemm_pack(&w, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+    assert_null(pw);
+    assert_non_null(strstr(pg_last_error(), "bits 5"));
+    w = g.w;
+    w.group = 48;
+    assert_int_equal(pg_qgemm_pack(&w, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "group size 48"));
+    w = g.w;
+    w.bits = 4; /* values of an int8 weight are out of the int4 range */
+    assert_int_equal(pg_qgemm_pack(&w, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "outside [-8, 7]"));
+    w = g.w;
+    w.group = 0;
+    w.K = 70000;
+    assert_int_equal(pg_qgemm_pack(&w, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "per-channel"));
+    w = g.w;
+    w.N = 0;
+    assert_int_equal(pg_qgemm_pack(&w, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+    pg_qweight up = g.w;
+    up.N = 4;
+    assert_int_equal(pg_qgemm_pack(&g.w, &up, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_qgemm_pack(NULL, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+
+    assert_int_equal(pg_qgemm_pack(&g.w, NULL, NULL, &pw), PAGODA_OK);
+    float A[64] = {0}, C[5];
+    void *scratch = pg_malloc_aligned(pg_qgemm_scratch_size(pw, 1, 1) + 64);
+    assert_int_equal(pg_qgemm(pw, A, 1, 64, C, 5, NULL, PG_GEMM_SWIGLU, NULL, scratch),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_qgemm(pw, A, 1, 63, C, 5, NULL, PG_GEMM_STORE, NULL, scratch),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_qgemm(pw, A, 1, 64, C, 5, NULL, PG_GEMM_STORE, NULL, (char *)scratch + 4),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_qgemm(pw, A, 1, 64, C, 5, NULL, PG_GEMM_STORE, NULL, scratch), PAGODA_OK);
+    for (int i = 0; i < 5; i++)
+        assert_true(C[i] == 0.0f);
+    pg_free(scratch);
+    pg_qgemm_free(pw);
+    free_qweight(&g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qgemm_vs_reference),   cmocka_unit_test(test_qgemm_batch_invariance),
+        cmocka_unit_test(test_qgemm_nested_in_pool), cmocka_unit_test(test_quantize_row),
+        cmocka_unit_test(test_qgemm_bad_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
