@@ -26,7 +26,9 @@
  * kv_len = seq_lens[s] cached tokens including them; its query token i sits
  * at absolute position p = kv_len - q_len + i and attends to KV positions
  * j <= p (causal), and j > p - sliding_window when sliding_window > 0.
- * Query head h reads KV head h / (n_heads / n_kv_heads) (GQA).
+ * Query head h reads KV head h / (n_heads / n_kv_heads) (GQA). With a
+ * sliding window, block-table entries of blocks wholly before the window of
+ * the request's first new token are never read (null blocks are fine).
  *   s_j = scale * q . k_j;  s_j = softcap * tanh(s_j / softcap) if softcap > 0
  *   out = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + [sinks] e^{sink_h - m})
  * with m the max over the s_j (and sink_h). Softmax: Milakov & Gimelshein
@@ -36,14 +38,14 @@
  *
  * ---- Batch invariance ---------------------------------------------------------
  * The fast kernel walks each request's KV in fixed partitions of
- * pg_attn_partition_tokens(block_size) tokens (a function of block_size
- * only). Each partition gets its own online-softmax state, and the states
- * are merged in partition order by one scalar routine, whether the
- * partitions ran on one thread one after another or on several threads
- * (split-KV) with a reduction afterwards. A row's arithmetic depends only on
- * its own q, its own KV and its position, never on the other rows in its
- * tile, the other requests, the thread count or the scratch size: a request
- * gives the same bits alone or in a batch, at 1 or N threads (tests/test_attention.c). */
+ * pg_attn_partition_tokens(block_size) tokens, in steps of
+ * pg_attn_superblock_tokens(block_size) (both functions of block_size only). Each partition gets
+ * its own online-softmax state, and the states are merged in partition order by one scalar routine,
+ * whether the partitions ran on one thread one after another or on several threads (split-KV) with
+ * a reduction afterwards. A row's arithmetic depends only on its own q, its own KV and its
+ * position, never on the other rows in its tile, the other requests, the thread count or the
+ * scratch size: a request gives the same bits alone or in a batch, at 1 or N threads, and a
+ * prompt's rows are the same whatever the chunking (tests/test_attention.c). */
 #ifndef PAGODA_KERNELS_ATTENTION_H
 #define PAGODA_KERNELS_ATTENTION_H
 
