@@ -44,7 +44,7 @@ static const pg_attn_ukernels UK_NEON_BF16DOT = {"neon_bf16", PG_BF16, pg_neon_b
 static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
                           void (*run)(int64_t, const void *, int64_t, const void *, float *,
                                       int64_t, int, int)) {
-    pg_gemm_ukernel u = {name, mr, nr, kg, ar, run};
+    pg_gemm_ukernel u = {name, mr, nr, kg, ar, run, NULL};
     return u;
 }
 
@@ -124,8 +124,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
         t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
         t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
-        if (pg_cpu()->avx512_vnni)
-            t->qgemm_w8 = QUK_AVX512VNNI(8), t->qgemm_w4 = QUK_AVX512VNNI(4);
+        if (pg_cpu()->avx512_vnni) t->qgemm_w8 = QUK_AVX512VNNI(8), t->qgemm_w4 = QUK_AVX512VNNI(4);
     }
     /* avx512bf16: the BF16 GEMM and attention over a BF16 KV cache use
      * VDPBF16PS; the dot products keep f32 activations (never rounded to
@@ -134,6 +133,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, attn_bf16kv, &UK_AVX512BF16_BF16, "avx512bf16");
         SET(t, cvt_f32_bf16, pg_avx512bf16_cvt_f32_bf16, "avx512bf16");
         t->gemm_bf16 = uk("avx512bf16", 6, 64, 2, 1, pg_avx512bf16_gemm_uk_bf16);
+        t->gemm_bf16.run_pf = pg_avx512bf16_gemm_uk_bf16_pf;
     }
 #elif defined(__aarch64__)
     if (level >= PG_ISA_NEON && level <= PG_ISA_SVE) {

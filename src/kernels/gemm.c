@@ -147,9 +147,9 @@ static void quant_rows(void *ctx, size_t begin, size_t end, int tid) {
                              j->q, j->s);
 }
 
-pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up,
-                                    int64_t N, int64_t K, int bits, int64_t group,
-                                    int act_group, const pg_kernel_table *kt, pg_pool *pool,
+pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up, int64_t N,
+                                    int64_t K, int bits, int64_t group, int act_group,
+                                    const pg_kernel_table *kt, pg_pool *pool,
                                     pg_packed_weight **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
     *out = NULL;
@@ -449,6 +449,34 @@ static void share(const call *cl, int tid, int64_t *p0, int64_t *p1, int64_t *m0
     if (tj >= cl->tm) *m0 = *m1 = 0;
 }
 
+/* The W slice this thread reads after slice (jr, pc) of the block (jc, ic)
+ * in compute()'s loop order, or NULL after its last one; *bytes its size. */
+static const char *next_slice(const call *cl, int64_t jr, int64_t pc, int64_t jc, int64_t ic,
+                              int64_t M1, int64_t P1, size_t *bytes) {
+    const pg_packed_weight *w = cl->w;
+    const geometry *g = &cl->g;
+    const int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
+    if (jr + 1 < jc1) {
+        jr++;
+    } else if (pc + g->kc_groups < w->kgroups) {
+        jr = jc;
+        pc += g->kc_groups;
+    } else if (ic + g->mc < M1) {
+        jr = jc;
+        pc = 0;
+    } else if (jc1 < P1) {
+        jr = jc1;
+        pc = 0;
+    } else {
+        *bytes = 0;
+        return NULL;
+    }
+    const int64_t ng = w->kgroups - pc < g->kc_groups ? w->kgroups - pc : g->kc_groups;
+    *bytes = (size_t)(ng * w->uk.kg * w->uk.nr) * w->elem;
+    return (const char *)w->data + (size_t)jr * w->panel_elems * w->elem +
+           (size_t)(pc * w->uk.kg * w->uk.nr) * w->elem;
+}
+
 static void compute(void *ctx, int tid, int nthreads) {
     (void)nthreads;
     const call *cl = ctx;
@@ -472,6 +500,18 @@ static void compute(void *ctx, int tid, int nthreads) {
                     const char *wp = (const char *)w->data + (size_t)jr * pbytes +
                                      (size_t)(pc * kg * nr) * w->elem;
                     float *ct = acc + (jr - jc) * nr;
+                    /* Small M (row tiles reuse this slice): the tiles
+                     * prefetch the next slice, each a share in proportion
+                     * to its rows (its time), so memory streams evenly
+                     * instead of stalling the first tile of each slice.
+                     * Only when a full tile's share fits one line per
+                     * k-group (rows >= 24 for 6x64 BF16): faster rates
+                     * measured slower than the hardware prefetcher. */
+                    size_t nb = 0;
+                    const char *nx =
+                        uk->run_pf ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nb) : NULL;
+                    const int64_t lines = (int64_t)(nb / 64);
+                    if (lines * mr > ng * (ic1 - ic)) nx = NULL;
                     for (int64_t ir = ic; ir < ic1; ir += mr) {
                         int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
                         const void *ap;
@@ -483,7 +523,14 @@ static void compute(void *ctx, int tid, int nthreads) {
                             ap = cl->A + ir * cl->lda + pc;
                             as = cl->lda;
                         }
-                        uk->run(ng, ap, as, wp, ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
+                        if (nx) { /* lines in proportion to the tile's rows */
+                            const int64_t rb = ic1 - ic, l0 = (ir - ic) * lines / rb,
+                                          l1 = (ir - ic + rows) * lines / rb;
+                            uk->run_pf(ng, ap, as, wp, ct + (ir - ic) * ldacc, ldacc, rows, pc > 0,
+                                       nx + 64 * l0, l1 - l0);
+                        } else {
+                            uk->run(ng, ap, as, wp, ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
+                        }
                     }
                 }
             }

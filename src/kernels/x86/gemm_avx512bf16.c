@@ -12,30 +12,45 @@
 
 enum { MR = 6, NV = 4, NR = 16 * NV };
 
+/* One k-group: acc[i][v] += A(row i, pair g) . W(pair g, columns 16v..). */
+static inline __attribute__((always_inline)) void step(const int mr, int64_t g, const uint16_t *a,
+                                                       int64_t as, const uint16_t *w,
+                                                       __m512 acc[MR][NV]) {
+    __m512bh wv[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++)
+        wv[v] = (__m512bh)_mm512_loadu_si512(w + g * 2 * NR + 32 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+        int32_t pair;
+        memcpy(&pair, a + i * as + 2 * g, 4);
+        __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, wv[v]);
+    }
+}
+
+/* The tile; groups [0, npf) also prefetch line g of pf (the next W slice,
+ * into L2: this loop reads W from L2 already, so L1 is left to A and W's
+ * current lines). */
 static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng, const uint16_t *a,
                                                        int64_t as, const uint16_t *w, float *c,
-                                                       int64_t ldc, int accumulate) {
+                                                       int64_t ldc, int accumulate, const char *pf,
+                                                       int64_t npf) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++)
             acc[i][v] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
-    for (int64_t g = 0; g < ng; g++) {
-        __m512bh wv[NV];
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; v++)
-            wv[v] = (__m512bh)_mm512_loadu_si512(w + g * 2 * NR + 32 * v);
-#pragma GCC unroll 16
-        for (int i = 0; i < mr; i++) {
-            int32_t pair;
-            memcpy(&pair, a + i * as + 2 * g, 4);
-            __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-#pragma GCC unroll 16
-            for (int v = 0; v < NV; v++)
-                acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, wv[v]);
-        }
+    int64_t g = 0;
+    for (; g < npf; g++) {
+        _mm_prefetch(pf + 64 * g, _MM_HINT_T1);
+        step(mr, g, a, as, w, acc);
     }
+    for (; g < ng; g++)
+        step(mr, g, a, as, w, acc);
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
@@ -43,28 +58,36 @@ static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng,
             _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
 }
 
-void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
-                                float *c, int64_t ldc, int mr, int accumulate) {
+void pg_avx512bf16_gemm_uk_bf16_pf(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                                   float *c, int64_t ldc, int mr, int accumulate, const void *pf,
+                                   int64_t pf_lines) {
+    if (pf_lines > ngroups) pf_lines = ngroups;
+    if (!pf || pf_lines < 0) pf_lines = 0;
     switch (mr) {
     case 1:
-        tile(1, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(1, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 2:
-        tile(2, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(2, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 3:
-        tile(3, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(3, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 4:
-        tile(4, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(4, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 5:
-        tile(5, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(5, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     default:
-        tile(6, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(6, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     }
+}
+
+void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                                float *c, int64_t ldc, int mr, int accumulate) {
+    pg_avx512bf16_gemm_uk_bf16_pf(ngroups, a, a_stride, w, c, ldc, mr, accumulate, NULL, 0);
 }
 
 /* VCVTNEPS2BF16: round to nearest even, NaN -> quiet NaN (the reference's
