@@ -124,7 +124,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
         t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
         t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
-        if (pg_cpu()->avx512_vnni) t->qgemm_w8 = QUK_AVX512VNNI(8), t->qgemm_w4 = QUK_AVX512VNNI(4);
+        if (pg_cpu()->avx512_vnni)
+            t->qgemm_w8 = QUK_AVX512VNNI(8), t->qgemm_w4 = QUK_AVX512VNNI(4);
     }
     /* avx512bf16: the BF16 GEMM and attention over a BF16 KV cache use
      * VDPBF16PS; the dot products keep f32 activations (never rounded to

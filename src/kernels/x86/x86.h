@@ -72,10 +72,10 @@ size_t pg_avx512_argmax_f32(const float *x, size_t n);
  * gemm_avx512.c f32 6x64, bf16 8x32 (widen + FMA);
  * gemm_avx512bf16.c bf16 6x64 (VDPBF16PS). All bf16 kernels use k-pairs
  * (kg 2) and row-major A (ar 1); all are bitwise equal to the reference. */
-void pg_avx2_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
-                         int64_t ldc, int mr, int accumulate);
-void pg_avx2_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
-                          int64_t ldc, int mr, int accumulate);
+void pg_avx2_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                         float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx2_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                          float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx2_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 void pg_avx512_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                            float *c, int64_t ldc, int mr, int accumulate);
@@ -95,11 +95,9 @@ void pg_avx512bf16_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
  * take A as qa + 128 (a_u8). qgemm_avx2.c: 3x16, kg 4, VPMADDUBSW on |w| and
  * a * sign(w), then VPMADDWD (no VNNI; signed A). */
 void pg_avx512vnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const void *w, float *c,
-                               int64_t ldc, int mr, int accumulate);
+                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx512vnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const void *w, float *c,
-                               int64_t ldc, int mr, int accumulate);
+                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx2_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                          const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
                          int mr, int accumulate);
@@ -107,10 +105,8 @@ void pg_avx2_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_s
                          const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
                          int mr, int accumulate);
 void pg_avxvnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const void *w, float *c,
-                            int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avxvnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const void *w, float *c,
-                            int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 
 #endif
