@@ -22,7 +22,7 @@
  * 1024 measured within noise of it on Zen 4); MC_MAX
  * rows of acc over NC_ELEMS columns = 256 KiB (L2), and W is streamed from
  * memory once per MC_MAX rows. NC_ELEMS is a multiple of every NR. */
-enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512 };
+enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512, PF_MAX_ROWS = 64 };
 #define PG_GEMM_MAX_NR 128 /* widest panel of any microkernel */
 
 struct pg_packed_weight {
@@ -290,9 +290,11 @@ static geometry plan(const pg_packed_weight *w, int64_t M) {
     geometry g;
     const pg_gemm_ukernel *uk = &w->uk;
     g.M = M;
-    int64_t mc = ceil_div(M, uk->mr) * uk->mr;
+    /* ic blocks of equal size (a multiple of MR): M = 512 as 510 + 2 rows
+     * would stream all of W a second time for 2 rows. */
     int64_t mc_max = (MC_MAX / uk->mr) * uk->mr;
-    g.mc = mc < mc_max ? mc : mc_max;
+    int64_t nblocks = ceil_div(M, mc_max);
+    g.mc = ceil_div(ceil_div(M, nblocks), uk->mr) * uk->mr;
     g.nc_panels = NC_ELEMS / uk->nr;
     if (g.nc_panels < 2) g.nc_panels = 2;
     if (w->swiglu && (g.nc_panels & 1)) g.nc_panels++;
@@ -490,8 +492,14 @@ static void compute(void *ctx, int tid, int nthreads) {
     const int64_t nr = uk->nr, mr = uk->mr, kg = uk->kg;
     const int64_t ldacc = g->nc_panels * nr;
     const size_t pbytes = w->panel_elems * w->elem;
+    /* A plain store (no bias) accumulates whole panels in C itself: the
+     * same sums, no acc block and no copy; a last partial panel (N not a
+     * multiple of NR) still goes through acc. */
+    const int64_t direct =
+        cl->ep == PG_GEMM_STORE && !cl->bias && !w->swiglu ? w->N / nr : 0; /* panels */
     for (int64_t jc = P0; jc < P1; jc += g->nc_panels) {
         int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
+        int64_t pe = direct > jc ? (direct < jc1 ? direct : jc1) : jc; /* first panel via acc */
         for (int64_t ic = M0; ic < M1; ic += g->mc) {
             int64_t ic1 = ic + g->mc < M1 ? ic + g->mc : M1;
             for (int64_t pc = 0; pc < w->kgroups; pc += g->kc_groups) {
@@ -500,18 +508,25 @@ static void compute(void *ctx, int tid, int nthreads) {
                     const char *wp = (const char *)w->data + (size_t)jr * pbytes +
                                      (size_t)(pc * kg * nr) * w->elem;
                     float *ct = acc + (jr - jc) * nr;
+                    int64_t ldt = ldacc;
+                    if (jr < pe) {
+                        ct = cl->C + ic * cl->ldc + jr * nr;
+                        ldt = cl->ldc;
+                    }
                     /* Small M (row tiles reuse this slice): the tiles
                      * prefetch the next slice, each a share in proportion
                      * to its rows (its time), so memory streams evenly
                      * instead of stalling the first tile of each slice.
                      * Only when a full tile's share fits one line per
                      * k-group (rows >= 24 for 6x64 BF16): faster rates
-                     * measured slower than the hardware prefetcher. */
+                     * measured slower than the hardware prefetcher; and
+                     * up to 64 rows (beyond, W is reused enough for the
+                     * hardware prefetcher; the prefetches cost ~2%). */
                     size_t nb = 0;
                     const char *nx =
                         uk->run_pf ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nb) : NULL;
                     const int64_t lines = (int64_t)(nb / 64);
-                    if (lines * mr > ng * (ic1 - ic)) nx = NULL;
+                    if (lines * mr > ng * (ic1 - ic) || ic1 - ic > PF_MAX_ROWS) nx = NULL;
                     for (int64_t ir = ic; ir < ic1; ir += mr) {
                         int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
                         const void *ap;
@@ -526,15 +541,15 @@ static void compute(void *ctx, int tid, int nthreads) {
                         if (nx) { /* lines in proportion to the tile's rows */
                             const int64_t rb = ic1 - ic, l0 = (ir - ic) * lines / rb,
                                           l1 = (ir - ic + rows) * lines / rb;
-                            uk->run_pf(ng, ap, as, wp, ct + (ir - ic) * ldacc, ldacc, rows, pc > 0,
+                            uk->run_pf(ng, ap, as, wp, ct + (ir - ic) * ldt, ldt, rows, pc > 0,
                                        nx + 64 * l0, l1 - l0);
                         } else {
-                            uk->run(ng, ap, as, wp, ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
+                            uk->run(ng, ap, as, wp, ct + (ir - ic) * ldt, ldt, rows, pc > 0);
                         }
                     }
                 }
             }
-            epilogue(cl, acc, ldacc, ic, ic1, jc, jc1);
+            if (pe < jc1) epilogue(cl, acc + (pe - jc) * nr, ldacc, ic, ic1, pe, jc1);
         }
     }
 }
