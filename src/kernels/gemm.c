@@ -147,9 +147,9 @@ static void quant_rows(void *ctx, size_t begin, size_t end, int tid) {
                              j->q, j->s);
 }
 
-pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up, int64_t N,
-                                    int64_t K, int bits, int64_t group, int act_group,
-                                    const pg_kernel_table *kt, pg_pool *pool,
+pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up,
+                                    int64_t N, int64_t K, int bits, int64_t group,
+                                    int act_group, const pg_kernel_table *kt, pg_pool *pool,
                                     pg_packed_weight **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
     *out = NULL;
