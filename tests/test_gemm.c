@@ -336,8 +336,8 @@ static void test_gemm_batch_invariance(void **state) {
 }
 
 /* A microkernel's run_pf (run plus a software prefetch) gives run's bits
- * for every row count and prefetch length, including lengths past ngroups
- * (clamped) and 0. */
+ * for every row count and prefetch length, including several lines per
+ * k-group, lengths past 4 ngroups (dropped) and 0. */
 static void test_gemm_ukernel_prefetch(void **state) {
     (void)state;
     const pg_kernel_table *ts[N_ISAS + 1];
@@ -352,7 +352,7 @@ static void test_gemm_ukernel_prefetch(void **state) {
             const size_t esz = bf16 ? 2 : 4;
             const int64_t as = NG * uk->kg * uk->ar + 8; /* elements per A row (group) */
             const size_t an = (size_t)(as * uk->mr), wn = (size_t)(NG * uk->kg * uk->nr);
-            char *a = malloc(an * esz), *w = malloc(wn * esz), *pf = malloc(64 * 64);
+            char *a = malloc(an * esz), *w = malloc(wn * esz), *pf = malloc(64 * 4 * NG + 64 * 8);
             const int64_t ldc = uk->nr + 3;
             float *c1 = malloc((size_t)(uk->mr * ldc) * 4),
                   *c2 = malloc((size_t)(uk->mr * ldc) * 4);
@@ -371,7 +371,8 @@ static void test_gemm_ukernel_prefetch(void **state) {
                 else
                     ((float *)w)[i] = v;
             }
-            const int64_t lens[] = {0, 5, NG, 64};
+            /* one, two and four lines per k-group, a partial last group, clamped */
+            const int64_t lens[] = {0, 5, NG, 2 * NG - 3, 4 * NG, 4 * NG + 7};
             for (int mr = 1; mr <= uk->mr; mr++)
                 for (int acc = 0; acc < 2; acc++)
                     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {

@@ -36,9 +36,10 @@ struct pg_attn_ukernels; /* kernels/attention.h */
  * Every c[i][j] is reduced in increasing k-group order in one accumulator
  * whose lane does not depend on mr or i: the batch-invariance contract.
  * run_pf (optional, NULL when a variant has none) is run plus a software
- * prefetch of pf_lines 64-byte lines starting at pf, one per k-group from
- * the first (pf_lines <= ngroups): the driver streams the next W slice from
- * memory while a small-M tile computes. Same results as run, bit for bit. */
+ * prefetch of pf_lines 64-byte lines starting at pf, spread over the first
+ * k-groups (ceil(pf_lines / ngroups) per group, at most 4; more are
+ * dropped): the driver streams the next W slice from memory while a small-M
+ * tile computes. Same results as run, bit for bit. */
 typedef struct pg_gemm_ukernel {
     const char *name; /* variant, for reports: "avx512bf16", "scalar", ... */
     int mr, nr;       /* max rows per call; panel width in columns */

@@ -22,7 +22,7 @@
  * 1024 measured within noise of it on Zen 4); MC_MAX
  * rows of acc over NC_ELEMS columns = 256 KiB (L2), and W is streamed from
  * memory once per MC_MAX rows. NC_ELEMS is a multiple of every NR. */
-enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512, PF_MAX_ROWS = 64 };
+enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512, PF_MAX_ROWS = 64, PF_PER_GROUP = 4 };
 #define PG_GEMM_MAX_NR 128 /* widest panel of any microkernel */
 
 struct pg_packed_weight {
@@ -532,20 +532,21 @@ static void compute(void *ctx, int tid, int nthreads) {
                         ct = cl->C + ic * cl->ldc + jr * nr;
                         ldt = cl->ldc;
                     }
-                    /* Small M (row tiles reuse this slice): the tiles
+                    /* Small M (2+ row tiles reuse this slice): the tiles
                      * prefetch the next slice, each a share in proportion
                      * to its rows (its time), so memory streams evenly
                      * instead of stalling the first tile of each slice.
-                     * Only when a full tile's share fits one line per
-                     * k-group (rows >= 24 for 6x64 BF16): faster rates
-                     * measured slower than the hardware prefetcher; and
-                     * up to 64 rows (beyond, W is reused enough for the
-                     * hardware prefetcher; the prefetches cost ~2%). */
+                     * Only when a full tile's share fits PF_PER_GROUP
+                     * lines per k-group (rows >= 6 for 6x64 BF16), and up
+                     * to 64 rows (beyond, W is reused enough for the
+                     * hardware prefetcher; the prefetches cost ~2%). One
+                     * tile (decode) streams alone: measured no better. */
                     size_t nb = 0;
-                    const char *nx =
-                        uk->run_pf ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nb) : NULL;
+                    const char *nx = uk->run_pf && ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
+                                         ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nb)
+                                         : NULL;
                     const int64_t lines = (int64_t)(nb / 64);
-                    if (lines * mr > ng * (ic1 - ic) || ic1 - ic > PF_MAX_ROWS) nx = NULL;
+                    if (lines * mr > PF_PER_GROUP * ng * (ic1 - ic)) nx = NULL;
                     for (int64_t ir = ic; ir < ic1; ir += mr) {
                         int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
                         const void *ap;

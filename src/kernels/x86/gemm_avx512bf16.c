@@ -31,7 +31,28 @@ static inline __attribute__((always_inline)) void step(const int mr, int64_t g, 
     }
 }
 
-/* The tile; groups [0, npf) also prefetch line g of pf (the next W slice,
+/* k-groups from 0 that also prefetch `per` lines each of pf[0, npf) (the
+ * last one fewer); returns the first group left. */
+static inline __attribute__((always_inline)) int64_t
+prefetch_steps(const int mr, const int per, int64_t ng, const uint16_t *a, int64_t as,
+               const uint16_t *w, __m512 acc[MR][NV], const char *pf, int64_t npf) {
+    int64_t g = 0;
+    for (; g < ng && (g + 1) * per <= npf; g++) {
+#pragma GCC unroll 4
+        for (int q = 0; q < per; q++)
+            _mm_prefetch(pf + 64 * (g * per + q), _MM_HINT_T1);
+        step(mr, g, a, as, w, acc);
+    }
+    if (g < ng && g * per < npf) {
+        for (int64_t l = g * per; l < npf; l++)
+            _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+        step(mr, g, a, as, w, acc);
+        g++;
+    }
+    return g;
+}
+
+/* The tile; the first k-groups also prefetch the lines of pf (the next W slice,
  * into L2: this loop reads W from L2 already, so L1 is left to A and W's
  * current lines). */
 static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng, const uint16_t *a,
@@ -45,9 +66,21 @@ static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng,
         for (int v = 0; v < NV; v++)
             acc[i][v] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
     int64_t g = 0;
-    for (; g < npf; g++) {
-        _mm_prefetch(pf + 64 * g, _MM_HINT_T1);
-        step(mr, g, a, as, w, acc);
+    switch (npf > 0 ? (npf + ng - 1) / ng : 0) { /* lines per k-group */
+    case 0:
+        break;
+    case 1:
+        g = prefetch_steps(mr, 1, ng, a, as, w, acc, pf, npf);
+        break;
+    case 2:
+        g = prefetch_steps(mr, 2, ng, a, as, w, acc, pf, npf);
+        break;
+    case 3:
+        g = prefetch_steps(mr, 3, ng, a, as, w, acc, pf, npf);
+        break;
+    default:
+        g = prefetch_steps(mr, 4, ng, a, as, w, acc, pf, npf);
+        break;
     }
     for (; g < ng; g++)
         step(mr, g, a, as, w, acc);
@@ -61,7 +94,7 @@ static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng,
 void pg_avx512bf16_gemm_uk_bf16_pf(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                                    float *c, int64_t ldc, int mr, int accumulate, const void *pf,
                                    int64_t pf_lines) {
-    if (pf_lines > ngroups) pf_lines = ngroups;
+    if (pf_lines > 4 * ngroups) pf_lines = 4 * ngroups;
     if (!pf || pf_lines < 0) pf_lines = 0;
     switch (mr) {
     case 1:
