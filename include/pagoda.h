@@ -233,6 +233,12 @@ pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size
                                 bool skip_special, char **text, size_t *len);
 void pagoda_free(void *p);
 
+/* The vocabulary entry of token `id` as the tokenizer stores it (HF
+ * convert_ids_to_tokens: e.g. "\u2581Once" for SentencePiece, "\u0120the" for
+ * byte-level BPE, "<0x0A>" for a byte-fallback token); *len gets its size.
+ * Owned by the engine. NULL for an id outside the vocabulary. */
+const char *pagoda_token_piece(const pagoda_engine *e, int32_t id, size_t *len);
+
 /* Render a chat (messages as a JSON array text in OpenAI format, optional
  * tools JSON array text, optional extra template kwargs JSON object text)
  * with the model's chat template (or `template_override` if not NULL).

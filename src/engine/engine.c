@@ -414,7 +414,18 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
                       e->max_model_len);
         goto fail;
     }
-    r->max_tokens = s->max_tokens > 0 ? s->max_tokens : e->max_model_len - r->n_prompt;
+    /* max_tokens 0 (null): up to the context, or up to what the KV cache can
+     * hold when it is smaller than max_model_len */
+    int64_t kv_tokens = (int64_t)e->num_kv_blocks * e->block_size;
+    int64_t room = kv_tokens < e->max_model_len ? kv_tokens : e->max_model_len;
+    if (s->max_tokens == 0 && r->n_prompt >= room) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "request: the prompt is %d tokens; the KV cache holds %lld tokens (%d blocks "
+                      "of %d), which leaves no room for output",
+                      r->n_prompt, (long long)kv_tokens, e->num_kv_blocks, e->block_size);
+        goto fail;
+    }
+    r->max_tokens = s->max_tokens > 0 ? s->max_tokens : (int32_t)(room - r->n_prompt);
     if (s->min_tokens > r->max_tokens) {
         st = pg_error(PAGODA_ERR_INVALID_ARG, "request: min_tokens %d exceeds max_tokens %d",
                       s->min_tokens, r->max_tokens);
@@ -926,6 +937,10 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
     }
     *ids = buf;
     return PAGODA_OK;
+}
+
+const char *pagoda_token_piece(const pagoda_engine *e, int32_t id, size_t *len) {
+    return pg_tokenizer_token_text(e->tok, id, len);
 }
 
 pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,
