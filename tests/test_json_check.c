@@ -15,7 +15,8 @@ typedef struct jcase {
 } jcase;
 
 /* A literal with embedded NUL bytes keeps its full size. */
-#define BYTES(s) {s, sizeof(s) - 1}
+#define BYTES(s)                                                                                   \
+    { s, sizeof(s) - 1 }
 
 static const jcase YES[] = {
     {"{}", 0},
@@ -35,13 +36,13 @@ static const jcase YES[] = {
     {"\"\"", 0},
     {"\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t\"", 0},
     {"\"\\u0041\\u00e9\\u20AC\"", 0},
-    {"\"\\ud83d\\ude00\"", 0},         /* a surrogate pair (U+1F600) */
-    {"\"\\uDBFF\\uDFFF\"", 0},         /* U+10FFFF */
+    {"\"\\ud83d\\ude00\"", 0},                            /* a surrogate pair (U+1F600) */
+    {"\"\\uDBFF\\uDFFF\"", 0},                            /* U+10FFFF */
     {"\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"", 0}, /* raw 2/3/4-byte UTF-8 */
-    {"\"\xef\xbf\xbf\"", 0},           /* U+FFFF is a noncharacter, still valid */
-    {"\"\xf4\x8f\xbf\xbf\"", 0},       /* U+10FFFF raw */
-    {"\"\x7f\"", 0},                   /* DEL is not a control character in JSON */
-    {"\"\\u0000\"", 0},                /* valid JSON; reported as has_nul */
+    {"\"\xef\xbf\xbf\"", 0},     /* U+FFFF is a noncharacter, still valid */
+    {"\"\xf4\x8f\xbf\xbf\"", 0}, /* U+10FFFF raw */
+    {"\"\x7f\"", 0},             /* DEL is not a control character in JSON */
+    {"\"\\u0000\"", 0},          /* valid JSON; reported as has_nul */
     {"[[[[[[[[[[1]]]]]]]]]]", 0},
     {"{\"a\":{\"b\":{\"c\":[true,false,null,{}]}}}", 0},
     {"{\"a\":1,\"a\":2}", 0}, /* duplicate names are allowed by the grammar */
@@ -101,17 +102,17 @@ static const ncase NO[] = {
     {{"\"\\udc00\"", 0}, 1, "lone low surrogate"},
     {{"\"\\ude00\\ud83d\"", 0}, 1, "lone low surrogate"},
     {{"\"\xff\"", 0}, 1, "UTF-8 byte 0xff"},
-    {{"\"\x80\"", 0}, 1, "UTF-8 byte 0x80"},          /* lone continuation byte */
-    {{"\"\xc3\"", 0}, 1, "UTF-8 byte 0xc3"},          /* truncated 2-byte sequence */
+    {{"\"\x80\"", 0}, 1, "UTF-8 byte 0x80"}, /* lone continuation byte */
+    {{"\"\xc3\"", 0}, 1, "UTF-8 byte 0xc3"}, /* truncated 2-byte sequence */
     {{"\"\xc3(\"", 0}, 1, "UTF-8 byte 0xc3"},
-    {{"\"\xc0\xaf\"", 0}, 1, "UTF-8 byte 0xc0"},      /* overlong '/' */
-    {{"\"\xc1\xbf\"", 0}, 1, "UTF-8 byte 0xc1"},      /* overlong */
-    {{"\"\xe0\x80\xaf\"", 0}, 1, "UTF-8 byte 0xe0"},  /* overlong 3-byte */
+    {{"\"\xc0\xaf\"", 0}, 1, "UTF-8 byte 0xc0"},         /* overlong '/' */
+    {{"\"\xc1\xbf\"", 0}, 1, "UTF-8 byte 0xc1"},         /* overlong */
+    {{"\"\xe0\x80\xaf\"", 0}, 1, "UTF-8 byte 0xe0"},     /* overlong 3-byte */
     {{"\"\xf0\x80\x80\xaf\"", 0}, 1, "UTF-8 byte 0xf0"}, /* overlong 4-byte */
-    {{"\"\xed\xa0\x80\"", 0}, 1, "UTF-8 byte 0xed"},  /* encoded surrogate U+D800 */
+    {{"\"\xed\xa0\x80\"", 0}, 1, "UTF-8 byte 0xed"},     /* encoded surrogate U+D800 */
     {{"\"\xf4\x90\x80\x80\"", 0}, 1, "UTF-8 byte 0xf4"}, /* U+110000 */
     {{"\"\xf5\x80\x80\x80\"", 0}, 1, "UTF-8 byte 0xf5"},
-    {{"\"\xe2\x82\"", 0}, 1, "UTF-8 byte 0xe2"},      /* truncated by the quote */
+    {{"\"\xe2\x82\"", 0}, 1, "UTF-8 byte 0xe2"},        /* truncated by the quote */
     {{"\xef\xbb\xbf{}", 0}, 0, "unexpected byte 0xef"}, /* a BOM */
     {{"\xc3\xa9", 0}, 0, "unexpected byte 0xc3"},
     {BYTES("{}\0"), 2, "after the JSON value"},

@@ -152,7 +152,8 @@ static void test_prompt_forms(void **state) {
     expect_bad(PG_API_COMPLETION, "{\"prompt\": [\"a\", \"\"]}", "prompt", "item 1");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": [[1], []]}", "prompt", "item 1");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": 5}", "prompt", "must be");
-    expect_bad(PG_API_COMPLETION, "{\"prompt\": [1, -2]}", "prompt", "item 1 must be a non-negative");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [1, -2]}", "prompt",
+               "item 1 must be a non-negative");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": [1.5]}", "prompt", "item 0 must be a non-negative");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": [\"a\", 3]}", "prompt", "item 1");
     expect_bad(PG_API_COMPLETION, "{\"max_tokens\": 3}", "prompt", "required");
@@ -222,8 +223,7 @@ static void test_strict_json(void **state) {
                "'prompt' contains a NUL character");
     expect_bad(PG_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"\\u0000\"}]}",
                "messages", "NUL");
-    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stop\": [\"x\\u0000\"]}", "stop",
-               "NUL");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stop\": [\"x\\u0000\"]}", "stop", "NUL");
     /* the good forms still parse, with escapes decoded */
     pg_api_request r;
     pg_api_error e;
@@ -278,8 +278,9 @@ static void test_seed_int64(void **state) {
     /* the first of duplicate members counts, as for every other field */
     pg_api_request r;
     pg_api_error e;
-    assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 7, \"seed\": 1.5}", &r, &e),
-                     PAGODA_OK);
+    assert_int_equal(
+        parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 7, \"seed\": 1.5}", &r, &e),
+        PAGODA_OK);
     assert_int_equal(r.sampling.seed, 7);
     pg_api_request_free(&r);
 }

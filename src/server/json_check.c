@@ -97,12 +97,14 @@ static void put_cp(char *out, size_t cap, size_t *olen, uint32_t cp) {
     else if (cp < 0x800)
         b[0] = (unsigned char)(0xC0 | (cp >> 6)), b[1] = (unsigned char)(0x80 | (cp & 0x3F)), k = 2;
     else if (cp < 0x10000)
-        b[0] = (unsigned char)(0xE0 | (cp >> 12)), b[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)),
+        b[0] = (unsigned char)(0xE0 | (cp >> 12)),
+        b[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)),
         b[2] = (unsigned char)(0x80 | (cp & 0x3F)), k = 3;
     else
-        b[0] = (unsigned char)(0xF0 | (cp >> 18)), b[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F)),
-        b[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)), b[3] = (unsigned char)(0x80 | (cp & 0x3F)),
-        k = 4;
+        b[0] = (unsigned char)(0xF0 | (cp >> 18)),
+        b[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F)),
+        b[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)),
+        b[3] = (unsigned char)(0x80 | (cp & 0x3F)), k = 4;
     for (size_t j = 0; j < k; j++, (*olen)++)
         if (out && *olen < cap) out[*olen] = (char)b[j];
 }
@@ -148,8 +150,7 @@ static bool scan_string(jc *c, char *out, size_t cap, size_t *olen) {
         if (u < 0) return fail_at(c, esc, "invalid \\u escape (needs 4 hex digits)");
         c->i += 4;
         uint32_t cp = (uint32_t)u;
-        if (u >= 0xDC00 && u <= 0xDFFF)
-            return fail_at(c, esc, "lone low surrogate \\u%04lx", u);
+        if (u >= 0xDC00 && u <= 0xDFFF) return fail_at(c, esc, "lone low surrogate \\u%04lx", u);
         if (u >= 0xD800 && u <= 0xDBFF) {
             long lo = c->i + 1 < c->n && c->s[c->i] == '\\' && c->s[c->i + 1] == 'u'
                           ? hex4(c, c->i + 2)
@@ -252,8 +253,7 @@ static bool scan_container(jc *c, bool object) {
         }
         if (!scan_value(c)) return false;
         skip_ws(c);
-        if (c->i >= c->n)
-            return fail_at(c, open, "unterminated %s", object ? "object" : "array");
+        if (c->i >= c->n) return fail_at(c, open, "unterminated %s", object ? "object" : "array");
         if (c->s[c->i] == ',') {
             c->i++;
             continue;
@@ -292,10 +292,17 @@ static bool scan_value(jc *c) {
     }
 }
 
-pagoda_status pg_json_check(const char *text, size_t len, int max_depth, pg_json_check_result *res) {
+pagoda_status pg_json_check(const char *text, size_t len, int max_depth,
+                            pg_json_check_result *res) {
     memset(res, 0, sizeof *res);
-    jc c = {(const unsigned char *)(text ? text : ""), text ? len : 0, 0, 0,
-            max_depth > 0 ? max_depth : PG_JSON_MAX_DEPTH, res, false, {0}};
+    jc c = {(const unsigned char *)(text ? text : ""),
+            text ? len : 0,
+            0,
+            0,
+            max_depth > 0 ? max_depth : PG_JSON_MAX_DEPTH,
+            res,
+            false,
+            {0}};
     skip_ws(&c);
     if (c.i >= c.n) {
         fail_at(&c, c.i, "empty text (no JSON value)");

@@ -31,7 +31,7 @@ typedef struct pg_json_check_result {
     /* U+0000 is valid JSON (as \u0000) but C strings cannot hold it: the
      * first string holding one is reported so callers can reject it. */
     bool has_nul;
-    size_t nul_offset; /* byte offset of that string's opening quote */
+    size_t nul_offset;   /* byte offset of that string's opening quote */
     char nul_member[64]; /* name of the top-level object member whose key or
                             value holds it ("" when the top value is not an
                             object) */

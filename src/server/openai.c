@@ -173,8 +173,7 @@ static pagoda_status parse_ids(const parse_ctx *p, const cJSON *arr, const char 
 
 /* ---------------------------------------------------------------- prompts */
 
-#define PROMPT_FORMS                                                                               \
-    "a string, a list of strings, a list of token ids or a list of token-id lists"
+#define PROMPT_FORMS "a string, a list of strings, a list of token ids or a list of token-id lists"
 
 /* OpenAI / vLLM accept exactly four prompt forms; the first item of a list
  * decides which one it is and every other item must match it. */

@@ -56,16 +56,16 @@ typedef struct pg_api_request {
     char *model;            /* NULL when absent */
     pg_api_prompt *prompts; /* completions: >= 1 prompts */
     size_t n_prompts;
-    char *messages_json;        /* chat: the messages array re-serialized */
-    char *tools_json;           /* chat: tools array or NULL */
-    char *kwargs_json;          /* chat: chat_template_kwargs object or NULL */
-    bool add_generation_prompt; /* chat, default true */
+    char *messages_json;         /* chat: the messages array re-serialized */
+    char *tools_json;            /* chat: tools array or NULL */
+    char *kwargs_json;           /* chat: chat_template_kwargs object or NULL */
+    bool add_generation_prompt;  /* chat, default true */
     bool continue_final_message; /* chat (vLLM): the prompt ends inside the final
                                     assistant message (see pg_api_continue_final) */
     char *final_text;            /* that message's text (continue_final_message) */
     bool return_token_strs;      /* /tokenize (vLLM): also return the token pieces */
-    bool add_special_tokens;    /* completions default true, chat default false */
-    int32_t n;                  /* choices per prompt, >= 1 */
+    bool add_special_tokens;     /* completions default true, chat default false */
+    int32_t n;                   /* choices per prompt, >= 1 */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
     bool echo;          /* completions: prepend the prompt text */
