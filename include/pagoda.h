@@ -98,7 +98,8 @@ typedef struct pagoda_sampling {
     const pagoda_logit_bias *logit_bias;
     size_t n_logit_bias;
     int64_t seed;          /* -1 = random */
-    int32_t max_tokens;    /* >= 1; 0 = up to the context (max_model_len - prompt) */
+    int32_t max_tokens;    /* >= 1; 0 = up to the context (max_model_len - prompt),
+                              capped by the longest sequence the KV cache holds */
     int32_t min_tokens;    /* EOS/stop are ignored before this many tokens */
     bool ignore_eos;
     const int32_t *stop_token_ids;
