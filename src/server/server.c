@@ -611,8 +611,8 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
         return send_error(c, &err);
     }
     if (pg_api_check_model(j->req.model, s->model_name, &err) ||
-        pg_api_check_capacity(j->req.n_prompts * (size_t)j->req.n, s->max_num_seqs, s->max_queue,
-                              &err)) {
+        pg_api_check_capacity((kind == PG_API_CHAT ? 1 : j->req.n_prompts) * (size_t)j->req.n,
+                              s->max_num_seqs, s->max_queue, &err)) {
         job_free(j);
         return send_error(c, &err);
     }

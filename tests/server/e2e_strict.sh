@@ -147,7 +147,7 @@ stop_server
 
 if [ -n "$TEMPLATE" ]; then
   echo "== chat: continue_final_message"
-  start_server --chat-template "$TEMPLATE"
+  start_server --chat-template "$TEMPLATE" --max-num-seqs 1 --max-queue 2
   H='{"role": "user", "content": "Tell a story"}, {"role": "assistant", "content": "Once upon a"}'
   req /v1/chat/completions "{\"messages\": [$H], \"continue_final_message\": true, \"max_tokens\": 2}"
   expect_error 400 "Cannot set both" "continue_final_message with the default add_generation_prompt"
@@ -155,6 +155,8 @@ if [ -n "$TEMPLATE" ]; then
   expect_error 400 "Cannot set both" "continue_final_message + add_generation_prompt"
   req /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "continue_final_message": true, "add_generation_prompt": false, "max_tokens": 2}'
   expect_error 400 "needs the last message to be from the assistant" "continue_final_message after a user message"
+  req /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "n": 4, "max_tokens": 2}'
+  expect_error 400 "needs 4 sequences" "chat n over the capacity"
   req /tokenize "{\"messages\": [$H], \"continue_final_message\": true, \"add_generation_prompt\": false}"
   expect 200 "tokenize continue_final_message"
   req /detokenize "{\"tokens\": $(jq -c .tokens "$TMP/body")}"; expect 200 "detokenize the continued prompt"
