@@ -90,8 +90,51 @@ static void test_metrics_hand_timeline(void **state) {
     assert_float_equal(m.e2el.pct[0], 1982, 1e-6);
     /* token times A .5 .6 .8 1.1, B 1.2 1.6 2.2, D 1.8 -> buckets 3, 4, 1 */
     assert_float_equal(m.max_output_tokens_per_s, 4, EPS);
-    /* active seconds A 0-1, B 0-2, D 1 -> 2, 3, 1 */
-    assert_int_equal(m.max_concurrent_requests, 3);
+    /* in flight A [0, 1.1), B [0.2, 2.2), D [1.5, 1.8): never more than two at
+     * once (counting whole seconds a request touches would say 3) */
+    assert_int_equal(m.max_concurrent_requests, 2);
+}
+
+/* Peak concurrency is the most requests in flight at one instant
+ * ([start, start + E2EL) intervals, vLLM's sweep), never more than the
+ * client's --max-concurrency. */
+static void test_peak_concurrency_is_exact(void **state) {
+    (void)state;
+    const double pct[] = {99};
+    pg_bench_metrics m;
+    /* back to back: one ends at 1.0 exactly when the next starts */
+    pg_bench_outcome o[3] = {{true, 1, 1, 0.0, 0.1, 1.0, NULL, 0},
+                             {true, 1, 1, 1.0, 0.1, 1.0, NULL, 0},
+                             {false, 1, 0, 0.5, 0, 0, NULL, 0}};
+    assert_int_equal(pg_bench_metrics_compute(o, 3, 2.0, pct, 1, NULL, &m), PAGODA_OK);
+    assert_int_equal(m.max_concurrent_requests, 1); /* the failed one does not count */
+    o[1].start_time = 0.999;
+    assert_int_equal(pg_bench_metrics_compute(o, 3, 2.0, pct, 1, NULL, &m), PAGODA_OK);
+    assert_int_equal(m.max_concurrent_requests, 2);
+
+    /* A closed loop with 16 slots, as the client runs --max-concurrency 16:
+     * 400 requests of uneven length (10 ms .. 1.6 s), each started the moment
+     * a slot frees, so at most 16 overlap and 16 do. Most seconds of the run
+     * see far more than 16 requests start or end in them. */
+    enum { N = 400, SLOTS = 16 };
+    pg_bench_outcome *r = calloc(N, sizeof *r);
+    double free_at[SLOTS] = {0};
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < N; i++) {
+        int s = 0;
+        for (int k = 1; k < SLOTS; k++)
+            if (free_at[k] < free_at[s]) s = k;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double len = 0.01 + (double)(x % 1600) / 1000.0;
+        r[i] = (pg_bench_outcome){true, 4, 2, free_at[s], len / 2, len, NULL, 0};
+        free_at[s] += len;
+    }
+    double end = 0;
+    for (int k = 0; k < SLOTS; k++)
+        end = free_at[k] > end ? free_at[k] : end;
+    assert_int_equal(pg_bench_metrics_compute(r, N, end, pct, 1, NULL, &m), PAGODA_OK);
+    assert_int_equal(m.max_concurrent_requests, SLOTS);
+    free(r);
 }
 
 static void test_goodput_slos(void **state) {
@@ -651,6 +694,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_percentile_is_numpy_linear),
         cmocka_unit_test(test_metrics_hand_timeline),
+        cmocka_unit_test(test_peak_concurrency_is_exact),
         cmocka_unit_test(test_goodput_slos),
         cmocka_unit_test(test_metrics_all_failed_and_bad_args),
         cmocka_unit_test(test_sse_whole_bytewise_and_every_split),
