@@ -139,6 +139,14 @@ static void *serve_conn(void *arg) {
     cJSON *j = cJSON_Parse(body);
     const cJSON *mt = cJSON_GetObjectItem(j, "max_tokens");
     int max_tokens = cJSON_IsNumber(mt) ? (int)mt->valuedouble : 4;
+    /* usage.prompt_tokens: one per id / character of the prompt, plus a BOS */
+    const cJSON *pr = cJSON_GetObjectItem(j, "prompt");
+    const cJSON *msg = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "messages"), 0);
+    const cJSON *content = cJSON_GetObjectItem(msg, "content");
+    int prompt_tokens = 1 + (cJSON_IsArray(pr)        ? cJSON_GetArraySize(pr)
+                             : cJSON_IsString(pr)      ? (int)strlen(pr->valuestring)
+                             : cJSON_IsString(content) ? (int)strlen(content->valuestring)
+                                                       : 0);
     cJSON_Delete(j);
     reply_kind kind = f->failures ? (reply_kind)(r % 4) : REPLY_OK;
     /* in_flight drops just before the last bytes go out: the client can only
@@ -176,8 +184,8 @@ static void *serve_conn(void *arg) {
     if (f->usage && kind == REPLY_OK) {
         char u[256];
         snprintf(u, sizeof u,
-                 "{\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":%d}}",
-                 max_tokens);
+                 "{\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d}}",
+                 prompt_tokens, max_tokens);
         send_event(c.fd, u);
     }
     send_event(c.fd, "[DONE]");
@@ -273,7 +281,7 @@ static pagoda_status ch_decode(void *ctx, const int32_t *ids, size_t n, char **t
     return PAGODA_OK;
 }
 
-static const pg_bench_tokenizer CHAR_TOK = {NULL, 128, ch_special, ch_encode, ch_decode};
+static const pg_bench_tokenizer CHAR_TOK = {NULL, 128, ch_special, ch_encode, ch_decode, 0};
 
 static pg_bench_serve_opts base_opts(const fake *f, char *url, size_t url_cap) {
     pg_bench_serve_opts o;
@@ -323,8 +331,9 @@ static void test_completions_token_ids(void **state) {
     assert_true(max_in_flight >= 1 && max_in_flight <= 3); /* --max-concurrency held */
     assert_int_equal(m.completed, 12);
     assert_int_equal(m.failed, 0);
-    assert_int_equal(m.total_input, 12 * 16);
+    assert_int_equal(m.total_input, 12 * 17); /* usage.prompt_tokens: 16 ids + the BOS */
     assert_int_equal(m.total_output, 12 * 6); /* usage.completion_tokens */
+    assert_true(m.max_concurrent_requests >= 1 && m.max_concurrent_requests <= 3);
     assert_true(m.ttft.pct[0] >= 30.0);       /* min TTFT >= the server's delay */
     assert_true(m.e2el.pct[0] >= 30.0 + 5 * 5.0);
     assert_true(m.tpot.mean > 0);
@@ -352,6 +361,8 @@ static void test_completions_token_ids(void **state) {
     assert_int_equal(cJSON_GetArraySize(itls), 12);
     for (int i = 0; i < 12; i++) {
         assert_int_equal(cJSON_GetArraySize(cJSON_GetArrayItem(itls, i)), 5); /* 6 chunks */
+        assert_float_equal(
+            cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), i)->valuedouble, 17, 0);
         assert_true(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ttfts"), i)->valuedouble >= 0.030);
         assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "errors"), i)->valuestring,
                             "");
