@@ -540,8 +540,8 @@ static void random_dataset_real(const char *asset, int32_t n_special, int32_t in
             assert_false(pg_tokenizer_is_special(tk, ids[j]));
         free(ids);
         size_t ns = 0;
-        assert_int_equal(pg_tokenizer_encode(tk, req[i].prompt, strlen(req[i].prompt), true,
-                                             server, want + 64, &ns),
+        assert_int_equal(pg_tokenizer_encode(tk, req[i].prompt, strlen(req[i].prompt), true, server,
+                                             want + 64, &ns),
                          PAGODA_OK);
         if (ns != want)
             fail_msg("%s seed %llu prompt %zu: the server would see %zu tokens, not %zu", asset,

@@ -146,7 +146,7 @@ static void *serve_conn(void *arg) {
     const cJSON *pr = cJSON_GetObjectItem(j, "prompt");
     const cJSON *msg = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "messages"), 0);
     const cJSON *content = cJSON_GetObjectItem(msg, "content");
-    int prompt_tokens = 1 + (cJSON_IsArray(pr)        ? cJSON_GetArraySize(pr)
+    int prompt_tokens = 1 + (cJSON_IsArray(pr)         ? cJSON_GetArraySize(pr)
                              : cJSON_IsString(pr)      ? (int)strlen(pr->valuestring)
                              : cJSON_IsString(content) ? (int)strlen(content->valuestring)
                                                        : 0);
@@ -337,7 +337,7 @@ static void test_completions_token_ids(void **state) {
     assert_int_equal(m.total_input, 12 * 17); /* usage.prompt_tokens: 16 ids + the BOS */
     assert_int_equal(m.total_output, 12 * 6); /* usage.completion_tokens */
     assert_true(m.max_concurrent_requests >= 1 && m.max_concurrent_requests <= 3);
-    assert_true(m.ttft.pct[0] >= 30.0);       /* min TTFT >= the server's delay */
+    assert_true(m.ttft.pct[0] >= 30.0); /* min TTFT >= the server's delay */
     assert_true(m.e2el.pct[0] >= 30.0 + 5 * 5.0);
     assert_true(m.tpot.mean > 0);
     assert_true(m.output_throughput > 0);
@@ -364,8 +364,8 @@ static void test_completions_token_ids(void **state) {
     assert_int_equal(cJSON_GetArraySize(itls), 12);
     for (int i = 0; i < 12; i++) {
         assert_int_equal(cJSON_GetArraySize(cJSON_GetArrayItem(itls, i)), 5); /* 6 chunks */
-        assert_float_equal(
-            cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), i)->valuedouble, 17, 0);
+        assert_float_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), i)->valuedouble,
+                           17, 0);
         assert_true(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ttfts"), i)->valuedouble >= 0.030);
         assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "errors"), i)->valuestring,
                             "");
@@ -599,8 +599,8 @@ static void test_real_server_input_lengths(void **state) {
     cJSON *j = cJSON_Parse(js);
     assert_non_null(j);
     for (int i = 0; i < 16; i++)
-        assert_float_equal(
-            cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), i)->valuedouble, 40, 0);
+        assert_float_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), i)->valuedouble,
+                           40, 0);
     cJSON_Delete(j);
     free(js);
 }

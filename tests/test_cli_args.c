@@ -160,8 +160,7 @@ static void test_every_command_checks_its_arguments(void **state) {
         }
         /* usage errors: a one-line message naming the command */
         if (rc == 2 && r->exit_code == 2 && strncmp(out, "pagoda", 6) != 0) {
-            print_error("pagoda %s: the message does not start with 'pagoda':\n%s\n", r->args,
-                        out);
+            print_error("pagoda %s: the message does not start with 'pagoda':\n%s\n", r->args, out);
             failures++;
         }
     }

@@ -95,9 +95,14 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
             continue;
         }
         /* the options of this benchmark that take a value */
-        static const char *const COMMON[] = {"--model", "--input-len", "--random-input-len",
-                                             "--output-len", "--random-output-len",
-                                             "--dataset-name", "--dataset", "--seed",
+        static const char *const COMMON[] = {"--model",
+                                             "--input-len",
+                                             "--random-input-len",
+                                             "--output-len",
+                                             "--random-output-len",
+                                             "--dataset-name",
+                                             "--dataset",
+                                             "--seed",
                                              "--output-json"};
         static const char *const THROUGHPUT[] = {"--prefix-len", "--random-prefix-len",
                                                  "--range-ratio", "--random-range-ratio",

@@ -90,10 +90,9 @@ static bool parse_float(const char *s, float *out) {
 }
 
 /* Options that take a value (the engine's are in engine_args.c). */
-static const char *const VALUED[] = {"--prompt",    "--max-tokens", "--temperature",
-                                     "--top-p",     "--top-k",      "--min-p",
-                                     "--seed",      "--min-tokens", "--stop",
-                                     "--prompts-file"};
+static const char *const VALUED[] = {"--prompt", "--max-tokens",  "--temperature", "--top-p",
+                                     "--top-k",  "--min-p",       "--seed",        "--min-tokens",
+                                     "--stop",   "--prompts-file"};
 
 /* Returns 0 on success, 2 on a usage error (message printed), -1 for --help. */
 static int parse_args(int argc, char **argv, gen_options *o) {
@@ -141,8 +140,7 @@ static int parse_args(int argc, char **argv, gen_options *o) {
         } else if (!strcmp(a, "--max-tokens")) {
             ok = parse_long(v, 0, 1L << 30, &o->max_tokens), want = "an integer in [0, 2^30]";
         } else if (!strcmp(a, "--temperature")) {
-            ok = parse_float(v, &o->temperature) && o->temperature >= 0.0f,
-            want = "a number >= 0";
+            ok = parse_float(v, &o->temperature) && o->temperature >= 0.0f, want = "a number >= 0";
         } else if (!strcmp(a, "--top-p")) {
             ok = parse_float(v, &o->top_p), want = "a number in (0, 1]";
         } else if (!strcmp(a, "--top-k")) {
@@ -411,8 +409,9 @@ static bool parse_line(const pagoda_engine *e, const gen_options *o, const char 
                 if (cJSON_IsString(f))
                     snprintf(err, cap, "\"stop\" is an empty string (the server rejects it too)");
                 else
-                    snprintf(err, cap, "\"stop\"[%zu] is an empty string (the server rejects "
-                                       "it too)",
+                    snprintf(err, cap,
+                             "\"stop\"[%zu] is an empty string (the server rejects "
+                             "it too)",
                              i);
                 goto out;
             }

@@ -76,10 +76,9 @@ int pg_cmd_serve(int argc, char **argv) {
     so.api_key = getenv("PAGODA_API_KEY");
     pagoda_engine_options eo;
     pagoda_engine_options_default(&eo);
-    static const char *const VALUED[] = {"--host",          "--port",
-                                         "--api-key",       "--served-model-name",
-                                         "--chat-template", "--max-queue",
-                                         "--max-request-bytes", "--seed"};
+    static const char *const VALUED[] = {
+        "--host",          "--port",      "--api-key",           "--served-model-name",
+        "--chat-template", "--max-queue", "--max-request-bytes", "--seed"};
     for (int i = 1; i < argc; i++) {
         int e = pg_engine_args_parse(CMD, argc, argv, &i, &eo);
         if (e < 0) return 2;

@@ -43,10 +43,10 @@ typedef struct pg_bench_req_result {
     double ttft, latency;
     double *itl;
     size_t n_itl;
-    int32_t n_chunks;     /* choice-carrying events */
-    int32_t usage_tokens; /* usage.completion_tokens, -1 if not sent */
+    int32_t n_chunks;            /* choice-carrying events */
+    int32_t usage_tokens;        /* usage.completion_tokens, -1 if not sent */
     int32_t usage_prompt_tokens; /* usage.prompt_tokens, -1 if not sent */
-    char *text;           /* generated text (concatenated deltas) */
+    char *text;                  /* generated text (concatenated deltas) */
     size_t text_len;
     char *error; /* one line, NULL on success */
 } pg_bench_req_result;
