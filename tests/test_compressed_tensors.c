@@ -703,6 +703,29 @@ static void test_corrupt_checkpoints(void **state) {
     if (load(dir, 0, 0, &l) != PAGODA_OK) fail_msg("%s", pg_last_error());
     unload(&l);
     pg_model_source_free(src);
+
+    /* naive-/int-quantized int4 (int8 storage): values outside [-8, 7] */
+    const char *js = "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", "
+                     "\"format\": \"naive-quantized\", \"config_groups\": {\"g\": {\"weights\": "
+                     "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": "
+                     "\"channel\"}}}}}";
+    pg_ct_config c;
+    assert_int_equal(pg_ct_config_parse(js, strlen(js), "config.json", &c), PAGODA_OK);
+    assert_int_equal(c.format, PG_CT_INT_QUANTIZED);
+    int8_t w4[2 * 32], q[2 * 32];
+    float sc[2] = {0.5f, 0.25f}, s2[2];
+    for (int i = 0; i < 64; i++)
+        w4[i] = (int8_t)(i % 16 - 8);
+    pg_tensor tw = {"z.weight", PG_I8, 2, {2, 32}, w4, sizeof w4};
+    pg_tensor ts = {"z.weight_scale", PG_F32, 2, {2, 1}, sc, sizeof sc};
+    pg_qweight qw;
+    assert_int_equal(pg_ct_unpack(&c, &tw, NULL, &ts, q, s2, &qw), PAGODA_OK);
+    assert_memory_equal(q, w4, sizeof w4);
+    assert_int_equal(qw.bits, 4);
+    w4[37] = 8;
+    assert_int_equal(pg_ct_unpack(&c, &tw, NULL, &ts, q, s2, &qw), PAGODA_ERR_FORMAT);
+    assert_non_null(strstr(pg_last_error(), "z.weight: value 8 at [1, 5]"));
+    pg_ct_config_free(&c);
 }
 
 int main(void) {

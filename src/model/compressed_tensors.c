@@ -157,14 +157,14 @@ pagoda_status pg_ct_config_parse(const char *json, size_t len, const char *path,
     }
     const char *fmt = str(g, "format");
     if (!fmt) fmt = str(qc, "format");
-    if (fmt && !strcmp(fmt, "int-quantized") && bits == 8)
-        out->format = PG_CT_INT_QUANTIZED;
+    if (fmt && (!strcmp(fmt, "int-quantized") || !strcmp(fmt, "naive-quantized")))
+        out->format = PG_CT_INT_QUANTIZED; /* int8 storage (int4 values in [-8, 7] too) */
     else if (fmt && !strcmp(fmt, "pack-quantized"))
         out->format = PG_CT_PACK_QUANTIZED;
     else {
         st = pg_error(PAGODA_ERR_UNSUPPORTED,
                       "%s: quantization_config format '%s' with %d-bit weights (need "
-                      "int-quantized int8 or pack-quantized)",
+                      "int-quantized / naive-quantized or pack-quantized)",
                       path, fmt ? fmt : "(none)", bits);
         goto done;
     }
@@ -326,6 +326,12 @@ pagoda_status pg_ct_unpack(const pg_ct_config *c, const pg_tensor *weight, const
     const int64_t ng = pg_qweight_ngroups(K, c->group);
     if (c->format == PG_CT_INT_QUANTIZED) {
         memcpy(q, weight->data, (size_t)(N * K));
+        for (int64_t i = 0; c->bits == 4 && i < N * K; i++)
+            if (q[i] < -8 || q[i] > 7)
+                return pg_error(PAGODA_ERR_FORMAT,
+                                "compressed-tensors: %s: value %d at [%lld, %lld] is outside the "
+                                "int4 range [-8, 7]",
+                                weight->name, q[i], (long long)(i / K), (long long)(i % K));
     } else {
         /* value k of a row: bits [bits * (k % per), +bits) of little-endian
          * word k / per, stored as q + 2^(bits-1) (pack_to_int32) */

@@ -10,7 +10,8 @@
  *                              "strategy": "token", "dynamic": true} | null}},
  *     "ignore": ["lm_head", "re:<regex>"]}
  * and each quantized linear layer X has instead of X.weight:
- *   int-quantized:  X.weight        int8 [N, K]
+ *   int-quantized:  X.weight        int8 [N, K] (also "naive-quantized", its
+ *                   alias; int4 schemes then hold values in [-8, 7])
  *   pack-quantized: X.weight_packed int32 [N, ceil(K / 8)]: value k of a row
  *                   is bits 4*(k%8)..4*(k%8)+3 of word k/8 (little end
  *                   first), stored offset by +8 (code = q + 8, q in [-8, 7]);
@@ -45,7 +46,7 @@
 
 typedef enum pg_ct_format {
     PG_CT_NONE = 0,      /* no (or another) quantization_config */
-    PG_CT_INT_QUANTIZED, /* int8 weights as int8 */
+    PG_CT_INT_QUANTIZED, /* weights as int8 (int-quantized / naive-quantized) */
     PG_CT_PACK_QUANTIZED /* int4 (or int8) packed into int32 words */
 } pg_ct_format;
 
