@@ -430,6 +430,23 @@ static void test_stories_accuracy(void **state) {
         else
             assert_true(kl < 0.1 && top1 >= 85.0);
         unload(&q);
+        /* tools/quant_kl --ct measures the same checkpoint the same way (its
+         * own full-sequence forward: equal up to float summation order) */
+        double tkl = -1, tmax, ttop = -1;
+        char cmd[16384], line[512];
+        snprintf(cmd, sizeof cmd, "%s '%s/quant_kl' '%s' '%s' --quick --threads 1 --ct '%s' 2>&1",
+                 pg_test_exec_wrapper(), getenv("PAGODA_BUILD_DIR"), g_tok,
+                 pg_test_asset("llm/llama2c/expected/stories260K_greedy_n256.tokens.txt"), dir);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        char label[64];
+        snprintf(label, sizeof label, "acc-%d ", ci);
+        while (fgets(line, sizeof line, p))
+            if (!strncmp(line, label, strlen(label)))
+                assert_int_equal(sscanf(line + strlen(label), "%lf %lf %lf", &tkl, &tmax, &ttop),
+                                 3);
+        assert_int_equal(pclose(p), 0);
+        assert_true(fabs(tkl - kl) <= 0.05 * kl && fabs(ttop - top1) <= 1.0);
     }
     free(lf);
     free(lq);
