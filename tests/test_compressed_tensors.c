@@ -434,7 +434,7 @@ static void test_stories_accuracy(void **state) {
          * own full-sequence forward: equal up to float summation order) */
         double tkl = -1, tmax, ttop = -1;
         char cmd[16384], line[512];
-        snprintf(cmd, sizeof cmd, "%s '%s/quant_kl' '%s' '%s' --quick --threads 1 --ct '%s' 2>&1",
+        snprintf(cmd, sizeof cmd, "%s '%s/quant_kl' '%s' '%s' --ct-only --threads 1 --ct '%s' 2>&1",
                  pg_test_exec_wrapper(), getenv("PAGODA_BUILD_DIR"), g_tok,
                  pg_test_asset("llm/llama2c/expected/stories260K_greedy_n256.tokens.txt"), dir);
         FILE *p = popen(cmd, "r");

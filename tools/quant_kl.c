@@ -1,12 +1,13 @@
 /* quant_kl: accuracy of quantized inference (docs/QUANTIZATION.md).
  *
  *   quant_kl MODEL TOKENS_FILE [--threads T] [--max-tokens N] [--lm-head] [--quick]
- *            [--ct CT_DIR]...
+ *            [--ct CT_DIR]... [--ct-only]
  *   (--quick: W8A8 per-channel, W8A8 g32 act g32, W4A8 g32 and the two
  *   llama.cpp emulations only; --ct: also a compressed-tensors checkpoint
  *   of the same model, e.g. written by gen_model --from MODEL, whose
  *   quantized layers are read as stored and run on the W8A8 / W4A8 kernels;
- *   its ignored layers use MODEL's f32 weights)
+ *   its ignored layers use MODEL's f32 weights; --ct-only: skip the
+ *   built-in schemes)
  *
  * Runs a Llama model teacher-forced over the token ids in TOKENS_FILE (every
  * integer in the file after "PROMPT_TOKENS:" / "GEN:" labels, e.g. the
@@ -409,10 +410,10 @@ static int argmax(const float *z, int n) {
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: quant_kl MODEL TOKENS_FILE [--threads T] [--max-tokens N] "
-                        "[--lm-head] [--quick] [--ct CT_DIR]...\n");
+                        "[--lm-head] [--quick] [--ct CT_DIR]... [--ct-only]\n");
         return 2;
     }
-    int threads = 2, max_tokens = 1024, lm_q = 0, quick = 0, n_ct = 0;
+    int threads = 2, max_tokens = 1024, lm_q = 0, quick = 0, n_ct = 0, ct_only = 0;
     enum { MAX_CT = 8 };
     scheme cts[MAX_CT];
     pg_model_source *ct_src[MAX_CT] = {0};
@@ -440,6 +441,8 @@ int main(int argc, char **argv) {
             lm_q = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--ct-only"))
+            ct_only = 1;
         else {
             fprintf(stderr, "quant_kl: unknown option '%s'\n", argv[i]);
             return 2;
@@ -491,7 +494,7 @@ int main(int argc, char **argv) {
     printf("%-28s %12s %12s %10s\n", "scheme", "mean KLD", "max KLD", "same top1");
     for (int si = 1; si < N_SCHEMES + n_ct; si++) {
         const scheme *s = si < N_SCHEMES ? &SCHEMES[si] : &cts[si - N_SCHEMES];
-        if (quick && !s->quick) continue;
+        if ((quick && !s->quick) || (ct_only && s->k != S_CT)) continue;
         forward(src, s, lm_q ? s : &SCHEMES[0], tok, T, got);
         double kl_sum = 0, kl_max = 0;
         int same = 0;

@@ -340,11 +340,12 @@ pagoda_status pg_ct_unpack(const pg_ct_config *c, const pg_tensor *weight, const
         const int64_t words = weight->shape[1];
         const uint8_t *p = weight->data;
         for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) {
-                const uint8_t *wd = p + (size_t)(n * words + k / per) * 4;
+            for (int64_t w = 0; w < words; w++) {
+                const uint8_t *wd = p + (size_t)(n * words + w) * 4;
                 uint32_t u = (uint32_t)wd[0] | (uint32_t)wd[1] << 8 | (uint32_t)wd[2] << 16 |
                              (uint32_t)wd[3] << 24;
-                q[n * K + k] = (int8_t)((int)((u >> (c->bits * (k % per))) & mask) - off);
+                for (int j = 0; j < per && w * per + j < K; j++)
+                    q[n * K + w * per + j] = (int8_t)((int)((u >> (c->bits * j)) & mask) - off);
             }
     }
     for (int64_t i = 0; i < N * ng; i++) {
