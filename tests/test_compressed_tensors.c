@@ -277,8 +277,9 @@ static void check_batch_invariance(const char *model) {
 
 static void test_engine_batch_invariance(void **state) {
     (void)state;
-    const char *schemes[][2] = {{"w8a8", "0"}, {"w4a8", "32"}, {"w4a16", "0"}};
-    for (int i = 0; i < 3; i++) {
+    /* the last one keeps every down_proj dense through `ignore` */
+    const char *schemes[][2] = {{"w8a8", "0"}, {"w4a8", "32"}, {"w4a16", "0"}, {"w4a8", "64"}};
+    for (int i = 0; i < 4; i++) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/bi-%s-g%s", pg_test_tmpdir(), schemes[i][0], schemes[i][1]);
         pg_gen_model_options o;
@@ -286,7 +287,18 @@ static void test_engine_batch_invariance(void **state) {
         o.ct_bits = schemes[i][0][1] - '0';
         o.ct_group = atoi(schemes[i][1]);
         o.ct_weight_only = strstr(schemes[i][0], "a16") != NULL;
+        if (i == 3) o.ct_ignore = "re:.*mlp\\.down_proj$";
         write_model(&o);
+        if (i == 3) {
+            pg_model_source *src;
+            if (pg_model_source_open(dir, &src) != PAGODA_OK) fail_msg("%s", pg_last_error());
+            const pg_ct_config *c = pg_model_source_ct(src);
+            assert_non_null(c);
+            assert_false(pg_ct_quantized(c, "model.layers.1.mlp.down_proj"));
+            assert_true(pg_ct_quantized(c, "model.layers.1.mlp.up_proj"));
+            assert_non_null(pg_model_source_tensor(src, "model.layers.1.mlp.down_proj.weight"));
+            pg_model_source_free(src);
+        }
         check_batch_invariance(dir);
     }
 }
@@ -710,6 +722,20 @@ static void test_corrupt_checkpoints(void **state) {
         snprintf(dir, sizeof dir, "%s/%s", pg_test_tmpdir(), cases[i].name);
         make_variant(base, dir, cases[i].find, cases[i].repl, &cases[i].e, 1);
         expect_open_error(dir, cases[i].st, cases[i].msg1, cases[i].msg2);
+    }
+    /* q/k/v_proj (one fused GEMM) with only k_proj ignored: refused at pack */
+    {
+        char mixed[1200];
+        snprintf(mixed, sizeof mixed, "%s/mixed-qkv", pg_test_tmpdir());
+        pg_gen_model_options om;
+        tiny_options(&om, mixed);
+        om.ct_bits = 8;
+        om.ct_ignore = "re:.*k_proj$";
+        write_model(&om);
+        loaded lm;
+        assert_int_equal(load(mixed, 0, 0, &lm), PAGODA_ERR_UNSUPPORTED);
+        assert_non_null(strstr(pg_last_error(), "layer 0: q/k/v_proj mix"));
+        unload(&lm);
     }
     /* an int32 weight_shape (compression_param_info's dtype) is read too */
     char dir[1200];

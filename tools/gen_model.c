@@ -36,6 +36,8 @@ static void usage(void) {
           "                       N = 0: per channel, else a multiple of 32)\n"
           "  --ct-rule ct|rtn     scales as compressed-tensors (max/127.5, max/7.5; default) or\n"
           "                       as pagoda's --quantization (exactly reproducible at load)\n"
+          "  --ct-ignore PATTERN  also keep these layers dense and list them in ignore\n"
+          "                       (a layer name or re:<regex>, e.g. 're:.*down_proj$')\n"
           "  --ct-dense           write the dequantized weights as a dense checkpoint instead\n"
           "  --from DIR           take shapes and weights from this F32/F16/BF16 model\n",
           stderr);
@@ -158,6 +160,8 @@ int main(int argc, char **argv) {
             o.vocab_gguf = v;
         else if (!strcmp(a, "--ct-group"))
             o.ct_group = to_int(a, v);
+        else if (!strcmp(a, "--ct-ignore"))
+            o.ct_ignore = v;
         else if (!strcmp(a, "--compressed-tensors")) {
             if (strcmp(v, "w8a8") && strcmp(v, "w4a8") && strcmp(v, "w8a16") &&
                 strcmp(v, "w4a16")) {

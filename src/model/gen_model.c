@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "base/log.h"
+#include "model/compressed_tensors.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 
@@ -138,6 +139,7 @@ static void raw_row(const pg_gen_model_options *o, const char *hf_name, int64_t 
 }
 
 static bool ct_name(const pg_gen_model_options *o, const char *name);
+static const char *ct_ignore_json(const pg_gen_model_options *o);
 static void ct_row(const pg_gen_model_options *o, const float *x, int64_t K, int8_t *q,
                    uint16_t *sc);
 
@@ -356,11 +358,12 @@ static const char *ct_config(const pg_gen_model_options *o) {
              "{\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": %d, \"type\": \"int\", "
              "\"symmetric\": true, %s, \"dynamic\": false, \"actorder\": null}, "
              "\"input_activations\": %s, \"output_activations\": null}}, \"ignore\": "
-             "[\"lm_head\"], \"kv_cache_scheme\": null},\n",
+             "[\"lm_head\"%s], \"kv_cache_scheme\": null},\n",
              o->ct_bits == 8 ? "int-quantized" : "pack-quantized", o->ct_bits, strat,
              o->ct_weight_only ? "null"
                                : "{\"num_bits\": 8, \"type\": \"int\", \"symmetric\": true, "
-                                 "\"strategy\": \"token\", \"dynamic\": true}");
+                                 "\"strategy\": \"token\", \"dynamic\": true}",
+             ct_ignore_json(o));
     return buf;
 }
 
@@ -413,7 +416,27 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
 /* A linear weight the compressed-tensors writer quantizes (not lm_head). */
 static bool ct_name(const pg_gen_model_options *o, const char *name) {
     size_t n = strlen(name);
-    return o->ct_bits && n > 12 && !strcmp(name + n - 12, "_proj.weight");
+    if (!o->ct_bits || n <= 12 || strcmp(name + n - 12, "_proj.weight")) return false;
+    if (!o->ct_ignore) return true;
+    char layer[128];
+    snprintf(layer, sizeof layer, "%.*s", (int)(n - 7), name);
+    char *ig[1] = {(char *)o->ct_ignore};
+    pg_ct_config c = {.format = PG_CT_PACK_QUANTIZED, .n_ignore = 1, .ignore = ig};
+    return !pg_ct_ignored(&c, layer);
+}
+
+/* o->ct_ignore as a JSON string member of the ignore list ("" if none). */
+static const char *ct_ignore_json(const pg_gen_model_options *o) {
+    static _Thread_local char buf[300];
+    buf[0] = 0;
+    if (!o->ct_ignore) return buf;
+    size_t k = (size_t)snprintf(buf, sizeof buf, ", \"");
+    for (const char *p = o->ct_ignore; *p && k + 4 < sizeof buf; p++) {
+        if (*p == '"' || *p == '\\') buf[k++] = '\\';
+        buf[k++] = *p;
+    }
+    snprintf(buf + k, sizeof buf - k, "\"");
+    return buf;
 }
 static bool ct_linear(const pg_gen_model_options *o, const gen_tensor *t) {
     return t->ndim == 2 && ct_name(o, t->name);

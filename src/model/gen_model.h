@@ -50,6 +50,9 @@ typedef struct pg_gen_model_options {
     int ct_bits;
     int ct_group;
     bool ct_weight_only; /* no input_activations (W8A16 / W4A16 schemes) */
+    /* One more `ignore` entry besides "lm_head" (a layer name or "re:<ERE>",
+     * e.g. "re:.*mlp\\.down_proj$"): those layers stay dense too. */
+    const char *ct_ignore;
     /* ct_rtn: quantize with pagoda's load-time rule instead, so that
      * `--quantization` of the dequantized weights gives back the same q and
      * scales exactly: W8 scale = bf16(max|w| / 127), q in [-127, 127]; W4
