@@ -98,7 +98,8 @@ typedef struct pagoda_sampling {
     const pagoda_logit_bias *logit_bias;
     size_t n_logit_bias;
     int64_t seed;          /* -1 = random */
-    int32_t max_tokens;    /* >= 1; 0 = up to the context (max_model_len - prompt) */
+    int32_t max_tokens;    /* >= 1; 0 = up to the context (max_model_len - prompt),
+                              capped by the longest sequence the KV cache holds */
     int32_t min_tokens;    /* EOS/stop are ignored before this many tokens */
     bool ignore_eos;
     const int32_t *stop_token_ids;
@@ -232,6 +233,12 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
 pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,
                                 bool skip_special, char **text, size_t *len);
 void pagoda_free(void *p);
+
+/* The vocabulary entry of token `id` as the tokenizer stores it (HF
+ * convert_ids_to_tokens: e.g. "\u2581Once" for SentencePiece, "\u0120the" for
+ * byte-level BPE, "<0x0A>" for a byte-fallback token); *len gets its size.
+ * Owned by the engine. NULL for an id outside the vocabulary. */
+const char *pagoda_token_piece(const pagoda_engine *e, int32_t id, size_t *len);
 
 /* Render a chat (messages as a JSON array text in OpenAI format, optional
  * tools JSON array text, optional extra template kwargs JSON object text)

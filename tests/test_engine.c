@@ -624,6 +624,45 @@ static void test_rejects_requests_that_cannot_fit(void **state) {
     pagoda_engine_free(e);
 }
 
+/* max_tokens 0 (null) means "up to the context"; with a KV cache smaller
+ * than max_model_len (512) that is capped by what the cache holds, instead
+ * of rejecting the request (it used to need 512 tokens of blocks). */
+static void test_null_max_tokens_capped_by_kv_cache(void **state) {
+    (void)state;
+    pagoda_engine_options o;
+    pagoda_engine_options_default(&o);
+    o.kv_cache_memory = 11 * 16 * 512; /* 10 usable blocks of 16 tokens = 160 tokens */
+    pagoda_engine *e = open_engine(g_tiny, &o);
+    assert_int_equal(pagoda_engine_max_model_len(e), 512);
+    pagoda_stats st;
+    pagoda_engine_get_stats(e, &st);
+    int32_t kv_tokens = st.num_kv_blocks * 16;
+    assert_true(kv_tokens < 512);
+    static int32_t prompt[200];
+    make_prompt(3, 20, prompt);
+    pagoda_request r = greedy_req(e, prompt, 20, 0);
+    r.sampling.logprobs = -1;
+    uint64_t id;
+    if (pagoda_engine_add_request(e, &r, &id, NULL) != PAGODA_OK)
+        fail_msg("max_tokens 0 rejected: %s", pagoda_last_error());
+    static result res;
+    run_all(e, &id, &res, 1, NULL);
+    assert_int_equal(res.finish, PAGODA_FINISH_LENGTH);
+    assert_int_equal(res.n, kv_tokens - 20);
+    /* an explicit max_tokens over the cache is still an error naming the blocks */
+    r = greedy_req(e, prompt, 20, 200);
+    assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_LIMIT);
+    assert_non_null(strstr(pagoda_last_error(), "KV blocks"));
+    /* a prompt that fills the cache leaves no room even with max_tokens 0 */
+    make_prompt(4, kv_tokens, prompt);
+    r = greedy_req(e, prompt, (size_t)kv_tokens, 0);
+    assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_LIMIT);
+    assert_non_null(strstr(pagoda_last_error(), "no room for output"));
+    pagoda_engine_get_stats(e, &st);
+    assert_int_equal(st.num_free_kv_blocks, st.num_kv_blocks);
+    pagoda_engine_free(e);
+}
+
 static void test_seeded_sampling_is_batch_independent(void **state) {
     (void)state;
     enum { N = 8 };
@@ -665,6 +704,7 @@ int main(void) {
         cmocka_unit_test(test_min_tokens_and_stop_token_ids),
         cmocka_unit_test(test_utf8_safe_deltas),
         cmocka_unit_test(test_rejects_requests_that_cannot_fit),
+        cmocka_unit_test(test_null_max_tokens_capped_by_kv_cache),
         cmocka_unit_test(test_seeded_sampling_is_batch_independent),
     };
     if (getenv("PAGODA_TEST_FILTER")) cmocka_set_test_filter(getenv("PAGODA_TEST_FILTER"));

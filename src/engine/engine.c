@@ -70,6 +70,7 @@ struct pagoda_engine {
     pg_sampler *sampler;
     char name[256];
     int32_t vocab, max_model_len, block_size, num_kv_blocks, max_num_seqs;
+    int32_t kv_max_seq_len; /* min(max_model_len, tokens one sequence's KV fits in) */
     uint64_t seed;
     int32_t eos_ids[8];
     int n_eos;
@@ -238,6 +239,18 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     sc.kv.block_size = e->block_size;
     sc.kv.enable_prefix_caching = o.enable_prefix_caching;
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
+    { /* the longest sequence the KV cache holds (caps max_tokens 0 = null) */
+        pg_kvm *kvm = pg_scheduler_kvm(e->sched);
+        int32_t usable = pg_kvm_num_usable_blocks(kvm), lo = 0, hi = e->max_model_len;
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo + 1) / 2;
+            if (pg_kvm_blocks_for_tokens(kvm, mid) <= usable)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        e->kv_max_seq_len = lo;
+    }
     pg_runner_config rc = {.num_blocks = num_blocks,
                            .block_size = e->block_size,
                            .kv_dtype = kvt,
@@ -414,7 +427,16 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
                       e->max_model_len);
         goto fail;
     }
-    r->max_tokens = s->max_tokens > 0 ? s->max_tokens : e->max_model_len - r->n_prompt;
+    /* max_tokens 0 (null): up to the context, or up to what the KV cache can
+     * hold when it is smaller than max_model_len */
+    if (s->max_tokens == 0 && r->n_prompt >= e->kv_max_seq_len) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "request: the prompt is %d tokens; the KV cache holds sequences of at most "
+                      "%d tokens (%d blocks of %d), which leaves no room for output",
+                      r->n_prompt, e->kv_max_seq_len, e->num_kv_blocks, e->block_size);
+        goto fail;
+    }
+    r->max_tokens = s->max_tokens > 0 ? s->max_tokens : e->kv_max_seq_len - r->n_prompt;
     if (s->min_tokens > r->max_tokens) {
         st = pg_error(PAGODA_ERR_INVALID_ARG, "request: min_tokens %d exceeds max_tokens %d",
                       s->min_tokens, r->max_tokens);
@@ -926,6 +948,10 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
     }
     *ids = buf;
     return PAGODA_OK;
+}
+
+const char *pagoda_token_piece(const pagoda_engine *e, int32_t id, size_t *len) {
+    return pg_tokenizer_token_text(e->tok, id, len);
 }
 
 pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,
