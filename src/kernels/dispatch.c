@@ -157,10 +157,12 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         t->gemm_f32 = uk("neon", 6, 16, 1, 1, pg_neon_gemm_uk_f32);
         /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
          * row pairs), else widen + FMA on k-pairs. */
-        if (pg_cpu()->bf16)
+        if (pg_cpu()->bf16) {
             t->gemm_bf16 = uk("neon-bfmmla", 8, 8, 4, 2, pg_bf16_gemm_uk_bfmmla);
-        else
+            t->gemm_bf16.run_pf = pg_bf16_gemm_uk_bfmmla_pf;
+        } else {
             t->gemm_bf16 = uk("neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16);
+        }
         /* SMMLA where the core has FEAT_I8MM, else SDOT (FEAT_DotProd) */
         if (pg_cpu()->i8mm)
             t->qgemm_w8 = QUK_I8MM(8), t->qgemm_w4 = QUK_I8MM(4);
