@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/engine_args.h"
 #include "engine/kv_cache_spec.h"
 #include "pagoda.h"
 #include "server/server.h"
@@ -32,7 +33,9 @@ static void serve_usage(FILE *f) {
         "  --max-num-seqs N             requests per step (default 256)\n"
         "  --max-num-batched-tokens N   tokens per step (default 4096)\n"
         "  --kv-cache-memory SIZE       KV cache size, e.g. 4GiB (default: see docs)\n"
-        "  --kv-cache-dtype auto|bf16|f32\n"
+        "  --dtype D                    compute dtype of the linear layers: auto | bfloat16 |\n"
+        "                               float16 (= half; runs as bfloat16) | float32 (= float)\n"
+        "  --kv-cache-dtype auto|bf16|f32 (auto follows --dtype)\n"
         "  --block-size N               tokens per KV block\n"
         "  --no-prefix-caching          disable prefix caching\n"
         "  --threads N                  compute threads (default: one per physical core)\n"
@@ -146,6 +149,14 @@ int pg_cmd_serve(int argc, char **argv) {
                 eo.quantization = 4;
             else if (strcmp(v, "none")) {
                 fprintf(stderr, "pagoda serve: --quantization: '%s' is not w8a8, w4a8 or none\n",
+                        v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--dtype")) {
+            if (!pg_engine_args_parse_dtype(v, &eo.dtype)) {
+                fprintf(stderr,
+                        "pagoda serve: --dtype: '%s' is not auto, bfloat16, float16 (half) or "
+                        "float32 (float)\n",
                         v);
                 return 2;
             }
