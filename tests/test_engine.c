@@ -243,7 +243,8 @@ static void check_reference(const char *model_rel, const char *ref_rel, pagoda_d
 }
 
 #define STORIES_N256 "llm/llama2c/expected/stories260K_greedy_n256.tokens.txt"
-#define STORIES_ONCE64 "llm/llama2c/expected/stories260K_greedy_prompt_once_upon_a_time_n64.tokens.txt"
+#define STORIES_ONCE64                                                                             \
+    "llm/llama2c/expected/stories260K_greedy_prompt_once_upon_a_time_n64.tokens.txt"
 #define STORIES_BF16_N256 "llm/stories260K-hf-bf16/expected_bf16_greedy_n256.tokens.txt"
 
 static void test_stories_reference_f32(void **state) {

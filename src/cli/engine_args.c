@@ -37,10 +37,16 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         o->enable_prefix_caching = false;
         return 1;
     }
-    static const char *const with_value[] = {
-        "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
-        "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
-        "--threads",         "--quantization",   "--quant-group-size", "--dtype"};
+    static const char *const with_value[] = {"--max-model-len",
+                                             "--max-num-seqs",
+                                             "--max-num-batched-tokens",
+                                             "--kv-cache-memory",
+                                             "--kv-cache-dtype",
+                                             "--block-size",
+                                             "--threads",
+                                             "--quantization",
+                                             "--quant-group-size",
+                                             "--dtype"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         known |= !strcmp(a, with_value[k]);

@@ -23,7 +23,7 @@
     "  --max-num-batched-tokens N  token budget per step (default 4096)\n"                         \
     "  --kv-cache-memory SIZE      KV cache bytes, e.g. 4GiB, 512MiB (default 4 GiB, at most\n"    \
     "                              half the available memory)\n"                                   \
-    "  --kv-cache-dtype D          auto | bfloat16 | float32 (auto: follows --dtype; with\n"      \
+    "  --kv-cache-dtype D          auto | bfloat16 | float32 (auto: follows --dtype; with\n"       \
     "                              --dtype auto, F32 models keep F32)\n"                           \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \

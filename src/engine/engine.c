@@ -285,8 +285,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     PG_INFO("engine: %s, dtype %s, max_model_len %d, %d seqs x %d tokens per step, KV %s %d "
             "blocks x %d tokens (%.1f MiB), workspace %.1f MiB, prefix caching %s",
             e->name, dtype_option_name(o.dtype), e->max_model_len, mns, mnbt, pg_dtype_name(kvt),
-            e->num_kv_blocks,
-            e->block_size, (double)pg_runner_kv_bytes(e->runner) / 1048576.0,
+            e->num_kv_blocks, e->block_size, (double)pg_runner_kv_bytes(e->runner) / 1048576.0,
             (double)pg_runner_workspace_bytes(e->runner) / 1048576.0,
             o.enable_prefix_caching ? "on" : "off");
     *out = e;

@@ -668,8 +668,8 @@ pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
 
 pagoda_status pg_llama_set_compute_dtype(pg_llama *m, pg_dtype compute) {
     if (compute != PG_DTYPE_COUNT && compute != PG_F32 && compute != PG_BF16)
-        return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "llama: compute dtype %s (need auto, F32 or BF16)", pg_dtype_name(compute));
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: compute dtype %s (need auto, F32 or BF16)",
+                        pg_dtype_name(compute));
     if (m->packed && compute != m->compute)
         return pg_error(PAGODA_ERR_INVALID_ARG, "llama: already packed with another compute dtype");
     m->compute = compute;
