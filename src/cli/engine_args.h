@@ -2,7 +2,7 @@
  * throughput|latency`: --max-model-len, --max-num-seqs,
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
  * --block-size, --no-prefix-caching, --threads, --quantization,
- * --quant-group-size, --dtype (also parsed by `pagoda serve`). */
+ * --quant-group-size, --dtype. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
 
