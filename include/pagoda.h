@@ -37,10 +37,18 @@ const char *pagoda_last_error(void);
 /* ------------------------------------------------------------------ engine */
 
 typedef enum pagoda_kv_dtype {
-    PAGODA_KV_AUTO = 0, /* F32 checkpoints -> F32 cache; BF16/F16/quantized -> BF16 */
+    PAGODA_KV_AUTO = 0, /* follows dtype; dtype auto: F32 checkpoints -> F32, else BF16 */
     PAGODA_KV_BF16,
     PAGODA_KV_F32,
 } pagoda_kv_dtype;
+
+/* The compute precision of the model's linear layers (vLLM's --dtype). */
+typedef enum pagoda_dtype {
+    PAGODA_DTYPE_AUTO = 0, /* each weight its own: F32 -> f32 GEMM, F16/BF16 -> BF16 GEMM */
+    PAGODA_DTYPE_BF16,     /* BF16 GEMM (activations rounded to BF16); F32 weights packed BF16 */
+    PAGODA_DTYPE_F16,      /* no F16 GEMM on CPU: runs as PAGODA_DTYPE_BF16 (logged) */
+    PAGODA_DTYPE_F32,      /* f32 activations everywhere; F16/BF16 weights widened at load */
+} pagoda_dtype;
 
 typedef struct pagoda_engine_options {
     int32_t max_model_len;          /* 0 = the model's max_position_embeddings */
@@ -58,6 +66,10 @@ typedef struct pagoda_engine_options {
      * on the W8A8/W4A8 kernels. */
     int32_t quantization;
     int32_t quant_group_size; /* 0 = per output channel; else a multiple of 32 */
+    /* Compute dtype of the float linear weights (lm_head included);
+     * quantized linears stay quantized. PAGODA_KV_AUTO follows it: F32
+     * compute -> F32 KV cache, BF16/F16 -> BF16. Default PAGODA_DTYPE_AUTO. */
+    pagoda_dtype dtype;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;

@@ -58,6 +58,7 @@ struct pg_llama {
     bool packed;
     int quant_bits;      /* load-time quantization of linear layers (0 = none) */
     int64_t quant_group; /* its group size (0 = per channel) */
+    pg_dtype compute;    /* GEMM dtype of float weights: PG_DTYPE_COUNT (auto), F32, BF16 */
     pg_packed_weight *lm_head_packed;
     const pg_ct_config *ct; /* compressed-tensors checkpoint (owned by the source), or NULL */
     int n_ct;               /* its quantized linear layers */
@@ -303,6 +304,7 @@ pagoda_status pg_llama_load(const pg_model_source *src, int max_context, pg_llam
     pg_llama *m = calloc(1, sizeof *m);
     if (!m) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
     m->cfg = *c;
+    m->compute = PG_DTYPE_COUNT;
     m->q_dim = c->num_attention_heads * c->head_dim;
     m->kv_dim = c->num_key_value_heads * c->head_dim;
     m->max_context = c->max_position_embeddings;
@@ -663,15 +665,61 @@ static pagoda_status ct_mixed(const char *what, int layer) {
                     layer, what);
 }
 
+static bool is_float(pg_dtype t) {
+    return t == PG_F32 || t == PG_F16 || t == PG_BF16;
+}
+
+/* The dtype a float weight of source dtype t is packed from under the
+ * model's compute dtype (see pg_llama_set_compute_dtype). */
+static pg_dtype pack_dtype(const pg_llama *m, pg_dtype t) {
+    if (!is_float(t) || m->compute == PG_DTYPE_COUNT) return t;
+    if (m->compute == PG_F32) return PG_F32;
+    return t == PG_F32 ? PG_BF16 : t; /* BF16 compute: F16 already packs to BF16 panels */
+}
+
+/* W [N, K] of dtype t converted to `to` (F32 or BF16) in a new buffer. */
+static void *convert_rows(pg_dtype t, const void *W, int64_t N, int64_t K, pg_dtype to) {
+    size_t n = (size_t)N * (size_t)K;
+    void *dst = malloc(n * (to == PG_F32 ? 4 : 2));
+    if (!dst) return NULL;
+    if (to == PG_F32) {
+        pg_dequant_row(t, W, dst, n);
+    } else {
+        const float *src = W; /* only F32 -> BF16 is asked for */
+        uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = pg_f32_to_bf16(src[i]);
+    }
+    return dst;
+}
+
 /* Pack W (and W_up for a SwiGLU pair), quantizing float weights when the
- * model asks for it (quantize 0: the lm_head, which stays unquantized). */
+ * model asks for it (quantize 0: the lm_head, which stays unquantized), and
+ * converting them to the compute dtype's pack dtype first otherwise. */
 static pagoda_status pack_w(const pg_llama *m, int quantize, pg_dtype t, const void *W,
                             const void *W_up, int64_t N, int64_t K, pg_packed_weight **out) {
-    if (quantize && m->quant_bits && (t == PG_F32 || t == PG_F16 || t == PG_BF16))
+    if (quantize && m->quant_bits && is_float(t))
         return pg_gemm_pack_quantize(t, W, W_up, N, K, m->quant_bits, m->quant_group, 0, NULL,
                                      pg_pool_default(), out);
-    return W_up ? pg_gemm_pack_swiglu(t, W, W_up, N, K, NULL, out)
-                : pg_gemm_pack(t, W, N, K, NULL, out);
+    pg_dtype to = pack_dtype(m, t);
+    void *cw = NULL, *cu = NULL;
+    if (to != t) {
+        cw = convert_rows(t, W, N, K, to);
+        cu = W_up ? convert_rows(t, W_up, N, K, to) : NULL;
+        if (!cw || (W_up && !cu)) {
+            free(cw);
+            free(cu);
+            return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory converting a %s weight to %s",
+                            pg_dtype_name(t), pg_dtype_name(to));
+        }
+        W = cw;
+        W_up = cu;
+    }
+    pagoda_status st = W_up ? pg_gemm_pack_swiglu(to, W, W_up, N, K, NULL, out)
+                            : pg_gemm_pack(to, W, N, K, NULL, out);
+    free(cw);
+    free(cu);
+    return st;
 }
 
 static pagoda_status pack_one(const pg_llama *m, int quantize, const linear *l,
@@ -736,6 +784,20 @@ pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
     m->quant_bits = bits;
     m->quant_group = group;
     return pg_llama_pack(m);
+}
+
+pagoda_status pg_llama_set_compute_dtype(pg_llama *m, pg_dtype compute) {
+    if (compute != PG_DTYPE_COUNT && compute != PG_F32 && compute != PG_BF16)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: compute dtype %s (need auto, F32 or BF16)",
+                        pg_dtype_name(compute));
+    if (m->packed && compute != m->compute)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: already packed with another compute dtype");
+    m->compute = compute;
+    return PAGODA_OK;
+}
+
+pg_dtype pg_llama_compute_dtype(const pg_llama *m) {
+    return m->compute;
 }
 
 pagoda_status pg_llama_pack(pg_llama *m) {
