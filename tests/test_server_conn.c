@@ -27,6 +27,7 @@
 
 static pagoda_engine *g_engine;
 static struct rlimit g_nofile; /* as the test started: restored after each test */
+static pg_server *g_srv;       /* the running server, stopped even if a test fails */
 
 static double now_s(void) {
     struct timespec ts;
@@ -60,8 +61,15 @@ static int teardown(void **state) {
     return 0;
 }
 
-static int restore_nofile(void **state) {
+static void stop(void) {
+    pg_server_stop(g_srv);
+    g_srv = NULL;
+}
+
+/* Per-test teardown: a failed test leaves its server running. */
+static int cleanup(void **state) {
     (void)state;
+    stop();
     setrlimit(RLIMIT_NOFILE, &g_nofile);
     return 0;
 }
@@ -70,6 +78,7 @@ static pg_server *start(pg_server_options *so) {
     pg_server *s = NULL;
     so->port = 0;
     if (pg_server_start(g_engine, so, &s) != PAGODA_OK) fail_msg("%s", pagoda_last_error());
+    g_srv = s;
     return s;
 }
 
@@ -226,7 +235,7 @@ static void test_slowloris_low_fd_limit(void **state) {
     free(reply);
     for (int i = 0; i < N; i++)
         close(fds[i]);
-    pg_server_stop(s);
+    stop();
 }
 
 /* --request-timeout 1: half-sent headers, a silent connection and bodies
@@ -289,7 +298,7 @@ static void test_request_timeout(void **state) {
     for (int i = 0; i < N; i++)
         close(fds[i]);
     assert_int_equal(http(port, "GET", "/health", NULL, NULL, 10), 200);
-    pg_server_stop(s);
+    stop();
 }
 
 /* HEAD on a GET endpoint answers like GET without a body; a method an
@@ -320,7 +329,7 @@ static void test_head(void **state) {
     assert_non_null(strstr(r, "Allow: GET, HEAD\r\n"));
     assert_non_null(strstr(r, "\"error\""));
     free(r);
-    pg_server_stop(s);
+    stop();
 }
 
 /* --max-connections-per-ip 2: a third connection from the same address is
@@ -346,15 +355,19 @@ static void test_per_ip_limit(void **state) {
     }
     assert_int_equal(st, 200);
     close(b);
-    pg_server_stop(s);
+    stop();
 }
 
-/* A long streamed request (4 choices with top-5 logprobs: far more SSE
- * than the socket buffers hold) from a client that never reads. */
-static int stalled_stream(int port) {
+/* A long streamed request (n choices of 480 tokens with top-k logprobs:
+ * several MB of SSE, far more than the socket buffers hold, about 1 MB)
+ * from a client that never reads. */
+static int stalled_stream(int port, int n, int k) {
     int fd = dial(port, 1024);
-    const char *body = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 480, \"n\": 8, "
-                       "\"logprobs\": 20, \"ignore_eos\": true, \"stream\": true}";
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"prompt\": \"Once upon a time\", \"max_tokens\": 480, \"n\": %d, "
+             "\"logprobs\": %d, \"ignore_eos\": true, \"stream\": true}",
+             n, k);
     char head[256];
     snprintf(head, sizeof head,
              "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
@@ -374,18 +387,22 @@ static void test_stalled_stream_aborted(void **state) {
     so.max_stream_buffer = 8 << 10;
     pg_server *s = start(&so);
     int port = pg_server_port(s);
-    int fd = stalled_stream(port);
+    int fd = stalled_stream(port, 8, 20);
     char *reply = NULL;
     assert_int_equal(http(port, "POST", "/v1/completions", COMPLETION, &reply, 30), 200);
     assert_non_null(strstr(reply, "\"finish_reason\":\"length\""));
     free(reply);
     wait_idle(port, 8, 60); /* all 8 choices aborted, nothing left in the KV cache */
     close(fd);
-    pg_server_stop(s);
+    stop();
 }
 
-/* A client that reads nothing for --request-timeout seconds is dropped: its
- * stream ends without [DONE], nothing stays in the KV cache. */
+/* A client that reads nothing for --request-timeout seconds is dropped: the
+ * server's connection count falls to 0 while the client still reads
+ * nothing, and its stream ends without [DONE]. The stream buffer is large,
+ * so the whole generation completes into it; then nothing moves on the
+ * connection and only MHD's idle timeout, which the server sets to
+ * --request-timeout, can close it. */
 static void test_stalled_stream_dropped(void **state) {
     (void)state;
     pg_server_options so = {0};
@@ -394,8 +411,13 @@ static void test_stalled_stream_dropped(void **state) {
     so.max_stream_buffer = (size_t)1 << 30;
     pg_server *s = start(&so);
     int port = pg_server_port(s);
-    int fd = stalled_stream(port);
-    sleep_ms(3000); /* stall: more than the timeout */
+    int fd = stalled_stream(port, 16, 5);
+    wait_idle(port, 0, 300); /* generated (or aborted once the timeout hit) */
+    /* not reading: the server must close the connection by itself */
+    double until = now_s() + 15;
+    while (pg_server_connections(s) > 0 && now_s() < until)
+        sleep_ms(100);
+    assert_int_equal(pg_server_connections(s), 0);
     size_t cap = 64 << 20, len = 0;
     char *buf = malloc(cap);
     assert_non_null(buf);
@@ -410,18 +432,17 @@ static void test_stalled_stream_dropped(void **state) {
     if (complete) fail_msg("the stalled stream was sent to the end (%zu bytes)", len);
     free(buf);
     close(fd);
-    wait_idle(port, 0, 60);
-    pg_server_stop(s);
+    stop();
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_slowloris_low_fd_limit, restore_nofile),
-        cmocka_unit_test(test_request_timeout),
-        cmocka_unit_test(test_head),
-        cmocka_unit_test(test_per_ip_limit),
-        cmocka_unit_test(test_stalled_stream_aborted),
-        cmocka_unit_test(test_stalled_stream_dropped),
+        cmocka_unit_test_teardown(test_slowloris_low_fd_limit, cleanup),
+        cmocka_unit_test_teardown(test_request_timeout, cleanup),
+        cmocka_unit_test_teardown(test_head, cleanup),
+        cmocka_unit_test_teardown(test_per_ip_limit, cleanup),
+        cmocka_unit_test_teardown(test_stalled_stream_aborted, cleanup),
+        cmocka_unit_test_teardown(test_stalled_stream_dropped, cleanup),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

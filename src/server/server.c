@@ -1196,6 +1196,12 @@ int pg_server_max_connections(const pg_server *s) {
     return s->max_connections;
 }
 
+int pg_server_connections(const pg_server *s) {
+    const union MHD_DaemonInfo *di =
+        MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return di ? (int)di->num_connections : -1;
+}
+
 int pg_server_port(const pg_server *s) {
     return s->port;
 }

@@ -53,6 +53,9 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
 /* The connection limit in force (after fitting it to the fd limit). */
 int pg_server_max_connections(const pg_server *s);
 
+/* HTTP connections open now (MHD_DAEMON_INFO_CURRENT_CONNECTIONS). */
+int pg_server_connections(const pg_server *s);
+
 /* The bound TCP port (the ephemeral one when port 0 was asked). */
 int pg_server_port(const pg_server *s);
 
