@@ -39,6 +39,7 @@ typedef struct gconn {
 
 struct pg_guard {
     double request_timeout, keepalive_timeout;
+    int sndbuf;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     gconn *conns;
@@ -107,12 +108,14 @@ static void *watchdog(void *arg) {
     return NULL;
 }
 
-pagoda_status pg_guard_create(double request_timeout, double keepalive_timeout, pg_guard **out) {
+pagoda_status pg_guard_create(double request_timeout, double keepalive_timeout, int sndbuf,
+                              pg_guard **out) {
     *out = NULL;
     pg_guard *g = calloc(1, sizeof *g);
     if (!g) return pg_error(PAGODA_ERR_NOMEM, "conn_guard: out of memory");
     g->request_timeout = request_timeout;
     g->keepalive_timeout = keepalive_timeout;
+    g->sndbuf = sndbuf;
     g->next_wake = INFINITY;
     pthread_mutex_init(&g->mu, NULL);
     pthread_condattr_t ca;
@@ -179,6 +182,8 @@ void pg_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         gc->fd = ci ? fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+        if (ci && g->sndbuf > 0)
+            setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &g->sndbuf, sizeof g->sndbuf);
         peer_name(c, gc->peer, sizeof gc->peer);
         pthread_mutex_lock(&g->mu);
         gc->next = g->conns;

@@ -31,8 +31,11 @@
 
 typedef struct pg_guard pg_guard;
 
-/* Start the watchdog thread. Timeouts in seconds (> 0). Errors: NOMEM. */
-pagoda_status pg_guard_create(double request_timeout, double keepalive_timeout, pg_guard **out);
+/* Start the watchdog thread. Timeouts in seconds (> 0); sndbuf > 0 sets
+ * SO_SNDBUF (bytes) of every connection's socket (0: the kernel's
+ * autotuning, up to net.ipv4.tcp_wmem's maximum). Errors: NOMEM. */
+pagoda_status pg_guard_create(double request_timeout, double keepalive_timeout, int sndbuf,
+                              pg_guard **out);
 
 /* Stop the watchdog. Call after MHD_stop_daemon (every connection closed). */
 void pg_guard_free(pg_guard *g);

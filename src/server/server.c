@@ -1155,7 +1155,8 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
         pg_server_stop(s);
         return pg_error(PAGODA_ERR_IO, "cannot resolve host '%s': %s", host, gai_strerror(gai));
     }
-    if (pg_guard_create(s->request_timeout, keepalive, &s->guard) != PAGODA_OK) {
+    if (pg_guard_create(s->request_timeout, keepalive, opt->socket_send_buffer, &s->guard) !=
+        PAGODA_OK) {
         freeaddrinfo(ai);
         pg_server_stop(s);
         return PAGODA_ERR_NOMEM;

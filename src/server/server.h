@@ -41,6 +41,9 @@ typedef struct pg_server_options {
     int max_connections_per_ip; /* 0 = no per-client-address limit */
     size_t max_stream_buffer;   /* bytes of generated output a streaming client may leave
                                    unread before its request is aborted; 0 = 4 MiB */
+    int socket_send_buffer;     /* SO_SNDBUF of connection sockets in bytes; 0 = the
+                                   kernel's autotuning (tests make it small so that a
+                                   client that does not read stalls the stream early) */
 } pg_server_options;
 
 typedef struct pg_server pg_server;
