@@ -234,11 +234,17 @@ void pg_guard_request_read(struct MHD_Connection *c) {
     pthread_mutex_unlock(&gc->g->mu);
 }
 
-void pg_guard_request_done(struct MHD_Connection *c) {
+void pg_guard_request_done(struct MHD_Connection *c, bool closing) {
     gconn *gc = guard_of(c);
     if (!gc) return;
     pthread_mutex_lock(&gc->g->mu);
-    if (gc->ph != PH_CLOSING) set_deadline(gc, PH_IDLE, mono() + gc->g->keepalive_timeout);
+    if (closing) {
+        if (gc->fd >= 0) shutdown(gc->fd, SHUT_RDWR);
+        gc->ph = PH_CLOSING;
+        gc->deadline = INFINITY;
+    } else if (gc->ph != PH_CLOSING) {
+        set_deadline(gc, PH_IDLE, mono() + gc->g->keepalive_timeout);
+    }
     pthread_mutex_unlock(&gc->g->mu);
 }
 

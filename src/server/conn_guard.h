@@ -25,6 +25,7 @@
 #define PAGODA_SERVER_CONN_GUARD_H
 
 #include <microhttpd.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "pagoda.h"
@@ -54,9 +55,12 @@ void *pg_guard_uri_log(void *cls, const char *uri, struct MHD_Connection *c);
  * handled. */
 void pg_guard_request_read(struct MHD_Connection *c);
 
-/* The request is over (response sent or connection failing): the idle
- * keep-alive deadline starts now. */
-void pg_guard_request_done(struct MHD_Connection *c);
+/* The request is over: the response was sent (the idle keep-alive deadline
+ * starts now), or MHD is closing the connection (closing: timeout, error,
+ * client gone, shutdown). A closing connection is shut down at once: the
+ * guard's dup of the socket must not keep it open (no FIN) until MHD's
+ * close notification. */
+void pg_guard_request_done(struct MHD_Connection *c, bool closing);
 
 /* Connections closed by a guard deadline since pg_guard_create. */
 uint64_t pg_guard_closed_count(pg_guard *g);

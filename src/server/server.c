@@ -1016,7 +1016,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)cls;
-    pg_guard_request_done(c); /* kept alive from now: the idle deadline runs */
+    /* kept alive from now (the idle deadline runs), or closing */
+    pg_guard_request_done(c, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     conn *cc = *con_cls;
     if (!cc) return;
     if (cc->job) {
