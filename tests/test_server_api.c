@@ -584,6 +584,18 @@ static void test_error_json(void **state) {
     assert_string_equal(cJSON_GetObjectItem(err, "type")->valuestring, "authentication_error");
     cJSON_Delete(o);
     free(js);
+    /* a message quoting the client's raw bytes (a path or method with
+     * non-UTF-8 bytes, or a multi-byte character cut by %.Ns) is still
+     * valid UTF-8 in the JSON: each bad byte becomes U+FFFD */
+    pg_api_fail(&e, 404, NULL, "no such endpoint: %s %.4s", "/v1/\xff\xfe", "ab\xE2\x82\xAC");
+    js = pg_api_error_json(&e);
+    o = cJSON_Parse(js);
+    err = cJSON_GetObjectItem(o, "error");
+    assert_string_equal(cJSON_GetObjectItem(err, "message")->valuestring,
+                        "no such endpoint: /v1/\xEF\xBF\xBD\xEF\xBF\xBD "
+                        "ab\xEF\xBF\xBD\xEF\xBF\xBD");
+    cJSON_Delete(o);
+    free(js);
 }
 
 static pg_api_logprob mk_lp(const char *t, float v, int ntop) {

@@ -26,9 +26,14 @@ pagoda_status pg_api_fail(pg_api_error *err, int status, const char *param, cons
 }
 
 char *pg_api_error_json(const pg_api_error *err) {
+    /* messages may quote raw client bytes (path, method) or be cut inside a
+     * character: JSON text must be valid UTF-8 */
+    char *msg = pg_api_utf8_dup(err->message, strlen(err->message));
+    if (!msg) return NULL;
     cJSON *root = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(e, "message", err->message);
+    cJSON_AddStringToObject(e, "message", msg);
+    free(msg);
     cJSON_AddStringToObject(e, "type", err->type ? err->type : "invalid_request_error");
     if (err->param[0])
         cJSON_AddStringToObject(e, "param", err->param);
