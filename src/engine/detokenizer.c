@@ -180,8 +180,9 @@ pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop) {
 static size_t holdback(const pg_detok *d) {
     size_t best = 0;
     for (size_t i = 0; i < d->n_stop; i++)
-        for (size_t k = d->stop_len[i] - 1; k > best; k--)
-            if (k <= d->len && !memcmp(d->text + d->len - k, d->stop[i], k)) {
+        /* from min(stop_len - 1, len): a huge stop string must not cost its length per token */
+        for (size_t k = d->stop_len[i] - 1 < d->len ? d->stop_len[i] - 1 : d->len; k > best; k--)
+            if (!memcmp(d->text + d->len - k, d->stop[i], k)) {
                 best = k;
                 break;
             }
