@@ -443,6 +443,7 @@ static void test_bad_json_and_types(void **state) {
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stop_token_ids\": 3}", "stop_token_ids",
                NULL);
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"echo\": \"yes\"}", "echo", "boolean");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"suffix\": \"b\"}", "suffix", "not supported");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"logprobs\": true}", "logprobs", "integer");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"user\": 1}", "user", "string");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stream_options\": 1, \"stream\": true}",

@@ -586,6 +586,12 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
     if (kind == PG_API_COMPLETION) {
         if ((st = parse_prompts(&p, out))) goto done;
         if ((st = get_bool(&p, "echo", &out->echo))) goto done;
+        /* vLLM: "suffix is not currently supported" (silently ignoring it
+         * would return a completion that ignores the text after the gap) */
+        if (field(&p, "suffix")) {
+            st = pg_api_fail(err, 400, "suffix", "'suffix' is not supported");
+            goto done;
+        }
         if ((st = get_bool(&p, "add_special_tokens", &out->add_special_tokens))) goto done;
     } else {
         if ((st = parse_messages(&p, out))) goto done;
