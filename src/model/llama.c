@@ -1012,6 +1012,34 @@ static pagoda_status project_residual(pg_llama_workspace *ws, const pg_packed_we
     return st;
 }
 
+/* RMSNorm of the T rows of x [T, H] into out with the table's rmsnorm_f32
+ * (a vector op: its sum order depends only on H, so a row gives the same
+ * bits in any batch and any row split), rows split over the pool when T
+ * is large enough to pay for a fork-join. */
+typedef struct norm_job {
+    float *out;
+    const float *x, *w;
+    size_t H;
+    float eps;
+    const pg_kernel_table *kt;
+} norm_job;
+
+static void norm_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const norm_job *j = ctx;
+    j->kt->rmsnorm_f32(j->out + begin * j->H, j->x + begin * j->H, j->w, end - begin, j->H, j->eps);
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int64_t T, size_t H,
+                         float eps) {
+    norm_job j = {out, x, w, H, eps, pg_kernels()};
+    pg_pool *pool = pg_pool_default();
+    if (pool && (size_t)T * H >= 65536)
+        pg_pool_parallel_for(pool, (size_t)T, 16, norm_rows, &j);
+    else
+        norm_rows(&j, 0, (size_t)T, 0);
+}
+
 /* act = silu(h Wgate^T) * (h Wup^T). */
 static pagoda_status mlp_swiglu(pg_llama_workspace *ws, const llama_layer *L, int64_t T) {
     if (L->gate_up)
@@ -1020,7 +1048,7 @@ static pagoda_status mlp_swiglu(pg_llama_workspace *ws, const llama_layer *L, in
     pagoda_status st;
     if ((st = project(ws->act, ws->xb, &L->w_gate, (int)T)) != PAGODA_OK) return st;
     if ((st = project(ws->up, ws->xb, &L->w_up, (int)T)) != PAGODA_OK) return st;
-    pg_swiglu(ws->act, ws->act, ws->up, (size_t)T * (size_t)L->w_gate.n_out);
+    pg_kernels()->swiglu_f32(ws->act, ws->act, ws->up, (size_t)T * (size_t)L->w_gate.n_out);
     return PAGODA_OK;
 }
 
@@ -1072,7 +1100,7 @@ pagoda_status pg_llama_forward_batch(const pg_llama *m, pg_llama_workspace *ws, 
         /* attention block */
         float *q, *k, *v;
         size_t ldq, ldkv;
-        pg_rmsnorm(ws->xb, ws->x, L->attn_norm, (size_t)T, H, c->rms_norm_eps);
+        rmsnorm_rows(ws->xb, ws->x, L->attn_norm, T, H, c->rms_norm_eps);
         if ((st = project_qkv(m, ws, L, T, &q, &k, &v, &ldq, &ldkv)) != PAGODA_OK) return st;
         if ((st = pg_rope_kv_store(&rope, (int32_t)T, b->positions, b->slot_mapping, q, ldq,
                                    c->num_attention_heads, k, ldkv, v, ldkv, &kv[l])) != PAGODA_OK)
@@ -1082,7 +1110,7 @@ pagoda_status pg_llama_forward_batch(const pg_llama *m, pg_llama_workspace *ws, 
             return st;
         if ((st = project_residual(ws, L->o, &L->wo, ws->attn, T, ws->x)) != PAGODA_OK) return st;
         /* MLP block */
-        pg_rmsnorm(ws->xb, ws->x, L->ffn_norm, (size_t)T, H, c->rms_norm_eps);
+        rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, T, H, c->rms_norm_eps);
         if ((st = mlp_swiglu(ws, L, T)) != PAGODA_OK) return st;
         if ((st = project_residual(ws, L->down, &L->w_down, ws->act, T, ws->x)) != PAGODA_OK)
             return st;
@@ -1090,8 +1118,8 @@ pagoda_status pg_llama_forward_batch(const pg_llama *m, pg_llama_workspace *ws, 
     if (b->num_logits == 0) return PAGODA_OK;
     /* final norm and LM head of the rows that sample */
     for (int32_t i = 0; i < b->num_logits; i++)
-        pg_rmsnorm(ws->last + (size_t)i * H, ws->x + (size_t)b->logit_rows[i] * H, m->w.final_norm,
-                   1, H, c->rms_norm_eps);
+        pg_kernels()->rmsnorm_f32(ws->last + (size_t)i * H, ws->x + (size_t)b->logit_rows[i] * H,
+                                  m->w.final_norm, 1, H, c->rms_norm_eps);
     return linear_rows(ws, m->lm_head_packed, &m->w.lm_head, NULL, ws->last, b->num_logits, logits,
                        c->vocab_size, PG_GEMM_STORE);
 }

@@ -60,6 +60,9 @@ void pg_neon_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, cons
 void pg_neon_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                             float *c, int64_t ldc, int mr, int accumulate);
+void pg_bf16_gemm_uk_bfmmla_pf(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                               float *c, int64_t ldc, int mr, int accumulate, const void *pf,
+                               int64_t pf_lines);
 
 /* vexp_sve.c: the vector exp with SVE (vector-length agnostic). */
 void pg_sve_vexp_f32(const float *x, float *y, size_t n);
