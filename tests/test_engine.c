@@ -732,6 +732,18 @@ static void test_rejects_requests_that_cannot_fit(void **state) {
     r.sampling.temperature = 1;
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pagoda_last_error(), "top_p"));
+    /* stop_token_ids: an id outside the vocabulary and too many ids are told apart */
+    r = greedy_req(e, prompt, 5, 10);
+    static int32_t stops[20];
+    stops[0] = 100000;
+    r.sampling.stop_token_ids = stops;
+    r.sampling.n_stop_token_ids = 1;
+    assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "token id 100000 is outside the vocabulary"));
+    stops[0] = 2;
+    r.sampling.n_stop_token_ids = 20;
+    assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "20 stop_token_ids, at most"));
     assert_false(pagoda_engine_has_unfinished(e));
     pagoda_engine_free(e);
 }

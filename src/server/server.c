@@ -481,8 +481,12 @@ static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out, s
             memcpy(ids[p], pr->ids, pr->n_ids * sizeof(int32_t));
             n[p] = pr->n_ids;
         }
-        if (pg_api_check_length((int32_t)n[p], r->sampling.max_tokens, s->max_model_len, err))
+        if (pg_api_check_length((int32_t)n[p], r->sampling.max_tokens, s->max_model_len, err)) {
+            /* a chat request's prompt is its messages */
+            if (r->kind == PG_API_CHAT && !strcmp(err->param, "prompt"))
+                snprintf(err->param, sizeof err->param, "messages");
             return PAGODA_ERR_INVALID_ARG;
+        }
     }
     return PAGODA_OK;
 }
