@@ -154,7 +154,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         else
             SET(t, attn_bf16kv, &UK_NEON_BF16, "neon");
         SET(t, cvt_f32_bf16, pg_neon_cvt_f32_bf16, "neon");
-        t->gemm_f32 = uk("neon", 6, 16, 1, 1, pg_neon_gemm_uk_f32);
+        t->gemm_f32 = uk("neon", 5, 16, 1, 1, pg_neon_gemm_uk_f32);
         /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
          * row pairs), else widen + FMA on k-pairs. */
         if (pg_cpu()->bf16) {

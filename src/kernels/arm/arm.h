@@ -49,7 +49,7 @@ void pg_neon_silu_f32(float *out, const float *x, size_t n);
 void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 size_t pg_neon_argmax_f32(const float *x, size_t n);
 /* GEMM microkernels (pg_gemm_ukernel, dispatch.h).
- * gemm_neon.c: f32 6x16 (FMLA, one FMA per product in increasing k:
+ * gemm_neon.c: f32 5x16 (FMLA, one FMA per product in increasing k:
  *   bitwise the reference); bf16 for cores without FEAT_BF16 4x16 (k-pairs,
  *   widen + FMA odd then even: bitwise the reference); cvt_f32_bf16.
  * gemm_bf16.c: bf16 8x8 with BFMMLA (kg 4, A in row pairs: ar 2). */
