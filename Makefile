@@ -12,6 +12,9 @@ ASSETS  ?= $(or $(PAGODA_ASSETS),$(abspath ../shared/assets))
 MODEL   ?= $(ASSETS)/llm/stories260K-hf
 CMAKE_FLAGS ?=
 SERVE_FLAGS ?=
+# stories260K ships no chat template: `make run` gives it a plain one so the
+# README's chat request works (set CHAT_TEMPLATE= to serve without one)
+CHAT_TEMPLATE ?= $(if $(filter $(ASSETS)/llm/stories260K-hf,$(MODEL)),tests/data/chat_simple.jinja)
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 
@@ -27,7 +30,7 @@ build: deps
 	@cmake --build build -j$(JOBS) -- --no-print-directory
 
 run: build
-	./build/pagoda serve $(MODEL) $(SERVE_FLAGS)
+	./build/pagoda serve $(MODEL) $(if $(CHAT_TEMPLATE),--chat-template $(CHAT_TEMPLATE)) $(SERVE_FLAGS)
 
 generate: build
 	./build/pagoda generate $(MODEL) --prompt "Once upon a time" --max-tokens 200

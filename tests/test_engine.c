@@ -97,8 +97,25 @@ static pagoda_request greedy_req(const pagoda_engine *e, const int32_t *ids, siz
     return r;
 }
 
-static bool utf8_valid(const char *s, size_t n) {
-    return pg_utf8_complete_prefix(s, n) == n;
+/* Strict UTF-8 (RFC 3629): complete, no stray continuation bytes, no
+ * overlongs, surrogates or code points above U+10FFFF. */
+static bool utf8_valid(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                                                            : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (!len || i + len > n) return false;
+        uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (s[i + k] & 0x3Fu);
+        }
+        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        i += len;
+    }
+    return true;
 }
 
 /* Step until done; results[i] for ids[i]. stop_strings (optional) check
@@ -649,6 +666,28 @@ static void test_utf8_safe_deltas(void **state) {
     assert_true(got_len >= 4);
     assert_memory_equal(got + got_len - 4, smile, 4);
     pg_detok_free(&d);
+
+    /* byte tokens in an order that forms no character (a random model
+     * samples such): each such byte becomes U+FFFD, the text stays valid
+     * UTF-8 (HF ByteFallback). The last 4 ids are F0 9F 98 80: feed 9F, F0, 80, 9F */
+    assert_true(n >= 4);
+    const int32_t *b4 = ids + n - 4;
+    const int32_t bad[4] = {b4[1], b4[0], b4[3], b4[1]};
+    assert_int_equal(pg_detok_init(&d, tok, &bos, 1, true, NULL, 0, false), PAGODA_OK);
+    got_len = 0;
+    for (size_t i = 0; i < 5; i++) {
+        if (i < 4) assert_int_equal(pg_detok_add(&d, bad[i], true), PAGODA_OK);
+        const char *delta;
+        size_t len;
+        assert_int_equal(pg_detok_take(&d, i == 4, &delta, &len), PAGODA_OK);
+        assert_true(utf8_valid(delta, len));
+        assert_true(got_len + len < sizeof got);
+        memcpy(got + got_len, delta, len);
+        got_len += len;
+    }
+    assert_int_equal(got_len, 12);
+    assert_memory_equal(got, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", 12);
+    pg_detok_free(&d);
     pg_tokenizer_free(tok);
 
     /* the engine: random sampling on a random model hits byte tokens */
@@ -693,6 +732,18 @@ static void test_rejects_requests_that_cannot_fit(void **state) {
     r.sampling.temperature = 1;
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pagoda_last_error(), "top_p"));
+    /* stop_token_ids: an id outside the vocabulary and too many ids are told apart */
+    r = greedy_req(e, prompt, 5, 10);
+    static int32_t stops[20];
+    stops[0] = 100000;
+    r.sampling.stop_token_ids = stops;
+    r.sampling.n_stop_token_ids = 1;
+    assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "token id 100000 is outside the vocabulary"));
+    stops[0] = 2;
+    r.sampling.n_stop_token_ids = 20;
+    assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "20 stop_token_ids, at most"));
     assert_false(pagoda_engine_has_unfinished(e));
     pagoda_engine_free(e);
 }

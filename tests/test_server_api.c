@@ -443,6 +443,7 @@ static void test_bad_json_and_types(void **state) {
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stop_token_ids\": 3}", "stop_token_ids",
                NULL);
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"echo\": \"yes\"}", "echo", "boolean");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"suffix\": \"b\"}", "suffix", "not supported");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"logprobs\": true}", "logprobs", "integer");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"user\": 1}", "user", "string");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stream_options\": 1, \"stream\": true}",
@@ -582,6 +583,18 @@ static void test_error_json(void **state) {
     err = cJSON_GetObjectItem(o, "error");
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(err, "param")));
     assert_string_equal(cJSON_GetObjectItem(err, "type")->valuestring, "authentication_error");
+    cJSON_Delete(o);
+    free(js);
+    /* a message quoting the client's raw bytes (a path or method with
+     * non-UTF-8 bytes, or a multi-byte character cut by %.Ns) is still
+     * valid UTF-8 in the JSON: each bad byte becomes U+FFFD */
+    pg_api_fail(&e, 404, NULL, "no such endpoint: %s %.4s", "/v1/\xff\xfe", "ab\xE2\x82\xAC");
+    js = pg_api_error_json(&e);
+    o = cJSON_Parse(js);
+    err = cJSON_GetObjectItem(o, "error");
+    assert_string_equal(cJSON_GetObjectItem(err, "message")->valuestring,
+                        "no such endpoint: /v1/\xEF\xBF\xBD\xEF\xBF\xBD "
+                        "ab\xEF\xBF\xBD\xEF\xBF\xBD");
     cJSON_Delete(o);
     free(js);
 }

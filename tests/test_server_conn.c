@@ -262,6 +262,37 @@ static void test_slowloris_low_fd_limit(void **state) {
     stop();
 }
 
+/* 600 half-sent requests: with their descriptors (and this test's own) the
+ * server's sockets go past FD_SETSIZE (1024); the old select()-based MHD loop
+ * refused each such connection ("not less than FD_SETSIZE"), so /health and
+ * a completion were reset although the connection limit allowed them. */
+static void test_past_fd_setsize(void **state) {
+    (void)state;
+    enum { N = 600 };
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 4 * N) skip(); /* cannot open that many */
+    pg_server_options so = {0};
+    so.max_queue = -1;
+    pg_server *s = start(&so);
+    int port = pg_server_port(s);
+    assert_true(pg_server_max_connections(s) > N + 2);
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = dial(port, 0);
+        send_str(fds[i], "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Le");
+    }
+    assert_true(fds[N - 1] >= 1024 / 2); /* with the server's, well past FD_SETSIZE */
+    char *reply = NULL;
+    assert_int_equal(http(port, "GET", "/health", NULL, NULL, 30), 200);
+    assert_int_equal(http(port, "POST", "/v1/completions", COMPLETION, &reply, 60), 200);
+    assert_non_null(strstr(reply, "\"text\""));
+    free(reply);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    stop();
+}
+
 /* --request-timeout 1: half-sent headers, a silent connection and bodies
  * trickled a byte every 100 ms (an idle timeout never fires for those) are
  * all closed; kept-alive connections are closed after --keep-alive-timeout;
@@ -462,6 +493,7 @@ static void test_stalled_stream_dropped(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_slowloris_low_fd_limit, cleanup),
+        cmocka_unit_test_teardown(test_past_fd_setsize, cleanup),
         cmocka_unit_test_teardown(test_request_timeout, cleanup),
         cmocka_unit_test_teardown(test_head, cleanup),
         cmocka_unit_test_teardown(test_per_ip_limit, cleanup),

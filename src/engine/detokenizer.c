@@ -33,6 +33,44 @@ static pagoda_status grow(char **buf, size_t *cap, size_t need) {
     return PAGODA_OK;
 }
 
+/* Length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629: no
+ * overlongs, surrogates or code points above U+10FFFF), 0 if s[0] starts none. */
+static size_t utf8_valid_len(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || n < len) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return len;
+}
+
+/* Append src[0..n) to the output text with each byte that starts no
+ * well-formed UTF-8 sequence replaced by U+FFFD (as HF tokenizers' ByteFallback
+ * decoder does for byte tokens that form no character), so the text is
+ * always valid UTF-8. */
+static pagoda_status append_text(pg_detok *d, const char *src, size_t n) {
+    pagoda_status st = grow(&d->text, &d->cap, d->len + 3 * n + 1);
+    if (st != PAGODA_OK) return st;
+    const unsigned char *u = (const unsigned char *)src;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_valid_len(u + i, n - i);
+        if (k) {
+            memcpy(d->text + d->len, u + i, k);
+            d->len += k;
+            i += k;
+        } else {
+            memcpy(d->text + d->len, "\xEF\xBF\xBD", 3);
+            d->len += 3;
+            i++;
+        }
+    }
+    return PAGODA_OK;
+}
+
 /* decode(ids[a..b)) into *buf. */
 static pagoda_status decode(pg_detok *d, size_t a, size_t b, char **buf, size_t *cap, size_t *len) {
     pagoda_status st;
@@ -130,10 +168,8 @@ pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop) {
         (st = decode(d, d->prefix_off, d->n_ids, &d->buf_b, &d->cap_b, &lb)) != PAGODA_OK)
         return st;
     if (lb <= la || pg_utf8_complete_prefix(d->buf_b, lb) < lb) return PAGODA_OK; /* wait */
-    size_t n = lb - la, old = d->len;
-    if ((st = grow(&d->text, &d->cap, d->len + n + 1)) != PAGODA_OK) return st;
-    memcpy(d->text + d->len, d->buf_b + la, n);
-    d->len += n;
+    size_t old = d->len;
+    if ((st = append_text(d, d->buf_b + la, lb - la)) != PAGODA_OK) return st;
     d->prefix_off = d->read_off;
     d->read_off = d->n_ids;
     if (check_stop && d->n_stop) find_stop(d, old);
@@ -144,8 +180,9 @@ pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop) {
 static size_t holdback(const pg_detok *d) {
     size_t best = 0;
     for (size_t i = 0; i < d->n_stop; i++)
-        for (size_t k = d->stop_len[i] - 1; k > best; k--)
-            if (k <= d->len && !memcmp(d->text + d->len - k, d->stop[i], k)) {
+        /* from min(stop_len - 1, len): a huge stop string must not cost its length per token */
+        for (size_t k = d->stop_len[i] - 1 < d->len ? d->stop_len[i] - 1 : d->len; k > best; k--)
+            if (!memcmp(d->text + d->len - k, d->stop[i], k)) {
                 best = k;
                 break;
             }
@@ -160,17 +197,7 @@ pagoda_status pg_detok_take(pg_detok *d, bool final, const char **delta, size_t 
         if ((st = decode(d, d->prefix_off, d->read_off, &d->buf_a, &d->cap_a, &la)) != PAGODA_OK ||
             (st = decode(d, d->prefix_off, d->n_ids, &d->buf_b, &d->cap_b, &lb)) != PAGODA_OK)
             return st;
-        if (lb > la) {
-            size_t n = lb - la;
-            if ((st = grow(&d->text, &d->cap, d->len + 3 * n + 1)) != PAGODA_OK) return st;
-            size_t keep = pg_utf8_complete_prefix(d->buf_b + la, n);
-            memcpy(d->text + d->len, d->buf_b + la, keep);
-            d->len += keep;
-            if (keep < n) {
-                memcpy(d->text + d->len, "\xEF\xBF\xBD", 3);
-                d->len += 3;
-            }
-        }
+        if (lb > la && (st = append_text(d, d->buf_b + la, lb - la)) != PAGODA_OK) return st;
         d->read_off = d->n_ids;
     }
     size_t end = d->len;

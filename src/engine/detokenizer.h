@@ -7,7 +7,9 @@
  * starts a few tokens back so SentencePiece's leading-space rule and
  * multi-token UTF-8 characters come out right. A window whose decode ends in
  * an unfinished UTF-8 sequence is held until the character completes, so
- * text never contains a partial character.
+ * text never contains a partial character; bytes that form no character
+ * (byte-fallback tokens in a bad order) become U+FFFD each, as in HF
+ * tokenizers' ByteFallback decoder, so the text is always valid UTF-8.
  *
  * Stop strings (OpenAI `stop`): after each token the new text is searched
  * for every stop string; on a match the text is cut before it (or after it
@@ -57,7 +59,7 @@ pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop);
 
 /* The text that may be handed out now, [*delta, *delta + *len), and mark it
  * emitted. final: generation ended: flush everything, including a held-back
- * stop-string prefix and an unfinished UTF-8 tail (as U+FFFD). */
+ * stop-string prefix and an unfinished UTF-8 tail (a U+FFFD per byte). */
 pagoda_status pg_detok_take(pg_detok *d, bool final, const char **delta, size_t *len);
 
 /* Length of the longest prefix of s[0..n) that does not end inside an

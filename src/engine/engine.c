@@ -488,10 +488,15 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     }
     for (size_t i = 0; i < s->n_stop_token_ids; i++) {
         int32_t t = s->stop_token_ids[i];
-        if (t < 0 || t >= e->vocab || r->n_stop_ids == PG_MAX_STOP_TOKENS) {
+        if (r->n_stop_ids == PG_MAX_STOP_TOKENS) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG, "request: %zu stop_token_ids, at most %d",
+                          s->n_stop_token_ids, PG_MAX_STOP_TOKENS);
+            goto fail;
+        }
+        if (t < 0 || t >= e->vocab) {
             st = pg_error(PAGODA_ERR_INVALID_ARG,
-                          "request: stop_token_ids: %zu ids (at most %d) or id %d outside [0, %d)",
-                          s->n_stop_token_ids, PG_MAX_STOP_TOKENS, t, e->vocab);
+                          "request: stop_token_ids: token id %d is outside the vocabulary [0, %d)",
+                          t, e->vocab);
             goto fail;
         }
         r->stop_ids[r->n_stop_ids++] = t;

@@ -26,9 +26,14 @@ pagoda_status pg_api_fail(pg_api_error *err, int status, const char *param, cons
 }
 
 char *pg_api_error_json(const pg_api_error *err) {
+    /* messages may quote raw client bytes (path, method) or be cut inside a
+     * character: JSON text must be valid UTF-8 */
+    char *msg = pg_api_utf8_dup(err->message, strlen(err->message));
+    if (!msg) return NULL;
     cJSON *root = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(e, "message", err->message);
+    cJSON_AddStringToObject(e, "message", msg);
+    free(msg);
     cJSON_AddStringToObject(e, "type", err->type ? err->type : "invalid_request_error");
     if (err->param[0])
         cJSON_AddStringToObject(e, "param", err->param);
@@ -581,6 +586,12 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
     if (kind == PG_API_COMPLETION) {
         if ((st = parse_prompts(&p, out))) goto done;
         if ((st = get_bool(&p, "echo", &out->echo))) goto done;
+        /* vLLM: "suffix is not currently supported" (silently ignoring it
+         * would return a completion that ignores the text after the gap) */
+        if (field(&p, "suffix")) {
+            st = pg_api_fail(err, 400, "suffix", "'suffix' is not supported");
+            goto done;
+        }
         if ((st = get_bool(&p, "add_special_tokens", &out->add_special_tokens))) goto done;
     } else {
         if ((st = parse_messages(&p, out))) goto done;

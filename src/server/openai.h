@@ -39,7 +39,8 @@ typedef struct pg_api_error {
 pagoda_status pg_api_fail(pg_api_error *err, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* The error JSON text of `err` (malloc'ed). */
+/* The error JSON text of `err` (malloc'ed; bytes of the message that are not
+ * valid UTF-8 become U+FFFD). NULL when out of memory. */
 char *pg_api_error_json(const pg_api_error *err);
 
 /* One prompt of a completion request: text or token ids (exactly one set). */

@@ -481,8 +481,12 @@ static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out, s
             memcpy(ids[p], pr->ids, pr->n_ids * sizeof(int32_t));
             n[p] = pr->n_ids;
         }
-        if (pg_api_check_length((int32_t)n[p], r->sampling.max_tokens, s->max_model_len, err))
+        if (pg_api_check_length((int32_t)n[p], r->sampling.max_tokens, s->max_model_len, err)) {
+            /* a chat request's prompt is its messages */
+            if (r->kind == PG_API_CHAT && !strcmp(err->param, "prompt"))
+                snprintf(err->param, sizeof err->param, "messages");
             return PAGODA_ERR_INVALID_ARG;
+        }
     }
     return PAGODA_OK;
 }
@@ -1141,8 +1145,11 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
         pg_server_stop(s);
         return PAGODA_ERR_NOMEM;
     }
-    unsigned flags =
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    /* poll(), not select(): select() takes no descriptor >= FD_SETSIZE (1024),
+     * and each connection holds two (its socket and conn_guard's dup), so
+     * select() capped the server at ~500 connections whatever the limit */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     /* MHD_OPTION_CONNECTION_TIMEOUT is an idle timeout: it drops clients
      * that stop reading a response; the guard bounds the request read. */

@@ -4,6 +4,9 @@
 // Env: PAGODA_CMD (JSON array: emulator args + pagoda binary),
 // PAGODA_SERVE_MODEL, PAGODA_CHAT_TEMPLATE ("" = skip the chat cases).
 import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
@@ -137,6 +140,15 @@ describe('pagoda serve with the openai client', () => {
     })).json();
     const c = await client.completions.create({ model: modelName, prompt: tok.tokens, max_tokens: 16, temperature: 0 });
     assert.equal(c.choices[0].text, r.choices[0].message.content);
+    // ... and so does `pagoda generate` on the rendered chat prompt
+    const dir = mkdtempSync(join(tmpdir(), 'pagoda-chat-'));
+    const file = join(dir, 'p.jsonl');
+    writeFileSync(file, JSON.stringify({ prompt_token_ids: tok.tokens }) + '\n');
+    const gen = spawnSync(CMD[0], [...CMD.slice(1), 'generate', MODEL_DIR, '--prompts-file', file,
+      '--max-tokens', '16', '--temperature', '0', '--json'], { encoding: 'utf8' });
+    rmSync(dir, { recursive: true, force: true });
+    assert.equal(gen.status, 0, gen.stderr);
+    assert.equal(JSON.parse(gen.stdout).text, r.choices[0].message.content);
   });
 
   test('chat logprobs and n', { skip: !TEMPLATE && 'no chat template engine' }, async () => {

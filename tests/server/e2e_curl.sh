@@ -290,6 +290,10 @@ if [ -n "$TEMPLATE" ]; then
   expect 200 "chat logprobs"
   check '(.choices[0].logprobs.content|length) == .usage.completion_tokens' "chat logprobs per token"
   req POST /v1/chat/completions '{"messages": [{"role": "wizard", "content": "x"}]}'; expect_error 400 "wizard" "bad role"
+  LONG=$(printf 'hello %.0s' $(seq 1 600))
+  req POST /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"$LONG\"}]}"
+  expect_error 400 "maximum context length" "chat prompt over the context"
+  check '.error.param == "messages"' "a chat prompt over the context names 'messages'"
   stop_server
 fi
 echo "PASS"
