@@ -16,7 +16,7 @@
 
 /* KC_ELEMS int8 x NR of W per K block; MC_MAX rows of acc over NC_ELEMS
  * columns = 256 KiB (L2). */
-enum { KC_ELEMS = 1024, NC_ELEMS = 128, MC_MAX = 512, QCHUNK = 256, ACT_GROUP_MAX = 4096 };
+enum { KC_ELEMS = 1024, NC_ELEMS = 128, MC_MAX = 512, QCHUNK = 256, ACT_GROUP_MAX = 4096, QMAX_NR = 64 };
 
 struct pg_qpacked {
     pg_qgemm_ukernel uk;
@@ -25,6 +25,7 @@ struct pg_qpacked {
     int64_t N, K, group; /* group 0: per channel */
     int64_t ngroups, gk; /* groups, k per packed group (multiple of 32) */
     int64_t npanels;
+    size_t hbytes;      /* group header: [comp,] scales */
     size_t gbytes;      /* one group of one panel: header + weights */
     size_t panel_bytes; /* ngroups * gbytes */
     void *data;
@@ -71,28 +72,11 @@ void pg_qgemm_free(pg_qpacked *w) {
 
 /* ---- quantization */
 
-static float row_amax(const float *a, int64_t K) {
-    float m = 0.0f;
-    for (int64_t k = 0; k < K; k++) {
-        float v = fabsf(a[k]);
-        m = v > m ? v : m;
-    }
-    return m;
-}
-
-static void quant_chunk(const float *a, int64_t n, float inv, int8_t *q) {
-    for (int64_t k = 0; k < n; k++) {
-        float v = rintf(a[k] * inv);
-        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-        q[k] = (int8_t)v;
-    }
-}
-
 void pg_qgemm_quantize_row(const float *a, int64_t K, int8_t *q, float *scale) {
-    float m = row_amax(a, K);
+    float m = pg_ref_amax_f32(a, (size_t)K);
     float inv = m > 0.0f ? 127.0f / m : 0.0f;
     *scale = m / 127.0f;
-    quant_chunk(a, K, inv, q);
+    (void)pg_ref_quant_i8(a, (size_t)K, inv, q);
 }
 
 static float src_at(pg_dtype t, const void *W, int64_t i) {
@@ -237,6 +221,9 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
                             "qgemm: pack: gate and up differ in bits, group or shape");
     }
     if (!uk) uk = w->bits == 8 ? &pg_kernels()->qgemm_w8 : &pg_kernels()->qgemm_w4;
+    if (uk->nr > QMAX_NR)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: microkernel %s has nr %d > %d",
+                        uk->name, uk->nr, QMAX_NR);
     if (uk->bits != w->bits)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: microkernel %s is for W%d, not W%d",
                         uk->name, uk->bits, w->bits);
@@ -264,7 +251,8 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
     const int nr = uk->nr;
     int64_t np = ceil_div(w->N, nr);
     pw->npanels = pw->swiglu ? 2 * np : np;
-    pw->gbytes = (size_t)nr * 8 + (size_t)(pw->gk * nr * bits / 8);
+    pw->hbytes = (size_t)nr * (uk->w_u8 ? 4 : 8);
+    pw->gbytes = pw->hbytes + (size_t)(pw->gk * nr * bits / 8);
     pw->panel_bytes = (size_t)pw->ngroups * pw->gbytes;
     pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
     pw->data = pg_alloc_huge(pw->bytes); /* zero-filled: padding stays 0 */
@@ -274,6 +262,7 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
     }
     const int64_t K = w->K, G = pw->gk, ng = pw->ngroups;
     const int32_t cmul = uk->a_u8 ? -128 * (bits == 4 ? 16 : 1) : 0;
+    const int woff = uk->w_u8 ? (bits == 8 ? 128 : 8) : 0;
     for (int h = 0; h < (pw->swiglu ? 2 : 1); h++) {
         const pg_qweight *s = h ? w_up : w;
         for (int64_t n = 0; n < w->N; n++) {
@@ -283,16 +272,21 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
             char *panel = (char *)pw->data + (size_t)p * pw->panel_bytes;
             for (int64_t g = 0; g < ng; g++) {
                 char *grp = panel + (size_t)g * pw->gbytes;
-                int8_t *d = (int8_t *)(grp + nr * 8);
+                int8_t *d = (int8_t *)(grp + pw->hbytes);
                 int32_t sum = 0;
+                /* padding k stay 0: their activations are 0 too */
                 for (int64_t k = g * G; k < K && k < (g + 1) * G; k++) {
                     int v = s->q[n * K + k];
                     sum += v;
-                    put_w(pw, d, k - g * G, c, v);
+                    put_w(pw, d, k - g * G, c, v + woff);
                 }
-                int32_t comp = sum * cmul;
-                memcpy(grp + c * 4, &comp, 4);
-                memcpy(grp + nr * 4 + c * 4, &s->scale[n * ng + g], 4);
+                if (uk->w_u8) {
+                    memcpy(grp + c * 4, &s->scale[n * ng + g], 4);
+                } else {
+                    int32_t comp = sum * cmul;
+                    memcpy(grp + c * 4, &comp, 4);
+                    memcpy(grp + nr * 4 + c * 4, &s->scale[n * ng + g], 4);
+                }
             }
         }
     }
@@ -306,7 +300,8 @@ typedef struct {
     int64_t M;
     int64_t mc, nc_panels, kc_groups;
     int64_t a_stride; /* packed A bytes between row groups */
-    size_t a_bytes, s_bytes, acc_bytes;
+    size_t a_bytes, s_bytes, c_bytes, acc_bytes;
+    size_t row_bytes; /* per thread: one normed row (fused RMSNorm input stage) */
 } geometry;
 
 static geometry plan(const pg_qpacked *w, int64_t M) {
@@ -324,8 +319,10 @@ static geometry plan(const pg_qpacked *w, int64_t M) {
     g.a_stride = w->ngroups * w->gk * uk->ar;
     if (g.a_stride % 1024 == 0) g.a_stride += 64;
     g.a_bytes = align_up((size_t)(ceil_div(M, uk->ar) * g.a_stride));
-    g.s_bytes = align_up((size_t)M * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
+    g.s_bytes = align_up((size_t)(M + 1) * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
+    g.c_bytes = uk->w_u8 ? align_up((size_t)M * (size_t)w->ngroups * sizeof(int32_t)) : 0;
     g.acc_bytes = align_up((size_t)(g.mc * g.nc_panels * uk->nr) * sizeof(float));
+    g.row_bytes = align_up((size_t)w->K * sizeof(float));
     return g;
 }
 
@@ -333,7 +330,7 @@ size_t pg_qgemm_scratch_size(const pg_qpacked *w, int64_t M, int nthreads) {
     if (!w || M < 1) return 0;
     if (nthreads < 1) nthreads = 1;
     geometry g = plan(w, M);
-    return g.a_bytes + g.s_bytes + (size_t)nthreads * g.acc_bytes;
+    return g.a_bytes + g.s_bytes + g.c_bytes + (size_t)nthreads * (g.acc_bytes + g.row_bytes);
 }
 
 typedef struct {
@@ -341,76 +338,96 @@ typedef struct {
     geometry g;
     const float *A;
     int64_t lda;
+    const float *norm_w; /* fused RMSNorm input stage (pg_qgemm_rmsnorm), else NULL */
+    float eps;
     float *C;
     int64_t ldc;
     const float *bias;
     pg_gemm_epilogue ep;
     int8_t *apack;
     float *ascale;
+    int32_t *acorr; /* w_u8 kernels: -offset * activation sum per (row, group) */
     char *acc;
+    char *rowbuf;
     int tn, tm;
 } call;
 
-/* Input stage: rows [r0, r1) of A -> per-token int8 in the layout of the
- * microkernel (+128 for a_u8 kernels), zero padding, and the row scales. */
-static void pack_a_rows(const call *cl, int64_t r0, int64_t r1) {
+/* Input stage: rows [r0, r1) of A (RMSNorm-ed first into the thread's row
+ * buffer when fused) -> per-token int8 in the layout of the microkernel
+ * (+128 for a_u8 kernels), zero padding, the row scales and, for w_u8
+ * kernels, the per-group activation-sum corrections. */
+static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
     const pg_qpacked *w = cl->w;
-    const int64_t kg = w->uk.kg, ar = w->uk.ar, K = w->K, kp = w->ngroups * w->gk;
+    const pg_kernel_table *kt = pg_kernels();
+    const int64_t kg = w->uk.kg, ar = w->uk.ar, K = w->K, gk = w->gk, ng = w->ngroups;
     const uint8_t flip = w->uk.a_u8 ? 0x80 : 0;
-    /* segments quantized with one scale: the weight groups (act_group),
-     * else QCHUNK pieces of the row sharing the token's scale */
-    const int64_t seg = w->act_group ? w->gk : QCHUNK;
-    int8_t tmp[ACT_GROUP_MAX > QCHUNK ? ACT_GROUP_MAX : QCHUNK];
+    const int32_t woff = w->bits == 8 ? 128 : 8;
+    const int direct = ar == 1 && !flip; /* quantize straight into the packed row */
+    int8_t tmp[QCHUNK];
     for (int64_t r = r0; r < r1; r++) {
         int8_t *grp = cl->apack + (r / ar) * cl->g.a_stride;
         const float *a = cl->A + r * cl->lda;
+        if (cl->norm_w) {
+            kt->rmsnorm_f32(rowbuf, a, cl->norm_w, 1, (size_t)K, cl->eps);
+            a = rowbuf;
+        }
         float inv = 0.0f;
         if (!w->act_group) {
-            float m = row_amax(a, K);
+            float m = kt->amax_f32(a, (size_t)K);
             inv = m > 0.0f ? 127.0f / m : 0.0f;
             cl->ascale[r] = m / 127.0f;
         }
         const int64_t slot = r % ar;
-        for (int64_t k0 = 0, g = 0; k0 < kp; k0 += seg, g++) {
-            int64_t n = kp - k0 < seg ? kp - k0 : seg;
-            int64_t valid = K - k0 < n ? (K - k0 > 0 ? K - k0 : 0) : n;
+        for (int64_t g = 0; g < ng; g++) {
+            const int64_t k0 = g * gk;
+            const int64_t valid = K - k0 < gk ? K - k0 : gk;
             if (w->act_group) {
-                float m = row_amax(a + k0, valid);
+                float m = kt->amax_f32(a + k0, (size_t)valid);
                 inv = m > 0.0f ? 127.0f / m : 0.0f;
-                cl->ascale[r * w->ngroups + g] = m / 127.0f;
+                cl->ascale[r * ng + g] = m / 127.0f;
             }
-            quant_chunk(a + k0, valid, inv, tmp);
-            for (int64_t k = valid; k < n; k++)
-                tmp[k] = 0;
-            if (ar == 1) {
-                for (int64_t k = 0; k < n; k++)
-                    grp[k0 + k] = (int8_t)((uint8_t)tmp[k] ^ flip);
+            int32_t sum = 0;
+            if (direct) {
+                sum = kt->quant_i8(a + k0, (size_t)valid, inv, grp + k0);
+                memset(grp + k0 + valid, 0, (size_t)(gk - valid));
             } else {
-                for (int64_t k = 0; k < n; k++) {
-                    int64_t kk = k0 + k;
-                    grp[(kk / kg) * kg * ar + slot * kg + kk % kg] =
-                        (int8_t)((uint8_t)tmp[k] ^ flip);
+                for (int64_t c0 = 0; c0 < gk; c0 += QCHUNK) {
+                    int64_t n = gk - c0 < QCHUNK ? gk - c0 : QCHUNK;
+                    int64_t v = valid - c0 < n ? (valid - c0 > 0 ? valid - c0 : 0) : n;
+                    sum += kt->quant_i8(a + k0 + c0, (size_t)v, inv, tmp);
+                    memset(tmp + v, 0, (size_t)(n - v));
+                    if (ar == 1) {
+                        for (int64_t k = 0; k < n; k++)
+                            grp[k0 + c0 + k] = (int8_t)((uint8_t)tmp[k] ^ flip);
+                    } else {
+                        for (int64_t k = 0; k < n; k++) {
+                            int64_t kk = k0 + c0 + k;
+                            grp[(kk / kg) * kg * ar + slot * kg + kk % kg] =
+                                (int8_t)((uint8_t)tmp[k] ^ flip);
+                        }
+                    }
                 }
             }
+            if (cl->acorr) cl->acorr[r * ng + g] = -woff * sum;
         }
     }
     if (ar == 2 && r1 == cl->g.M && (r1 & 1)) {
+        const int64_t kp = ng * gk;
         int8_t *grp = cl->apack + (r1 / 2) * cl->g.a_stride;
         for (int64_t k = 0; k < kp; k++)
             grp[(k / kg) * kg * 2 + kg + k % kg] = (int8_t)flip;
         if (w->act_group)
-            for (int64_t g = 0; g < w->ngroups; g++)
-                cl->ascale[r1 * w->ngroups + g] = 0.0f;
+            for (int64_t g = 0; g < ng; g++)
+                cl->ascale[r1 * ng + g] = 0.0f;
     }
 }
 
 static void input_stage(void *ctx, size_t begin, size_t end, int tid) {
-    (void)tid;
     const call *cl = ctx;
     int64_t ar = cl->w->uk.ar;
     int64_t r0 = (int64_t)begin * ar, r1 = (int64_t)end * ar;
     if (r1 > cl->g.M) r1 = cl->g.M;
-    pack_a_rows(cl, r0, r1);
+    pack_a_rows(cl, r0, r1, (float *)(cl->rowbuf + (size_t)tid * cl->g.row_bytes));
 }
 
 static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0, int64_t m1,
@@ -419,18 +436,23 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
     const int64_t nr = w->uk.nr, N = w->N;
     const float *bias = cl->bias;
     if (w->swiglu) {
+        /* silu(g) * u by the table's swiglu_f32 (elementwise: a column's
+         * result does not depend on where it sits in the call) */
+        const pg_kernel_table *kt = pg_kernels();
+        float gb[QMAX_NR], ub[QMAX_NR];
         for (int64_t p = p0; p < p1; p += 2) {
             int64_t n0 = (p / 2) * nr, cnt = N - n0 < nr ? N - n0 : nr;
             const int64_t off = (p - p0) * nr;
             for (int64_t m = m0; m < m1; m++) {
                 const float as = w->act_group ? 1.0f : cl->ascale[m];
                 const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
-                float *c = cl->C + m * cl->ldc + n0;
                 for (int64_t j = 0; j < cnt; j++) {
                     float gv = gr[j] * as, uv = ur[j] * as;
                     if (bias) gv += bias[n0 + j], uv += bias[N + n0 + j];
-                    c[j] = pg_silu_f32(gv) * uv;
+                    gb[j] = gv;
+                    ub[j] = uv;
                 }
+                kt->swiglu_f32(cl->C + m * cl->ldc + n0, gb, ub, (size_t)cnt);
             }
         }
         return;
@@ -492,8 +514,9 @@ static void compute(const call *cl, int tid) {
                         const int8_t *ap =
                             cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
                         const float *as = w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
-                        uk->run(ng, gk, ap, g->a_stride, as, w->ngroups, wp, ct + (ir - ic) * ldacc,
-                                ldacc, rows, pc > 0);
+                        const int32_t *ac = cl->acorr ? cl->acorr + ir * w->ngroups + pc : NULL;
+                        uk->run(ng, gk, ap, g->a_stride, as, w->ngroups, ac, w->ngroups, wp,
+                                ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
                     }
                 }
             }
@@ -511,9 +534,10 @@ static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
         compute(ctx, (int)u);
 }
 
-pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t lda, float *C,
-                       int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
-                       void *scratch) {
+static pagoda_status run_call(const pg_qpacked *w, const float *A, int64_t M, int64_t lda,
+                              const float *norm_w, float eps, float *C, int64_t ldc,
+                              const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                              void *scratch) {
     if (!w || !A || !C || !scratch)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: NULL weight, A, C or scratch");
     if (M < 1 || lda < w->K || ldc < w->N)
@@ -530,11 +554,26 @@ pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t l
     if ((uintptr_t)scratch % PG_ALIGN)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: scratch must be %d-byte aligned", PG_ALIGN);
     int nthreads = pool ? pg_pool_size(pool) : 1;
-    call cl = {
-        .w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias, .ep = ep};
-    cl.apack = scratch;
-    cl.ascale = (float *)((char *)scratch + cl.g.a_bytes);
-    cl.acc = (char *)scratch + cl.g.a_bytes + cl.g.s_bytes;
+    call cl = {.w = w,
+               .g = plan(w, M),
+               .A = A,
+               .lda = lda,
+               .norm_w = norm_w,
+               .eps = eps,
+               .C = C,
+               .ldc = ldc,
+               .bias = bias,
+               .ep = ep};
+    char *p = scratch;
+    cl.apack = (int8_t *)p;
+    p += cl.g.a_bytes;
+    cl.ascale = (float *)p;
+    p += cl.g.s_bytes;
+    cl.acorr = w->uk.w_u8 ? (int32_t *)p : NULL;
+    p += cl.g.c_bytes;
+    cl.acc = p;
+    p += (size_t)nthreads * cl.g.acc_bytes;
+    cl.rowbuf = p;
     int64_t units = w->npanels / (w->swiglu ? 2 : 1);
     cl.tn = units < nthreads ? (int)units : nthreads;
     cl.tm = nthreads / cl.tn;
@@ -548,4 +587,19 @@ pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t l
     else
         compute(&cl, 0);
     return PAGODA_OK;
+}
+
+pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t lda, float *C,
+                       int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                       void *scratch) {
+    return run_call(w, A, M, lda, NULL, 0.0f, C, ldc, bias, ep, pool, scratch);
+}
+
+pagoda_status pg_qgemm_rmsnorm(const pg_qpacked *w, const float *X, int64_t M, int64_t ldx,
+                               const float *norm_w, float eps, float *C, int64_t ldc,
+                               const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                               void *scratch) {
+    if (!norm_w) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: rmsnorm: NULL norm weight");
+    if (!(eps > 0.0f)) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: rmsnorm: eps must be > 0");
+    return run_call(w, X, M, ldx, norm_w, eps, C, ldc, bias, ep, pool, scratch);
 }
