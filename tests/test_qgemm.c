@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/dtype.h"
 #include "base/pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/qgemm.h"
@@ -56,8 +57,13 @@ static void make_qweight(owned_qweight *o, int bits, int64_t group, int64_t N, i
     int lo = bits == 8 ? -128 : -8, hi = bits == 8 ? 127 : 7;
     for (int64_t i = 0; i < N * K; i++)
         o->q[i] = (int8_t)rnd_int(lo, hi);
-    for (int64_t i = 0; i < N * ng; i++)
+    /* half the weights get exact F16 scales (kernels with run_hs then pack
+     * them in 2 bytes), half f32 ones that are not */
+    const int f16 = (int)rnd_int(0, 1);
+    for (int64_t i = 0; i < N * ng; i++) {
         o->s[i] = (0.5f + 0.5f * rnd()) * 0.01f;
+        if (f16) o->s[i] = pg_f16_to_f32(pg_f32_to_f16(o->s[i]));
+    }
     o->w = (pg_qweight){bits, group, N, K, o->q, o->s, g_act_group};
 }
 static void free_qweight(owned_qweight *o) {
@@ -415,6 +421,36 @@ static void test_qgemm_rmsnorm_fused(void **state) {
     pg_pool_free(pool2);
 }
 
+/* A kernel with an F16-scale form (run_hs) packs exact F16 scales in 2
+ * bytes per column and group, f32 ones in 4; both compute the reference. */
+static void test_qgemm_f16_scales(void **state) {
+    (void)state;
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        const pg_qgemm_ukernel *uks[8];
+        int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
+        for (int v = 0; v < nu; v++) {
+            if (!uks[v]->run_hs) continue;
+            const int64_t N = 2 * uks[v]->nr, K = 256, G = 32;
+            owned_qweight g;
+            make_qweight(&g, bits, G, N, K);
+            size_t bytes[2];
+            for (int f = 0; f < 2; f++) {
+                for (int64_t i = 0; i < N * K / G; i++) {
+                    float x = pg_f16_to_f32(pg_f32_to_f16(g.s[i]));
+                    g.s[i] = f ? x : x * (1.0f + 0x1p-20f); /* f: exact F16 */
+                }
+                pg_qpacked *pw = NULL;
+                assert_int_equal(pg_qgemm_pack(&g.w, NULL, uks[v], &pw), PAGODA_OK);
+                bytes[f] = pg_qgemm_packed_bytes(pw);
+                pg_qgemm_free(pw);
+            }
+            assert_int_equal(bytes[0] - bytes[1], (size_t)(N * (K / G) * 2));
+            free_qweight(&g);
+            check_case(uks[v], 32, 7, 45, 200, PG_GEMM_STORE, 1, NULL);
+        }
+    }
+}
+
 static void test_qgemm_bad_args(void **state) {
     (void)state;
     owned_qweight g;
@@ -468,7 +504,7 @@ int main(void) {
         cmocka_unit_test(test_qgemm_vs_reference),   cmocka_unit_test(test_qgemm_batch_invariance),
         cmocka_unit_test(test_qgemm_nested_in_pool), cmocka_unit_test(test_quantize_row),
         cmocka_unit_test(test_qgemm_bad_args),       cmocka_unit_test(test_quant_entries),
-        cmocka_unit_test(test_qgemm_rmsnorm_fused),
+        cmocka_unit_test(test_qgemm_rmsnorm_fused),  cmocka_unit_test(test_qgemm_f16_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,7 +61,8 @@ typedef struct pg_gemm_ukernel {
  * q + 128 (W8) or q + 8 (W4 nibbles) and start group g of row i at
  * ac[i*ac_stride + g] = -128 (W8) or -8 (W4) times the sum of row i's
  * activations over the group, which the driver computes in its input stage
- * (ac is NULL for other kernels). The header then holds only the scales.
+ * (ac is NULL for other kernels). The header then holds only the scales
+ * (f32, or F16 for run_hs).
  * as == NULL: per-token activation scales (applied later by the driver);
  * else per-group ones: group g of row i uses scale_g[j] * as[i*as_stride + g]
  * (that product rounded to f32) in place of scale_g[j]. */
@@ -72,6 +73,14 @@ typedef struct pg_qgemm_ukernel {
     void (*run)(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,
                 int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,
                 int64_t ldc, int mr, int accumulate);
+    /* Optional (w_u8 kernels; else NULL): run with the header's scales
+     * stored as F16 (nr x 2 bytes, widened exactly). Packing picks it when
+     * every scale of the weight is an exact F16 (GGUF Q8_0/Q4_0 always;
+     * load-time quantization rounds its scales to F16): 2 bytes per column
+     * and group fewer to stream. */
+    void (*run_hs)(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,
+                   int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,
+                   int64_t ldc, int mr, int accumulate);
 } pg_qgemm_ukernel;
 
 typedef struct pg_kernel_table {

@@ -22,6 +22,7 @@ struct pg_qpacked {
     pg_qgemm_ukernel uk;
     int bits, swiglu;
     int act_group;       /* activation scales per (token, group) */
+    int scale_f16;       /* header scales stored as F16: run with uk.run_hs */
     int64_t N, K, group; /* group 0: per channel */
     int64_t ngroups, gk; /* groups, k per packed group (multiple of 32) */
     int64_t npanels;
@@ -100,10 +101,25 @@ static double q_err(const float *x, int64_t n, float d, float lo, float hi) {
 
 enum { QW_CHUNK = 1024 };
 
+/* A scale in the normal F16 range is rounded to the nearest F16 (as GGUF
+ * stores its block scales), so packing can keep it in 2 bytes exactly;
+ * smaller or larger ones stay f32 (F16 subnormals would lose bits). */
+static float f16_scale(float d) {
+    float a = fabsf(d);
+    if (!(a >= 0x1p-14f && a <= 65504.0f)) return d;
+    return pg_f16_to_f32(pg_f32_to_f16(d));
+}
+static float keep_scale(float d) {
+    return d;
+}
+
 void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, int64_t group,
                               int64_t n0, int64_t n1, int8_t *q, float *scale) {
     const int64_t G = group > 0 ? group : K, ng = pg_qweight_ngroups(K, group);
     const float lo = bits == 8 ? -127.0f : -8.0f, hi = bits == 8 ? 127.0f : 7.0f;
+    /* group-wise scales are rounded to F16 (2 header bytes per column and
+     * group instead of 4); a per-channel scale is streamed once per column */
+    float (*rnd16)(float) = group > 0 ? f16_scale : keep_scale;
     float buf[QW_CHUNK];
     float *x = G <= QW_CHUNK ? buf : malloc((size_t)G * sizeof(float));
     if (!x) abort();
@@ -115,14 +131,14 @@ void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, 
                 x[k] = src_at(src, W, n * K + k0 + k);
                 if (fabsf(x[k]) > am) am = fabsf(x[k]), m = x[k];
             }
-            float d = bits == 8 ? am / 127.0f : m / -8.0f;
+            float d = rnd16(bits == 8 ? am / 127.0f : m / -8.0f);
             if (bits == 4 && d != 0.0f) {
                 /* W4: search a few shrunken scales for the least squared
                  * error (the extreme may then clip by less than d / 2) */
                 const float d0 = d;
                 double best = q_err(x, cnt, d0, lo, hi);
                 for (int i = 1; i <= 12; i++) {
-                    float di = d0 * (1.0f - 0.02f * (float)i);
+                    float di = rnd16(d0 * (1.0f - 0.02f * (float)i));
                     double e = q_err(x, cnt, di, lo, hi);
                     if (e < best) best = e, d = di;
                 }
@@ -251,7 +267,17 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
     const int nr = uk->nr;
     int64_t np = ceil_div(w->N, nr);
     pw->npanels = pw->swiglu ? 2 * np : np;
-    pw->hbytes = (size_t)nr * (uk->w_u8 ? 4 : 8);
+    /* F16 scales when the kernel has that form and every scale is an exact
+     * F16 (widening back gives the same f32) */
+    pw->scale_f16 = uk->run_hs != NULL;
+    for (int h = 0; h < (w_up ? 2 : 1) && pw->scale_f16; h++) {
+        const pg_qweight *s = h ? w_up : w;
+        for (int64_t i = 0; i < s->N * pw->ngroups && pw->scale_f16; i++) {
+            float f = s->scale[i];
+            pw->scale_f16 = memcmp(&f, &(float){pg_f16_to_f32(pg_f32_to_f16(f))}, 4) == 0;
+        }
+    }
+    pw->hbytes = (size_t)nr * (pw->scale_f16 ? 2 : uk->w_u8 ? 4 : 8);
     pw->gbytes = pw->hbytes + (size_t)(pw->gk * nr * bits / 8);
     pw->panel_bytes = (size_t)pw->ngroups * pw->gbytes;
     pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
@@ -280,7 +306,10 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
                     sum += v;
                     put_w(pw, d, k - g * G, c, v + woff);
                 }
-                if (uk->w_u8) {
+                if (pw->scale_f16) {
+                    uint16_t h16 = pg_f32_to_f16(s->scale[n * ng + g]);
+                    memcpy(grp + c * 2, &h16, 2);
+                } else if (uk->w_u8) {
                     memcpy(grp + c * 4, &s->scale[n * ng + g], 4);
                 } else {
                     int32_t comp = sum * cmul;
@@ -498,6 +527,7 @@ static void compute(const call *cl, int tid) {
     if (P0 >= P1 || M0 >= M1) return;
     float *acc = (float *)(cl->acc + (size_t)tid * g->acc_bytes);
     const int64_t nr = uk->nr, mr = uk->mr, gk = w->gk;
+    const __typeof__(uk->run) run = w->scale_f16 ? uk->run_hs : uk->run;
     const int64_t ldacc = g->nc_panels * nr;
     for (int64_t jc = P0; jc < P1; jc += g->nc_panels) {
         int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
@@ -515,8 +545,8 @@ static void compute(const call *cl, int tid) {
                             cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
                         const float *as = w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
                         const int32_t *ac = cl->acorr ? cl->acorr + ir * w->ngroups + pc : NULL;
-                        uk->run(ng, gk, ap, g->a_stride, as, w->ngroups, ac, w->ngroups, wp,
-                                ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
+                        run(ng, gk, ap, g->a_stride, as, w->ngroups, ac, w->ngroups, wp,
+                            ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
                     }
                 }
             }

@@ -113,6 +113,9 @@ void pg_qgemm_quantize_row(const float *a, int64_t K, int8_t *q, float *scale);
  * the d among d0 * (1 - 0.02 i), i = 0..12, with the least squared error of
  * q = clamp(rint(w / d), -8, 7) (a small grid search as in llama.cpp's
  * make_qx_quants / AWQ's scale search, without activation statistics).
+ * Group-wise (group > 0): every candidate d in the normal F16 range is
+ * first rounded to the nearest F16, as GGUF stores block scales, so the
+ * packed header can hold it in 2 bytes exactly (pg_qgemm_ukernel.run_hs).
  * Rows [n0, n1) only (for threading). */
 void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, int64_t group,
                               int64_t n0, int64_t n1, int8_t *q, float *scale);

@@ -39,7 +39,8 @@ static inline __attribute__((always_inline)) void weights(const int bits, const 
     }
 }
 
-static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
+static inline __attribute__((always_inline)) void tile(const int mr, const int bits, const int hs,
+                                                       int64_t ng,
                                                        int64_t gk, const int8_t *a, int64_t as,
                                                        const float *asc, int64_t ass,
                                                        const int32_t *ac, int64_t acs,
@@ -52,10 +53,11 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++)
             f[i][v] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
-    const size_t gbytes = (size_t)NR * 4 + (size_t)(gk * NR * bits / 8);
+    const size_t hbytes = (size_t)NR * (hs ? 2 : 4);
+    const size_t gbytes = hbytes + (size_t)(gk * NR * bits / 8);
     for (int64_t g = 0; g < ng; g++) {
         const char *grp = w + (size_t)g * gbytes;
-        const char *d = grp + NR * 4;
+        const char *d = grp + hbytes;
         const int8_t *ag = a + g * gk;
         __m512i acc[MR][NV], acc2[2][NV];
 #pragma GCC unroll 16
@@ -106,7 +108,8 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
         }
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++) {
-            __m512 s = _mm512_loadu_ps((const float *)grp + 16 * v);
+            __m512 s = hs ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)grp + v))
+                          : _mm512_loadu_ps((const float *)grp + 16 * v);
 #pragma GCC unroll 16
             for (int i = 0; i < mr; i++) {
                 __m512 si = asc ? _mm512_mul_ps(s, _mm512_set1_ps(asc[i * ass + g])) : s;
@@ -121,35 +124,42 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             _mm512_storeu_ps(c + i * ldc + 16 * v, f[i][v]);
 }
 
-#define DISPATCH(BITS)                                                                             \
+#define DISPATCH(BITS, HS)                                                                         \
     switch (mr) {                                                                                  \
     case 1:                                                                                        \
-        tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate);             \
+        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+             accumulate);                                                                          \
         break;                                                                                     \
     case 2:                                                                                        \
-        tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate);             \
+        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+             accumulate);                                                                          \
         break;                                                                                     \
     case 3:                                                                                        \
-        tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate);             \
+        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+             accumulate);                                                                          \
         break;                                                                                     \
     case 4:                                                                                        \
-        tile(4, BITS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate);             \
+        tile(4, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+             accumulate);                                                                          \
         break;                                                                                     \
     case 5:                                                                                        \
-        tile(5, BITS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate);             \
+        tile(5, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+             accumulate);                                                                          \
         break;                                                                                     \
     default:                                                                                       \
-        tile(6, BITS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate);             \
+        tile(6, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+             accumulate);                                                                          \
         break;                                                                                     \
     }
 
-void pg_avx512vnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,
-                               int64_t ldc, int mr, int accumulate) {
-    DISPATCH(8)
-}
-void pg_avx512vnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,
-                               int64_t ldc, int mr, int accumulate) {
-    DISPATCH(4)
-}
+#define UK(NAME, BITS, HS)                                                                         \
+    void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
+              int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
+              int64_t ldc, int mr, int accumulate) {                                               \
+        DISPATCH(BITS, HS)                                                                         \
+    }
+
+UK(pg_avx512vnni_qgemm_uk_w8, 8, 0)
+UK(pg_avx512vnni_qgemm_uk_w4, 4, 0)
+UK(pg_avx512vnni_qgemm_uk_w8_hs, 8, 1)
+UK(pg_avx512vnni_qgemm_uk_w4_hs, 4, 1)
