@@ -277,7 +277,8 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
             pw->scale_f16 = memcmp(&f, &(float){pg_f16_to_f32(pg_f32_to_f16(f))}, 4) == 0;
         }
     }
-    pw->hbytes = (size_t)nr * (pw->scale_f16 ? 2 : uk->w_u8 ? 4 : 8);
+    /* header: [int32 comp (a_u8 kernels only)], scales f32 or F16 */
+    pw->hbytes = (size_t)nr * ((pw->scale_f16 ? 2 : 4) + (uk->a_u8 ? 4 : 0));
     pw->gbytes = pw->hbytes + (size_t)(pw->gk * nr * bits / 8);
     pw->panel_bytes = (size_t)pw->ngroups * pw->gbytes;
     pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
@@ -306,15 +307,17 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
                     sum += v;
                     put_w(pw, d, k - g * G, c, v + woff);
                 }
-                if (pw->scale_f16) {
-                    uint16_t h16 = pg_f32_to_f16(s->scale[n * ng + g]);
-                    memcpy(grp + c * 2, &h16, 2);
-                } else if (uk->w_u8) {
-                    memcpy(grp + c * 4, &s->scale[n * ng + g], 4);
-                } else {
+                char *sc = grp;
+                if (uk->a_u8) {
                     int32_t comp = sum * cmul;
                     memcpy(grp + c * 4, &comp, 4);
-                    memcpy(grp + nr * 4 + c * 4, &s->scale[n * ng + g], 4);
+                    sc += nr * 4;
+                }
+                if (pw->scale_f16) {
+                    uint16_t h16 = pg_f32_to_f16(s->scale[n * ng + g]);
+                    memcpy(sc + c * 2, &h16, 2);
+                } else {
+                    memcpy(sc + c * 4, &s->scale[n * ng + g], 4);
                 }
             }
         }

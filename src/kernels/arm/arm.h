@@ -76,9 +76,25 @@ void pg_dotprod_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t 
                             const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_dotprod_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                             const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_dotprod_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                               const float *as, int64_t as_stride, const int32_t *ac,
+                               int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                               int accumulate);
+void pg_dotprod_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                               const float *as, int64_t as_stride, const int32_t *ac,
+                               int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                               int accumulate);
 void pg_i8mm_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                          const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_i8mm_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                          const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_i8mm_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
+void pg_i8mm_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
 
 #endif
