@@ -49,9 +49,9 @@ typedef struct pg_gemm_ukernel {
  *         c[i][j] = fmaf((float)isum_g[i][j], scale_g[j], c[i][j])
  * where isum_g is the exact int32 sum over the group of a[i][k] * q[j][k]
  * (accumulate == 0: c starts at 0). The packed panel holds, per group:
- * int32 comp[nr] (the start of each column's integer sum: -128 * sum q for
- * a_u8 kernels, scaled by 16 for W4, else 0; absent for w_u8 kernels),
- * f32 scale[nr], then the weights: for each k-chunk of kg, for each column,
+ * for a_u8 kernels only, int32 comp[nr] (the start of each column's integer
+ * sum: -128 * sum q, scaled by 16 for W4); then the scales, f32 scale[nr]
+ * (or F16 for run_hs); then the weights: for each k-chunk of kg, for each column,
  * kg int8 values; W4 halves this stream: each 2*vw bytes become vw bytes
  * whose low nibbles hold the first vw values and high nibbles the next vw.
  * A: int8 (a_u8: plus 128, as uint8), row i at a + i*a_stride (ar 2: row
@@ -61,8 +61,7 @@ typedef struct pg_gemm_ukernel {
  * q + 128 (W8) or q + 8 (W4 nibbles) and start group g of row i at
  * ac[i*ac_stride + g] = -128 (W8) or -8 (W4) times the sum of row i's
  * activations over the group, which the driver computes in its input stage
- * (ac is NULL for other kernels). The header then holds only the scales
- * (f32, or F16 for run_hs).
+ * (ac is NULL for other kernels).
  * as == NULL: per-token activation scales (applied later by the driver);
  * else per-group ones: group g of row i uses scale_g[j] * as[i*as_stride + g]
  * (that product rounded to f32) in place of scale_g[j]. */
@@ -73,7 +72,7 @@ typedef struct pg_qgemm_ukernel {
     void (*run)(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,
                 int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,
                 int64_t ldc, int mr, int accumulate);
-    /* Optional (w_u8 kernels; else NULL): run with the header's scales
+    /* Optional (NULL: none): run with the header's scales
      * stored as F16 (nr x 2 bytes, widened exactly). Packing picks it when
      * every scale of the weight is an exact F16 (GGUF Q8_0/Q4_0 always;
      * load-time quantization rounds its scales to F16): 2 bytes per column
