@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "server/bench_dataset.h"
 #include "server/bench_metrics.h"
@@ -90,8 +91,51 @@ static void test_metrics_hand_timeline(void **state) {
     assert_float_equal(m.e2el.pct[0], 1982, 1e-6);
     /* token times A .5 .6 .8 1.1, B 1.2 1.6 2.2, D 1.8 -> buckets 3, 4, 1 */
     assert_float_equal(m.max_output_tokens_per_s, 4, EPS);
-    /* active seconds A 0-1, B 0-2, D 1 -> 2, 3, 1 */
-    assert_int_equal(m.max_concurrent_requests, 3);
+    /* in flight A [0, 1.1), B [0.2, 2.2), D [1.5, 1.8): never more than two at
+     * once (counting whole seconds a request touches would say 3) */
+    assert_int_equal(m.max_concurrent_requests, 2);
+}
+
+/* Peak concurrency is the most requests in flight at one instant
+ * ([start, start + E2EL) intervals, vLLM's sweep), never more than the
+ * client's --max-concurrency. */
+static void test_peak_concurrency_is_exact(void **state) {
+    (void)state;
+    const double pct[] = {99};
+    pg_bench_metrics m;
+    /* back to back: one ends at 1.0 exactly when the next starts */
+    pg_bench_outcome o[3] = {{true, 1, 1, 0.0, 0.1, 1.0, NULL, 0},
+                             {true, 1, 1, 1.0, 0.1, 1.0, NULL, 0},
+                             {false, 1, 0, 0.5, 0, 0, NULL, 0}};
+    assert_int_equal(pg_bench_metrics_compute(o, 3, 2.0, pct, 1, NULL, &m), PAGODA_OK);
+    assert_int_equal(m.max_concurrent_requests, 1); /* the failed one does not count */
+    o[1].start_time = 0.999;
+    assert_int_equal(pg_bench_metrics_compute(o, 3, 2.0, pct, 1, NULL, &m), PAGODA_OK);
+    assert_int_equal(m.max_concurrent_requests, 2);
+
+    /* A closed loop with 16 slots, as the client runs --max-concurrency 16:
+     * 400 requests of uneven length (10 ms .. 1.6 s), each started the moment
+     * a slot frees, so at most 16 overlap and 16 do. Most seconds of the run
+     * see far more than 16 requests start or end in them. */
+    enum { N = 400, SLOTS = 16 };
+    pg_bench_outcome *r = calloc(N, sizeof *r);
+    double free_at[SLOTS] = {0};
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < N; i++) {
+        int s = 0;
+        for (int k = 1; k < SLOTS; k++)
+            if (free_at[k] < free_at[s]) s = k;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double len = 0.01 + (double)(x % 1600) / 1000.0;
+        r[i] = (pg_bench_outcome){true, 4, 2, free_at[s], len / 2, len, NULL, 0};
+        free_at[s] += len;
+    }
+    double end = 0;
+    for (int k = 0; k < SLOTS; k++)
+        end = free_at[k] > end ? free_at[k] : end;
+    assert_int_equal(pg_bench_metrics_compute(r, N, end, pct, 1, NULL, &m), PAGODA_OK);
+    assert_int_equal(m.max_concurrent_requests, SLOTS);
+    free(r);
 }
 
 static void test_goodput_slos(void **state) {
@@ -378,7 +422,7 @@ static pagoda_status toy_decode(void *ctx, const int32_t *ids, size_t n, char **
     return PAGODA_OK;
 }
 
-static const pg_bench_tokenizer TOY_TOK = {NULL, 8, toy_special, toy_encode, toy_decode};
+static const pg_bench_tokenizer TOY_TOK = {NULL, 8, toy_special, toy_encode, toy_decode, 0};
 
 static void test_random_dataset_with_tokenizer(void **state) {
     (void)state;
@@ -451,40 +495,72 @@ static void test_random_dataset_ids_lengths_prefix(void **state) {
     pg_bench_requests_free(b, 3);
 }
 
-/* The project's tokenizers (SentencePiece-style and byte-level BPE): every
- * random prompt's text re-encodes to exactly the intended length, and the
- * shared prefix is the same text at the start of every prompt. */
-static void random_dataset_real(const char *asset, int32_t input_len, int32_t prefix_len) {
+/* True when s is valid UTF-8 (what a JSON string must be). */
+static bool valid_utf8(const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k =
+            utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0) return false;
+        i += (size_t)k;
+    }
+    return true;
+}
+
+/* The project's tokenizers (SentencePiece-style with byte fallback and a
+ * BOS, and byte-level BPE without one): every random prompt is valid UTF-8
+ * without NUL, its text re-encodes to its ids, and encoded the way a server
+ * does (special tokens added) it is exactly input_len + prefix_len tokens:
+ * the dataset leaves room for the BOS (vLLM's num_special_tokens_to_add). */
+static void random_dataset_real(const char *asset, int32_t n_special, int32_t input_len,
+                                int32_t prefix_len, uint64_t seed) {
     pg_tokenizer *tk;
     assert_int_equal(pg_tokenizer_load(pg_test_asset(asset), &tk), PAGODA_OK);
     pg_bench_tokenizer bt = pg_bench_tokenizer_wrap(tk);
+    assert_int_equal(bt.num_special_to_add, n_special);
     pg_bench_random_cfg cfg = {.input_len = input_len, .output_len = 8, .prefix_len = prefix_len};
     pg_bench_rng r;
-    pg_bench_rng_seed(&r, 0);
+    pg_bench_rng_seed(&r, seed);
     pg_bench_request *req;
-    const size_t n = 8;
+    const size_t n = 32;
     assert_int_equal(pg_bench_random_dataset(&cfg, &bt, n, &r, &req), PAGODA_OK);
+    size_t want = (size_t)(input_len + prefix_len);
+    int32_t *server = malloc((want + 64) * sizeof *server);
     for (size_t i = 0; i < n; i++) {
-        assert_int_equal(req[i].prompt_len, input_len + prefix_len);
+        assert_int_equal(req[i].prompt_len, (int32_t)want - n_special);
+        assert_true(valid_utf8(req[i].prompt));
         int32_t *ids;
         size_t k;
         assert_int_equal(bt.encode(bt.ctx, req[i].prompt, strlen(req[i].prompt), &ids, &k),
                          PAGODA_OK);
-        assert_int_equal(k, (size_t)(input_len + prefix_len));
+        assert_int_equal(k, want - (size_t)n_special);
         assert_memory_equal(ids, req[i].prompt_ids, k * sizeof *ids);
         for (size_t j = 0; j < k; j++)
             assert_false(pg_tokenizer_is_special(tk, ids[j]));
         free(ids);
+        size_t ns = 0;
+        assert_int_equal(pg_tokenizer_encode(tk, req[i].prompt, strlen(req[i].prompt), true, server,
+                                             want + 64, &ns),
+                         PAGODA_OK);
+        if (ns != want)
+            fail_msg("%s seed %llu prompt %zu: the server would see %zu tokens, not %zu", asset,
+                     (unsigned long long)seed, i, ns, want);
     }
+    free(server);
     pg_bench_requests_free(req, n);
     pg_tokenizer_free(tk);
 }
 
 static void test_random_dataset_real_tokenizers(void **state) {
     (void)state;
-    random_dataset_real("llm/stories260K-hf", 64, 0);
-    random_dataset_real("tokenizers/qwen3", 64, 0);
-    random_dataset_real("tokenizers/qwen3", 32, 16);
+    /* stories260K: 512 ids, half of them byte-fallback tokens, so random
+     * prompts are full of partial UTF-8 sequences and NUL bytes */
+    for (uint64_t seed = 0; seed < 3; seed++)
+        random_dataset_real("llm/stories260K-hf", 1, 64, 0, seed);
+    random_dataset_real("llm/stories260K-hf", 1, 17, 8, 5);
+    random_dataset_real("tokenizers/qwen3", 0, 64, 0, 0);
+    random_dataset_real("tokenizers/qwen3", 0, 32, 16, 0);
 }
 
 static void test_random_dataset_bad_config(void **state) {
@@ -504,6 +580,19 @@ static void test_random_dataset_bad_config(void **state) {
     cfg.vocab_size = 0;
     assert_int_equal(pg_bench_random_dataset(&cfg, NULL, 2, &r, &req), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "vocabulary size"));
+    /* one token, and the tokenizer adds one: nothing left of the prompt's own
+     * (vLLM: prefix + sampled must be at least 1) */
+    pg_bench_tokenizer bos_tok = TOY_TOK;
+    bos_tok.num_special_to_add = 1;
+    cfg = (pg_bench_random_cfg){.input_len = 1, .output_len = 4};
+    assert_int_equal(pg_bench_random_dataset(&cfg, &bos_tok, 2, &r, &req), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "--random-input-len 1 is too small"));
+    cfg.prefix_len = 1; /* a shared prefix token makes it valid */
+    assert_int_equal(pg_bench_random_dataset(&cfg, &bos_tok, 2, &r, &req), PAGODA_OK);
+    assert_int_equal(req[0].prompt_len, 1);
+    pg_bench_requests_free(req, 2);
+    cfg = (pg_bench_random_cfg){.input_len = 0, .output_len = 4, .vocab_size = 9};
+    assert_int_equal(pg_bench_random_dataset(&cfg, NULL, 2, &r, &req), PAGODA_ERR_INVALID_ARG);
 }
 
 /* ------------------------------------------------------------------ */
@@ -651,6 +740,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_percentile_is_numpy_linear),
         cmocka_unit_test(test_metrics_hand_timeline),
+        cmocka_unit_test(test_peak_concurrency_is_exact),
         cmocka_unit_test(test_goodput_slos),
         cmocka_unit_test(test_metrics_all_failed_and_bad_args),
         cmocka_unit_test(test_sse_whole_bytewise_and_every_split),

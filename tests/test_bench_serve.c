@@ -21,8 +21,11 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include "server/bench_serve.h"
+#include "server/bench_tokenizer.h"
 
 /* ------------------------------------------------------------------ */
 /* the fake server                                                      */
@@ -139,6 +142,14 @@ static void *serve_conn(void *arg) {
     cJSON *j = cJSON_Parse(body);
     const cJSON *mt = cJSON_GetObjectItem(j, "max_tokens");
     int max_tokens = cJSON_IsNumber(mt) ? (int)mt->valuedouble : 4;
+    /* usage.prompt_tokens: one per id / character of the prompt, plus a BOS */
+    const cJSON *pr = cJSON_GetObjectItem(j, "prompt");
+    const cJSON *msg = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "messages"), 0);
+    const cJSON *content = cJSON_GetObjectItem(msg, "content");
+    int prompt_tokens = 1 + (cJSON_IsArray(pr)         ? cJSON_GetArraySize(pr)
+                             : cJSON_IsString(pr)      ? (int)strlen(pr->valuestring)
+                             : cJSON_IsString(content) ? (int)strlen(content->valuestring)
+                                                       : 0);
     cJSON_Delete(j);
     reply_kind kind = f->failures ? (reply_kind)(r % 4) : REPLY_OK;
     /* in_flight drops just before the last bytes go out: the client can only
@@ -176,8 +187,8 @@ static void *serve_conn(void *arg) {
     if (f->usage && kind == REPLY_OK) {
         char u[256];
         snprintf(u, sizeof u,
-                 "{\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":%d}}",
-                 max_tokens);
+                 "{\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d}}",
+                 prompt_tokens, max_tokens);
         send_event(c.fd, u);
     }
     send_event(c.fd, "[DONE]");
@@ -273,7 +284,7 @@ static pagoda_status ch_decode(void *ctx, const int32_t *ids, size_t n, char **t
     return PAGODA_OK;
 }
 
-static const pg_bench_tokenizer CHAR_TOK = {NULL, 128, ch_special, ch_encode, ch_decode};
+static const pg_bench_tokenizer CHAR_TOK = {NULL, 128, ch_special, ch_encode, ch_decode, 0};
 
 static pg_bench_serve_opts base_opts(const fake *f, char *url, size_t url_cap) {
     pg_bench_serve_opts o;
@@ -323,9 +334,10 @@ static void test_completions_token_ids(void **state) {
     assert_true(max_in_flight >= 1 && max_in_flight <= 3); /* --max-concurrency held */
     assert_int_equal(m.completed, 12);
     assert_int_equal(m.failed, 0);
-    assert_int_equal(m.total_input, 12 * 16);
+    assert_int_equal(m.total_input, 12 * 17); /* usage.prompt_tokens: 16 ids + the BOS */
     assert_int_equal(m.total_output, 12 * 6); /* usage.completion_tokens */
-    assert_true(m.ttft.pct[0] >= 30.0);       /* min TTFT >= the server's delay */
+    assert_true(m.max_concurrent_requests >= 1 && m.max_concurrent_requests <= 3);
+    assert_true(m.ttft.pct[0] >= 30.0); /* min TTFT >= the server's delay */
     assert_true(m.e2el.pct[0] >= 30.0 + 5 * 5.0);
     assert_true(m.tpot.mean > 0);
     assert_true(m.output_throughput > 0);
@@ -352,6 +364,8 @@ static void test_completions_token_ids(void **state) {
     assert_int_equal(cJSON_GetArraySize(itls), 12);
     for (int i = 0; i < 12; i++) {
         assert_int_equal(cJSON_GetArraySize(cJSON_GetArrayItem(itls, i)), 5); /* 6 chunks */
+        assert_float_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), i)->valuedouble,
+                           17, 0);
         assert_true(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ttfts"), i)->valuedouble >= 0.030);
         assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "errors"), i)->valuestring,
                             "");
@@ -499,6 +513,98 @@ static void test_bad_options_and_model_list(void **state) {
     assert_int_equal(posts, 0); /* nothing was sent for a bad configuration */
 }
 
+/* ------------------------------------------------------------------ */
+/* against a real `pagoda serve` of stories260K                         */
+
+/* Start `pagoda serve MODEL --port 0 ARGS` (through the exec wrapper) and
+ * wait for its PORT= line. Returns the pid; *port gets the port. */
+static pid_t serve_start(const char *model, const char *args, const char *out_path, int *port) {
+    const char *bd = getenv("PAGODA_BUILD_DIR");
+    char cmd[20000];
+    snprintf(cmd, sizeof cmd, "exec %s '%s/pagoda' serve '%s' --port 0 %s >'%s' 2>'%s.err'",
+             pg_test_exec_wrapper(), bd && *bd ? bd : ".", model, args, out_path, out_path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 1200; i++) { /* up to 120 s (qemu) */
+        FILE *f = fopen(out_path, "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "PORT=%d", port) == 1) {
+                fclose(f);
+                return pid;
+            }
+        if (f) fclose(f);
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            char err[4400];
+            snprintf(err, sizeof err, "%s.err", out_path);
+            char *text = pg_test_read_file(err, NULL);
+            fail_msg("pagoda serve exited early: %s", text);
+        }
+        sleep_ms(100);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fail_msg("pagoda serve printed no PORT= line");
+    return -1;
+}
+
+/* Random text prompts of --random-input-len tokens reach the server as
+ * exactly that many tokens (the server's usage.prompt_tokens, BOS
+ * included: stories260K's SentencePiece tokenizer adds one and is mostly
+ * byte-fallback ids), and the peak concurrency reported never exceeds
+ * --max-concurrency. */
+static void test_real_server_input_lengths(void **state) {
+    (void)state;
+    const char *model = pg_test_asset("llm/stories260K-hf");
+    char out_path[4200], json[4200], url[64];
+    snprintf(out_path, sizeof out_path, "%s/serve.out", pg_test_tmpdir());
+    snprintf(json, sizeof json, "%s/r.json", pg_test_tmpdir());
+    int port = 0;
+    pid_t pid = serve_start(model, "--max-num-seqs 8", out_path, &port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+
+    pg_tokenizer *tk;
+    assert_int_equal(pg_tokenizer_load(model, &tk), PAGODA_OK);
+    pg_bench_tokenizer bt = pg_bench_tokenizer_wrap(tk);
+    pg_bench_serve_opts o;
+    pg_bench_serve_defaults(&o);
+    o.client.base_url = url;
+    o.client.max_concurrency = 3;
+    o.tok = &bt;
+    o.random.input_len = 40;
+    o.random.output_len = 4;
+    o.num_prompts = 16;
+    o.ready_check_timeout_s = 60;
+    o.output_json = json;
+    pg_bench_metrics m;
+    FILE *out = devnull();
+    pagoda_status st = pg_bench_serve(&o, out, &m);
+    fclose(out);
+    kill(pid, SIGTERM);
+    int ws;
+    waitpid(pid, &ws, 0);
+    pg_tokenizer_free(tk);
+    assert_int_equal(st, PAGODA_OK);
+
+    assert_int_equal(m.completed, 16);
+    assert_int_equal(m.total_input, 16 * 40);
+    assert_int_equal(m.total_output, 16 * 4);
+    assert_true(m.max_concurrent_requests >= 1 && m.max_concurrent_requests <= 3);
+    char *js = pg_test_read_file(json, NULL);
+    cJSON *j = cJSON_Parse(js);
+    assert_non_null(j);
+    for (int i = 0; i < 16; i++)
+        assert_float_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "input_lens"), i)->valuedouble,
+                           40, 0);
+    cJSON_Delete(j);
+    free(js);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completions_token_ids),
@@ -506,6 +612,7 @@ int main(void) {
         cmocka_unit_test(test_failures_are_counted_with_messages),
         cmocka_unit_test(test_refused_and_not_ready),
         cmocka_unit_test(test_bad_options_and_model_list),
+        cmocka_unit_test(test_real_server_input_lengths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

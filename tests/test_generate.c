@@ -64,7 +64,7 @@ static void test_plain_greedy_matches_run_c_stdout(void **state) {
     require_runnable();
     const char *models[] = {"llm/stories260K-hf", "llm/llama2c/stories260K.gguf"};
     for (int i = 0; i < 2; i++) {
-        char args[4400], *out;
+        char args[9000], *out;
         /* run.c -n 64 counts the 4 forced prompt steps: 60 new tokens */
         snprintf(args, sizeof args,
                  "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 60",
@@ -77,13 +77,22 @@ static void test_plain_greedy_matches_run_c_stdout(void **state) {
         assert_string_equal(out, want);
         free(out);
         free(want);
-        /* BOS only, 256 steps */
-        snprintf(args, sizeof args, "%s --prompt '' --temperature 0 --max-tokens 256",
-                 model_arg(models[i]));
+        /* BOS only, 256 steps: `--prompt ''` is a usage error (as an empty
+         * prompt is for the server), so the BOS goes in as a token-id prompt */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/bos.jsonl", pg_test_tmpdir());
+        const char *line = "{\"prompt_token_ids\": [1], \"temperature\": 0, \"max_tokens\": 256}\n";
+        pg_test_write_file(path, line, strlen(line));
+        snprintf(args, sizeof args, "%s --prompts-file '%s'", model_arg(models[i]), path);
         assert_int_equal(run(args, false, &out), 0);
         want = pg_test_read_file(pg_test_asset("llm/llama2c/expected/stories260K_greedy_n256.txt"),
                                  NULL);
-        assert_string_equal(out, want);
+        cJSON *j = cJSON_Parse(out);
+        if (!j) fail_msg("not JSON: %s", out);
+        size_t tl = strlen(cJSON_GetObjectItem(j, "text")->valuestring);
+        assert_int_equal(tl + 1, strlen(want)); /* plain mode ended the text with a newline */
+        assert_memory_equal(cJSON_GetObjectItem(j, "text")->valuestring, want, tl);
+        cJSON_Delete(j);
         free(out);
         free(want);
     }
@@ -370,7 +379,8 @@ static void test_prompts_file(void **state) {
         "\n"
         "{\"prompt\": 5}\n";
     pg_test_write_file(path, lines, strlen(lines));
-    snprintf(args, sizeof args, "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 8 --json",
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 8 --json",
              model_arg("llm/stories260K-hf"));
     assert_int_equal(run(args, false, &single), 0);
     snprintf(args, sizeof args, "%s --prompts-file '%s' --json", model_arg("llm/stories260K-hf"),
@@ -400,6 +410,54 @@ static void test_prompts_file(void **state) {
     assert_non_null(strstr(third, "\"error\""));
     free(single);
     free(multi);
+}
+
+/* --prompts-file lines the server would reject (empty prompt, empty stop
+ * string) and malformed fields: an error naming the file and line, an
+ * error object in that line's place, the good lines still run, exit 1. */
+static void test_prompts_file_bad_lines(void **state) {
+    (void)state;
+    require_runnable();
+    char path[4200], args[9000], *out;
+    snprintf(path, sizeof path, "%s/bad.jsonl", pg_test_tmpdir());
+    const char *lines = "{\"prompt\": \"\"}\n"
+                        "{\"prompt\": \"hi\", \"stop\": \"\"}\n"
+                        "{\"prompt\": \"hi\", \"stop\": [\"a\", \"\"]}\n"
+                        "{\"prompt_token_ids\": []}\n"
+                        "{\"prompt\": \"hi\", \"max_tokens\": 1.5}\n"
+                        "{\"prompt\": \"hi\", \"stop_token_ids\": [\"x\"]}\n"
+                        "{\"prompt\": \"Once\", \"max_tokens\": 2, \"temperature\": 0}\n";
+    pg_test_write_file(path, lines, strlen(lines));
+    snprintf(args, sizeof args, "%s --prompts-file '%s'", model_arg("llm/stories260K-hf"), path);
+    assert_int_equal(run(args, true, &out), 1);
+    static const char *const want[] = {
+        ":1: \"prompt\" is empty",
+        ":2: \"stop\" is an empty string",
+        ":3: \"stop\"[1] is an empty string",
+        ":4: \"prompt_token_ids\" is empty",
+        ":5: \"max_tokens\" must be an integer",
+        ":6: \"stop_token_ids\"[0] is not a token id",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char needle[4400];
+        snprintf(needle, sizeof needle, "pagoda generate: %s%s", path, want[i]);
+        if (!strstr(out, needle)) fail_msg("missing '%s' in:\n%s", needle, out);
+    }
+    /* the JSON lines (stdout): six error objects, then the good line's result */
+    int n_json = 0;
+    for (char *line = out, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+        *nl = 0;
+        if (line[0] != '{') continue; /* stderr: errors and log lines */
+        cJSON *j = cJSON_Parse(line);
+        if (!j) fail_msg("not JSON: %s", line);
+        assert_true((n_json < 6) == (cJSON_GetObjectItem(j, "error") != NULL));
+        if (n_json == 6)
+            assert_string_equal(cJSON_GetObjectItem(j, "finish_reason")->valuestring, "length");
+        cJSON_Delete(j);
+        n_json++;
+    }
+    assert_int_equal(n_json, 7);
+    free(out);
 }
 
 /* bench throughput / latency: exit 0 and vLLM's JSON keys with the right counts. */
@@ -454,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_usage_errors_exit_2),
         cmocka_unit_test(test_runtime_errors_exit_1),
         cmocka_unit_test(test_prompts_file),
+        cmocka_unit_test(test_prompts_file_bad_lines),
         cmocka_unit_test(test_bench_throughput_and_latency),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/status.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "server/bench_serve.h"
 #include "server/bench_tokenizer.h"
@@ -70,21 +71,16 @@ static int bad(const char *fmt, const char *a, const char *b) {
 }
 
 static bool parse_i64(const char *s, long long lo, long long hi, long long *v) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end || errno || x < lo || x > hi) return false;
-    *v = x;
-    return true;
+    return pg_args_long(s, lo, hi, v);
 }
 
-static bool parse_f64(const char *s, double *v) {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || *end || errno || isnan(x)) return false;
-    *v = x;
-    return true;
+/* A finite number, or "inf" when allow_inf (--request-rate). */
+static bool parse_f64(const char *s, double *v, bool allow_inf) {
+    if (allow_inf && (!strcmp(s, "inf") || !strcmp(s, "Inf") || !strcmp(s, "INF"))) {
+        *v = INFINITY;
+        return true;
+    }
+    return pg_args_double(s, v);
 }
 
 static bool is_dir_or_file(const char *p) {
@@ -120,6 +116,10 @@ static int cmd_serve(int argc, char **argv) {
             snprintf(name, sizeof name, "%s", a);
         }
         /* flags */
+        static const char *const FLAGS[] = {"--prompt-as-ids", "--ignore-eos", "--no-ignore-eos",
+                                            "--save-detailed", "--disable-tqdm"};
+        for (size_t k = 0; k < sizeof FLAGS / sizeof FLAGS[0]; k++)
+            if (eq && !strcmp(name, FLAGS[k])) return bad("%s takes no value%s", name, "");
         if (!strcmp(name, "--prompt-as-ids")) {
             o.client.prompt_as_ids = true;
             continue;
@@ -190,13 +190,19 @@ static int cmd_serve(int argc, char **argv) {
         long long iv;
         double fv;
         if (!strcmp(name, "--base-url")) {
+            if (strncmp(val, "http://", 7) && strncmp(val, "https://", 8))
+                return bad("--base-url '%s': want http://HOST:PORT or https://...%s", val, "");
             o.client.base_url = val;
             have_base = true;
         } else if (!strcmp(name, "--host")) {
+            if (!*val) goto bad_value;
             host = val;
         } else if (!strcmp(name, "--port")) {
+            if (!parse_i64(val, 1, 65535, &iv)) goto bad_value;
             port = val;
         } else if (!strcmp(name, "--endpoint")) {
+            if (val[0] != '/')
+                return bad("--endpoint '%s': want a path such as /v1/completions%s", val, "");
             o.client.endpoint = val;
         } else if (!strcmp(name, "--model")) {
             o.client.model = val;
@@ -220,7 +226,7 @@ static int cmd_serve(int argc, char **argv) {
             if (!parse_i64(val, 0, 1 << 24, &iv)) goto bad_value;
             o.random.prefix_len = (int32_t)iv;
         } else if (!strcmp(name, "--random-range-ratio")) {
-            if (!parse_f64(val, &fv) || fv < 0 || fv >= 1) goto bad_value;
+            if (!parse_f64(val, &fv, false) || fv < 0 || fv >= 1) goto bad_value;
             o.random.range_ratio = fv;
         } else if (!strcmp(name, "--vocab-size")) {
             if (!parse_i64(val, 1, INT32_MAX, &iv)) goto bad_value;
@@ -229,10 +235,10 @@ static int cmd_serve(int argc, char **argv) {
             if (!parse_i64(val, 0, LLONG_MAX, &iv)) goto bad_value;
             o.seed = (uint64_t)iv;
         } else if (!strcmp(name, "--request-rate")) {
-            if (!parse_f64(val, &fv) || !(fv > 0)) goto bad_value;
+            if (!parse_f64(val, &fv, true) || !(fv > 0)) goto bad_value;
             o.request_rate = fv;
         } else if (!strcmp(name, "--burstiness")) {
-            if (!parse_f64(val, &fv) || !(fv > 0)) goto bad_value;
+            if (!parse_f64(val, &fv, false) || !(fv > 0)) goto bad_value;
             o.burstiness = fv;
         } else if (!strcmp(name, "--max-concurrency")) {
             if (!parse_i64(val, 1, 1000000, &iv)) goto bad_value;
@@ -248,10 +254,10 @@ static int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(name, "--label")) {
             o.label = val;
         } else if (!strcmp(name, "--ready-check-timeout-sec")) {
-            if (!parse_f64(val, &fv) || fv < 0) goto bad_value;
+            if (!parse_f64(val, &fv, false) || fv < 0) goto bad_value;
             o.ready_check_timeout_s = fv;
         } else if (!strcmp(name, "--request-timeout")) {
-            if (!parse_f64(val, &fv) || !(fv > 0)) goto bad_value;
+            if (!parse_f64(val, &fv, false) || !(fv > 0)) goto bad_value;
             request_timeout = fv;
         } else {
             return bad("unknown option '%s'%s", name, "");

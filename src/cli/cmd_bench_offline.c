@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "pagoda.h"
@@ -39,10 +40,8 @@ static double now_s(void) {
 }
 
 static bool parse_i32(const char *s, long lo, long hi, int32_t *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
+    long long v;
+    if (!pg_args_long(s, lo, hi, &v)) return false;
     *out = (int32_t)v;
     return true;
 }
@@ -90,57 +89,66 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
             usage(stdout, latency);
             return -1;
         }
-        if (a[0] != '-') {
-            if (o->model) {
-                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, a);
-                return 2;
-            }
+        if (!pg_args_is_option(a)) {
+            if (o->model) return pg_args_unexpected(cmd, a);
             o->model = a;
             continue;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "%s: %s needs a value\n", cmd, a);
-            return 2;
-        }
-        const char *v = argv[++i];
+        /* the options of this benchmark that take a value */
+        static const char *const COMMON[] = {"--model",
+                                             "--input-len",
+                                             "--random-input-len",
+                                             "--output-len",
+                                             "--random-output-len",
+                                             "--dataset-name",
+                                             "--dataset",
+                                             "--seed",
+                                             "--output-json"};
+        static const char *const THROUGHPUT[] = {"--prefix-len", "--random-prefix-len",
+                                                 "--range-ratio", "--random-range-ratio",
+                                                 "--num-prompts"};
+        static const char *const LATENCY[] = {"--batch-size", "--num-iters", "--num-iters-warmup"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof COMMON / sizeof COMMON[0]; k++)
+            known |= !strcmp(a, COMMON[k]);
+        for (size_t k = 0; !latency && k < sizeof THROUGHPUT / sizeof THROUGHPUT[0]; k++)
+            known |= !strcmp(a, THROUGHPUT[k]);
+        for (size_t k = 0; latency && k < sizeof LATENCY / sizeof LATENCY[0]; k++)
+            known |= !strcmp(a, LATENCY[k]);
+        if (!known) return pg_args_unknown(cmd, a);
+        const char *v = pg_args_value(cmd, argc, argv, &i);
+        if (!v) return 2;
         bool ok = true;
-        int32_t n32;
+        const char *want = "an integer in range";
+        int32_t n32 = 0;
         if (!strcmp(a, "--model"))
             o->model = v;
         else if (!strcmp(a, "--input-len") || !strcmp(a, "--random-input-len"))
-            ok = parse_i32(v, 1, 1 << 24, &o->input_len);
+            ok = parse_i32(v, 1, 1 << 24, &o->input_len), want = "an integer in [1, 2^24]";
         else if (!strcmp(a, "--output-len") || !strcmp(a, "--random-output-len"))
-            ok = parse_i32(v, 1, 1 << 24, &o->output_len);
-        else if (!latency && (!strcmp(a, "--prefix-len") || !strcmp(a, "--random-prefix-len")))
-            ok = parse_i32(v, 0, 1 << 24, &o->prefix_len);
-        else if (!latency && (!strcmp(a, "--range-ratio") || !strcmp(a, "--random-range-ratio"))) {
-            char *end;
-            o->range_ratio = strtod(v, &end);
-            ok = end != v && !*end && o->range_ratio >= 0 && o->range_ratio < 1;
-        } else if (!latency && !strcmp(a, "--num-prompts")) {
-            ok = parse_i32(v, 1, 100000000, &n32);
+            ok = parse_i32(v, 1, 1 << 24, &o->output_len), want = "an integer in [1, 2^24]";
+        else if (!strcmp(a, "--prefix-len") || !strcmp(a, "--random-prefix-len"))
+            ok = parse_i32(v, 0, 1 << 24, &o->prefix_len), want = "an integer in [0, 2^24]";
+        else if (!strcmp(a, "--range-ratio") || !strcmp(a, "--random-range-ratio")) {
+            ok = pg_args_double(v, &o->range_ratio) && o->range_ratio >= 0 && o->range_ratio < 1;
+            want = "a number in [0, 1)";
+        } else if (!strcmp(a, "--num-prompts")) {
+            ok = parse_i32(v, 1, 100000000, &n32), want = "an integer in [1, 10^8]";
             o->num_prompts = n32;
         } else if (!strcmp(a, "--dataset-name") || !strcmp(a, "--dataset")) {
-            ok = !strcmp(v, "random");
-        } else if (latency && !strcmp(a, "--batch-size"))
-            ok = parse_i32(v, 1, 1 << 20, &o->batch_size);
-        else if (latency && !strcmp(a, "--num-iters"))
-            ok = parse_i32(v, 1, 1 << 20, &o->num_iters);
-        else if (latency && !strcmp(a, "--num-iters-warmup"))
-            ok = parse_i32(v, 0, 1 << 20, &o->num_iters_warmup);
+            ok = !strcmp(v, "random"), want = "random, the only dataset";
+        } else if (!strcmp(a, "--batch-size"))
+            ok = parse_i32(v, 1, 1 << 20, &o->batch_size), want = "an integer in [1, 2^20]";
+        else if (!strcmp(a, "--num-iters"))
+            ok = parse_i32(v, 1, 1 << 20, &o->num_iters), want = "an integer in [1, 2^20]";
+        else if (!strcmp(a, "--num-iters-warmup"))
+            ok = parse_i32(v, 0, 1 << 20, &o->num_iters_warmup), want = "an integer in [0, 2^20]";
         else if (!strcmp(a, "--seed")) {
-            ok = parse_i32(v, 0, 1L << 30, &n32);
+            ok = parse_i32(v, 0, 1L << 30, &n32), want = "an integer in [0, 2^30]";
             o->seed = (uint64_t)n32;
         } else if (!strcmp(a, "--output-json"))
             o->output_json = v;
-        else {
-            fprintf(stderr, "%s: unknown option '%s'\n", cmd, a);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "%s: bad value '%s' for %s\n", cmd, v, a);
-            return 2;
-        }
+        if (!ok) return pg_args_bad_value(cmd, a, v, want);
     }
     if (!o->model) {
         fprintf(stderr, "%s: MODEL is required\n\n", cmd);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "tokenizer/chat_template.h"
 
@@ -107,17 +108,11 @@ int pg_cmd_chat_template(int argc, char **argv) {
                           : !strcmp(a, "--date") ? &date
                           : NULL;
         if (slot) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "pagoda chat-template: %s needs a value\n", a);
-                return 2;
-            }
-            *slot = argv[++i];
+            if (!(*slot = pg_args_value("pagoda chat-template", argc, argv, &i))) return 2;
             continue;
         }
-        if (a[0] == '-' || model) {
-            fprintf(stderr, "pagoda chat-template: unknown argument '%s' (see --help)\n", a);
-            return 2;
-        }
+        if (pg_args_is_option(a)) return pg_args_unknown("pagoda chat-template", a);
+        if (model) return pg_args_unexpected("pagoda chat-template", a);
         model = a;
     }
     if (!model && !tpl) {

@@ -6,6 +6,7 @@
 
 #include "base/cpu.h"
 #include "base/status.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/env_report.h"
 
@@ -18,8 +19,8 @@ int pg_cmd_env(int argc, char **argv) {
                 "settings and performance warnings.\n");
             return 0;
         }
-        fprintf(stderr, "pagoda env: unknown option '%s' (see pagoda env --help)\n", argv[i]);
-        return 2;
+        if (pg_args_is_option(argv[i])) return pg_args_unknown("pagoda env", argv[i]);
+        return pg_args_unexpected("pagoda env", argv[i]);
     }
     /* An unknown PAGODA_ISA is a usage error here (the library would only
      * log it and fall back to the best level). */

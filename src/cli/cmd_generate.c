@@ -22,6 +22,7 @@
 #include <utf8proc.h>
 
 #include "base/status.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "pagoda.h"
@@ -72,23 +73,26 @@ static void usage(FILE *f) {
     fputs(USAGE, f);
 }
 
+#define CMD "pagoda generate"
+
 static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
+    long long v;
+    if (!pg_args_long(s, lo, hi, &v)) return false;
+    *out = (long)v;
     return true;
 }
 
 static bool parse_float(const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) return false;
-    *out = v;
+    double v;
+    if (!pg_args_double(s, &v) || fabs(v) > 3.0e38) return false;
+    *out = (float)v;
     return true;
 }
+
+/* Options that take a value (the engine's are in engine_args.c). */
+static const char *const VALUED[] = {"--prompt", "--max-tokens",  "--temperature", "--top-p",
+                                     "--top-k",  "--min-p",       "--seed",        "--min-tokens",
+                                     "--stop",   "--prompts-file"};
 
 /* Returns 0 on success, 2 on a usage error (message printed), -1 for --help. */
 static int parse_args(int argc, char **argv, gen_options *o) {
@@ -96,70 +100,78 @@ static int parse_args(int argc, char **argv, gen_options *o) {
         .max_tokens = -1, .temperature = NAN, .top_p = NAN, .min_p = NAN, .top_k = -2, .seed = -1};
     pagoda_engine_options_default(&o->eng);
     for (int i = 1; i < argc; i++) {
-        int e = pg_engine_args_parse("pagoda generate", argc, argv, &i, &o->eng);
+        int e = pg_engine_args_parse(CMD, argc, argv, &i, &o->eng);
         if (e < 0) return 2;
         if (e > 0) continue;
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true, takes = true;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return -1;
-        } else if (!strcmp(a, "--ignore-eos")) {
-            o->ignore_eos = true;
-            takes = false;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-            takes = false;
-        } else if (a[0] == '-' && a[1] == '-') {
-            if (!v) {
-                fprintf(stderr, "pagoda generate: %s needs a value\n", a);
-                return 2;
-            }
-            if (!strcmp(a, "--prompt")) {
-                o->prompt = v;
-            } else if (!strcmp(a, "--max-tokens")) {
-                ok = parse_long(v, 0, 1L << 30, &o->max_tokens);
-            } else if (!strcmp(a, "--temperature")) {
-                ok = parse_float(v, &o->temperature) && o->temperature >= 0.0f;
-            } else if (!strcmp(a, "--top-p")) {
-                ok = parse_float(v, &o->top_p);
-            } else if (!strcmp(a, "--top-k")) {
-                ok = parse_long(v, -1, 1L << 30, &o->top_k);
-            } else if (!strcmp(a, "--min-p")) {
-                ok = parse_float(v, &o->min_p);
-            } else if (!strcmp(a, "--seed")) {
-                char *end;
-                errno = 0;
-                o->seed = strtoll(v, &end, 10);
-                ok = !errno && end != v && !*end;
-            } else if (!strcmp(a, "--min-tokens")) {
-                ok = parse_long(v, 0, 1L << 30, &o->min_tokens);
-            } else if (!strcmp(a, "--stop")) {
-                ok = o->n_stop < 16 && *v;
-                if (ok) o->stop[o->n_stop++] = v;
-            } else if (!strcmp(a, "--prompts-file")) {
-                o->prompts_file = v;
-            } else {
-                fprintf(stderr, "pagoda generate: unknown option '%s'\n", a);
-                return 2;
-            }
-            if (!ok) {
-                fprintf(stderr, "pagoda generate: bad value '%s' for %s\n", v, a);
-                return 2;
-            }
-        } else if (!o->model) {
-            o->model = a;
-            takes = false;
-        } else {
-            fprintf(stderr, "pagoda generate: unexpected argument '%s'\n", a);
-            return 2;
         }
-        if (takes) i++;
+        if (!strcmp(a, "--ignore-eos")) {
+            o->ignore_eos = true;
+            continue;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (!pg_args_is_option(a)) {
+            if (o->model) return pg_args_unexpected(CMD, a);
+            o->model = a;
+            continue;
+        }
+        bool known = false;
+        for (size_t k = 0; k < sizeof VALUED / sizeof VALUED[0]; k++)
+            known |= !strcmp(a, VALUED[k]);
+        if (!known) return pg_args_unknown(CMD, a);
+        const char *v = pg_args_value(CMD, argc, argv, &i);
+        if (!v) return 2;
+        bool ok = true;
+        const char *want = NULL;
+        long long ll;
+        if (!strcmp(a, "--prompt")) {
+            if (!*v) {
+                fprintf(stderr, CMD ": --prompt is empty (give some text; the server rejects an "
+                                    "empty prompt too)\n");
+                return 2;
+            }
+            o->prompt = v;
+        } else if (!strcmp(a, "--max-tokens")) {
+            ok = parse_long(v, 0, 1L << 30, &o->max_tokens), want = "an integer in [0, 2^30]";
+        } else if (!strcmp(a, "--temperature")) {
+            ok = parse_float(v, &o->temperature) && o->temperature >= 0.0f, want = "a number >= 0";
+        } else if (!strcmp(a, "--top-p")) {
+            ok = parse_float(v, &o->top_p), want = "a number in (0, 1]";
+        } else if (!strcmp(a, "--top-k")) {
+            ok = parse_long(v, -1, 1L << 30, &o->top_k), want = "-1, 0 (off) or a positive integer";
+        } else if (!strcmp(a, "--min-p")) {
+            ok = parse_float(v, &o->min_p), want = "a number in [0, 1]";
+        } else if (!strcmp(a, "--seed")) {
+            ok = pg_args_long(v, 0, INT64_MAX, &ll), want = "an integer >= 0";
+            if (ok) o->seed = ll;
+        } else if (!strcmp(a, "--min-tokens")) {
+            ok = parse_long(v, 0, 1L << 30, &o->min_tokens), want = "an integer in [0, 2^30]";
+        } else if (!strcmp(a, "--stop")) {
+            if (!*v) {
+                fprintf(stderr, CMD ": --stop is an empty string (the server rejects an empty "
+                                    "stop string too)\n");
+                return 2;
+            }
+            ok = o->n_stop < 16, want = "at most 16 stop strings";
+            if (ok) o->stop[o->n_stop++] = v;
+        } else if (!strcmp(a, "--prompts-file")) {
+            o->prompts_file = v;
+        }
+        if (!ok) return pg_args_bad_value(CMD, a, v, want);
     }
     if (!o->model || (!o->prompt && !o->prompts_file)) {
-        fprintf(stderr, "pagoda generate: %s is required\n\n", !o->model ? "MODEL" : "--prompt");
+        fprintf(stderr, CMD ": %s is required\n\n", !o->model ? "MODEL" : "--prompt");
         usage(stderr);
+        return 2;
+    }
+    if (o->prompt && o->prompts_file) {
+        fprintf(stderr, CMD ": give --prompt or --prompts-file, not both\n");
         return 2;
     }
     return 0;
@@ -299,6 +311,13 @@ static bool parse_line(const pagoda_engine *e, const gen_options *o, const char 
     pagoda_sampling *s = &j->req.sampling;
     const cJSON *p = cJSON_GetObjectItem(root, "prompt");
     const cJSON *pi = cJSON_GetObjectItem(root, "prompt_token_ids");
+    if (cJSON_IsString(p) && !p->valuestring[0]) {
+        snprintf(err, cap, "\"prompt\" is empty (the server rejects an empty prompt too)");
+        goto out;
+    } else if (cJSON_IsArray(pi) && cJSON_GetArraySize(pi) == 0) {
+        snprintf(err, cap, "\"prompt_token_ids\" is empty");
+        goto out;
+    }
     if (cJSON_IsString(p)) {
         int32_t *ids;
         size_t n;
@@ -315,8 +334,9 @@ static bool parse_line(const pagoda_engine *e, const gen_options *o, const char 
         if (!j->prompt_ids) goto out;
         for (size_t i = 0; i < j->n_prompt; i++) {
             const cJSON *it = cJSON_GetArrayItem(pi, (int)i);
-            if (!cJSON_IsNumber(it)) {
-                snprintf(err, cap, "prompt_token_ids[%zu] is not a number", i);
+            if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+                it->valuedouble < 0 || it->valuedouble > INT32_MAX) {
+                snprintf(err, cap, "prompt_token_ids[%zu] is not a token id", i);
                 goto out;
             }
             j->prompt_ids[i] = (int32_t)it->valuedouble;
@@ -336,6 +356,16 @@ static bool parse_line(const pagoda_engine *e, const gen_options *o, const char 
         }                                                                                          \
         s->field = (type)f->valuedouble;                                                           \
     }
+#define INT(name, field, type, lo, hi)                                                             \
+    if ((f = cJSON_GetObjectItem(root, name)) && !cJSON_IsNull(f)) {                               \
+        if (!cJSON_IsNumber(f) || f->valuedouble != floor(f->valuedouble) ||                       \
+            f->valuedouble < (double)(lo) || f->valuedouble > (double)(hi)) {                      \
+            snprintf(err, cap, "\"%s\" must be an integer in [%lld, %lld]", name, (long long)(lo), \
+                     (long long)(hi));                                                             \
+            goto out;                                                                              \
+        }                                                                                          \
+        s->field = (type)f->valuedouble;                                                           \
+    }
 #define BOOL(name, field)                                                                          \
     if ((f = cJSON_GetObjectItem(root, name)) && !cJSON_IsNull(f)) {                               \
         if (!cJSON_IsBool(f)) {                                                                    \
@@ -346,19 +376,20 @@ static bool parse_line(const pagoda_engine *e, const gen_options *o, const char 
     }
     NUM("temperature", temperature, float)
     NUM("top_p", top_p, float)
-    NUM("top_k", top_k, int32_t)
+    INT("top_k", top_k, int32_t, -1, INT32_MAX)
     NUM("min_p", min_p, float)
     NUM("repetition_penalty", repetition_penalty, float)
     NUM("presence_penalty", presence_penalty, float)
     NUM("frequency_penalty", frequency_penalty, float)
-    NUM("seed", seed, int64_t)
-    NUM("max_tokens", max_tokens, int32_t)
-    NUM("min_tokens", min_tokens, int32_t)
-    NUM("logprobs", logprobs, int32_t)
+    INT("seed", seed, int64_t, 0, 1LL << 53)
+    INT("max_tokens", max_tokens, int32_t, 0, INT32_MAX)
+    INT("min_tokens", min_tokens, int32_t, 0, INT32_MAX)
+    INT("logprobs", logprobs, int32_t, 0, INT32_MAX)
     BOOL("ignore_eos", ignore_eos)
     BOOL("include_stop_str_in_output", include_stop_str_in_output)
     BOOL("skip_special_tokens", skip_special_tokens)
 #undef NUM
+#undef INT
 #undef BOOL
     if ((f = cJSON_GetObjectItem(root, "stop")) && !cJSON_IsNull(f)) {
         size_t n = cJSON_IsString(f) ? 1 : cJSON_IsArray(f) ? (size_t)cJSON_GetArraySize(f) : 0;
@@ -374,17 +405,38 @@ static bool parse_line(const pagoda_engine *e, const gen_options *o, const char 
                 snprintf(err, cap, "\"stop\"[%zu] is not a string", i);
                 goto out;
             }
+            if (!it->valuestring[0]) {
+                if (cJSON_IsString(f))
+                    snprintf(err, cap, "\"stop\" is an empty string (the server rejects it too)");
+                else
+                    snprintf(err, cap,
+                             "\"stop\"[%zu] is an empty string (the server rejects "
+                             "it too)",
+                             i);
+                goto out;
+            }
             j->stop[i] = strdup(it->valuestring);
             s->n_stop = i + 1;
         }
         s->stop = (const char *const *)j->stop;
     }
-    if ((f = cJSON_GetObjectItem(root, "stop_token_ids")) && cJSON_IsArray(f)) {
+    if ((f = cJSON_GetObjectItem(root, "stop_token_ids")) && !cJSON_IsNull(f)) {
+        if (!cJSON_IsArray(f)) {
+            snprintf(err, cap, "\"stop_token_ids\" must be an array of token ids");
+            goto out;
+        }
         size_t n = (size_t)cJSON_GetArraySize(f);
         j->stop_ids = malloc((n + 1) * sizeof(int32_t));
         if (!j->stop_ids) goto out;
-        for (size_t i = 0; i < n; i++)
-            j->stop_ids[i] = (int32_t)cJSON_GetArrayItem(f, (int)i)->valuedouble;
+        for (size_t i = 0; i < n; i++) {
+            const cJSON *it = cJSON_GetArrayItem(f, (int)i);
+            if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+                it->valuedouble < 0 || it->valuedouble > INT32_MAX) {
+                snprintf(err, cap, "\"stop_token_ids\"[%zu] is not a token id", i);
+                goto out;
+            }
+            j->stop_ids[i] = (int32_t)it->valuedouble;
+        }
         s->stop_token_ids = j->stop_ids;
         s->n_stop_token_ids = n;
     }

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/engine_args.h"
 #include "engine/kv_cache_spec.h"
 #include "pagoda.h"
 #include "server/server.h"
@@ -27,29 +29,20 @@ static void serve_usage(FILE *f) {
         "  --max-queue N                requests allowed to wait beyond --max-num-seqs; more\n"
         "                               get 503 + Retry-After (default 1024)\n"
         "  --max-request-bytes SIZE     largest request body (default 16MiB; larger: 413)\n"
-        "engine:\n"
-        "  --max-model-len N            context length (default: the model's)\n"
-        "  --max-num-seqs N             requests per step (default 256)\n"
-        "  --max-num-batched-tokens N   tokens per step (default 4096)\n"
-        "  --kv-cache-memory SIZE       KV cache size, e.g. 4GiB (default: see docs)\n"
-        "  --kv-cache-dtype auto|bf16|f32\n"
-        "  --block-size N               tokens per KV block\n"
-        "  --no-prefix-caching          disable prefix caching\n"
-        "  --threads N                  compute threads (default: one per physical core)\n"
-        "  --quantization w8a8|w4a8     quantize F32/F16/BF16 linear weights at load\n"
-        "  --quant-group-size N         scale group for --quantization (0 = per channel)\n"
-        "  --seed N                     base seed for requests without one\n");
+        "  --seed N                     base seed for requests without one\n"
+        "\n" PG_ENGINE_ARGS_HELP);
 }
 
+#define CMD "pagoda serve"
+
 static int parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
-    char *end = NULL;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || !*v || *end || x < lo || x > hi) {
-        fprintf(stderr, "pagoda serve: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
-        return 2;
+    long long x;
+    if (!pg_args_long(v, lo, hi, &x)) {
+        char want[96];
+        snprintf(want, sizeof want, "an integer in [%ld, %ld]", lo, hi);
+        return pg_args_bad_value(CMD, opt, v, want);
     }
-    *out = x;
+    *out = (long)x;
     return 0;
 }
 
@@ -83,96 +76,54 @@ int pg_cmd_serve(int argc, char **argv) {
     so.api_key = getenv("PAGODA_API_KEY");
     pagoda_engine_options eo;
     pagoda_engine_options_default(&eo);
+    static const char *const VALUED[] = {
+        "--host",          "--port",      "--api-key",           "--served-model-name",
+        "--chat-template", "--max-queue", "--max-request-bytes", "--seed"};
     for (int i = 1; i < argc; i++) {
+        int e = pg_engine_args_parse(CMD, argc, argv, &i, &eo);
+        if (e < 0) return 2;
+        if (e > 0) continue;
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long x = 0;
         int rc = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             serve_usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--no-prefix-caching")) {
-            eo.enable_prefix_caching = false;
-            continue;
-        } else if (a[0] != '-') {
-            if (model) {
-                fprintf(stderr, "pagoda serve: unexpected argument '%s'\n", a);
-                return 2;
-            }
+        }
+        if (!pg_args_is_option(a)) {
+            if (model) return pg_args_unexpected(CMD, a);
             model = a;
             continue;
         }
-        if (!v) {
-            fprintf(stderr, "pagoda serve: %s needs a value\n", a);
-            serve_usage(stderr);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--host"))
+        bool known = false;
+        for (size_t k = 0; k < sizeof VALUED / sizeof VALUED[0]; k++)
+            known |= !strcmp(a, VALUED[k]);
+        if (!known) return pg_args_unknown(CMD, a);
+        const char *v = pg_args_value(CMD, argc, argv, &i);
+        if (!v) return 2;
+        if (!strcmp(a, "--host")) {
+            if (!*v) return pg_args_bad_value(CMD, a, v, "an address such as 127.0.0.1");
             so.host = v;
-        else if (!strcmp(a, "--port"))
+        } else if (!strcmp(a, "--port"))
             rc = parse_int(a, v, 0, 65535, &x), so.port = (int)x;
         else if (!strcmp(a, "--api-key"))
             so.api_key = v;
-        else if (!strcmp(a, "--served-model-name"))
+        else if (!strcmp(a, "--served-model-name")) {
+            if (!*v) return pg_args_bad_value(CMD, a, v, "a non-empty name");
             so.served_model_name = v;
-        else if (!strcmp(a, "--chat-template"))
+        } else if (!strcmp(a, "--chat-template"))
             tmpl_file = v;
         else if (!strcmp(a, "--max-queue"))
             rc = parse_int(a, v, 0, INT_MAX, &x), so.max_queue = (int)x;
         else if (!strcmp(a, "--max-request-bytes")) {
             uint64_t b = 0;
             if (pg_parse_size(v, &b) || b == 0) {
-                fprintf(stderr, "pagoda serve: --max-request-bytes: %s\n", pg_last_error());
-                return 2;
+                pg_clear_error();
+                return pg_args_bad_value(CMD, a, v, "a positive size such as 16MiB");
             }
             so.max_body_bytes = (size_t)b;
-        } else if (!strcmp(a, "--max-model-len"))
-            rc = parse_int(a, v, 1, INT_MAX, &x), eo.max_model_len = (int32_t)x;
-        else if (!strcmp(a, "--max-num-seqs"))
-            rc = parse_int(a, v, 1, INT_MAX, &x), eo.max_num_seqs = (int32_t)x;
-        else if (!strcmp(a, "--max-num-batched-tokens"))
-            rc = parse_int(a, v, 1, INT_MAX, &x), eo.max_num_batched_tokens = (int32_t)x;
-        else if (!strcmp(a, "--block-size"))
-            rc = parse_int(a, v, 1, 1 << 20, &x), eo.block_size = (int32_t)x;
-        else if (!strcmp(a, "--threads"))
-            rc = parse_int(a, v, 0, 4096, &x), eo.num_threads = (int32_t)x;
-        else if (!strcmp(a, "--quant-group-size"))
-            rc = parse_int(a, v, 0, 1 << 20, &x), eo.quant_group_size = (int32_t)x;
-        else if (!strcmp(a, "--quantization")) {
-            if (!strcmp(v, "w8a8"))
-                eo.quantization = 8;
-            else if (!strcmp(v, "w4a8"))
-                eo.quantization = 4;
-            else if (strcmp(v, "none")) {
-                fprintf(stderr, "pagoda serve: --quantization: '%s' is not w8a8, w4a8 or none\n",
-                        v);
-                return 2;
-            }
         } else if (!strcmp(a, "--seed"))
             rc = parse_int(a, v, 0, LONG_MAX, &x), eo.seed = (uint64_t)x;
-        else if (!strcmp(a, "--kv-cache-memory")) {
-            if (pg_parse_size(v, &eo.kv_cache_memory)) {
-                fprintf(stderr, "pagoda serve: --kv-cache-memory: %s\n", pg_last_error());
-                return 2;
-            }
-        } else if (!strcmp(a, "--kv-cache-dtype")) {
-            if (!strcmp(v, "auto"))
-                eo.kv_cache_dtype = PAGODA_KV_AUTO;
-            else if (!strcmp(v, "bf16"))
-                eo.kv_cache_dtype = PAGODA_KV_BF16;
-            else if (!strcmp(v, "f32"))
-                eo.kv_cache_dtype = PAGODA_KV_F32;
-            else {
-                fprintf(stderr, "pagoda serve: --kv-cache-dtype: '%s' is not auto, bf16 or f32\n",
-                        v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "pagoda serve: unknown option '%s'\n", a);
-            serve_usage(stderr);
-            return 2;
-        }
         if (rc) return rc;
     }
     if (!model) {

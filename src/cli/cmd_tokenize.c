@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,18 +55,18 @@ int pg_cmd_tokenize(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             tokenize_usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--text") && i + 1 < argc) {
-            text = argv[++i];
+        } else if (!strcmp(argv[i], "--text")) {
+            if (!(text = pg_args_value("pagoda tokenize", argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--add-special")) {
             add_special = true;
         } else if (!strcmp(argv[i], "--json")) {
             json = true;
-        } else if (argv[i][0] != '-' && !path) {
+        } else if (pg_args_is_option(argv[i])) {
+            return pg_args_unknown("pagoda tokenize", argv[i]);
+        } else if (!path) {
             path = argv[i];
         } else {
-            fprintf(stderr, "pagoda tokenize: unexpected argument '%s'\n", argv[i]);
-            tokenize_usage(stderr);
-            return 2;
+            return pg_args_unexpected("pagoda tokenize", argv[i]);
         }
     }
     if (!path || !text) {
@@ -129,16 +130,16 @@ int pg_cmd_detokenize(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             detokenize_usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--ids") && i + 1 < argc) {
-            list = argv[++i];
+        } else if (!strcmp(argv[i], "--ids")) {
+            if (!(list = pg_args_value("pagoda detokenize", argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--skip-special")) {
             skip = true;
-        } else if (argv[i][0] != '-' && !path) {
+        } else if (pg_args_is_option(argv[i])) {
+            return pg_args_unknown("pagoda detokenize", argv[i]);
+        } else if (!path) {
             path = argv[i];
         } else {
-            fprintf(stderr, "pagoda detokenize: unexpected argument '%s'\n", argv[i]);
-            detokenize_usage(stderr);
-            return 2;
+            return pg_args_unexpected("pagoda detokenize", argv[i]);
         }
     }
     if (!path || !list) {

@@ -5,13 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "engine/kv_cache_spec.h"
 
 static bool parse_i32(const char *s, long lo, long hi, int32_t *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
+    long long v;
+    if (!pg_args_long(s, lo, hi, &v)) return false;
     *out = (int32_t)v;
     return true;
 }
@@ -30,23 +29,25 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         known |= !strcmp(a, with_value[k]);
     if (!known) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "%s: %s needs a value\n", cmd, a);
-        return -1;
-    }
-    const char *v = argv[++*i];
+    const char *v = pg_args_value(cmd, argc, argv, i);
+    if (!v) return -1;
     bool ok = true;
+    const char *want = NULL;
     if (!strcmp(a, "--max-model-len"))
-        ok = parse_i32(v, 2, 1L << 30, &o->max_model_len);
+        ok = parse_i32(v, 2, 1L << 30, &o->max_model_len), want = "an integer in [2, 2^30]";
     else if (!strcmp(a, "--max-num-seqs"))
-        ok = parse_i32(v, 1, 1L << 20, &o->max_num_seqs);
+        ok = parse_i32(v, 1, 1L << 20, &o->max_num_seqs), want = "an integer in [1, 2^20]";
     else if (!strcmp(a, "--max-num-batched-tokens"))
-        ok = parse_i32(v, 1, 1L << 24, &o->max_num_batched_tokens);
+        ok = parse_i32(v, 1, 1L << 24, &o->max_num_batched_tokens),
+        want = "an integer in [1, 2^24]";
     else if (!strcmp(a, "--block-size"))
-        ok = parse_i32(v, 16, 1024, &o->block_size) && o->block_size % 16 == 0;
+        ok = parse_i32(v, 16, 1024, &o->block_size) && o->block_size % 16 == 0,
+        want = "a multiple of 16 in [16, 1024]";
     else if (!strcmp(a, "--quant-group-size"))
-        ok = parse_i32(v, 0, 1L << 20, &o->quant_group_size) && o->quant_group_size % 32 == 0;
+        ok = parse_i32(v, 0, 1L << 20, &o->quant_group_size) && o->quant_group_size % 32 == 0,
+        want = "0 or a multiple of 32";
     else if (!strcmp(a, "--quantization")) {
+        want = "w8a8, w4a8 or none";
         if (!strcmp(v, "w8a8"))
             o->quantization = 8;
         else if (!strcmp(v, "w4a8"))
@@ -56,10 +57,13 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         else
             ok = false;
     } else if (!strcmp(a, "--threads"))
-        ok = parse_i32(v, 1, 1024, &o->num_threads);
+        ok = parse_i32(v, 1, 1024, &o->num_threads), want = "an integer in [1, 1024]";
     else if (!strcmp(a, "--kv-cache-memory")) {
         ok = pg_parse_size(v, &o->kv_cache_memory) == PAGODA_OK && o->kv_cache_memory > 0;
+        pg_clear_error();
+        want = "a positive size such as 4GiB or 512MiB";
     } else if (!strcmp(a, "--kv-cache-dtype")) {
+        want = "auto, bfloat16 or float32";
         if (!strcmp(v, "auto"))
             o->kv_cache_dtype = PAGODA_KV_AUTO;
         else if (!strcmp(v, "bfloat16") || !strcmp(v, "bf16"))
@@ -70,7 +74,7 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
             ok = false;
     }
     if (!ok) {
-        fprintf(stderr, "%s: bad value '%s' for %s\n", cmd, v, a);
+        pg_args_bad_value(cmd, a, v, want);
         return -1;
     }
     return 1;

@@ -81,7 +81,7 @@ typedef struct slot {
     double *itl;
     size_t n_itl, cap_itl;
     int32_t n_chunks;
-    int32_t usage_tokens;
+    int32_t usage_tokens, usage_prompt_tokens;
     char *error; /* first problem seen in the stream */
     size_t req_index;
 } slot;
@@ -175,6 +175,8 @@ static bool on_event(void *ctx, const char *data, size_t len) {
         const cJSON *usage = cJSON_GetObjectItemCaseSensitive(j, "usage");
         const cJSON *ct = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
         if (cJSON_IsNumber(ct)) s->usage_tokens = (int32_t)ct->valuedouble;
+        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
+        if (cJSON_IsNumber(pt)) s->usage_prompt_tokens = (int32_t)pt->valuedouble;
     }
     /* vLLM's chat client moves its "most recent" timestamp on every data
      * event (the usage event included); its completions client only on
@@ -297,6 +299,7 @@ static slot *slot_start(const pg_bench_client_cfg *cfg, bool chat, const char *u
     if (!s) return NULL;
     s->chat = chat;
     s->usage_tokens = -1;
+    s->usage_prompt_tokens = -1;
     pg_sse_init(&s->sse);
     s->body = build_body(cfg, chat, r);
     s->headers = make_headers(cfg->api_key, true);
@@ -335,6 +338,7 @@ static void slot_finish(slot *s, CURLcode rc, double t0, pg_bench_req_result *re
     memset(res, 0, sizeof *res);
     res->start_time = s->st - t0;
     res->usage_tokens = -1;
+    res->usage_prompt_tokens = -1;
     curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &s->status);
     if (rc != CURLE_OK) {
         slot_fail(s, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc));
@@ -354,6 +358,7 @@ static void slot_finish(slot *s, CURLcode rc, double t0, pg_bench_req_result *re
         res->latency = s->last_ts - s->st;
         res->n_chunks = s->n_chunks;
         res->usage_tokens = s->usage_tokens;
+        res->usage_prompt_tokens = s->usage_prompt_tokens;
         res->itl = s->itl;
         res->n_itl = s->n_itl;
         s->itl = NULL;

@@ -8,7 +8,9 @@
  *   delivered in one read share a timestamp, as with aiohttp's iter_any);
  * - E2EL: /v1/completions: st -> last choice-carrying event;
  *   /v1/chat/completions: st -> last data event (usage included), as vLLM;
- * - output tokens = usage.completion_tokens when the server sends it.
+ * - output tokens = usage.completion_tokens and input tokens =
+ *   usage.prompt_tokens when the server sends them (vLLM overrides its
+ *   prompt_len with the server's count the same way).
  * A request fails on a transport error (refused, dropped connection,
  * truncated chunked body), an HTTP status other than 200, an `error` object
  * in the stream, or a stream without any choice-carrying event. */
@@ -41,9 +43,10 @@ typedef struct pg_bench_req_result {
     double ttft, latency;
     double *itl;
     size_t n_itl;
-    int32_t n_chunks;     /* choice-carrying events */
-    int32_t usage_tokens; /* usage.completion_tokens, -1 if not sent */
-    char *text;           /* generated text (concatenated deltas) */
+    int32_t n_chunks;            /* choice-carrying events */
+    int32_t usage_tokens;        /* usage.completion_tokens, -1 if not sent */
+    int32_t usage_prompt_tokens; /* usage.prompt_tokens, -1 if not sent */
+    char *text;                  /* generated text (concatenated deltas) */
     size_t text_len;
     char *error; /* one line, NULL on success */
 } pg_bench_req_result;

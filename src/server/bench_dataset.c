@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
+
+#include "base/log.h"
 
 void pg_bench_requests_free(pg_bench_request *r, size_t n) {
     if (!r) return;
@@ -14,9 +17,32 @@ void pg_bench_requests_free(pg_bench_request *r, size_t n) {
     free(r);
 }
 
-/* Decode `ids`, re-encode, adjust to `target` ids and retry, as vLLM's
- * gen_prompt_decode_to_target_len. On success req gets the text and the ids
- * it encodes to (*ids is consumed). */
+/* text[0..n) as valid UTF-8 without NUL: each byte of an invalid or
+ * unfinished sequence, and each NUL, becomes U+FFFD. malloc'ed,
+ * NUL-terminated; NULL when out of memory. */
+static char *utf8_clean(const char *text, size_t n, size_t *out_len) {
+    char *out = malloc(3 * n + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k =
+            utf8proc_iterate((const utf8proc_uint8_t *)text + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0 || cp == 0) { /* dropped */
+            i++;
+            continue;
+        }
+        memcpy(o, text + i, (size_t)k);
+        o += k;
+        i += (size_t)k;
+    }
+    *o = 0;
+    *out_len = (size_t)(o - out);
+    return out;
+}
+
+/* Decode `ids` (to valid UTF-8, see utf8_clean), re-encode, adjust to
+ * `target` ids and retry, as vLLM's gen_prompt_decode_to_target_len. On
+ * success req gets the text and the ids it encodes to (*ids is consumed). */
 static pagoda_status fit_prompt(const pg_bench_tokenizer *tok, int32_t *ids, size_t n,
                                 size_t target, const int32_t *allowed, size_t n_allowed,
                                 pg_bench_rng *rng, pg_bench_request *req) {
@@ -26,8 +52,16 @@ static pagoda_status fit_prompt(const pg_bench_tokenizer *tok, int32_t *ids, siz
     for (int tries_left = 10;; tries_left--) {
         free(text);
         text = NULL;
-        st = tok->decode(tok->ctx, ids, n, &text, &text_len);
+        char *raw = NULL;
+        size_t raw_len = 0;
+        st = tok->decode(tok->ctx, ids, n, &raw, &raw_len);
         if (st != PAGODA_OK) break;
+        text = utf8_clean(raw, raw_len, &text_len);
+        free(raw);
+        if (!text) {
+            st = pg_error(PAGODA_ERR_NOMEM, "bench: no memory for a %zu-byte prompt", raw_len);
+            break;
+        }
         int32_t *enc = NULL;
         size_t n_enc = 0;
         st = tok->encode(tok->ctx, text, text_len, &enc, &n_enc);
@@ -35,7 +69,9 @@ static pagoda_status fit_prompt(const pg_bench_tokenizer *tok, int32_t *ids, siz
         free(ids);
         ids = enc;
         n = n_enc;
-        if (n == target || tries_left <= 0) break;
+        /* vLLM gives up after 10 retries; an empty prompt (which servers
+         * reject) gets up to 100 more */
+        if (n == target || (tries_left <= 0 && n > 0) || tries_left <= -100) break;
         if (n > target) {
             n = target;
         } else {
@@ -95,14 +131,26 @@ pagoda_status pg_bench_random_dataset(const pg_bench_random_cfg *cfg, const pg_b
     }
 
     double r = cfg->range_ratio;
-    int64_t in_lo = (int64_t)floor(cfg->input_len * (1.0 - r));
-    int64_t in_hi = (int64_t)ceil(cfg->input_len * (1.0 + r));
+    /* vLLM: the server adds num_special_tokens_to_add() ids to a text prompt */
+    int32_t n_special = tok && tok->num_special_to_add > 0 ? tok->num_special_to_add : 0;
+    int32_t real_input = cfg->input_len > n_special ? cfg->input_len - n_special : 0;
+    int64_t in_lo = (int64_t)floor(real_input * (1.0 - r));
+    int64_t in_hi = (int64_t)ceil(real_input * (1.0 + r));
+    if (cfg->prefix_len + in_lo < 1) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG,
+                      "bench: --random-input-len %d is too small: with %d special token(s) the "
+                      "tokenizer adds and --random-range-ratio %g a prompt could have %lld tokens "
+                      "of its own (prefix + sampled must be at least 1)",
+                      cfg->input_len, n_special, r, (long long)(cfg->prefix_len + in_lo));
+        goto fail;
+    }
     int64_t out_lo = (int64_t)floor(cfg->output_len * (1.0 - r));
     int64_t out_hi = (int64_t)ceil(cfg->output_len * (1.0 + r));
     if (out_lo < 1) out_lo = 1;
     for (int32_t j = 0; j < cfg->prefix_len; j++)
         prefix[j] = allowed[pg_bench_rng_int(rng, 0, (int64_t)n_allowed - 1)];
 
+    int64_t mismatch = 0;
     for (size_t i = 0; i < n; i++) {
         int64_t in_len = pg_bench_rng_int(rng, in_lo, in_hi);
         reqs[i].output_len = (int32_t)pg_bench_rng_int(rng, out_lo, out_hi);
@@ -120,11 +168,16 @@ pagoda_status pg_bench_random_dataset(const pg_bench_random_cfg *cfg, const pg_b
         if (tok) {
             st = fit_prompt(tok, ids, total, total, allowed, n_allowed, rng, &reqs[i]);
             if (st != PAGODA_OK) goto fail;
+            mismatch += (int64_t)reqs[i].prompt_len - (int64_t)total;
         } else {
             reqs[i].prompt_ids = ids;
             reqs[i].prompt_len = (int32_t)total;
         }
     }
+    if (mismatch) /* as vLLM's RandomDataset warns */
+        PG_WARN("bench: across all random prompts there were %lld %s tokens than intended after "
+                "decoding and re-encoding",
+                (long long)llabs(mismatch), mismatch > 0 ? "more" : "fewer");
     free(allowed);
     free(prefix);
     *out = reqs;

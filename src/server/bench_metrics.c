@@ -39,11 +39,27 @@ void pg_bench_stat_compute(double *x, size_t n, const double *percentiles, size_
         out->pct[i] = pg_bench_percentile(x, n, percentiles[i]) * 1000.0;
 }
 
-/* Peak output tokens/s and peak concurrency from 1-second buckets. */
+/* One request arriving (+1) or leaving (-1) at time t. */
+typedef struct conc_event {
+    double t;
+    int delta;
+} conc_event;
+
+/* By time; at equal times departures (-1) first: intervals are half-open. */
+static int cmp_event(const void *a, const void *b) {
+    const conc_event *x = a, *y = b;
+    if (x->t != y->t) return (x->t > y->t) - (x->t < y->t);
+    return (x->delta > y->delta) - (x->delta < y->delta);
+}
+
+/* Peak output tokens/s (1-second buckets) and peak concurrency (exact sweep
+ * over the successful requests' [start, start + latency) intervals). */
 static pagoda_status peaks(const pg_bench_outcome *o, size_t n, pg_bench_metrics *m) {
     double t0 = INFINITY, t1 = -INFINITY;
+    size_t n_ok = 0;
     for (size_t i = 0; i < n; i++) {
         if (!o[i].success) continue;
+        n_ok++;
         if (o[i].start_time < t0) t0 = o[i].start_time;
         if (o[i].start_time + o[i].latency > t1) t1 = o[i].start_time + o[i].latency;
     }
@@ -52,12 +68,13 @@ static pagoda_status peaks(const pg_bench_outcome *o, size_t n, pg_bench_metrics
     if (span > 1e8) return pg_error(PAGODA_ERR_INVALID_ARG, "bench: run spans %.0f s", span);
     size_t nb = (size_t)span + 1;
     double *tok = calloc(nb, sizeof *tok);
-    double *conc = calloc(nb, sizeof *conc);
-    if (!tok || !conc) {
+    conc_event *ev = malloc(2 * n_ok * sizeof *ev);
+    if (!tok || !ev) {
         free(tok);
-        free(conc);
+        free(ev);
         return pg_error(PAGODA_ERR_NOMEM, "bench: no memory for %zu buckets", nb);
     }
+    size_t k_ev = 0;
     for (size_t i = 0; i < n; i++) {
         if (!o[i].success) continue;
         double t = o[i].start_time + o[i].ttft;
@@ -67,18 +84,19 @@ static pagoda_status peaks(const pg_bench_outcome *o, size_t n, pg_bench_metrics
             if (k == o[i].n_itl) break;
             t += o[i].itl[k];
         }
-        size_t s0 = (size_t)floor(o[i].start_time - t0);
-        size_t s1 = (size_t)floor(o[i].start_time + o[i].latency - t0);
-        for (size_t s = s0; s <= s1 && s < nb; s++)
-            conc[s] += 1.0;
+        ev[k_ev++] = (conc_event){o[i].start_time, +1};
+        ev[k_ev++] = (conc_event){o[i].start_time + o[i].latency, -1};
     }
-    for (size_t b = 0; b < nb; b++) {
+    for (size_t b = 0; b < nb; b++)
         if (tok[b] > m->max_output_tokens_per_s) m->max_output_tokens_per_s = tok[b];
-        if ((int64_t)conc[b] > m->max_concurrent_requests)
-            m->max_concurrent_requests = (int64_t)conc[b];
+    qsort(ev, k_ev, sizeof *ev, cmp_event);
+    int64_t now = 0;
+    for (size_t k = 0; k < k_ev; k++) {
+        now += ev[k].delta;
+        if (now > m->max_concurrent_requests) m->max_concurrent_requests = now;
     }
     free(tok);
-    free(conc);
+    free(ev);
     return PAGODA_OK;
 }
 

@@ -16,8 +16,12 @@
  *   <= the SLOs given, per second of benchmark duration.
  * - Peak output tokens/s: every choice-carrying chunk counts one token at its
  *   arrival time, bucketed by whole seconds from the earliest request start;
- *   the fullest bucket. Peak concurrency likewise counts a request in every
- *   second bucket from its start to its end. */
+ *   the fullest bucket.
+ * - Peak concurrent requests: the most successful requests in flight at one
+ *   instant, each occupying the half-open interval [start, start + E2EL)
+ *   (a request ending at t is gone before one starting at t arrives): an
+ *   exact sweep over start/end events, as vLLM's calculate_metrics. It
+ *   cannot exceed --max-concurrency. */
 #ifndef PAGODA_SERVER_BENCH_METRICS_H
 #define PAGODA_SERVER_BENCH_METRICS_H
 

@@ -8,6 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+int32_t pg_bench_input_len(const pg_bench_request *req, const pg_bench_req_result *res) {
+    return res->usage_prompt_tokens > 0 ? res->usage_prompt_tokens : req->prompt_len;
+}
+
 pagoda_status pg_bench_outcomes(const pg_bench_request *reqs, const pg_bench_req_result *res,
                                 size_t n, const pg_bench_tokenizer *tok, pg_bench_outcome *out,
                                 int32_t *output_lens) {
@@ -15,7 +19,7 @@ pagoda_status pg_bench_outcomes(const pg_bench_request *reqs, const pg_bench_req
         pg_bench_outcome *o = &out[i];
         memset(o, 0, sizeof *o);
         o->success = res[i].success;
-        o->prompt_len = reqs[i].prompt_len;
+        o->prompt_len = pg_bench_input_len(&reqs[i], &res[i]);
         o->start_time = res[i].start_time;
         output_lens[i] = 0;
         if (!o->success) continue;
@@ -268,7 +272,7 @@ pagoda_status pg_bench_write_json(const char *path, const pg_bench_metrics *m,
     cJSON *texts = info->save_detailed ? cJSON_AddArrayToObject(o, "generated_texts") : NULL;
     cJSON *errors = cJSON_AddArrayToObject(o, "errors");
     for (size_t i = 0; i < n; i++) {
-        cJSON_AddItemToArray(in_lens, cJSON_CreateNumber(reqs[i].prompt_len));
+        cJSON_AddItemToArray(in_lens, cJSON_CreateNumber(pg_bench_input_len(&reqs[i], &res[i])));
         cJSON_AddItemToArray(out_lens, cJSON_CreateNumber(output_lens[i]));
         cJSON_AddItemToArray(ttfts, cJSON_CreateNumber(res[i].success ? res[i].ttft : 0.0));
         cJSON *gaps = cJSON_CreateArray();

@@ -38,11 +38,17 @@ typedef struct pg_bench_run_info {
     bool save_detailed;  /* JSON: also generated_texts */
 } pg_bench_run_info;
 
+/* A request's input tokens: the server's usage.prompt_tokens when it sent
+ * a positive one (what the server really prefilled, BOS included), else the dataset's
+ * prompt_len (vLLM's RequestFuncOutput.prompt_len). */
+int32_t pg_bench_input_len(const pg_bench_request *req, const pg_bench_req_result *res);
+
 /* Fill out[n] (metric inputs) and output_lens[n] from the requests and
  * their results. A successful request's output token count is
  * usage.completion_tokens when the server sent a positive one, else the
  * generated text re-encoded with `tok` (no special tokens), else (tok NULL)
- * the number of choice-carrying chunks; failed requests count 0. out[i].itl
+ * the number of choice-carrying chunks; failed requests count 0. Input
+ * tokens are pg_bench_input_len. out[i].itl
  * points into res[i]. Errors: tokenizer errors. */
 pagoda_status pg_bench_outcomes(const pg_bench_request *reqs, const pg_bench_req_result *res,
                                 size_t n, const pg_bench_tokenizer *tok, pg_bench_outcome *out,

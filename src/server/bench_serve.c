@@ -87,7 +87,15 @@ pagoda_status pg_bench_serve(const pg_bench_serve_opts *o, FILE *out, pg_bench_m
     }
     pg_bench_rng rng;
     pg_bench_rng_seed(&rng, o->seed);
-    st = pg_bench_random_dataset(&o->random, o->tok, n, &rng, &reqs);
+    /* token-id prompts reach the model as they are: no BOS to leave room for */
+    pg_bench_tokenizer tok_ids;
+    const pg_bench_tokenizer *tok = o->tok;
+    if (tok && cfg.prompt_as_ids) {
+        tok_ids = *tok;
+        tok_ids.num_special_to_add = 0;
+        tok = &tok_ids;
+    }
+    st = pg_bench_random_dataset(&o->random, tok, n, &rng, &reqs);
     if (st != PAGODA_OK) goto out;
     arrivals = malloc(n * sizeof *arrivals);
     res = calloc(n, sizeof *res);

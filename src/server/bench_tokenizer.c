@@ -49,10 +49,22 @@ static pagoda_status tok_decode(void *ctx, const int32_t *ids, size_t n, char **
     }
 }
 
+/* HF num_special_tokens_to_add(): the ids encoding "" with special tokens gives. */
+static int32_t num_special_to_add(const pg_tokenizer *tok) {
+    int32_t ids[8];
+    size_t n = 0;
+    if (pg_tokenizer_encode(tok, "", 0, true, ids, 8, &n) != PAGODA_OK) {
+        pg_clear_error();
+        return 0;
+    }
+    return (int32_t)n;
+}
+
 pg_bench_tokenizer pg_bench_tokenizer_wrap(pg_tokenizer *tok) {
     return (pg_bench_tokenizer){.ctx = tok,
                                 .vocab_size = pg_tokenizer_vocab_size(tok),
                                 .is_special = tok_is_special,
                                 .encode = tok_encode,
-                                .decode = tok_decode};
+                                .decode = tok_decode,
+                                .num_special_to_add = num_special_to_add(tok)};
 }

@@ -2,7 +2,8 @@
  * benchmark's pg_bench_tokenizer interface (bench_dataset.h): encode adds no
  * special tokens (HF add_special_tokens=False, as vLLM's benchmark), decode
  * keeps special tokens' text, is_special and vocab_size come from the
- * tokenizer. */
+ * tokenizer, num_special_to_add is the number of ids encoding "" with
+ * special tokens gives (BOS/EOS). */
 #ifndef PAGODA_SERVER_BENCH_TOKENIZER_H
 #define PAGODA_SERVER_BENCH_TOKENIZER_H
 
