@@ -462,6 +462,46 @@ static void input_stage(void *ctx, size_t begin, size_t end, int tid) {
     pack_a_rows(cl, r0, r1, (float *)(cl->rowbuf + (size_t)tid * cl->g.row_bytes));
 }
 
+/* The epilogue's element loops, one per case so that they vectorize (GCC's
+ * -O2 cost model leaves loops of unknown trip count scalar; the attribute
+ * asks for its -O3 model on these loops only). No FMA contraction: each
+ * multiply and add rounds separately, as in the reference (ref/qgemm.c),
+ * on every target. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VEC_LOOPS __attribute__((optimize("vect-cost-model=dynamic", "fp-contract=off")))
+#else
+#define VEC_LOOPS
+#endif
+
+VEC_LOOPS static void epi_rows(float *restrict c, const float *restrict y, float as,
+                               const float *restrict b, int64_t n, int residual) {
+    if (residual) {
+        if (b)
+            for (int64_t j = 0; j < n; j++)
+                c[j] += y[j] * as + b[j];
+        else
+            for (int64_t j = 0; j < n; j++)
+                c[j] += y[j] * as;
+    } else {
+        if (b)
+            for (int64_t j = 0; j < n; j++)
+                c[j] = y[j] * as + b[j];
+        else
+            for (int64_t j = 0; j < n; j++)
+                c[j] = y[j] * as;
+    }
+}
+
+VEC_LOOPS static void epi_scale(float *restrict d, const float *restrict y, float as, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        d[j] = y[j] * as;
+}
+
+VEC_LOOPS static void epi_bias(float *restrict d, const float *restrict b, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        d[j] += b[j];
+}
+
 static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0, int64_t m1,
                      int64_t p0, int64_t p1) {
     const pg_qpacked *w = cl->w;
@@ -478,11 +518,11 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
             for (int64_t m = m0; m < m1; m++) {
                 const float as = w->act_group ? 1.0f : cl->ascale[m];
                 const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
-                for (int64_t j = 0; j < cnt; j++) {
-                    float gv = gr[j] * as, uv = ur[j] * as;
-                    if (bias) gv += bias[n0 + j], uv += bias[N + n0 + j];
-                    gb[j] = gv;
-                    ub[j] = uv;
+                epi_scale(gb, gr, as, cnt);
+                epi_scale(ub, ur, as, cnt);
+                if (bias) {
+                    epi_bias(gb, bias + n0, cnt);
+                    epi_bias(ub, bias + N + n0, cnt);
                 }
                 kt->swiglu_f32(cl->C + m * cl->ldc + n0, gb, ub, (size_t)cnt);
             }
@@ -494,15 +534,7 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
         const float as = w->act_group ? 1.0f : cl->ascale[m];
         const float *y = acc + (m - m0) * ldacc;
         float *c = cl->C + m * cl->ldc + n0;
-        const int64_t cnt = n1 - n0;
-        const float *b = bias ? bias + n0 : NULL;
-        if (cl->ep == PG_GEMM_RESIDUAL) {
-            for (int64_t j = 0; j < cnt; j++)
-                c[j] += b ? y[j] * as + b[j] : y[j] * as;
-        } else {
-            for (int64_t j = 0; j < cnt; j++)
-                c[j] = b ? y[j] * as + b[j] : y[j] * as;
-        }
+        epi_rows(c, y, as, bias ? bias + n0 : NULL, n1 - n0, cl->ep == PG_GEMM_RESIDUAL);
     }
 }
 
