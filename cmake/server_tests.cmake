@@ -18,6 +18,10 @@ if(PAGODA_CURL AND PAGODA_JQ)
   add_test(NAME serve_e2e_curl COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/e2e_curl.sh
            ${PAGODA_SERVE_MODEL} "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
   set_tests_properties(serve_e2e_curl PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+  # strict request parsing (malformed JSON, limits, seeds, continue_final_message)
+  add_test(NAME serve_e2e_strict COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/e2e_strict.sh
+           ${PAGODA_SERVE_MODEL} "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
+  set_tests_properties(serve_e2e_strict PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
   # 64 streaming clients for 10 s (native only: too slow under qemu);
   # `make loadtest` runs the 60 s version.
   if(NOT CMAKE_CROSSCOMPILING)

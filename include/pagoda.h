@@ -37,10 +37,18 @@ const char *pagoda_last_error(void);
 /* ------------------------------------------------------------------ engine */
 
 typedef enum pagoda_kv_dtype {
-    PAGODA_KV_AUTO = 0, /* F32 checkpoints -> F32 cache; BF16/F16/quantized -> BF16 */
+    PAGODA_KV_AUTO = 0, /* follows dtype; dtype auto: F32 checkpoints -> F32, else BF16 */
     PAGODA_KV_BF16,
     PAGODA_KV_F32,
 } pagoda_kv_dtype;
+
+/* The compute precision of the model's linear layers (vLLM's --dtype). */
+typedef enum pagoda_dtype {
+    PAGODA_DTYPE_AUTO = 0, /* each weight its own: F32 -> f32 GEMM, F16/BF16 -> BF16 GEMM */
+    PAGODA_DTYPE_BF16,     /* BF16 GEMM (activations rounded to BF16); F32 weights packed BF16 */
+    PAGODA_DTYPE_F16,      /* no F16 GEMM on CPU: runs as PAGODA_DTYPE_BF16 (logged) */
+    PAGODA_DTYPE_F32,      /* f32 activations everywhere; F16/BF16 weights widened at load */
+} pagoda_dtype;
 
 typedef struct pagoda_engine_options {
     int32_t max_model_len;          /* 0 = the model's max_position_embeddings */
@@ -58,6 +66,10 @@ typedef struct pagoda_engine_options {
      * on the W8A8/W4A8 kernels. */
     int32_t quantization;
     int32_t quant_group_size; /* 0 = per output channel; else a multiple of 32 */
+    /* Compute dtype of the float linear weights (lm_head included);
+     * quantized linears stay quantized. PAGODA_KV_AUTO follows it: F32
+     * compute -> F32 KV cache, BF16/F16 -> BF16. Default PAGODA_DTYPE_AUTO. */
+    pagoda_dtype dtype;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;
@@ -98,7 +110,8 @@ typedef struct pagoda_sampling {
     const pagoda_logit_bias *logit_bias;
     size_t n_logit_bias;
     int64_t seed;          /* -1 = random */
-    int32_t max_tokens;    /* >= 1; 0 = up to the context (max_model_len - prompt) */
+    int32_t max_tokens;    /* >= 1; 0 = up to the context (max_model_len - prompt),
+                              capped by the longest sequence the KV cache holds */
     int32_t min_tokens;    /* EOS/stop are ignored before this many tokens */
     bool ignore_eos;
     const int32_t *stop_token_ids;
@@ -232,6 +245,12 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
 pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,
                                 bool skip_special, char **text, size_t *len);
 void pagoda_free(void *p);
+
+/* The vocabulary entry of token `id` as the tokenizer stores it (HF
+ * convert_ids_to_tokens: e.g. "\u2581Once" for SentencePiece, "\u0120the" for
+ * byte-level BPE, "<0x0A>" for a byte-fallback token); *len gets its size.
+ * Owned by the engine. NULL for an id outside the vocabulary. */
+const char *pagoda_token_piece(const pagoda_engine *e, int32_t id, size_t *len);
 
 /* Render a chat (messages as a JSON array text in OpenAI format, optional
  * tools JSON array text, optional extra template kwargs JSON object text)

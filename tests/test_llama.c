@@ -643,6 +643,24 @@ static void test_unsupported_weight_dtype_fails_clearly(void **state) {
         "q_proj");
 }
 
+/* pg_llama_set_compute_dtype: only auto / F32 / BF16, and not changed once
+ * packed. */
+static void test_compute_dtype_errors(void **state) {
+    (void)state;
+    runner r;
+    open_model(&r, "llm/stories260K-hf-bf16", 0, 1);
+    assert_int_equal(pg_llama_compute_dtype(r.model), PG_DTYPE_COUNT);
+    assert_int_equal(pg_llama_set_compute_dtype(r.model, PG_F16), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "F16"));
+    assert_int_equal(pg_llama_set_compute_dtype(r.model, PG_F32), PAGODA_OK);
+    assert_int_equal(pg_llama_pack(r.model), PAGODA_OK);
+    assert_int_equal(pg_llama_compute_dtype(r.model), PG_F32);
+    assert_int_equal(pg_llama_set_compute_dtype(r.model, PG_F32), PAGODA_OK);
+    assert_int_equal(pg_llama_set_compute_dtype(r.model, PG_BF16), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "already packed"));
+    close_model(&r);
+}
+
 static void test_missing_tensor_fails_clearly(void **state) {
     (void)state;
     /* attention_bias true in the config but the file has no biases */
@@ -778,6 +796,7 @@ int main(void) {
         cmocka_unit_test(test_weights_disagreeing_with_config_fail_clearly),
         cmocka_unit_test(test_unsupported_weight_dtype_fails_clearly),
         cmocka_unit_test(test_missing_tensor_fails_clearly),
+        cmocka_unit_test(test_compute_dtype_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pg_pool_default_shutdown();

@@ -152,10 +152,271 @@ static void test_prompt_forms(void **state) {
     expect_bad(PG_API_COMPLETION, "{\"prompt\": [\"a\", \"\"]}", "prompt", "item 1");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": [[1], []]}", "prompt", "item 1");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": 5}", "prompt", "must be");
-    expect_bad(PG_API_COMPLETION, "{\"prompt\": [1, -2]}", "prompt", "token ids");
-    expect_bad(PG_API_COMPLETION, "{\"prompt\": [1.5]}", "prompt", "token ids");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [1, -2]}", "prompt",
+               "item 1 must be a non-negative");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [1.5]}", "prompt", "item 0 must be a non-negative");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": [\"a\", 3]}", "prompt", "item 1");
     expect_bad(PG_API_COMPLETION, "{\"max_tokens\": 3}", "prompt", "required");
+}
+
+/* A list prompt is all strings, all token ids, or all token-id lists, and
+ * errors name the list item (and the token inside it) that is wrong. */
+static void test_prompt_lists_not_mixed(void **state) {
+    (void)state;
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [[1, 2], \"a\"]}", "prompt",
+               "item 1 is a string but item 0 is a list");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [\"a\", [1]]}", "prompt",
+               "item 1 is a list but item 0 is a string");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [\"a\", \"b\", {}]}", "prompt",
+               "item 2 is an object");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [1, \"a\"]}", "prompt", "item 1 must be a");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [1, [2]]}", "prompt", "item 1 must be a");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [[1], [2], [3, -1]]}", "prompt",
+               "'prompt' item 2: token 1 must be a non-negative integer token id, got -1");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [[1], [2, \"x\"]]}", "prompt",
+               "item 1: token 1 must be");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [[1], 2]}", "prompt", "item 1 is a number");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [null]}", "prompt", "item 0 is null");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [true, 1]}", "prompt", "item 0 is a boolean");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": [[1], [], [2]]}", "prompt", "item 1 is empty");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stop_token_ids\": [1, 2, -3]}",
+               "stop_token_ids", "item 2");
+}
+
+/* Bodies cJSON alone would accept (or silently change) must be a 400. */
+static void test_strict_json(void **state) {
+    (void)state;
+    static const char *const bad[][2] = {
+        {"{\"prompt\": \"Once\\uZZZZ upon\"}", "4 hex digits) at byte 16"},
+        {"{\"prompt\": \"a\\ud800\"}", "lone high surrogate"},
+        {"{\"prompt\": \"a\\udc00b\"}", "lone low surrogate"},
+        {"{\"prompt\": \"caf\xe9\"}", "invalid UTF-8 byte 0xe9"},
+        {"{\"prompt\": \"\xc0\xaf\"}", "invalid UTF-8"},
+        {"{\"prompt\": \"\xed\xa0\x80\"}", "invalid UTF-8"},
+        {"{\"prompt\": \"a\"} x", "unexpected text after the JSON value"},
+        {"{\"prompt\": \"a\"}{}", "unexpected text after the JSON value"},
+        {"{\"prompt\": \"a\", \"max_tokens\": 01}", "leading zero"},
+        {"{\"prompt\": \"a\", \"max_tokens\": 1.}", "digits after '.'"},
+        {"{\"prompt\": \"a\", \"temperature\": .5}", "unexpected character '.'"},
+        {"{\"prompt\": \"a\", \"max_tokens\": +1}", "unexpected character '+'"},
+        {"{\"prompt\": \"a\tb\"}", "raw control character 0x09"},
+        {"{\"prompt\": \"a\nb\"}", "raw control character 0x0a"},
+        {"{\"prompt\": \"a\",}", "member name"},
+        {"{\"prompt\": NaN}", "unexpected character 'N'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        expect_bad(PG_API_COMPLETION, bad[i][0], NULL, "request body is not valid JSON: ");
+        expect_bad(PG_API_COMPLETION, bad[i][0], NULL, bad[i][1]);
+    }
+    char deep[600];
+    int k = 0;
+    k += snprintf(deep, sizeof deep, "{\"prompt\": \"a\", \"x\": ");
+    for (int d = 0; d < 200; d++)
+        deep[k++] = '[';
+    for (int d = 0; d < 200; d++)
+        deep[k++] = ']';
+    deep[k++] = '}';
+    deep[k] = 0;
+    expect_bad(PG_API_COMPLETION, deep, NULL, "nesting deeper than");
+    /* U+0000 is valid JSON, but not in pagoda's strings: a 400 naming the field */
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"Once\\u0000 upon\"}", "prompt",
+               "'prompt' contains a NUL character");
+    expect_bad(PG_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"\\u0000\"}]}",
+               "messages", "NUL");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"stop\": [\"x\\u0000\"]}", "stop", "NUL");
+    /* the good forms still parse, with escapes decoded */
+    pg_api_request r;
+    pg_api_error e;
+    assert_int_equal(parse(PG_API_COMPLETION,
+                           " {\"prompt\": \"caf\\u00e9 \\ud83d\\ude00\\n\xe2\x82\xac\","
+                           " \"temperature\": 0.5e0, \"max_tokens\": 1E1}\r\n",
+                           &r, &e),
+                     PAGODA_OK);
+    assert_string_equal(r.prompts[0].text, "caf\xc3\xa9 \xf0\x9f\x98\x80\n\xe2\x82\xac");
+    assert_int_equal(r.sampling.max_tokens, 10);
+    pg_api_request_free(&r);
+}
+
+/* seed: the whole int64 range, read exactly; nothing else. */
+static void test_seed_int64(void **state) {
+    (void)state;
+    static const struct {
+        const char *seed;
+        int64_t want;
+    } ok[] = {
+        {"0", 0},
+        {"42", 42},
+        {"9223372036854775807", INT64_MAX},
+        {"9223372036854775806", INT64_MAX - 1},
+        {"-9223372036854775808", 0}, /* negative: seed & INT64_MAX */
+        {"-1", INT64_MAX},
+        {"-2", INT64_MAX - 1},
+        {"42.0", 42},
+        {"1e3", 1000},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"prompt\": \"a\", \"seed\": %s}", ok[i].seed);
+        pg_api_request r;
+        pg_api_error e;
+        if (parse(PG_API_COMPLETION, body, &r, &e) != PAGODA_OK)
+            fail_msg("seed %s rejected: %s", ok[i].seed, e.message);
+        if (r.sampling.seed != ok[i].want)
+            fail_msg("seed %s -> %lld", ok[i].seed, (long long)r.sampling.seed);
+        pg_api_request_free(&r);
+    }
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 9223372036854775808}", "seed",
+               "[-9223372036854775808, 9223372036854775807], got 9223372036854775808");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 18446744073709551615}", "seed",
+               "got 18446744073709551615");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": -9223372036854775809}", "seed",
+               NULL);
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 1.5}", "seed", "got 1.5");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 1e30}", "seed", NULL);
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": \"5\"}", "seed", "a string");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": true}", "seed", "a boolean");
+    /* the first of duplicate members counts, as for every other field */
+    pg_api_request r;
+    pg_api_error e;
+    assert_int_equal(
+        parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 7, \"seed\": 1.5}", &r, &e),
+        PAGODA_OK);
+    assert_int_equal(r.sampling.seed, 7);
+    pg_api_request_free(&r);
+}
+
+static void test_continue_final_message(void **state) {
+    (void)state;
+    const char *user = "{\"role\": \"user\", \"content\": \"hi\"}";
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"messages\": [%s, {\"role\": \"assistant\", \"content\": \"Once upon \"}],"
+             " \"continue_final_message\": true}",
+             user);
+    expect_bad(PG_API_CHAT, body, "continue_final_message",
+               "Cannot set both `continue_final_message` and `add_generation_prompt`");
+    snprintf(body, sizeof body,
+             "{\"messages\": [%s], \"continue_final_message\": true,"
+             " \"add_generation_prompt\": false}",
+             user);
+    expect_bad(PG_API_CHAT, body, "continue_final_message", "messages[0] has role 'user'");
+    snprintf(body, sizeof body,
+             "{\"messages\": [%s, {\"role\": \"assistant\", \"content\": null}],"
+             " \"continue_final_message\": true, \"add_generation_prompt\": false}",
+             user);
+    expect_bad(PG_API_CHAT, body, "continue_final_message", "no text");
+    expect_bad(PG_API_CHAT,
+               "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}],"
+               " \"continue_final_message\": 1}",
+               "continue_final_message", "boolean");
+    pg_api_request r;
+    pg_api_error e;
+    snprintf(body, sizeof body,
+             "{\"messages\": [%s, {\"role\": \"assistant\", \"content\": [{\"type\": \"text\","
+             " \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"Once upon \"}]}],"
+             " \"continue_final_message\": true, \"add_generation_prompt\": false}",
+             user);
+    assert_int_equal(parse(PG_API_CHAT, body, &r, &e), PAGODA_OK);
+    assert_true(r.continue_final_message);
+    assert_false(r.add_generation_prompt);
+    assert_string_equal(r.final_text, "Once upon ");
+    pg_api_request_free(&r);
+
+    /* the cut, as transformers' apply_chat_template(continue_final_message=True) */
+    const char *rendered = "<s>user: Once upon</s><s>assistant: Once upon </s>\n";
+    size_t keep = 0;
+    assert_int_equal(pg_api_continue_final(rendered, strlen(rendered), "Once upon ", &keep, &e),
+                     PAGODA_OK);
+    assert_int_equal(keep, strlen("<s>user: Once upon</s><s>assistant: Once upon "));
+    const char *trimmed = "<|im_start|>assistant\nOnce upon<|im_end|>\n"; /* template strips */
+    assert_int_equal(pg_api_continue_final(trimmed, strlen(trimmed), "  Once upon\n", &keep, &e),
+                     PAGODA_OK);
+    assert_int_equal(keep, strlen("<|im_start|>assistant\nOnce upon"));
+    assert_int_equal(pg_api_continue_final(trimmed, strlen(trimmed), "Twice", &keep, &e),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.message, "does not appear"));
+    assert_int_equal(pg_api_continue_final(trimmed, strlen(trimmed), "", &keep, &e), PAGODA_OK);
+    assert_int_equal(keep, strlen(trimmed));
+}
+
+static void test_capacity_and_model(void **state) {
+    (void)state;
+    pg_api_error e;
+    assert_int_equal(pg_api_check_capacity(41, 1, 40, &e), PAGODA_OK);
+    assert_int_equal(pg_api_check_capacity(42, 1, 40, &e), PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "n");
+    assert_non_null(strstr(e.message, "needs 42 sequences"));
+    assert_non_null(strstr(e.message, "--max-num-seqs 1 running + --max-queue 40 waiting"));
+    assert_int_equal(pg_api_check_model(NULL, "m", &e), PAGODA_OK);
+    assert_int_equal(pg_api_check_model("m", "m", &e), PAGODA_OK);
+    assert_int_not_equal(pg_api_check_model("gpt-9", "m", &e), PAGODA_OK);
+    assert_int_equal(e.status, 404);
+    assert_string_equal(e.code, "model_not_found");
+    assert_non_null(strstr(e.message, "gpt-9"));
+}
+
+static void test_tokenize_bodies(void **state) {
+    (void)state;
+    pg_api_request r;
+    pg_api_error e;
+    const char *b = "{\"prompt\": \"Hi\", \"model\": \"m\", \"return_token_strs\": true}";
+    assert_int_equal(pg_api_parse_tokenize(b, strlen(b), &r, &e), PAGODA_OK);
+    assert_int_equal(r.kind, PG_API_COMPLETION);
+    assert_string_equal(r.prompts[0].text, "Hi");
+    assert_string_equal(r.model, "m");
+    assert_true(r.return_token_strs && r.add_special_tokens);
+    pg_api_request_free(&r);
+    b = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": "
+        "false, \"chat_template_kwargs\": {\"k\": 1}}";
+    assert_int_equal(pg_api_parse_tokenize(b, strlen(b), &r, &e), PAGODA_OK);
+    assert_int_equal(r.kind, PG_API_CHAT);
+    assert_false(r.add_special_tokens || r.add_generation_prompt || r.return_token_strs);
+    assert_non_null(r.kwargs_json);
+    pg_api_request_free(&r);
+    static const char *const bad[][3] = {
+        {"{}", "prompt", "is required"},
+        {"{\"prompt\": 5}", "prompt", "must be a string"},
+        {"{\"prompt\": \"a\", \"model\": 1}", "model", "string"},
+        {"{\"prompt\": \"a\", \"return_token_strs\": \"yes\"}", "return_token_strs", "boolean"},
+        {"{\"prompt\": \"a\", \"add_special_tokens\": 1}", "add_special_tokens", "boolean"},
+        {"{\"messages\": [{\"role\": \"wizard\"}]}", "messages", "wizard"},
+        {"{\"prompt\": \"a\\ud800\"}", "", "not valid JSON"},
+        {"[1]", "", "JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&e, 0, sizeof e);
+        if (pg_api_parse_tokenize(bad[i][0], strlen(bad[i][0]), &r, &e) == PAGODA_OK)
+            fail_msg("tokenize accepted %s", bad[i][0]);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.param, bad[i][1]);
+        if (!strstr(e.message, bad[i][2])) fail_msg("'%s' lacks '%s'", e.message, bad[i][2]);
+        assert_null(r.prompts);
+    }
+    b = "{\"tokens\": [1, 2, 3], \"model\": \"x\"}";
+    assert_int_equal(pg_api_parse_detokenize(b, strlen(b), &r, &e), PAGODA_OK);
+    assert_int_equal(r.prompts[0].n_ids, 3);
+    assert_int_equal(r.prompts[0].ids[2], 3);
+    assert_string_equal(r.model, "x");
+    pg_api_request_free(&r);
+    b = "{\"tokens\": []}";
+    assert_int_equal(pg_api_parse_detokenize(b, strlen(b), &r, &e), PAGODA_OK);
+    assert_int_equal(r.prompts[0].n_ids, 0);
+    pg_api_request_free(&r);
+    static const char *const dbad[][2] = {
+        {"{}", "is required"},
+        {"{\"tokens\": \"1 2\"}", "is required"},
+        {"{\"tokens\": [1, -1]}", "item 1 must be a non-negative"},
+        {"{\"tokens\": [1, 2.5]}", "item 1"},
+        {"{\"tokens\": [1], \"x\": 01}", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof dbad / sizeof dbad[0]; i++) {
+        if (pg_api_parse_detokenize(dbad[i][0], strlen(dbad[i][0]), &r, &e) == PAGODA_OK)
+            fail_msg("detokenize accepted %s", dbad[i][0]);
+        assert_int_equal(e.status, 400);
+        if (!strstr(e.message, dbad[i][1])) fail_msg("'%s' lacks '%s'", e.message, dbad[i][1]);
+    }
 }
 
 static void test_bad_json_and_types(void **state) {
@@ -590,6 +851,12 @@ int main(void) {
         cmocka_unit_test(test_prompt_forms),
         cmocka_unit_test(test_default_stop_ids),
         cmocka_unit_test(test_bad_json_and_types),
+        cmocka_unit_test(test_prompt_lists_not_mixed),
+        cmocka_unit_test(test_strict_json),
+        cmocka_unit_test(test_seed_int64),
+        cmocka_unit_test(test_continue_final_message),
+        cmocka_unit_test(test_capacity_and_model),
+        cmocka_unit_test(test_tokenize_bodies),
         cmocka_unit_test(test_ranges),
         cmocka_unit_test(test_chat_parse),
         cmocka_unit_test(test_check_length),

@@ -3,6 +3,8 @@
  *
  *   gen_model --hf OUT_DIR [--gguf OUT.gguf] [shape options] [--dtype bf16]
  *   gen_model --preset llama-3.2-1b --hf /tmp/llama1b --tokenizer path/to/llama-3.2-tokenizer
+ *   gen_model --from stories260K-hf --hf /tmp/s-w4 --compressed-tensors w4a16 --ct-group 32 \
+ *             --tokenizer stories260K-hf          (convert a real model)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include "base/status.h"
 #include "model/gen_model.h"
+#include "model/source.h"
 
 static void usage(void) {
     fputs("usage: gen_model [--hf DIR] [--gguf FILE] [options]\n"
@@ -27,9 +30,16 @@ static void usage(void) {
           "  --shards N           write N safetensors shards + index\n"
           "  --tokenizer DIR      copy tokenizer.json / tokenizer_config.json into the HF dir\n"
           "  --gguf-vocab FILE    copy tokenizer.* metadata of FILE into the GGUF\n"
-          "  --compressed-tensors w8a8|w4a8 [--ct-group N]   HF form as a compressed-tensors\n"
-          "                       checkpoint (int-quantized int8 / pack-quantized int4;\n"
-          "                       N = 0: per channel, else a multiple of 32)\n",
+          "  --compressed-tensors w8a8|w4a8|w8a16|w4a16 [--ct-group N]   HF form as a\n"
+          "                       compressed-tensors checkpoint (int-quantized int8 /\n"
+          "                       pack-quantized int4; a16: weight-only, no input_activations;\n"
+          "                       N = 0: per channel, else a multiple of 32)\n"
+          "  --ct-rule ct|rtn     scales as compressed-tensors (max/127.5, max/7.5; default) or\n"
+          "                       as pagoda's --quantization (exactly reproducible at load)\n"
+          "  --ct-ignore PATTERN  also keep these layers dense and list them in ignore\n"
+          "                       (a layer name or re:<regex>, e.g. 're:.*down_proj$')\n"
+          "  --ct-dense           write the dequantized weights as a dense checkpoint instead\n"
+          "  --from DIR           take shapes and weights from this F32/F16/BF16 model\n",
           stderr);
 }
 
@@ -75,6 +85,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gen_model: %s\n", pg_last_error());
             return 2;
         }
+    pg_model_source *from = NULL;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--from") &&
+            (pg_model_source_open(argv[i + 1], &from) || pg_gen_model_options_from(&o, from))) {
+            fprintf(stderr, "gen_model: %s\n", pg_last_error());
+            return 2;
+        }
     bool gguf_dtype_set = false;
     const char *hf_quant = NULL; /* --dtype q8_0/q4_0: GGUF only */
     for (int i = 1; i < argc; i++) {
@@ -87,6 +104,10 @@ int main(int argc, char **argv) {
             o.tie = false;
             continue;
         }
+        if (!strcmp(a, "--ct-dense")) {
+            o.ct_dense = true;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;
@@ -97,7 +118,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--preset"))
+        if (!strcmp(a, "--preset") || !strcmp(a, "--from"))
             continue;
         else if (!strcmp(a, "--hf"))
             o.hf_dir = v;
@@ -139,14 +160,24 @@ int main(int argc, char **argv) {
             o.vocab_gguf = v;
         else if (!strcmp(a, "--ct-group"))
             o.ct_group = to_int(a, v);
+        else if (!strcmp(a, "--ct-ignore"))
+            o.ct_ignore = v;
         else if (!strcmp(a, "--compressed-tensors")) {
-            if (strcmp(v, "w8a8") && strcmp(v, "w4a8")) {
-                fprintf(stderr, "gen_model: --compressed-tensors takes w8a8 or w4a8\n");
+            if (strcmp(v, "w8a8") && strcmp(v, "w4a8") && strcmp(v, "w8a16") &&
+                strcmp(v, "w4a16")) {
+                fprintf(stderr, "gen_model: --compressed-tensors takes w8a8, w4a8, w8a16 or "
+                                "w4a16\n");
                 return 2;
             }
             o.ct_bits = v[1] == '8' ? 8 : 4;
-        }
-        else if (!strcmp(a, "--rope-factor"))
+            o.ct_weight_only = !strcmp(v + 2, "a16");
+        } else if (!strcmp(a, "--ct-rule")) {
+            if (strcmp(v, "ct") && strcmp(v, "rtn")) {
+                fprintf(stderr, "gen_model: --ct-rule takes ct or rtn\n");
+                return 2;
+            }
+            o.ct_rtn = !strcmp(v, "rtn");
+        } else if (!strcmp(a, "--rope-factor"))
             o.rope_factor = to_float(a, v);
         else if (!strcmp(a, "--rope-low"))
             o.rope_low_freq_factor = to_float(a, v);
@@ -199,6 +230,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     pagoda_status s = pg_gen_model_write(&o);
+    pg_model_source_free(from);
     if (s) {
         fprintf(stderr, "gen_model: %s\n", pg_last_error());
         return 1;

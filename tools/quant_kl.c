@@ -1,8 +1,13 @@
 /* quant_kl: accuracy of quantized inference (docs/QUANTIZATION.md).
  *
  *   quant_kl MODEL TOKENS_FILE [--threads T] [--max-tokens N] [--lm-head] [--quick]
+ *            [--ct CT_DIR]... [--ct-only]
  *   (--quick: W8A8 per-channel, W8A8 g32 act g32, W4A8 g32 and the two
- *   llama.cpp emulations only)
+ *   llama.cpp emulations only; --ct: also a compressed-tensors checkpoint
+ *   of the same model, e.g. written by gen_model --from MODEL, whose
+ *   quantized layers are read as stored and run on the W8A8 / W4A8 kernels;
+ *   its ignored layers use MODEL's f32 weights; --ct-only: skip the
+ *   built-in schemes)
  *
  * Runs a Llama model teacher-forced over the token ids in TOKENS_FILE (every
  * integer in the file after "PROMPT_TOKENS:" / "GEN:" labels, e.g. the
@@ -37,31 +42,33 @@
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/qgemm.h"
+#include "model/compressed_tensors.h"
 #include "model/source.h"
 
-typedef enum { S_F32, S_Q, S_EMUL } kind;
+typedef enum { S_F32, S_Q, S_EMUL, S_CT } kind;
 typedef struct {
     const char *name;
     kind k;
     int bits;
     int64_t group;
-    int act_group; /* activation scales per (token, weight group) */
-    int quick;     /* in the --quick set */
+    int act_group;             /* activation scales per (token, weight group) */
+    int quick;                 /* in the --quick set */
+    const pg_model_source *ct; /* S_CT: the compressed-tensors checkpoint */
 } scheme;
 
 static const scheme SCHEMES[] = {
-    {"f32 (reference)", S_F32, 0, 0, 0, 1},
-    {"W8A8 per-channel", S_Q, 8, 0, 0, 1},
-    {"W8A8 g32", S_Q, 8, 32, 0, 0},
-    {"W8A8 g32, act g32", S_Q, 8, 32, 1, 1},
-    {"W4A8 per-channel", S_Q, 4, 0, 0, 0},
-    {"W4A8 g32", S_Q, 4, 32, 0, 1},
-    {"W4A8 g64", S_Q, 4, 64, 0, 0},
-    {"W4A8 g128", S_Q, 4, 128, 0, 0},
-    {"W4A8 g32, act g32", S_Q, 4, 32, 1, 0},
-    {"W4A8 g128, act g128", S_Q, 4, 128, 1, 0},
-    {"llama.cpp Q8_0 (emulated)", S_EMUL, 8, 32, 1, 1},
-    {"llama.cpp Q4_0 (emulated)", S_EMUL, 4, 32, 1, 1},
+    {"f32 (reference)", S_F32, 0, 0, 0, 1, NULL},
+    {"W8A8 per-channel", S_Q, 8, 0, 0, 1, NULL},
+    {"W8A8 g32", S_Q, 8, 32, 0, 0, NULL},
+    {"W8A8 g32, act g32", S_Q, 8, 32, 1, 1, NULL},
+    {"W4A8 per-channel", S_Q, 4, 0, 0, 0, NULL},
+    {"W4A8 g32", S_Q, 4, 32, 0, 1, NULL},
+    {"W4A8 g64", S_Q, 4, 64, 0, 0, NULL},
+    {"W4A8 g128", S_Q, 4, 128, 0, 0, NULL},
+    {"W4A8 g32, act g32", S_Q, 4, 32, 1, 0, NULL},
+    {"W4A8 g128, act g128", S_Q, 4, 128, 1, 0, NULL},
+    {"llama.cpp Q8_0 (emulated)", S_EMUL, 8, 32, 1, 1, NULL},
+    {"llama.cpp Q4_0 (emulated)", S_EMUL, 4, 32, 1, 1, NULL},
 };
 enum { N_SCHEMES = sizeof SCHEMES / sizeof SCHEMES[0] };
 
@@ -173,6 +180,39 @@ static void make_linear(linear *l, const scheme *s, const float *W, const float 
     }
 }
 
+/* S_CT: layer `prefix` (and `up` for the SwiGLU pair) as stored in the
+ * checkpoint; NULL weight (dense, ignored) falls back to f32 W / Wu. */
+static void make_ct_linear(linear *l, const scheme *s, const char *prefix, const char *up,
+                           const float *W, const float *Wu, int64_t N, int64_t K) {
+    const pg_ct_config *c = pg_model_source_ct(s->ct);
+    if (!pg_ct_quantized(c, prefix)) {
+        make_linear(l, &SCHEMES[0], W, Wu, N, K);
+        return;
+    }
+    memset(l, 0, sizeof *l);
+    l->N = N;
+    l->K = K;
+    l->swiglu = up != NULL;
+    const int64_t ng = pg_qweight_ngroups(K, c->group);
+    int8_t *q = malloc((size_t)(2 * N * K));
+    float *sc = malloc((size_t)(2 * N * ng) * sizeof(float));
+    pg_qweight w[2];
+    pagoda_status st = q && sc ? PAGODA_OK : pg_error(PAGODA_ERR_NOMEM, "out of memory");
+    for (int h = 0; h < (up ? 2 : 1) && !st; h++) {
+        pg_ct_layer t;
+        st = pg_ct_find_layer(c, s->ct, h ? up : prefix, N, K, &t);
+        if (!st)
+            st = pg_ct_unpack(c, t.weight, t.shape, t.scale, q + h * N * K, sc + h * N * ng, &w[h]);
+    }
+    if (!st) st = pg_gemm_pack_qweight(&w[0], up ? &w[1] : NULL, NULL, &l->pw);
+    free(q);
+    free(sc);
+    if (st) {
+        fprintf(stderr, "quant_kl: %s\n", pg_last_error());
+        exit(1);
+    }
+}
+
 static void free_linear(linear *l) {
     pg_gemm_free(l->pw);
     free(l->q);
@@ -257,12 +297,23 @@ static void forward(const pg_model_source *src, const scheme *s, const scheme *l
             snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, nm[i]);
             W[i] = tensor_f32(src, name, &rows[i], &cols[i]);
         }
-        make_linear(&w.q, s, W[0], NULL, rows[0], cols[0]);
-        make_linear(&w.k, s, W[1], NULL, rows[1], cols[1]);
-        make_linear(&w.v, s, W[2], NULL, rows[2], cols[2]);
-        make_linear(&w.o, s, W[3], NULL, rows[3], cols[3]);
-        make_linear(&w.gu, s, W[4], W[5], rows[4], cols[4]);
-        make_linear(&w.down, s, W[6], NULL, rows[6], cols[6]);
+        if (s->k == S_CT) {
+            char p[7][200];
+            for (int i = 0; i < 7; i++)
+                snprintf(p[i], sizeof p[i], "model.layers.%d.%s", l, nm[i]);
+            linear *dst[7] = {&w.q, &w.k, &w.v, &w.o, &w.gu, NULL, &w.down};
+            for (int i = 0; i < 7; i++)
+                if (dst[i])
+                    make_ct_linear(dst[i], s, p[i], i == 4 ? p[5] : NULL, W[i],
+                                   i == 4 ? W[5] : NULL, rows[i], cols[i]);
+        } else {
+            make_linear(&w.q, s, W[0], NULL, rows[0], cols[0]);
+            make_linear(&w.k, s, W[1], NULL, rows[1], cols[1]);
+            make_linear(&w.v, s, W[2], NULL, rows[2], cols[2]);
+            make_linear(&w.o, s, W[3], NULL, rows[3], cols[3]);
+            make_linear(&w.gu, s, W[4], W[5], rows[4], cols[4]);
+            make_linear(&w.down, s, W[6], NULL, rows[6], cols[6]);
+        }
         for (int i = 0; i < 7; i++)
             free(W[i]);
         snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
@@ -318,7 +369,10 @@ static void forward(const pg_model_source *src, const scheme *s, const scheme *l
     pg_rmsnorm(h, x, fn, (size_t)T, (size_t)H, c->rms_norm_eps);
     float *lm = tensor_f32(src, "lm_head.weight", NULL, NULL);
     linear head;
-    make_linear(&head, lm_scheme, lm ? lm : emb, NULL, V, H);
+    if (s->k == S_CT)
+        make_ct_linear(&head, s, "lm_head", NULL, lm ? lm : emb, NULL, V, H);
+    else
+        make_linear(&head, lm_scheme, lm ? lm : emb, NULL, V, H);
     run_linear(&head, h, T, logits, 0);
     free_linear(&head);
     free(lm);
@@ -356,11 +410,29 @@ static int argmax(const float *z, int n) {
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: quant_kl MODEL TOKENS_FILE [--threads T] [--max-tokens N] "
-                        "[--lm-head] [--quick]\n");
+                        "[--lm-head] [--quick] [--ct CT_DIR]... [--ct-only]\n");
         return 2;
     }
-    int threads = 2, max_tokens = 1024, lm_q = 0, quick = 0;
+    int threads = 2, max_tokens = 1024, lm_q = 0, quick = 0, n_ct = 0, ct_only = 0;
+    enum { MAX_CT = 8 };
+    scheme cts[MAX_CT];
+    pg_model_source *ct_src[MAX_CT] = {0};
     for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--ct") && i + 1 < argc && n_ct < MAX_CT) {
+            const char *dir = argv[++i];
+            if (pg_model_source_open(dir, &ct_src[n_ct])) {
+                fprintf(stderr, "quant_kl: %s\n", pg_last_error());
+                return 1;
+            }
+            if (!pg_model_source_ct(ct_src[n_ct])) {
+                fprintf(stderr, "quant_kl: %s is not a compressed-tensors checkpoint\n", dir);
+                return 1;
+            }
+            const char *base = strrchr(dir, '/');
+            cts[n_ct] = (scheme){base && base[1] ? base + 1 : dir, S_CT, 0, 0, 0, 1, ct_src[n_ct]};
+            n_ct++;
+            continue;
+        }
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-tokens") && i + 1 < argc)
@@ -369,6 +441,8 @@ int main(int argc, char **argv) {
             lm_q = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--ct-only"))
+            ct_only = 1;
         else {
             fprintf(stderr, "quant_kl: unknown option '%s'\n", argv[i]);
             return 2;
@@ -418,9 +492,9 @@ int main(int argc, char **argv) {
            "transcript of this model)\n",
            100.0 * follow / (T - 1));
     printf("%-28s %12s %12s %10s\n", "scheme", "mean KLD", "max KLD", "same top1");
-    for (int si = 1; si < N_SCHEMES; si++) {
-        const scheme *s = &SCHEMES[si];
-        if (quick && !s->quick) continue;
+    for (int si = 1; si < N_SCHEMES + n_ct; si++) {
+        const scheme *s = si < N_SCHEMES ? &SCHEMES[si] : &cts[si - N_SCHEMES];
+        if ((quick && !s->quick) || (ct_only && s->k != S_CT)) continue;
         forward(src, s, lm_q ? s : &SCHEMES[0], tok, T, got);
         double kl_sum = 0, kl_max = 0;
         int same = 0;
@@ -446,6 +520,8 @@ int main(int argc, char **argv) {
     free(tok);
     pg_free(g_scratch);
     pg_pool_free(g_pool);
+    for (int i = 0; i < n_ct; i++)
+        pg_model_source_free(ct_src[i]);
     pg_model_source_free(src);
     return 0;
 }

@@ -15,16 +15,37 @@ static bool parse_i32(const char *s, long lo, long hi, int32_t *out) {
     return true;
 }
 
+bool pg_engine_args_parse_dtype(const char *v, pagoda_dtype *out) {
+    static const struct {
+        const char *name;
+        pagoda_dtype d;
+    } names[] = {{"auto", PAGODA_DTYPE_AUTO},   {"bfloat16", PAGODA_DTYPE_BF16},
+                 {"float16", PAGODA_DTYPE_F16}, {"half", PAGODA_DTYPE_F16},
+                 {"float32", PAGODA_DTYPE_F32}, {"float", PAGODA_DTYPE_F32}};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (!strcmp(v, names[k].name)) {
+            *out = names[k].d;
+            return true;
+        }
+    return false;
+}
+
 int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_engine_options *o) {
     const char *a = argv[*i];
     if (!strcmp(a, "--no-prefix-caching")) {
         o->enable_prefix_caching = false;
         return 1;
     }
-    static const char *const with_value[] = {
-        "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
-        "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
-        "--threads",         "--quantization",   "--quant-group-size"};
+    static const char *const with_value[] = {"--max-model-len",
+                                             "--max-num-seqs",
+                                             "--max-num-batched-tokens",
+                                             "--kv-cache-memory",
+                                             "--kv-cache-dtype",
+                                             "--block-size",
+                                             "--threads",
+                                             "--quantization",
+                                             "--quant-group-size",
+                                             "--dtype"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         known |= !strcmp(a, with_value[k]);
@@ -56,6 +77,9 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
             o->quantization = 0;
         else
             ok = false;
+    } else if (!strcmp(a, "--dtype")) {
+        ok = pg_engine_args_parse_dtype(v, &o->dtype);
+        want = "auto, bfloat16, float16 (= half) or float32 (= float)";
     } else if (!strcmp(a, "--threads"))
         ok = parse_i32(v, 1, 1024, &o->num_threads), want = "an integer in [1, 1024]";
     else if (!strcmp(a, "--kv-cache-memory")) {

@@ -2,7 +2,7 @@
  * throughput|latency`: --max-model-len, --max-num-seqs,
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
  * --block-size, --no-prefix-caching, --threads, --quantization,
- * --quant-group-size. */
+ * --quant-group-size, --dtype. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
 
@@ -13,12 +13,18 @@
 
 #define PG_ENGINE_ARGS_HELP                                                                        \
     "engine:\n"                                                                                    \
+    "  --dtype D                   auto | bfloat16 | float16 (= half) | float32 (= float):\n"      \
+    "                              compute dtype of the linear layers; auto: F32 weights in\n"     \
+    "                              f32, F16/BF16 weights in bfloat16; float32 widens 16-bit\n"     \
+    "                              weights (reproduces an f32 reference); float16 runs as\n"       \
+    "                              bfloat16\n"                                                     \
     "  --max-model-len N           context limit in tokens (default: the model's maximum)\n"       \
     "  --max-num-seqs N            requests per step (default 256)\n"                              \
     "  --max-num-batched-tokens N  token budget per step (default 4096)\n"                         \
     "  --kv-cache-memory SIZE      KV cache bytes, e.g. 4GiB, 512MiB (default 4 GiB, at most\n"    \
     "                              half the available memory)\n"                                   \
-    "  --kv-cache-dtype D          auto | bfloat16 | float32 (auto: F32 models keep F32)\n"        \
+    "  --kv-cache-dtype D          auto | bfloat16 | float32 (auto: follows --dtype; with\n"       \
+    "                              --dtype auto, F32 models keep F32)\n"                           \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \
     "  --threads N                 compute threads (default: one per physical core)\n"             \
@@ -29,6 +35,10 @@
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with
  * `cmd` as prefix). */
+/* --dtype value: auto, bfloat16, float16, half, float32, float (vLLM's
+ * names); false for anything else. */
+bool pg_engine_args_parse_dtype(const char *v, pagoda_dtype *out);
+
 int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_engine_options *o);
 
 #endif

@@ -70,6 +70,7 @@ struct pagoda_engine {
     pg_sampler *sampler;
     char name[256];
     int32_t vocab, max_model_len, block_size, num_kv_blocks, max_num_seqs;
+    int32_t kv_max_seq_len; /* min(max_model_len, tokens one sequence's KV fits in) */
     uint64_t seed;
     int32_t eos_ids[8];
     int n_eos;
@@ -125,11 +126,36 @@ void pagoda_engine_options_default(pagoda_engine_options *o) {
 
 /* ---- create / free ---------------------------------------------------------- */
 
+/* KV cache dtype: as asked, else the compute dtype's, else (dtype auto)
+ * F32 for F32 checkpoints and BF16 for the rest. */
 static pg_dtype kv_dtype_for(const pagoda_engine_options *o, const pg_llama *m) {
     if (o->kv_cache_dtype == PAGODA_KV_F32) return PG_F32;
     if (o->kv_cache_dtype == PAGODA_KV_BF16) return PG_BF16;
+    if (o->dtype == PAGODA_DTYPE_F32) return PG_F32;
+    if (o->dtype != PAGODA_DTYPE_AUTO) return PG_BF16;
     const pg_model_config *c = pg_llama_config(m);
     return c->torch_dtype == PG_F32 ? PG_F32 : PG_BF16;
+}
+
+/* The model's compute dtype for option dtype (pg_llama_set_compute_dtype). */
+static pg_dtype compute_dtype(const pagoda_engine_options *o) {
+    switch (o->dtype) {
+    case PAGODA_DTYPE_F32:
+        return PG_F32;
+    case PAGODA_DTYPE_F16:
+        PG_WARN("engine: dtype float16: pagoda has no F16 GEMM; running the bfloat16 path "
+                "(F16 weights rounded to BF16, activations rounded to BF16 per GEMM)");
+        return PG_BF16;
+    case PAGODA_DTYPE_BF16:
+        return PG_BF16;
+    default:
+        return PG_DTYPE_COUNT;
+    }
+}
+
+static const char *dtype_option_name(pagoda_dtype d) {
+    static const char *const names[] = {"auto", "bfloat16", "float16", "float32"};
+    return (unsigned)d <= PAGODA_DTYPE_F32 ? names[d] : "?";
 }
 
 static pagoda_status check_options(const pagoda_engine_options *o) {
@@ -147,6 +173,8 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
     if ((unsigned)o->kv_cache_dtype > PAGODA_KV_F32)
         return pg_error(PAGODA_ERR_INVALID_ARG, "engine: unknown kv_cache_dtype %d",
                         (int)o->kv_cache_dtype);
+    if ((unsigned)o->dtype > PAGODA_DTYPE_F32)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "engine: unknown dtype %d", (int)o->dtype);
     if (o->quantization != 0 && o->quantization != 8 && o->quantization != 4)
         return pg_error(PAGODA_ERR_INVALID_ARG, "engine: quantization %d (0, 8 = W8A8, 4 = W4A8)",
                         o->quantization);
@@ -195,6 +223,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     if ((st = pg_model_source_open(model, &e->src)) != PAGODA_OK) goto fail;
     if ((st = pg_llama_load(e->src, o.max_model_len, &e->model)) != PAGODA_OK) goto fail;
     if ((st = pg_tokenizer_load(pg_model_source_path(e->src), &e->tok)) != PAGODA_OK) goto fail;
+    if ((st = pg_llama_set_compute_dtype(e->model, compute_dtype(&o))) != PAGODA_OK) goto fail;
     if ((st = pg_llama_pack_quantized(e->model, o.quantization, o.quant_group_size)) != PAGODA_OK)
         goto fail;
     const pg_model_config *c = pg_llama_config(e->model);
@@ -238,6 +267,18 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     sc.kv.block_size = e->block_size;
     sc.kv.enable_prefix_caching = o.enable_prefix_caching;
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
+    { /* the longest sequence the KV cache holds (caps max_tokens 0 = null) */
+        pg_kvm *kvm = pg_scheduler_kvm(e->sched);
+        int32_t usable = pg_kvm_num_usable_blocks(kvm), lo = 0, hi = e->max_model_len;
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo + 1) / 2;
+            if (pg_kvm_blocks_for_tokens(kvm, mid) <= usable)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        e->kv_max_seq_len = lo;
+    }
     pg_runner_config rc = {.num_blocks = num_blocks,
                            .block_size = e->block_size,
                            .kv_dtype = kvt,
@@ -254,10 +295,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     }
     e->stats.num_kv_blocks = e->num_kv_blocks;
     e->stats.num_free_kv_blocks = e->num_kv_blocks;
-    PG_INFO("engine: %s, max_model_len %d, %d seqs x %d tokens per step, KV %s %d blocks x %d "
-            "tokens (%.1f MiB), workspace %.1f MiB, prefix caching %s",
-            e->name, e->max_model_len, mns, mnbt, pg_dtype_name(kvt), e->num_kv_blocks,
-            e->block_size, (double)pg_runner_kv_bytes(e->runner) / 1048576.0,
+    PG_INFO("engine: %s, dtype %s, max_model_len %d, %d seqs x %d tokens per step, KV %s %d "
+            "blocks x %d tokens (%.1f MiB), workspace %.1f MiB, prefix caching %s",
+            e->name, dtype_option_name(o.dtype), e->max_model_len, mns, mnbt, pg_dtype_name(kvt),
+            e->num_kv_blocks, e->block_size, (double)pg_runner_kv_bytes(e->runner) / 1048576.0,
             (double)pg_runner_workspace_bytes(e->runner) / 1048576.0,
             o.enable_prefix_caching ? "on" : "off");
     *out = e;
@@ -414,7 +455,16 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
                       e->max_model_len);
         goto fail;
     }
-    r->max_tokens = s->max_tokens > 0 ? s->max_tokens : e->max_model_len - r->n_prompt;
+    /* max_tokens 0 (null): up to the context, or up to what the KV cache can
+     * hold when it is smaller than max_model_len */
+    if (s->max_tokens == 0 && r->n_prompt >= e->kv_max_seq_len) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "request: the prompt is %d tokens; the KV cache holds sequences of at most "
+                      "%d tokens (%d blocks of %d), which leaves no room for output",
+                      r->n_prompt, e->kv_max_seq_len, e->num_kv_blocks, e->block_size);
+        goto fail;
+    }
+    r->max_tokens = s->max_tokens > 0 ? s->max_tokens : e->kv_max_seq_len - r->n_prompt;
     if (s->min_tokens > r->max_tokens) {
         st = pg_error(PAGODA_ERR_INVALID_ARG, "request: min_tokens %d exceeds max_tokens %d",
                       s->min_tokens, r->max_tokens);
@@ -926,6 +976,10 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
     }
     *ids = buf;
     return PAGODA_OK;
+}
+
+const char *pagoda_token_piece(const pagoda_engine *e, int32_t id, size_t *len) {
+    return pg_tokenizer_token_text(e->tok, id, len);
 }
 
 pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,

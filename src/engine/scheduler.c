@@ -248,7 +248,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     int64_t cap_tokens = (int64_t)pg_kvm_num_usable_blocks(s->kvm) * s->block_size / s->num_groups;
     if (pg_kvm_blocks_for_tokens(s->kvm, s->max_model_len) > pg_kvm_num_usable_blocks(s->kvm))
         PG_WARN("scheduler: max_model_len %d exceeds the KV cache (%d blocks of %d tokens, about "
-                "%lld tokens); longer requests will be rejected",
+                "%lld tokens); longer requests will be rejected (max_tokens null is capped to fit)",
                 s->max_model_len, pg_kvm_num_usable_blocks(s->kvm), s->block_size,
                 (long long)cap_tokens);
     pg_sched_output *o = &s->out;

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <regex.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,9 @@ void pg_ct_config_free(pg_ct_config *c) {
     for (int i = 0; i < c->n_ignore; i++)
         free(c->ignore[i]);
     free(c->ignore);
+    for (int i = 0; i < c->n_targets; i++)
+        free(c->targets[i]);
+    free(c->targets);
     memset(c, 0, sizeof *c);
 }
 
@@ -45,6 +49,30 @@ static pagoda_status check_args(const cJSON *a, const char *path, const char *wh
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "%s: quantization_config %s are asymmetric (zero points): not supported",
                         path, what);
+    return PAGODA_OK;
+}
+
+/* Copy a JSON list of strings (NULL: empty) into *list / *n. */
+static pagoda_status str_list(const cJSON *arr, const char *path, const char *what, char ***list,
+                              int *n) {
+    *list = NULL;
+    *n = 0;
+    if (!arr) return PAGODA_OK;
+    if (!cJSON_IsArray(arr))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: quantization_config %s must be a list", path, what);
+    int cnt = cJSON_GetArraySize(arr);
+    if (!cnt) return PAGODA_OK;
+    *list = calloc((size_t)cnt, sizeof(char *));
+    if (!*list) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) {
+        if (!cJSON_IsString(e))
+            return pg_error(PAGODA_ERR_FORMAT, "%s: quantization_config %s holds a non-string",
+                            path, what);
+        (*list)[*n] = strdup(e->valuestring);
+        if (!(*list)[*n]) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+        (*n)++;
+    }
     return PAGODA_OK;
 }
 
@@ -104,6 +132,14 @@ pagoda_status pg_ct_config_parse(const char *json, size_t len, const char *path,
                       strategy ? strategy : "(none)");
         goto done;
     }
+    const cJSON *ao = item(w, "actorder");
+    if ((cJSON_IsString(ao) && !strcmp(ao->valuestring, "group")) || cJSON_IsTrue(ao)) {
+        st = pg_error(PAGODA_ERR_UNSUPPORTED,
+                      "%s: quantization_config weights actorder 'group' (activation-order group "
+                      "index g_idx): not supported",
+                      path);
+        goto done;
+    }
     const cJSON *ia = item(g, "input_activations");
     if (ia) {
         if ((st = check_args(ia, path, "input_activations"))) goto done;
@@ -121,61 +157,56 @@ pagoda_status pg_ct_config_parse(const char *json, size_t len, const char *path,
     }
     const char *fmt = str(g, "format");
     if (!fmt) fmt = str(qc, "format");
-    if (fmt && !strcmp(fmt, "int-quantized") && bits == 8)
-        out->format = PG_CT_INT_QUANTIZED;
+    if (fmt && (!strcmp(fmt, "int-quantized") || !strcmp(fmt, "naive-quantized")))
+        out->format = PG_CT_INT_QUANTIZED; /* int8 storage (int4 values in [-8, 7] too) */
     else if (fmt && !strcmp(fmt, "pack-quantized"))
         out->format = PG_CT_PACK_QUANTIZED;
     else {
         st = pg_error(PAGODA_ERR_UNSUPPORTED,
                       "%s: quantization_config format '%s' with %d-bit weights (need "
-                      "int-quantized int8 or pack-quantized)",
+                      "int-quantized / naive-quantized or pack-quantized)",
                       path, fmt ? fmt : "(none)", bits);
         goto done;
     }
     out->bits = bits;
     out->group = group;
-    const cJSON *ig = item(qc, "ignore");
-    if (ig && !cJSON_IsArray(ig)) {
-        st = pg_error(PAGODA_ERR_FORMAT, "%s: quantization_config ignore must be a list", path);
+    if ((st = str_list(item(qc, "ignore"), path, "ignore", &out->ignore, &out->n_ignore)))
         goto done;
-    }
-    int n = ig ? cJSON_GetArraySize(ig) : 0;
-    out->ignore = n ? calloc((size_t)n, sizeof(char *)) : NULL;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, ig) {
-        if (!cJSON_IsString(e)) {
-            st = pg_error(PAGODA_ERR_FORMAT, "%s: quantization_config ignore holds a non-string",
-                          path);
-            goto done;
-        }
-        out->ignore[out->n_ignore] = strdup(e->valuestring);
-        if (!out->ignore[out->n_ignore]) {
-            st = pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
-        out->n_ignore++;
-    }
+    st = str_list(item(g, "targets"), path, "targets", &out->targets, &out->n_targets);
 done:
     cJSON_Delete(root);
     if (st) pg_ct_config_free(out);
     return st;
 }
 
+/* `name` matches pattern p: the exact name, or "re:<ERE>" matching from
+ * the start (compressed-tensors uses Python's re.match). */
+static bool name_matches(const char *p, const char *name) {
+    if (strncmp(p, "re:", 3)) return !strcmp(p, name);
+    regex_t re;
+    if (regcomp(&re, p + 3, REG_EXTENDED)) return false;
+    regmatch_t m;
+    bool hit = regexec(&re, name, 1, &m, 0) == 0 && m.rm_so == 0;
+    regfree(&re);
+    return hit;
+}
+
 bool pg_ct_ignored(const pg_ct_config *c, const char *name) {
-    for (int i = 0; i < c->n_ignore; i++) {
-        const char *p = c->ignore[i];
-        if (strncmp(p, "re:", 3)) {
-            if (!strcmp(p, name)) return true;
-            continue;
-        }
-        regex_t re;
-        if (regcomp(&re, p + 3, REG_EXTENDED)) continue;
-        regmatch_t m;
-        bool hit = regexec(&re, name, 1, &m, 0) == 0 && m.rm_so == 0;
-        regfree(&re);
-        if (hit) return true;
-    }
+    for (int i = 0; i < c->n_ignore; i++)
+        if (name_matches(c->ignore[i], name)) return true;
     return false;
+}
+
+bool pg_ct_quantized(const pg_ct_config *c, const char *name) {
+    if (!c || c->format == PG_CT_NONE || pg_ct_ignored(c, name)) return false;
+    if (!c->n_targets) return true;
+    for (int i = 0; i < c->n_targets; i++)
+        if (!strcmp(c->targets[i], "Linear") || name_matches(c->targets[i], name)) return true;
+    return false;
+}
+
+static const char *format_name(const pg_ct_config *c) {
+    return c->format == PG_CT_INT_QUANTIZED ? "int-quantized" : "pack-quantized";
 }
 
 pagoda_status pg_ct_layer_shape(const pg_ct_config *c, const pg_tensor *weight,
@@ -188,15 +219,25 @@ pagoda_status pg_ct_layer_shape(const pg_ct_config *c, const pg_tensor *weight,
         *K = weight->shape[1];
         return PAGODA_OK;
     }
-    if (!shape || shape->dtype != PG_I64 || shape->ndim != 1 || shape->shape[0] != 2)
+    if (!shape || (shape->dtype != PG_I64 && shape->dtype != PG_I32) || shape->ndim != 1 ||
+        shape->shape[0] != 2)
         return pg_error(PAGODA_ERR_FORMAT,
-                        "compressed-tensors: %s: weight_shape must be an int64 tensor of 2",
+                        "compressed-tensors: %s: weight_shape must be an int64 (or int32) tensor "
+                        "of 2",
                         weight->name);
-    int64_t v[2];
-    memcpy(v, shape->data, sizeof v);
-    *N = v[0];
-    *K = v[1];
-    if (*N != weight->shape[0] || *K < 1 || (*K * c->bits + 31) / 32 != weight->shape[1])
+    if (shape->dtype == PG_I64) {
+        int64_t v[2];
+        memcpy(v, shape->data, sizeof v);
+        *N = v[0];
+        *K = v[1];
+    } else {
+        int32_t v[2];
+        memcpy(v, shape->data, sizeof v);
+        *N = v[0];
+        *K = v[1];
+    }
+    const int64_t per = 32 / c->bits;
+    if (*N != weight->shape[0] || *K < 1 || (*K + per - 1) / per != weight->shape[1])
         return pg_error(PAGODA_ERR_FORMAT,
                         "compressed-tensors: %s: weight_shape [%lld, %lld] does not match the "
                         "packed [%lld, %lld] int32 for %d bits",
@@ -205,33 +246,106 @@ pagoda_status pg_ct_layer_shape(const pg_ct_config *c, const pg_tensor *weight,
     return PAGODA_OK;
 }
 
+/* dtypes and shapes of one layer's tensors; *N, *K from them. */
+static pagoda_status check_layer(const pg_ct_config *c, const pg_tensor *weight,
+                                 const pg_tensor *shape, const pg_tensor *scale, int64_t *N,
+                                 int64_t *K) {
+    const pg_dtype want = c->format == PG_CT_INT_QUANTIZED ? PG_I8 : PG_I32;
+    if (weight && weight->dtype != want)
+        return pg_error(PAGODA_ERR_FORMAT, "compressed-tensors: %s: dtype %s (need %s for %s)",
+                        weight->name, pg_dtype_name(weight->dtype), pg_dtype_name(want),
+                        format_name(c));
+    pagoda_status st = pg_ct_layer_shape(c, weight, shape, N, K);
+    if (st) return st;
+    const int64_t ng = pg_qweight_ngroups(*K, c->group);
+    bool ok_shape =
+        scale && ((scale->ndim == 2 && scale->shape[0] == *N && scale->shape[1] == ng) ||
+                  (scale->ndim == 1 && ng == 1 && scale->shape[0] == *N));
+    if (!scale || (scale->dtype != PG_F32 && scale->dtype != PG_F16 && scale->dtype != PG_BF16) ||
+        !ok_shape)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "compressed-tensors: %s: weight_scale must be F32/F16/BF16 [%lld, %lld]",
+                        weight->name, (long long)*N, (long long)ng);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_ct_find_layer(const pg_ct_config *c, const pg_model_source *src, const char *layer,
+                               int64_t N, int64_t K, pg_ct_layer *out) {
+    memset(out, 0, sizeof *out);
+    char n[512];
+    const char *path = pg_model_source_path(src);
+    static const char *const UNSUP[][2] = {
+        {"weight_zero_point", "asymmetric weights (zero points)"},
+        {"weight_g_idx", "activation-order group index (g_idx)"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(n, sizeof n, "%s.%s", layer, UNSUP[i][0]);
+        if (pg_model_source_tensor(src, n))
+            return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s': %s are not supported", path,
+                            n, UNSUP[i][1]);
+    }
+    const char *wname = c->format == PG_CT_INT_QUANTIZED ? "weight" : "weight_packed";
+    snprintf(n, sizeof n, "%s.%s", layer, wname);
+    out->weight = pg_model_source_tensor(src, n);
+    if (!out->weight)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: missing tensor '%s' (compressed-tensors %s, layer not in ignore)",
+                        path, n, format_name(c));
+    snprintf(n, sizeof n, "%s.weight_scale", layer);
+    out->scale = pg_model_source_tensor(src, n);
+    if (!out->scale)
+        return pg_error(PAGODA_ERR_FORMAT, "%s: missing tensor '%s' (compressed-tensors %s)", path,
+                        n, format_name(c));
+    if (c->format == PG_CT_PACK_QUANTIZED) {
+        snprintf(n, sizeof n, "%s.weight_shape", layer);
+        out->shape = pg_model_source_tensor(src, n);
+        if (!out->shape)
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: missing tensor '%s' (compressed-tensors pack-quantized)", path, n);
+    }
+    pagoda_status st = check_layer(c, out->weight, out->shape, out->scale, &out->N, &out->K);
+    if (st) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", pg_last_error());
+        return pg_error(st, "%s: %s", path, msg);
+    }
+    if (out->N != N || out->K != K)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: tensor '%s' holds a [%lld, %lld] weight but the config implies "
+                        "[%lld, %lld]",
+                        path, out->weight->name, (long long)out->N, (long long)out->K, (long long)N,
+                        (long long)K);
+    return PAGODA_OK;
+}
+
 pagoda_status pg_ct_unpack(const pg_ct_config *c, const pg_tensor *weight, const pg_tensor *shape,
                            const pg_tensor *scale, int8_t *q, float *s, pg_qweight *out) {
     int64_t N, K;
-    pagoda_status st = pg_ct_layer_shape(c, weight, shape, &N, &K);
+    pagoda_status st = check_layer(c, weight, shape, scale, &N, &K);
     if (st) return st;
-    const pg_dtype want = c->format == PG_CT_INT_QUANTIZED ? PG_I8 : PG_I32;
-    if (weight->dtype != want)
-        return pg_error(PAGODA_ERR_FORMAT, "compressed-tensors: %s: dtype %s (need %s)",
-                        weight->name, pg_dtype_name(weight->dtype), pg_dtype_name(want));
     const int64_t ng = pg_qweight_ngroups(K, c->group);
-    if (!scale || (scale->dtype != PG_F32 && scale->dtype != PG_F16 && scale->dtype != PG_BF16) ||
-        scale->ndim != 2 || scale->shape[0] != N || scale->shape[1] != ng)
-        return pg_error(PAGODA_ERR_FORMAT,
-                        "compressed-tensors: %s: weight_scale must be F32/F16/BF16 [%lld, %lld]",
-                        weight->name, (long long)N, (long long)ng);
     if (c->format == PG_CT_INT_QUANTIZED) {
         memcpy(q, weight->data, (size_t)(N * K));
+        for (int64_t i = 0; c->bits == 4 && i < N * K; i++)
+            if (q[i] < -8 || q[i] > 7)
+                return pg_error(PAGODA_ERR_FORMAT,
+                                "compressed-tensors: %s: value %d at [%lld, %lld] is outside the "
+                                "int4 range [-8, 7]",
+                                weight->name, q[i], (long long)(i / K), (long long)(i % K));
     } else {
-        const int per = 32 / c->bits, mask = (1 << c->bits) - 1, off = 1 << (c->bits - 1);
+        /* value k of a row: bits [bits * (k % per), +bits) of little-endian
+         * word k / per, stored as q + 2^(bits-1) (pack_to_int32) */
+        const int per = 32 / c->bits, off = 1 << (c->bits - 1);
+        const uint32_t mask = (1u << c->bits) - 1;
         const int64_t words = weight->shape[1];
         const uint8_t *p = weight->data;
         for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) {
-                const uint8_t *wd = p + (size_t)(n * words + k / per) * 4;
+            for (int64_t w = 0; w < words; w++) {
+                const uint8_t *wd = p + (size_t)(n * words + w) * 4;
                 uint32_t u = (uint32_t)wd[0] | (uint32_t)wd[1] << 8 | (uint32_t)wd[2] << 16 |
                              (uint32_t)wd[3] << 24;
-                q[n * K + k] = (int8_t)((int)((u >> (c->bits * (k % per))) & (uint32_t)mask) - off);
+                for (int j = 0; j < per && w * per + j < K; j++)
+                    q[n * K + w * per + j] = (int8_t)((int)((u >> (c->bits * j)) & mask) - off);
             }
     }
     for (int64_t i = 0; i < N * ng; i++) {

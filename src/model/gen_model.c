@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "base/log.h"
+#include "model/compressed_tensors.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
 
@@ -62,6 +63,33 @@ pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
     return pg_error(PAGODA_ERR_INVALID_ARG, "unknown preset '%s' (known: llama-3.2-1b)", name);
 }
 
+pagoda_status pg_gen_model_options_from(pg_gen_model_options *o, const pg_model_source *src) {
+    const pg_model_config *c = pg_model_source_config(src);
+    if (c->rope_scaling != PG_ROPE_SCALING_NONE && c->rope_scaling != PG_ROPE_SCALING_LLAMA3)
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: only none / llama3 RoPE scaling converts",
+                        pg_model_source_path(src));
+    o->hidden = c->hidden_size;
+    o->layers = c->num_hidden_layers;
+    o->heads = c->num_attention_heads;
+    o->kv_heads = c->num_key_value_heads;
+    o->head_dim = c->head_dim;
+    o->ffn = c->intermediate_size;
+    o->vocab = c->vocab_size;
+    o->max_position = c->max_position_embeddings;
+    o->tie = c->tie_word_embeddings;
+    o->rope_theta = c->rope_theta;
+    o->rms_eps = c->rms_norm_eps;
+    o->rope_scaling = c->rope_scaling;
+    o->rope_factor = c->rope_factor;
+    o->rope_low_freq_factor = c->rope_low_freq_factor;
+    o->rope_high_freq_factor = c->rope_high_freq_factor;
+    o->rope_original_max_position = c->rope_original_max_position;
+    o->bos_token_id = c->bos_token_id;
+    o->eos_token_id = c->eos_token_ids[0];
+    o->from = src;
+    return PAGODA_OK;
+}
+
 static int head_dim(const pg_gen_model_options *o) {
     return o->head_dim ? o->head_dim : o->hidden / o->heads;
 }
@@ -81,8 +109,19 @@ static uint64_t fnv1a(const char *s) {
     return h;
 }
 
-void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_t row,
-                      int64_t ncols, float *out) {
+/* The weights before any quantization: random, or read from o->from. */
+static void raw_row(const pg_gen_model_options *o, const char *hf_name, int64_t row, int64_t ncols,
+                    float *out) {
+    if (o->from) {
+        const pg_tensor *t = pg_model_source_tensor(o->from, hf_name);
+        if (!t) { /* checked by pg_gen_model_write */
+            memset(out, 0, (size_t)ncols * sizeof(float));
+            return;
+        }
+        size_t rb = pg_dtype_row_bytes(t->dtype, (size_t)ncols);
+        pg_dequant_row(t->dtype, (const uint8_t *)t->data + (size_t)row * rb, out, (size_t)ncols);
+        return;
+    }
     uint64_t st =
         o->seed * 0x2545f4914f6cdd1dull ^ fnv1a(hf_name) ^ ((uint64_t)row * 0x9e3779b97f4a7c15ull);
     splitmix64(&st);
@@ -97,6 +136,26 @@ void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_
         out[c] = base + scale * u0;
         if (c + 1 < ncols) out[c + 1] = base + scale * u1;
     }
+}
+
+static bool ct_name(const pg_gen_model_options *o, const char *name);
+static const char *ct_ignore_json(const pg_gen_model_options *o);
+static void ct_row(const pg_gen_model_options *o, const float *x, int64_t K, int8_t *q,
+                   uint16_t *sc);
+
+void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_t row,
+                      int64_t ncols, float *out) {
+    raw_row(o, hf_name, row, ncols, out);
+    if (!o->ct_dense || !ct_name(o, hf_name)) return;
+    const int64_t G = o->ct_group ? o->ct_group : ncols, ng = (ncols + G - 1) / G;
+    int8_t *q = malloc((size_t)ncols);
+    uint16_t *sc = malloc((size_t)ng * sizeof *sc);
+    if (!q || !sc) abort();
+    ct_row(o, out, ncols, q, sc);
+    for (int64_t k = 0; k < ncols; k++)
+        out[k] = pg_bf16_to_f32(sc[k / G]) * (float)q[k];
+    free(q);
+    free(sc);
 }
 
 void pg_llama3_rope_factors(const pg_gen_model_options *o, float *out) {
@@ -287,7 +346,7 @@ static const char *torch_dtype_name(pg_dtype t) {
 /* The quantization_config member (with its trailing comma) or "". */
 static const char *ct_config(const pg_gen_model_options *o) {
     static _Thread_local char buf[1024];
-    if (!o->ct_bits) return "";
+    if (!o->ct_bits || o->ct_dense) return "";
     char strat[96];
     if (o->ct_group)
         snprintf(strat, sizeof strat, "\"strategy\": \"group\", \"group_size\": %d", o->ct_group);
@@ -297,10 +356,14 @@ static const char *ct_config(const pg_gen_model_options *o) {
              "  \"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
              "\"%s\", \"quantization_status\": \"compressed\", \"config_groups\": {\"group_0\": "
              "{\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": %d, \"type\": \"int\", "
-             "\"symmetric\": true, %s, \"dynamic\": false}, \"input_activations\": "
-             "{\"num_bits\": 8, \"type\": \"int\", \"symmetric\": true, \"strategy\": "
-             "\"token\", \"dynamic\": true}}}, \"ignore\": [\"lm_head\"]},\n",
-             o->ct_bits == 8 ? "int-quantized" : "pack-quantized", o->ct_bits, strat);
+             "\"symmetric\": true, %s, \"dynamic\": false, \"actorder\": null}, "
+             "\"input_activations\": %s, \"output_activations\": null}}, \"ignore\": "
+             "[\"lm_head\"%s], \"kv_cache_scheme\": null},\n",
+             o->ct_bits == 8 ? "int-quantized" : "pack-quantized", o->ct_bits, strat,
+             o->ct_weight_only ? "null"
+                               : "{\"num_bits\": 8, \"type\": \"int\", \"symmetric\": true, "
+                                 "\"strategy\": \"token\", \"dynamic\": true}",
+             ct_ignore_json(o));
     return buf;
 }
 
@@ -350,27 +413,56 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
     return s;
 }
 
-static bool ct_linear(const pg_gen_model_options *o, const gen_tensor *t) {
-    return o->ct_bits && t->ndim == 2 && strstr(t->name, "_proj.weight") != NULL;
+/* A linear weight the compressed-tensors writer quantizes (not lm_head). */
+static bool ct_name(const pg_gen_model_options *o, const char *name) {
+    size_t n = strlen(name);
+    if (!o->ct_bits || n <= 12 || strcmp(name + n - 12, "_proj.weight")) return false;
+    if (!o->ct_ignore) return true;
+    char layer[128];
+    snprintf(layer, sizeof layer, "%.*s", (int)(n - 7), name);
+    char *ig[1] = {(char *)o->ct_ignore};
+    pg_ct_config c = {.format = PG_CT_PACK_QUANTIZED, .n_ignore = 1, .ignore = ig};
+    return !pg_ct_ignored(&c, layer);
 }
 
-/* One quantized row: scale per group (BF16-rounded first, then q from it). */
+/* o->ct_ignore as a JSON string member of the ignore list ("" if none). */
+static const char *ct_ignore_json(const pg_gen_model_options *o) {
+    static _Thread_local char buf[300];
+    buf[0] = 0;
+    if (!o->ct_ignore) return buf;
+    size_t k = (size_t)snprintf(buf, sizeof buf, ", \"");
+    for (const char *p = o->ct_ignore; *p && k + 4 < sizeof buf; p++) {
+        if (*p == '"' || *p == '\\') buf[k++] = '\\';
+        buf[k++] = *p;
+    }
+    snprintf(buf + k, sizeof buf - k, "\"");
+    return buf;
+}
+static bool ct_linear(const pg_gen_model_options *o, const gen_tensor *t) {
+    return t->ndim == 2 && ct_name(o, t->name);
+}
+
+/* One quantized row: scale per group (BF16-rounded first, then q from it);
+ * the compressed-tensors rule or, with ct_rtn, pagoda's load-time rule
+ * (see gen_model.h). */
 static void ct_row(const pg_gen_model_options *o, const float *x, int64_t K, int8_t *q,
                    uint16_t *sc) {
     const int64_t G = o->ct_group ? o->ct_group : K;
-    const float qmax = o->ct_bits == 8 ? 127.0f : 7.5f;
-    const float lo = o->ct_bits == 8 ? -128.0f : -8.0f, hi = o->ct_bits == 8 ? 127.0f : 7.0f;
+    const bool w8 = o->ct_bits == 8;
+    const float div = o->ct_rtn ? (w8 ? 127.0f : 8.0f) : (w8 ? 127.5f : 7.5f);
+    const float lo = w8 ? (o->ct_rtn ? -127.0f : -128.0f) : -8.0f, hi = w8 ? 127.0f : 7.0f;
     for (int64_t g = 0; g * G < K; g++) {
-        int64_t k1 = (g + 1) * G < K ? (g + 1) * G : K;
+        int64_t k1 = (g + 1) * G < K ? (g + 1) * G : K, at = g * G;
         float am = 0;
         for (int64_t k = g * G; k < k1; k++)
-            am = fabsf(x[k]) > am ? fabsf(x[k]) : am;
-        sc[g] = pg_f32_to_bf16(am / qmax);
+            if (fabsf(x[k]) > am) am = fabsf(x[k]), at = k;
+        sc[g] = pg_f32_to_bf16(am / div);
         float d = pg_bf16_to_f32(sc[g]);
         for (int64_t k = g * G; k < k1; k++) {
             float v = d > 0 ? rintf(x[k] / d) : 0.0f;
             q[k] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
         }
+        if (o->ct_rtn && !w8 && d > 0) q[at] = -8;
     }
 }
 
@@ -429,7 +521,7 @@ static pagoda_status write_hf_ct(const pg_gen_model_options *o, const gen_tensor
             break;
         }
         for (int64_t r = 0; r < N; r++) {
-            pg_gen_model_row(o, t[j].name, r, K, row);
+            raw_row(o, t[j].name, r, K, row);
             ct_row(o, row, K, q + r * K, scl + r * ng);
         }
         if (o->ct_bits == 8) {
@@ -473,7 +565,7 @@ static pagoda_status write_hf(const pg_gen_model_options *o, const gen_tensor *t
                         strerror(errno));
     pagoda_status s = write_hf_json(o);
     if (s) return s;
-    if (o->ct_bits) return write_hf_ct(o, t, nt, row, buf);
+    if (o->ct_bits && !o->ct_dense) return write_hf_ct(o, t, nt, row, buf);
     int ns = o->shards < 1 ? 1 : o->shards;
     if ((size_t)ns > nt) ns = (int)nt;
     uint64_t total = 0, esz = pg_dtype_block_bytes(o->hf_dtype);
@@ -725,7 +817,16 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
         return pg_error(PAGODA_ERR_NOMEM, "out of memory");
     }
     nt = plan(o, t);
-    if (o->hf_dir) s = write_hf(o, t, nt, row, buf);
+    for (size_t i = 0; i < nt && o->from && !s; i++) {
+        const pg_tensor *f = pg_model_source_tensor(o->from, t[i].name);
+        if (!f || f->ndim != t[i].ndim || (t[i].ndim == 2 && f->shape[0] != t[i].rows) ||
+            f->shape[f->ndim - 1] != t[i].cols ||
+            (f->dtype != PG_F32 && f->dtype != PG_F16 && f->dtype != PG_BF16))
+            s = pg_error(PAGODA_ERR_INVALID_ARG,
+                         "%s: no F32/F16/BF16 tensor '%s' of the model's shape to convert",
+                         pg_model_source_path(o->from), t[i].name);
+    }
+    if (!s && o->hf_dir) s = write_hf(o, t, nt, row, buf);
     if (!s && o->gguf_path) s = write_gguf(o, t, nt, row, buf);
     free(t);
     free(row);

@@ -41,14 +41,31 @@ typedef struct pg_gen_model_options {
         *tokenizer_dir;     /* copy tokenizer.json / tokenizer_config.json from here into hf_dir */
     const char *vocab_gguf; /* copy tokenizer.* keys of this GGUF into the GGUF output */
     /* compressed-tensors HF output (model/compressed_tensors.h): 0 = dense;
-     * 8 = W8A8 "int-quantized" (int8 X.weight), 4 = W4A8 "pack-quantized"
-     * (int32 X.weight_packed + X.weight_shape); X.weight_scale BF16,
-     * symmetric, scale = max|w| / 127 (or / 7.5 for int4, the
-     * compressed-tensors rule), group ct_group (0 = per channel); dynamic
-     * per-token int8 activations; lm_head stays dense and is listed in
-     * `ignore`. One shard. */
+     * 8 = "int-quantized" (int8 X.weight), 4 = "pack-quantized" (int32
+     * X.weight_packed + int64 X.weight_shape); X.weight_scale BF16,
+     * symmetric, group ct_group (0 = per channel); lm_head stays dense and
+     * is listed in `ignore`. One shard. Scales and values follow
+     * compressed-tensors' own quantizer (scale = max|w| / 127.5 or / 7.5,
+     * q = clamp(rint(w / scale), -128..127 or -8..7)) unless ct_rtn. */
     int ct_bits;
     int ct_group;
+    bool ct_weight_only; /* no input_activations (W8A16 / W4A16 schemes) */
+    /* One more `ignore` entry besides "lm_head" (a layer name or "re:<ERE>",
+     * e.g. "re:.*mlp\\.down_proj$"): those layers stay dense too. */
+    const char *ct_ignore;
+    /* ct_rtn: quantize with pagoda's load-time rule instead, so that
+     * `--quantization` of the dequantized weights gives back the same q and
+     * scales exactly: W8 scale = bf16(max|w| / 127), q in [-127, 127]; W4
+     * scale = bf16(max|w| / 8), q in [-8, 7] with the largest-magnitude
+     * element of each group set to -8. */
+    bool ct_rtn;
+    /* ct_dense: write the dense HF/GGUF form instead, with every linear
+     * weight the compressed-tensors writer would quantize replaced by its
+     * dequantized value scale * q (the same model as the ct_bits output). */
+    bool ct_dense;
+    /* Take every weight from this model instead of random numbers (its
+     * shapes must equal the options'; pg_gen_model_options_from sets them). */
+    const pg_model_source *from;
 } pg_gen_model_options;
 
 /* A tiny default: hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512, F32,
@@ -59,13 +76,19 @@ void pg_gen_model_defaults(pg_gen_model_options *o);
  * theta 500000, tied, BF16, bos 128000, eos 128001). Errors:
  * PAGODA_ERR_INVALID_ARG for an unknown name. */
 pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name);
+/* Shape, RoPE, eps and token ids of `src` into o, and o->from = src (its
+ * weights are then written instead of random ones: a converter).
+ * Errors: PAGODA_ERR_UNSUPPORTED (rope scaling other than none / llama3). */
+pagoda_status pg_gen_model_options_from(pg_gen_model_options *o, const pg_model_source *src);
+
 /* Write the requested forms. Errors: PAGODA_ERR_INVALID_ARG (inconsistent
  * shape, dtype not allowed for the form), PAGODA_ERR_IO, PAGODA_ERR_NOMEM,
  * and the errors of opening vocab_gguf. */
 pagoda_status pg_gen_model_write(const pg_gen_model_options *o);
 
 /* Row `row` (HF layout) of tensor `hf_name` with `ncols` columns, as f32
- * before any dtype conversion. 1-D tensors are one row. */
+ * before any dtype conversion (with ct_dense: after quantize-dequantize).
+ * 1-D tensors are one row. */
 void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_t row,
                       int64_t ncols, float *out);
 

@@ -15,6 +15,8 @@
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/qgemm.h"
+#include "model/compressed_tensors.h"
+#include "model/mapped_file.h"
 
 /* ---- weights: what the file holds ---------------------------------------- */
 
@@ -24,6 +26,8 @@ typedef struct linear {
     pg_dtype dtype;
     const float *bias; /* f32 [n_out] owned by the model, or NULL */
     int n_out, n_in;
+    bool ct; /* compressed-tensors quantized layer: w is NULL, use ct_w */
+    pg_ct_layer ct_w;
 } linear;
 
 typedef struct llama_layer {
@@ -56,7 +60,10 @@ struct pg_llama {
     int64_t quant_group; /* its group size (0 = per channel) */
     int lm_head_bits;    /* the lm_head's quantization (0 = kept as is) */
     int64_t lm_head_group;
+    pg_dtype compute;    /* GEMM dtype of float weights: PG_DTYPE_COUNT (auto), F32, BF16 */
     pg_packed_weight *lm_head_packed;
+    const pg_ct_config *ct; /* compressed-tensors checkpoint (owned by the source), or NULL */
+    int n_ct;               /* its quantized linear layers */
 };
 
 /* ---- run state: what a run holds ----------------------------------------- */
@@ -159,6 +166,16 @@ static pagoda_status get_linear(pg_llama *m, const pg_model_source *src, const c
                                 int n_out, int n_in, bool with_bias, linear *out) {
     char name[160];
     const pg_tensor *t;
+    if (m->ct && pg_ct_quantized(m->ct, prefix)) {
+        *out = (linear){.n_out = n_out, .n_in = n_in, .ct = true};
+        pagoda_status st = pg_ct_find_layer(m->ct, src, prefix, n_out, n_in, &out->ct_w);
+        if (st != PAGODA_OK) return st;
+        out->dtype = out->ct_w.weight->dtype;
+        m->n_ct++;
+        if (!with_bias) return PAGODA_OK;
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        return get_vector(m, src, name, n_out, false, &out->bias);
+    }
     snprintf(name, sizeof name, "%s.weight", prefix);
     pagoda_status st = get_tensor(src, name, n_out, n_in, false, &t);
     if (st != PAGODA_OK) return st;
@@ -235,6 +252,9 @@ static pagoda_status load_weights(pg_llama *m, const pg_model_source *src) {
     /* LM head: its own tensor when the file has one, else the tied embedding. */
     const pg_tensor *head;
     bool need_head = !c->tie_word_embeddings;
+    if (m->ct && pg_ct_quantized(m->ct, "lm_head") &&
+        (need_head || pg_model_source_tensor(src, "lm_head.weight_scale")))
+        return get_linear(m, src, "lm_head", c->vocab_size, H, false, &m->w.lm_head);
     if ((st = get_tensor(src, "lm_head.weight", c->vocab_size, H, !need_head, &head))) return st;
     if (!head) head = m->w.embed;
     m->w.lm_head =
@@ -286,9 +306,11 @@ pagoda_status pg_llama_load(const pg_model_source *src, int max_context, pg_llam
     pg_llama *m = calloc(1, sizeof *m);
     if (!m) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
     m->cfg = *c;
+    m->compute = PG_DTYPE_COUNT;
     m->q_dim = c->num_attention_heads * c->head_dim;
     m->kv_dim = c->num_key_value_heads * c->head_dim;
     m->max_context = c->max_position_embeddings;
+    m->ct = pg_model_source_ct(src);
     if (max_context > 0 && (m->max_context <= 0 || max_context < m->max_context))
         m->max_context = max_context;
     if (m->max_context <= 0) {
@@ -539,6 +561,10 @@ pagoda_status pg_llama_forward(const pg_llama *m, pg_llama_state *s, const int32
     if (n_tokens < 1 || start_pos < 0)
         return pg_error(PAGODA_ERR_INVALID_ARG, "llama: bad forward call (%d tokens at %d)",
                         n_tokens, start_pos);
+    if (m->n_ct)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "llama: compressed-tensors layers run only in the batched forward "
+                        "(pg_llama_pack + pg_llama_forward_batch)");
     int ctx = m->max_context < s->kv->max_positions ? m->max_context : s->kv->max_positions;
     if (start_pos > ctx - n_tokens)
         return pg_error(PAGODA_ERR_LIMIT,
@@ -566,26 +592,158 @@ static bool packable(pg_dtype t) {
     return t == PG_F32 || t == PG_F16 || t == PG_BF16 || t == PG_Q8_0 || t == PG_Q4_0;
 }
 
+/* ---- compressed-tensors layers: unpacked once into int8 + f32 scales and
+ * packed straight for the W8A8 / W4A8 kernels (no float detour); the
+ * mapped pages of the source tensors are dropped afterwards. */
+
+typedef struct ct_buf {
+    int8_t *q;
+    float *s;
+    pg_qweight w;
+} ct_buf;
+
+static void ct_buf_free(ct_buf *b) {
+    pg_free(b->q);
+    pg_free(b->s);
+    b->q = NULL;
+    b->s = NULL;
+}
+
+/* Unpack the n layers ls[] (same K) stacked row-wise into one weight. */
+static pagoda_status ct_stack(const pg_llama *m, const linear *const *ls, int n, ct_buf *b) {
+    int64_t N = 0, K = ls[0]->n_in;
+    for (int i = 0; i < n; i++)
+        N += ls[i]->n_out;
+    const int64_t ng = pg_qweight_ngroups(K, m->ct->group);
+    b->q = pg_malloc_aligned((size_t)(N * K));
+    b->s = pg_malloc_aligned((size_t)(N * ng) * sizeof(float));
+    if (!b->q || !b->s) {
+        ct_buf_free(b);
+        return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory unpacking compressed-tensors");
+    }
+    int64_t row = 0;
+    for (int i = 0; i < n; i++) {
+        const pg_ct_layer *t = &ls[i]->ct_w;
+        pagoda_status st = pg_ct_unpack(m->ct, t->weight, t->shape, t->scale, b->q + row * K,
+                                        b->s + row * ng, &b->w);
+        if (st != PAGODA_OK) {
+            ct_buf_free(b);
+            return st;
+        }
+        row += ls[i]->n_out;
+    }
+    b->w = (pg_qweight){m->ct->bits, m->ct->group, N, K, b->q, b->s, 0};
+    return PAGODA_OK;
+}
+
+/* The source pages of a packed layer are not read again. */
+static void ct_release(const linear *l) {
+    pg_mapped_release(l->ct_w.weight->data, l->ct_w.weight->nbytes);
+    pg_mapped_release(l->ct_w.scale->data, l->ct_w.scale->nbytes);
+}
+
+/* Pack compressed-tensors layers: ls[0..n) stacked (QKV), or a SwiGLU pair
+ * (gate, up) when up is given. */
+static pagoda_status ct_pack(const pg_llama *m, const linear *const *ls, int n, const linear *up,
+                             pg_packed_weight **out) {
+    ct_buf b = {0}, bu = {0};
+    pagoda_status st = ct_stack(m, ls, n, &b);
+    if (st == PAGODA_OK && up) st = ct_stack(m, &up, 1, &bu);
+    if (st == PAGODA_OK) st = pg_gemm_pack_qweight(&b.w, up ? &bu.w : NULL, NULL, out);
+    ct_buf_free(&b);
+    ct_buf_free(&bu);
+    if (st != PAGODA_OK) return st;
+    for (int i = 0; i < n; i++)
+        ct_release(ls[i]);
+    if (up) ct_release(up);
+    return PAGODA_OK;
+}
+
+/* Mixed quantized and ignored (float) weights in one fused GEMM. */
+static pagoda_status ct_mixed(const char *what, int layer) {
+    return pg_error(PAGODA_ERR_UNSUPPORTED,
+                    "llama: layer %d: %s mix compressed-tensors quantized and ignored (float) "
+                    "weights: not supported",
+                    layer, what);
+}
+
+static bool is_float(pg_dtype t) {
+    return t == PG_F32 || t == PG_F16 || t == PG_BF16;
+}
+
+/* The dtype a float weight of source dtype t is packed from under the
+ * model's compute dtype (see pg_llama_set_compute_dtype). */
+static pg_dtype pack_dtype(const pg_llama *m, pg_dtype t) {
+    if (!is_float(t) || m->compute == PG_DTYPE_COUNT) return t;
+    if (m->compute == PG_F32) return PG_F32;
+    return t == PG_F32 ? PG_BF16 : t; /* BF16 compute: F16 already packs to BF16 panels */
+}
+
+/* W [N, K] of dtype t converted to `to` (F32 or BF16) in a new buffer. */
+static void *convert_rows(pg_dtype t, const void *W, int64_t N, int64_t K, pg_dtype to) {
+    size_t n = (size_t)N * (size_t)K;
+    void *dst = malloc(n * (to == PG_F32 ? 4 : 2));
+    if (!dst) return NULL;
+    if (to == PG_F32) {
+        pg_dequant_row(t, W, dst, n);
+    } else {
+        const float *src = W; /* only F32 -> BF16 is asked for */
+        uint16_t *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = pg_f32_to_bf16(src[i]);
+    }
+    return dst;
+}
+
 /* Pack W (and W_up for a SwiGLU pair), quantizing float weights when the
- * model asks for it (quantize 0: the lm_head, which stays unquantized). */
+ * model asks for it (quantize 0: as stored; pg_llama_pack quantizes the
+ * lm_head by its own policy), and
+ * converting them to the compute dtype's pack dtype first otherwise. */
 static pagoda_status pack_w(const pg_llama *m, int quantize, pg_dtype t, const void *W,
                             const void *W_up, int64_t N, int64_t K, pg_packed_weight **out) {
-    if (quantize && m->quant_bits && (t == PG_F32 || t == PG_F16 || t == PG_BF16))
+    if (quantize && m->quant_bits && is_float(t))
         return pg_gemm_pack_quantize(t, W, W_up, N, K, m->quant_bits, m->quant_group, 0, NULL,
                                      pg_pool_default(), out);
-    return W_up ? pg_gemm_pack_swiglu(t, W, W_up, N, K, NULL, out)
-                : pg_gemm_pack(t, W, N, K, NULL, out);
+    pg_dtype to = pack_dtype(m, t);
+    void *cw = NULL, *cu = NULL;
+    if (to != t) {
+        cw = convert_rows(t, W, N, K, to);
+        cu = W_up ? convert_rows(t, W_up, N, K, to) : NULL;
+        if (!cw || (W_up && !cu)) {
+            free(cw);
+            free(cu);
+            return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory converting a %s weight to %s",
+                            pg_dtype_name(t), pg_dtype_name(to));
+        }
+        W = cw;
+        W_up = cu;
+    }
+    pagoda_status st = W_up ? pg_gemm_pack_swiglu(to, W, W_up, N, K, NULL, out)
+                            : pg_gemm_pack(to, W, N, K, NULL, out);
+    free(cw);
+    free(cu);
+    return st;
 }
 
 static pagoda_status pack_one(const pg_llama *m, int quantize, const linear *l,
                               pg_packed_weight **out) {
     *out = NULL;
+    if (l->ct) return ct_pack(m, &l, 1, NULL, out);
     if (!packable(l->dtype)) return PAGODA_OK;
     return pack_w(m, quantize, l->dtype, l->w, NULL, l->n_out, l->n_in, out);
 }
 
 /* Q, K and V rows stacked into one [q_dim + 2 kv_dim, hidden] weight. */
-static pagoda_status pack_qkv(const pg_llama *m, llama_layer *L) {
+static pagoda_status stack_qkv_bias(const pg_llama *m, llama_layer *L);
+
+static pagoda_status pack_qkv(const pg_llama *m, llama_layer *L, int layer) {
+    if (L->wq.ct || L->wk.ct || L->wv.ct) {
+        if (!L->wq.ct || !L->wk.ct || !L->wv.ct) return ct_mixed("q/k/v_proj", layer);
+        const linear *ls[3] = {&L->wq, &L->wk, &L->wv};
+        pagoda_status st = ct_pack(m, ls, 3, NULL, &L->qkv);
+        if (st != PAGODA_OK || !L->wq.bias) return st;
+        return stack_qkv_bias(m, L);
+    }
     if (!packable(L->wq.dtype) || L->wk.dtype != L->wq.dtype || L->wv.dtype != L->wq.dtype)
         return PAGODA_OK;
     size_t row = pg_dtype_row_bytes(L->wq.dtype, (size_t)m->cfg.hidden_size);
@@ -599,6 +757,12 @@ static pagoda_status pack_qkv(const pg_llama *m, llama_layer *L) {
         pack_w(m, 1, L->wq.dtype, tmp, NULL, (int64_t)(nq + 2 * nkv), m->cfg.hidden_size, &L->qkv);
     free(tmp);
     if (st != PAGODA_OK || !L->wq.bias) return st;
+    return stack_qkv_bias(m, L);
+}
+
+/* The Q, K, V biases as one vector for the fused QKV GEMM. */
+static pagoda_status stack_qkv_bias(const pg_llama *m, llama_layer *L) {
+    size_t nq = (size_t)m->q_dim, nkv = (size_t)m->kv_dim;
     L->qkv_bias = pg_malloc_aligned((nq + 2 * nkv) * sizeof(float));
     if (!L->qkv_bias) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
     memcpy(L->qkv_bias, L->wq.bias, nq * sizeof(float));
@@ -616,6 +780,10 @@ pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
                         (long long)group);
     if (m->packed && (bits != m->quant_bits || group != m->quant_group))
         return pg_error(PAGODA_ERR_INVALID_ARG, "llama: already packed with other quantization");
+    if (bits && m->ct)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "llama: the checkpoint is already quantized (compressed-tensors "
+                        "quantization_config): load it without --quantization");
     m->quant_bits = bits;
     m->quant_group = group;
     /* lm_head policy (docs/QUANTIZATION.md): W8 per channel for W8A8, W4
@@ -639,17 +807,35 @@ pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
     return pg_llama_pack(m);
 }
 
+pagoda_status pg_llama_set_compute_dtype(pg_llama *m, pg_dtype compute) {
+    if (compute != PG_DTYPE_COUNT && compute != PG_F32 && compute != PG_BF16)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: compute dtype %s (need auto, F32 or BF16)",
+                        pg_dtype_name(compute));
+    if (m->packed && compute != m->compute)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "llama: already packed with another compute dtype");
+    m->compute = compute;
+    return PAGODA_OK;
+}
+
+pg_dtype pg_llama_compute_dtype(const pg_llama *m) {
+    return m->compute;
+}
+
 pagoda_status pg_llama_pack(pg_llama *m) {
     if (m->packed) return PAGODA_OK;
     pagoda_status st;
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         llama_layer *L = &m->w.layers[l];
-        if ((st = pack_qkv(m, L)) != PAGODA_OK) return st;
+        if ((st = pack_qkv(m, L, l)) != PAGODA_OK) return st;
         if ((st = pack_one(m, 1, &L->wo, &L->o)) != PAGODA_OK) return st;
         if ((st = pack_one(m, 1, &L->w_down, &L->down)) != PAGODA_OK) return st;
-        if (packable(L->w_gate.dtype) && L->w_up.dtype == L->w_gate.dtype &&
-            (st = pack_w(m, 1, L->w_gate.dtype, L->w_gate.w, L->w_up.w, L->w_gate.n_out,
-                         L->w_gate.n_in, &L->gate_up)) != PAGODA_OK)
+        if (L->w_gate.ct != L->w_up.ct) return ct_mixed("gate/up_proj", l);
+        if (L->w_gate.ct) {
+            const linear *g = &L->w_gate;
+            if ((st = ct_pack(m, &g, 1, &L->w_up, &L->gate_up)) != PAGODA_OK) return st;
+        } else if (packable(L->w_gate.dtype) && L->w_up.dtype == L->w_gate.dtype &&
+                   (st = pack_w(m, 1, L->w_gate.dtype, L->w_gate.w, L->w_up.w, L->w_gate.n_out,
+                                L->w_gate.n_in, &L->gate_up)) != PAGODA_OK)
             return st;
         if (m->quant_bits)
             PG_INFO("llama: quantized layer %d/%d to W%dA8", l + 1, m->cfg.num_hidden_layers,
@@ -658,8 +844,7 @@ pagoda_status pg_llama_pack(pg_llama *m) {
     /* The lm_head (often the tied embedding: the embedding lookup keeps
      * reading the original) gets its own quantized packed copy. */
     const linear *h = &m->w.lm_head;
-    if (m->lm_head_bits && packable(h->dtype) &&
-        (h->dtype == PG_F32 || h->dtype == PG_F16 || h->dtype == PG_BF16))
+    if (m->lm_head_bits && !h->ct && is_float(h->dtype))
         st = pg_gemm_pack_quantize(h->dtype, h->w, NULL, h->n_out, h->n_in, m->lm_head_bits,
                                    m->lm_head_group, 0, NULL, pg_pool_default(),
                                    &m->lm_head_packed);

@@ -115,6 +115,25 @@ pagoda_status pg_llama_pack(pg_llama *model);
  * PAGODA_QUANT_LM_HEAD), those of pg_gemm_pack_quantize. */
 pagoda_status pg_llama_pack_quantized(pg_llama *model, int bits, int64_t group);
 
+/* The precision of the batched forward's GEMMs (vLLM's --dtype), chosen
+ * before pg_llama_pack: `compute` is
+ *   PG_DTYPE_COUNT (auto, the default): each float linear weight keeps its
+ *     own path: F32 -> F32 GEMM (f32 activations), F16/BF16 -> BF16 GEMM
+ *     (activations rounded to BF16 per call; kernels/gemm.h);
+ *   PG_F32: every float linear weight (lm_head too) is widened to F32
+ *     (exact for F16/BF16) and packed for the F32 GEMM, so every activation
+ *     stays f32: the math of an f32 reference (numpy / HF in float32);
+ *   PG_BF16: every float linear weight is packed as BF16 (F32 rounds to
+ *     nearest even at pack time, F16 as in gemm.h), the fast path.
+ * Quantized weights (Q8_0/Q4_0, --quantization) are not affected: their
+ * activations are per-token int8 whatever the dtype; only float weights
+ * change. Embedding rows and norm weights are f32 copies in every mode.
+ * Errors: PAGODA_ERR_INVALID_ARG (another dtype; already packed with
+ * another compute dtype). */
+pagoda_status pg_llama_set_compute_dtype(pg_llama *model, pg_dtype compute);
+/* The compute dtype set above (PG_DTYPE_COUNT = auto). */
+pg_dtype pg_llama_compute_dtype(const pg_llama *model);
+
 /* Activations + GEMM/attention scratch for steps of at most max_tokens
  * tokens and max_seqs requests whose KV is at most max_model_len tokens long,
  * over caches shaped like `kv_layout` (dtype, block size), with n_threads

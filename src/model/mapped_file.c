@@ -93,3 +93,11 @@ pagoda_status pg_read_small_file(const char *path, size_t max_bytes, char **out,
     if (len) *len = size;
     return PAGODA_OK;
 }
+
+void pg_mapped_release(const void *p, size_t n) {
+    long ps = sysconf(_SC_PAGESIZE);
+    if (!p || ps <= 0) return;
+    uintptr_t a = (uintptr_t)p, e = a + n, page = (uintptr_t)ps;
+    uintptr_t a0 = (a + page - 1) / page * page, e0 = e / page * page;
+    if (e0 > a0) (void)madvise((void *)a0, e0 - a0, MADV_DONTNEED);
+}

@@ -21,6 +21,12 @@ pagoda_status pg_mapped_file_open(const char *path, pg_mapped_file *out);
 /* Unmap and free; safe on a zeroed struct. */
 void pg_mapped_file_close(pg_mapped_file *f);
 
+/* Drop the resident pages wholly inside [p, p + n) of a mapping
+ * (madvise MADV_DONTNEED): for weights that were repacked and will not be
+ * read again. Reading them later still works (the file is paged in again).
+ * Best effort: errors are ignored. */
+void pg_mapped_release(const void *p, size_t n);
+
 /* Read a small whole file (JSON configs) into a malloc'ed NUL-terminated
  * buffer; *len gets the size (may be NULL). Files above max_bytes are
  * refused with PAGODA_ERR_LIMIT. Errors as pg_mapped_file_open. */

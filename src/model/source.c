@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "base/log.h"
+#include "model/compressed_tensors.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
 #include "model/mapped_file.h"
@@ -26,6 +27,7 @@ struct pg_model_source {
     pg_model_config cfg;
     pg_generation_defaults gen;
     char *chat_template;
+    pg_ct_config ct; /* quantization_config (format PG_CT_NONE when dense) */
     pg_gguf *gguf;
     pg_safetensors **shards;
     size_t n_shards;
@@ -280,6 +282,7 @@ static pagoda_status open_hf(pg_model_source *src) {
     if (s) return s;
     snprintf(src->config_desc, sizeof src->config_desc, "%s", path);
     s = pg_hf_config_parse(json, len, path, &src->cfg);
+    if (!s) s = pg_ct_config_parse(json, len, path, &src->ct);
     free(json);
     if (s) return s;
     s = read_json(src->path, "generation_config.json", false, &json, &len, path, sizeof path);
@@ -314,7 +317,8 @@ static pagoda_status open_hf(pg_model_source *src) {
     if (s) return s;
     for (size_t i = 0; i < src->n_tensors; i++) {
         pg_dtype t = src->tensors[i].dtype;
-        if (t != PG_F32 && t != PG_F16 && t != PG_BF16 && t != PG_I8 && t != PG_U8 && t != PG_I32)
+        if (t != PG_F32 && t != PG_F16 && t != PG_BF16 && t != PG_I8 && t != PG_U8 && t != PG_I32 &&
+            t != PG_I64)
             return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
                             src->weights_desc, src->tensors[i].name, pg_dtype_name(t));
     }
@@ -508,6 +512,29 @@ static pagoda_status expect(const pg_model_source *src, const char *name, bool r
     return PAGODA_OK;
 }
 
+/* A linear weight "X.weight" [d0, d1]: in a compressed-tensors checkpoint a
+ * quantized layer holds X.weight (int8) or X.weight_packed + X.weight_shape,
+ * and X.weight_scale instead (model/compressed_tensors.h). */
+static pagoda_status expect_linear(const pg_model_source *src, const char *name, bool required,
+                                   int64_t d0, int64_t d1, const char *why) {
+    char layer[256];
+    size_t n = strlen(name);
+    if (src->ct.format == PG_CT_NONE || n < 7 || n - 7 >= sizeof layer ||
+        strcmp(name + n - 7, ".weight"))
+        return expect(src, name, required, d0, d1, why);
+    memcpy(layer, name, n - 7);
+    layer[n - 7] = 0;
+    if (!pg_ct_quantized(&src->ct, layer)) return expect(src, name, required, d0, d1, why);
+    if (!required) { /* a tied lm_head: quantized only if the file has one */
+        char sc[300];
+        snprintf(sc, sizeof sc, "%s.weight_scale", layer);
+        if (!pg_model_source_tensor(src, sc) && !pg_model_source_tensor(src, name))
+            return PAGODA_OK;
+    }
+    pg_ct_layer l;
+    return pg_ct_find_layer(&src->ct, src, layer, d0, d1, &l);
+}
+
 /* Per-layer Llama tensors: dims are codes resolved from the config. */
 enum { D_NONE, D_H, D_Q, D_KV, D_F };
 enum { REQ_ALWAYS, REQ_IF_BIAS, REQ_NEVER };
@@ -547,16 +574,17 @@ static pagoda_status validate_llama(const pg_model_source *src) {
         expect(src, "model.embed_tokens.weight", true, V, H, "vocab_size x hidden_size");
     if (!s) s = expect(src, "model.norm.weight", true, H, -1, "hidden_size");
     if (!s)
-        s = expect(src, "lm_head.weight", !c->tie_word_embeddings, V, H,
-                   "vocab_size x hidden_size");
+        s = expect_linear(src, "lm_head.weight", !c->tie_word_embeddings, V, H,
+                          "vocab_size x hidden_size");
     char n[256];
     for (int l = 0; l < c->num_hidden_layers && !s; l++) {
         for (size_t k = 0; k < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0] && !s; k++) {
             bool req = LAYER_TENSORS[k].req == REQ_ALWAYS ||
                        (LAYER_TENSORS[k].req == REQ_IF_BIAS && c->attention_bias);
             snprintf(n, sizeof n, "model.layers.%d.%s", l, LAYER_TENSORS[k].suffix);
-            s = expect(src, n, req, dims[LAYER_TENSORS[k].d0], dims[LAYER_TENSORS[k].d1],
-                       LAYER_TENSORS[k].why);
+            s = (LAYER_TENSORS[k].d1 == D_NONE ? expect : expect_linear)(
+                src, n, req, dims[LAYER_TENSORS[k].d0], dims[LAYER_TENSORS[k].d1],
+                LAYER_TENSORS[k].why);
         }
     }
     if (s) return s;
@@ -614,6 +642,7 @@ void pg_model_source_free(pg_model_source *src) {
     free(src->shards);
     pg_gguf_close(src->gguf);
     free(src->chat_template);
+    pg_ct_config_free(&src->ct);
     free(src->path);
     free(src);
 }
@@ -638,6 +667,9 @@ bool pg_model_source_is_gguf(const pg_model_source *src) {
 }
 const char *pg_model_source_chat_template(const pg_model_source *src) {
     return src->chat_template;
+}
+const struct pg_ct_config *pg_model_source_ct(const pg_model_source *src) {
+    return src->ct.format == PG_CT_NONE ? NULL : &src->ct;
 }
 const struct pg_gguf *pg_model_source_gguf(const pg_model_source *src) {
     return src->gguf;

@@ -107,6 +107,15 @@ bool pg_model_source_is_gguf(const pg_model_source *src);
  * tokenizer.chat_template, or NULL. */
 const char *pg_model_source_chat_template(const pg_model_source *src);
 
+/* The compressed-tensors quantization_config of a Hugging Face checkpoint
+ * (model/compressed_tensors.h), or NULL for dense checkpoints and GGUF.
+ * When set, each linear layer X it quantizes (pg_ct_quantized) holds
+ * X.weight (int8) or X.weight_packed/X.weight_shape, plus X.weight_scale,
+ * instead of a float X.weight; open checks them (pg_ct_find_layer).
+ * Owned by the source. */
+struct pg_ct_config;
+const struct pg_ct_config *pg_model_source_ct(const pg_model_source *src);
+
 /* The underlying GGUF (for tokenizer.ggml.* metadata, see model/gguf.h), or
  * NULL for Hugging Face sources. Owned by the source. */
 struct pg_gguf;

@@ -1,6 +1,8 @@
 /* OpenAI request parsing/validation and response building (see openai.h). */
 #include "server/openai.h"
 
+#include "server/json_check.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -61,6 +63,8 @@ const char *pg_api_finish_name(pagoda_finish_reason r) {
 typedef struct parse_ctx {
     const cJSON *root;
     pg_api_error *err;
+    const char *body; /* the checked JSON text (top-level members' raw text) */
+    size_t len;
 } parse_ctx;
 
 static const cJSON *field(const parse_ctx *p, const char *name) {
@@ -122,7 +126,18 @@ static pagoda_status get_string(const parse_ctx *p, const char *name, char **out
     return *out ? PAGODA_OK : pg_api_fail(p->err, 500, name, "out of memory");
 }
 
-static pagoda_status parse_ids(const parse_ctx *p, const cJSON *arr, const char *name,
+static const char *type_name(const cJSON *v) {
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsArray(v)) return "a list";
+    if (cJSON_IsObject(v)) return "an object";
+    if (cJSON_IsBool(v)) return "a boolean";
+    return "null";
+}
+
+/* Token ids of `arr`. outer != SIZE_MAX: arr is item `outer` of a list of
+ * token-id lists (error messages name both indices). */
+static pagoda_status parse_ids(const parse_ctx *p, const cJSON *arr, const char *name, size_t outer,
                                int32_t **ids, size_t *n) {
     size_t cnt = (size_t)cJSON_GetArraySize(arr);
     *ids = NULL;
@@ -135,8 +150,19 @@ static pagoda_status parse_ids(const parse_ctx *p, const cJSON *arr, const char 
     cJSON_ArrayForEach(it, arr) {
         if (!is_int(it) || it->valuedouble < 0 || it->valuedouble > 2147483647.0) {
             free(v);
+            char what[48];
+            if (cJSON_IsNumber(it))
+                snprintf(what, sizeof what, "%.17g", it->valuedouble);
+            else
+                snprintf(what, sizeof what, "%s", type_name(it));
+            if (outer != SIZE_MAX)
+                return pg_api_fail(p->err, 400, name,
+                                   "'%s' item %zu: token %zu must be a non-negative integer "
+                                   "token id, got %s",
+                                   name, outer, i, what);
             return pg_api_fail(p->err, 400, name,
-                               "'%s' must hold non-negative integer token ids (item %zu)", name, i);
+                               "'%s' item %zu must be a non-negative integer token id, got %s",
+                               name, i, what);
         }
         v[i++] = (int32_t)it->valuedouble;
     }
@@ -147,12 +173,10 @@ static pagoda_status parse_ids(const parse_ctx *p, const cJSON *arr, const char 
 
 /* ---------------------------------------------------------------- prompts */
 
-static bool all_ints(const cJSON *arr) {
-    const cJSON *it;
-    cJSON_ArrayForEach(it, arr) if (!cJSON_IsNumber(it)) return false;
-    return true;
-}
+#define PROMPT_FORMS "a string, a list of strings, a list of token ids or a list of token-id lists"
 
+/* OpenAI / vLLM accept exactly four prompt forms; the first item of a list
+ * decides which one it is and every other item must match it. */
 static pagoda_status parse_prompts(const parse_ctx *p, pg_api_request *r) {
     const cJSON *f = field(p, "prompt");
     if (!f) return pg_api_fail(p->err, 400, "prompt", "'prompt' is required");
@@ -166,17 +190,22 @@ static pagoda_status parse_prompts(const parse_ctx *p, pg_api_request *r) {
         return PAGODA_OK;
     }
     if (!cJSON_IsArray(f))
-        return pg_api_fail(p->err, 400, "prompt",
-                           "'prompt' must be a string, a list of strings, a list of token ids "
-                           "or a list of token-id lists");
+        return pg_api_fail(p->err, 400, "prompt", "'prompt' must be " PROMPT_FORMS ", got %s",
+                           type_name(f));
     int cnt = cJSON_GetArraySize(f);
     if (cnt == 0) return pg_api_fail(p->err, 400, "prompt", "'prompt' is empty");
-    if (all_ints(f)) { /* one prompt of token ids */
+    const cJSON *first = f->child;
+    if (cJSON_IsNumber(first)) { /* one prompt of token ids */
         r->prompts = calloc(1, sizeof *r->prompts);
         if (!r->prompts) return pg_api_fail(p->err, 500, "prompt", "out of memory");
         r->n_prompts = 1;
-        return parse_ids(p, f, "prompt", &r->prompts[0].ids, &r->prompts[0].n_ids);
+        return parse_ids(p, f, "prompt", SIZE_MAX, &r->prompts[0].ids, &r->prompts[0].n_ids);
     }
+    if (!cJSON_IsString(first) && !cJSON_IsArray(first))
+        return pg_api_fail(p->err, 400, "prompt",
+                           "'prompt' item 0 is %s; 'prompt' must be " PROMPT_FORMS,
+                           type_name(first));
+    bool strings = cJSON_IsString(first);
     if (cnt > PG_API_MAX_N)
         return pg_api_fail(p->err, 400, "prompt", "at most %d prompts per request, got %d",
                            PG_API_MAX_N, cnt);
@@ -187,19 +216,21 @@ static pagoda_status parse_prompts(const parse_ctx *p, pg_api_request *r) {
     const cJSON *it;
     cJSON_ArrayForEach(it, f) {
         pg_api_prompt *pr = &r->prompts[i];
-        if (cJSON_IsString(it)) {
+        if (strings != (bool)cJSON_IsString(it) || (!strings && !cJSON_IsArray(it)))
+            return pg_api_fail(p->err, 400, "prompt",
+                               "'prompt' item %zu is %s but item 0 is %s: a list prompt holds "
+                               "only strings or only token-id lists",
+                               i, type_name(it), type_name(first));
+        if (strings) {
             if (!it->valuestring[0])
                 return pg_api_fail(p->err, 400, "prompt", "'prompt' item %zu is empty", i);
             if (!(pr->text = strdup(it->valuestring)))
                 return pg_api_fail(p->err, 500, "prompt", "out of memory");
             pr->text_len = strlen(it->valuestring);
-        } else if (cJSON_IsArray(it)) {
+        } else {
             if (cJSON_GetArraySize(it) == 0)
                 return pg_api_fail(p->err, 400, "prompt", "'prompt' item %zu is empty", i);
-            if (parse_ids(p, it, "prompt", &pr->ids, &pr->n_ids)) return PAGODA_ERR_INVALID_ARG;
-        } else {
-            return pg_api_fail(p->err, 400, "prompt",
-                               "'prompt' item %zu must be a string or a list of token ids", i);
+            if (parse_ids(p, it, "prompt", i, &pr->ids, &pr->n_ids)) return PAGODA_ERR_INVALID_ARG;
         }
         i++;
     }
@@ -262,7 +293,39 @@ static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
                                "'chat_template_kwargs' must be an object");
         r->kwargs_json = cJSON_PrintUnformatted(kw);
     }
-    return get_bool(p, "add_generation_prompt", &r->add_generation_prompt);
+    pagoda_status st = get_bool(p, "add_generation_prompt", &r->add_generation_prompt);
+    if (st) return st;
+    if ((st = get_bool(p, "continue_final_message", &r->continue_final_message))) return st;
+    if (!r->continue_final_message) return PAGODA_OK;
+    if (r->add_generation_prompt)
+        return pg_api_fail(p->err, 400, "continue_final_message",
+                           "Cannot set both `continue_final_message` and `add_generation_prompt` "
+                           "to True (add_generation_prompt defaults to true: send "
+                           "\"add_generation_prompt\": false)");
+    /* the text to continue: the content string, or the last text part (HF) */
+    size_t last = i - 1;
+    const cJSON *lm = cJSON_GetArrayItem(f, (int)last);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(lm, "role");
+    if (strcmp(role->valuestring, "assistant") != 0)
+        return pg_api_fail(p->err, 400, "continue_final_message",
+                           "'continue_final_message' needs the last message to be from the "
+                           "assistant, but messages[%zu] has role '%s'",
+                           last, role->valuestring);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(lm, "content");
+    const char *text = cJSON_IsString(content) ? content->valuestring : NULL;
+    if (cJSON_IsArray(content)) {
+        const cJSON *part;
+        cJSON_ArrayForEach(part, content) {
+            text = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        }
+    }
+    if (!text)
+        return pg_api_fail(p->err, 400, "continue_final_message",
+                           "'continue_final_message' is set but messages[%zu] has no text to "
+                           "continue",
+                           last);
+    r->final_text = strdup(text);
+    return r->final_text ? PAGODA_OK : pg_api_fail(p->err, 500, "messages", "out of memory");
 }
 
 /* --------------------------------------------------------------- sampling */
@@ -331,6 +394,30 @@ static pagoda_status parse_logit_bias(const parse_ctx *p, pg_api_request *r) {
     return PAGODA_OK;
 }
 
+/* seed: any int64 as vLLM (Field(ge=-2**63, le=2**63-1)), read exactly from
+ * the number's text rather than through a double (which would round
+ * 9223372036854775807 up out of range). pagoda_sampling.seed < 0 means
+ * "random", so a negative seed maps to seed & INT64_MAX. */
+static pagoda_status get_seed(const parse_ctx *p, int64_t *out) {
+    const cJSON *f = field(p, "seed");
+    if (!f) return PAGODA_OK;
+    const char *raw = NULL;
+    size_t n = 0;
+    long long v = 0;
+    if (!cJSON_IsNumber(f) || !pg_json_member_raw(p->body, p->len, "seed", &raw, &n) ||
+        !pg_json_parse_int64(raw, n, &v)) {
+        if (!cJSON_IsNumber(f))
+            return pg_api_fail(p->err, 400, "seed", "'seed' must be an integer, got %s",
+                               type_name(f));
+        return pg_api_fail(p->err, 400, "seed",
+                           "'seed' must be an integer in [-9223372036854775808, "
+                           "9223372036854775807], got %.*s",
+                           (int)(n < 40 ? n : 40), raw ? raw : "?");
+    }
+    *out = v < 0 ? (int64_t)v & INT64_MAX : (int64_t)v;
+    return PAGODA_OK;
+}
+
 static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
     pagoda_sampling *s = &r->sampling;
     pagoda_status st;
@@ -374,12 +461,7 @@ static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
         return pg_api_fail(p->err, 400, "repetition_penalty",
                            "'repetition_penalty' must be > 0, got %g",
                            (double)s->repetition_penalty);
-    bool has_seed = false;
-    int64_t seed = s->seed;
-    if ((st =
-             get_int64(p, "seed", -9223372036854775807LL, 9223372036854775807LL, &has_seed, &seed)))
-        return st;
-    if (has_seed) s->seed = seed < 0 ? seed & INT64_MAX : seed; /* any int64, as vLLM */
+    if ((st = get_seed(p, &s->seed))) return st;
     if ((st = get_int32(p, "min_tokens", 0, 2147483647LL, &s->min_tokens))) return st;
     if (s->max_tokens > 0 && s->min_tokens > s->max_tokens)
         return pg_api_fail(p->err, 400, "min_tokens",
@@ -397,7 +479,7 @@ static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
                                "'stop_token_ids' must be a list of token ids");
         int32_t *ids = NULL;
         size_t n = 0;
-        if ((st = parse_ids(p, sti, "stop_token_ids", &ids, &n))) return st;
+        if ((st = parse_ids(p, sti, "stop_token_ids", SIZE_MAX, &ids, &n))) return st;
         /* the model's default stop ids (generation_config) stay in force */
         size_t nd = s->n_stop_token_ids;
         if (n + nd) {
@@ -436,6 +518,40 @@ static pagoda_status parse_logprobs(const parse_ctx *p, pg_api_request *r) {
     return PAGODA_OK;
 }
 
+/* Strictly check, then parse a request body that must be a JSON object.
+ * NULL with `err` set (400, or 500 when out of memory) on failure. */
+static cJSON *parse_body(const char *body, size_t len, pg_api_error *err) {
+    pg_json_check_result jr;
+    if (pg_json_check(body, len, PG_JSON_MAX_DEPTH, &jr) != PAGODA_OK) {
+        pg_api_fail(err, 400, NULL, "request body is not valid JSON: %s at byte %zu", jr.message,
+                    jr.offset);
+        return NULL;
+    }
+    if (jr.has_nul) {
+        if (jr.nul_member[0])
+            pg_api_fail(err, 400, jr.nul_member,
+                        "'%s' contains a NUL character (\\u0000, in the string at byte %zu); "
+                        "pagoda does not accept NUL in strings",
+                        jr.nul_member, jr.nul_offset);
+        else
+            pg_api_fail(err, 400, NULL,
+                        "request body contains a NUL character (\\u0000, in the string at byte "
+                        "%zu); pagoda does not accept NUL in strings",
+                        jr.nul_offset);
+        return NULL;
+    }
+    size_t i = 0;
+    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r'))
+        i++; /* the text is valid JSON: its value starts here */
+    if (i == len || body[i] != '{') {
+        pg_api_fail(err, 400, NULL, "request body must be a JSON object");
+        return NULL;
+    }
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) pg_api_fail(err, 500, NULL, "out of memory while parsing the request body");
+    return root;
+}
+
 /* (defaults' stop_token_ids, if any, are borrowed: they must outlive the
  * request, as the engine's own defaults do.) */
 pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
@@ -456,17 +572,10 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
     out->sampling.n_stop = 0;
     out->sampling.logprobs = -1;
 
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) {
-        pg_api_fail(err, 400, NULL, "request body is not valid JSON");
-        return PAGODA_ERR_INVALID_ARG;
-    }
-    parse_ctx p = {root, err};
+    cJSON *root = parse_body(body, len, err);
+    if (!root) return PAGODA_ERR_INVALID_ARG;
+    parse_ctx p = {root, err, body, len};
     pagoda_status st = PAGODA_OK;
-    if (!cJSON_IsObject(root)) {
-        st = pg_api_fail(err, 400, NULL, "request body must be a JSON object");
-        goto done;
-    }
     if ((st = get_string(&p, "model", &out->model))) goto done;
     if ((st = get_string(&p, "user", &out->user))) goto done;
     if (kind == PG_API_COMPLETION) {
@@ -489,7 +598,7 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
                              "'stream_options' is only allowed when 'stream' is true");
             goto done;
         }
-        parse_ctx q = {so, err};
+        parse_ctx q = {so, err, NULL, 0};
         if ((st = get_bool(&q, "include_usage", &out->include_usage))) goto done;
     }
     if ((st = parse_logprobs(&p, out))) goto done;
@@ -512,6 +621,7 @@ void pg_api_request_free(pg_api_request *r) {
     cJSON_free(r->messages_json);
     cJSON_free(r->tools_json);
     cJSON_free(r->kwargs_json);
+    free(r->final_text);
     free(r->user);
     free(r->logit_bias);
     free(r->stop_token_ids);
@@ -520,6 +630,126 @@ void pg_api_request_free(pg_api_request *r) {
             free(r->stop[i]);
     free(r->stop);
     memset(r, 0, sizeof *r);
+}
+
+pagoda_status pg_api_parse_tokenize(const char *body, size_t len, pg_api_request *out,
+                                    pg_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->add_generation_prompt = true;
+    out->logprobs = -1;
+    cJSON *root = parse_body(body, len, err);
+    if (!root) return PAGODA_ERR_INVALID_ARG;
+    parse_ctx p = {root, err, body, len};
+    pagoda_status st;
+    if ((st = get_string(&p, "model", &out->model))) goto done;
+    const cJSON *prompt = field(&p, "prompt");
+    if (prompt) {
+        out->kind = PG_API_COMPLETION;
+        out->add_special_tokens = true;
+        if (!cJSON_IsString(prompt)) {
+            st = pg_api_fail(err, 400, "prompt", "'prompt' must be a string, got %s",
+                             type_name(prompt));
+            goto done;
+        }
+        out->prompts = calloc(1, sizeof *out->prompts);
+        if (!out->prompts || !(out->prompts[0].text = strdup(prompt->valuestring))) {
+            st = pg_api_fail(err, 500, "prompt", "out of memory");
+            goto done;
+        }
+        out->prompts[0].text_len = strlen(prompt->valuestring);
+        out->n_prompts = 1;
+    } else if (field(&p, "messages")) {
+        out->kind = PG_API_CHAT;
+        if ((st = parse_messages(&p, out))) goto done;
+    } else {
+        st = pg_api_fail(err, 400, "prompt",
+                         "'prompt' (a string) or 'messages' (a list) is required");
+        goto done;
+    }
+    if ((st = get_bool(&p, "add_special_tokens", &out->add_special_tokens))) goto done;
+    st = get_bool(&p, "return_token_strs", &out->return_token_strs);
+done:
+    cJSON_Delete(root);
+    if (st) pg_api_request_free(out);
+    return st ? PAGODA_ERR_INVALID_ARG : PAGODA_OK;
+}
+
+pagoda_status pg_api_parse_detokenize(const char *body, size_t len, pg_api_request *out,
+                                      pg_api_error *err) {
+    memset(out, 0, sizeof *out);
+    out->logprobs = -1;
+    cJSON *root = parse_body(body, len, err);
+    if (!root) return PAGODA_ERR_INVALID_ARG;
+    parse_ctx p = {root, err, body, len};
+    pagoda_status st;
+    if ((st = get_string(&p, "model", &out->model))) goto done;
+    const cJSON *toks = field(&p, "tokens");
+    if (!cJSON_IsArray(toks)) {
+        st = pg_api_fail(err, 400, "tokens", "'tokens' (a list of token ids) is required");
+        goto done;
+    }
+    out->prompts = calloc(1, sizeof *out->prompts);
+    if (!out->prompts) {
+        st = pg_api_fail(err, 500, "tokens", "out of memory");
+        goto done;
+    }
+    out->n_prompts = 1;
+    st = parse_ids(&p, toks, "tokens", SIZE_MAX, &out->prompts[0].ids, &out->prompts[0].n_ids);
+done:
+    cJSON_Delete(root);
+    if (st) pg_api_request_free(out);
+    return st ? PAGODA_ERR_INVALID_ARG : PAGODA_OK;
+}
+
+pagoda_status pg_api_check_model(const char *requested, const char *served, pg_api_error *err) {
+    if (!requested || !strcmp(requested, served)) return PAGODA_OK;
+    pg_api_fail(err, 404, "model", "The model `%s` does not exist (this server serves `%s`).",
+                requested, served);
+    err->code = "model_not_found";
+    return PAGODA_ERR_NOT_FOUND;
+}
+
+pagoda_status pg_api_check_capacity(size_t n_choices, int64_t max_num_seqs, int64_t max_queue,
+                                    pg_api_error *err) {
+    if ((int64_t)n_choices <= max_num_seqs + max_queue) return PAGODA_OK;
+    return pg_api_fail(err, 400, "n",
+                       "this request needs %zu sequences (prompts x n) but the server holds at "
+                       "most %lld at once (--max-num-seqs %lld running + --max-queue %lld "
+                       "waiting); lower n or send fewer prompts",
+                       n_choices, (long long)(max_num_seqs + max_queue), (long long)max_num_seqs,
+                       (long long)max_queue);
+}
+
+static bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+pagoda_status pg_api_continue_final(const char *rendered, size_t len, const char *final_text,
+                                    size_t *keep, pg_api_error *err) {
+    size_t fl = strlen(final_text), a = 0, b = fl;
+    while (a < b && is_space(final_text[a]))
+        a++;
+    while (b > a && is_space(final_text[b - 1]))
+        b--;
+    size_t sl = b - a; /* final_text.strip() */
+    size_t loc = SIZE_MAX;
+    if (sl <= len)
+        for (size_t k = len - sl + 1; k-- > 0;)
+            if (memcmp(rendered + k, final_text + a, sl) == 0) {
+                loc = k;
+                break;
+            }
+    if (loc == SIZE_MAX)
+        return pg_api_fail(err, 400, "continue_final_message",
+                           "continue_final_message is set but the final message does not appear "
+                           "in the chat after applying the chat template (the template changes "
+                           "its text)");
+    /* the template preserved the text (no leading whitespace, trailing kept) */
+    if (a == 0 && loc + fl <= len && memcmp(rendered + loc, final_text, fl) == 0)
+        *keep = loc + fl;
+    else
+        *keep = loc + sl;
+    return PAGODA_OK;
 }
 
 pagoda_status pg_api_check_length(int32_t n_prompt, int32_t max_tokens, int32_t max_model_len,

@@ -56,12 +56,16 @@ typedef struct pg_api_request {
     char *model;            /* NULL when absent */
     pg_api_prompt *prompts; /* completions: >= 1 prompts */
     size_t n_prompts;
-    char *messages_json;        /* chat: the messages array re-serialized */
-    char *tools_json;           /* chat: tools array or NULL */
-    char *kwargs_json;          /* chat: chat_template_kwargs object or NULL */
-    bool add_generation_prompt; /* chat, default true */
-    bool add_special_tokens;    /* completions default true, chat default false */
-    int32_t n;                  /* choices per prompt, >= 1 */
+    char *messages_json;         /* chat: the messages array re-serialized */
+    char *tools_json;            /* chat: tools array or NULL */
+    char *kwargs_json;           /* chat: chat_template_kwargs object or NULL */
+    bool add_generation_prompt;  /* chat, default true */
+    bool continue_final_message; /* chat (vLLM): the prompt ends inside the final
+                                    assistant message (see pg_api_continue_final) */
+    char *final_text;            /* that message's text (continue_final_message) */
+    bool return_token_strs;      /* /tokenize (vLLM): also return the token pieces */
+    bool add_special_tokens;     /* completions default true, chat default false */
+    int32_t n;                   /* choices per prompt, >= 1 */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
     bool echo;          /* completions: prepend the prompt text */
@@ -73,17 +77,62 @@ typedef struct pg_api_request {
     char **stop;
 } pg_api_request;
 
-/* Parse and validate a JSON body. `defaults` gives the sampling defaults
+/* Parse and validate a JSON body. The body must be strict RFC 8259 JSON
+ * (src/server/json_check.h: bad escapes, lone surrogates, invalid UTF-8,
+ * raw control characters, bad numbers, trailing text, nesting over
+ * PG_JSON_MAX_DEPTH all give a 400 "request body is not valid JSON: <why>
+ * at byte N"); a string holding U+0000 (\u0000) gives a 400 naming the
+ * field, since pagoda's strings are NUL-terminated. `defaults` gives the sampling defaults
  * (pagoda_sampling_defaults); its stop_token_ids (borrowed, must outlive the
  * request) stay in force and the request's are appended; its other array
  * fields are ignored. On error `err`
  * gets a 400 with the field name and the reason, nothing is allocated and
  * PAGODA_ERR_INVALID_ARG is returned. Unknown fields are ignored; known
  * fields of the wrong type are errors. Context-length checks need the
- * tokenizer and happen later (pg_api_check_length). */
+ * tokenizer and happen later (pg_api_check_length).
+ * Completions: `prompt` is a string, a list of strings, a list of token ids
+ * or a list of token-id lists (not a mix; errors name the item's index).
+ * `seed` is any int64, read exactly from the number's text (vLLM accepts
+ * [-2^63, 2^63-1]); negative seeds map to seed & INT64_MAX.
+ * Chat: continue_final_message needs add_generation_prompt false (its
+ * default is true, as in vLLM) and an assistant message last. */
 pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
                            const pagoda_sampling *defaults, pg_api_request *out, pg_api_error *err);
 void pg_api_request_free(pg_api_request *r);
+
+/* POST /tokenize (vLLM's TokenizeCompletionRequest / TokenizeChatRequest):
+ * `prompt` (a string; out->prompts[0], kind COMPLETION, add_special_tokens
+ * default true) or `messages` (validated as for chat; kind CHAT,
+ * add_special_tokens default false, add_generation_prompt default true,
+ * tools, chat_template_kwargs, continue_final_message), `model`,
+ * `return_token_strs`. Same JSON strictness and errors as pg_api_parse. */
+pagoda_status pg_api_parse_tokenize(const char *body, size_t len, pg_api_request *out,
+                                    pg_api_error *err);
+
+/* POST /detokenize: `tokens` (non-negative integer ids; vocabulary range is
+ * checked by the caller) and `model`. out->prompts[0].ids holds the ids. */
+pagoda_status pg_api_parse_detokenize(const char *body, size_t len, pg_api_request *out,
+                                      pg_api_error *err);
+
+/* `model` of a request against the served name: NULL (absent) or equal is
+ * fine; anything else is a 404 with code "model_not_found", as vLLM. */
+pagoda_status pg_api_check_model(const char *requested, const char *served, pg_api_error *err);
+
+/* n_choices engine requests (prompts x n) against what the server can ever
+ * hold at once, max_num_seqs running + max_queue waiting: more can never be
+ * admitted, so that is a 400 naming both limits (a transiently full queue
+ * is the server's 503 + Retry-After instead). */
+pagoda_status pg_api_check_capacity(size_t n_choices, int64_t max_num_seqs, int64_t max_queue,
+                                    pg_api_error *err);
+
+/* continue_final_message: the length of `rendered` (a chat rendered with
+ * add_generation_prompt false) to keep so that the prompt ends right after
+ * the final message's text, as HF transformers' apply_chat_template does:
+ * find the last occurrence of final_text stripped of whitespace; keep the
+ * text's trailing whitespace when the template preserved the text exactly.
+ * 400 when the template does not reproduce the text. */
+pagoda_status pg_api_continue_final(const char *rendered, size_t len, const char *final_text,
+                                    size_t *keep, pg_api_error *err);
 
 /* Check a prompt of n_prompt tokens against the context (max_model_len):
  * an empty prompt, a prompt that fills the context, or prompt + max_tokens

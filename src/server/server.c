@@ -35,7 +35,8 @@ struct pg_server {
     char *api_key;
     char *chat_template;
     size_t max_body;
-    int64_t inflight_limit;
+    int64_t inflight_limit; /* max_num_seqs + max_queue engine requests */
+    int64_t max_num_seqs, max_queue;
     int32_t max_model_len;
     int32_t special_ids[2]; /* what tokenize("", add_special) adds: BOS [, EOS] */
     size_t n_special_ids;
@@ -369,6 +370,25 @@ static pagoda_status encode_rendered(pg_server *s, const char *text, size_t len,
     return PAGODA_OK;
 }
 
+/* Render a chat request's messages (continue_final_message: cut after the
+ * final message's text). *text is malloc'ed. */
+static pagoda_status render_chat(pg_server *s, const pg_api_request *r, char **text,
+                                 pg_api_error *err) {
+    char *t = NULL;
+    if (pagoda_apply_chat_template(s->e, r->messages_json, r->tools_json, r->kwargs_json,
+                                   r->add_generation_prompt, s->chat_template, &t) != PAGODA_OK)
+        return pg_api_fail(err, 400, "messages", "%s", pagoda_last_error());
+    size_t keep = strlen(t);
+    if (r->continue_final_message &&
+        pg_api_continue_final(t, keep, r->final_text, &keep, err) != PAGODA_OK) {
+        pagoda_free(t);
+        return PAGODA_ERR_INVALID_ARG;
+    }
+    *text = strndup(t, keep);
+    pagoda_free(t);
+    return *text ? PAGODA_OK : pg_api_fail(err, 500, NULL, "out of memory");
+}
+
 /* Tokenize every prompt (chat: render the template first) and check lengths.
  * On success ids[i] / n_ids[i] are malloc'ed and echo texts set. */
 static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out, size_t **n_out,
@@ -376,20 +396,15 @@ static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out, s
     pg_api_request *r = &j->req;
     if (r->kind == PG_API_CHAT) {
         char *text = NULL;
-        if (pagoda_apply_chat_template(s->e, r->messages_json, r->tools_json, r->kwargs_json,
-                                       r->add_generation_prompt, s->chat_template,
-                                       &text) != PAGODA_OK)
-            return pg_api_fail(err, 400, "messages", "%s", pagoda_last_error());
+        if (render_chat(s, r, &text, err)) return PAGODA_ERR_INVALID_ARG;
         r->prompts = calloc(1, sizeof *r->prompts);
         if (!r->prompts) {
-            pagoda_free(text);
+            free(text);
             return pg_api_fail(err, 500, NULL, "out of memory");
         }
         r->n_prompts = 1;
-        r->prompts[0].text = strdup(text);
+        r->prompts[0].text = text;
         r->prompts[0].text_len = strlen(text);
-        pagoda_free(text);
-        if (!r->prompts[0].text) return pg_api_fail(err, 500, NULL, "out of memory");
     }
     int32_t **ids = calloc(r->n_prompts, sizeof *ids);
     size_t *n = calloc(r->n_prompts, sizeof *n);
@@ -406,12 +421,18 @@ static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out, s
                                                      r->add_special_tokens, &ids[p], &n[p]);
             if (st) return pg_api_fail(err, 400, "prompt", "%s", pagoda_last_error());
         } else {
-            for (size_t k = 0; k < pr->n_ids; k++)
-                if (pr->ids[k] >= vocab)
+            for (size_t k = 0; k < pr->n_ids; k++) {
+                if (pr->ids[k] < vocab) continue;
+                if (r->n_prompts > 1)
                     return pg_api_fail(err, 400, "prompt",
-                                       "token id %d at prompt position %zu is out of the "
-                                       "vocabulary (size %d)",
-                                       pr->ids[k], k, vocab);
+                                       "'prompt' item %zu: token id %d at position %zu is out "
+                                       "of the vocabulary (size %d)",
+                                       p, pr->ids[k], k, vocab);
+                return pg_api_fail(err, 400, "prompt",
+                                   "token id %d at prompt position %zu is out of the "
+                                   "vocabulary (size %d)",
+                                   pr->ids[k], k, vocab);
+            }
             ids[p] = malloc((pr->n_ids ? pr->n_ids : 1) * sizeof(int32_t));
             if (!ids[p]) return pg_api_fail(err, 500, NULL, "out of memory");
             memcpy(ids[p], pr->ids, pr->n_ids * sizeof(int32_t));
@@ -589,10 +610,9 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
         job_free(j);
         return send_error(c, &err);
     }
-    if (j->req.model && strcmp(j->req.model, s->model_name) != 0) {
-        pg_api_fail(&err, 404, "model", "The model `%s` does not exist (this server serves `%s`).",
-                    j->req.model, s->model_name);
-        err.code = "model_not_found";
+    if (pg_api_check_model(j->req.model, s->model_name, &err) ||
+        pg_api_check_capacity((kind == PG_API_CHAT ? 1 : j->req.n_prompts) * (size_t)j->req.n,
+                              s->max_num_seqs, s->max_queue, &err)) {
         job_free(j);
         return send_error(c, &err);
     }
@@ -670,115 +690,76 @@ static enum MHD_Result handle_models(pg_server *s, struct MHD_Connection *c) {
 
 static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
     pg_server *s = cc->srv;
-    cJSON *root = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return fail(c, 400, NULL, "request body must be a JSON object");
+    pg_api_request r;
+    pg_api_error err;
+    if (pg_api_parse_tokenize(cc->body ? cc->body : "", cc->len, &r, &err) ||
+        pg_api_check_model(r.model, s->model_name, &err)) {
+        pg_api_request_free(&r);
+        return send_error(c, &err);
     }
-    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    const cJSON *add_sp = cJSON_GetObjectItemCaseSensitive(root, "add_special_tokens");
-    const cJSON *add_gen = cJSON_GetObjectItemCaseSensitive(root, "add_generation_prompt");
-    enum MHD_Result ret;
     char *text = NULL;
-    bool text_pagoda = false;
-    if (model && !cJSON_IsNull(model) &&
-        (!cJSON_IsString(model) || strcmp(model->valuestring, s->model_name) != 0)) {
-        pg_api_error err;
-        pg_api_fail(&err, 404, "model", "The model `%s` does not exist.",
-                    cJSON_IsString(model) ? model->valuestring : "?");
-        err.code = "model_not_found";
-        ret = send_error(c, &err);
-        goto out;
+    if (r.kind == PG_API_CHAT && render_chat(s, &r, &text, &err)) {
+        pg_api_request_free(&r);
+        return send_error(c, &err);
     }
-    if ((add_sp && !cJSON_IsBool(add_sp)) || (add_gen && !cJSON_IsBool(add_gen))) {
-        ret = fail(c, 400,
-                   add_sp && !cJSON_IsBool(add_sp) ? "add_special_tokens" : "add_generation_prompt",
-                   "flag must be a boolean");
-        goto out;
-    }
-    bool special = true;
-    if (cJSON_IsString(prompt)) {
-        text = prompt->valuestring;
-        if (add_sp) special = cJSON_IsTrue(add_sp);
-    } else if (cJSON_IsArray(messages)) {
-        char *mj = cJSON_PrintUnformatted(messages);
-        pagoda_status st = pagoda_apply_chat_template(
-            s->e, mj, NULL, NULL, !add_gen || cJSON_IsTrue(add_gen), s->chat_template, &text);
-        cJSON_free(mj);
-        if (st) {
-            ret = fail(c, 400, "messages", pagoda_last_error());
-            goto out;
-        }
-        text_pagoda = true;
-        special = add_sp ? cJSON_IsTrue(add_sp) : false;
-    } else {
-        ret = fail(c, 400, "prompt", "'prompt' (a string) or 'messages' (a list) is required");
-        goto out;
-    }
+    const char *src = text ? text : r.prompts[0].text;
+    size_t src_len = text ? strlen(text) : r.prompts[0].text_len;
     int32_t *ids = NULL;
     size_t n = 0;
-    pagoda_status tst = text_pagoda && !special
-                            ? encode_rendered(s, text, strlen(text), &ids, &n)
-                            : pagoda_tokenize(s->e, text, strlen(text), special, &ids, &n);
-    if (tst) {
-        ret = fail(c, 400, "prompt", pagoda_last_error());
-        goto out;
-    }
+    pagoda_status tst = r.kind == PG_API_CHAT && !r.add_special_tokens
+                            ? encode_rendered(s, src, src_len, &ids, &n)
+                            : pagoda_tokenize(s->e, src, src_len, r.add_special_tokens, &ids, &n);
+    bool want_strs = r.return_token_strs;
+    free(text);
+    pg_api_request_free(&r);
+    if (tst) return fail(c, 400, "prompt", pagoda_last_error());
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "count", (double)n);
     cJSON_AddNumberToObject(o, "max_model_len", s->max_model_len);
     cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
     for (size_t i = 0; i < n; i++)
         cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
-    cJSON_AddNullToObject(o, "token_strs");
+    if (want_strs) { /* vLLM: tokenizer.convert_ids_to_tokens */
+        cJSON *strs = cJSON_AddArrayToObject(o, "token_strs");
+        for (size_t i = 0; i < n; i++) {
+            size_t pl = 0;
+            const char *piece = pagoda_token_piece(s->e, ids[i], &pl);
+            char *safe = pg_api_utf8_dup(piece ? piece : "", pl);
+            cJSON_AddItemToArray(strs, cJSON_CreateString(safe ? safe : ""));
+            free(safe);
+        }
+    } else {
+        cJSON_AddNullToObject(o, "token_strs");
+    }
     pagoda_free(ids);
     char *js = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    ret = send_json(c, 200, js);
-out:
-    if (text_pagoda) pagoda_free(text);
-    cJSON_Delete(root);
-    return ret;
+    return send_json(c, 200, js);
 }
 
 static enum MHD_Result handle_detokenize(conn *cc, struct MHD_Connection *c) {
     pg_server *s = cc->srv;
-    cJSON *root = cJSON_ParseWithLength(cc->body ? cc->body : "", cc->len);
-    const cJSON *toks = root ? cJSON_GetObjectItemCaseSensitive(root, "tokens") : NULL;
-    enum MHD_Result ret;
-    if (!cJSON_IsObject(root) || !cJSON_IsArray(toks)) {
-        ret = fail(c, 400, "tokens", "'tokens' (a list of token ids) is required");
-        goto out;
+    pg_api_request r;
+    pg_api_error err;
+    if (pg_api_parse_detokenize(cc->body ? cc->body : "", cc->len, &r, &err) ||
+        pg_api_check_model(r.model, s->model_name, &err)) {
+        pg_api_request_free(&r);
+        return send_error(c, &err);
     }
-    size_t n = (size_t)cJSON_GetArraySize(toks), i = 0;
-    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    const pg_api_prompt *pr = &r.prompts[0];
     int32_t vocab = pagoda_engine_vocab_size(s->e);
-    const cJSON *it;
-    bool ok = ids != NULL;
-    cJSON_ArrayForEach(it, toks) {
-        if (!ok) break;
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= vocab ||
-            it->valuedouble != (double)(int32_t)it->valuedouble)
-            ok = false;
-        else
-            ids[i++] = (int32_t)it->valuedouble;
-    }
-    if (!ok) {
-        free(ids);
-        char msg[96];
-        snprintf(msg, sizeof msg, "'tokens' must hold token ids in [0, %d)", vocab);
-        ret = fail(c, 400, "tokens", msg);
-        goto out;
-    }
+    for (size_t i = 0; i < pr->n_ids; i++)
+        if (pr->ids[i] >= vocab) {
+            pg_api_fail(&err, 400, "tokens",
+                        "'tokens' item %zu: token id %d is out of the vocabulary [0, %d)", i,
+                        pr->ids[i], vocab);
+            pg_api_request_free(&r);
+            return send_error(c, &err);
+        }
     size_t len = 0;
-    char *text = detok(s->e, ids, n, false, &len);
-    free(ids);
-    if (!text) {
-        ret = fail(c, 400, "tokens", pagoda_last_error());
-        goto out;
-    }
+    char *text = detok(s->e, pr->ids, pr->n_ids, false, &len);
+    pg_api_request_free(&r);
+    if (!text) return fail(c, 400, "tokens", pagoda_last_error());
     cJSON *o = cJSON_CreateObject();
     char *safe = pg_api_utf8_dup(text, len);
     cJSON_AddStringToObject(o, "prompt", safe ? safe : "");
@@ -786,10 +767,7 @@ static enum MHD_Result handle_detokenize(conn *cc, struct MHD_Connection *c) {
     free(text);
     char *js = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    ret = send_json(c, 200, js);
-out:
-    cJSON_Delete(root);
-    return ret;
+    return send_json(c, 200, js);
 }
 
 static enum MHD_Result handle_metrics(pg_server *s, struct MHD_Connection *c) {
@@ -970,8 +948,9 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     s->api_key = opt->api_key && opt->api_key[0] ? strdup(opt->api_key) : NULL;
     s->chat_template = opt->chat_template ? strdup(opt->chat_template) : NULL;
     s->max_body = opt->max_body_bytes ? opt->max_body_bytes : DEFAULT_MAX_BODY;
-    s->inflight_limit = (int64_t)(opt->max_num_seqs > 0 ? opt->max_num_seqs : 256) +
-                        (opt->max_queue >= 0 ? opt->max_queue : 1024);
+    s->max_num_seqs = opt->max_num_seqs > 0 ? opt->max_num_seqs : 256;
+    s->max_queue = opt->max_queue >= 0 ? opt->max_queue : 1024;
+    s->inflight_limit = s->max_num_seqs + s->max_queue;
     s->max_model_len = pagoda_engine_max_model_len(e);
     int32_t *sp = NULL;
     size_t nsp = 0;

@@ -1229,6 +1229,15 @@ const char *pg_tokenizer_token_bytes(const pg_tokenizer *t, int32_t id, size_t *
     return t->bytes[id];
 }
 
+const char *pg_tokenizer_token_text(const pg_tokenizer *t, int32_t id, size_t *len) {
+    if (!t || id < 0 || id >= t->n_vocab || !t->tokens[id]) {
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = t->token_lens[id];
+    return t->tokens[id];
+}
+
 int32_t pg_tokenizer_vocab_size(const pg_tokenizer *t) { return t->n_vocab; }
 int32_t pg_tokenizer_bos(const pg_tokenizer *t) { return t->bos_id; }
 int32_t pg_tokenizer_eos(const pg_tokenizer *t) { return t->eos_id; }

@@ -44,6 +44,11 @@ pagoda_status pg_tokenizer_decode(const pg_tokenizer *tok, const int32_t *ids, s
  * returns bytes in a per-tokenizer table (NULL for an invalid id). */
 const char *pg_tokenizer_token_bytes(const pg_tokenizer *tok, int32_t id, size_t *len);
 
+/* The vocab entry of `id` as stored (tokenizer.json / GGUF text, e.g.
+ * "\u2581the" or "\u0120the"), NUL-terminated; *len gets its size. NULL for an
+ * invalid id. */
+const char *pg_tokenizer_token_text(const pg_tokenizer *tok, int32_t id, size_t *len);
+
 int32_t pg_tokenizer_vocab_size(const pg_tokenizer *tok);
 int32_t pg_tokenizer_bos(const pg_tokenizer *tok); /* -1 if none */
 int32_t pg_tokenizer_eos(const pg_tokenizer *tok); /* -1 if none */
