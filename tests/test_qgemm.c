@@ -325,8 +325,8 @@ static void test_quant_entries(void **state) {
                                    : rnd() * 140.0f;
             }
             float inv = round % 3 == 0 ? 1.0f : 127.0f / (1.0f + (float)round);
-            assert_true(memcmp(&(float){kt->amax_f32(x, n)}, &(float){pg_ref_amax_f32(x, n)},
-                               4) == 0);
+            assert_true(memcmp(&(float){kt->amax_f32(x, n)}, &(float){pg_ref_amax_f32(x, n)}, 4) ==
+                        0);
             memset(q, 0x55, sizeof q);
             memset(r, 0x55, sizeof r);
             int32_t sq = kt->quant_i8(x, n, inv, q), sr = pg_ref_quant_i8(x, n, inv, r);

@@ -16,7 +16,14 @@
 
 /* KC_ELEMS int8 x NR of W per K block; MC_MAX rows of acc over NC_ELEMS
  * columns = 256 KiB (L2). */
-enum { KC_ELEMS = 1024, NC_ELEMS = 128, MC_MAX = 512, QCHUNK = 256, ACT_GROUP_MAX = 4096, QMAX_NR = 64 };
+enum {
+    KC_ELEMS = 1024,
+    NC_ELEMS = 128,
+    MC_MAX = 512,
+    QCHUNK = 256,
+    ACT_GROUP_MAX = 4096,
+    QMAX_NR = 64
+};
 
 struct pg_qpacked {
     pg_qgemm_ukernel uk;

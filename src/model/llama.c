@@ -60,7 +60,7 @@ struct pg_llama {
     int64_t quant_group; /* its group size (0 = per channel) */
     int lm_head_bits;    /* the lm_head's quantization (0 = kept as is) */
     int64_t lm_head_group;
-    pg_dtype compute;    /* GEMM dtype of float weights: PG_DTYPE_COUNT (auto), F32, BF16 */
+    pg_dtype compute; /* GEMM dtype of float weights: PG_DTYPE_COUNT (auto), F32, BF16 */
     pg_packed_weight *lm_head_packed;
     const pg_ct_config *ct; /* compressed-tensors checkpoint (owned by the source), or NULL */
     int n_ct;               /* its quantized linear layers */
@@ -845,9 +845,9 @@ pagoda_status pg_llama_pack(pg_llama *m) {
      * reading the original) gets its own quantized packed copy. */
     const linear *h = &m->w.lm_head;
     if (m->lm_head_bits && !h->ct && is_float(h->dtype))
-        st = pg_gemm_pack_quantize(h->dtype, h->w, NULL, h->n_out, h->n_in, m->lm_head_bits,
-                                   m->lm_head_group, 0, NULL, pg_pool_default(),
-                                   &m->lm_head_packed);
+        st =
+            pg_gemm_pack_quantize(h->dtype, h->w, NULL, h->n_out, h->n_in, m->lm_head_bits,
+                                  m->lm_head_group, 0, NULL, pg_pool_default(), &m->lm_head_packed);
     else
         st = pack_one(m, 0, h, &m->lm_head_packed);
     if (st != PAGODA_OK) return st;
@@ -1065,9 +1065,9 @@ static pagoda_status mlp_swiglu(const pg_llama *m, pg_llama_workspace *ws, const
     const size_t H = (size_t)m->cfg.hidden_size;
     const struct pg_qpacked *qw = pg_gemm_qpacked(L->gate_up);
     if (qw)
-        return pg_qgemm_rmsnorm(qw, ws->x, T, (int64_t)H, L->ffn_norm, m->cfg.rms_norm_eps,
-                                ws->act, pg_gemm_n(L->gate_up), NULL, PG_GEMM_SWIGLU,
-                                pg_pool_default(), ws->gemm_scratch);
+        return pg_qgemm_rmsnorm(qw, ws->x, T, (int64_t)H, L->ffn_norm, m->cfg.rms_norm_eps, ws->act,
+                                pg_gemm_n(L->gate_up), NULL, PG_GEMM_SWIGLU, pg_pool_default(),
+                                ws->gemm_scratch);
     pg_rmsnorm(ws->xb, ws->x, L->ffn_norm, (size_t)T, H, m->cfg.rms_norm_eps);
     if (L->gate_up)
         return pg_gemm(L->gate_up, ws->xb, T, pg_gemm_k(L->gate_up), ws->act, pg_gemm_n(L->gate_up),

@@ -14,10 +14,11 @@
 
 enum { MP = 2, NQ = 4, NR = 2 * NQ, KG = 8 };
 
-static inline __attribute__((always_inline)) void tile(const int mr, const int bits, const int hs, int64_t ng,
-                                                       int64_t gk, const int8_t *a, int64_t as,
-                                                       const float *asc, int64_t ass, const char *w,
-                                                       float *c, int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void tile(const int mr, const int bits, const int hs,
+                                                       int64_t ng, int64_t gk, const int8_t *a,
+                                                       int64_t as, const float *asc, int64_t ass,
+                                                       const char *w, float *c, int64_t ldc,
+                                                       int accumulate) {
     const int np = (mr + 1) / 2;
     float32x4_t f[MP][NQ];
     for (int p = 0; p < np; p++) {
@@ -91,19 +92,19 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
     }
 }
 
-#define DISPATCH(BITS, HS)                                                                             \
+#define DISPATCH(BITS, HS)                                                                         \
     switch (mr) {                                                                                  \
     case 1:                                                                                        \
-        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     case 2:                                                                                        \
-        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     case 3:                                                                                        \
-        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     default:                                                                                       \
-        tile(4, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(4, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     }
 

@@ -44,8 +44,8 @@ static int ref_wq(const int8_t *d, int bits, int64_t k, int j) {
 }
 
 static void ref_uk(int bits, int hs, int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                   const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
-                   int accumulate) {
+                   const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                   const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     const int8_t *ap = a;
     const size_t hbytes = (size_t)REF_NR * (hs ? 2 : 4);
     const size_t gbytes = hbytes + (size_t)(gk * REF_NR * bits / 8);
@@ -86,15 +86,13 @@ void pg_ref_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_st
     ref_uk(4, 0, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, mr, accumulate);
 }
 void pg_ref_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                           const float *as, int64_t as_stride, const int32_t *ac,
-                           int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
-                           int accumulate) {
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     ref_uk(8, 1, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, mr, accumulate);
 }
 void pg_ref_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                           const float *as, int64_t as_stride, const int32_t *ac,
-                           int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
-                           int accumulate) {
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     ref_uk(4, 1, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, mr, accumulate);
 }
 

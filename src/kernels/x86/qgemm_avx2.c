@@ -17,10 +17,11 @@
 
 enum { MR = 3, NV = 2, NR = 8 * NV };
 
-static inline __attribute__((always_inline)) void tile(const int mr, const int bits, const int hs, int64_t ng,
-                                                       int64_t gk, const int8_t *a, int64_t as,
-                                                       const float *asc, int64_t ass, const char *w,
-                                                       float *c, int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void tile(const int mr, const int bits, const int hs,
+                                                       int64_t ng, int64_t gk, const int8_t *a,
+                                                       int64_t as, const float *asc, int64_t ass,
+                                                       const char *w, float *c, int64_t ldc,
+                                                       int accumulate) {
     __m256 f[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
@@ -85,19 +86,19 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             _mm256_storeu_ps(c + i * ldc + 8 * v, f[i][v]);
 }
 
-#define DISPATCH(BITS, HS)                                                                             \
+#define DISPATCH(BITS, HS)                                                                         \
     switch (mr) {                                                                                  \
     case 1:                                                                                        \
-        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     case 2:                                                                                        \
-        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     case 3:                                                                                        \
-        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     default:                                                                                       \
-        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     }
 

@@ -39,13 +39,10 @@ static inline __attribute__((always_inline)) void weights(const int bits, const 
     }
 }
 
-static inline __attribute__((always_inline)) void tile(const int mr, const int bits, const int hs,
-                                                       int64_t ng,
-                                                       int64_t gk, const int8_t *a, int64_t as,
-                                                       const float *asc, int64_t ass,
-                                                       const int32_t *ac, int64_t acs,
-                                                       const char *w, float *c, int64_t ldc,
-                                                       int accumulate) {
+static inline __attribute__((always_inline)) void
+tile(const int mr, const int bits, const int hs, int64_t ng, int64_t gk, const int8_t *a,
+     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
+     float *c, int64_t ldc, int accumulate) {
     const int split = mr <= 2;
     __m512 f[MR][NV];
 #pragma GCC unroll 16
@@ -80,7 +77,8 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
                 weights(bits, d, ch + 1, w1);
 #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
-                    __m512i a0 = bcast4(ag + i * as + 4 * ch), a1 = bcast4(ag + i * as + 4 * ch + 4);
+                    __m512i a0 = bcast4(ag + i * as + 4 * ch),
+                            a1 = bcast4(ag + i * as + 4 * ch + 4);
 #pragma GCC unroll 16
                     for (int v = 0; v < NV; v++) {
                         acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], w0[v], a0);

@@ -25,7 +25,8 @@ float pg_avx2_amax_f32(const float *x, size_t n) {
 }
 
 int32_t pg_avx2_quant_i8(const float *x, size_t n, float inv, int8_t *q) {
-    const __m256 vi = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    const __m256 vi = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f),
+                 lo = _mm256_set1_ps(-127.0f);
     __m256i sum = _mm256_setzero_si256();
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
