@@ -10,8 +10,9 @@
  * For M <= 32 each shape cycles through enough packed copies (>= 256 MiB)
  * that the weights come from memory, as in a real decode step.
  * Rounds alternate over everything; each figure is the median of the rounds.
- * Usage: bench_gemm [--rounds R] [--threads T] [--dtype bf16|f32] [--quick]
- *   --quick: skips lm_head and uses fewer copies (a smoke run). */
+ * Usage: bench_gemm [--rounds R] [--threads T] [--dtype bf16|f32] [--quick] [--m M]
+ *   --quick: skips lm_head and uses fewer copies (a smoke run).
+ *   --m M: only that row count (512, 32 or 1; default all three). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,6 +239,7 @@ typedef struct {
 
 int main(int argc, char **argv) {
     int rounds = 3, threads = 0, quick = 0;
+    int64_t only_m = 0;
     pg_dtype wt = PG_BF16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
@@ -248,9 +250,12 @@ int main(int argc, char **argv) {
             wt = !strcmp(argv[++i], "f32") ? PG_F32 : PG_BF16;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--m") && i + 1 < argc)
+            only_m = atoll(argv[++i]);
         else {
             fprintf(stderr,
-                    "usage: bench_gemm [--rounds R] [--threads T] [--dtype bf16|f32] [--quick]\n");
+                    "usage: bench_gemm [--rounds R] [--threads T] [--dtype bf16|f32] [--quick] "
+                    "[--m 512|32|1]\n");
             return 2;
         }
     }
@@ -343,6 +348,7 @@ int main(int argc, char **argv) {
         bw[r] = run_peak(pool, &pc, NULL);
         for (int mi = 0; mi < 3; mi++) {
             int64_t M = Ms[mi];
+            if (only_m && M != only_m) continue;
             for (int s = 0; s < nshapes; s++) {
                 packed_set *ps = &sets[s];
                 double flops = 2.0 * (double)M * (double)SHAPES[s].N * (double)SHAPES[s].K *
@@ -389,6 +395,7 @@ int main(int argc, char **argv) {
            "taking the cores])\n");
     for (int mi = 0; mi < 3; mi++) {
         int64_t M = Ms[mi];
+        if (only_m && M != only_m) continue;
         printf("M=%lld\n", (long long)M);
         for (int s = 0; s < nshapes; s++) {
             double t = median(res[mi][s], rounds);

@@ -205,7 +205,7 @@ static int tables(const pg_kernel_table *out[N_ISAS + 1]) {
     if (neon) {
         g_extra = *neon;
         g_extra.isa = "neon-no-bf16";
-        g_extra.gemm_bf16 = (pg_gemm_ukernel){"neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16};
+        g_extra.gemm_bf16 = (pg_gemm_ukernel){"neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16, NULL};
         out[n++] = &g_extra;
     }
 #endif
@@ -255,11 +255,12 @@ static void test_gemm_vs_reference(void **state) {
 }
 
 /* Row i of C is the same bits whether computed alone (M = 1) or inside
- * M = 7, 64, 512, on 1 or 2 threads; N = 130 (40 under qemu) splits N between threads,
- * N = 5 (one panel) makes the threads split M. K = 600 crosses the K block (512). */
+ * M = 7, 32, 64, 512 (32 and up take the prefetching tiles), on 1 or 2 threads; N = 130 (40 under
+ * qemu) splits N between threads, N = 5 (one panel) makes the threads split M. K = 600 crosses the
+ * K block (512). */
 static void invariance_case(const pg_kernel_table *kt, pg_dtype t, int64_t N, int64_t K,
-                            pg_gemm_epilogue ep, pg_pool *p1, pg_pool *p2) {
-    const int64_t MMAX = 512, Ms[] = {1, 7, 64, 512};
+                            pg_gemm_epilogue ep, int with_bias, pg_pool *p1, pg_pool *p2) {
+    const int64_t MMAX = 512, Ms[] = {1, 7, 32, 64, 512};
     const int swiglu = ep == PG_GEMM_SWIGLU;
     void *Wg = make_weight(t, N, K, 0.5f);
     void *Wu = swiglu ? make_weight(t, N, K, 0.5f) : NULL;
@@ -272,6 +273,7 @@ static void invariance_case(const pg_kernel_table *kt, pg_dtype t, int64_t N, in
         A[i] = rnd() * 3.0f;
     for (int64_t i = 0; i < 2 * N; i++)
         bias[i] = rnd();
+    const float *b = with_bias ? bias : NULL; /* no bias: STORE accumulates in C */
     pg_packed_weight *pw = NULL;
     assert_int_equal(swiglu ? pg_gemm_pack_swiglu(t, Wg, Wu, N, K, kt, &pw)
                             : pg_gemm_pack(t, Wg, N, K, kt, &pw),
@@ -280,7 +282,7 @@ static void invariance_case(const pg_kernel_table *kt, pg_dtype t, int64_t N, in
     assert_non_null(scratch);
     /* the baseline: every row alone (M = 1), one thread */
     for (int64_t i = 0; i < MMAX; i++)
-        assert_int_equal(pg_gemm(pw, A + i * K, 1, K, base + i * N, N, bias, ep, p1, scratch),
+        assert_int_equal(pg_gemm(pw, A + i * K, 1, K, base + i * N, N, b, ep, p1, scratch),
                          PAGODA_OK);
     for (int pi = 0; pi < 2; pi++) {
         pg_pool *p = pi ? p2 : p1;
@@ -289,7 +291,7 @@ static void invariance_case(const pg_kernel_table *kt, pg_dtype t, int64_t N, in
             /* the batch starts at a different row each time */
             int64_t off = M == MMAX ? 0 : rnd_int(0, MMAX - M);
             memset(C, 0, (size_t)(M * N) * sizeof *C);
-            assert_int_equal(pg_gemm(pw, A + off * K, M, K, C, N, bias, ep, p, scratch), PAGODA_OK);
+            assert_int_equal(pg_gemm(pw, A + off * K, M, K, C, N, b, ep, p, scratch), PAGODA_OK);
             if (memcmp(C, base + off * N, (size_t)(M * N) * sizeof *C) != 0) {
                 for (int64_t e = 0; e < M * N; e++)
                     if (memcmp(C + e, base + off * N + e, 4) != 0) {
@@ -323,13 +325,72 @@ static void test_gemm_batch_invariance(void **state) {
     for (int l = 0; l < nt; l++) {
         const pg_kernel_table *kt = ts[l];
         const int64_t n = on_qemu_arm() ? 40 : 130; /* several panels either way */
-        invariance_case(kt, PG_BF16, n, 600, PG_GEMM_STORE, p1, p2);
-        invariance_case(kt, PG_F32, n, 600, PG_GEMM_STORE, p1, p2);
-        invariance_case(kt, PG_BF16, 5, 300, PG_GEMM_STORE, p1, p2);
-        invariance_case(kt, PG_F16, 40, 70, PG_GEMM_SWIGLU, p1, p2);
+        invariance_case(kt, PG_BF16, n, 600, PG_GEMM_STORE, 1, p1, p2);
+        invariance_case(kt, PG_BF16, n, 600, PG_GEMM_STORE, 0, p1, p2);
+        invariance_case(kt, PG_F32, n, 600, PG_GEMM_STORE, 0, p1, p2);
+        invariance_case(kt, PG_BF16, 5, 300, PG_GEMM_STORE, 1, p1, p2);
+        invariance_case(kt, PG_F16, 40, 70, PG_GEMM_SWIGLU, 1, p1, p2);
     }
     pg_pool_free(p1);
     pg_pool_free(p2);
+}
+
+/* A microkernel's run_pf (run plus a software prefetch) gives run's bits
+ * for every row count and prefetch length, including several lines per
+ * k-group, lengths past 4 ngroups (dropped) and 0. */
+static void test_gemm_ukernel_prefetch(void **state) {
+    (void)state;
+    const pg_kernel_table *ts[N_ISAS + 1];
+    int nt = tables(ts), checked = 0;
+    enum { NG = 37 };
+    for (int l = 0; l < nt; l++) {
+        const pg_gemm_ukernel *uks[] = {&ts[l]->gemm_bf16, &ts[l]->gemm_f32};
+        for (int u = 0; u < 2; u++) {
+            const pg_gemm_ukernel *uk = uks[u];
+            if (!uk->run_pf) continue;
+            const int bf16 = u == 0;
+            const size_t esz = bf16 ? 2 : 4;
+            const int64_t as = NG * uk->kg * uk->ar + 8; /* elements per A row (group) */
+            const size_t an = (size_t)(as * uk->mr), wn = (size_t)(NG * uk->kg * uk->nr);
+            char *a = malloc(an * esz), *w = malloc(wn * esz), *pf = malloc(64 * 4 * NG + 64 * 8);
+            const int64_t ldc = uk->nr + 3;
+            float *c1 = malloc((size_t)(uk->mr * ldc) * 4),
+                  *c2 = malloc((size_t)(uk->mr * ldc) * 4);
+            assert_true(a && w && pf && c1 && c2);
+            for (size_t i = 0; i < an; i++) {
+                float v = rnd();
+                if (bf16)
+                    ((uint16_t *)a)[i] = pg_f32_to_bf16(v);
+                else
+                    ((float *)a)[i] = v;
+            }
+            for (size_t i = 0; i < wn; i++) {
+                float v = rnd();
+                if (bf16)
+                    ((uint16_t *)w)[i] = pg_f32_to_bf16(v);
+                else
+                    ((float *)w)[i] = v;
+            }
+            /* one, two and four lines per k-group, a partial last group, clamped */
+            const int64_t lens[] = {0, 5, NG, 2 * NG - 3, 4 * NG, 4 * NG + 7};
+            for (int mr = 1; mr <= uk->mr; mr++)
+                for (int acc = 0; acc < 2; acc++)
+                    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                        for (int64_t i = 0; i < uk->mr * ldc; i++)
+                            c1[i] = c2[i] = rnd();
+                        uk->run(NG, a, as, w, c1, ldc, mr, acc);
+                        uk->run_pf(NG, a, as, w, c2, ldc, mr, acc, pf, lens[li]);
+                        assert_memory_equal(c1, c2, (size_t)(uk->mr * ldc) * 4);
+                        checked++;
+                    }
+            free(a);
+            free(w);
+            free(pf);
+            free(c1);
+            free(c2);
+        }
+    }
+    if (!checked) print_message("no microkernel with run_pf on this machine\n");
 }
 
 /* cvt_f32_bf16 of every table equals the reference: ties, NaN, inf,
@@ -446,7 +507,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_cvt_bf16),         cmocka_unit_test(test_gemm_vs_reference),
         cmocka_unit_test(test_gemm_batch_invariance), cmocka_unit_test(test_gemm_nested_in_pool),
-        cmocka_unit_test(test_gemm_bad_args),
+        cmocka_unit_test(test_gemm_bad_args),         cmocka_unit_test(test_gemm_ukernel_prefetch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,15 @@ static void serve_usage(FILE *f) {
         "  --max-queue N                requests allowed to wait beyond --max-num-seqs; more\n"
         "                               get 503 + Retry-After (default 1024)\n"
         "  --max-request-bytes SIZE     largest request body (default 16MiB; larger: 413)\n"
+        "  --request-timeout S          a request's headers + body must arrive within S seconds,\n"
+        "                               and a client reading nothing of a response for S seconds\n"
+        "                               is dropped (default 30)\n"
+        "  --keep-alive-timeout S       close idle kept-alive connections after S s (default 5)\n"
+        "  --max-connections N          open connections (default 4096, lowered to fit\n"
+        "                               `ulimit -n`)\n"
+        "  --max-connections-per-ip N   open connections per client address (default: no limit)\n"
+        "  --max-stream-buffer SIZE     output a streaming client may leave unread before its\n"
+        "                               request is aborted (default 4MiB)\n"
         "  --seed N                     base seed for requests without one\n"
         "\n" PG_ENGINE_ARGS_HELP);
 }
@@ -76,9 +85,19 @@ int pg_cmd_serve(int argc, char **argv) {
     so.api_key = getenv("PAGODA_API_KEY");
     pagoda_engine_options eo;
     pagoda_engine_options_default(&eo);
-    static const char *const VALUED[] = {
-        "--host",          "--port",      "--api-key",           "--served-model-name",
-        "--chat-template", "--max-queue", "--max-request-bytes", "--seed"};
+    static const char *const VALUED[] = {"--host",
+                                         "--port",
+                                         "--api-key",
+                                         "--served-model-name",
+                                         "--chat-template",
+                                         "--max-queue",
+                                         "--max-request-bytes",
+                                         "--seed",
+                                         "--request-timeout",
+                                         "--keep-alive-timeout",
+                                         "--max-connections",
+                                         "--max-connections-per-ip",
+                                         "--max-stream-buffer"};
     for (int i = 1; i < argc; i++) {
         int e = pg_engine_args_parse(CMD, argc, argv, &i, &eo);
         if (e < 0) return 2;
@@ -115,7 +134,22 @@ int pg_cmd_serve(int argc, char **argv) {
             tmpl_file = v;
         else if (!strcmp(a, "--max-queue"))
             rc = parse_int(a, v, 0, INT_MAX, &x), so.max_queue = (int)x;
-        else if (!strcmp(a, "--max-request-bytes")) {
+        else if (!strcmp(a, "--request-timeout"))
+            rc = parse_int(a, v, 1, 1000000, &x), so.request_timeout = (int)x;
+        else if (!strcmp(a, "--keep-alive-timeout"))
+            rc = parse_int(a, v, 1, 1000000, &x), so.keepalive_timeout = (int)x;
+        else if (!strcmp(a, "--max-connections"))
+            rc = parse_int(a, v, 1, 1000000, &x), so.max_connections = (int)x;
+        else if (!strcmp(a, "--max-connections-per-ip"))
+            rc = parse_int(a, v, 0, 1000000, &x), so.max_connections_per_ip = (int)x;
+        else if (!strcmp(a, "--max-stream-buffer")) {
+            uint64_t b = 0;
+            if (pg_parse_size(v, &b) || b == 0) {
+                pg_clear_error();
+                return pg_args_bad_value(CMD, a, v, "a positive size such as 4MiB");
+            }
+            so.max_stream_buffer = (size_t)b;
+        } else if (!strcmp(a, "--max-request-bytes")) {
             uint64_t b = 0;
             if (pg_parse_size(v, &b) || b == 0) {
                 pg_clear_error();

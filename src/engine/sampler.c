@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "kernels/dispatch.h"
 
 /* hist[] layout: zero between calls; during a call, for a history token:
  * bits 0..29 its output count, bit 30 "in the prompt", bit 31 "penalised". */
@@ -285,9 +286,15 @@ static pagoda_status apply_penalties(pg_sampler *s, const pg_sampling_params *p,
 static double raw_logprobs(pg_sampler *s, const float *raw, float raw_max, int32_t n_top,
                            pg_logprob_out *lp) {
     size_t v = (size_t)s->vocab;
+    /* exp over the vocabulary with the vector exp (kernels/dispatch.h: within
+     * 2 ulp of expf); s->prob is free scratch until step 7 */
+    float *e = s->prob;
+    for (size_t i = 0; i < v; i++)
+        e[i] = raw[i] - raw_max;
+    pg_kernels()->vexp_f32(e, e, v);
     double sum = 0.0;
     for (size_t i = 0; i < v; i++)
-        sum += (double)expf(raw[i] - raw_max);
+        sum += (double)e[i];
     /* sum >= 1: the maximum contributes expf(0) */
     // cppcheck-suppress invalidFunctionArg
     double lse = (double)raw_max + log(sum);
@@ -366,15 +373,20 @@ static int32_t sample_full(pg_sampler *s, const pg_sampling_params *p, const flo
     double *bins = s->bins;
     if (use_top_p) memset(bins, 0, TOPP_BINS * sizeof(double));
 
-    /* Probabilities by id; min-p zeroes the small ones. Below `skip`, expf
-     * is surely < min_p (or 0), so the call is skipped: expf is accurate to
-     * ~1 ulp, far inside the 0.01 margin. */
+    /* Probabilities by id; min-p zeroes the small ones. Below `skip`, exp
+     * is surely < min_p (or 0), so it counts as 0: the vector exp
+     * (kernels/dispatch.h, within 2 ulp of expf) is far inside the 0.01
+     * margin. One vector exp pass over the vocabulary, then the scalar
+     * bookkeeping. */
     float skip = -104.0f; /* expf(-104) rounds to 0 */
     if (min_p > 0.0f && logf(min_p) - 0.01f > skip) skip = logf(min_p) - 0.01f;
+    for (size_t i = 0; i < v; i++)
+        prob[i] = (x[i] - m) * inv_t;
+    pg_kernels()->vexp_f32(prob, prob, v);
     double total = 0.0;
     for (size_t i = 0; i < v; i++) {
         float y = (x[i] - m) * inv_t;
-        float e = y < skip ? 0.0f : expf(y);
+        float e = y < skip ? 0.0f : prob[i];
         if (e < min_p) e = 0.0f;
         prob[i] = e;
         total += (double)e;

@@ -31,15 +31,17 @@
  *      run, every thread count, and whatever else is in the batch. Greedy
  *      draws nothing, so it cannot shift later draws; a request that is
  *      preempted and recomputed redraws the same numbers.
- *   Probabilities are expf in float, their sums are in double.
+ *   Probabilities are exp in float (the dispatch table's vector exp, within
+ *   2 ulp of expf; the same on every run of one machine, though not
+ *   bitwise across ISA levels), their sums are in double.
  *
  * Cost: a few O(V) scans plus O(history); no full-vocabulary sort. top-k
  * uses a size-k heap (O(V + k log k)). top-p without top-k buckets tokens by
  * log-probability (bins of 1/4 nat) and sorts only the bin where the
- * cumulative mass crosses top_p. min-p skips expf for tokens surely below
- * it. No allocation after pg_sampler_create. The full-vocabulary paths (no
- * top-k, and logprobs) are dominated by one expf per token: a vector exp
- * from src/kernels/ will speed them up.
+ * cumulative mass crosses top_p. min-p zeroes tokens surely below it. No
+ * allocation after pg_sampler_create. The full-vocabulary paths (no top-k,
+ * and logprobs) run one vector exp pass over the vocabulary
+ * (pg_kernels()->vexp_f32).
  *
  * One pg_sampler per thread (it owns scratch); the params and pg_rng are per
  * request. A batch is sampled row by row with each request's own params,

@@ -44,7 +44,7 @@ static const pg_attn_ukernels UK_NEON_BF16DOT = {"neon_bf16", PG_BF16, pg_neon_b
 static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
                           void (*run)(int64_t, const void *, int64_t, const void *, float *,
                                       int64_t, int, int)) {
-    pg_gemm_ukernel u = {name, mr, nr, kg, ar, run};
+    pg_gemm_ukernel u = {name, mr, nr, kg, ar, run, NULL};
     return u;
 }
 
@@ -140,6 +140,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, attn_bf16kv, &UK_AVX512BF16_BF16, "avx512bf16");
         SET(t, cvt_f32_bf16, pg_avx512bf16_cvt_f32_bf16, "avx512bf16");
         t->gemm_bf16 = uk("avx512bf16", 6, 64, 2, 1, pg_avx512bf16_gemm_uk_bf16);
+        t->gemm_bf16.run_pf = pg_avx512bf16_gemm_uk_bf16_pf;
     }
 #elif defined(__aarch64__)
     if (level >= PG_ISA_NEON && level <= PG_ISA_SVE) {
@@ -161,13 +162,15 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, cvt_f32_bf16, pg_neon_cvt_f32_bf16, "neon");
         SET(t, amax_f32, pg_neon_amax_f32, "neon");
         SET(t, quant_i8, pg_neon_quant_i8, "neon");
-        t->gemm_f32 = uk("neon", 6, 16, 1, 1, pg_neon_gemm_uk_f32);
+        t->gemm_f32 = uk("neon", 5, 16, 1, 1, pg_neon_gemm_uk_f32);
         /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
          * row pairs), else widen + FMA on k-pairs. */
-        if (pg_cpu()->bf16)
+        if (pg_cpu()->bf16) {
             t->gemm_bf16 = uk("neon-bfmmla", 8, 8, 4, 2, pg_bf16_gemm_uk_bfmmla);
-        else
+            t->gemm_bf16.run_pf = pg_bf16_gemm_uk_bfmmla_pf;
+        } else {
             t->gemm_bf16 = uk("neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16);
+        }
         /* SMMLA where the core has FEAT_I8MM, else SDOT (FEAT_DotProd) */
         if (pg_cpu()->i8mm)
             t->qgemm_w8 = QUK_I8MM(8), t->qgemm_w4 = QUK_I8MM(4);

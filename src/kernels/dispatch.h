@@ -34,13 +34,20 @@ struct pg_attn_ukernels; /* kernels/attention.h */
  * (bf16 kernels) or f32. c is row-major with stride ldc floats; accumulate
  * == 0 starts from zero, 1 adds to what c holds. 1 <= mr <= the kernel's mr.
  * Every c[i][j] is reduced in increasing k-group order in one accumulator
- * whose lane does not depend on mr or i: the batch-invariance contract. */
+ * whose lane does not depend on mr or i: the batch-invariance contract.
+ * run_pf (optional, NULL when a variant has none) is run plus a software
+ * prefetch of pf_lines 64-byte lines starting at pf, spread over the first
+ * k-groups (ceil(pf_lines / ngroups) per group, at most 4; more are
+ * dropped): the driver streams the next W slice from memory while a small-M
+ * tile computes. Same results as run, bit for bit. */
 typedef struct pg_gemm_ukernel {
     const char *name; /* variant, for reports: "avx512bf16", "scalar", ... */
     int mr, nr;       /* max rows per call; panel width in columns */
     int kg, ar;       /* k per group; rows per A group (1 or 2) */
     void (*run)(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
                 int64_t ldc, int mr, int accumulate);
+    void (*run_pf)(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                   int64_t ldc, int mr, int accumulate, const void *pf, int64_t pf_lines);
 } pg_gemm_ukernel;
 
 /* A quantized GEMM microkernel (kernels/qgemm.h; layouts in

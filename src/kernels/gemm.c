@@ -22,7 +22,7 @@
  * 1024 measured within noise of it on Zen 4); MC_MAX
  * rows of acc over NC_ELEMS columns = 256 KiB (L2), and W is streamed from
  * memory once per MC_MAX rows. NC_ELEMS is a multiple of every NR. */
-enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512 };
+enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512, PF_MAX_ROWS = 64, PF_PER_GROUP = 4 };
 #define PG_GEMM_MAX_NR 128 /* widest panel of any microkernel */
 
 struct pg_packed_weight {
@@ -293,9 +293,11 @@ static geometry plan(const pg_packed_weight *w, int64_t M) {
     geometry g;
     const pg_gemm_ukernel *uk = &w->uk;
     g.M = M;
-    int64_t mc = ceil_div(M, uk->mr) * uk->mr;
+    /* ic blocks of equal size (a multiple of MR): M = 512 as 510 + 2 rows
+     * would stream all of W a second time for 2 rows. */
     int64_t mc_max = (MC_MAX / uk->mr) * uk->mr;
-    g.mc = mc < mc_max ? mc : mc_max;
+    int64_t nblocks = ceil_div(M, mc_max);
+    g.mc = ceil_div(ceil_div(M, nblocks), uk->mr) * uk->mr;
     g.nc_panels = NC_ELEMS / uk->nr;
     if (g.nc_panels < 2) g.nc_panels = 2;
     if (w->swiglu && (g.nc_panels & 1)) g.nc_panels++;
@@ -387,6 +389,33 @@ static void input_stage(void *ctx, size_t begin, size_t end, int tid) {
     pack_a_rows(cl, r0, r1);
 }
 
+/* c[j] = r[j] + (y[j] + b[j]) with r or b NULL meaning no term: the
+ * residual / bias epilogue, 4 floats at a time with the baseline ISA's
+ * vectors (GCC vector extensions; generic files get no -m flags). The
+ * same IEEE additions in the same order as the scalar loop, bit for bit. */
+typedef float v4f __attribute__((vector_size(16)));
+
+static void add_rows(float *c, const float *r, const float *y, const float *b, int64_t n) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        v4f t, u;
+        memcpy(&t, y + j, sizeof t);
+        if (b) {
+            memcpy(&u, b + j, sizeof u);
+            t = t + u;
+        }
+        if (r) {
+            memcpy(&u, r + j, sizeof u);
+            t = u + t;
+        }
+        memcpy(c + j, &t, sizeof t);
+    }
+    for (; j < n; j++) {
+        float t = b ? y[j] + b[j] : y[j];
+        c[j] = r ? r[j] + t : t;
+    }
+}
+
 /* Epilogue of one (ic, jc) block: rows [m0, m1), panels [p0, p1). */
 static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0, int64_t m1,
                      int64_t p0, int64_t p1) {
@@ -419,20 +448,12 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
         const float *y = acc + (m - m0) * ldacc;
         float *c = cl->C + m * cl->ldc + n0;
         const int64_t cnt = n1 - n0;
-        if (cl->ep == PG_GEMM_RESIDUAL) {
-            if (bias)
-                for (int64_t j = 0; j < cnt; j++)
-                    c[j] += y[j] + bias[n0 + j];
-            else
-                for (int64_t j = 0; j < cnt; j++)
-                    c[j] += y[j];
-        } else {
-            if (bias)
-                for (int64_t j = 0; j < cnt; j++)
-                    c[j] = y[j] + bias[n0 + j];
-            else
-                memcpy(c, y, (size_t)cnt * sizeof(float));
-        }
+        if (cl->ep == PG_GEMM_RESIDUAL)
+            add_rows(c, c, y, bias ? bias + n0 : NULL, cnt);
+        else if (bias)
+            add_rows(c, NULL, y, bias + n0, cnt);
+        else
+            memcpy(c, y, (size_t)cnt * sizeof(float));
     }
 }
 
@@ -452,6 +473,34 @@ static void share(const call *cl, int tid, int64_t *p0, int64_t *p1, int64_t *m0
     if (tj >= cl->tm) *m0 = *m1 = 0;
 }
 
+/* The W slice this thread reads after slice (jr, pc) of the block (jc, ic)
+ * in compute()'s loop order, or NULL after its last one; *bytes its size. */
+static const char *next_slice(const call *cl, int64_t jr, int64_t pc, int64_t jc, int64_t ic,
+                              int64_t M1, int64_t P1, size_t *bytes) {
+    const pg_packed_weight *w = cl->w;
+    const geometry *g = &cl->g;
+    const int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
+    if (jr + 1 < jc1) {
+        jr++;
+    } else if (pc + g->kc_groups < w->kgroups) {
+        jr = jc;
+        pc += g->kc_groups;
+    } else if (ic + g->mc < M1) {
+        jr = jc;
+        pc = 0;
+    } else if (jc1 < P1) {
+        jr = jc1;
+        pc = 0;
+    } else {
+        *bytes = 0;
+        return NULL;
+    }
+    const int64_t ng = w->kgroups - pc < g->kc_groups ? w->kgroups - pc : g->kc_groups;
+    *bytes = (size_t)(ng * w->uk.kg * w->uk.nr) * w->elem;
+    return (const char *)w->data + (size_t)jr * w->panel_elems * w->elem +
+           (size_t)(pc * w->uk.kg * w->uk.nr) * w->elem;
+}
+
 static void compute(void *ctx, int tid, int nthreads) {
     (void)nthreads;
     const call *cl = ctx;
@@ -465,8 +514,14 @@ static void compute(void *ctx, int tid, int nthreads) {
     const int64_t nr = uk->nr, mr = uk->mr, kg = uk->kg;
     const int64_t ldacc = g->nc_panels * nr;
     const size_t pbytes = w->panel_elems * w->elem;
+    /* A plain store (no bias) accumulates whole panels in C itself: the
+     * same sums, no acc block and no copy; a last partial panel (N not a
+     * multiple of NR) still goes through acc. */
+    const int64_t direct =
+        cl->ep == PG_GEMM_STORE && !cl->bias && !w->swiglu ? w->N / nr : 0; /* panels */
     for (int64_t jc = P0; jc < P1; jc += g->nc_panels) {
         int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
+        int64_t pe = direct > jc ? (direct < jc1 ? direct : jc1) : jc; /* first panel via acc */
         for (int64_t ic = M0; ic < M1; ic += g->mc) {
             int64_t ic1 = ic + g->mc < M1 ? ic + g->mc : M1;
             for (int64_t pc = 0; pc < w->kgroups; pc += g->kc_groups) {
@@ -475,6 +530,26 @@ static void compute(void *ctx, int tid, int nthreads) {
                     const char *wp = (const char *)w->data + (size_t)jr * pbytes +
                                      (size_t)(pc * kg * nr) * w->elem;
                     float *ct = acc + (jr - jc) * nr;
+                    int64_t ldt = ldacc;
+                    if (jr < pe) {
+                        ct = cl->C + ic * cl->ldc + jr * nr;
+                        ldt = cl->ldc;
+                    }
+                    /* Small M (2+ row tiles reuse this slice): the tiles
+                     * prefetch the next slice, each a share in proportion
+                     * to its rows (its time), so memory streams evenly
+                     * instead of stalling the first tile of each slice.
+                     * Only when a full tile's share fits PF_PER_GROUP
+                     * lines per k-group (rows >= 6 for 6x64 BF16), and up
+                     * to 64 rows (beyond, W is reused enough for the
+                     * hardware prefetcher; the prefetches cost ~2%). One
+                     * tile (decode) streams alone: measured no better. */
+                    size_t nb = 0;
+                    const char *nx = uk->run_pf && ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
+                                         ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nb)
+                                         : NULL;
+                    const int64_t lines = (int64_t)(nb / 64);
+                    if (lines * mr > PF_PER_GROUP * ng * (ic1 - ic)) nx = NULL;
                     for (int64_t ir = ic; ir < ic1; ir += mr) {
                         int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
                         const void *ap;
@@ -486,11 +561,18 @@ static void compute(void *ctx, int tid, int nthreads) {
                             ap = cl->A + ir * cl->lda + pc;
                             as = cl->lda;
                         }
-                        uk->run(ng, ap, as, wp, ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
+                        if (nx) { /* lines in proportion to the tile's rows */
+                            const int64_t rb = ic1 - ic, l0 = (ir - ic) * lines / rb,
+                                          l1 = (ir - ic + rows) * lines / rb;
+                            uk->run_pf(ng, ap, as, wp, ct + (ir - ic) * ldt, ldt, rows, pc > 0,
+                                       nx + 64 * l0, l1 - l0);
+                        } else {
+                            uk->run(ng, ap, as, wp, ct + (ir - ic) * ldt, ldt, rows, pc > 0);
+                        }
                     }
                 }
             }
-            epilogue(cl, acc, ldacc, ic, ic1, jc, jc1);
+            if (pe < jc1) epilogue(cl, acc + (pe - jc) * nr, ldacc, ic, ic1, pe, jc1);
         }
     }
 }

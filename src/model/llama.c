@@ -1006,6 +1006,34 @@ static pagoda_status linear_rows(pg_llama_workspace *ws, const pg_packed_weight 
     return pg_error(PAGODA_ERR_INTERNAL, "llama: unpacked linear with a fused epilogue");
 }
 
+/* RMSNorm of the T rows of x [T, H] into out with the table's rmsnorm_f32
+ * (a vector op: its sum order depends only on H, so a row gives the same
+ * bits in any batch and any row split), rows split over the pool when T
+ * is large enough to pay for a fork-join. */
+typedef struct norm_job {
+    float *out;
+    const float *x, *w;
+    size_t H;
+    float eps;
+    const pg_kernel_table *kt;
+} norm_job;
+
+static void norm_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const norm_job *j = ctx;
+    j->kt->rmsnorm_f32(j->out + begin * j->H, j->x + begin * j->H, j->w, end - begin, j->H, j->eps);
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int64_t T, size_t H,
+                         float eps) {
+    norm_job j = {out, x, w, H, eps, pg_kernels()};
+    pg_pool *pool = pg_pool_default();
+    if (pool && (size_t)T * H >= 65536)
+        pg_pool_parallel_for(pool, (size_t)T, 16, norm_rows, &j);
+    else
+        norm_rows(&j, 0, (size_t)T, 0);
+}
+
 /* q|k|v of all T tokens from RMSNorm(x): (q, k, v, stride) point into
  * ws->qkv. A quantized Q/K/V weight takes the norm fused into its input
  * stage (pg_qgemm_rmsnorm: the normed rows are quantized as they are made). */
@@ -1026,7 +1054,7 @@ static pagoda_status project_qkv(const pg_llama *m, pg_llama_workspace *ws, cons
         *stride_q = *stride_kv = ld;
         return st;
     }
-    pg_rmsnorm(ws->xb, ws->x, L->attn_norm, (size_t)T, H, m->cfg.rms_norm_eps);
+    rmsnorm_rows(ws->xb, ws->x, L->attn_norm, T, H, m->cfg.rms_norm_eps);
     if (L->qkv) {
         size_t ld = nq + 2 * nkv;
         st = pg_gemm(L->qkv, ws->xb, T, m->cfg.hidden_size, ws->qkv, (int64_t)ld, L->qkv_bias,
@@ -1068,14 +1096,14 @@ static pagoda_status mlp_swiglu(const pg_llama *m, pg_llama_workspace *ws, const
         return pg_qgemm_rmsnorm(qw, ws->x, T, (int64_t)H, L->ffn_norm, m->cfg.rms_norm_eps, ws->act,
                                 pg_gemm_n(L->gate_up), NULL, PG_GEMM_SWIGLU, pg_pool_default(),
                                 ws->gemm_scratch);
-    pg_rmsnorm(ws->xb, ws->x, L->ffn_norm, (size_t)T, H, m->cfg.rms_norm_eps);
+    rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, T, H, m->cfg.rms_norm_eps);
     if (L->gate_up)
         return pg_gemm(L->gate_up, ws->xb, T, pg_gemm_k(L->gate_up), ws->act, pg_gemm_n(L->gate_up),
                        NULL, PG_GEMM_SWIGLU, pg_pool_default(), ws->gemm_scratch);
     pagoda_status st;
     if ((st = project(ws->act, ws->xb, &L->w_gate, (int)T)) != PAGODA_OK) return st;
     if ((st = project(ws->up, ws->xb, &L->w_up, (int)T)) != PAGODA_OK) return st;
-    pg_swiglu(ws->act, ws->act, ws->up, (size_t)T * (size_t)L->w_gate.n_out);
+    pg_kernels()->swiglu_f32(ws->act, ws->act, ws->up, (size_t)T * (size_t)L->w_gate.n_out);
     return PAGODA_OK;
 }
 
@@ -1143,8 +1171,8 @@ pagoda_status pg_llama_forward_batch(const pg_llama *m, pg_llama_workspace *ws, 
     if (b->num_logits == 0) return PAGODA_OK;
     /* final norm and LM head of the rows that sample */
     for (int32_t i = 0; i < b->num_logits; i++)
-        pg_rmsnorm(ws->last + (size_t)i * H, ws->x + (size_t)b->logit_rows[i] * H, m->w.final_norm,
-                   1, H, c->rms_norm_eps);
+        pg_kernels()->rmsnorm_f32(ws->last + (size_t)i * H, ws->x + (size_t)b->logit_rows[i] * H,
+                                  m->w.final_norm, 1, H, c->rms_norm_eps);
     return linear_rows(ws, m->lm_head_packed, &m->w.lm_head, NULL, ws->last, b->num_logits, logits,
                        c->vocab_size, PG_GEMM_STORE);
 }

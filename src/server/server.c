@@ -10,6 +10,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +20,17 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "server/conn_guard.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 
 #define DEFAULT_MAX_BODY ((size_t)16 << 20)
+#define DEFAULT_MAX_STREAM_BUFFER ((size_t)4 << 20)
+#define DEFAULT_REQUEST_TIMEOUT 30
+#define DEFAULT_KEEPALIVE_TIMEOUT 5
+#define DEFAULT_MAX_CONNECTIONS 4096
+#define FD_RESERVE 64        /* descriptors kept free beyond those open at start */
+#define FDS_PER_CONNECTION 2 /* the socket and the guard's dup of it */
 #define WAIT_SLICE_MS 200
 
 typedef struct job job;
@@ -35,6 +43,10 @@ struct pg_server {
     char *api_key;
     char *chat_template;
     size_t max_body;
+    size_t max_stream_buffer;
+    unsigned request_timeout;
+    int max_connections;
+    pg_guard *guard;
     int64_t inflight_limit; /* max_num_seqs + max_queue engine requests */
     int64_t max_num_seqs, max_queue;
     int32_t max_model_len;
@@ -75,9 +87,12 @@ struct job {
     pthread_cond_t cv;
     bool registered;
     int fd; /* client socket, to notice a client that went away */
+    struct MHD_Connection *mc;
     /* streaming */
     char *out;
     size_t out_len, out_off;
+    size_t unsent; /* output bytes (text + logprob entries) not yet turned into SSE */
+    bool overflow; /* aborted: the client left more than max_stream_buffer unread */
     bool usage_sent, done_sent;
     double t_start;
 };
@@ -268,6 +283,7 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
     pg_api_choice *ch = &j->choices[i];
     sub *sb = &j->subs[i];
     if (o->text_delta_len) pg_api_choice_append(ch, o->text_delta, o->text_delta_len);
+    j->unsent += o->text_delta_len;
     if (o->logprobs && j->req.logprobs >= 0) {
         for (size_t k = 0; k < o->n_new_tokens; k++) {
             const pagoda_token_logprobs *tl = &o->logprobs[k];
@@ -280,6 +296,9 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
                     lp.top[t].logprob = tl->top[t].logprob;
                 }
             }
+            j->unsent += sizeof lp + (lp.text ? strlen(lp.text) : 0);
+            for (int32_t t = 0; t < lp.n_top; t++)
+                j->unsent += sizeof *lp.top + (lp.top[t].text ? strlen(lp.top[t].text) : 0);
             pg_api_choice_add_logprob(ch, &lp);
             sb->last_token = tl->token;
         }
@@ -310,6 +329,27 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
     }
 }
 
+/* Abort what is still running of a streamed job whose client left more
+ * than max_stream_buffer bytes of output unread (mu held): its KV blocks
+ * are freed at the next step and the stream ends with an error. */
+static void job_overflow_locked(pg_server *s, job *j, size_t pending) {
+    j->overflow = true;
+    PG_WARN("%s: the client is not reading its stream: %zu bytes of output pending (limit %zu, "
+            "--max-stream-buffer); request aborted",
+            j->id, pending, s->max_stream_buffer);
+    double now = now_mono();
+    for (size_t i = 0; i < j->n_choices; i++) {
+        sub *sb = &j->subs[i];
+        if (sb->done) continue;
+        pagoda_engine_abort(s->e, sb->eid);
+        sb->done = true;
+        j->choices[i].finish = PAGODA_FINISH_ABORT;
+        j->n_done++;
+        s->inflight--;
+        pg_metrics_finished(&s->metrics, PAGODA_FINISH_ABORT, now - sb->arrival, -1, -1);
+    }
+}
+
 static void *engine_main(void *arg) {
     pg_server *s = arg;
     while (!atomic_load(&s->stopping)) {
@@ -332,6 +372,9 @@ static void *engine_main(void *arg) {
                     i++;
                 if (i == j->n_choices) continue;
                 apply_output(s, j, i, &outs[k], now);
+                size_t pending = j->unsent + (j->out_len - j->out_off);
+                if (j->req.stream && !j->overflow && pending > s->max_stream_buffer)
+                    job_overflow_locked(s, j, pending);
                 pthread_cond_broadcast(&j->cv);
                 break;
             }
@@ -529,6 +572,7 @@ static void out_push(job *j, char *ev) {
 
 /* Turn what arrived since the last call into SSE events (mu held). */
 static void stream_collect(job *j) {
+    j->unsent = 0;
     for (size_t i = 0; i < j->n_choices; i++) {
         pg_api_choice *ch = &j->choices[i];
         sub *sb = &j->subs[i];
@@ -564,11 +608,29 @@ static void stream_collect(job *j) {
     }
 }
 
+/* Restart MHD's idle timer of a connection (call from its own thread).
+ * MHD counts the time our handler or content reader spent waiting for the
+ * engine as idle time: without this, a stream whose next token took longer
+ * than the timeout would be cut right after that token (measured with MHD
+ * 0.9.75). Setting the timeout to 0 and back resets the timer (microhttpd.h,
+ * MHD_CONNECTION_OPTION_TIMEOUT). */
+static void restart_idle_timer(pg_server *s, struct MHD_Connection *c) {
+    if (!c) return;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout);
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
     job *j = cls;
     pg_server *s = j->srv;
+    bool waited = false;
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (j->overflow) { /* the client did not read; end the stream as failed */
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         if (j->out_off < j->out_len) {
             size_t n = j->out_len - j->out_off;
             if (n > max) n = max;
@@ -576,6 +638,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             j->out_off += n;
             if (j->out_off == j->out_len) j->out_off = j->out_len = 0;
             pthread_mutex_unlock(&s->mu);
+            if (waited) restart_idle_timer(s, j->mc);
             return (ssize_t)n;
         }
         if (j->done_sent) {
@@ -589,6 +652,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         timed_wait(j);
+        waited = true;
     }
 }
 
@@ -603,6 +667,7 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
+    j->mc = c;
     pagoda_sampling defaults;
     pagoda_sampling_defaults(s->e, &defaults);
     pg_api_kind kind = cc->ep == EP_CHAT ? PG_API_CHAT : PG_API_COMPLETION;
@@ -662,6 +727,7 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
                    : NULL;
     pthread_mutex_unlock(&s->mu);
     if (gone) return MHD_NO;
+    restart_idle_timer(s, c);
     if (!complete) return fail(c, 503, NULL, "server shutting down");
     if (error) return fail(c, 500, NULL, error);
     return send_json(c, 200, js);
@@ -825,11 +891,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->srv = s;
         *con_cls = cc;
         const route *rt = NULL;
+        const char *allow = NULL;
         bool path_known = false;
         for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
             if (strcmp(url, ROUTES[i].path) != 0) continue;
             path_known = true;
-            if (!strcmp(method, ROUTES[i].method)) rt = &ROUTES[i];
+            bool get = !strcmp(ROUTES[i].method, "GET");
+            allow = get ? "GET, HEAD" : ROUTES[i].method;
+            /* HEAD is GET without the body (MHD drops the body of a HEAD reply) */
+            if (!strcmp(method, ROUTES[i].method) || (get && !strcmp(method, "HEAD")))
+                rt = &ROUTES[i];
         }
         cc->early_done = true;
         if (!path_known) {
@@ -840,7 +911,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!rt) {
             char msg[300];
             snprintf(msg, sizeof msg, "method %.16s is not allowed on %.200s", method, url);
-            return fail(c, 405, NULL, msg);
+            pg_api_error err;
+            pg_api_fail(&err, 405, NULL, "%s", msg);
+            char *js = pg_api_error_json(&err);
+            if (!js) return MHD_NO;
+            return send_text(c, 405, "application/json", js, strlen(js), MHD_HTTP_HEADER_ALLOW,
+                             allow);
         }
         if (rt->auth && !auth_ok(s, c)) {
             pg_api_error err;
@@ -886,6 +962,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->body[cc->len] = 0;
         return MHD_YES;
     }
+    pg_guard_request_read(c); /* headers and body are in: no read deadline now */
     if (cc->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "request body is over the limit of %zu bytes", s->max_body);
@@ -916,6 +993,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    /* kept alive from now (the idle deadline runs), or closing */
+    pg_guard_request_done(c, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     conn *cc = *con_cls;
     if (!cc) return;
     if (cc->job) {
@@ -924,9 +1004,16 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         bool aborted = cc->job->n_done < cc->job->n_choices;
         job_unregister_locked(cc->job);
         pthread_mutex_unlock(&s->mu);
-        if (aborted)
-            PG_INFO("%s: %s, request aborted", cc->job->id,
-                    atomic_load(&s->stopping) ? "server shutting down" : "client went away");
+        if (aborted) {
+            if (atomic_load(&s->stopping))
+                PG_INFO("%s: server shutting down, request aborted", cc->job->id);
+            else if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+                PG_INFO("%s: the client read nothing for %u s (--request-timeout), request "
+                        "aborted",
+                        cc->job->id, s->request_timeout);
+            else
+                PG_INFO("%s: client went away, request aborted", cc->job->id);
+        }
         job_log(cc->job);
         job_free(cc->job);
     }
@@ -936,6 +1023,66 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 /* -------------------------------------------------------------- lifecycle */
+
+/* MHD's messages go through pagoda's logger. Those a client causes (a
+ * disconnect mid-stream makes our content reader end the response with an
+ * error, which MHD reports as an "internal error"; resets, timeouts, a
+ * client over a limit) are DEBUG lines: the server logs its own line naming
+ * the request. Other messages are warnings, at most a few per second (a
+ * flood of connections must not flood the log). */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = 0;
+    static const char *const client_caused[] = {
+        "Application reported internal error",
+        "closing connection",
+        "Connection reset",
+        "Broken pipe",
+        "timed out",
+        "Failed to receive",
+        "Failed to send",
+        "Socket disconnected",
+        "reached connection limit",
+        "per-IP",
+        "per IP",
+        "Error processing request",
+        "closed by remote side",
+        "application error generating response",
+    };
+    for (size_t i = 0; i < sizeof client_caused / sizeof client_caused[0]; i++)
+        if (strstr(msg, client_caused[i])) {
+            PG_DEBUG("http: %s", msg);
+            return;
+        }
+    static _Atomic long long window;
+    static atomic_int count;
+    long long sec = (long long)now_mono();
+    if (atomic_exchange(&window, sec) != sec) atomic_store(&count, 0);
+    if (atomic_fetch_add(&count, 1) < 5)
+        PG_WARN("http: %s", msg);
+    else
+        PG_DEBUG("http: %s", msg);
+}
+
+/* The connection limit: the asked one, lowered so that every connection's
+ * descriptors fit in RLIMIT_NOFILE (raised to its hard limit here) beside
+ * those already open (model files, logs) and a reserve, so accept() never
+ * fails with EMFILE (MHD would stop accepting, /health included). */
+static int fit_connection_limit(int asked) {
+    uint64_t nofile = pg_guard_raise_nofile(), used = pg_guard_open_fds() + FD_RESERVE;
+    uint64_t fit = nofile > used ? (nofile - used) / FDS_PER_CONNECTION : 0;
+    if (fit < 1) fit = 1;
+    if ((uint64_t)asked <= fit) return asked;
+    PG_WARN("http: RLIMIT_NOFILE is %llu with %llu descriptors in use: at most %llu connections "
+            "(asked %d); raise `ulimit -n` for more",
+            (unsigned long long)nofile, (unsigned long long)(used - FD_RESERVE),
+            (unsigned long long)fit, asked);
+    return (int)fit;
+}
 
 pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg_server **out) {
     *out = NULL;
@@ -948,6 +1095,14 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     s->api_key = opt->api_key && opt->api_key[0] ? strdup(opt->api_key) : NULL;
     s->chat_template = opt->chat_template ? strdup(opt->chat_template) : NULL;
     s->max_body = opt->max_body_bytes ? opt->max_body_bytes : DEFAULT_MAX_BODY;
+    s->max_stream_buffer =
+        opt->max_stream_buffer ? opt->max_stream_buffer : DEFAULT_MAX_STREAM_BUFFER;
+    s->request_timeout =
+        opt->request_timeout > 0 ? (unsigned)opt->request_timeout : DEFAULT_REQUEST_TIMEOUT;
+    unsigned keepalive =
+        opt->keepalive_timeout > 0 ? (unsigned)opt->keepalive_timeout : DEFAULT_KEEPALIVE_TIMEOUT;
+    s->max_connections = fit_connection_limit(opt->max_connections > 0 ? opt->max_connections
+                                                                       : DEFAULT_MAX_CONNECTIONS);
     s->max_num_seqs = opt->max_num_seqs > 0 ? opt->max_num_seqs : 256;
     s->max_queue = opt->max_queue >= 0 ? opt->max_queue : 1024;
     s->inflight_limit = s->max_num_seqs + s->max_queue;
@@ -980,14 +1135,26 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
         pg_server_stop(s);
         return pg_error(PAGODA_ERR_IO, "cannot resolve host '%s': %s", host, gai_strerror(gai));
     }
+    if (pg_guard_create(s->request_timeout, keepalive, opt->socket_send_buffer, &s->guard) !=
+        PAGODA_OK) {
+        freeaddrinfo(ai);
+        pg_server_stop(s);
+        return PAGODA_ERR_NOMEM;
+    }
     unsigned flags =
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->mhd = MHD_start_daemon(flags, (uint16_t)opt->port, NULL, NULL, on_request, s,
-                              MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-                              on_completed, s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_THREAD_STACK_SIZE,
-                              (size_t)2 << 20, MHD_OPTION_END);
+    /* MHD_OPTION_CONNECTION_TIMEOUT is an idle timeout: it drops clients
+     * that stop reading a response; the guard bounds the request read. */
+    s->mhd = MHD_start_daemon(
+        flags, (uint16_t)opt->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, pg_guard_notify, s->guard, MHD_OPTION_URI_LOG_CALLBACK,
+        pg_guard_uri_log, s->guard, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)(opt->max_connections_per_ip > 0 ? opt->max_connections_per_ip : 0),
+        MHD_OPTION_CONNECTION_TIMEOUT, s->request_timeout, MHD_OPTION_THREAD_STACK_SIZE,
+        (size_t)2 << 20, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         int err = errno;
@@ -1006,6 +1173,16 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     return PAGODA_OK;
 }
 
+int pg_server_max_connections(const pg_server *s) {
+    return s->max_connections;
+}
+
+int pg_server_connections(const pg_server *s) {
+    const union MHD_DaemonInfo *di =
+        MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return di ? (int)di->num_connections : -1;
+}
+
 int pg_server_port(const pg_server *s) {
     return s->port;
 }
@@ -1014,6 +1191,7 @@ void pg_server_stop(pg_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
     if (s->mhd) MHD_stop_daemon(s->mhd);
+    pg_guard_free(s->guard);
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
     pthread_mutex_destroy(&s->mu);
     pg_metrics_destroy(&s->metrics);

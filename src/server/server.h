@@ -8,6 +8,10 @@
  * each step's outputs into the waiting requests under the server's mutex.
  * A client that goes away (socket closed) has its requests aborted
  * (pagoda_engine_abort), which frees their KV blocks at the next step.
+ * Hostile connections: request-read and keep-alive deadlines (conn_guard.h),
+ * a connection limit that fits the fd limit, a bound on the output a
+ * streaming client may leave unread (the request is aborted past it), and
+ * MHD's idle timeout for clients that stop reading a response.
  * See docs/ARCHITECTURE.md "HTTP server". */
 #ifndef PAGODA_SERVER_SERVER_H
 #define PAGODA_SERVER_SERVER_H
@@ -27,6 +31,19 @@ typedef struct pg_server_options {
     int max_queue;                 /* engine requests allowed to wait beyond max_num_seqs;
                                       more get 503 + Retry-After. < 0 = default 1024 */
     size_t max_body_bytes;         /* larger request bodies get 413; 0 = 16 MiB */
+    /* Hostile or broken clients (see conn_guard.h). */
+    int request_timeout;        /* s: headers + body must arrive within it, and a client that
+                                   reads nothing of a response for this long is dropped;
+                                   0 = 30 */
+    int keepalive_timeout;      /* s an idle kept-alive connection stays open; 0 = 5 */
+    int max_connections;        /* 0 = 4096; lowered to fit RLIMIT_NOFILE (raised to its
+                                   hard limit at start) minus the descriptors in use */
+    int max_connections_per_ip; /* 0 = no per-client-address limit */
+    size_t max_stream_buffer;   /* bytes of generated output a streaming client may leave
+                                   unread before its request is aborted; 0 = 4 MiB */
+    int socket_send_buffer;     /* SO_SNDBUF of connection sockets in bytes; 0 = the
+                                   kernel's autotuning (tests make it small so that a
+                                   client that does not read stalls the stream early) */
 } pg_server_options;
 
 typedef struct pg_server pg_server;
@@ -35,6 +52,12 @@ typedef struct pg_server pg_server;
  * alive until pg_server_stop. Errors: IO (cannot bind / resolve the host),
  * NOMEM. */
 pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg_server **out);
+
+/* The connection limit in force (after fitting it to the fd limit). */
+int pg_server_max_connections(const pg_server *s);
+
+/* HTTP connections open now (MHD_DAEMON_INFO_CURRENT_CONNECTIONS). */
+int pg_server_connections(const pg_server *s);
 
 /* The bound TCP port (the ephemeral one when port 0 was asked). */
 int pg_server_port(const pg_server *s);

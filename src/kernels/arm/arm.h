@@ -49,7 +49,7 @@ void pg_neon_silu_f32(float *out, const float *x, size_t n);
 void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 size_t pg_neon_argmax_f32(const float *x, size_t n);
 /* GEMM microkernels (pg_gemm_ukernel, dispatch.h).
- * gemm_neon.c: f32 6x16 (FMLA, one FMA per product in increasing k:
+ * gemm_neon.c: f32 5x16 (FMLA, one FMA per product in increasing k:
  *   bitwise the reference); bf16 for cores without FEAT_BF16 4x16 (k-pairs,
  *   widen + FMA odd then even: bitwise the reference); cvt_f32_bf16.
  * gemm_bf16.c: bf16 8x8 with BFMMLA (kg 4, A in row pairs: ar 2). */
@@ -60,6 +60,9 @@ void pg_neon_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, cons
 void pg_neon_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                             float *c, int64_t ldc, int mr, int accumulate);
+void pg_bf16_gemm_uk_bfmmla_pf(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                               float *c, int64_t ldc, int mr, int accumulate, const void *pf,
+                               int64_t pf_lines);
 
 /* vexp_sve.c: the vector exp with SVE (vector-length agnostic). */
 void pg_sve_vexp_f32(const float *x, float *y, size_t n);

@@ -17,7 +17,8 @@ enum { RP = 4, CP = 4, NR = 2 * CP };
 
 static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng, const uint16_t *a,
                                                        int64_t as, const uint16_t *w, float *c,
-                                                       int64_t ldc, int accumulate) {
+                                                       int64_t ldc, int accumulate, const char *pf,
+                                                       int64_t npf) {
     const int rp = (mr + 1) / 2;
     float32x4_t acc[RP][CP];
 #pragma GCC unroll 16
@@ -37,7 +38,12 @@ static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng,
             acc[p][q + 1] = vreinterpretq_f32_f64(vzip2q_f64(r0, r1));
         }
     }
+    /* the first k-quads also prefetch `per` lines each of pf[0, npf) into
+     * L2 (PRFM PLDL2KEEP): the next W slice, for the driver's small-M tiles */
+    const int64_t per = npf > 0 ? (npf + ng - 1) / ng : 0;
     for (int64_t g = 0; g < ng; g++) {
+        for (int64_t l = g * per; l < g * per + per && l < npf; l++)
+            __builtin_prefetch(pf + 64 * l, 0, 2);
         bfloat16x8_t wv[CP];
 #pragma GCC unroll 16
         for (int q = 0; q < CP; q++)
@@ -64,32 +70,40 @@ static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng,
     }
 }
 
-void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
-                            float *c, int64_t ldc, int mr, int accumulate) {
+void pg_bf16_gemm_uk_bfmmla_pf(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                               float *c, int64_t ldc, int mr, int accumulate, const void *pf,
+                               int64_t pf_lines) {
+    if (!pf || pf_lines < 0) pf_lines = 0;
+    if (pf_lines > 4 * ngroups) pf_lines = 4 * ngroups;
     switch (mr) {
     case 1:
-        tile(1, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(1, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 2:
-        tile(2, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(2, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 3:
-        tile(3, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(3, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 4:
-        tile(4, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(4, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 5:
-        tile(5, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(5, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 6:
-        tile(6, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(6, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 7:
-        tile(7, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(7, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     default:
-        tile(8, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(8, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     }
+}
+
+void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                            float *c, int64_t ldc, int mr, int accumulate) {
+    pg_bf16_gemm_uk_bfmmla_pf(ngroups, a, a_stride, w, c, ldc, mr, accumulate, NULL, 0);
 }

@@ -1,7 +1,11 @@
 /* GEMM microkernels with Advanced SIMD (see arm.h, dispatch.h).
  *
- * f32:  tile 6 x 16 (24 q accumulators, 4 q of W per k, A broadcast with
+ * f32:  tile 5 x 16 (20 q accumulators, 4 q of W per k, A broadcast with
  *       LD1R), one FMLA per product in increasing k: bitwise the reference.
+ *       5 rows, not 6: 24 accumulators + 4 W + the 6 A values GCC keeps live
+ *       exceed the 32 registers, and one accumulator was spilled to the stack
+ *       every k (a store-load round trip on its FMA chain; docs/PERFORMANCE.md
+ *       "Arm kernels: instruction counts").
  * bf16: for cores without FEAT_BF16 (Neoverse N1, Cortex-A76). Tile 4 x 16;
  *       each q of W holds 4 columns x one k-pair, widened exactly (even k:
  *       shift left 16, odd k: mask the high half); per k-pair: FMLA the odd
@@ -12,7 +16,7 @@
 
 #include "kernels/arm/arm.h"
 
-enum { F_MR = 6, F_NV = 4, F_NR = 4 * F_NV };
+enum { F_MR = 5, F_NV = 4, F_NR = 4 * F_NV };
 enum { B_MR = 4, B_NV = 4, B_NR = 4 * B_NV };
 
 static inline __attribute__((always_inline)) void tile_f32(const int mr, int64_t nk, const float *a,
@@ -59,11 +63,8 @@ void pg_neon_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const
     case 4:
         tile_f32(4, ngroups, a, a_stride, w, c, ldc, accumulate);
         break;
-    case 5:
-        tile_f32(5, ngroups, a, a_stride, w, c, ldc, accumulate);
-        break;
     default:
-        tile_f32(6, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile_f32(5, ngroups, a, a_stride, w, c, ldc, accumulate);
         break;
     }
 }

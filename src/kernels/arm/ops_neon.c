@@ -1,5 +1,9 @@
 /* NEON row ops (RMSNorm, softmax, SiLU, SwiGLU, argmax): the scheme of
- * x86/ops_avx512.c on 4 lanes; tails through a padded 4-float buffer. */
+ * x86/ops_avx512.c on 4 lanes; tails through a padded 4-float buffer.
+ * Every loop runs its whole vectors first and the tail (< 4) as one more
+ * step after it: a memcpy call inside the loop (the tail path) would make
+ * GCC reload the exp constants from memory on every step (they cannot stay
+ * in caller-saved registers across a call). Same steps in the same order. */
 #include <arm_neon.h>
 #include <math.h>
 #include <string.h>
@@ -25,38 +29,55 @@ static inline void store_part(float *y, size_t i, size_t n, float32x4_t v) {
     memcpy(y + i, b, (n - i) * sizeof(float));
 }
 
+static inline float32x4_t sumsq_step(float32x4_t acc, const float *x, size_t i, size_t n) {
+    float32x4_t v = load_pad(x, i, n, 0);
+    return vfmaq_f32(acc, v, v);
+}
+
+static inline void norm_step(float *y, const float *x, const float *w, size_t i, size_t n,
+                             float scale) {
+    float32x4_t v = vmulq_n_f32(load_pad(x, i, n, 0), scale);
+    store_part(y, i, n, vmulq_f32(load_pad(w, i, n, 0), v));
+}
+
 void pg_neon_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n,
                          float eps) {
     for (size_t r = 0; r < m; r++) {
         const float *xr = x + r * n;
         float *yr = out + r * n;
         float32x4_t acc = vdupq_n_f32(0);
-        for (size_t i = 0; i < n; i += 4) {
-            float32x4_t v = load_pad(xr, i, n, 0);
-            acc = vfmaq_f32(acc, v, v);
-        }
+        size_t i = 0;
+        for (; i + 4 <= n; i += 4)
+            acc = sumsq_step(acc, xr, i, n);
+        if (i < n) acc = sumsq_step(acc, xr, i, n);
         float scale = 1.0f / sqrtf(vaddvq_f32(acc) / (float)n + eps);
-        for (size_t i = 0; i < n; i += 4) {
-            float32x4_t v = vmulq_n_f32(load_pad(xr, i, n, 0), scale);
-            store_part(yr, i, n, vmulq_f32(load_pad(w, i, n, 0), v));
-        }
+        for (i = 0; i + 4 <= n; i += 4)
+            norm_step(yr, xr, w, i, n, scale);
+        if (i < n) norm_step(yr, xr, w, i, n, scale);
     }
+}
+
+static inline float32x4_t exp_step(float32x4_t sum, float *x, size_t i, size_t n, float32x4_t mv) {
+    float32x4_t e = pg_exp_neon(vsubq_f32(load_pad(x, i, n, -INFINITY), mv));
+    store_part(x, i, n, e);
+    return vaddq_f32(sum, e);
 }
 
 void pg_neon_softmax_f32(float *x, size_t n) {
     float32x4_t mx = vdupq_n_f32(-INFINITY);
-    for (size_t i = 0; i < n; i += 4)
-        mx = vmaxq_f32(mx, load_pad(x, i, n, -INFINITY));
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        mx = vmaxq_f32(mx, vld1q_f32(x + i));
+    if (i < n) mx = vmaxq_f32(mx, load_pad(x, i, n, -INFINITY));
     const float32x4_t mv = vdupq_n_f32(vmaxvq_f32(mx));
     float32x4_t sum = vdupq_n_f32(0);
-    for (size_t i = 0; i < n; i += 4) {
-        float32x4_t e = pg_exp_neon(vsubq_f32(load_pad(x, i, n, -INFINITY), mv));
-        store_part(x, i, n, e);
-        sum = vaddq_f32(sum, e);
-    }
+    for (i = 0; i + 4 <= n; i += 4)
+        sum = exp_step(sum, x, i, n, mv);
+    if (i < n) sum = exp_step(sum, x, i, n, mv);
     const float inv = 1.0f / vaddvq_f32(sum);
-    for (size_t i = 0; i < n; i += 4)
-        store_part(x, i, n, vmulq_n_f32(load_pad(x, i, n, 0), inv));
+    for (i = 0; i + 4 <= n; i += 4)
+        vst1q_f32(x + i, vmulq_n_f32(vld1q_f32(x + i), inv));
+    if (i < n) store_part(x, i, n, vmulq_n_f32(load_pad(x, i, n, 0), inv));
 }
 
 static inline float32x4_t silu(float32x4_t g) {
@@ -65,13 +86,21 @@ static inline float32x4_t silu(float32x4_t g) {
 }
 
 void pg_neon_silu_f32(float *out, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i += 4)
-        store_part(out, i, n, silu(load_pad(x, i, n, 0)));
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(out + i, silu(vld1q_f32(x + i)));
+    if (i < n) store_part(out, i, n, silu(load_pad(x, i, n, 0)));
+}
+
+static inline void swiglu_step(float *out, const float *gate, const float *up, size_t i, size_t n) {
+    store_part(out, i, n, vmulq_f32(silu(load_pad(gate, i, n, 0)), load_pad(up, i, n, 0)));
 }
 
 void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n) {
-    for (size_t i = 0; i < n; i += 4)
-        store_part(out, i, n, vmulq_f32(silu(load_pad(gate, i, n, 0)), load_pad(up, i, n, 0)));
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        swiglu_step(out, gate, up, i, n);
+    if (i < n) swiglu_step(out, gate, up, i, n);
 }
 
 size_t pg_neon_argmax_f32(const float *x, size_t n) {

@@ -19,7 +19,9 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
                                                        const char *w, float *c, int64_t ldc,
                                                        int accumulate) {
     float32x4_t f[MR][NV];
+#pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
             f[i][v] = accumulate ? vld1q_f32(c + i * ldc + 4 * v) : vdupq_n_f32(0.0f);
     const size_t hbytes = (size_t)NR * (hs ? 2 : 4);
@@ -30,11 +32,14 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
         const int8_t *d = (const int8_t *)(grp + hbytes);
         const int8_t *ag = a + g * gk;
         int32x4_t acc[MR][NV];
+#pragma GCC unroll 4
         for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
             for (int v = 0; v < NV; v++)
                 acc[i][v] = vdupq_n_s32(0);
         for (int64_t c4 = 0; c4 < gk / 16; c4++) {
             int8x16_t av[MR];
+#pragma GCC unroll 4
             for (int i = 0; i < mr; i++)
                 av[i] = vld1q_s8(ag + i * as + 16 * c4);
 #define STEP(L)                                                                                    \
@@ -49,9 +54,9 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             wv[0] = vshlq_n_s8(x, 4);                                                              \
             wv[1] = vandq_s8(x, hi_mask);                                                          \
         }                                                                                          \
-        for (int i = 0; i < mr; i++)                                                               \
-            for (int v = 0; v < NV; v++)                                                           \
-                acc[i][v] = vdotq_laneq_s32(acc[i][v], wv[v], av[i], (L));                         \
+        _Pragma("GCC unroll 4") for (int i = 0; i < mr; i++)                                       \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[i][v] =                       \
+                vdotq_laneq_s32(acc[i][v], wv[v], av[i], (L));                                     \
     } while (0)
             STEP(0);
             STEP(1);
@@ -59,9 +64,11 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             STEP(3);
 #undef STEP
         }
+#pragma GCC unroll 4
         for (int v = 0; v < NV; v++) {
             float32x4_t s = hs ? vcvt_f32_f16(vld1_f16((const float16_t *)grp + 4 * v))
                                : vld1q_f32((const float *)grp + 4 * v);
+#pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
                 int32x4_t t = bits == 4 ? vshrq_n_s32(acc[i][v], 4) : acc[i][v];
                 float32x4_t si = asc ? vmulq_n_f32(s, asc[i * ass + g]) : s;
@@ -69,7 +76,9 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             }
         }
     }
+#pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
             vst1q_f32(c + i * ldc + 4 * v, f[i][v]);
 }

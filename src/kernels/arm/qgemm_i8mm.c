@@ -21,8 +21,10 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
                                                        int accumulate) {
     const int np = (mr + 1) / 2;
     float32x4_t f[MP][NQ];
+#pragma GCC unroll 4
     for (int p = 0; p < np; p++) {
         const int two = 2 * p + 1 < mr;
+#pragma GCC unroll 4
         for (int q = 0; q < NQ; q++) {
             if (!accumulate) {
                 f[p][q] = vdupq_n_f32(0.0f);
@@ -41,12 +43,15 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
         const int8_t *d = (const int8_t *)(grp + hbytes);
         const int8_t *ag = a + g * gk * 2;
         int32x4_t acc[MP][NQ];
+#pragma GCC unroll 4
         for (int p = 0; p < np; p++)
+#pragma GCC unroll 4
             for (int q = 0; q < NQ; q++)
                 acc[p][q] = vdupq_n_s32(0);
         for (int64_t ch = 0; ch < gk / KG; ch++) {
             int8x16_t wv[NQ];
             if (bits == 8) {
+#pragma GCC unroll 4
                 for (int q = 0; q < NQ; q++)
                     wv[q] = vld1q_s8(d + ch * KG * NR + 16 * q);
             } else {
@@ -57,8 +62,10 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
                 wv[2] = vshlq_n_s8(x1, 4);
                 wv[3] = vandq_s8(x1, hi_mask);
             }
+#pragma GCC unroll 4
             for (int p = 0; p < np; p++) {
                 int8x16_t av = vld1q_s8(ag + p * as + ch * 2 * KG);
+#pragma GCC unroll 4
                 for (int q = 0; q < NQ; q++)
                     acc[p][q] = vmmlaq_s32(acc[p][q], av, wv[q]);
             }
@@ -68,9 +75,11 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             for (int v = 0; v < NR / 4; v++)
                 vst1q_f32(sbuf + 4 * v, vcvt_f32_f16(vld1_f16((const float16_t *)grp + 4 * v)));
         const float *sc = hs ? sbuf : (const float *)grp;
+#pragma GCC unroll 4
         for (int q = 0; q < NQ; q++) {
             float32x2_t s2 = vld1_f32(sc + 2 * q);
             float32x4_t s = vcombine_f32(s2, s2);
+#pragma GCC unroll 4
             for (int p = 0; p < np; p++) {
                 int32x4_t t = bits == 4 ? vshrq_n_s32(acc[p][q], 4) : acc[p][q];
                 float32x4_t si = s;
@@ -83,8 +92,10 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             }
         }
     }
+#pragma GCC unroll 4
     for (int p = 0; p < np; p++) {
         const int two = 2 * p + 1 < mr;
+#pragma GCC unroll 4
         for (int q = 0; q < NQ; q++) {
             vst1_f32(c + 2 * p * ldc + 2 * q, vget_low_f32(f[p][q]));
             if (two) vst1_f32(c + (2 * p + 1) * ldc + 2 * q, vget_high_f32(f[p][q]));

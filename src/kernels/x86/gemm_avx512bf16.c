@@ -12,30 +12,78 @@
 
 enum { MR = 6, NV = 4, NR = 16 * NV };
 
+/* One k-group: acc[i][v] += A(row i, pair g) . W(pair g, columns 16v..). */
+static inline __attribute__((always_inline)) void step(const int mr, int64_t g, const uint16_t *a,
+                                                       int64_t as, const uint16_t *w,
+                                                       __m512 acc[MR][NV]) {
+    __m512bh wv[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++)
+        wv[v] = (__m512bh)_mm512_loadu_si512(w + g * 2 * NR + 32 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+        int32_t pair;
+        memcpy(&pair, a + i * as + 2 * g, 4);
+        __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, wv[v]);
+    }
+}
+
+/* k-groups from 0 that also prefetch `per` lines each of pf[0, npf) (the
+ * last one fewer); returns the first group left. */
+static inline __attribute__((always_inline)) int64_t
+prefetch_steps(const int mr, const int per, int64_t ng, const uint16_t *a, int64_t as,
+               const uint16_t *w, __m512 acc[MR][NV], const char *pf, int64_t npf) {
+    int64_t g = 0;
+    for (; g < ng && (g + 1) * per <= npf; g++) {
+#pragma GCC unroll 4
+        for (int q = 0; q < per; q++)
+            _mm_prefetch(pf + 64 * (g * per + q), _MM_HINT_T1);
+        step(mr, g, a, as, w, acc);
+    }
+    if (g < ng && g * per < npf) {
+        for (int64_t l = g * per; l < npf; l++)
+            _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+        step(mr, g, a, as, w, acc);
+        g++;
+    }
+    return g;
+}
+
+/* The tile; the first k-groups also prefetch the lines of pf (the next W slice,
+ * into L2: this loop reads W from L2 already, so L1 is left to A and W's
+ * current lines). */
 static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng, const uint16_t *a,
                                                        int64_t as, const uint16_t *w, float *c,
-                                                       int64_t ldc, int accumulate) {
+                                                       int64_t ldc, int accumulate, const char *pf,
+                                                       int64_t npf) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++)
             acc[i][v] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
-    for (int64_t g = 0; g < ng; g++) {
-        __m512bh wv[NV];
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; v++)
-            wv[v] = (__m512bh)_mm512_loadu_si512(w + g * 2 * NR + 32 * v);
-#pragma GCC unroll 16
-        for (int i = 0; i < mr; i++) {
-            int32_t pair;
-            memcpy(&pair, a + i * as + 2 * g, 4);
-            __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-#pragma GCC unroll 16
-            for (int v = 0; v < NV; v++)
-                acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, wv[v]);
-        }
+    int64_t g = 0;
+    switch (npf > 0 ? (npf + ng - 1) / ng : 0) { /* lines per k-group */
+    case 0:
+        break;
+    case 1:
+        g = prefetch_steps(mr, 1, ng, a, as, w, acc, pf, npf);
+        break;
+    case 2:
+        g = prefetch_steps(mr, 2, ng, a, as, w, acc, pf, npf);
+        break;
+    case 3:
+        g = prefetch_steps(mr, 3, ng, a, as, w, acc, pf, npf);
+        break;
+    default:
+        g = prefetch_steps(mr, 4, ng, a, as, w, acc, pf, npf);
+        break;
     }
+    for (; g < ng; g++)
+        step(mr, g, a, as, w, acc);
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
@@ -43,28 +91,36 @@ static inline __attribute__((always_inline)) void tile(const int mr, int64_t ng,
             _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
 }
 
-void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
-                                float *c, int64_t ldc, int mr, int accumulate) {
+void pg_avx512bf16_gemm_uk_bf16_pf(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                                   float *c, int64_t ldc, int mr, int accumulate, const void *pf,
+                                   int64_t pf_lines) {
+    if (pf_lines > 4 * ngroups) pf_lines = 4 * ngroups;
+    if (!pf || pf_lines < 0) pf_lines = 0;
     switch (mr) {
     case 1:
-        tile(1, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(1, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 2:
-        tile(2, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(2, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 3:
-        tile(3, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(3, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 4:
-        tile(4, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(4, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     case 5:
-        tile(5, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(5, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     default:
-        tile(6, ngroups, a, a_stride, w, c, ldc, accumulate);
+        tile(6, ngroups, a, a_stride, w, c, ldc, accumulate, pf, pf_lines);
         break;
     }
+}
+
+void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                                float *c, int64_t ldc, int mr, int accumulate) {
+    pg_avx512bf16_gemm_uk_bf16_pf(ngroups, a, a_stride, w, c, ldc, mr, accumulate, NULL, 0);
 }
 
 /* VCVTNEPS2BF16: round to nearest even, NaN -> quiet NaN (the reference's

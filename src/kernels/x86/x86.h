@@ -84,6 +84,9 @@ void pg_avx512_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, co
 void pg_avx512_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 void pg_avx512bf16_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                                 float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx512bf16_gemm_uk_bf16_pf(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
+                                   float *c, int64_t ldc, int mr, int accumulate, const void *pf,
+                                   int64_t pf_lines);
 void pg_avx512bf16_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 
 /* quant_avx2.c / quant_avx512.c: the quantized GEMM's activation input
