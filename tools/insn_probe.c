@@ -187,7 +187,7 @@ int main(int argc, char **argv) {
     if (strcmp(kname, "gemm_f32") == 0) return run_gemm(&t->gemm_f32, 0, reps);
 #if defined(__aarch64__)
     if (strcmp(kname, "gemm_bf16_neon") == 0) {
-        const pg_gemm_ukernel uk = {"neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16};
+        const pg_gemm_ukernel uk = {"neon", 4, 16, 2, 1, pg_neon_gemm_uk_bf16, NULL};
         return run_gemm(&uk, 1, reps);
     }
 #endif
