@@ -5,7 +5,8 @@
  * multiple of the group, group sizes 32/64/128 and per channel, all three
  * epilogues with and without bias, 1 and 2 threads, K long enough to be
  * blocked; batch invariance (row i alone == row i inside larger batches);
- * the activation quantizer; bad arguments. */
+ * the activation quantizer and its SIMD entries; RMSNorm fused into the
+ * input stage; bad arguments. */
 #include "testutil.h"
 
 #include <math.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/dtype.h"
 #include "base/pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/qgemm.h"
@@ -55,8 +57,13 @@ static void make_qweight(owned_qweight *o, int bits, int64_t group, int64_t N, i
     int lo = bits == 8 ? -128 : -8, hi = bits == 8 ? 127 : 7;
     for (int64_t i = 0; i < N * K; i++)
         o->q[i] = (int8_t)rnd_int(lo, hi);
-    for (int64_t i = 0; i < N * ng; i++)
+    /* half the weights get exact F16 scales (kernels with run_hs then pack
+     * them in 2 bytes), half f32 ones that are not */
+    const int f16 = (int)rnd_int(0, 1);
+    for (int64_t i = 0; i < N * ng; i++) {
         o->s[i] = (0.5f + 0.5f * rnd()) * 0.01f;
+        if (f16) o->s[i] = pg_f16_to_f32(pg_f32_to_f16(o->s[i]));
+    }
     o->w = (pg_qweight){bits, group, N, K, o->q, o->s, g_act_group};
 }
 static void free_qweight(owned_qweight *o) {
@@ -295,6 +302,155 @@ static void test_quantize_row(void **state) {
     assert_int_equal(q[0] | q[1] | q[2], 0);
 }
 
+/* The input stage's SIMD entries (amax_f32, quant_i8) of every table this
+ * machine runs equal the scalar reference bit for bit: lengths around the
+ * vector widths, ties (x * inv exactly k + 0.5 round to even), clamping,
+ * zeros, NaN ignored by amax. */
+static void test_quant_entries(void **state) {
+    (void)state;
+    const char *isas[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon", "sve"};
+    float x[300];
+    int8_t q[300], r[300];
+    int tested = 0;
+    for (size_t t = 0; t < sizeof isas / sizeof isas[0]; t++) {
+        const pg_kernel_table *kt = pg_kernels_for_isa(isas[t]);
+        if (!kt) continue;
+        tested++;
+        for (int round = 0; round < 60; round++) {
+            size_t n = round < 40 ? (size_t)round : (size_t)rnd_int(41, 300);
+            for (size_t i = 0; i < n; i++) {
+                int kind = (int)rnd_int(0, 5);
+                x[i] = kind == 0   ? (float)rnd_int(-130, 130) + 0.5f /* ties at inv 1 */
+                       : kind == 1 ? 0.0f
+                                   : rnd() * 140.0f;
+            }
+            float inv = round % 3 == 0 ? 1.0f : 127.0f / (1.0f + (float)round);
+            assert_true(memcmp(&(float){kt->amax_f32(x, n)}, &(float){pg_ref_amax_f32(x, n)}, 4) ==
+                        0);
+            memset(q, 0x55, sizeof q);
+            memset(r, 0x55, sizeof r);
+            int32_t sq = kt->quant_i8(x, n, inv, q), sr = pg_ref_quant_i8(x, n, inv, r);
+            if (sq != sr || memcmp(q, r, sizeof q) != 0) {
+                fprintf(stderr, "%s quant_i8 n=%zu inv=%g differs from the reference\n",
+                        kt->variant.quant_i8, n, (double)inv);
+                fail();
+            }
+            if (n > 3) { /* a NaN never wins the max */
+                x[n / 2] = NAN;
+                assert_true(kt->amax_f32(x, n) == pg_ref_amax_f32(x, n));
+            }
+        }
+    }
+    assert_true(tested >= 1);
+    float t2[4] = {2.5f, -2.5f, 3.5f, 1000.0f};
+    int8_t q2[4];
+    assert_int_equal(pg_ref_quant_i8(t2, 4, 1.0f, q2), 2 - 2 + 4 + 127);
+    assert_int_equal(q2[0], 2);
+    assert_int_equal(q2[1], -2);
+    assert_int_equal(q2[2], 4);
+    assert_int_equal(q2[3], 127);
+}
+
+/* RMSNorm fused into the input stage (pg_qgemm_rmsnorm) equals the table's
+ * rmsnorm_f32 followed by pg_qgemm, bit for bit, for every microkernel,
+ * per-token and per-(token, group) activation scales, 1 and 2 threads. */
+static void test_qgemm_rmsnorm_fused(void **state) {
+    (void)state;
+    pg_pool *pool2 = make_pool(2);
+    const pg_kernel_table *kt = pg_kernels();
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        const pg_qgemm_ukernel *uks[8];
+        int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
+        for (int v = 0; v < nu; v++) {
+            for (int c = 0; c < 4; c++) {
+                g_act_group = c == 3;
+                const int64_t group = c == 0 ? 0 : 32 * c;
+                const int64_t M = c == 0 ? 1 : rnd_int(2, 23), N = 2 * rnd_int(1, 30) + 1;
+                const int64_t K = rnd_int(1, 260), ldx = K + rnd_int(0, 2);
+                const pg_gemm_epilogue ep = (pg_gemm_epilogue)(c % 3);
+                owned_qweight g, u;
+                make_qweight(&g, bits, group, N, K);
+                if (ep == PG_GEMM_SWIGLU) make_qweight(&u, bits, group, N, K);
+                float *X = malloc((size_t)(M * ldx) * sizeof *X), *nw = malloc((size_t)K * 4);
+                float *Xn = malloc((size_t)(M * K) * sizeof *Xn);
+                float *C = malloc((size_t)(M * N) * sizeof *C), *R = malloc((size_t)(M * N) * 4);
+                assert_true(X && nw && Xn && C && R);
+                for (int64_t i = 0; i < M * ldx; i++)
+                    X[i] = rnd() * 4.0f;
+                for (int64_t k = 0; k < K; k++)
+                    nw[k] = 0.5f + rnd();
+                for (int64_t i = 0; i < M * N; i++)
+                    C[i] = R[i] = rnd();
+                for (int64_t m = 0; m < M; m++)
+                    kt->rmsnorm_f32(Xn + m * K, X + m * ldx, nw, 1, (size_t)K, 1e-5f);
+                pg_qpacked *pw = NULL;
+                assert_int_equal(
+                    pg_qgemm_pack(&g.w, ep == PG_GEMM_SWIGLU ? &u.w : NULL, uks[v], &pw),
+                    PAGODA_OK);
+                pg_pool *pool = (c & 1) ? pool2 : NULL;
+                run_q(pw, Xn, M, K, R, N, NULL, ep, pool);
+                void *scratch = pg_malloc_aligned(pg_qgemm_scratch_size(pw, M, pool ? 2 : 1));
+                assert_non_null(scratch);
+                assert_int_equal(
+                    pg_qgemm_rmsnorm(pw, X, M, ldx, nw, 1e-5f, C, N, NULL, ep, pool, scratch),
+                    PAGODA_OK);
+                if (memcmp(C, R, (size_t)(M * N) * sizeof *C) != 0) {
+                    fprintf(stderr, "%s W%d group %lld: fused RMSNorm differs\n", uks[v]->name,
+                            bits, (long long)group);
+                    fail();
+                }
+                assert_int_equal(
+                    pg_qgemm_rmsnorm(pw, X, M, ldx, NULL, 1e-5f, C, N, NULL, ep, pool, scratch),
+                    PAGODA_ERR_INVALID_ARG);
+                assert_int_equal(
+                    pg_qgemm_rmsnorm(pw, X, M, ldx, nw, 0.0f, C, N, NULL, ep, pool, scratch),
+                    PAGODA_ERR_INVALID_ARG);
+                pg_free(scratch);
+                pg_qgemm_free(pw);
+                free_qweight(&g);
+                if (ep == PG_GEMM_SWIGLU) free_qweight(&u);
+                free(X);
+                free(nw);
+                free(Xn);
+                free(C);
+                free(R);
+            }
+            g_act_group = 0;
+        }
+    }
+    pg_pool_free(pool2);
+}
+
+/* A kernel with an F16-scale form (run_hs) packs exact F16 scales in 2
+ * bytes per column and group, f32 ones in 4; both compute the reference. */
+static void test_qgemm_f16_scales(void **state) {
+    (void)state;
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        const pg_qgemm_ukernel *uks[8];
+        int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
+        for (int v = 0; v < nu; v++) {
+            if (!uks[v]->run_hs) continue;
+            const int64_t N = 2 * uks[v]->nr, K = 256, G = 32;
+            owned_qweight g;
+            make_qweight(&g, bits, G, N, K);
+            size_t bytes[2];
+            for (int f = 0; f < 2; f++) {
+                for (int64_t i = 0; i < N * K / G; i++) {
+                    float x = pg_f16_to_f32(pg_f32_to_f16(g.s[i]));
+                    g.s[i] = f ? x : x * (1.0f + 0x1p-20f); /* f: exact F16 */
+                }
+                pg_qpacked *pw = NULL;
+                assert_int_equal(pg_qgemm_pack(&g.w, NULL, uks[v], &pw), PAGODA_OK);
+                bytes[f] = pg_qgemm_packed_bytes(pw);
+                pg_qgemm_free(pw);
+            }
+            assert_int_equal(bytes[0] - bytes[1], (size_t)(N * (K / G) * 2));
+            free_qweight(&g);
+            check_case(uks[v], 32, 7, 45, 200, PG_GEMM_STORE, 1, NULL);
+        }
+    }
+}
+
 static void test_qgemm_bad_args(void **state) {
     (void)state;
     owned_qweight g;
@@ -347,7 +503,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qgemm_vs_reference),   cmocka_unit_test(test_qgemm_batch_invariance),
         cmocka_unit_test(test_qgemm_nested_in_pool), cmocka_unit_test(test_quantize_row),
-        cmocka_unit_test(test_qgemm_bad_args),
+        cmocka_unit_test(test_qgemm_bad_args),       cmocka_unit_test(test_quant_entries),
+        cmocka_unit_test(test_qgemm_rmsnorm_fused),  cmocka_unit_test(test_qgemm_f16_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,28 +87,35 @@ static int run_gemm(const pg_gemm_ukernel *uk, int bf16, long reps) {
 
 static int run_qgemm(const pg_qgemm_ukernel *uk, long reps) {
     const int64_t ng = K / GK, as = 2 * K;
-    const size_t gbytes = (size_t)uk->nr * 8 + (size_t)GK * (size_t)uk->nr * (size_t)uk->bits / 8;
+    /* group header (dispatch.h): int32 comp[nr] for a_u8 kernels only, then
+     * f32 scale[nr] (the run form; run_hs would take F16 scales) */
+    const size_t hbytes = (size_t)uk->nr * (uk->a_u8 ? 8 : 4);
+    const size_t gbytes = hbytes + (size_t)GK * (size_t)uk->nr * (size_t)uk->bits / 8;
     int8_t *a = xmalloc((size_t)uk->mr * (size_t)as);
     char *w = xmalloc((size_t)ng * gbytes);
     float *c = xmalloc((size_t)uk->mr * (size_t)uk->nr * sizeof(float));
+    int32_t *ac = calloc((size_t)uk->mr * (size_t)ng, sizeof(int32_t)); /* w_u8 corrections */
+    if (!ac) exit(2);
     for (size_t i = 0; i < (size_t)uk->mr * (size_t)as; i++)
         a[i] = (int8_t)(frand() * 127.0f);
     for (int64_t g = 0; g < ng; g++) {
         char *grp = w + (size_t)g * gbytes;
-        float *scale = (float *)(grp + (size_t)uk->nr * 4); /* comp (int32[nr]) stays 0 */
+        memset(grp, 0, hbytes); /* comp stays 0 */
+        float *scale = (float *)(grp + hbytes - (size_t)uk->nr * 4);
         for (int j = 0; j < uk->nr; j++)
             scale[j] = 0.01f;
-        for (size_t i = (size_t)uk->nr * 8; i < gbytes; i++)
+        for (size_t i = hbytes; i < gbytes; i++)
             grp[i] = (char)(frand() * 127.0f);
     }
     for (long r = 0; r < reps; r++)
-        uk->run(ng, GK, a, as, NULL, 0, w, c, uk->nr, uk->mr, 0);
+        uk->run(ng, GK, a, as, NULL, 0, uk->w_u8 ? ac : NULL, ng, w, c, uk->nr, uk->mr, 0);
     printf("qgemm variant=%s bits=%d mr=%d nr=%d K=%d macs_per_call=%ld checksum=%g\n", uk->name,
            uk->bits, uk->mr, uk->nr, K, (long)uk->mr * uk->nr * K,
            sum(c, (size_t)uk->mr * (size_t)uk->nr));
     free(a);
     free(w);
     free(c);
+    free(ac);
     return 0;
 }
 

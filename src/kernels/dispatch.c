@@ -50,18 +50,18 @@ static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
 
 /* Quantized GEMM microkernel descriptors (kernels/qgemm.h). */
 typedef void (*qrun_fn)(int64_t, int64_t, const void *, int64_t, const float *, int64_t,
-                        const void *, float *, int64_t, int, int);
+                        const int32_t *, int64_t, const void *, float *, int64_t, int, int);
 static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, int ar, int vw,
-                            int a_u8, qrun_fn run) {
-    pg_qgemm_ukernel u = {name, mr, nr, kg, ar, vw, a_u8, bits, run};
+                            int a_u8, int w_u8, qrun_fn run, qrun_fn run_hs) {
+    pg_qgemm_ukernel u = {name, mr, nr, kg, ar, vw, a_u8, bits, w_u8, run, run_hs};
     return u;
 }
-#define QUK_SCALAR(b) quk("scalar", b, 4, 8, 4, 1, 16, 0, pg_ref_qgemm_uk_w##b)
-#define QUK_AVX512VNNI(b) quk("avx512vnni", b, 6, 32, 4, 1, 64, 1, pg_avx512vnni_qgemm_uk_w##b)
-#define QUK_AVX2(b) quk("avx2", b, 3, 16, 4, 1, 32, 0, pg_avx2_qgemm_uk_w##b)
-#define QUK_AVXVNNI(b) quk("avxvnni", b, 3, 16, 4, 1, 32, 1, pg_avxvnni_qgemm_uk_w##b)
-#define QUK_DOTPROD(b) quk("dotprod", b, 4, 8, 4, 1, 16, 0, pg_dotprod_qgemm_uk_w##b)
-#define QUK_I8MM(b) quk("i8mm", b, 4, 8, 8, 2, 16, 0, pg_i8mm_qgemm_uk_w##b)
+#define QUK_SCALAR(b) quk("scalar", b, 4, 8, 4, 1, 16, 0, 0, pg_ref_qgemm_uk_w##b, pg_ref_qgemm_uk_w##b##_hs)
+#define QUK_AVX512VNNI(b) quk("avx512vnni", b, 6, 32, 4, 1, 64, 0, 1, pg_avx512vnni_qgemm_uk_w##b, pg_avx512vnni_qgemm_uk_w##b##_hs)
+#define QUK_AVX2(b) quk("avx2", b, 3, 16, 4, 1, 32, 0, 0, pg_avx2_qgemm_uk_w##b, pg_avx2_qgemm_uk_w##b##_hs)
+#define QUK_AVXVNNI(b) quk("avxvnni", b, 3, 16, 4, 1, 32, 1, 0, pg_avxvnni_qgemm_uk_w##b, NULL)
+#define QUK_DOTPROD(b) quk("dotprod", b, 4, 8, 4, 1, 16, 0, 0, pg_dotprod_qgemm_uk_w##b, pg_dotprod_qgemm_uk_w##b##_hs)
+#define QUK_I8MM(b) quk("i8mm", b, 4, 8, 8, 2, 16, 0, 0, pg_i8mm_qgemm_uk_w##b, pg_i8mm_qgemm_uk_w##b##_hs)
 
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
@@ -83,6 +83,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, swiglu_f32, pg_ref_swiglu, "scalar");
     SET(t, argmax_f32, pg_ref_argmax_f32, "scalar");
     SET(t, cvt_f32_bf16, pg_ref_cvt_f32_bf16, "scalar");
+    SET(t, amax_f32, pg_ref_amax_f32, "scalar");
+    SET(t, quant_i8, pg_ref_quant_i8, "scalar");
     t->gemm_bf16 = uk("scalar", 4, 16, 2, 1, pg_ref_gemm_uk_bf16);
     t->gemm_f32 = uk("scalar", 4, 16, 1, 1, pg_ref_gemm_uk_f32);
     t->qgemm_w8 = QUK_SCALAR(8);
@@ -101,6 +103,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, swiglu_f32, pg_avx2_swiglu_f32, "avx2");
         SET(t, argmax_f32, pg_avx2_argmax_f32, "avx2");
         SET(t, cvt_f32_bf16, pg_avx2_cvt_f32_bf16, "avx2");
+        SET(t, amax_f32, pg_avx2_amax_f32, "avx2");
+        SET(t, quant_i8, pg_avx2_quant_i8, "avx2");
         t->gemm_bf16 = uk("avx2", 4, 16, 2, 1, pg_avx2_gemm_uk_bf16);
         t->gemm_f32 = uk("avx2", 6, 16, 1, 1, pg_avx2_gemm_uk_f32);
         /* VNNI is a feature, not a level: AVX-VNNI (VEX) on AVX2 cores */
@@ -122,6 +126,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, swiglu_f32, pg_avx512_swiglu_f32, "avx512");
         SET(t, argmax_f32, pg_avx512_argmax_f32, "avx512");
         SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
+        SET(t, amax_f32, pg_avx512_amax_f32, "avx512");
+        SET(t, quant_i8, pg_avx512_quant_i8, "avx512");
         t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
         t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
         if (pg_cpu()->avx512_vnni)
@@ -154,6 +160,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         else
             SET(t, attn_bf16kv, &UK_NEON_BF16, "neon");
         SET(t, cvt_f32_bf16, pg_neon_cvt_f32_bf16, "neon");
+        SET(t, amax_f32, pg_neon_amax_f32, "neon");
+        SET(t, quant_i8, pg_neon_quant_i8, "neon");
         t->gemm_f32 = uk("neon", 5, 16, 1, 1, pg_neon_gemm_uk_f32);
         /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
          * row pairs), else widen + FMA on k-pairs. */
@@ -192,6 +200,8 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "swiglu_f32", t->variant.swiglu_f32);
     fprintf(f, "  %s%-16s %s\n", p, "argmax_f32", t->variant.argmax_f32);
     fprintf(f, "  %s%-16s %s\n", p, "cvt_f32_bf16", t->variant.cvt_f32_bf16);
+    fprintf(f, "  %s%-16s %s\n", p, "amax_f32", t->variant.amax_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "quant_i8", t->variant.quant_i8);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_bf16", t->gemm_bf16.name, t->gemm_bf16.mr,
             t->gemm_bf16.nr);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_f32", t->gemm_f32.name, t->gemm_f32.mr,

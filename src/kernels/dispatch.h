@@ -56,21 +56,37 @@ typedef struct pg_gemm_ukernel {
  *         c[i][j] = fmaf((float)isum_g[i][j], scale_g[j], c[i][j])
  * where isum_g is the exact int32 sum over the group of a[i][k] * q[j][k]
  * (accumulate == 0: c starts at 0). The packed panel holds, per group:
- * int32 comp[nr] (the start of each column's integer sum: -128 * sum q for
- * a_u8 kernels, scaled by 16 for W4, else 0), f32 scale[nr], then the
- * weights: for each k-chunk of kg, for each column, kg int8 values; W4
- * halves this stream: each 2*vw bytes become vw bytes whose low nibbles
- * hold the first vw values and high nibbles the next vw. A: int8 (a_u8:
- * plus 128, as uint8), row i at a + i*a_stride (ar 2: row pairs, each
- * kg-chunk = row 2p's kg values then row 2p+1's). 1 <= mr <= the kernel's mr.
+ * for a_u8 kernels only, int32 comp[nr] (the start of each column's integer
+ * sum: -128 * sum q, scaled by 16 for W4); then the scales, f32 scale[nr]
+ * (or F16 for run_hs); then the weights: for each k-chunk of kg, for each column,
+ * kg int8 values; W4 halves this stream: each 2*vw bytes become vw bytes
+ * whose low nibbles hold the first vw values and high nibbles the next vw.
+ * A: int8 (a_u8: plus 128, as uint8), row i at a + i*a_stride (ar 2: row
+ * pairs, each kg-chunk = row 2p's kg values then row 2p+1's). 1 <= mr <=
+ * the kernel's mr.
+ * w_u8 kernels (VPDPBUSD with the weights as the unsigned operand) store
+ * q + 128 (W8) or q + 8 (W4 nibbles) and start group g of row i at
+ * ac[i*ac_stride + g] = -128 (W8) or -8 (W4) times the sum of row i's
+ * activations over the group, which the driver computes in its input stage
+ * (ac is NULL for other kernels).
  * as == NULL: per-token activation scales (applied later by the driver);
  * else per-group ones: group g of row i uses scale_g[j] * as[i*as_stride + g]
  * (that product rounded to f32) in place of scale_g[j]. */
 typedef struct pg_qgemm_ukernel {
     const char *name; /* "avx512vnni", "i8mm", "scalar", ... */
     int mr, nr, kg, ar, vw, a_u8, bits;
+    int w_u8; /* offset-unsigned weights, activation-sum corrections (see above) */
     void (*run)(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,
-                int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,
+                int64_t ldc, int mr, int accumulate);
+    /* Optional (NULL: none): run with the header's scales
+     * stored as F16 (nr x 2 bytes, widened exactly). Packing picks it when
+     * every scale of the weight is an exact F16 (GGUF Q8_0/Q4_0 always;
+     * load-time quantization rounds its scales to F16): 2 bytes per column
+     * and group fewer to stream. */
+    void (*run_hs)(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,
+                   int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,
+                   int64_t ldc, int mr, int accumulate);
 } pg_qgemm_ukernel;
 
 typedef struct pg_kernel_table {
@@ -110,12 +126,20 @@ typedef struct pg_kernel_table {
     /* Quantized GEMM microkernels (kernels/qgemm.h): int8 and int4 weights
      * times int8 per-token activations. */
     pg_qgemm_ukernel qgemm_w8, qgemm_w4;
+    /* The quantized GEMM's activation input stage (kernels/qgemm.h; specs
+     * pg_ref_amax_f32 / pg_ref_quant_i8 in ref/ref.h, every variant equal
+     * bit for bit): amax_f32 = max |x[i]| over n >= 0 floats (0 for n 0;
+     * NaN ignored); quant_i8: q[i] = rint(clamp(x[i] * inv, -127, 127))
+     * (round to nearest even; NaN inputs unspecified), returns sum q[i]. */
+    float (*amax_f32)(const float *x, size_t n);
+    int32_t (*quant_i8)(const float *x, size_t n, float inv, int8_t *q);
 
     /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
     struct {
         const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16;
         const char *vexp_f32, *attn_f32kv, *attn_bf16kv;
         const char *rmsnorm_f32, *softmax_f32, *silu_f32, *swiglu_f32, *argmax_f32;
+        const char *amax_f32, *quant_i8;
     } variant;
 } pg_kernel_table;
 

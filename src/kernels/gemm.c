@@ -65,6 +65,9 @@ const char *pg_gemm_variant(const pg_packed_weight *w) {
 int pg_gemm_quant_bits(const pg_packed_weight *w) {
     return w->q ? pg_qgemm_bits(w->q) : 0;
 }
+const struct pg_qpacked *pg_gemm_qpacked(const pg_packed_weight *w) {
+    return w ? w->q : NULL;
+}
 
 void pg_gemm_free(pg_packed_weight *w) {
     if (!w) return;

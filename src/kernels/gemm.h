@@ -102,6 +102,10 @@ pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const voi
                                     pg_packed_weight **out);
 /* 8 or 4 for a quantized weight, 0 otherwise. */
 int pg_gemm_quant_bits(const pg_packed_weight *w);
+/* The quantized weight inside w (kernels/qgemm.h: e.g. for
+ * pg_qgemm_rmsnorm), or NULL for a float weight or NULL w. */
+struct pg_qpacked;
+const struct pg_qpacked *pg_gemm_qpacked(const pg_packed_weight *w);
 
 /* Output width N (for SwiGLU: the gate rows), reduction length K, whether it
  * is a SwiGLU pair, the packed bytes, and the variant name ("avx512bf16"...). */

@@ -16,15 +16,24 @@
 
 /* KC_ELEMS int8 x NR of W per K block; MC_MAX rows of acc over NC_ELEMS
  * columns = 256 KiB (L2). */
-enum { KC_ELEMS = 1024, NC_ELEMS = 128, MC_MAX = 512, QCHUNK = 256, ACT_GROUP_MAX = 4096 };
+enum {
+    KC_ELEMS = 1024,
+    NC_ELEMS = 128,
+    MC_MAX = 512,
+    QCHUNK = 256,
+    ACT_GROUP_MAX = 4096,
+    QMAX_NR = 64
+};
 
 struct pg_qpacked {
     pg_qgemm_ukernel uk;
     int bits, swiglu;
     int act_group;       /* activation scales per (token, group) */
+    int scale_f16;       /* header scales stored as F16: run with uk.run_hs */
     int64_t N, K, group; /* group 0: per channel */
     int64_t ngroups, gk; /* groups, k per packed group (multiple of 32) */
     int64_t npanels;
+    size_t hbytes;      /* group header: [comp,] scales */
     size_t gbytes;      /* one group of one panel: header + weights */
     size_t panel_bytes; /* ngroups * gbytes */
     void *data;
@@ -71,28 +80,11 @@ void pg_qgemm_free(pg_qpacked *w) {
 
 /* ---- quantization */
 
-static float row_amax(const float *a, int64_t K) {
-    float m = 0.0f;
-    for (int64_t k = 0; k < K; k++) {
-        float v = fabsf(a[k]);
-        m = v > m ? v : m;
-    }
-    return m;
-}
-
-static void quant_chunk(const float *a, int64_t n, float inv, int8_t *q) {
-    for (int64_t k = 0; k < n; k++) {
-        float v = rintf(a[k] * inv);
-        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-        q[k] = (int8_t)v;
-    }
-}
-
 void pg_qgemm_quantize_row(const float *a, int64_t K, int8_t *q, float *scale) {
-    float m = row_amax(a, K);
+    float m = pg_ref_amax_f32(a, (size_t)K);
     float inv = m > 0.0f ? 127.0f / m : 0.0f;
     *scale = m / 127.0f;
-    quant_chunk(a, K, inv, q);
+    (void)pg_ref_quant_i8(a, (size_t)K, inv, q);
 }
 
 static float src_at(pg_dtype t, const void *W, int64_t i) {
@@ -116,10 +108,25 @@ static double q_err(const float *x, int64_t n, float d, float lo, float hi) {
 
 enum { QW_CHUNK = 1024 };
 
+/* A scale in the normal F16 range is rounded to the nearest F16 (as GGUF
+ * stores its block scales), so packing can keep it in 2 bytes exactly;
+ * smaller or larger ones stay f32 (F16 subnormals would lose bits). */
+static float f16_scale(float d) {
+    float a = fabsf(d);
+    if (!(a >= 0x1p-14f && a <= 65504.0f)) return d;
+    return pg_f16_to_f32(pg_f32_to_f16(d));
+}
+static float keep_scale(float d) {
+    return d;
+}
+
 void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, int64_t group,
                               int64_t n0, int64_t n1, int8_t *q, float *scale) {
     const int64_t G = group > 0 ? group : K, ng = pg_qweight_ngroups(K, group);
     const float lo = bits == 8 ? -127.0f : -8.0f, hi = bits == 8 ? 127.0f : 7.0f;
+    /* group-wise scales are rounded to F16 (2 header bytes per column and
+     * group instead of 4); a per-channel scale is streamed once per column */
+    float (*rnd16)(float) = group > 0 ? f16_scale : keep_scale;
     float buf[QW_CHUNK];
     float *x = G <= QW_CHUNK ? buf : malloc((size_t)G * sizeof(float));
     if (!x) abort();
@@ -131,14 +138,14 @@ void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, 
                 x[k] = src_at(src, W, n * K + k0 + k);
                 if (fabsf(x[k]) > am) am = fabsf(x[k]), m = x[k];
             }
-            float d = bits == 8 ? am / 127.0f : m / -8.0f;
+            float d = rnd16(bits == 8 ? am / 127.0f : m / -8.0f);
             if (bits == 4 && d != 0.0f) {
                 /* W4: search a few shrunken scales for the least squared
                  * error (the extreme may then clip by less than d / 2) */
                 const float d0 = d;
                 double best = q_err(x, cnt, d0, lo, hi);
                 for (int i = 1; i <= 12; i++) {
-                    float di = d0 * (1.0f - 0.02f * (float)i);
+                    float di = rnd16(d0 * (1.0f - 0.02f * (float)i));
                     double e = q_err(x, cnt, di, lo, hi);
                     if (e < best) best = e, d = di;
                 }
@@ -237,6 +244,9 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
                             "qgemm: pack: gate and up differ in bits, group or shape");
     }
     if (!uk) uk = w->bits == 8 ? &pg_kernels()->qgemm_w8 : &pg_kernels()->qgemm_w4;
+    if (uk->nr > QMAX_NR)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: microkernel %s has nr %d > %d",
+                        uk->name, uk->nr, QMAX_NR);
     if (uk->bits != w->bits)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: microkernel %s is for W%d, not W%d",
                         uk->name, uk->bits, w->bits);
@@ -264,7 +274,19 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
     const int nr = uk->nr;
     int64_t np = ceil_div(w->N, nr);
     pw->npanels = pw->swiglu ? 2 * np : np;
-    pw->gbytes = (size_t)nr * 8 + (size_t)(pw->gk * nr * bits / 8);
+    /* F16 scales when the kernel has that form and every scale is an exact
+     * F16 (widening back gives the same f32) */
+    pw->scale_f16 = uk->run_hs != NULL;
+    for (int h = 0; h < (w_up ? 2 : 1) && pw->scale_f16; h++) {
+        const pg_qweight *s = h ? w_up : w;
+        for (int64_t i = 0; i < s->N * pw->ngroups && pw->scale_f16; i++) {
+            float f = s->scale[i];
+            pw->scale_f16 = memcmp(&f, &(float){pg_f16_to_f32(pg_f32_to_f16(f))}, 4) == 0;
+        }
+    }
+    /* header: [int32 comp (a_u8 kernels only)], scales f32 or F16 */
+    pw->hbytes = (size_t)nr * ((pw->scale_f16 ? 2 : 4) + (uk->a_u8 ? 4 : 0));
+    pw->gbytes = pw->hbytes + (size_t)(pw->gk * nr * bits / 8);
     pw->panel_bytes = (size_t)pw->ngroups * pw->gbytes;
     pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
     pw->data = pg_alloc_huge(pw->bytes); /* zero-filled: padding stays 0 */
@@ -274,6 +296,7 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
     }
     const int64_t K = w->K, G = pw->gk, ng = pw->ngroups;
     const int32_t cmul = uk->a_u8 ? -128 * (bits == 4 ? 16 : 1) : 0;
+    const int woff = uk->w_u8 ? (bits == 8 ? 128 : 8) : 0;
     for (int h = 0; h < (pw->swiglu ? 2 : 1); h++) {
         const pg_qweight *s = h ? w_up : w;
         for (int64_t n = 0; n < w->N; n++) {
@@ -283,16 +306,26 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
             char *panel = (char *)pw->data + (size_t)p * pw->panel_bytes;
             for (int64_t g = 0; g < ng; g++) {
                 char *grp = panel + (size_t)g * pw->gbytes;
-                int8_t *d = (int8_t *)(grp + nr * 8);
+                int8_t *d = (int8_t *)(grp + pw->hbytes);
                 int32_t sum = 0;
+                /* padding k stay 0: their activations are 0 too */
                 for (int64_t k = g * G; k < K && k < (g + 1) * G; k++) {
                     int v = s->q[n * K + k];
                     sum += v;
-                    put_w(pw, d, k - g * G, c, v);
+                    put_w(pw, d, k - g * G, c, v + woff);
                 }
-                int32_t comp = sum * cmul;
-                memcpy(grp + c * 4, &comp, 4);
-                memcpy(grp + nr * 4 + c * 4, &s->scale[n * ng + g], 4);
+                char *sc = grp;
+                if (uk->a_u8) {
+                    int32_t comp = sum * cmul;
+                    memcpy(grp + c * 4, &comp, 4);
+                    sc += nr * 4;
+                }
+                if (pw->scale_f16) {
+                    uint16_t h16 = pg_f32_to_f16(s->scale[n * ng + g]);
+                    memcpy(sc + c * 2, &h16, 2);
+                } else {
+                    memcpy(sc + c * 4, &s->scale[n * ng + g], 4);
+                }
             }
         }
     }
@@ -306,7 +339,8 @@ typedef struct {
     int64_t M;
     int64_t mc, nc_panels, kc_groups;
     int64_t a_stride; /* packed A bytes between row groups */
-    size_t a_bytes, s_bytes, acc_bytes;
+    size_t a_bytes, s_bytes, c_bytes, acc_bytes;
+    size_t row_bytes; /* per thread: one normed row (fused RMSNorm input stage) */
 } geometry;
 
 static geometry plan(const pg_qpacked *w, int64_t M) {
@@ -324,8 +358,10 @@ static geometry plan(const pg_qpacked *w, int64_t M) {
     g.a_stride = w->ngroups * w->gk * uk->ar;
     if (g.a_stride % 1024 == 0) g.a_stride += 64;
     g.a_bytes = align_up((size_t)(ceil_div(M, uk->ar) * g.a_stride));
-    g.s_bytes = align_up((size_t)M * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
+    g.s_bytes = align_up((size_t)(M + 1) * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
+    g.c_bytes = uk->w_u8 ? align_up((size_t)M * (size_t)w->ngroups * sizeof(int32_t)) : 0;
     g.acc_bytes = align_up((size_t)(g.mc * g.nc_panels * uk->nr) * sizeof(float));
+    g.row_bytes = align_up((size_t)w->K * sizeof(float));
     return g;
 }
 
@@ -333,7 +369,7 @@ size_t pg_qgemm_scratch_size(const pg_qpacked *w, int64_t M, int nthreads) {
     if (!w || M < 1) return 0;
     if (nthreads < 1) nthreads = 1;
     geometry g = plan(w, M);
-    return g.a_bytes + g.s_bytes + (size_t)nthreads * g.acc_bytes;
+    return g.a_bytes + g.s_bytes + g.c_bytes + (size_t)nthreads * (g.acc_bytes + g.row_bytes);
 }
 
 typedef struct {
@@ -341,76 +377,136 @@ typedef struct {
     geometry g;
     const float *A;
     int64_t lda;
+    const float *norm_w; /* fused RMSNorm input stage (pg_qgemm_rmsnorm), else NULL */
+    float eps;
     float *C;
     int64_t ldc;
     const float *bias;
     pg_gemm_epilogue ep;
     int8_t *apack;
     float *ascale;
+    int32_t *acorr; /* w_u8 kernels: -offset * activation sum per (row, group) */
     char *acc;
+    char *rowbuf;
     int tn, tm;
 } call;
 
-/* Input stage: rows [r0, r1) of A -> per-token int8 in the layout of the
- * microkernel (+128 for a_u8 kernels), zero padding, and the row scales. */
-static void pack_a_rows(const call *cl, int64_t r0, int64_t r1) {
+/* Input stage: rows [r0, r1) of A (RMSNorm-ed first into the thread's row
+ * buffer when fused) -> per-token int8 in the layout of the microkernel
+ * (+128 for a_u8 kernels), zero padding, the row scales and, for w_u8
+ * kernels, the per-group activation-sum corrections. */
+static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
     const pg_qpacked *w = cl->w;
-    const int64_t kg = w->uk.kg, ar = w->uk.ar, K = w->K, kp = w->ngroups * w->gk;
+    const pg_kernel_table *kt = pg_kernels();
+    const int64_t kg = w->uk.kg, ar = w->uk.ar, K = w->K, gk = w->gk, ng = w->ngroups;
     const uint8_t flip = w->uk.a_u8 ? 0x80 : 0;
-    /* segments quantized with one scale: the weight groups (act_group),
-     * else QCHUNK pieces of the row sharing the token's scale */
-    const int64_t seg = w->act_group ? w->gk : QCHUNK;
-    int8_t tmp[ACT_GROUP_MAX > QCHUNK ? ACT_GROUP_MAX : QCHUNK];
+    const int32_t woff = w->bits == 8 ? 128 : 8;
+    const int direct = ar == 1 && !flip; /* quantize straight into the packed row */
+    int8_t tmp[QCHUNK];
     for (int64_t r = r0; r < r1; r++) {
         int8_t *grp = cl->apack + (r / ar) * cl->g.a_stride;
         const float *a = cl->A + r * cl->lda;
+        if (cl->norm_w) {
+            kt->rmsnorm_f32(rowbuf, a, cl->norm_w, 1, (size_t)K, cl->eps);
+            a = rowbuf;
+        }
         float inv = 0.0f;
         if (!w->act_group) {
-            float m = row_amax(a, K);
+            float m = kt->amax_f32(a, (size_t)K);
             inv = m > 0.0f ? 127.0f / m : 0.0f;
             cl->ascale[r] = m / 127.0f;
         }
         const int64_t slot = r % ar;
-        for (int64_t k0 = 0, g = 0; k0 < kp; k0 += seg, g++) {
-            int64_t n = kp - k0 < seg ? kp - k0 : seg;
-            int64_t valid = K - k0 < n ? (K - k0 > 0 ? K - k0 : 0) : n;
+        for (int64_t g = 0; g < ng; g++) {
+            const int64_t k0 = g * gk;
+            const int64_t valid = K - k0 < gk ? K - k0 : gk;
             if (w->act_group) {
-                float m = row_amax(a + k0, valid);
+                float m = kt->amax_f32(a + k0, (size_t)valid);
                 inv = m > 0.0f ? 127.0f / m : 0.0f;
-                cl->ascale[r * w->ngroups + g] = m / 127.0f;
+                cl->ascale[r * ng + g] = m / 127.0f;
             }
-            quant_chunk(a + k0, valid, inv, tmp);
-            for (int64_t k = valid; k < n; k++)
-                tmp[k] = 0;
-            if (ar == 1) {
-                for (int64_t k = 0; k < n; k++)
-                    grp[k0 + k] = (int8_t)((uint8_t)tmp[k] ^ flip);
+            int32_t sum = 0;
+            if (direct) {
+                sum = kt->quant_i8(a + k0, (size_t)valid, inv, grp + k0);
+                memset(grp + k0 + valid, 0, (size_t)(gk - valid));
             } else {
-                for (int64_t k = 0; k < n; k++) {
-                    int64_t kk = k0 + k;
-                    grp[(kk / kg) * kg * ar + slot * kg + kk % kg] =
-                        (int8_t)((uint8_t)tmp[k] ^ flip);
+                for (int64_t c0 = 0; c0 < gk; c0 += QCHUNK) {
+                    int64_t n = gk - c0 < QCHUNK ? gk - c0 : QCHUNK;
+                    int64_t v = valid - c0 < n ? (valid - c0 > 0 ? valid - c0 : 0) : n;
+                    sum += kt->quant_i8(a + k0 + c0, (size_t)v, inv, tmp);
+                    memset(tmp + v, 0, (size_t)(n - v));
+                    if (ar == 1) {
+                        for (int64_t k = 0; k < n; k++)
+                            grp[k0 + c0 + k] = (int8_t)((uint8_t)tmp[k] ^ flip);
+                    } else {
+                        for (int64_t k = 0; k < n; k++) {
+                            int64_t kk = k0 + c0 + k;
+                            grp[(kk / kg) * kg * ar + slot * kg + kk % kg] =
+                                (int8_t)((uint8_t)tmp[k] ^ flip);
+                        }
+                    }
                 }
             }
+            if (cl->acorr) cl->acorr[r * ng + g] = -woff * sum;
         }
     }
     if (ar == 2 && r1 == cl->g.M && (r1 & 1)) {
+        const int64_t kp = ng * gk;
         int8_t *grp = cl->apack + (r1 / 2) * cl->g.a_stride;
         for (int64_t k = 0; k < kp; k++)
             grp[(k / kg) * kg * 2 + kg + k % kg] = (int8_t)flip;
         if (w->act_group)
-            for (int64_t g = 0; g < w->ngroups; g++)
-                cl->ascale[r1 * w->ngroups + g] = 0.0f;
+            for (int64_t g = 0; g < ng; g++)
+                cl->ascale[r1 * ng + g] = 0.0f;
     }
 }
 
 static void input_stage(void *ctx, size_t begin, size_t end, int tid) {
-    (void)tid;
     const call *cl = ctx;
     int64_t ar = cl->w->uk.ar;
     int64_t r0 = (int64_t)begin * ar, r1 = (int64_t)end * ar;
     if (r1 > cl->g.M) r1 = cl->g.M;
-    pack_a_rows(cl, r0, r1);
+    pack_a_rows(cl, r0, r1, (float *)(cl->rowbuf + (size_t)tid * cl->g.row_bytes));
+}
+
+/* The epilogue's element loops, one per case so that they vectorize (GCC's
+ * -O2 cost model leaves loops of unknown trip count scalar; the attribute
+ * asks for its -O3 model on these loops only). No FMA contraction: each
+ * multiply and add rounds separately, as in the reference (ref/qgemm.c),
+ * on every target. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VEC_LOOPS __attribute__((optimize("vect-cost-model=dynamic", "fp-contract=off")))
+#else
+#define VEC_LOOPS
+#endif
+
+VEC_LOOPS static void epi_rows(float *restrict c, const float *restrict y, float as,
+                               const float *restrict b, int64_t n, int residual) {
+    if (residual) {
+        if (b)
+            for (int64_t j = 0; j < n; j++)
+                c[j] += y[j] * as + b[j];
+        else
+            for (int64_t j = 0; j < n; j++)
+                c[j] += y[j] * as;
+    } else {
+        if (b)
+            for (int64_t j = 0; j < n; j++)
+                c[j] = y[j] * as + b[j];
+        else
+            for (int64_t j = 0; j < n; j++)
+                c[j] = y[j] * as;
+    }
+}
+
+VEC_LOOPS static void epi_scale(float *restrict d, const float *restrict y, float as, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        d[j] = y[j] * as;
+}
+
+VEC_LOOPS static void epi_bias(float *restrict d, const float *restrict b, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        d[j] += b[j];
 }
 
 static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0, int64_t m1,
@@ -419,18 +515,23 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
     const int64_t nr = w->uk.nr, N = w->N;
     const float *bias = cl->bias;
     if (w->swiglu) {
+        /* silu(g) * u by the table's swiglu_f32 (elementwise: a column's
+         * result does not depend on where it sits in the call) */
+        const pg_kernel_table *kt = pg_kernels();
+        float gb[QMAX_NR], ub[QMAX_NR];
         for (int64_t p = p0; p < p1; p += 2) {
             int64_t n0 = (p / 2) * nr, cnt = N - n0 < nr ? N - n0 : nr;
             const int64_t off = (p - p0) * nr;
             for (int64_t m = m0; m < m1; m++) {
                 const float as = w->act_group ? 1.0f : cl->ascale[m];
                 const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
-                float *c = cl->C + m * cl->ldc + n0;
-                for (int64_t j = 0; j < cnt; j++) {
-                    float gv = gr[j] * as, uv = ur[j] * as;
-                    if (bias) gv += bias[n0 + j], uv += bias[N + n0 + j];
-                    c[j] = pg_silu_f32(gv) * uv;
+                epi_scale(gb, gr, as, cnt);
+                epi_scale(ub, ur, as, cnt);
+                if (bias) {
+                    epi_bias(gb, bias + n0, cnt);
+                    epi_bias(ub, bias + N + n0, cnt);
                 }
+                kt->swiglu_f32(cl->C + m * cl->ldc + n0, gb, ub, (size_t)cnt);
             }
         }
         return;
@@ -440,15 +541,7 @@ static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0
         const float as = w->act_group ? 1.0f : cl->ascale[m];
         const float *y = acc + (m - m0) * ldacc;
         float *c = cl->C + m * cl->ldc + n0;
-        const int64_t cnt = n1 - n0;
-        const float *b = bias ? bias + n0 : NULL;
-        if (cl->ep == PG_GEMM_RESIDUAL) {
-            for (int64_t j = 0; j < cnt; j++)
-                c[j] += b ? y[j] * as + b[j] : y[j] * as;
-        } else {
-            for (int64_t j = 0; j < cnt; j++)
-                c[j] = b ? y[j] * as + b[j] : y[j] * as;
-        }
+        epi_rows(c, y, as, bias ? bias + n0 : NULL, n1 - n0, cl->ep == PG_GEMM_RESIDUAL);
     }
 }
 
@@ -476,6 +569,7 @@ static void compute(const call *cl, int tid) {
     if (P0 >= P1 || M0 >= M1) return;
     float *acc = (float *)(cl->acc + (size_t)tid * g->acc_bytes);
     const int64_t nr = uk->nr, mr = uk->mr, gk = w->gk;
+    const __typeof__(uk->run) run = w->scale_f16 ? uk->run_hs : uk->run;
     const int64_t ldacc = g->nc_panels * nr;
     for (int64_t jc = P0; jc < P1; jc += g->nc_panels) {
         int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
@@ -492,8 +586,9 @@ static void compute(const call *cl, int tid) {
                         const int8_t *ap =
                             cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
                         const float *as = w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
-                        uk->run(ng, gk, ap, g->a_stride, as, w->ngroups, wp, ct + (ir - ic) * ldacc,
-                                ldacc, rows, pc > 0);
+                        const int32_t *ac = cl->acorr ? cl->acorr + ir * w->ngroups + pc : NULL;
+                        run(ng, gk, ap, g->a_stride, as, w->ngroups, ac, w->ngroups, wp,
+                            ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
                     }
                 }
             }
@@ -511,9 +606,10 @@ static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
         compute(ctx, (int)u);
 }
 
-pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t lda, float *C,
-                       int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
-                       void *scratch) {
+static pagoda_status run_call(const pg_qpacked *w, const float *A, int64_t M, int64_t lda,
+                              const float *norm_w, float eps, float *C, int64_t ldc,
+                              const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                              void *scratch) {
     if (!w || !A || !C || !scratch)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: NULL weight, A, C or scratch");
     if (M < 1 || lda < w->K || ldc < w->N)
@@ -530,11 +626,26 @@ pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t l
     if ((uintptr_t)scratch % PG_ALIGN)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: scratch must be %d-byte aligned", PG_ALIGN);
     int nthreads = pool ? pg_pool_size(pool) : 1;
-    call cl = {
-        .w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias, .ep = ep};
-    cl.apack = scratch;
-    cl.ascale = (float *)((char *)scratch + cl.g.a_bytes);
-    cl.acc = (char *)scratch + cl.g.a_bytes + cl.g.s_bytes;
+    call cl = {.w = w,
+               .g = plan(w, M),
+               .A = A,
+               .lda = lda,
+               .norm_w = norm_w,
+               .eps = eps,
+               .C = C,
+               .ldc = ldc,
+               .bias = bias,
+               .ep = ep};
+    char *p = scratch;
+    cl.apack = (int8_t *)p;
+    p += cl.g.a_bytes;
+    cl.ascale = (float *)p;
+    p += cl.g.s_bytes;
+    cl.acorr = w->uk.w_u8 ? (int32_t *)p : NULL;
+    p += cl.g.c_bytes;
+    cl.acc = p;
+    p += (size_t)nthreads * cl.g.acc_bytes;
+    cl.rowbuf = p;
     int64_t units = w->npanels / (w->swiglu ? 2 : 1);
     cl.tn = units < nthreads ? (int)units : nthreads;
     cl.tm = nthreads / cl.tn;
@@ -548,4 +659,19 @@ pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t l
     else
         compute(&cl, 0);
     return PAGODA_OK;
+}
+
+pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t lda, float *C,
+                       int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                       void *scratch) {
+    return run_call(w, A, M, lda, NULL, 0.0f, C, ldc, bias, ep, pool, scratch);
+}
+
+pagoda_status pg_qgemm_rmsnorm(const pg_qpacked *w, const float *X, int64_t M, int64_t ldx,
+                               const float *norm_w, float eps, float *C, int64_t ldc,
+                               const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                               void *scratch) {
+    if (!norm_w) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: rmsnorm: NULL norm weight");
+    if (!(eps > 0.0f)) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: rmsnorm: eps must be > 0");
+    return run_call(w, X, M, ldx, norm_w, eps, C, ldc, bias, ep, pool, scratch);
 }

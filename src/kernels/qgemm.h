@@ -17,14 +17,19 @@
  *   isum[m,n,g] = sum over k in group g of qa[m,k] * q[n,k]   (exact int32)
  *   y = 0; for g increasing: y = fmaf((float)isum[m,n,g], s[n,g], y)
  *   y = y * a_s[m]; then the epilogue: + bias[n], residual add or SwiGLU,
- *   exactly as in kernels/gemm.h.
+ *   exactly as in kernels/gemm.h (SwiGLU by the process table's
+ *   swiglu_f32, elementwise).
  * The integer sums are exact in any order, and the float steps are done in
  * one fixed order, so every variant (x86 AVX512_VNNI / AVX-VNNI VPDPBUSD, Arm
  * SDOT / SMMLA, scalar) equals the reference bit for bit, and a row's result
  * never depends on the other rows (batch invariance by construction).
- * VPDPBUSD multiplies unsigned by signed bytes: those kernels feed qa + 128
- * and start each group's sum at -128 * sum_k q[n,k], precomputed at pack
- * time. W4 nibbles are unpacked in registers (never as int8 in memory). */
+ * VPDPBUSD multiplies unsigned by signed bytes. AVX512_VNNI stores the
+ * weights offset to unsigned (q + 128, or q + 8 for W4) and starts each
+ * group's sum at -offset * sum_k qa[m,k], computed per (token, group) in the
+ * input stage (a_s and these sums come out of the same pass over the row);
+ * AVX-VNNI feeds qa + 128 and starts at -128 * sum_k q[n,k], precomputed at
+ * pack time. W4 nibbles are unpacked in registers (never as int8 in memory).
+ * The input stage runs the table's amax_f32 / quant_i8 (SIMD, exact). */
 #ifndef PAGODA_KERNELS_QGEMM_H
 #define PAGODA_KERNELS_QGEMM_H
 
@@ -84,6 +89,18 @@ pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t l
                        int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
                        void *scratch);
 
+/* pg_qgemm with A = RMSNorm(X) (rows of K, weight norm_w [K], eps > 0;
+ * Zhang & Sennrich 2019) fused into the input stage: each row is normed
+ * by the table's rmsnorm_f32 into a per-thread row buffer (L1) and
+ * quantized from there, so the f32 normed activations are never written to
+ * memory. The quantized values are exactly those pg_qgemm computes from
+ * rmsnorm_f32's output, so the results are identical bit for bit. Errors as
+ * pg_qgemm, plus NULL norm_w or eps <= 0. */
+pagoda_status pg_qgemm_rmsnorm(const pg_qpacked *w, const float *X, int64_t M, int64_t ldx,
+                               const float *norm_w, float eps, float *C, int64_t ldc,
+                               const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                               void *scratch);
+
 /* Per-token activation quantization (the input stage; see above): K
  * floats -> K int8 and the row scale (0 for an all-zero row). */
 void pg_qgemm_quantize_row(const float *a, int64_t K, int8_t *q, float *scale);
@@ -96,6 +113,9 @@ void pg_qgemm_quantize_row(const float *a, int64_t K, int8_t *q, float *scale);
  * the d among d0 * (1 - 0.02 i), i = 0..12, with the least squared error of
  * q = clamp(rint(w / d), -8, 7) (a small grid search as in llama.cpp's
  * make_qx_quants / AWQ's scale search, without activation statistics).
+ * Group-wise (group > 0): every candidate d in the normal F16 range is
+ * first rounded to the nearest F16, as GGUF stores block scales, so the
+ * packed header can hold it in 2 bytes exactly (pg_qgemm_ukernel.run_hs).
  * Rows [n0, n1) only (for threading). */
 void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, int64_t group,
                               int64_t n0, int64_t n1, int8_t *q, float *scale);

@@ -58,7 +58,9 @@ struct pg_llama {
     bool packed;
     int quant_bits;      /* load-time quantization of linear layers (0 = none) */
     int64_t quant_group; /* its group size (0 = per channel) */
-    pg_dtype compute;    /* GEMM dtype of float weights: PG_DTYPE_COUNT (auto), F32, BF16 */
+    int lm_head_bits;    /* the lm_head's quantization (0 = kept as is) */
+    int64_t lm_head_group;
+    pg_dtype compute; /* GEMM dtype of float weights: PG_DTYPE_COUNT (auto), F32, BF16 */
     pg_packed_weight *lm_head_packed;
     const pg_ct_config *ct; /* compressed-tensors checkpoint (owned by the source), or NULL */
     int n_ct;               /* its quantized linear layers */
@@ -694,7 +696,8 @@ static void *convert_rows(pg_dtype t, const void *W, int64_t N, int64_t K, pg_dt
 }
 
 /* Pack W (and W_up for a SwiGLU pair), quantizing float weights when the
- * model asks for it (quantize 0: the lm_head, which stays unquantized), and
+ * model asks for it (quantize 0: as stored; pg_llama_pack quantizes the
+ * lm_head by its own policy), and
  * converting them to the compute dtype's pack dtype first otherwise. */
 static pagoda_status pack_w(const pg_llama *m, int quantize, pg_dtype t, const void *W,
                             const void *W_up, int64_t N, int64_t K, pg_packed_weight **out) {
@@ -783,6 +786,24 @@ pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
                         "quantization_config): load it without --quantization");
     m->quant_bits = bits;
     m->quant_group = group;
+    /* lm_head policy (docs/QUANTIZATION.md): W8 per channel for W8A8, W4
+     * with the layers' group for group-wise W4A8 (llama.cpp's Q4_0 files
+     * keep it at ~6.6 bits, Q6_K; vLLM keeps it dense); per-channel W4A8
+     * keeps W8. PAGODA_QUANT_LM_HEAD = none | w8 | w4 overrides. */
+    m->lm_head_bits = bits == 4 && group > 0 ? 4 : bits;
+    m->lm_head_group = bits == 4 && group > 0 ? group : 0;
+    const char *env = getenv("PAGODA_QUANT_LM_HEAD");
+    if (bits && env && *env) {
+        if (strcmp(env, "none") == 0)
+            m->lm_head_bits = 0;
+        else if (strcmp(env, "w8") == 0)
+            m->lm_head_bits = 8, m->lm_head_group = 0;
+        else if (strcmp(env, "w4") == 0)
+            m->lm_head_bits = 4, m->lm_head_group = group > 0 ? group : 32;
+        else
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "llama: PAGODA_QUANT_LM_HEAD=%s (need none, w8 or w4)", env);
+    }
     return pg_llama_pack(m);
 }
 
@@ -820,7 +841,17 @@ pagoda_status pg_llama_pack(pg_llama *m) {
             PG_INFO("llama: quantized layer %d/%d to W%dA8", l + 1, m->cfg.num_hidden_layers,
                     m->quant_bits);
     }
-    if ((st = pack_one(m, 0, &m->w.lm_head, &m->lm_head_packed)) != PAGODA_OK) return st;
+    /* The lm_head (often the tied embedding: the embedding lookup keeps
+     * reading the original) gets its own quantized packed copy. */
+    const linear *h = &m->w.lm_head;
+    if (m->lm_head_bits && !h->ct && is_float(h->dtype))
+        st =
+            pg_gemm_pack_quantize(h->dtype, h->w, NULL, h->n_out, h->n_in, m->lm_head_bits,
+                                  m->lm_head_group, 0, NULL, pg_pool_default(), &m->lm_head_packed);
+    else
+        st = pack_one(m, 0, h, &m->lm_head_packed);
+    if (st != PAGODA_OK) return st;
+    if (m->lm_head_bits) PG_INFO("llama: quantized the lm_head to W%dA8", m->lm_head_bits);
     m->packed = true;
     return PAGODA_OK;
 }
@@ -975,12 +1006,55 @@ static pagoda_status linear_rows(pg_llama_workspace *ws, const pg_packed_weight 
     return pg_error(PAGODA_ERR_INTERNAL, "llama: unpacked linear with a fused epilogue");
 }
 
-/* q|k|v of all T tokens: (q, k, v, stride) point into ws->qkv. */
+/* RMSNorm of the T rows of x [T, H] into out with the table's rmsnorm_f32
+ * (a vector op: its sum order depends only on H, so a row gives the same
+ * bits in any batch and any row split), rows split over the pool when T
+ * is large enough to pay for a fork-join. */
+typedef struct norm_job {
+    float *out;
+    const float *x, *w;
+    size_t H;
+    float eps;
+    const pg_kernel_table *kt;
+} norm_job;
+
+static void norm_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const norm_job *j = ctx;
+    j->kt->rmsnorm_f32(j->out + begin * j->H, j->x + begin * j->H, j->w, end - begin, j->H, j->eps);
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int64_t T, size_t H,
+                         float eps) {
+    norm_job j = {out, x, w, H, eps, pg_kernels()};
+    pg_pool *pool = pg_pool_default();
+    if (pool && (size_t)T * H >= 65536)
+        pg_pool_parallel_for(pool, (size_t)T, 16, norm_rows, &j);
+    else
+        norm_rows(&j, 0, (size_t)T, 0);
+}
+
+/* q|k|v of all T tokens from RMSNorm(x): (q, k, v, stride) point into
+ * ws->qkv. A quantized Q/K/V weight takes the norm fused into its input
+ * stage (pg_qgemm_rmsnorm: the normed rows are quantized as they are made). */
 static pagoda_status project_qkv(const pg_llama *m, pg_llama_workspace *ws, const llama_layer *L,
                                  int64_t T, float **q, float **k, float **v, size_t *stride_q,
                                  size_t *stride_kv) {
-    size_t nq = (size_t)m->q_dim, nkv = (size_t)m->kv_dim;
+    size_t nq = (size_t)m->q_dim, nkv = (size_t)m->kv_dim, H = (size_t)m->cfg.hidden_size;
     pagoda_status st;
+    const struct pg_qpacked *qw = pg_gemm_qpacked(L->qkv);
+    if (qw) {
+        size_t ld = nq + 2 * nkv;
+        st = pg_qgemm_rmsnorm(qw, ws->x, T, (int64_t)H, L->attn_norm, m->cfg.rms_norm_eps, ws->qkv,
+                              (int64_t)ld, L->qkv_bias, PG_GEMM_STORE, pg_pool_default(),
+                              ws->gemm_scratch);
+        *q = ws->qkv;
+        *k = ws->qkv + nq;
+        *v = ws->qkv + nq + nkv;
+        *stride_q = *stride_kv = ld;
+        return st;
+    }
+    rmsnorm_rows(ws->xb, ws->x, L->attn_norm, T, H, m->cfg.rms_norm_eps);
     if (L->qkv) {
         size_t ld = nq + 2 * nkv;
         st = pg_gemm(L->qkv, ws->xb, T, m->cfg.hidden_size, ws->qkv, (int64_t)ld, L->qkv_bias,
@@ -1012,36 +1086,17 @@ static pagoda_status project_residual(pg_llama_workspace *ws, const pg_packed_we
     return st;
 }
 
-/* RMSNorm of the T rows of x [T, H] into out with the table's rmsnorm_f32
- * (a vector op: its sum order depends only on H, so a row gives the same
- * bits in any batch and any row split), rows split over the pool when T
- * is large enough to pay for a fork-join. */
-typedef struct norm_job {
-    float *out;
-    const float *x, *w;
-    size_t H;
-    float eps;
-    const pg_kernel_table *kt;
-} norm_job;
-
-static void norm_rows(void *ctx, size_t begin, size_t end, int tid) {
-    (void)tid;
-    const norm_job *j = ctx;
-    j->kt->rmsnorm_f32(j->out + begin * j->H, j->x + begin * j->H, j->w, end - begin, j->H, j->eps);
-}
-
-static void rmsnorm_rows(float *out, const float *x, const float *w, int64_t T, size_t H,
-                         float eps) {
-    norm_job j = {out, x, w, H, eps, pg_kernels()};
-    pg_pool *pool = pg_pool_default();
-    if (pool && (size_t)T * H >= 65536)
-        pg_pool_parallel_for(pool, (size_t)T, 16, norm_rows, &j);
-    else
-        norm_rows(&j, 0, (size_t)T, 0);
-}
-
-/* act = silu(h Wgate^T) * (h Wup^T). */
-static pagoda_status mlp_swiglu(pg_llama_workspace *ws, const llama_layer *L, int64_t T) {
+/* act = silu(h Wgate^T) * (h Wup^T), h = RMSNorm(x) (fused into a
+ * quantized gate/up weight's input stage, as for Q/K/V). */
+static pagoda_status mlp_swiglu(const pg_llama *m, pg_llama_workspace *ws, const llama_layer *L,
+                                int64_t T) {
+    const size_t H = (size_t)m->cfg.hidden_size;
+    const struct pg_qpacked *qw = pg_gemm_qpacked(L->gate_up);
+    if (qw)
+        return pg_qgemm_rmsnorm(qw, ws->x, T, (int64_t)H, L->ffn_norm, m->cfg.rms_norm_eps, ws->act,
+                                pg_gemm_n(L->gate_up), NULL, PG_GEMM_SWIGLU, pg_pool_default(),
+                                ws->gemm_scratch);
+    rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, T, H, m->cfg.rms_norm_eps);
     if (L->gate_up)
         return pg_gemm(L->gate_up, ws->xb, T, pg_gemm_k(L->gate_up), ws->act, pg_gemm_n(L->gate_up),
                        NULL, PG_GEMM_SWIGLU, pg_pool_default(), ws->gemm_scratch);
@@ -1100,7 +1155,6 @@ pagoda_status pg_llama_forward_batch(const pg_llama *m, pg_llama_workspace *ws, 
         /* attention block */
         float *q, *k, *v;
         size_t ldq, ldkv;
-        rmsnorm_rows(ws->xb, ws->x, L->attn_norm, T, H, c->rms_norm_eps);
         if ((st = project_qkv(m, ws, L, T, &q, &k, &v, &ldq, &ldkv)) != PAGODA_OK) return st;
         if ((st = pg_rope_kv_store(&rope, (int32_t)T, b->positions, b->slot_mapping, q, ldq,
                                    c->num_attention_heads, k, ldkv, v, ldkv, &kv[l])) != PAGODA_OK)
@@ -1110,8 +1164,7 @@ pagoda_status pg_llama_forward_batch(const pg_llama *m, pg_llama_workspace *ws, 
             return st;
         if ((st = project_residual(ws, L->o, &L->wo, ws->attn, T, ws->x)) != PAGODA_OK) return st;
         /* MLP block */
-        rmsnorm_rows(ws->xb, ws->x, L->ffn_norm, T, H, c->rms_norm_eps);
-        if ((st = mlp_swiglu(ws, L, T)) != PAGODA_OK) return st;
+        if ((st = mlp_swiglu(m, ws, L, T)) != PAGODA_OK) return st;
         if ((st = project_residual(ws, L->down, &L->w_down, ws->act, T, ws->x)) != PAGODA_OK)
             return st;
     }

@@ -102,11 +102,17 @@ typedef struct pg_llama_batch {
  * weights are no longer read by the batched forward afterwards (the
  * batch-of-one pg_llama_forward keeps using them). Errors: PAGODA_ERR_NOMEM. */
 pagoda_status pg_llama_pack(pg_llama *model);
-/* pg_llama_pack, quantizing F32/F16/BF16 linear weights (all but the
- * lm_head) to W8A8 (bits 8) or W4A8 (bits 4) with group `group` (0 = per
- * channel; kernels/qgemm.h) on the default pool, logging progress per
- * layer. bits 0 = pg_llama_pack. Errors: PAGODA_ERR_INVALID_ARG (bits,
- * group), those of pg_gemm_pack_quantize. */
+/* pg_llama_pack, quantizing F32/F16/BF16 linear weights to W8A8 (bits 8)
+ * or W4A8 (bits 4) with group `group` (0 = per channel; kernels/qgemm.h)
+ * on the default pool, logging progress per layer. The lm_head (also when
+ * it is the tied embedding: the lookup keeps the original) gets its own
+ * quantized packed copy: W8 per channel for W8A8 and per-channel W4A8, W4
+ * with `group` for group-wise W4A8 (decode streams it every token; see
+ * docs/QUANTIZATION.md); the environment variable PAGODA_QUANT_LM_HEAD =
+ * none | w8 | w4 overrides. Q/K/V and gate/up then run with their RMSNorm
+ * fused into the quantized GEMM's input stage (pg_qgemm_rmsnorm). bits 0 =
+ * pg_llama_pack. Errors: PAGODA_ERR_INVALID_ARG (bits, group, an unknown
+ * PAGODA_QUANT_LM_HEAD), those of pg_gemm_pack_quantize. */
 pagoda_status pg_llama_pack_quantized(pg_llama *model, int bits, int64_t group);
 
 /* The precision of the batched forward's GEMMs (vLLM's --dtype), chosen

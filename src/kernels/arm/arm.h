@@ -67,16 +67,37 @@ void pg_bf16_gemm_uk_bfmmla_pf(int64_t ngroups, const void *a, int64_t a_stride,
 /* vexp_sve.c: the vector exp with SVE (vector-length agnostic). */
 void pg_sve_vexp_f32(const float *x, float *y, size_t n);
 
+/* quant_neon.c: the quantized GEMM's activation input stage (dispatch
+ * entries amax_f32 / quant_i8). */
+float pg_neon_amax_f32(const float *x, size_t n);
+int32_t pg_neon_quant_i8(const float *x, size_t n, float inv, int8_t *q);
+
 /* Quantized GEMM microkernels (pg_qgemm_ukernel, dispatch.h; bitwise equal
  * to the scalar reference). qgemm_dotprod.c: 4x8, kg 4, SDOT by lane;
  * qgemm_i8mm.c: 4x8, kg 8, A in row pairs (ar 2), SMMLA. Signed A. */
 void pg_dotprod_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_dotprod_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_dotprod_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                               const float *as, int64_t as_stride, const int32_t *ac,
+                               int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                               int accumulate);
+void pg_dotprod_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                               const float *as, int64_t as_stride, const int32_t *ac,
+                               int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                               int accumulate);
 void pg_i8mm_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_i8mm_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_i8mm_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
+void pg_i8mm_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
 
 #endif

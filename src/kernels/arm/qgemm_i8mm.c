@@ -14,10 +14,11 @@
 
 enum { MP = 2, NQ = 4, NR = 2 * NQ, KG = 8 };
 
-static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
-                                                       int64_t gk, const int8_t *a, int64_t as,
-                                                       const float *asc, int64_t ass, const char *w,
-                                                       float *c, int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void tile(const int mr, const int bits, const int hs,
+                                                       int64_t ng, int64_t gk, const int8_t *a,
+                                                       int64_t as, const float *asc, int64_t ass,
+                                                       const char *w, float *c, int64_t ldc,
+                                                       int accumulate) {
     const int np = (mr + 1) / 2;
     float32x4_t f[MP][NQ];
 #pragma GCC unroll 4
@@ -34,11 +35,12 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             f[p][q] = vcombine_f32(r0, r1);
         }
     }
-    const size_t gbytes = (size_t)NR * 8 + (size_t)(gk * NR * bits / 8);
+    const size_t hbytes = (size_t)NR * (hs ? 2 : 4);
+    const size_t gbytes = hbytes + (size_t)(gk * NR * bits / 8);
     const int8x16_t hi_mask = vdupq_n_s8((int8_t)0xF0);
     for (int64_t g = 0; g < ng; g++) {
         const char *grp = w + (size_t)g * gbytes;
-        const int8_t *d = (const int8_t *)(grp + NR * 8);
+        const int8_t *d = (const int8_t *)(grp + hbytes);
         const int8_t *ag = a + g * gk * 2;
         int32x4_t acc[MP][NQ];
 #pragma GCC unroll 4
@@ -68,7 +70,11 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
                     acc[p][q] = vmmlaq_s32(acc[p][q], av, wv[q]);
             }
         }
-        const float *sc = (const float *)(grp + NR * 4);
+        float sbuf[NR];
+        if (hs)
+            for (int v = 0; v < NR / 4; v++)
+                vst1q_f32(sbuf + 4 * v, vcvt_f32_f16(vld1_f16((const float16_t *)grp + 4 * v)));
+        const float *sc = hs ? sbuf : (const float *)grp;
 #pragma GCC unroll 4
         for (int q = 0; q < NQ; q++) {
             float32x2_t s2 = vld1_f32(sc + 2 * q);
@@ -97,29 +103,30 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
     }
 }
 
-#define DISPATCH(BITS)                                                                             \
+#define DISPATCH(BITS, HS)                                                                         \
     switch (mr) {                                                                                  \
     case 1:                                                                                        \
-        tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     case 2:                                                                                        \
-        tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     case 3:                                                                                        \
-        tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     default:                                                                                       \
-        tile(4, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(4, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     }
 
-void pg_i8mm_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
-                         int mr, int accumulate) {
-    DISPATCH(8)
-}
-void pg_i8mm_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
-                         int mr, int accumulate) {
-    DISPATCH(4)
-}
+#define UK(NAME, BITS, HS)                                                                         \
+    void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
+              int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
+              int64_t ldc, int mr, int accumulate) {                                               \
+        DISPATCH(BITS, HS)                                                                         \
+    }
+
+UK(pg_i8mm_qgemm_uk_w8, 8, 0)
+UK(pg_i8mm_qgemm_uk_w4, 4, 0)
+UK(pg_i8mm_qgemm_uk_w8_hs, 8, 1)
+UK(pg_i8mm_qgemm_uk_w4_hs, 4, 1)

@@ -4,8 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dtype.h"
+#include "kernels/dispatch.h"
 #include "kernels/qgemm.h"
 #include "kernels/ref/ref.h"
+
+float pg_ref_amax_f32(const float *x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float v = fabsf(x[i]);
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
+int32_t pg_ref_quant_i8(const float *x, size_t n, float inv, int8_t *q) {
+    int32_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] * inv;
+        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+        v = rintf(v);
+        q[i] = (int8_t)v;
+        sum += q[i];
+    }
+    return sum;
+}
 
 /* The scalar layout: mr 4, nr 8, kg 4, ar 1, vw 16, signed activations. */
 enum { REF_NR = 8, REF_KG = 4, REF_VW = 16 };
@@ -20,19 +43,26 @@ static int ref_wq(const int8_t *d, int bits, int64_t k, int j) {
     return v >= 8 ? v - 16 : v;
 }
 
-static void ref_uk(int bits, int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                   const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr,
-                   int accumulate) {
+static void ref_uk(int bits, int hs, int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                   const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                   const void *w, float *c, int64_t ldc, int mr, int accumulate) {
     const int8_t *ap = a;
-    const size_t gbytes = (size_t)REF_NR * 8 + (size_t)(gk * REF_NR * bits / 8);
+    const size_t hbytes = (size_t)REF_NR * (hs ? 2 : 4);
+    const size_t gbytes = hbytes + (size_t)(gk * REF_NR * bits / 8);
     for (int i = 0; i < mr; i++) {
         for (int j = 0; j < REF_NR; j++) {
             float y = accumulate ? c[i * ldc + j] : 0.0f;
             for (int64_t g = 0; g < ngroups; g++) {
                 const char *grp = (const char *)w + (size_t)g * gbytes;
                 float s;
-                memcpy(&s, grp + REF_NR * 4 + j * 4, 4);
-                const int8_t *d = (const int8_t *)(grp + REF_NR * 8);
+                if (hs) {
+                    uint16_t h;
+                    memcpy(&h, grp + j * 2, 2);
+                    s = pg_f16_to_f32(h);
+                } else {
+                    memcpy(&s, grp + j * 4, 4);
+                }
+                const int8_t *d = (const int8_t *)(grp + hbytes);
                 const int8_t *ar = ap + i * a_stride + g * gk;
                 int32_t isum = 0;
                 for (int64_t k = 0; k < gk; k++)
@@ -46,14 +76,24 @@ static void ref_uk(int bits, int64_t ngroups, int64_t gk, const void *a, int64_t
 }
 
 void pg_ref_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
-                        int mr, int accumulate) {
-    ref_uk(8, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, mr, accumulate);
+                        const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                        const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+    ref_uk(8, 0, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, mr, accumulate);
 }
 void pg_ref_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
-                        int mr, int accumulate) {
-    ref_uk(4, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, mr, accumulate);
+                        const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                        const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+    ref_uk(4, 0, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, mr, accumulate);
+}
+void pg_ref_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+    ref_uk(8, 1, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, mr, accumulate);
+}
+void pg_ref_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+    ref_uk(4, 1, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, mr, accumulate);
 }
 
 /* as_g: per-group activation scales, or NULL (per token: applied by the
@@ -98,7 +138,8 @@ void pg_ref_qgemm(const pg_qweight *w, const pg_qweight *w_up, const float *A, i
                 float u = ref_qdot(w_up, n, qa, ag);
                 if (!per_group) u = u * as;
                 if (bias) y += bias[n], u += bias[N + n];
-                C[m * ldc + n] = pg_silu_f32(y) * u;
+                /* the process table's swiglu_f32, as the driver's epilogue */
+                pg_kernels()->swiglu_f32(&C[m * ldc + n], &y, &u, 1);
                 continue;
             }
             if (bias) y += bias[n];

@@ -65,9 +65,20 @@ struct pg_qweight;
 /* Scalar microkernels (pg_qgemm_ukernel, dispatch.h): mr 4, nr 8, kg 4,
  * ar 1, vw 16, signed activations; int32 sums, then one fmaf per group. */
 void pg_ref_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                        const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_ref_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                        const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                        const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_ref_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                           const float *as, int64_t as_stride, const int32_t *ac,
+                           int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                           int accumulate);
+void pg_ref_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                           const float *as, int64_t as_stride, const int32_t *ac,
+                           int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                           int accumulate);
+/* Activation quantization entries (dispatch.h amax_f32 / quant_i8). */
+float pg_ref_amax_f32(const float *x, size_t n);
+int32_t pg_ref_quant_i8(const float *x, size_t n, float inv, int8_t *q);
 /* The quantized GEMM specification on unpacked weights (kernels/qgemm.h):
  * w (and w_up for SwiGLU, else NULL), ep a pg_gemm_epilogue. */
 void pg_ref_qgemm(const struct pg_qweight *w, const struct pg_qweight *w_up, const float *A,

@@ -17,21 +17,23 @@
 
 enum { MR = 3, NV = 2, NR = 8 * NV };
 
-static inline __attribute__((always_inline)) void tile(const int mr, const int bits, int64_t ng,
-                                                       int64_t gk, const int8_t *a, int64_t as,
-                                                       const float *asc, int64_t ass, const char *w,
-                                                       float *c, int64_t ldc, int accumulate) {
+static inline __attribute__((always_inline)) void tile(const int mr, const int bits, const int hs,
+                                                       int64_t ng, int64_t gk, const int8_t *a,
+                                                       int64_t as, const float *asc, int64_t ass,
+                                                       const char *w, float *c, int64_t ldc,
+                                                       int accumulate) {
     __m256 f[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++)
             f[i][v] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8 * v) : _mm256_setzero_ps();
-    const size_t gbytes = (size_t)NR * 8 + (size_t)(gk * NR * bits / 8);
+    const size_t hbytes = (size_t)NR * (hs ? 2 : 4);
+    const size_t gbytes = hbytes + (size_t)(gk * NR * bits / 8);
     const __m256i hi_mask = _mm256_set1_epi8((char)0xF0), ones = _mm256_set1_epi16(1);
     for (int64_t g = 0; g < ng; g++) {
         const char *grp = w + (size_t)g * gbytes;
-        const char *d = grp + NR * 8;
+        const char *d = grp + hbytes;
         const int8_t *ag = a + g * gk;
         __m256i acc[MR][NV];
 #pragma GCC unroll 16
@@ -67,7 +69,8 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
         }
 #pragma GCC unroll 16
         for (int v = 0; v < NV; v++) {
-            __m256 s = _mm256_loadu_ps((const float *)(grp + NR * 4) + 8 * v);
+            __m256 s = hs ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)grp + v))
+                          : _mm256_loadu_ps((const float *)grp + 8 * v);
 #pragma GCC unroll 16
             for (int i = 0; i < mr; i++) {
                 __m256i t = bits == 4 ? _mm256_srai_epi32(acc[i][v], 4) : acc[i][v];
@@ -83,29 +86,30 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
             _mm256_storeu_ps(c + i * ldc + 8 * v, f[i][v]);
 }
 
-#define DISPATCH(BITS)                                                                             \
+#define DISPATCH(BITS, HS)                                                                         \
     switch (mr) {                                                                                  \
     case 1:                                                                                        \
-        tile(1, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     case 2:                                                                                        \
-        tile(2, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     case 3:                                                                                        \
-        tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     default:                                                                                       \
-        tile(3, BITS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);             \
+        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
         break;                                                                                     \
     }
 
-void pg_avx2_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
-                         int mr, int accumulate) {
-    DISPATCH(8)
-}
-void pg_avx2_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
-                         int mr, int accumulate) {
-    DISPATCH(4)
-}
+#define UK(NAME, BITS, HS)                                                                         \
+    void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
+              int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
+              int64_t ldc, int mr, int accumulate) {                                               \
+        DISPATCH(BITS, HS)                                                                         \
+    }
+
+UK(pg_avx2_qgemm_uk_w8, 8, 0)
+UK(pg_avx2_qgemm_uk_w4, 4, 0)
+UK(pg_avx2_qgemm_uk_w8_hs, 8, 1)
+UK(pg_avx2_qgemm_uk_w4_hs, 4, 1)

@@ -94,12 +94,14 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
     }
 
 void pg_avxvnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const void *w, float *c,
-                            int64_t ldc, int mr, int accumulate) {
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate) {
     DISPATCH(8)
 }
 void pg_avxvnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const void *w, float *c,
-                            int64_t ldc, int mr, int accumulate) {
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate) {
     DISPATCH(4)
 }

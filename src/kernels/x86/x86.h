@@ -89,24 +89,48 @@ void pg_avx512bf16_gemm_uk_bf16_pf(int64_t ngroups, const void *a, int64_t a_str
                                    int64_t pf_lines);
 void pg_avx512bf16_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 
+/* quant_avx2.c / quant_avx512.c: the quantized GEMM's activation input
+ * stage (dispatch entries amax_f32 / quant_i8). */
+float pg_avx2_amax_f32(const float *x, size_t n);
+int32_t pg_avx2_quant_i8(const float *x, size_t n, float inv, int8_t *q);
+float pg_avx512_amax_f32(const float *x, size_t n);
+int32_t pg_avx512_quant_i8(const float *x, size_t n, float inv, int8_t *q);
+
 /* Quantized GEMM microkernels (pg_qgemm_ukernel, dispatch.h; bitwise equal
  * to the scalar reference). qgemm_avx512vnni.c: 6x32, kg 4, VPDPBUSD on
- * zmm; qgemm_avxvnni.c: 3x16, kg 4, VEX VPDPBUSD on ymm (AVX-VNNI). Both
- * take A as qa + 128 (a_u8). qgemm_avx2.c: 3x16, kg 4, VPMADDUBSW on |w| and
+ * zmm with offset-unsigned weights (w_u8); qgemm_avxvnni.c: 3x16, kg 4, VEX
+ * VPDPBUSD on ymm (AVX-VNNI), A as qa + 128 (a_u8). qgemm_avx2.c: 3x16, kg 4, VPMADDUBSW on |w| and
  * a * sign(w), then VPMADDWD (no VNNI; signed A). */
 void pg_avx512vnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                               const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx512vnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                               const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+/* the same with F16 scales in the group header (pg_qgemm_ukernel.run_hs) */
+void pg_avx512vnni_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                                  const float *as, int64_t as_stride, const int32_t *ac,
+                                  int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                                  int accumulate);
+void pg_avx512vnni_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                                  const float *as, int64_t as_stride, const int32_t *ac,
+                                  int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                                  int accumulate);
 void pg_avx2_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc,
                          int mr, int accumulate);
 void pg_avx2_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc,
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc,
                          int mr, int accumulate);
+void pg_avx2_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
+void pg_avx2_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
 void pg_avxvnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avxvnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 
 #endif
