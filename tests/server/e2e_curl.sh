@@ -10,37 +10,13 @@ MODEL=$1
 TEMPLATE=$2
 shift 2
 PAGODA=("$@")
-TMP=$(mktemp -d)
-SPID=""
-N=0
+. "$(dirname "$0")/lib.sh"
 
-cleanup() {
-  if [ -n "$SPID" ] && kill -0 "$SPID" 2>/dev/null; then kill -TERM "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-die() {
-  echo "FAIL: $*" >&2
-  [ -f "$TMP/body" ] && { echo "--- last body:" >&2; head -c 2000 "$TMP/body" >&2; echo >&2; }
-  [ -f "$TMP/err.$N" ] && { echo "--- server log:" >&2; tail -n 30 "$TMP/err.$N" >&2; }
-  exit 1
-}
-
+# lib.sh start_lib_server plus the checks of the ready message
 start_server() {
-  N=$((N + 1))
-  "${PAGODA[@]}" serve "$MODEL" --port 0 "$@" >"$TMP/out.$N" 2>"$TMP/err.$N" &
-  SPID=$!
-  for _ in $(seq 1 600); do
-    if grep -q '^PORT=' "$TMP/out.$N" 2>/dev/null; then break; fi
-    kill -0 "$SPID" 2>/dev/null || die "server exited at start: $(cat "$TMP/err.$N")"
-    sleep 0.1
-  done
-  PORT=$(sed -n 's/^PORT=//p' "$TMP/out.$N")
-  [ -n "$PORT" ] || die "server printed no port"
+  start_lib_server "$@"
   [ "$PORT" != 0 ] || die "--port 0 printed port 0"
   grep -q "curl http://127.0.0.1:$PORT/v1/completions" "$TMP/out.$N" || die "no curl command printed"
-  URL="http://127.0.0.1:$PORT"
 }
 
 stop_server() {

@@ -12,36 +12,8 @@ MODEL=$1
 TEMPLATE=$2
 shift 2
 PAGODA=("$@")
-TMP=$(mktemp -d)
-SPID=""
-N=0
-
-cleanup() {
-  if [ -n "$SPID" ] && kill -0 "$SPID" 2>/dev/null; then kill -TERM "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-die() {
-  echo "FAIL: $*" >&2
-  [ -f "$TMP/body" ] && { echo "--- last body:" >&2; head -c 2000 "$TMP/body" >&2; echo >&2; }
-  [ -f "$TMP/err.$N" ] && { echo "--- server log:" >&2; tail -n 30 "$TMP/err.$N" >&2; }
-  exit 1
-}
-
-start_server() {
-  N=$((N + 1))
-  "${PAGODA[@]}" serve "$MODEL" --port 0 "$@" >"$TMP/out.$N" 2>"$TMP/err.$N" &
-  SPID=$!
-  for _ in $(seq 1 600); do
-    if grep -q '^PORT=' "$TMP/out.$N" 2>/dev/null; then break; fi
-    kill -0 "$SPID" 2>/dev/null || die "server exited at start: $(cat "$TMP/err.$N")"
-    sleep 0.1
-  done
-  PORT=$(sed -n 's/^PORT=//p' "$TMP/out.$N")
-  [ -n "$PORT" ] || die "server printed no port"
-  URL="http://127.0.0.1:$PORT"
-}
+. "$(dirname "$0")/lib.sh"
+start_server() { start_lib_server "$@"; }
 
 stop_server() {
   kill -TERM "$SPID"
