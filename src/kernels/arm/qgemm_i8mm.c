@@ -11,6 +11,7 @@
 #include <arm_neon.h>
 
 #include "kernels/arm/arm.h"
+#include "kernels/qgemm_uk.h"
 
 enum { MP = 2, NQ = 4, NR = 2 * NQ, KG = 8 };
 
@@ -103,30 +104,4 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int b
     }
 }
 
-#define DISPATCH(BITS, HS)                                                                         \
-    switch (mr) {                                                                                  \
-    case 1:                                                                                        \
-        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
-        break;                                                                                     \
-    default:                                                                                       \
-        tile(4, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, w, c, ldc, accumulate);         \
-        break;                                                                                     \
-    }
-
-#define UK(NAME, BITS, HS)                                                                         \
-    void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
-              int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
-              int64_t ldc, int mr, int accumulate) {                                               \
-        DISPATCH(BITS, HS)                                                                         \
-    }
-
-UK(pg_i8mm_qgemm_uk_w8, 8, 0)
-UK(pg_i8mm_qgemm_uk_w4, 4, 0)
-UK(pg_i8mm_qgemm_uk_w8_hs, 8, 1)
-UK(pg_i8mm_qgemm_uk_w4_hs, 4, 1)
+PG_QGEMM_UK_FAMILY(pg_i8mm_qgemm_uk, 4)
