@@ -29,40 +29,11 @@
 #include "base/cpu.h"
 #include "base/dtype.h"
 #include "base/pool.h"
+#include "harness.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* CPU seconds of all the process's threads: unlike wall time it does not
- * count the time other jobs on the shared cores take from us, so ratios of
- * "work per CPU second" stay meaningful under load (spin-waiting at a join
- * counts, which makes them conservative). */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n & 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static volatile float g_sink;
-
 /* ---- peak throughput microbenchmarks (flops per call returned) */
-
-enum { PEAK_ITERS = 1000000 };
 
 #if defined(__x86_64__)
 __attribute__((target("avx512f,avx512bf16"))) static double peak_bf16_thread(void) {
@@ -72,7 +43,7 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_bf16_thread(voi
         c[i] = _mm512_set1_ps((float)i); /* distinct chains: no CSE */
     __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80),
              b = (__m512bh)_mm512_set1_epi32(0x3c003c00);
-    for (long it = 0; it < PEAK_ITERS; it++) {
+    for (long it = 0; it < PG_BENCH_PEAK_ITERS; it++) {
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++)
             c[i] = _mm512_dpbf16_ps(c[i], a, b);
@@ -81,46 +52,12 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_bf16_thread(voi
     __m512 s = c[0];
     for (int i = 1; i < 16; i++)
         s = _mm512_add_ps(s, c[i]);
-    g_sink = _mm512_reduce_add_ps(s);
-    return (double)PEAK_ITERS * 16 * 16 * 2 * 2; /* 16 lanes x 2 products x 2 flops */
-}
-
-__attribute__((target("avx512f,fma"))) static double peak_f32_thread(void) {
-    __m512 c[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++)
-        c[i] = _mm512_set1_ps((float)i); /* distinct chains: no CSE */
-    __m512 a = _mm512_set1_ps(1e-7f), b = _mm512_set1_ps(1.0f);
-    for (long it = 0; it < PEAK_ITERS; it++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
-            c[i] = _mm512_fmadd_ps(a, b, c[i]);
-        __asm__ volatile("" : "+v"(a));
-    }
-    __m512 s = c[0];
-    for (int i = 1; i < 16; i++)
-        s = _mm512_add_ps(s, c[i]);
-    g_sink = _mm512_reduce_add_ps(s);
-    return (double)PEAK_ITERS * 16 * 16 * 2;
+    pg_bench_sink = _mm512_reduce_add_ps(s);
+    return (double)PG_BENCH_PEAK_ITERS * 16 * 16 * 2 * 2; /* 16 lanes x 2 products x 2 flops */
 }
 
 static int have_peak_bf16(void) {
     return pg_cpu()->avx512_bf16;
-}
-static int have_peak_f32(void) {
-    return pg_cpu()->avx512f;
-}
-
-__attribute__((target("avx512f"))) static float sum_bytes(const void *p, size_t bytes) {
-    const __m512 *v = p;
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 4 <= bytes / 64; i += 4) {
-        s0 = _mm512_add_ps(s0, v[i]);
-        s1 = _mm512_add_ps(s1, v[i + 1]);
-        s2 = _mm512_add_ps(s2, v[i + 2]);
-        s3 = _mm512_add_ps(s3, v[i + 3]);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 #elif defined(__aarch64__)
 __attribute__((target("arch=armv8.2-a+fp16+bf16"))) static double peak_bf16_thread(void) {
@@ -130,7 +67,7 @@ __attribute__((target("arch=armv8.2-a+fp16+bf16"))) static double peak_bf16_thre
         c[i] = vdupq_n_f32((float)i); /* distinct chains: no CSE */
     bfloat16x8_t a = vreinterpretq_bf16_u16(vdupq_n_u16(0x3f80));
     bfloat16x8_t b = vreinterpretq_bf16_u16(vdupq_n_u16(0x3c00));
-    for (long it = 0; it < PEAK_ITERS / 64; it++) { /* qemu: keep it short */
+    for (long it = 0; it < PG_BENCH_PEAK_ITERS / 64; it++) { /* qemu: keep it short */
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++)
             c[i] = vbfmmlaq_f32(c[i], a, b);
@@ -139,98 +76,16 @@ __attribute__((target("arch=armv8.2-a+fp16+bf16"))) static double peak_bf16_thre
     float32x4_t s = c[0];
     for (int i = 1; i < 16; i++)
         s = vaddq_f32(s, c[i]);
-    g_sink = vaddvq_f32(s);
-    return (double)(PEAK_ITERS / 64) * 16 * 16 * 2; /* 2x2x4 multiply-adds */
-}
-
-static double peak_f32_thread(void) {
-    float32x4_t c[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++)
-        c[i] = vdupq_n_f32((float)i); /* distinct chains: no CSE */
-    float32x4_t a = vdupq_n_f32(1e-7f), b = vdupq_n_f32(1.0f);
-    for (long it = 0; it < PEAK_ITERS / 64; it++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
-            c[i] = vfmaq_f32(c[i], a, b);
-        __asm__ volatile("" : "+w"(a));
-    }
-    float32x4_t s = c[0];
-    for (int i = 1; i < 16; i++)
-        s = vaddq_f32(s, c[i]);
-    g_sink = vaddvq_f32(s);
-    return (double)(PEAK_ITERS / 64) * 16 * 4 * 2;
+    pg_bench_sink = vaddvq_f32(s);
+    return (double)(PG_BENCH_PEAK_ITERS / 64) * 16 * 16 * 2; /* 2x2x4 multiply-adds */
 }
 
 static int have_peak_bf16(void) {
     return pg_cpu()->bf16;
 }
-static int have_peak_f32(void) {
-    return 1;
-}
-
-static float sum_bytes(const void *p, size_t bytes) {
-    const float *f = p;
-    float32x4_t s0 = vdupq_n_f32(0), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 16 <= bytes / 4; i += 16) {
-        s0 = vaddq_f32(s0, vld1q_f32(f + i));
-        s1 = vaddq_f32(s1, vld1q_f32(f + i + 4));
-        s2 = vaddq_f32(s2, vld1q_f32(f + i + 8));
-        s3 = vaddq_f32(s3, vld1q_f32(f + i + 12));
-    }
-    return vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
-}
 #endif
 
-typedef struct {
-    int kind; /* 0 bf16 peak, 1 f32 peak, 2 read bandwidth */
-    double flops[PG_POOL_MAX_THREADS > 64 ? 64 : PG_POOL_MAX_THREADS];
-    const char *buf;
-    size_t bytes;
-} peak_ctx;
-
-static void peak_region(void *vctx, int tid, int n) {
-    peak_ctx *c = vctx;
-    if (c->kind == 0)
-        c->flops[tid] = peak_bf16_thread();
-    else if (c->kind == 1)
-        c->flops[tid] = peak_f32_thread();
-    else {
-        size_t share = (c->bytes / (size_t)n) & ~(size_t)4095;
-        g_sink = sum_bytes(c->buf + (size_t)tid * share, share);
-        c->flops[tid] = (double)share;
-    }
-}
-
-/* GFLOP/s (kind 0, 1) or GB/s (kind 2) of one region over the pool. */
-static double run_peak(pg_pool *pool, peak_ctx *c, double *per_cpu_s) {
-    double t0 = now(), c0 = cpu_now();
-    pg_pool_run(pool, peak_region, c);
-    double dt = now() - t0, dc = cpu_now() - c0, total = 0;
-    for (int i = 0; i < pg_pool_size(pool); i++)
-        total += c->flops[i];
-    if (per_cpu_s) *per_cpu_s = total / dc * 1e-9 * pg_pool_size(pool);
-    return total / dt * 1e-9;
-}
-
-/* ---- GEMM shapes */
-
-typedef struct {
-    const char *name;
-    int64_t N, K;
-    int swiglu; /* gate+up fused: N = 8192 outputs from 2 x 8192 rows */
-} shape;
-
-static const shape SHAPES[] = {
-    {"q 2048x2048", 2048, 2048, 0},
-    {"k/v 512x2048", 512, 2048, 0},
-    {"o 2048x2048", 2048, 2048, 0},
-    {"gate|up 8192x2048", 8192, 2048, 0},
-    {"gate+up SwiGLU 2x8192x2048", 8192, 2048, 1},
-    {"down 2048x8192", 2048, 8192, 0},
-    {"lm_head 128256x2048", 128256, 2048, 0},
-};
-enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0], MAX_COPIES = 64, MAX_ROUNDS = 15 };
+enum { MAX_COPIES = 64, MAX_ROUNDS = 15 };
 
 typedef struct {
     pg_packed_weight *w[MAX_COPIES];
@@ -272,13 +127,13 @@ int main(int argc, char **argv) {
     const int nth = pg_pool_size(pool);
     const int64_t Ms[] = {512, 32, 1};
     const size_t stream_bytes = quick ? (64u << 20) : (256u << 20);
-    const int nshapes = quick ? N_SHAPES - 1 : N_SHAPES;
+    const int nshapes = quick ? PG_BENCH_N_SHAPES - 1 : PG_BENCH_N_SHAPES;
 
     /* pack every shape (copies for the streamed runs) */
-    packed_set sets[N_SHAPES];
+    packed_set sets[PG_BENCH_N_SHAPES];
     size_t max_n = 0, max_k = 0;
     for (int s = 0; s < nshapes; s++) {
-        const shape *sh = &SHAPES[s];
+        const pg_bench_shape *sh = &PG_BENCH_SHAPES[s];
         size_t elems = (size_t)(sh->N * sh->K), esz = wt == PG_F32 ? 4 : 2;
         void *src = malloc(elems * esz), *src2 = sh->swiglu ? malloc(elems * esz) : NULL;
         if (!src || (sh->swiglu && !src2)) return 1;
@@ -333,46 +188,46 @@ int main(int argc, char **argv) {
      * measured just before it (the peak for M >= 32, the read bandwidth for
      * all), so the ratio holds even when other jobs take the cores. */
     double peak_bf16[MAX_ROUNDS], peak_f32[MAX_ROUNDS], bw[MAX_ROUNDS];
-    double res[3][N_SHAPES][MAX_ROUNDS], rpeak[3][N_SHAPES][MAX_ROUNDS],
-        rbw[3][N_SHAPES][MAX_ROUNDS];
-    double cpeak[3][N_SHAPES][MAX_ROUNDS], cbw[3][N_SHAPES][MAX_ROUNDS];
-    peak_ctx pc = {.buf = bwbuf, .bytes = bw_bytes};
+    double res[3][PG_BENCH_N_SHAPES][MAX_ROUNDS], rpeak[3][PG_BENCH_N_SHAPES][MAX_ROUNDS],
+        rbw[3][PG_BENCH_N_SHAPES][MAX_ROUNDS];
+    double cpeak[3][PG_BENCH_N_SHAPES][MAX_ROUNDS], cbw[3][PG_BENCH_N_SHAPES][MAX_ROUNDS];
+    pg_bench_peak pc = {.kernel_peak = peak_bf16_thread, .buf = bwbuf, .bytes = bw_bytes};
     const int peak_kind = wt == PG_F32 ? 1 : 0;
-    const int have_peak = wt == PG_F32 ? have_peak_f32() : have_peak_bf16();
+    const int have_peak = wt == PG_F32 ? pg_bench_have_peak_f32() : have_peak_bf16();
     for (int r = 0; r < rounds; r++) {
         pc.kind = 0;
-        peak_bf16[r] = have_peak_bf16() ? run_peak(pool, &pc, NULL) : 0;
+        peak_bf16[r] = have_peak_bf16() ? pg_bench_run_peak(pool, &pc, NULL) : 0;
         pc.kind = 1;
-        peak_f32[r] = have_peak_f32() ? run_peak(pool, &pc, NULL) : 0;
+        peak_f32[r] = pg_bench_have_peak_f32() ? pg_bench_run_peak(pool, &pc, NULL) : 0;
         pc.kind = 2;
-        bw[r] = run_peak(pool, &pc, NULL);
+        bw[r] = pg_bench_run_peak(pool, &pc, NULL);
         for (int mi = 0; mi < 3; mi++) {
             int64_t M = Ms[mi];
             if (only_m && M != only_m) continue;
             for (int s = 0; s < nshapes; s++) {
                 packed_set *ps = &sets[s];
-                double flops = 2.0 * (double)M * (double)SHAPES[s].N * (double)SHAPES[s].K *
-                               (SHAPES[s].swiglu ? 2 : 1);
+                double flops = 2.0 * (double)M * (double)PG_BENCH_SHAPES[s].N *
+                               (double)PG_BENCH_SHAPES[s].K * (PG_BENCH_SHAPES[s].swiglu ? 2 : 1);
                 int reps = M == 512 ? 2 : ps->copies * 2;
                 if (M == 512 && flops > 1e11) reps = 1;
-                pg_gemm_epilogue ep = SHAPES[s].swiglu ? PG_GEMM_SWIGLU : PG_GEMM_STORE;
+                pg_gemm_epilogue ep = PG_BENCH_SHAPES[s].swiglu ? PG_GEMM_SWIGLU : PG_GEMM_STORE;
                 pc.kind = 2;
                 double bc, pkc = 0;
-                double b = run_peak(pool, &pc, &bc);
+                double b = pg_bench_run_peak(pool, &pc, &bc);
                 pc.kind = peak_kind;
-                double pk = have_peak ? run_peak(pool, &pc, &pkc) : 0;
+                double pk = have_peak ? pg_bench_run_peak(pool, &pc, &pkc) : 0;
                 /* warm-up call (first touch of C, wakes the pool) */
-                pg_gemm(ps->w[ps->next], A, M, SHAPES[s].K, C, SHAPES[s].N, NULL, ep, pool,
-                        scratch);
+                pg_gemm(ps->w[ps->next], A, M, PG_BENCH_SHAPES[s].K, C, PG_BENCH_SHAPES[s].N, NULL,
+                        ep, pool, scratch);
                 ps->next = (ps->next + 1) % ps->copies;
-                double t0 = now(), c0 = cpu_now();
+                double t0 = pg_bench_now(), c0 = pg_bench_cpu_now();
                 for (int i = 0; i < reps; i++) {
-                    pg_gemm(ps->w[ps->next], A, M, SHAPES[s].K, C, SHAPES[s].N, NULL, ep, pool,
-                            scratch);
+                    pg_gemm(ps->w[ps->next], A, M, PG_BENCH_SHAPES[s].K, C, PG_BENCH_SHAPES[s].N,
+                            NULL, ep, pool, scratch);
                     ps->next = (ps->next + 1) % ps->copies;
                 }
-                double t = (now() - t0) / reps;
-                double tc = (cpu_now() - c0) / reps / nth; /* CPU s per thread */
+                double t = (pg_bench_now() - t0) / reps;
+                double tc = (pg_bench_cpu_now() - c0) / reps / nth; /* CPU s per thread */
                 cpeak[mi][s][r] = pkc > 0 ? flops / tc * 1e-9 / pkc : 0;
                 cbw[mi][s][r] = (double)pg_gemm_packed_bytes(ps->w[0]) / tc * 1e-9 / bc;
                 res[mi][s][r] = t;
@@ -381,7 +236,8 @@ int main(int argc, char **argv) {
             }
         }
     }
-    double pb = median(peak_bf16, rounds), pf = median(peak_f32, rounds), bwm = median(bw, rounds);
+    double pb = pg_bench_median(peak_bf16, rounds), pf = pg_bench_median(peak_f32, rounds),
+           bwm = pg_bench_median(bw, rounds);
     printf("peak BF16 (%s, 16 acc/thread): %.0f GFLOP/s;  peak F32 FMA: %.0f GFLOP/s;  read "
            "bandwidth: %.1f GB/s\n",
 #if defined(__x86_64__)
@@ -398,15 +254,17 @@ int main(int argc, char **argv) {
         if (only_m && M != only_m) continue;
         printf("M=%lld\n", (long long)M);
         for (int s = 0; s < nshapes; s++) {
-            double t = median(res[mi][s], rounds);
-            double flops = 2.0 * (double)M * (double)SHAPES[s].N * (double)SHAPES[s].K *
-                           (SHAPES[s].swiglu ? 2 : 1);
+            double t = pg_bench_median(res[mi][s], rounds);
+            double flops = 2.0 * (double)M * (double)PG_BENCH_SHAPES[s].N *
+                           (double)PG_BENCH_SHAPES[s].K * (PG_BENCH_SHAPES[s].swiglu ? 2 : 1);
             double gbs = (double)pg_gemm_packed_bytes(sets[s].w[0]) / t * 1e-9;
             printf("  %-27s %9.3f ms %7.1f GFLOP/s (%5.1f%% of peak) [cpu %5.1f%%] %6.1f GB/s "
                    "(%5.1f%% of read bw) [cpu %5.1f%%]\n",
-                   SHAPES[s].name, t * 1e3, flops / t * 1e-9, 100.0 * median(rpeak[mi][s], rounds),
-                   100.0 * median(cpeak[mi][s], rounds), gbs, 100.0 * median(rbw[mi][s], rounds),
-                   100.0 * median(cbw[mi][s], rounds));
+                   PG_BENCH_SHAPES[s].name, t * 1e3, flops / t * 1e-9,
+                   100.0 * pg_bench_median(rpeak[mi][s], rounds),
+                   100.0 * pg_bench_median(cpeak[mi][s], rounds), gbs,
+                   100.0 * pg_bench_median(rbw[mi][s], rounds),
+                   100.0 * pg_bench_median(cbw[mi][s], rounds));
         }
     }
     for (int s = 0; s < nshapes; s++)
