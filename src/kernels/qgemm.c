@@ -22,7 +22,8 @@ enum {
     MC_MAX = 512,
     QCHUNK = 256,
     ACT_GROUP_MAX = 4096,
-    QMAX_NR = 64
+    QMAX_NR = 64,
+    PF_MAX_ROWS = 64
 };
 
 struct pg_qpacked {
@@ -335,6 +336,12 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
 
 /* ---- call geometry */
 
+/* w_u8 kernels: int32 corrections per (row, group): W8 one, -128 * sum a;
+ * W4 two, 17 c and 16 c with c = -8 * sum a (dispatch.h pg_qgemm_ukernel). */
+static int64_t acorr_per_group(const pg_qpacked *w) {
+    return w->bits == 4 ? 2 : 1;
+}
+
 typedef struct {
     int64_t M;
     int64_t mc, nc_panels, kc_groups;
@@ -359,7 +366,9 @@ static geometry plan(const pg_qpacked *w, int64_t M) {
     if (g.a_stride % 1024 == 0) g.a_stride += 64;
     g.a_bytes = align_up((size_t)(ceil_div(M, uk->ar) * g.a_stride));
     g.s_bytes = align_up((size_t)(M + 1) * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
-    g.c_bytes = uk->w_u8 ? align_up((size_t)M * (size_t)w->ngroups * sizeof(int32_t)) : 0;
+    g.c_bytes = uk->w_u8 ? align_up((size_t)M * (size_t)(w->ngroups * acorr_per_group(w)) *
+                                    sizeof(int32_t))
+                         : 0;
     g.acc_bytes = align_up((size_t)(g.mc * g.nc_panels * uk->nr) * sizeof(float));
     g.row_bytes = align_up((size_t)w->K * sizeof(float));
     return g;
@@ -447,7 +456,15 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
                     }
                 }
             }
-            if (cl->acorr) cl->acorr[r * ng + g] = -woff * sum;
+            if (cl->acorr) {
+                const int32_t corr = -woff * sum;
+                if (w->bits == 4) {
+                    cl->acorr[(r * ng + g) * 2] = 17 * corr;
+                    cl->acorr[(r * ng + g) * 2 + 1] = 16 * corr;
+                } else {
+                    cl->acorr[r * ng + g] = corr;
+                }
+            }
         }
     }
     if (ar == 2 && r1 == cl->g.M && (r1 & 1)) {
@@ -560,6 +577,43 @@ static void share(const call *cl, int tid, int64_t *p0, int64_t *p1, int64_t *m0
     if (tj >= cl->tm) *m0 = *m1 = 0;
 }
 
+/* The W slice the loops of compute() read after slice (jr, pc) of block
+ * (jc, ic), and its bytes; NULL at the end of the thread's share. */
+static const char *next_slice(const call *cl, int64_t jr, int64_t pc, int64_t jc, int64_t ic,
+                              int64_t M1, int64_t P1, size_t *bytes) {
+    const pg_qpacked *w = cl->w;
+    const geometry *g = &cl->g;
+    const int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
+    if (jr + 1 < jc1) {
+        jr++;
+    } else if (pc + g->kc_groups < w->ngroups) {
+        jr = jc;
+        pc += g->kc_groups;
+    } else if (ic + g->mc < M1) {
+        jr = jc;
+        pc = 0;
+    } else if (jc1 < P1) {
+        jr = jc1;
+        pc = 0;
+    } else {
+        *bytes = 0;
+        return NULL;
+    }
+    const int64_t ng = w->ngroups - pc < g->kc_groups ? w->ngroups - pc : g->kc_groups;
+    *bytes = (size_t)ng * w->gbytes;
+    return (const char *)w->data + (size_t)jr * w->panel_bytes + (size_t)pc * w->gbytes;
+}
+
+/* Rows of the next tile: the block's remaining rows spread evenly over
+ * the fewest tiles (32 rows with mr 6: 6 6 5 5 5 5, not 6 6 6 6 6 2), in
+ * multiples of ar. A row's result does not depend on its tile. */
+static int tile_rows(int64_t left, int64_t mr, int64_t ar) {
+    const int64_t tiles = ceil_div(left, mr);
+    int64_t r = ceil_div(ceil_div(left, tiles), ar) * ar;
+    r = r < mr ? r : mr;
+    return (int)(r < left ? r : left);
+}
+
 static void compute(const call *cl, int tid) {
     const pg_qpacked *w = cl->w;
     const pg_qgemm_ukernel *uk = &w->uk;
@@ -570,7 +624,7 @@ static void compute(const call *cl, int tid) {
     float *acc = (float *)(cl->acc + (size_t)tid * g->acc_bytes);
     const int64_t nr = uk->nr, mr = uk->mr, gk = w->gk;
     const __typeof__(uk->run) run = w->scale_f16 ? uk->run_hs : uk->run;
-    const int64_t ldacc = g->nc_panels * nr;
+    const int64_t ldacc = g->nc_panels * nr, acn = acorr_per_group(w);
     for (int64_t jc = P0; jc < P1; jc += g->nc_panels) {
         int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
         for (int64_t ic = M0; ic < M1; ic += g->mc) {
@@ -581,14 +635,30 @@ static void compute(const call *cl, int tid) {
                     const char *wp = (const char *)w->data + (size_t)jr * w->panel_bytes +
                                      (size_t)pc * w->gbytes;
                     float *ct = acc + (jr - jc) * nr;
-                    for (int64_t ir = ic; ir < ic1; ir += mr) {
-                        int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
+                    /* Small M (2+ tiles reuse this slice): before each tile
+                     * the driver prefetches (to L2) its share of the next
+                     * slice, in proportion to its rows, so memory streams
+                     * while the tiles compute instead of stalling the
+                     * first tile of every slice (as gemm.c's run_pf). */
+                    size_t nbytes = 0;
+                    const char *nx = ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
+                                         ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nbytes)
+                                         : NULL;
+                    const int64_t lines = (int64_t)(nbytes / 64), rb = ic1 - ic;
+                    for (int64_t ir = ic; ir < ic1;) {
+                        int rows = tile_rows(ic1 - ir, mr, uk->ar);
+                        if (nx)
+                            for (int64_t l = (ir - ic) * lines / rb;
+                                 l < (ir - ic + rows) * lines / rb; l++)
+                                __builtin_prefetch(nx + 64 * l, 0, 2);
                         const int8_t *ap =
                             cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
                         const float *as = w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
-                        const int32_t *ac = cl->acorr ? cl->acorr + ir * w->ngroups + pc : NULL;
-                        run(ng, gk, ap, g->a_stride, as, w->ngroups, ac, w->ngroups, wp,
+                        const int32_t *ac = cl->acorr ? cl->acorr + (ir * w->ngroups + pc) * acn
+                                                      : NULL;
+                        run(ng, gk, ap, g->a_stride, as, w->ngroups, ac, w->ngroups * acn, wp,
                             ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
+                        ir += rows;
                     }
                 }
             }

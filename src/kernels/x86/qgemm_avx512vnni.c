@@ -1,24 +1,38 @@
 /* Quantized GEMM microkernels with AVX512_VNNI VPDPBUSD (see x86.h,
  * dispatch.h pg_qgemm_ukernel, kernels/qgemm.h).
  *
- * Tile 6 rows x 32 columns: per row two zmm int32 accumulators (lane j of
- * vector v = column 16v + j, four k per VPDPBUSD) and two zmm f32
- * accumulators. w_u8 layout: the weights are VPDPBUSD's unsigned operand,
- * stored as q + 128 (W8) or as nibbles q + 8 (W4), and the signed
- * activations are broadcast four bytes at a time; each group's integer sum
- * starts at the driver's -offset * (sum of the row's activations over the
- * group), so it is the exact signed sum. The group header is the f32
- * scales only (no per-column compensation: 4 bytes per column and group
- * fewer to stream). W4: one 64-byte load holds two k-chunks of nibbles,
- * x & 0xF and (x >> 4) & 0xF. With one or two rows (decode) each row keeps
- * two interleaved integer accumulators per vector (even and odd k-chunks,
- * added exactly at the group's end), so the VPDPBUSD latency chain halves. */
+ * Tile 6 rows x 32 columns: per row two zmm int32 accumulators (16 columns
+ * each, four k per VPDPBUSD) and two zmm f32 accumulators. w_u8 layout: the
+ * weights are VPDPBUSD's unsigned operand, stored as q + 128 (W8) or as
+ * nibbles u = q + 8 (W4), and the signed activations are broadcast four bytes
+ * at a time; each group's integer sums start at the driver's corrections
+ * (-offset * the row's activation sum over the group), so they end exact.
+ * The group header is the scales only (F16 or f32).
+ *
+ * W4: one 64-byte load x holds one k-chunk of all 32 columns, columns 0-15
+ * in the low nibbles and 16-31 in the high ones. Instead of unpacking both
+ * halves (and, shift, and per chunk) the kernel feeds the raw bytes x =
+ * u_lo + 16 u_hi and h = x & 0xF0 = 16 u_hi to VPDPBUSD (one vpandd per
+ * chunk): acc_x = sum x a and acc_h = sum 16 u_hi a, started at 17 c and
+ * 16 c (c = -8 * sum a: the driver's pair per row and group), so at the end
+ * of the group acc_x - acc_h = isum_lo and acc_h = 16 isum_hi, exactly
+ * (VPDPBUSD and vpsubd wrap modulo 2^32 and the true values fit in int32).
+ * (float)(16 isum) = 16 (float)isum exactly, so the high half is applied
+ * with the F16 scale divided by 16 (exact: an F16 scale is >= 2^-24), which
+ * gives the same fmaf result bit for bit; with f32 or per-group activation
+ * scales (where s / 16 could be subnormal) acc_h is shifted right by 4 instead.
+ *
+ * The k loop runs in blocks of 32 k (8 chunks, unrolled; every group is a
+ * multiple of 32), so a 32-k group has no inner loop. With one or two rows
+ * (decode) each row keeps a second set of integer accumulators (odd
+ * k-chunks, added exactly at the group's end) so the VPDPBUSD latency chain
+ * halves. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels/x86/x86.h"
 
-enum { MR = 6, NV = 2, NR = 16 * NV };
+enum { MR = 6, NV = 2, NR = 16 * NV, KB = 32 };
 
 static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p) {
     int32_t q4;
@@ -26,21 +40,20 @@ static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(q4);
 }
 
+/* Weight vectors of k-chunk ch: W8 the two column halves, W4 x and x & 0xF0. */
 static inline __attribute__((always_inline)) void weights(const int bits, const char *d, int64_t ch,
                                                           __m512i wv[NV]) {
     if (bits == 8) {
         wv[0] = _mm512_loadu_si512(d + ch * 4 * NR);
         wv[1] = _mm512_loadu_si512(d + ch * 4 * NR + 64);
     } else {
-        const __m512i lo_mask = _mm512_set1_epi8(0x0F);
-        __m512i x = _mm512_loadu_si512(d + ch * 2 * NR);
-        wv[0] = _mm512_and_si512(x, lo_mask);
-        wv[1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo_mask);
+        wv[0] = _mm512_loadu_si512(d + ch * 2 * NR);
+        wv[1] = _mm512_and_si512(wv[0], _mm512_set1_epi8((char)0xF0));
     }
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int hs, int64_t ng, int64_t gk, const int8_t *a,
+tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int64_t gk, const int8_t *a,
      int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
      float *c, int64_t ldc, int accumulate) {
     const int split = mr <= 2;
@@ -52,6 +65,8 @@ tile(const int mr, const int bits, const int hs, int64_t ng, int64_t gk, const i
             f[i][v] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
     const size_t hbytes = (size_t)NR * (hs ? 2 : 4);
     const size_t gbytes = hbytes + (size_t)(gk * NR * bits / 8);
+    const int64_t nb = g32 ? 1 : gk / KB;
+    if (g32) gk = KB;
     for (int64_t g = 0; g < ng; g++) {
         const char *grp = w + (size_t)g * gbytes;
         const char *d = grp + hbytes;
@@ -59,59 +74,61 @@ tile(const int mr, const int bits, const int hs, int64_t ng, int64_t gk, const i
         __m512i acc[MR][NV], acc2[2][NV];
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
-            __m512i start = _mm512_set1_epi32(ac[i * acs + g]);
-#pragma GCC unroll 16
-            for (int v = 0; v < NV; v++)
-                acc[i][v] = start;
+            if (bits == 8) {
+                acc[i][0] = acc[i][1] = _mm512_set1_epi32(ac[i * acs + g]);
+            } else {
+                acc[i][0] = _mm512_set1_epi32(ac[i * acs + 2 * g]);
+                acc[i][1] = _mm512_set1_epi32(ac[i * acs + 2 * g + 1]);
+            }
         }
-        if (split) {
+        if (split)
 #pragma GCC unroll 16
             for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
                 for (int v = 0; v < NV; v++)
                     acc2[i][v] = _mm512_setzero_si512();
-            /* gk is a multiple of 32: an even number of k-chunks */
-            for (int64_t ch = 0; ch < gk / 4; ch += 2) {
-                __m512i w0[NV], w1[NV];
-                weights(bits, d, ch, w0);
-                weights(bits, d, ch + 1, w1);
+        for (int64_t b = 0; b < nb; b++) {
+            const char *db = d + b * (KB * NR * bits / 8);
+            const int8_t *ab = ag + b * KB;
+#pragma GCC unroll 8
+            for (int j = 0; j < KB / 4; j++) {
+                __m512i wv[NV];
+                weights(bits, db, j, wv);
 #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
-                    __m512i a0 = bcast4(ag + i * as + 4 * ch),
-                            a1 = bcast4(ag + i * as + 4 * ch + 4);
+                    __m512i av = bcast4(ab + i * as + 4 * j);
 #pragma GCC unroll 16
                     for (int v = 0; v < NV; v++) {
-                        acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], w0[v], a0);
-                        acc2[i][v] = _mm512_dpbusd_epi32(acc2[i][v], w1[v], a1);
+                        if (split && (j & 1))
+                            acc2[i][v] = _mm512_dpbusd_epi32(acc2[i][v], wv[v], av);
+                        else
+                            acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], wv[v], av);
                     }
                 }
             }
+        }
+        if (split)
 #pragma GCC unroll 16
             for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
                 for (int v = 0; v < NV; v++)
                     acc[i][v] = _mm512_add_epi32(acc[i][v], acc2[i][v]);
-        } else {
-            for (int64_t ch = 0; ch < gk / 4; ch++) {
-                __m512i wv[NV];
-                weights(bits, d, ch, wv);
+        __m512 s[NV];
 #pragma GCC unroll 16
-                for (int i = 0; i < mr; i++) {
-                    __m512i av = bcast4(ag + i * as + 4 * ch);
+        for (int v = 0; v < NV; v++)
+            s[v] = hs ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)grp + v))
+                      : _mm512_loadu_ps((const float *)grp + 16 * v);
 #pragma GCC unroll 16
-                    for (int v = 0; v < NV; v++)
-                        acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], wv[v], av);
-                }
+        for (int i = 0; i < mr; i++) {
+            __m512i x[NV] = {acc[i][0], acc[i][1]};
+            if (bits == 4) { /* isum_lo, isum_hi (the shift is exact) */
+                x[0] = _mm512_sub_epi32(x[0], x[1]);
+                x[1] = _mm512_srai_epi32(x[1], 4);
             }
-        }
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; v++) {
-            __m512 s = hs ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)grp + v))
-                          : _mm512_loadu_ps((const float *)grp + 16 * v);
-#pragma GCC unroll 16
-            for (int i = 0; i < mr; i++) {
-                __m512 si = asc ? _mm512_mul_ps(s, _mm512_set1_ps(asc[i * ass + g])) : s;
-                f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), si, f[i][v]);
+            for (int v = 0; v < NV; v++) {
+                __m512 si = asc ? _mm512_mul_ps(s[v], _mm512_set1_ps(asc[i * ass + g])) : s[v];
+                f[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x[v]), si, f[i][v]);
             }
         }
     }
@@ -122,31 +139,35 @@ tile(const int mr, const int bits, const int hs, int64_t ng, int64_t gk, const i
             _mm512_storeu_ps(c + i * ldc + 16 * v, f[i][v]);
 }
 
+#define TILE(MR_, BITS, HS)                                                                        \
+    do {                                                                                           \
+        if (gk == KB)                                                                              \
+            tile(MR_, BITS, HS, 1, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c,   \
+                 ldc, accumulate);                                                                 \
+        else                                                                                       \
+            tile(MR_, BITS, HS, 0, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c,   \
+                 ldc, accumulate);                                                                 \
+    } while (0)
+
 #define DISPATCH(BITS, HS)                                                                         \
     switch (mr) {                                                                                  \
     case 1:                                                                                        \
-        tile(1, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
-             accumulate);                                                                          \
+        TILE(1, BITS, HS);                                                                         \
         break;                                                                                     \
     case 2:                                                                                        \
-        tile(2, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
-             accumulate);                                                                          \
+        TILE(2, BITS, HS);                                                                         \
         break;                                                                                     \
     case 3:                                                                                        \
-        tile(3, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
-             accumulate);                                                                          \
+        TILE(3, BITS, HS);                                                                         \
         break;                                                                                     \
     case 4:                                                                                        \
-        tile(4, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
-             accumulate);                                                                          \
+        TILE(4, BITS, HS);                                                                         \
         break;                                                                                     \
     case 5:                                                                                        \
-        tile(5, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
-             accumulate);                                                                          \
+        TILE(5, BITS, HS);                                                                         \
         break;                                                                                     \
     default:                                                                                       \
-        tile(6, BITS, HS, ngroups, gk, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
-             accumulate);                                                                          \
+        TILE(6, BITS, HS);                                                                         \
         break;                                                                                     \
     }
 
