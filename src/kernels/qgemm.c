@@ -14,16 +14,20 @@
 #include "base/log.h"
 #include "kernels/ref/ref.h"
 
-/* KC_ELEMS int8 x NR of W per K block; MC_MAX rows of acc over NC_ELEMS
- * columns = 256 KiB (L2). */
+/* K blocks of KC_ELEMS k (KC_SMALL_M when M <= PF_MAX_ROWS: the next-slice
+ * prefetch keeps up with slices of that size; larger M: fewer, longer
+ * microkernel calls, +2-3% at M=512 on Zen 4, docs/PERFORMANCE.md);
+ * MC_MAX rows of acc over NC_ELEMS columns = 256 KiB (L2). */
 enum {
-    KC_ELEMS = 1024,
+    KC_ELEMS = 4096,
+    KC_SMALL_M = 1024,
     NC_ELEMS = 128,
     MC_MAX = 512,
     QCHUNK = 256,
     ACT_GROUP_MAX = 4096,
     QMAX_NR = 64,
-    PF_MAX_ROWS = 64
+    PF_MAX_ROWS = 64,
+    PF_TILE_LINES = 64
 };
 
 struct pg_qpacked {
@@ -360,7 +364,7 @@ static geometry plan(const pg_qpacked *w, int64_t M) {
     g.nc_panels = NC_ELEMS / uk->nr;
     if (g.nc_panels < 2) g.nc_panels = 2;
     if (w->swiglu && (g.nc_panels & 1)) g.nc_panels++;
-    int64_t kcg = KC_ELEMS / w->gk;
+    int64_t kcg = (M <= PF_MAX_ROWS ? KC_SMALL_M : KC_ELEMS) / w->gk;
     g.kc_groups = M <= uk->mr || kcg < 1 ? w->ngroups : kcg;
     g.a_stride = w->ngroups * w->gk * uk->ar;
     if (g.a_stride % 1024 == 0) g.a_stride += 64;
@@ -614,6 +618,7 @@ static int tile_rows(int64_t left, int64_t mr, int64_t ar) {
     return (int)(r < left ? r : left);
 }
 
+static int nopf;
 static void compute(const call *cl, int tid) {
     const pg_qpacked *w = cl->w;
     const pg_qgemm_ukernel *uk = &w->uk;
@@ -641,10 +646,11 @@ static void compute(const call *cl, int tid) {
                      * while the tiles compute instead of stalling the
                      * first tile of every slice (as gemm.c's run_pf). */
                     size_t nbytes = 0;
-                    const char *nx = ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
+                    const char *nx = !nopf && ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
                                          ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nbytes)
                                          : NULL;
                     const int64_t lines = (int64_t)(nbytes / 64), rb = ic1 - ic;
+                    if (lines * mr > PF_TILE_LINES * rb) nx = NULL;
                     for (int64_t ir = ic; ir < ic1;) {
                         int rows = tile_rows(ic1 - ir, mr, uk->ar);
                         if (nx)
@@ -695,6 +701,7 @@ static pagoda_status run_call(const pg_qpacked *w, const float *A, int64_t M, in
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: unknown epilogue %d", (int)ep);
     if ((uintptr_t)scratch % PG_ALIGN)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: scratch must be %d-byte aligned", PG_ALIGN);
+    nopf = getenv("NOPF") != NULL;
     int nthreads = pool ? pg_pool_size(pool) : 1;
     call cl = {.w = w,
                .g = plan(w, M),

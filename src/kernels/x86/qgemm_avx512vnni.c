@@ -32,7 +32,13 @@
 
 #include "kernels/x86/x86.h"
 
-enum { MR = 6, NV = 2, NR = 16 * NV, KB = 32 };
+#ifndef MRX
+#define MRX 6
+#endif
+#ifndef SPLIT_MAX
+#define SPLIT_MAX 2
+#endif
+enum { MR = MRX, NV = 2, NR = 16 * NV, KB = 32 };
 
 static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p) {
     int32_t q4;
@@ -56,7 +62,7 @@ static inline __attribute__((always_inline)) void
 tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int64_t gk, const int8_t *a,
      int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
      float *c, int64_t ldc, int accumulate) {
-    const int split = mr <= 2;
+    const int split = mr <= SPLIT_MAX;
     __m512 f[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
@@ -71,7 +77,7 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
         const char *grp = w + (size_t)g * gbytes;
         const char *d = grp + hbytes;
         const int8_t *ag = a + g * gk;
-        __m512i acc[MR][NV], acc2[2][NV];
+        __m512i acc[MR][NV], acc2[MR][NV];
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             if (bits == 8) {
@@ -81,27 +87,41 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
                 acc[i][1] = _mm512_set1_epi32(ac[i * acs + 2 * g + 1]);
             }
         }
-        if (split)
+        if (split) {
+            /* decode: two k-chunks per step, both loaded first (streams
+             * memory better than the 32-k blocks below) */
 #pragma GCC unroll 16
             for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
                 for (int v = 0; v < NV; v++)
                     acc2[i][v] = _mm512_setzero_si512();
-        for (int64_t b = 0; b < nb; b++) {
-            const char *db = d + b * (KB * NR * bits / 8);
-            const int8_t *ab = ag + b * KB;
-#pragma GCC unroll 8
-            for (int j = 0; j < KB / 4; j++) {
-                __m512i wv[NV];
-                weights(bits, db, j, wv);
+            for (int64_t ch = 0; ch < gk / 4; ch += 2) {
+                __m512i w0[NV], w1[NV];
+                weights(bits, d, ch, w0);
+                weights(bits, d, ch + 1, w1);
 #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
-                    __m512i av = bcast4(ab + i * as + 4 * j);
+                    __m512i a0 = bcast4(ag + i * as + 4 * ch), a1 = bcast4(ag + i * as + 4 * ch + 4);
 #pragma GCC unroll 16
                     for (int v = 0; v < NV; v++) {
-                        if (split && (j & 1))
-                            acc2[i][v] = _mm512_dpbusd_epi32(acc2[i][v], wv[v], av);
-                        else
+                        acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], w0[v], a0);
+                        acc2[i][v] = _mm512_dpbusd_epi32(acc2[i][v], w1[v], a1);
+                    }
+                }
+            }
+        } else {
+            for (int64_t b = 0; b < nb; b++) {
+                const char *db = d + b * (KB * NR * bits / 8);
+                const int8_t *ab = ag + b * KB;
+#pragma GCC unroll 8
+                for (int j = 0; j < KB / 4; j++) {
+                    __m512i wv[NV];
+                    weights(bits, db, j, wv);
+#pragma GCC unroll 16
+                    for (int i = 0; i < mr; i++) {
+                        __m512i av = bcast4(ab + i * as + 4 * j);
+#pragma GCC unroll 16
+                        for (int v = 0; v < NV; v++)
                             acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], wv[v], av);
                     }
                 }
@@ -161,13 +181,13 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
         TILE(3, BITS, HS);                                                                         \
         break;                                                                                     \
     case 4:                                                                                        \
-        TILE(4, BITS, HS);                                                                         \
+        TILE(4 < MR ? 4 : MR, BITS, HS);                                                           \
         break;                                                                                     \
     case 5:                                                                                        \
-        TILE(5, BITS, HS);                                                                         \
+        TILE(5 < MR ? 5 : MR, BITS, HS);                                                           \
         break;                                                                                     \
     default:                                                                                       \
-        TILE(6, BITS, HS);                                                                         \
+        TILE(MR, BITS, HS);                                                                        \
         break;                                                                                     \
     }
 
