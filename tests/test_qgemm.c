@@ -171,6 +171,10 @@ static void test_qgemm_vs_reference(void **state) {
             check_case(uks[v], 32, 9, 37, 1100, PG_GEMM_STORE, 1, pool2);
             check_case(uks[v], 128, 13, 21, 2100, PG_GEMM_SWIGLU, 0, NULL);
             check_case(uks[v], 0, 7, 33, 1500, PG_GEMM_RESIDUAL, 1, pool2);
+            /* 33 rows: balanced tiles and the next-slice prefetch of small M;
+             * 70 rows, K past 4096: the long K blocks of larger M */
+            check_case(uks[v], 32, 33, 70, 1100, PG_GEMM_RESIDUAL, 0, pool2);
+            check_case(uks[v], 32, 70, 17, 4200, PG_GEMM_STORE, 1, NULL);
             /* activation scales per (token, group) */
             g_act_group = 1;
             for (int gi = 1; gi < 4; gi++)
@@ -192,13 +196,15 @@ static void test_qgemm_vs_reference(void **state) {
 static void test_qgemm_batch_invariance(void **state) {
     (void)state;
     pg_pool *pool2 = make_pool(2);
-    const int64_t N = 45, K = 200;
+    const int64_t N = 45;
     const int64_t sizes[] = {7, 64, on_qemu_arm() ? 80 : 530};
     for (int bits = 8; bits >= 4; bits -= 4) {
         const pg_qgemm_ukernel *uks[8];
         int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
         for (int v = 0; v < nu; v++) {
             for (int gi = 0; gi < 3; gi++) {
+                /* group 64 over 1100 k: M <= 64 and M > 64 block K differently */
+                const int64_t K = gi == 1 ? 1100 : 200;
                 owned_qweight g;
                 g_act_group = gi == 2;
                 make_qweight(&g, bits, gi ? 64 : 0, N, K);
@@ -235,6 +241,56 @@ static void test_qgemm_batch_invariance(void **state) {
         }
     }
     pg_pool_free(pool2);
+}
+
+/* Extreme values: every weight at the bottom (-128 / -8) or top of its
+ * range and every activation at +-127, over the longest per-channel K
+ * (65536) and in 32-groups: the integer sums reach their largest
+ * magnitudes (the AVX512_VNNI W4 kernel's raw-byte sums wrap modulo 2^32 on
+ * the way) and must still equal the reference exactly. */
+static void test_qgemm_extreme_values(void **state) {
+    (void)state;
+    g_act_group = 0;
+    const int64_t N = 40, K = on_qemu_arm() ? 16384 : 65536, M = 3;
+    float *A = malloc((size_t)(M * K) * sizeof *A);
+    float *C = malloc((size_t)(M * N) * sizeof *C);
+    float *R = malloc((size_t)(M * N) * sizeof *R);
+    int8_t *q = malloc((size_t)(N * K));
+    float *sc = malloc((size_t)(N * (K / 32)) * sizeof *sc);
+    assert_true(A && C && R && q && sc);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) /* row 0 all +127, row 1 all -127, row 2 mixed */
+            A[m * K + k] = m == 0 ? 1.0f : (m == 1 ? -1.0f : ((k / 3) & 1 ? 2.0f : -2.0f));
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        const int8_t lo = bits == 8 ? -128 : -8, hi = bits == 8 ? 127 : 7;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++)
+                q[n * K + k] = n % 3 == 0 ? lo : (n % 3 == 1 ? hi : ((k + n) & 1 ? lo : hi));
+        for (int64_t i = 0; i < N * (K / 32); i++)
+            sc[i] = 0.0078125f * (float)(1 + i % 5);
+        const pg_qgemm_ukernel *uks[8];
+        int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
+        for (int v = 0; v < nu; v++)
+            for (int gi = 0; gi < 2; gi++) {
+                pg_qweight w = {bits, gi ? 32 : 0, N, K, q, sc, 0};
+                pg_qpacked *pw = NULL;
+                assert_int_equal(pg_qgemm_pack(&w, NULL, uks[v], &pw), PAGODA_OK);
+                run_q(pw, A, M, K, C, N, NULL, PG_GEMM_STORE, NULL);
+                pg_ref_qgemm(&w, NULL, A, M, K, R, N, NULL, PG_GEMM_STORE);
+                for (int64_t i = 0; i < M * N; i++)
+                    if (memcmp(&C[i], &R[i], 4) != 0) {
+                        fprintf(stderr, "%s W%d group %d: C[%lld] = %.9g, ref %.9g\n",
+                                uks[v]->name, bits, gi ? 32 : 0, (long long)i, C[i], R[i]);
+                        fail();
+                    }
+                pg_qgemm_free(pw);
+            }
+    }
+    free(A);
+    free(C);
+    free(R);
+    free(q);
+    free(sc);
 }
 
 /* pg_qgemm called from inside a region of its own pool (the pool then runs
@@ -502,6 +558,7 @@ static void test_qgemm_bad_args(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qgemm_vs_reference),   cmocka_unit_test(test_qgemm_batch_invariance),
+        cmocka_unit_test(test_qgemm_extreme_values),
         cmocka_unit_test(test_qgemm_nested_in_pool), cmocka_unit_test(test_quantize_row),
         cmocka_unit_test(test_qgemm_bad_args),       cmocka_unit_test(test_quant_entries),
         cmocka_unit_test(test_qgemm_rmsnorm_fused),  cmocka_unit_test(test_qgemm_f16_scales),

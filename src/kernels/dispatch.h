@@ -65,10 +65,12 @@ typedef struct pg_gemm_ukernel {
  * pairs, each kg-chunk = row 2p's kg values then row 2p+1's). 1 <= mr <=
  * the kernel's mr.
  * w_u8 kernels (VPDPBUSD with the weights as the unsigned operand) store
- * q + 128 (W8) or q + 8 (W4 nibbles) and start group g of row i at
- * ac[i*ac_stride + g] = -128 (W8) or -8 (W4) times the sum of row i's
- * activations over the group, which the driver computes in its input stage
- * (ac is NULL for other kernels).
+ * q + 128 (W8) or q + 8 (W4 nibbles) and get per row i and group g the
+ * correction c = -128 (W8) or -8 (W4) times the sum of row i's activations
+ * over the group, which the driver computes in its input stage: W8 at
+ * ac[i*ac_stride + g] = c, W4 as the pair ac[i*ac_stride + 2g] = 17 c,
+ * ac[i*ac_stride + 2g + 1] = 16 c (the starts of the raw-byte and high-nibble
+ * sums of x86/qgemm_avx512vnni.c). ac is NULL for other kernels.
  * as == NULL: per-token activation scales (applied later by the driver);
  * else per-group ones: group g of row i uses scale_g[j] * as[i*as_stride + g]
  * (that product rounded to f32) in place of scale_g[j]. */

@@ -618,7 +618,6 @@ static int tile_rows(int64_t left, int64_t mr, int64_t ar) {
     return (int)(r < left ? r : left);
 }
 
-static int nopf;
 static void compute(const call *cl, int tid) {
     const pg_qpacked *w = cl->w;
     const pg_qgemm_ukernel *uk = &w->uk;
@@ -644,9 +643,12 @@ static void compute(const call *cl, int tid) {
                      * the driver prefetches (to L2) its share of the next
                      * slice, in proportion to its rows, so memory streams
                      * while the tiles compute instead of stalling the
-                     * first tile of every slice (as gemm.c's run_pf). */
+                     * first tile of every slice (as gemm.c's run_pf). Only
+                     * when a tile's share is at most PF_TILE_LINES: bigger
+                     * bursts (per-channel W8's 64 KiB slices) measured
+                     * slower than the hardware prefetcher alone. */
                     size_t nbytes = 0;
-                    const char *nx = !nopf && ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
+                    const char *nx = ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
                                          ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nbytes)
                                          : NULL;
                     const int64_t lines = (int64_t)(nbytes / 64), rb = ic1 - ic;
@@ -701,7 +703,6 @@ static pagoda_status run_call(const pg_qpacked *w, const float *A, int64_t M, in
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: unknown epilogue %d", (int)ep);
     if ((uintptr_t)scratch % PG_ALIGN)
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: scratch must be %d-byte aligned", PG_ALIGN);
-    nopf = getenv("NOPF") != NULL;
     int nthreads = pool ? pg_pool_size(pool) : 1;
     call cl = {.w = w,
                .g = plan(w, M),
