@@ -1,5 +1,5 @@
 /* Shared pieces of the GEMM benchmarks: see harness.h. */
-#include "harness.h"
+#include "bench/harness.h"
 
 #include <stdlib.h>
 #include <time.h>

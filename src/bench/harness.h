@@ -1,7 +1,9 @@
-/* Shared pieces of the GEMM benchmarks (bench_gemm.c, bench_qgemm.c):
+/* Measurement pieces shared by the benchmarks (bench/bench_gemm.c,
+ * bench/bench_qgemm.c) and `pagoda bench` (src/cli/cmd_bench_offline.c):
  * clocks, medians, the F32 FMA peak and read-bandwidth baselines measured
  * on every pool thread, and the Llama-3.2-1B linear-layer shapes.
- * Linked into every bench executable (bench/CMakeLists.txt). */
+ * Part of pagoda_core so the CLI can measure the bandwidth bound in the
+ * same run as a decode benchmark. */
 #ifndef PAGODA_BENCH_HARNESS_H
 #define PAGODA_BENCH_HARNESS_H
 
