@@ -132,6 +132,17 @@ double pg_bench_run_peak(pg_pool *pool, pg_bench_peak *c, double *per_cpu_s) {
     return total / dt * 1e-9;
 }
 
+double pg_bench_read_bandwidth(pg_pool *pool, const void *buf, size_t bytes, int reps) {
+    enum { MAX_REPS = 64 };
+    double v[MAX_REPS];
+    if (reps < 1) reps = 1;
+    if (reps > MAX_REPS) reps = MAX_REPS;
+    pg_bench_peak c = {.kind = 2, .buf = buf, .bytes = bytes};
+    for (int i = 0; i < reps; i++)
+        v[i] = pg_bench_run_peak(pool, &c, NULL);
+    return pg_bench_median(v, reps);
+}
+
 const pg_bench_shape PG_BENCH_SHAPES[PG_BENCH_N_SHAPES] = {
     {"q 2048x2048", 2048, 2048, 0},
     {"k/v 512x2048", 512, 2048, 0},

@@ -46,6 +46,12 @@ int pg_bench_have_peak_f32(void);
  * *per_cpu_s (optional) the same per CPU second. */
 double pg_bench_run_peak(pg_pool *pool, pg_bench_peak *c, double *per_cpu_s);
 
+/* Read bandwidth in GB/s over the pool: median of `reps` (>= 1) passes in
+ * which every pool thread sums its contiguous share of buf[0..bytes) (f32
+ * adds, AVX-512 / NEON loads); buf should be well over the last-level
+ * cache (e.g. 256 MiB) and touched once before. */
+double pg_bench_read_bandwidth(pg_pool *pool, const void *buf, size_t bytes, int reps);
+
 /* The Llama-3.2-1B linear layers: W [N, K]; swiglu: gate+up fused, N outputs
  * from 2 x N rows. */
 typedef struct pg_bench_shape {

@@ -351,6 +351,9 @@ int32_t pagoda_engine_max_model_len(const pagoda_engine *e) {
 int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
     return e->vocab;
 }
+size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e) {
+    return pg_llama_weight_bytes_per_step(e->model);
+}
 const char *pagoda_engine_model_name(const pagoda_engine *e) {
     return e->name;
 }
