@@ -8,8 +8,13 @@
  *   M=32   batched decode
  *   M=1    decode: GB/s of packed weight bytes (scales and compensation
  *          included) vs the read bandwidth
+ *   --uk   instead: the table's microkernels alone, one thread, on an
+ *          L1-resident full tile (no driver, no memory traffic): the
+ *          kernel's own share of the peak per CPU second, W8 / W4 per
+ *          channel and group 32 / 128 (the cost of the per-group scales)
  * Usage: bench_qgemm [--rounds R] [--threads T] [--scheme w8a8|w4a8]
  *                    [--group G (0 = per channel)] [--act-group] [--quick]
+ *                    [--uk]
  * (--act-group: activation scales per token and group, the GGUF path) */
 #include <math.h>
 #include <stdio.h>
@@ -84,13 +89,77 @@ static int have_peak_bf16(void) {
 
 enum { MAX_COPIES = 64, MAX_ROUNDS = 15 };
 
+/* --uk: one full mr x nr tile over K = 2048 (group-wise: F16 header, the
+ * run_hs form; per channel: f32) on buffers that stay in L1/L2; the
+ * values do not matter for the timing. Returns % of the single-thread
+ * peak per CPU second. */
+static double uk_only(const pg_qgemm_ukernel *uk, int64_t group, double peak_per_cpu_s) {
+    const int64_t K = 2048, gk = group ? group : K, ng = K / gk;
+    const size_t gbytes = (size_t)uk->nr * (group ? 2 : 4) + (size_t)(gk * uk->nr * uk->bits / 8);
+    int8_t *a = pg_malloc_aligned((size_t)(uk->mr * K));
+    char *w = pg_malloc_aligned((size_t)ng * gbytes);
+    int32_t *ac = pg_malloc_aligned((size_t)(uk->mr * ng * 2) * sizeof(int32_t));
+    float *c = pg_malloc_aligned((size_t)(uk->mr * uk->nr) * sizeof(float));
+    if (!a || !w || !ac || !c) exit(1);
+    for (int64_t i = 0; i < uk->mr * K; i++)
+        a[i] = (int8_t)(i * 7 % 255 - 127);
+    for (size_t i = 0; i < (size_t)ng * gbytes; i++)
+        w[i] = (char)(i * 13 % 251 & 0x3F); /* small F16 scales, any weights */
+    memset(ac, 0, (size_t)(uk->mr * ng * 2) * sizeof(int32_t));
+    __typeof__(uk->run) run = group && uk->run_hs ? uk->run_hs : uk->run;
+    const int64_t a_stride = K * uk->ar;
+    const long reps = 40000;
+    run(ng, gk, a, a_stride, NULL, ng, ac, ng * 2, w, c, uk->nr, uk->mr, 0);
+    double c0 = pg_bench_cpu_now();
+    for (long r = 0; r < reps; r++)
+        run(ng, gk, a, a_stride, NULL, ng, ac, ng * 2, w, c, uk->nr, uk->mr, 0);
+    double t = pg_bench_cpu_now() - c0;
+    pg_bench_sink += c[0];
+    pg_free(a);
+    pg_free(w);
+    pg_free(ac);
+    pg_free(c);
+    double ops = 2.0 * (double)uk->mr * (double)uk->nr * (double)K * (double)reps;
+    return 100.0 * ops / t * 1e-9 / peak_per_cpu_s;
+}
+
+static int run_uk_only(int rounds) {
+    if (!have_peak_bf16()) {
+        fprintf(stderr, "bench_qgemm --uk: no int8 dot-product peak on this CPU\n");
+        return 1;
+    }
+    const pg_kernel_table *kt = pg_kernels();
+    const int64_t groups[] = {0, 32, 128};
+    double res[2][3][MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) {
+        double c0 = pg_bench_cpu_now();
+        double ops = peak_bf16_thread();
+        double pk = ops / (pg_bench_cpu_now() - c0) * 1e-9;
+        for (int b = 0; b < 2; b++)
+            for (int gi = 0; gi < 3; gi++)
+                res[b][gi][r] = uk_only(b ? &kt->qgemm_w4 : &kt->qgemm_w8, groups[gi], pk);
+    }
+    printf("bench_qgemm --uk: %s, microkernel alone (L1, 1 thread, K 2048), %% of the int8 peak "
+           "per CPU second, median of %d\n",
+           pg_cpu()->model, rounds);
+    for (int b = 0; b < 2; b++) {
+        const pg_qgemm_ukernel *uk = b ? &kt->qgemm_w4 : &kt->qgemm_w8;
+        printf("  W%dA8 %s %dx%d:", uk->bits, uk->name, uk->mr, uk->nr);
+        for (int gi = 0; gi < 3; gi++)
+            printf("  %s %5.1f%%", gi == 0 ? "per channel" : (gi == 1 ? "g32" : "g128"),
+                   pg_bench_median(res[b][gi], rounds));
+        printf("\n");
+    }
+    return 0;
+}
+
 typedef struct {
     pg_packed_weight *w[MAX_COPIES];
     int copies, next;
 } packed_set;
 
 int main(int argc, char **argv) {
-    int rounds = 3, threads = 0, quick = 0, bits = 8, act_group = 0;
+    int rounds = 3, threads = 0, quick = 0, bits = 8, act_group = 0, uk_only_mode = 0;
     int64_t group = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
@@ -105,16 +174,19 @@ int main(int argc, char **argv) {
             act_group = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--uk"))
+            uk_only_mode = 1;
         else {
             fprintf(
                 stderr,
                 "usage: bench_qgemm [--rounds R] [--threads T] [--scheme w8a8|w4a8] [--group G] "
-                "[--act-group] [--quick]\n");
+                "[--act-group] [--quick] [--uk]\n");
             return 2;
         }
     }
     if (rounds < 1) rounds = 1;
     if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
+    if (uk_only_mode) return run_uk_only(rounds);
     pg_pool_options o = pg_pool_options_default();
     o.n_threads = threads;
     pg_pool *pool = NULL;

@@ -65,6 +65,21 @@ static inline __attribute__((always_inline)) void weights(const int bits, const 
     }
 }
 
+/* One k-chunk (4 k) of rows 0..mr-1 into acc. */
+static inline __attribute__((always_inline)) void chunk(const int mr, const int bits, const char *d,
+                                                        const int8_t *ag, int64_t as, int64_t ch,
+                                                        __m512i acc[MR][NV]) {
+    __m512i wv[NV];
+    weights(bits, d, ch, wv);
+#pragma GCC unroll 16
+    for (int i = 0; i < mr; i++) {
+        __m512i av = bcast4(ag + i * as + 4 * ch);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], wv[v], av);
+    }
+}
+
 static inline __attribute__((always_inline)) void
 tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int64_t gk, const int8_t *a,
      int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
@@ -78,7 +93,6 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
             f[i][v] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16 * v) : _mm512_setzero_ps();
     const size_t hbytes = (size_t)NR * (hs ? 2 : 4);
     const size_t gbytes = hbytes + (size_t)(gk * NR * bits / 8);
-    const int64_t nb = g32 ? 1 : gk / KB;
     if (g32) gk = KB;
     for (int64_t g = 0; g < ng; g++) {
         const char *grp = w + (size_t)g * gbytes;
@@ -116,23 +130,13 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
                     }
                 }
             }
-        } else {
-            for (int64_t b = 0; b < nb; b++) {
-                const char *db = d + b * (KB * NR * bits / 8);
-                const int8_t *ab = ag + b * KB;
+        } else if (g32) { /* one 32-k group: straight-line code */
 #pragma GCC unroll 8
-                for (int j = 0; j < KB / 4; j++) {
-                    __m512i wv[NV];
-                    weights(bits, db, j, wv);
-#pragma GCC unroll 16
-                    for (int i = 0; i < mr; i++) {
-                        __m512i av = bcast4(ab + i * as + 4 * j);
-#pragma GCC unroll 16
-                        for (int v = 0; v < NV; v++)
-                            acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], wv[v], av);
-                    }
-                }
-            }
+            for (int ch = 0; ch < KB / 4; ch++)
+                chunk(mr, bits, d, ag, as, ch, acc);
+        } else {
+            for (int64_t ch = 0; ch < gk / 4; ch++)
+                chunk(mr, bits, d, ag, as, ch, acc);
         }
         if (split)
 #pragma GCC unroll 16
