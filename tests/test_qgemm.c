@@ -279,8 +279,8 @@ static void test_qgemm_extreme_values(void **state) {
                 pg_ref_qgemm(&w, NULL, A, M, K, R, N, NULL, PG_GEMM_STORE);
                 for (int64_t i = 0; i < M * N; i++)
                     if (memcmp(&C[i], &R[i], 4) != 0) {
-                        fprintf(stderr, "%s W%d group %d: C[%lld] = %.9g, ref %.9g\n",
-                                uks[v]->name, bits, gi ? 32 : 0, (long long)i, C[i], R[i]);
+                        fprintf(stderr, "%s W%d group %d: C[%lld] = %.9g, ref %.9g\n", uks[v]->name,
+                                bits, gi ? 32 : 0, (long long)i, C[i], R[i]);
                         fail();
                     }
                 pg_qgemm_free(pw);
@@ -558,10 +558,10 @@ static void test_qgemm_bad_args(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qgemm_vs_reference),   cmocka_unit_test(test_qgemm_batch_invariance),
-        cmocka_unit_test(test_qgemm_extreme_values),
-        cmocka_unit_test(test_qgemm_nested_in_pool), cmocka_unit_test(test_quantize_row),
-        cmocka_unit_test(test_qgemm_bad_args),       cmocka_unit_test(test_quant_entries),
-        cmocka_unit_test(test_qgemm_rmsnorm_fused),  cmocka_unit_test(test_qgemm_f16_scales),
+        cmocka_unit_test(test_qgemm_extreme_values), cmocka_unit_test(test_qgemm_nested_in_pool),
+        cmocka_unit_test(test_quantize_row),         cmocka_unit_test(test_qgemm_bad_args),
+        cmocka_unit_test(test_quant_entries),        cmocka_unit_test(test_qgemm_rmsnorm_fused),
+        cmocka_unit_test(test_qgemm_f16_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

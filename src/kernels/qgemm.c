@@ -370,9 +370,9 @@ static geometry plan(const pg_qpacked *w, int64_t M) {
     if (g.a_stride % 1024 == 0) g.a_stride += 64;
     g.a_bytes = align_up((size_t)(ceil_div(M, uk->ar) * g.a_stride));
     g.s_bytes = align_up((size_t)(M + 1) * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
-    g.c_bytes = uk->w_u8 ? align_up((size_t)M * (size_t)(w->ngroups * acorr_per_group(w)) *
-                                    sizeof(int32_t))
-                         : 0;
+    g.c_bytes =
+        uk->w_u8 ? align_up((size_t)M * (size_t)(w->ngroups * acorr_per_group(w)) * sizeof(int32_t))
+                 : 0;
     g.acc_bytes = align_up((size_t)(g.mc * g.nc_panels * uk->nr) * sizeof(float));
     g.row_bytes = align_up((size_t)w->K * sizeof(float));
     return g;
@@ -662,8 +662,8 @@ static void compute(const call *cl, int tid) {
                         const int8_t *ap =
                             cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
                         const float *as = w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
-                        const int32_t *ac = cl->acorr ? cl->acorr + (ir * w->ngroups + pc) * acn
-                                                      : NULL;
+                        const int32_t *ac =
+                            cl->acorr ? cl->acorr + (ir * w->ngroups + pc) * acn : NULL;
                         run(ng, gk, ap, g->a_stride, as, w->ngroups, ac, w->ngroups * acn, wp,
                             ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
                         ir += rows;

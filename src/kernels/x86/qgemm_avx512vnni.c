@@ -29,8 +29,10 @@
  * channel, 86% at group 32), whatever the tile shape or the nibble unpack.
  * The kernel avoids the other paying ops (no scale multiply, no f32 spill).
  *
- * The k loop runs in blocks of 32 k (8 chunks, unrolled; every group is a
- * multiple of 32), so a 32-k group has no inner loop. With one or two rows
+ * A 32-k group (GGUF Q4_0 / Q8_0, W4A8 g32) is straight-line code: the tile
+ * is specialised on gk == 32 and its 8 k-chunks unrolled (about +6% over a
+ * loop of 8); other groups and per channel run a plain k-chunk loop (which
+ * streams long K best: 99% of the peak alone). With one or two rows
  * (decode) each row keeps a second set of integer accumulators (odd
  * k-chunks, added exactly at the group's end) so the VPDPBUSD latency chain
  * halves, in a two-chunk loop that loads both chunks first. */
@@ -39,13 +41,7 @@
 
 #include "kernels/x86/x86.h"
 
-#ifndef MRX
-#define MRX 6
-#endif
-#ifndef SPLIT_MAX
-#define SPLIT_MAX 2
-#endif
-enum { MR = MRX, NV = 2, NR = 16 * NV, KB = 32 };
+enum { MR = 6, NV = 2, NR = 16 * NV, KB = 32 };
 
 static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p) {
     int32_t q4;
@@ -80,11 +76,12 @@ static inline __attribute__((always_inline)) void chunk(const int mr, const int 
     }
 }
 
+/* The tile; g32: gk is 32 (compile-time, straight-line groups). */
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int64_t gk, const int8_t *a,
-     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
-     float *c, int64_t ldc, int accumulate) {
-    const int split = mr <= SPLIT_MAX;
+tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int64_t gk,
+     const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs,
+     const char *w, float *c, int64_t ldc, int accumulate) {
+    const int split = mr <= 2;
     __m512 f[MR][NV];
 #pragma GCC unroll 16
     for (int i = 0; i < mr; i++)
@@ -98,7 +95,7 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
         const char *grp = w + (size_t)g * gbytes;
         const char *d = grp + hbytes;
         const int8_t *ag = a + g * gk;
-        __m512i acc[MR][NV], acc2[MR][NV];
+        __m512i acc[MR][NV], acc2[2][NV];
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
             if (bits == 8) {
@@ -109,8 +106,8 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
             }
         }
         if (split) {
-            /* decode: two k-chunks per step, both loaded first (streams
-             * memory better than the 32-k blocks below) */
+            /* decode: two k-chunks per step, both loaded first (measured to
+             * stream memory better than an unrolled 32-k block) */
 #pragma GCC unroll 16
             for (int i = 0; i < mr; i++)
 #pragma GCC unroll 16
@@ -122,7 +119,8 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
                 weights(bits, d, ch + 1, w1);
 #pragma GCC unroll 16
                 for (int i = 0; i < mr; i++) {
-                    __m512i a0 = bcast4(ag + i * as + 4 * ch), a1 = bcast4(ag + i * as + 4 * ch + 4);
+                    __m512i a0 = bcast4(ag + i * as + 4 * ch),
+                            a1 = bcast4(ag + i * as + 4 * ch + 4);
 #pragma GCC unroll 16
                     for (int v = 0; v < NV; v++) {
                         acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], w0[v], a0);
@@ -192,10 +190,10 @@ tile(const int mr, const int bits, const int hs, const int g32, int64_t ng, int6
         TILE(3, BITS, HS);                                                                         \
         break;                                                                                     \
     case 4:                                                                                        \
-        TILE(4 < MR ? 4 : MR, BITS, HS);                                                           \
+        TILE(4, BITS, HS);                                                                         \
         break;                                                                                     \
     case 5:                                                                                        \
-        TILE(5 < MR ? 5 : MR, BITS, HS);                                                           \
+        TILE(5, BITS, HS);                                                                         \
         break;                                                                                     \
     default:                                                                                       \
         TILE(MR, BITS, HS);                                                                        \
