@@ -530,6 +530,9 @@ static void test_qgemm_bad_args(void **state) {
     w.K = 70000;
     assert_int_equal(pg_qgemm_pack(&w, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "per-channel"));
+    w.group = 131072; /* one group as long: the same int32 bound */
+    assert_int_equal(pg_qgemm_pack(&w, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "group size 131072"));
     w = g.w;
     w.N = 0;
     assert_int_equal(pg_qgemm_pack(&w, NULL, NULL, &pw), PAGODA_ERR_INVALID_ARG);

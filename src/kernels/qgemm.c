@@ -232,6 +232,10 @@ static pagoda_status check_qweight(const pg_qweight *w, const char *what) {
                         "qgemm: pack: per-channel K=%lld > 65536 could overflow int32 sums; use "
                         "group-wise scales",
                         (long long)w->K);
+    if (w->group > 65536)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "qgemm: pack: group size %lld > 65536 could overflow int32 sums",
+                        (long long)w->group);
     return PAGODA_OK;
 }
 

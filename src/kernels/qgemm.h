@@ -67,7 +67,8 @@ int64_t pg_qweight_ngroups(int64_t K, int64_t group);
  * NULL) for microkernel uk (NULL: the process table's for w->bits). Keeps no
  * pointer to the inputs. Errors: PAGODA_ERR_INVALID_ARG (bits not 4/8,
  * group not 0 or a multiple of 32, sizes < 1, values out of range, NULL,
- * per-channel K too long for exact int32 sums (> 65536)), PAGODA_ERR_NOMEM. */
+ * per-channel K or group too long for exact int32 sums (> 65536)),
+ * PAGODA_ERR_NOMEM. */
 pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const pg_qgemm_ukernel *uk,
                             pg_qpacked **out);
 void pg_qgemm_free(pg_qpacked *w); /* NULL is a no-op */
