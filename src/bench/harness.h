@@ -1,5 +1,5 @@
 /* Measurement pieces of the benchmarks (`pagoda bench kernels`,
- * src/bench/kernels.c; `pagoda bench` offline; bench/bench_*.c): clocks,
+ * src/bench/kernels.c; the serving client; bench/bench_*.c): clocks,
  * medians, and the baselines a kernel is compared to, measured on every
  * pool thread: the peak throughput of one instruction (VDPBF16PS / BFMMLA
  * for BF16, VPDPBUSD / SMMLA / SDOT for int8, F32 FMA) with 16 independent
