@@ -55,4 +55,10 @@ const char *pg_bench_kind_name(pg_bench_kind kind);
  * the pool size. The caller checks pg_bench_have(c->kind) first. */
 double pg_bench_run_peak(pg_pool *pool, pg_bench_peak *c, double *per_cpu_s);
 
+/* Read bandwidth in GB/s over the pool: median of `reps` (>= 1) passes in
+ * which every pool thread sums its contiguous share of buf[0..bytes) (f32
+ * adds, AVX-512 / SSE2 / NEON loads); buf should be well over the last-level
+ * cache (e.g. 256 MiB) and touched once before. */
+double pg_bench_read_bandwidth(pg_pool *pool, const void *buf, size_t bytes, int reps);
+
 #endif
