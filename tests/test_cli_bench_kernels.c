@@ -16,20 +16,11 @@
 
 #include "model/gen_model.h"
 
-static char pagoda_bin[4096];
-
-static int setup(void **state) {
-    (void)state;
-    const char *dir = getenv("PAGODA_BUILD_DIR");
-    snprintf(pagoda_bin, sizeof pagoda_bin, "%s/pagoda", dir && *dir ? dir : ".");
-    return 0;
-}
-
 /* `pagoda bench kernels <args>` with stderr merged; exit code and output. */
 static int run(const char *args, char **out) {
     char cmd[16384];
-    snprintf(cmd, sizeof cmd, "%s '%s' bench kernels %s 2>&1", pg_test_exec_wrapper(), pagoda_bin,
-             args);
+    snprintf(cmd, sizeof cmd, "%s '%s' bench kernels %s 2>&1", pg_test_exec_wrapper(),
+             pg_test_pagoda_bin(), args);
     return pg_test_run_command(cmd, out);
 }
 
@@ -247,5 +238,5 @@ int main(void) {
         cmocka_unit_test(test_config_json_selected),
         cmocka_unit_test(test_errors),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,6 +71,13 @@ void pg_test_write_file(const char *path, const void *data, size_t len) {
     fclose(f);
 }
 
+const char *pg_test_pagoda_bin(void) {
+    static char buf[PATH_MAX];
+    const char *dir = getenv("PAGODA_BUILD_DIR");
+    snprintf(buf, sizeof buf, "%s/pagoda", dir && *dir ? dir : ".");
+    return buf;
+}
+
 int pg_test_run_command(const char *cmd, char **out) {
     FILE *p = popen(cmd, "r");
     if (!p) fail_msg("popen failed: %s", cmd);
