@@ -118,7 +118,7 @@ static void test_gguf_all_sections(void **state) {
     if (pg_gen_model_write(&g)) fail_msg("gen: %s", pg_last_error());
     snprintf(args, sizeof args,
              "'%s' --quick --rounds 1 --threads 2 --m 4,1 --context 48 --quantization w4a8 "
-             "--quant-group-size 32 --output-json '%s'",
+             "--quant-group-size 32 --act-group --output-json '%s'",
              gguf, json);
     char *out;
     int rc = run(args, &out);
@@ -141,6 +141,7 @@ static void test_gguf_all_sections(void **state) {
     const cJSON *q = item(root, "qgemm");
     assert_string_equal(item(q, "scheme")->valuestring, "w4a8");
     assert_int_equal((int)num(q, "group"), 32);
+    assert_true(cJSON_IsTrue(item(q, "act_group")));
     check_gemm(q, 2, 4, want);
     const cJSON *att = item(root, "attention");
     assert_int_equal((int)num(att, "context"), 48);
@@ -207,6 +208,7 @@ static void test_errors(void **state) {
         {"--block-size 24", "bad value '24' for --block-size"},
         {"--rounds 16", "bad value '16' for --rounds"},
         {"--context", "--context needs a value"},
+        {"--act-group", "pagoda bench kernels: activation scales per group need a group size"},
         {"a b", "unexpected argument 'b'"},
         {"/nonexistent/model", "/nonexistent/model"},
         {"--output-json /nonexistent/dir/x.json", "cannot write /nonexistent/dir/x.json"},

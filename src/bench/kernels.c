@@ -160,6 +160,7 @@ typedef struct layer {
     pg_gemm_epilogue ep;
     int bits;      /* 0: float; 8 or 4: quantized */
     int64_t group; /* quantized: 0 per channel, else the group size */
+    int act_group; /* quantized, group-wise: per-(token, group) activation scales */
 } layer;
 
 typedef struct packed_set {
@@ -172,16 +173,17 @@ typedef struct packed_set {
 static int model_layers(const pg_bench_kernels_opts *o, bool quant, layer *L) {
     const pg_bench_model_shape *s = &o->shape;
     int64_t q = (int64_t)s->heads * s->head_dim, kv = (int64_t)s->kv_heads * s->head_dim;
-    L[0] = (layer){"qkv", q + 2 * kv, s->hidden, PG_GEMM_STORE, 0, 0};
-    L[1] = (layer){"o", s->hidden, q, PG_GEMM_RESIDUAL, 0, 0};
-    L[2] = (layer){"gate+up SwiGLU", s->ffn, s->hidden, PG_GEMM_SWIGLU, 0, 0};
-    L[3] = (layer){"down", s->hidden, s->ffn, PG_GEMM_RESIDUAL, 0, 0};
-    L[4] = (layer){"lm_head", s->vocab, s->hidden, PG_GEMM_STORE, 0, 0};
+    L[0] = (layer){"qkv", q + 2 * kv, s->hidden, PG_GEMM_STORE, 0, 0, 0};
+    L[1] = (layer){"o", s->hidden, q, PG_GEMM_RESIDUAL, 0, 0, 0};
+    L[2] = (layer){"gate+up SwiGLU", s->ffn, s->hidden, PG_GEMM_SWIGLU, 0, 0, 0};
+    L[3] = (layer){"down", s->hidden, s->ffn, PG_GEMM_RESIDUAL, 0, 0, 0};
+    L[4] = (layer){"lm_head", s->vocab, s->hidden, PG_GEMM_STORE, 0, 0, 0};
     for (int i = 0; quant && i < 5; i++)
-        L[i].bits = o->quant_bits, L[i].group = o->quant_group;
+        L[i].bits = o->quant_bits, L[i].group = o->quant_group, L[i].act_group = o->act_group;
     /* the engine's lm_head policy (pg_llama_pack_quantized): W4 with the
      * layers' group for group-wise W4A8, else W8 per channel */
-    if (quant && !(o->quant_bits == 4 && o->quant_group > 0)) L[4].bits = 8, L[4].group = 0;
+    if (quant && !(o->quant_bits == 4 && o->quant_group > 0))
+        L[4].bits = 8, L[4].group = 0, L[4].act_group = 0;
     return o->quick ? 4 : 5;
 }
 
@@ -232,7 +234,7 @@ static pagoda_status pack_layer(const bench *b, const layer *l, pg_dtype dt, siz
         }
         quant_job job = {src, l, q, sc};
         pg_pool_parallel_for(b->pool, (size_t)l->N, 16, quant_rows, &job);
-        qw = (pg_qweight){l->bits, l->group, l->N, l->K, q, sc, 0};
+        qw = (pg_qweight){l->bits, l->group, l->N, l->K, q, sc, l->act_group};
     }
     size_t bytes = (l->bits ? elems * (size_t)l->bits / 8 : elems * esz) * (swiglu ? 2 : 1);
     int copies = (int)((stream_bytes + bytes - 1) / bytes);
@@ -404,9 +406,12 @@ static pagoda_status run_gemm_suite(const bench *b, bool quant, cJSON *root) {
         snprintf(scheme, sizeof scheme, "w%da8", o->quant_bits);
         cJSON_AddStringToObject(j, "scheme", scheme);
         cJSON_AddNumberToObject(j, "group", (double)o->quant_group);
-        say(b, "\nquantized GEMM W%dA8 group %lld (lm_head%s W%d group %lld, the engine's policy)",
-            o->quant_bits, (long long)o->quant_group, o->quick ? " skipped; would be" : "",
-            L[4].bits, (long long)L[4].group);
+        cJSON_AddBoolToObject(j, "act_group", o->act_group);
+        say(b,
+            "\nquantized GEMM W%dA8 group %lld%s (lm_head%s W%d group %lld, the engine's policy)",
+            o->quant_bits, (long long)o->quant_group,
+            o->act_group ? ", activation scales per group" : "",
+            o->quick ? " skipped; would be" : "", L[4].bits, (long long)L[4].group);
     } else {
         cJSON_AddStringToObject(j, "dtype", pg_dtype_name(dt));
         say(b, "\nGEMM %s weights", pg_dtype_name(dt));
@@ -673,6 +678,10 @@ static pagoda_status check_opts(const pg_bench_kernels_opts *o) {
     if (o->gemm_dtype != PG_BF16 && o->gemm_dtype != PG_F32)
         return pg_error(PAGODA_ERR_INVALID_ARG, "bench kernels: GEMM dtype %s (need BF16, F32)",
                         pg_dtype_name(o->gemm_dtype));
+    if (o->act_group && o->quant_group == 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "bench kernels: activation scales per group need a group size "
+                        "(--quant-group-size 32, ...)");
     if ((o->quant_bits != 8 && o->quant_bits != 4) || o->quant_group < 0 || o->quant_group % 32)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "bench kernels: quantization W%dA8 group %lld (need W8/W4, group 0 or a "

@@ -72,6 +72,8 @@ typedef struct pg_bench_kernels_opts {
     pg_dtype gemm_dtype;       /* PG_BF16 (default) or PG_F32 */
     int quant_bits;            /* 8 (W8A8, default) or 4 (W4A8) */
     int64_t quant_group;       /* 0: per channel (default); else a multiple of 32 */
+    bool act_group;            /* group-wise: activation scales per token and group
+                                  (the GGUF Q8_0 / Q4_0 path, pg_qweight.act_group) */
     int context;               /* attention context in tokens (default 2048) */
     int block_size;            /* KV block size (default PG_KV_DEFAULT_BLOCK_SIZE) */
     pg_dtype kv_dtypes[2];     /* KV cache dtypes measured (default BF16) */

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
           "  --dtype D                 GEMM weights: bfloat16 (default) or float32\n"
           "  --quantization Q          qgemm scheme: w8a8 (default) or w4a8\n"
           "  --quant-group-size G      qgemm scale group: 0 = per channel (default), 32, 64, ...\n"
+          "  --act-group               qgemm activation scales per token and group (the GGUF\n"
+          "                            Q8_0 / Q4_0 path; needs a group size)\n"
           "  --context N               attention context in tokens (default 2048)\n"
           "  --block-size N            KV block size, a multiple of 16 (default 16)\n"
           "  --kv-cache-dtype LIST     bfloat16 (default), float32, or both\n"
@@ -87,6 +89,10 @@ static int parse(int argc, char **argv, pg_bench_kernels_opts *o, const char **m
         }
         if (!strcmp(a, "--quick")) {
             o->quick = true;
+            continue;
+        }
+        if (!strcmp(a, "--act-group")) {
+            o->act_group = true;
             continue;
         }
         static const char *const WITH_VALUE[] = {
@@ -164,7 +170,12 @@ int pg_cmd_bench_kernels(int argc, char **argv) {
     cJSON *json = NULL;
     pagoda_status st = pg_bench_kernels_run(&o, stdout, jf ? &json : NULL);
     if (st != PAGODA_OK) {
-        fprintf(stderr, "%s: %s\n", CMD, pg_last_error());
+        /* src/bench/kernels.c's own messages start with "bench kernels: " */
+        const char *msg = pg_last_error();
+        if (!strncmp(msg, "bench kernels: ", 15))
+            fprintf(stderr, "pagoda %s\n", msg);
+        else
+            fprintf(stderr, "%s: %s\n", CMD, msg);
         if (jf) fclose(jf);
         return st == PAGODA_ERR_INVALID_ARG ? 2 : 1;
     }
