@@ -358,7 +358,7 @@ static pagoda_status run_gemm_suite(const bench *b, bool quant, cJSON *root) {
     const pg_dtype dt = o->gemm_dtype;
     const size_t stream_bytes = o->quick ? (64u << 20) : (256u << 20);
     packed_set *sets = calloc(MAX_LAYERS, sizeof *sets);
-    gemm_stats *stats = calloc((size_t)(o->n_m * nl), sizeof *stats);
+    gemm_stats *stats = calloc((size_t)o->n_m * (size_t)nl, sizeof *stats);
     float *A = NULL, *C = NULL;
     void *scratch = NULL;
     pagoda_status st = PAGODA_OK;
@@ -626,7 +626,7 @@ static pagoda_status run_attention(const bench *b, cJSON *root) {
                 st = attn_time(&s, true, NULL, &tr[r]);
                 if (!st) st = attn_time(&s, false, NULL, &t1[r]);
                 if (!st) st = attn_time(&s, false, b->pool, &tp[r]);
-                x1[r] = tr[r] / t1[r], xp[r] = tr[r] / tp[r];
+                if (!st) x1[r] = tr[r] / t1[r], xp[r] = tr[r] / tp[r];
             }
             attn_free(&s);
             if (st) return st;
