@@ -625,9 +625,9 @@ static void test_engine_quantized_models(void **state) {
         free(want);
     }
     const char *hf = pg_test_asset("llm/stories260K-hf");
-    const char *schemes[3] = {"w8a8 --quant-group-size 0", "w8a8 --quant-group-size 32",
-                              "w4a8 --quant-group-size 32"};
-    for (int i = 0; i < 3; i++) {
+    const char *schemes[4] = {"w8a8 --quant-group-size 0", "w8a8 --quant-group-size 32",
+                              "w4a8 --quant-group-size 32", "w8a8 --quant-act-group 32"};
+    for (int i = 0; i < 4; i++) {
         char args[2048];
         snprintf(args, sizeof args,
                  "'%s' --prompt 'Once upon a time' --max-tokens 20 --quantization %s", hf,
