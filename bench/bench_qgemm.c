@@ -27,7 +27,7 @@
 #include "base/cpu.h"
 #include "base/dtype.h"
 #include "base/pool.h"
-#include "harness.h"
+#include "bench/harness.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm.h"
 #include "kernels/qgemm.h"

@@ -94,6 +94,10 @@ void pagoda_engine_free(pagoda_engine *e);
 /* The effective limits after defaults were applied. */
 int32_t pagoda_engine_max_model_len(const pagoda_engine *e);
 int32_t pagoda_engine_vocab_size(const pagoda_engine *e);
+/* Weight bytes one model step streams from memory, whatever its batch
+ * (packed/quantized linear layers, lm_head, norms; not the KV cache): read
+ * bandwidth / this = the decode bandwidth bound in steps per second. */
+size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e);
 
 /* ---------------------------------------------------------------- requests */
 

@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -539,6 +540,57 @@ static void test_bench_throughput_and_latency(void **state) {
              model_arg("llm/stories260K-hf"));
     assert_int_equal(run_cmd(args, &out), 2);
     free(out);
+    /* --bandwidth-bound is latency-only and needs decode steps */
+    snprintf(args, sizeof args, "bench throughput %s --bandwidth-bound",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run_cmd(args, &out), 2);
+    free(out);
+    snprintf(args, sizeof args, "bench latency %s --bandwidth-bound --output-len 1",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run_cmd(args, &out), 2); /* the message goes to stderr */
+    free(out);
+}
+
+/* Weight bytes per step of stories260K (dim 64, 5 layers, 8/4 heads, ffn
+ * 172, vocab 512: 259,328 linear weights) under --bandwidth-bound. */
+static double bandwidth_bound_bytes(const char *extra) {
+    char path[4200], args[9000], *out;
+    snprintf(path, sizeof path, "%s/bw.json", pg_test_tmpdir());
+    snprintf(args, sizeof args,
+             "bench latency %s --batch-size 1 --input-len 4 --output-len 6 --num-iters-warmup 0 "
+             "--num-iters 2 --bandwidth-bound --output-json '%s' %s",
+             model_arg("llm/stories260K-hf"), path, extra);
+    assert_int_equal(run_cmd(args, &out), 0);
+    assert_non_null(strstr(out, "of the bandwidth bound"));
+    free(out);
+    char *text = pg_test_read_file(path, NULL);
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    cJSON *b = cJSON_GetObjectItem(j, "bandwidth_bound");
+    assert_non_null(b);
+    double bytes = cJSON_GetObjectItem(b, "weight_bytes_per_step")->valuedouble;
+    const char *keys[] = {"decode_steps_per_second", "weight_stream_gbs", "read_bandwidth_gbs",
+                          "fraction_of_bound"};
+    for (int i = 0; i < 4; i++) {
+        double v = cJSON_GetObjectItem(b, keys[i])->valuedouble;
+        assert_true(isfinite(v) && v > 0);
+    }
+    cJSON_Delete(j);
+    free(text);
+    return bytes;
+}
+
+static void test_bench_latency_bandwidth_bound(void **state) {
+    (void)state;
+    require_runnable();
+    const double params = 259328;
+    double f32 = bandwidth_bound_bytes("--dtype float32");
+    /* packed F32 panels: every weight once (panels may pad N), norms */
+    assert_true(f32 >= params * 4 && f32 < params * 4 * 1.5);
+    double bf16 = bandwidth_bound_bytes("--dtype bfloat16");
+    assert_true(bf16 >= params * 2 && bf16 < params * 2 * 1.5);
+    double w8 = bandwidth_bound_bytes("--quantization w8a8");
+    assert_true(w8 >= params && w8 < params * 1.5);
 }
 
 int main(void) {
@@ -553,6 +605,7 @@ int main(void) {
         cmocka_unit_test(test_prompts_file),
         cmocka_unit_test(test_prompts_file_bad_lines),
         cmocka_unit_test(test_bench_throughput_and_latency),
+        cmocka_unit_test(test_bench_latency_bandwidth_bound),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

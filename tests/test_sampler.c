@@ -79,7 +79,7 @@ static double chi2(const long *counts, const double *p, size_t k, long n) {
 /* Upper 1e-9 quantiles of chi-squared with df degrees of freedom (computed
  * with mpmath: the regularised upper incomplete gamma Q(df/2, x/2) = 1e-9).
  * A correct sampler exceeds them with probability < 1e-9. */
-static const double CHI2_1E9[8] = {0, 37.33, 41.45, 44.85, 0, 0, 0, 55.88};
+static const double CHI2_1E9[8] = {0, 37.33, 41.45, 44.85, 47.88, 0, 0, 55.88};
 
 /* ---- RNG */
 
@@ -182,6 +182,41 @@ static void test_empirical_distribution_matches_softmax(void **state) {
     for (size_t i = 0; i < 8; i++)
         prob[i] = softmax_at(x, 8, 2.0f, i);
     assert_true(chi2(counts, prob, 8, n) > 1000.0);
+    pg_sampler_free(s);
+}
+
+/* The full-vocabulary draw walks per-block sums (256 ids): mass on block
+ * edges and in the last, partial block is drawn with the right frequencies,
+ * and never an id without mass. */
+static void test_blocked_draw_across_block_edges(void **state) {
+    (void)state;
+    const size_t v = 1000, ids[5] = {0, 255, 256, 511, 999};
+    float *x = malloc(v * sizeof(float));
+    assert_non_null(x);
+    for (size_t i = 0; i < v; i++)
+        x[i] = -INFINITY;
+    for (int j = 0; j < 5; j++)
+        x[ids[j]] = 0.5f * (float)j;
+    pg_sampler *s = make_sampler((int32_t)v);
+    pg_rng rng = pg_rng_from_seed(77);
+    pg_sampling_params p = pg_sampling_params_default();
+    const long n = 50000;
+    long counts[5] = {0};
+    for (long i = 0; i < n; i++) {
+        int32_t t = draw_at(s, &p, &rng, x, v, (size_t)i);
+        int j = 0;
+        while (j < 5 && ids[j] != (size_t)t)
+            j++;
+        if (j == 5) fail_msg("drew id %d, which has no mass", t);
+        counts[j]++;
+    }
+    double prob[5], z = 0;
+    for (int j = 0; j < 5; j++)
+        z += exp(0.5 * j);
+    for (int j = 0; j < 5; j++)
+        prob[j] = exp(0.5 * j) / z;
+    assert_true(chi2(counts, prob, 5, n) < CHI2_1E9[4]);
+    free(x);
     pg_sampler_free(s);
 }
 
@@ -987,6 +1022,7 @@ int main(void) {
         cmocka_unit_test(test_rng_is_a_pure_function),
         cmocka_unit_test(test_greedy_is_argmax_lowest_id_on_ties),
         cmocka_unit_test(test_empirical_distribution_matches_softmax),
+        cmocka_unit_test(test_blocked_draw_across_block_edges),
         cmocka_unit_test(test_temperature_scales_the_distribution),
         cmocka_unit_test(test_top_k_1_is_greedy),
         cmocka_unit_test(test_min_p_top_p_top_k_on_a_hand_made_distribution),

@@ -7,7 +7,12 @@
  *   latency: one batch of --batch-size random prompts of --input-len tokens,
  *     --output-len tokens each (ignore_eos), run --num-iters-warmup times
  *     unmeasured and --num-iters times measured; avg_latency and the
- *     10/25/50/75/90/99th percentiles of the batch latency. */
+ *     10/25/50/75/90/99th percentiles of the batch latency. With
+ *     --bandwidth-bound it also reports decode against the memory-bandwidth
+ *     bound: weight bytes per step (pagoda_engine_weight_bytes_per_step) x
+ *     decode steps/s, over the read bandwidth measured right before and
+ *     right after each iteration (the machine's bandwidth drifts between
+ *     runs, so each iteration is compared with its own neighbours). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +23,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "base/alloc.h"
+#include "base/pool.h"
+#include "bench/harness.h"
 #include "pagoda.h"
 #include "server/bench_dataset.h"
 #include "server/bench_metrics.h"
@@ -30,14 +38,9 @@ typedef struct offline_opts {
     double range_ratio;
     uint64_t seed;
     const char *output_json;
+    bool bandwidth_bound;
     pagoda_engine_options eng;
 } offline_opts;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static bool parse_i32(const char *s, long lo, long hi, int32_t *out) {
     long long v;
@@ -54,7 +57,11 @@ static void usage(FILE *f, bool latency) {
               "  --input-len N          prompt tokens (default 32)\n"
               "  --output-len N         output tokens, ignore_eos (default 128)\n"
               "  --num-iters-warmup N   unmeasured iterations (default 10)\n"
-              "  --num-iters N          measured iterations (default 30)\n",
+              "  --num-iters N          measured iterations (default 30)\n"
+              "  --bandwidth-bound      also report decode (after every request's first\n"
+              "                         token) against the memory-bandwidth bound: weight\n"
+              "                         bytes per step x steps/s over the read bandwidth\n"
+              "                         measured before and after each iteration\n",
               f);
     else
         fputs("usage: pagoda bench throughput MODEL [options]\n\n"
@@ -88,6 +95,10 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout, latency);
             return -1;
+        }
+        if (latency && !strcmp(a, "--bandwidth-bound")) {
+            o->bandwidth_bound = true;
+            continue;
         }
         if (!pg_args_is_option(a)) {
             if (o->model) return pg_args_unexpected(cmd, a);
@@ -150,6 +161,11 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
             o->output_json = v;
         if (!ok) return pg_args_bad_value(cmd, a, v, want);
     }
+    if (o->bandwidth_bound && o->output_len < 2) {
+        fprintf(stderr, "%s: --bandwidth-bound needs --output-len >= 2 (decode steps to time)\n",
+                cmd);
+        return 2;
+    }
     if (!o->model) {
         fprintf(stderr, "%s: MODEL is required\n\n", cmd);
         usage(stderr, latency);
@@ -159,11 +175,14 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
 }
 
 /* Add the requests, run until all finished; latency[i] = finish - start
- * (seconds) when not NULL. Returns elapsed seconds, or < 0 on error. */
-static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n, double *latency) {
+ * (seconds) when not NULL; *decode_s (optional) = seconds from the moment
+ * every request had its first token to the end. Returns elapsed seconds,
+ * or < 0 on error. */
+static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n, double *latency,
+                        double *decode_s) {
     uint64_t *ids = malloc(n * sizeof *ids);
     if (!ids) return -1;
-    double t0 = now_s();
+    double t0 = pg_bench_now();
     for (size_t i = 0; i < n; i++) {
         pagoda_request r;
         pagoda_request_defaults(e, &r);
@@ -183,6 +202,7 @@ static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n
         }
     }
     size_t failed = 0;
+    double last_first = t0; /* latest first_token_time seen */
     while (pagoda_engine_has_unfinished(e)) {
         size_t nout;
         if (pagoda_engine_step(e, &nout) != PAGODA_OK) {
@@ -190,8 +210,9 @@ static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n
             return -1;
         }
         const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
-        double t = now_s();
+        double t = pg_bench_now();
         for (size_t k = 0; k < nout; k++) {
+            if (outs[k].first_token_time > last_first) last_first = outs[k].first_token_time;
             if (outs[k].finish_reason == PAGODA_FINISH_NONE) continue;
             if (outs[k].finish_reason == PAGODA_FINISH_ERROR) failed++;
             if (latency)
@@ -199,7 +220,8 @@ static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n
                     if (ids[i] == outs[k].id) latency[i] = t - t0;
         }
     }
-    double el = now_s() - t0;
+    double t_end = pg_bench_now(), el = t_end - t0;
+    if (decode_s) *decode_s = t_end - last_first;
     free(ids);
     if (failed) {
         fprintf(stderr, "pagoda bench: %zu requests failed\n", failed);
@@ -221,6 +243,83 @@ static int write_json(const char *path, cJSON *obj) {
     }
     free(s);
     return rc;
+}
+
+/* ---- --bandwidth-bound: decode against weight bytes / read bandwidth ---- */
+
+enum { BW_BUF_BYTES = 256u << 20, BW_REPS = 3 }; /* 8x a 32 MiB L3 */
+
+typedef struct bw_probe {
+    void *buf;
+    size_t n, cap;
+    int32_t steps;                   /* decode steps per iteration: output_len - 1 */
+    double *bw_gbs, *decode_s;       /* per measured iteration */
+} bw_probe;
+
+static int bw_probe_init(bw_probe *p, size_t iters, int32_t output_len) {
+    p->buf = pg_alloc_huge(BW_BUF_BYTES); /* zero-filled: pages are touched */
+    p->bw_gbs = calloc(iters, sizeof *p->bw_gbs);
+    p->decode_s = calloc(iters, sizeof *p->decode_s);
+    p->cap = iters;
+    p->steps = output_len - 1;
+    if (!p->buf || !p->bw_gbs || !p->decode_s) {
+        fprintf(stderr, "pagoda bench latency: out of memory for the bandwidth probe\n");
+        return -1;
+    }
+    memset(p->buf, 1, BW_BUF_BYTES);
+    return 0;
+}
+
+static double bw_measure(bw_probe *p) {
+    return pg_bench_read_bandwidth(pg_pool_default(), p->buf, BW_BUF_BYTES, BW_REPS);
+}
+
+static void bw_record(bw_probe *p, double before, double decode_s, double after) {
+    if (p->n >= p->cap) return;
+    p->bw_gbs[p->n] = 0.5 * (before + after);
+    p->decode_s[p->n] = decode_s;
+    p->n++;
+}
+
+/* Per iteration: achieved = bytes x steps / decode seconds; ratio over that
+ * iteration's bandwidth; report medians. */
+static void bw_report(bw_probe *p, size_t bytes, cJSON *js) {
+    size_t n = p->n;
+    double *ach = calloc(n, sizeof *ach), *ratio = calloc(n, sizeof *ratio);
+    double *bw = calloc(n, sizeof *bw), *sps = calloc(n, sizeof *sps);
+    if (n && ach && ratio && bw && sps) {
+        for (size_t i = 0; i < n; i++) {
+            sps[i] = p->decode_s[i] > 0 ? p->steps / p->decode_s[i] : 0;
+            ach[i] = (double)bytes * sps[i] * 1e-9;
+            ratio[i] = p->bw_gbs[i] > 0 ? ach[i] / p->bw_gbs[i] : 0;
+            bw[i] = p->bw_gbs[i];
+        }
+        double m_ratio = pg_bench_median(ratio, (int)n), m_ach = pg_bench_median(ach, (int)n);
+        double m_bw = pg_bench_median(bw, (int)n), m_sps = pg_bench_median(sps, (int)n);
+        printf("Decode steps/s: %.2f (median; %d steps after every request's first token)\n",
+               m_sps, p->steps);
+        printf("Weight bytes per step: %.3f GB; weight stream: %.1f GB/s\n", (double)bytes * 1e-9,
+               m_ach);
+        printf("Read bandwidth: %.1f GB/s; decode at %.1f%% of the bandwidth bound "
+               "(median of per-iteration ratios)\n",
+               m_bw, 100.0 * m_ratio);
+        cJSON *b = cJSON_AddObjectToObject(js, "bandwidth_bound");
+        cJSON_AddNumberToObject(b, "weight_bytes_per_step", (double)bytes);
+        cJSON_AddNumberToObject(b, "decode_steps_per_second", m_sps);
+        cJSON_AddNumberToObject(b, "weight_stream_gbs", m_ach);
+        cJSON_AddNumberToObject(b, "read_bandwidth_gbs", m_bw);
+        cJSON_AddNumberToObject(b, "fraction_of_bound", m_ratio);
+    }
+    free(ach);
+    free(ratio);
+    free(bw);
+    free(sps);
+}
+
+static void bw_probe_free(bw_probe *p) {
+    if (p->buf) pg_free_huge(p->buf, BW_BUF_BYTES);
+    free(p->bw_gbs);
+    free(p->decode_s);
 }
 
 static const double PCTS[] = {10, 25, 50, 75, 90, 99};
@@ -257,7 +356,7 @@ static int offline(int argc, char **argv, bool latency) {
     cJSON *js = cJSON_CreateObject();
     if (!latency) {
         double *lat = calloc(n, sizeof *lat);
-        double el = lat ? run_batch(e, reqs, n, lat) : -1;
+        double el = lat ? run_batch(e, reqs, n, lat, NULL) : -1;
         if (el < 0) {
             fprintf(stderr, "pagoda bench throughput: %s\n", pagoda_last_error());
             rc = 1;
@@ -285,15 +384,24 @@ static int offline(int argc, char **argv, bool latency) {
     } else {
         int32_t iters = o.num_iters_warmup + o.num_iters;
         double *lat = calloc((size_t)o.num_iters, sizeof *lat);
+        bw_probe bw = {0};
+        if (o.bandwidth_bound && bw_probe_init(&bw, (size_t)o.num_iters, o.output_len) != 0)
+            rc = 1;
         for (int32_t it = 0; lat && it < iters && rc == 0; it++) {
-            double el = run_batch(e, reqs, n, NULL);
+            bool measured = it >= o.num_iters_warmup;
+            double before = measured && bw.buf ? bw_measure(&bw) : 0, decode_s = 0;
+            double el = run_batch(e, reqs, n, NULL, &decode_s);
             if (el < 0) {
                 fprintf(stderr, "pagoda bench latency: %s\n", pagoda_last_error());
                 rc = 1;
-            } else if (it >= o.num_iters_warmup) {
+            } else if (measured) {
                 lat[it - o.num_iters_warmup] = el;
+                if (bw.buf) bw_record(&bw, before, decode_s, bw_measure(&bw));
             }
         }
+        if (rc == 0 && bw.buf)
+            bw_report(&bw, pagoda_engine_weight_bytes_per_step(e), js);
+        bw_probe_free(&bw);
         if (rc == 0 && lat) {
             cJSON *arr = cJSON_AddArrayToObject(js, "latencies");
             for (int32_t i = 0; i < o.num_iters; i++)

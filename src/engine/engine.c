@@ -67,7 +67,8 @@ struct pagoda_engine {
     pg_tokenizer *tok;
     pg_scheduler *sched;
     pg_runner *runner;
-    pg_sampler *sampler;
+    pg_sampler **samplers; /* one per pool thread: requests sample in parallel */
+    int n_samplers;
     char name[256];
     int32_t vocab, max_model_len, block_size, num_kv_blocks, max_num_seqs;
     int32_t kv_max_seq_len; /* min(max_model_len, tokens one sequence's KV fits in) */
@@ -90,6 +91,8 @@ struct pagoda_engine {
     pagoda_output *outs;
     size_t n_outs, cap_outs;
     int32_t *sampled, *row_of; /* [max_num_seqs] */
+    int32_t *sample_idx;       /* [max_num_seqs] scheduled index of each request that samples */
+    struct ereq **sample_req;  /* [max_num_seqs] that request */
     uint64_t prompt_tokens, generation_tokens;
 };
 
@@ -304,10 +307,20 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                            .max_num_seqs = mns,
                            .max_model_len = e->max_model_len};
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
-    if ((st = pg_sampler_create(e->vocab, &e->sampler)) != PAGODA_OK) goto fail;
+    e->n_samplers = pg_pool_size(pg_pool_default());
+    if (e->n_samplers < 1) e->n_samplers = 1;
+    e->samplers = calloc((size_t)e->n_samplers, sizeof *e->samplers);
+    if (!e->samplers) {
+        st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < e->n_samplers; i++)
+        if ((st = pg_sampler_create(e->vocab, &e->samplers[i])) != PAGODA_OK) goto fail;
     e->sampled = malloc((size_t)mns * sizeof(int32_t));
     e->row_of = malloc((size_t)mns * sizeof(int32_t));
-    if (!e->sampled || !e->row_of) {
+    e->sample_idx = malloc((size_t)mns * sizeof(int32_t));
+    e->sample_req = malloc((size_t)mns * sizeof(*e->sample_req));
+    if (!e->sampled || !e->row_of || !e->sample_idx || !e->sample_req) {
         st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
@@ -352,7 +365,11 @@ void pagoda_engine_free(pagoda_engine *e) {
     free(e->outs);
     free(e->sampled);
     free(e->row_of);
-    pg_sampler_free(e->sampler);
+    free(e->sample_idx);
+    free(e->sample_req);
+    for (int i = 0; e->samplers && i < e->n_samplers; i++)
+        pg_sampler_free(e->samplers[i]);
+    free(e->samplers);
     pg_runner_free(e->runner);
     pg_scheduler_destroy(e->sched);
     pg_tokenizer_free(e->tok);
@@ -368,6 +385,9 @@ int32_t pagoda_engine_max_model_len(const pagoda_engine *e) {
 }
 int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
     return e->vocab;
+}
+size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e) {
+    return pg_llama_weight_bytes_per_step(e->model);
 }
 const char *pagoda_engine_model_name(const pagoda_engine *e) {
     return e->name;
@@ -779,7 +799,35 @@ static void mask_min_tokens(const pagoda_engine *e, const ereq *r, float *logits
         logits[r->stop_ids[i]] = -INFINITY;
 }
 
-static pagoda_status sample_one(pagoda_engine *e, ereq *r, float *logits, int32_t *tok) {
+static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, float *logits,
+                                int32_t *tok);
+
+/* The requests of one step that sample (engine arrays sample_req/idx). */
+typedef struct sample_job {
+    pagoda_engine *e;
+    float *logits;
+    int32_t n;
+} sample_job;
+
+/* Sample requests [begin, end) of the job with pool thread tid's sampler;
+ * a failure is kept on the request (its error), never returned. */
+static void sample_range(void *ctx, size_t begin, size_t end, int tid) {
+    sample_job *j = ctx;
+    pagoda_engine *e = j->e;
+    pg_sampler *smp = e->samplers[tid];
+    for (size_t k = begin; k < end; k++) {
+        ereq *r = e->sample_req[k];
+        int32_t i = e->sample_idx[k];
+        float *row = j->logits + (size_t)e->row_of[i] * (size_t)e->vocab;
+        if (sample_one(e, smp, r, row, &e->sampled[i]) != PAGODA_OK) {
+            e->sampled[i] = 0;
+            r->error = strdup(pg_last_error());
+        }
+    }
+}
+
+static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, float *logits,
+                                int32_t *tok) {
     mask_min_tokens(e, r, logits);
     pg_logprob_out lp = {0}, *lpp = NULL;
     if (r->n_logprobs >= 0) {
@@ -789,7 +837,7 @@ static pagoda_status sample_one(pagoda_engine *e, ereq *r, float *logits, int32_
         lpp = &lp;
     }
     pagoda_status st =
-        pg_sampler_sample(e->sampler, &r->sp, &r->rng, logits, r->prompt, (size_t)r->n_prompt,
+        pg_sampler_sample(smp, &r->sp, &r->rng, logits, r->prompt, (size_t)r->n_prompt,
                           r->out_ids, (size_t)r->n_out, lpp, tok);
     if (st != PAGODA_OK || !lpp) return st;
     for (int32_t i = 0; i < lp.n_top; i++)
@@ -869,17 +917,22 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
     pagoda_status fst = pg_runner_execute(e->runner, &so, &logits, e->row_of);
     char ferr[256] = "";
     if (fst != PAGODA_OK) snprintf(ferr, sizeof ferr, "%s", pg_last_error());
+    sample_job sj = {.e = e, .logits = logits, .n = 0};
     for (int32_t i = 0; i < so.num_reqs; i++) {
         e->sampled[i] = 0;
         if (!so.samples[i] || fst != PAGODA_OK) continue;
         ereq *r = find_locked(e, so.req_ids[i]);
         r->n_new = 0;
-        float *row = logits + (size_t)e->row_of[i] * (size_t)e->vocab;
-        if (sample_one(e, r, row, &e->sampled[i]) != PAGODA_OK) {
-            e->sampled[i] = 0;
-            r->error = strdup(pg_last_error());
-        }
+        e->sample_req[sj.n] = r;
+        e->sample_idx[sj.n++] = i;
     }
+    /* each request samples from its own logits row with its own RNG stream,
+     * so splitting the requests over the pool changes no token */
+    pg_pool *pool = pg_pool_default();
+    if (sj.n > 1 && e->n_samplers > 1 && pg_pool_size(pool) <= e->n_samplers)
+        pg_pool_parallel_for(pool, (size_t)sj.n, 1, sample_range, &sj);
+    else
+        sample_range(&sj, 0, (size_t)sj.n, 0);
     pg_step_result res;
     if ((st = pg_scheduler_update_from_output(e->sched, &so, e->sampled, &res)) != PAGODA_OK)
         return st;

@@ -23,6 +23,12 @@
 #define TOPP_BINS 512
 #define TOPP_BINS_PER_UNIT 4.0f
 
+/* The full-vocabulary draw sums probabilities per block of DRAW_BLOCK ids
+ * (eight independent double partial sums per block, added in a fixed
+ * order: no serial add chain over the vocabulary), finds the block where
+ * the cumulative mass passes u * total, and walks only that block. */
+enum { DRAW_BLOCK = 256 };
+
 typedef struct cand {
     float x;    /* logit (never NaN) */
     int32_t id; /* token id */
@@ -35,6 +41,7 @@ struct pg_sampler {
     uint32_t *hist; /* [V] history counts and flags, see HIST_* */
     cand *cand;     /* [V] candidate tokens */
     double *bins;   /* [TOPP_BINS] probability mass per bin (top-p) */
+    double *bsum;   /* [ceil(vocab / DRAW_BLOCK)] probability mass per id block (the draw) */
 };
 
 pg_sampling_params pg_sampling_params_default(void) {
@@ -97,7 +104,8 @@ pagoda_status pg_sampler_create(int32_t vocab_size, pg_sampler **out) {
     s->hist = pg_calloc_aligned(v, sizeof(uint32_t));
     s->cand = pg_malloc_aligned(v * sizeof(cand));
     s->bins = pg_malloc_aligned(TOPP_BINS * sizeof(double));
-    if (!s->raw || !s->prob || !s->hist || !s->cand || !s->bins) {
+    s->bsum = pg_malloc_aligned((v / DRAW_BLOCK + 1) * sizeof(double));
+    if (!s->raw || !s->prob || !s->hist || !s->cand || !s->bins || !s->bsum) {
         pg_sampler_free(s);
         return pg_error(PAGODA_ERR_NOMEM, "sampler: out of memory for vocab %d", vocab_size);
     }
@@ -112,6 +120,7 @@ void pg_sampler_free(pg_sampler *s) {
     pg_free(s->hist);
     pg_free(s->cand);
     pg_free(s->bins);
+    pg_free(s->bsum);
     free(s);
 }
 
@@ -362,6 +371,51 @@ static int32_t sample_top_k(pg_sampler *s, const pg_sampling_params *p, const fl
     return draw_from(c, n, prob, u); /* n >= 1: the maximum has prob 1 */
 }
 
+/* bsum[b] = sum of p[b * DRAW_BLOCK ...] (eight partial sums in a fixed
+ * order); returns the sum of the bsum in block order. */
+static double block_sums(const float *p, size_t v, double *bsum) {
+    double total = 0.0;
+    for (size_t b0 = 0, b = 0; b0 < v; b0 += DRAW_BLOCK, b++) {
+        size_t end = b0 + DRAW_BLOCK < v ? b0 + DRAW_BLOCK : v, i = b0;
+        double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (; i + 8 <= end; i += 8)
+            for (int j = 0; j < 8; j++)
+                a[j] += (double)p[i + (size_t)j];
+        for (; i < end; i++)
+            a[0] += (double)p[i];
+        bsum[b] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        total += bsum[b];
+    }
+    return total;
+}
+
+/* Inverse CDF in id order: the first id whose cumulative mass exceeds
+ * target, found through the block sums. When rounding leaves the walk short
+ * (target within rounding of a block's end or of the total), the last id
+ * with mass before that point. */
+static int32_t draw_blocked(const float *p, size_t v, const double *bsum, double target) {
+    double cum = 0.0;
+    size_t last = 0, b0 = 0;
+    for (size_t b = 0; b0 < v; b0 += DRAW_BLOCK, b++) {
+        if (cum + bsum[b] > target) break;
+        cum += bsum[b];
+    }
+    if (b0 >= v) b0 = v - (v % DRAW_BLOCK ? v % DRAW_BLOCK : DRAW_BLOCK); /* the last block */
+    size_t end = b0 + DRAW_BLOCK < v ? b0 + DRAW_BLOCK : v;
+    bool any = false;
+    for (size_t i = b0; i < end; i++) {
+        if (p[i] == 0.0f) continue;
+        cum += (double)p[i];
+        last = i;
+        any = true;
+        if (cum > target) return (int32_t)i;
+    }
+    if (any) return (int32_t)last;
+    for (size_t i = b0; i-- > 0;) /* the block had no mass: the last id before it that has */
+        if (p[i] > 0.0f) return (int32_t)i;
+    return 0;
+}
+
 /* Steps 7-8 over the whole vocabulary (no top-k). */
 static int32_t sample_full(pg_sampler *s, const pg_sampling_params *p, const float *x, float m,
                            double u) {
@@ -383,14 +437,25 @@ static int32_t sample_full(pg_sampler *s, const pg_sampling_params *p, const flo
     for (size_t i = 0; i < v; i++)
         prob[i] = (x[i] - m) * inv_t;
     pg_kernels()->vexp_f32(prob, prob, v);
-    double total = 0.0;
-    for (size_t i = 0; i < v; i++) {
-        float y = (x[i] - m) * inv_t;
-        float e = y < skip ? 0.0f : prob[i];
-        if (e < min_p) e = 0.0f;
-        prob[i] = e;
-        total += (double)e;
-        if (use_top_p && e > 0.0f) bins[topp_bin(y)] += (double)e;
+    double total;
+    if (use_top_p) {
+        total = 0.0;
+        for (size_t i = 0; i < v; i++) {
+            float y = (x[i] - m) * inv_t;
+            float e = y < skip ? 0.0f : prob[i];
+            if (e < min_p) e = 0.0f;
+            prob[i] = e;
+            total += (double)e;
+            if (e > 0.0f) bins[topp_bin(y)] += (double)e;
+        }
+    } else {
+        /* branch-free selects: the compiler vectorizes this loop */
+        for (size_t i = 0; i < v; i++) {
+            float y = (x[i] - m) * inv_t;
+            float e = y < skip ? 0.0f : prob[i];
+            prob[i] = e < min_p ? 0.0f : e;
+        }
+        total = block_sums(prob, v, s->bsum);
     }
 
     if (use_top_p) {
@@ -421,24 +486,12 @@ static int32_t sample_full(pg_sampler *s, const pg_sampling_params *p, const flo
             }
         }
         /* drop what is worse than the cut */
-        total = 0.0;
-        for (size_t i = 0; i < v; i++) {
+        for (size_t i = 0; i < v; i++)
             if (prob[i] > 0.0f && better(cut, (cand){x[i], (int32_t)i})) prob[i] = 0.0f;
-            total += (double)prob[i];
-        }
     }
-
-draw:;
-    /* inverse CDF in id order */
-    double target = u * total, cum = 0.0;
-    size_t last = 0;
-    for (size_t i = 0; i < v; i++) {
-        if (prob[i] == 0.0f) continue;
-        cum += (double)prob[i];
-        last = i;
-        if (cum > target) return (int32_t)i;
-    }
-    return (int32_t)last; /* u * total rounded up to total */
+draw:
+    if (use_top_p) total = block_sums(prob, v, s->bsum);
+    return draw_blocked(prob, v, s->bsum, u * total);
 }
 
 pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, const pg_rng *rng,

@@ -358,6 +358,35 @@ int pg_llama_max_context(const pg_llama *m) {
     return m->max_context;
 }
 
+/* Bytes of one linear layer as the batched forward reads it: its packed
+ * copy when there is one, else the stored (or compressed-tensors) weight. */
+static size_t linear_bytes(const linear *l, const pg_packed_weight *packed) {
+    if (packed) return pg_gemm_packed_bytes(packed);
+    if (l->ct) return l->ct_w.weight->nbytes + l->ct_w.scale->nbytes;
+    return pg_dtype_row_bytes(l->dtype, (size_t)l->n_in) * (size_t)l->n_out;
+}
+
+size_t pg_llama_weight_bytes_per_step(const pg_llama *m) {
+    const size_t H = (size_t)m->cfg.hidden_size;
+    size_t b = H * sizeof(float); /* final norm */
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        const llama_layer *L = &m->w.layers[l];
+        b += 2 * H * sizeof(float); /* attention and FFN norms */
+        if (L->qkv)
+            b += pg_gemm_packed_bytes(L->qkv);
+        else
+            b += linear_bytes(&L->wq, NULL) + linear_bytes(&L->wk, NULL) +
+                 linear_bytes(&L->wv, NULL);
+        b += linear_bytes(&L->wo, L->o);
+        if (L->gate_up)
+            b += pg_gemm_packed_bytes(L->gate_up);
+        else
+            b += linear_bytes(&L->w_gate, NULL) + linear_bytes(&L->w_up, NULL);
+        b += linear_bytes(&L->w_down, L->down);
+    }
+    return b + linear_bytes(&m->w.lm_head, m->lm_head_packed);
+}
+
 /* ---- run state -------------------------------------------------------------- */
 
 pagoda_status pg_llama_state_create(const pg_llama *m, int max_batch_tokens, pg_kv_cache *kv,

@@ -49,6 +49,14 @@ void pg_llama_free(pg_llama *model);
 const pg_model_config *pg_llama_config(const pg_llama *model);
 /* Positions [0, max_context) may be used by a state of this model. */
 int pg_llama_max_context(const pg_llama *model);
+/* Weight bytes one forward step streams from memory whatever its batch:
+ * every linear layer as the batched forward reads it (the packed copy when
+ * packed, W8/W4 for quantized ones; else the stored weight), the lm_head and
+ * the norm vectors; not the embedding (one row per token) nor the KV cache.
+ * Divided into the read bandwidth it gives decode's bandwidth bound in
+ * steps per second (issue "fast kernels": weight bytes per token / read
+ * bandwidth). */
+size_t pg_llama_weight_bytes_per_step(const pg_llama *model);
 
 /* Run state for one sequence: activation buffers for up to max_batch_tokens
  * tokens per forward chunk (longer calls are split into chunks; the results

@@ -15,12 +15,6 @@
 
 #define ERRBODY_MAX 2048 /* bytes of a non-200 body kept for the message */
 
-double pg_bench_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 bool pg_bench_endpoint_is_chat(const char *endpoint) {
     static const char suffix[] = "chat/completions";
     size_t n = strlen(endpoint), k = sizeof suffix - 1;

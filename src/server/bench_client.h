@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "bench/harness.h" /* pg_bench_now */
 #include "server/bench_dataset.h"
 
 typedef struct pg_bench_client_cfg {
@@ -72,8 +73,5 @@ pagoda_status pg_bench_fetch_model(const char *base_url, const char *api_key, do
 
 /* True when `endpoint` names the chat API ("/chat/completions" suffix). */
 bool pg_bench_endpoint_is_chat(const char *endpoint);
-
-/* Seconds on a monotonic clock. */
-double pg_bench_now(void);
 
 #endif

@@ -1,7 +1,9 @@
-/* Shared pieces of the GEMM benchmarks (bench_gemm.c, bench_qgemm.c):
+/* Measurement pieces shared by the benchmarks (bench/bench_gemm.c,
+ * bench/bench_qgemm.c) and `pagoda bench` (src/cli/cmd_bench_offline.c):
  * clocks, medians, the F32 FMA peak and read-bandwidth baselines measured
  * on every pool thread, and the Llama-3.2-1B linear-layer shapes.
- * Linked into every bench executable (bench/CMakeLists.txt). */
+ * Part of pagoda_core so the CLI can measure the bandwidth bound in the
+ * same run as a decode benchmark. */
 #ifndef PAGODA_BENCH_HARNESS_H
 #define PAGODA_BENCH_HARNESS_H
 
@@ -43,6 +45,12 @@ int pg_bench_have_peak_f32(void);
 /* G(FL)OP/s (kind 0, 1) or GB/s (kind 2) of one region over the pool;
  * *per_cpu_s (optional) the same per CPU second. */
 double pg_bench_run_peak(pg_pool *pool, pg_bench_peak *c, double *per_cpu_s);
+
+/* Read bandwidth in GB/s over the pool: median of `reps` (>= 1) passes in
+ * which every pool thread sums its contiguous share of buf[0..bytes) (f32
+ * adds, AVX-512 / NEON loads); buf should be well over the last-level
+ * cache (e.g. 256 MiB) and touched once before. */
+double pg_bench_read_bandwidth(pg_pool *pool, const void *buf, size_t bytes, int reps);
 
 /* The Llama-3.2-1B linear layers: W [N, K]; swiglu: gate+up fused, N outputs
  * from 2 x N rows. */

@@ -1,5 +1,5 @@
 /* Shared pieces of the GEMM benchmarks: see harness.h. */
-#include "harness.h"
+#include "bench/harness.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -130,6 +130,17 @@ double pg_bench_run_peak(pg_pool *pool, pg_bench_peak *c, double *per_cpu_s) {
         total += c->flops[i];
     if (per_cpu_s) *per_cpu_s = total / dc * 1e-9 * pg_pool_size(pool);
     return total / dt * 1e-9;
+}
+
+double pg_bench_read_bandwidth(pg_pool *pool, const void *buf, size_t bytes, int reps) {
+    enum { MAX_REPS = 64 };
+    double v[MAX_REPS];
+    if (reps < 1) reps = 1;
+    if (reps > MAX_REPS) reps = MAX_REPS;
+    pg_bench_peak c = {.kind = 2, .buf = buf, .bytes = bytes};
+    for (int i = 0; i < reps; i++)
+        v[i] = pg_bench_run_peak(pool, &c, NULL);
+    return pg_bench_median(v, reps);
 }
 
 const pg_bench_shape PG_BENCH_SHAPES[PG_BENCH_N_SHAPES] = {
