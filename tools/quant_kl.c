@@ -20,7 +20,10 @@
  *
  * Schemes: pagoda's W8A8 per channel and group 32, W4A8 per channel and
  * group 32/64/128 (kernels/qgemm.h, dynamic per-token int8 activations;
- * "act gN": one activation scale per token and weight group instead),
+ * "act gN": one activation scale per token and weight group instead,
+ * engine option --quant-act-group; "per-channel, act gN": per-channel
+ * weight scales repeated over groups of N; "pc, down ...": per channel
+ * everywhere but the down projection),
  * and an emulation of llama.cpp's CPU arithmetic for Q8_0 / Q4_0 weights:
  * activations quantized to Q8_0 blocks of 32 (f16 block scales) and each
  * block's integer dot product scaled by d_w * d_a (ggml's reference
