@@ -99,17 +99,35 @@ static float src_at(pg_dtype t, const void *W, int64_t i) {
     return t == PG_F16 ? pg_f16_to_f32(h) : pg_bf16_to_f32(h);
 }
 
-/* Squared error of quantizing x[0..n) with scale d into [lo, hi]. */
-static double q_err(const float *x, int64_t n, float d, float lo, float hi) {
-    float inv = d != 0.0f ? 1.0f / d : 0.0f;
-    double e = 0;
-    for (int64_t k = 0; k < n; k++) {
-        float v = rintf(x[k] * inv);
-        v = v < lo ? lo : (v > hi ? hi : v);
-        double r = (double)x[k] - (double)d * v;
-        e += r * r;
+enum { N_SCALES = 13 }; /* candidate scales of the W4 search */
+
+/* Squared errors e[i] of quantizing x[0..n) with scale d[i] into [lo, hi],
+ * for the N_SCALES candidates at once (k outer, candidates inner: 13
+ * independent sums instead of one long dependency chain; each e[i] adds
+ * the same terms in the same k order as a loop over k alone would). The
+ * rounding is rintf's (round to nearest even): x * inv is below 2^22 in
+ * magnitude here (the scales are near max|x| / 8), where adding and
+ * subtracting 1.5 * 2^23 rounds exactly like rintf without a libm call
+ * (rintf itself for anything larger, inf or NaN). */
+static void q_err_all(const float *x, int64_t n, const float *d, float lo, float hi, double *e) {
+    float inv[N_SCALES];
+    double dd[N_SCALES];
+    for (int i = 0; i < N_SCALES; i++) {
+        inv[i] = d[i] != 0.0f ? 1.0f / d[i] : 0.0f;
+        dd[i] = d[i];
+        e[i] = 0;
     }
-    return e;
+    for (int64_t k = 0; k < n; k++) {
+        const float xk = x[k];
+        const double xd = xk;
+        for (int i = 0; i < N_SCALES; i++) {
+            const float y = xk * inv[i];
+            float v = fabsf(y) < 0x1p22f ? (y + 0x1.8p23f) - 0x1.8p23f : rintf(y);
+            v = v < lo ? lo : (v > hi ? hi : v);
+            const double r = xd - dd[i] * v;
+            e[i] += r * r;
+        }
+    }
 }
 
 enum { QW_CHUNK = 1024 };
@@ -148,13 +166,15 @@ void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, 
             if (bits == 4 && d != 0.0f) {
                 /* W4: search a few shrunken scales for the least squared
                  * error (the extreme may then clip by less than d / 2) */
-                const float d0 = d;
-                double best = q_err(x, cnt, d0, lo, hi);
-                for (int i = 1; i <= 12; i++) {
-                    float di = rnd16(d0 * (1.0f - 0.02f * (float)i));
-                    double e = q_err(x, cnt, di, lo, hi);
-                    if (e < best) best = e, d = di;
-                }
+                float c[N_SCALES];
+                double e[N_SCALES];
+                c[0] = d;
+                for (int i = 1; i < N_SCALES; i++)
+                    c[i] = rnd16(d * (1.0f - 0.02f * (float)i));
+                q_err_all(x, cnt, c, lo, hi, e);
+                double best = e[0];
+                for (int i = 1; i < N_SCALES; i++)
+                    if (e[i] < best) best = e[i], d = c[i];
             }
             float inv = d != 0.0f ? 1.0f / d : 0.0f;
             for (int64_t k = 0; k < cnt; k++) {
