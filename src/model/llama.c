@@ -61,7 +61,7 @@ struct pg_llama {
     int64_t quant_act_group; /* activation scales per (token, group of this size); 0 = per token */
     int lm_head_bits;        /* the lm_head's quantization (0 = kept as is) */
     int64_t lm_head_group;
-    int lm_head_act; /* its activations scaled per (token, group) */
+    int lm_head_act;  /* its activations scaled per (token, group) */
     pg_dtype compute; /* GEMM dtype of float weights: PG_DTYPE_COUNT (auto), F32, BF16 */
     pg_packed_weight *lm_head_packed;
     const pg_ct_config *ct; /* compressed-tensors checkpoint (owned by the source), or NULL */
@@ -901,10 +901,9 @@ pagoda_status pg_llama_pack(pg_llama *m) {
      * reading the original) gets its own quantized packed copy. */
     const linear *h = &m->w.lm_head;
     if (m->lm_head_bits && !h->ct && is_float(h->dtype))
-        st =
-            pg_gemm_pack_quantize(h->dtype, h->w, NULL, h->n_out, h->n_in, m->lm_head_bits,
-                                  m->lm_head_group, m->lm_head_act, NULL, pg_pool_default(),
-                                  &m->lm_head_packed);
+        st = pg_gemm_pack_quantize(h->dtype, h->w, NULL, h->n_out, h->n_in, m->lm_head_bits,
+                                   m->lm_head_group, m->lm_head_act, NULL, pg_pool_default(),
+                                   &m->lm_head_packed);
     else
         st = pack_one(m, 0, h, &m->lm_head_packed);
     if (st != PAGODA_OK) return st;
