@@ -4,7 +4,7 @@
 #   make generate one offline generation on the default model
 #   make loadtest 64 streaming clients against `pagoda serve` for 60 s
 #   make test     every test: native, then the aarch64 build under qemu
-#   make bench    build and run the benchmarks (numbers -> docs/PERFORMANCE.md)
+#   make bench    build and run the benchmarks + `pagoda bench kernels` (numbers -> docs/PERFORMANCE.md)
 #   make asan     ASan+UBSan build running the unit tests
 #   make format   clang-format in place;  make lint: clang-tidy + cppcheck
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)

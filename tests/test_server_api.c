@@ -1,5 +1,6 @@
 /* The OpenAI API layer of `pagoda serve` without an engine: request parsing
  * and validation, response / SSE / error JSON, Prometheus text. */
+#include <float.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -459,6 +460,15 @@ static void test_ranges(void **state) {
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"temperature\": -0.1}", "temperature",
                ">= 0");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 0}", "top_p", "(0, 1]");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_p\": -1e-300}", "top_p", "(0, 1]");
+    { /* positive but below float's range: accepted (vLLM), the smallest normal float */
+        pg_api_request r;
+        pg_api_error e;
+        assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 1e-300}", &r, &e),
+                         PAGODA_OK);
+        assert_true(r.sampling.top_p == FLT_MIN);
+        pg_api_request_free(&r);
+    }
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 1.5}", "top_p", "(0, 1]");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"n\": 0}", "n", "[1, ");
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"n\": 1000}", "n", NULL);

@@ -1,9 +1,10 @@
-/* Measurement pieces shared by the benchmarks (bench/bench_gemm.c,
- * bench/bench_qgemm.c) and `pagoda bench` (src/cli/cmd_bench_offline.c):
- * clocks, medians, the F32 FMA peak and read-bandwidth baselines measured
- * on every pool thread, and the Llama-3.2-1B linear-layer shapes.
- * Part of pagoda_core so the CLI can measure the bandwidth bound in the
- * same run as a decode benchmark. */
+/* Measurement pieces of the benchmarks (`pagoda bench kernels`,
+ * src/bench/kernels.c; the serving client; bench/bench_*.c): clocks,
+ * medians, and the baselines a kernel is compared to, measured on every
+ * pool thread: the peak throughput of one instruction (VDPBF16PS / BFMMLA
+ * for BF16, VPDPBUSD / SMMLA / SDOT for int8, F32 FMA) with 16 independent
+ * accumulators per thread, and the read bandwidth. Part of pagoda_core so
+ * the CLI can measure a bound in the same run as the benchmark. */
 #ifndef PAGODA_BENCH_HARNESS_H
 #define PAGODA_BENCH_HARNESS_H
 
@@ -28,38 +29,36 @@ extern volatile float pg_bench_sink;
 /* Iterations of the 16-accumulator peak loops (Arm: / 64, for qemu). */
 enum { PG_BENCH_PEAK_ITERS = 1000000 };
 
-/* One peak/bandwidth region over the pool. kind 0: kernel_peak() on every
- * thread (the bench's own instruction: VDPBF16PS, VPDPBUSD, BFMMLA, ...,
- * returning its flops or int ops); 1: F32 FMA peak; 2: read bandwidth, each
- * thread summing its share of buf[0..bytes). */
+/* What one peak/bandwidth region measures. */
+typedef enum pg_bench_kind {
+    PG_BENCH_PEAK_BF16 = 0, /* x86 VDPBF16PS zmm; Arm BFMMLA: GFLOP/s */
+    PG_BENCH_PEAK_INT8,     /* x86 VPDPBUSD zmm; Arm SMMLA, else SDOT: GOP/s (1 MAC = 2 ops) */
+    PG_BENCH_PEAK_F32,      /* x86 FMA zmm, else ymm; Arm FMLA q: GFLOP/s */
+    PG_BENCH_READ_BW,       /* each thread sums its share of buf[0..bytes): GB/s */
+    PG_BENCH_N_KINDS
+} pg_bench_kind;
+
+/* One region over the pool (per-thread results land in ops[]). */
 typedef struct pg_bench_peak {
-    double (*kernel_peak)(void);
-    int kind;
-    double flops[PG_POOL_MAX_THREADS > 64 ? 64 : PG_POOL_MAX_THREADS];
-    const char *buf;
+    pg_bench_kind kind;
+    double ops[PG_POOL_MAX_THREADS];
+    const char *buf; /* PG_BENCH_READ_BW: the buffer (pages faulted in) */
     size_t bytes;
 } pg_bench_peak;
 
-/* Whether this CPU runs the F32 FMA peak loop (x86: AVX-512F). */
-int pg_bench_have_peak_f32(void);
-/* G(FL)OP/s (kind 0, 1) or GB/s (kind 2) of one region over the pool;
- * *per_cpu_s (optional) the same per CPU second. */
+/* Whether this CPU runs the loop of `kind` (READ_BW: always). */
+int pg_bench_have(pg_bench_kind kind);
+/* The instruction measured, e.g. "VDPBF16PS zmm", "SMMLA", "read". */
+const char *pg_bench_kind_name(pg_bench_kind kind);
+/* G(FL)OP/s (peaks) or GB/s (READ_BW) of one region over the pool, wall
+ * time; *per_cpu_s (optional) the same per CPU second of the region times
+ * the pool size. The caller checks pg_bench_have(c->kind) first. */
 double pg_bench_run_peak(pg_pool *pool, pg_bench_peak *c, double *per_cpu_s);
 
 /* Read bandwidth in GB/s over the pool: median of `reps` (>= 1) passes in
  * which every pool thread sums its contiguous share of buf[0..bytes) (f32
- * adds, AVX-512 / NEON loads); buf should be well over the last-level
+ * adds, AVX-512 / SSE2 / NEON loads); buf should be well over the last-level
  * cache (e.g. 256 MiB) and touched once before. */
 double pg_bench_read_bandwidth(pg_pool *pool, const void *buf, size_t bytes, int reps);
-
-/* The Llama-3.2-1B linear layers: W [N, K]; swiglu: gate+up fused, N outputs
- * from 2 x N rows. */
-typedef struct pg_bench_shape {
-    const char *name;
-    int64_t N, K;
-    int swiglu;
-} pg_bench_shape;
-enum { PG_BENCH_N_SHAPES = 7 };
-extern const pg_bench_shape PG_BENCH_SHAPES[PG_BENCH_N_SHAPES];
 
 #endif

@@ -4,6 +4,7 @@
 #include "server/json_check.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -443,6 +444,10 @@ static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
         return pg_api_fail(p->err, 400, "temperature", "'temperature' must be >= 0, got %g",
                            (double)s->temperature);
     if ((st = get_float(p, "top_p", &s->top_p))) return st;
+    /* a positive top_p below float's range (1e-300: vLLM takes it) keeps
+     * the smallest normal float, which keeps only the most likely token */
+    const cJSON *tp = field(p, "top_p");
+    if (tp && tp->valuedouble > 0 && s->top_p < FLT_MIN) s->top_p = FLT_MIN;
     if (!(s->top_p > 0 && s->top_p <= 1))
         return pg_api_fail(p->err, 400, "top_p", "'top_p' must be in (0, 1], got %g",
                            (double)s->top_p);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 const char *pg_test_asset(const char *rel) {
     static char buf[PATH_MAX];
@@ -68,4 +69,30 @@ void pg_test_write_file(const char *path, const void *data, size_t len) {
     if (!f) fail_msg("cannot create %s", path);
     if (fwrite(data, 1, len, f) != len) fail_msg("short write on %s", path);
     fclose(f);
+}
+
+const char *pg_test_pagoda_bin(void) {
+    static char buf[PATH_MAX];
+    const char *dir = getenv("PAGODA_BUILD_DIR");
+    snprintf(buf, sizeof buf, "%s/pagoda", dir && *dir ? dir : ".");
+    return buf;
+}
+
+int pg_test_run_command(const char *cmd, char **out) {
+    FILE *p = popen(cmd, "r");
+    if (!p) fail_msg("popen failed: %s", cmd);
+    size_t cap = 1 << 16, len = 0, n;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (cap - len < 1024) {
+            buf = realloc(buf, cap *= 2);
+            assert_non_null(buf);
+        }
+    }
+    buf[len] = 0;
+    int status = pclose(p);
+    *out = buf;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

@@ -18,6 +18,15 @@ const char *pg_test_asset(const char *rel);
  * qemu command line in the aarch64 cross build (env PAGODA_EXEC_WRAPPER). */
 const char *pg_test_exec_wrapper(void);
 
+/* Path of the built `pagoda` binary: $PAGODA_BUILD_DIR/pagoda (./pagoda
+ * when unset). Static buffer. */
+const char *pg_test_pagoda_bin(void);
+
+/* Run the shell command `cmd` (popen), capture its stdout into a malloc'ed,
+ * NUL-terminated *out (append " 2>&1" to cmd for stderr too) and return its
+ * exit code (-1 if it did not exit normally). */
+int pg_test_run_command(const char *cmd, char **out);
+
 /* A fresh temporary directory for the calling test (mkdtemp under $TMPDIR). */
 const char *pg_test_tmpdir(void);
 
