@@ -66,6 +66,12 @@ typedef struct pagoda_engine_options {
      * on the W8A8/W4A8 kernels. */
     int32_t quantization;
     int32_t quant_group_size; /* 0 = per output channel; else a multiple of 32 */
+    /* Activation scales of the quantized layers: 0 = one per token (vLLM's
+     * W8A8); G = one per token and group of G input features (llama.cpp's
+     * Q8_0 activation blocks for G = 32; about half the KL divergence of
+     * per-token scales, docs/QUANTIZATION.md). Needs quantization and
+     * weight groups of the same size; quant_group_size 0 then becomes G. */
+    int32_t quant_act_group;
     /* Compute dtype of the float linear weights (lm_head included);
      * quantized linears stay quantized. PAGODA_KV_AUTO follows it: F32
      * compute -> F32 KV cache, BF16/F16 -> BF16. Default PAGODA_DTYPE_AUTO. */

@@ -4,12 +4,15 @@
  *  - logits equal, bit for bit, those of load-time quantization of the same
  *    dequantized weights (checkpoints written with gen_model's "rtn" rule,
  *    whose q and scales --quantization reproduces exactly);
- *  - the engine is batch invariant on them and `pagoda generate` runs them;
+ *  - the engine is batch invariant on them (and on load-time W8A8 / W4A8
+ *    with per-(token, group) activation scales) and `pagoda generate` runs
+ *    them;
  *  - stories260K converted to pack-quantized / int-quantized stays close to
  *    the f32 model (KL divergence, top-1 agreement, teacher-forced);
  *  - every corrupt or unsupported checkpoint fails with one line naming the
  *    tensor or field. */
 #include "testutil.h"
+#include "llama_logits.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -82,57 +85,6 @@ static void unload(loaded *l) {
     pg_model_source_free(l->src);
 }
 
-/* logits [T, vocab] of tokens[0..T) as one request prefilled in one step. */
-static void prefill_logits(const pg_llama *m, const int32_t *tokens, int32_t T, float *logits) {
-    const pg_model_config *c = pg_llama_config(m);
-    enum { BS = 16 };
-    const int32_t nb = (T + BS - 1) / BS + 1;
-    size_t half = pg_paged_kv_bytes(PG_F32, nb, c->num_key_value_heads, BS, c->head_dim);
-    void *mem = pg_malloc_aligned(half * 2 * (size_t)c->num_hidden_layers);
-    pg_paged_kv *kv = calloc((size_t)c->num_hidden_layers, sizeof *kv);
-    int32_t *pos = malloc((size_t)T * 4), *slot = malloc((size_t)T * 4),
-            *rows = malloc((size_t)T * 4);
-    int32_t *table = malloc((size_t)nb * 4);
-    assert_true(mem && kv && pos && slot && rows && table);
-    for (int l = 0; l < c->num_hidden_layers; l++)
-        kv[l] = (pg_paged_kv){.k = (char *)mem + (size_t)l * 2 * half,
-                              .v = (char *)mem + (size_t)l * 2 * half + half,
-                              .dtype = PG_F32,
-                              .num_blocks = nb,
-                              .num_kv_heads = c->num_key_value_heads,
-                              .block_size = BS,
-                              .head_dim = c->head_dim};
-    for (int32_t i = 0; i < nb; i++)
-        table[i] = i + 1 < nb ? i + 1 : 0; /* block 0 unused, as the engine's null block */
-    for (int32_t i = 0; i < T; i++) {
-        pos[i] = i;
-        slot[i] = table[i / BS] * BS + i % BS;
-        rows[i] = i;
-    }
-    pg_llama_workspace *ws;
-    assert_int_equal(pg_llama_workspace_create(m, T, T, T, &kv[0], &ws), PAGODA_OK);
-    int32_t qsl[2] = {0, T}, lens[1] = {T};
-    const int32_t *tables[1] = {table};
-    pg_llama_batch b = {.num_tokens = T,
-                        .num_seqs = 1,
-                        .token_ids = tokens,
-                        .positions = pos,
-                        .slot_mapping = slot,
-                        .query_start_loc = qsl,
-                        .seq_lens = lens,
-                        .block_tables = tables,
-                        .logit_rows = rows,
-                        .num_logits = T};
-    if (pg_llama_forward_batch(m, ws, kv, &b, logits) != PAGODA_OK) fail_msg("%s", pg_last_error());
-    pg_llama_workspace_free(ws);
-    free(pos);
-    free(slot);
-    free(rows);
-    free(table);
-    free(kv);
-    pg_free(mem);
-}
-
 /* ---- (a) bitwise equal to load-time quantization ---- */
 
 static void test_matches_load_time_quantization(void **state) {
@@ -167,9 +119,9 @@ static void test_matches_load_time_quantization(void **state) {
         const size_t n = (size_t)T * 512;
         float *la = malloc(n * 4), *lb = malloc(n * 4), *lf = malloc(n * 4);
         assert_true(la && lb && lf);
-        prefill_logits(a.m, toks, T, la);
-        prefill_logits(b.m, toks, T, lb);
-        prefill_logits(f.m, toks, T, lf);
+        pg_test_prefill_logits(a.m, toks, T, la);
+        pg_test_prefill_logits(b.m, toks, T, lb);
+        pg_test_prefill_logits(f.m, toks, T, lf);
         if (memcmp(la, lb, n * 4)) {
             size_t i = 0;
             while (la[i] == lb[i])
@@ -232,9 +184,14 @@ static void run_all(pagoda_engine *e, const uint64_t *ids, result *res, size_t n
     }
 }
 
+/* Load-time quantization for the engines opened below (0: none). */
+static int g_quant_bits, g_quant_act_group;
+
 static pagoda_engine *open_engine(const char *model, bool prefix_caching) {
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
+    o.quantization = g_quant_bits;
+    o.quant_act_group = g_quant_act_group;
     o.kv_cache_memory = 8u << 20;
     o.enable_prefix_caching = prefix_caching;
     pagoda_engine *e;
@@ -305,6 +262,18 @@ static void test_engine_batch_invariance(void **state) {
         }
         check_batch_invariance(dir);
     }
+    /* load-time quantization of a dense model with activation scales per
+     * (token, group of 32) (--quant-act-group 32) */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/bi-dense", pg_test_tmpdir());
+    pg_gen_model_options o;
+    tiny_options(&o, dir);
+    write_model(&o);
+    for (g_quant_bits = 8; g_quant_bits >= 4; g_quant_bits -= 4) {
+        g_quant_act_group = 32;
+        check_batch_invariance(dir);
+    }
+    g_quant_bits = g_quant_act_group = 0;
 }
 
 /* Run the built `pagoda` with ARGS; returns stdout+stderr (malloc'ed) and
@@ -399,7 +368,7 @@ static void test_stories_accuracy(void **state) {
     const int V = pg_llama_config(f.m)->vocab_size;
     float *lf = malloc((size_t)T * V * 4), *lq = malloc((size_t)T * V * 4);
     assert_true(lf && lq);
-    prefill_logits(f.m, toks, T, lf);
+    pg_test_prefill_logits(f.m, toks, T, lf);
     const int cases[][2] = {{8, 0}, {4, 32}};
     for (int ci = 0; ci < 2; ci++) {
         char dir[1024];
@@ -413,7 +382,7 @@ static void test_stories_accuracy(void **state) {
         write_model(&o);
         loaded q;
         if (load(dir, 0, 0, &q) != PAGODA_OK) fail_msg("%s", pg_last_error());
-        prefill_logits(q.m, toks, T, lq);
+        pg_test_prefill_logits(q.m, toks, T, lq);
         double kl = 0;
         int same = 0;
         for (int t = 0; t < T; t++) {

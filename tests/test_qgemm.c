@@ -6,7 +6,8 @@
  * epilogues with and without bias, 1 and 2 threads, K long enough to be
  * blocked; batch invariance (row i alone == row i inside larger batches);
  * the activation quantizer and its SIMD entries; RMSNorm fused into the
- * input stage; bad arguments. */
+ * input stage; packing over a pool equals the single-threaded pack byte
+ * for byte; bad arguments. */
 #include "testutil.h"
 
 #include <math.h>
@@ -558,13 +559,73 @@ static void test_qgemm_bad_args(void **state) {
     free_qweight(&g);
 }
 
+/* Packing over a pool (pg_qgemm_pack_pool, the load-time path) gives the
+ * bytes of the single-threaded pg_qgemm_pack for every microkernel layout,
+ * W8 and W4, per channel / groups (F16 and f32 scales), act groups, SwiGLU
+ * pairs and a partial last panel, at 2 and 3 threads; an out-of-range value
+ * found by a pool thread is the same error. */
+static void test_qgemm_pack_pool_identical(void **state) {
+    (void)state;
+    pg_pool *pools[2] = {make_pool(2), make_pool(3)};
+    const int64_t N = 157, K = 480; /* N * K >= 65536: the pool path runs */
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        const pg_qgemm_ukernel *uks[8];
+        int nu = pg_qgemm_ukernel_variants(bits, uks, 8);
+        for (int v = 0; v < nu; v++)
+            for (int c = 0; c < 4; c++) {
+                const int64_t group = c == 0 ? 0 : c == 3 ? 128 : 32;
+                const int swiglu = c == 2;
+                g_act_group = c == 1;
+                owned_qweight g, u;
+                make_qweight(&g, bits, group, N, K);
+                if (swiglu) make_qweight(&u, bits, group, N, K);
+                pg_qpacked *one = NULL;
+                assert_int_equal(pg_qgemm_pack(&g.w, swiglu ? &u.w : NULL, uks[v], &one),
+                                 PAGODA_OK);
+                assert_int_equal(pg_qgemm_act_group(one), c == 1 ? group : 0);
+                for (int pi = 0; pi < 2; pi++) {
+                    pg_qpacked *par = NULL;
+                    assert_int_equal(
+                        pg_qgemm_pack_pool(&g.w, swiglu ? &u.w : NULL, uks[v], pools[pi], &par),
+                        PAGODA_OK);
+                    assert_int_equal(pg_qgemm_packed_bytes(par), pg_qgemm_packed_bytes(one));
+                    if (memcmp(pg_qgemm_packed_data(par), pg_qgemm_packed_data(one),
+                               pg_qgemm_packed_bytes(one)) != 0)
+                        fail_msg("%s W%d group %lld case %d: pool-packed bytes differ",
+                                 uks[v]->name, bits, (long long)group, c);
+                    assert_int_equal(pg_qgemm_act_group(par), pg_qgemm_act_group(one));
+                    pg_qgemm_free(par);
+                }
+                pg_qgemm_free(one);
+                if (bits == 4 && v == 0 && c == 0) {
+                    g.q[N * K - 5] = 9; /* near the end: found by the last thread */
+                    pg_qpacked *bad = (pg_qpacked *)&g;
+                    assert_int_equal(pg_qgemm_pack_pool(&g.w, NULL, NULL, pools[1], &bad),
+                                     PAGODA_ERR_INVALID_ARG);
+                    assert_null(bad);
+                    assert_non_null(strstr(pg_last_error(), "weight value 9 at"));
+                }
+                free_qweight(&g);
+                if (swiglu) free_qweight(&u);
+            }
+    }
+    g_act_group = 0;
+    pg_pool_free(pools[0]);
+    pg_pool_free(pools[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qgemm_vs_reference),   cmocka_unit_test(test_qgemm_batch_invariance),
-        cmocka_unit_test(test_qgemm_extreme_values), cmocka_unit_test(test_qgemm_nested_in_pool),
-        cmocka_unit_test(test_quantize_row),         cmocka_unit_test(test_qgemm_bad_args),
-        cmocka_unit_test(test_quant_entries),        cmocka_unit_test(test_qgemm_rmsnorm_fused),
+        cmocka_unit_test(test_qgemm_vs_reference),
+        cmocka_unit_test(test_qgemm_batch_invariance),
+        cmocka_unit_test(test_qgemm_extreme_values),
+        cmocka_unit_test(test_qgemm_nested_in_pool),
+        cmocka_unit_test(test_quantize_row),
+        cmocka_unit_test(test_qgemm_bad_args),
+        cmocka_unit_test(test_quant_entries),
+        cmocka_unit_test(test_qgemm_rmsnorm_fused),
         cmocka_unit_test(test_qgemm_f16_scales),
+        cmocka_unit_test(test_qgemm_pack_pool_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
  * (int-quantized int8 and pack-quantized int4 in int32 words), the
  * quantization_config parser and its `ignore` list; bad inputs. */
 #include "testutil.h"
+#include "llama_logits.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +21,9 @@
 #include "kernels/ref/ref.h"
 #include "model/compressed_tensors.h"
 #include "model/gen_model.h"
+#include "model/llama.h"
 #include "model/safetensors.h"
+#include "model/source.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
 static uint64_t rnd_u64(void) {
@@ -447,12 +450,36 @@ static void test_gen_model_compressed_tensors(void **state) {
     }
 }
 
+/* Every integer of a token file (llama2c/expected/NAME.tokens.txt: the
+ * numbers after its PROMPT_TOKENS: / GEN: labels); returns the count. */
+static int32_t read_tokens(const char *path, int32_t **out) {
+    size_t len;
+    char *text = pg_test_read_file(path, &len);
+    assert_non_null(text);
+    int32_t *t = malloc((len / 2 + 1) * sizeof *t), n = 0;
+    assert_non_null(t);
+    for (size_t i = 0; i < len;) {
+        if (text[i] < '0' || text[i] > '9') {
+            i++;
+            continue;
+        }
+        int32_t v = 0;
+        while (i < len && text[i] >= '0' && text[i] <= '9')
+            v = v * 10 + (text[i++] - '0');
+        t[n++] = v;
+    }
+    free(text);
+    *out = t;
+    return n;
+}
+
 /* End to end: stories260K teacher-forced over its greedy reference
  * transcript (tools/quant_kl --quick, which also emulates llama.cpp's
  * Q8_0/Q4_0 arithmetic in the same forward pass): the quantized models keep
  * the f32 model's top-1 token at >= 97% (W8A8) / >= 85% (W4A8 g32) of the
  * 256 positions, and W8A8 with per-block activation scales / W4A8 g32 are at
- * least as close in mean KL divergence as llama.cpp's Q8_0 / Q4_0. */
+ * least as close in mean KL divergence as llama.cpp's Q8_0 / Q4_0; the
+ * engine's model with --quant-act-group 32 too. */
 static void test_stories260k_quantized_close_to_f32(void **state) {
     (void)state;
     const char *dir = getenv("PAGODA_BUILD_DIR");
@@ -489,6 +516,62 @@ static void test_stories260k_quantized_close_to_f32(void **state) {
     assert_true(kl[0] < 0.002 && kl[1] < 0.002 && kl[2] < 0.1);
     assert_true(kl[1] <= kl[3]); /* W8A8 (act g32) vs llama.cpp Q8_0 */
     assert_true(kl[2] <= kl[4]); /* W4A8 g32 vs llama.cpp Q4_0 */
+
+    /* The same through the engine's model (pg_llama, batched forward) and
+     * its load-time option pg_llama_set_quant_act_group (--quant-act-group
+     * 32), lm_head f32 as above: closer to the f32 model than per-token
+     * scales and at least as close as llama.cpp's Q8_0 measured above. With
+     * the engine's lm_head policy (quantized too: W8 per channel, or W8 g32
+     * with act groups) act groups are still the closer. */
+    int32_t *tok = NULL;
+    const int32_t T = read_tokens(tokens, &tok);
+    assert_true(T > 200);
+    pg_model_source *src;
+    assert_int_equal(pg_model_source_open(model, &src), PAGODA_OK);
+    enum { NM = 5 };
+    pg_llama *m[NM];
+    float *lg[NM];
+    const int V = pg_model_source_config(src)->vocab_size;
+    for (int i = 0; i < NM; i++) { /* f32; per token, act g32 (lm_head f32; quantized) */
+        const int act = i == 2 || i == 4;
+        if (i == 1) setenv("PAGODA_QUANT_LM_HEAD", "none", 1);
+        if (i == 3) unsetenv("PAGODA_QUANT_LM_HEAD");
+        assert_int_equal(pg_llama_load(src, 0, &m[i]), PAGODA_OK);
+        assert_int_equal(pg_llama_set_compute_dtype(m[i], PG_F32), PAGODA_OK);
+        if (act) assert_int_equal(pg_llama_set_quant_act_group(m[i], 32), PAGODA_OK);
+        pagoda_status st = pg_llama_pack_quantized(m[i], i ? 8 : 0, act ? 32 : 0);
+        if (st != PAGODA_OK) fail_msg("%s", pg_last_error());
+        lg[i] = malloc((size_t)T * (size_t)V * sizeof(float));
+        assert_non_null(lg[i]);
+        pg_test_prefill_logits(m[i], tok, T, lg[i]);
+    }
+    /* the logits at position t predict token t + 1: score T - 1 rows */
+    double e_kl[NM], e_top[NM];
+    for (int i = 1; i < NM; i++)
+        e_kl[i] = pg_test_mean_kl(lg[0], lg[i], T - 1, V, &e_top[i]);
+    fprintf(stderr,
+            "engine W8A8 mean KL / same top-1, lm_head f32: per token %.6f / %.2f%%, "
+            "--quant-act-group 32 %.6f / %.2f%% (llama.cpp Q8_0 emulated %.6f); lm_head "
+            "quantized: %.6f / %.2f%%, %.6f / %.2f%%\n",
+            e_kl[1], e_top[1], e_kl[2], e_top[2], kl[3], e_kl[3], e_top[3], e_kl[4], e_top[4]);
+    assert_true(e_kl[2] < e_kl[1] && e_kl[4] < e_kl[3]);
+    assert_true(e_kl[2] <= kl[3]);
+    assert_true(e_top[2] >= 97.0 && e_top[4] >= 97.0);
+    /* an activation group that is not the weight group is refused */
+    pg_llama *bad;
+    assert_int_equal(pg_llama_load(src, 0, &bad), PAGODA_OK);
+    assert_int_equal(pg_llama_set_quant_act_group(bad, 48), PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_llama_set_quant_act_group(bad, 32), PAGODA_OK);
+    assert_int_equal(pg_llama_pack_quantized(bad, 8, 64), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "activation groups of 32"));
+    assert_int_equal(pg_llama_pack_quantized(bad, 0, 0), PAGODA_ERR_INVALID_ARG);
+    pg_llama_free(bad);
+    for (int i = 0; i < NM; i++) {
+        pg_llama_free(m[i]);
+        free(lg[i]);
+    }
+    pg_model_source_free(src);
+    free(tok);
 }
 
 /* Run `pagoda generate ARGS` greedily; returns its stdout (malloc'ed). */
@@ -542,9 +625,9 @@ static void test_engine_quantized_models(void **state) {
         free(want);
     }
     const char *hf = pg_test_asset("llm/stories260K-hf");
-    const char *schemes[3] = {"w8a8 --quant-group-size 0", "w8a8 --quant-group-size 32",
-                              "w4a8 --quant-group-size 32"};
-    for (int i = 0; i < 3; i++) {
+    const char *schemes[4] = {"w8a8 --quant-group-size 0", "w8a8 --quant-group-size 32",
+                              "w4a8 --quant-group-size 32", "w8a8 --quant-act-group 32"};
+    for (int i = 0; i < 4; i++) {
         char args[2048];
         snprintf(args, sizeof args,
                  "'%s' --prompt 'Once upon a time' --max-tokens 20 --quantization %s", hf,

@@ -20,7 +20,10 @@
  *
  * Schemes: pagoda's W8A8 per channel and group 32, W4A8 per channel and
  * group 32/64/128 (kernels/qgemm.h, dynamic per-token int8 activations;
- * "act gN": one activation scale per token and weight group instead),
+ * "act gN": one activation scale per token and weight group instead,
+ * engine option --quant-act-group; "per-channel, act gN": per-channel
+ * weight scales repeated over groups of N; "pc, down ...": per channel
+ * everywhere but the down projection),
  * and an emulation of llama.cpp's CPU arithmetic for Q8_0 / Q4_0 weights:
  * activations quantized to Q8_0 blocks of 32 (f16 block scales) and each
  * block's integer dot product scaled by d_w * d_a (ggml's reference
@@ -54,21 +57,34 @@ typedef struct {
     int act_group;             /* activation scales per (token, weight group) */
     int quick;                 /* in the --quick set */
     const pg_model_source *ct; /* S_CT: the compressed-tensors checkpoint */
+    /* per-channel weight scales even though group > 0 (each channel's one
+     * scale repeated over its groups, so only the activations are
+     * group-wise) */
+    int pc_weights;
+    /* the down projection instead: 1 = g32 act g32, 2 = per-channel
+     * weights with act g32 (the others keep bits/group/act_group above) */
+    int down;
 } scheme;
 
 static const scheme SCHEMES[] = {
-    {"f32 (reference)", S_F32, 0, 0, 0, 1, NULL},
-    {"W8A8 per-channel", S_Q, 8, 0, 0, 1, NULL},
-    {"W8A8 g32", S_Q, 8, 32, 0, 0, NULL},
-    {"W8A8 g32, act g32", S_Q, 8, 32, 1, 1, NULL},
-    {"W4A8 per-channel", S_Q, 4, 0, 0, 0, NULL},
-    {"W4A8 g32", S_Q, 4, 32, 0, 1, NULL},
-    {"W4A8 g64", S_Q, 4, 64, 0, 0, NULL},
-    {"W4A8 g128", S_Q, 4, 128, 0, 0, NULL},
-    {"W4A8 g32, act g32", S_Q, 4, 32, 1, 0, NULL},
-    {"W4A8 g128, act g128", S_Q, 4, 128, 1, 0, NULL},
-    {"llama.cpp Q8_0 (emulated)", S_EMUL, 8, 32, 1, 1, NULL},
-    {"llama.cpp Q4_0 (emulated)", S_EMUL, 4, 32, 1, 1, NULL},
+    {"f32 (reference)", S_F32, 0, 0, 0, 1, NULL, 0, 0},
+    {"W8A8 per-channel", S_Q, 8, 0, 0, 1, NULL, 0, 0},
+    {"W8A8 g32", S_Q, 8, 32, 0, 0, NULL, 0, 0},
+    {"W8A8 g32, act g32", S_Q, 8, 32, 1, 1, NULL, 0, 0},
+    {"W8A8 g64, act g64", S_Q, 8, 64, 1, 0, NULL, 0, 0},
+    {"W8A8 g128, act g128", S_Q, 8, 128, 1, 0, NULL, 0, 0},
+    {"W8A8 per-channel, act g32", S_Q, 8, 32, 1, 0, NULL, 1, 0},
+    {"W8A8 per-channel, act g128", S_Q, 8, 128, 1, 0, NULL, 1, 0},
+    {"W8A8 pc, down act g32", S_Q, 8, 0, 0, 0, NULL, 0, 2},
+    {"W8A8 pc, down g32 act g32", S_Q, 8, 0, 0, 0, NULL, 0, 1},
+    {"W4A8 per-channel", S_Q, 4, 0, 0, 0, NULL, 0, 0},
+    {"W4A8 g32", S_Q, 4, 32, 0, 1, NULL, 0, 0},
+    {"W4A8 g64", S_Q, 4, 64, 0, 0, NULL, 0, 0},
+    {"W4A8 g128", S_Q, 4, 128, 0, 0, NULL, 0, 0},
+    {"W4A8 g32, act g32", S_Q, 4, 32, 1, 0, NULL, 0, 0},
+    {"W4A8 g128, act g128", S_Q, 4, 128, 1, 0, NULL, 0, 0},
+    {"llama.cpp Q8_0 (emulated)", S_EMUL, 8, 32, 1, 1, NULL, 0, 0},
+    {"llama.cpp Q4_0 (emulated)", S_EMUL, 4, 32, 1, 1, NULL, 0, 0},
 };
 enum { N_SCHEMES = sizeof SCHEMES / sizeof SCHEMES[0] };
 
@@ -159,19 +175,46 @@ static void emul_run(const linear *l, const float *A, int64_t M, float *C, int r
 
 static pg_pool *g_pool;
 
+/* Per-channel weight scales, activation scales per (token, group of
+ * `group`): the channel's scale repeated over its groups. */
+static pagoda_status pack_pc_act(const float *W, const float *Wu, int64_t N, int64_t K, int bits,
+                                 int64_t group, pg_packed_weight **out) {
+    const int64_t ng = pg_qweight_ngroups(K, group);
+    int8_t *q = malloc((size_t)(2 * N * K));
+    float *s1 = malloc((size_t)N * sizeof(float)),
+          *s = malloc((size_t)(2 * N * ng) * sizeof(float));
+    pg_qweight w[2];
+    for (int h = 0; h < (Wu ? 2 : 1); h++) {
+        pg_qgemm_quantize_weight(PG_F32, h ? Wu : W, K, bits, 0, 0, N, q + h * N * K, s1);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t g = 0; g < ng; g++)
+                s[(h * N + n) * ng + g] = s1[n];
+        w[h] = (pg_qweight){bits, group, N, K, q + h * N * K, s + h * N * ng, 1};
+    }
+    pagoda_status st = pg_gemm_pack_qweight(&w[0], Wu ? &w[1] : NULL, NULL, out);
+    free(q);
+    free(s1);
+    free(s);
+    return st;
+}
+
 static void make_linear(linear *l, const scheme *s, const float *W, const float *Wu, int64_t N,
-                        int64_t K) {
+                        int64_t K, int is_down) {
     memset(l, 0, sizeof *l);
     l->N = N;
     l->K = K;
     l->swiglu = Wu != NULL;
     pagoda_status st = PAGODA_OK;
+    int64_t group = s->group;
+    int act = s->act_group, pcw = s->pc_weights;
+    if (is_down && s->down) group = 32, act = 1, pcw = s->down == 2;
     if (s->k == S_F32)
         st = Wu ? pg_gemm_pack_swiglu(PG_F32, W, Wu, N, K, NULL, &l->pw)
                 : pg_gemm_pack(PG_F32, W, N, K, NULL, &l->pw);
+    else if (s->k == S_Q && pcw)
+        st = pack_pc_act(W, Wu, N, K, s->bits, group, &l->pw);
     else if (s->k == S_Q)
-        st = pg_gemm_pack_quantize(PG_F32, W, Wu, N, K, s->bits, s->group, s->act_group, NULL,
-                                   g_pool, &l->pw);
+        st = pg_gemm_pack_quantize(PG_F32, W, Wu, N, K, s->bits, group, act, NULL, g_pool, &l->pw);
     else
         emul_pack(l, W, Wu, s->bits);
     if (st) {
@@ -186,7 +229,7 @@ static void make_ct_linear(linear *l, const scheme *s, const char *prefix, const
                            const float *W, const float *Wu, int64_t N, int64_t K) {
     const pg_ct_config *c = pg_model_source_ct(s->ct);
     if (!pg_ct_quantized(c, prefix)) {
-        make_linear(l, &SCHEMES[0], W, Wu, N, K);
+        make_linear(l, &SCHEMES[0], W, Wu, N, K, 0);
         return;
     }
     memset(l, 0, sizeof *l);
@@ -307,12 +350,12 @@ static void forward(const pg_model_source *src, const scheme *s, const scheme *l
                     make_ct_linear(dst[i], s, p[i], i == 4 ? p[5] : NULL, W[i],
                                    i == 4 ? W[5] : NULL, rows[i], cols[i]);
         } else {
-            make_linear(&w.q, s, W[0], NULL, rows[0], cols[0]);
-            make_linear(&w.k, s, W[1], NULL, rows[1], cols[1]);
-            make_linear(&w.v, s, W[2], NULL, rows[2], cols[2]);
-            make_linear(&w.o, s, W[3], NULL, rows[3], cols[3]);
-            make_linear(&w.gu, s, W[4], W[5], rows[4], cols[4]);
-            make_linear(&w.down, s, W[6], NULL, rows[6], cols[6]);
+            make_linear(&w.q, s, W[0], NULL, rows[0], cols[0], 0);
+            make_linear(&w.k, s, W[1], NULL, rows[1], cols[1], 0);
+            make_linear(&w.v, s, W[2], NULL, rows[2], cols[2], 0);
+            make_linear(&w.o, s, W[3], NULL, rows[3], cols[3], 0);
+            make_linear(&w.gu, s, W[4], W[5], rows[4], cols[4], 0);
+            make_linear(&w.down, s, W[6], NULL, rows[6], cols[6], 1);
         }
         for (int i = 0; i < 7; i++)
             free(W[i]);
@@ -372,7 +415,7 @@ static void forward(const pg_model_source *src, const scheme *s, const scheme *l
     if (s->k == S_CT)
         make_ct_linear(&head, s, "lm_head", NULL, lm ? lm : emb, NULL, V, H);
     else
-        make_linear(&head, lm_scheme, lm ? lm : emb, NULL, V, H);
+        make_linear(&head, lm_scheme, lm ? lm : emb, NULL, V, H, 0);
     run_linear(&head, h, T, logits, 0);
     free_linear(&head);
     free(lm);
@@ -429,7 +472,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
             const char *base = strrchr(dir, '/');
-            cts[n_ct] = (scheme){base && base[1] ? base + 1 : dir, S_CT, 0, 0, 0, 1, ct_src[n_ct]};
+            cts[n_ct] =
+                (scheme){base && base[1] ? base + 1 : dir, S_CT, 0, 0, 0, 1, ct_src[n_ct], 0, 0};
             n_ct++;
             continue;
         }

@@ -36,16 +36,12 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         o->enable_prefix_caching = false;
         return 1;
     }
-    static const char *const with_value[] = {"--max-model-len",
-                                             "--max-num-seqs",
-                                             "--max-num-batched-tokens",
-                                             "--kv-cache-memory",
-                                             "--kv-cache-dtype",
-                                             "--block-size",
-                                             "--threads",
-                                             "--quantization",
-                                             "--quant-group-size",
-                                             "--dtype"};
+    static const char *const with_value[] = {
+        "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
+        "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
+        "--threads",         "--quantization",   "--quant-group-size",
+        "--quant-act-group", "--dtype",
+    };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
         known |= !strcmp(a, with_value[k]);
@@ -67,6 +63,9 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
     else if (!strcmp(a, "--quant-group-size"))
         ok = parse_i32(v, 0, 1L << 20, &o->quant_group_size) && o->quant_group_size % 32 == 0,
         want = "0 or a multiple of 32";
+    else if (!strcmp(a, "--quant-act-group"))
+        ok = parse_i32(v, 0, 4096, &o->quant_act_group) && o->quant_act_group % 32 == 0,
+        want = "0 (per token) or a multiple of 32 up to 4096";
     else if (!strcmp(a, "--quantization")) {
         want = "w8a8, w4a8 or none";
         if (!strcmp(v, "w8a8"))

@@ -2,7 +2,7 @@
  * throughput|latency`: --max-model-len, --max-num-seqs,
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
  * --block-size, --no-prefix-caching, --threads, --quantization,
- * --quant-group-size, --dtype. */
+ * --quant-group-size, --quant-act-group, --dtype. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
 
@@ -30,7 +30,10 @@
     "  --threads N                 compute threads (default: one per physical core)\n"             \
     "  --quantization Q            w8a8 | w4a8: quantize F32/F16/BF16 linear weights at load\n"    \
     "  --quant-group-size N        scale group for --quantization (0 = per channel, default;\n"    \
-    "                              32, 64, 128, ...)\n"
+    "                              32, 64, 128, ...)\n"                                            \
+    "  --quant-act-group N         activation scales per token and group of N (0 = per token,\n"   \
+    "                              default; 32 = llama.cpp Q8_0's blocks: closer to the\n"         \
+    "                              unquantized model); weights then use groups of N too\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with

@@ -185,6 +185,20 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "engine: quant_group_size %d must be 0 (per channel) or a multiple of 32",
                         o->quant_group_size);
+    if (o->quant_act_group < 0 || o->quant_act_group % 32 || o->quant_act_group > 4096)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: quant_act_group %d must be 0 (per token) or a multiple of 32 up "
+                        "to 4096",
+                        o->quant_act_group);
+    if (o->quant_act_group && !o->quantization)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: quant_act_group %d needs quantization (w8a8 or w4a8)",
+                        o->quant_act_group);
+    if (o->quant_act_group && o->quant_group_size && o->quant_group_size != o->quant_act_group)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: quant_act_group %d needs quant_group_size %d or 0 (activation "
+                        "groups are the weight groups), got %d",
+                        o->quant_act_group, o->quant_act_group, o->quant_group_size);
     return PAGODA_OK;
 }
 
@@ -227,7 +241,11 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     if ((st = pg_llama_load(e->src, o.max_model_len, &e->model)) != PAGODA_OK) goto fail;
     if ((st = pg_tokenizer_load(pg_model_source_path(e->src), &e->tok)) != PAGODA_OK) goto fail;
     if ((st = pg_llama_set_compute_dtype(e->model, compute_dtype(&o))) != PAGODA_OK) goto fail;
-    if ((st = pg_llama_pack_quantized(e->model, o.quantization, o.quant_group_size)) != PAGODA_OK)
+    if ((st = pg_llama_set_quant_act_group(e->model, o.quant_act_group)) != PAGODA_OK) goto fail;
+    if ((st = pg_llama_pack_quantized(
+             e->model, o.quantization,
+             o.quant_act_group && !o.quant_group_size ? o.quant_act_group : o.quant_group_size)) !=
+        PAGODA_OK)
         goto fail;
     const pg_model_config *c = pg_llama_config(e->model);
     e->vocab = c->vocab_size;

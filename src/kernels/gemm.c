@@ -102,11 +102,17 @@ static const pg_qgemm_ukernel *q_uk(const pg_kernel_table *kt, int bits) {
 
 pagoda_status pg_gemm_pack_qweight(const pg_qweight *w, const pg_qweight *w_up,
                                    const pg_kernel_table *kt, pg_packed_weight **out) {
+    return pg_gemm_pack_qweight_pool(w, w_up, kt, NULL, out);
+}
+
+pagoda_status pg_gemm_pack_qweight_pool(const pg_qweight *w, const pg_qweight *w_up,
+                                        const pg_kernel_table *kt, pg_pool *pool,
+                                        pg_packed_weight **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
     *out = NULL;
     if (!w) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL weight");
     pg_qpacked *q = NULL;
-    pagoda_status st = pg_qgemm_pack(w, w_up, q_uk(kt, w->bits), &q);
+    pagoda_status st = pg_qgemm_pack_pool(w, w_up, q_uk(kt, w->bits), pool, &q);
     return wrap_q(st, q, out);
 }
 
@@ -150,9 +156,9 @@ static void quant_rows(void *ctx, size_t begin, size_t end, int tid) {
                              j->q, j->s);
 }
 
-pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up,
-                                    int64_t N, int64_t K, int bits, int64_t group,
-                                    int act_group, const pg_kernel_table *kt, pg_pool *pool,
+pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up, int64_t N,
+                                    int64_t K, int bits, int64_t group, int act_group,
+                                    const pg_kernel_table *kt, pg_pool *pool,
                                     pg_packed_weight **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
     *out = NULL;
@@ -182,7 +188,7 @@ pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const voi
             quant_rows(&j, 0, (size_t)N, 0);
         w[h] = (pg_qweight){bits, group, N, K, j.q, j.s, act_group};
     }
-    if (!st) st = pg_gemm_pack_qweight(&w[0], W_up ? &w[1] : NULL, kt, out);
+    if (!st) st = pg_gemm_pack_qweight_pool(&w[0], W_up ? &w[1] : NULL, kt, pool, out);
     pg_free(q);
     pg_free(s);
     return st;

@@ -90,15 +90,22 @@ struct pg_qweight;
  * NULL) for table kt (NULL = pg_kernels()). Errors: those of pg_qgemm_pack. */
 pagoda_status pg_gemm_pack_qweight(const struct pg_qweight *w, const struct pg_qweight *w_up,
                                    const pg_kernel_table *kt, pg_packed_weight **out);
+/* The same, packing over pool's threads (pg_qgemm_pack_pool: identical
+ * bytes; NULL = the caller's thread). */
+pagoda_status pg_gemm_pack_qweight_pool(const struct pg_qweight *w, const struct pg_qweight *w_up,
+                                        const pg_kernel_table *kt, pg_pool *pool,
+                                        pg_packed_weight **out);
 /* Quantize W [N, K] (and W_up, else NULL) of src_dtype F32/F16/BF16 at load
  * time (pg_qgemm_quantize_weight: symmetric round-to-nearest, bits 8 or 4,
  * group 0 = per channel or a multiple of 32), rows split over `pool` (NULL:
- * the caller), then pack. act_group 1 (group-wise only): activation scales
- * per token and group (pg_qweight.act_group) instead of per token. Errors: PAGODA_ERR_INVALID_ARG,
- * PAGODA_ERR_UNSUPPORTED (source dtype), PAGODA_ERR_NOMEM. */
-pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up,
-                                    int64_t N, int64_t K, int bits, int64_t group,
-                                    int act_group, const pg_kernel_table *kt, pg_pool *pool,
+ * the caller), then pack (column panels split over `pool` too). act_group
+ * 1 (group-wise only): activation scales per token and group
+ * (pg_qweight.act_group) instead of per token. Errors:
+ * PAGODA_ERR_INVALID_ARG, PAGODA_ERR_UNSUPPORTED (source dtype),
+ * PAGODA_ERR_NOMEM. */
+pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const void *W_up, int64_t N,
+                                    int64_t K, int bits, int64_t group, int act_group,
+                                    const pg_kernel_table *kt, pg_pool *pool,
                                     pg_packed_weight **out);
 /* 8 or 4 for a quantized weight, 0 otherwise. */
 int pg_gemm_quant_bits(const pg_packed_weight *w);

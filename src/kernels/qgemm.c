@@ -73,6 +73,12 @@ int pg_qgemm_is_swiglu(const pg_qpacked *w) {
 size_t pg_qgemm_packed_bytes(const pg_qpacked *w) {
     return w->bytes;
 }
+const void *pg_qgemm_packed_data(const pg_qpacked *w) {
+    return w->data;
+}
+int64_t pg_qgemm_act_group(const pg_qpacked *w) {
+    return w->act_group ? w->group : 0;
+}
 const char *pg_qgemm_variant(const pg_qpacked *w) {
     return w->uk.name;
 }
@@ -271,8 +277,103 @@ static pagoda_status check_qweight(const pg_qweight *w, const char *what) {
     return PAGODA_OK;
 }
 
+/* Checks of rows [begin, end) (both halves): values in range, scales
+ * exact F16 (then packed in 2 bytes). */
+typedef struct {
+    const pg_qweight *h[2];
+    int halves;
+    int64_t ngroups;
+    int8_t lo, hi;
+    int bad;     /* set by any thread that finds a value out of range */
+    int not_f16; /* set by any thread that finds a scale that is not an F16 */
+} range_job;
+
+static void range_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    range_job *j = ctx;
+    int bad = 0, not_f16 = 0;
+    for (int h = 0; h < j->halves; h++) {
+        const pg_qweight *s = j->h[h];
+        const int8_t *q = s->q + (int64_t)begin * s->K;
+        const int64_t n = ((int64_t)end - (int64_t)begin) * s->K;
+        for (int64_t i = 0; i < n; i++)
+            bad |= q[i] < j->lo || q[i] > j->hi;
+        const float *sc = s->scale + (int64_t)begin * j->ngroups;
+        const int64_t ns = ((int64_t)end - (int64_t)begin) * j->ngroups;
+        for (int64_t i = 0; i < ns && !not_f16; i++) {
+            float f = sc[i], back = pg_f16_to_f32(pg_f32_to_f16(f));
+            not_f16 = memcmp(&f, &back, 4) != 0;
+        }
+    }
+    if (bad) __atomic_store_n(&j->bad, 1, __ATOMIC_RELAXED);
+    if (not_f16) __atomic_store_n(&j->not_f16, 1, __ATOMIC_RELAXED);
+}
+
+typedef struct {
+    pg_qpacked *pw;
+    const pg_qweight *h[2];
+} pack_job;
+
+/* Pack column n of half h (gate 0 / up 1): its groups' weights, the
+ * compensation sum (a_u8 kernels) and the scales. */
+static void pack_column(const pg_qpacked *pw, const pg_qweight *s, int h, int64_t n) {
+    const pg_qgemm_ukernel *uk = &pw->uk;
+    const int nr = uk->nr, bits = pw->bits;
+    const int64_t K = pw->K, G = pw->gk, ng = pw->ngroups;
+    const int32_t cmul = uk->a_u8 ? -128 * (bits == 4 ? 16 : 1) : 0;
+    const int woff = uk->w_u8 ? (bits == 8 ? 128 : 8) : 0;
+    int64_t p = n / nr;
+    if (pw->swiglu) p = 2 * p + h;
+    const int c = (int)(n % nr);
+    char *panel = (char *)pw->data + (size_t)p * pw->panel_bytes;
+    for (int64_t g = 0; g < ng; g++) {
+        char *grp = panel + (size_t)g * pw->gbytes;
+        int8_t *d = (int8_t *)(grp + pw->hbytes);
+        int32_t sum = 0;
+        /* padding k stay 0: their activations are 0 too */
+        for (int64_t k = g * G; k < K && k < (g + 1) * G; k++) {
+            int v = s->q[n * K + k];
+            sum += v;
+            put_w(pw, d, k - g * G, c, v + woff);
+        }
+        char *sc = grp;
+        if (uk->a_u8) {
+            int32_t comp = sum * cmul;
+            memcpy(grp + c * 4, &comp, 4);
+            sc += nr * 4;
+        }
+        if (pw->scale_f16) {
+            uint16_t h16 = pg_f32_to_f16(s->scale[n * ng + g]);
+            memcpy(sc + c * 2, &h16, 2);
+        } else {
+            memcpy(sc + c * 4, &s->scale[n * ng + g], 4);
+        }
+    }
+}
+
+/* Packed panels [begin, end): every byte of a panel (W4 nibbles of
+ * neighbouring columns share bytes) is written by the one thread that owns
+ * it, so the result does not depend on the split. */
+static void pack_panels(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const pack_job *j = ctx;
+    const pg_qpacked *pw = j->pw;
+    const int64_t nr = pw->uk.nr;
+    for (int64_t p = (int64_t)begin; p < (int64_t)end; p++) {
+        const int h = pw->swiglu ? (int)(p % 2) : 0;
+        const int64_t n0 = (pw->swiglu ? p / 2 : p) * nr;
+        for (int64_t n = n0; n < n0 + nr && n < pw->N; n++)
+            pack_column(pw, j->h[h], h, n);
+    }
+}
+
 pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const pg_qgemm_ukernel *uk,
                             pg_qpacked **out) {
+    return pg_qgemm_pack_pool(w, w_up, uk, NULL, out);
+}
+
+pagoda_status pg_qgemm_pack_pool(const pg_qweight *w, const pg_qweight *w_up,
+                                 const pg_qgemm_ukernel *uk, pg_pool *pool, pg_qpacked **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: NULL out");
     *out = NULL;
     pagoda_status st = check_qweight(w, "");
@@ -292,14 +393,23 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
         return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: pack: microkernel %s is for W%d, not W%d",
                         uk->name, uk->bits, w->bits);
     const int bits = w->bits;
-    const int8_t lo = bits == 8 ? -128 : -8, hi = bits == 8 ? 127 : 7;
-    for (int h = 0; h < (w_up ? 2 : 1); h++) {
-        const pg_qweight *s = h ? w_up : w;
+    const int use_pool = pool && pg_pool_size(pool) > 1 && w->N * w->K >= 65536;
+    range_job rj = {.h = {w, w_up ? w_up : w},
+                    .halves = w_up ? 2 : 1,
+                    .ngroups = pg_qweight_ngroups(w->K, w->group),
+                    .lo = bits == 8 ? -128 : -8,
+                    .hi = bits == 8 ? 127 : 7};
+    if (use_pool)
+        pg_pool_parallel_for(pool, (size_t)w->N, 16, range_rows, &rj);
+    else
+        range_rows(&rj, 0, (size_t)w->N, 0);
+    for (int h = 0; h < rj.halves && rj.bad; h++) {
+        const pg_qweight *s = rj.h[h];
         for (int64_t i = 0; i < s->N * s->K; i++)
-            if (s->q[i] < lo || s->q[i] > hi)
+            if (s->q[i] < rj.lo || s->q[i] > rj.hi)
                 return pg_error(PAGODA_ERR_INVALID_ARG,
                                 "qgemm: pack: weight value %d at %lld outside [%d, %d] for W%d",
-                                s->q[i], (long long)i, lo, hi, bits);
+                                s->q[i], (long long)i, rj.lo, rj.hi, bits);
     }
     pg_qpacked *pw = pg_calloc_aligned(1, sizeof *pw);
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "qgemm: pack: out of memory");
@@ -317,14 +427,7 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
     pw->npanels = pw->swiglu ? 2 * np : np;
     /* F16 scales when the kernel has that form and every scale is an exact
      * F16 (widening back gives the same f32) */
-    pw->scale_f16 = uk->run_hs != NULL;
-    for (int h = 0; h < (w_up ? 2 : 1) && pw->scale_f16; h++) {
-        const pg_qweight *s = h ? w_up : w;
-        for (int64_t i = 0; i < s->N * pw->ngroups && pw->scale_f16; i++) {
-            float f = s->scale[i];
-            pw->scale_f16 = memcmp(&f, &(float){pg_f16_to_f32(pg_f32_to_f16(f))}, 4) == 0;
-        }
-    }
+    pw->scale_f16 = uk->run_hs != NULL && !rj.not_f16;
     /* header: [int32 comp (a_u8 kernels only)], scales f32 or F16 */
     pw->hbytes = (size_t)nr * ((pw->scale_f16 ? 2 : 4) + (uk->a_u8 ? 4 : 0));
     pw->gbytes = pw->hbytes + (size_t)(pw->gk * nr * bits / 8);
@@ -335,41 +438,11 @@ pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const p
         pg_free(pw);
         return pg_error(PAGODA_ERR_NOMEM, "qgemm: pack: cannot allocate %zu bytes", pw->bytes);
     }
-    const int64_t K = w->K, G = pw->gk, ng = pw->ngroups;
-    const int32_t cmul = uk->a_u8 ? -128 * (bits == 4 ? 16 : 1) : 0;
-    const int woff = uk->w_u8 ? (bits == 8 ? 128 : 8) : 0;
-    for (int h = 0; h < (pw->swiglu ? 2 : 1); h++) {
-        const pg_qweight *s = h ? w_up : w;
-        for (int64_t n = 0; n < w->N; n++) {
-            int64_t p = n / nr;
-            if (pw->swiglu) p = 2 * p + h;
-            const int c = (int)(n % nr);
-            char *panel = (char *)pw->data + (size_t)p * pw->panel_bytes;
-            for (int64_t g = 0; g < ng; g++) {
-                char *grp = panel + (size_t)g * pw->gbytes;
-                int8_t *d = (int8_t *)(grp + pw->hbytes);
-                int32_t sum = 0;
-                /* padding k stay 0: their activations are 0 too */
-                for (int64_t k = g * G; k < K && k < (g + 1) * G; k++) {
-                    int v = s->q[n * K + k];
-                    sum += v;
-                    put_w(pw, d, k - g * G, c, v + woff);
-                }
-                char *sc = grp;
-                if (uk->a_u8) {
-                    int32_t comp = sum * cmul;
-                    memcpy(grp + c * 4, &comp, 4);
-                    sc += nr * 4;
-                }
-                if (pw->scale_f16) {
-                    uint16_t h16 = pg_f32_to_f16(s->scale[n * ng + g]);
-                    memcpy(sc + c * 2, &h16, 2);
-                } else {
-                    memcpy(sc + c * 4, &s->scale[n * ng + g], 4);
-                }
-            }
-        }
-    }
+    pack_job j = {pw, {w, w_up}};
+    if (use_pool)
+        pg_pool_parallel_for(pool, (size_t)pw->npanels, pw->swiglu ? 2 : 1, pack_panels, &j);
+    else
+        pack_panels(&j, 0, (size_t)pw->npanels, 0);
     *out = pw;
     return PAGODA_OK;
 }

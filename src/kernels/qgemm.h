@@ -71,7 +71,18 @@ int64_t pg_qweight_ngroups(int64_t K, int64_t group);
  * PAGODA_ERR_NOMEM. */
 pagoda_status pg_qgemm_pack(const pg_qweight *w, const pg_qweight *w_up, const pg_qgemm_ukernel *uk,
                             pg_qpacked **out);
+/* pg_qgemm_pack with the range check and the packing split over pool's
+ * threads (column panels; NULL or a one-thread pool: the caller's thread).
+ * The packed bytes are identical to pg_qgemm_pack's for every pool size. */
+pagoda_status pg_qgemm_pack_pool(const pg_qweight *w, const pg_qweight *w_up,
+                                 const pg_qgemm_ukernel *uk, pg_pool *pool, pg_qpacked **out);
 void pg_qgemm_free(pg_qpacked *w); /* NULL is a no-op */
+/* The packed bytes (pg_qgemm_packed_bytes of them), e.g. to compare two
+ * packs. */
+const void *pg_qgemm_packed_data(const pg_qpacked *w);
+/* Activation scale groups: the weight group when activations are scaled
+ * per (token, group) (pg_qweight.act_group), 0 when per token. */
+int64_t pg_qgemm_act_group(const pg_qpacked *w);
 
 int64_t pg_qgemm_n(const pg_qpacked *w);
 int64_t pg_qgemm_k(const pg_qpacked *w);

@@ -56,10 +56,12 @@ struct pg_llama {
     float **owned;     /* f32 copies of 1-D tensors */
     int n_owned, cap_owned;
     bool packed;
-    int quant_bits;      /* load-time quantization of linear layers (0 = none) */
-    int64_t quant_group; /* its group size (0 = per channel) */
-    int lm_head_bits;    /* the lm_head's quantization (0 = kept as is) */
+    int quant_bits;          /* load-time quantization of linear layers (0 = none) */
+    int64_t quant_group;     /* its group size (0 = per channel) */
+    int64_t quant_act_group; /* activation scales per (token, group of this size); 0 = per token */
+    int lm_head_bits;        /* the lm_head's quantization (0 = kept as is) */
     int64_t lm_head_group;
+    int lm_head_act;  /* its activations scaled per (token, group) */
     pg_dtype compute; /* GEMM dtype of float weights: PG_DTYPE_COUNT (auto), F32, BF16 */
     pg_packed_weight *lm_head_packed;
     const pg_ct_config *ct; /* compressed-tensors checkpoint (owned by the source), or NULL */
@@ -678,7 +680,8 @@ static pagoda_status ct_pack(const pg_llama *m, const linear *const *ls, int n, 
     ct_buf b = {0}, bu = {0};
     pagoda_status st = ct_stack(m, ls, n, &b);
     if (st == PAGODA_OK && up) st = ct_stack(m, &up, 1, &bu);
-    if (st == PAGODA_OK) st = pg_gemm_pack_qweight(&b.w, up ? &bu.w : NULL, NULL, out);
+    if (st == PAGODA_OK)
+        st = pg_gemm_pack_qweight_pool(&b.w, up ? &bu.w : NULL, NULL, pg_pool_default(), out);
     ct_buf_free(&b);
     ct_buf_free(&bu);
     if (st != PAGODA_OK) return st;
@@ -731,8 +734,8 @@ static void *convert_rows(pg_dtype t, const void *W, int64_t N, int64_t K, pg_dt
 static pagoda_status pack_w(const pg_llama *m, int quantize, pg_dtype t, const void *W,
                             const void *W_up, int64_t N, int64_t K, pg_packed_weight **out) {
     if (quantize && m->quant_bits && is_float(t))
-        return pg_gemm_pack_quantize(t, W, W_up, N, K, m->quant_bits, m->quant_group, 0, NULL,
-                                     pg_pool_default(), out);
+        return pg_gemm_pack_quantize(t, W, W_up, N, K, m->quant_bits, m->quant_group,
+                                     m->quant_act_group != 0, NULL, pg_pool_default(), out);
     pg_dtype to = pack_dtype(m, t);
     void *cw = NULL, *cu = NULL;
     if (to != t) {
@@ -809,6 +812,12 @@ pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
                         (long long)group);
     if (m->packed && (bits != m->quant_bits || group != m->quant_group))
         return pg_error(PAGODA_ERR_INVALID_ARG, "llama: already packed with other quantization");
+    if (m->quant_act_group && (!bits || group != m->quant_act_group))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: activation groups of %lld need group-wise weights of the same size "
+                        "(got %s group %lld)",
+                        (long long)m->quant_act_group, bits ? "quantization" : "no quantization,",
+                        (long long)group);
     if (bits && m->ct)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "llama: the checkpoint is already quantized (compressed-tensors "
@@ -821,12 +830,17 @@ pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
      * keeps W8. PAGODA_QUANT_LM_HEAD = none | w8 | w4 overrides. */
     m->lm_head_bits = bits == 4 && group > 0 ? 4 : bits;
     m->lm_head_group = bits == 4 && group > 0 ? group : 0;
+    /* with activation groups, the lm_head's weights use those groups too
+     * and its activations are scaled per group (llama.cpp's Q8_0 files keep
+     * the output tensor at Q8_0) */
+    m->lm_head_act = m->quant_act_group != 0;
+    if (m->lm_head_act) m->lm_head_group = m->quant_act_group;
     const char *env = getenv("PAGODA_QUANT_LM_HEAD");
     if (bits && env && *env) {
         if (strcmp(env, "none") == 0)
             m->lm_head_bits = 0;
         else if (strcmp(env, "w8") == 0)
-            m->lm_head_bits = 8, m->lm_head_group = 0;
+            m->lm_head_bits = 8, m->lm_head_group = 0, m->lm_head_act = 0;
         else if (strcmp(env, "w4") == 0)
             m->lm_head_bits = 4, m->lm_head_group = group > 0 ? group : 32;
         else
@@ -834,6 +848,19 @@ pagoda_status pg_llama_pack_quantized(pg_llama *m, int bits, int64_t group) {
                             "llama: PAGODA_QUANT_LM_HEAD=%s (need none, w8 or w4)", env);
     }
     return pg_llama_pack(m);
+}
+
+pagoda_status pg_llama_set_quant_act_group(pg_llama *m, int64_t act_group) {
+    if (act_group < 0 || act_group % 32 || act_group > 4096)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: activation group size %lld (need 0 = per token or a multiple of 32 "
+                        "up to 4096)",
+                        (long long)act_group);
+    if (m->packed && act_group != m->quant_act_group)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "llama: already packed with other activation groups");
+    m->quant_act_group = act_group;
+    return PAGODA_OK;
 }
 
 pagoda_status pg_llama_set_compute_dtype(pg_llama *m, pg_dtype compute) {
@@ -874,9 +901,9 @@ pagoda_status pg_llama_pack(pg_llama *m) {
      * reading the original) gets its own quantized packed copy. */
     const linear *h = &m->w.lm_head;
     if (m->lm_head_bits && !h->ct && is_float(h->dtype))
-        st =
-            pg_gemm_pack_quantize(h->dtype, h->w, NULL, h->n_out, h->n_in, m->lm_head_bits,
-                                  m->lm_head_group, 0, NULL, pg_pool_default(), &m->lm_head_packed);
+        st = pg_gemm_pack_quantize(h->dtype, h->w, NULL, h->n_out, h->n_in, m->lm_head_bits,
+                                   m->lm_head_group, m->lm_head_act, NULL, pg_pool_default(),
+                                   &m->lm_head_packed);
     else
         st = pack_one(m, 0, h, &m->lm_head_packed);
     if (st != PAGODA_OK) return st;

@@ -122,6 +122,17 @@ pagoda_status pg_llama_pack(pg_llama *model);
  * pg_llama_pack. Errors: PAGODA_ERR_INVALID_ARG (bits, group, an unknown
  * PAGODA_QUANT_LM_HEAD), those of pg_gemm_pack_quantize. */
 pagoda_status pg_llama_pack_quantized(pg_llama *model, int bits, int64_t group);
+/* Activation scales of the load-time quantized layers (set before
+ * pg_llama_pack_quantized): 0 (default) = one per token, the scheme of
+ * vLLM / compressed-tensors W8A8; G = one per token and group of G k,
+ * which pg_llama_pack_quantized then requires to equal its weight group
+ * (kernels/qgemm.h pg_qweight.act_group: llama.cpp's Q8_0 activation
+ * blocks when G = 32; about half the mean KL divergence of per-token
+ * scales at 8 bits, docs/QUANTIZATION.md). The lm_head keeps its policy
+ * (W8 per channel under W8A8: per-token scales). Errors:
+ * PAGODA_ERR_INVALID_ARG (G not 0 or a multiple of 32 up to 4096; already
+ * packed with another G). */
+pagoda_status pg_llama_set_quant_act_group(pg_llama *model, int64_t act_group);
 
 /* The precision of the batched forward's GEMMs (vLLM's --dtype), chosen
  * before pg_llama_pack: `compute` is
