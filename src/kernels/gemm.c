@@ -15,6 +15,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "kernels/blocking.h"
 #include "kernels/qgemm.h"
 #include "kernels/ref/ref.h"
 
@@ -485,19 +486,8 @@ static const char *next_slice(const call *cl, int64_t jr, int64_t pc, int64_t jc
                               int64_t M1, int64_t P1, size_t *bytes) {
     const pg_packed_weight *w = cl->w;
     const geometry *g = &cl->g;
-    const int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
-    if (jr + 1 < jc1) {
-        jr++;
-    } else if (pc + g->kc_groups < w->kgroups) {
-        jr = jc;
-        pc += g->kc_groups;
-    } else if (ic + g->mc < M1) {
-        jr = jc;
-        pc = 0;
-    } else if (jc1 < P1) {
-        jr = jc1;
-        pc = 0;
-    } else {
+    if (!pg_gemm_next_slice_pos(&jr, &pc, jc, ic, M1, P1, g->nc_panels, g->kc_groups, g->mc,
+                                w->kgroups)) {
         *bytes = 0;
         return NULL;
     }

@@ -12,6 +12,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "kernels/blocking.h"
 #include "kernels/ref/ref.h"
 
 /* K blocks of KC_ELEMS k (KC_SMALL_M when M <= PF_MAX_ROWS: the next-slice
@@ -696,19 +697,8 @@ static const char *next_slice(const call *cl, int64_t jr, int64_t pc, int64_t jc
                               int64_t M1, int64_t P1, size_t *bytes) {
     const pg_qpacked *w = cl->w;
     const geometry *g = &cl->g;
-    const int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
-    if (jr + 1 < jc1) {
-        jr++;
-    } else if (pc + g->kc_groups < w->ngroups) {
-        jr = jc;
-        pc += g->kc_groups;
-    } else if (ic + g->mc < M1) {
-        jr = jc;
-        pc = 0;
-    } else if (jc1 < P1) {
-        jr = jc1;
-        pc = 0;
-    } else {
+    if (!pg_gemm_next_slice_pos(&jr, &pc, jc, ic, M1, P1, g->nc_panels, g->kc_groups, g->mc,
+                                w->ngroups)) {
         *bytes = 0;
         return NULL;
     }
