@@ -166,8 +166,8 @@ static void test_config_json_selected(void **state) {
     pg_test_write_file(cfg, text, strlen(text));
     snprintf(args, sizeof args,
              "'%s' --kernels gemm,attention --dtype float32 --rounds 1 --threads 1 --m 3 "
-             "--context 40 --kv-cache-dtype bfloat16,float32 --output-json '%s'",
-             d, json);
+             "--context 40 --kv-cache-dtype both --output-json '%s'",
+             cfg, json); /* the config.json file itself (a directory works too) */
     char *out;
     int rc = run(args, &out);
     if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
@@ -241,8 +241,7 @@ static void test_errors(void **state) {
         {"--context", "--context needs a value"},
         {"--act-group", "pagoda bench kernels: activation scales per group need a group size"},
         {"a b", "unexpected argument 'b'"},
-        {"/nonexistent/model", "/nonexistent/model"},
-        {"--output-json /nonexistent/dir/x.json", "cannot write /nonexistent/dir/x.json"},
+        {"--kv-cache-dtype float16", "bad value 'float16' for --kv-cache-dtype"},
     };
     char *out;
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
@@ -252,10 +251,24 @@ static void test_errors(void **state) {
                      CASES[i].want);
         free(out);
     }
+    /* a model or output file that cannot be used: runtime errors, exit 1 */
+    static const struct {
+        const char *args, *want;
+    } RUNTIME[] = {
+        {"/nonexistent/model", "/nonexistent/model"},
+        {"--output-json /nonexistent/dir/x.json", "cannot write /nonexistent/dir/x.json"},
+    };
+    for (size_t i = 0; i < sizeof RUNTIME / sizeof RUNTIME[0]; i++) {
+        int rc = run(RUNTIME[i].args, &out);
+        if (rc != 1 || !strstr(out, RUNTIME[i].want))
+            fail_msg("'%s': exit %d, output:\n%s\n(want exit 1 and '%s')", RUNTIME[i].args, rc,
+                     out, RUNTIME[i].want);
+        free(out);
+    }
     /* heads not a multiple of kv heads: the config parser's message */
     snprintf(args, sizeof args, "'%s'", d);
     int rc = run(args, &out);
-    assert_int_equal(rc, 2);
+    assert_int_equal(rc, 1);
     assert_non_null(strstr(out, "config.json"));
     free(out);
     /* --help: exit 0, lists the options */

@@ -39,8 +39,13 @@ void pg_bench_shape_llama_1b(pg_bench_model_shape *s) {
 pagoda_status pg_bench_shape_from_model(const char *model, pg_bench_model_shape *s) {
     char path[PATH_MAX];
     bool is_gguf = false;
-    pagoda_status st = pg_model_resolve(model, path, sizeof path, &is_gguf);
-    if (st) return st;
+    size_t n = strlen(model);
+    struct stat mb;
+    pagoda_status st = PAGODA_OK;
+    if (n >= 5 && !strcmp(model + n - 5, ".json") && stat(model, &mb) == 0 && S_ISREG(mb.st_mode))
+        snprintf(path, sizeof path, "%s", model); /* a config.json file given as is */
+    else if ((st = pg_model_resolve(model, path, sizeof path, &is_gguf)))
+        return st;
     pg_model_config cfg;
     if (is_gguf) {
         pg_model_source *src;

@@ -134,11 +134,11 @@ static int parse(int argc, char **argv, pg_bench_kernels_opts *o, const char **m
             want = "a multiple of 16 in [16, 1024]";
             o->block_size = (int)n;
         } else if (!strcmp(a, "--kv-cache-dtype")) {
-            static const char *const D[] = {"bfloat16", "bf16", "float32", "f32"};
-            ok = parse_names(v, D, 4, &bits), want = "bfloat16, float32 or both (a list)";
+            static const char *const D[] = {"bfloat16", "bf16", "float32", "f32", "both"};
+            ok = parse_names(v, D, 5, &bits), want = "bfloat16, float32 or both (a list)";
             o->n_kv_dtypes = 0;
-            if (bits & 3) o->kv_dtypes[o->n_kv_dtypes++] = PG_BF16;
-            if (bits & 12) o->kv_dtypes[o->n_kv_dtypes++] = PG_F32;
+            if (bits & (3 | 16)) o->kv_dtypes[o->n_kv_dtypes++] = PG_BF16;
+            if (bits & (12 | 16)) o->kv_dtypes[o->n_kv_dtypes++] = PG_F32;
         } else if (!strcmp(a, "--threads")) {
             ok = pg_args_long(v, 1, 1024, &n), want = "an integer in [1, 1024]";
             o->threads = (int)n;
@@ -159,15 +159,17 @@ int pg_cmd_bench_kernels(int argc, char **argv) {
     const char *model = NULL, *json_path = NULL;
     int e = parse(argc, argv, &o, &model, &json_path);
     if (e) return e < 0 ? 0 : e;
+    /* a model or output file that cannot be used is a runtime error (exit
+     * 1, as in generate and bench latency); bad options exit 2 */
     if (model && pg_bench_shape_from_model(model, &o.shape) != PAGODA_OK) {
         fprintf(stderr, "%s: %s\n", CMD, pg_last_error());
-        return 2;
+        return 1;
     }
     /* open the JSON file first: a bad path fails before minutes of measuring */
     FILE *jf = json_path ? fopen(json_path, "w") : NULL;
     if (json_path && !jf) {
         fprintf(stderr, "%s: cannot write %s\n", CMD, json_path);
-        return 2;
+        return 1;
     }
     cJSON *json = NULL;
     pagoda_status st = pg_bench_kernels_run(&o, stdout, jf ? &json : NULL);
