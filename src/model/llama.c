@@ -893,7 +893,7 @@ pagoda_status pg_llama_pack(pg_llama *m) {
                    (st = pack_w(m, 1, L->w_gate.dtype, L->w_gate.w, L->w_up.w, L->w_gate.n_out,
                                 L->w_gate.n_in, &L->gate_up)) != PAGODA_OK)
             return st;
-        if (m->quant_bits)
+        if (m->quant_bits && is_float(L->w_down.dtype)) /* GGUF Q8_0/Q4_0 run as stored */
             PG_INFO("llama: quantized layer %d/%d to W%dA8", l + 1, m->cfg.num_hidden_layers,
                     m->quant_bits);
     }
