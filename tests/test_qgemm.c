@@ -176,6 +176,11 @@ static void test_qgemm_vs_reference(void **state) {
              * 70 rows, K past 4096: the long K blocks of larger M */
             check_case(uks[v], 32, 33, 70, 1100, PG_GEMM_RESIDUAL, 0, pool2);
             check_case(uks[v], 32, 70, 17, 4200, PG_GEMM_STORE, 1, NULL);
+            /* decode (M <= 2) over many panels on the pool (threads' shares
+             * of N with a partial last panel) */
+            check_case(uks[v], 32, 1, 1000, 300, PG_GEMM_RESIDUAL, 1, pool2);
+            check_case(uks[v], 0, 2, 777, 200, PG_GEMM_SWIGLU, 0, pool2);
+            check_case(uks[v], 0, 1, 1030, 130, PG_GEMM_STORE, 1, pool2);
             /* activation scales per (token, group) */
             g_act_group = 1;
             for (int gi = 1; gi < 4; gi++)
