@@ -383,31 +383,8 @@ static void test_stories_accuracy(void **state) {
         loaded q;
         if (load(dir, 0, 0, &q) != PAGODA_OK) fail_msg("%s", pg_last_error());
         pg_test_prefill_logits(q.m, toks, T, lq);
-        double kl = 0;
-        int same = 0;
-        for (int t = 0; t < T; t++) {
-            const float *a = lf + (size_t)t * V, *b = lq + (size_t)t * V;
-            double ma = a[0], mb = b[0];
-            int ia = 0, ib = 0;
-            for (int v = 1; v < V; v++) {
-                if (a[v] > ma) ma = a[v], ia = v;
-                if (b[v] > mb) mb = b[v], ib = v;
-            }
-            double za = 0, zb = 0;
-            for (int v = 0; v < V; v++) {
-                za += exp(a[v] - ma);
-                zb += exp(b[v] - mb);
-            }
-            double k = 0;
-            for (int v = 0; v < V; v++) {
-                double la = a[v] - ma - log(za), lb = b[v] - mb - log(zb);
-                k += exp(la) * (la - lb);
-            }
-            kl += k;
-            same += ia == ib;
-        }
-        kl /= T;
-        double top1 = 100.0 * same / T;
+        double top1;
+        double kl = pg_test_mean_kl(lf, lq, T, V, &top1);
         fprintf(stderr, "stories260K compressed-tensors W%d %s: mean KL %.6f, same top-1 %.2f%%\n",
                 o.ct_bits, o.ct_group ? "g32" : "per-channel", kl, top1);
         if (o.ct_bits == 8)
