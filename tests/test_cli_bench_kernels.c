@@ -186,7 +186,8 @@ static void test_config_json_selected(void **state) {
     cJSON_Delete(root);
 }
 
-/* --kernels quk alone: W8 and W4 microkernels, per channel, g32, g128. */
+/* --kernels quk alone: W8 and W4 microkernels, per channel, g32, g32 with
+ * per-(row, group) activation scales, g128. */
 static void test_quk(void **state) {
     (void)state;
     char json[4200], args[9000];
@@ -201,12 +202,13 @@ static void test_quk(void **state) {
     cJSON *root = load_json(json);
     assert_null(cJSON_GetObjectItemCaseSensitive(root, "qgemm"));
     const cJSON *res = item(item(root, "quk"), "results");
-    assert_int_equal(cJSON_GetArraySize(res), 6);
-    const int want_group[3] = {0, 32, 128};
-    for (int i = 0; i < 6; i++) {
+    assert_int_equal(cJSON_GetArraySize(res), 8);
+    const int want_group[4] = {0, 32, 32, 128};
+    for (int i = 0; i < 8; i++) {
         const cJSON *e = cJSON_GetArrayItem(res, i);
-        assert_int_equal((int)num(e, "bits"), i < 3 ? 8 : 4);
-        assert_int_equal((int)num(e, "group"), want_group[i % 3]);
+        assert_int_equal((int)num(e, "bits"), i < 4 ? 8 : 4);
+        assert_int_equal((int)num(e, "group"), want_group[i % 4]);
+        assert_true(cJSON_IsTrue(item(e, "act_group")) == (i % 4 == 2));
         assert_true(cJSON_IsString(item(e, "variant")));
         positive(e, "mr");
         positive(e, "nr");

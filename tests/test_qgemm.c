@@ -181,6 +181,10 @@ static void test_qgemm_vs_reference(void **state) {
             check_case(uks[v], 32, 1, 1000, 300, PG_GEMM_RESIDUAL, 1, pool2);
             check_case(uks[v], 0, 2, 777, 200, PG_GEMM_SWIGLU, 0, pool2);
             check_case(uks[v], 0, 1, 1030, 130, PG_GEMM_STORE, 1, pool2);
+            /* more rows than one M block (MC_MAX rounded up to whole tiles):
+             * two blocks, the SwiGLU epilogue's in-place scale and bias */
+            check_case(uks[v], 32, 600, 9, 70, PG_GEMM_SWIGLU, 1, pool2);
+            check_case(uks[v], 0, 530, 5, 40, PG_GEMM_RESIDUAL, 0, NULL);
             /* activation scales per (token, group) */
             g_act_group = 1;
             for (int gi = 1; gi < 4; gi++)
@@ -191,6 +195,8 @@ static void test_qgemm_vs_reference(void **state) {
                                (r & 2) ? pool2 : NULL);
                 }
             check_case(uks[v], 32, 9, 37, 1100, PG_GEMM_STORE, 1, pool2);
+            check_case(uks[v], 32, 600, 9, 70, PG_GEMM_SWIGLU, 1, pool2);
+            check_case(uks[v], 32, 530, 7, 50, PG_GEMM_SWIGLU, 0, NULL);
             g_act_group = 0;
         }
     }

@@ -674,7 +674,8 @@ static double thread_cpu_now(void) {
  * channel with f32 scales; else F16 scales, the run_hs form when the kernel
  * has it) on buffers small enough for L1/L2; the values do not matter for
  * the timing. Int8 ops (2 per multiply-add) per thread CPU second, in G. */
-static double quk_rate(const pg_qgemm_ukernel *uk, int64_t group, long reps, pagoda_status *st) {
+static double quk_rate(const pg_qgemm_ukernel *uk, int64_t group, bool act, long reps,
+                       pagoda_status *st) {
     const int64_t K = 2048, gk = group ? group : K, ng = K / gk;
     const bool hs = group && uk->run_hs;
     const size_t gbytes = (size_t)uk->nr * (hs ? 2 : 4) + (size_t)(gk * uk->nr * uk->bits / 8);
@@ -682,8 +683,9 @@ static double quk_rate(const pg_qgemm_ukernel *uk, int64_t group, long reps, pag
     char *w = pg_malloc_aligned((size_t)ng * gbytes);
     int32_t *ac = pg_malloc_aligned((size_t)(uk->mr * ng * 2) * sizeof(int32_t));
     float *c = pg_malloc_aligned((size_t)(uk->mr * uk->nr) * sizeof(float));
+    float *as = pg_malloc_aligned((size_t)(uk->mr * ng) * sizeof(float));
     double rate = 0;
-    if (!a || !w || !ac || !c) {
+    if (!a || !w || !ac || !c || !as) {
         *st = pg_error(PAGODA_ERR_NOMEM, "bench kernels: out of memory");
         goto out;
     }
@@ -692,12 +694,15 @@ static double quk_rate(const pg_qgemm_ukernel *uk, int64_t group, long reps, pag
     for (size_t i = 0; i < (size_t)ng * gbytes; i++)
         w[i] = (char)((i * 13 % 251) & 0x3F); /* small F16 / f32 scales, any weights */
     memset(ac, 0, (size_t)(uk->mr * ng * 2) * sizeof(int32_t));
+    for (int64_t i = 0; i < uk->mr * ng; i++)
+        as[i] = 0.001f * (float)(1 + i % 7);
+    const float *asp = act ? as : NULL; /* act: per-(row, group) activation scales */
     __typeof__(uk->run) run = hs ? uk->run_hs : uk->run;
     const int64_t a_stride = K * uk->ar;
-    run(ng, gk, a, a_stride, NULL, ng, ac, ng * 2, w, c, uk->nr, uk->mr, 0);
+    run(ng, gk, a, a_stride, asp, ng, ac, ng * 2, w, c, uk->nr, uk->mr, 0);
     double c0 = thread_cpu_now();
     for (long r = 0; r < reps; r++)
-        run(ng, gk, a, a_stride, NULL, ng, ac, ng * 2, w, c, uk->nr, uk->mr, 0);
+        run(ng, gk, a, a_stride, asp, ng, ac, ng * 2, w, c, uk->nr, uk->mr, 0);
     double t = thread_cpu_now() - c0;
     pg_bench_sink += c[0];
     rate = t > 0 ? 2.0 * (double)(uk->mr * uk->nr) * (double)K * (double)reps / t * 1e-9 : 0;
@@ -706,24 +711,27 @@ out:
     pg_free(w);
     pg_free(ac);
     pg_free(c);
+    pg_free(as);
     return rate;
 }
 
 static pagoda_status run_quk(const bench *b, cJSON *root) {
     const pg_kernel_table *kt = pg_kernels();
-    const int64_t groups[3] = {0, 32, 128};
+    /* per channel, g32, g32 with per-(row, group) activation scales, g128 */
+    const int64_t groups[4] = {0, 32, 32, 128};
+    const bool acts[4] = {false, false, true, false};
     const long reps = b->o->quick ? 200 : 40000;
     const bool have = pg_bench_have(PG_BENCH_PEAK_INT8);
-    double pk[PG_BENCH_MAX_ROUNDS], res[2][3][PG_BENCH_MAX_ROUNDS];
+    double pk[PG_BENCH_MAX_ROUNDS], res[2][4][PG_BENCH_MAX_ROUNDS];
     pagoda_status st = PAGODA_OK;
     for (int r = 0; r < b->o->rounds && !st; r++) {
         pg_bench_peak pc = {.kind = PG_BENCH_PEAK_INT8, .buf = b->bwbuf, .bytes = b->bw_bytes};
         pk[r] = 0;
         if (have) (void)pg_bench_run_peak(b->pool, &pc, &pk[r]);
         for (int bi = 0; bi < 2 && !st; bi++)
-            for (int gi = 0; gi < 3 && !st; gi++)
-                res[bi][gi][r] =
-                    quk_rate(bi ? &kt->qgemm_w4 : &kt->qgemm_w8, groups[gi], reps, &st);
+            for (int gi = 0; gi < 4 && !st; gi++)
+                res[bi][gi][r] = quk_rate(bi ? &kt->qgemm_w4 : &kt->qgemm_w8, groups[gi],
+                                          acts[gi], reps, &st);
     }
     if (st) return st;
     const double peak = have ? pg_bench_median(pk, b->o->rounds) : 0;
@@ -737,7 +745,7 @@ static pagoda_status run_quk(const bench *b, cJSON *root) {
     for (int bi = 0; bi < 2; bi++) {
         const pg_qgemm_ukernel *uk = bi ? &kt->qgemm_w4 : &kt->qgemm_w8;
         say(b, "  W%dA8 %-10s %dx%-3d", uk->bits, uk->name, uk->mr, uk->nr);
-        for (int gi = 0; gi < 3; gi++) {
+        for (int gi = 0; gi < 4; gi++) {
             const double g = pg_bench_median(res[bi][gi], b->o->rounds);
             cJSON *e = cJSON_CreateObject();
             cJSON_AddNumberToObject(e, "bits", uk->bits);
@@ -745,8 +753,10 @@ static pagoda_status run_quk(const bench *b, cJSON *root) {
             cJSON_AddNumberToObject(e, "mr", uk->mr);
             cJSON_AddNumberToObject(e, "nr", uk->nr);
             cJSON_AddNumberToObject(e, "group", (double)groups[gi]);
+            cJSON_AddBoolToObject(e, "act_group", acts[gi]);
             cJSON_AddNumberToObject(e, "gops_per_cpu_s", g);
-            const char *gname = gi == 0 ? "per channel" : (gi == 1 ? "g32" : "g128");
+            const char *gnames[4] = {"per channel", "g32", "g32 act", "g128"};
+            const char *gname = gnames[gi];
             if (have && peak > 0) {
                 cJSON_AddNumberToObject(e, "pct_peak_cpu", 100.0 * g / peak);
                 say(b, "  %s %5.1f%%", gname, 100.0 * g / peak);

@@ -18,7 +18,8 @@
 /* K blocks of KC_ELEMS k (KC_SMALL_M when M <= PF_MAX_ROWS: the next-slice
  * prefetch keeps up with slices of that size; larger M: fewer, longer
  * microkernel calls, +2-3% at M=512 on Zen 4, docs/PERFORMANCE.md);
- * MC_MAX rows of acc over NC_ELEMS columns = 256 KiB (L2). */
+ * MC_MAX rows (rounded up to whole tiles) of acc over NC_ELEMS columns =
+ * 256 KiB (L2). */
 enum {
     KC_ELEMS = 4096,
     KC_SMALL_M = 1024,
@@ -28,7 +29,8 @@ enum {
     ACT_GROUP_MAX = 4096,
     QMAX_NR = 64,
     PF_MAX_ROWS = 64,
-    PF_TILE_LINES = 64
+    PF_TILE_LINES = 64,
+    EPI_PF_ROWS = 8
 };
 
 struct pg_qpacked {
@@ -469,7 +471,10 @@ static geometry plan(const pg_qpacked *w, int64_t M) {
     const pg_qgemm_ukernel *uk = &w->uk;
     g.M = M;
     int64_t mc = ceil_div(M, uk->mr) * uk->mr;
-    int64_t mc_max = (MC_MAX / uk->mr) * uk->mr;
+    /* MC_MAX rounded up to whole tiles: M = 512 is one block of 86 tiles
+     * (6 x 83, 5, 5, 4 rows with mr 6), not 510 rows plus a 2-row block
+     * whose decode-shaped tile runs at a third of the rate (+1% at M=512) */
+    int64_t mc_max = ceil_div(MC_MAX, uk->mr) * uk->mr;
     g.mc = mc < mc_max ? mc : mc_max;
     g.nc_panels = NC_ELEMS / uk->nr;
     if (g.nc_panels < 2) g.nc_panels = 2;
@@ -630,9 +635,9 @@ VEC_LOOPS static void epi_rows(float *restrict c, const float *restrict y, float
     }
 }
 
-VEC_LOOPS static void epi_scale(float *restrict d, const float *restrict y, float as, int64_t n) {
+VEC_LOOPS static void epi_scale_in_place(float *restrict d, float as, int64_t n) {
     for (int64_t j = 0; j < n; j++)
-        d[j] = y[j] * as;
+        d[j] *= as;
 }
 
 VEC_LOOPS static void epi_bias(float *restrict d, const float *restrict b, int64_t n) {
@@ -640,35 +645,56 @@ VEC_LOOPS static void epi_bias(float *restrict d, const float *restrict b, int64
         d[j] += b[j];
 }
 
-static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0, int64_t m1,
+/* The epilogue writes C rows of a block (nr..NC_ELEMS floats each, a row
+ * apart): prefetch for writing the C segment EPI_PF_ROWS rows ahead, so the
+ * misses overlap instead of each store waiting for its line (+1% per GEMM
+ * at M=512 with act groups on Zen 4: sum of 5 noisy A/B pairs, 3 ahead). */
+static void prefetch_c_row(const call *cl, int64_t m, int64_t m1, int64_t n0, int64_t cnt) {
+    if (m >= m1) return;
+    const float *c = cl->C + m * cl->ldc + n0;
+    for (int64_t j = 0; j < cnt; j += 16)
+        __builtin_prefetch(c + j, 1, 3);
+}
+
+static void epilogue(const call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1,
                      int64_t p0, int64_t p1) {
     const pg_qpacked *w = cl->w;
     const int64_t nr = w->uk.nr, N = w->N;
     const float *bias = cl->bias;
     if (w->swiglu) {
         /* silu(g) * u by the table's swiglu_f32 (elementwise: a column's
-         * result does not depend on where it sits in the call) */
+         * result does not depend on where it sits in the call). The row
+         * scale (per token; act groups are scaled in the kernel) and the
+         * bias go into acc in place for all rows of the pair first, then
+         * SwiGLU reads acc: a per-row copy right before it made its 64-byte
+         * loads wait on the copy's narrower stores (no store forwarding
+         * across stores), measured 4-5x slower per element. */
         const pg_kernel_table *kt = pg_kernels();
-        float gb[QMAX_NR], ub[QMAX_NR];
         for (int64_t p = p0; p < p1; p += 2) {
             int64_t n0 = (p / 2) * nr, cnt = N - n0 < nr ? N - n0 : nr;
             const int64_t off = (p - p0) * nr;
-            for (int64_t m = m0; m < m1; m++) {
-                const float as = w->act_group ? 1.0f : cl->ascale[m];
-                const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
-                epi_scale(gb, gr, as, cnt);
-                epi_scale(ub, ur, as, cnt);
-                if (bias) {
-                    epi_bias(gb, bias + n0, cnt);
-                    epi_bias(ub, bias + N + n0, cnt);
+            for (int64_t m = m0; m < m1 && (!w->act_group || bias); m++) {
+                float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
+                if (!w->act_group) {
+                    epi_scale_in_place(gr, cl->ascale[m], cnt);
+                    epi_scale_in_place(ur, cl->ascale[m], cnt);
                 }
-                kt->swiglu_f32(cl->C + m * cl->ldc + n0, gb, ub, (size_t)cnt);
+                if (bias) {
+                    epi_bias(gr, bias + n0, cnt);
+                    epi_bias(ur, bias + N + n0, cnt);
+                }
+            }
+            for (int64_t m = m0; m < m1; m++) {
+                prefetch_c_row(cl, m + EPI_PF_ROWS, m1, n0, cnt);
+                const float *gr = acc + (m - m0) * ldacc + off;
+                kt->swiglu_f32(cl->C + m * cl->ldc + n0, gr, gr + nr, (size_t)cnt);
             }
         }
         return;
     }
     int64_t n0 = p0 * nr, n1 = p1 * nr < N ? p1 * nr : N;
     for (int64_t m = m0; m < m1; m++) {
+        prefetch_c_row(cl, m + EPI_PF_ROWS, m1, n0, n1 - n0);
         const float as = w->act_group ? 1.0f : cl->ascale[m];
         const float *y = acc + (m - m0) * ldacc;
         float *c = cl->C + m * cl->ldc + n0;

@@ -65,8 +65,16 @@ void pg_avx512_silu_f32(float *out, const float *x, size_t n) {
     }
 }
 
+/* Whole vectors by plain loads and stores, the tail masked: a masked load
+ * does not take store forwarding, and callers often pass gate / up just
+ * written (qgemm's SwiGLU epilogue: 32-column rows, ~4x slower all masked). */
 void pg_avx512_swiglu_f32(float *out, const float *gate, const float *up, size_t n) {
-    for (size_t i = 0; i < n; i += 16) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 s = silu(_mm512_loadu_ps(gate + i));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+    if (i < n) {
         __mmask16 k = tail(n - i);
         __m512 s = silu(_mm512_maskz_loadu_ps(k, gate + i));
         _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, up + i)));

@@ -27,7 +27,17 @@
  * VPDPBUSD + 12 FMA (the per-group fmaf of the specification): at most 89%
  * of the VPDPBUSD peak at group 32 (97% measured for the kernel alone per
  * channel, 86% at group 32), whatever the tile shape or the nibble unpack.
- * The kernel avoids the other paying ops (no scale multiply, no f32 spill).
+ * The kernel avoids the other paying ops (no f32 spill; per token / per
+ * channel no scale multiply). With per-(row, group) activation scales (asc,
+ * GGUF Q8_0 / Q4_0 arithmetic) each group also pays 12 MUL (weight scale x
+ * activation scale, rounded once as the reference's s * as): 96 + 12 + 12 =
+ * 120 slots, at most 80% of the peak; measured 78% for the kernel alone
+ * (bench kernels --kernels quk, "g32 act"; 2 F16 vcvtph2ps, 12 vcvtdq2ps, 6
+ * broadcasts, the acc-init copies and the spilled row pointers cost nothing
+ * measurable: a W tile resident in L1 (K 512) or in L2 (K 2048) measures the
+ * same). Fewer paying ops would need other arithmetic than the reference's
+ * (the 192 scale products of a tile and group are all distinct), so the
+ * act-group GEMM tops out near 75% of the peak at M = 512.
  *
  * A 32-k group (GGUF Q4_0 / Q8_0, W4A8 g32) is straight-line code: the tile
  * is specialised on gk == 32 and its 8 k-chunks unrolled (about +6% over a
