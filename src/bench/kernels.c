@@ -730,8 +730,8 @@ static pagoda_status run_quk(const bench *b, cJSON *root) {
         if (have) (void)pg_bench_run_peak(b->pool, &pc, &pk[r]);
         for (int bi = 0; bi < 2 && !st; bi++)
             for (int gi = 0; gi < 4 && !st; gi++)
-                res[bi][gi][r] = quk_rate(bi ? &kt->qgemm_w4 : &kt->qgemm_w8, groups[gi],
-                                          acts[gi], reps, &st);
+                res[bi][gi][r] =
+                    quk_rate(bi ? &kt->qgemm_w4 : &kt->qgemm_w8, groups[gi], acts[gi], reps, &st);
     }
     if (st) return st;
     const double peak = have ? pg_bench_median(pk, b->o->rounds) : 0;

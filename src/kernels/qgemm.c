@@ -473,7 +473,7 @@ static geometry plan(const pg_qpacked *w, int64_t M) {
     int64_t mc = ceil_div(M, uk->mr) * uk->mr;
     /* MC_MAX rounded up to whole tiles: M = 512 is one block of 86 tiles
      * (6 x 83, 5, 5, 4 rows with mr 6), not 510 rows plus a 2-row block
-     * whose decode-shaped tile runs at a third of the rate (+1% at M=512) */
+     * whose tile per panel takes the slow decode path (+1% at M=512) */
     int64_t mc_max = ceil_div(MC_MAX, uk->mr) * uk->mr;
     g.mc = mc < mc_max ? mc : mc_max;
     g.nc_panels = NC_ELEMS / uk->nr;
@@ -656,8 +656,8 @@ static void prefetch_c_row(const call *cl, int64_t m, int64_t m1, int64_t n0, in
         __builtin_prefetch(c + j, 1, 3);
 }
 
-static void epilogue(const call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1,
-                     int64_t p0, int64_t p1) {
+static void epilogue(const call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1, int64_t p0,
+                     int64_t p1) {
     const pg_qpacked *w = cl->w;
     const int64_t nr = w->uk.nr, N = w->N;
     const float *bias = cl->bias;
