@@ -8,7 +8,11 @@
 #define PAGODA_KERNELS_BLOCKING_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+
+#include "base/pool.h"
 
 /* Advance (*jr, *pc), the slice being read in block (jc, ic), to the next
  * slice in that order; false after the share's last one. ngroups: k-groups
@@ -32,6 +36,47 @@ static inline bool pg_gemm_next_slice_pos(int64_t *jr, int64_t *pc, int64_t jc, 
         return false;
     }
     return true;
+}
+
+/* The packed weight a decode forward reads after this one (pg_gemm_set_next):
+ * its panels, so that a thread can prefetch the start of its share of them. */
+typedef struct pg_next_weight {
+    const char *data;   /* NULL: no next weight */
+    size_t panel_bytes; /* bytes per panel (whole K) */
+    int64_t npanels;
+    int unit; /* panels per partition unit (2 for a SwiGLU gate/up pair) */
+} pg_next_weight;
+
+/* Bytes of its share of the next weight a thread prefetches (to L2) when it
+ * ends its share of a decode-sized call: about what the memory delivers to
+ * one core while the other threads finish, the join and the serial work
+ * between two GEMMs of a decode step (~10 us) take; env PAGODA_PF_NEXT_KB
+ * overrides it (0 turns it off). */
+static inline size_t pg_next_weight_budget(void) {
+    static size_t budget = (size_t)-1;
+    if (budget == (size_t)-1) {
+        const char *e = getenv("PAGODA_PF_NEXT_KB");
+        budget = (size_t)(e ? atol(e) : 256) * 1024;
+    }
+    return budget;
+}
+
+/* Prefetch (to L2) the first bytes of thread tid's share of n, split over
+ * nthreads as the GEMM drivers split a decode call (panel units, statically:
+ * pg_pool_partition; the share of a call with M <= the tile rows is walked
+ * panel after panel, so its first bytes are the first ones it reads). */
+static inline void pg_next_weight_prefetch(const pg_next_weight *n, int tid, int nthreads) {
+    if (!n->data || nthreads < 1) return;
+    const int64_t units = n->npanels / n->unit;
+    const int tn = units < nthreads ? (int)units : nthreads;
+    if (tid >= tn) return;
+    size_t b, e;
+    pg_pool_partition((size_t)units, 1, tn, tid, &b, &e);
+    size_t bytes = (e - b) * (size_t)n->unit * n->panel_bytes, budget = pg_next_weight_budget();
+    if (bytes > budget) bytes = budget;
+    const char *p = n->data + b * (size_t)n->unit * n->panel_bytes;
+    for (size_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch(p + off, 0, 2);
 }
 
 #endif

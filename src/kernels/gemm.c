@@ -39,6 +39,7 @@ struct pg_packed_weight {
     void *data;
     size_t bytes;
     pg_qpacked *q; /* quantized (W8A8 / W4A8): everything goes to qgemm.c */
+    pg_next_weight next; /* decode prefetch hint (pg_gemm_set_next) */
 };
 
 static int64_t ceil_div(int64_t a, int64_t b) {
@@ -571,6 +572,7 @@ static void compute(void *ctx, int tid, int nthreads) {
             if (pe < jc1) epilogue(cl, acc + (pe - jc) * nr, ldacc, ic, ic1, pe, jc1);
         }
     }
+    if (g->M <= mr) pg_next_weight_prefetch(&w->next, tid, cl->tn * cl->tm);
 }
 
 /* Units are virtual threads (share + acc block each). Normally pool thread
@@ -580,6 +582,21 @@ static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
     (void)tid;
     for (size_t u = begin; u < end; u++)
         compute(ctx, (int)u, 0);
+}
+
+void pg_gemm_set_next(pg_packed_weight *w, const pg_packed_weight *next) {
+    if (!w) return;
+    pg_next_weight n = {0};
+    if (next && next->q) {
+        pg_qgemm_panels(next->q, &n);
+    } else if (next) {
+        n.data = next->data;
+        n.panel_bytes = next->panel_elems * next->elem;
+        n.npanels = next->npanels;
+        n.unit = next->swiglu ? 2 : 1;
+    }
+    w->next = n;
+    if (w->q) pg_qgemm_set_next(w->q, &n);
 }
 
 pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int64_t lda, float *C,

@@ -122,6 +122,17 @@ int pg_gemm_is_swiglu(const pg_packed_weight *w);
 size_t pg_gemm_packed_bytes(const pg_packed_weight *w);
 const char *pg_gemm_variant(const pg_packed_weight *w);
 
+/* Decode prefetch hint: next (NULL: none) is the packed weight a decode
+ * step's forward multiplies after w (qkv -> o -> gate/up -> down -> the next
+ * layer's qkv ... -> lm_head -> the first qkv). When a thread ends its share
+ * of a call of w with M <= the microkernel's rows (bandwidth-bound decode),
+ * it prefetches to L2 the first bytes of its share of next in a call with as
+ * many threads, so that the memory keeps streaming while the other threads
+ * finish, through the join and the serial work between the two GEMMs (norms,
+ * RoPE, attention, sampling) instead of idling. Results do not change (a
+ * prefetch only moves lines into cache). next must outlive w's calls. */
+void pg_gemm_set_next(pg_packed_weight *w, const pg_packed_weight *next);
+
 /* Scratch bytes pg_gemm needs for M rows with nthreads threads (use
  * pg_pool_size(pool), or 1 for pool NULL). Monotonic in M and nthreads, so
  * size once for the largest step (max_num_batched_tokens). */

@@ -46,6 +46,7 @@ struct pg_qpacked {
     size_t panel_bytes; /* ngroups * gbytes */
     void *data;
     size_t bytes;
+    pg_next_weight next; /* decode prefetch hint (pg_gemm_set_next) */
 };
 
 static int64_t ceil_div(int64_t a, int64_t b) {
@@ -798,6 +799,18 @@ static void compute(const call *cl, int tid) {
             epilogue(cl, acc, ldacc, ic, ic1, jc, jc1);
         }
     }
+    if (g->M <= mr) pg_next_weight_prefetch(&w->next, tid, cl->tn * cl->tm);
+}
+
+void pg_qgemm_set_next(pg_qpacked *w, const pg_next_weight *next) {
+    w->next = *next;
+}
+
+void pg_qgemm_panels(const pg_qpacked *w, pg_next_weight *out) {
+    out->data = w->data;
+    out->panel_bytes = w->panel_bytes;
+    out->npanels = w->npanels;
+    out->unit = w->swiglu ? 2 : 1;
 }
 
 /* Units are virtual threads (share + acc block each). Normally pool thread

@@ -85,6 +85,12 @@ const void *pg_qgemm_packed_data(const pg_qpacked *w);
 int64_t pg_qgemm_act_group(const pg_qpacked *w);
 
 int64_t pg_qgemm_n(const pg_qpacked *w);
+/* Decode prefetch hint (see pg_gemm_set_next in gemm.h): the panels of the
+ * weight the forward reads after w ({NULL} clears it), and w's own panels in
+ * that form. */
+struct pg_next_weight;
+void pg_qgemm_set_next(pg_qpacked *w, const struct pg_next_weight *next);
+void pg_qgemm_panels(const pg_qpacked *w, struct pg_next_weight *out);
 int64_t pg_qgemm_k(const pg_qpacked *w);
 int pg_qgemm_bits(const pg_qpacked *w);
 int64_t pg_qgemm_group(const pg_qpacked *w);

@@ -877,6 +877,28 @@ pg_dtype pg_llama_compute_dtype(const pg_llama *m) {
     return m->compute;
 }
 
+/* Each packed weight's decode prefetch hint (pg_gemm_set_next): the next one
+ * the forward multiplies, in order qkv, o, gate/up, down of every layer, then
+ * the lm_head, whose next is the first layer's qkv (the next step's). Weights
+ * that are not packed are skipped. */
+static void link_decode_order(pg_llama *m) {
+    pg_packed_weight *first = NULL, *prev = NULL;
+    for (int l = 0; l <= m->cfg.num_hidden_layers; l++) {
+        pg_packed_weight *ws[4] = {m->lm_head_packed, NULL, NULL, NULL};
+        if (l < m->cfg.num_hidden_layers) {
+            llama_layer *L = &m->w.layers[l];
+            ws[0] = L->qkv, ws[1] = L->o, ws[2] = L->gate_up, ws[3] = L->down;
+        }
+        for (int i = 0; i < 4; i++) {
+            if (!ws[i]) continue;
+            if (prev) pg_gemm_set_next(prev, ws[i]);
+            if (!first) first = ws[i];
+            prev = ws[i];
+        }
+    }
+    if (prev && prev != first) pg_gemm_set_next(prev, first);
+}
+
 pagoda_status pg_llama_pack(pg_llama *m) {
     if (m->packed) return PAGODA_OK;
     pagoda_status st;
@@ -908,6 +930,7 @@ pagoda_status pg_llama_pack(pg_llama *m) {
         st = pack_one(m, 0, h, &m->lm_head_packed);
     if (st != PAGODA_OK) return st;
     if (m->lm_head_bits) PG_INFO("llama: quantized the lm_head to W%dA8", m->lm_head_bits);
+    link_decode_order(m);
     m->packed = true;
     return PAGODA_OK;
 }
