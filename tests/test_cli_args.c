@@ -62,9 +62,10 @@ static const row ROWS[] = {
     {"generate " M " --prompt hi --threads 4x", 2, "bad value '4x' for --threads"},
     {"generate " M " --prompt hi --kv-cache-memory lots", 2, "for --kv-cache-memory"},
     {"generate " M " --prompt hi --quant-act-group 48", 2, "bad value '48' for --quant-act-group"},
-    {"generate " M " --prompt hi --quant-act-group 32", 2, "quant_act_group 32 needs quantization"},
+    {"generate " M " --prompt hi --quant-act-group 32", 2,
+     "--quant-act-group applies to load-time quantization (--quantization"},
     {"generate " M " --prompt hi --quantization w8a8 --quant-group-size 64 --quant-act-group 32", 2,
-     "needs quant_group_size 32 or 0"},
+     "--quant-act-group 32 needs --quant-group-size 32 or 0"},
     {"generate " M " extra --prompt hi", 2, "unexpected argument 'extra'"},
     {"generate " M " --prompt hi --prompts-file x.jsonl", 2, "not both"},
     {"generate --prompt hi", 2, "MODEL is required"},
@@ -87,6 +88,9 @@ static const row ROWS[] = {
     {"serve " M " --served-model-name ''", 2, "for --served-model-name"},
     {"serve " M " other", 2, "unexpected argument 'other'"},
     {"serve --port 0", 2, "MODEL is required"},
+    {"serve " M " --quant-act-group 32", 2, "GGUF Q8_0/Q4_0 already use activation groups of 32"},
+    {"serve " M " --quantization w4a8 --quant-group-size 128 --quant-act-group 64", 2,
+     "--quant-act-group 64 needs --quant-group-size 64 or 0"},
     {"serve " M " --port 0 --max-queue 5 --threads 1 --seed 3 --kv-cache-dtype bf16", 1, M},
     /* bench serve */
     {"bench serve --bogus", 2, "unknown option '--bogus'"},
@@ -124,6 +128,21 @@ static const row ROWS[] = {
     {"bench latency " M " --num-iters -1", 2, "bad value '-1' for --num-iters"},
     {"bench latency " M " --max-model-len 1", 2, "bad value '1' for --max-model-len"},
     {"bench latency " M " two", 2, "unexpected argument 'two'"},
+    /* engine options that only go together: usage errors in every command */
+    {"bench latency " M " --quant-act-group 32", 2,
+     "--quant-act-group applies to load-time quantization (--quantization"},
+    {"bench throughput " M " --quant-act-group 32", 2,
+     "GGUF Q8_0/Q4_0 already use activation groups of 32"},
+    {"bench latency " M " --quantization w8a8 --quant-group-size 64 --quant-act-group 32", 2,
+     "--quant-act-group 32 needs --quant-group-size 32 or 0"},
+    /* an output file that cannot be created: exit 1 before the model is
+     * loaded (the message names the file, not the missing model) */
+    {"bench latency " M " --output-json /nonexistent/dir/x.json", 1,
+     "pagoda bench latency: cannot write /nonexistent/dir/x.json: "},
+    {"bench throughput " M " --output-json /nonexistent/dir/x.json", 1,
+     "pagoda bench throughput: cannot write /nonexistent/dir/x.json: "},
+    {"bench serve " DEAD " --prompt-as-ids --vocab-size 100 --output-json /nonexistent/dir/x.json",
+     1, "pagoda bench serve: cannot write /nonexistent/dir/x.json: "},
     {"bench nope", 2, "unknown benchmark 'nope'"},
     {"bench throughput " M " --num-prompts 2 --input-len 4 --seed 1", 1, M},
     /* tokenize / detokenize */
@@ -171,9 +190,42 @@ static void test_every_command_checks_its_arguments(void **state) {
     assert_int_equal(failures, 0);
 }
 
+/* The early --output-json check leaves the file system as it was: an
+ * existing file keeps its content (the model then fails to load: exit 1
+ * naming the model), a file it created is removed again. */
+static void test_output_json_check_leaves_files(void **state) {
+    (void)state;
+    static char out[1 << 16];
+    const char *d = pg_test_tmpdir();
+    char kept[4200], fresh[4200], args[9000];
+    snprintf(kept, sizeof kept, "%s/kept.json", d);
+    snprintf(fresh, sizeof fresh, "%s/fresh.json", d);
+    pg_test_write_file(kept, "old", 3);
+    static const char *const CMDS[] = {"bench latency", "bench throughput"};
+    for (int c = 0; c < 2; c++) {
+        const char *paths[2] = {kept, fresh};
+        for (int k = 0; k < 2; k++) {
+            snprintf(args, sizeof args, "%s " M " --output-json '%s'", CMDS[c], paths[k]);
+            int rc = run(args, out, sizeof out);
+            if (rc != 1 || !strstr(out, M) || strstr(out, "cannot write"))
+                fail_msg("pagoda %s: exit %d, output:\n%s\n(want exit 1 naming " M ")", args, rc,
+                         out);
+        }
+        size_t len;
+        char *text = pg_test_read_file(kept, &len);
+        assert_int_equal(len, 3);
+        assert_memory_equal(text, "old", 3);
+        free(text);
+        FILE *f = fopen(fresh, "r");
+        if (f) fclose(f);
+        assert_null(f);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_command_checks_its_arguments),
+        cmocka_unit_test(test_output_json_check_leaves_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

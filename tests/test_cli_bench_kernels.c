@@ -186,6 +186,44 @@ static void test_config_json_selected(void **state) {
     cJSON_Delete(root);
 }
 
+/* --m 1,1,1 measures M = 1 once (the GEMM section has one row per layer);
+ * the note about cached weights appears exactly when an M = 1 row is above
+ * 100% of the read bandwidth (tiny layers usually are: whether it shows
+ * depends on the machine, its consistency with the JSON does not). */
+static void test_m_duplicates_and_cache_note(void **state) {
+    (void)state;
+    const char *d = pg_test_tmpdir();
+    char cfg[4200], json[4200], args[9000];
+    snprintf(cfg, sizeof cfg, "%s/config.json", d);
+    snprintf(json, sizeof json, "%s/out.json", d);
+    const char *text = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
+                       "\"intermediate_size\": 96, \"num_hidden_layers\": 1, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                       "\"vocab_size\": 200, \"rms_norm_eps\": 1e-5}";
+    pg_test_write_file(cfg, text, strlen(text));
+    snprintf(args, sizeof args,
+             "'%s' --kernels gemm --quick --rounds 1 --threads 1 --m 1,1,1 --output-json '%s'", d,
+             json);
+    char *out;
+    int rc = run(args, &out);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    const char *first = strstr(out, "  M=1\n");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "  M=1\n"));
+    bool noted = strstr(out, "weights partly cached: ratios above 100% of DRAM bandwidth") != NULL;
+    cJSON *root = load_json(json);
+    const int64_t want[4][2] = {{128, 64}, {64, 64}, {96, 64}, {64, 96}};
+    const cJSON *gemm = item(root, "gemm");
+    check_gemm(gemm, 1, 4, want);
+    bool above = false;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, item(gemm, "results")) above |= num(r, "pct_read_bw") > 100.0;
+    if (noted != above) fail_msg("note %d but a row above 100%%: %d\n%s", noted, above, out);
+    assert_true(cJSON_IsTrue(item(gemm, "weights_partly_cached")) == above);
+    free(out);
+    cJSON_Delete(root);
+}
+
 /* --kernels quk alone: W8 and W4 microkernels, per channel, g32, g32 with
  * per-(row, group) activation scales, g128. */
 static void test_quk(void **state) {
@@ -235,6 +273,7 @@ static void test_errors(void **state) {
         {"--bogus", "pagoda bench kernels: unknown option '--bogus'"},
         {"--m 0", "bad value '0' for --m"},
         {"--m 1,,2", "bad value '1,,2' for --m"},
+        {"--m 1,2,3,4,5,6,7,8,9", "bad value '1,2,3,4,5,6,7,8,9' for --m"},
         {"--kernels gemm,foo", "bad value 'gemm,foo' for --kernels"},
         {"--quantization w2a8", "bad value 'w2a8' for --quantization"},
         {"--quant-group-size 48", "bad value '48' for --quant-group-size"},
@@ -258,7 +297,8 @@ static void test_errors(void **state) {
         const char *args, *want;
     } RUNTIME[] = {
         {"/nonexistent/model", "/nonexistent/model"},
-        {"--output-json /nonexistent/dir/x.json", "cannot write /nonexistent/dir/x.json"},
+        {"--output-json /nonexistent/dir/x.json",
+         "cannot write /nonexistent/dir/x.json: No such file or directory"},
     };
     for (size_t i = 0; i < sizeof RUNTIME / sizeof RUNTIME[0]; i++) {
         int rc = run(RUNTIME[i].args, &out);
@@ -267,9 +307,25 @@ static void test_errors(void **state) {
                      out, RUNTIME[i].want);
         free(out);
     }
+    /* a shape whose GEMMs cannot fit in memory (gate+up alone 2^38 bytes
+     * in BF16): refused before anything is allocated, naming the estimate
+     * and the available memory */
+    char huge[4200];
+    snprintf(huge, sizeof huge, "%s/huge.json", d);
+    text = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 65536, "
+           "\"intermediate_size\": 1048576, \"num_hidden_layers\": 1, "
+           "\"num_attention_heads\": 512, \"num_key_value_heads\": 128, \"head_dim\": 128, "
+           "\"vocab_size\": 200}";
+    pg_test_write_file(huge, text, strlen(text));
+    snprintf(args, sizeof args, "'%s' --kernels gemm --rounds 1", huge);
+    int rc = run(args, &out);
+    if (rc != 1 || !strstr(out, "pagoda bench kernels: ") || !strstr(out, "needs about ") ||
+        !strstr(out, "GiB of memory is available"))
+        fail_msg("huge shape: exit %d, output:\n%s\n(want exit 1 and the estimate)", rc, out);
+    free(out);
     /* heads not a multiple of kv heads: the config parser's message */
     snprintf(args, sizeof args, "'%s'", d);
-    int rc = run(args, &out);
+    rc = run(args, &out);
     assert_int_equal(rc, 1);
     assert_non_null(strstr(out, "config.json"));
     free(out);
@@ -284,6 +340,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gguf_all_sections),
         cmocka_unit_test(test_config_json_selected),
+        cmocka_unit_test(test_m_duplicates_and_cache_note),
         cmocka_unit_test(test_quk),
         cmocka_unit_test(test_errors),
     };

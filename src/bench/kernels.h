@@ -96,7 +96,8 @@ void pg_bench_kernels_defaults(pg_bench_kernels_opts *o);
  * available, gflops, gflops_per_cpu_s}, read_bandwidth: {gbs,
  * gbs_per_cpu_s}}, "gemm" / "qgemm" {dtype or scheme, variant, peak,
  * results: [{m, layer, n, k, swiglu, ms, gflops, pct_peak, pct_peak_cpu,
- * gbs, pct_read_bw, pct_read_bw_cpu}]} (pct_peak* absent when this CPU has
+ * gbs, pct_read_bw, pct_read_bw_cpu}], weights_partly_cached: an M = 1 row
+ * above 100% of the read bandwidth} (pct_peak* absent when this CPU has
  * no loop for that peak), "attention" {context, block_size, heads,
  * kv_heads, head_dim, threads, results: [{scenario, kv_dtype, n_seqs,
  * q_len, kv_len, ref_ms, fast_1t_ms, speedup_1t, fast_ms, speedup,
@@ -104,7 +105,10 @@ void pg_bench_kernels_defaults(pg_bench_kernels_opts *o);
  * group, gops_per_cpu_s, pct_peak_cpu}]} (pct_peak_cpu absent without an int8
  * peak loop). Medians over the rounds; ratios are medians of per-round
  * ratios. Errors: PAGODA_ERR_INVALID_ARG (shape or option out of range,
- * one line naming it), PAGODA_ERR_NOMEM, and those of the kernels. */
+ * one line naming it), PAGODA_ERR_NOMEM (also before anything is
+ * allocated when the estimated bytes of the GEMM suites plus the
+ * bandwidth buffer exceed the available memory, MemAvailable: the message
+ * names both), and those of the kernels. */
 struct cJSON;
 pagoda_status pg_bench_kernels_run(const pg_bench_kernels_opts *o, FILE *out, struct cJSON **json);
 

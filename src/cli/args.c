@@ -3,9 +3,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 bool pg_args_is_option(const char *a) {
     return a[0] == '-' && a[1] != 0;
@@ -60,4 +63,20 @@ bool pg_args_double(const char *s, double *out) {
     if (errno || end == s || *end || !isfinite(v)) return false;
     *out = v;
     return true;
+}
+
+int pg_args_check_writable(const char *cmd, const char *path) {
+    bool created = true;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST) {
+        created = false;
+        fd = open(path, O_WRONLY | O_CLOEXEC); /* no O_TRUNC: keep what is there */
+    }
+    if (fd < 0) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", cmd, path, strerror(errno));
+        return 1;
+    }
+    close(fd);
+    if (created) unlink(path);
+    return 0;
 }

@@ -30,4 +30,11 @@ bool pg_args_long(const char *s, long long lo, long long hi, long long *out);
 /* Whole-string finite decimal number (no "nan", no "inf"). */
 bool pg_args_double(const char *s, double *out);
 
+/* An output file given on the command line (--output-json FILE) must be
+ * creatable before minutes of work: opens `path` for writing without
+ * truncating it (an existing file is left as it was; one created here is
+ * removed again). Returns 0, or prints "<cmd>: cannot write <path>:
+ * <strerror>" and returns 1 (a runtime error, not a usage error). */
+int pg_args_check_writable(const char *cmd, const char *path);
+
 #endif

@@ -281,6 +281,9 @@ static int cmd_serve(int argc, char **argv) {
     }
     if (!tokenizer_path && is_dir_or_file(o.client.model)) tokenizer_path = o.client.model;
 
+    /* a bad --output-json path fails now, not after every request ran */
+    if (o.output_json && pg_args_check_writable("pagoda bench serve", o.output_json)) return 1;
+
     pg_tokenizer *tk = NULL;
     pg_bench_tokenizer bt;
     if (tokenizer_path) {

@@ -3,6 +3,7 @@
  * attention vs the reference) in one run; src/bench/kernels.h does the
  * work, this file parses options and writes the JSON. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,8 @@ static void usage(FILE *f) {
           "  --kernels LIST            gemm,qgemm,attention (default all three), or also quk:\n"
           "                            the quantized microkernels alone on an L1 tile, % of\n"
           "                            the int8 peak per CPU second\n"
-          "  --m LIST                  GEMM rows (tokens of a step), default 512,32,1\n"
+          "  --m LIST                  GEMM rows (tokens of a step), default 512,32,1;\n"
+          "                            repeated values run once\n"
           "  --dtype D                 GEMM weights: bfloat16 (default) or float32\n"
           "  --quantization Q          qgemm scheme: w8a8 (default) or w4a8\n"
           "  --quant-group-size G      qgemm scale group: 0 = per channel (default), 32, 64, ...\n"
@@ -69,7 +71,12 @@ static bool parse_m_list(const char *v, pg_bench_kernels_opts *o) {
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         long long m;
-        if (o->n_m == PG_BENCH_MAX_M || !pg_args_long(t, 1, PG_BENCH_MAX_GEMM_M, &m)) return false;
+        if (!pg_args_long(t, 1, PG_BENCH_MAX_GEMM_M, &m)) return false;
+        bool seen = false; /* "1,1,1" runs M = 1 once: keep the first-seen order */
+        for (int k = 0; k < o->n_m; k++)
+            seen |= o->m[k] == m;
+        if (seen) continue;
+        if (o->n_m == PG_BENCH_MAX_M) return false;
         o->m[o->n_m++] = m;
     }
     return o->n_m > 0 && v[strlen(v) - 1] != ',' && v[0] != ',' && !strstr(v, ",,");
@@ -115,7 +122,7 @@ static int parse(int argc, char **argv, pg_bench_kernels_opts *o, const char **m
             static const char *const K[] = {"gemm", "qgemm", "attention", "quk"};
             ok = parse_names(v, K, 4, &o->kernels), want = "a list of gemm, qgemm, attention, quk";
         } else if (!strcmp(a, "--m")) {
-            ok = parse_m_list(v, o), want = "a list of up to 8 integers in [1, 4096]";
+            ok = parse_m_list(v, o), want = "a list of up to 8 distinct integers in [1, 4096]";
         } else if (!strcmp(a, "--dtype")) {
             static const char *const D[] = {"bfloat16", "bf16", "float32", "f32", "float"};
             ok = parse_names(v, D, 5, &bits) && !(bits & (bits - 1));
@@ -168,7 +175,7 @@ int pg_cmd_bench_kernels(int argc, char **argv) {
     /* open the JSON file first: a bad path fails before minutes of measuring */
     FILE *jf = json_path ? fopen(json_path, "w") : NULL;
     if (json_path && !jf) {
-        fprintf(stderr, "%s: cannot write %s\n", CMD, json_path);
+        fprintf(stderr, "%s: cannot write %s: %s\n", CMD, json_path, strerror(errno));
         return 1;
     }
     cJSON *json = NULL;

@@ -171,7 +171,7 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
         usage(stderr, latency);
         return 2;
     }
-    return 0;
+    return pg_engine_args_check(cmd, &o->eng);
 }
 
 /* Add the requests, run until all finished; latency[i] = finish - start
@@ -329,6 +329,9 @@ static int offline(int argc, char **argv, bool latency) {
     offline_opts o;
     int rc = parse(argc, argv, latency, &o);
     if (rc) return rc < 0 ? 0 : rc;
+    /* a bad --output-json path fails now, not after the whole benchmark */
+    const char *cmd = latency ? "pagoda bench latency" : "pagoda bench throughput";
+    if (o.output_json && pg_args_check_writable(cmd, o.output_json)) return 1;
     pagoda_engine *e;
     if (pagoda_engine_create(o.model, &o.eng, &e) != PAGODA_OK) {
         fprintf(stderr, "pagoda bench: %s\n", pagoda_last_error());

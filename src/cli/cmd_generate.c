@@ -174,7 +174,7 @@ static int parse_args(int argc, char **argv, gen_options *o) {
         fprintf(stderr, CMD ": give --prompt or --prompts-file, not both\n");
         return 2;
     }
-    return 0;
+    return pg_engine_args_check(CMD, &o->eng);
 }
 
 /* ---- text ---------------------------------------------------------------- */

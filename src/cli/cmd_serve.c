@@ -165,6 +165,7 @@ int pg_cmd_serve(int argc, char **argv) {
         serve_usage(stderr);
         return 2;
     }
+    if (pg_engine_args_check(CMD, &eo)) return 2;
     char *tmpl = NULL;
     if (tmpl_file && !(tmpl = read_file(tmpl_file))) {
         fprintf(stderr, "pagoda serve: --chat-template: cannot read '%s': %s\n", tmpl_file,

@@ -2,6 +2,7 @@
 #include "cli/engine_args.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,4 +102,24 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         return -1;
     }
     return 1;
+}
+
+int pg_engine_args_check(const char *cmd, const pagoda_engine_options *o) {
+    if (o->quant_act_group && !o->quantization) {
+        /* GGUF Q8_0 / Q4_0 weights carry their own scales and already run
+         * with activation groups of 32 (their blocks): nothing to ask for */
+        fprintf(stderr,
+                "%s: --quant-act-group applies to load-time quantization (--quantization w8a8 "
+                "or w4a8); GGUF Q8_0/Q4_0 already use activation groups of 32\n",
+                cmd);
+        return 2;
+    }
+    if (o->quant_act_group && o->quant_group_size && o->quant_group_size != o->quant_act_group) {
+        fprintf(stderr,
+                "%s: --quant-act-group %d needs --quant-group-size %d or 0 (activation groups "
+                "are the weight groups), got %d\n",
+                cmd, o->quant_act_group, o->quant_act_group, o->quant_group_size);
+        return 2;
+    }
+    return 0;
 }

@@ -44,4 +44,11 @@ bool pg_engine_args_parse_dtype(const char *v, pagoda_dtype *out);
 
 int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_engine_options *o);
 
+/* After the whole command line is parsed: the options that only make sense
+ * together (--quant-act-group needs --quantization and a matching
+ * --quant-group-size). Returns 0, or prints one line with `cmd` as prefix
+ * and returns 2 (a usage error, in every command that takes engine
+ * options, before any model is loaded). */
+int pg_engine_args_check(const char *cmd, const pagoda_engine_options *o);
+
 #endif
