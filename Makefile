@@ -66,9 +66,9 @@ format:
 	@find src include tests tools bench -name '*.[ch]' -print0 | xargs -0 clang-format -i
 
 lint: build
-	@find src -name '*.c' -not -path '*/arm/*' -print0 | xargs -0 clang-tidy -p build --quiet 2>/dev/null
+	@find src tools/gen -name '*.c' -not -path '*/arm/*' -print0 | xargs -0 clang-tidy -p build --quiet 2>/dev/null
 	@cppcheck --quiet --enable=warning,performance,portability --error-exitcode=1 \
-	  --inline-suppr -I include -I src --suppress=missingIncludeSystem src
+	  --inline-suppr -I include -I src -I tools --suppress=missingIncludeSystem src tools/gen
 
 clean:
 	rm -rf build build-arm build-asan

@@ -1,4 +1,6 @@
-# One cmocka executable per tests/test_*.c, each registered with CTest.
+# One cmocka executable per tests/test_*.c, each registered with CTest,
+# linked with the library, the random-model generator (pagoda_gen) and
+# tests/helpers/*.c.
 # Tests find the shared assets through PAGODA_ASSETS and the build tree
 # through PAGODA_BUILD_DIR; tests that start the `pagoda` binary prefix it with
 # PAGODA_EXEC_WRAPPER (empty natively, qemu in the cross build). When cross-compiling for aarch64, CTest runs each
@@ -15,7 +17,7 @@ foreach(src ${PAGODA_TESTS})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src} ${PAGODA_TEST_HELPERS})
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/helpers)
-  target_link_libraries(${name} PRIVATE pagoda_core ${CMOCKA_LIB})
+  target_link_libraries(${name} PRIVATE pagoda_gen pagoda_core ${CMOCKA_LIB})
   set(env "PAGODA_ASSETS=${PAGODA_ASSETS};PAGODA_BUILD_DIR=${CMAKE_BINARY_DIR};PAGODA_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
   add_test(NAME ${name} COMMAND ${name})
   if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")

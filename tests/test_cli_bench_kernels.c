@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gen_model.h"
+#include "gen/gen_model.h"
 
 /* `pagoda bench kernels <args>` with stderr merged; exit code and output. */
 static int run(const char *args, char **out) {

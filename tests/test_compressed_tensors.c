@@ -1,6 +1,7 @@
 /* compressed-tensors checkpoints end to end (model/compressed_tensors.h):
- * pg_model_source_open accepts them, pg_llama_pack puts their int8 / packed
- * int4 weights straight into the W8A8 / W4A8 kernels' layout, and
+ * pg_model_source_open accepts them, pg_model_load (model/linear.h) puts
+ * their int8 / packed int4 weights straight into the W8A8 / W4A8 kernels'
+ * layout, and
  *  - logits equal, bit for bit, those of load-time quantization of the same
  *    dequantized weights (checkpoints written with gen_model's "rtn" rule,
  *    whose q and scales --quantization reproduces exactly);
@@ -12,7 +13,7 @@
  *  - every corrupt or unsupported checkpoint fails with one line naming the
  *    tensor or field. */
 #include "testutil.h"
-#include "llama_logits.h"
+#include "model_run.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +25,8 @@
 #include "base/pool.h"
 #include "kernels/attention.h"
 #include "model/compressed_tensors.h"
-#include "model/gen_model.h"
-#include "model/llama.h"
+#include "gen/gen_model.h"
+#include "model/model.h"
 #include "model/safetensors.h"
 #include "model/source.h"
 #include "pagoda.h"
@@ -69,19 +70,24 @@ static void write_model(const pg_gen_model_options *o) {
 
 typedef struct loaded {
     pg_model_source *src;
-    pg_llama *m;
+    pg_model *m;
 } loaded;
 
+/* Open and load `dir` (compute auto), quantizing float linear weights at
+ * load to W`bits` with `group` when bits is not 0 (--quantization). */
 static pagoda_status load(const char *dir, int bits, int64_t group, loaded *l) {
     memset(l, 0, sizeof *l);
+    pg_model_options o;
+    pg_model_options_default(&o);
+    o.quant_bits = bits;
+    o.quant_group = group;
     pagoda_status st = pg_model_source_open(dir, &l->src);
-    if (!st) st = pg_llama_load(l->src, 0, &l->m);
-    if (!st) st = pg_llama_pack_quantized(l->m, bits, group);
+    if (!st) st = pg_model_load(l->src, &o, &l->m);
     return st;
 }
 
 static void unload(loaded *l) {
-    pg_llama_free(l->m);
+    pg_model_free(l->m);
     pg_model_source_free(l->src);
 }
 
@@ -95,7 +101,7 @@ static void test_matches_load_time_quantization(void **state) {
     for (int i = 0; i < T; i++)
         toks[i] = 3 + (i * 37) % 500;
     /* the checkpoint keeps its lm_head dense (`ignore`): so must --quantization,
-     * which otherwise gives the lm_head a quantized copy (llama.h) */
+     * which otherwise gives the lm_head a quantized copy (model/linear.h) */
     setenv("PAGODA_QUANT_LM_HEAD", "none", 1);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         char ct[1024], dense[1024];
@@ -365,7 +371,7 @@ static void test_stories_accuracy(void **state) {
     if (pg_model_source_open(g_tok, &src) != PAGODA_OK) fail_msg("%s", pg_last_error());
     loaded f;
     if (load(g_tok, 0, 0, &f) != PAGODA_OK) fail_msg("%s", pg_last_error());
-    const int V = pg_llama_config(f.m)->vocab_size;
+    const int V = pg_model_get_config(f.m)->vocab_size;
     float *lf = malloc((size_t)T * V * 4), *lq = malloc((size_t)T * V * 4);
     assert_true(lf && lq);
     pg_test_prefill_logits(f.m, toks, T, lf);
@@ -524,19 +530,22 @@ static void test_corrupt_checkpoints(void **state) {
     pg_model_source *src;
     if (pg_model_source_open(base, &src) != PAGODA_OK) fail_msg("%s", pg_last_error());
     assert_non_null(pg_model_source_ct(src));
-    /* pg_llama_forward (the float reference path) and --quantization refuse it */
-    pg_llama *m;
-    assert_int_equal(pg_llama_load(src, 0, &m), PAGODA_OK);
-    assert_int_equal(pg_llama_pack_quantized(m, 8, 0), PAGODA_ERR_UNSUPPORTED);
-    assert_non_null(strstr(pg_last_error(), "already quantized"));
-    pg_llama_state *s;
-    assert_int_equal(pg_llama_state_create(m, 8, NULL, &s), PAGODA_OK);
-    int32_t tok = 5;
-    float logits[512];
-    assert_int_equal(pg_llama_forward(m, s, &tok, 1, 0, logits), PAGODA_ERR_UNSUPPORTED);
-    assert_non_null(strstr(pg_last_error(), "batched forward"));
-    pg_llama_state_free(s);
-    pg_llama_free(m);
+    /* it loads as it is; --quantization (pg_model_options.quant_bits) on it
+     * is refused at load */
+    pg_model *m = NULL;
+    assert_int_equal(pg_model_load(src, NULL, &m), PAGODA_OK);
+    pg_model_free(m);
+    m = NULL;
+    const int qbits[2] = {8, 4};
+    for (int i = 0; i < 2; i++) {
+        pg_model_options mo;
+        pg_model_options_default(&mo);
+        mo.quant_bits = qbits[i];
+        mo.quant_group = 32;
+        assert_int_equal(pg_model_load(src, &mo, &m), PAGODA_ERR_UNSUPPORTED);
+        assert_null(m);
+        assert_non_null(strstr(pg_last_error(), "already quantized"));
+    }
     const pg_tensor *packed =
         pg_model_source_tensor(src, "model.layers.1.mlp.up_proj.weight_packed");
     assert_non_null(packed);
@@ -673,7 +682,8 @@ static void test_corrupt_checkpoints(void **state) {
         make_variant(base, dir, cases[i].find, cases[i].repl, &cases[i].e, 1);
         expect_open_error(dir, cases[i].st, cases[i].msg1, cases[i].msg2);
     }
-    /* q/k/v_proj (one fused GEMM) with only k_proj ignored: refused at pack */
+    /* q/k/v_proj (one fused GEMM) with only k_proj ignored: refused at load,
+     * naming the layer. */
     {
         char mixed[1200];
         snprintf(mixed, sizeof mixed, "%s/mixed-qkv", pg_test_tmpdir());
@@ -684,7 +694,11 @@ static void test_corrupt_checkpoints(void **state) {
         write_model(&om);
         loaded lm;
         assert_int_equal(load(mixed, 0, 0, &lm), PAGODA_ERR_UNSUPPORTED);
-        assert_non_null(strstr(pg_last_error(), "layer 0: q/k/v_proj mix"));
+        assert_null(lm.m);
+        if (!strstr(pg_last_error(), "layer 0 q/k/v_proj: mixes compressed-tensors quantized "
+                                     "and ignored") ||
+            strchr(pg_last_error(), '\n'))
+            fail_msg("unexpected error: %s", pg_last_error());
         unload(&lm);
     }
     /* an int32 weight_shape (compression_param_info's dtype) is read too */

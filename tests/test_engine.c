@@ -1,5 +1,5 @@
 /* The engine (include/pagoda.h) end to end on stories260K and random tiny
- * models (src/model/gen_model.h): reference ids through the batched paged
+ * models (tools/gen/gen_model.h): reference ids through the batched paged
  * forward, batch invariance (tokens and logprobs bit for bit), prefix
  * caching, chunked prefill, preemption, block leaks under random aborts,
  * stop strings, min_tokens, UTF-8 safe deltas, rejected requests, seeded
@@ -13,7 +13,7 @@
 
 #include "base/pool.h"
 #include "engine/detokenizer.h"
-#include "model/gen_model.h"
+#include "gen/gen_model.h"
 #include "pagoda.h"
 #include "tokenizer/tokenizer.h"
 

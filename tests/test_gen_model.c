@@ -1,17 +1,25 @@
-/* The random-model generator: both forms load through pg_model_source,
- * agree with each other (up to the GGUF Q/K row permutation and dtype
- * rounding), and carry the requested config. Also GGUF-side errors: an
+/* The random-model generator (tools/gen/gen_model.h): both forms load
+ * through pg_model_source, agree with each other (up to the GGUF Q/K row
+ * permutation of Llama and dtype rounding), and carry the requested config;
+ * Qwen3 in both forms loads as the same model (same logits) with the names
+ * and keys llama.cpp's converter writes. Also GGUF-side errors: an
  * unsupported tensor type and metadata that contradicts the weights. */
 #include "testutil.h"
+#include "model_run.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gen_model.h"
+#include "gen/gen_model.h"
+#include "model/arch.h"
 #include "model/gguf.h"
+#include "model/llama.h"
+#include "model/model.h"
 #include "model/source.h"
+
+extern const pg_arch pg_arch_qwen3; /* model/qwen3.c */
 
 static char g_hf[4200], g_gguf[4200];
 
@@ -63,8 +71,12 @@ static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol
             assert_int_equal(c->rope_original_max_position, o->rope_original_max_position);
         }
     }
+    /* llama.cpp permutes Q/K rows for Llama only; Qwen3 is NEOX RoPE in GGUF too */
+    bool llama = !o->arch || o->arch == &pg_arch_llama;
+    assert_ptr_equal(a->arch, llama ? &pg_arch_llama : o->arch);
+    assert_ptr_equal(b->arch, a->arch);
     assert_false(a->rope_interleaved);
-    assert_true(b->rope_interleaved);
+    assert_int_equal(b->rope_interleaved, llama);
     assert_int_equal(a->torch_dtype, o->hf_dtype);
     bool llama3 = o->rope_scaling == PG_ROPE_SCALING_LLAMA3;
     assert_int_equal(pg_model_source_n_tensors(hf) + (llama3 ? 1 : 0),
@@ -89,7 +101,7 @@ static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol
         assert_int_equal(t->dtype, o->hf_dtype);
         int64_t rows = t->ndim == 1 ? 1 : t->shape[0],
                 cols = t->ndim == 1 ? t->shape[0] : t->shape[1];
-        bool perm = strstr(t->name, "q_proj") || strstr(t->name, "k_proj");
+        bool perm = llama && (strstr(t->name, "q_proj") || strstr(t->name, "k_proj"));
         for (int64_t r = 0; r < rows; r++) {
             int64_t gr = r;
             if (perm) {
@@ -263,6 +275,252 @@ static void test_bad_options(void **state) {
     assert_int_equal(o.hidden, 2048);
     assert_int_equal(o.vocab, 128256);
     assert_int_equal(o.rope_scaling, PG_ROPE_SCALING_LLAMA3);
+    assert_ptr_equal(o.arch, &pg_arch_llama);
+    /* Qwen3 presets set the architecture and its shape */
+    assert_int_equal(pg_gen_model_preset(&o, "qwen3-0.6b"), PAGODA_OK);
+    assert_ptr_equal(o.arch, &pg_arch_qwen3);
+    assert_int_equal(o.hidden, 1024);
+    assert_int_equal(o.ffn, 3072);
+    assert_int_equal(o.layers, 28);
+    assert_int_equal(o.heads, 16);
+    assert_int_equal(o.kv_heads, 8);
+    assert_int_equal(o.head_dim, 128);
+    assert_int_equal(o.vocab, 151936);
+    assert_int_equal(o.max_position, 40960);
+    assert_true(o.tie);
+    assert_true(o.rope_theta == 1e6f);
+    assert_true(o.rms_eps == 1e-6f);
+    assert_int_equal(o.rope_scaling, PG_ROPE_SCALING_NONE);
+    assert_int_equal(pg_gen_model_preset(&o, "qwen3-1.7b"), PAGODA_OK);
+    assert_int_equal(o.hidden, 2048);
+    assert_int_equal(o.ffn, 6144);
+    assert_int_equal(o.head_dim, 128);
+    assert_int_equal(o.vocab, 151936);
+    assert_int_equal(pg_gen_model_set_arch(&o, "mamba"), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "llama, qwen3"));
+    /* Llama-3 RoPE scaling is not a Qwen3 thing */
+    pg_gen_model_defaults(&o);
+    assert_int_equal(pg_gen_model_set_arch(&o, "qwen3"), PAGODA_OK);
+    o.rope_scaling = PG_ROPE_SCALING_LLAMA3;
+    o.rope_factor = 8;
+    o.rope_low_freq_factor = 1;
+    o.rope_high_freq_factor = 4;
+    o.rope_original_max_position = 64;
+    o.gguf_path = "/tmp/never-written.gguf";
+    assert_int_equal(pg_gen_model_write(&o), PAGODA_ERR_INVALID_ARG);
+}
+
+/* ---- Qwen3 dense */
+
+/* A tiny Qwen3: head_dim 32 != hidden / heads, like the real ones (128 vs
+ * 1024 / 16 in 0.6B). */
+static void qwen3_options(pg_gen_model_options *o) {
+    pg_gen_model_defaults(o);
+    assert_int_equal(pg_gen_model_set_arch(o, "qwen3"), PAGODA_OK);
+    o->hidden = 64;
+    o->heads = 4;
+    o->kv_heads = 2;
+    o->head_dim = 32;
+    o->ffn = 96;
+    o->layers = 2;
+    o->vocab = 320;
+    o->seed = 11;
+}
+
+static void test_qwen3_both_forms_same_logits(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    qwen3_options(&o);
+    o.tie = false;
+    gen(&o);
+    compare_forms(&o, 0, 0); /* F32: every row identical, Q/K not permuted */
+    /* HF config as Qwen3's */
+    char p[4300];
+    snprintf(p, sizeof p, "%s/config.json", g_hf);
+    char *cfg = pg_test_read_file(p, NULL);
+    assert_non_null(strstr(cfg, "\"architectures\": [\"Qwen3ForCausalLM\"]"));
+    assert_non_null(strstr(cfg, "\"model_type\": \"qwen3\""));
+    assert_non_null(strstr(cfg, "\"use_sliding_window\": false"));
+    assert_non_null(strstr(cfg, "\"rope_theta\": 1000000.0"));
+    assert_non_null(strstr(cfg, "\"head_dim\": 32"));
+    assert_non_null(strstr(cfg, "\"tie_word_embeddings\": false"));
+    free(cfg);
+
+    pg_model_options mo;
+    pg_model_options_default(&mo);
+    mo.compute = PG_F32;
+    pg_model_source *hs, *gs;
+    pg_model *mh = pg_test_load(g_hf, &mo, &hs), *mg = pg_test_load(g_gguf, &mo, &gs);
+    assert_string_equal(pg_model_arch_name(mh), "qwen3");
+    assert_string_equal(pg_model_arch_name(mg), "qwen3");
+    /* q_norm / k_norm are there, around 1 */
+    const pg_tensor *qn = pg_model_source_tensor(hs, "model.layers.1.self_attn.q_norm.weight");
+    assert_non_null(qn);
+    assert_int_equal(qn->ndim, 1);
+    assert_int_equal(qn->shape[0], 32);
+    for (int i = 0; i < 32; i++) {
+        float v = ((const float *)qn->data)[i];
+        assert_true(v > 0.89f && v < 1.11f);
+    }
+    assert_null(pg_model_source_tensor(hs, "model.layers.0.self_attn.q_proj.bias"));
+    enum { T = 11 };
+    const int32_t toks[T] = {1, 17, 300, 5, 42, 42, 7, 319, 128, 64, 2};
+    float *lh = malloc((size_t)T * 320 * 4), *lg = malloc((size_t)T * 320 * 4);
+    pg_test_prefill_logits(mh, toks, T, lh);
+    pg_test_prefill_logits(mg, toks, T, lg);
+    for (int t = 0; t < T; t++) {
+        float amax = 0;
+        for (int v = 0; v < 320; v++)
+            amax = fmaxf(amax, fabsf(lh[t * 320 + v]));
+        assert_true(amax > 0);
+        for (int v = 0; v < 320; v++) {
+            float a = lh[t * 320 + v], b = lg[t * 320 + v];
+            if (fabsf(a - b) > 1e-4f * amax) fail_msg("logits[%d][%d]: HF %g, GGUF %g", t, v, a, b);
+        }
+    }
+    free(lh);
+    free(lg);
+    pg_model_free(mh);
+    pg_model_free(mg);
+    pg_model_source_free(hs);
+    pg_model_source_free(gs);
+}
+
+/* The GGUF form is what llama.cpp's convert_hf_to_gguf.py writes for
+ * Qwen3ForCausalLM: architecture "qwen3", its "qwen3." keys (no vocab_size /
+ * rope.dimension_count: those are LlamaModel's), LLM_ARCH_QWEN3 tensor names. */
+static void test_qwen3_gguf_names_and_keys(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    qwen3_options(&o);
+    o.hf_dtype = PG_BF16;
+    o.gguf_dtype = PG_Q8_0;
+    gen(&o);
+    compare_forms(&o, 1.0f / 128, 1.0f / 127 * 0.6f);
+    pg_gguf *g;
+    assert_int_equal(pg_gguf_open(g_gguf, &g), PAGODA_OK);
+    const char *arch;
+    assert_int_equal(pg_gguf_get_str(g, "general.architecture", &arch, NULL), PAGODA_OK);
+    assert_string_equal(arch, "qwen3");
+    static const struct {
+        const char *key;
+        int64_t v;
+    } INTS[] = {
+        {"qwen3.embedding_length", 64},
+        {"qwen3.block_count", 2},
+        {"qwen3.feed_forward_length", 96},
+        {"qwen3.attention.head_count", 4},
+        {"qwen3.attention.head_count_kv", 2},
+        {"qwen3.attention.key_length", 32},
+        {"qwen3.attention.value_length", 32},
+        {"qwen3.context_length", 2048},
+        {"general.file_type", 7},
+    };
+    for (size_t i = 0; i < sizeof INTS / sizeof INTS[0]; i++) {
+        int64_t v;
+        if (pg_gguf_get_int(g, INTS[i].key, &v)) fail_msg("%s", pg_last_error());
+        if (v != INTS[i].v)
+            fail_msg("%s = %lld, want %lld", INTS[i].key, (long long)v, (long long)INTS[i].v);
+    }
+    double d;
+    assert_int_equal(pg_gguf_get_float(g, "qwen3.rope.freq_base", &d), PAGODA_OK);
+    assert_true(d == 1e6);
+    assert_int_equal(pg_gguf_get_float(g, "qwen3.attention.layer_norm_rms_epsilon", &d), PAGODA_OK);
+    assert_true((float)d == 1e-6f);
+    assert_true(pg_gguf_find_key(g, "qwen3.rope.dimension_count") < 0);
+    assert_true(pg_gguf_find_key(g, "qwen3.vocab_size") < 0);
+    for (size_t i = 0; i < pg_gguf_n_kv(g); i++)
+        assert_true(strncmp(pg_gguf_key_at(g, i), "llama.", 6) != 0);
+    /* tensors: 11 per layer + token_embd + output_norm (tied: no output) */
+    assert_int_equal(pg_gguf_n_tensors(g), 2 + 11 * 2);
+    static const char *const NORMS[] = {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight",
+                                        "blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight"};
+    for (int i = 0; i < 4; i++) {
+        const pg_gguf_tensor *t = pg_gguf_find_tensor(g, NORMS[i]);
+        if (!t) fail_msg("no %s", NORMS[i]);
+        assert_int_equal(t->n_dims, 1);
+        assert_int_equal(t->ne[0], 32);
+        assert_int_equal(t->dtype, PG_F32);
+    }
+    const pg_gguf_tensor *q = pg_gguf_find_tensor(g, "blk.0.attn_q.weight");
+    assert_non_null(q);
+    assert_int_equal(q->dtype, PG_Q8_0);
+    assert_int_equal(q->ne[0], 64);
+    assert_int_equal(q->ne[1], 4 * 32);
+    assert_int_equal(pg_gguf_find_tensor(g, "blk.1.attn_output.weight")->ne[0], 4 * 32);
+    assert_non_null(pg_gguf_find_tensor(g, "token_embd.weight"));
+    assert_non_null(pg_gguf_find_tensor(g, "output_norm.weight"));
+    assert_non_null(pg_gguf_find_tensor(g, "blk.1.ffn_down.weight"));
+    assert_null(pg_gguf_find_tensor(g, "output.weight"));
+    assert_null(pg_gguf_find_tensor(g, "blk.0.attn_q.bias"));
+    assert_null(pg_gguf_find_tensor(g, "rope_freqs.weight"));
+    pg_gguf_close(g);
+    /* the Q8_0 file loads and runs */
+    pg_model_source *src;
+    pg_model *m = pg_test_load(g_gguf, NULL, &src);
+    assert_string_equal(pg_model_arch_name(m), "qwen3");
+    const int32_t toks[3] = {1, 2, 3};
+    float *lg = malloc(3 * 320 * 4);
+    pg_test_prefill_logits(m, toks, 3, lg);
+    for (int i = 0; i < 3 * 320; i++)
+        assert_true(isfinite(lg[i]));
+    free(lg);
+    pg_model_free(m);
+    pg_model_source_free(src);
+}
+
+/* --from a Qwen3 checkpoint converts it (a Qwen3 out, the same weights); a
+ * Llama GGUF converts back to its HF form (Q/K rows un-permuted). */
+static void test_from_qwen3_and_llama_gguf(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    qwen3_options(&o);
+    gen(&o);
+    pg_model_source *src;
+    assert_int_equal(pg_model_source_open(g_hf, &src), PAGODA_OK);
+    pg_gen_model_options c;
+    pg_gen_model_defaults(&c);
+    assert_int_equal(pg_gen_model_options_from(&c, src), PAGODA_OK);
+    assert_ptr_equal(c.arch, &pg_arch_qwen3);
+    assert_int_equal(c.head_dim, 32);
+    char out[4300];
+    snprintf(out, sizeof out, "%s.from.gguf", g_gguf);
+    c.gguf_path = out;
+    assert_int_equal(pg_gen_model_write(&c), PAGODA_OK);
+    pg_gguf *a, *b;
+    assert_int_equal(pg_gguf_open(g_gguf, &a), PAGODA_OK);
+    assert_int_equal(pg_gguf_open(out, &b), PAGODA_OK);
+    assert_int_equal(pg_gguf_n_tensors(a), pg_gguf_n_tensors(b));
+    for (size_t i = 0; i < pg_gguf_n_tensors(a); i++) {
+        const pg_gguf_tensor *x = pg_gguf_tensor_at(a, i);
+        const pg_gguf_tensor *y = pg_gguf_find_tensor(b, x->name);
+        if (!y) fail_msg("converted GGUF lacks %s", x->name);
+        assert_int_equal(x->nbytes, y->nbytes);
+        assert_memory_equal(x->data, y->data, x->nbytes);
+    }
+    pg_gguf_close(a);
+    pg_gguf_close(b);
+    pg_model_source_free(src);
+    /* and --from a Llama GGUF un-permutes its Q/K rows: the HF form comes back */
+    pg_gen_model_defaults(&o);
+    gen(&o);
+    assert_int_equal(pg_model_source_open(g_gguf, &src), PAGODA_OK);
+    pg_gen_model_defaults(&c);
+    assert_int_equal(pg_gen_model_options_from(&c, src), PAGODA_OK);
+    assert_ptr_equal(c.arch, &pg_arch_llama);
+    snprintf(out, sizeof out, "%s.from", g_hf);
+    c.hf_dir = out;
+    assert_int_equal(pg_gen_model_write(&c), PAGODA_OK);
+    char p1[4400], p2[4400];
+    snprintf(p1, sizeof p1, "%s/model.safetensors", g_hf);
+    snprintf(p2, sizeof p2, "%s/model.safetensors", out);
+    size_t n1, n2;
+    char *x1 = pg_test_read_file(p1, &n1), *x2 = pg_test_read_file(p2, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(x1, x2, n1);
+    free(x1);
+    free(x2);
+    pg_model_source_free(src);
 }
 
 /* ---- GGUF files that the source must refuse */
@@ -322,8 +580,8 @@ static void test_gguf_refused(void **state) {
                     "k_proj.weight' has shape [256, 256] but the config implies [128, 256]");
     memcpy(g_buf, orig, g_len);
     at = find("general.architecture") + strlen("general.architecture") + 4 + 8;
-    memcpy(g_buf + at, "qwen3", 5);
-    expect_src_fail(PAGODA_ERR_UNSUPPORTED, "GGUF architecture 'qwen3'");
+    memcpy(g_buf + at, "bogus", 5);
+    expect_src_fail(PAGODA_ERR_UNSUPPORTED, "GGUF architecture 'bogus'");
     free(orig);
     free(g_buf);
 }
@@ -334,6 +592,9 @@ int main(void) {
         cmocka_unit_test(test_bf16_sharded_q8_llama3),
         cmocka_unit_test(test_q4_0_and_tokenizer_copy),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_qwen3_both_forms_same_logits),
+        cmocka_unit_test(test_qwen3_gguf_names_and_keys),
+        cmocka_unit_test(test_from_qwen3_and_llama_gguf),
         cmocka_unit_test(test_gguf_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

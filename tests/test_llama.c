@@ -1,9 +1,13 @@
-/* The Llama forward pass on stories260K (llm/llama2c, llm/stories260K-hf*):
- * greedy token ids and logits against llama2.c's run.c references, the same
- * model read from GGUF (interleaved RoPE) and HF safetensors (rotate_half),
- * BF16 / Q8_0 / Q4_0 weights, batch invariance of prefill chunking, context
- * limits, and clear errors for bad models. */
+/* The Llama model (model/llama.h, through model/model.h) on stories260K
+ * (llm/llama2c, llm/stories260K-hf*): greedy token ids and logits against
+ * llama2.c's run.c references, the same model read from GGUF (interleaved
+ * RoPE) and HF safetensors (rotate_half), BF16 / Q8_0 / Q4_0 weights,
+ * invariance of the logits to how a prefill is split into steps, context
+ * limits, and clear errors for bad models and load options. Every run goes
+ * through the batched forward (pg_model_forward) over one sequence's paged
+ * KV cache (tests/helpers/model_run.h). */
 #include "testutil.h"
+#include "model_run.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -14,8 +18,8 @@
 #include "base/dtype.h"
 #include "base/pool.h"
 #include "base/status.h"
-#include "model/gen_model.h"
-#include "model/llama.h"
+#include "gen/gen_model.h"
+#include "model/model.h"
 #include "model/source.h"
 
 #define VOCAB 512
@@ -80,25 +84,31 @@ static void load_ref_logits(int pos, int32_t *token, float *logits) {
 
 /* ---- running the model ---------------------------------------------------- */
 
+#define AUTO PG_DTYPE_COUNT /* compute dtype auto (pg_model_options) */
+
 typedef struct runner {
     pg_model_source *src;
-    pg_llama *model;
-    pg_llama_state *state;
+    pg_model *model;
+    pg_test_seq *seq; /* one sequence over the model's whole context */
 } runner;
 
-static void open_model(runner *r, const char *rel, int max_context, int max_batch) {
+/* Load asset `rel` with compute dtype `compute` and context limit
+ * max_context (0: the config's), and one sequence run in steps of up to
+ * max_step tokens. */
+static void open_model(runner *r, const char *rel, pg_dtype compute, int max_context,
+                       int max_step) {
     memset(r, 0, sizeof *r);
-    pagoda_status st = pg_model_source_open(pg_test_asset(rel), &r->src);
-    if (st != PAGODA_OK) fail_msg("%s: %s", rel, pg_last_error());
-    st = pg_llama_load(r->src, max_context, &r->model);
-    if (st != PAGODA_OK) fail_msg("%s: %s", rel, pg_last_error());
-    st = pg_llama_state_create(r->model, max_batch, NULL, &r->state);
-    if (st != PAGODA_OK) fail_msg("%s: %s", rel, pg_last_error());
+    pg_model_options o;
+    pg_model_options_default(&o);
+    o.compute = compute;
+    o.max_context = max_context;
+    r->model = pg_test_load(pg_test_asset(rel), &o, &r->src);
+    r->seq = pg_test_seq_create(r->model, pg_model_max_context(r->model), max_step, PG_F32);
 }
 
 static void close_model(runner *r) {
-    pg_llama_state_free(r->state);
-    pg_llama_free(r->model);
+    pg_test_seq_free(r->seq);
+    pg_model_free(r->model);
     pg_model_source_free(r->src);
 }
 
@@ -114,22 +124,22 @@ static int argmax(const float *x, int n) {
  * only after the prompt). Returns the number of generated ids. */
 static int greedy(runner *r, const int32_t *prompt, int n_prompt, int steps, int32_t *out) {
     float logits[VOCAB];
-    assert_int_equal(pg_llama_forward(r->model, r->state, prompt, n_prompt, 0, logits), PAGODA_OK);
+    assert_int_equal(pg_test_seq_forward(r->seq, prompt, n_prompt, logits), PAGODA_OK);
     int n = 0;
     for (int pos = n_prompt; pos <= steps; pos++) {
         int32_t next = argmax(logits, VOCAB);
         out[n++] = next;
         if (pos == steps) break;
-        assert_int_equal(pg_llama_forward(r->model, r->state, &next, 1, pos, logits), PAGODA_OK);
+        assert_int_equal(pg_test_seq_forward(r->seq, &next, 1, logits), PAGODA_OK);
     }
     return n;
 }
 
-static void check_greedy(const char *model_rel, const char *ref_rel, int steps) {
+static void check_greedy(const char *model_rel, pg_dtype compute, const char *ref_rel, int steps) {
     ref_run ref;
     load_ref(ref_rel, &ref);
     runner r;
-    open_model(&r, model_rel, 0, 8);
+    open_model(&r, model_rel, compute, 0, 8);
     int32_t got[512];
     int n = greedy(&r, ref.prompt, ref.n_prompt, steps, got);
     /* llama2.c lists the forced prompt tokens in GEN too */
@@ -147,23 +157,25 @@ static void check_greedy(const char *model_rel, const char *ref_rel, int steps) 
 
 static void test_greedy_bos_256_hf_f32(void **state) {
     (void)state;
-    check_greedy("llm/stories260K-hf", N256, 256);
+    check_greedy("llm/stories260K-hf", AUTO, N256, 256);
 }
 static void test_greedy_bos_256_gguf_f32(void **state) {
     (void)state;
-    check_greedy("llm/llama2c/stories260K.gguf", N256, 256);
+    check_greedy("llm/llama2c/stories260K.gguf", AUTO, N256, 256);
 }
 static void test_greedy_once_upon_a_time_hf_f32(void **state) {
     (void)state;
-    check_greedy("llm/stories260K-hf", ONCE64, 64);
+    check_greedy("llm/stories260K-hf", AUTO, ONCE64, 64);
 }
 static void test_greedy_once_upon_a_time_gguf_f32(void **state) {
     (void)state;
-    check_greedy("llm/llama2c/stories260K.gguf", ONCE64, 64);
+    check_greedy("llm/llama2c/stories260K.gguf", AUTO, ONCE64, 64);
 }
+/* The reference is a numpy forward on the BF16 weights with f32 math, which
+ * is compute F32 (BF16 weights widened exactly, f32 activations). */
 static void test_greedy_bos_256_hf_bf16(void **state) {
     (void)state;
-    check_greedy("llm/stories260K-hf-bf16",
+    check_greedy("llm/stories260K-hf-bf16", PG_F32,
                  "llm/stories260K-hf-bf16/expected_bf16_greedy_n256.tokens.txt", 256);
 }
 
@@ -171,12 +183,12 @@ static void test_greedy_bos_256_hf_bf16(void **state) {
  * 1e-4 * max(1, |reference|) of run.c's. */
 static void check_logits(const char *model_rel) {
     runner r;
-    open_model(&r, model_rel, 0, 4);
+    open_model(&r, model_rel, AUTO, 0, 4);
     float want[VOCAB], got[VOCAB];
     for (int pos = 0; pos < 4; pos++) {
         int32_t tok;
         load_ref_logits(pos, &tok, want);
-        assert_int_equal(pg_llama_forward(r.model, r.state, &tok, 1, pos, got), PAGODA_OK);
+        assert_int_equal(pg_test_seq_forward(r.seq, &tok, 1, got), PAGODA_OK);
         for (int i = 0; i < VOCAB; i++)
             if (!(fabsf(got[i] - want[i]) <= 1e-4f * fmaxf(1.0f, fabsf(want[i]))))
                 fail_msg("%s: pos %d logit %d = %f, reference %f", model_rel, pos, i, got[i],
@@ -194,18 +206,20 @@ static void test_logits_gguf_f32(void **state) {
     check_logits("llm/llama2c/stories260K.gguf");
 }
 
-/* Quantized GGUFs: logits at positions 0 .. n_pos-1 within `tol` * max
- * |reference logit| of the F32 reference, and the same argmax. (4-bit errors
- * grow along the sequence on this 64-wide model: Q4_0 is checked at the first
- * position only.) */
+/* Quantized GGUFs as the engine runs them (compute auto: Q8_0 / Q4_0 layers
+ * on the W8A8 / W4A8 kernels with int8 activations; the F16 ffn_down of
+ * these files on the BF16 GEMM): logits at positions 0 .. n_pos-1 within
+ * `tol` * max |reference logit| of the F32 reference, and the same argmax.
+ * (4-bit errors grow along the sequence on this 64-wide model: Q4_0 is
+ * checked at the first position only.) */
 static void check_quantized(const char *model_rel, float tol, int n_pos) {
     runner r;
-    open_model(&r, model_rel, 0, 4);
+    open_model(&r, model_rel, AUTO, 0, 4);
     float want[VOCAB], got[VOCAB];
     for (int pos = 0; pos < n_pos; pos++) {
         int32_t tok;
         load_ref_logits(pos, &tok, want);
-        assert_int_equal(pg_llama_forward(r.model, r.state, &tok, 1, pos, got), PAGODA_OK);
+        assert_int_equal(pg_test_seq_forward(r.seq, &tok, 1, got), PAGODA_OK);
         float maxabs = 0, err = 0;
         for (int i = 0; i < VOCAB; i++) {
             assert_true(isfinite(got[i]));
@@ -222,66 +236,74 @@ static void check_quantized(const char *model_rel, float tol, int n_pos) {
 
 static void test_quantized_q8_0_close_to_f32(void **state) {
     (void)state;
-    check_quantized("llm/llama2c/stories260K-q8_0.gguf", 0.02f, 4); /* measured 0.011 */
+    /* measured 0.017 (int8 activations, BF16 ffn_down; 0.014 with compute F32;
+     * 0.011 with the f32 activations of the former batch-of-one forward) */
+    check_quantized("llm/llama2c/stories260K-q8_0.gguf", 0.02f, 4);
 }
 static void test_quantized_q4_0_close_to_f32(void **state) {
     (void)state;
-    check_quantized("llm/llama2c/stories260K-q4_0.gguf", 0.15f, 1); /* measured 0.076 */
+    check_quantized("llm/llama2c/stories260K-q4_0.gguf", 0.15f, 1); /* measured 0.071 */
 }
 
 /* Q8_0 greedy text for "Once upon a time" equals F32's for the 60 steps
  * llama.cpp's reference shows to be the same text. */
 static void test_quantized_q8_0_greedy_matches_f32(void **state) {
     (void)state;
-    check_greedy("llm/llama2c/stories260K-q8_0.gguf", ONCE64, 64);
+    check_greedy("llm/llama2c/stories260K-q8_0.gguf", AUTO, ONCE64, 64);
 }
 
-/* Batch invariance: prefill in one call, in chunks, and token by token give
- * the same logits bit for bit. */
+/* Batch invariance: the prompt prefilled in steps of 1, 2, 3 or 16 tokens,
+ * and token by token (one call per token), gives the same logits bit for
+ * bit. */
 static void test_prefill_chunking_is_invariant(void **state) {
     (void)state;
     ref_run ref;
     load_ref(ONCE64, &ref);
     float base[VOCAB], got[VOCAB];
-    int chunks[] = {1, 2, 3, 16};
+    int chunks[] = {16, 1, 2, 3};
     for (int c = 0; c < 4; c++) {
         runner r;
-        open_model(&r, "llm/stories260K-hf", 0, chunks[c]);
-        assert_int_equal(
-            pg_llama_forward(r.model, r.state, ref.prompt, ref.n_prompt, 0, c ? got : base),
-            PAGODA_OK);
+        open_model(&r, "llm/stories260K-hf", AUTO, 0, chunks[c]);
+        assert_int_equal(pg_test_seq_forward(r.seq, ref.prompt, ref.n_prompt, c ? got : base),
+                         PAGODA_OK);
         if (c) assert_memory_equal(got, base, sizeof got);
-        /* and token by token through the same state */
+        /* and token by token through the same sequence, started over */
+        pg_test_seq_reset(r.seq);
         for (int i = 0; i < ref.n_prompt; i++)
-            assert_int_equal(pg_llama_forward(r.model, r.state, &ref.prompt[i], 1, i, got),
-                             PAGODA_OK);
+            assert_int_equal(pg_test_seq_forward(r.seq, &ref.prompt[i], 1, got), PAGODA_OK);
         assert_memory_equal(got, base, sizeof got);
         close_model(&r);
     }
 }
 
+/* The context limit (pg_model_options.max_context) is what the model
+ * reports and what a sequence may use; token ids outside the vocabulary are
+ * refused by the forward. */
 static void test_context_limit_and_bad_tokens(void **state) {
     (void)state;
     runner r;
-    open_model(&r, "llm/stories260K-hf", 8, 4);
-    assert_int_equal(pg_llama_max_context(r.model), 8);
+    open_model(&r, "llm/stories260K-hf", AUTO, 8, 4);
+    assert_int_equal(pg_model_max_context(r.model), 8);
     int32_t toks[9] = {1, 403, 407, 261, 378, 432, 383, 286, 261};
     float logits[VOCAB];
-    assert_int_equal(pg_llama_forward(r.model, r.state, toks, 9, 0, logits), PAGODA_ERR_LIMIT);
-    assert_non_null(strstr(pg_last_error(), "context of 8"));
-    assert_int_equal(pg_llama_forward(r.model, r.state, toks, 8, 0, logits), PAGODA_OK);
-    assert_int_equal(pg_llama_forward(r.model, r.state, toks, 1, 8, logits), PAGODA_ERR_LIMIT);
+    assert_int_equal(pg_test_seq_forward(r.seq, toks, 9, logits), PAGODA_ERR_LIMIT);
+    assert_non_null(strstr(pg_last_error(), "exceed 8"));
+    assert_int_equal(pg_test_seq_forward(r.seq, toks, 8, logits), PAGODA_OK);
+    assert_int_equal(pg_test_seq_forward(r.seq, toks, 1, logits), PAGODA_ERR_LIMIT);
+    pg_test_seq_reset(r.seq);
     int32_t bad = VOCAB;
-    assert_int_equal(pg_llama_forward(r.model, r.state, &bad, 1, 0, logits),
-                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_test_seq_forward(r.seq, &bad, 1, logits), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "512"));
     bad = -1;
-    assert_int_equal(pg_llama_forward(r.model, r.state, &bad, 1, 0, logits),
-                     PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_test_seq_forward(r.seq, &bad, 1, logits), PAGODA_ERR_INVALID_ARG);
+    /* a bad id in the middle of a step: nothing of it is run */
+    int32_t mixed[3] = {1, 403, VOCAB};
+    assert_int_equal(pg_test_seq_forward(r.seq, mixed, 3, logits), PAGODA_ERR_INVALID_ARG);
+    assert_int_equal(pg_test_seq_forward(r.seq, toks, 8, logits), PAGODA_OK);
     close_model(&r);
     /* a limit above the config's max_position_embeddings is clamped to it */
-    open_model(&r, "llm/stories260K-hf", 100000, 4);
-    assert_int_equal(pg_llama_max_context(r.model), 512);
+    open_model(&r, "llm/stories260K-hf", AUTO, 100000, 4);
+    assert_int_equal(pg_model_max_context(r.model), 512);
     close_model(&r);
 }
 
@@ -560,19 +582,22 @@ static void ref_forward(const tiny_model *m, const tiny_opts *o, const int32_t *
                h, TV, TH);
 }
 
+/* The model loaded with compute F32 (BF16/F16 weights widened exactly, f32
+ * activations: the reference's math), 7 tokens in steps of 3: the last
+ * token's logits within 1e-5 of the double-precision forward. */
 static void check_tiny_against_reference(const tiny_opts *o) {
     tiny_model tm;
     write_tiny_model(&tm, o);
     pg_model_source *src;
-    pg_llama *m;
-    pg_llama_state *s;
-    if (pg_model_source_open(tm.dir, &src) != PAGODA_OK) fail_msg("%s", pg_last_error());
-    if (pg_llama_load(src, 0, &m) != PAGODA_OK) fail_msg("%s", pg_last_error());
-    assert_int_equal(pg_llama_state_create(m, 3, NULL, &s), PAGODA_OK);
+    pg_model_options mo;
+    pg_model_options_default(&mo);
+    mo.compute = PG_F32;
+    pg_model *m = pg_test_load(tm.dir, &mo, &src);
+    pg_test_seq *s = pg_test_seq_create(m, 7, 3, PG_F32);
     int32_t toks[7] = {1, 5, 9, 30, 2, 17, 5};
     float got[TV];
     double want[TV];
-    assert_int_equal(pg_llama_forward(m, s, toks, 7, 0, got), PAGODA_OK);
+    assert_int_equal(pg_test_seq_forward(s, toks, 7, got), PAGODA_OK);
     ref_forward(&tm, o, toks, 7, want);
     double mx = 0, err = 0;
     for (int i = 0; i < TV; i++) { /* (no fmax: gcc 12 aarch64 ICEs vectorizing it) */
@@ -580,8 +605,8 @@ static void check_tiny_against_reference(const tiny_opts *o) {
         if (fabs(got[i] - want[i]) > err) err = fabs(got[i] - want[i]);
     }
     if (err > 1e-5 * fmax(1.0, mx)) fail_msg("max logit error %g (max |logit| %g)", err, mx);
-    pg_llama_state_free(s);
-    pg_llama_free(m);
+    pg_test_seq_free(s);
+    pg_model_free(m);
     pg_model_source_free(src);
     tiny_free(&tm);
 }
@@ -613,10 +638,10 @@ static void expect_load_error(const tiny_opts *o, const char *needle) {
     tiny_model tm;
     write_tiny_model(&tm, o);
     pg_model_source *src = NULL;
-    pg_llama *m = NULL;
+    pg_model *m = NULL;
     pagoda_status st = pg_model_source_open(tm.dir, &src);
     if (st == PAGODA_OK) {
-        st = pg_llama_load(src, 0, &m);
+        st = pg_model_load(src, NULL, &m);
         assert_null(m);
         pg_model_source_free(src);
     }
@@ -643,22 +668,61 @@ static void test_unsupported_weight_dtype_fails_clearly(void **state) {
         "q_proj");
 }
 
-/* pg_llama_set_compute_dtype: only auto / F32 / BF16, and not changed once
- * packed. */
+/* pg_model_options.compute: only auto / F32 / BF16 (anything else, and bad
+ * quantization options, fail at pg_model_load), reported by
+ * pg_model_compute_dtype. On BF16 weights auto is the BF16 GEMM (the same
+ * bits as BF16) and F32 another (exact) path. */
 static void test_compute_dtype_errors(void **state) {
     (void)state;
-    runner r;
-    open_model(&r, "llm/stories260K-hf-bf16", 0, 1);
-    assert_int_equal(pg_llama_compute_dtype(r.model), PG_DTYPE_COUNT);
-    assert_int_equal(pg_llama_set_compute_dtype(r.model, PG_F16), PAGODA_ERR_INVALID_ARG);
-    assert_non_null(strstr(pg_last_error(), "F16"));
-    assert_int_equal(pg_llama_set_compute_dtype(r.model, PG_F32), PAGODA_OK);
-    assert_int_equal(pg_llama_pack(r.model), PAGODA_OK);
-    assert_int_equal(pg_llama_compute_dtype(r.model), PG_F32);
-    assert_int_equal(pg_llama_set_compute_dtype(r.model, PG_F32), PAGODA_OK);
-    assert_int_equal(pg_llama_set_compute_dtype(r.model, PG_BF16), PAGODA_ERR_INVALID_ARG);
-    assert_non_null(strstr(pg_last_error(), "already packed"));
-    close_model(&r);
+    enum { T = 6 };
+    const int32_t toks[T] = {1, 403, 407, 261, 378, 432};
+    float *l[3];
+    pg_model_source *src;
+    if (pg_model_source_open(pg_test_asset("llm/stories260K-hf-bf16"), &src) != PAGODA_OK)
+        fail_msg("%s", pg_last_error());
+    const pg_dtype ok[3] = {AUTO, PG_F32, PG_BF16};
+    for (int i = 0; i < 3; i++) {
+        pg_model_options o;
+        pg_model_options_default(&o);
+        o.compute = ok[i];
+        pg_model *m = NULL;
+        if (pg_model_load(src, &o, &m) != PAGODA_OK) fail_msg("%s", pg_last_error());
+        assert_int_equal(pg_model_compute_dtype(m), ok[i]);
+        l[i] = malloc((size_t)T * VOCAB * sizeof(float));
+        assert_non_null(l[i]);
+        pg_test_prefill_logits(m, toks, T, l[i]);
+        pg_model_free(m);
+    }
+    assert_memory_equal(l[0], l[2], (size_t)T * VOCAB * sizeof(float));
+    assert_true(memcmp(l[0], l[1], (size_t)T * VOCAB * sizeof(float)) != 0);
+    for (int i = 0; i < 3; i++)
+        free(l[i]);
+    struct {
+        pg_dtype compute;
+        int bits;
+        int64_t group, act_group;
+        const char *msg;
+    } bad[] = {
+        {PG_F16, 0, 0, 0, "F16"},
+        {PG_Q8_0, 0, 0, 0, "Q8_0"},
+        {AUTO, 3, 0, 0, "bits 3"},
+        {AUTO, 4, 48, 0, "group size 48"},
+        {AUTO, 0, 0, 32, "activation groups of 32"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pg_model_options o;
+        pg_model_options_default(&o);
+        o.compute = bad[i].compute;
+        o.quant_bits = bad[i].bits;
+        o.quant_group = bad[i].group;
+        o.quant_act_group = bad[i].act_group;
+        pg_model *m = NULL;
+        assert_int_equal(pg_model_load(src, &o, &m), PAGODA_ERR_INVALID_ARG);
+        assert_null(m);
+        if (!strstr(pg_last_error(), bad[i].msg))
+            fail_msg("case %zu: error '%s' does not mention '%s'", i, pg_last_error(), bad[i].msg);
+    }
+    pg_model_source_free(src);
 }
 
 static void test_missing_tensor_fails_clearly(void **state) {
@@ -675,10 +739,10 @@ static void test_missing_tensor_fails_clearly(void **state) {
     pg_test_write_file(path, cfg, strlen(cfg));
     free(cfg);
     pg_model_source *src = NULL;
-    pg_llama *m = NULL;
+    pg_model *m = NULL;
     pagoda_status st = pg_model_source_open(tm.dir, &src);
     if (st == PAGODA_OK) {
-        st = pg_llama_load(src, 0, &m);
+        st = pg_model_load(src, NULL, &m);
         assert_null(m);
         pg_model_source_free(src);
     }
@@ -689,26 +753,20 @@ static void test_missing_tensor_fails_clearly(void **state) {
         fail_msg("unexpected error: %s", pg_last_error());
 }
 
-/* ---- random-weight models written by pg_gen_model (src/model/gen_model.h):
+/* ---- random-weight models written by pg_gen_model (tools/gen/gen_model.h):
  * the HF form (rotate_half RoPE) and the GGUF form (Q/K rows permuted,
  * interleaved RoPE) of one model agree, with Llama-3 RoPE scaling exercised
  * past the original context. */
 
-/* Logits of the last of n tokens of model `path`, prefilled `chunk` tokens
- * per forward call (the state holds up to 32 rows: longer calls are split). */
+/* Logits of the last of n tokens of model `path`, prefilled in steps of up
+ * to `chunk` tokens. */
 static void last_logits(const char *path, const int32_t *toks, int n, int chunk, float *logits) {
     pg_model_source *src;
-    pg_llama *m;
-    pg_llama_state *s;
-    if (pg_model_source_open(path, &src) != PAGODA_OK) fail_msg("%s", pg_last_error());
-    if (pg_llama_load(src, 0, &m) != PAGODA_OK) fail_msg("%s", pg_last_error());
-    assert_int_equal(pg_llama_state_create(m, 32, NULL, &s), PAGODA_OK);
-    for (int done = 0; done < n; done += chunk) {
-        int k = n - done < chunk ? n - done : chunk;
-        assert_int_equal(pg_llama_forward(m, s, toks + done, k, done, logits), PAGODA_OK);
-    }
-    pg_llama_state_free(s);
-    pg_llama_free(m);
+    pg_model *m = pg_test_load(path, NULL, &src);
+    pg_test_seq *s = pg_test_seq_create(m, n, chunk, PG_F32);
+    assert_int_equal(pg_test_seq_forward(s, toks, n, logits), PAGODA_OK);
+    pg_test_seq_free(s);
+    pg_model_free(m);
     pg_model_source_free(src);
 }
 
@@ -747,11 +805,13 @@ static void test_gen_model_hf_and_gguf_agree_with_llama3_rope(void **state) {
     last_logits(gguf, toks, N, N, b);
     last_logits(hf_plain, toks, N, N, c);
     /* batch invariance with attention and matmuls split over 3 threads:
-     * token by token, and in chunks of 7, give the same bits */
-    last_logits(hf, toks, N, 1, d);
-    assert_memory_equal(a, d, sizeof a);
-    last_logits(hf, toks, N, 7, d);
-    assert_memory_equal(a, d, sizeof a);
+     * one step of 150 tokens, token by token, and steps of 7 or 32 give the
+     * same bits */
+    const int steps[] = {1, 7, 32};
+    for (int i = 0; i < 3; i++) {
+        last_logits(hf, toks, N, steps[i], d);
+        assert_memory_equal(a, d, sizeof a);
+    }
     float mx = 0, err = 0, scaling_effect = 0;
     for (int i = 0; i < V; i++) {
         if (fabsf(a[i]) > mx) mx = fabsf(a[i]);

@@ -347,8 +347,8 @@ static void expect_cfg_fail(const char *json, pagoda_status want, const char *su
 static void test_config_errors(void **state) {
     (void)state;
     expect_cfg_fail("{", PAGODA_ERR_FORMAT, "not a valid JSON object");
-    expect_cfg_fail("{\"architectures\":[\"Qwen3ForCausalLM\"]}", PAGODA_ERR_UNSUPPORTED,
-                    "Qwen3ForCausalLM");
+    expect_cfg_fail("{\"architectures\":[\"Gemma3ForCausalLM\"]}", PAGODA_ERR_UNSUPPORTED,
+                    "Gemma3ForCausalLM");
     expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10}", PAGODA_ERR_FORMAT,
                     "missing 'hidden_size'");
     expect_cfg_fail("{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":\"64\"}",

@@ -12,8 +12,8 @@
 #include "base/dtype.h"
 #include "base/pool.h"
 #include "base/status.h"
+#include "gen/gen_model.h"
 #include "kernels/ops.h"
-#include "model/gen_model.h"
 #include "kernels/ref/ops_ref.h"
 
 /* Deterministic xorshift stream in [-1, 1). */

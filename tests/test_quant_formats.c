@@ -6,7 +6,7 @@
  * (int-quantized int8 and pack-quantized int4 in int32 words), the
  * quantization_config parser and its `ignore` list; bad inputs. */
 #include "testutil.h"
-#include "llama_logits.h"
+#include "model_run.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,8 +20,8 @@
 #include "kernels/qgemm.h"
 #include "kernels/ref/ref.h"
 #include "model/compressed_tensors.h"
-#include "model/gen_model.h"
-#include "model/llama.h"
+#include "gen/gen_model.h"
+#include "model/model.h"
 #include "model/safetensors.h"
 #include "model/source.h"
 
@@ -517,30 +517,34 @@ static void test_stories260k_quantized_close_to_f32(void **state) {
     assert_true(kl[1] <= kl[3]); /* W8A8 (act g32) vs llama.cpp Q8_0 */
     assert_true(kl[2] <= kl[4]); /* W4A8 g32 vs llama.cpp Q4_0 */
 
-    /* The same through the engine's model (pg_llama, batched forward) and
-     * its load-time option pg_llama_set_quant_act_group (--quant-act-group
-     * 32), lm_head f32 as above: closer to the f32 model than per-token
-     * scales and at least as close as llama.cpp's Q8_0 measured above. With
-     * the engine's lm_head policy (quantized too: W8 per channel, or W8 g32
-     * with act groups) act groups are still the closer. */
+    /* The same through the engine's model (pg_model_load, batched forward)
+     * and its load option pg_model_options.quant_act_group
+     * (--quant-act-group 32), lm_head f32 as above: closer to the f32 model
+     * than per-token scales and at least as close as llama.cpp's Q8_0
+     * measured above. With the engine's lm_head policy (quantized too: W8
+     * per channel, or W8 g32 with act groups) act groups are still the
+     * closer. Compute F32: the float reference is exact f32. */
     int32_t *tok = NULL;
     const int32_t T = read_tokens(tokens, &tok);
     assert_true(T > 200);
     pg_model_source *src;
     assert_int_equal(pg_model_source_open(model, &src), PAGODA_OK);
     enum { NM = 5 };
-    pg_llama *m[NM];
+    pg_model *m[NM];
     float *lg[NM];
     const int V = pg_model_source_config(src)->vocab_size;
     for (int i = 0; i < NM; i++) { /* f32; per token, act g32 (lm_head f32; quantized) */
         const int act = i == 2 || i == 4;
         if (i == 1) setenv("PAGODA_QUANT_LM_HEAD", "none", 1);
         if (i == 3) unsetenv("PAGODA_QUANT_LM_HEAD");
-        assert_int_equal(pg_llama_load(src, 0, &m[i]), PAGODA_OK);
-        assert_int_equal(pg_llama_set_compute_dtype(m[i], PG_F32), PAGODA_OK);
-        if (act) assert_int_equal(pg_llama_set_quant_act_group(m[i], 32), PAGODA_OK);
-        pagoda_status st = pg_llama_pack_quantized(m[i], i ? 8 : 0, act ? 32 : 0);
-        if (st != PAGODA_OK) fail_msg("%s", pg_last_error());
+        pg_model_options o;
+        pg_model_options_default(&o);
+        o.compute = PG_F32;
+        o.quant_bits = i ? 8 : 0;
+        o.quant_group = act ? 32 : 0;
+        o.quant_act_group = act ? 32 : 0;
+        if (pg_model_load(src, &o, &m[i]) != PAGODA_OK) fail_msg("%s", pg_last_error());
+        assert_int_equal(pg_model_compute_dtype(m[i]), PG_F32);
         lg[i] = malloc((size_t)T * (size_t)V * sizeof(float));
         assert_non_null(lg[i]);
         pg_test_prefill_logits(m[i], tok, T, lg[i]);
@@ -557,17 +561,36 @@ static void test_stories260k_quantized_close_to_f32(void **state) {
     assert_true(e_kl[2] < e_kl[1] && e_kl[4] < e_kl[3]);
     assert_true(e_kl[2] <= kl[3]);
     assert_true(e_top[2] >= 97.0 && e_top[4] >= 97.0);
-    /* an activation group that is not the weight group is refused */
-    pg_llama *bad;
-    assert_int_equal(pg_llama_load(src, 0, &bad), PAGODA_OK);
-    assert_int_equal(pg_llama_set_quant_act_group(bad, 48), PAGODA_ERR_INVALID_ARG);
-    assert_int_equal(pg_llama_set_quant_act_group(bad, 32), PAGODA_OK);
-    assert_int_equal(pg_llama_pack_quantized(bad, 8, 64), PAGODA_ERR_INVALID_ARG);
-    assert_non_null(strstr(pg_last_error(), "activation groups of 32"));
-    assert_int_equal(pg_llama_pack_quantized(bad, 0, 0), PAGODA_ERR_INVALID_ARG);
-    pg_llama_free(bad);
+    /* an activation group that is not a multiple of 32, or not the weight
+     * group, or without quantization is refused at load; group 0 with act
+     * group 32 means weight group 32 */
+    const struct {
+        int bits;
+        int64_t group, act_group;
+        pagoda_status st;
+        const char *msg;
+    } acts[] = {
+        {8, 0, 48, PAGODA_ERR_INVALID_ARG, "activation group size 48"},
+        {8, 64, 32, PAGODA_ERR_INVALID_ARG, "activation groups of 32"},
+        {0, 0, 32, PAGODA_ERR_INVALID_ARG, "activation groups of 32"},
+        {8, 0, 32, PAGODA_OK, NULL},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        pg_model_options o;
+        pg_model_options_default(&o);
+        o.quant_bits = acts[i].bits;
+        o.quant_group = acts[i].group;
+        o.quant_act_group = acts[i].act_group;
+        pg_model *bad = NULL;
+        assert_int_equal(pg_model_load(src, &o, &bad), acts[i].st);
+        if (acts[i].msg) {
+            assert_null(bad);
+            if (!strstr(pg_last_error(), acts[i].msg)) fail_msg("case %zu: %s", i, pg_last_error());
+        }
+        pg_model_free(bad);
+    }
     for (int i = 0; i < NM; i++) {
-        pg_llama_free(m[i]);
+        pg_model_free(m[i]);
         free(lg[i]);
     }
     pg_model_source_free(src);

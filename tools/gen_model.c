@@ -1,8 +1,9 @@
-/* gen_model: write a random-weight Llama model as a Hugging Face directory
- * and/or a GGUF file (see src/model/gen_model.h).
+/* gen_model: write a random-weight Llama or Qwen3 model as a Hugging Face
+ * directory and/or a GGUF file (see tools/gen/gen_model.h).
  *
- *   gen_model --hf OUT_DIR [--gguf OUT.gguf] [shape options] [--dtype bf16]
+ *   gen_model --hf OUT_DIR [--gguf OUT.gguf] [--arch qwen3] [shape options] [--dtype bf16]
  *   gen_model --preset llama-3.2-1b --hf /tmp/llama1b --tokenizer path/to/llama-3.2-tokenizer
+ *   gen_model --preset qwen3-1.7b --gguf /tmp/qwen3-1.7b-q8.gguf --dtype q8_0
  *   gen_model --from stories260K-hf --hf /tmp/s-w4 --compressed-tensors w4a16 --ct-group 32 \
  *             --tokenizer stories260K-hf          (convert a real model)
  */
@@ -12,18 +13,20 @@
 #include <strings.h>
 
 #include "base/status.h"
-#include "model/gen_model.h"
+#include "gen/gen_model.h"
 #include "model/source.h"
 
 static void usage(void) {
     fputs("usage: gen_model [--hf DIR] [--gguf FILE] [options]\n"
-          "  --preset NAME        llama-3.2-1b\n"
+          "  --arch A             llama (default) | qwen3 (Qwen3ForCausalLM / GGUF qwen3:\n"
+          "                       q_norm + k_norm, no Q/K permutation; theta 1e6, eps 1e-6)\n"
+          "  --preset NAME        llama-3.2-1b | qwen3-0.6b | qwen3-1.7b (BF16; implies its\n"
+          "                       --arch; explicit options override its values)\n"
           "  --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N --head-dim N\n"
           "  --max-pos N          max_position_embeddings (default 2048)\n"
           "  --tie | --no-tie     tie_word_embeddings (default tie)\n"
-          "  --rope-scaling llama3|none   (llama3: --rope-factor F --rope-low F --rope-high F "
-          "--rope-orig N;\n"
-          "                       defaults 32 / 1 / 4 / 8192)\n"
+          "  --rope-scaling llama3|none   (llama only; llama3: --rope-factor F --rope-low F\n"
+          "                       --rope-high F --rope-orig N; defaults 32 / 1 / 4 / 8192)\n"
           "  --rope-theta F --rms-eps F --std F --seed N --bos N --eos N\n"
           "  --dtype T            f32|f16|bf16 for both forms (q8_0|q4_0: GGUF only)\n"
           "  --gguf-dtype T       override for the GGUF form: f32|f16|bf16|q8_0|q4_0\n"
@@ -39,7 +42,8 @@ static void usage(void) {
           "  --ct-ignore PATTERN  also keep these layers dense and list them in ignore\n"
           "                       (a layer name or re:<regex>, e.g. 're:.*down_proj$')\n"
           "  --ct-dense           write the dequantized weights as a dense checkpoint instead\n"
-          "  --from DIR           take shapes and weights from this F32/F16/BF16 model\n",
+          "  --from MODEL         take architecture, shapes and weights from this F32/F16/BF16\n"
+          "                       llama or qwen3 model (HF directory or GGUF)\n",
           stderr);
 }
 
@@ -79,7 +83,17 @@ static float to_float(const char *opt, const char *v) {
 int main(int argc, char **argv) {
     pg_gen_model_options o;
     pg_gen_model_defaults(&o);
-    /* presets first, so explicit options override them */
+    /* --arch (with its defaults), then presets, so explicit options override them */
+    const char *arch = NULL;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--arch")) {
+            arch = argv[i + 1];
+            if (pg_gen_model_set_arch(&o, arch)) {
+                fprintf(stderr, "gen_model: %s\n", pg_last_error());
+                return 2;
+            }
+        }
+    const struct pg_arch *want = o.arch;
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--preset") && pg_gen_model_preset(&o, argv[i + 1])) {
             fprintf(stderr, "gen_model: %s\n", pg_last_error());
@@ -92,6 +106,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gen_model: %s\n", pg_last_error());
             return 2;
         }
+    if (arch && o.arch != want) {
+        fprintf(stderr, "gen_model: --arch %s contradicts the %s's architecture\n", arch,
+                from ? "--from model" : "--preset");
+        return 2;
+    }
     bool gguf_dtype_set = false;
     const char *hf_quant = NULL; /* --dtype q8_0/q4_0: GGUF only */
     for (int i = 1; i < argc; i++) {
@@ -118,7 +137,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++i];
-        if (!strcmp(a, "--preset") || !strcmp(a, "--from"))
+        if (!strcmp(a, "--preset") || !strcmp(a, "--from") || !strcmp(a, "--arch"))
             continue;
         else if (!strcmp(a, "--hf"))
             o.hf_dir = v;

@@ -187,7 +187,7 @@ static int model_layers(const pg_bench_kernels_opts *o, bool quant, layer *L) {
     L[4] = (layer){"lm_head", s->vocab, s->hidden, PG_GEMM_STORE, 0, 0, 0};
     for (int i = 0; quant && i < 5; i++)
         L[i].bits = o->quant_bits, L[i].group = o->quant_group, L[i].act_group = o->act_group;
-    /* the engine's lm_head policy (pg_llama_pack_quantized): W4 with the
+    /* the engine's lm_head policy (pg_linear_policy_init): W4 with the
      * layers' group for group-wise W4A8, else W8 per channel */
     if (quant && !(o->quant_bits == 4 && o->quant_group > 0))
         L[4].bits = 8, L[4].group = 0, L[4].act_group = 0;

@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "kernels/env_report.h"
+#include "model/model.h"
 
 int pg_cmd_env(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -16,7 +17,7 @@ int pg_cmd_env(int argc, char **argv) {
             printf(
                 "usage: pagoda env\n\nPrints the detected CPU, ISA features, the kernel variants "
                 "chosen (PAGODA_ISA may force a lower level), memory, huge pages, thread "
-                "settings and performance warnings.\n");
+                "settings, performance warnings and the model architectures pagoda runs.\n");
             return 0;
         }
         if (pg_args_is_option(argv[i])) return pg_args_unknown("pagoda env", argv[i]);
@@ -30,5 +31,7 @@ int pg_cmd_env(int argc, char **argv) {
         return 2;
     }
     pg_env_report(stdout);
+    char archs[1024];
+    printf("\nmodel architectures: %s\n", pg_model_supported(archs, sizeof archs));
     return 0;
 }

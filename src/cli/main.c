@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "model/model.h"
 
 typedef struct pg_command {
     const char *name;
@@ -24,6 +25,11 @@ static void usage(FILE *f) {
     fprintf(f, "usage: pagoda <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    char archs[1024];
+    fprintf(f,
+            "\nMODEL: a Hugging Face directory, a GGUF file or a cached org/name of one of\n"
+            "these architectures: %s\n",
+            pg_model_supported(archs, sizeof archs));
     fprintf(f, "\n`pagoda <command> --help` describes a command's options.\n");
 }
 

@@ -38,7 +38,10 @@ static pagoda_status grow(char **buf, size_t *cap, size_t need) {
 static size_t utf8_valid_len(const unsigned char *s, size_t n) {
     unsigned char c = s[0];
     if (c < 0x80) return 1;
-    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    size_t len = c >= 0xC2 && c <= 0xDF   ? 2
+                 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                          : 0;
     if (!len || n < len) return 0;
     for (size_t i = 1; i < len; i++)
         if ((s[i] & 0xC0) != 0x80) return 0;
@@ -99,8 +102,12 @@ pagoda_status pg_detok_init(pg_detok *d, const pg_tokenizer *tok, const int32_t 
         pg_detok_free(d);
         return pg_error(PAGODA_ERR_NOMEM, "detokenizer: out of memory");
     }
-    memcpy(d->ids, prompt, n_prompt * sizeof *d->ids);
-    d->n_ids = n_prompt;
+    /* ids the model has but the tokenizer lacks (a vocabulary padded to a
+     * multiple of 64) decode to nothing, as HF tokenizers skip unknown ids */
+    const int32_t nv = pg_tokenizer_vocab_size(tok);
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < nv) d->ids[d->n_ids++] = prompt[i];
+    n_prompt = d->n_ids;
     d->read_off = n_prompt;
     d->prefix_off = n_prompt > DETOK_WINDOW ? n_prompt - DETOK_WINDOW : 0;
     for (size_t i = 0; i < n_stop; i++) {
@@ -155,6 +162,7 @@ static void find_stop(pg_detok *d, size_t from) {
 pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop) {
     pagoda_status st;
     if (d->stopped) return PAGODA_OK;
+    if (id >= pg_tokenizer_vocab_size(d->tok)) return PAGODA_OK; /* padding id: no text */
     if (d->n_ids == d->cap_ids) {
         size_t c = d->cap_ids * 2;
         int32_t *g = realloc(d->ids, c * sizeof *g);

@@ -53,7 +53,10 @@ pagoda_status pg_detok_init(pg_detok *d, const pg_tokenizer *tok, const int32_t 
 void pg_detok_free(pg_detok *d);
 
 /* Add one output token; check_stop: search stop strings in the new text
- * (false before min_tokens outputs). Sets d->stopped on a match.
+ * (false before min_tokens outputs). Sets d->stopped on a match. Ids at or
+ * above the tokenizer's vocabulary (a model vocabulary padded past it, e.g.
+ * to a multiple of 64) add no text, as Hugging Face's decode skips them; so
+ * do such ids in the prompt.
  * Errors: PAGODA_ERR_NOMEM, tokenizer errors. */
 pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop);
 

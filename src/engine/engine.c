@@ -23,7 +23,7 @@
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model/source.h"
 #include "pagoda.h"
 #include "tokenizer/tokenizer.h"
@@ -63,7 +63,7 @@ typedef struct ereq {
 
 struct pagoda_engine {
     pg_model_source *src;
-    pg_llama *model;
+    pg_model *model;
     pg_tokenizer *tok;
     pg_scheduler *sched;
     pg_runner *runner;
@@ -131,16 +131,16 @@ void pagoda_engine_options_default(pagoda_engine_options *o) {
 
 /* KV cache dtype: as asked, else the compute dtype's, else (dtype auto)
  * F32 for F32 checkpoints and BF16 for the rest. */
-static pg_dtype kv_dtype_for(const pagoda_engine_options *o, const pg_llama *m) {
+static pg_dtype kv_dtype_for(const pagoda_engine_options *o, const pg_model *m) {
     if (o->kv_cache_dtype == PAGODA_KV_F32) return PG_F32;
     if (o->kv_cache_dtype == PAGODA_KV_BF16) return PG_BF16;
     if (o->dtype == PAGODA_DTYPE_F32) return PG_F32;
     if (o->dtype != PAGODA_DTYPE_AUTO) return PG_BF16;
-    const pg_model_config *c = pg_llama_config(m);
+    const pg_model_config *c = pg_model_get_config(m);
     return c->torch_dtype == PG_F32 ? PG_F32 : PG_BF16;
 }
 
-/* The model's compute dtype for option dtype (pg_llama_set_compute_dtype). */
+/* The model's compute dtype for option dtype (pg_model_options.compute). */
 static pg_dtype compute_dtype(const pagoda_engine_options *o) {
     switch (o->dtype) {
     case PAGODA_DTYPE_F32:
@@ -238,18 +238,18 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     base_name(model, e->name, sizeof e->name);
 
     if ((st = pg_model_source_open(model, &e->src)) != PAGODA_OK) goto fail;
-    if ((st = pg_llama_load(e->src, o.max_model_len, &e->model)) != PAGODA_OK) goto fail;
+    pg_model_options mo;
+    pg_model_options_default(&mo);
+    mo.max_context = o.max_model_len;
+    mo.compute = compute_dtype(&o);
+    mo.quant_bits = o.quantization;
+    mo.quant_group = o.quant_group_size;
+    mo.quant_act_group = o.quant_act_group;
+    if ((st = pg_model_load(e->src, &mo, &e->model)) != PAGODA_OK) goto fail;
     if ((st = pg_tokenizer_load(pg_model_source_path(e->src), &e->tok)) != PAGODA_OK) goto fail;
-    if ((st = pg_llama_set_compute_dtype(e->model, compute_dtype(&o))) != PAGODA_OK) goto fail;
-    if ((st = pg_llama_set_quant_act_group(e->model, o.quant_act_group)) != PAGODA_OK) goto fail;
-    if ((st = pg_llama_pack_quantized(
-             e->model, o.quantization,
-             o.quant_act_group && !o.quant_group_size ? o.quant_act_group : o.quant_group_size)) !=
-        PAGODA_OK)
-        goto fail;
-    const pg_model_config *c = pg_llama_config(e->model);
+    const pg_model_config *c = pg_model_get_config(e->model);
     e->vocab = c->vocab_size;
-    e->max_model_len = pg_llama_max_context(e->model);
+    e->max_model_len = pg_model_max_context(e->model);
     for (int i = 0; i < 8 && c->eos_token_ids[i] >= 0; i++)
         e->eos_ids[e->n_eos++] = c->eos_token_ids[i];
     int32_t teos = pg_tokenizer_eos(e->tok);
@@ -271,11 +271,26 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     pg_dtype kvt = kv_dtype_for(&o, e->model);
     uint64_t mem =
         o.kv_cache_memory ? o.kv_cache_memory : pg_kv_default_memory_bytes(pg_cpu()->mem_available);
-    uint64_t per_token = pg_runner_kv_bytes_per_token(e->model, kvt);
+    pg_kv_plan plan;
+    if ((st = pg_runner_plan_kv(e->model, kvt, e->block_size, &plan)) != PAGODA_OK) goto fail;
+    /* recurrent states: max_num_seqs slots come off the top; the rest is paged K/V */
+    uint64_t state_mem = plan.state_bytes_per_seq * (uint64_t)mns;
+    if (state_mem >= mem) {
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "engine: the recurrent state of %d requests (%.1f MiB) does not fit in the "
+                      "KV cache memory (%.1f MiB): lower max_num_seqs or raise kv_cache_memory",
+                      mns, (double)state_mem / 1048576.0, (double)mem / 1048576.0);
+        goto fail;
+    }
     int32_t num_blocks;
-    if ((st = pg_kv_num_blocks(mem, e->block_size, per_token, &num_blocks)) != PAGODA_OK) goto fail;
+    if ((st = pg_kv_num_blocks(mem - state_mem, e->block_size,
+                               plan.kv_bytes_per_token ? plan.kv_bytes_per_token : 1,
+                               &num_blocks)) != PAGODA_OK)
+        goto fail;
     /* never more blocks than max_num_seqs full-length requests can use (+ the null block) */
-    int64_t useful = (int64_t)mns * ((e->max_model_len + e->block_size - 1) / e->block_size) + 1;
+    int64_t useful =
+        (int64_t)mns * ((e->max_model_len + e->block_size - 1) / e->block_size) * plan.num_groups +
+        1;
     if (num_blocks > useful) num_blocks = (int32_t)useful;
     e->num_kv_blocks = num_blocks - 1;
 
@@ -287,6 +302,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     sc.kv.num_blocks = num_blocks;
     sc.kv.block_size = e->block_size;
     sc.kv.enable_prefix_caching = o.enable_prefix_caching;
+    sc.kv.num_groups = plan.num_groups;
+    memcpy(sc.kv.groups, plan.groups, sizeof plan.groups);
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
     { /* the longest sequence the KV cache holds (caps max_tokens 0 = null) */
         pg_kvm *kvm = pg_scheduler_kvm(e->sched);
@@ -373,7 +390,7 @@ void pagoda_engine_free(pagoda_engine *e) {
     pg_runner_free(e->runner);
     pg_scheduler_destroy(e->sched);
     pg_tokenizer_free(e->tok);
-    pg_llama_free(e->model);
+    pg_model_free(e->model);
     pg_model_source_free(e->src);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -387,7 +404,7 @@ int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
     return e->vocab;
 }
 size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e) {
-    return pg_llama_weight_bytes_per_step(e->model);
+    return pg_model_weight_bytes_per_step(e->model);
 }
 const char *pagoda_engine_model_name(const pagoda_engine *e) {
     return e->name;
@@ -837,8 +854,8 @@ static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, floa
         lpp = &lp;
     }
     pagoda_status st =
-        pg_sampler_sample(smp, &r->sp, &r->rng, logits, r->prompt, (size_t)r->n_prompt,
-                          r->out_ids, (size_t)r->n_out, lpp, tok);
+        pg_sampler_sample(smp, &r->sp, &r->rng, logits, r->prompt, (size_t)r->n_prompt, r->out_ids,
+                          (size_t)r->n_out, lpp, tok);
     if (st != PAGODA_OK || !lpp) return st;
     for (int32_t i = 0; i < lp.n_top; i++)
         r->top[i] = (pagoda_top_logprob){r->lp_ids[i], r->lp_vals[i]};
@@ -1066,16 +1083,25 @@ pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size
         if (ids[i] < 0 || ids[i] >= e->vocab)
             return pg_error(PAGODA_ERR_INVALID_ARG, "detokenize: id %d outside [0, %d)", ids[i],
                             e->vocab);
+    /* ids of a padded model vocabulary past the tokenizer's decode to nothing */
+    const int32_t nv = pg_tokenizer_vocab_size(e->tok);
+    int32_t *known = malloc((n ? n : 1) * sizeof *known);
+    if (!known) return pg_error(PAGODA_ERR_NOMEM, "detokenize: out of memory");
+    size_t nk = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < nv) known[nk++] = ids[i];
     size_t cap = 64 + 16 * n;
     for (;;) {
         char *buf = malloc(cap);
-        if (!buf) return pg_error(PAGODA_ERR_NOMEM, "detokenize: out of memory");
-        pagoda_status st = pg_tokenizer_decode(e->tok, ids, n, skip_special, buf, cap, len);
+        pagoda_status st = buf ? pg_tokenizer_decode(e->tok, known, nk, skip_special, buf, cap, len)
+                               : pg_error(PAGODA_ERR_NOMEM, "detokenize: out of memory");
         if (st != PAGODA_OK) {
             free(buf);
+            free(known);
             return st;
         }
         if (*len < cap) {
+            free(known);
             *text = buf;
             return PAGODA_OK;
         }

@@ -1,4 +1,4 @@
-/* Model runner (see runner.h): KV region, workspace, batch assembly. */
+/* Model runner (see runner.h): KV memory per group, workspace, batch assembly. */
 #include "engine/runner.h"
 
 #include <stdlib.h>
@@ -8,68 +8,195 @@
 #include "base/log.h"
 
 struct pg_runner {
-    pg_llama *model;
+    const pg_model *model;
     pg_runner_config cfg;
-    void *kv_mem;
+    pg_kv_plan plan;
+    int32_t num_layers;
+    int32_t *layer_group; /* [num_layers]: group index, -1 for layers without a cache */
+    int32_t *layer_slot;  /* [num_layers]: paged tensor index, or state layer index */
+    void *kv_mem;         /* the paged tensors */
     size_t kv_mem_bytes;
-    pg_paged_kv *layers; /* [num_hidden_layers] */
-    pg_llama_workspace *ws;
+    pg_paged_kv *tensors; /* [num_tensors] */
+    uint8_t *state_mem;   /* [num_state_layers][max_num_seqs][state_bytes of the layer] */
+    size_t state_mem_bytes;
+    uint8_t **state_base; /* [num_state_layers] start of the layer's slots */
+    int64_t *state_bytes; /* [num_state_layers] */
+    int32_t num_state_layers;
+    void **state_ptrs;  /* [num_state_layers][max_num_seqs] per step */
+    pg_layer_cache *lc; /* [num_layers] per step */
+    pg_model_workspace *ws;
     float *logits;       /* [max_num_seqs][vocab] */
     int32_t *logit_rows; /* [max_num_seqs] */
 };
 
-uint64_t pg_runner_kv_bytes_per_token(const pg_llama *model, pg_dtype kv_dtype) {
-    const pg_model_config *c = pg_llama_config(model);
-    return 2ULL * (uint64_t)c->num_hidden_layers * (uint64_t)c->num_key_value_heads *
-           (uint64_t)c->head_dim * (kv_dtype == PG_F32 ? 4u : 2u);
+static bool same_group(const pg_layer_cache_spec *a, const pg_kv_cache_spec *g) {
+    switch (a->kind) {
+    case PG_LAYER_CACHE_FULL:
+        return g->kind == PG_KV_FULL_ATTENTION && g->num_kv_heads == a->num_kv_heads &&
+               g->head_size == a->head_dim;
+    case PG_LAYER_CACHE_SLIDING:
+        return g->kind == PG_KV_SLIDING_WINDOW && g->num_kv_heads == a->num_kv_heads &&
+               g->head_size == a->head_dim && g->u.sliding.window == a->window;
+    case PG_LAYER_CACHE_STATE:
+        return g->kind == PG_KV_MAMBA && g->u.mamba.state_bytes == a->state_bytes;
+    default:
+        return false;
+    }
 }
 
-pagoda_status pg_runner_create(pg_llama *model, const pg_runner_config *cfg, pg_runner **out) {
+/* Group of every layer (layer_group[l], -1: none) and the plan. */
+static pagoda_status plan_groups(const pg_model *m, pg_dtype kv_dtype, int32_t block_size,
+                                 pg_kv_plan *p, int32_t *layer_group) {
+    memset(p, 0, sizeof *p);
+    const int32_t L = pg_model_num_layers(m);
+    const int32_t dtype_bytes = kv_dtype == PG_F32 ? 4 : 2;
+    for (int32_t l = 0; l < L; l++) {
+        const pg_layer_cache_spec *s = pg_model_layer_cache(m, l);
+        if (layer_group) layer_group[l] = -1;
+        if (s->kind == PG_LAYER_CACHE_NONE) continue;
+        int32_t g = 0;
+        while (g < p->num_groups && !same_group(s, &p->groups[g]))
+            g++;
+        if (g == p->num_groups) {
+            if (g == PG_KV_MAX_GROUPS)
+                return pg_error(PAGODA_ERR_LIMIT, "runner: more than %d KV cache groups",
+                                PG_KV_MAX_GROUPS);
+            pg_kv_cache_spec *gs = &p->groups[p->num_groups++];
+            memset(gs, 0, sizeof *gs);
+            gs->block_size = block_size;
+            gs->dtype_bytes = dtype_bytes;
+            if (s->kind == PG_LAYER_CACHE_STATE) {
+                gs->kind = PG_KV_MAMBA;
+                gs->num_kv_heads = 1;
+                gs->head_size = 1;
+                gs->u.mamba.state_bytes = s->state_bytes;
+            } else {
+                gs->kind =
+                    s->kind == PG_LAYER_CACHE_SLIDING ? PG_KV_SLIDING_WINDOW : PG_KV_FULL_ATTENTION;
+                gs->num_kv_heads = s->num_kv_heads;
+                gs->head_size = s->head_dim;
+                if (s->kind == PG_LAYER_CACHE_SLIDING) gs->u.sliding.window = s->window;
+                if (p->num_kv_heads == 0) {
+                    p->num_kv_heads = s->num_kv_heads;
+                    p->head_dim = s->head_dim;
+                } else if (p->num_kv_heads != s->num_kv_heads || p->head_dim != s->head_dim) {
+                    return pg_error(PAGODA_ERR_UNSUPPORTED,
+                                    "runner: attention layers with different K/V shapes (%d x %d "
+                                    "and %d x %d heads x dims) are not supported",
+                                    p->num_kv_heads, p->head_dim, s->num_kv_heads, s->head_dim);
+                }
+            }
+        }
+        p->groups[g].num_layers++;
+        if (layer_group) layer_group[l] = g;
+        if (s->kind == PG_LAYER_CACHE_STATE) {
+            p->state_bytes_per_seq += (uint64_t)s->state_bytes;
+        } else if (p->groups[g].num_layers > p->num_tensors) {
+            p->num_tensors = p->groups[g].num_layers;
+        }
+    }
+    p->kv_bytes_per_token = 2ULL * (uint64_t)p->num_tensors * (uint64_t)p->num_kv_heads *
+                            (uint64_t)p->head_dim * (uint64_t)dtype_bytes;
+    return PAGODA_OK;
+}
+
+pagoda_status pg_runner_plan_kv(const pg_model *m, pg_dtype kv_dtype, int32_t block_size,
+                                pg_kv_plan *plan) {
+    return plan_groups(m, kv_dtype, block_size, plan, NULL);
+}
+
+pagoda_status pg_runner_create(const pg_model *model, const pg_runner_config *cfg,
+                               pg_runner **out) {
     *out = NULL;
-    const pg_model_config *c = pg_llama_config(model);
+    const pg_model_config *c = pg_model_get_config(model);
     pg_runner *r = calloc(1, sizeof *r);
     if (!r) return pg_error(PAGODA_ERR_NOMEM, "runner: out of memory");
     r->model = model;
     r->cfg = *cfg;
-    int L = c->num_hidden_layers;
-    size_t half = pg_paged_kv_bytes(cfg->kv_dtype, cfg->num_blocks, c->num_key_value_heads,
-                                    cfg->block_size, c->head_dim);
+    const int32_t L = r->num_layers = pg_model_num_layers(model);
+    const size_t S = (size_t)cfg->max_num_seqs;
     pagoda_status st = PAGODA_OK;
-    r->layers = calloc((size_t)L, sizeof *r->layers);
-    if (!r->layers || half == 0) {
-        st = half ? pg_error(PAGODA_ERR_NOMEM, "runner: out of memory")
-                  : pg_error(PAGODA_ERR_INVALID_ARG, "runner: bad KV cache shape");
+    r->layer_group = malloc((size_t)L * sizeof(int32_t));
+    r->layer_slot = malloc((size_t)L * sizeof(int32_t));
+    r->lc = calloc((size_t)L, sizeof *r->lc);
+    if (!r->layer_group || !r->layer_slot || !r->lc) goto nomem;
+    if ((st = plan_groups(model, cfg->kv_dtype, cfg->block_size, &r->plan, r->layer_group)))
         goto fail;
+
+    /* paged tensors shared by the attention groups */
+    const pg_kv_plan *p = &r->plan;
+    if (p->num_tensors > 0) {
+        size_t half = pg_paged_kv_bytes(cfg->kv_dtype, cfg->num_blocks, p->num_kv_heads,
+                                        cfg->block_size, p->head_dim);
+        if (half == 0) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG, "runner: bad KV cache shape");
+            goto fail;
+        }
+        r->tensors = calloc((size_t)p->num_tensors, sizeof *r->tensors);
+        if (!r->tensors) goto nomem;
+        r->kv_mem_bytes = half * 2 * (size_t)p->num_tensors;
+        r->kv_mem = pg_alloc_huge(r->kv_mem_bytes);
+        if (!r->kv_mem) {
+            st = pg_error(PAGODA_ERR_NOMEM, "runner: cannot allocate %zu bytes of KV cache",
+                          r->kv_mem_bytes);
+            goto fail;
+        }
+        for (int32_t t = 0; t < p->num_tensors; t++) {
+            uint8_t *base = (uint8_t *)r->kv_mem + (size_t)t * 2 * half;
+            r->tensors[t] = (pg_paged_kv){.k = base,
+                                          .v = base + half,
+                                          .dtype = cfg->kv_dtype,
+                                          .num_blocks = cfg->num_blocks,
+                                          .num_kv_heads = p->num_kv_heads,
+                                          .block_size = cfg->block_size,
+                                          .head_dim = p->head_dim};
+        }
+        if ((st = pg_paged_kv_check(&r->tensors[0])) != PAGODA_OK) goto fail;
     }
-    r->kv_mem_bytes = half * 2 * (size_t)L;
-    r->kv_mem = pg_alloc_huge(r->kv_mem_bytes);
-    if (!r->kv_mem) {
-        st = pg_error(PAGODA_ERR_NOMEM, "runner: cannot allocate %zu bytes of KV cache",
-                      r->kv_mem_bytes);
-        goto fail;
+
+    /* layer -> tensor / state layer; state slots */
+    int32_t per_group[PG_KV_MAX_GROUPS] = {0};
+    for (int32_t l = 0; l < L; l++) {
+        int32_t g = r->layer_group[l];
+        r->layer_slot[l] = -1;
+        if (g < 0) continue;
+        if (p->groups[g].kind == PG_KV_MAMBA) {
+            r->layer_slot[l] = r->num_state_layers++;
+            r->state_mem_bytes += S * (size_t)p->groups[g].u.mamba.state_bytes;
+        } else {
+            r->layer_slot[l] = per_group[g]++;
+        }
     }
-    for (int l = 0; l < L; l++) {
-        uint8_t *base = (uint8_t *)r->kv_mem + (size_t)l * 2 * half;
-        r->layers[l] = (pg_paged_kv){.k = base,
-                                     .v = base + half,
-                                     .dtype = cfg->kv_dtype,
-                                     .num_blocks = cfg->num_blocks,
-                                     .num_kv_heads = c->num_key_value_heads,
-                                     .block_size = cfg->block_size,
-                                     .head_dim = c->head_dim};
+    if (r->num_state_layers) {
+        r->state_mem = pg_alloc_huge(r->state_mem_bytes);
+        r->state_base = calloc((size_t)r->num_state_layers, sizeof *r->state_base);
+        r->state_bytes = calloc((size_t)r->num_state_layers, sizeof *r->state_bytes);
+        r->state_ptrs = calloc((size_t)r->num_state_layers * S, sizeof *r->state_ptrs);
+        if (!r->state_mem || !r->state_base || !r->state_bytes || !r->state_ptrs) goto nomem;
+        size_t off = 0;
+        for (int32_t l = 0; l < L; l++) {
+            int32_t g = r->layer_group[l];
+            if (g < 0 || p->groups[g].kind != PG_KV_MAMBA) continue;
+            int32_t i = r->layer_slot[l];
+            r->state_base[i] = r->state_mem + off;
+            r->state_bytes[i] = p->groups[g].u.mamba.state_bytes;
+            off += S * (size_t)r->state_bytes[i];
+        }
     }
-    if ((st = pg_paged_kv_check(&r->layers[0])) != PAGODA_OK) goto fail;
-    if ((st = pg_llama_workspace_create(model, cfg->max_num_batched_tokens, cfg->max_num_seqs,
-                                        cfg->max_model_len, &r->layers[0], &r->ws)) != PAGODA_OK)
-        goto fail;
-    r->logits = pg_malloc_aligned((size_t)cfg->max_num_seqs * (size_t)c->vocab_size * 4);
-    r->logit_rows = malloc((size_t)cfg->max_num_seqs * sizeof(int32_t));
-    if (!r->logits || !r->logit_rows) {
-        st = pg_error(PAGODA_ERR_NOMEM, "runner: out of memory");
-        goto fail;
-    }
+
+    pg_step_limits lim = {.max_tokens = cfg->max_num_batched_tokens,
+                          .max_seqs = cfg->max_num_seqs,
+                          .max_model_len = cfg->max_model_len,
+                          .kv_dtype = cfg->kv_dtype,
+                          .block_size = cfg->block_size};
+    if ((st = pg_model_workspace_create(model, &lim, &r->ws)) != PAGODA_OK) goto fail;
+    r->logits = pg_malloc_aligned(S * (size_t)c->vocab_size * 4);
+    r->logit_rows = malloc(S * sizeof(int32_t));
+    if (!r->logits || !r->logit_rows) goto nomem;
     *out = r;
     return PAGODA_OK;
+nomem:
+    st = pg_error(PAGODA_ERR_NOMEM, "runner: out of memory");
 fail:
     pg_runner_free(r);
     return st;
@@ -78,22 +205,35 @@ fail:
 void pg_runner_free(pg_runner *r) {
     if (!r) return;
     if (r->kv_mem) pg_free_huge(r->kv_mem, r->kv_mem_bytes);
-    free(r->layers);
-    pg_llama_workspace_free(r->ws);
+    if (r->state_mem) pg_free_huge(r->state_mem, r->state_mem_bytes);
+    free(r->tensors);
+    free(r->state_base);
+    free(r->state_bytes);
+    free(r->state_ptrs);
+    free(r->layer_group);
+    free(r->layer_slot);
+    free(r->lc);
+    pg_model_workspace_free(r->ws);
     pg_free(r->logits);
     free(r->logit_rows);
     free(r);
 }
 
 size_t pg_runner_kv_bytes(const pg_runner *r) {
-    return r->kv_mem_bytes;
+    return r->kv_mem_bytes + r->state_mem_bytes;
 }
 size_t pg_runner_workspace_bytes(const pg_runner *r) {
-    return pg_llama_workspace_bytes(r->ws);
+    return pg_model_workspace_bytes(r->ws);
+}
+const pg_kv_plan *pg_runner_plan(const pg_runner *r) {
+    return &r->plan;
 }
 
 pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so, float **logits_out,
                                 int32_t *row_of) {
+    if (so->num_groups != r->plan.num_groups)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "runner: step has %d KV cache groups, plan %d",
+                        so->num_groups, r->plan.num_groups);
     int32_t n_logits = 0;
     for (int32_t i = 0; i < so->num_reqs; i++) {
         row_of[i] = -1;
@@ -102,16 +242,36 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so, float *
             r->logit_rows[n_logits++] = so->query_start_loc[i + 1] - 1;
         }
     }
-    pg_llama_batch b = {.num_tokens = so->num_tokens,
-                        .num_seqs = so->num_reqs,
-                        .token_ids = so->token_ids,
-                        .positions = so->positions,
-                        .slot_mapping = so->slot_mapping, /* group 0 */
-                        .query_start_loc = so->query_start_loc,
-                        .seq_lens = so->seq_lens,
-                        .block_tables = so->block_tables, /* group 0: [0 * req_stride + i] */
-                        .logit_rows = r->logit_rows,
-                        .num_logits = n_logits};
+    /* state slots of this step's requests; fresh requests start from zero */
+    for (int32_t s = 0; s < r->num_state_layers; s++) {
+        void **ptrs = r->state_ptrs + (size_t)s * (size_t)r->cfg.max_num_seqs;
+        for (int32_t i = 0; i < so->num_reqs; i++) {
+            ptrs[i] = r->state_base[s] + (size_t)so->kv_slots[i] * (size_t)r->state_bytes[s];
+            if (so->num_computed_tokens[i] == 0) memset(ptrs[i], 0, (size_t)r->state_bytes[s]);
+        }
+    }
+    for (int32_t l = 0; l < r->num_layers; l++) {
+        int32_t g = r->layer_group[l];
+        pg_layer_cache *lc = &r->lc[l];
+        memset(lc, 0, sizeof *lc);
+        if (g < 0) continue;
+        if (r->plan.groups[g].kind == PG_KV_MAMBA) {
+            lc->states = r->state_ptrs + (size_t)r->layer_slot[l] * (size_t)r->cfg.max_num_seqs;
+        } else {
+            lc->kv = &r->tensors[r->layer_slot[l]];
+            lc->slot_mapping = so->slot_mapping + (size_t)g * (size_t)so->token_stride;
+            lc->block_tables = so->block_tables + (size_t)g * (size_t)so->req_stride;
+        }
+    }
+    pg_batch b = {.num_tokens = so->num_tokens,
+                  .num_seqs = so->num_reqs,
+                  .token_ids = so->token_ids,
+                  .positions = so->positions,
+                  .query_start_loc = so->query_start_loc,
+                  .seq_lens = so->seq_lens,
+                  .logit_rows = r->logit_rows,
+                  .num_logits = n_logits,
+                  .layers = r->lc};
     *logits_out = r->logits;
-    return pg_llama_forward_batch(r->model, r->ws, r->layers, &b, r->logits);
+    return pg_model_forward(r->model, r->ws, &b, r->logits);
 }

@@ -1,13 +1,26 @@
-/* Model runner: owns the paged KV cache memory (one preallocated region,
- * pg_alloc_huge) and the model's step workspace, and turns the scheduler's
- * flattened batch (pg_sched_output) into one batched forward whose logits
- * are the rows that sample.
+/* Model runner: owns the KV cache memory of every KV cache group and the
+ * model's step workspace, and turns the scheduler's flattened batch
+ * (pg_sched_output) into one batched forward whose logits are the rows that
+ * sample.
  *
- * Idea from vLLM v1 vllm/v1/worker/gpu_model_runner.py (execute_model:
+ * KV cache groups come from the model (pg_model_layer_cache): layers with
+ * equal specs form one group, in order of first appearance; the engine
+ * configures the KV cache manager with these groups (pg_runner_plan_kv) and
+ * the runner lays out their memory as vLLM v1's hybrid allocator does
+ * (vllm/v1/core/kv_cache_utils.py, _get_kv_cache_config_uniform_page_size):
+ *   - attention groups (full, sliding window) share one block pool and
+ *     max_g(layers in g) paged K/V tensors of num_blocks blocks each
+ *     (layout of kernels/attention.h, [2, num_blocks, kv_heads, block_size,
+ *     head_dim] per tensor): the j-th layer of every attention group uses
+ *     tensor j, which is safe because a block id belongs to one group at a
+ *     time. A Llama model is one group of L layers: L tensors, as before.
+ *   - recurrent-state groups get max_num_seqs slots of state_bytes per
+ *     layer, keyed by the request's KV manager slot (so->kv_slots) and
+ *     zeroed when the request is (re)admitted.
+ * Each layer is handed its group's block tables and slot mapping
+ * (pg_layer_cache). Idea from vLLM v1 gpu_model_runner.py (execute_model:
  * input ids, positions, slot mapping, query_start_loc, seq_lens, block
- * tables -> logits of the last scheduled token of each request that
- * samples); the CPU backend's KV layout [2, num_blocks, num_kv_heads,
- * block_size, head_size] per layer (see kernels/attention.h).
+ * tables -> logits of the last scheduled token of each sampling request).
  * Not thread-safe: the engine thread owns it. */
 #ifndef PAGODA_ENGINE_RUNNER_H
 #define PAGODA_ENGINE_RUNNER_H
@@ -17,11 +30,28 @@
 
 #include "base/dtype.h"
 #include "base/status.h"
+#include "engine/kv_cache_manager.h"
 #include "engine/scheduler.h"
-#include "kernels/attention.h"
-#include "model/llama.h"
+#include "model/model.h"
 
 typedef struct pg_runner pg_runner;
+
+/* The KV cache groups of a model and what they cost. */
+typedef struct pg_kv_plan {
+    int32_t num_groups;
+    pg_kv_cache_spec groups[PG_KV_MAX_GROUPS]; /* for pg_kvm_config.groups */
+    int32_t num_tensors;            /* paged K/V tensors shared by the attention groups */
+    int32_t num_kv_heads, head_dim; /* their shape */
+    uint64_t kv_bytes_per_token;    /* K and V of one token over the shared tensors */
+    uint64_t state_bytes_per_seq;   /* recurrent state of one request over all state layers */
+} pg_kv_plan;
+
+/* Group model m's layers for a cache of kv_dtype (PG_F32 / PG_BF16) and
+ * block_size. Errors: PAGODA_ERR_LIMIT (more than PG_KV_MAX_GROUPS
+ * groups), PAGODA_ERR_UNSUPPORTED (attention layers with different K/V head
+ * shapes: their pages would differ). */
+pagoda_status pg_runner_plan_kv(const pg_model *m, pg_dtype kv_dtype, int32_t block_size,
+                                pg_kv_plan *plan);
 
 typedef struct pg_runner_config {
     int32_t num_blocks;             /* including the null block 0 */
@@ -32,22 +62,25 @@ typedef struct pg_runner_config {
     int32_t max_model_len;
 } pg_runner_config;
 
-/* KV bytes per token summed over layers (K and V) for this model and dtype. */
-uint64_t pg_runner_kv_bytes_per_token(const pg_llama *model, pg_dtype kv_dtype);
-
-/* Allocate the KV region (num_blocks * block_size tokens, zeroed) and the
- * workspace; `model` must be packed (pg_llama_pack) and outlive the runner.
- * Errors: PAGODA_ERR_INVALID_ARG (layout), PAGODA_ERR_NOMEM. */
-pagoda_status pg_runner_create(pg_llama *model, const pg_runner_config *cfg, pg_runner **out);
+/* Allocate the paged KV tensors (num_blocks * block_size tokens each,
+ * zeroed), the state slots and the workspace; `model` must outlive the
+ * runner. Errors: PAGODA_ERR_INVALID_ARG (layout), those of
+ * pg_runner_plan_kv, PAGODA_ERR_NOMEM. */
+pagoda_status pg_runner_create(const pg_model *model, const pg_runner_config *cfg, pg_runner **out);
 void pg_runner_free(pg_runner *r);
+/* Bytes of KV cache memory: paged tensors + state slots. */
 size_t pg_runner_kv_bytes(const pg_runner *r);
 size_t pg_runner_workspace_bytes(const pg_runner *r);
+/* The plan the runner was made with. */
+const pg_kv_plan *pg_runner_plan(const pg_runner *r);
 
-/* Run the step `so` (group 0's block tables and slot mapping). For every
- * request i with so->samples[i], *logits_out points at the vocab_size
- * logits of its last scheduled token: row r of the returned matrix where
- * rows are the sampling requests in batch order; row_of[i] = r or -1.
- * Logits stay valid until the next step. */
+/* Run the step `so` (every group's block tables and slot mapping, in the
+ * plan's group order). For every request i with so->samples[i],
+ * *logits_out points at the vocab_size logits of its last scheduled token:
+ * row r of the returned matrix where rows are the sampling requests in
+ * batch order; row_of[i] = r or -1. Logits stay valid until the next step.
+ * Errors: PAGODA_ERR_INVALID_ARG (groups differ from the plan), errors of
+ * pg_model_forward. */
 pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so, float **logits_out,
                                 int32_t *row_of);
 

@@ -43,7 +43,7 @@ struct pg_scheduler {
     /* output buffers */
     pg_sched_output out;
     uint64_t *o_req_ids;
-    int32_t *o_num_sched, *o_num_computed, *o_qsl, *o_seq_lens;
+    int32_t *o_num_sched, *o_num_computed, *o_qsl, *o_seq_lens, *o_kv_slots;
     uint8_t *o_is_new, *o_samples;
     const int32_t **o_tables;
     int32_t *o_num_blocks, *o_num_new_blocks;
@@ -225,6 +225,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->o_num_computed = malloc(S * sizeof(int32_t));
     s->o_qsl = malloc((S + 1) * sizeof(int32_t));
     s->o_seq_lens = malloc(S * sizeof(int32_t));
+    s->o_kv_slots = malloc(S * sizeof(int32_t));
     s->o_is_new = malloc(S);
     s->o_samples = malloc(S);
     s->o_tables = calloc(G * S, sizeof *s->o_tables);
@@ -238,8 +239,8 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->fin[1] = malloc(S * sizeof(uint64_t));
     s->events = malloc(S * sizeof *s->events);
     if (!s->ids || !s->running || !s->sched_reqs || !s->o_req_ids || !s->o_num_sched ||
-        !s->o_num_computed || !s->o_qsl || !s->o_seq_lens || !s->o_is_new || !s->o_samples ||
-        !s->o_tables || !s->o_num_blocks || !s->o_num_new_blocks || !s->o_tokens ||
+        !s->o_num_computed || !s->o_qsl || !s->o_seq_lens || !s->o_kv_slots || !s->o_is_new ||
+        !s->o_samples || !s->o_tables || !s->o_num_blocks || !s->o_num_new_blocks || !s->o_tokens ||
         !s->o_positions || !s->o_slots || !s->o_preempted || !s->fin[0] || !s->fin[1] ||
         !s->events || wq_reserve(s, 64) != PAGODA_OK) {
         pg_scheduler_destroy(s);
@@ -261,6 +262,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     o->num_computed_tokens = s->o_num_computed;
     o->query_start_loc = s->o_qsl;
     o->seq_lens = s->o_seq_lens;
+    o->kv_slots = s->o_kv_slots;
     o->is_new = s->o_is_new;
     o->samples = s->o_samples;
     o->block_tables = s->o_tables;
@@ -291,6 +293,7 @@ void pg_scheduler_destroy(pg_scheduler *s) {
     free(s->o_num_computed);
     free(s->o_qsl);
     free(s->o_seq_lens);
+    free(s->o_kv_slots);
     free(s->o_is_new);
     free(s->o_samples);
     free(s->o_tables);
@@ -397,6 +400,7 @@ static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
     s->o_num_computed[i] = c;
     s->o_qsl[i + 1] = off + n;
     s->o_seq_lens[i] = c + n;
+    s->o_kv_slots[i] = r->kv_slot;
     s->o_is_new[i] = is_new;
     s->o_samples[i] = (c + n == r->num_tokens);
     for (int32_t t = 0; t < n; t++) {

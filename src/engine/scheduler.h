@@ -70,6 +70,9 @@ typedef struct pg_sched_output {
     const int32_t *query_start_loc;      /* [num_reqs + 1] (cu_seqlens_q): i's tokens are
                                             [query_start_loc[i], query_start_loc[i+1]) */
     const int32_t *seq_lens;             /* KV length after this step: computed + scheduled */
+    const int32_t *kv_slots;             /* i's KV manager slot in [0, max_num_seqs), held while
+                                            it holds blocks: the runner keys per-request state
+                                            (recurrent-state layers) by it */
     const uint8_t *is_new;               /* admitted this step (new or resumed after preemption):
                                             the runner (re)builds its per-request state */
     const uint8_t *samples;              /* 1: this step reaches i's last token, so the runner

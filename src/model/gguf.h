@@ -182,15 +182,7 @@ pagoda_status pg_gguf_writer_write(pg_gguf_writer *w, const void *data, size_t n
  * Errors: PAGODA_ERR_IO, PAGODA_ERR_INVALID_ARG (data missing). */
 pagoda_status pg_gguf_writer_finish(pg_gguf_writer *w);
 
-/* ---- llama.cpp <-> Hugging Face Llama tensor names
- * token_embd <-> model.embed_tokens, output_norm <-> model.norm,
- * output <-> lm_head, blk.N.attn_norm <-> model.layers.N.input_layernorm,
- * blk.N.attn_{q,k,v,output} <-> model.layers.N.self_attn.{q,k,v,o}_proj,
- * blk.N.ffn_norm <-> model.layers.N.post_attention_layernorm,
- * blk.N.ffn_{gate,up,down} <-> model.layers.N.mlp.{gate,up,down}_proj,
- * each with its .weight / .bias suffix. Returns false (out = input copy)
- * for names outside the table. */
-bool pg_gguf_llama_name_to_hf(const char *gguf_name, char *out, size_t cap);
-bool pg_gguf_llama_name_from_hf(const char *hf_name, char *out, size_t cap);
+/* GGUF <-> Hugging Face tensor names: each architecture's table
+ * (model/arch.h, pg_arch_gguf_to_hf / pg_arch_hf_to_gguf). */
 
 #endif

@@ -1,5 +1,7 @@
 #include "model/hf_config.h"
 
+#include "model/arch.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -170,22 +172,30 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
     const cJSON *archs = item(root, "architectures");
     const cJSON *mt = item(root, "model_type");
     const char *arch = NULL;
-    if (cJSON_IsArray(archs) && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
+    const pg_arch *a = NULL;
+    if (cJSON_IsArray(archs) && cJSON_IsString(cJSON_GetArrayItem(archs, 0))) {
         arch = cJSON_GetArrayItem(archs, 0)->valuestring;
-    else if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama"))
-        arch = "LlamaForCausalLM";
-    else if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "mistral"))
-        arch = "MistralForCausalLM";
+        a = pg_arch_find_hf(arch, NULL);
+    } else if (cJSON_IsString(mt) && (a = pg_arch_find_hf(NULL, mt->valuestring)) != NULL) {
+        /* model_type i names hf_architectures[i] */
+        for (int i = 0; a->hf_model_types[i]; i++)
+            if (!strcmp(a->hf_model_types[i], mt->valuestring) && a->hf_architectures[i])
+                arch = a->hf_architectures[i];
+        if (!arch) arch = a->hf_architectures[0];
+    }
     if (!arch) {
         cJSON_Delete(root);
         return pg_error(PAGODA_ERR_FORMAT, "%s: no 'architectures' (or known model_type)", path);
     }
-    if (strcmp(arch, "LlamaForCausalLM") != 0 && strcmp(arch, "MistralForCausalLM") != 0) {
-        s = pg_error(PAGODA_ERR_UNSUPPORTED, "%s: architecture '%.60s' is not supported", path,
-                     arch);
+    if (!a) {
+        char list[512];
+        s = pg_error(PAGODA_ERR_UNSUPPORTED,
+                     "%s: architecture '%.60s' is not supported (supported: %s)", path, arch,
+                     pg_model_supported(list, sizeof list));
         cJSON_Delete(root);
         return s;
     }
+    cfg->arch = a;
     snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch);
     const int BIG = 1 << 30;
     s = get_int(root, "vocab_size", path, 1, BIG, true, 0, &cfg->vocab_size);
@@ -236,6 +246,7 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
         if (cJSON_IsString(td)) cfg->torch_dtype = parse_torch_dtype(td->valuestring);
     }
     cfg->rope_interleaved = false; /* HF checkpoints: rotate_half layout */
+    if (!s && a->parse_hf) s = a->parse_hf(root, path, cfg);
     cJSON_Delete(root);
     return s;
 }

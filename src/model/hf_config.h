@@ -1,6 +1,6 @@
 /* Hugging Face model directory metadata: config.json, generation_config.json
  * and tokenizer_config.json (chat template). Field meanings follow
- * transformers' LlamaConfig / MistralConfig and GenerationConfig. */
+ * transformers' LlamaConfig / MistralConfig / Qwen3Config and GenerationConfig. */
 #ifndef PAGODA_MODEL_HF_CONFIG_H
 #define PAGODA_MODEL_HF_CONFIG_H
 
@@ -17,9 +17,10 @@ void pg_generation_defaults_init(pg_generation_defaults *gen);
 /* Add an eos id to cfg->eos_token_ids unless present (up to 7, -1 terminated). */
 void pg_model_config_add_eos(pg_model_config *cfg, int id);
 
-/* Parse config.json text (`path` is only for messages). Supports
- * LlamaForCausalLM and MistralForCausalLM (architectures[0], or model_type
- * "llama"/"mistral"); head_dim defaults to hidden/heads, num_key_value_heads
+/* Parse config.json text (`path` is only for messages). The architecture
+ * (architectures[0], or a model_type) must be in the registry
+ * (model/arch.h), which sets cfg->arch and may parse more fields
+ * (pg_arch.parse_hf); head_dim defaults to hidden/heads, num_key_value_heads
  * to heads; rope_scaling null/"default"/"llama3"/"linear"/"yarn" (key
  * rope_type or type); eos_token_id an int or a list; sliding_window int or
  * null; torch_dtype (or dtype) float32/float16/bfloat16; transformers 5's

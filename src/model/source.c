@@ -2,6 +2,8 @@
  * sharded) or a GGUF file, seen through one interface (model/source.h). */
 #include "model/source.h"
 
+#include "model/arch.h"
+
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -355,41 +357,48 @@ static pagoda_status gguf_config(pg_model_source *src) {
     const char *arch;
     pagoda_status s = pg_gguf_get_str(g, "general.architecture", &arch, NULL);
     if (s) return s;
-    if (strcmp(arch, "llama") != 0)
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: GGUF architecture '%.40s' is not supported",
-                        path, arch);
-    snprintf(c->architecture, sizeof c->architecture, "LlamaForCausalLM");
+    const pg_arch *a = pg_arch_find_gguf(arch);
+    if (!a) {
+        char list[512];
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: GGUF architecture '%.40s' is not supported (supported: %s)", path,
+                        arch, pg_model_supported(list, sizeof list));
+    }
+    c->arch = a;
+    snprintf(c->architecture, sizeof c->architecture, "%s", a->hf_architectures[0]);
+    /* keys are "<general.architecture>.<name>" */
+    char k[160];
+#define KEY(name) (snprintf(k, sizeof k, "%s." name, a->gguf_name), k)
     const int64_t BIG = 1 << 30;
-    s = gguf_int(g, "llama.embedding_length", true, 0, 1, 1 << 20, &c->hidden_size);
-    if (!s) s = gguf_int(g, "llama.block_count", true, 0, 1, 1 << 16, &c->num_hidden_layers);
+    s = gguf_int(g, KEY("embedding_length"), true, 0, 1, 1 << 20, &c->hidden_size);
+    if (!s) s = gguf_int(g, KEY("block_count"), true, 0, 1, 1 << 16, &c->num_hidden_layers);
+    if (!s) s = gguf_int(g, KEY("feed_forward_length"), true, 0, 1, 1 << 22, &c->intermediate_size);
     if (!s)
-        s = gguf_int(g, "llama.feed_forward_length", true, 0, 1, 1 << 22, &c->intermediate_size);
+        s = gguf_int(g, KEY("attention.head_count"), true, 0, 1, 1 << 16, &c->num_attention_heads);
     if (!s)
-        s = gguf_int(g, "llama.attention.head_count", true, 0, 1, 1 << 16, &c->num_attention_heads);
-    if (!s)
-        s = gguf_int(g, "llama.attention.head_count_kv", false, c->num_attention_heads, 1, 1 << 16,
+        s = gguf_int(g, KEY("attention.head_count_kv"), false, c->num_attention_heads, 1, 1 << 16,
                      &c->num_key_value_heads);
     if (!s && c->num_attention_heads % c->num_key_value_heads)
         s = pg_error(PAGODA_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
                      path, c->num_attention_heads, c->num_key_value_heads);
     if (!s)
-        s = gguf_int(g, "llama.attention.key_length", false,
-                     c->hidden_size / c->num_attention_heads, 2, 1 << 16, &c->head_dim);
+        s = gguf_int(g, KEY("attention.key_length"), false, c->hidden_size / c->num_attention_heads,
+                     2, 1 << 16, &c->head_dim);
     int rot = 0;
-    if (!s) s = gguf_int(g, "llama.rope.dimension_count", false, c->head_dim, 0, 1 << 16, &rot);
+    if (!s) s = gguf_int(g, KEY("rope.dimension_count"), false, c->head_dim, 0, 1 << 16, &rot);
     if (!s && rot != c->head_dim)
         s = pg_error(PAGODA_ERR_UNSUPPORTED,
                      "%s: partial RoPE (rope.dimension_count %d < head_dim %d)", path, rot,
                      c->head_dim);
     if (!s)
-        s = gguf_int(g, "llama.context_length", false, 2048, 1, BIG, &c->max_position_embeddings);
-    if (!s) s = gguf_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5, &c->rms_norm_eps);
-    if (!s) s = gguf_float(g, "llama.rope.freq_base", 10000.0, &c->rope_theta);
+        s = gguf_int(g, KEY("context_length"), false, 2048, 1, BIG, &c->max_position_embeddings);
+    if (!s) s = gguf_float(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5, &c->rms_norm_eps);
+    if (!s) s = gguf_float(g, KEY("rope.freq_base"), 10000.0, &c->rope_theta);
     if (s) return s;
-    c->rope_interleaved = true; /* llama.cpp's converter permutes Q/K rows */
+    c->rope_interleaved = a->gguf_rope_interleaved; /* llama.cpp permuted Llama's Q/K rows */
     const char *rt = NULL;
-    if (pg_gguf_find_key(g, "llama.rope.scaling.type") >= 0) {
-        s = pg_gguf_get_str(g, "llama.rope.scaling.type", &rt, NULL);
+    if (pg_gguf_find_key(g, KEY("rope.scaling.type")) >= 0) {
+        s = pg_gguf_get_str(g, k, &rt, NULL);
         if (s) return s;
     }
     if (rt && strcmp(rt, "none") != 0) {
@@ -402,17 +411,18 @@ static pagoda_status gguf_config(pg_model_source *src) {
         else
             return pg_error(PAGODA_ERR_UNSUPPORTED,
                             "%s: rope scaling type '%.40s' is not supported", path, rt);
-        s = gguf_float(g, "llama.rope.scaling.factor", 1.0, &c->rope_factor);
+        s = gguf_float(g, KEY("rope.scaling.factor"), 1.0, &c->rope_factor);
         if (!s)
-            s = gguf_int(g, "llama.rope.scaling.original_context_length", false,
+            s = gguf_int(g, KEY("rope.scaling.original_context_length"), false,
                          c->max_position_embeddings, 1, BIG, &c->rope_original_max_position);
         if (!s)
-            s = gguf_float(g, "llama.rope.scaling.low_freq_factor", 1.0, &c->rope_low_freq_factor);
+            s = gguf_float(g, KEY("rope.scaling.low_freq_factor"), 1.0, &c->rope_low_freq_factor);
         if (!s)
-            s = gguf_float(g, "llama.rope.scaling.high_freq_factor", 4.0,
-                           &c->rope_high_freq_factor);
+            s = gguf_float(g, KEY("rope.scaling.high_freq_factor"), 4.0, &c->rope_high_freq_factor);
         if (s) return s;
     }
+#undef KEY
+    if (a->parse_gguf && (s = a->parse_gguf(g, c))) return s;
     int64_t v;
     if (!pg_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &v) && v >= 0 && v < BIG)
         c->bos_token_id = (int)v;
@@ -467,7 +477,7 @@ static pagoda_status open_gguf(pg_model_source *src) {
         t.data = gt->data;
         t.nbytes = gt->nbytes;
         char name[512];
-        pg_gguf_llama_name_to_hf(gt->name, name, sizeof name);
+        pg_arch_gguf_to_hf(src->cfg.arch, gt->name, name, sizeof name);
         s = add_tensor(src, &cap, &t, name);
         if (s) return s;
     }
@@ -535,56 +545,39 @@ static pagoda_status expect_linear(const pg_model_source *src, const char *name,
     return pg_ct_find_layer(&src->ct, src, layer, d0, d1, &l);
 }
 
-/* Per-layer Llama tensors: dims are codes resolved from the config. */
-enum { D_NONE, D_H, D_Q, D_KV, D_F };
-enum { REQ_ALWAYS, REQ_IF_BIAS, REQ_NEVER };
-static const struct {
-    const char *suffix;
-    int d0, d1, req;
-    const char *why;
-} LAYER_TENSORS[] = {
-    {"input_layernorm.weight", D_H, D_NONE, REQ_ALWAYS, "hidden_size"},
-    {"self_attn.q_proj.weight", D_Q, D_H, REQ_ALWAYS, "num_attention_heads*head_dim x hidden_size"},
-    {"self_attn.k_proj.weight", D_KV, D_H, REQ_ALWAYS,
-     "num_key_value_heads*head_dim x hidden_size"},
-    {"self_attn.v_proj.weight", D_KV, D_H, REQ_ALWAYS,
-     "num_key_value_heads*head_dim x hidden_size"},
-    {"self_attn.o_proj.weight", D_H, D_Q, REQ_ALWAYS, "hidden_size x num_attention_heads*head_dim"},
-    {"self_attn.q_proj.bias", D_Q, D_NONE, REQ_IF_BIAS, "num_attention_heads*head_dim"},
-    {"self_attn.k_proj.bias", D_KV, D_NONE, REQ_IF_BIAS, "num_key_value_heads*head_dim"},
-    {"self_attn.v_proj.bias", D_KV, D_NONE, REQ_IF_BIAS, "num_key_value_heads*head_dim"},
-    {"self_attn.o_proj.bias", D_H, D_NONE, REQ_NEVER, "hidden_size"},
-    {"post_attention_layernorm.weight", D_H, D_NONE, REQ_ALWAYS, "hidden_size"},
-    {"mlp.gate_proj.weight", D_F, D_H, REQ_ALWAYS, "intermediate_size x hidden_size"},
-    {"mlp.up_proj.weight", D_F, D_H, REQ_ALWAYS, "intermediate_size x hidden_size"},
-    {"mlp.down_proj.weight", D_H, D_F, REQ_ALWAYS, "hidden_size x intermediate_size"},
-};
-
-static pagoda_status validate_llama(const pg_model_source *src) {
+/* Every tensor of the architecture's table: present when required, of the
+ * shape the config implies. */
+static pagoda_status validate_tensors(const pg_model_source *src) {
+    static const char *const DIM_NAMES[PG_DIM_COUNT_] = {
+        [PG_DIM_NONE] = "",
+        [PG_DIM_VOCAB] = "vocab_size",
+        [PG_DIM_HIDDEN] = "hidden_size",
+        [PG_DIM_Q] = "num_attention_heads*head_dim",
+        [PG_DIM_KV] = "num_key_value_heads*head_dim",
+        [PG_DIM_FFN] = "intermediate_size",
+        [PG_DIM_HEAD] = "head_dim"};
     const pg_model_config *c = &src->cfg;
-    int64_t H = c->hidden_size, V = c->vocab_size;
-    const int64_t dims[] = {
-        [D_NONE] = -1,
-        [D_H] = H,
-        [D_Q] = (int64_t)c->num_attention_heads * c->head_dim,
-        [D_KV] = (int64_t)c->num_key_value_heads * c->head_dim,
-        [D_F] = c->intermediate_size,
-    };
-    pagoda_status s =
-        expect(src, "model.embed_tokens.weight", true, V, H, "vocab_size x hidden_size");
-    if (!s) s = expect(src, "model.norm.weight", true, H, -1, "hidden_size");
-    if (!s)
-        s = expect_linear(src, "lm_head.weight", !c->tie_word_embeddings, V, H,
-                          "vocab_size x hidden_size");
-    char n[256];
-    for (int l = 0; l < c->num_hidden_layers && !s; l++) {
-        for (size_t k = 0; k < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0] && !s; k++) {
-            bool req = LAYER_TENSORS[k].req == REQ_ALWAYS ||
-                       (LAYER_TENSORS[k].req == REQ_IF_BIAS && c->attention_bias);
-            snprintf(n, sizeof n, "model.layers.%d.%s", l, LAYER_TENSORS[k].suffix);
-            s = (LAYER_TENSORS[k].d1 == D_NONE ? expect : expect_linear)(
-                src, n, req, dims[LAYER_TENSORS[k].d0], dims[LAYER_TENSORS[k].d1],
-                LAYER_TENSORS[k].why);
+    pagoda_status s = PAGODA_OK;
+    char n[256], why[96];
+    for (int pass = 0; pass < 2 && !s; pass++) {
+        int layers = pass == 0 ? 1 : c->num_hidden_layers;
+        for (int l = 0; l < layers && !s; l++) {
+            for (const pg_arch_tensor *t = c->arch->tensors; t->hf && !s; t++) {
+                if (t->layer != (pass == 1)) continue;
+                bool req = t->req == PG_REQ_ALWAYS ||
+                           (t->req == PG_REQ_IF_BIAS && c->attention_bias) ||
+                           (t->req == PG_REQ_UNLESS_TIED && !c->tie_word_embeddings);
+                if (t->layer)
+                    snprintf(n, sizeof n, "model.layers.%d.%s", l, t->hf);
+                else
+                    snprintf(n, sizeof n, "%s", t->hf);
+                if (t->d1 == PG_DIM_NONE)
+                    snprintf(why, sizeof why, "%s", DIM_NAMES[t->d0]);
+                else
+                    snprintf(why, sizeof why, "%s x %s", DIM_NAMES[t->d0], DIM_NAMES[t->d1]);
+                s = (t->linear ? expect_linear : expect)(src, n, req, pg_arch_dim(c, t->d0),
+                                                         pg_arch_dim(c, t->d1), why);
+            }
         }
     }
     if (s) return s;
@@ -618,7 +611,7 @@ pagoda_status pg_model_source_open(const char *model, pg_model_source **out) {
     pg_generation_defaults_init(&src->gen);
     s = is_gguf ? open_gguf(src) : open_hf(src);
     if (!s) s = build_index(src);
-    if (!s) s = validate_llama(src);
+    if (!s) s = validate_tensors(src);
     if (s) {
         pg_model_source_free(src);
         return s;

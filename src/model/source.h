@@ -46,9 +46,12 @@ typedef enum pg_rope_scaling_type {
     PG_ROPE_SCALING_YARN,
 } pg_rope_scaling_type;
 
+struct pg_arch;
+
 typedef struct pg_model_config {
-    char architecture[64]; /* "LlamaForCausalLM", "MistralForCausalLM" (GGUF "llama" maps to
-                              LlamaForCausalLM) */
+    char architecture[64];      /* HF name: "LlamaForCausalLM", "Qwen3ForCausalLM", ... (a GGUF
+                                   general.architecture maps to its registry entry's first name) */
+    const struct pg_arch *arch; /* its registry entry (model/arch.h) */
     int vocab_size;
     int hidden_size;
     int intermediate_size;

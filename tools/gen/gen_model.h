@@ -1,8 +1,16 @@
-/* Random-weight Llama models of any shape, written as a real Hugging Face
+/* Random-weight models of any shape, written as a real Hugging Face
  * directory (config.json, generation_config.json, model.safetensors or
- * N shards + index, optional tokenizer files) and/or a GGUF file (llama
- * keys, Q/K rows permuted as llama.cpp's converter does, so both forms are
- * the same model). Used by tools/gen_model and by tests.
+ * N shards + index, optional tokenizer files) and/or a GGUF file, exactly as
+ * llama.cpp's convert_hf_to_gguf.py would write that checkpoint (its
+ * "<arch>." keys, tensor names from the architecture's table in
+ * model/arch.h, Q/K rows permuted for Llama only), so both forms are the
+ * same model. Architectures: Llama (LlamaForCausalLM, GGUF "llama") and
+ * Qwen3 dense (Qwen3ForCausalLM, GGUF "qwen3": q_norm / k_norm [head_dim]
+ * per layer, no bias, rotate_half RoPE in both forms).
+ *
+ * Test and tool code, not part of the pagoda library: built as the static
+ * library pagoda_gen (tools/gen/) for tools/gen_model (build/gen_model) and
+ * the tests.
  *
  * Weights are deterministic in (seed, tensor name, row): each row has its
  * own random stream, so the HF and GGUF writers produce identical values in
@@ -10,8 +18,8 @@
  * `init_std` (0.02, as HF's initializer_range); norm weights are
  * 1 + U(-0.1, 0.1). Everything is streamed row by row: a 1B-parameter model
  * never needs more than a row of memory. */
-#ifndef PAGODA_MODEL_GEN_MODEL_H
-#define PAGODA_MODEL_GEN_MODEL_H
+#ifndef PAGODA_TOOLS_GEN_MODEL_H
+#define PAGODA_TOOLS_GEN_MODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,10 +28,15 @@
 #include "base/status.h"
 #include "model/source.h"
 
+struct pg_arch;
+
 typedef struct pg_gen_model_options {
+    /* &pg_arch_llama (the default; NULL means the same) or &pg_arch_qwen3
+     * (model/arch.h); pg_gen_model_set_arch sets it by name */
+    const struct pg_arch *arch;
     int hidden, layers, heads, kv_heads, ffn, vocab;
     int head_dim;     /* 0: hidden / heads */
-    int max_position; /* max_position_embeddings / llama.context_length */
+    int max_position; /* max_position_embeddings / <arch>.context_length */
     bool tie;         /* tie_word_embeddings (no lm_head / output.weight) */
     float rope_theta, rms_eps, init_std;
     pg_rope_scaling_type rope_scaling; /* NONE or LLAMA3 */
@@ -68,22 +81,32 @@ typedef struct pg_gen_model_options {
     const pg_model_source *from;
 } pg_gen_model_options;
 
-/* A tiny default: hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512, F32,
- * seed 1, theta 10000, eps 1e-5, std 0.02, tied, bos 1, eos 2. */
+/* A tiny default: Llama, hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512,
+ * F32, seed 1, theta 10000, eps 1e-5, std 0.02, tied, bos 1, eos 2. */
 void pg_gen_model_defaults(pg_gen_model_options *o);
-/* Apply a named preset: "llama-3.2-1b" (hidden 2048, 16 layers, 32/8 heads,
- * ffn 8192, vocab 128256, llama3 RoPE scaling factor 32 / 1 / 4 / 8192,
- * theta 500000, tied, BF16, bos 128000, eos 128001). Errors:
- * PAGODA_ERR_INVALID_ARG for an unknown name. */
+/* Set the architecture by registry name, "llama" or "qwen3", with its
+ * defaults: llama theta 10000, eps 1e-5; qwen3 theta 1e6, eps 1e-6 (as
+ * Qwen3's configs). Errors: PAGODA_ERR_INVALID_ARG (another name). */
+pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name);
+/* Apply a named preset (and its architecture):
+ *   "llama-3.2-1b": hidden 2048, 16 layers, 32/8 heads, ffn 8192, vocab
+ *     128256, llama3 RoPE scaling factor 32 / 1 / 4 / 8192, theta 500000,
+ *     tied, BF16, bos 128000, eos 128001;
+ *   "qwen3-0.6b": qwen3, hidden 1024, 28 layers, 16/8 heads, head_dim 128,
+ *     ffn 3072, vocab 151936, max_position 40960, theta 1e6, eps 1e-6,
+ *     tied, BF16, bos 151643, eos 151645;
+ *   "qwen3-1.7b": as qwen3-0.6b with hidden 2048, ffn 6144.
+ * Errors: PAGODA_ERR_INVALID_ARG for an unknown name. */
 pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name);
-/* Shape, RoPE, eps and token ids of `src` into o, and o->from = src (its
- * weights are then written instead of random ones: a converter).
- * Errors: PAGODA_ERR_UNSUPPORTED (rope scaling other than none / llama3). */
+/* Architecture, shape, RoPE, eps and token ids of `src` into o, and
+ * o->from = src (its weights are then written instead of random ones: a
+ * converter). Errors: PAGODA_ERR_UNSUPPORTED (an architecture other than
+ * llama / qwen3, rope scaling other than none / llama3). */
 pagoda_status pg_gen_model_options_from(pg_gen_model_options *o, const pg_model_source *src);
 
 /* Write the requested forms. Errors: PAGODA_ERR_INVALID_ARG (inconsistent
- * shape, dtype not allowed for the form), PAGODA_ERR_IO, PAGODA_ERR_NOMEM,
- * and the errors of opening vocab_gguf. */
+ * shape, dtype not allowed for the form, llama3 RoPE scaling for qwen3),
+ * PAGODA_ERR_IO, PAGODA_ERR_NOMEM, and the errors of opening vocab_gguf. */
 pagoda_status pg_gen_model_write(const pg_gen_model_options *o);
 
 /* Row `row` (HF layout) of tensor `hf_name` with `ncols` columns, as f32

@@ -1,5 +1,5 @@
-/* Random-weight Llama model writer (HF directory and/or GGUF). */
-#include "model/gen_model.h"
+/* Random-weight model writer (HF directory and/or GGUF): Llama, Qwen3 dense. */
+#include "gen/gen_model.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -10,12 +10,24 @@
 #include <sys/stat.h>
 
 #include "base/log.h"
+#include "model/arch.h"
 #include "model/compressed_tensors.h"
 #include "model/gguf.h"
+#include "model/llama.h"
 #include "model/safetensors.h"
+
+extern const pg_arch pg_arch_qwen3; /* model/qwen3.c */
+
+static const pg_arch *gen_arch(const pg_gen_model_options *o) {
+    return o->arch ? o->arch : &pg_arch_llama;
+}
+static bool is_qwen3(const pg_gen_model_options *o) {
+    return gen_arch(o) == &pg_arch_qwen3;
+}
 
 void pg_gen_model_defaults(pg_gen_model_options *o) {
     memset(o, 0, sizeof *o);
+    o->arch = &pg_arch_llama;
     o->hidden = 64;
     o->layers = 2;
     o->heads = 4;
@@ -36,8 +48,45 @@ void pg_gen_model_defaults(pg_gen_model_options *o) {
     o->shards = 1;
 }
 
+pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name) {
+    if (!strcmp(name, "llama")) {
+        o->arch = &pg_arch_llama;
+        o->rope_theta = 10000.0f;
+        o->rms_eps = 1e-5f;
+        return PAGODA_OK;
+    }
+    if (!strcmp(name, "qwen3")) {
+        o->arch = &pg_arch_qwen3;
+        o->rope_theta = 1000000.0f;
+        o->rms_eps = 1e-6f;
+        o->rope_scaling = PG_ROPE_SCALING_NONE;
+        return PAGODA_OK;
+    }
+    return pg_error(PAGODA_ERR_INVALID_ARG, "unknown architecture '%s' (known: llama, qwen3)",
+                    name);
+}
+
 pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
+    if (!strcmp(name, "qwen3-0.6b") || !strcmp(name, "qwen3-1.7b")) {
+        bool small = !strcmp(name, "qwen3-0.6b");
+        pg_gen_model_set_arch(o, "qwen3");
+        o->hidden = small ? 1024 : 2048;
+        o->ffn = small ? 3072 : 6144;
+        o->layers = 28;
+        o->heads = 16;
+        o->kv_heads = 8;
+        o->head_dim = 128;
+        o->vocab = 151936;
+        o->max_position = 40960;
+        o->tie = true;
+        o->bos_token_id = 151643; /* <|endoftext|> */
+        o->eos_token_id = 151645; /* <|im_end|> */
+        o->hf_dtype = PG_BF16;
+        o->gguf_dtype = PG_BF16;
+        return PAGODA_OK;
+    }
     if (!strcmp(name, "llama-3.2-1b")) {
+        o->arch = &pg_arch_llama;
         o->hidden = 2048;
         o->layers = 16;
         o->heads = 32;
@@ -60,14 +109,22 @@ pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
         o->gguf_dtype = PG_BF16;
         return PAGODA_OK;
     }
-    return pg_error(PAGODA_ERR_INVALID_ARG, "unknown preset '%s' (known: llama-3.2-1b)", name);
+    return pg_error(PAGODA_ERR_INVALID_ARG,
+                    "unknown preset '%s' (known: llama-3.2-1b, qwen3-0.6b, qwen3-1.7b)", name);
 }
 
 pagoda_status pg_gen_model_options_from(pg_gen_model_options *o, const pg_model_source *src) {
     const pg_model_config *c = pg_model_source_config(src);
+    if (c->arch != &pg_arch_llama && c->arch != &pg_arch_qwen3)
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: architecture %s: only llama and qwen3 convert",
+                        pg_model_source_path(src), c->architecture);
+    if (c->attention_bias)
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: attention biases do not convert",
+                        pg_model_source_path(src));
     if (c->rope_scaling != PG_ROPE_SCALING_NONE && c->rope_scaling != PG_ROPE_SCALING_LLAMA3)
         return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: only none / llama3 RoPE scaling converts",
                         pg_model_source_path(src));
+    o->arch = c->arch;
     o->hidden = c->hidden_size;
     o->layers = c->num_hidden_layers;
     o->heads = c->num_attention_heads;
@@ -109,6 +166,23 @@ static uint64_t fnv1a(const char *s) {
     return h;
 }
 
+/* Q/K rows (heads of size hd): llama.cpp's converter stores HF row pairs
+ * (i, i + hd/2) of a head as adjacent rows (2i, 2i+1) for interleaved-RoPE
+ * architectures (Llama). */
+static int64_t hf_row_of_gguf_row(int64_t gr, int hd) {
+    int64_t h = gr / hd, w = gr % hd;
+    return h * hd + (w % 2) * (hd / 2) + w / 2;
+}
+static int64_t gguf_row_of_hf_row(int64_t r, int hd) {
+    int64_t h = r / hd, w = r % hd;
+    return h * hd + 2 * (w % (hd / 2)) + w / (hd / 2);
+}
+static bool is_qk_weight(const char *hf_name) {
+    size_t n = strlen(hf_name);
+    return n >= 23 && (!strcmp(hf_name + n - 23, "self_attn.q_proj.weight") ||
+                       !strcmp(hf_name + n - 23, "self_attn.k_proj.weight"));
+}
+
 /* The weights before any quantization: random, or read from o->from. */
 static void raw_row(const pg_gen_model_options *o, const char *hf_name, int64_t row, int64_t ncols,
                     float *out) {
@@ -118,6 +192,9 @@ static void raw_row(const pg_gen_model_options *o, const char *hf_name, int64_t 
             memset(out, 0, (size_t)ncols * sizeof(float));
             return;
         }
+        const pg_model_config *fc = pg_model_source_config(o->from);
+        if (fc->rope_interleaved && is_qk_weight(hf_name)) /* a Llama GGUF: back to HF order */
+            row = gguf_row_of_hf_row(row, fc->head_dim);
         size_t rb = pg_dtype_row_bytes(t->dtype, (size_t)ncols);
         pg_dequant_row(t->dtype, (const uint8_t *)t->data + (size_t)row * rb, out, (size_t)ncols);
         return;
@@ -186,43 +263,67 @@ typedef struct gen_tensor {
     int perm_heads;     /* > 0: Q/K rows are permuted in GGUF with this many heads */
 } gen_tensor;
 
-/* Append one tensor to the plan; layer < 0 means a top-level name. */
-static void add(gen_tensor *t, size_t *n, int layer, const char *name, int64_t rows, int64_t cols,
-                int perm_heads) {
-    gen_tensor *e = &t[(*n)++];
-    if (layer < 0)
-        snprintf(e->name, sizeof e->name, "%s", name);
-    else
-        snprintf(e->name, sizeof e->name, "model.layers.%d.%s", layer, name);
-    e->ndim = rows < 0 ? 1 : 2;
-    e->rows = rows < 0 ? 1 : rows;
-    e->cols = cols;
-    e->perm_heads = perm_heads;
+static int64_t dim(const pg_gen_model_options *o, pg_dim d) {
+    switch (d) {
+    case PG_DIM_VOCAB:
+        return o->vocab;
+    case PG_DIM_HIDDEN:
+        return o->hidden;
+    case PG_DIM_Q:
+        return (int64_t)o->heads * head_dim(o);
+    case PG_DIM_KV:
+        return (int64_t)o->kv_heads * head_dim(o);
+    case PG_DIM_FFN:
+        return o->ffn;
+    case PG_DIM_HEAD:
+        return head_dim(o);
+    default:
+        return -1;
+    }
 }
 
-/* The Llama tensors in HF order; rows -1 marks a 1-D tensor. */
+/* Append table entry e (layer l) to the plan, or only count it (t NULL). */
+static void add(const pg_gen_model_options *o, gen_tensor *t, size_t *n, int l,
+                const pg_arch_tensor *e) {
+    if (!t) {
+        (*n)++;
+        return;
+    }
+    gen_tensor *g = &t[(*n)++];
+    if (e->layer)
+        snprintf(g->name, sizeof g->name, "model.layers.%d.%s", l, e->hf);
+    else
+        snprintf(g->name, sizeof g->name, "%s", e->hf);
+    g->ndim = e->d1 == PG_DIM_NONE ? 1 : 2;
+    g->rows = g->ndim == 1 ? 1 : dim(o, e->d0);
+    g->cols = g->ndim == 1 ? dim(o, e->d0) : dim(o, e->d1);
+    g->perm_heads = 0;
+    if (gen_arch(o)->gguf_rope_interleaved && e->layer) {
+        if (!strcmp(e->hf, "self_attn.q_proj.weight")) g->perm_heads = o->heads;
+        if (!strcmp(e->hf, "self_attn.k_proj.weight")) g->perm_heads = o->kv_heads;
+    }
+}
+
+/* The architecture's tensors (its table in model/arch.h) that a dense
+ * checkpoint without biases holds: every required one, and lm_head unless
+ * tied. HF order: the embedding, the layers (in table order), then the other
+ * global tensors (final norm, lm_head). Returns the count; t may be NULL. */
 static size_t plan(const pg_gen_model_options *o, gen_tensor *t) {
     size_t n = 0;
-    int hd = head_dim(o);
-    int64_t H = o->hidden, q = (int64_t)o->heads * hd, kv = (int64_t)o->kv_heads * hd, F = o->ffn;
-    add(t, &n, -1, "model.embed_tokens.weight", o->vocab, H, 0);
-    for (int l = 0; l < o->layers; l++) {
-        add(t, &n, l, "input_layernorm.weight", -1, H, 0);
-        add(t, &n, l, "self_attn.q_proj.weight", q, H, o->heads);
-        add(t, &n, l, "self_attn.k_proj.weight", kv, H, o->kv_heads);
-        add(t, &n, l, "self_attn.v_proj.weight", kv, H, 0);
-        add(t, &n, l, "self_attn.o_proj.weight", H, q, 0);
-        add(t, &n, l, "post_attention_layernorm.weight", -1, H, 0);
-        add(t, &n, l, "mlp.gate_proj.weight", F, H, 0);
-        add(t, &n, l, "mlp.up_proj.weight", F, H, 0);
-        add(t, &n, l, "mlp.down_proj.weight", H, F, 0);
+    for (int pass = 0; pass < 3; pass++) {
+        int nl = pass == 1 ? o->layers : 1;
+        for (int l = 0; l < nl; l++)
+            for (const pg_arch_tensor *e = gen_arch(o)->tensors; e->hf; e++) {
+                bool wanted = e->req == PG_REQ_ALWAYS || (e->req == PG_REQ_UNLESS_TIED && !o->tie);
+                bool embed = !e->layer && !e->linear && e->d0 == PG_DIM_VOCAB;
+                int in_pass = e->layer ? 1 : embed ? 0 : 2;
+                if (wanted && in_pass == pass) add(o, t, &n, l, e);
+            }
     }
-    add(t, &n, -1, "model.norm.weight", -1, H, 0);
-    if (!o->tie) add(t, &n, -1, "lm_head.weight", o->vocab, H, 0);
     return n;
 }
 static size_t plan_count(const pg_gen_model_options *o) {
-    return 3 + (size_t)o->layers * 9;
+    return plan(o, NULL);
 }
 
 /* ------------------------------------------------------------ conversion */
@@ -281,13 +382,6 @@ static size_t convert(pg_dtype t, const float *x, void *dst, int64_t n) {
     default:
         return 0;
     }
-}
-
-/* HF row of GGUF row gr for a Q/K weight with `heads` heads of size hd:
- * llama.cpp stores pairs (2i, 2i+1) where HF has (i, i + hd/2). */
-static int64_t hf_row_of_gguf_row(int64_t gr, int hd) {
-    int64_t h = gr / hd, w = gr % hd;
-    return h * hd + (w % 2) * (hd / 2) + w / 2;
 }
 
 typedef pagoda_status (*write_fn)(void *w, const void *data, size_t n);
@@ -375,20 +469,32 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
                  "\"original_max_position_embeddings\": %d, \"rope_type\": \"llama3\"}",
                  o->rope_factor, o->rope_low_freq_factor, o->rope_high_freq_factor,
                  o->rope_original_max_position);
+    /* Qwen3's own fields (its configs say sliding_window null and
+     * use_sliding_window false); Llama's mlp_bias */
+    char extra[256];
+    if (is_qwen3(o))
+        snprintf(extra, sizeof extra,
+                 "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
+                 "  \"max_window_layers\": %d,\n  \"attention_dropout\": 0.0,\n",
+                 o->layers);
+    else
+        snprintf(extra, sizeof extra, "  \"mlp_bias\": false,\n");
+    const pg_arch *a = gen_arch(o);
     snprintf(
         js, sizeof js,
-        "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+        "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
         "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
         "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": "
         "%d,\n"
         "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %g,\n"
         "  \"rope_theta\": %.1f,\n  \"rope_scaling\": %s,\n  \"hidden_act\": \"silu\",\n"
-        "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+        "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": false,\n%s"
         "  \"initializer_range\": %g,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
         "%s  \"torch_dtype\": \"%s\"\n}\n",
-        o->vocab, o->hidden, o->ffn, o->layers, o->heads, o->kv_heads, head_dim(o), o->max_position,
-        o->rms_eps, o->rope_theta, rs, o->tie ? "true" : "false", o->init_std, o->bos_token_id,
-        o->eos_token_id, ct_config(o), torch_dtype_name(o->hf_dtype));
+        a->hf_architectures[0], a->hf_model_types[0], o->vocab, o->hidden, o->ffn, o->layers,
+        o->heads, o->kv_heads, head_dim(o), o->max_position, o->rms_eps, o->rope_theta, rs,
+        o->tie ? "true" : "false", extra, o->init_std, o->bos_token_id, o->eos_token_id,
+        ct_config(o), torch_dtype_name(o->hf_dtype));
     snprintf(path, sizeof path, "%s/config.json", o->hf_dir);
     pagoda_status s = write_text(path, js);
     if (s) return s;
@@ -725,23 +831,32 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     pagoda_status s = pg_gguf_writer_create(&w);
     if (s) return s;
     int hd = head_dim(o);
-    pg_gguf_writer_set_str(w, "general.architecture", "llama");
-    pg_gguf_writer_set_str(w, "general.name", "pagoda-random-llama");
+    const pg_arch *a = gen_arch(o);
+    bool llama = a == &pg_arch_llama;
+    char k[96], name[64];
+    snprintf(name, sizeof name, "pagoda-random-%s", a->gguf_name);
+    pg_gguf_writer_set_str(w, "general.architecture", a->gguf_name);
+    pg_gguf_writer_set_str(w, "general.name", name);
     pg_gguf_writer_set_u32(w, "general.file_type", file_type(wd));
     if (wd == PG_Q8_0 || wd == PG_Q4_0)
         pg_gguf_writer_set_u32(w, "general.quantization_version", 2);
-    pg_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)o->vocab);
-    pg_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)o->max_position);
-    pg_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)o->hidden);
-    pg_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)o->layers);
-    pg_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)o->ffn);
-    pg_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)o->heads);
-    pg_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads);
-    pg_gguf_writer_set_u32(w, "llama.attention.key_length", (uint32_t)hd);
-    pg_gguf_writer_set_u32(w, "llama.attention.value_length", (uint32_t)hd);
-    pg_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd);
-    pg_gguf_writer_set_f32(w, "llama.rope.freq_base", o->rope_theta);
-    pg_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", o->rms_eps);
+        /* The "<arch>." keys convert_hf_to_gguf.py writes: TextModel's common
+         * ones (Qwen3Model adds none), plus vocab_size and rope.dimension_count
+         * for Llama (LlamaModel). */
+#define KEY(key) (snprintf(k, sizeof k, "%s." key, a->gguf_name), k)
+    if (llama) pg_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)o->vocab);
+    pg_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)o->max_position);
+    pg_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)o->hidden);
+    pg_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)o->layers);
+    pg_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)o->ffn);
+    pg_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)o->heads);
+    pg_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads);
+    pg_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
+    pg_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)hd);
+    if (llama) pg_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
+    pg_gguf_writer_set_f32(w, KEY("rope.freq_base"), o->rope_theta);
+    pg_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), o->rms_eps);
+#undef KEY
     bool llama3 = o->rope_scaling == PG_ROPE_SCALING_LLAMA3;
     /* Llama-3 RoPE scaling is written the way llama.cpp's converter writes it:
      * only the rope_freqs.weight tensor below, no llama.rope.scaling.* keys
@@ -762,7 +877,7 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
             d = PG_F16;
         types[i] = d;
         char gname[128];
-        pg_gguf_llama_name_from_hf(t[i].name, gname, sizeof gname);
+        pg_arch_hf_to_gguf(a, t[i].name, gname, sizeof gname);
         int64_t ne[2] = {t[i].cols, t[i].rows};
         s = pg_gguf_writer_add_tensor(w, gname, pg_dtype_to_ggml_type(d), t[i].ndim, ne);
     }
@@ -793,6 +908,12 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
                         "inconsistent model shape (hidden %d, layers %d, heads %d, kv heads %d, "
                         "head_dim %d, ffn %d, vocab %d)",
                         o->hidden, o->layers, o->heads, o->kv_heads, head_dim(o), o->ffn, o->vocab);
+    if (gen_arch(o) != &pg_arch_llama && gen_arch(o) != &pg_arch_qwen3)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "architecture %s: only llama and qwen3 are written",
+                        gen_arch(o)->name);
+    if (is_qwen3(o) && o->rope_scaling != PG_ROPE_SCALING_NONE)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "rope scaling: llama3 is for the llama architecture");
     if (o->rope_scaling != PG_ROPE_SCALING_NONE &&
         (o->rope_scaling != PG_ROPE_SCALING_LLAMA3 || !(o->rope_factor > 0) ||
          !(o->rope_high_freq_factor > o->rope_low_freq_factor) ||

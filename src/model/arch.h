@@ -1,0 +1,116 @@
+/* Architectures: the registry and what one architecture file provides.
+ *
+ * An architecture is one row of the registry (registry.c): its names (HF
+ * `architectures[0]` / `model_type`, GGUF `general.architecture`), how
+ * llama.cpp's converter stored it (Q/K rows permuted for interleaved RoPE or
+ * not), its tensors (canonical HF name, GGUF name, shape in config
+ * dimensions: one table drives source validation, GGUF renaming and the
+ * random-model generator), optional config hooks for fields beyond the
+ * common ones, and `create`, which binds the weights and returns a pg_model
+ * whose ops run it. Adding an architecture = one file defining its pg_arch
+ * and ops + one line in registry.c (docs/ARCHITECTURE.md, "Adding an
+ * architecture"). */
+#ifndef PAGODA_MODEL_ARCH_H
+#define PAGODA_MODEL_ARCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+struct cJSON;
+struct pg_gguf;
+
+/* Dimensions of a tensor table entry, resolved from the config. */
+typedef enum pg_dim {
+    PG_DIM_NONE = 0, /* (no such dimension: 1-D tensor) */
+    PG_DIM_VOCAB,    /* vocab_size */
+    PG_DIM_HIDDEN,   /* hidden_size */
+    PG_DIM_Q,        /* num_attention_heads * head_dim */
+    PG_DIM_KV,       /* num_key_value_heads * head_dim */
+    PG_DIM_FFN,      /* intermediate_size */
+    PG_DIM_HEAD,     /* head_dim */
+    PG_DIM_COUNT_
+} pg_dim;
+
+typedef enum pg_tensor_req {
+    PG_REQ_ALWAYS = 0,
+    PG_REQ_IF_BIAS,     /* required when config attention_bias, else absent */
+    PG_REQ_OPTIONAL,    /* checked when present */
+    PG_REQ_UNLESS_TIED, /* lm_head: required unless tie_word_embeddings */
+} pg_tensor_req;
+
+/* One tensor. Layer tensors (`layer` true) are "model.layers.{i}.<hf>" and
+ * "blk.{i}.<gguf>"; global ones are named in full. `linear`: a
+ * compressed-tensors checkpoint may hold it quantized (X.weight_scale ...). */
+typedef struct pg_arch_tensor {
+    const char *hf, *gguf;
+    pg_dim d0, d1;
+    pg_tensor_req req;
+    bool layer, linear;
+} pg_arch_tensor;
+
+typedef struct pg_model_ops {
+    void (*free)(pg_model *m);
+    size_t (*weight_bytes_per_step)(const pg_model *m);
+    pagoda_status (*workspace_create)(const pg_model *m, const pg_step_limits *lim, void **ws);
+    void (*workspace_free)(void *ws);
+    size_t (*workspace_bytes)(const void *ws);
+    pagoda_status (*forward)(const pg_model *m, void *ws, const pg_batch *b, float *logits);
+} pg_model_ops;
+
+typedef struct pg_arch {
+    const char *name;                    /* registry name, e.g. "qwen3" */
+    const char *const *hf_architectures; /* NULL-terminated; [0] is the canonical one */
+    const char *const *hf_model_types;   /* config.json model_type fallbacks, NULL-terminated */
+    const char *gguf_name;               /* general.architecture, or NULL (no GGUF form) */
+    bool gguf_rope_interleaved;          /* llama.cpp permuted Q/K rows (LLM_ARCH_LLAMA) */
+    const pg_arch_tensor *tensors;       /* ends with an entry whose hf is NULL */
+    /* Extra config.json fields into cfg, after the common ones (may be NULL).
+     * Errors: PAGODA_ERR_FORMAT / UNSUPPORTED naming `path` and the field. */
+    pagoda_status (*parse_hf)(const struct cJSON *root, const char *path, pg_model_config *cfg);
+    /* Extra GGUF metadata (keys "<gguf_name>.*") into cfg (may be NULL). */
+    pagoda_status (*parse_gguf)(const struct pg_gguf *g, pg_model_config *cfg);
+    /* Bind and pack (see pg_model_load). */
+    pagoda_status (*create)(const pg_model_source *src, const pg_model_options *o, pg_model **out);
+} pg_arch;
+
+/* The part every architecture's model struct starts with. */
+struct pg_model {
+    const pg_model_ops *ops;
+    const pg_arch *arch;
+    pg_model_config cfg;
+    int32_t max_context;
+    pg_dtype compute;
+    int32_t num_layers;
+    pg_layer_cache_spec *cache; /* [num_layers], owned (pg_model_base_release) */
+};
+
+/* Fill the base: ops, arch, config, max_context from o (clamped to
+ * max_position_embeddings), compute dtype, and num_layers cache specs
+ * (zeroed: kind NONE) for the architecture to set. Errors:
+ * PAGODA_ERR_FORMAT (no context length), PAGODA_ERR_NOMEM. */
+pagoda_status pg_model_base_init(pg_model *m, const pg_model_ops *ops, const pg_model_source *src,
+                                 const pg_model_options *o, int32_t num_layers);
+void pg_model_base_release(pg_model *m);
+
+/* Lookup by HF architecture (or model_type when arch is NULL) / GGUF name;
+ * NULL when unknown. */
+const pg_arch *pg_arch_find_hf(const char *architecture, const char *model_type);
+const pg_arch *pg_arch_find_gguf(const char *gguf_name);
+/* Register an architecture at run time (tests: toy architectures). Up to 16.
+ * Errors: PAGODA_ERR_LIMIT, PAGODA_ERR_INVALID_ARG (a name already taken). */
+pagoda_status pg_arch_register(const pg_arch *a);
+/* Built-in and registered architectures, NULL-terminated array. */
+const pg_arch *const *pg_arch_list(void);
+
+/* Resolve a table dimension for cfg (-1 for PG_DIM_NONE). */
+int64_t pg_arch_dim(const pg_model_config *cfg, pg_dim d);
+
+/* GGUF tensor name <-> canonical HF name through a's table ("blk.3.attn_q.weight" <->
+ * "model.layers.3.self_attn.q_proj.weight"); names the table lacks are copied
+ * unchanged and false is returned. */
+bool pg_arch_gguf_to_hf(const pg_arch *a, const char *gguf_name, char *out, size_t cap);
+bool pg_arch_hf_to_gguf(const pg_arch *a, const char *hf_name, char *out, size_t cap);
+
+#endif

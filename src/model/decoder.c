@@ -1,0 +1,369 @@
+/* Decoder blocks (see decoder.h). */
+#include "model/decoder.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/pool.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+
+/* ---- weights ---------------------------------------------------------------------- */
+
+pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
+                               int l, unsigned flags, int32_t window, pg_dec_attn *a) {
+    memset(a, 0, sizeof *a);
+    const int64_t H = c->hidden_size, hd = c->head_dim;
+    const int64_t nq = (int64_t)c->num_attention_heads * hd,
+                  nkv = (int64_t)c->num_key_value_heads * hd;
+    const char *pre = "model.layers";
+    pg_linear_src q, k, v, o;
+    pagoda_status st;
+    if ((st = pg_weights_vector(w, H, false, &a->norm, "%s.%d.input_layernorm.weight", pre, l)) ||
+        (st = pg_weights_linear(w, nq, H, c->attention_bias, &q, "%s.%d.self_attn.q_proj", pre,
+                                l)) ||
+        (st = pg_weights_linear(w, nkv, H, c->attention_bias, &k, "%s.%d.self_attn.k_proj", pre,
+                                l)) ||
+        (st = pg_weights_linear(w, nkv, H, c->attention_bias, &v, "%s.%d.self_attn.v_proj", pre,
+                                l)) ||
+        (st = pg_weights_linear(w, H, nq, false, &o, "%s.%d.self_attn.o_proj", pre, l)))
+        return st;
+    if ((flags & PG_DEC_QK_NORM) &&
+        ((st = pg_weights_vector(w, hd, false, &a->q_norm, "%s.%d.self_attn.q_norm.weight", pre,
+                                 l)) ||
+         (st = pg_weights_vector(w, hd, false, &a->k_norm, "%s.%d.self_attn.k_norm.weight", pre,
+                                 l))))
+        return st;
+    const pg_linear_src *qkv[3] = {&q, &k, &v}, *op = &o;
+    char what[2][48];
+    snprintf(what[0], sizeof what[0], "layer %d q/k/v_proj", l);
+    snprintf(what[1], sizeof what[1], "layer %d o_proj", l);
+    if ((st = pg_linear_pack(p, qkv, 3, true, what[0], &a->qkv)) ||
+        (st = pg_linear_pack(p, &op, 1, true, what[1], &a->o))) {
+        pg_dec_attn_free(a);
+        return st;
+    }
+    a->ap = (pg_attn_params){.n_heads = c->num_attention_heads,
+                             .n_kv_heads = c->num_key_value_heads,
+                             .head_dim = c->head_dim,
+                             .scale = 1.0f / sqrtf((float)c->head_dim),
+                             .sliding_window = window};
+    return PAGODA_OK;
+}
+
+pagoda_status pg_dec_mlp_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
+                              int l, pg_dec_mlp *f) {
+    memset(f, 0, sizeof *f);
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const char *pre = "model.layers";
+    pg_linear_src g, u, d;
+    pagoda_status st;
+    if ((st = pg_weights_vector(w, H, false, &f->norm, "%s.%d.post_attention_layernorm.weight", pre,
+                                l)) ||
+        (st = pg_weights_linear(w, I, H, false, &g, "%s.%d.mlp.gate_proj", pre, l)) ||
+        (st = pg_weights_linear(w, I, H, false, &u, "%s.%d.mlp.up_proj", pre, l)) ||
+        (st = pg_weights_linear(w, H, I, false, &d, "%s.%d.mlp.down_proj", pre, l)))
+        return st;
+    const pg_linear_src *dp = &d;
+    char what[2][48];
+    snprintf(what[0], sizeof what[0], "layer %d gate/up_proj", l);
+    snprintf(what[1], sizeof what[1], "layer %d down_proj", l);
+    if ((st = pg_linear_pack_swiglu(p, &g, &u, what[0], &f->gate_up)) ||
+        (st = pg_linear_pack(p, &dp, 1, true, what[1], &f->down))) {
+        pg_dec_mlp_free(f);
+        return st;
+    }
+    return PAGODA_OK;
+}
+
+void pg_dec_attn_free(pg_dec_attn *a) {
+    pg_linear_free(&a->qkv);
+    pg_linear_free(&a->o);
+}
+
+void pg_dec_mlp_free(pg_dec_mlp *f) {
+    pg_linear_free(&f->gate_up);
+    pg_linear_free(&f->down);
+}
+
+pagoda_status pg_dec_check_config(const pg_model_source *src, const pg_model_config *c) {
+    const char *path = pg_model_source_path(src);
+    if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
+        c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
+        c->head_dim <= 0 || c->head_dim % 2 != 0)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: bad config (vocab %d, hidden %d, intermediate %d, layers %d, heads "
+                        "%d, kv heads %d, head_dim %d)",
+                        path, c->vocab_size, c->hidden_size, c->intermediate_size,
+                        c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads,
+                        c->head_dim);
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                        path, c->num_attention_heads, c->num_key_value_heads);
+    if (!(c->rms_norm_eps > 0.0f))
+        return pg_error(PAGODA_ERR_FORMAT, "%s: rms_norm_eps %g must be > 0", path,
+                        (double)c->rms_norm_eps);
+    if (c->rope_scaling == PG_ROPE_SCALING_YARN)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: rope_scaling type 'yarn' is not supported for %s", path,
+                        c->architecture);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_dec_rope_init(const pg_model_source *src, const pg_model_config *c, float **out) {
+    *out = NULL;
+    pg_rope_freq_params p = {.head_dim = c->head_dim, .theta = c->rope_theta};
+    if (c->rope_scaling == PG_ROPE_SCALING_LINEAR) {
+        p.scaling = PG_ROPE_FREQ_LINEAR;
+        p.factor = c->rope_factor;
+    } else if (c->rope_scaling == PG_ROPE_SCALING_LLAMA3) {
+        p.scaling = PG_ROPE_FREQ_LLAMA3;
+        p.factor = c->rope_factor;
+        p.low_freq_factor = c->rope_low_freq_factor;
+        p.high_freq_factor = c->rope_high_freq_factor;
+        p.original_max_position = c->rope_original_max_position;
+    }
+    int half = c->head_dim / 2;
+    float *inv = pg_malloc_aligned((size_t)half * sizeof(float));
+    if (!inv) return pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
+    pagoda_status st = pg_rope_inv_freq(&p, inv);
+    const pg_tensor *rf = pg_model_source_tensor(src, "rope_freqs.weight");
+    if (st == PAGODA_OK && c->rope_scaling == PG_ROPE_SCALING_NONE && rf) {
+        /* llama.cpp's GGUF form of Llama-3 scaling: frequency i divided by rope_freqs[i] */
+        if (rf->ndim != 1 || rf->shape[0] != half || !pg_matmul_supports(rf->dtype)) {
+            st = pg_error(PAGODA_ERR_FORMAT, "%s: rope_freqs.weight must be [%d] floats",
+                          pg_model_source_path(src), half);
+        } else {
+            float *factors = malloc((size_t)half * sizeof(float));
+            if (!factors) st = pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
+            if (factors) pg_dequant_row(rf->dtype, rf->data, factors, (size_t)half);
+            for (int i = 0; factors && i < half && st == PAGODA_OK; i++) {
+                if (!(factors[i] > 0.0f))
+                    st = pg_error(PAGODA_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g must be > 0",
+                                  pg_model_source_path(src), i, (double)factors[i]);
+                else
+                    inv[i] /= factors[i];
+            }
+            free(factors);
+        }
+    }
+    if (st != PAGODA_OK) {
+        pg_free(inv);
+        return st;
+    }
+    *out = inv;
+    return PAGODA_OK;
+}
+
+/* ---- workspace ---------------------------------------------------------------------- */
+
+/* Attention scratch for the worst step: the most work units (every token its
+ * own request) without split-KV, or the fewest (decodes of max_model_len
+ * tokens) with split-KV partials. A step needing more runs without
+ * split-KV (pg_attention's documented fallback), never fails. */
+static size_t attn_need(const pg_dec_dims *d, const pg_step_limits *lim, int nt) {
+    pg_attn_params p = {
+        .n_heads = d->n_heads, .n_kv_heads = d->n_kv_heads, .head_dim = d->head_dim, .scale = 1.0f};
+    pg_paged_kv kv = {.dtype = lim->kv_dtype,
+                      .num_blocks = 1,
+                      .num_kv_heads = d->n_kv_heads,
+                      .block_size = lim->block_size,
+                      .head_dim = d->head_dim};
+    int32_t T = lim->max_tokens, S = lim->max_seqs;
+    int32_t n = T > S ? T : S;
+    int32_t *cu = malloc((size_t)(n + 1) * sizeof(int32_t)), *lens = malloc((size_t)n * 4);
+    size_t best = 0;
+    if (cu && lens) {
+        for (int32_t i = 0; i <= T; i++)
+            cu[i] = i;
+        for (int32_t i = 0; i < T; i++)
+            lens[i] = 1;
+        pg_attn_batch b = {.n_seqs = T, .cu_seqlens_q = cu, .seq_lens = lens};
+        best = pg_attention_scratch_bytes(&p, &b, &kv, nt);
+        for (int32_t s = 1; s <= S && s <= 8 * nt; s++) {
+            for (int32_t i = 0; i <= s; i++)
+                cu[i] = i;
+            for (int32_t i = 0; i < s; i++)
+                lens[i] = lim->max_model_len;
+            b = (pg_attn_batch){.n_seqs = s, .cu_seqlens_q = cu, .seq_lens = lens};
+            size_t need = pg_attention_scratch_bytes(&p, &b, &kv, nt);
+            if (need > best) best = need;
+        }
+    }
+    free(cu);
+    free(lens);
+    return best;
+}
+
+pagoda_status pg_dec_ws_create(const pg_dec_dims *d, const pg_step_limits *lim,
+                               const pg_linear *const *ls, int n, int n_head, pg_dec_ws **out) {
+    *out = NULL;
+    if (lim->max_tokens < 1 || lim->max_seqs < 1 || lim->max_model_len < 1 || lim->block_size < 1)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "model: bad workspace sizes (%d tokens, %d seqs, max_model_len %d, block "
+                        "size %d)",
+                        lim->max_tokens, lim->max_seqs, lim->max_model_len, lim->block_size);
+    pg_dec_ws *ws = calloc(1, sizeof *ws);
+    if (!ws) return pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
+    ws->max_tokens = lim->max_tokens;
+    ws->max_seqs = lim->max_seqs;
+    pg_pool *pool = pg_pool_default();
+    int nt = pool ? pg_pool_size(pool) : 1;
+    size_t gs = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ls[i]) continue;
+        size_t need =
+            pg_linear_scratch_bytes(ls[i], i >= n - n_head ? lim->max_seqs : lim->max_tokens, nt);
+        if (need > gs) gs = need;
+    }
+    ws->gemm_scratch_bytes = gs;
+    if (d->n_heads > 0) {
+        ws->attn_scratch_bytes = attn_need(d, lim, nt);
+        if (ws->attn_scratch_bytes == 0) {
+            free(ws);
+            return pg_error(PAGODA_ERR_INVALID_ARG, "model: KV cache layout rejected by attention");
+        }
+    }
+    size_t T = (size_t)lim->max_tokens;
+    size_t sizes[] = {T * (size_t)d->hidden * 4,    T * (size_t)d->hidden * 4,
+                      T * (size_t)d->qkv_width * 4, T * (size_t)d->attn_width * 4,
+                      T * (size_t)d->act_width * 4, (size_t)lim->max_seqs * (size_t)d->hidden * 4,
+                      ws->gemm_scratch_bytes,       ws->attn_scratch_bytes};
+    void **bufs[] = {(void **)&ws->x,   (void **)&ws->xb,   (void **)&ws->qkv, (void **)&ws->attn,
+                     (void **)&ws->act, (void **)&ws->last, &ws->gemm_scratch, &ws->attn_scratch};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += (sizes[i] + PG_ALIGN - 1) / PG_ALIGN * PG_ALIGN + PG_ALIGN;
+    pagoda_status st = pg_arena_init(&ws->arena, total);
+    if (st != PAGODA_OK) {
+        free(ws);
+        return st;
+    }
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        *bufs[i] = sizes[i] ? pg_arena_alloc(&ws->arena, sizes[i]) : NULL;
+    *out = ws;
+    return PAGODA_OK;
+}
+
+void pg_dec_ws_free(void *p) {
+    pg_dec_ws *ws = p;
+    if (!ws) return;
+    pg_arena_free(&ws->arena);
+    free(ws);
+}
+
+size_t pg_dec_ws_bytes(const void *p) {
+    const pg_dec_ws *ws = p;
+    return ws ? ws->arena.cap : 0;
+}
+
+pagoda_status pg_dec_check_batch(const pg_dec_ws *ws, const pg_batch *b, int32_t vocab) {
+    if (b->num_tokens < 1 || b->num_tokens > ws->max_tokens || b->num_seqs < 1 ||
+        b->num_seqs > ws->max_seqs || b->num_logits < 0 || b->num_logits > ws->max_seqs)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "model: step of %d tokens / %d requests / %d logit rows exceeds the "
+                        "workspace (%d tokens, %d requests)",
+                        b->num_tokens, b->num_seqs, b->num_logits, ws->max_tokens, ws->max_seqs);
+    if (!b->layers) return pg_error(PAGODA_ERR_INVALID_ARG, "model: step without layer caches");
+    for (int32_t i = 0; i < b->num_tokens; i++)
+        if (b->token_ids[i] < 0 || b->token_ids[i] >= vocab)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "model: token id %d outside the vocab [0, %d)",
+                            b->token_ids[i], vocab);
+    for (int32_t i = 0; i < b->num_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->num_tokens)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "model: logit row %d outside the step",
+                            b->logit_rows[i]);
+    return PAGODA_OK;
+}
+
+/* ---- blocks ----------------------------------------------------------------------------- */
+
+void pg_dec_embed(const pg_tensor *e, const pg_batch *b, pg_dec_ws *ws) {
+    size_t H = (size_t)e->shape[1];
+    size_t row_bytes = pg_dtype_row_bytes(e->dtype, H);
+    for (int32_t i = 0; i < b->num_tokens; i++)
+        pg_dequant_row(e->dtype, (const uint8_t *)e->data + (size_t)b->token_ids[i] * row_bytes,
+                       ws->x + (size_t)i * H, H);
+}
+
+/* Per-head RMSNorm of q and k (Qwen3: before RoPE), rows split over tokens. */
+typedef struct qk_norm_job {
+    const pg_dec_attn *a;
+    float *qkv;
+    size_t ld;
+    float eps;
+    const pg_kernel_table *kt;
+} qk_norm_job;
+
+static void qk_norm_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const qk_norm_job *j = ctx;
+    const size_t hd = (size_t)j->a->ap.head_dim;
+    const size_t nq = (size_t)j->a->ap.n_heads * hd;
+    for (size_t t = begin; t < end; t++) {
+        float *q = j->qkv + t * j->ld, *k = q + nq;
+        j->kt->rmsnorm_f32(q, q, j->a->q_norm, (size_t)j->a->ap.n_heads, hd, j->eps);
+        j->kt->rmsnorm_f32(k, k, j->a->k_norm, (size_t)j->a->ap.n_kv_heads, hd, j->eps);
+    }
+}
+
+pagoda_status pg_dec_attn_forward(const pg_dec_attn *a, const pg_rope_spec *rope, float eps,
+                                  const pg_batch *b, const pg_layer_cache *lc, pg_dec_ws *ws) {
+    if (!lc->kv || !lc->slot_mapping || !lc->block_tables)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: attention layer without a paged KV cache");
+    pg_pool *pool = pg_pool_default();
+    const int64_t T = b->num_tokens;
+    const size_t hd = (size_t)a->ap.head_dim;
+    const size_t nq = (size_t)a->ap.n_heads * hd, nkv = (size_t)a->ap.n_kv_heads * hd;
+    const size_t ld = (size_t)a->qkv.n_out;
+    pagoda_status st =
+        pg_linear_forward_rmsnorm(&a->qkv, ws->x, T, a->norm, eps, ws->xb, ws->qkv, (int64_t)ld,
+                                  PG_GEMM_STORE, pool, ws->gemm_scratch);
+    if (st != PAGODA_OK) return st;
+    float *q = ws->qkv, *k = ws->qkv + nq, *v = ws->qkv + nq + nkv;
+    if (a->q_norm) {
+        qk_norm_job j = {a, ws->qkv, ld, eps, pg_kernels()};
+        if (pool && (size_t)T * (nq + nkv) >= 65536)
+            pg_pool_parallel_for(pool, (size_t)T, 16, qk_norm_rows, &j);
+        else
+            qk_norm_rows(&j, 0, (size_t)T, 0);
+    }
+    if ((st = pg_rope_kv_store(rope, (int32_t)T, b->positions, lc->slot_mapping, q, ld,
+                               a->ap.n_heads, k, ld, v, ld, lc->kv)) != PAGODA_OK)
+        return st;
+    pg_attn_batch ab = {.n_seqs = b->num_seqs,
+                        .cu_seqlens_q = b->query_start_loc,
+                        .seq_lens = b->seq_lens,
+                        .block_tables = lc->block_tables};
+    if ((st = pg_attention(&a->ap, &ab, lc->kv, q, ld, ws->attn, nq, ws->attn_scratch,
+                           ws->attn_scratch_bytes, pool, NULL)) != PAGODA_OK)
+        return st;
+    return pg_linear_forward(&a->o, ws->attn, T, ws->x, a->o.n_out, PG_GEMM_RESIDUAL, pool,
+                             ws->gemm_scratch);
+}
+
+pagoda_status pg_dec_mlp_forward(const pg_dec_mlp *f, float eps, const pg_batch *b, pg_dec_ws *ws) {
+    pg_pool *pool = pg_pool_default();
+    const int64_t T = b->num_tokens;
+    pagoda_status st =
+        pg_linear_forward_rmsnorm(&f->gate_up, ws->x, T, f->norm, eps, ws->xb, ws->act,
+                                  f->gate_up.n_out, PG_GEMM_SWIGLU, pool, ws->gemm_scratch);
+    if (st != PAGODA_OK) return st;
+    return pg_linear_forward(&f->down, ws->act, T, ws->x, f->down.n_out, PG_GEMM_RESIDUAL, pool,
+                             ws->gemm_scratch);
+}
+
+pagoda_status pg_dec_logits(const float *final_norm, float eps, const pg_linear *lm_head,
+                            const pg_batch *b, pg_dec_ws *ws, float *logits) {
+    if (b->num_logits == 0) return PAGODA_OK;
+    const size_t H = (size_t)lm_head->n_in;
+    for (int32_t i = 0; i < b->num_logits; i++)
+        pg_kernels()->rmsnorm_f32(ws->last + (size_t)i * H, ws->x + (size_t)b->logit_rows[i] * H,
+                                  final_norm, 1, H, eps);
+    return pg_linear_forward(lm_head, ws->last, b->num_logits, logits, lm_head->n_out,
+                             PG_GEMM_STORE, pg_pool_default(), ws->gemm_scratch);
+}

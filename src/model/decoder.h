@@ -1,0 +1,113 @@
+/* Blocks of decoder-only transformers that architecture files call: token
+ * embedding, the attention block (RMSNorm, fused Q/K/V, optional per-head
+ * q/k RMSNorm, RoPE + paged KV store, paged attention, o_proj into the
+ * residual), the SwiGLU MLP block and the final norm + lm_head, over one
+ * step workspace. An architecture's forward is then a short list of these
+ * calls (llama.c, qwen3.c), as in llama2.c's forward().
+ *
+ * Shapes: T tokens per step; the residual stream x [T, hidden] f32 lives
+ * in the workspace. References: Touvron et al. 2023 (LLaMA), Su et al.
+ * 2021 (RoPE), Zhang & Sennrich 2019 (RMSNorm), Shazeer 2020 (SwiGLU),
+ * transformers' modeling_llama.py / modeling_qwen3.py. */
+#ifndef PAGODA_MODEL_DECODER_H
+#define PAGODA_MODEL_DECODER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/alloc.h"
+#include "kernels/attention.h"
+#include "model/linear.h"
+#include "model/model.h"
+
+/* ---- weights ---------------------------------------------------------------------- */
+
+typedef struct pg_dec_attn {
+    const float *norm;            /* input RMSNorm [hidden] */
+    pg_linear qkv;                /* rows: q [heads*hd] | k [kv_heads*hd] | v [kv_heads*hd] */
+    const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (Qwen3), or NULL */
+    pg_linear o;                  /* [hidden, heads*hd], added into the residual */
+    pg_attn_params ap;            /* heads, kv heads, head_dim, scale, window, sinks */
+} pg_dec_attn;
+
+typedef struct pg_dec_mlp {
+    const float *norm; /* post-attention RMSNorm [hidden] */
+    pg_linear gate_up; /* SwiGLU pair [intermediate, hidden] x 2 */
+    pg_linear down;    /* [hidden, intermediate], added into the residual */
+} pg_dec_mlp;
+
+enum {
+    PG_DEC_QK_NORM = 1 << 0, /* self_attn.{q,k}_norm.weight [head_dim] */
+};
+
+/* Bind and pack layer `l`'s attention ("model.layers.{l}.input_layernorm",
+ * "self_attn.{q,k,v,o}_proj", biases when cfg->attention_bias, q/k norms
+ * with PG_DEC_QK_NORM); window 0 = full attention. Errors of
+ * pg_weights_* and pg_linear_pack. */
+pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
+                               int l, unsigned flags, int32_t window, pg_dec_attn *a);
+/* Layer l's MLP ("post_attention_layernorm", "mlp.{gate,up,down}_proj"). */
+pagoda_status pg_dec_mlp_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
+                              int l, pg_dec_mlp *f);
+void pg_dec_attn_free(pg_dec_attn *a);
+void pg_dec_mlp_free(pg_dec_mlp *f);
+
+/* The RoPE frequency table [head_dim/2] for cfg (plain, linear, Llama-3;
+ * YaRN is refused) with llama.cpp's GGUF rope_freqs.weight factors when the
+ * source has them and no scaling type is set; *out is pg_malloc_aligned.
+ * Errors: PAGODA_ERR_UNSUPPORTED, PAGODA_ERR_FORMAT, PAGODA_ERR_NOMEM. */
+pagoda_status pg_dec_rope_init(const pg_model_source *src, const pg_model_config *c, float **out);
+
+/* Common config checks of a decoder (positive sizes, GQA divisibility, even
+ * head_dim, eps > 0). Errors: PAGODA_ERR_FORMAT naming the values. */
+pagoda_status pg_dec_check_config(const pg_model_source *src, const pg_model_config *c);
+
+/* ---- step workspace ----------------------------------------------------------------- */
+
+typedef struct pg_dec_ws {
+    pg_arena arena;
+    int32_t max_tokens, max_seqs;
+    float *x;    /* residual stream [T, hidden] */
+    float *xb;   /* normed input [T, hidden] */
+    float *qkv;  /* fused projections [T, qkv width] */
+    float *attn; /* attention output [T, heads*hd] */
+    float *act;  /* MLP activation [T, act width] */
+    float *last; /* final-normed rows that need logits [max_seqs, hidden] */
+    void *gemm_scratch;
+    size_t gemm_scratch_bytes;
+    void *attn_scratch;
+    size_t attn_scratch_bytes;
+} pg_dec_ws;
+
+typedef struct pg_dec_dims {
+    int64_t hidden, qkv_width, attn_width, act_width;
+    int32_t n_heads, n_kv_heads, head_dim; /* the attention scratch's worst case */
+} pg_dec_dims;
+
+/* A workspace for steps within lim; GEMM scratch sized for every linear in
+ * ls[0..n) (NULL entries skipped; the last `n_head` of them only see
+ * max_seqs rows, e.g. the lm_head). Errors: PAGODA_ERR_INVALID_ARG,
+ * PAGODA_ERR_NOMEM. */
+pagoda_status pg_dec_ws_create(const pg_dec_dims *d, const pg_step_limits *lim,
+                               const pg_linear *const *ls, int n, int n_head, pg_dec_ws **out);
+void pg_dec_ws_free(void *ws);
+size_t pg_dec_ws_bytes(const void *ws);
+
+/* Check a step against the workspace and the vocabulary (token ids, logit
+ * rows). Errors: PAGODA_ERR_INVALID_ARG. */
+pagoda_status pg_dec_check_batch(const pg_dec_ws *ws, const pg_batch *b, int32_t vocab);
+
+/* ---- blocks --------------------------------------------------------------------------- */
+
+/* ws->x[t] = row token_ids[t] of embed [vocab, hidden] (any GEMM dtype), f32. */
+void pg_dec_embed(const pg_tensor *embed, const pg_batch *b, pg_dec_ws *ws);
+/* x += o(attention(RoPE(q), RoPE(k), v)) for layer cache lc. */
+pagoda_status pg_dec_attn_forward(const pg_dec_attn *a, const pg_rope_spec *rope, float eps,
+                                  const pg_batch *b, const pg_layer_cache *lc, pg_dec_ws *ws);
+/* x += down(silu(gate(h)) * up(h)), h = RMSNorm(x). */
+pagoda_status pg_dec_mlp_forward(const pg_dec_mlp *f, float eps, const pg_batch *b, pg_dec_ws *ws);
+/* logits[i] = RMSNorm(x[logit_rows[i]]) lm_head^T. */
+pagoda_status pg_dec_logits(const float *final_norm, float eps, const pg_linear *lm_head,
+                            const pg_batch *b, pg_dec_ws *ws, float *logits);
+
+#endif

@@ -1,0 +1,116 @@
+/* The model interface (see model.h): dispatch to the architecture's ops. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/arch.h"
+
+struct pg_model_workspace {
+    const pg_model *model;
+    void *impl;
+};
+
+void pg_model_options_default(pg_model_options *o) {
+    memset(o, 0, sizeof *o);
+    o->compute = PG_DTYPE_COUNT;
+}
+
+pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *o, pg_model **out) {
+    *out = NULL;
+    pg_model_options def;
+    if (!o) {
+        pg_model_options_default(&def);
+        o = &def;
+    }
+    const pg_model_config *c = pg_model_source_config(src);
+    const pg_arch *a = c->arch;
+    if (!a) {
+        char list[512];
+        return pg_error(
+            PAGODA_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)",
+            pg_model_source_path(src), c->architecture, pg_model_supported(list, sizeof list));
+    }
+    return a->create(src, o, out);
+}
+
+void pg_model_free(pg_model *m) {
+    if (m) m->ops->free(m);
+}
+
+pagoda_status pg_model_base_init(pg_model *m, const pg_model_ops *ops, const pg_model_source *src,
+                                 const pg_model_options *o, int32_t num_layers) {
+    const pg_model_config *c = pg_model_source_config(src);
+    m->ops = ops;
+    m->arch = c->arch;
+    m->cfg = *c;
+    m->compute = o->compute;
+    m->max_context = c->max_position_embeddings;
+    if (o->max_context > 0 && (m->max_context <= 0 || o->max_context < m->max_context))
+        m->max_context = o->max_context;
+    if (m->max_context <= 0)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: max_position_embeddings is not set and no context limit was given",
+                        pg_model_source_path(src));
+    m->num_layers = num_layers;
+    m->cache = calloc((size_t)(num_layers > 0 ? num_layers : 1), sizeof *m->cache);
+    if (!m->cache) return pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
+    return PAGODA_OK;
+}
+
+void pg_model_base_release(pg_model *m) {
+    free(m->cache);
+    m->cache = NULL;
+}
+
+const pg_model_config *pg_model_get_config(const pg_model *m) {
+    return &m->cfg;
+}
+const char *pg_model_arch_name(const pg_model *m) {
+    return m->arch ? m->arch->name : "?";
+}
+int32_t pg_model_max_context(const pg_model *m) {
+    return m->max_context;
+}
+pg_dtype pg_model_compute_dtype(const pg_model *m) {
+    return m->compute;
+}
+int32_t pg_model_num_layers(const pg_model *m) {
+    return m->num_layers;
+}
+const pg_layer_cache_spec *pg_model_layer_cache(const pg_model *m, int32_t l) {
+    return l >= 0 && l < m->num_layers ? &m->cache[l] : NULL;
+}
+size_t pg_model_weight_bytes_per_step(const pg_model *m) {
+    return m->ops->weight_bytes_per_step(m);
+}
+
+pagoda_status pg_model_workspace_create(const pg_model *m, const pg_step_limits *lim,
+                                        pg_model_workspace **out) {
+    *out = NULL;
+    pg_model_workspace *ws = calloc(1, sizeof *ws);
+    if (!ws) return pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
+    ws->model = m;
+    pagoda_status st = m->ops->workspace_create(m, lim, &ws->impl);
+    if (st != PAGODA_OK) {
+        free(ws);
+        return st;
+    }
+    *out = ws;
+    return PAGODA_OK;
+}
+
+void pg_model_workspace_free(pg_model_workspace *ws) {
+    if (!ws) return;
+    ws->model->ops->workspace_free(ws->impl);
+    free(ws);
+}
+
+size_t pg_model_workspace_bytes(const pg_model_workspace *ws) {
+    return ws ? ws->model->ops->workspace_bytes(ws->impl) : 0;
+}
+
+pagoda_status pg_model_forward(const pg_model *m, pg_model_workspace *ws, const pg_batch *b,
+                               float *logits) {
+    if (!ws || ws->model != m)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: workspace of another model");
+    return m->ops->forward(m, ws->impl, b, logits);
+}

@@ -1,0 +1,153 @@
+/* The model interface: what the engine and its runner know of a model,
+ * whatever its architecture.
+ *
+ * A model is created from a model source (model/source.h) by the
+ * architecture the source's config names (the registry, model/arch.h);
+ * loading binds every tensor, checks it against the config, and packs the
+ * linear layers for the GEMM kernels under the options' precision policy
+ * (model/linear.h). The model then declares, per layer, what it keeps in
+ * the KV cache (pg_layer_cache_spec); the engine groups equal specs into KV
+ * cache groups (engine/kv_cache_manager.h) and the runner hands each layer
+ * its group's memory, block tables and slot mapping in every step
+ * (pg_batch.layers).
+ *
+ * Idea from vLLM v1: vllm/v1/kv_cache_interface.py (a KVCacheSpec per
+ * layer: FullAttentionSpec, SlidingWindowSpec, MambaSpec; layers with equal
+ * specs form a group) and vllm/model_executor/models/registry.py (an
+ * architecture name -> model class table). */
+#ifndef PAGODA_MODEL_MODEL_H
+#define PAGODA_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "kernels/attention.h"
+#include "model/source.h"
+
+typedef struct pg_model pg_model;
+
+/* ---- what a layer keeps between steps --------------------------------------- */
+
+typedef enum pg_layer_cache_kind {
+    PG_LAYER_CACHE_NONE = 0,   /* keeps nothing (e.g. an MLP-only layer) */
+    PG_LAYER_CACHE_FULL,       /* K/V of every token: paged, one block table per request */
+    PG_LAYER_CACHE_SLIDING,    /* K/V of the last `window` tokens: paged; older blocks freed */
+    PG_LAYER_CACHE_STATE,      /* a fixed-size recurrent state per request (linear attention) */
+    PG_LAYER_CACHE_KIND_COUNT_ /* (cross-attention: the Whisper issue) */
+} pg_layer_cache_kind;
+
+typedef struct pg_layer_cache_spec {
+    pg_layer_cache_kind kind;
+    int32_t num_kv_heads, head_dim; /* FULL / SLIDING: K and V of num_kv_heads x head_dim */
+    int32_t window;                 /* SLIDING: a query at p attends keys (p - window, p] */
+    int64_t state_bytes;            /* STATE: bytes per request (F32 or whatever the layer uses) */
+} pg_layer_cache_spec;
+
+/* The cache of one layer in one step, as the runner hands it to forward. */
+typedef struct pg_layer_cache {
+    /* FULL / SLIDING: the layer's paged K/V and its group's tables */
+    pg_paged_kv *kv;
+    const int32_t *slot_mapping;        /* [num_tokens]: block_id * block_size + pos % block_size */
+    const int32_t *const *block_tables; /* [num_seqs] */
+    /* STATE: request i's state (state_bytes), zeroed by the runner when the
+     * request is (re)admitted, i.e. when its first computed token is 0 */
+    void *const *states; /* [num_seqs] */
+} pg_layer_cache;
+
+/* ---- one engine step ---------------------------------------------------------- */
+
+/* One step is one flattened batch: the scheduled tokens of all requests one
+ * after another (request i's tokens are [query_start_loc[i],
+ * query_start_loc[i+1])). Logits are computed only for the rows listed in
+ * logit_rows. */
+typedef struct pg_batch {
+    int32_t num_tokens, num_seqs;
+    const int32_t *token_ids;       /* [num_tokens] */
+    const int32_t *positions;       /* [num_tokens] */
+    const int32_t *query_start_loc; /* [num_seqs + 1] */
+    const int32_t *seq_lens;        /* [num_seqs] tokens in the cache after this step */
+    const int32_t *logit_rows;      /* [num_logits] token indices whose logits are wanted */
+    int32_t num_logits;
+    const pg_layer_cache *layers; /* [num_layers] */
+} pg_batch;
+
+/* ---- load options --------------------------------------------------------------- */
+
+typedef struct pg_model_options {
+    int32_t max_context; /* positions usable; 0 = max_position_embeddings (larger: clamped) */
+    /* GEMM dtype of float linear weights (vLLM's --dtype): PG_DTYPE_COUNT =
+     * auto (F32 weights on the F32 GEMM, F16/BF16 on the BF16 GEMM), PG_F32
+     * (every float weight widened: f32 activations throughout), PG_BF16 */
+    pg_dtype compute;
+    int quant_bits;          /* 0, or 8 / 4: quantize float linear weights at load (W8A8 / W4A8) */
+    int64_t quant_group;     /* weight group (0 = per channel; multiple of 32) */
+    int64_t quant_act_group; /* activation scales per (token, group of this size); 0 = per token */
+} pg_model_options;
+
+/* max_context 0, compute auto, no quantization. */
+void pg_model_options_default(pg_model_options *o);
+
+/* The step sizes a workspace is made for. */
+typedef struct pg_step_limits {
+    int32_t max_tokens;    /* tokens per step */
+    int32_t max_seqs;      /* requests per step */
+    int32_t max_model_len; /* KV length of a request */
+    pg_dtype kv_dtype;     /* PG_F32 / PG_BF16 */
+    int32_t block_size;    /* KV block size in tokens */
+} pg_step_limits;
+
+typedef struct pg_model_workspace pg_model_workspace;
+
+/* ---- the model ------------------------------------------------------------------- */
+
+/* Create the model the source's config names (its architecture's create
+ * from the registry), bind and check every tensor and pack the linear
+ * layers under `o` (NULL = defaults). `src` must outlive the model.
+ * Errors: PAGODA_ERR_UNSUPPORTED (architecture: the message lists the
+ * supported ones; weight dtype; option), PAGODA_ERR_NOT_FOUND (missing
+ * tensor), PAGODA_ERR_FORMAT (shape vs config), PAGODA_ERR_INVALID_ARG
+ * (options: bits, groups), PAGODA_ERR_NOMEM. */
+pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *o, pg_model **out);
+void pg_model_free(pg_model *m);
+
+const pg_model_config *pg_model_get_config(const pg_model *m);
+/* Registry name of the architecture ("llama", "qwen3", ...). */
+const char *pg_model_arch_name(const pg_model *m);
+/* Positions [0, max_context) may be used. */
+int32_t pg_model_max_context(const pg_model *m);
+/* The compute dtype in effect (PG_DTYPE_COUNT = auto). */
+pg_dtype pg_model_compute_dtype(const pg_model *m);
+int32_t pg_model_num_layers(const pg_model *m);
+/* What layer l keeps in the cache (0 <= l < num_layers). */
+const pg_layer_cache_spec *pg_model_layer_cache(const pg_model *m, int32_t l);
+/* Weight bytes one forward step streams whatever its batch (packed or
+ * quantized linear layers, lm_head, norms; not the embedding rows nor the
+ * KV cache): decode's bandwidth bound is read bandwidth / this. */
+size_t pg_model_weight_bytes_per_step(const pg_model *m);
+
+/* Activations and GEMM / attention scratch for steps within `lim`;
+ * allocated once, a step never allocates. Errors: PAGODA_ERR_INVALID_ARG,
+ * PAGODA_ERR_NOMEM. */
+pagoda_status pg_model_workspace_create(const pg_model *m, const pg_step_limits *lim,
+                                        pg_model_workspace **out);
+void pg_model_workspace_free(pg_model_workspace *ws);
+size_t pg_model_workspace_bytes(const pg_model_workspace *ws);
+
+/* Run one step: logits [num_logits][vocab_size] f32 receive the logits of
+ * the listed rows. Every kernel is batch invariant: a row's logits do not
+ * depend on the other rows of the step. Errors: PAGODA_ERR_INVALID_ARG
+ * (batch larger than the workspace, token id out of range, a cache view
+ * missing), errors of the kernels. */
+pagoda_status pg_model_forward(const pg_model *m, pg_model_workspace *ws, const pg_batch *b,
+                               float *logits);
+
+/* ---- the registry ------------------------------------------------------------------ */
+
+/* "llama (LlamaForCausalLM, MistralForCausalLM), qwen3 (Qwen3ForCausalLM)"
+ * into buf (truncated to cap); returns buf. */
+const char *pg_model_supported(char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,77 @@
+/* Qwen3 dense (Qwen3ForCausalLM; GGUF "qwen3"): the Llama decoder with a
+ * per-head RMSNorm on q and k before RoPE (weights q_norm / k_norm
+ * [head_dim], the model's rms_norm_eps), no qkv bias, rotate_half RoPE in
+ * both forms (llama.cpp does not permute Qwen3's Q/K rows: LLM_ARCH_QWEN3
+ * is a NEOX-RoPE architecture), tied or untied embeddings.
+ * Reference: transformers' modeling_qwen3.py (Qwen3Attention:
+ * q_norm(q_proj(x).view(..., head_dim)), likewise k), Qwen3 technical
+ * report (Yang et al. 2025). */
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "model/decoder.h"
+#include "model/llama.h"
+
+/* Qwen configs carry sliding_window (often 4096 or null) with
+ * use_sliding_window false: only the latter switches it on. */
+static pagoda_status parse_hf(const cJSON *root, const char *path, pg_model_config *cfg) {
+    const cJSON *use = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");
+    if (cJSON_IsTrue(use))
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: use_sliding_window true (Qwen sliding-window layers) is not supported",
+                        path);
+    cfg->sliding_window = 0;
+    return PAGODA_OK;
+}
+
+static pagoda_status create(const pg_model_source *src, const pg_model_options *o, pg_model **out) {
+    return pg_llama_create(src, o, PG_DEC_QK_NORM, out);
+}
+
+static const pg_arch_tensor QWEN3_TENSORS[] = {
+    {"model.embed_tokens.weight", "token_embd.weight", PG_DIM_VOCAB, PG_DIM_HIDDEN, PG_REQ_ALWAYS,
+     false, false},
+    {"model.norm.weight", "output_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_ALWAYS, false,
+     false},
+    {"lm_head.weight", "output.weight", PG_DIM_VOCAB, PG_DIM_HIDDEN, PG_REQ_UNLESS_TIED, false,
+     true},
+    {"input_layernorm.weight", "attn_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_ALWAYS, true,
+     false},
+    {"self_attn.q_proj.weight", "attn_q.weight", PG_DIM_Q, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
+     true},
+    {"self_attn.k_proj.weight", "attn_k.weight", PG_DIM_KV, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
+     true},
+    {"self_attn.v_proj.weight", "attn_v.weight", PG_DIM_KV, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
+     true},
+    {"self_attn.o_proj.weight", "attn_output.weight", PG_DIM_HIDDEN, PG_DIM_Q, PG_REQ_ALWAYS, true,
+     true},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", PG_DIM_HEAD, PG_DIM_NONE, PG_REQ_ALWAYS, true,
+     false},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", PG_DIM_HEAD, PG_DIM_NONE, PG_REQ_ALWAYS, true,
+     false},
+    {"self_attn.q_proj.bias", "attn_q.bias", PG_DIM_Q, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
+    {"self_attn.k_proj.bias", "attn_k.bias", PG_DIM_KV, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
+    {"self_attn.v_proj.bias", "attn_v.bias", PG_DIM_KV, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
+    {"post_attention_layernorm.weight", "ffn_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE,
+     PG_REQ_ALWAYS, true, false},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", PG_DIM_FFN, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
+     true},
+    {"mlp.up_proj.weight", "ffn_up.weight", PG_DIM_FFN, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true, true},
+    {"mlp.down_proj.weight", "ffn_down.weight", PG_DIM_HIDDEN, PG_DIM_FFN, PG_REQ_ALWAYS, true,
+     true},
+    {0},
+};
+
+static const char *const QWEN3_HF[] = {"Qwen3ForCausalLM", NULL};
+static const char *const QWEN3_TYPES[] = {"qwen3", NULL};
+
+const pg_arch pg_arch_qwen3 = {
+    .name = "qwen3",
+    .hf_architectures = QWEN3_HF,
+    .hf_model_types = QWEN3_TYPES,
+    .gguf_name = "qwen3",
+    .gguf_rope_interleaved = false,
+    .tensors = QWEN3_TENSORS,
+    .parse_hf = parse_hf,
+    .create = create,
+};

@@ -1,0 +1,132 @@
+/* The architecture registry (see arch.h): one line per architecture file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/arch.h"
+
+extern const pg_arch pg_arch_llama;
+extern const pg_arch pg_arch_qwen3;
+
+#define MAX_ARCHS 24
+
+static const pg_arch *g_archs[MAX_ARCHS + 1] = {
+    &pg_arch_llama,
+    &pg_arch_qwen3,
+};
+
+static int count(void) {
+    int n = 0;
+    while (g_archs[n])
+        n++;
+    return n;
+}
+
+const pg_arch *const *pg_arch_list(void) {
+    return g_archs;
+}
+
+pagoda_status pg_arch_register(const pg_arch *a) {
+    if (!a || !a->name || !a->create || !a->tensors)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "registry: incomplete architecture");
+    int n = count();
+    for (int i = 0; i < n; i++) {
+        if (g_archs[i] == a) return PAGODA_OK;
+        if (!strcmp(g_archs[i]->name, a->name))
+            return pg_error(PAGODA_ERR_INVALID_ARG, "registry: architecture '%s' already exists",
+                            a->name);
+    }
+    if (n >= MAX_ARCHS) return pg_error(PAGODA_ERR_LIMIT, "registry: full (%d)", MAX_ARCHS);
+    g_archs[n] = a;
+    return PAGODA_OK;
+}
+
+static bool in_list(const char *const *list, const char *s) {
+    for (int i = 0; list && list[i]; i++)
+        if (!strcmp(list[i], s)) return true;
+    return false;
+}
+
+const pg_arch *pg_arch_find_hf(const char *architecture, const char *model_type) {
+    for (int i = 0; g_archs[i]; i++) {
+        if (architecture ? in_list(g_archs[i]->hf_architectures, architecture)
+                         : model_type && in_list(g_archs[i]->hf_model_types, model_type))
+            return g_archs[i];
+    }
+    return NULL;
+}
+
+const pg_arch *pg_arch_find_gguf(const char *gguf_name) {
+    for (int i = 0; gguf_name && g_archs[i]; i++)
+        if (g_archs[i]->gguf_name && !strcmp(g_archs[i]->gguf_name, gguf_name)) return g_archs[i];
+    return NULL;
+}
+
+const char *pg_model_supported(char *buf, size_t cap) {
+    size_t off = 0;
+    if (cap) buf[0] = 0;
+    for (int i = 0; g_archs[i] && off < cap; i++) {
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s (", i ? ", " : "", g_archs[i]->name);
+        for (int j = 0; g_archs[i]->hf_architectures[j] && off < cap; j++)
+            off += (size_t)snprintf(buf + off, cap - off, "%s%s", j ? ", " : "",
+                                    g_archs[i]->hf_architectures[j]);
+        if (off < cap && g_archs[i]->gguf_name)
+            off += (size_t)snprintf(buf + off, cap - off, "; GGUF %s", g_archs[i]->gguf_name);
+        if (off < cap) off += (size_t)snprintf(buf + off, cap - off, ")");
+    }
+    return buf;
+}
+
+int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
+    switch (d) {
+    case PG_DIM_VOCAB:
+        return c->vocab_size;
+    case PG_DIM_HIDDEN:
+        return c->hidden_size;
+    case PG_DIM_Q:
+        return (int64_t)c->num_attention_heads * c->head_dim;
+    case PG_DIM_KV:
+        return (int64_t)c->num_key_value_heads * c->head_dim;
+    case PG_DIM_FFN:
+        return c->intermediate_size;
+    case PG_DIM_HEAD:
+        return c->head_dim;
+    default:
+        return -1;
+    }
+}
+
+/* from = 0: GGUF -> HF; 1: HF -> GGUF. */
+static bool map_name(const pg_arch *a, const char *in, char *out, size_t cap, int from) {
+    const char *lp[2] = {"blk.", "model.layers."};
+    for (const pg_arch_tensor *t = a->tensors; t->hf; t++) {
+        const char *src = from ? t->hf : t->gguf, *dst = from ? t->gguf : t->hf;
+        if (!src || !dst) continue;
+        if (!t->layer) {
+            if (!strcmp(in, src)) {
+                snprintf(out, cap, "%s", dst);
+                return true;
+            }
+            continue;
+        }
+        size_t pl = strlen(lp[from]);
+        if (strncmp(in, lp[from], pl) != 0) continue;
+        char *end;
+        long layer = strtol(in + pl, &end, 10);
+        if (end == in + pl || *end != '.' || layer < 0 || layer >= 1000000) continue;
+        if (!strcmp(end + 1, src)) {
+            snprintf(out, cap, "%s%ld.%s", lp[1 - from], layer, dst);
+            return true;
+        }
+    }
+    snprintf(out, cap, "%s", in);
+    return false;
+}
+
+bool pg_arch_gguf_to_hf(const pg_arch *a, const char *gguf_name, char *out, size_t cap) {
+    return map_name(a, gguf_name, out, cap, 0);
+}
+
+bool pg_arch_hf_to_gguf(const pg_arch *a, const char *hf_name, char *out, size_t cap) {
+    return map_name(a, hf_name, out, cap, 1);
+}

@@ -1,0 +1,217 @@
+/* Architectures against their oracles (../shared/assets/oracles/<name>/:
+ * README.md there): tiny random-weight models as a Hugging Face directory
+ * (BF16 safetensors) and a GGUF (F32, llama.cpp's converter), with
+ * llama.cpp's logits for every position of a 36-token prompt and its 32
+ * greedy ids (expected.json: F32 KV cache).
+ *
+ * With F32 compute (BF16 weights widened exactly) and an F32 KV cache the
+ * logits must be within 1e-4 of llama.cpp's at every position (the oracle
+ * README's float64 check agrees to 6.5e-6) and the greedy ids equal, from
+ * both forms. The default path (BF16 GEMM, BF16 KV cache) is pinned by its
+ * measured drift and greedy agreement. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_run.h"
+#include "testutil.h"
+
+#include "model/arch.h"
+#include "model/hf_config.h"
+#include "model/source.h"
+
+typedef struct oracle {
+    int32_t n_prompt, n_greedy, vocab;
+    int32_t prompt[64], greedy[64];
+    float *logits; /* [n_prompt][vocab] */
+} oracle;
+
+static void load_oracle(const char *dir, const char *file, oracle *o) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "oracles/%s/%s", dir, file);
+    size_t len;
+    char *text = pg_test_read_file(pg_test_asset(rel), &len);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    assert_non_null(root);
+    const cJSON *ids = cJSON_GetObjectItem(root, "token_ids");
+    const cJSON *greedy = cJSON_GetObjectItem(root, "greedy_continuation");
+    const cJSON *logits = cJSON_GetObjectItem(root, "logits");
+    o->vocab = cJSON_GetObjectItem(root, "n_vocab")->valueint;
+    o->n_prompt = cJSON_GetArraySize(ids);
+    o->n_greedy = cJSON_GetArraySize(greedy);
+    assert_true(o->n_prompt <= 64 && o->n_greedy <= 64);
+    assert_int_equal(cJSON_GetArraySize(logits), o->n_prompt);
+    for (int32_t i = 0; i < o->n_prompt; i++)
+        o->prompt[i] = cJSON_GetArrayItem(ids, i)->valueint;
+    for (int32_t i = 0; i < o->n_greedy; i++)
+        o->greedy[i] = cJSON_GetArrayItem(greedy, i)->valueint;
+    o->logits = malloc((size_t)o->n_prompt * (size_t)o->vocab * sizeof(float));
+    assert_non_null(o->logits);
+    for (int32_t t = 0; t < o->n_prompt; t++) {
+        const cJSON *row = cJSON_GetArrayItem(logits, t);
+        assert_int_equal(cJSON_GetArraySize(row), o->vocab);
+        for (int32_t v = 0; v < o->vocab; v++)
+            o->logits[(size_t)t * o->vocab + v] = (float)cJSON_GetArrayItem(row, v)->valuedouble;
+    }
+    cJSON_Delete(root);
+    free(text);
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+typedef struct run_result {
+    double max_diff;  /* max |logit - oracle| over every position */
+    int32_t n_greedy; /* leading greedy ids equal to the oracle's */
+} run_result;
+
+/* Prefill logits of every prompt position, then greedy decoding one token
+ * per step, through the batched forward. */
+static run_result run(const char *dir, const char *form, pg_dtype compute, pg_dtype kv_dtype,
+                      const char *arch, const oracle *o) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "oracles/%s/%s", dir, form);
+    pg_model_options opt;
+    pg_model_options_default(&opt);
+    opt.compute = compute;
+    pg_model_source *src;
+    pg_model *m = pg_test_load(pg_test_asset(rel), &opt, &src);
+    assert_string_equal(pg_model_arch_name(m), arch);
+    const int32_t V = pg_model_get_config(m)->vocab_size;
+    assert_int_equal(V, o->vocab);
+    run_result r = {0, 0};
+    float *all = malloc((size_t)o->n_prompt * V * sizeof(float)), *last = malloc(V * sizeof(float));
+    assert_true(all && last);
+    if (kv_dtype == PG_F32) {
+        pg_test_prefill_logits(m, o->prompt, o->n_prompt, all);
+        for (size_t i = 0; i < (size_t)o->n_prompt * V; i++) {
+            double d = fabs((double)all[i] - (double)o->logits[i]);
+            if (d > r.max_diff) r.max_diff = d;
+        }
+    }
+    pg_test_seq *s = pg_test_seq_create(m, o->n_prompt + o->n_greedy, 16, kv_dtype);
+    assert_int_equal(pg_test_seq_forward(s, o->prompt, o->n_prompt, last), PAGODA_OK);
+    if (kv_dtype != PG_F32) { /* last prompt row only */
+        for (int32_t v = 0; v < V; v++) {
+            double d = fabs((double)last[v] - (double)o->logits[(size_t)(o->n_prompt - 1) * V + v]);
+            if (d > r.max_diff) r.max_diff = d;
+        }
+    }
+    bool same = true;
+    for (int32_t i = 0; i < o->n_greedy; i++) {
+        int32_t id = argmax(last, V);
+        if (id != o->greedy[i]) same = false;
+        if (same) r.n_greedy++;
+        if (i + 1 < o->n_greedy) assert_int_equal(pg_test_seq_forward(s, &id, 1, last), PAGODA_OK);
+    }
+    pg_test_seq_free(s);
+    free(all);
+    free(last);
+    pg_model_free(m);
+    pg_model_source_free(src);
+    return r;
+}
+
+static void check_exact(const char *dir, const char *arch) {
+    oracle o;
+    load_oracle(dir, "expected.json", &o);
+    const char *forms[2] = {"hf", "model.gguf"};
+    for (int f = 0; f < 2; f++) {
+        run_result r = run(dir, forms[f], PG_F32, PG_F32, arch, &o);
+        print_message("%s %s (F32 weights, F32 KV): max |dlogit| %.3g, greedy %d/%d\n", dir,
+                      forms[f], r.max_diff, r.n_greedy, o.n_greedy);
+        assert_true(r.max_diff < 1e-4);
+        assert_int_equal(r.n_greedy, o.n_greedy);
+    }
+    free(o.logits);
+}
+
+static void test_qwen3_dense_matches_llama_cpp(void **state) {
+    (void)state;
+    check_exact("qwen3-dense-tiny", "qwen3");
+}
+
+/* The default path: BF16 GEMM (activations rounded to BF16 per GEMM) and a
+ * BF16 KV cache, against llama.cpp's F16-KV oracle. Measured: max |dlogit|
+ * 2.2e-2 at the last prompt row (logits up to ~6), greedy 32/32. */
+static void test_qwen3_dense_default_bf16_drift(void **state) {
+    (void)state;
+    oracle o;
+    load_oracle("qwen3-dense-tiny", "expected_kvf16.json", &o);
+    run_result r = run("qwen3-dense-tiny", "hf", PG_DTYPE_COUNT, PG_BF16, "qwen3", &o);
+    print_message("qwen3-dense-tiny hf (BF16 GEMM, BF16 KV): max |dlogit| %.3g, greedy %d/%d\n",
+                  r.max_diff, r.n_greedy, o.n_greedy);
+    assert_true(r.max_diff < 5e-2);
+    assert_int_equal(r.n_greedy, o.n_greedy);
+    free(o.logits);
+}
+
+/* Real Qwen3 configs (0.6B .. 32B, as published) parse and give the shapes
+ * the architecture's tensor table implies. */
+static void test_qwen3_real_configs_load_as_shapes(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        int hidden, inter, layers, heads, kv, tied;
+    } Q[] = {
+        {"Qwen3-0.6B", 1024, 3072, 28, 16, 8, 1}, {"Qwen3-1.7B", 2048, 6144, 28, 16, 8, 1},
+        {"Qwen3-4B", 2560, 9728, 36, 32, 8, 1},   {"Qwen3-8B", 4096, 12288, 36, 32, 8, 0},
+        {"Qwen3-14B", 5120, 17408, 40, 40, 8, 0}, {"Qwen3-32B", 5120, 25600, 64, 64, 8, 0},
+    };
+    for (size_t i = 0; i < sizeof Q / sizeof Q[0]; i++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, "
+                 "\"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 128, "
+                 "\"hidden_act\": \"silu\", \"hidden_size\": %d, \"intermediate_size\": %d, "
+                 "\"max_position_embeddings\": 40960, \"max_window_layers\": %d, "
+                 "\"model_type\": \"qwen3\", \"num_attention_heads\": %d, "
+                 "\"num_hidden_layers\": %d, \"num_key_value_heads\": %d, \"rms_norm_eps\": 1e-06, "
+                 "\"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, "
+                 "\"tie_word_embeddings\": %s, \"torch_dtype\": \"bfloat16\", "
+                 "\"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}",
+                 Q[i].hidden, Q[i].inter, Q[i].layers, Q[i].heads, Q[i].layers, Q[i].kv,
+                 Q[i].tied ? "true" : "false");
+        pg_model_config c;
+        assert_int_equal(pg_hf_config_parse(json, strlen(json), Q[i].name, &c), PAGODA_OK);
+        assert_non_null(c.arch);
+        assert_string_equal(c.arch->name, "qwen3");
+        assert_int_equal(c.head_dim, 128);
+        assert_int_equal(c.sliding_window, 0);
+        assert_int_equal(c.tie_word_embeddings, Q[i].tied);
+        assert_true(fabsf(c.rope_theta - 1e6f) < 1.0f);
+        assert_int_equal(pg_arch_dim(&c, PG_DIM_Q), (int64_t)Q[i].heads * 128);
+        assert_int_equal(pg_arch_dim(&c, PG_DIM_KV), (int64_t)Q[i].kv * 128);
+        assert_int_equal(pg_arch_dim(&c, PG_DIM_HEAD), 128);
+        assert_int_equal(pg_arch_dim(&c, PG_DIM_FFN), Q[i].inter);
+    }
+}
+
+/* An architecture nobody registered is refused with the list of supported ones. */
+static void test_unknown_architecture_lists_supported(void **state) {
+    (void)state;
+    const char *json = "{\"architectures\": [\"GrokForCausalLM\"], \"vocab_size\": 10}";
+    pg_model_config c;
+    assert_int_equal(pg_hf_config_parse(json, strlen(json), "x/config.json", &c),
+                     PAGODA_ERR_UNSUPPORTED);
+    const char *e = pg_last_error();
+    assert_non_null(strstr(e, "GrokForCausalLM"));
+    assert_non_null(strstr(e, "LlamaForCausalLM"));
+    assert_non_null(strstr(e, "Qwen3ForCausalLM"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen3_dense_matches_llama_cpp),
+        cmocka_unit_test(test_qwen3_dense_default_bf16_drift),
+        cmocka_unit_test(test_qwen3_real_configs_load_as_shapes),
+        cmocka_unit_test(test_unknown_architecture_lists_supported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
