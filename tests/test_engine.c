@@ -3,7 +3,9 @@
  * forward, batch invariance (tokens and logprobs bit for bit), prefix
  * caching, chunked prefill, preemption, block leaks under random aborts,
  * stop strings, min_tokens, UTF-8 safe deltas, rejected requests, seeded
- * sampling independent of the batch. Greedy unless said otherwise. */
+ * sampling independent of the batch. Greedy unless said otherwise. Batch
+ * invariance, prefix caching and chunked prefill run over every
+ * architecture: a random Llama and a random Qwen3 (q/k norm) of one shape. */
 #include "testutil.h"
 
 #include <math.h>
@@ -19,6 +21,8 @@
 
 static char g_tiny[4200];      /* random F32 model with the stories260K tokenizer */
 static char g_tiny_bf16[4200]; /* same shape, BF16 weights */
+static char g_qwen3[4200];      /* random Qwen3 (q/k norm) of that shape, F32 */
+static char g_qwen3_bf16[4200]; /* and BF16 */
 
 static int setup(void **state) {
     (void)state;
@@ -49,6 +53,22 @@ static int setup(void **state) {
     }
     o.hf_dtype = PG_BF16;
     o.hf_dir = g_tiny_bf16;
+    if (pg_gen_model_write(&o) != PAGODA_OK) {
+        fprintf(stderr, "gen_model: %s\n", pg_last_error());
+        return -1;
+    }
+    /* the same tests over every architecture: a Qwen3 of the same shape */
+    snprintf(g_qwen3, sizeof g_qwen3, "%s/qwen3", dir);
+    snprintf(g_qwen3_bf16, sizeof g_qwen3_bf16, "%s/qwen3-bf16", dir);
+    if (pg_gen_model_set_arch(&o, "qwen3") != PAGODA_OK) return -1;
+    o.hf_dtype = PG_F32;
+    o.hf_dir = g_qwen3;
+    if (pg_gen_model_write(&o) != PAGODA_OK) {
+        fprintf(stderr, "gen_model: %s\n", pg_last_error());
+        return -1;
+    }
+    o.hf_dtype = PG_BF16;
+    o.hf_dir = g_qwen3_bf16;
     if (pg_gen_model_write(&o) != PAGODA_OK) {
         fprintf(stderr, "gen_model: %s\n", pg_last_error());
         return -1;
@@ -374,11 +394,13 @@ static void check_batch_invariance(const char *model, pagoda_dtype dtype) {
 static void test_batch_invariance_f32(void **state) {
     (void)state;
     check_batch_invariance(g_tiny, PAGODA_DTYPE_AUTO);
+    check_batch_invariance(g_qwen3, PAGODA_DTYPE_AUTO);
 }
 
 static void test_batch_invariance_bf16(void **state) {
     (void)state;
     check_batch_invariance(g_tiny_bf16, PAGODA_DTYPE_AUTO);
+    check_batch_invariance(g_qwen3_bf16, PAGODA_DTYPE_AUTO);
 }
 
 /* --dtype float32 (BF16 weights widened) and --dtype bfloat16 (F32 weights
@@ -391,22 +413,21 @@ static void test_batch_invariance_other_dtypes(void **state) {
 
 /* ---- prefix caching ----------------------------------------------------------------- */
 
-static void test_prefix_caching(void **state) {
-    (void)state;
+static void check_prefix_caching(const char *model) {
     static int32_t prompt[80];
     static result off, cold, hit;
     make_prompt(3, 70, prompt);
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     o.enable_prefix_caching = false;
-    pagoda_engine *e = open_engine(g_tiny, &o);
+    pagoda_engine *e = open_engine(model, &o);
     pagoda_request r = greedy_req(e, prompt, 70, 16);
     uint64_t id;
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
     run_all(e, &id, &off, 1, NULL);
     pagoda_engine_free(e);
 
-    e = open_engine(g_tiny, NULL);
+    e = open_engine(model, NULL);
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
     run_all(e, &id, &cold, 1, NULL);
     pagoda_stats s0, s1;
@@ -421,10 +442,15 @@ static void test_prefix_caching(void **state) {
     pagoda_engine_free(e);
 }
 
+static void test_prefix_caching(void **state) {
+    (void)state;
+    check_prefix_caching(g_tiny);
+    check_prefix_caching(g_qwen3_bf16);
+}
+
 /* ---- chunked prefill ------------------------------------------------------------------ */
 
-static void test_chunked_prefill(void **state) {
-    (void)state;
+static void check_chunked_prefill(const char *model) {
     enum { N = 4 };
     static int32_t prompts[N][128];
     static result ref[N], got[N];
@@ -437,7 +463,7 @@ static void test_chunked_prefill(void **state) {
         pagoda_engine_options_default(&o);
         o.max_num_batched_tokens = budgets[b];
         o.max_num_seqs = budgets[b] && budgets[b] < N ? budgets[b] : N;
-        pagoda_engine *e = open_engine(g_tiny, &o);
+        pagoda_engine *e = open_engine(model, &o);
         uint64_t ids[N];
         for (int i = 0; i < N; i++) {
             pagoda_request r = greedy_req(e, prompts[i], (size_t)lens[i], 12);
@@ -449,6 +475,12 @@ static void test_chunked_prefill(void **state) {
                 assert_same(&ref[i], &got[i], true);
         pagoda_engine_free(e);
     }
+}
+
+static void test_chunked_prefill(void **state) {
+    (void)state;
+    check_chunked_prefill(g_tiny);
+    check_chunked_prefill(g_qwen3_bf16);
 }
 
 /* ---- preemption ---------------------------------------------------------------------------- */

@@ -62,10 +62,13 @@ typedef struct pg_model_ops {
 typedef struct pg_arch {
     const char *name;                    /* registry name, e.g. "qwen3" */
     const char *const *hf_architectures; /* NULL-terminated; [0] is the canonical one */
-    const char *const *hf_model_types;   /* config.json model_type fallbacks, NULL-terminated */
+    const char *const *hf_model_types;   /* model_type fallbacks, NULL-terminated; [i] names
+                                            hf_architectures[i] */
     const char *gguf_name;               /* general.architecture, or NULL (no GGUF form) */
     bool gguf_rope_interleaved;          /* llama.cpp permuted Q/K rows (LLM_ARCH_LLAMA) */
     const pg_arch_tensor *tensors;       /* ends with an entry whose hf is NULL */
+    const pg_arch_tensor *extra_tensors; /* more of them, or NULL: a base architecture's table in
+                                            `tensors` plus this one's own */
     /* Extra config.json fields into cfg, after the common ones (may be NULL).
      * Errors: PAGODA_ERR_FORMAT / UNSUPPORTED naming `path` and the field. */
     pagoda_status (*parse_hf)(const struct cJSON *root, const char *path, pg_model_config *cfg);
@@ -103,6 +106,9 @@ const pg_arch *pg_arch_find_gguf(const char *gguf_name);
 pagoda_status pg_arch_register(const pg_arch *a);
 /* Built-in and registered architectures, NULL-terminated array. */
 const pg_arch *const *pg_arch_list(void);
+
+/* Entry i of a's tensor table (tensors, then extra_tensors), NULL past the end. */
+const pg_arch_tensor *pg_arch_tensor_at(const pg_arch *a, int i);
 
 /* Resolve a table dimension for cfg (-1 for PG_DIM_NONE). */
 int64_t pg_arch_dim(const pg_model_config *cfg, pg_dim d);

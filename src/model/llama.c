@@ -201,7 +201,7 @@ static pagoda_status create(const pg_model_source *src, const pg_model_options *
 }
 
 /* Tensors (llama.cpp gguf-py constants.py / tensor_mapping.py for the GGUF names). */
-static const pg_arch_tensor LLAMA_TENSORS[] = {
+const pg_arch_tensor pg_llama_tensors[] = {
     {"model.embed_tokens.weight", "token_embd.weight", PG_DIM_VOCAB, PG_DIM_HIDDEN, PG_REQ_ALWAYS,
      false, false},
     {"model.norm.weight", "output_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_ALWAYS, false,
@@ -242,6 +242,6 @@ const pg_arch pg_arch_llama = {
     .hf_model_types = LLAMA_TYPES,
     .gguf_name = "llama",
     .gguf_rope_interleaved = true,
-    .tensors = LLAMA_TENSORS,
+    .tensors = pg_llama_tensors,
     .create = create,
 };

@@ -23,6 +23,9 @@
 #include "model/arch.h"
 
 extern const pg_arch pg_arch_llama;
+/* Llama's tensor table (embedding, norms, q/k/v/o with optional biases,
+ * gate/up/down, lm_head unless tied), for architectures that extend it. */
+extern const pg_arch_tensor pg_llama_tensors[];
 
 /* The Llama-shaped decoder with the blocks' flags (decoder.h: PG_DEC_QK_NORM),
  * for architectures that are this model with a variation (qwen3.c). Errors

@@ -28,37 +28,12 @@ static pagoda_status create(const pg_model_source *src, const pg_model_options *
     return pg_llama_create(src, o, PG_DEC_QK_NORM, out);
 }
 
-static const pg_arch_tensor QWEN3_TENSORS[] = {
-    {"model.embed_tokens.weight", "token_embd.weight", PG_DIM_VOCAB, PG_DIM_HIDDEN, PG_REQ_ALWAYS,
-     false, false},
-    {"model.norm.weight", "output_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_ALWAYS, false,
-     false},
-    {"lm_head.weight", "output.weight", PG_DIM_VOCAB, PG_DIM_HIDDEN, PG_REQ_UNLESS_TIED, false,
-     true},
-    {"input_layernorm.weight", "attn_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_ALWAYS, true,
-     false},
-    {"self_attn.q_proj.weight", "attn_q.weight", PG_DIM_Q, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
-     true},
-    {"self_attn.k_proj.weight", "attn_k.weight", PG_DIM_KV, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
-     true},
-    {"self_attn.v_proj.weight", "attn_v.weight", PG_DIM_KV, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
-     true},
-    {"self_attn.o_proj.weight", "attn_output.weight", PG_DIM_HIDDEN, PG_DIM_Q, PG_REQ_ALWAYS, true,
-     true},
+/* Llama's tensors plus the per-head q/k norms. */
+static const pg_arch_tensor QWEN3_QK_NORM[] = {
     {"self_attn.q_norm.weight", "attn_q_norm.weight", PG_DIM_HEAD, PG_DIM_NONE, PG_REQ_ALWAYS, true,
      false},
     {"self_attn.k_norm.weight", "attn_k_norm.weight", PG_DIM_HEAD, PG_DIM_NONE, PG_REQ_ALWAYS, true,
      false},
-    {"self_attn.q_proj.bias", "attn_q.bias", PG_DIM_Q, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
-    {"self_attn.k_proj.bias", "attn_k.bias", PG_DIM_KV, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
-    {"self_attn.v_proj.bias", "attn_v.bias", PG_DIM_KV, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
-    {"post_attention_layernorm.weight", "ffn_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE,
-     PG_REQ_ALWAYS, true, false},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", PG_DIM_FFN, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
-     true},
-    {"mlp.up_proj.weight", "ffn_up.weight", PG_DIM_FFN, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true, true},
-    {"mlp.down_proj.weight", "ffn_down.weight", PG_DIM_HIDDEN, PG_DIM_FFN, PG_REQ_ALWAYS, true,
-     true},
     {0},
 };
 
@@ -71,7 +46,8 @@ const pg_arch pg_arch_qwen3 = {
     .hf_model_types = QWEN3_TYPES,
     .gguf_name = "qwen3",
     .gguf_rope_interleaved = false,
-    .tensors = QWEN3_TENSORS,
+    .tensors = pg_llama_tensors,
+    .extra_tensors = QWEN3_QK_NORM,
     .parse_hf = parse_hf,
     .create = create,
 };

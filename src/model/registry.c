@@ -77,6 +77,17 @@ const char *pg_model_supported(char *buf, size_t cap) {
     return buf;
 }
 
+const pg_arch_tensor *pg_arch_tensor_at(const pg_arch *a, int i) {
+    int n = 0;
+    while (a->tensors[n].hf)
+        n++;
+    if (i < n) return &a->tensors[i];
+    if (!a->extra_tensors) return NULL;
+    for (int j = 0; j <= i - n; j++)
+        if (!a->extra_tensors[j].hf) return NULL;
+    return &a->extra_tensors[i - n];
+}
+
 int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
     switch (d) {
     case PG_DIM_VOCAB:
@@ -99,7 +110,8 @@ int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
 /* from = 0: GGUF -> HF; 1: HF -> GGUF. */
 static bool map_name(const pg_arch *a, const char *in, char *out, size_t cap, int from) {
     const char *lp[2] = {"blk.", "model.layers."};
-    for (const pg_arch_tensor *t = a->tensors; t->hf; t++) {
+    const pg_arch_tensor *t;
+    for (int i = 0; (t = pg_arch_tensor_at(a, i)) != NULL; i++) {
         const char *src = from ? t->hf : t->gguf, *dst = from ? t->gguf : t->hf;
         if (!src || !dst) continue;
         if (!t->layer) {

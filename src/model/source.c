@@ -562,7 +562,8 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
     for (int pass = 0; pass < 2 && !s; pass++) {
         int layers = pass == 0 ? 1 : c->num_hidden_layers;
         for (int l = 0; l < layers && !s; l++) {
-            for (const pg_arch_tensor *t = c->arch->tensors; t->hf && !s; t++) {
+            const pg_arch_tensor *t;
+            for (int i = 0; !s && (t = pg_arch_tensor_at(c->arch, i)) != NULL; i++) {
                 if (t->layer != (pass == 1)) continue;
                 bool req = t->req == PG_REQ_ALWAYS ||
                            (t->req == PG_REQ_IF_BIAS && c->attention_bias) ||

@@ -312,13 +312,15 @@ static size_t plan(const pg_gen_model_options *o, gen_tensor *t) {
     size_t n = 0;
     for (int pass = 0; pass < 3; pass++) {
         int nl = pass == 1 ? o->layers : 1;
-        for (int l = 0; l < nl; l++)
-            for (const pg_arch_tensor *e = gen_arch(o)->tensors; e->hf; e++) {
+        for (int l = 0; l < nl; l++) {
+            const pg_arch_tensor *e;
+            for (int k = 0; (e = pg_arch_tensor_at(gen_arch(o), k)) != NULL; k++) {
                 bool wanted = e->req == PG_REQ_ALWAYS || (e->req == PG_REQ_UNLESS_TIED && !o->tie);
                 bool embed = !e->layer && !e->linear && e->d0 == PG_DIM_VOCAB;
                 int in_pass = e->layer ? 1 : embed ? 0 : 2;
                 if (wanted && in_pass == pass) add(o, t, &n, l, e);
             }
+        }
     }
     return n;
 }
