@@ -7,6 +7,7 @@
  * invariance, prefix caching and chunked prefill run over every
  * architecture: a random Llama and a random Qwen3 (q/k norm) of one shape. */
 #include "testutil.h"
+#include "model_run.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@ static char g_tiny[4200];      /* random F32 model with the stories260K tokenize
 static char g_tiny_bf16[4200]; /* same shape, BF16 weights */
 static char g_qwen3[4200];      /* random Qwen3 (q/k norm) of that shape, F32 */
 static char g_qwen3_bf16[4200]; /* and BF16 */
+static char g_mistral[4200];    /* g_tiny as MistralForCausalLM with a 24-token sliding window */
 
 static int setup(void **state) {
     (void)state;
@@ -57,6 +59,24 @@ static int setup(void **state) {
         fprintf(stderr, "gen_model: %s\n", pg_last_error());
         return -1;
     }
+    /* Mistral: the same weights, a sliding window of 24 tokens */
+    snprintf(g_mistral, sizeof g_mistral, "%s/mistral", dir);
+    char cmd[9000], cfg[4300], *out = NULL;
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", g_tiny, g_mistral);
+    if (pg_test_run_command(cmd, &out) != 0) return -1;
+    free(out);
+    snprintf(cfg, sizeof cfg, "%s/config.json", g_mistral);
+    size_t len;
+    char *json = pg_test_read_file(cfg, &len), *arch = strstr(json, "LlamaForCausalLM");
+    if (!arch || json[0] != '{') return -1;
+    char *patched = malloc(len + 64);
+    if (!patched) return -1;
+    *arch = 0;
+    int n = snprintf(patched, len + 64, "{\"sliding_window\": 24, %s%s%s", json + 1, "MistralForCausalLM",
+                     arch + strlen("LlamaForCausalLM"));
+    pg_test_write_file(cfg, patched, (size_t)n);
+    free(patched);
+    free(json);
     /* the same tests over every architecture: a Qwen3 of the same shape */
     snprintf(g_qwen3, sizeof g_qwen3, "%s/qwen3", dir);
     snprintf(g_qwen3_bf16, sizeof g_qwen3_bf16, "%s/qwen3-bf16", dir);
@@ -483,6 +503,71 @@ static void test_chunked_prefill(void **state) {
     check_chunked_prefill(g_qwen3_bf16);
 }
 
+/* ---- sliding window (Mistral) --------------------------------------------------------
+ * The sliding-window KV cache group frees blocks that fall out of every
+ * query's window during the request. Outputs must equal a run of the same
+ * forward over a cache that keeps every block (tests/helpers/model_run.h),
+ * alone, batched, chunked and with prefix-cache hits. */
+
+static void test_sliding_window_frees_blocks_exactly(void **state) {
+    (void)state;
+    enum { N = 6, P = 70, OUT = 50 };
+    static int32_t prompts[N][P];
+    static result ref[N], got[N];
+    for (int i = 0; i < N; i++)
+        make_prompt(i < 3 ? 40 : 40 + i, P, prompts[i]); /* 0-2 share everything */
+    /* reference greedy ids through pg_test_seq (no block is ever dropped) */
+    pg_model_options mo;
+    pg_model_options_default(&mo);
+    pg_model_source *src;
+    pg_model *m = pg_test_load(g_mistral, &mo, &src);
+    assert_int_equal(pg_model_layer_cache(m, 0)->kind, PG_LAYER_CACHE_SLIDING);
+    const int32_t V = pg_model_get_config(m)->vocab_size;
+    float *logits = malloc((size_t)V * sizeof(float));
+    assert_non_null(logits);
+    int32_t want[N][OUT];
+    for (int i = 0; i < N; i++) {
+        pg_test_seq *s = pg_test_seq_create(m, P + OUT, 16, PG_F32);
+        assert_int_equal(pg_test_seq_forward(s, prompts[i], P, logits), PAGODA_OK);
+        for (int k = 0; k < OUT; k++) {
+            int32_t best = 0;
+            for (int32_t v = 1; v < V; v++)
+                if (logits[v] > logits[best]) best = v;
+            want[i][k] = best;
+            if (k + 1 < OUT) assert_int_equal(pg_test_seq_forward(s, &best, 1, logits), PAGODA_OK);
+        }
+        pg_test_seq_free(s);
+    }
+    free(logits);
+    pg_model_free(m);
+    pg_model_source_free(src);
+    /* the engine: alone (prefix caching off), then batched with hits and
+     * chunked prefill (budget 7) */
+    for (int mode = 0; mode < 2; mode++) {
+        pagoda_engine_options o;
+        pagoda_engine_options_default(&o);
+        o.enable_prefix_caching = mode == 1;
+        if (mode == 1) o.max_num_batched_tokens = 7, o.max_num_seqs = 7;
+        pagoda_engine *e = open_engine(g_mistral, &o);
+        uint64_t ids[N];
+        for (int i = 0; i < N; i++) {
+            pagoda_request r = greedy_req(e, prompts[i], P, OUT);
+            assert_int_equal(pagoda_engine_add_request(e, &r, &ids[i], NULL), PAGODA_OK);
+            if (mode == 0) run_all(e, &ids[i], &ref[i], 1, NULL);
+        }
+        if (mode == 1) run_all(e, ids, got, N, NULL);
+        pagoda_stats st;
+        pagoda_engine_get_stats(e, &st);
+        assert_int_equal(st.num_free_kv_blocks, st.num_kv_blocks);
+        if (mode == 1) assert_true(st.prefix_cache_hits > 0);
+        pagoda_engine_free(e);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_memory_equal(ref[i].ids, want[i], OUT * sizeof(int32_t));
+        assert_same(&ref[i], &got[i], true);
+    }
+}
+
 /* ---- preemption ---------------------------------------------------------------------------- */
 
 static void test_preemption(void **state) {
@@ -859,6 +944,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance_other_dtypes),
         cmocka_unit_test(test_prefix_caching),
         cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_sliding_window_frees_blocks_exactly),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_no_block_leaks_with_random_aborts),
         cmocka_unit_test(test_stop_strings),
