@@ -8,7 +8,8 @@
  * logits must be within 1e-4 of llama.cpp's at every position (the oracle
  * README's float64 check agrees to 6.5e-6) and the greedy ids equal, from
  * both forms. The default path (BF16 GEMM, BF16 KV cache) is pinned by its
- * measured drift and greedy agreement. */
+ * measured drift and greedy agreement. Then loading checks on the oracle's
+ * files (foreign tensors, activation, tied head, padded vocabulary). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "model/arch.h"
 #include "model/hf_config.h"
 #include "model/source.h"
+#include "pagoda.h"
 
 typedef struct oracle {
     int32_t n_prompt, n_greedy, vocab;
@@ -139,7 +141,7 @@ static void test_qwen3_dense_matches_llama_cpp(void **state) {
 
 /* The default path: BF16 GEMM (activations rounded to BF16 per GEMM) and a
  * BF16 KV cache, against llama.cpp's F16-KV oracle. Measured: max |dlogit|
- * 2.2e-2 at the last prompt row (logits up to ~6), greedy 32/32. */
+ * 2.4e-2 at the last prompt row (logits up to ~6), greedy 32/32. */
 static void test_qwen3_dense_default_bf16_drift(void **state) {
     (void)state;
     oracle o;
@@ -147,7 +149,7 @@ static void test_qwen3_dense_default_bf16_drift(void **state) {
     run_result r = run("qwen3-dense-tiny", "hf", PG_DTYPE_COUNT, PG_BF16, "qwen3", &o);
     print_message("qwen3-dense-tiny hf (BF16 GEMM, BF16 KV): max |dlogit| %.3g, greedy %d/%d\n",
                   r.max_diff, r.n_greedy, o.n_greedy);
-    assert_true(r.max_diff < 5e-2);
+    assert_true(r.max_diff < 4e-2);
     assert_int_equal(r.n_greedy, o.n_greedy);
     free(o.logits);
 }
@@ -193,6 +195,18 @@ static void test_qwen3_real_configs_load_as_shapes(void **state) {
     }
 }
 
+/* A Qwen3 config without head_dim means 128 (transformers' Qwen3Config
+ * default), not hidden / heads. */
+static void test_qwen3_head_dim_defaults_to_128(void **state) {
+    (void)state;
+    const char *json = "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 320, "
+                       "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+                       "\"num_attention_heads\": 4, \"num_key_value_heads\": 2}";
+    pg_model_config c;
+    assert_int_equal(pg_hf_config_parse(json, strlen(json), "x/config.json", &c), PAGODA_OK);
+    assert_int_equal(c.head_dim, 128);
+}
+
 /* An architecture nobody registered is refused with the list of supported ones. */
 static void test_unknown_architecture_lists_supported(void **state) {
     (void)state;
@@ -206,12 +220,158 @@ static void test_unknown_architecture_lists_supported(void **state) {
     assert_non_null(strstr(e, "Qwen3ForCausalLM"));
 }
 
+/* ---- loading and serving checks on the oracle's files ---- */
+
+/* A copy of the oracle's HF directory with config.json edited: `from` -> `to`. */
+static const char *edited_copy(const char *name, const char *from, const char *to) {
+    static char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", pg_test_tmpdir(), name);
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s' && chmod -R u+w '%s'", dir,
+             pg_test_asset("oracles/qwen3-dense-tiny/hf"), dir, dir);
+    assert_int_equal(pg_test_run_command(cmd, &out), 0);
+    free(out);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t len;
+    char *json = pg_test_read_file(path, &len), *at = strstr(json, from);
+    assert_non_null(at);
+    size_t nf = strlen(from), nt = strlen(to);
+    char *edited = malloc(len - nf + nt + 1);
+    assert_non_null(edited);
+    memcpy(edited, json, (size_t)(at - json));
+    memcpy(edited + (at - json), to, nt);
+    memcpy(edited + (at - json) + nt, at + nf, len - (size_t)(at - json) - nf);
+    pg_test_write_file(path, edited, len - nf + nt);
+    free(edited);
+    free(json);
+    return dir;
+}
+
+/* Qwen3 weights labelled Llama: the q/k norms belong to no Llama tensor, so
+ * the file is refused instead of silently run as another model; an
+ * activation the architecture does not have is refused too. */
+static void test_foreign_tensors_and_activation_refused(void **state) {
+    (void)state;
+    pg_model_source *src = NULL;
+    const char *dir = edited_copy("as-llama", "Qwen3ForCausalLM", "LlamaForCausalLM");
+    assert_int_equal(pg_model_source_open(dir, &src), PAGODA_ERR_FORMAT);
+    assert_non_null(strstr(pg_last_error(), "_norm.weight' is not part of the llama"));
+    dir = edited_copy("gelu", "\"silu\"", "\"gelu\"");
+    assert_int_equal(pg_model_source_open(dir, &src), PAGODA_OK);
+    pg_model *m = NULL;
+    assert_int_equal(pg_model_load(src, NULL, &m), PAGODA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pg_last_error(), "hidden_act 'gelu'"));
+    pg_model_source_free(src);
+    /* the first architecture pagoda runs is taken from the list */
+    dir = edited_copy("two-archs", "\"Qwen3ForCausalLM\"",
+                      "\"FooForCausalLM\", \"Qwen3ForCausalLM\"");
+    assert_int_equal(pg_model_source_open(dir, &src), PAGODA_OK);
+    assert_string_equal(pg_model_source_config(src)->architecture, "Qwen3ForCausalLM");
+    pg_model_source_free(src);
+}
+
+/* tie_word_embeddings: the lm_head is the embedding even when the file also
+ * holds an lm_head.weight (transformers and vLLM tie it and skip that tensor). */
+static void test_tied_config_uses_the_embedding(void **state) {
+    (void)state;
+    pg_model_options o;
+    pg_model_options_default(&o);
+    o.compute = PG_F32;
+    const int32_t T = 4, ids[4] = {39, 68, 276, 78};
+    float *a = malloc(T * 320 * sizeof(float)), *b = malloc(T * 320 * sizeof(float));
+    assert_true(a && b);
+    pg_model_source *src;
+    pg_model *m = pg_test_load(pg_test_asset("oracles/qwen3-dense-tiny/hf"), &o, &src);
+    pg_test_prefill_logits(m, ids, T, a);
+    pg_model_free(m);
+    pg_model_source_free(src);
+    m = pg_test_load(
+        edited_copy("tied", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true"), &o,
+        &src);
+    pg_test_prefill_logits(m, ids, T, b);
+    pg_model_free(m);
+    pg_model_source_free(src);
+    assert_true(memcmp(a, b, T * 320 * sizeof(float)) != 0);
+    free(a);
+    free(b);
+}
+
+/* The oracle's vocabulary is padded past its tokenizer (320 vs 301 ids) and
+ * its greedy path lands on padding ids: generation goes on, such ids add no
+ * text in either form (the GGUF marks them UNUSED, as llama.cpp renders
+ * them: empty), both forms give the same ids and text, and `pagoda
+ * detokenize` takes the ids back. */
+static void test_padded_vocab_same_text_both_forms(void **state) {
+    (void)state;
+    char text[2][512];
+    int32_t got[2][32];
+    const char *forms[2] = {"oracles/qwen3-dense-tiny/hf", "oracles/qwen3-dense-tiny/model.gguf"};
+    oracle o;
+    load_oracle("qwen3-dense-tiny", "expected.json", &o);
+    for (int f = 0; f < 2; f++) {
+        pagoda_engine_options eo;
+        pagoda_engine_options_default(&eo);
+        eo.dtype = PAGODA_DTYPE_F32;
+        eo.kv_cache_memory = 8u << 20;
+        pagoda_engine *e;
+        if (pagoda_engine_create(pg_test_asset(forms[f]), &eo, &e) != PAGODA_OK)
+            fail_msg("%s", pagoda_last_error());
+        pagoda_request r;
+        pagoda_request_defaults(e, &r);
+        r.prompt_token_ids = o.prompt;
+        r.n_prompt_token_ids = (size_t)o.n_prompt;
+        r.sampling.temperature = 0;
+        r.sampling.max_tokens = 32;
+        r.sampling.ignore_eos = true;
+        uint64_t id;
+        assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
+        size_t n_text = 0;
+        int n_ids = 0;
+        while (pagoda_engine_has_unfinished(e)) {
+            size_t n;
+            assert_int_equal(pagoda_engine_step(e, &n), PAGODA_OK);
+            const pagoda_output *out = pagoda_engine_outputs(e, &n);
+            for (size_t i = 0; i < n; i++) {
+                assert_int_not_equal(out[i].finish_reason, PAGODA_FINISH_ERROR);
+                for (size_t k = 0; k < out[i].n_new_tokens; k++)
+                    got[f][n_ids++] = out[i].new_token_ids[k];
+                assert_true(n_text + out[i].text_delta_len < sizeof text[f]);
+                memcpy(text[f] + n_text, out[i].text_delta, out[i].text_delta_len);
+                n_text += out[i].text_delta_len;
+            }
+        }
+        text[f][n_text] = 0;
+        assert_int_equal(n_ids, 32);
+        assert_memory_equal(got[f], o.greedy, 32 * sizeof(int32_t));
+        assert_null(strstr(text[f], "PAD"));
+        pagoda_engine_free(e);
+    }
+    assert_string_equal(text[0], text[1]);
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s%s detokenize '%s' --ids 94,304,78 2>&1", pg_test_exec_wrapper(),
+             pg_test_pagoda_bin(), pg_test_asset(forms[0]));
+    assert_int_equal(pg_test_run_command(cmd, &out), 0);
+    char *out2 = NULL;
+    snprintf(cmd, sizeof cmd, "%s%s detokenize '%s' --ids 94,78 2>&1", pg_test_exec_wrapper(),
+             pg_test_pagoda_bin(), pg_test_asset(forms[1]));
+    assert_int_equal(pg_test_run_command(cmd, &out2), 0);
+    assert_string_equal(out, out2);
+    free(out);
+    free(out2);
+    free(o.logits);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_dense_matches_llama_cpp),
         cmocka_unit_test(test_qwen3_dense_default_bf16_drift),
         cmocka_unit_test(test_qwen3_real_configs_load_as_shapes),
+        cmocka_unit_test(test_qwen3_head_dim_defaults_to_128),
         cmocka_unit_test(test_unknown_architecture_lists_supported),
+        cmocka_unit_test(test_foreign_tensors_and_activation_refused),
+        cmocka_unit_test(test_tied_config_uses_the_embedding),
+        cmocka_unit_test(test_padded_vocab_same_text_both_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

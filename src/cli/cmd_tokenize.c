@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "model/mapped_file.h"
 #include "tokenizer/tokenizer.h"
 
 static void tokenize_usage(FILE *f) {
@@ -25,7 +26,9 @@ static void detokenize_usage(FILE *f) {
             "usage: pagoda detokenize TOKENIZER --ids 1,2,3 [--skip-special]\n"
             "  TOKENIZER       model directory or .gguf file\n"
             "  --ids LIST      token ids separated by commas or spaces\n"
-            "  --skip-special  drop special/control tokens\n");
+            "  --skip-special  drop special/control tokens\n"
+            "Ids a model directory's config.json vocab_size has beyond the tokenizer's\n"
+            "(padding) decode to nothing, as in generation.\n");
 }
 
 static char *read_stdin(size_t *len) {
@@ -176,6 +179,26 @@ int pg_cmd_detokenize(int argc, char **argv) {
         free(ids);
         return 1;
     }
+    /* a model directory whose config.json vocab_size pads the tokenizer's
+     * vocabulary (to a multiple of 64, ...): the padding ids, which the
+     * model can generate, decode to nothing, as in the engine */
+    char cfg_path[4200], *cfg = NULL;
+    size_t cfg_len;
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", path);
+    if (pg_read_small_file(cfg_path, 1 << 20, &cfg, &cfg_len) == PAGODA_OK) {
+        cJSON *root = cJSON_ParseWithLength(cfg, cfg_len);
+        const cJSON *vs = root ? cJSON_GetObjectItemCaseSensitive(root, "vocab_size") : NULL;
+        const int32_t nv = pg_tokenizer_vocab_size(tok);
+        if (cJSON_IsNumber(vs) && vs->valuedouble > nv && vs->valuedouble <= INT32_MAX) {
+            size_t k = 0;
+            for (size_t i = 0; i < n; i++)
+                if (ids[i] < nv || ids[i] >= (int32_t)vs->valuedouble) ids[k++] = ids[i];
+            n = k;
+        }
+        cJSON_Delete(root);
+        free(cfg);
+    }
+    pg_clear_error();
     int rc = 0;
     size_t len = 0;
     if (pg_tokenizer_decode(tok, ids, n, skip, NULL, 0, &len)) {

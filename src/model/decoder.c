@@ -29,7 +29,8 @@ pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const p
                                 l)) ||
         (st = pg_weights_linear(w, nkv, H, c->attention_bias, &v, "%s.%d.self_attn.v_proj", pre,
                                 l)) ||
-        (st = pg_weights_linear(w, H, nq, false, &o, "%s.%d.self_attn.o_proj", pre, l)))
+        (st = pg_weights_linear(w, H, nq, false, &o, "%s.%d.self_attn.o_proj", pre, l)) ||
+        (st = pg_weights_vector(w, H, true, &o.bias, "%s.%d.self_attn.o_proj.bias", pre, l)))
         return st;
     if ((flags & PG_DEC_QK_NORM) &&
         ((st = pg_weights_vector(w, hd, false, &a->q_norm, "%s.%d.self_attn.q_norm.weight", pre,
@@ -107,6 +108,10 @@ pagoda_status pg_dec_check_config(const pg_model_source *src, const pg_model_con
     if (!(c->rms_norm_eps > 0.0f))
         return pg_error(PAGODA_ERR_FORMAT, "%s: rms_norm_eps %g must be > 0", path,
                         (double)c->rms_norm_eps);
+    if (c->hidden_act[0] && strcmp(c->hidden_act, "silu") != 0)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: hidden_act '%s' is not supported for %s (its MLP is SwiGLU: silu)",
+                        path, c->hidden_act, c->architecture);
     if (c->rope_scaling == PG_ROPE_SCALING_YARN)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "%s: rope_scaling type 'yarn' is not supported for %s", path,

@@ -41,7 +41,8 @@ enum {
 };
 
 /* Bind and pack layer `l`'s attention ("model.layers.{l}.input_layernorm",
- * "self_attn.{q,k,v,o}_proj", biases when cfg->attention_bias, q/k norms
+ * "self_attn.{q,k,v,o}_proj", q/k/v biases when cfg->attention_bias, the
+ * o_proj bias when the file has one (HF Llama with attention_bias), q/k norms
  * with PG_DEC_QK_NORM); window 0 = full attention. Errors of
  * pg_weights_* and pg_linear_pack. */
 pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,

@@ -174,8 +174,15 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
     const char *arch = NULL;
     const pg_arch *a = NULL;
     if (cJSON_IsArray(archs) && cJSON_IsString(cJSON_GetArrayItem(archs, 0))) {
+        /* the first entry pagoda runs, as vLLM picks it */
         arch = cJSON_GetArrayItem(archs, 0)->valuestring;
-        a = pg_arch_find_hf(arch, NULL);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, archs) {
+            if (cJSON_IsString(e) && (a = pg_arch_find_hf(e->valuestring, NULL)) != NULL) {
+                arch = e->valuestring;
+                break;
+            }
+        }
     } else if (cJSON_IsString(mt) && (a = pg_arch_find_hf(NULL, mt->valuestring)) != NULL) {
         /* model_type i names hf_architectures[i] */
         for (int i = 0; a->hf_model_types[i]; i++)
@@ -240,6 +247,9 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
     if (!s) s = get_int(root, "bos_token_id", path, 0, BIG, false, -1, &cfg->bos_token_id);
     if (!s) s = get_eos(root, path, cfg);
     if (!s) s = parse_rope_scaling(root, path, cfg);
+    const cJSON *act = item(root, "hidden_act");
+    if (!s && cJSON_IsString(act))
+        snprintf(cfg->hidden_act, sizeof cfg->hidden_act, "%s", act->valuestring);
     if (!s) {
         const cJSON *td = item(root, "torch_dtype");
         if (!td) td = item(root, "dtype");

@@ -142,7 +142,8 @@ static pagoda_status load_weights(llama *m, const pg_linear_policy *p, unsigned 
     if (w->ct && pg_ct_quantized(w->ct, "lm_head") &&
         (!c->tie_word_embeddings || pg_model_source_tensor(src, "lm_head.weight_scale")))
         st = pg_weights_linear(w, c->vocab_size, H, false, &head, "lm_head");
-    else if (!c->tie_word_embeddings || pg_model_source_tensor(src, "lm_head.weight"))
+    else if (!c->tie_word_embeddings) /* tied: the embedding, whatever else the file holds
+                                          (as transformers and vLLM tie it) */
         st = pg_weights_linear(w, c->vocab_size, H, false, &head, "lm_head");
     else
         head = (pg_linear_src){

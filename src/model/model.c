@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "model/arch.h"
 
 struct pg_model_workspace {
@@ -46,6 +47,9 @@ pagoda_status pg_model_base_init(pg_model *m, const pg_model_ops *ops, const pg_
     m->max_context = c->max_position_embeddings;
     if (o->max_context > 0 && (m->max_context <= 0 || o->max_context < m->max_context))
         m->max_context = o->max_context;
+    else if (o->max_context > m->max_context)
+        PG_WARN("%s: max_model_len %d exceeds the model's max_position_embeddings %d: using %d",
+                pg_model_source_path(src), o->max_context, m->max_context, m->max_context);
     if (m->max_context <= 0)
         return pg_error(PAGODA_ERR_FORMAT,
                         "%s: max_position_embeddings is not set and no context limit was given",

@@ -13,7 +13,8 @@
 #include "model/llama.h"
 
 /* Qwen configs carry sliding_window (often 4096 or null) with
- * use_sliding_window false: only the latter switches it on. */
+ * use_sliding_window false: only the latter switches it on. head_dim
+ * defaults to 128. */
 static pagoda_status parse_hf(const cJSON *root, const char *path, pg_model_config *cfg) {
     const cJSON *use = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");
     if (cJSON_IsTrue(use))
@@ -21,6 +22,8 @@ static pagoda_status parse_hf(const cJSON *root, const char *path, pg_model_conf
                         "%s: use_sliding_window true (Qwen sliding-window layers) is not supported",
                         path);
     cfg->sliding_window = 0;
+    /* transformers' Qwen3Config: head_dim defaults to 128, not hidden / heads */
+    if (!cJSON_GetObjectItemCaseSensitive(root, "head_dim")) cfg->head_dim = 128;
     return PAGODA_OK;
 }
 

@@ -545,6 +545,39 @@ static pagoda_status expect_linear(const pg_model_source *src, const char *name,
     return pg_ct_find_layer(&src->ct, src, layer, d0, d1, &l);
 }
 
+/* The table entry a tensor name belongs to: itself, or a compressed-tensors
+ * companion of a linear entry ("X.weight_scale", "X.weight_packed", ...).
+ * Tensors every loader skips count too (llama.cpp's "rope_freqs.weight",
+ * old HF checkpoints' "rotary_emb.inv_freq"); they return a static entry. */
+static const pg_arch_tensor *known_tensor(const pg_arch *a, const char *name) {
+    static const pg_arch_tensor SKIPPED = {"",    "",   PG_DIM_NONE, PG_DIM_NONE, PG_REQ_OPTIONAL,
+                                           false, false};
+    const char *rest = name;
+    bool layer = false;
+    if (!strncmp(name, "model.layers.", 13)) {
+        char *end;
+        strtol(name + 13, &end, 10);
+        if (end != name + 13 && *end == '.') {
+            rest = end + 1;
+            layer = true;
+        }
+    }
+    if (!strcmp(name, "rope_freqs.weight") ||
+        (layer && !strncmp(rest, "self_attn.rotary_emb.", 21)))
+        return &SKIPPED;
+    const pg_arch_tensor *t;
+    for (int i = 0; (t = pg_arch_tensor_at(a, i)) != NULL; i++) {
+        if (t->layer != layer) continue;
+        if (!strcmp(rest, t->hf)) return t;
+        size_t n = strlen(t->hf);
+        if (t->linear && n > 7 && !strcmp(t->hf + n - 7, ".weight") &&
+            !strncmp(rest, t->hf, n - 6) &&
+            (!strncmp(rest + n - 6, "weight_", 7) || !strncmp(rest + n - 6, "input_", 6)))
+            return t;
+    }
+    return NULL;
+}
+
 /* Every tensor of the architecture's table: present when required, of the
  * shape the config implies. */
 static pagoda_status validate_tensors(const pg_model_source *src) {
@@ -590,6 +623,22 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
         if (end != nm + 13 && *end == '.' && (layer < 0 || layer >= c->num_hidden_layers))
             return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' is beyond num_hidden_layers %d",
                             src->config_desc, src->tensors[i].name, c->num_hidden_layers);
+    }
+    /* every tensor belongs to the architecture: weights of another one
+     * (Qwen3's q/k norms in a file labelled Llama) would otherwise be
+     * silently dropped, a different model (llama.cpp and vLLM refuse too) */
+    for (size_t i = 0; i < src->n_tensors; i++) {
+        const char *nm = src->tensors[i].name;
+        const pg_arch_tensor *t = known_tensor(c->arch, nm);
+        if (!t)
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: tensor '%s' is not part of the %s architecture (%s): weights "
+                            "of another architecture?",
+                            src->weights_desc, nm, c->arch->name, c->architecture);
+        if (t->req == PG_REQ_IF_BIAS && !c->attention_bias && pg_model_source_tensor(src, nm))
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: tensor '%s' is present but config attention_bias is false",
+                            src->config_desc, nm);
     }
     return PAGODA_OK;
 }

@@ -72,6 +72,7 @@ typedef struct pg_model_config {
     bool attention_bias;
     int sliding_window;   /* 0 = none */
     pg_dtype torch_dtype; /* dominant weight dtype (F32/F16/BF16/...) */
+    char hidden_act[24];  /* config.json hidden_act ("silu"), "" when not given (GGUF) */
     int bos_token_id;     /* -1 if none */
     int eos_token_ids[8]; /* from config / generation_config; -1 terminated */
 } pg_model_config;

@@ -91,7 +91,8 @@ struct pg_tokenizer {
     char **tokens;          /* id -> text as stored in the vocab (NUL terminated) */
     uint32_t *token_lens;
     uint8_t *is_special;    /* per id: added special / control token */
-    uint8_t *raw_decode;    /* per id: decoders leave its text as is (GGUF user-defined/control) */
+    uint8_t *raw_decode;    /* per id: 1 = decoders leave its text as is (GGUF user-defined /
+                               control); 2 = it decodes to nothing (GGUF UNUSED: padding) */
     char **bytes;           /* id -> decoded bytes (for token_bytes / decode) */
     uint32_t *bytes_lens;
     pg_strmap vocab;

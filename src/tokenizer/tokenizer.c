@@ -292,7 +292,9 @@ pagoda_status pg_tok_finish(pg_tokenizer *t, const char *what) {
     bytebuf bb = {0};
     for (int32_t i = 0; i < t->n_vocab; i++) {
         bb.n = 0;
-        if (t->is_special[i] || t->raw_decode[i]) {
+        if (t->raw_decode[i] == 2) {
+            /* no text */
+        } else if (t->is_special[i] || t->raw_decode[i]) {
             if (!bb_append(&bb, t->tokens[i], t->token_lens[i])) goto oom;
         } else if (!token_decoded_bytes(t, t->tokens[i], t->token_lens[i], &bb)) {
             goto oom;
@@ -1135,7 +1137,7 @@ pagoda_status pg_tokenizer_decode(const pg_tokenizer *t, const int32_t *ids, siz
             return pg_error(PAGODA_ERR_INVALID_ARG, "tokenizer: token id %d out of range [0, %d)",
                             (int)id, (int)t->n_vocab);
         }
-        if (skip_special && t->is_special[id]) continue;
+        if ((skip_special && t->is_special[id]) || t->raw_decode[id] == 2) continue;
         size_t off = A.buf.n;
         ok = bb_append(&A.buf, t->tokens[id], t->token_lens[id]) && pv_push(&A.toks, off, t->token_lens[id]);
         if (ok) A.toks.p[A.toks.n - 1].raw = t->raw_decode[id];

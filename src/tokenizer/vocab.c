@@ -235,6 +235,8 @@ pagoda_status pg_tokenizer_from_vocab(const pg_vocab_spec *s, pg_tokenizer **out
             a->special = type != PG_TOKTYPE_USER_DEFINED;
             t->raw_decode[i] = 1; /* llama.cpp token_to_piece copies these verbatim */
             a->normalized = !a->special;
+        } else if (type == PG_TOKTYPE_UNUSED) {
+            t->raw_decode[i] = 2; /* llama.cpp token_to_piece gives them no text */
         }
     }
     t->unk_id = s->unk_id >= 0 && s->unk_id < s->n_tokens ? s->unk_id : -1;

@@ -399,6 +399,13 @@ static pagoda_status stream_tensor(const pg_gen_model_options *o, const gen_tens
     for (int64_t r = 0; r < t->rows; r++) {
         int64_t hr = (gguf && t->perm_heads) ? hf_row_of_gguf_row(r, head_dim(o)) : r;
         pg_gen_model_row(o, t->name, hr, t->cols, row);
+        /* GGUF keeps 1-D tensors in F32: the exact upcast of the checkpoint's
+         * values, as llama.cpp's converter stores a BF16/F16 model's norms */
+        if (gguf && t->ndim == 1 && dt == PG_F32)
+            for (int64_t i = 0; i < t->cols; i++)
+                row[i] = o->hf_dtype == PG_BF16  ? pg_bf16_to_f32(pg_f32_to_bf16(row[i]))
+                         : o->hf_dtype == PG_F16 ? pg_f16_to_f32(pg_f32_to_f16(row[i]))
+                                                 : row[i];
         size_t nb = convert(dt, row, buf, t->cols);
         pagoda_status s = wf(w, buf, nb);
         if (s) return s;
