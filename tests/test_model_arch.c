@@ -190,7 +190,7 @@ static pagoda_status window_create(const pg_model_source *src, const pg_model_op
 
 static const pg_arch_tensor TOY_TENSORS[] = {
     {"model.embed_tokens.weight", "token_embd.weight", PG_DIM_VOCAB, PG_DIM_HIDDEN, PG_REQ_ALWAYS,
-     false, false},
+     false, false, false},
     {0},
 };
 static const char *const HYBRID_HF[] = {"ToyHybridForCausalLM", NULL};

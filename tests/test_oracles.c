@@ -154,6 +154,25 @@ static void test_qwen3_dense_default_bf16_drift(void **state) {
     free(o.logits);
 }
 
+static void test_qwen3_moe_matches_llama_cpp(void **state) {
+    (void)state;
+    check_exact("qwen3-moe-tiny", "qwen3_moe");
+}
+
+/* The default path on the MoE oracle. Measured: max |dlogit| at the last
+ * prompt row and greedy agreement pinned below. */
+static void test_qwen3_moe_default_bf16_drift(void **state) {
+    (void)state;
+    oracle o;
+    load_oracle("qwen3-moe-tiny", "expected_kvf16.json", &o);
+    run_result r = run("qwen3-moe-tiny", "hf", PG_DTYPE_COUNT, PG_BF16, "qwen3_moe", &o);
+    print_message("qwen3-moe-tiny hf (BF16 GEMM, BF16 KV): max |dlogit| %.3g, greedy %d/%d\n",
+                  r.max_diff, r.n_greedy, o.n_greedy);
+    assert_true(r.max_diff < 4e-2);
+    assert_int_equal(r.n_greedy, o.n_greedy);
+    free(o.logits);
+}
+
 /* Real Qwen3 configs (0.6B .. 32B, as published) parse and give the shapes
  * the architecture's tensor table implies. */
 static void test_qwen3_real_configs_load_as_shapes(void **state) {
@@ -362,10 +381,92 @@ static void test_padded_vocab_same_text_both_forms(void **state) {
     free(o.logits);
 }
 
+/* The engine's invariance checks on the MoE oracle: a request's tokens and
+ * logprobs are bitwise the same alone (no prefix caching, one step per
+ * prefill) and among 7 others sharing prefixes, with prefix-cache hits and
+ * chunked prefill (7 tokens a step): the expert GEMMs reduce each row the
+ * same way whatever else routes to the expert. */
+typedef struct eng_out {
+    int32_t ids[24];
+    float lp[24];
+    int n;
+} eng_out;
+
+static void engine_run(const char *model, int budget, bool caching, const int32_t (*prompts)[40],
+                       const int *lens, int n, eng_out *res) {
+    pagoda_engine_options eo;
+    pagoda_engine_options_default(&eo);
+    eo.kv_cache_memory = 8u << 20;
+    eo.enable_prefix_caching = caching;
+    if (budget) eo.max_num_batched_tokens = budget, eo.max_num_seqs = budget;
+    pagoda_engine *e;
+    if (pagoda_engine_create(model, &eo, &e) != PAGODA_OK) fail_msg("%s", pagoda_last_error());
+    uint64_t ids[8];
+    for (int i = 0; i < n; i++) {
+        pagoda_request r;
+        pagoda_request_defaults(e, &r);
+        r.prompt_token_ids = prompts[i];
+        r.n_prompt_token_ids = (size_t)lens[i];
+        r.sampling.temperature = 0;
+        r.sampling.max_tokens = 24;
+        r.sampling.ignore_eos = true;
+        r.sampling.logprobs = 0;
+        assert_int_equal(pagoda_engine_add_request(e, &r, &ids[i], NULL), PAGODA_OK);
+        memset(&res[i], 0, sizeof res[i]);
+    }
+    while (pagoda_engine_has_unfinished(e)) {
+        size_t k;
+        assert_int_equal(pagoda_engine_step(e, &k), PAGODA_OK);
+        const pagoda_output *out = pagoda_engine_outputs(e, &k);
+        for (size_t j = 0; j < k; j++) {
+            int i = 0;
+            while (ids[i] != out[j].id)
+                i++;
+            assert_int_not_equal(out[j].finish_reason, PAGODA_FINISH_ERROR);
+            for (size_t t = 0; t < out[j].n_new_tokens; t++) {
+                res[i].ids[res[i].n] = out[j].new_token_ids[t];
+                res[i].lp[res[i].n++] = out[j].logprobs[t].logprob;
+            }
+        }
+    }
+    pagoda_engine_free(e);
+}
+
+static void test_qwen3_moe_engine_invariance(void **state) {
+    (void)state;
+    oracle o;
+    load_oracle("qwen3-moe-tiny", "expected.json", &o);
+    int32_t prompts[8][40];
+    int lens[8];
+    for (int i = 0; i < 8; i++) { /* shared 16- and 32-token prefixes, then different */
+        lens[i] = 33 + i % 4;
+        for (int t = 0; t < lens[i]; t++)
+            prompts[i][t] = t < (i < 4 ? 32 : 16) ? o.prompt[t] : (o.prompt[t] * (i + 3) + t) % 300;
+    }
+    const char *model = pg_test_asset("oracles/qwen3-moe-tiny/hf");
+    eng_out alone[8], batch[8];
+    for (int i = 0; i < 8; i++)
+        engine_run(model, 0, false, &prompts[i], &lens[i], 1, &alone[i]);
+    engine_run(model, 7, true, prompts, lens, 8, batch);
+    bool differ = false;
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(alone[i].n, 24);
+        assert_int_equal(batch[i].n, 24);
+        assert_memory_equal(alone[i].ids, batch[i].ids, sizeof alone[i].ids);
+        assert_memory_equal(alone[i].lp, batch[i].lp, sizeof alone[i].lp);
+        differ |= memcmp(alone[i].ids, alone[0].ids, sizeof alone[0].ids) != 0;
+    }
+    assert_true(differ);
+    free(o.logits);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_dense_matches_llama_cpp),
         cmocka_unit_test(test_qwen3_dense_default_bf16_drift),
+        cmocka_unit_test(test_qwen3_moe_matches_llama_cpp),
+        cmocka_unit_test(test_qwen3_moe_default_bf16_drift),
+        cmocka_unit_test(test_qwen3_moe_engine_invariance),
         cmocka_unit_test(test_qwen3_real_configs_load_as_shapes),
         cmocka_unit_test(test_qwen3_head_dim_defaults_to_128),
         cmocka_unit_test(test_unknown_architecture_lists_supported),

@@ -30,6 +30,8 @@ typedef enum pg_dim {
     PG_DIM_KV,       /* num_key_value_heads * head_dim */
     PG_DIM_FFN,      /* intermediate_size */
     PG_DIM_HEAD,     /* head_dim */
+    PG_DIM_EXPERTS,  /* num_experts */
+    PG_DIM_MOE_FFN,  /* moe_intermediate_size */
     PG_DIM_COUNT_
 } pg_dim;
 
@@ -38,16 +40,23 @@ typedef enum pg_tensor_req {
     PG_REQ_IF_BIAS,     /* required when config attention_bias, else absent */
     PG_REQ_OPTIONAL,    /* checked when present */
     PG_REQ_UNLESS_TIED, /* lm_head: required unless tie_word_embeddings */
+    PG_REQ_DENSE_MLP,   /* required in layers with the dense MLP, absent in MoE layers */
+    PG_REQ_MOE,         /* required in MoE layers (pg_model_config_layer_moe), else absent */
 } pg_tensor_req;
 
 /* One tensor. Layer tensors (`layer` true) are "model.layers.{i}.<hf>" and
  * "blk.{i}.<gguf>"; global ones are named in full. `linear`: a
- * compressed-tensors checkpoint may hold it quantized (X.weight_scale ...). */
+ * compressed-tensors checkpoint may hold it quantized (X.weight_scale ...).
+ * `expert`: one per expert, "model.layers.{i}.mlp.experts.{e}.<hf>" [d0,
+ * d1] in HF, stacked as the 3-D "blk.{i}.<gguf>" [experts, d0, d1] in GGUF
+ * (llama.cpp's ffn_*_exps), which the source splits into the HF per-expert
+ * views. */
 typedef struct pg_arch_tensor {
     const char *hf, *gguf;
     pg_dim d0, d1;
     pg_tensor_req req;
     bool layer, linear;
+    bool expert;
 } pg_arch_tensor;
 
 typedef struct pg_model_ops {
@@ -60,15 +69,17 @@ typedef struct pg_model_ops {
 } pg_model_ops;
 
 typedef struct pg_arch {
-    const char *name;                    /* registry name, e.g. "qwen3" */
-    const char *const *hf_architectures; /* NULL-terminated; [0] is the canonical one */
-    const char *const *hf_model_types;   /* model_type fallbacks, NULL-terminated; [i] names
-                                            hf_architectures[i] */
-    const char *gguf_name;               /* general.architecture, or NULL (no GGUF form) */
-    bool gguf_rope_interleaved;          /* llama.cpp permuted Q/K rows (LLM_ARCH_LLAMA) */
-    const pg_arch_tensor *tensors;       /* ends with an entry whose hf is NULL */
-    const pg_arch_tensor *extra_tensors; /* more of them, or NULL: a base architecture's table in
-                                            `tensors` plus this one's own */
+    const char *name;                           /* registry name, e.g. "qwen3" */
+    const char *const *hf_architectures;        /* NULL-terminated; [0] is the canonical one */
+    const char *const *hf_model_types;          /* model_type fallbacks, NULL-terminated; [i] names
+                                                   hf_architectures[i] */
+    const char *gguf_name;                      /* general.architecture, or NULL (no GGUF form) */
+    bool gguf_rope_interleaved;                 /* llama.cpp permuted Q/K rows (LLM_ARCH_LLAMA) */
+    const pg_arch_tensor *tensors;              /* ends with an entry whose hf is NULL */
+    const pg_arch_tensor *const *extra_tensors; /* NULL-terminated list of more tables (each
+                                                   ending like `tensors`), or NULL: a base
+                                                   architecture's table in `tensors` plus
+                                                   this one's own */
     /* Extra config.json fields into cfg, after the common ones (may be NULL).
      * Errors: PAGODA_ERR_FORMAT / UNSUPPORTED naming `path` and the field. */
     pagoda_status (*parse_hf)(const struct cJSON *root, const char *path, pg_model_config *cfg);
@@ -107,8 +118,12 @@ pagoda_status pg_arch_register(const pg_arch *a);
 /* Built-in and registered architectures, NULL-terminated array. */
 const pg_arch *const *pg_arch_list(void);
 
-/* Entry i of a's tensor table (tensors, then extra_tensors), NULL past the end. */
+/* Entry i of a's tensor table (tensors, then each extra table), NULL past the end. */
 const pg_arch_tensor *pg_arch_tensor_at(const pg_arch *a, int i);
+
+/* True when layer l of cfg runs a mixture of experts (num_experts > 0, not
+ * in mlp_only_layers, (l + 1) % decoder_sparse_step == 0). */
+bool pg_model_config_layer_moe(const pg_model_config *cfg, int l);
 
 /* Resolve a table dimension for cfg (-1 for PG_DIM_NONE). */
 int64_t pg_arch_dim(const pg_model_config *cfg, pg_dim d);

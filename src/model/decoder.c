@@ -80,6 +80,74 @@ pagoda_status pg_dec_mlp_load(pg_weights *w, const pg_linear_policy *p, const pg
     return PAGODA_OK;
 }
 
+pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
+                              int l, pg_dec_moe *f) {
+    memset(f, 0, sizeof *f);
+    const int64_t H = c->hidden_size, I = c->moe_intermediate_size, E = c->num_experts;
+    const char *pre = "model.layers";
+    if (E < 1 || c->num_experts_per_tok < 1 || c->num_experts_per_tok > E || I < 1)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: bad MoE config (num_experts %d, num_experts_per_tok %d, "
+                        "moe_intermediate_size %d)",
+                        pg_model_source_path(w->src), c->num_experts, c->num_experts_per_tok,
+                        c->moe_intermediate_size);
+    f->n_experts = (int32_t)E;
+    f->top_k = c->num_experts_per_tok;
+    f->norm_topk = c->norm_topk_prob;
+    pg_linear_src r;
+    pagoda_status st;
+    if ((st = pg_weights_vector(w, H, false, &f->norm, "%s.%d.post_attention_layernorm.weight", pre,
+                                l)) ||
+        (st = pg_weights_linear(w, E, H, false, &r, "%s.%d.mlp.gate", pre, l)))
+        return st;
+    f->gate_up = calloc((size_t)E, sizeof *f->gate_up);
+    f->down = calloc((size_t)E, sizeof *f->down);
+    if (!f->gate_up || !f->down) {
+        pg_dec_moe_free(f);
+        return pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
+    }
+    /* the router stays F32 whatever the policy (transformers computes the
+     * routing in float32; a rounded logit can flip a top-k choice) */
+    pg_linear_policy rp = *p;
+    rp.compute = PG_F32;
+    rp.bits = 0;
+    const pg_linear_src *rr = &r;
+    char what[64];
+    snprintf(what, sizeof what, "layer %d router", l);
+    if ((st = pg_linear_pack(&rp, &rr, 1, false, what, &f->router))) {
+        pg_dec_moe_free(f);
+        return st;
+    }
+    for (int64_t e = 0; e < E && st == PAGODA_OK; e++) {
+        pg_linear_src g, u, d;
+        const pg_linear_src *dp = &d;
+        const char *ex = "mlp.experts";
+        long long ee = (long long)e;
+        if ((st = pg_weights_linear(w, I, H, false, &g, "%s.%d.%s.%lld.gate_proj", pre, l, ex,
+                                    ee)) ||
+            (st = pg_weights_linear(w, I, H, false, &u, "%s.%d.%s.%lld.up_proj", pre, l, ex, ee)) ||
+            (st = pg_weights_linear(w, H, I, false, &d, "%s.%d.%s.%lld.down_proj", pre, l, ex, ee)))
+            break;
+        snprintf(what, sizeof what, "layer %d expert %lld gate/up_proj", l, ee);
+        if ((st = pg_linear_pack_swiglu(p, &g, &u, what, &f->gate_up[e]))) break;
+        snprintf(what, sizeof what, "layer %d expert %lld down_proj", l, ee);
+        st = pg_linear_pack(p, &dp, 1, true, what, &f->down[e]);
+    }
+    if (st != PAGODA_OK) pg_dec_moe_free(f);
+    return st;
+}
+
+void pg_dec_moe_free(pg_dec_moe *f) {
+    pg_linear_free(&f->router);
+    for (int32_t e = 0; f->gate_up && e < f->n_experts; e++)
+        pg_linear_free(&f->gate_up[e]);
+    for (int32_t e = 0; f->down && e < f->n_experts; e++)
+        pg_linear_free(&f->down[e]);
+    free(f->gate_up);
+    free(f->down);
+    f->gate_up = f->down = NULL;
+}
+
 void pg_dec_attn_free(pg_dec_attn *a) {
     pg_linear_free(&a->qkv);
     pg_linear_free(&a->o);
@@ -234,12 +302,30 @@ pagoda_status pg_dec_ws_create(const pg_dec_dims *d, const pg_step_limits *lim,
         }
     }
     size_t T = (size_t)lim->max_tokens;
-    size_t sizes[] = {T * (size_t)d->hidden * 4,    T * (size_t)d->hidden * 4,
-                      T * (size_t)d->qkv_width * 4, T * (size_t)d->attn_width * 4,
-                      T * (size_t)d->act_width * 4, (size_t)lim->max_seqs * (size_t)d->hidden * 4,
-                      ws->gemm_scratch_bytes,       ws->attn_scratch_bytes};
-    void **bufs[] = {(void **)&ws->x,   (void **)&ws->xb,   (void **)&ws->qkv, (void **)&ws->attn,
-                     (void **)&ws->act, (void **)&ws->last, &ws->gemm_scratch, &ws->attn_scratch};
+    const size_t E = d->moe_experts > 0 ? (size_t)d->moe_experts : 0;
+    const size_t TK = E ? T * (size_t)d->moe_top_k : 0;
+    size_t sizes[] = {T * (size_t)d->hidden * 4,
+                      T * (size_t)d->hidden * 4,
+                      T * (size_t)d->qkv_width * 4,
+                      T * (size_t)d->attn_width * 4,
+                      T * (size_t)d->act_width * 4,
+                      (size_t)lim->max_seqs * (size_t)d->hidden * 4,
+                      ws->gemm_scratch_bytes,
+                      ws->attn_scratch_bytes,
+                      T * E * 4,
+                      TK * 4,
+                      TK * 4,
+                      TK * 4,
+                      E ? (E + 1) * 4 : 0,
+                      TK * (size_t)d->hidden * 4,
+                      TK * (size_t)d->moe_ffn * 4,
+                      TK * (size_t)d->hidden * 4};
+    void **bufs[] = {(void **)&ws->x,       (void **)&ws->xb,     (void **)&ws->qkv,
+                     (void **)&ws->attn,    (void **)&ws->act,    (void **)&ws->last,
+                     &ws->gemm_scratch,     &ws->attn_scratch,    (void **)&ws->moe_logits,
+                     (void **)&ws->moe_sel, (void **)&ws->moe_w,  (void **)&ws->moe_slot,
+                     (void **)&ws->moe_off, (void **)&ws->moe_in, (void **)&ws->moe_act,
+                     (void **)&ws->moe_out};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += (sizes[i] + PG_ALIGN - 1) / PG_ALIGN * PG_ALIGN + PG_ALIGN;
@@ -360,6 +446,100 @@ pagoda_status pg_dec_mlp_forward(const pg_dec_mlp *f, float eps, const pg_batch 
     if (st != PAGODA_OK) return st;
     return pg_linear_forward(&f->down, ws->act, T, ws->x, f->down.n_out, PG_GEMM_RESIDUAL, pool,
                              ws->gemm_scratch);
+}
+
+/* Routing of tokens [begin, end): softmax over the experts (f32, the
+ * dispatch table's vector exp), the top-k by probability (ties: lower
+ * index), renormalised when asked. */
+typedef struct route_job {
+    const pg_dec_moe *f;
+    pg_dec_ws *ws;
+    const pg_kernel_table *kt;
+} route_job;
+
+static void route_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const route_job *j = ctx;
+    const int32_t E = j->f->n_experts, K = j->f->top_k;
+    for (size_t t = begin; t < end; t++) {
+        float *p = j->ws->moe_logits + t * (size_t)E;
+        j->kt->softmax_f32(p, (size_t)E);
+        int32_t *sel = j->ws->moe_sel + t * (size_t)K;
+        float *w = j->ws->moe_w + t * (size_t)K;
+        float sum = 0.0f;
+        for (int32_t k = 0; k < K; k++) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (int32_t q = 0; q < k; q++)
+                    taken |= sel[q] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            w[k] = p[best];
+            sum += p[best];
+        }
+        if (j->f->norm_topk)
+            for (int32_t k = 0; k < K; k++)
+                w[k] /= sum;
+    }
+}
+
+pagoda_status pg_dec_moe_forward(const pg_dec_moe *f, float eps, const pg_batch *b, pg_dec_ws *ws) {
+    pg_pool *pool = pg_pool_default();
+    const int64_t T = b->num_tokens;
+    const int32_t E = f->n_experts, K = f->top_k;
+    const size_t H = (size_t)f->router.n_in;
+    if (!ws->moe_logits)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: MoE layer in a workspace without MoE");
+    /* h = RMSNorm(x) into xb (the router is F32: never the fused input stage) */
+    pagoda_status st =
+        pg_linear_forward_rmsnorm(&f->router, ws->x, T, f->norm, eps, ws->xb, ws->moe_logits, E,
+                                  PG_GEMM_STORE, pool, ws->gemm_scratch);
+    if (st != PAGODA_OK) return st;
+    route_job rj = {f, ws, pg_kernels()};
+    if (pool && (size_t)T * (size_t)E >= 65536)
+        pg_pool_parallel_for(pool, (size_t)T, 16, route_rows, &rj);
+    else
+        route_rows(&rj, 0, (size_t)T, 0);
+    /* counting sort of the (token, rank) slots by expert, token order kept */
+    int32_t *off = ws->moe_off;
+    memset(off, 0, (size_t)(E + 1) * sizeof *off);
+    for (int64_t i = 0; i < T * K; i++)
+        off[ws->moe_sel[i] + 1]++;
+    for (int32_t e = 0; e < E; e++)
+        off[e + 1] += off[e];
+    for (int64_t i = 0; i < T * K; i++) {
+        int32_t pos = off[ws->moe_sel[i]]++;
+        ws->moe_slot[i] = pos;
+        memcpy(ws->moe_in + (size_t)pos * H, ws->xb + (size_t)(i / K) * H, H * sizeof(float));
+    }
+    for (int32_t e = E; e > 0; e--) /* back to the starts */
+        off[e] = off[e - 1];
+    off[0] = 0;
+    /* each active expert: one SwiGLU GEMM and one down GEMM over its rows */
+    const size_t I = (size_t)f->gate_up[0].n_out;
+    for (int32_t e = 0; e < E; e++) {
+        const int64_t n = off[e + 1] - off[e];
+        if (n == 0) continue; /* an expert no token chose is never read */
+        float *in = ws->moe_in + (size_t)off[e] * H, *act = ws->moe_act + (size_t)off[e] * I;
+        if ((st = pg_linear_forward(&f->gate_up[e], in, n, act, (int64_t)I, PG_GEMM_SWIGLU, pool,
+                                    ws->gemm_scratch)) ||
+            (st = pg_linear_forward(&f->down[e], act, n, ws->moe_out + (size_t)off[e] * H,
+                                    (int64_t)H, PG_GEMM_STORE, pool, ws->gemm_scratch)))
+            return st;
+    }
+    /* x[t] += sum over ranks k, in order, of w * out */
+    for (int64_t t = 0; t < T; t++) {
+        float *x = ws->x + (size_t)t * H;
+        for (int32_t k = 0; k < K; k++) {
+            const float w = ws->moe_w[t * K + k];
+            const float *o = ws->moe_out + (size_t)ws->moe_slot[t * K + k] * H;
+            for (size_t i = 0; i < H; i++)
+                x[i] += w * o[i];
+        }
+    }
+    return PAGODA_OK;
 }
 
 pagoda_status pg_dec_logits(const float *final_norm, float eps, const pg_linear *lm_head,

@@ -36,8 +36,28 @@ typedef struct pg_dec_mlp {
     pg_linear down;    /* [hidden, intermediate], added into the residual */
 } pg_dec_mlp;
 
+/* A mixture-of-experts MLP (Shazeer et al. 2017; Qwen3-MoE's
+ * Qwen3MoeSparseMoeBlock): h = RMSNorm(x); router logits h Wr^T (F32); p =
+ * softmax over the experts; the top-k experts by p (ties: lower index),
+ * their weights renormalised to sum 1 when norm_topk_prob; x += sum over the
+ * token's top-k in rank order of w_j * down_e(silu(gate_e(h)) * up_e(h)).
+ * Experts run as grouped GEMMs: the step's rows are sorted by expert (a
+ * counting sort, token order kept), each active expert multiplies its
+ * gathered rows once, and the outputs go back to their tokens. A token's
+ * result does not depend on the other tokens (each GEMM row is batch
+ * invariant and the k outputs are added in rank order). */
+typedef struct pg_dec_moe {
+    const float *norm; /* post-attention RMSNorm [hidden] */
+    pg_linear router;  /* [experts, hidden], F32 */
+    int32_t n_experts, top_k;
+    bool norm_topk;
+    pg_linear *gate_up; /* [n_experts] SwiGLU pairs [moe_ffn, hidden] x 2 */
+    pg_linear *down;    /* [n_experts] [hidden, moe_ffn] */
+} pg_dec_moe;
+
 enum {
     PG_DEC_QK_NORM = 1 << 0, /* self_attn.{q,k}_norm.weight [head_dim] */
+    PG_DEC_MOE = 1 << 1,     /* MoE MLP in the layers pg_model_config_layer_moe names */
 };
 
 /* Bind and pack layer `l`'s attention ("model.layers.{l}.input_layernorm",
@@ -50,6 +70,12 @@ pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const p
 /* Layer l's MLP ("post_attention_layernorm", "mlp.{gate,up,down}_proj"). */
 pagoda_status pg_dec_mlp_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
                               int l, pg_dec_mlp *f);
+/* Layer l's MoE MLP ("post_attention_layernorm", "mlp.gate" router,
+ * "mlp.experts.{e}.{gate,up,down}_proj"; cfg num_experts,
+ * num_experts_per_tok, moe_intermediate_size, norm_topk_prob). */
+pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
+                              int l, pg_dec_moe *f);
+void pg_dec_moe_free(pg_dec_moe *f);
 void pg_dec_attn_free(pg_dec_attn *a);
 void pg_dec_mlp_free(pg_dec_mlp *f);
 
@@ -78,11 +104,22 @@ typedef struct pg_dec_ws {
     size_t gemm_scratch_bytes;
     void *attn_scratch;
     size_t attn_scratch_bytes;
+    /* MoE (when dims.moe_experts > 0): per step, T tokens x top_k slots */
+    float *moe_logits; /* [T, experts] router logits -> probabilities */
+    int32_t *moe_sel;  /* [T * k] expert of (token, rank) */
+    float *moe_w;      /* [T * k] its weight */
+    int32_t *moe_slot; /* [T * k] its row in the expert-sorted buffers */
+    int32_t *moe_off;  /* [experts + 1] first sorted row of each expert */
+    float *moe_in;     /* [T * k, hidden] gathered normed rows */
+    float *moe_act;    /* [T * k, moe ffn] */
+    float *moe_out;    /* [T * k, hidden] */
 } pg_dec_ws;
 
 typedef struct pg_dec_dims {
     int64_t hidden, qkv_width, attn_width, act_width;
     int32_t n_heads, n_kv_heads, head_dim; /* the attention scratch's worst case */
+    int32_t moe_experts, moe_top_k;        /* 0: no MoE layer */
+    int64_t moe_ffn;
 } pg_dec_dims;
 
 /* A workspace for steps within lim; GEMM scratch sized for every linear in
@@ -107,6 +144,8 @@ pagoda_status pg_dec_attn_forward(const pg_dec_attn *a, const pg_rope_spec *rope
                                   const pg_batch *b, const pg_layer_cache *lc, pg_dec_ws *ws);
 /* x += down(silu(gate(h)) * up(h)), h = RMSNorm(x). */
 pagoda_status pg_dec_mlp_forward(const pg_dec_mlp *f, float eps, const pg_batch *b, pg_dec_ws *ws);
+/* x += MoE(RMSNorm(x)) (see pg_dec_moe). */
+pagoda_status pg_dec_moe_forward(const pg_dec_moe *f, float eps, const pg_batch *b, pg_dec_ws *ws);
 /* logits[i] = RMSNorm(x[logit_rows[i]]) lm_head^T. */
 pagoda_status pg_dec_logits(const float *final_norm, float eps, const pg_linear *lm_head,
                             const pg_batch *b, pg_dec_ws *ws, float *logits);

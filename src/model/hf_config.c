@@ -53,8 +53,8 @@ static const cJSON *item(const cJSON *o, const char *key) {
 }
 
 /* Integer field: absent/null -> def (or error when required, def == INT_MIN). */
-static pagoda_status get_int(const cJSON *o, const char *key, const char *path, long long lo,
-                             long long hi, bool required, int def, int *out) {
+pagoda_status pg_hf_get_int(const cJSON *o, const char *key, const char *path, long long lo,
+                            long long hi, bool required, int def, int *out) {
     const cJSON *j = item(o, key);
     if (!j) {
         if (required) return pg_error(PAGODA_ERR_FORMAT, "%s: missing '%s'", path, key);
@@ -68,8 +68,8 @@ static pagoda_status get_int(const cJSON *o, const char *key, const char *path, 
     *out = (int)j->valuedouble;
     return PAGODA_OK;
 }
-static pagoda_status get_float(const cJSON *o, const char *key, const char *path, bool required,
-                               float def, float *out) {
+pagoda_status pg_hf_get_float(const cJSON *o, const char *key, const char *path, bool required,
+                              float def, float *out) {
     const cJSON *j = item(o, key);
     if (!j) {
         if (required) return pg_error(PAGODA_ERR_FORMAT, "%s: missing '%s'", path, key);
@@ -81,8 +81,8 @@ static pagoda_status get_float(const cJSON *o, const char *key, const char *path
     *out = (float)j->valuedouble;
     return PAGODA_OK;
 }
-static pagoda_status get_bool(const cJSON *o, const char *key, const char *path, bool def,
-                              bool *out) {
+pagoda_status pg_hf_get_bool(const cJSON *o, const char *key, const char *path, bool def,
+                             bool *out) {
     const cJSON *j = item(o, key);
     if (!j) {
         *out = def;
@@ -129,24 +129,26 @@ static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_
     if (!strcmp(ty, "default")) return PAGODA_OK;
     if (!strcmp(ty, "llama3")) {
         cfg->rope_scaling = PG_ROPE_SCALING_LLAMA3;
-        if (!s) s = get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
-        if (!s) s = get_float(rs, "low_freq_factor", path, true, 0, &cfg->rope_low_freq_factor);
-        if (!s) s = get_float(rs, "high_freq_factor", path, true, 0, &cfg->rope_high_freq_factor);
+        if (!s) s = pg_hf_get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
         if (!s)
-            s = get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, true, 0,
-                        &cfg->rope_original_max_position);
+            s = pg_hf_get_float(rs, "low_freq_factor", path, true, 0, &cfg->rope_low_freq_factor);
+        if (!s)
+            s = pg_hf_get_float(rs, "high_freq_factor", path, true, 0, &cfg->rope_high_freq_factor);
+        if (!s)
+            s = pg_hf_get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, true, 0,
+                              &cfg->rope_original_max_position);
         if (!s && !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor))
             s = pg_error(PAGODA_ERR_FORMAT,
                          "%s: rope_scaling high_freq_factor must exceed low_freq_factor", path);
     } else if (!strcmp(ty, "linear")) {
         cfg->rope_scaling = PG_ROPE_SCALING_LINEAR;
-        s = get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
+        s = pg_hf_get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
     } else if (!strcmp(ty, "yarn")) {
         cfg->rope_scaling = PG_ROPE_SCALING_YARN;
-        s = get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
+        s = pg_hf_get_float(rs, "factor", path, true, 0, &cfg->rope_factor);
         if (!s)
-            s = get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, false,
-                        cfg->max_position_embeddings, &cfg->rope_original_max_position);
+            s = pg_hf_get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, false,
+                              cfg->max_position_embeddings, &cfg->rope_original_max_position);
     } else {
         return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: rope_scaling type '%.40s' is not supported",
                         path, ty);
@@ -205,18 +207,20 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
     cfg->arch = a;
     snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch);
     const int BIG = 1 << 30;
-    s = get_int(root, "vocab_size", path, 1, BIG, true, 0, &cfg->vocab_size);
-    if (!s) s = get_int(root, "hidden_size", path, 1, 1 << 20, true, 0, &cfg->hidden_size);
+    s = pg_hf_get_int(root, "vocab_size", path, 1, BIG, true, 0, &cfg->vocab_size);
+    if (!s) s = pg_hf_get_int(root, "hidden_size", path, 1, 1 << 20, true, 0, &cfg->hidden_size);
     if (!s)
-        s = get_int(root, "intermediate_size", path, 1, 1 << 22, true, 0, &cfg->intermediate_size);
+        s = pg_hf_get_int(root, "intermediate_size", path, 1, 1 << 22, true, 0,
+                          &cfg->intermediate_size);
     if (!s)
-        s = get_int(root, "num_hidden_layers", path, 1, 1 << 16, true, 0, &cfg->num_hidden_layers);
+        s = pg_hf_get_int(root, "num_hidden_layers", path, 1, 1 << 16, true, 0,
+                          &cfg->num_hidden_layers);
     if (!s)
-        s = get_int(root, "num_attention_heads", path, 1, 1 << 16, true, 0,
-                    &cfg->num_attention_heads);
+        s = pg_hf_get_int(root, "num_attention_heads", path, 1, 1 << 16, true, 0,
+                          &cfg->num_attention_heads);
     if (!s)
-        s = get_int(root, "num_key_value_heads", path, 1, 1 << 16, false, cfg->num_attention_heads,
-                    &cfg->num_key_value_heads);
+        s = pg_hf_get_int(root, "num_key_value_heads", path, 1, 1 << 16, false,
+                          cfg->num_attention_heads, &cfg->num_key_value_heads);
     if (!s && cfg->num_attention_heads % cfg->num_key_value_heads)
         s = pg_error(PAGODA_ERR_FORMAT,
                      "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", path,
@@ -226,25 +230,25 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
                      "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
                      cfg->hidden_size, cfg->num_attention_heads);
     if (!s)
-        s = get_int(root, "head_dim", path, 1, 1 << 16, false,
-                    cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim);
+        s = pg_hf_get_int(root, "head_dim", path, 1, 1 << 16, false,
+                          cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim);
     if (!s && cfg->head_dim % 2)
         s = pg_error(PAGODA_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path,
                      cfg->head_dim);
     if (!s)
-        s = get_int(root, "max_position_embeddings", path, 1, BIG, false, 2048,
-                    &cfg->max_position_embeddings);
-    if (!s) s = get_float(root, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
+        s = pg_hf_get_int(root, "max_position_embeddings", path, 1, BIG, false, 2048,
+                          &cfg->max_position_embeddings);
+    if (!s) s = pg_hf_get_float(root, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
     const cJSON *rp = item(root, "rope_parameters");
     if (!s)
-        s = get_float(cJSON_IsObject(rp) && item(rp, "rope_theta") ? rp : root, "rope_theta", path,
-                      false, 10000.0f, &cfg->rope_theta);
+        s = pg_hf_get_float(cJSON_IsObject(rp) && item(rp, "rope_theta") ? rp : root, "rope_theta",
+                            path, false, 10000.0f, &cfg->rope_theta);
     if (!s && !(cfg->rms_norm_eps >= 0 && cfg->rope_theta > 0))
         s = pg_error(PAGODA_ERR_FORMAT, "%s: rms_norm_eps must be >= 0 and rope_theta > 0", path);
-    if (!s) s = get_bool(root, "tie_word_embeddings", path, false, &cfg->tie_word_embeddings);
-    if (!s) s = get_bool(root, "attention_bias", path, false, &cfg->attention_bias);
-    if (!s) s = get_int(root, "sliding_window", path, 0, BIG, false, 0, &cfg->sliding_window);
-    if (!s) s = get_int(root, "bos_token_id", path, 0, BIG, false, -1, &cfg->bos_token_id);
+    if (!s) s = pg_hf_get_bool(root, "tie_word_embeddings", path, false, &cfg->tie_word_embeddings);
+    if (!s) s = pg_hf_get_bool(root, "attention_bias", path, false, &cfg->attention_bias);
+    if (!s) s = pg_hf_get_int(root, "sliding_window", path, 0, BIG, false, 0, &cfg->sliding_window);
+    if (!s) s = pg_hf_get_int(root, "bos_token_id", path, 0, BIG, false, -1, &cfg->bos_token_id);
     if (!s) s = get_eos(root, path, cfg);
     if (!s) s = parse_rope_scaling(root, path, cfg);
     const cJSON *act = item(root, "hidden_act");
@@ -267,15 +271,18 @@ pagoda_status pg_hf_generation_parse(const char *json, size_t len, const char *p
     cJSON *root = parse_obj(json, len, path, &s);
     if (!root) return s;
     pg_generation_defaults_init(gen);
-    s = get_float(root, "temperature", path, false, NAN, &gen->temperature);
-    if (!s) s = get_float(root, "top_p", path, false, NAN, &gen->top_p);
-    if (!s) s = get_float(root, "min_p", path, false, NAN, &gen->min_p);
-    if (!s) s = get_float(root, "repetition_penalty", path, false, NAN, &gen->repetition_penalty);
-    if (!s) s = get_int(root, "top_k", path, 0, 1 << 30, false, -1, &gen->top_k);
-    if (!s) s = get_int(root, "max_new_tokens", path, 0, 1 << 30, false, -1, &gen->max_new_tokens);
+    s = pg_hf_get_float(root, "temperature", path, false, NAN, &gen->temperature);
+    if (!s) s = pg_hf_get_float(root, "top_p", path, false, NAN, &gen->top_p);
+    if (!s) s = pg_hf_get_float(root, "min_p", path, false, NAN, &gen->min_p);
+    if (!s)
+        s = pg_hf_get_float(root, "repetition_penalty", path, false, NAN, &gen->repetition_penalty);
+    if (!s) s = pg_hf_get_int(root, "top_k", path, 0, 1 << 30, false, -1, &gen->top_k);
+    if (!s)
+        s = pg_hf_get_int(root, "max_new_tokens", path, 0, 1 << 30, false, -1,
+                          &gen->max_new_tokens);
     if (!s) s = get_eos(root, path, cfg);
     if (!s && cfg->bos_token_id < 0)
-        s = get_int(root, "bos_token_id", path, 0, 1 << 30, false, -1, &cfg->bos_token_id);
+        s = pg_hf_get_int(root, "bos_token_id", path, 0, 1 << 30, false, -1, &cfg->bos_token_id);
     cJSON_Delete(root);
     return s;
 }

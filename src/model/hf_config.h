@@ -4,6 +4,7 @@
 #ifndef PAGODA_MODEL_HF_CONFIG_H
 #define PAGODA_MODEL_HF_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "base/status.h"
@@ -31,6 +32,18 @@ void pg_model_config_add_eos(pg_model_config *cfg, int id);
  * scaling type). */
 pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
                                  pg_model_config *cfg);
+
+/* Fields of a config.json object for architectures' parse_hf hooks: an
+ * absent or null key gives def (or PAGODA_ERR_FORMAT "missing 'key'" when
+ * required); a value of the wrong type or out of [lo, hi] is
+ * PAGODA_ERR_FORMAT naming `path` and the key. */
+struct cJSON;
+pagoda_status pg_hf_get_int(const struct cJSON *o, const char *key, const char *path, long long lo,
+                            long long hi, bool required, int def, int *out);
+pagoda_status pg_hf_get_float(const struct cJSON *o, const char *key, const char *path,
+                              bool required, float def, float *out);
+pagoda_status pg_hf_get_bool(const struct cJSON *o, const char *key, const char *path, bool def,
+                             bool *out);
 
 /* Parse generation_config.json: temperature, top_p, top_k, min_p,
  * repetition_penalty, max_new_tokens into gen; eos_token_id (int or list)

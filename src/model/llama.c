@@ -10,7 +10,8 @@
 
 typedef struct llama_layer {
     pg_dec_attn attn;
-    pg_dec_mlp mlp;
+    pg_dec_mlp mlp; /* dense MLP, or */
+    pg_dec_moe moe; /* a mixture of experts when moe.n_experts > 0 (PG_DEC_MOE) */
 } llama_layer;
 
 typedef struct llama {
@@ -36,7 +37,8 @@ static pagoda_status forward(const pg_model *base, void *wsp, const pg_batch *b,
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const llama_layer *L = &m->layers[l];
         if ((st = pg_dec_attn_forward(&L->attn, &m->rope, c->rms_norm_eps, b, &b->layers[l], ws)) ||
-            (st = pg_dec_mlp_forward(&L->mlp, c->rms_norm_eps, b, ws)))
+            (st = L->moe.n_experts ? pg_dec_moe_forward(&L->moe, c->rms_norm_eps, b, ws)
+                                   : pg_dec_mlp_forward(&L->mlp, c->rms_norm_eps, b, ws)))
             return st;
     }
     return pg_dec_logits(m->final_norm, c->rms_norm_eps, &m->lm_head, b, ws, logits);
@@ -48,28 +50,40 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     const llama *m = (const llama *)base;
     const pg_model_config *c = &base->cfg;
     int L = c->num_hidden_layers, n = 0;
-    const pg_linear **ls = malloc((size_t)(4 * L + 1) * sizeof *ls);
+    const pg_linear **ls = malloc((size_t)(5 * L + 1) * sizeof *ls);
     if (!ls) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
-    for (int l = 0; l < L; l++) {
-        ls[n++] = &m->layers[l].attn.qkv;
-        ls[n++] = &m->layers[l].attn.o;
-        ls[n++] = &m->layers[l].mlp.gate_up;
-        ls[n++] = &m->layers[l].mlp.down;
-    }
-    ls[n++] = &m->lm_head;
-    const int64_t hd = c->head_dim;
     pg_dec_dims d = {.hidden = c->hidden_size,
                      .qkv_width = m->layers[0].attn.qkv.n_out,
-                     .attn_width = (int64_t)c->num_attention_heads * hd,
-                     .act_width = c->intermediate_size,
+                     .attn_width = (int64_t)c->num_attention_heads * c->head_dim,
+                     .act_width = 1,
                      .n_heads = c->num_attention_heads,
                      .n_kv_heads = c->num_key_value_heads,
                      .head_dim = c->head_dim};
+    for (int l = 0; l < L; l++) {
+        const llama_layer *Y = &m->layers[l];
+        ls[n++] = &Y->attn.qkv;
+        ls[n++] = &Y->attn.o;
+        if (Y->moe.n_experts) { /* every expert has the shape and format of expert 0 */
+            ls[n++] = &Y->moe.router;
+            ls[n++] = &Y->moe.gate_up[0];
+            ls[n++] = &Y->moe.down[0];
+            d.moe_experts = Y->moe.n_experts;
+            d.moe_top_k = Y->moe.top_k;
+            d.moe_ffn = Y->moe.gate_up[0].n_out;
+        } else {
+            ls[n++] = &Y->mlp.gate_up;
+            ls[n++] = &Y->mlp.down;
+            d.act_width = c->intermediate_size;
+        }
+    }
+    ls[n++] = &m->lm_head;
     pagoda_status st = pg_dec_ws_create(&d, lim, ls, n, 1, (pg_dec_ws **)out);
     free(ls);
     return st;
 }
 
+/* A decode step at batch 1 reads the top-k experts of each MoE layer: their
+ * share k / experts of the layer's expert bytes (every expert is alike). */
 static size_t weight_bytes_per_step(const pg_model *base) {
     const llama *m = (const llama *)base;
     const size_t H = (size_t)base->cfg.hidden_size;
@@ -77,8 +91,13 @@ static size_t weight_bytes_per_step(const pg_model *base) {
     for (int l = 0; l < base->cfg.num_hidden_layers; l++) {
         const llama_layer *L = &m->layers[l];
         b += 2 * H * sizeof(float); /* attention and MLP norms */
-        b += pg_linear_bytes(&L->attn.qkv) + pg_linear_bytes(&L->attn.o) +
-             pg_linear_bytes(&L->mlp.gate_up) + pg_linear_bytes(&L->mlp.down);
+        b += pg_linear_bytes(&L->attn.qkv) + pg_linear_bytes(&L->attn.o);
+        if (L->moe.n_experts)
+            b += pg_linear_bytes(&L->moe.router) +
+                 (size_t)L->moe.top_k *
+                     (pg_linear_bytes(&L->moe.gate_up[0]) + pg_linear_bytes(&L->moe.down[0]));
+        else
+            b += pg_linear_bytes(&L->mlp.gate_up) + pg_linear_bytes(&L->mlp.down);
     }
     return b + pg_linear_bytes(&m->lm_head);
 }
@@ -89,6 +108,7 @@ static void model_free(pg_model *base) {
     for (int l = 0; m->layers && l < base->cfg.num_hidden_layers; l++) {
         pg_dec_attn_free(&m->layers[l].attn);
         pg_dec_mlp_free(&m->layers[l].mlp);
+        pg_dec_moe_free(&m->layers[l].moe);
     }
     free(m->layers);
     pg_linear_free(&m->lm_head);
@@ -122,8 +142,10 @@ static pagoda_status load_weights(llama *m, const pg_linear_policy *p, unsigned 
         return st;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         llama_layer *L = &m->layers[l];
+        bool moe = (flags & PG_DEC_MOE) && pg_model_config_layer_moe(c, l);
         if ((st = pg_dec_attn_load(w, p, c, l, flags, c->sliding_window, &L->attn)) ||
-            (st = pg_dec_mlp_load(w, p, c, l, &L->mlp)))
+            (st =
+                 moe ? pg_dec_moe_load(w, p, c, l, &L->moe) : pg_dec_mlp_load(w, p, c, l, &L->mlp)))
             return st;
         m->base.cache[l] = (pg_layer_cache_spec){
             .kind = c->sliding_window > 0 ? PG_LAYER_CACHE_SLIDING : PG_LAYER_CACHE_FULL,
@@ -156,11 +178,12 @@ static pagoda_status load_weights(llama *m, const pg_linear_policy *p, unsigned 
     int n = 0;
     pg_linear **chain = malloc((size_t)(4 * c->num_hidden_layers + 1) * sizeof *chain);
     if (!chain) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
-    for (int l = 0; l < c->num_hidden_layers; l++) {
+    for (int l = 0; l < c->num_hidden_layers; l++) { /* (experts: chosen per step) */
         chain[n++] = &m->layers[l].attn.qkv;
         chain[n++] = &m->layers[l].attn.o;
-        chain[n++] = &m->layers[l].mlp.gate_up;
-        chain[n++] = &m->layers[l].mlp.down;
+        chain[n++] =
+            m->layers[l].moe.n_experts ? &m->layers[l].moe.router : &m->layers[l].mlp.gate_up;
+        chain[n++] = m->layers[l].moe.n_experts ? NULL : &m->layers[l].mlp.down;
     }
     chain[n++] = &m->lm_head;
     pg_linear_chain(chain, n);
@@ -204,33 +227,37 @@ static pagoda_status create(const pg_model_source *src, const pg_model_options *
 /* Tensors (llama.cpp gguf-py constants.py / tensor_mapping.py for the GGUF names). */
 const pg_arch_tensor pg_llama_tensors[] = {
     {"model.embed_tokens.weight", "token_embd.weight", PG_DIM_VOCAB, PG_DIM_HIDDEN, PG_REQ_ALWAYS,
-     false, false},
+     false, false, false},
     {"model.norm.weight", "output_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_ALWAYS, false,
-     false},
+     false, false},
     {"lm_head.weight", "output.weight", PG_DIM_VOCAB, PG_DIM_HIDDEN, PG_REQ_UNLESS_TIED, false,
-     true},
+     true, false},
     {"input_layernorm.weight", "attn_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_ALWAYS, true,
+     false, false},
+    {"self_attn.q_proj.weight", "attn_q.weight", PG_DIM_Q, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true, true,
      false},
-    {"self_attn.q_proj.weight", "attn_q.weight", PG_DIM_Q, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
-     true},
     {"self_attn.k_proj.weight", "attn_k.weight", PG_DIM_KV, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
-     true},
+     true, false},
     {"self_attn.v_proj.weight", "attn_v.weight", PG_DIM_KV, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
-     true},
+     true, false},
     {"self_attn.o_proj.weight", "attn_output.weight", PG_DIM_HIDDEN, PG_DIM_Q, PG_REQ_ALWAYS, true,
-     true},
-    {"self_attn.q_proj.bias", "attn_q.bias", PG_DIM_Q, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
-    {"self_attn.k_proj.bias", "attn_k.bias", PG_DIM_KV, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
-    {"self_attn.v_proj.bias", "attn_v.bias", PG_DIM_KV, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false},
-    {"self_attn.o_proj.bias", "attn_output.bias", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_OPTIONAL, true,
+     true, false},
+    {"self_attn.q_proj.bias", "attn_q.bias", PG_DIM_Q, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false,
      false},
+    {"self_attn.k_proj.bias", "attn_k.bias", PG_DIM_KV, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false,
+     false},
+    {"self_attn.v_proj.bias", "attn_v.bias", PG_DIM_KV, PG_DIM_NONE, PG_REQ_IF_BIAS, true, false,
+     false},
+    {"self_attn.o_proj.bias", "attn_output.bias", PG_DIM_HIDDEN, PG_DIM_NONE, PG_REQ_OPTIONAL, true,
+     false, false},
     {"post_attention_layernorm.weight", "ffn_norm.weight", PG_DIM_HIDDEN, PG_DIM_NONE,
-     PG_REQ_ALWAYS, true, false},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", PG_DIM_FFN, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true,
-     true},
-    {"mlp.up_proj.weight", "ffn_up.weight", PG_DIM_FFN, PG_DIM_HIDDEN, PG_REQ_ALWAYS, true, true},
-    {"mlp.down_proj.weight", "ffn_down.weight", PG_DIM_HIDDEN, PG_DIM_FFN, PG_REQ_ALWAYS, true,
-     true},
+     PG_REQ_ALWAYS, true, false, false},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", PG_DIM_FFN, PG_DIM_HIDDEN, PG_REQ_DENSE_MLP, true,
+     true, false},
+    {"mlp.up_proj.weight", "ffn_up.weight", PG_DIM_FFN, PG_DIM_HIDDEN, PG_REQ_DENSE_MLP, true, true,
+     false},
+    {"mlp.down_proj.weight", "ffn_down.weight", PG_DIM_HIDDEN, PG_DIM_FFN, PG_REQ_DENSE_MLP, true,
+     true, false},
     {0},
 };
 

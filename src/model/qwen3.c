@@ -11,11 +11,12 @@
 
 #include "model/decoder.h"
 #include "model/llama.h"
+#include "model/qwen3.h"
 
 /* Qwen configs carry sliding_window (often 4096 or null) with
  * use_sliding_window false: only the latter switches it on. head_dim
  * defaults to 128. */
-static pagoda_status parse_hf(const cJSON *root, const char *path, pg_model_config *cfg) {
+pagoda_status pg_qwen3_parse_hf(const cJSON *root, const char *path, pg_model_config *cfg) {
     const cJSON *use = cJSON_GetObjectItemCaseSensitive(root, "use_sliding_window");
     if (cJSON_IsTrue(use))
         return pg_error(PAGODA_ERR_UNSUPPORTED,
@@ -32,14 +33,15 @@ static pagoda_status create(const pg_model_source *src, const pg_model_options *
 }
 
 /* Llama's tensors plus the per-head q/k norms. */
-static const pg_arch_tensor QWEN3_QK_NORM[] = {
+const pg_arch_tensor pg_qwen3_qk_norm_tensors[] = {
     {"self_attn.q_norm.weight", "attn_q_norm.weight", PG_DIM_HEAD, PG_DIM_NONE, PG_REQ_ALWAYS, true,
-     false},
+     false, false},
     {"self_attn.k_norm.weight", "attn_k_norm.weight", PG_DIM_HEAD, PG_DIM_NONE, PG_REQ_ALWAYS, true,
-     false},
+     false, false},
     {0},
 };
 
+static const pg_arch_tensor *const QWEN3_EXTRA[] = {pg_qwen3_qk_norm_tensors, NULL};
 static const char *const QWEN3_HF[] = {"Qwen3ForCausalLM", NULL};
 static const char *const QWEN3_TYPES[] = {"qwen3", NULL};
 
@@ -50,7 +52,7 @@ const pg_arch pg_arch_qwen3 = {
     .gguf_name = "qwen3",
     .gguf_rope_interleaved = false,
     .tensors = pg_llama_tensors,
-    .extra_tensors = QWEN3_QK_NORM,
-    .parse_hf = parse_hf,
+    .extra_tensors = QWEN3_EXTRA,
+    .parse_hf = pg_qwen3_parse_hf,
     .create = create,
 };

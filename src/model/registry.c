@@ -7,12 +7,14 @@
 
 extern const pg_arch pg_arch_llama;
 extern const pg_arch pg_arch_qwen3;
+extern const pg_arch pg_arch_qwen3_moe;
 
 #define MAX_ARCHS 24
 
 static const pg_arch *g_archs[MAX_ARCHS + 1] = {
     &pg_arch_llama,
     &pg_arch_qwen3,
+    &pg_arch_qwen3_moe,
 };
 
 static int count(void) {
@@ -78,14 +80,23 @@ const char *pg_model_supported(char *buf, size_t cap) {
 }
 
 const pg_arch_tensor *pg_arch_tensor_at(const pg_arch *a, int i) {
-    int n = 0;
-    while (a->tensors[n].hf)
-        n++;
-    if (i < n) return &a->tensors[i];
-    if (!a->extra_tensors) return NULL;
-    for (int j = 0; j <= i - n; j++)
-        if (!a->extra_tensors[j].hf) return NULL;
-    return &a->extra_tensors[i - n];
+    const pg_arch_tensor *t = a->tensors;
+    for (int table = 0; t; t = a->extra_tensors ? a->extra_tensors[table++] : NULL) {
+        int n = 0;
+        while (t[n].hf)
+            n++;
+        if (i < n) return &t[i];
+        i -= n;
+        if (!a->extra_tensors) break;
+    }
+    return NULL;
+}
+
+bool pg_model_config_layer_moe(const pg_model_config *c, int l) {
+    if (c->num_experts <= 0) return false;
+    if (l >= 0 && l < 256 && (c->mlp_only_layers[l / 64] >> (l % 64) & 1)) return false;
+    int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
+    return (l + 1) % step == 0;
 }
 
 int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
@@ -102,6 +113,10 @@ int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
         return c->intermediate_size;
     case PG_DIM_HEAD:
         return c->head_dim;
+    case PG_DIM_EXPERTS:
+        return c->num_experts;
+    case PG_DIM_MOE_FFN:
+        return c->moe_intermediate_size;
     default:
         return -1;
     }
@@ -113,7 +128,7 @@ static bool map_name(const pg_arch *a, const char *in, char *out, size_t cap, in
     const pg_arch_tensor *t;
     for (int i = 0; (t = pg_arch_tensor_at(a, i)) != NULL; i++) {
         const char *src = from ? t->hf : t->gguf, *dst = from ? t->gguf : t->hf;
-        if (!src || !dst) continue;
+        if (!src || !dst || t->expert) continue; /* not 1:1: the source splits them */
         if (!t->layer) {
             if (!strcmp(in, src)) {
                 snprintf(out, cap, "%s", dst);

@@ -450,6 +450,49 @@ static pagoda_status gguf_config(pg_model_source *src) {
     return PAGODA_OK;
 }
 
+/* The expert entry of a's table a GGUF name "blk.{layer}.<gguf>" is, or NULL. */
+static const pg_arch_tensor *gguf_expert_tensor(const pg_arch *a, const char *name, int *layer) {
+    if (strncmp(name, "blk.", 4) != 0) return NULL;
+    char *end;
+    long l = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || l < 0 || l >= 1 << 16) return NULL;
+    const pg_arch_tensor *t;
+    for (int i = 0; (t = pg_arch_tensor_at(a, i)) != NULL; i++)
+        if (t->expert && t->gguf && !strcmp(end + 1, t->gguf)) {
+            *layer = (int)l;
+            return t;
+        }
+    return NULL;
+}
+
+/* llama.cpp stacks the experts of a layer: ne [d1, d0, experts], i.e.
+ * [experts, d0, d1] in PyTorch order, expert e's rows contiguous. Each
+ * becomes a view "model.layers.{layer}.mlp.experts.{e}.<hf>" [d0, d1]. */
+static pagoda_status split_experts(pg_model_source *src, size_t *cap, const pg_tensor *t,
+                                   const pg_arch_tensor *xt, int layer, const char *gname) {
+    if (t->ndim != 3 || t->shape[0] != src->cfg.num_experts || t->shape[0] < 1 ||
+        t->nbytes % (size_t)t->shape[0])
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: tensor '%s' must be 3-D with expert_count (%d) experts first",
+                        src->path, gname, src->cfg.num_experts);
+    const size_t per = t->nbytes / (size_t)t->shape[0];
+    for (int64_t e = 0; e < t->shape[0]; e++) {
+        pg_tensor v = *t;
+        v.ndim = 2;
+        v.shape[0] = t->shape[1];
+        v.shape[1] = t->shape[2];
+        v.shape[2] = 1;
+        v.data = (const uint8_t *)t->data + (size_t)e * per;
+        v.nbytes = per;
+        char name[512];
+        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%lld.%s", layer, (long long)e,
+                 xt->hf);
+        pagoda_status s = add_tensor(src, cap, &v, name);
+        if (s) return s;
+    }
+    return PAGODA_OK;
+}
+
 static pagoda_status open_gguf(pg_model_source *src) {
     pagoda_status s = pg_gguf_open(src->path, &src->gguf);
     if (s) return s;
@@ -477,6 +520,13 @@ static pagoda_status open_gguf(pg_model_source *src) {
         t.data = gt->data;
         t.nbytes = gt->nbytes;
         char name[512];
+        int layer;
+        const pg_arch_tensor *xt = gguf_expert_tensor(src->cfg.arch, gt->name, &layer);
+        if (xt) { /* [experts, d0, d1] -> one HF view per expert */
+            s = split_experts(src, &cap, &t, xt, layer, gt->name);
+            if (s) return s;
+            continue;
+        }
         pg_arch_gguf_to_hf(src->cfg.arch, gt->name, name, sizeof name);
         s = add_tensor(src, &cap, &t, name);
         if (s) return s;
@@ -550,8 +600,8 @@ static pagoda_status expect_linear(const pg_model_source *src, const char *name,
  * Tensors every loader skips count too (llama.cpp's "rope_freqs.weight",
  * old HF checkpoints' "rotary_emb.inv_freq"); they return a static entry. */
 static const pg_arch_tensor *known_tensor(const pg_arch *a, const char *name) {
-    static const pg_arch_tensor SKIPPED = {"",    "",   PG_DIM_NONE, PG_DIM_NONE, PG_REQ_OPTIONAL,
-                                           false, false};
+    static const pg_arch_tensor SKIPPED = {"",    "",    PG_DIM_NONE, PG_DIM_NONE, PG_REQ_OPTIONAL,
+                                           false, false, false};
     const char *rest = name;
     bool layer = false;
     if (!strncmp(name, "model.layers.", 13)) {
@@ -565,9 +615,16 @@ static const pg_arch_tensor *known_tensor(const pg_arch *a, const char *name) {
     if (!strcmp(name, "rope_freqs.weight") ||
         (layer && !strncmp(rest, "self_attn.rotary_emb.", 21)))
         return &SKIPPED;
+    const char *in_expert = NULL; /* "mlp.experts.{e}.<rest>": <rest> */
+    if (layer && !strncmp(rest, "mlp.experts.", 12)) {
+        char *end;
+        strtol(rest + 12, &end, 10);
+        if (end != rest + 12 && *end == '.') in_expert = end + 1;
+    }
     const pg_arch_tensor *t;
     for (int i = 0; (t = pg_arch_tensor_at(a, i)) != NULL; i++) {
-        if (t->layer != layer) continue;
+        if (t->layer != layer || t->expert != (in_expert != NULL)) continue;
+        if (in_expert) rest = in_expert;
         if (!strcmp(rest, t->hf)) return t;
         size_t n = strlen(t->hf);
         if (t->linear && n > 7 && !strcmp(t->hf + n - 7, ".weight") &&
@@ -588,7 +645,9 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
         [PG_DIM_Q] = "num_attention_heads*head_dim",
         [PG_DIM_KV] = "num_key_value_heads*head_dim",
         [PG_DIM_FFN] = "intermediate_size",
-        [PG_DIM_HEAD] = "head_dim"};
+        [PG_DIM_HEAD] = "head_dim",
+        [PG_DIM_EXPERTS] = "num_experts",
+        [PG_DIM_MOE_FFN] = "moe_intermediate_size"};
     const pg_model_config *c = &src->cfg;
     pagoda_status s = PAGODA_OK;
     char n[256], why[96];
@@ -598,19 +657,28 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
             const pg_arch_tensor *t;
             for (int i = 0; !s && (t = pg_arch_tensor_at(c->arch, i)) != NULL; i++) {
                 if (t->layer != (pass == 1)) continue;
-                bool req = t->req == PG_REQ_ALWAYS ||
+                bool moe = t->layer && pg_model_config_layer_moe(c, l);
+                if ((t->req == PG_REQ_MOE && !moe) || (t->req == PG_REQ_DENSE_MLP && moe))
+                    continue; /* not this layer's kind: known_tensor() refuses it if present */
+                bool req = t->req == PG_REQ_ALWAYS || t->req == PG_REQ_MOE ||
+                           t->req == PG_REQ_DENSE_MLP ||
                            (t->req == PG_REQ_IF_BIAS && c->attention_bias) ||
                            (t->req == PG_REQ_UNLESS_TIED && !c->tie_word_embeddings);
-                if (t->layer)
-                    snprintf(n, sizeof n, "model.layers.%d.%s", l, t->hf);
-                else
-                    snprintf(n, sizeof n, "%s", t->hf);
                 if (t->d1 == PG_DIM_NONE)
                     snprintf(why, sizeof why, "%s", DIM_NAMES[t->d0]);
                 else
                     snprintf(why, sizeof why, "%s x %s", DIM_NAMES[t->d0], DIM_NAMES[t->d1]);
-                s = (t->linear ? expect_linear : expect)(src, n, req, pg_arch_dim(c, t->d0),
-                                                         pg_arch_dim(c, t->d1), why);
+                int experts = t->expert ? c->num_experts : 1;
+                for (int e = 0; e < experts && !s; e++) {
+                    if (t->expert)
+                        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s", l, e, t->hf);
+                    else if (t->layer)
+                        snprintf(n, sizeof n, "model.layers.%d.%s", l, t->hf);
+                    else
+                        snprintf(n, sizeof n, "%s", t->hf);
+                    s = (t->linear ? expect_linear : expect)(src, n, req, pg_arch_dim(c, t->d0),
+                                                             pg_arch_dim(c, t->d1), why);
+                }
             }
         }
     }
@@ -639,6 +707,23 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
             return pg_error(PAGODA_ERR_FORMAT,
                             "%s: tensor '%s' is present but config attention_bias is false",
                             src->config_desc, nm);
+        if (t->expert) {
+            const char *x = strstr(nm, ".mlp.experts.");
+            long e = x ? strtol(x + 13, NULL, 10) : -1;
+            if (e < 0 || e >= c->num_experts)
+                return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' is beyond num_experts %d",
+                                src->config_desc, nm, c->num_experts);
+        }
+        if (t->req == PG_REQ_MOE || t->req == PG_REQ_DENSE_MLP) {
+            long l = strtol(nm + 13, NULL, 10);
+            if (pg_model_config_layer_moe(c, (int)l) != (t->req == PG_REQ_MOE))
+                return pg_error(PAGODA_ERR_FORMAT,
+                                "%s: tensor '%s': layer %ld is %s by the config (num_experts, "
+                                "mlp_only_layers, decoder_sparse_step)",
+                                src->config_desc, nm, l,
+                                t->req == PG_REQ_MOE ? "a dense MLP layer"
+                                                     : "a mixture of experts");
+        }
     }
     return PAGODA_OK;
 }

@@ -73,8 +73,14 @@ typedef struct pg_model_config {
     int sliding_window;   /* 0 = none */
     pg_dtype torch_dtype; /* dominant weight dtype (F32/F16/BF16/...) */
     char hidden_act[24];  /* config.json hidden_act ("silu"), "" when not given (GGUF) */
-    int bos_token_id;     /* -1 if none */
-    int eos_token_ids[8]; /* from config / generation_config; -1 terminated */
+    /* mixture of experts (num_experts 0: dense): a layer l is MoE unless it is
+     * in mlp_only_layers or (l + 1) % decoder_sparse_step != 0 (Qwen3-MoE) */
+    int num_experts, num_experts_per_tok, moe_intermediate_size;
+    bool norm_topk_prob;         /* renormalise the top-k routing weights */
+    int decoder_sparse_step;     /* 1: every layer */
+    uint64_t mlp_only_layers[4]; /* bit l: layer l (< 256) has the dense MLP */
+    int bos_token_id;            /* -1 if none */
+    int eos_token_ids[8];        /* from config / generation_config; -1 terminated */
 } pg_model_config;
 
 /* Defaults from generation_config.json (HF) — -1 / NaN when not given. */

@@ -315,7 +315,8 @@ static size_t plan(const pg_gen_model_options *o, gen_tensor *t) {
         for (int l = 0; l < nl; l++) {
             const pg_arch_tensor *e;
             for (int k = 0; (e = pg_arch_tensor_at(gen_arch(o), k)) != NULL; k++) {
-                bool wanted = e->req == PG_REQ_ALWAYS || (e->req == PG_REQ_UNLESS_TIED && !o->tie);
+                bool wanted = e->req == PG_REQ_ALWAYS || e->req == PG_REQ_DENSE_MLP ||
+                              (e->req == PG_REQ_UNLESS_TIED && !o->tie);
                 bool embed = !e->layer && !e->linear && e->d0 == PG_DIM_VOCAB;
                 int in_pass = e->layer ? 1 : embed ? 0 : 2;
                 if (wanted && in_pass == pass) add(o, t, &n, l, e);
