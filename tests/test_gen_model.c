@@ -1,9 +1,10 @@
 /* The random-model generator (tools/gen/gen_model.h): both forms load
  * through pg_model_source, agree with each other (up to the GGUF Q/K row
  * permutation of Llama and dtype rounding), and carry the requested config;
- * Qwen3 in both forms loads as the same model (same logits) with the names
- * and keys llama.cpp's converter writes. Also GGUF-side errors: an
- * unsupported tensor type and metadata that contradicts the weights. */
+ * Qwen3 and Qwen3-MoE in both forms load as the same model (same logits)
+ * with the names, shapes and keys llama.cpp's converter writes (MoE: F32
+ * router, 3-D stacked experts). Also GGUF-side errors: an unsupported
+ * tensor type and metadata that contradicts the weights. */
 #include "testutil.h"
 #include "model_run.h"
 
@@ -19,7 +20,8 @@
 #include "model/model.h"
 #include "model/source.h"
 
-extern const pg_arch pg_arch_qwen3; /* model/qwen3.c */
+extern const pg_arch pg_arch_qwen3;     /* model/qwen3.c */
+extern const pg_arch pg_arch_qwen3_moe; /* model/qwen3_moe.c */
 
 static char g_hf[4200], g_gguf[4200];
 
@@ -64,6 +66,15 @@ static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol
         assert_int_equal(c->rope_scaling, k == 1 ? PG_ROPE_SCALING_NONE : o->rope_scaling);
         assert_int_equal(c->bos_token_id, o->bos_token_id);
         assert_int_equal(c->eos_token_ids[0], o->eos_token_id);
+        assert_int_equal(c->num_experts, o->experts);
+        if (o->experts) {
+            assert_int_equal(c->num_experts_per_tok, o->experts_per_tok);
+            assert_int_equal(c->moe_intermediate_size, o->moe_ffn);
+            assert_true(c->norm_topk_prob);
+            assert_int_equal(c->decoder_sparse_step, 1);
+            for (int l = 0; l < o->layers; l++)
+                assert_true(pg_model_config_layer_moe(c, l));
+        }
         if (k == 0 && o->rope_scaling == PG_ROPE_SCALING_LLAMA3) {
             assert_true(c->rope_factor == o->rope_factor);
             assert_true(c->rope_low_freq_factor == o->rope_low_freq_factor);
@@ -301,8 +312,47 @@ static void test_bad_options(void **state) {
     assert_int_equal(o.ffn, 6144);
     assert_int_equal(o.head_dim, 128);
     assert_int_equal(o.vocab, 151936);
+    assert_int_equal(o.experts, 0);
+    /* Qwen3-30B-A3B's shape */
+    assert_int_equal(pg_gen_model_preset(&o, "qwen3-30b-a3b"), PAGODA_OK);
+    assert_ptr_equal(o.arch, &pg_arch_qwen3_moe);
+    assert_int_equal(o.hidden, 2048);
+    assert_int_equal(o.layers, 48);
+    assert_int_equal(o.heads, 32);
+    assert_int_equal(o.kv_heads, 4);
+    assert_int_equal(o.head_dim, 128);
+    assert_int_equal(o.ffn, 6144);
+    assert_int_equal(o.experts, 128);
+    assert_int_equal(o.experts_per_tok, 8);
+    assert_int_equal(o.moe_ffn, 768);
+    assert_int_equal(o.vocab, 151936);
+    assert_int_equal(o.max_position, 40960);
+    assert_false(o.tie);
+    assert_int_equal(o.hf_dtype, PG_BF16);
+    assert_true(o.rope_theta == 1e6f);
+    assert_true(o.rms_eps == 1e-6f);
+    /* a dense preset after it drops the experts */
+    assert_int_equal(pg_gen_model_preset(&o, "llama-3.2-1b"), PAGODA_OK);
+    assert_int_equal(o.experts, 0);
+    assert_int_equal(o.moe_ffn, 0);
     assert_int_equal(pg_gen_model_set_arch(&o, "mamba"), PAGODA_ERR_INVALID_ARG);
-    assert_non_null(strstr(pg_last_error(), "llama, qwen3"));
+    assert_non_null(strstr(pg_last_error(), "llama, qwen3, qwen3_moe"));
+    /* experts only for qwen3_moe, and a consistent count there */
+    pg_gen_model_defaults(&o);
+    o.gguf_path = "/tmp/never-written.gguf";
+    o.experts = 4;
+    assert_int_equal(pg_gen_model_write(&o), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "for qwen3_moe"));
+    assert_int_equal(pg_gen_model_set_arch(&o, "qwen3_moe"), PAGODA_OK);
+    assert_int_equal(o.experts, 4);
+    assert_int_equal(o.experts_per_tok, 2);
+    o.experts_per_tok = 5;
+    assert_int_equal(pg_gen_model_write(&o), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "5 per token"));
+    o.experts_per_tok = 2;
+    o.ct_bits = 8;
+    assert_int_equal(pg_gen_model_write(&o), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "compressed-tensors"));
     /* Llama-3 RoPE scaling is not a Qwen3 thing */
     pg_gen_model_defaults(&o);
     assert_int_equal(pg_gen_model_set_arch(&o, "qwen3"), PAGODA_OK);
@@ -474,6 +524,224 @@ static void test_qwen3_gguf_names_and_keys(void **state) {
     pg_model_source_free(src);
 }
 
+/* ---- Qwen3-MoE */
+
+/* A tiny Qwen3-MoE: Qwen3's attention, 8 experts, top-2, moe_ffn 32 in
+ * both layers. */
+static void qwen3_moe_options(pg_gen_model_options *o) {
+    pg_gen_model_defaults(o);
+    assert_int_equal(pg_gen_model_set_arch(o, "qwen3_moe"), PAGODA_OK);
+    o->hidden = 64;
+    o->heads = 4;
+    o->kv_heads = 2;
+    o->head_dim = 32;
+    o->ffn = 96; /* intermediate_size: in the config only */
+    o->experts = 8;
+    o->experts_per_tok = 2;
+    o->moe_ffn = 32;
+    o->layers = 2;
+    o->vocab = 320;
+    o->tie = false;
+    o->seed = 13;
+}
+
+static void test_qwen3_moe_both_forms_same_logits(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    qwen3_moe_options(&o);
+    gen(&o);
+    compare_forms(&o, 0, 0); /* F32: every expert row of GGUF is the HF one */
+    char p[4300];
+    snprintf(p, sizeof p, "%s/config.json", g_hf);
+    char *cfg = pg_test_read_file(p, NULL);
+    static const char *const WANT[] = {
+        "\"architectures\": [\"Qwen3MoeForCausalLM\"]",
+        "\"model_type\": \"qwen3_moe\"",
+        "\"head_dim\": 32",
+        "\"use_sliding_window\": false",
+        "\"sliding_window\": null",
+        "\"rope_theta\": 1000000.0",
+        "\"intermediate_size\": 96",
+        "\"num_experts\": 8",
+        "\"num_experts_per_tok\": 2",
+        "\"moe_intermediate_size\": 32",
+        "\"norm_topk_prob\": true",
+        "\"decoder_sparse_step\": 1",
+        "\"mlp_only_layers\": []",
+        "\"tie_word_embeddings\": false",
+    };
+    for (size_t i = 0; i < sizeof WANT / sizeof WANT[0]; i++)
+        if (!strstr(cfg, WANT[i])) fail_msg("config.json lacks %s", WANT[i]);
+    free(cfg);
+
+    pg_model_options mo;
+    pg_model_options_default(&mo);
+    mo.compute = PG_F32;
+    pg_model_source *hs, *gs;
+    pg_model *mh = pg_test_load(g_hf, &mo, &hs), *mg = pg_test_load(g_gguf, &mo, &gs);
+    assert_string_equal(pg_model_arch_name(mh), "qwen3_moe");
+    assert_string_equal(pg_model_arch_name(mg), "qwen3_moe");
+    /* HF: router and per-expert tensors, no dense MLP */
+    const pg_tensor *r = pg_model_source_tensor(hs, "model.layers.1.mlp.gate.weight");
+    assert_non_null(r);
+    assert_int_equal(r->ndim, 2);
+    assert_int_equal(r->shape[0], 8);
+    assert_int_equal(r->shape[1], 64);
+    const pg_tensor *d =
+        pg_model_source_tensor(hs, "model.layers.1.mlp.experts.7.down_proj.weight");
+    assert_non_null(d);
+    assert_int_equal(d->shape[0], 64);
+    assert_int_equal(d->shape[1], 32);
+    const pg_tensor *u = pg_model_source_tensor(hs, "model.layers.0.mlp.experts.0.up_proj.weight");
+    assert_non_null(u);
+    assert_int_equal(u->shape[0], 32);
+    assert_int_equal(u->shape[1], 64);
+    assert_null(pg_model_source_tensor(hs, "model.layers.0.mlp.gate_proj.weight"));
+    assert_null(pg_model_source_tensor(hs, "model.layers.0.mlp.experts.8.up_proj.weight"));
+    /* 9 per layer (8 + router) + 3 * 8 expert tensors + embed, norm, lm_head */
+    assert_int_equal(pg_model_source_n_tensors(hs), 2 * (9 + 24) + 3);
+    enum { T = 13, V = 320 };
+    const int32_t toks[T] = {1, 17, 300, 5, 42, 42, 7, 319, 128, 64, 2, 250, 9};
+    float *lh = malloc((size_t)T * V * 4), *lg = malloc((size_t)T * V * 4);
+    pg_test_prefill_logits(mh, toks, T, lh);
+    pg_test_prefill_logits(mg, toks, T, lg);
+    for (int t = 0; t < T; t++) {
+        float amax = 0;
+        for (int v = 0; v < V; v++)
+            amax = fmaxf(amax, fabsf(lh[t * V + v]));
+        assert_true(amax > 0);
+        for (int v = 0; v < V; v++) {
+            float a = lh[t * V + v], b = lg[t * V + v];
+            if (fabsf(a - b) > 1e-4f * amax) fail_msg("logits[%d][%d]: HF %g, GGUF %g", t, v, a, b);
+        }
+    }
+    free(lh);
+    free(lg);
+    pg_model_free(mh);
+    pg_model_free(mg);
+    pg_model_source_free(hs);
+    pg_model_source_free(gs);
+}
+
+/* The GGUF form is what convert_hf_to_gguf.py (Qwen3MoeModel) writes:
+ * "qwen3moe" with the qwen3 keys plus expert_count / expert_used_count /
+ * expert_feed_forward_length, the router ffn_gate_inp kept F32, the experts
+ * of a layer stacked as 3-D ffn_{gate,up,down}_exps [cols, rows, experts]
+ * in the file's type (Q8_0 blocks along the rows, expert e's rows
+ * contiguous). The Q8_0 file loads and runs. */
+static void test_qwen3_moe_gguf_names_and_keys(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    qwen3_moe_options(&o);
+    o.hf_dtype = PG_BF16;
+    o.gguf_dtype = PG_Q8_0;
+    gen(&o);
+    compare_forms(&o, 1.0f / 128, 1.0f / 127 * 0.6f);
+    pg_gguf *g;
+    assert_int_equal(pg_gguf_open(g_gguf, &g), PAGODA_OK);
+    const char *arch;
+    assert_int_equal(pg_gguf_get_str(g, "general.architecture", &arch, NULL), PAGODA_OK);
+    assert_string_equal(arch, "qwen3moe");
+    static const struct {
+        const char *key;
+        int64_t v;
+    } INTS[] = {
+        {"qwen3moe.embedding_length", 64},
+        {"qwen3moe.block_count", 2},
+        {"qwen3moe.feed_forward_length", 96},
+        {"qwen3moe.attention.head_count", 4},
+        {"qwen3moe.attention.head_count_kv", 2},
+        {"qwen3moe.attention.key_length", 32},
+        {"qwen3moe.attention.value_length", 32},
+        {"qwen3moe.context_length", 2048},
+        {"qwen3moe.expert_count", 8},
+        {"qwen3moe.expert_used_count", 2},
+        {"qwen3moe.expert_feed_forward_length", 32},
+        {"general.file_type", 7},
+        {"general.quantization_version", 2},
+    };
+    for (size_t i = 0; i < sizeof INTS / sizeof INTS[0]; i++) {
+        int64_t v;
+        if (pg_gguf_get_int(g, INTS[i].key, &v)) fail_msg("%s", pg_last_error());
+        if (v != INTS[i].v)
+            fail_msg("%s = %lld, want %lld", INTS[i].key, (long long)v, (long long)INTS[i].v);
+    }
+    double dv;
+    assert_int_equal(pg_gguf_get_float(g, "qwen3moe.rope.freq_base", &dv), PAGODA_OK);
+    assert_true(dv == 1e6);
+    assert_int_equal(pg_gguf_get_float(g, "qwen3moe.attention.layer_norm_rms_epsilon", &dv),
+                     PAGODA_OK);
+    assert_true((float)dv == 1e-6f);
+    for (size_t i = 0; i < pg_gguf_n_kv(g); i++)
+        assert_true(strncmp(pg_gguf_key_at(g, i), "qwen3.", 6) != 0);
+    /* per layer: attn_norm, q, k, v, output, q_norm, k_norm, ffn_norm,
+     * ffn_gate_inp, 3 x _exps; + token_embd, output_norm, output */
+    assert_int_equal(pg_gguf_n_tensors(g), 3 + 12 * 2);
+    const pg_gguf_tensor *gi = pg_gguf_find_tensor(g, "blk.1.ffn_gate_inp.weight");
+    assert_non_null(gi);
+    assert_int_equal(gi->dtype, PG_F32);
+    assert_int_equal(gi->n_dims, 2);
+    assert_int_equal(gi->ne[0], 64);
+    assert_int_equal(gi->ne[1], 8);
+    static const struct {
+        const char *name;
+        int64_t ne0, ne1;
+    } EXPS[] = {{"blk.0.ffn_gate_exps.weight", 64, 32},
+                {"blk.0.ffn_up_exps.weight", 64, 32},
+                {"blk.1.ffn_down_exps.weight", 32, 64}};
+    for (int i = 0; i < 3; i++) {
+        const pg_gguf_tensor *t = pg_gguf_find_tensor(g, EXPS[i].name);
+        if (!t) fail_msg("no %s", EXPS[i].name);
+        assert_int_equal(t->dtype, PG_Q8_0);
+        assert_int_equal(t->n_dims, 3);
+        assert_int_equal(t->ne[0], EXPS[i].ne0);
+        assert_int_equal(t->ne[1], EXPS[i].ne1);
+        assert_int_equal(t->ne[2], 8);
+        assert_int_equal(t->nbytes, (size_t)(EXPS[i].ne0 / 32 * 34 * EXPS[i].ne1 * 8));
+    }
+    assert_int_equal(pg_gguf_find_tensor(g, "blk.0.attn_q_norm.weight")->dtype, PG_F32);
+    assert_int_equal(pg_gguf_find_tensor(g, "blk.0.attn_q.weight")->dtype, PG_Q8_0);
+    assert_non_null(pg_gguf_find_tensor(g, "output.weight"));
+    assert_null(pg_gguf_find_tensor(g, "blk.0.ffn_gate.weight"));
+    assert_null(pg_gguf_find_tensor(g, "blk.0.ffn_down.weight"));
+    /* row 3 of expert 5 in the stacked tensor is HF expert 5's row 3 */
+    const pg_gguf_tensor *up = pg_gguf_find_tensor(g, "blk.1.ffn_up_exps.weight");
+    float row[64], ref[64];
+    pg_dequant_row(PG_Q8_0, (const uint8_t *)up->data + (size_t)(5 * 32 + 3) * 2 * 34, row, 64);
+    pg_gen_model_row(&o, "model.layers.1.mlp.experts.5.up_proj.weight", 3, 64, ref);
+    float amax = 0;
+    for (int c = 0; c < 64; c++)
+        amax = fmaxf(amax, fabsf(ref[c]));
+    for (int c = 0; c < 64; c++)
+        if (fabsf(row[c] - ref[c]) > amax / 127 * 0.6f) fail_msg("expert row [%d] %g", c, row[c]);
+    pg_gguf_close(g);
+    /* the F32 router is the exact upcast of the BF16 HF router */
+    pg_model_source *hs, *gs;
+    assert_int_equal(pg_model_source_open(g_hf, &hs), PAGODA_OK);
+    assert_int_equal(pg_model_source_open(g_gguf, &gs), PAGODA_OK);
+    const pg_tensor *rh = pg_model_source_tensor(hs, "model.layers.0.mlp.gate.weight"),
+                    *rg = pg_model_source_tensor(gs, "model.layers.0.mlp.gate.weight");
+    assert_int_equal(rh->dtype, PG_BF16);
+    assert_int_equal(rg->dtype, PG_F32);
+    for (int i = 0; i < 8 * 64; i++)
+        assert_true(((const float *)rg->data)[i] ==
+                    pg_bf16_to_f32(((const uint16_t *)rh->data)[i]));
+    pg_model_source_free(hs);
+    pg_model_source_free(gs);
+    /* the Q8_0 file loads and runs */
+    pg_model_source *src;
+    pg_model *m = pg_test_load(g_gguf, NULL, &src);
+    assert_string_equal(pg_model_arch_name(m), "qwen3_moe");
+    const int32_t toks[5] = {1, 2, 3, 200, 7};
+    float *lg = malloc(5 * 320 * 4);
+    pg_test_prefill_logits(m, toks, 5, lg);
+    for (int i = 0; i < 5 * 320; i++)
+        assert_true(isfinite(lg[i]));
+    free(lg);
+    pg_model_free(m);
+    pg_model_source_free(src);
+}
+
 /* --from a Qwen3 checkpoint converts it (a Qwen3 out, the same weights); a
  * Llama GGUF converts back to its HF form (Q/K rows un-permuted). */
 static void test_from_qwen3_and_llama_gguf(void **state) {
@@ -521,6 +789,28 @@ static void test_from_qwen3_and_llama_gguf(void **state) {
     snprintf(p2, sizeof p2, "%s/model.safetensors", out);
     size_t n1, n2;
     char *x1 = pg_test_read_file(p1, &n1), *x2 = pg_test_read_file(p2, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(x1, x2, n1);
+    free(x1);
+    free(x2);
+    pg_model_source_free(src);
+    /* a Qwen3-MoE GGUF converts back to its HF form: experts split from the 3-D tensors */
+    qwen3_moe_options(&o);
+    gen(&o);
+    assert_int_equal(pg_model_source_open(g_gguf, &src), PAGODA_OK);
+    pg_gen_model_defaults(&c);
+    assert_int_equal(pg_gen_model_options_from(&c, src), PAGODA_OK);
+    assert_ptr_equal(c.arch, &pg_arch_qwen3_moe);
+    assert_int_equal(c.experts, 8);
+    assert_int_equal(c.experts_per_tok, 2);
+    assert_int_equal(c.moe_ffn, 32);
+    snprintf(out, sizeof out, "%s.from-moe", g_hf);
+    c.hf_dir = out;
+    assert_int_equal(pg_gen_model_write(&c), PAGODA_OK);
+    snprintf(p1, sizeof p1, "%s/model.safetensors", g_hf);
+    snprintf(p2, sizeof p2, "%s/model.safetensors", out);
+    x1 = pg_test_read_file(p1, &n1);
+    x2 = pg_test_read_file(p2, &n2);
     assert_int_equal(n1, n2);
     assert_memory_equal(x1, x2, n1);
     free(x1);
@@ -599,6 +889,8 @@ int main(void) {
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_qwen3_both_forms_same_logits),
         cmocka_unit_test(test_qwen3_gguf_names_and_keys),
+        cmocka_unit_test(test_qwen3_moe_both_forms_same_logits),
+        cmocka_unit_test(test_qwen3_moe_gguf_names_and_keys),
         cmocka_unit_test(test_from_qwen3_and_llama_gguf),
         cmocka_unit_test(test_gguf_refused),
     };

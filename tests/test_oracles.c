@@ -368,11 +368,11 @@ static void test_padded_vocab_same_text_both_forms(void **state) {
     }
     assert_string_equal(text[0], text[1]);
     char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s%s detokenize '%s' --ids 94,304,78 2>&1", pg_test_exec_wrapper(),
+    snprintf(cmd, sizeof cmd, "%s '%s' detokenize '%s' --ids 94,304,78 2>&1", pg_test_exec_wrapper(),
              pg_test_pagoda_bin(), pg_test_asset(forms[0]));
     assert_int_equal(pg_test_run_command(cmd, &out), 0);
     char *out2 = NULL;
-    snprintf(cmd, sizeof cmd, "%s%s detokenize '%s' --ids 94,78 2>&1", pg_test_exec_wrapper(),
+    snprintf(cmd, sizeof cmd, "%s '%s' detokenize '%s' --ids 94,78 2>&1", pg_test_exec_wrapper(),
              pg_test_pagoda_bin(), pg_test_asset(forms[1]));
     assert_int_equal(pg_test_run_command(cmd, &out2), 0);
     assert_string_equal(out, out2);

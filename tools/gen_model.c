@@ -1,9 +1,10 @@
-/* gen_model: write a random-weight Llama or Qwen3 model as a Hugging Face
- * directory and/or a GGUF file (see tools/gen/gen_model.h).
+/* gen_model: write a random-weight Llama, Qwen3 or Qwen3-MoE model as a
+ * Hugging Face directory and/or a GGUF file (see tools/gen/gen_model.h).
  *
  *   gen_model --hf OUT_DIR [--gguf OUT.gguf] [--arch qwen3] [shape options] [--dtype bf16]
  *   gen_model --preset llama-3.2-1b --hf /tmp/llama1b --tokenizer path/to/llama-3.2-tokenizer
  *   gen_model --preset qwen3-1.7b --gguf /tmp/qwen3-1.7b-q8.gguf --dtype q8_0
+ *   gen_model --preset qwen3-30b-a3b --layers 8 --gguf /tmp/qwen3-30b-a3b-l8-bf16.gguf
  *   gen_model --from stories260K-hf --hf /tmp/s-w4 --compressed-tensors w4a16 --ct-group 32 \
  *             --tokenizer stories260K-hf          (convert a real model)
  */
@@ -20,9 +21,18 @@ static void usage(void) {
     fputs("usage: gen_model [--hf DIR] [--gguf FILE] [options]\n"
           "  --arch A             llama (default) | qwen3 (Qwen3ForCausalLM / GGUF qwen3:\n"
           "                       q_norm + k_norm, no Q/K permutation; theta 1e6, eps 1e-6)\n"
-          "  --preset NAME        llama-3.2-1b | qwen3-0.6b | qwen3-1.7b (BF16; implies its\n"
-          "                       --arch; explicit options override its values)\n"
+          "                       | qwen3_moe (Qwen3MoeForCausalLM / GGUF qwen3moe: qwen3's\n"
+          "                       attention, every layer a mixture of experts: router\n"
+          "                       mlp.gate [experts, hidden] (GGUF ffn_gate_inp, F32) and\n"
+          "                       mlp.experts.{e}.{gate,up,down}_proj (GGUF 3-D\n"
+          "                       ffn_{gate,up,down}_exps); norm_topk_prob true)\n"
+          "  --preset NAME        llama-3.2-1b | qwen3-0.6b | qwen3-1.7b | qwen3-30b-a3b\n"
+          "                       (BF16; implies its --arch; explicit options override its\n"
+          "                       values, e.g. --preset qwen3-30b-a3b --layers 8)\n"
           "  --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N --head-dim N\n"
+          "  --experts N --experts-per-tok K --moe-ffn N   (qwen3_moe: num_experts,\n"
+          "                       num_experts_per_tok, moe_intermediate_size; default 8 / 2 /\n"
+          "                       64; --ffn is then only the config's intermediate_size)\n"
           "  --max-pos N          max_position_embeddings (default 2048)\n"
           "  --tie | --no-tie     tie_word_embeddings (default tie)\n"
           "  --rope-scaling llama3|none   (llama only; llama3: --rope-factor F --rope-low F\n"
@@ -43,7 +53,7 @@ static void usage(void) {
           "                       (a layer name or re:<regex>, e.g. 're:.*down_proj$')\n"
           "  --ct-dense           write the dequantized weights as a dense checkpoint instead\n"
           "  --from MODEL         take architecture, shapes and weights from this F32/F16/BF16\n"
-          "                       llama or qwen3 model (HF directory or GGUF)\n",
+          "                       llama, qwen3 or qwen3_moe model (HF directory or GGUF)\n",
           stderr);
 }
 
@@ -157,6 +167,12 @@ int main(int argc, char **argv) {
             o.vocab = to_int(a, v);
         else if (!strcmp(a, "--head-dim"))
             o.head_dim = to_int(a, v);
+        else if (!strcmp(a, "--experts"))
+            o.experts = to_int(a, v);
+        else if (!strcmp(a, "--experts-per-tok"))
+            o.experts_per_tok = to_int(a, v);
+        else if (!strcmp(a, "--moe-ffn"))
+            o.moe_ffn = to_int(a, v);
         else if (!strcmp(a, "--max-pos"))
             o.max_position = to_int(a, v);
         else if (!strcmp(a, "--rope-theta"))

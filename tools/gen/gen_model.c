@@ -1,4 +1,5 @@
-/* Random-weight model writer (HF directory and/or GGUF): Llama, Qwen3 dense. */
+/* Random-weight model writer (HF directory and/or GGUF): Llama, Qwen3 dense,
+ * Qwen3-MoE. */
 #include "gen/gen_model.h"
 
 #include <errno.h>
@@ -16,13 +17,18 @@
 #include "model/llama.h"
 #include "model/safetensors.h"
 
-extern const pg_arch pg_arch_qwen3; /* model/qwen3.c */
+extern const pg_arch pg_arch_qwen3;     /* model/qwen3.c */
+extern const pg_arch pg_arch_qwen3_moe; /* model/qwen3_moe.c */
 
 static const pg_arch *gen_arch(const pg_gen_model_options *o) {
     return o->arch ? o->arch : &pg_arch_llama;
 }
+static bool is_moe(const pg_gen_model_options *o) {
+    return gen_arch(o) == &pg_arch_qwen3_moe;
+}
+/* Qwen3 dense or MoE: Qwen3's attention and config fields */
 static bool is_qwen3(const pg_gen_model_options *o) {
-    return gen_arch(o) == &pg_arch_qwen3;
+    return gen_arch(o) == &pg_arch_qwen3 || is_moe(o);
 }
 
 void pg_gen_model_defaults(pg_gen_model_options *o) {
@@ -53,17 +59,26 @@ pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name) {
         o->arch = &pg_arch_llama;
         o->rope_theta = 10000.0f;
         o->rms_eps = 1e-5f;
+        o->experts = o->experts_per_tok = o->moe_ffn = 0;
         return PAGODA_OK;
     }
-    if (!strcmp(name, "qwen3")) {
-        o->arch = &pg_arch_qwen3;
+    if (!strcmp(name, "qwen3") || !strcmp(name, "qwen3_moe")) {
+        bool moe = !strcmp(name, "qwen3_moe");
+        o->arch = moe ? &pg_arch_qwen3_moe : &pg_arch_qwen3;
         o->rope_theta = 1000000.0f;
         o->rms_eps = 1e-6f;
         o->rope_scaling = PG_ROPE_SCALING_NONE;
+        if (!moe) {
+            o->experts = o->experts_per_tok = o->moe_ffn = 0;
+        } else {
+            if (!o->experts) o->experts = 8;
+            if (!o->experts_per_tok) o->experts_per_tok = 2;
+            if (!o->moe_ffn) o->moe_ffn = 64;
+        }
         return PAGODA_OK;
     }
-    return pg_error(PAGODA_ERR_INVALID_ARG, "unknown architecture '%s' (known: llama, qwen3)",
-                    name);
+    return pg_error(PAGODA_ERR_INVALID_ARG,
+                    "unknown architecture '%s' (known: llama, qwen3, qwen3_moe)", name);
 }
 
 pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
@@ -85,8 +100,28 @@ pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
         o->gguf_dtype = PG_BF16;
         return PAGODA_OK;
     }
+    if (!strcmp(name, "qwen3-30b-a3b")) { /* Qwen/Qwen3-30B-A3B's config.json */
+        pg_gen_model_set_arch(o, "qwen3_moe");
+        o->hidden = 2048;
+        o->ffn = 6144; /* intermediate_size: unused, every layer is MoE */
+        o->layers = 48;
+        o->heads = 32;
+        o->kv_heads = 4;
+        o->head_dim = 128;
+        o->experts = 128;
+        o->experts_per_tok = 8;
+        o->moe_ffn = 768;
+        o->vocab = 151936;
+        o->max_position = 40960;
+        o->tie = false;
+        o->bos_token_id = 151643; /* <|endoftext|> */
+        o->eos_token_id = 151645; /* <|im_end|> */
+        o->hf_dtype = PG_BF16;
+        o->gguf_dtype = PG_BF16;
+        return PAGODA_OK;
+    }
     if (!strcmp(name, "llama-3.2-1b")) {
-        o->arch = &pg_arch_llama;
+        pg_gen_model_set_arch(o, "llama");
         o->hidden = 2048;
         o->layers = 16;
         o->heads = 32;
@@ -110,14 +145,27 @@ pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
         return PAGODA_OK;
     }
     return pg_error(PAGODA_ERR_INVALID_ARG,
-                    "unknown preset '%s' (known: llama-3.2-1b, qwen3-0.6b, qwen3-1.7b)", name);
+                    "unknown preset '%s' (known: llama-3.2-1b, qwen3-0.6b, qwen3-1.7b, "
+                    "qwen3-30b-a3b)",
+                    name);
 }
 
 pagoda_status pg_gen_model_options_from(pg_gen_model_options *o, const pg_model_source *src) {
     const pg_model_config *c = pg_model_source_config(src);
-    if (c->arch != &pg_arch_llama && c->arch != &pg_arch_qwen3)
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: architecture %s: only llama and qwen3 convert",
+    if (c->arch != &pg_arch_llama && c->arch != &pg_arch_qwen3 && c->arch != &pg_arch_qwen3_moe)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: architecture %s: only llama, qwen3 and qwen3_moe convert",
                         pg_model_source_path(src), c->architecture);
+    if (c->arch == &pg_arch_qwen3_moe) { /* the generator writes every layer MoE, renormalised */
+        bool all = c->norm_topk_prob;
+        for (int l = 0; l < c->num_hidden_layers && all; l++)
+            all = pg_model_config_layer_moe(c, l);
+        if (!all)
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "%s: only a Qwen3-MoE with every layer MoE (decoder_sparse_step 1, no "
+                            "mlp_only_layers) and norm_topk_prob true converts",
+                            pg_model_source_path(src));
+    }
     if (c->attention_bias)
         return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: attention biases do not convert",
                         pg_model_source_path(src));
@@ -131,6 +179,9 @@ pagoda_status pg_gen_model_options_from(pg_gen_model_options *o, const pg_model_
     o->kv_heads = c->num_key_value_heads;
     o->head_dim = c->head_dim;
     o->ffn = c->intermediate_size;
+    o->experts = c->arch == &pg_arch_qwen3_moe ? c->num_experts : 0;
+    o->experts_per_tok = c->arch == &pg_arch_qwen3_moe ? c->num_experts_per_tok : 0;
+    o->moe_ffn = c->arch == &pg_arch_qwen3_moe ? c->moe_intermediate_size : 0;
     o->vocab = c->vocab_size;
     o->max_position = c->max_position_embeddings;
     o->tie = c->tie_word_embeddings;
@@ -261,6 +312,12 @@ typedef struct gen_tensor {
     int ndim;
     int64_t rows, cols; /* 1-D: rows = 1, cols = n */
     int perm_heads;     /* > 0: Q/K rows are permuted in GGUF with this many heads */
+    /* an expert's tensor (n_experts > 0): HF "model.layers.{layer}.mlp.experts.{expert}.<hf>";
+     * the plan lists experts 0..n_experts-1 of one table entry consecutively, so in GGUF
+     * they are streamed one after another into the 3-D "blk.{layer}.<gguf>" */
+    int layer, expert, n_experts;
+    const char *gguf; /* the table's GGUF name (expert tensors) */
+    bool gguf_f32;    /* kept F32 in GGUF whatever its dtype (norms, the MoE router) */
 } gen_tensor;
 
 static int64_t dim(const pg_gen_model_options *o, pg_dim d) {
@@ -277,20 +334,37 @@ static int64_t dim(const pg_gen_model_options *o, pg_dim d) {
         return o->ffn;
     case PG_DIM_HEAD:
         return head_dim(o);
+    case PG_DIM_EXPERTS:
+        return o->experts;
+    case PG_DIM_MOE_FFN:
+        return o->moe_ffn;
     default:
         return -1;
     }
 }
 
-/* Append table entry e (layer l) to the plan, or only count it (t NULL). */
-static void add(const pg_gen_model_options *o, gen_tensor *t, size_t *n, int l,
+/* Layer l runs the mixture of experts (pg_model_config_layer_moe of the
+ * config the HF form says: decoder_sparse_step 1, no mlp_only_layers). */
+static bool layer_moe(const pg_gen_model_options *o, int l) {
+    pg_model_config c;
+    memset(&c, 0, sizeof c);
+    c.num_experts = is_moe(o) ? o->experts : 0;
+    c.decoder_sparse_step = 1;
+    return pg_model_config_layer_moe(&c, l);
+}
+
+/* Append table entry e (layer l; expert x of an expert entry) to the plan,
+ * or only count it (t NULL). */
+static void add(const pg_gen_model_options *o, gen_tensor *t, size_t *n, int l, int x,
                 const pg_arch_tensor *e) {
     if (!t) {
         (*n)++;
         return;
     }
     gen_tensor *g = &t[(*n)++];
-    if (e->layer)
+    if (e->expert)
+        snprintf(g->name, sizeof g->name, "model.layers.%d.mlp.experts.%d.%s", l, x, e->hf);
+    else if (e->layer)
         snprintf(g->name, sizeof g->name, "model.layers.%d.%s", l, e->hf);
     else
         snprintf(g->name, sizeof g->name, "%s", e->hf);
@@ -298,28 +372,40 @@ static void add(const pg_gen_model_options *o, gen_tensor *t, size_t *n, int l,
     g->rows = g->ndim == 1 ? 1 : dim(o, e->d0);
     g->cols = g->ndim == 1 ? dim(o, e->d0) : dim(o, e->d1);
     g->perm_heads = 0;
+    g->layer = l;
+    g->expert = e->expert ? x : 0;
+    g->n_experts = e->expert ? o->experts : 0;
+    g->gguf = e->gguf;
+    /* llama.cpp's converter keeps 1-D tensors and the router (ffn_gate_inp) in F32 */
+    g->gguf_f32 = g->ndim == 1 || (e->d0 == PG_DIM_EXPERTS && !e->expert);
     if (gen_arch(o)->gguf_rope_interleaved && e->layer) {
         if (!strcmp(e->hf, "self_attn.q_proj.weight")) g->perm_heads = o->heads;
         if (!strcmp(e->hf, "self_attn.k_proj.weight")) g->perm_heads = o->kv_heads;
     }
 }
 
-/* The architecture's tensors (its table in model/arch.h) that a dense
- * checkpoint without biases holds: every required one, and lm_head unless
- * tied. HF order: the embedding, the layers (in table order), then the other
- * global tensors (final norm, lm_head). Returns the count; t may be NULL. */
+/* The architecture's tensors (its table in model/arch.h) that a
+ * checkpoint without biases holds: every required one, the dense MLP or the
+ * router and experts as the layer is (PG_REQ_DENSE_MLP / PG_REQ_MOE), and
+ * lm_head unless tied. HF order: the embedding, the layers (in table order;
+ * an expert entry as experts 0..E-1), then the other global tensors (final
+ * norm, lm_head). Returns the count; t may be NULL. */
 static size_t plan(const pg_gen_model_options *o, gen_tensor *t) {
     size_t n = 0;
     for (int pass = 0; pass < 3; pass++) {
         int nl = pass == 1 ? o->layers : 1;
         for (int l = 0; l < nl; l++) {
             const pg_arch_tensor *e;
+            bool moe = pass == 1 && layer_moe(o, l);
             for (int k = 0; (e = pg_arch_tensor_at(gen_arch(o), k)) != NULL; k++) {
-                bool wanted = e->req == PG_REQ_ALWAYS || e->req == PG_REQ_DENSE_MLP ||
+                bool wanted = e->req == PG_REQ_ALWAYS || (e->req == PG_REQ_DENSE_MLP && !moe) ||
+                              (e->req == PG_REQ_MOE && moe) ||
                               (e->req == PG_REQ_UNLESS_TIED && !o->tie);
                 bool embed = !e->layer && !e->linear && e->d0 == PG_DIM_VOCAB;
                 int in_pass = e->layer ? 1 : embed ? 0 : 2;
-                if (wanted && in_pass == pass) add(o, t, &n, l, e);
+                if (!wanted || in_pass != pass) continue;
+                for (int x = 0; x < (e->expert ? o->experts : 1); x++)
+                    add(o, t, &n, l, x, e);
             }
         }
     }
@@ -400,9 +486,10 @@ static pagoda_status stream_tensor(const pg_gen_model_options *o, const gen_tens
     for (int64_t r = 0; r < t->rows; r++) {
         int64_t hr = (gguf && t->perm_heads) ? hf_row_of_gguf_row(r, head_dim(o)) : r;
         pg_gen_model_row(o, t->name, hr, t->cols, row);
-        /* GGUF keeps 1-D tensors in F32: the exact upcast of the checkpoint's
-         * values, as llama.cpp's converter stores a BF16/F16 model's norms */
-        if (gguf && t->ndim == 1 && dt == PG_F32)
+        /* GGUF keeps 1-D tensors (and the MoE router) in F32: the exact
+         * upcast of the checkpoint's values, as llama.cpp's converter stores
+         * a BF16/F16 model's norms */
+        if (gguf && t->gguf_f32 && dt == PG_F32)
             for (int64_t i = 0; i < t->cols; i++)
                 row[i] = o->hf_dtype == PG_BF16  ? pg_bf16_to_f32(pg_f32_to_bf16(row[i]))
                          : o->hf_dtype == PG_F16 ? pg_f16_to_f32(pg_f32_to_f16(row[i]))
@@ -480,14 +567,22 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
                  o->rope_factor, o->rope_low_freq_factor, o->rope_high_freq_factor,
                  o->rope_original_max_position);
     /* Qwen3's own fields (its configs say sliding_window null and
-     * use_sliding_window false); Llama's mlp_bias */
-    char extra[256];
-    if (is_qwen3(o))
-        snprintf(extra, sizeof extra,
-                 "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
-                 "  \"max_window_layers\": %d,\n  \"attention_dropout\": 0.0,\n",
-                 o->layers);
-    else
+     * use_sliding_window false), Qwen3-MoE's (as Qwen3-30B-A3B's config);
+     * Llama's mlp_bias */
+    char extra[768];
+    if (is_qwen3(o)) {
+        int k = snprintf(extra, sizeof extra,
+                         "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
+                         "  \"max_window_layers\": %d,\n  \"attention_dropout\": 0.0,\n",
+                         o->layers);
+        if (is_moe(o))
+            snprintf(extra + k, sizeof extra - (size_t)k,
+                     "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                     "  \"moe_intermediate_size\": %d,\n  \"norm_topk_prob\": true,\n"
+                     "  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n"
+                     "  \"output_router_logits\": false,\n  \"router_aux_loss_coef\": 0.001,\n",
+                     o->experts, o->experts_per_tok, o->moe_ffn);
+    } else
         snprintf(extra, sizeof extra, "  \"mlp_bias\": false,\n");
     const pg_arch *a = gen_arch(o);
     snprintf(
@@ -851,8 +946,8 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     if (wd == PG_Q8_0 || wd == PG_Q4_0)
         pg_gguf_writer_set_u32(w, "general.quantization_version", 2);
         /* The "<arch>." keys convert_hf_to_gguf.py writes: TextModel's common
-         * ones (Qwen3Model adds none), plus vocab_size and rope.dimension_count
-         * for Llama (LlamaModel). */
+         * ones (Qwen3Model adds none; Qwen3MoeModel the expert ones), plus
+         * vocab_size and rope.dimension_count for Llama (LlamaModel). */
 #define KEY(key) (snprintf(k, sizeof k, "%s." key, a->gguf_name), k)
     if (llama) pg_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)o->vocab);
     pg_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)o->max_position);
@@ -866,6 +961,11 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     if (llama) pg_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
     pg_gguf_writer_set_f32(w, KEY("rope.freq_base"), o->rope_theta);
     pg_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), o->rms_eps);
+    if (is_moe(o)) { /* TextModel's expert counts, Qwen2MoeModel's expert FFN length */
+        pg_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)o->experts);
+        pg_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)o->experts_per_tok);
+        pg_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)o->moe_ffn);
+    }
 #undef KEY
     bool llama3 = o->rope_scaling == PG_ROPE_SCALING_LLAMA3;
     /* Llama-3 RoPE scaling is written the way llama.cpp's converter writes it:
@@ -873,7 +973,9 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
      * (llama.cpp refuses a "llama3" scaling type and would read the factor as
      * linear scaling). pagoda applies rope_freqs when no scaling keys exist. */
     s = o->vocab_gguf ? copy_vocab(o, w) : synth_vocab(o, w);
-    /* tensor types: norms F32, rows that do not fill 32-blocks fall back to F16 */
+    /* tensor types: norms and the router F32, rows that do not fill 32-blocks
+     * fall back to F16; an expert entry is one 3-D tensor [cols, rows, experts]
+     * (added at its expert 0; the plan's experts follow it in order) */
     pg_dtype *types = calloc(nt, sizeof *types);
     if (!types) {
         pg_gguf_writer_free(w);
@@ -881,15 +983,20 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     }
     for (size_t i = 0; i < nt && !s; i++) {
         pg_dtype d = wd;
-        if (t[i].ndim == 1)
+        if (t[i].gguf_f32)
             d = PG_F32;
         else if ((d == PG_Q8_0 || d == PG_Q4_0) && t[i].cols % 32)
             d = PG_F16;
         types[i] = d;
+        if (t[i].n_experts && t[i].expert) continue; /* part of expert 0's 3-D tensor */
         char gname[128];
-        pg_arch_hf_to_gguf(a, t[i].name, gname, sizeof gname);
-        int64_t ne[2] = {t[i].cols, t[i].rows};
-        s = pg_gguf_writer_add_tensor(w, gname, pg_dtype_to_ggml_type(d), t[i].ndim, ne);
+        int64_t ne[3] = {t[i].cols, t[i].rows, t[i].n_experts};
+        if (t[i].n_experts)
+            snprintf(gname, sizeof gname, "blk.%d.%s", t[i].layer, t[i].gguf);
+        else
+            pg_arch_hf_to_gguf(a, t[i].name, gname, sizeof gname);
+        s = pg_gguf_writer_add_tensor(w, gname, pg_dtype_to_ggml_type(d),
+                                      t[i].n_experts ? 3 : t[i].ndim, ne);
     }
     if (!s && llama3) {
         int64_t ne[1] = {hd / 2};
@@ -918,9 +1025,23 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
                         "inconsistent model shape (hidden %d, layers %d, heads %d, kv heads %d, "
                         "head_dim %d, ffn %d, vocab %d)",
                         o->hidden, o->layers, o->heads, o->kv_heads, head_dim(o), o->ffn, o->vocab);
-    if (gen_arch(o) != &pg_arch_llama && gen_arch(o) != &pg_arch_qwen3)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "architecture %s: only llama and qwen3 are written",
+    if (gen_arch(o) != &pg_arch_llama && gen_arch(o) != &pg_arch_qwen3 && !is_moe(o))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "architecture %s: only llama, qwen3 and qwen3_moe are written",
                         gen_arch(o)->name);
+    if (is_moe(o) && (o->experts < 1 || o->experts_per_tok < 1 || o->experts_per_tok > o->experts ||
+                      o->moe_ffn < 1))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "mixture of experts: %d experts, %d per token, moe_ffn %d (need experts "
+                        ">= 1, 1 <= per token <= experts, moe_ffn >= 1)",
+                        o->experts, o->experts_per_tok, o->moe_ffn);
+    if (!is_moe(o) && (o->experts || o->experts_per_tok || o->moe_ffn))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "experts / experts per token / moe_ffn are for qwen3_moe, not %s",
+                        gen_arch(o)->name);
+    if (is_moe(o) && o->ct_bits)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "compressed-tensors output is for the dense architectures");
     if (is_qwen3(o) && o->rope_scaling != PG_ROPE_SCALING_NONE)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "rope scaling: llama3 is for the llama architecture");
@@ -936,6 +1057,7 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
     gen_tensor *t = calloc(nt, sizeof *t);
     int64_t maxc = o->hidden;
     if (o->ffn > maxc) maxc = o->ffn;
+    if (is_moe(o) && o->moe_ffn > maxc) maxc = o->moe_ffn;
     if ((int64_t)o->heads * head_dim(o) > maxc) maxc = (int64_t)o->heads * head_dim(o);
     if (head_dim(o) > maxc) maxc = head_dim(o);
     float *row = malloc((size_t)maxc * sizeof(float));

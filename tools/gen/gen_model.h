@@ -4,9 +4,17 @@
  * llama.cpp's convert_hf_to_gguf.py would write that checkpoint (its
  * "<arch>." keys, tensor names from the architecture's table in
  * model/arch.h, Q/K rows permuted for Llama only), so both forms are the
- * same model. Architectures: Llama (LlamaForCausalLM, GGUF "llama") and
+ * same model. Architectures: Llama (LlamaForCausalLM, GGUF "llama"),
  * Qwen3 dense (Qwen3ForCausalLM, GGUF "qwen3": q_norm / k_norm [head_dim]
- * per layer, no bias, rotate_half RoPE in both forms).
+ * per layer, no bias, rotate_half RoPE in both forms) and Qwen3-MoE
+ * (Qwen3MoeForCausalLM, GGUF "qwen3moe": Qwen3's attention and, in every
+ * layer, a router "mlp.gate.weight" [experts, hidden] plus per-expert
+ * "mlp.experts.{e}.{gate,up,down}_proj.weight"; in GGUF the router is
+ * blk.N.ffn_gate_inp.weight, kept F32 as llama.cpp's converter keeps it
+ * (the exact upcast of the HF value), and each layer's experts are stacked
+ * into the 3-D blk.N.ffn_{gate,up,down}_exps.weight, ne [cols, rows,
+ * experts], expert e's rows contiguous and equal to the rows of HF expert
+ * e).
  *
  * Test and tool code, not part of the pagoda library: built as the static
  * library pagoda_gen (tools/gen/) for tools/gen_model (build/gen_model) and
@@ -31,10 +39,17 @@
 struct pg_arch;
 
 typedef struct pg_gen_model_options {
-    /* &pg_arch_llama (the default; NULL means the same) or &pg_arch_qwen3
-     * (model/arch.h); pg_gen_model_set_arch sets it by name */
+    /* &pg_arch_llama (the default; NULL means the same), &pg_arch_qwen3 or
+     * &pg_arch_qwen3_moe (model/arch.h); pg_gen_model_set_arch sets it by
+     * name */
     const struct pg_arch *arch;
     int hidden, layers, heads, kv_heads, ffn, vocab;
+    /* Qwen3-MoE only (0 for the dense architectures): num_experts,
+     * num_experts_per_tok, moe_intermediate_size. Every layer is MoE
+     * (config: decoder_sparse_step 1, mlp_only_layers [], norm_topk_prob
+     * true, what llama.cpp's qwen3moe always does), so `ffn`
+     * (intermediate_size) is only written to the config. */
+    int experts, experts_per_tok, moe_ffn;
     int head_dim;     /* 0: hidden / heads */
     int max_position; /* max_position_embeddings / <arch>.context_length */
     bool tie;         /* tie_word_embeddings (no lm_head / output.weight) */
@@ -84,9 +99,11 @@ typedef struct pg_gen_model_options {
 /* A tiny default: Llama, hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512,
  * F32, seed 1, theta 10000, eps 1e-5, std 0.02, tied, bos 1, eos 2. */
 void pg_gen_model_defaults(pg_gen_model_options *o);
-/* Set the architecture by registry name, "llama" or "qwen3", with its
- * defaults: llama theta 10000, eps 1e-5; qwen3 theta 1e6, eps 1e-6 (as
- * Qwen3's configs). Errors: PAGODA_ERR_INVALID_ARG (another name). */
+/* Set the architecture by registry name, "llama", "qwen3" or "qwen3_moe",
+ * with its defaults: llama theta 10000, eps 1e-5; qwen3 and qwen3_moe
+ * theta 1e6, eps 1e-6 (as Qwen3's configs); qwen3_moe also 8 experts,
+ * top-2, moe_ffn 64 where those are still 0 (the others set them to 0).
+ * Errors: PAGODA_ERR_INVALID_ARG (another name). */
 pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name);
 /* Apply a named preset (and its architecture):
  *   "llama-3.2-1b": hidden 2048, 16 layers, 32/8 heads, ffn 8192, vocab
@@ -95,17 +112,24 @@ pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name);
  *   "qwen3-0.6b": qwen3, hidden 1024, 28 layers, 16/8 heads, head_dim 128,
  *     ffn 3072, vocab 151936, max_position 40960, theta 1e6, eps 1e-6,
  *     tied, BF16, bos 151643, eos 151645;
- *   "qwen3-1.7b": as qwen3-0.6b with hidden 2048, ffn 6144.
+ *   "qwen3-1.7b": as qwen3-0.6b with hidden 2048, ffn 6144;
+ *   "qwen3-30b-a3b": qwen3_moe, hidden 2048, 48 layers, 32/4 heads,
+ *     head_dim 128, ffn 6144 (unused: every layer is MoE), 128 experts,
+ *     top-8, moe_ffn 768, vocab 151936, max_position 40960, untied, BF16,
+ *     bos 151643, eos 151645 (Qwen/Qwen3-30B-A3B's config).
  * Errors: PAGODA_ERR_INVALID_ARG for an unknown name. */
 pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name);
 /* Architecture, shape, RoPE, eps and token ids of `src` into o, and
  * o->from = src (its weights are then written instead of random ones: a
  * converter). Errors: PAGODA_ERR_UNSUPPORTED (an architecture other than
- * llama / qwen3, rope scaling other than none / llama3). */
+ * llama / qwen3 / qwen3_moe, rope scaling other than none / llama3, a
+ * Qwen3-MoE with dense layers or norm_topk_prob false). */
 pagoda_status pg_gen_model_options_from(pg_gen_model_options *o, const pg_model_source *src);
 
 /* Write the requested forms. Errors: PAGODA_ERR_INVALID_ARG (inconsistent
- * shape, dtype not allowed for the form, llama3 RoPE scaling for qwen3),
+ * shape, dtype not allowed for the form, llama3 RoPE scaling for qwen3 /
+ * qwen3_moe, experts for a dense architecture or none for qwen3_moe,
+ * compressed-tensors output of qwen3_moe),
  * PAGODA_ERR_IO, PAGODA_ERR_NOMEM, and the errors of opening vocab_gguf. */
 pagoda_status pg_gen_model_write(const pg_gen_model_options *o);
 
