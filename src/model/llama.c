@@ -50,7 +50,10 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     const llama *m = (const llama *)base;
     const pg_model_config *c = &base->cfg;
     int L = c->num_hidden_layers, n = 0;
-    const pg_linear **ls = malloc((size_t)(5 * L + 1) * sizeof *ls);
+    size_t cap = 1;
+    for (int l = 0; l < L; l++)
+        cap += 5 + 2 * (size_t)m->layers[l].moe.n_experts;
+    const pg_linear **ls = malloc(cap * sizeof *ls);
     if (!ls) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
     pg_dec_dims d = {.hidden = c->hidden_size,
                      .qkv_width = m->layers[0].attn.qkv.n_out,
@@ -63,10 +66,12 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
         const llama_layer *Y = &m->layers[l];
         ls[n++] = &Y->attn.qkv;
         ls[n++] = &Y->attn.o;
-        if (Y->moe.n_experts) { /* every expert has the shape and format of expert 0 */
+        if (Y->moe.n_experts) { /* an expert's GEMM sees at most every token */
             ls[n++] = &Y->moe.router;
-            ls[n++] = &Y->moe.gate_up[0];
-            ls[n++] = &Y->moe.down[0];
+            for (int32_t e = 0; e < Y->moe.n_experts; e++) {
+                ls[n++] = &Y->moe.gate_up[e];
+                ls[n++] = &Y->moe.down[e];
+            }
             d.moe_experts = Y->moe.n_experts;
             d.moe_top_k = Y->moe.top_k;
             d.moe_ffn = Y->moe.gate_up[0].n_out;
