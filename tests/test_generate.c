@@ -404,6 +404,44 @@ static int run_cmd(const char *args, char **out) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* A request that fails while running (here: a model whose final norm is NaN,
+ * so every logit is NaN and the sampler refuses) is an error object in the
+ * --prompts-file output and exit code 1, as with --prompt. */
+static void test_prompts_file_runtime_failure_exits_1(void **state) {
+    (void)state;
+    require_runnable();
+    char dir[4200], cmd[9000], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/nan-model", pg_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s' && chmod -R u+w '%s'",
+             pg_test_asset("llm/stories260K-hf"), dir, dir);
+    assert_int_equal(pg_test_run_command(cmd, &out), 0);
+    free(out);
+    char st[4300];
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    size_t len;
+    char *bytes = pg_test_read_file(st, &len);
+    uint64_t hl;
+    memcpy(&hl, bytes, 8);
+    cJSON *h = cJSON_ParseWithLength(bytes + 8, (size_t)hl);
+    const cJSON *t = cJSON_GetObjectItem(h, "model.norm.weight");
+    assert_non_null(t);
+    size_t a = (size_t)cJSON_GetArrayItem(cJSON_GetObjectItem(t, "data_offsets"), 0)->valuedouble;
+    const float nan = NAN;
+    for (int i = 0; i < 4; i++)
+        memcpy(bytes + 8 + hl + a + 4 * (size_t)i, &nan, 4);
+    cJSON_Delete(h);
+    pg_test_write_file(st, bytes, len);
+    free(bytes);
+    char path[4300], args[9000], *res;
+    snprintf(path, sizeof path, "%s/p.jsonl", pg_test_tmpdir());
+    const char *lines = "{\"prompt\": \"Once upon a time\", \"max_tokens\": 4}\n";
+    pg_test_write_file(path, lines, strlen(lines));
+    snprintf(args, sizeof args, "'%s' --prompts-file '%s'", dir, path);
+    assert_int_equal(run(args, false, &res), 1);
+    assert_non_null(strstr(res, "\"error\""));
+    free(res);
+}
+
 /* --prompts-file: requests run together; each line's JSON equals the single
  * --json run of the same request; a bad line gives an error object and exit 1. */
 static void test_prompts_file(void **state) {
@@ -603,6 +641,7 @@ int main(void) {
         cmocka_unit_test(test_usage_errors_exit_2),
         cmocka_unit_test(test_runtime_errors_exit_1),
         cmocka_unit_test(test_prompts_file),
+        cmocka_unit_test(test_prompts_file_runtime_failure_exits_1),
         cmocka_unit_test(test_prompts_file_bad_lines),
         cmocka_unit_test(test_bench_throughput_and_latency),
         cmocka_unit_test(test_bench_latency_bandwidth_bound),

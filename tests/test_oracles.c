@@ -242,12 +242,21 @@ static void test_unknown_architecture_lists_supported(void **state) {
 /* ---- loading and serving checks on the oracle's files ---- */
 
 /* A copy of the oracle's HF directory with config.json edited: `from` -> `to`. */
+static const char *edited_copy_of(const char *oracle_dir, const char *name, const char *from,
+                                  const char *to);
 static const char *edited_copy(const char *name, const char *from, const char *to) {
+    return edited_copy_of("qwen3-dense-tiny", name, from, to);
+}
+
+static const char *edited_copy_of(const char *oracle_dir, const char *name, const char *from,
+                                  const char *to) {
     static char dir[1024];
     snprintf(dir, sizeof dir, "%s/%s", pg_test_tmpdir(), name);
     char cmd[4096], *out = NULL;
+    char rel[128];
+    snprintf(rel, sizeof rel, "oracles/%s/hf", oracle_dir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s' && chmod -R u+w '%s'", dir,
-             pg_test_asset("oracles/qwen3-dense-tiny/hf"), dir, dir);
+             pg_test_asset(rel), dir, dir);
     assert_int_equal(pg_test_run_command(cmd, &out), 0);
     free(out);
     char path[1100];
@@ -282,6 +291,11 @@ static void test_foreign_tensors_and_activation_refused(void **state) {
     assert_int_equal(pg_model_load(src, NULL, &m), PAGODA_ERR_UNSUPPORTED);
     assert_non_null(strstr(pg_last_error(), "hidden_act 'gelu'"));
     pg_model_source_free(src);
+    /* MoE layer lists name existing layers */
+    dir = edited_copy_of("qwen3-moe-tiny", "moe-only5", "\"mlp_only_layers\": []",
+                         "\"mlp_only_layers\": [5]");
+    assert_int_equal(pg_model_source_open(dir, &src), PAGODA_ERR_FORMAT);
+    assert_non_null(strstr(pg_last_error(), "layer indices in [0, 2)"));
     /* the first architecture pagoda runs is taken from the list */
     dir = edited_copy("two-archs", "\"Qwen3ForCausalLM\"",
                       "\"FooForCausalLM\", \"Qwen3ForCausalLM\"");
@@ -368,8 +382,8 @@ static void test_padded_vocab_same_text_both_forms(void **state) {
     }
     assert_string_equal(text[0], text[1]);
     char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s '%s' detokenize '%s' --ids 94,304,78 2>&1", pg_test_exec_wrapper(),
-             pg_test_pagoda_bin(), pg_test_asset(forms[0]));
+    snprintf(cmd, sizeof cmd, "%s '%s' detokenize '%s' --ids 94,304,78 2>&1",
+             pg_test_exec_wrapper(), pg_test_pagoda_bin(), pg_test_asset(forms[0]));
     assert_int_equal(pg_test_run_command(cmd, &out), 0);
     char *out2 = NULL;
     snprintf(cmd, sizeof cmd, "%s '%s' detokenize '%s' --ids 94,78 2>&1", pg_test_exec_wrapper(),

@@ -526,6 +526,7 @@ static int run_prompts_file(pagoda_engine *e, const gen_options *o) {
         rc = 1;
     }
     for (size_t i = 0; i < n; i++) {
+        if (jobs[i].error) rc = 1; /* also a request that failed while running */
         print_json(&jobs[i]);
         job_free(&jobs[i]);
     }

@@ -33,10 +33,12 @@ static pagoda_status parse_hf(const cJSON *root, const char *path, pg_model_conf
         if (!cJSON_IsArray(only))
             return pg_error(PAGODA_ERR_FORMAT, "%s: 'mlp_only_layers' must be a list", path);
         cJSON_ArrayForEach(e, only) {
-            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= 256 ||
+            const int L = cfg->num_hidden_layers < 256 ? cfg->num_hidden_layers : 256;
+            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= L ||
                 e->valuedouble != (int)e->valuedouble)
                 return pg_error(PAGODA_ERR_FORMAT,
-                                "%s: 'mlp_only_layers' holds layer indices below 256", path);
+                                "%s: 'mlp_only_layers' must hold layer indices in [0, %d)%s", path,
+                                L, L < cfg->num_hidden_layers ? " (pagoda: at most 256)" : "");
             int l = (int)e->valuedouble;
             cfg->mlp_only_layers[l / 64] |= 1ull << (l % 64);
         }
