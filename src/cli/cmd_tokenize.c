@@ -188,11 +188,11 @@ int pg_cmd_detokenize(int argc, char **argv) {
     if (pg_read_small_file(cfg_path, 1 << 20, &cfg, &cfg_len) == PAGODA_OK) {
         cJSON *root = cJSON_ParseWithLength(cfg, cfg_len);
         const cJSON *vs = root ? cJSON_GetObjectItemCaseSensitive(root, "vocab_size") : NULL;
-        const int32_t nv = pg_tokenizer_vocab_size(tok);
-        if (cJSON_IsNumber(vs) && vs->valuedouble > nv && vs->valuedouble <= INT32_MAX) {
+        if (cJSON_IsNumber(vs) && vs->valuedouble >= 0 && vs->valuedouble <= INT32_MAX) {
             size_t k = 0;
             for (size_t i = 0; i < n; i++)
-                if (ids[i] < nv || ids[i] >= (int32_t)vs->valuedouble) ids[k++] = ids[i];
+                if (!pg_tokenizer_is_padding(tok, ids[i], (int32_t)vs->valuedouble))
+                    ids[k++] = ids[i];
             n = k;
         }
         cJSON_Delete(root);

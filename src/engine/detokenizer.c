@@ -1,6 +1,7 @@
 /* Incremental detokenizer and stop strings (see detokenizer.h). */
 #include "engine/detokenizer.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,9 +105,8 @@ pagoda_status pg_detok_init(pg_detok *d, const pg_tokenizer *tok, const int32_t 
     }
     /* ids the model has but the tokenizer lacks (a vocabulary padded to a
      * multiple of 64) decode to nothing, as HF tokenizers skip unknown ids */
-    const int32_t nv = pg_tokenizer_vocab_size(tok);
-    for (size_t i = 0; i < n_prompt; i++)
-        if (prompt[i] < nv) d->ids[d->n_ids++] = prompt[i];
+    for (size_t i = 0; i < n_prompt; i++) /* (ids are in the model's vocabulary: checked) */
+        if (!pg_tokenizer_is_padding(tok, prompt[i], INT32_MAX)) d->ids[d->n_ids++] = prompt[i];
     n_prompt = d->n_ids;
     d->read_off = n_prompt;
     d->prefix_off = n_prompt > DETOK_WINDOW ? n_prompt - DETOK_WINDOW : 0;
@@ -162,7 +162,7 @@ static void find_stop(pg_detok *d, size_t from) {
 pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop) {
     pagoda_status st;
     if (d->stopped) return PAGODA_OK;
-    if (id >= pg_tokenizer_vocab_size(d->tok)) return PAGODA_OK; /* padding id: no text */
+    if (pg_tokenizer_is_padding(d->tok, id, INT32_MAX)) return PAGODA_OK; /* no text */
     if (d->n_ids == d->cap_ids) {
         size_t c = d->cap_ids * 2;
         int32_t *g = realloc(d->ids, c * sizeof *g);

@@ -1083,13 +1083,11 @@ pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size
         if (ids[i] < 0 || ids[i] >= e->vocab)
             return pg_error(PAGODA_ERR_INVALID_ARG, "detokenize: id %d outside [0, %d)", ids[i],
                             e->vocab);
-    /* ids of a padded model vocabulary past the tokenizer's decode to nothing */
-    const int32_t nv = pg_tokenizer_vocab_size(e->tok);
     int32_t *known = malloc((n ? n : 1) * sizeof *known);
     if (!known) return pg_error(PAGODA_ERR_NOMEM, "detokenize: out of memory");
     size_t nk = 0;
     for (size_t i = 0; i < n; i++)
-        if (ids[i] < nv) known[nk++] = ids[i];
+        if (!pg_tokenizer_is_padding(e->tok, ids[i], e->vocab)) known[nk++] = ids[i];
     size_t cap = 64 + 16 * n;
     for (;;) {
         char *buf = malloc(cap);

@@ -50,6 +50,14 @@ const char *pg_tokenizer_token_bytes(const pg_tokenizer *tok, int32_t id, size_t
 const char *pg_tokenizer_token_text(const pg_tokenizer *tok, int32_t id, size_t *len);
 
 int32_t pg_tokenizer_vocab_size(const pg_tokenizer *tok);
+/* True for an id a model's vocabulary has beyond the tokenizer's (padded to
+ * a multiple of 64, ...): [vocab_size, model_vocab). Such ids, which a model
+ * can generate, decode to nothing (as Hugging Face's decode skips unknown
+ * ids); callers drop them before pg_tokenizer_decode. */
+static inline bool pg_tokenizer_is_padding(const pg_tokenizer *tok, int32_t id,
+                                           int32_t model_vocab) {
+    return id >= pg_tokenizer_vocab_size(tok) && id < model_vocab;
+}
 int32_t pg_tokenizer_bos(const pg_tokenizer *tok); /* -1 if none */
 int32_t pg_tokenizer_eos(const pg_tokenizer *tok); /* -1 if none */
 bool pg_tokenizer_is_special(const pg_tokenizer *tok, int32_t id);
