@@ -87,6 +87,8 @@ static void run_block(const moe_case *c, const float *x, int T, float *out) {
                      .moe_experts = c->E,
                      .moe_top_k = c->K,
                      .moe_ffn = I};
+    pg_pool *pool = pg_pool_default();
+    d.gemm_scratch_min = pg_dec_moe_scratch_bytes(&c->f, T, pool ? pg_pool_size(pool) : 1);
     pg_step_limits lim = {
         .max_tokens = T, .max_seqs = 1, .max_model_len = T, .kv_dtype = PG_F32, .block_size = 16};
     const pg_linear *ls[3] = {&c->f.router, &c->f.gate_up[0], &c->f.down[0]};

@@ -1,13 +1,16 @@
-/* Prepacked GEMM driver (see gemm.h): packing, the BLIS-style loops around
- * the table's microkernel, threading and the fused epilogues. Nothing here is
- * ISA-specific; the microkernels are (pg_gemm_ukernel, dispatch.h).
+/* The one prepacked GEMM driver (gemm.h, gemm_driver.h): the BLIS-style
+ * loops around a weight format's microkernel, threading, the work split of
+ * grouped calls, decode prefetching and the call checks. Formats (packing,
+ * input stage, tile, epilogue) are rows: gemm_float.c (BF16, F32),
+ * qgemm.c (W8A8, W4A8 and the GGUF Q8_0 / Q4_0 blocks that become them).
+ * Nothing here is ISA-specific.
  *
- * Loops of one thread over its share of the output (docs/ARCHITECTURE.md):
+ * Loops of one thread over a rectangle of the output (docs/ARCHITECTURE.md):
  *   for jc: NC columns (a block of whole panels)        W block KC x NC in L2
  *     for ic: MC rows                                    acc block MC x NC
  *       for pc: KC (whole K when M <= MR: decode)        A block MC x KC in L2
  *         for jr: one panel of NR columns                W slice KC x NR in L1
- *           for ir: MR rows: microkernel (acc tile += A tile . W slice)
+ *           for ir: MR rows: the format's tile (acc tile += A tile . W slice)
  *       epilogue: acc block (+ bias, residual, SwiGLU) -> C */
 #include "kernels/gemm.h"
 
@@ -15,38 +18,11 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "kernels/blocking.h"
+#include "kernels/gemm_driver.h"
 #include "kernels/qgemm.h"
-#include "kernels/ref/ref.h"
 
-/* Blocking (elements). KC_ELEMS x NR BF16 = 64 KiB for NR 64 (L2; 256 and
- * 1024 measured within noise of it on Zen 4); MC_MAX
- * rows of acc over NC_ELEMS columns = 256 KiB (L2), and W is streamed from
- * memory once per MC_MAX rows. NC_ELEMS is a multiple of every NR. */
-enum { KC_ELEMS = 512, NC_ELEMS = 128, MC_MAX = 512, PF_MAX_ROWS = 64, PF_PER_GROUP = 4 };
-#define PG_GEMM_MAX_NR 128 /* widest panel of any microkernel */
-
-struct pg_packed_weight {
-    pg_gemm_ukernel uk;
-    const pg_kernel_table *kt;
-    int bf16;           /* 1: BF16 panels (uint16), 0: f32 panels */
-    int swiglu;         /* panels alternate gate, up (per NR columns) */
-    int64_t N, K;       /* logical N (gate rows for SwiGLU), K */
-    int64_t kgroups;    /* ceil(K / kg) */
-    int64_t npanels;    /* panels of uk.nr columns (SwiGLU: even: gate, up, gate, ...) */
-    size_t elem;        /* bytes per packed element */
-    size_t panel_elems; /* kgroups * kg * nr */
-    void *data;
-    size_t bytes;
-    pg_qpacked *q; /* quantized (W8A8 / W4A8): everything goes to qgemm.c */
-    pg_next_weight next; /* decode prefetch hint (pg_gemm_set_next) */
-};
-
-static int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
-static size_t align_up(size_t x) {
-    return (x + PG_ALIGN - 1) & ~(size_t)(PG_ALIGN - 1);
+pg_packed_weight *pg_gemm_weight_new(void) {
+    return pg_calloc_aligned(1, sizeof(pg_packed_weight));
 }
 
 int64_t pg_gemm_n(const pg_packed_weight *w) {
@@ -59,43 +35,28 @@ int pg_gemm_is_swiglu(const pg_packed_weight *w) {
     return w->swiglu;
 }
 size_t pg_gemm_packed_bytes(const pg_packed_weight *w) {
-    return w->q ? pg_qgemm_packed_bytes(w->q) : w->bytes;
+    return w->bytes;
 }
 const char *pg_gemm_variant(const pg_packed_weight *w) {
-    return w->q ? pg_qgemm_variant(w->q) : w->uk.name;
+    return w->fmt->variant(w);
+}
+const char *pg_gemm_format_name(const pg_packed_weight *w) {
+    return w->fmt->name;
 }
 int pg_gemm_quant_bits(const pg_packed_weight *w) {
-    return w->q ? pg_qgemm_bits(w->q) : 0;
+    return w->bits;
 }
-const struct pg_qpacked *pg_gemm_qpacked(const pg_packed_weight *w) {
-    return w ? w->q : NULL;
+const pg_packed_weight *pg_gemm_qpacked(const pg_packed_weight *w) {
+    return w && w->bits ? w : NULL;
 }
 
 void pg_gemm_free(pg_packed_weight *w) {
     if (!w) return;
-    if (w->q)
-        pg_qgemm_free(w->q);
-    else
-        pg_free_huge(w->data, w->bytes);
+    pg_free_huge(w->data, w->bytes);
     pg_free(w);
 }
 
-/* ---- quantized weights: a wrapper around a pg_qpacked */
-
-static pagoda_status wrap_q(pagoda_status st, pg_qpacked *q, pg_packed_weight **out) {
-    if (st) return st;
-    pg_packed_weight *pw = pg_calloc_aligned(1, sizeof *pw);
-    if (!pw) {
-        pg_qgemm_free(q);
-        return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
-    }
-    pw->q = q;
-    pw->N = pg_qgemm_n(q);
-    pw->K = pg_qgemm_k(q);
-    pw->swiglu = pg_qgemm_is_swiglu(q);
-    *out = pw;
-    return PAGODA_OK;
-}
+/* ---- packing entry points (the formats pack) */
 
 static const pg_qgemm_ukernel *q_uk(const pg_kernel_table *kt, int bits) {
     if (!kt) kt = pg_kernels();
@@ -113,17 +74,12 @@ pagoda_status pg_gemm_pack_qweight_pool(const pg_qweight *w, const pg_qweight *w
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
     *out = NULL;
     if (!w) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL weight");
-    pg_qpacked *q = NULL;
-    pagoda_status st = pg_qgemm_pack_pool(w, w_up, q_uk(kt, w->bits), pool, &q);
-    return wrap_q(st, q, out);
+    return pg_qgemm_pack_pool(w, w_up, q_uk(kt, w->bits), pool, out);
 }
 
 /* GGUF Q8_0 / Q4_0 rows (gate, and up for a SwiGLU pair) -> W8A8 / W4A8. */
 static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
                                const pg_kernel_table *kt, pg_packed_weight **out) {
-    if (!Wg || (N < 1 || K < 1))
-        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL weight or N=%lld K=%lld",
-                        (long long)N, (long long)K);
     const int halves = Wu ? 2 : 1;
     int8_t *q = pg_malloc_aligned((size_t)(halves * N * K));
     float *s = pg_malloc_aligned((size_t)(halves * N * (K / 32 + 1)) * sizeof(float));
@@ -196,30 +152,6 @@ pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const voi
     return st;
 }
 
-/* Copy source row n (K elements of dtype t) into column c of a packed
- * panel: element k goes to group k / kg, slot k % kg. */
-static void pack_row(const pg_packed_weight *pw, pg_dtype t, const void *src, int64_t n,
-                     void *panel, int c) {
-    const int64_t kg = pw->uk.kg, nr = pw->uk.nr, K = pw->K;
-    for (int64_t g = 0; g < pw->kgroups; g++) {
-        const int64_t k0 = g * kg, cnt = K - k0 < kg ? K - k0 : kg;
-        const size_t at = (size_t)((g * nr + c) * kg);
-        for (int64_t j = 0; j < cnt; j++) {
-            const size_t i = (size_t)(n * K + k0 + j);
-            if (t == PG_F32) {
-                float v = ((const float *)src)[i];
-                if (pw->bf16)
-                    ((uint16_t *)panel)[at + j] = pg_f32_to_bf16(v);
-                else
-                    ((float *)panel)[at + j] = v;
-            } else {
-                uint16_t h = ((const uint16_t *)src)[i];
-                ((uint16_t *)panel)[at + j] = t == PG_BF16 ? h : pg_f32_to_bf16(pg_f16_to_f32(h));
-            }
-        }
-    }
-}
-
 static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
                                  const pg_kernel_table *kt, pg_packed_weight **out) {
     if (!out) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: NULL out");
@@ -233,41 +165,7 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0)",
                         pg_dtype_name(t));
-    if (!kt) kt = pg_kernels();
-    if ((t == PG_F32 ? kt->gemm_f32.nr : kt->gemm_bf16.nr) > PG_GEMM_MAX_NR)
-        return pg_error(PAGODA_ERR_INTERNAL, "gemm: microkernel panel wider than %d",
-                        PG_GEMM_MAX_NR);
-    pg_packed_weight *pw = pg_calloc_aligned(1, sizeof *pw);
-    if (!pw) return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
-    pw->kt = kt;
-    pw->bf16 = t != PG_F32;
-    pw->uk = pw->bf16 ? kt->gemm_bf16 : kt->gemm_f32;
-    pw->swiglu = Wu != NULL;
-    pw->N = N;
-    pw->K = K;
-    pw->kgroups = ceil_div(K, pw->uk.kg);
-    int64_t np = ceil_div(N, pw->uk.nr);
-    pw->npanels = pw->swiglu ? 2 * np : np;
-    pw->elem = pw->bf16 ? 2 : 4;
-    pw->panel_elems = (size_t)(pw->kgroups * pw->uk.kg * pw->uk.nr);
-    pw->bytes = (size_t)pw->npanels * pw->panel_elems * pw->elem;
-    pw->data = pg_alloc_huge(pw->bytes); /* zero-filled: padding stays 0 */
-    if (!pw->data) {
-        pg_free(pw);
-        return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: cannot allocate %zu bytes", pw->bytes);
-    }
-    const int nr = pw->uk.nr;
-    for (int half = 0; half < (pw->swiglu ? 2 : 1); half++) {
-        const void *src = half ? Wu : Wg;
-        for (int64_t n = 0; n < N; n++) {
-            int64_t p = n / nr;
-            if (pw->swiglu) p = 2 * p + half;
-            char *panel = (char *)pw->data + (size_t)p * pw->panel_elems * pw->elem;
-            pack_row(pw, t, src, n, panel, (int)(n % nr));
-        }
-    }
-    *out = pw;
-    return PAGODA_OK;
+    return pg_gemm_pack_float(t, Wg, Wu, N, K, kt, out);
 }
 
 pagoda_status pg_gemm_pack(pg_dtype src_dtype, const void *W, int64_t N, int64_t K,
@@ -285,247 +183,76 @@ pagoda_status pg_gemm_pack_swiglu(pg_dtype src_dtype, const void *W_gate, const 
     return pack_common(src_dtype, W_gate, W_up, N, K, kt, out);
 }
 
-/* ---- call geometry */
+/* ---- the loops */
 
-typedef struct {
-    int64_t M;
-    int64_t mc;        /* rows per ic block (multiple of MR, <= MC_MAX) */
-    int64_t nc_panels; /* panels per jc block (even for SwiGLU) */
-    int64_t kc_groups; /* k-groups per pc block (all of them when M <= MR) */
-    int64_t a_stride;  /* packed A: elements between row groups */
-    size_t a_bytes;    /* packed A (BF16 path), 0 for F32 */
-    size_t acc_bytes;  /* one thread's acc block */
-} geometry;
-
-static geometry plan(const pg_packed_weight *w, int64_t M) {
-    geometry g;
-    const pg_gemm_ukernel *uk = &w->uk;
-    g.M = M;
-    /* ic blocks of equal size (a multiple of MR): M = 512 as 510 + 2 rows
-     * would stream all of W a second time for 2 rows. */
-    int64_t mc_max = (MC_MAX / uk->mr) * uk->mr;
-    int64_t nblocks = ceil_div(M, mc_max);
-    g.mc = ceil_div(ceil_div(M, nblocks), uk->mr) * uk->mr;
-    g.nc_panels = NC_ELEMS / uk->nr;
-    if (g.nc_panels < 2) g.nc_panels = 2;
-    if (w->swiglu && (g.nc_panels & 1)) g.nc_panels++;
-    g.kc_groups = M <= uk->mr ? w->kgroups : (KC_ELEMS + uk->kg - 1) / uk->kg;
-    if (w->bf16) {
-        g.a_stride = w->kgroups * uk->kg * uk->ar; /* per row group */
-        /* A row stride of a multiple of 4 KiB puts the MR rows of a tile
-         * in one L1 set (and aliases loads): pad by one cache line. */
-        if ((g.a_stride * 2) % 1024 == 0) g.a_stride += 32;
-        g.a_bytes = align_up((size_t)(ceil_div(M, uk->ar) * g.a_stride) * 2);
-    } else {
-        g.a_stride = 0;
-        g.a_bytes = 0;
-    }
-    g.acc_bytes = align_up((size_t)(g.mc * g.nc_panels * uk->nr) * sizeof(float));
-    return g;
+static size_t per_thread_bytes(const pg_gemm_geometry *g) {
+    return g->acc_bytes + g->row_bytes;
+}
+static size_t shared_bytes(const pg_gemm_geometry *g) {
+    return g->a_bytes + g->s_bytes + g->c_bytes;
 }
 
 size_t pg_gemm_scratch_size(const pg_packed_weight *w, int64_t M, int nthreads) {
     if (!w || M < 1) return 0;
-    if (w->q) return pg_qgemm_scratch_size(w->q, M, nthreads);
     if (nthreads < 1) nthreads = 1;
-    geometry g = plan(w, M);
-    return g.a_bytes + (size_t)nthreads * g.acc_bytes;
+    pg_gemm_geometry g;
+    w->fmt->plan(w, M, 0, &g);
+    return shared_bytes(&g) + (size_t)nthreads * per_thread_bytes(&g);
 }
 
-/* ---- one call */
-
-typedef struct {
-    const pg_packed_weight *w;
-    geometry g;
-    const float *A;
-    int64_t lda;
-    float *C;
-    int64_t ldc;
-    const float *bias;
-    pg_gemm_epilogue ep;
-    uint16_t *apack; /* BF16 path: A rounded and laid out for the microkernel */
-    float *acc;      /* per-thread acc blocks, acc_bytes apart */
-    int tn, tm;      /* thread grid: tn over panel units, tm over row tiles */
-} call;
-
-/* Input stage: rows [r0, r1) of A -> BF16 in the layout the microkernel
- * reads (ar 1: rows of kgroups*kg; ar 2: row pairs interleaved per group;
- * the k padding and a missing pair partner are zero). */
-enum { CVT_CHUNK = 256 }; /* a multiple of every kg */
-
-static void pack_a_rows(const call *cl, int64_t r0, int64_t r1) {
+/* The W slice a thread reads after slice (jr, pc) of block (jc, ic) in
+ * compute_rect's loop order (rows up to M1, panels up to P1), and its
+ * bytes; NULL after the last one. */
+static const char *next_slice(const pg_gemm_call *cl, int64_t jr, int64_t pc, int64_t jc,
+                              int64_t ic, int64_t M1, int64_t P1, size_t *bytes) {
     const pg_packed_weight *w = cl->w;
-    const int64_t kg = w->uk.kg, ar = w->uk.ar;
-    const int64_t K = w->K, kp = w->kgroups * kg;
-    for (int64_t r = r0; r < r1; r++) {
-        uint16_t *grp = cl->apack + (r / ar) * cl->g.a_stride;
-        const float *a = cl->A + r * cl->lda;
-        if (ar == 1) {
-            w->kt->cvt_f32_bf16(a, grp, (size_t)K);
-            for (int64_t k = K; k < kp; k++)
-                grp[k] = 0;
-            continue;
-        }
-        uint16_t tmp[CVT_CHUNK];
-        const int64_t slot = r % ar;
-        for (int64_t k0 = 0; k0 < kp; k0 += CVT_CHUNK) {
-            int64_t n = kp - k0 < CVT_CHUNK ? kp - k0 : CVT_CHUNK;
-            int64_t valid = K - k0 < n ? (K - k0 > 0 ? K - k0 : 0) : n;
-            w->kt->cvt_f32_bf16(a + k0, tmp, (size_t)valid);
-            for (int64_t k = valid; k < n; k++)
-                tmp[k] = 0;
-            for (int64_t k = 0; k < n; k++) {
-                int64_t kk = k0 + k;
-                grp[(kk / kg) * kg * ar + slot * kg + kk % kg] = tmp[k];
-            }
-        }
-    }
-    /* the zero partner of an odd last row */
-    if (ar == 2 && r1 == cl->g.M && (r1 & 1)) {
-        uint16_t *grp = cl->apack + (r1 / 2) * cl->g.a_stride;
-        for (int64_t k = 0; k < kp; k++)
-            grp[(k / kg) * kg * 2 + kg + k % kg] = 0;
-    }
-}
-
-static void input_stage(void *ctx, size_t begin, size_t end, int tid) {
-    (void)tid;
-    const call *cl = ctx;
-    int64_t ar = cl->w->uk.ar;
-    int64_t r0 = (int64_t)begin * ar, r1 = (int64_t)end * ar;
-    if (r1 > cl->g.M) r1 = cl->g.M;
-    pack_a_rows(cl, r0, r1);
-}
-
-/* c[j] = r[j] + (y[j] + b[j]) with r or b NULL meaning no term: the
- * residual / bias epilogue, 4 floats at a time with the baseline ISA's
- * vectors (GCC vector extensions; generic files get no -m flags). The
- * same IEEE additions in the same order as the scalar loop, bit for bit. */
-typedef float v4f __attribute__((vector_size(16)));
-
-static void add_rows(float *c, const float *r, const float *y, const float *b, int64_t n) {
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        v4f t, u;
-        memcpy(&t, y + j, sizeof t);
-        if (b) {
-            memcpy(&u, b + j, sizeof u);
-            t = t + u;
-        }
-        if (r) {
-            memcpy(&u, r + j, sizeof u);
-            t = u + t;
-        }
-        memcpy(c + j, &t, sizeof t);
-    }
-    for (; j < n; j++) {
-        float t = b ? y[j] + b[j] : y[j];
-        c[j] = r ? r[j] + t : t;
-    }
-}
-
-/* Epilogue of one (ic, jc) block: rows [m0, m1), panels [p0, p1). */
-static void epilogue(const call *cl, const float *acc, int64_t ldacc, int64_t m0, int64_t m1,
-                     int64_t p0, int64_t p1) {
-    const pg_packed_weight *w = cl->w;
-    const int64_t nr = w->uk.nr, N = w->N;
-    const float *bias = cl->bias;
-    if (w->swiglu) {
-        float gb[PG_GEMM_MAX_NR], ub[PG_GEMM_MAX_NR];
-        for (int64_t p = p0; p < p1; p += 2) {
-            int64_t n0 = (p / 2) * nr, cnt = N - n0 < nr ? N - n0 : nr;
-            const int64_t off = (p - p0) * nr;
-            for (int64_t m = m0; m < m1; m++) {
-                const float *gr = acc + (m - m0) * ldacc + off, *ur = gr + nr;
-                float *c = cl->C + m * cl->ldc + n0;
-                if (bias) {
-                    for (int64_t j = 0; j < cnt; j++) {
-                        gb[j] = gr[j] + bias[n0 + j];
-                        ub[j] = ur[j] + bias[N + n0 + j];
-                    }
-                    gr = gb;
-                    ur = ub;
-                }
-                w->kt->swiglu_f32(c, gr, ur, (size_t)cnt);
-            }
-        }
-        return;
-    }
-    int64_t n0 = p0 * nr, n1 = p1 * nr < N ? p1 * nr : N;
-    for (int64_t m = m0; m < m1; m++) {
-        const float *y = acc + (m - m0) * ldacc;
-        float *c = cl->C + m * cl->ldc + n0;
-        const int64_t cnt = n1 - n0;
-        if (cl->ep == PG_GEMM_RESIDUAL)
-            add_rows(c, c, y, bias ? bias + n0 : NULL, cnt);
-        else if (bias)
-            add_rows(c, NULL, y, bias + n0, cnt);
-        else
-            memcpy(c, y, (size_t)cnt * sizeof(float));
-    }
-}
-
-/* Thread `tid`'s rectangle: panels [p0, p1) and rows [m0, m1). */
-static void share(const call *cl, int tid, int64_t *p0, int64_t *p1, int64_t *m0, int64_t *m1) {
-    const pg_packed_weight *w = cl->w;
-    int64_t unit = w->swiglu ? 2 : 1;
-    int ti = tid % cl->tn, tj = tid / cl->tn;
-    size_t b, e;
-    pg_pool_partition((size_t)(w->npanels / unit), 1, cl->tn, ti, &b, &e);
-    *p0 = (int64_t)b * unit;
-    *p1 = (int64_t)e * unit;
-    int64_t mr = w->uk.mr;
-    pg_pool_partition((size_t)ceil_div(cl->g.M, mr), 1, cl->tm, tj, &b, &e);
-    *m0 = (int64_t)b * mr;
-    *m1 = (int64_t)e * mr < cl->g.M ? (int64_t)e * mr : cl->g.M;
-    if (tj >= cl->tm) *m0 = *m1 = 0;
-}
-
-/* The W slice this thread reads after slice (jr, pc) of the block (jc, ic)
- * in compute()'s loop order, or NULL after its last one; *bytes its size. */
-static const char *next_slice(const call *cl, int64_t jr, int64_t pc, int64_t jc, int64_t ic,
-                              int64_t M1, int64_t P1, size_t *bytes) {
-    const pg_packed_weight *w = cl->w;
-    const geometry *g = &cl->g;
+    const pg_gemm_geometry *g = &cl->g;
     if (!pg_gemm_next_slice_pos(&jr, &pc, jc, ic, M1, P1, g->nc_panels, g->kc_groups, g->mc,
                                 w->kgroups)) {
         *bytes = 0;
         return NULL;
     }
     const int64_t ng = w->kgroups - pc < g->kc_groups ? w->kgroups - pc : g->kc_groups;
-    *bytes = (size_t)(ng * w->uk.kg * w->uk.nr) * w->elem;
-    return (const char *)w->data + (size_t)jr * w->panel_elems * w->elem +
-           (size_t)(pc * w->uk.kg * w->uk.nr) * w->elem;
+    *bytes = (size_t)ng * w->gbytes;
+    return (const char *)w->data + (size_t)jr * w->panel_bytes + (size_t)pc * w->gbytes;
 }
 
-static void compute(void *ctx, int tid, int nthreads) {
-    (void)nthreads;
-    const call *cl = ctx;
+/* Rows of the next tile: the block's remaining rows spread evenly over
+ * the fewest tiles (32 rows with mr 6: 6 6 5 5 5 5, not 6 6 6 6 6 2), in
+ * multiples of ar. A row's result does not depend on its tile. */
+static int tile_rows(int64_t left, int64_t mr, int64_t ar) {
+    const int64_t tiles = pg_ceil_div64(left, mr);
+    int64_t r = pg_ceil_div64(pg_ceil_div64(left, tiles), ar) * ar;
+    r = r < mr ? r : mr;
+    return (int)(r < left ? r : left);
+}
+
+/* Panels [P0, P1) x rows [M0, M1) of a call, with acc block acc. */
+static void compute_rect(const pg_gemm_call *cl, float *acc, int64_t P0, int64_t P1, int64_t M0,
+                         int64_t M1) {
     const pg_packed_weight *w = cl->w;
-    const pg_gemm_ukernel *uk = &w->uk;
-    const geometry *g = &cl->g;
-    int64_t P0, P1, M0, M1;
-    share(cl, tid, &P0, &P1, &M0, &M1);
-    if (P0 >= P1 || M0 >= M1) return;
-    float *acc = cl->acc + (size_t)tid * (g->acc_bytes / sizeof(float));
-    const int64_t nr = uk->nr, mr = uk->mr, kg = uk->kg;
+    const pg_gemm_format *fmt = w->fmt;
+    const pg_gemm_geometry *g = &cl->g;
+    const int64_t nr = w->nr, mr = w->mr;
     const int64_t ldacc = g->nc_panels * nr;
-    const size_t pbytes = w->panel_elems * w->elem;
     /* A plain store (no bias) accumulates whole panels in C itself: the
      * same sums, no acc block and no copy; a last partial panel (N not a
      * multiple of NR) still goes through acc. */
-    const int64_t direct =
-        cl->ep == PG_GEMM_STORE && !cl->bias && !w->swiglu ? w->N / nr : 0; /* panels */
+    const int64_t direct = fmt->direct_store && cl->ep == PG_GEMM_STORE && !cl->bias && !w->swiglu
+                               ? w->N / nr
+                               : 0; /* panels */
     for (int64_t jc = P0; jc < P1; jc += g->nc_panels) {
         int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
         int64_t pe = direct > jc ? (direct < jc1 ? direct : jc1) : jc; /* first panel via acc */
         for (int64_t ic = M0; ic < M1; ic += g->mc) {
             int64_t ic1 = ic + g->mc < M1 ? ic + g->mc : M1;
+            const int64_t rb = ic1 - ic;
             for (int64_t pc = 0; pc < w->kgroups; pc += g->kc_groups) {
                 int64_t ng = w->kgroups - pc < g->kc_groups ? w->kgroups - pc : g->kc_groups;
+                const int64_t limit = fmt->pf_limit(w, ng);
                 for (int64_t jr = jc; jr < jc1; jr++) {
-                    const char *wp = (const char *)w->data + (size_t)jr * pbytes +
-                                     (size_t)(pc * kg * nr) * w->elem;
+                    const char *wp =
+                        (const char *)w->data + (size_t)jr * w->panel_bytes + (size_t)pc * w->gbytes;
                     float *ct = acc + (jr - jc) * nr;
                     int64_t ldt = ldacc;
                     if (jr < pe) {
@@ -534,45 +261,66 @@ static void compute(void *ctx, int tid, int nthreads) {
                     }
                     /* Small M (2+ row tiles reuse this slice): the tiles
                      * prefetch the next slice, each a share in proportion
-                     * to its rows (its time), so memory streams evenly
-                     * instead of stalling the first tile of each slice.
-                     * Only when a full tile's share fits PF_PER_GROUP
-                     * lines per k-group (rows >= 6 for 6x64 BF16), and up
-                     * to 64 rows (beyond, W is reused enough for the
-                     * hardware prefetcher; the prefetches cost ~2%). One
-                     * tile (decode) streams alone: measured no better. */
+                     * to its rows, when a tile's share is small enough for
+                     * the format (pf_limit). */
                     size_t nb = 0;
-                    const char *nx = uk->run_pf && ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
+                    const char *nx = limit >= 0 && rb > mr && rb <= PG_GEMM_PF_MAX_ROWS
                                          ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nb)
                                          : NULL;
                     const int64_t lines = (int64_t)(nb / 64);
-                    if (lines * mr > PF_PER_GROUP * ng * (ic1 - ic)) nx = NULL;
-                    for (int64_t ir = ic; ir < ic1; ir += mr) {
-                        int rows = (int)(ic1 - ir < mr ? ic1 - ir : mr);
-                        const void *ap;
-                        int64_t as;
-                        if (w->bf16) {
-                            ap = cl->apack + (ir / uk->ar) * g->a_stride + pc * kg * uk->ar;
-                            as = g->a_stride;
-                        } else {
-                            ap = cl->A + ir * cl->lda + pc;
-                            as = cl->lda;
-                        }
+                    if (lines * mr > limit * rb) nx = NULL;
+                    for (int64_t ir = ic; ir < ic1;) {
+                        const int rows = fmt->balanced_tiles
+                                             ? tile_rows(ic1 - ir, mr, w->ar)
+                                             : (int)(ic1 - ir < mr ? ic1 - ir : mr);
+                        const char *pf = NULL;
+                        int64_t pl = 0;
                         if (nx) { /* lines in proportion to the tile's rows */
-                            const int64_t rb = ic1 - ic, l0 = (ir - ic) * lines / rb,
+                            const int64_t l0 = (ir - ic) * lines / rb,
                                           l1 = (ir - ic + rows) * lines / rb;
-                            uk->run_pf(ng, ap, as, wp, ct + (ir - ic) * ldt, ldt, rows, pc > 0,
-                                       nx + 64 * l0, l1 - l0);
-                        } else {
-                            uk->run(ng, ap, as, wp, ct + (ir - ic) * ldt, ldt, rows, pc > 0);
+                            pf = nx + 64 * l0;
+                            pl = l1 - l0;
                         }
+                        fmt->tile(cl, wp, pc, ng, ir, rows, ct + (ir - ic) * ldt, ldt, pc > 0, pf,
+                                  pl);
+                        ir += rows;
                     }
                 }
             }
-            if (pe < jc1) epilogue(cl, acc + (pe - jc) * nr, ldacc, ic, ic1, pe, jc1);
+            if (pe < jc1) fmt->epilogue(cl, acc + (pe - jc) * nr, ldacc, ic, ic1, pe, jc1);
         }
     }
-    if (g->M <= mr) pg_next_weight_prefetch(&w->next, tid, cl->tn * cl->tm);
+}
+
+static float *thread_acc(const pg_gemm_call *cl, int tid) {
+    return (float *)(cl->acc + (size_t)tid * cl->g.acc_bytes);
+}
+
+/* ---- one call: a static grid of tn x tm virtual threads */
+
+/* Thread `tid`'s rectangle: panels [p0, p1) and rows [m0, m1). */
+static void share(const pg_gemm_call *cl, int tid, int64_t *p0, int64_t *p1, int64_t *m0,
+                  int64_t *m1) {
+    const pg_packed_weight *w = cl->w;
+    int64_t unit = w->swiglu ? 2 : 1;
+    int ti = tid % cl->tn, tj = tid / cl->tn;
+    size_t b, e;
+    pg_pool_partition((size_t)(w->npanels / unit), 1, cl->tn, ti, &b, &e);
+    *p0 = (int64_t)b * unit;
+    *p1 = (int64_t)e * unit;
+    int64_t mr = w->mr;
+    pg_pool_partition((size_t)pg_ceil_div64(cl->g.M, mr), 1, cl->tm, tj, &b, &e);
+    *m0 = (int64_t)b * mr;
+    *m1 = (int64_t)e * mr < cl->g.M ? (int64_t)e * mr : cl->g.M;
+    if (tj >= cl->tm) *m0 = *m1 = 0;
+}
+
+static void compute(const pg_gemm_call *cl, int tid) {
+    int64_t P0, P1, M0, M1;
+    share(cl, tid, &P0, &P1, &M0, &M1);
+    if (P0 >= P1 || M0 >= M1) return;
+    compute_rect(cl, thread_acc(cl, tid), P0, P1, M0, M1);
+    if (cl->g.M <= cl->w->mr) pg_next_weight_prefetch(&cl->w->next, tid, cl->tn * cl->tm);
 }
 
 /* Units are virtual threads (share + acc block each). Normally pool thread
@@ -581,30 +329,33 @@ static void compute(void *ctx, int tid, int nthreads) {
 static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
     (void)tid;
     for (size_t u = begin; u < end; u++)
-        compute(ctx, (int)u, 0);
+        compute(ctx, (int)u);
+}
+
+static void input_range(void *ctx, size_t begin, size_t end, int tid) {
+    const pg_gemm_call *cl = ctx;
+    int64_t ar = cl->w->ar;
+    int64_t r0 = (int64_t)begin * ar, r1 = (int64_t)end * ar;
+    if (r1 > cl->g.M) r1 = cl->g.M;
+    cl->w->fmt->input(cl, r0, r1, tid);
 }
 
 void pg_gemm_set_next(pg_packed_weight *w, const pg_packed_weight *next) {
     if (!w) return;
     pg_next_weight n = {0};
-    if (next && next->q) {
-        pg_qgemm_panels(next->q, &n);
-    } else if (next) {
+    if (next) {
         n.data = next->data;
-        n.panel_bytes = next->panel_elems * next->elem;
+        n.panel_bytes = next->panel_bytes;
         n.npanels = next->npanels;
         n.unit = next->swiglu ? 2 : 1;
     }
     w->next = n;
-    if (w->q) pg_qgemm_set_next(w->q, &n);
 }
 
-pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int64_t lda, float *C,
-                      int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
-                      void *scratch) {
-    if (!w || !A || !C || !scratch)
+static pagoda_status check_call(const pg_packed_weight *w, const float *A, int64_t M, int64_t lda,
+                                const float *C, int64_t ldc, pg_gemm_epilogue ep) {
+    if (!w || !A || !C)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: NULL weight, A, C or scratch");
-    if (w->q) return pg_qgemm(w->q, A, M, lda, C, ldc, bias, ep, pool, scratch);
     if (M < 1 || lda < w->K || ldc < w->N)
         return pg_error(
             PAGODA_ERR_INVALID_ARG,
@@ -616,31 +367,214 @@ pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int6
                                   : "gemm: PG_GEMM_SWIGLU needs a weight from pg_gemm_pack_swiglu");
     if (ep != PG_GEMM_STORE && ep != PG_GEMM_RESIDUAL && ep != PG_GEMM_SWIGLU)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: unknown epilogue %d", (int)ep);
+    return PAGODA_OK;
+}
+
+/* Point a call's shared scratch regions into p (in order: packed A,
+ * activation scales, corrections). */
+static void lay_out(pg_gemm_call *cl, char *p) {
+    cl->apack = p;
+    p += cl->g.a_bytes;
+    cl->ascale = (float *)p;
+    p += cl->g.s_bytes;
+    cl->acorr = cl->g.c_bytes ? (int32_t *)p : NULL;
+}
+
+pagoda_status pg_gemm_run(const pg_packed_weight *w, const float *A, int64_t M, int64_t lda,
+                          const float *norm_w, float eps, float *C, int64_t ldc, const float *bias,
+                          pg_gemm_epilogue ep, pg_pool *pool, void *scratch) {
+    pagoda_status st = check_call(w, A, M, lda, C, ldc, ep);
+    if (st) return st;
+    if (!scratch) return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: NULL weight, A, C or scratch");
     if ((uintptr_t)scratch % PG_ALIGN)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: scratch must be %d-byte aligned", PG_ALIGN);
-
+    if (norm_w && !w->fmt->fused_rmsnorm)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: %s weights have no fused RMSNorm",
+                        w->fmt->name);
     int nthreads = pool ? pg_pool_size(pool) : 1;
-    call cl = {
-        .w = w, .g = plan(w, M), .A = A, .lda = lda, .C = C, .ldc = ldc, .bias = bias, .ep = ep};
-    cl.apack = scratch;
-    void *acc_base = (char *)scratch + cl.g.a_bytes;
-    cl.acc = acc_base;
+    pg_gemm_call cl = {.w = w,
+                       .A = A,
+                       .lda = lda,
+                       .norm_w = norm_w,
+                       .eps = eps,
+                       .C = C,
+                       .ldc = ldc,
+                       .bias = bias,
+                       .ep = ep};
+    w->fmt->plan(w, M, 0, &cl.g);
+    lay_out(&cl, scratch);
+    cl.acc = (char *)scratch + shared_bytes(&cl.g);
+    cl.rowbuf = cl.acc + (size_t)nthreads * cl.g.acc_bytes;
     /* Thread grid: split panel units; when there are fewer units than
      * threads, split row tiles too. The split changes who computes an
      * element, never how. */
     int64_t units = w->npanels / (w->swiglu ? 2 : 1);
     cl.tn = units < nthreads ? (int)units : nthreads;
     cl.tm = nthreads / cl.tn;
-    if (w->bf16) {
-        size_t groups = (size_t)ceil_div(M, w->uk.ar);
-        if (pool && M * w->K >= 16384)
-            pg_pool_parallel_for(pool, groups, 1, input_stage, &cl);
+    if (w->fmt->has_input(&cl)) {
+        size_t groups = (size_t)pg_ceil_div64(M, w->ar);
+        if (pool && nthreads > 1 && M * w->K >= 16384)
+            pg_pool_parallel_for(pool, groups, 1, input_range, &cl);
         else
-            input_stage(&cl, 0, groups, 0);
+            input_range(&cl, 0, groups, 0);
     }
     if (pool && nthreads > 1)
         pg_pool_parallel_for(pool, (size_t)nthreads, 1, compute_range, &cl);
     else
-        compute(&cl, 0, 1);
+        compute(&cl, 0);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int64_t lda, float *C,
+                      int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
+                      void *scratch) {
+    return pg_gemm_run(w, A, M, lda, NULL, 0.0f, C, ldc, bias, ep, pool, scratch);
+}
+
+/* ---- grouped calls: many problems, one work split */
+
+/* Bookkeeping at the start of a grouped call's scratch: the calls, the cost
+ * of one panel unit of each, the first input row group of each. */
+static size_t book_bytes(int n) {
+    return pg_align_up((size_t)n * (sizeof(pg_gemm_call) + sizeof(double)) +
+                       (size_t)(n + 1) * sizeof(size_t));
+}
+
+size_t pg_gemm_grouped_scratch_size(const pg_packed_weight *w, int64_t total_rows,
+                                    int max_problems, int nthreads) {
+    if (!w || total_rows < 1 || max_problems < 1) return 0;
+    if (nthreads < 1) nthreads = 1;
+    /* the problems' rows sum to at most total_rows, so their shared
+     * regions sum to at most those of total_rows plus one row group and
+     * the alignment of each; per thread the largest acc block */
+    pg_gemm_geometry g, g1;
+    w->fmt->plan(w, total_rows, 1, &g);
+    w->fmt->plan(w, w->ar, 1, &g1);
+    return book_bytes(max_problems) + shared_bytes(&g) +
+           (size_t)max_problems * (shared_bytes(&g1) + 4 * PG_ALIGN) +
+           (size_t)nthreads * per_thread_bytes(&g);
+}
+
+typedef struct {
+    pg_gemm_call *calls;
+    int n;
+    const double *cost; /* per problem: cost of one panel unit */
+    double total;       /* all units of all problems */
+    const size_t *row0; /* input stage: first row group of each problem (prefix sums) */
+    int nthreads;
+} grouped;
+
+static void grouped_input(void *ctx, size_t begin, size_t end, int tid) {
+    const grouped *gr = ctx;
+    int i = 0;
+    for (size_t u = begin; u < end;) {
+        while (gr->row0[i + 1] <= u)
+            i++;
+        size_t e = end < gr->row0[i + 1] ? end : gr->row0[i + 1];
+        pg_gemm_call *cl = &gr->calls[i];
+        if (cl->w->fmt->has_input(cl)) input_range(cl, u - gr->row0[i], e - gr->row0[i], tid);
+        u = e;
+    }
+}
+
+/* Thread tid's work: the panel units whose cost midpoints fall in its
+ * equal share [tid, tid + 1) * total / nthreads of the cumulative cost, in
+ * (problem, unit) order: a run of whole problems and at most two partial
+ * ones. Every thread computes the same sums in the same order, so each
+ * unit belongs to exactly one thread; who computes an element never
+ * changes how. */
+static void grouped_compute(void *ctx, int tid, int nthreads) {
+    const grouped *gr = ctx;
+    (void)nthreads;
+    const double lo = gr->total * tid / gr->nthreads, hi = gr->total * (tid + 1) / gr->nthreads;
+    double at = 0.0;
+    for (int i = 0; i < gr->n && at < hi; i++) {
+        const pg_gemm_call *cl = &gr->calls[i];
+        const int64_t unit = cl->w->swiglu ? 2 : 1, units = cl->w->npanels / unit;
+        const double c = gr->cost[i], next = at + c * (double)units;
+        if (next > lo) {
+            /* [u0, u1): the units with lo <= at + (u + 0.5) c < hi */
+            int64_t u0 = 0, u1;
+            while (u0 < units && at + ((double)u0 + 0.5) * c < lo)
+                u0++;
+            u1 = u0;
+            while (u1 < units && at + ((double)u1 + 0.5) * c < hi)
+                u1++;
+            if (u0 < u1) compute_rect(cl, thread_acc(cl, tid), u0 * unit, u1 * unit, 0, cl->g.M);
+        }
+        at = next;
+    }
+}
+
+static void grouped_compute_range(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    for (size_t u = begin; u < end; u++)
+        grouped_compute(ctx, (int)u, 0);
+}
+
+pagoda_status pg_gemm_grouped(const pg_gemm_problem *p, int n, pg_pool *pool, void *scratch) {
+    if (n < 0 || (n > 0 && !p))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: grouped: %d problems", n);
+    if (!scratch || (uintptr_t)scratch % PG_ALIGN)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: grouped: scratch NULL or not %d-aligned",
+                        PG_ALIGN);
+    pg_gemm_call *cl = scratch;
+    double *cost = (double *)(cl + n);
+    size_t *row0 = (size_t *)(cost + n);
+    const int nthreads = pool ? pg_pool_size(pool) : 1;
+    size_t acc_bytes = 0, row_bytes = 0, shared = 0;
+    int m = 0; /* problems with rows */
+    for (int i = 0; i < n; i++) {
+        if (p[i].M == 0) continue;
+        pagoda_status st = check_call(p[i].w, p[i].A, p[i].M, p[i].lda, p[i].C, p[i].ldc, p[i].ep);
+        if (st) return st;
+        cl[m] = (pg_gemm_call){.w = p[i].w,
+                               .A = p[i].A,
+                               .lda = p[i].lda,
+                               .a_rows = p[i].a_rows,
+                               .C = p[i].C,
+                               .ldc = p[i].ldc,
+                               .bias = p[i].bias,
+                               .ep = p[i].ep};
+        p[i].w->fmt->plan(p[i].w, p[i].M, p[i].a_rows != NULL, &cl[m].g);
+        if (cl[m].g.acc_bytes > acc_bytes) acc_bytes = cl[m].g.acc_bytes;
+        if (cl[m].g.row_bytes > row_bytes) row_bytes = cl[m].g.row_bytes;
+        shared += pg_align_up(shared_bytes(&cl[m].g));
+        m++;
+    }
+    if (m == 0) return PAGODA_OK;
+    /* shared regions one after another, then the per-thread blocks */
+    char *at = (char *)scratch + book_bytes(n);
+    char *acc = at + shared, *rowbuf = acc + (size_t)nthreads * acc_bytes;
+    double total = 0.0;
+    int64_t in_work = 0;
+    row0[0] = 0;
+    for (int i = 0; i < m; i++) {
+        pg_gemm_call *c = &cl[i];
+        const pg_packed_weight *w = c->w;
+        lay_out(c, at);
+        at += pg_align_up(shared_bytes(&c->g));
+        c->g.acc_bytes = acc_bytes;
+        c->acc = acc;
+        c->rowbuf = rowbuf;
+        c->g.row_bytes = row_bytes;
+        /* a panel unit streams its bytes once and runs ceil(M / mr) tiles
+         * over them: cost ~ bytes x (1 + tiles) */
+        const int64_t unit = w->swiglu ? 2 : 1;
+        cost[i] = (double)w->panel_bytes * (double)unit *
+                  (1.0 + (double)pg_ceil_div64(c->g.M, w->mr));
+        total += cost[i] * (double)(w->npanels / unit);
+        row0[i + 1] = row0[i] + (size_t)pg_ceil_div64(c->g.M, w->ar);
+        in_work += c->g.M * w->K;
+    }
+    grouped gr = {cl, m, cost, total, row0, nthreads};
+    if (pool && nthreads > 1 && in_work >= 16384)
+        pg_pool_parallel_for(pool, row0[m], 1, grouped_input, &gr);
+    else
+        grouped_input(&gr, 0, row0[m], 0);
+    if (pool && nthreads > 1)
+        pg_pool_parallel_for(pool, (size_t)nthreads, 1, grouped_compute_range, &gr);
+    else
+        grouped_compute(&gr, 0, 1);
     return PAGODA_OK;
 }

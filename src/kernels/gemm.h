@@ -109,10 +109,9 @@ pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const voi
                                     pg_packed_weight **out);
 /* 8 or 4 for a quantized weight, 0 otherwise. */
 int pg_gemm_quant_bits(const pg_packed_weight *w);
-/* The quantized weight inside w (kernels/qgemm.h: e.g. for
+/* w itself when it is quantized (a pg_qpacked of kernels/qgemm.h: e.g. for
  * pg_qgemm_rmsnorm), or NULL for a float weight or NULL w. */
-struct pg_qpacked;
-const struct pg_qpacked *pg_gemm_qpacked(const pg_packed_weight *w);
+const pg_packed_weight *pg_gemm_qpacked(const pg_packed_weight *w);
 
 /* Output width N (for SwiGLU: the gate rows), reduction length K, whether it
  * is a SwiGLU pair, the packed bytes, and the variant name ("avx512bf16"...). */
@@ -121,6 +120,8 @@ int64_t pg_gemm_k(const pg_packed_weight *w);
 int pg_gemm_is_swiglu(const pg_packed_weight *w);
 size_t pg_gemm_packed_bytes(const pg_packed_weight *w);
 const char *pg_gemm_variant(const pg_packed_weight *w);
+/* The weight format (the driver's table row): "bf16", "f32", "w8a8", "w4a8". */
+const char *pg_gemm_format_name(const pg_packed_weight *w);
 
 /* Decode prefetch hint: next (NULL: none) is the packed weight a decode
  * step's forward multiplies after w (qkv -> o -> gate/up -> down -> the next
@@ -146,5 +147,41 @@ size_t pg_gemm_scratch_size(const pg_packed_weight *w, int64_t M, int nthreads);
 pagoda_status pg_gemm(const pg_packed_weight *w, const float *A, int64_t M, int64_t lda, float *C,
                       int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
                       void *scratch);
+
+/* ---- grouped GEMM (mixture-of-experts experts)
+ *
+ * n independent problems C_i = epilogue(A_i . W_i^T + bias_i), each exactly
+ * what pg_gemm computes for it (bit for bit: a row's result never depends
+ * on the other rows, the problem's M or the split), run as one input stage
+ * and one compute region: the panel units (a panel, or a gate/up panel
+ * pair) of all problems form one list in (problem, unit) order, cut into
+ * nthreads contiguous runs of equal cost (bytes streamed x (1 + row
+ * tiles)), so one hot problem or 128 small ones keep every thread busy.
+ * A problem with M = 0 is skipped (its weight is never read). a_rows
+ * (NULL: rows 0..M-1) gathers row r of the problem from A + a_rows[r] * lda
+ * in the input stage, so routed tokens need no copy. */
+typedef struct pg_gemm_problem {
+    const pg_packed_weight *w;
+    const float *A;
+    int64_t M, lda;
+    const int32_t *a_rows;
+    float *C;
+    int64_t ldc;
+    const float *bias;
+    pg_gemm_epilogue ep;
+} pg_gemm_problem;
+
+/* Scratch bytes for a grouped call of at most max_problems problems whose
+ * weights are packed like w (same format and shape; take the largest over
+ * the formats in play) and whose M sum to at most total_rows, with nthreads
+ * threads. */
+size_t pg_gemm_grouped_scratch_size(const pg_packed_weight *w, int64_t total_rows,
+                                    int max_problems, int nthreads);
+
+/* Run the n problems (see above) on pool. scratch: 64-byte aligned, at
+ * least pg_gemm_grouped_scratch_size bytes. Errors: those of pg_gemm for a
+ * problem (nothing is computed then), PAGODA_ERR_INVALID_ARG for n < 0 or
+ * bad scratch. */
+pagoda_status pg_gemm_grouped(const pg_gemm_problem *p, int n, pg_pool *pool, void *scratch);
 
 #endif

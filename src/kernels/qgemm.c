@@ -1,9 +1,9 @@
-/* Quantized prepacked GEMM driver (see qgemm.h): packing, the per-token
- * activation quantization (input stage), the BLIS-style loops around the
- * table's integer microkernel, threading and the fused epilogues. The loops
- * are those of gemm.c; K is blocked at group boundaries only, so the float
- * accumulation order (one fmaf per group, groups increasing) never depends
- * on M or on the blocking. */
+/* The W8A8 and W4A8 weight formats of the GEMM driver (gemm_driver.h; the
+ * arithmetic is qgemm.h's): weight quantization, packing, the per-token
+ * activation quantization (input stage, with the fused RMSNorm), the tile
+ * call and the fused epilogues. The driver blocks K at group boundaries
+ * only, so the float accumulation order (one fmaf per group, groups
+ * increasing) never depends on M or on the blocking. */
 #include "kernels/qgemm.h"
 
 #include <math.h>
@@ -12,10 +12,10 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
-#include "kernels/blocking.h"
+#include "kernels/gemm_driver.h"
 #include "kernels/ref/ref.h"
 
-/* K blocks of KC_ELEMS k (KC_SMALL_M when M <= PF_MAX_ROWS: the next-slice
+/* K blocks of KC_ELEMS k (KC_SMALL_M when M <= PG_GEMM_PF_MAX_ROWS: the next-slice
  * prefetch keeps up with slices of that size; larger M: fewer, longer
  * microkernel calls, +2-3% at M=512 on Zen 4, docs/PERFORMANCE.md);
  * MC_MAX rows (rounded up to whole tiles) of acc over NC_ELEMS columns =
@@ -28,36 +28,13 @@ enum {
     QCHUNK = 256,
     ACT_GROUP_MAX = 4096,
     QMAX_NR = 64,
-    PF_MAX_ROWS = 64,
     PF_TILE_LINES = 64,
     EPI_PF_ROWS = 8
 };
 
-struct pg_qpacked {
-    pg_qgemm_ukernel uk;
-    int bits, swiglu;
-    int act_group;       /* activation scales per (token, group) */
-    int scale_f16;       /* header scales stored as F16: run with uk.run_hs */
-    int64_t N, K, group; /* group 0: per channel */
-    int64_t ngroups, gk; /* groups, k per packed group (multiple of 32) */
-    int64_t npanels;
-    size_t hbytes;      /* group header: [comp,] scales */
-    size_t gbytes;      /* one group of one panel: header + weights */
-    size_t panel_bytes; /* ngroups * gbytes */
-    void *data;
-    size_t bytes;
-    pg_next_weight next; /* decode prefetch hint (pg_gemm_set_next) */
-};
-
-static int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
-static size_t align_up(size_t x) {
-    return (x + PG_ALIGN - 1) & ~(size_t)(PG_ALIGN - 1);
-}
 
 int64_t pg_qweight_ngroups(int64_t K, int64_t group) {
-    return group > 0 ? ceil_div(K, group) : 1;
+    return group > 0 ? pg_ceil_div64(K, group) : 1;
 }
 int64_t pg_qgemm_n(const pg_qpacked *w) {
     return w->N;
@@ -84,13 +61,11 @@ int64_t pg_qgemm_act_group(const pg_qpacked *w) {
     return w->act_group ? w->group : 0;
 }
 const char *pg_qgemm_variant(const pg_qpacked *w) {
-    return w->uk.name;
+    return w->quk.name;
 }
 
 void pg_qgemm_free(pg_qpacked *w) {
-    if (!w) return;
-    pg_free_huge(w->data, w->bytes);
-    pg_free(w);
+    pg_gemm_free(w);
 }
 
 /* ---- quantization */
@@ -239,7 +214,7 @@ pagoda_status pg_qgemm_from_gguf(pg_dtype t, const void *data, int64_t N, int64_
 
 /* Write weight value v at group-local k, column c of one packed group. */
 static void put_w(const pg_qpacked *pw, int8_t *d, int64_t k, int c, int v) {
-    const int64_t kg = pw->uk.kg, nr = pw->uk.nr, vw = pw->uk.vw;
+    const int64_t kg = pw->quk.kg, nr = pw->quk.nr, vw = pw->quk.vw;
     int64_t s = (k / kg) * nr * kg + c * kg + k % kg;
     if (pw->bits == 8) {
         d[s] = (int8_t)v;
@@ -321,9 +296,9 @@ typedef struct {
 /* Pack column n of half h (gate 0 / up 1): its groups' weights, the
  * compensation sum (a_u8 kernels) and the scales. */
 static void pack_column(const pg_qpacked *pw, const pg_qweight *s, int h, int64_t n) {
-    const pg_qgemm_ukernel *uk = &pw->uk;
+    const pg_qgemm_ukernel *uk = &pw->quk;
     const int nr = uk->nr, bits = pw->bits;
-    const int64_t K = pw->K, G = pw->gk, ng = pw->ngroups;
+    const int64_t K = pw->K, G = pw->gk, ng = pw->kgroups;
     const int32_t cmul = uk->a_u8 ? -128 * (bits == 4 ? 16 : 1) : 0;
     const int woff = uk->w_u8 ? (bits == 8 ? 128 : 8) : 0;
     int64_t p = n / nr;
@@ -362,7 +337,7 @@ static void pack_panels(void *ctx, size_t begin, size_t end, int tid) {
     (void)tid;
     const pack_job *j = ctx;
     const pg_qpacked *pw = j->pw;
-    const int64_t nr = pw->uk.nr;
+    const int64_t nr = pw->quk.nr;
     for (int64_t p = (int64_t)begin; p < (int64_t)end; p++) {
         const int h = pw->swiglu ? (int)(p % 2) : 0;
         const int64_t n0 = (pw->swiglu ? p / 2 : p) * nr;
@@ -415,19 +390,23 @@ pagoda_status pg_qgemm_pack_pool(const pg_qweight *w, const pg_qweight *w_up,
                                 "qgemm: pack: weight value %d at %lld outside [%d, %d] for W%d",
                                 s->q[i], (long long)i, rj.lo, rj.hi, bits);
     }
-    pg_qpacked *pw = pg_calloc_aligned(1, sizeof *pw);
+    pg_qpacked *pw = pg_gemm_weight_new();
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "qgemm: pack: out of memory");
-    pw->uk = *uk;
+    pw->quk = *uk;
+    pw->fmt = bits == 8 ? &pg_gemm_format_w8a8 : &pg_gemm_format_w4a8;
+    pw->mr = uk->mr;
+    pw->nr = uk->nr;
+    pw->ar = uk->ar;
     pw->bits = bits;
     pw->swiglu = w_up != NULL;
     pw->act_group = w->act_group && w->group > 0;
     pw->N = w->N;
     pw->K = w->K;
     pw->group = w->group;
-    pw->ngroups = pg_qweight_ngroups(w->K, w->group);
-    pw->gk = w->group ? w->group : ceil_div(w->K, 32) * 32;
+    pw->kgroups = pg_qweight_ngroups(w->K, w->group);
+    pw->gk = w->group ? w->group : pg_ceil_div64(w->K, 32) * 32;
     const int nr = uk->nr;
-    int64_t np = ceil_div(w->N, nr);
+    int64_t np = pg_ceil_div64(w->N, nr);
     pw->npanels = pw->swiglu ? 2 * np : np;
     /* F16 scales when the kernel has that form and every scale is an exact
      * F16 (widening back gives the same f32) */
@@ -435,7 +414,7 @@ pagoda_status pg_qgemm_pack_pool(const pg_qweight *w, const pg_qweight *w_up,
     /* header: [int32 comp (a_u8 kernels only)], scales f32 or F16 */
     pw->hbytes = (size_t)nr * ((pw->scale_f16 ? 2 : 4) + (uk->a_u8 ? 4 : 0));
     pw->gbytes = pw->hbytes + (size_t)(pw->gk * nr * bits / 8);
-    pw->panel_bytes = (size_t)pw->ngroups * pw->gbytes;
+    pw->panel_bytes = (size_t)pw->kgroups * pw->gbytes;
     pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
     pw->data = pg_alloc_huge(pw->bytes); /* zero-filled: padding stays 0 */
     if (!pw->data) {
@@ -459,66 +438,39 @@ static int64_t acorr_per_group(const pg_qpacked *w) {
     return w->bits == 4 ? 2 : 1;
 }
 
-typedef struct {
-    int64_t M;
-    int64_t mc, nc_panels, kc_groups;
-    int64_t a_stride; /* packed A bytes between row groups */
-    size_t a_bytes, s_bytes, c_bytes, acc_bytes;
-    size_t row_bytes; /* per thread: one normed row (fused RMSNorm input stage) */
-} geometry;
-
-static geometry plan(const pg_qpacked *w, int64_t M) {
-    geometry g;
-    const pg_qgemm_ukernel *uk = &w->uk;
-    g.M = M;
-    int64_t mc = ceil_div(M, uk->mr) * uk->mr;
+static void plan(const pg_qpacked *w, int64_t M, int gathered, pg_gemm_geometry *g) {
+    (void)gathered; /* the input stage copies every row anyway */
+    const pg_qgemm_ukernel *uk = &w->quk;
+    memset(g, 0, sizeof *g);
+    g->M = M;
+    int64_t mc = pg_ceil_div64(M, uk->mr) * uk->mr;
     /* MC_MAX rounded up to whole tiles: M = 512 is one block of 86 tiles
      * (6 x 83, 5, 5, 4 rows with mr 6), not 510 rows plus a 2-row block
      * whose tile per panel takes the slow decode path (+1% at M=512) */
-    int64_t mc_max = ceil_div(MC_MAX, uk->mr) * uk->mr;
-    g.mc = mc < mc_max ? mc : mc_max;
-    g.nc_panels = NC_ELEMS / uk->nr;
-    if (g.nc_panels < 2) g.nc_panels = 2;
-    if (w->swiglu && (g.nc_panels & 1)) g.nc_panels++;
-    int64_t kcg = (M <= PF_MAX_ROWS ? KC_SMALL_M : KC_ELEMS) / w->gk;
-    g.kc_groups = M <= uk->mr || kcg < 1 ? w->ngroups : kcg;
-    g.a_stride = w->ngroups * w->gk * uk->ar;
-    if (g.a_stride % 1024 == 0) g.a_stride += 64;
-    g.a_bytes = align_up((size_t)(ceil_div(M, uk->ar) * g.a_stride));
-    g.s_bytes = align_up((size_t)(M + 1) * (size_t)(w->act_group ? w->ngroups : 1) * sizeof(float));
-    g.c_bytes =
-        uk->w_u8 ? align_up((size_t)M * (size_t)(w->ngroups * acorr_per_group(w)) * sizeof(int32_t))
-                 : 0;
-    g.acc_bytes = align_up((size_t)(g.mc * g.nc_panels * uk->nr) * sizeof(float));
-    g.row_bytes = align_up((size_t)w->K * sizeof(float));
-    return g;
+    int64_t mc_max = pg_ceil_div64(MC_MAX, uk->mr) * uk->mr;
+    g->mc = mc < mc_max ? mc : mc_max;
+    g->nc_panels = NC_ELEMS / uk->nr;
+    if (g->nc_panels < 2) g->nc_panels = 2;
+    if (w->swiglu && (g->nc_panels & 1)) g->nc_panels++;
+    int64_t kcg = (M <= PG_GEMM_PF_MAX_ROWS ? KC_SMALL_M : KC_ELEMS) / w->gk;
+    g->kc_groups = M <= uk->mr || kcg < 1 ? w->kgroups : kcg;
+    g->a_stride = w->kgroups * w->gk * uk->ar;
+    if (g->a_stride % 1024 == 0) g->a_stride += 64;
+    g->a_bytes = pg_align_up((size_t)(pg_ceil_div64(M, uk->ar) * g->a_stride));
+    g->s_bytes =
+        pg_align_up((size_t)(M + 1) * (size_t)(w->act_group ? w->kgroups : 1) * sizeof(float));
+    g->c_bytes = uk->w_u8 ? pg_align_up((size_t)M * (size_t)(w->kgroups * acorr_per_group(w)) *
+                                        sizeof(int32_t))
+                          : 0;
+    g->acc_bytes = pg_align_up((size_t)(g->mc * g->nc_panels * uk->nr) * sizeof(float));
+    g->row_bytes = pg_align_up((size_t)w->K * sizeof(float));
 }
 
 size_t pg_qgemm_scratch_size(const pg_qpacked *w, int64_t M, int nthreads) {
-    if (!w || M < 1) return 0;
-    if (nthreads < 1) nthreads = 1;
-    geometry g = plan(w, M);
-    return g.a_bytes + g.s_bytes + g.c_bytes + (size_t)nthreads * (g.acc_bytes + g.row_bytes);
+    return pg_gemm_scratch_size(w, M, nthreads);
 }
 
-typedef struct {
-    const pg_qpacked *w;
-    geometry g;
-    const float *A;
-    int64_t lda;
-    const float *norm_w; /* fused RMSNorm input stage (pg_qgemm_rmsnorm), else NULL */
-    float eps;
-    float *C;
-    int64_t ldc;
-    const float *bias;
-    pg_gemm_epilogue ep;
-    int8_t *apack;
-    float *ascale;
-    int32_t *acorr; /* w_u8 kernels: -offset * activation sum per (row, group) */
-    char *acc;
-    char *rowbuf;
-    int tn, tm;
-} call;
+typedef pg_gemm_call call;
 
 /* Input stage: rows [r0, r1) of A (RMSNorm-ed first into the thread's row
  * buffer when fused) -> per-token int8 in the layout of the microkernel
@@ -527,14 +479,14 @@ typedef struct {
 static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
     const pg_qpacked *w = cl->w;
     const pg_kernel_table *kt = pg_kernels();
-    const int64_t kg = w->uk.kg, ar = w->uk.ar, K = w->K, gk = w->gk, ng = w->ngroups;
-    const uint8_t flip = w->uk.a_u8 ? 0x80 : 0;
+    const int64_t kg = w->quk.kg, ar = w->quk.ar, K = w->K, gk = w->gk, ng = w->kgroups;
+    const uint8_t flip = w->quk.a_u8 ? 0x80 : 0;
     const int32_t woff = w->bits == 8 ? 128 : 8;
     const int direct = ar == 1 && !flip; /* quantize straight into the packed row */
     int8_t tmp[QCHUNK];
     for (int64_t r = r0; r < r1; r++) {
-        int8_t *grp = cl->apack + (r / ar) * cl->g.a_stride;
-        const float *a = cl->A + r * cl->lda;
+        int8_t *grp = (int8_t *)cl->apack + (r / ar) * cl->g.a_stride;
+        const float *a = pg_gemm_a_row(cl, r);
         if (cl->norm_w) {
             kt->rmsnorm_f32(rowbuf, a, cl->norm_w, 1, (size_t)K, cl->eps);
             a = rowbuf;
@@ -589,7 +541,7 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
     }
     if (ar == 2 && r1 == cl->g.M && (r1 & 1)) {
         const int64_t kp = ng * gk;
-        int8_t *grp = cl->apack + (r1 / 2) * cl->g.a_stride;
+        int8_t *grp = (int8_t *)cl->apack + (r1 / 2) * cl->g.a_stride;
         for (int64_t k = 0; k < kp; k++)
             grp[(k / kg) * kg * 2 + kg + k % kg] = (int8_t)flip;
         if (w->act_group)
@@ -598,12 +550,13 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
     }
 }
 
-static void input_stage(void *ctx, size_t begin, size_t end, int tid) {
-    const call *cl = ctx;
-    int64_t ar = cl->w->uk.ar;
-    int64_t r0 = (int64_t)begin * ar, r1 = (int64_t)end * ar;
-    if (r1 > cl->g.M) r1 = cl->g.M;
+static void input(const pg_gemm_call *cl, int64_t r0, int64_t r1, int tid) {
     pack_a_rows(cl, r0, r1, (float *)(cl->rowbuf + (size_t)tid * cl->g.row_bytes));
+}
+
+static int has_input(const pg_gemm_call *cl) {
+    (void)cl;
+    return 1;
 }
 
 /* The epilogue's element loops, one per case so that they vectorize (GCC's
@@ -657,10 +610,10 @@ static void prefetch_c_row(const call *cl, int64_t m, int64_t m1, int64_t n0, in
         __builtin_prefetch(c + j, 1, 3);
 }
 
-static void epilogue(const call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1, int64_t p0,
+static void epilogue(const pg_gemm_call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1, int64_t p0,
                      int64_t p1) {
     const pg_qpacked *w = cl->w;
-    const int64_t nr = w->uk.nr, N = w->N;
+    const int64_t nr = w->quk.nr, N = w->N;
     const float *bias = cl->bias;
     if (w->swiglu) {
         /* silu(g) * u by the table's swiglu_f32 (elementwise: a column's
@@ -703,184 +656,67 @@ static void epilogue(const call *cl, float *acc, int64_t ldacc, int64_t m0, int6
     }
 }
 
-static void share(const call *cl, int tid, int64_t *p0, int64_t *p1, int64_t *m0, int64_t *m1) {
+static int64_t pf_limit(const pg_packed_weight *w, int64_t ng) {
+    /* Small M (2+ tiles reuse a slice): before each tile the driver
+     * prefetches (to L2) its share of the next slice, so memory streams
+     * while the tiles compute instead of stalling the first tile of every
+     * slice. Only when a tile's share is at most PF_TILE_LINES: bigger
+     * bursts (per-channel W8's 64 KiB slices) measured slower than the
+     * hardware prefetcher alone. */
+    (void)w;
+    (void)ng;
+    return PF_TILE_LINES;
+}
+
+static void tile(const pg_gemm_call *cl, const char *wp, int64_t pc, int64_t ng, int64_t ir,
+                 int rows, float *c, int64_t ldc, int accumulate, const char *pf,
+                 int64_t pf_lines) {
     const pg_qpacked *w = cl->w;
-    int64_t unit = w->swiglu ? 2 : 1;
-    int ti = tid % cl->tn, tj = tid / cl->tn;
-    size_t b, e;
-    pg_pool_partition((size_t)(w->npanels / unit), 1, cl->tn, ti, &b, &e);
-    *p0 = (int64_t)b * unit;
-    *p1 = (int64_t)e * unit;
-    int64_t mr = w->uk.mr;
-    pg_pool_partition((size_t)ceil_div(cl->g.M, mr), 1, cl->tm, tj, &b, &e);
-    *m0 = (int64_t)b * mr;
-    *m1 = (int64_t)e * mr < cl->g.M ? (int64_t)e * mr : cl->g.M;
-    if (tj >= cl->tm) *m0 = *m1 = 0;
+    const pg_qgemm_ukernel *uk = &w->quk;
+    for (int64_t l = 0; l < pf_lines; l++)
+        __builtin_prefetch(pf + 64 * l, 0, 2);
+    const int64_t acn = acorr_per_group(w);
+    const int8_t *ap = (const int8_t *)cl->apack + (ir / uk->ar) * cl->g.a_stride + pc * w->gk * uk->ar;
+    const float *as = w->act_group ? cl->ascale + ir * w->kgroups + pc : NULL;
+    const int32_t *ac = cl->acorr ? cl->acorr + (ir * w->kgroups + pc) * acn : NULL;
+    (w->scale_f16 ? uk->run_hs : uk->run)(ng, w->gk, ap, cl->g.a_stride, as, w->kgroups, ac,
+                                          w->kgroups * acn, wp, c, ldc, rows, accumulate);
 }
 
-/* The W slice the loops of compute() read after slice (jr, pc) of block
- * (jc, ic), and its bytes; NULL at the end of the thread's share. */
-static const char *next_slice(const call *cl, int64_t jr, int64_t pc, int64_t jc, int64_t ic,
-                              int64_t M1, int64_t P1, size_t *bytes) {
-    const pg_qpacked *w = cl->w;
-    const geometry *g = &cl->g;
-    if (!pg_gemm_next_slice_pos(&jr, &pc, jc, ic, M1, P1, g->nc_panels, g->kc_groups, g->mc,
-                                w->ngroups)) {
-        *bytes = 0;
-        return NULL;
-    }
-    const int64_t ng = w->ngroups - pc < g->kc_groups ? w->ngroups - pc : g->kc_groups;
-    *bytes = (size_t)ng * w->gbytes;
-    return (const char *)w->data + (size_t)jr * w->panel_bytes + (size_t)pc * w->gbytes;
+static const char *variant(const pg_packed_weight *w) {
+    return w->quk.name;
 }
 
-/* Rows of the next tile: the block's remaining rows spread evenly over
- * the fewest tiles (32 rows with mr 6: 6 6 5 5 5 5, not 6 6 6 6 6 2), in
- * multiples of ar. A row's result does not depend on its tile. */
-static int tile_rows(int64_t left, int64_t mr, int64_t ar) {
-    const int64_t tiles = ceil_div(left, mr);
-    int64_t r = ceil_div(ceil_div(left, tiles), ar) * ar;
-    r = r < mr ? r : mr;
-    return (int)(r < left ? r : left);
-}
+const pg_gemm_format pg_gemm_format_w8a8 = {
+    .name = "w8a8",
+    .plan = plan,
+    .input = input,
+    .has_input = has_input,
+    .pf_limit = pf_limit,
+    .tile = tile,
+    .epilogue = epilogue,
+    .balanced_tiles = 1,
+    .fused_rmsnorm = 1,
+    .variant = variant,
+};
 
-static void compute(const call *cl, int tid) {
-    const pg_qpacked *w = cl->w;
-    const pg_qgemm_ukernel *uk = &w->uk;
-    const geometry *g = &cl->g;
-    int64_t P0, P1, M0, M1;
-    share(cl, tid, &P0, &P1, &M0, &M1);
-    if (P0 >= P1 || M0 >= M1) return;
-    float *acc = (float *)(cl->acc + (size_t)tid * g->acc_bytes);
-    const int64_t nr = uk->nr, mr = uk->mr, gk = w->gk;
-    const __typeof__(uk->run) run = w->scale_f16 ? uk->run_hs : uk->run;
-    const int64_t ldacc = g->nc_panels * nr, acn = acorr_per_group(w);
-    for (int64_t jc = P0; jc < P1; jc += g->nc_panels) {
-        int64_t jc1 = jc + g->nc_panels < P1 ? jc + g->nc_panels : P1;
-        for (int64_t ic = M0; ic < M1; ic += g->mc) {
-            int64_t ic1 = ic + g->mc < M1 ? ic + g->mc : M1;
-            for (int64_t pc = 0; pc < w->ngroups; pc += g->kc_groups) {
-                int64_t ng = w->ngroups - pc < g->kc_groups ? w->ngroups - pc : g->kc_groups;
-                for (int64_t jr = jc; jr < jc1; jr++) {
-                    const char *wp = (const char *)w->data + (size_t)jr * w->panel_bytes +
-                                     (size_t)pc * w->gbytes;
-                    float *ct = acc + (jr - jc) * nr;
-                    /* Small M (2+ tiles reuse this slice): before each tile
-                     * the driver prefetches (to L2) its share of the next
-                     * slice, in proportion to its rows, so memory streams
-                     * while the tiles compute instead of stalling the
-                     * first tile of every slice (as gemm.c's run_pf). Only
-                     * when a tile's share is at most PF_TILE_LINES: bigger
-                     * bursts (per-channel W8's 64 KiB slices) measured
-                     * slower than the hardware prefetcher alone. */
-                    size_t nbytes = 0;
-                    const char *nx = ic1 - ic > mr && ic1 - ic <= PF_MAX_ROWS
-                                         ? next_slice(cl, jr, pc, jc, ic, M1, P1, &nbytes)
-                                         : NULL;
-                    const int64_t lines = (int64_t)(nbytes / 64), rb = ic1 - ic;
-                    if (lines * mr > PF_TILE_LINES * rb) nx = NULL;
-                    for (int64_t ir = ic; ir < ic1;) {
-                        int rows = tile_rows(ic1 - ir, mr, uk->ar);
-                        if (nx)
-                            for (int64_t l = (ir - ic) * lines / rb;
-                                 l < (ir - ic + rows) * lines / rb; l++)
-                                __builtin_prefetch(nx + 64 * l, 0, 2);
-                        const int8_t *ap =
-                            cl->apack + (ir / uk->ar) * g->a_stride + pc * gk * uk->ar;
-                        const float *as = w->act_group ? cl->ascale + ir * w->ngroups + pc : NULL;
-                        const int32_t *ac =
-                            cl->acorr ? cl->acorr + (ir * w->ngroups + pc) * acn : NULL;
-                        run(ng, gk, ap, g->a_stride, as, w->ngroups, ac, w->ngroups * acn, wp,
-                            ct + (ir - ic) * ldacc, ldacc, rows, pc > 0);
-                        ir += rows;
-                    }
-                }
-            }
-            epilogue(cl, acc, ldacc, ic, ic1, jc, jc1);
-        }
-    }
-    if (g->M <= mr) pg_next_weight_prefetch(&w->next, tid, cl->tn * cl->tm);
-}
-
-void pg_qgemm_set_next(pg_qpacked *w, const pg_next_weight *next) {
-    w->next = *next;
-}
-
-void pg_qgemm_panels(const pg_qpacked *w, pg_next_weight *out) {
-    out->data = w->data;
-    out->panel_bytes = w->panel_bytes;
-    out->npanels = w->npanels;
-    out->unit = w->swiglu ? 2 : 1;
-}
-
-/* Units are virtual threads (share + acc block each). Normally pool thread
- * t gets unit t; when the pool runs the loop inline (a call from inside one
- * of its own regions) one thread walks every unit in turn. */
-static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
-    (void)tid;
-    for (size_t u = begin; u < end; u++)
-        compute(ctx, (int)u);
-}
-
-static pagoda_status run_call(const pg_qpacked *w, const float *A, int64_t M, int64_t lda,
-                              const float *norm_w, float eps, float *C, int64_t ldc,
-                              const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
-                              void *scratch) {
-    if (!w || !A || !C || !scratch)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: NULL weight, A, C or scratch");
-    if (M < 1 || lda < w->K || ldc < w->N)
-        return pg_error(
-            PAGODA_ERR_INVALID_ARG,
-            "qgemm: M=%lld lda=%lld ldc=%lld (need M >= 1, lda >= K=%lld, ldc >= N=%lld)",
-            (long long)M, (long long)lda, (long long)ldc, (long long)w->K, (long long)w->N);
-    if ((ep == PG_GEMM_SWIGLU) != (w->swiglu != 0))
-        return pg_error(PAGODA_ERR_INVALID_ARG,
-                        w->swiglu ? "qgemm: a SwiGLU-packed weight needs PG_GEMM_SWIGLU"
-                                  : "qgemm: PG_GEMM_SWIGLU needs a gate/up pair");
-    if (ep != PG_GEMM_STORE && ep != PG_GEMM_RESIDUAL && ep != PG_GEMM_SWIGLU)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: unknown epilogue %d", (int)ep);
-    if ((uintptr_t)scratch % PG_ALIGN)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: scratch must be %d-byte aligned", PG_ALIGN);
-    int nthreads = pool ? pg_pool_size(pool) : 1;
-    call cl = {.w = w,
-               .g = plan(w, M),
-               .A = A,
-               .lda = lda,
-               .norm_w = norm_w,
-               .eps = eps,
-               .C = C,
-               .ldc = ldc,
-               .bias = bias,
-               .ep = ep};
-    char *p = scratch;
-    cl.apack = (int8_t *)p;
-    p += cl.g.a_bytes;
-    cl.ascale = (float *)p;
-    p += cl.g.s_bytes;
-    cl.acorr = w->uk.w_u8 ? (int32_t *)p : NULL;
-    p += cl.g.c_bytes;
-    cl.acc = p;
-    p += (size_t)nthreads * cl.g.acc_bytes;
-    cl.rowbuf = p;
-    int64_t units = w->npanels / (w->swiglu ? 2 : 1);
-    cl.tn = units < nthreads ? (int)units : nthreads;
-    cl.tm = nthreads / cl.tn;
-    size_t groups = (size_t)ceil_div(M, w->uk.ar);
-    if (pool && nthreads > 1 && M * w->K >= 16384)
-        pg_pool_parallel_for(pool, groups, 1, input_stage, &cl);
-    else
-        input_stage(&cl, 0, groups, 0);
-    if (pool && nthreads > 1)
-        pg_pool_parallel_for(pool, (size_t)nthreads, 1, compute_range, &cl);
-    else
-        compute(&cl, 0);
-    return PAGODA_OK;
-}
+const pg_gemm_format pg_gemm_format_w4a8 = {
+    .name = "w4a8",
+    .plan = plan,
+    .input = input,
+    .has_input = has_input,
+    .pf_limit = pf_limit,
+    .tile = tile,
+    .epilogue = epilogue,
+    .balanced_tiles = 1,
+    .fused_rmsnorm = 1,
+    .variant = variant,
+};
 
 pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t lda, float *C,
                        int64_t ldc, const float *bias, pg_gemm_epilogue ep, pg_pool *pool,
                        void *scratch) {
-    return run_call(w, A, M, lda, NULL, 0.0f, C, ldc, bias, ep, pool, scratch);
+    return pg_gemm_run(w, A, M, lda, NULL, 0.0f, C, ldc, bias, ep, pool, scratch);
 }
 
 pagoda_status pg_qgemm_rmsnorm(const pg_qpacked *w, const float *X, int64_t M, int64_t ldx,
@@ -889,5 +725,5 @@ pagoda_status pg_qgemm_rmsnorm(const pg_qpacked *w, const float *X, int64_t M, i
                                void *scratch) {
     if (!norm_w) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: rmsnorm: NULL norm weight");
     if (!(eps > 0.0f)) return pg_error(PAGODA_ERR_INVALID_ARG, "qgemm: rmsnorm: eps must be > 0");
-    return run_call(w, X, M, ldx, norm_w, eps, C, ldc, bias, ep, pool, scratch);
+    return pg_gemm_run(w, X, M, ldx, norm_w, eps, C, ldc, bias, ep, pool, scratch);
 }

@@ -42,7 +42,10 @@
 #include "kernels/dispatch.h"
 #include "kernels/gemm.h"
 
-typedef struct pg_qpacked pg_qpacked;
+/* A quantized packed weight is a pg_packed_weight of format W8A8 or W4A8
+ * (the one GEMM driver: kernels/gemm_driver.h); pg_gemm and the pg_gemm_*
+ * queries take it as it is. */
+typedef struct pg_packed_weight pg_qpacked;
 
 /* Unpacked quantized weight (the interchange form every source converts
  * to): q [N, K] one int8 per element (W4: values in [-8, 7]), scale
@@ -85,12 +88,6 @@ const void *pg_qgemm_packed_data(const pg_qpacked *w);
 int64_t pg_qgemm_act_group(const pg_qpacked *w);
 
 int64_t pg_qgemm_n(const pg_qpacked *w);
-/* Decode prefetch hint (see pg_gemm_set_next in gemm.h): the panels of the
- * weight the forward reads after w ({NULL} clears it), and w's own panels in
- * that form. */
-struct pg_next_weight;
-void pg_qgemm_set_next(pg_qpacked *w, const struct pg_next_weight *next);
-void pg_qgemm_panels(const pg_qpacked *w, struct pg_next_weight *out);
 int64_t pg_qgemm_k(const pg_qpacked *w);
 int pg_qgemm_bits(const pg_qpacked *w);
 int64_t pg_qgemm_group(const pg_qpacked *w);

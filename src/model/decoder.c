@@ -137,6 +137,19 @@ pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg
     return st;
 }
 
+size_t pg_dec_moe_scratch_bytes(const pg_dec_moe *f, int64_t max_tokens, int nt) {
+    size_t need = 0;
+    const int64_t rows = max_tokens * f->top_k;
+    for (int32_t e = 0; e < f->n_experts; e++) {
+        const pg_linear *ls[2] = {&f->gate_up[e], &f->down[e]};
+        for (int i = 0; i < 2; i++) {
+            size_t s = pg_gemm_grouped_scratch_size(ls[i]->part[0], rows, f->n_experts, nt);
+            if (s > need) need = s;
+        }
+    }
+    return need;
+}
+
 void pg_dec_moe_free(pg_dec_moe *f) {
     pg_linear_free(&f->router);
     for (int32_t e = 0; f->gate_up && e < f->n_experts; e++)
@@ -293,6 +306,7 @@ pagoda_status pg_dec_ws_create(const pg_dec_dims *d, const pg_step_limits *lim,
             pg_linear_scratch_bytes(ls[i], i >= n - n_head ? lim->max_seqs : lim->max_tokens, nt);
         if (need > gs) gs = need;
     }
+    if (d->gemm_scratch_min > gs) gs = d->gemm_scratch_min;
     ws->gemm_scratch_bytes = gs;
     if (d->n_heads > 0) {
         ws->attn_scratch_bytes = attn_need(d, lim, nt);
@@ -317,14 +331,15 @@ pagoda_status pg_dec_ws_create(const pg_dec_dims *d, const pg_step_limits *lim,
                       TK * 4,
                       TK * 4,
                       E ? (E + 1) * 4 : 0,
-                      TK * (size_t)d->hidden * 4,
+                      TK * 4,
+                      E * sizeof(pg_gemm_problem),
                       TK * (size_t)d->moe_ffn * 4,
                       TK * (size_t)d->hidden * 4};
     void **bufs[] = {(void **)&ws->x,       (void **)&ws->xb,     (void **)&ws->qkv,
                      (void **)&ws->attn,    (void **)&ws->act,    (void **)&ws->last,
                      &ws->gemm_scratch,     &ws->attn_scratch,    (void **)&ws->moe_logits,
                      (void **)&ws->moe_sel, (void **)&ws->moe_w,  (void **)&ws->moe_slot,
-                     (void **)&ws->moe_off, (void **)&ws->moe_in, (void **)&ws->moe_act,
+                     (void **)&ws->moe_off, (void **)&ws->moe_rows, (void **)&ws->moe_prob, (void **)&ws->moe_act,
                      (void **)&ws->moe_out};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -485,6 +500,27 @@ static void route_rows(void *ctx, size_t begin, size_t end, int tid) {
     }
 }
 
+typedef struct {
+    pg_dec_ws *ws;
+    int32_t K;
+    size_t H;
+} combine_job;
+
+static void combine_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const combine_job *j = ctx;
+    const pg_dec_ws *ws = j->ws;
+    for (size_t t = begin; t < end; t++) {
+        float *x = ws->x + t * j->H;
+        for (int32_t k = 0; k < j->K; k++) {
+            const float w = ws->moe_w[t * (size_t)j->K + (size_t)k];
+            const float *o = ws->moe_out + (size_t)ws->moe_slot[t * (size_t)j->K + (size_t)k] * j->H;
+            for (size_t i = 0; i < j->H; i++)
+                x[i] += w * o[i];
+        }
+    }
+}
+
 pagoda_status pg_dec_moe_forward(const pg_dec_moe *f, float eps, const pg_batch *b, pg_dec_ws *ws) {
     pg_pool *pool = pg_pool_default();
     const int64_t T = b->num_tokens;
@@ -512,33 +548,43 @@ pagoda_status pg_dec_moe_forward(const pg_dec_moe *f, float eps, const pg_batch 
     for (int64_t i = 0; i < T * K; i++) {
         int32_t pos = off[ws->moe_sel[i]]++;
         ws->moe_slot[i] = pos;
-        memcpy(ws->moe_in + (size_t)pos * H, ws->xb + (size_t)(i / K) * H, H * sizeof(float));
+        ws->moe_rows[pos] = (int32_t)(i / K);
     }
     for (int32_t e = E; e > 0; e--) /* back to the starts */
         off[e] = off[e - 1];
     off[0] = 0;
-    /* each active expert: one SwiGLU GEMM and one down GEMM over its rows */
+    /* every active expert's SwiGLU GEMM over its rows (gathered from xb), as
+     * one grouped GEMM whose work is split over (expert, panel) units; then
+     * the down GEMMs the same way. An expert no token chose is never read. */
     const size_t I = (size_t)f->gate_up[0].n_out;
-    for (int32_t e = 0; e < E; e++) {
-        const int64_t n = off[e + 1] - off[e];
-        if (n == 0) continue; /* an expert no token chose is never read */
-        float *in = ws->moe_in + (size_t)off[e] * H, *act = ws->moe_act + (size_t)off[e] * I;
-        if ((st = pg_linear_forward(&f->gate_up[e], in, n, act, (int64_t)I, PG_GEMM_SWIGLU, pool,
-                                    ws->gemm_scratch)) ||
-            (st = pg_linear_forward(&f->down[e], act, n, ws->moe_out + (size_t)off[e] * H,
-                                    (int64_t)H, PG_GEMM_STORE, pool, ws->gemm_scratch)))
-            return st;
-    }
+    pg_gemm_problem *pr = ws->moe_prob;
+    for (int32_t e = 0; e < E; e++)
+        pr[e] = (pg_gemm_problem){.w = f->gate_up[e].part[0],
+                                  .A = ws->xb,
+                                  .M = off[e + 1] - off[e],
+                                  .lda = (int64_t)H,
+                                  .a_rows = ws->moe_rows + off[e],
+                                  .C = ws->moe_act + (size_t)off[e] * I,
+                                  .ldc = (int64_t)I,
+                                  .bias = f->gate_up[e].bias,
+                                  .ep = PG_GEMM_SWIGLU};
+    if ((st = pg_gemm_grouped(pr, E, pool, ws->gemm_scratch))) return st;
+    for (int32_t e = 0; e < E; e++)
+        pr[e] = (pg_gemm_problem){.w = f->down[e].part[0],
+                                  .A = ws->moe_act + (size_t)off[e] * I,
+                                  .M = off[e + 1] - off[e],
+                                  .lda = (int64_t)I,
+                                  .C = ws->moe_out + (size_t)off[e] * H,
+                                  .ldc = (int64_t)H,
+                                  .bias = f->down[e].bias,
+                                  .ep = PG_GEMM_STORE};
+    if ((st = pg_gemm_grouped(pr, E, pool, ws->gemm_scratch))) return st;
     /* x[t] += sum over ranks k, in order, of w * out */
-    for (int64_t t = 0; t < T; t++) {
-        float *x = ws->x + (size_t)t * H;
-        for (int32_t k = 0; k < K; k++) {
-            const float w = ws->moe_w[t * K + k];
-            const float *o = ws->moe_out + (size_t)ws->moe_slot[t * K + k] * H;
-            for (size_t i = 0; i < H; i++)
-                x[i] += w * o[i];
-        }
-    }
+    combine_job cj = {ws, K, H};
+    if (pool && (size_t)T * (size_t)K * H >= 65536)
+        pg_pool_parallel_for(pool, (size_t)T, 4, combine_rows, &cj);
+    else
+        combine_rows(&cj, 0, (size_t)T, 0);
     return PAGODA_OK;
 }
 

@@ -76,6 +76,9 @@ pagoda_status pg_dec_mlp_load(pg_weights *w, const pg_linear_policy *p, const pg
 pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
                               int l, pg_dec_moe *f);
 void pg_dec_moe_free(pg_dec_moe *f);
+/* GEMM scratch the expert GEMMs of f need for steps of max_tokens tokens on
+ * nt threads (pg_gemm_grouped_scratch_size over every expert). */
+size_t pg_dec_moe_scratch_bytes(const pg_dec_moe *f, int64_t max_tokens, int nt);
 void pg_dec_attn_free(pg_dec_attn *a);
 void pg_dec_mlp_free(pg_dec_mlp *f);
 
@@ -110,7 +113,8 @@ typedef struct pg_dec_ws {
     float *moe_w;      /* [T * k] its weight */
     int32_t *moe_slot; /* [T * k] its row in the expert-sorted buffers */
     int32_t *moe_off;  /* [experts + 1] first sorted row of each expert */
-    float *moe_in;     /* [T * k, hidden] gathered normed rows */
+    int32_t *moe_rows; /* [T * k] token of each expert-sorted row */
+    struct pg_gemm_problem *moe_prob; /* [experts] one grouped GEMM's problems */
     float *moe_act;    /* [T * k, moe ffn] */
     float *moe_out;    /* [T * k, hidden] */
 } pg_dec_ws;
@@ -120,6 +124,7 @@ typedef struct pg_dec_dims {
     int32_t n_heads, n_kv_heads, head_dim; /* the attention scratch's worst case */
     int32_t moe_experts, moe_top_k;        /* 0: no MoE layer */
     int64_t moe_ffn;
+    size_t gemm_scratch_min; /* GEMM scratch at least this (grouped expert GEMMs) */
 } pg_dec_dims;
 
 /* A workspace for steps within lim; GEMM scratch sized for every linear in

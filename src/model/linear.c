@@ -528,7 +528,7 @@ pagoda_status pg_linear_forward_rmsnorm(const pg_linear *l, const float *x, int6
                                         const float *norm_w, float eps, float *xb, float *out,
                                         int64_t ldc, pg_gemm_epilogue ep, pg_pool *pool,
                                         void *scratch) {
-    const struct pg_qpacked *qw = l->n_parts == 1 ? pg_gemm_qpacked(l->part[0]) : NULL;
+    const pg_qpacked *qw = l->n_parts == 1 ? pg_gemm_qpacked(l->part[0]) : NULL;
     if (qw)
         return pg_qgemm_rmsnorm(qw, x, T, l->n_in, norm_w, eps, out, ldc, l->bias, ep, pool,
                                 scratch);

@@ -62,6 +62,8 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
                      .n_heads = c->num_attention_heads,
                      .n_kv_heads = c->num_key_value_heads,
                      .head_dim = c->head_dim};
+    pg_pool *pool = pg_pool_default();
+    const int nt = pool ? pg_pool_size(pool) : 1;
     for (int l = 0; l < L; l++) {
         const llama_layer *Y = &m->layers[l];
         ls[n++] = &Y->attn.qkv;
@@ -72,6 +74,8 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
                 ls[n++] = &Y->moe.gate_up[e];
                 ls[n++] = &Y->moe.down[e];
             }
+            size_t gs = pg_dec_moe_scratch_bytes(&Y->moe, lim->max_tokens, nt);
+            if (gs > d.gemm_scratch_min) d.gemm_scratch_min = gs;
             d.moe_experts = Y->moe.n_experts;
             d.moe_top_k = Y->moe.top_k;
             d.moe_ffn = Y->moe.gate_up[0].n_out;
