@@ -150,6 +150,46 @@ static void test_gguf_all_sections(void **state) {
     cJSON_Delete(root);
 }
 
+/* --quantization mxfp4: the MXFP4 layers beside the W4A8 g32 act-group
+ * baseline (same rounds) and one speed-up per (M, layer). */
+static void test_qgemm_mxfp4(void **state) {
+    (void)state;
+    const char *d = pg_test_tmpdir();
+    char gguf[4200], json[4200], args[9000];
+    snprintf(gguf, sizeof gguf, "%s/m.gguf", d);
+    snprintf(json, sizeof json, "%s/out.json", d);
+    pg_gen_model_options g;
+    pg_gen_model_defaults(&g);
+    g.hidden = 96, g.heads = 6, g.kv_heads = 2, g.ffn = 160, g.vocab = 300, g.layers = 1;
+    g.gguf_path = gguf;
+    if (pg_gen_model_write(&g)) fail_msg("gen: %s", pg_last_error());
+    snprintf(args, sizeof args,
+             "'%s' --kernels qgemm --quick --rounds 1 --threads 1 --m 1 --quantization mxfp4 "
+             "--output-json '%s'",
+             gguf, json);
+    char *out;
+    int rc = run(args, &out);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, out);
+    assert_non_null(strstr(out, "mxfp4 gate+up SwiGLU 160x96"));
+    assert_non_null(strstr(out, "MXFP4 speed-up over W4A8"));
+    free(out);
+    cJSON *root = load_json(json);
+    const cJSON *q = item(root, "qgemm");
+    assert_string_equal(item(q, "scheme")->valuestring, "mxfp4");
+    assert_int_equal((int)num(q, "group"), 32);
+    assert_true(cJSON_IsTrue(item(q, "act_group")));
+    const cJSON *res = item(q, "results");
+    assert_int_equal(cJSON_GetArraySize(res), 8); /* quick: 4 layers x 2 formats */
+    for (int i = 0; i < 8; i++)
+        assert_string_equal(item(cJSON_GetArrayItem(res, i), "format")->valuestring,
+                            i < 4 ? "w4a8" : "mxfp4");
+    const cJSON *sp = item(q, "mxfp4_speedup");
+    assert_int_equal(cJSON_GetArraySize(sp), 4);
+    for (int i = 0; i < 4; i++)
+        assert_true(num(cJSON_GetArrayItem(sp, i), "speedup") > 0.0);
+    cJSON_Delete(root);
+}
+
 /* A directory holding only a config.json (explicit head_dim != hidden /
  * heads): only the selected sections, lm_head included without --quick
  * (a small vocab keeps it cheap), F32 weights, both KV dtypes. */
@@ -339,6 +379,7 @@ static void test_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gguf_all_sections),
+        cmocka_unit_test(test_qgemm_mxfp4),
         cmocka_unit_test(test_config_json_selected),
         cmocka_unit_test(test_m_duplicates_and_cache_note),
         cmocka_unit_test(test_quk),

@@ -23,6 +23,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/gemm.h"
 #include "kernels/qgemm.h"
+#include "kernels/ref/ops_ref.h"
 #include "kernels/ref/ref.h"
 
 static const char *const ISAS[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon", "sve"};
@@ -219,7 +220,7 @@ static void run_case(const pg_kernel_table *kt, fmt f, const scenario *sc, pg_po
     pg_gemm_problem p[MAXE];
     for (int e = 0; e < E; e++)
         p[e] = (pg_gemm_problem){gu[e].pw,   x,  off[e + 1] - off[e], H, rows + off[e],
-                                 act + off[e] * I, I, gb, PG_GEMM_SWIGLU};
+                                 act + off[e] * I, I, gb, PG_GEMM_SWIGLU, 0.0f};
     assert_int_equal(pg_gemm_grouped(p, E, pool, scratch), PAGODA_OK);
     for (int pass = 0; pass < 2; pass++) { /* store with bias, then residual */
         float *C = pass ? res : out;
@@ -228,7 +229,7 @@ static void run_case(const pg_kernel_table *kt, fmt f, const scenario *sc, pg_po
         for (int e = 0; e < E; e++)
             p[e] = (pg_gemm_problem){dn[e].pw, act + off[e] * I, off[e + 1] - off[e], I, NULL,
                                      C + off[e] * H, H, pass ? NULL : db,
-                                     pass ? PG_GEMM_RESIDUAL : PG_GEMM_STORE};
+                                     pass ? PG_GEMM_RESIDUAL : PG_GEMM_STORE, 0.0f};
         assert_int_equal(pg_gemm_grouped(p, E, pool, scratch), PAGODA_OK);
         for (int e = 0; e < E; e++) {
             const int64_t M = off[e + 1] - off[e];
@@ -304,7 +305,7 @@ static void test_grouped_empty(void **state) {
     assert_int_equal(pg_gemm_grouped(p, 0, NULL, scratch), PAGODA_OK);
     /* bad arguments are refused before anything runs */
     float a[32], c[8];
-    p[1] = (pg_gemm_problem){pw, a, 1, 16 /* lda < K */, NULL, c, 8, NULL, PG_GEMM_STORE};
+    p[1] = (pg_gemm_problem){pw, a, 1, 16 /* lda < K */, NULL, c, 8, NULL, PG_GEMM_STORE, 0.0f};
     assert_int_equal(pg_gemm_grouped(p, 4, NULL, scratch), PAGODA_ERR_INVALID_ARG);
     p[1].lda = 32;
     p[1].ep = PG_GEMM_SWIGLU; /* not a pair */
@@ -315,10 +316,58 @@ static void test_grouped_empty(void **state) {
     pg_gemm_free(pw);
 }
 
+/* GPT-OSS's clamped SwiGLU (glu_limit > 0): the grouped SwiGLU equals
+ * pg_ref_swiglu_oai of the gate and up projections (+ bias) computed as
+ * plain stores, bit for bit (the sums and the bias add are the same). */
+static void test_grouped_clamped_swiglu(void **state) {
+    (void)state;
+    const int64_t N = 37, K = 64, M = 5;
+    for (int f = F_F32; f <= F_W8; f++) {
+        const pg_kernel_table *kt = pg_kernels();
+        expert pair, g1, u1;
+        make_expert(&pair, (fmt)f, 1, N, K, kt);
+        /* the same gate and up weights packed alone */
+        memset(&g1, 0, sizeof g1);
+        memset(&u1, 0, sizeof u1);
+        if (f == F_F32) {
+            assert_int_equal(pg_gemm_pack(PG_F32, pair.w[0], N, K, kt, &g1.pw), PAGODA_OK);
+            assert_int_equal(pg_gemm_pack(PG_F32, pair.w[1], N, K, kt, &u1.pw), PAGODA_OK);
+        } else {
+            assert_int_equal(pg_gemm_pack_qweight(&pair.qw[0], NULL, kt, &g1.pw), PAGODA_OK);
+            assert_int_equal(pg_gemm_pack_qweight(&pair.qw[1], NULL, kt, &u1.pw), PAGODA_OK);
+        }
+        float a[M * K], b[2 * N], g[M * N], u[M * N], want[M * N], got[M * N];
+        for (int64_t i = 0; i < M * K; i++)
+            a[i] = rnd() * 8.0f; /* large: some gates and ups beyond the limit */
+        for (int64_t i = 0; i < 2 * N; i++)
+            b[i] = rnd();
+        size_t ss = pg_gemm_grouped_scratch_size(pair.pw, M, 1, 1);
+        size_t s2 = pg_gemm_scratch_size(g1.pw, M, 1);
+        void *scratch = pg_malloc_aligned(ss > s2 ? ss : s2);
+        assert_int_equal(pg_gemm(g1.pw, a, M, K, g, N, b, PG_GEMM_STORE, NULL, scratch),
+                         PAGODA_OK);
+        assert_int_equal(pg_gemm(u1.pw, a, M, K, u, N, b + N, PG_GEMM_STORE, NULL, scratch),
+                         PAGODA_OK);
+        pg_ref_swiglu_oai(want, g, u, (size_t)(M * N), 7.0f, 1.702f);
+        int clipped = 0;
+        for (int64_t i = 0; i < M * N; i++)
+            clipped += g[i] > 7.0f || u[i] > 7.0f || u[i] < -7.0f;
+        assert_true(clipped > 0); /* the clamp is exercised */
+        pg_gemm_problem p = {pair.pw, a, M, K, NULL, got, N, b, PG_GEMM_SWIGLU, 7.0f};
+        assert_int_equal(pg_gemm_grouped(&p, 1, NULL, scratch), PAGODA_OK);
+        check_bits(got, want, M * N, "clamped swiglu", kt->isa, (fmt)f, &SCEN[0], 0);
+        pg_free(scratch);
+        free_expert(&pair);
+        pg_gemm_free(g1.pw);
+        pg_gemm_free(u1.pw);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grouped_vs_single),
         cmocka_unit_test(test_grouped_empty),
+        cmocka_unit_test(test_grouped_clamped_swiglu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

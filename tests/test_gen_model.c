@@ -616,6 +616,65 @@ static void test_qwen3_moe_both_forms_same_logits(void **state) {
     pg_model_source_free(gs);
 }
 
+/* gpt_oss: both forms give the same logits over a prompt longer than the
+ * sliding window (sinks, alternating windows, YaRN, biases, clamped
+ * SwiGLU, router softmax over the top-k); the GGUF keys and tensors are
+ * llama.cpp's (post_attention_norm, attn_sinks, 2-D expert biases). */
+static void test_gpt_oss_both_forms_same_logits(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    assert_int_equal(pg_gen_model_set_arch(&o, "gpt_oss"), PAGODA_OK);
+    o.hidden = 64;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.head_dim = 16;
+    o.experts = 4;
+    o.experts_per_tok = 2;
+    o.moe_ffn = 32;
+    o.layers = 3;
+    o.vocab = 320;
+    o.sliding_window = 4;
+    o.init_std = 0.2f; /* large enough for the SwiGLU clamp to act */
+    o.seed = 21;
+    gen(&o);
+    char p[4300];
+    snprintf(p, sizeof p, "%s/config.json", g_hf);
+    char *cfg = pg_test_read_file(p, NULL);
+    static const char *const WANT[] = {
+        "\"architectures\": [\"GptOssForCausalLM\"]",
+        "\"num_local_experts\": 4",
+        "\"intermediate_size\": 32",
+        "\"sliding_window\": 4",
+        "\"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\"]",
+        "\"truncate\": false",
+        "\"attention_bias\": true",
+    };
+    for (size_t i = 0; i < sizeof WANT / sizeof WANT[0]; i++)
+        if (!strstr(cfg, WANT[i])) fail_msg("config.json lacks %s", WANT[i]);
+    free(cfg);
+    pg_model_options mo;
+    pg_model_options_default(&mo);
+    mo.compute = PG_F32;
+    pg_model_source *hs, *gs;
+    pg_model *mh = pg_test_load(g_hf, &mo, &hs), *mg = pg_test_load(g_gguf, &mo, &gs);
+    assert_string_equal(pg_model_arch_name(mh), "gpt_oss");
+    assert_string_equal(pg_model_arch_name(mg), "gpt_oss");
+    const pg_tensor *b = pg_model_source_tensor(gs, "model.layers.2.mlp.experts.3.gate_proj.bias");
+    assert_non_null(b);
+    assert_int_equal(b->ndim, 1);
+    assert_int_equal(b->shape[0], 32);
+    assert_non_null(pg_model_source_tensor(gs, "model.layers.1.self_attn.sinks"));
+    assert_int_equal(pg_model_get_config(mg)->sliding_window, 4);
+    enum { T = 13 };
+    const int32_t toks[T] = {1, 17, 300, 5, 42, 42, 7, 319, 128, 64, 2, 250, 9};
+    assert_forms_same_logits(mh, mg, toks, T);
+    pg_model_free(mh);
+    pg_model_free(mg);
+    pg_model_source_free(hs);
+    pg_model_source_free(gs);
+}
+
 /* The GGUF form is what convert_hf_to_gguf.py (Qwen3MoeModel) writes:
  * "qwen3moe" with the qwen3 keys plus expert_count / expert_used_count /
  * expert_feed_forward_length, the router ffn_gate_inp kept F32, the experts
@@ -883,6 +942,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_both_forms_same_logits),
         cmocka_unit_test(test_qwen3_gguf_names_and_keys),
         cmocka_unit_test(test_qwen3_moe_both_forms_same_logits),
+        cmocka_unit_test(test_gpt_oss_both_forms_same_logits),
         cmocka_unit_test(test_qwen3_moe_gguf_names_and_keys),
         cmocka_unit_test(test_from_qwen3_and_llama_gguf),
         cmocka_unit_test(test_gguf_refused),

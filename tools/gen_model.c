@@ -26,7 +26,13 @@ static void usage(void) {
           "                       mlp.gate [experts, hidden] (GGUF ffn_gate_inp, F32) and\n"
           "                       mlp.experts.{e}.{gate,up,down}_proj (GGUF 3-D\n"
           "                       ffn_{gate,up,down}_exps); norm_topk_prob true)\n"
-          "  --preset NAME        llama-3.2-1b | qwen3-0.6b | qwen3-1.7b | qwen3-30b-a3b\n"
+          "                       | gpt_oss (GptOssForCausalLM / GGUF gpt-oss: q/k/v/o biases,\n"
+          "                       sinks, even layers sliding (--sliding-window, default 128),\n"
+          "                       YaRN factor 32 / 4096, router and expert biases; the HF\n"
+          "                       form holds the experts per expert (the table's layout), not\n"
+          "                       stacked as published checkpoints)\n"
+          "  --preset NAME        llama-3.2-1b | qwen3-0.6b | qwen3-1.7b | qwen3-30b-a3b |\n"
+          "                       gpt-oss-20b\n"
           "                       (BF16; implies its --arch; explicit options override its\n"
           "                       values, e.g. --preset qwen3-30b-a3b --layers 8)\n"
           "  --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N --head-dim N\n"
@@ -173,6 +179,8 @@ int main(int argc, char **argv) {
             o.experts_per_tok = to_int(a, v);
         else if (!strcmp(a, "--moe-ffn"))
             o.moe_ffn = to_int(a, v);
+        else if (!strcmp(a, "--sliding-window"))
+            o.sliding_window = to_int(a, v);
         else if (!strcmp(a, "--max-pos"))
             o.max_position = to_int(a, v);
         else if (!strcmp(a, "--rope-theta"))

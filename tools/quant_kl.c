@@ -318,7 +318,13 @@ static void forward(const pg_model_source *src, const scheme *s, const scheme *l
     float *act = malloc((size_t)T * F * sizeof(float));
     float *sc = malloc((size_t)T * sizeof(float));
     float inv_freq[512];
-    pg_rope_freq_params rp = {hd, c->rope_theta, PG_ROPE_FREQ_NONE, 1, 1, 1, 1};
+    pg_rope_freq_params rp = {.head_dim = hd,
+                              .theta = c->rope_theta,
+                              .scaling = PG_ROPE_FREQ_NONE,
+                              .factor = 1,
+                              .low_freq_factor = 1,
+                              .high_freq_factor = 1,
+                              .original_max_position = 1};
     if (c->rope_scaling == PG_ROPE_SCALING_LLAMA3) {
         rp.scaling = PG_ROPE_FREQ_LLAMA3;
         rp.factor = c->rope_factor;

@@ -8,7 +8,10 @@ static const struct {
     [PG_Q8_0] = {"Q8_0", 32, 34}, [PG_Q4_0] = {"Q4_0", 32, 18}, [PG_I8] = {"I8", 1, 1},
     [PG_U8] = {"U8", 1, 1},     [PG_I16] = {"I16", 1, 2},    [PG_I32] = {"I32", 1, 4},
     [PG_I64] = {"I64", 1, 8},   [PG_F64] = {"F64", 1, 8},    [PG_BOOL] = {"BOOL", 1, 1},
+    [PG_MXFP4] = {"MXFP4", 32, 17},
 };
+
+const int8_t pg_mxfp4_kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 const char *pg_dtype_name(pg_dtype t) {
     return (unsigned)t < PG_DTYPE_COUNT ? DTYPES[t].name : "?";
@@ -112,6 +115,15 @@ void pg_dequant_row(pg_dtype t, const void *src, float *dst, size_t n) {
             for (int j = 0; j < 16; j++) {
                 dst[b * 32 + j] = d * (float)((s[2 + j] & 0x0f) - 8);
                 dst[b * 32 + j + 16] = d * (float)((s[2 + j] >> 4) - 8);
+            }
+        }
+        break;
+    case PG_MXFP4: /* llama.cpp ggml-quants.c dequantize_row_mxfp4 */
+        for (size_t b = 0; b < n / 32; b++, s += 17) {
+            const float d = pg_e8m0_half_to_f32(s[0]);
+            for (int j = 0; j < 16; j++) {
+                dst[b * 32 + j] = (float)pg_mxfp4_kvalues[s[1 + j] & 0x0f] * d;
+                dst[b * 32 + j + 16] = (float)pg_mxfp4_kvalues[s[1 + j] >> 4] * d;
             }
         }
         break;

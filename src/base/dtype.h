@@ -5,6 +5,12 @@
  *   Q4_0: blocks of 32 weights = f16 scale d, then 16 bytes of nibbles;
  *         byte j holds element j (low nibble) and j+16 (high nibble);
  *         w = d * (nibble - 8)
+ *   MXFP4 (OCP Microscaling v1.0; ggml type 39): blocks of 32 weights =
+ *         uint8 e (E8M0 scale), then 16 bytes of E2M1 nibbles laid out as
+ *         Q4_0 (byte j: element j low, j+16 high; llama.cpp ggml-common.h
+ *         block_mxfp4); w = kvalues_mxfp4[nibble] * 2^(e-128), the table
+ *         holding twice the E2M1 values (pg_mxfp4_kvalues) and the scale
+ *         halved to match (pg_e8m0_half_to_f32).
  * F16 is IEEE binary16; BF16 is the top 16 bits of an IEEE binary32. */
 #ifndef PAGODA_BASE_DTYPE_H
 #define PAGODA_BASE_DTYPE_H
@@ -26,14 +32,15 @@ typedef enum pg_dtype {
     PG_I64,
     PG_F64,
     PG_BOOL,
+    PG_MXFP4,
     PG_DTYPE_COUNT
 } pg_dtype;
 
 /* "F32", "BF16", "Q4_0", ... */
 const char *pg_dtype_name(pg_dtype t);
-/* Elements per block (1 for plain types, 32 for Q8_0/Q4_0). */
+/* Elements per block (1 for plain types, 32 for Q8_0/Q4_0/MXFP4). */
 size_t pg_dtype_block_elems(pg_dtype t);
-/* Bytes per block (4 for F32, 34 for Q8_0, 18 for Q4_0). */
+/* Bytes per block (4 for F32, 34 for Q8_0, 18 for Q4_0, 17 for MXFP4). */
 size_t pg_dtype_block_bytes(pg_dtype t);
 /* Bytes for a row of n elements; 0 if n is not a multiple of the block size. */
 size_t pg_dtype_row_bytes(pg_dtype t, size_t n);
@@ -57,9 +64,27 @@ static inline uint16_t pg_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* Twice the E2M1 value of each 4-bit code (sign bit 3, exponent bits 2-1,
+ * mantissa bit 0): 2 * {0, 0.5, 1, 1.5, 2, 3, 4, 6} and their negatives,
+ * integers in [-12, 12] (llama.cpp ggml-common.h kvalues_mxfp4). */
+extern const int8_t pg_mxfp4_kvalues[16];
+
+/* Half the value of an E8M0 scale byte, 2^(e-128), exact as an f32 for
+ * every e: e >= 2 is the normal number with biased exponent e - 1; e = 1 and
+ * e = 0 are the subnormals 2^-127 and 2^-128; e = 255 (the OCP NaN code) is
+ * NOT special-cased and gives 2^127 (llama.cpp ggml-impl.h
+ * ggml_e8m0_to_fp32_half, which we follow bit for bit). */
+static inline float pg_e8m0_half_to_f32(uint8_t e) {
+    uint32_t u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* Dequantize/convert one row of n elements of type t at src into f32 dst.
  * n must be a multiple of pg_dtype_block_elems(t). Supports F32, F16, BF16,
- * Q8_0, Q4_0. Scalar reference; kernels may provide faster versions. */
+ * Q8_0, Q4_0, MXFP4 (exact: a table value times a power of two). Scalar
+ * reference; kernels may provide faster versions. */
 void pg_dequant_row(pg_dtype t, const void *src, float *dst, size_t n);
 
 #endif

@@ -158,7 +158,7 @@ static void run_peaks(const bench *b, cJSON *root) {
 
 /* ------------------------------------------------------------ GEMM */
 
-enum { MAX_COPIES = 64, MAX_LAYERS = 5 };
+enum { MAX_COPIES = 64, MAX_LAYERS = 10 };
 
 /* One linear layer as the forward runs it. */
 typedef struct layer {
@@ -168,6 +168,7 @@ typedef struct layer {
     int bits;      /* 0: float; 8 or 4: quantized */
     int64_t group; /* quantized: 0 per channel, else the group size */
     int act_group; /* quantized, group-wise: per-(token, group) activation scales */
+    int mxfp4;     /* MXFP4 weights (random GGUF blocks) */
 } layer;
 
 typedef struct packed_set {
@@ -180,18 +181,39 @@ typedef struct packed_set {
 static int model_layers(const pg_bench_kernels_opts *o, bool quant, layer *L) {
     const pg_bench_model_shape *s = &o->shape;
     int64_t q = (int64_t)s->heads * s->head_dim, kv = (int64_t)s->kv_heads * s->head_dim;
-    L[0] = (layer){"qkv", q + 2 * kv, s->hidden, PG_GEMM_STORE, 0, 0, 0};
-    L[1] = (layer){"o", s->hidden, q, PG_GEMM_RESIDUAL, 0, 0, 0};
-    L[2] = (layer){"gate+up SwiGLU", s->ffn, s->hidden, PG_GEMM_SWIGLU, 0, 0, 0};
-    L[3] = (layer){"down", s->hidden, s->ffn, PG_GEMM_RESIDUAL, 0, 0, 0};
-    L[4] = (layer){"lm_head", s->vocab, s->hidden, PG_GEMM_STORE, 0, 0, 0};
+    L[0] = (layer){"qkv", q + 2 * kv, s->hidden, PG_GEMM_STORE, 0, 0, 0, 0};
+    L[1] = (layer){"o", s->hidden, q, PG_GEMM_RESIDUAL, 0, 0, 0, 0};
+    L[2] = (layer){"gate+up SwiGLU", s->ffn, s->hidden, PG_GEMM_SWIGLU, 0, 0, 0, 0};
+    L[3] = (layer){"down", s->hidden, s->ffn, PG_GEMM_RESIDUAL, 0, 0, 0, 0};
+    L[4] = (layer){"lm_head", s->vocab, s->hidden, PG_GEMM_STORE, 0, 0, 0, 0};
     for (int i = 0; quant && i < 5; i++)
         L[i].bits = o->quant_bits, L[i].group = o->quant_group, L[i].act_group = o->act_group;
     /* the engine's lm_head policy (pg_linear_policy_init): W4 with the
      * layers' group for group-wise W4A8, else W8 per channel */
     if (quant && !(o->quant_bits == 4 && o->quant_group > 0))
         L[4].bits = 8, L[4].group = 0, L[4].act_group = 0;
-    return o->quick ? 4 : 5;
+    const int n = o->quick ? 4 : 5;
+    if (quant && o->mxfp4) { /* the same layers again as MXFP4, after the W4A8 baseline */
+        static const char *const MX[5] = {"mxfp4 qkv", "mxfp4 o", "mxfp4 gate+up SwiGLU",
+                                          "mxfp4 down", "mxfp4 lm_head"};
+        for (int i = 0; i < n; i++) {
+            L[n + i] = L[i];
+            L[n + i].name = MX[i];
+            L[n + i].mxfp4 = 1;
+        }
+        return 2 * n;
+    }
+    return n;
+}
+
+/* Deterministic random GGUF MXFP4 rows (E around 2^-6 .. 2^0). */
+static void fill_mxfp4(uint8_t *w, size_t blocks) {
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t b = 0; b < blocks * 17; b++) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        const uint8_t r = (uint8_t)((x * 0x2545f4914f6cdd1dull) >> 56);
+        w[b] = b % 17 ? r : (uint8_t)(121 + r % 7);
+    }
 }
 
 /* Deterministic weights in [-1, 1). */
@@ -230,9 +252,12 @@ static pagoda_status pack_layer(const bench *b, const layer *l, pg_dtype dt, siz
     float *sc = NULL;
     pagoda_status st = PAGODA_OK;
     if (!src) return pg_error(PAGODA_ERR_NOMEM, "bench kernels: out of memory (%s)", l->name);
-    fill_weights(l->bits ? PG_BF16 : dt, src, elems);
+    if (l->mxfp4)
+        fill_mxfp4(src, elems / 32); /* 17 bytes per 32 weights < 2 bytes per weight */
+    else
+        fill_weights(l->bits ? PG_BF16 : dt, src, elems);
     pg_qweight qw = {0};
-    if (l->bits) {
+    if (l->bits && !l->mxfp4) {
         q = malloc(elems);
         sc = malloc((size_t)(l->N * pg_qweight_ngroups(l->K, l->group)) * sizeof(float));
         if (!q || !sc) {
@@ -248,7 +273,11 @@ static pagoda_status pack_layer(const bench *b, const layer *l, pg_dtype dt, siz
     copies = copies < 1 ? 1 : copies > MAX_COPIES ? MAX_COPIES : copies;
     for (ps->copies = 0; ps->copies < copies; ps->copies++) {
         pg_packed_weight **w = &ps->w[ps->copies];
-        if (l->bits)
+        if (l->mxfp4 && swiglu)
+            st = pg_gemm_pack_swiglu(PG_MXFP4, src, src, l->N, l->K, NULL, w);
+        else if (l->mxfp4)
+            st = pg_gemm_pack(PG_MXFP4, src, l->N, l->K, NULL, w);
+        else if (l->bits)
             st = pg_gemm_pack_qweight(&qw, swiglu ? &qw : NULL, NULL, w);
         else if (swiglu)
             st = pg_gemm_pack_swiglu(dt, src, src, l->N, l->K, NULL, w);
@@ -344,6 +373,7 @@ static double report_row(const bench *b, const layer *l, const packed_set *ps, i
         cJSON_AddNumberToObject(j, "bits", l->bits);
         cJSON_AddNumberToObject(j, "group", (double)l->group);
     }
+    cJSON_AddStringToObject(j, "format", pg_gemm_format_name(ps->w[0]));
     cJSON_AddNumberToObject(j, "packed_bytes", (double)pg_gemm_packed_bytes(ps->w[0]));
     cJSON_AddNumberToObject(j, "copies", ps->copies);
     cJSON_AddNumberToObject(j, "ms", t * 1e3);
@@ -412,13 +442,13 @@ static pagoda_status run_gemm_suite(const bench *b, bool quant, cJSON *root) {
     cJSON *j = cJSON_AddObjectToObject(root, quant ? "qgemm" : "gemm");
     if (quant) {
         char scheme[8];
-        snprintf(scheme, sizeof scheme, "w%da8", o->quant_bits);
+        snprintf(scheme, sizeof scheme, o->mxfp4 ? "mxfp4" : "w%da8", o->quant_bits);
         cJSON_AddStringToObject(j, "scheme", scheme);
         cJSON_AddNumberToObject(j, "group", (double)o->quant_group);
         cJSON_AddBoolToObject(j, "act_group", o->act_group);
         say(b,
-            "\nquantized GEMM W%dA8 group %lld%s (lm_head%s W%d group %lld, the engine's policy)",
-            o->quant_bits, (long long)o->quant_group,
+            "\nquantized GEMM %sW%dA8 group %lld%s (lm_head%s W%d group %lld, the engine's policy)",
+            o->mxfp4 ? "MXFP4 and the baseline " : "", o->quant_bits, (long long)o->quant_group,
             o->act_group ? ", activation scales per group" : "",
             o->quick ? " skipped; would be" : "", L[4].bits, (long long)L[4].group);
     } else {
@@ -443,6 +473,26 @@ static pagoda_status run_gemm_suite(const bench *b, bool quant, cJSON *root) {
     }
     /* small layers: even the cycled copies fit in the caches */
     if (cached) say(b, "  note: weights partly cached: ratios above 100%% of DRAM bandwidth\n");
+    if (quant && o->mxfp4) {
+        /* the paired ratio per round (same round, same M), median */
+        say(b, "  MXFP4 speed-up over W4A8 group 32 act-group (time ratio, median of rounds)\n");
+        cJSON *sp = cJSON_AddArrayToObject(j, "mxfp4_speedup");
+        const int half = nl / 2;
+        for (int mi = 0; mi < o->n_m; mi++)
+            for (int li = 0; li < half; li++) {
+                double r[PG_BENCH_MAX_ROUNDS];
+                const gemm_stats *w4 = &stats[mi * nl + li], *mx = &stats[mi * nl + half + li];
+                for (int k = 0; k < o->rounds; k++)
+                    r[k] = w4->t[k] / mx->t[k];
+                const double med = pg_bench_median(r, o->rounds);
+                say(b, "    M=%-4lld %-30s %6.3fx\n", (long long)o->m[mi], L[li].name, med);
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddNumberToObject(e, "m", (double)o->m[mi]);
+                cJSON_AddStringToObject(e, "layer", L[li].name);
+                cJSON_AddNumberToObject(e, "speedup", med);
+                cJSON_AddItemToArray(sp, e);
+            }
+    }
     cJSON_AddBoolToObject(j, "weights_partly_cached", cached);
 done:
     for (int li = 0; sets && li < MAX_LAYERS; li++)

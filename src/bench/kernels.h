@@ -80,6 +80,9 @@ typedef struct pg_bench_kernels_opts {
     int64_t quant_group;       /* 0: per channel (default); else a multiple of 32 */
     bool act_group;            /* group-wise: activation scales per token and group
                                   (the GGUF Q8_0 / Q4_0 path, pg_qweight.act_group) */
+    bool mxfp4;                /* qgemm: MXFP4 layers (kernels/gemm.h "MXFP4") measured
+                                  beside W4A8 group 32 with activation groups (the
+                                  baseline, same rounds); implies W4, group 32, act_group */
     int context;               /* attention context in tokens (default 2048) */
     int block_size;            /* KV block size (default PG_KV_DEFAULT_BLOCK_SIZE) */
     pg_dtype kv_dtypes[2];     /* KV cache dtypes measured (default BF16) */

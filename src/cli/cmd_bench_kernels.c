@@ -32,7 +32,9 @@ static void usage(FILE *f) {
           "  --m LIST                  GEMM rows (tokens of a step), default 512,32,1;\n"
           "                            repeated values run once\n"
           "  --dtype D                 GEMM weights: bfloat16 (default) or float32\n"
-          "  --quantization Q          qgemm scheme: w8a8 (default) or w4a8\n"
+          "  --quantization Q          qgemm scheme: w8a8 (default), w4a8, or mxfp4 (MXFP4\n"
+          "                            layers beside W4A8 group 32 with activation groups,\n"
+          "                            with the time ratio)\n"
           "  --quant-group-size G      qgemm scale group: 0 = per channel (default), 32, 64, ...\n"
           "  --act-group               qgemm activation scales per token and group (the GGUF\n"
           "                            Q8_0 / Q4_0 path; needs a group size)\n"
@@ -128,8 +130,11 @@ static int parse(int argc, char **argv, pg_bench_kernels_opts *o, const char **m
             ok = parse_names(v, D, 5, &bits) && !(bits & (bits - 1));
             o->gemm_dtype = bits >= 4 ? PG_F32 : PG_BF16, want = "bfloat16 or float32";
         } else if (!strcmp(a, "--quantization")) {
-            ok = !strcmp(v, "w8a8") || !strcmp(v, "w4a8"), want = "w8a8 or w4a8";
-            o->quant_bits = !strcmp(v, "w4a8") ? 4 : 8;
+            ok = !strcmp(v, "w8a8") || !strcmp(v, "w4a8") || !strcmp(v, "mxfp4");
+            want = "w8a8, w4a8 or mxfp4";
+            o->mxfp4 = !strcmp(v, "mxfp4");
+            o->quant_bits = !strcmp(v, "w8a8") ? 8 : 4;
+            if (o->mxfp4) o->quant_group = 32, o->act_group = true;
         } else if (!strcmp(a, "--quant-group-size")) {
             ok = pg_args_long(v, 0, 1 << 20, &n) && n % 32 == 0, want = "0 or a multiple of 32";
             o->quant_group = n;

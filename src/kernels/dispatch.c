@@ -63,6 +63,13 @@ static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, 
 #define QUK_DOTPROD(b) quk("dotprod", b, 4, 8, 4, 1, 16, 0, 0, pg_dotprod_qgemm_uk_w##b, pg_dotprod_qgemm_uk_w##b##_hs)
 #define QUK_I8MM(b) quk("i8mm", b, 4, 8, 8, 2, 16, 0, 0, pg_i8mm_qgemm_uk_w##b, pg_i8mm_qgemm_uk_w##b##_hs)
 
+/* MXFP4 microkernels (dispatch.h, above pg_kernel_table): bits 4, no F16
+ * form; avx512vnni feeds offset codes (w_u8). */
+#define MXUK_SCALAR quk("scalar", 4, 4, 8, 4, 1, 16, 0, 0, pg_ref_mxfp4_uk, NULL)
+#define MXUK_AVX512VNNI quk("avx512vnni", 4, 6, 32, 4, 1, 64, 0, 1, pg_avx512vnni_mxfp4_uk, NULL)
+#define MXUK_AVX2 quk("avx2", 4, 3, 16, 4, 1, 32, 0, 0, pg_avx2_mxfp4_uk, NULL)
+#define MXUK_DOTPROD quk("dotprod", 4, 4, 8, 4, 1, 16, 0, 0, pg_dotprod_mxfp4_uk, NULL)
+
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
 
@@ -89,6 +96,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     t->gemm_f32 = uk("scalar", 4, 16, 1, 1, pg_ref_gemm_uk_f32);
     t->qgemm_w8 = QUK_SCALAR(8);
     t->qgemm_w4 = QUK_SCALAR(4);
+    t->mxfp4 = MXUK_SCALAR;
 #if defined(__x86_64__)
     if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
@@ -112,6 +120,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
             t->qgemm_w8 = QUK_AVXVNNI(8), t->qgemm_w4 = QUK_AVXVNNI(4);
         else
             t->qgemm_w8 = QUK_AVX2(8), t->qgemm_w4 = QUK_AVX2(4);
+        t->mxfp4 = MXUK_AVX2;
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
@@ -131,7 +140,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
         t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
         if (pg_cpu()->avx512_vnni)
-            t->qgemm_w8 = QUK_AVX512VNNI(8), t->qgemm_w4 = QUK_AVX512VNNI(4);
+            t->qgemm_w8 = QUK_AVX512VNNI(8), t->qgemm_w4 = QUK_AVX512VNNI(4),
+            t->mxfp4 = MXUK_AVX512VNNI;
     }
     /* avx512bf16: the BF16 GEMM and attention over a BF16 KV cache use
      * VDPBF16PS; the dot products keep f32 activations (never rounded to
@@ -176,6 +186,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
             t->qgemm_w8 = QUK_I8MM(8), t->qgemm_w4 = QUK_I8MM(4);
         else if (pg_cpu()->asimd_dotprod)
             t->qgemm_w8 = QUK_DOTPROD(8), t->qgemm_w4 = QUK_DOTPROD(4);
+        /* MXFP4: SDOT with a vqtbl1q_s8 code lookup (I8MM cores have it too) */
+        if (pg_cpu()->asimd_dotprod) t->mxfp4 = MXUK_DOTPROD;
     }
     if (level == PG_ISA_SVE) {
         SET(t, dot_f32, pg_sve_dot_f32, "sve");
@@ -210,6 +222,7 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
             t->qgemm_w8.nr);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "qgemm_w4a8", t->qgemm_w4.name, t->qgemm_w4.mr,
             t->qgemm_w4.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "mxfp4", t->mxfp4.name, t->mxfp4.mr, t->mxfp4.nr);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */

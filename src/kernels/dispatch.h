@@ -91,6 +91,19 @@ typedef struct pg_qgemm_ukernel {
                    int64_t ldc, int mr, int accumulate);
 } pg_qgemm_ukernel;
 
+/* An MXFP4 GEMM microkernel (kernels/gemm.h "MXFP4") is a pg_qgemm_ukernel
+ * with bits 4, gk 32 (one OCP block per group) and per-(row, block)
+ * activation scales (as never NULL), computing per block g
+ *     c[i][j] = fmaf((float)isum_g[i][j], d_g[j] * as[i*as_stride + g], c[i][j])
+ * with isum_g = sum over the block of a[i][k] * kv[code[j][k]] (kv =
+ * pg_mxfp4_kvalues, twice the E2M1 values) and d_g[j] = 2^(E-128) of the
+ * column's E8M0 byte (pg_e8m0_half_to_f32). The packed panel holds per
+ * block: uint8 E[nr], then the 4-bit codes (not values) in the W4 layout
+ * above (k-chunks of kg, vw nibble pairing). w_u8 kernels map a code to
+ * kv + 12 (unsigned) and get ac[i*ac_stride + g] = -12 * (sum of row i's
+ * activations over block g) from the input stage; others use kv itself.
+ * run_hs is NULL. Spec: pg_ref_mxfp4_gemm (ref/mxfp4.c). */
+
 typedef struct pg_kernel_table {
     const char
         *isa; /* name of the level: "scalar", "avx2", "avx512", "avx512bf16", "neon", "sve" */
@@ -128,6 +141,9 @@ typedef struct pg_kernel_table {
     /* Quantized GEMM microkernels (kernels/qgemm.h): int8 and int4 weights
      * times int8 per-token activations. */
     pg_qgemm_ukernel qgemm_w8, qgemm_w4;
+    /* MXFP4 weights (E2M1 codes, E8M0 block scales) times int8 activations
+     * with per-(token, block) scales (see the comment above the table). */
+    pg_qgemm_ukernel mxfp4;
     /* The quantized GEMM's activation input stage (kernels/qgemm.h; specs
      * pg_ref_amax_f32 / pg_ref_quant_i8 in ref/ref.h, every variant equal
      * bit for bit): amax_f32 = max |x[i]| over n >= 0 floats (0 for n 0;

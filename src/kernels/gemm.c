@@ -2,7 +2,8 @@
  * loops around a weight format's microkernel, threading, the work split of
  * grouped calls, decode prefetching and the call checks. Formats (packing,
  * input stage, tile, epilogue) are rows: gemm_float.c (BF16, F32),
- * qgemm.c (W8A8, W4A8 and the GGUF Q8_0 / Q4_0 blocks that become them).
+ * qgemm.c (W8A8, W4A8 and the GGUF Q8_0 / Q4_0 blocks that become them),
+ * gemm_mxfp4.c (MXFP4: GGUF and Hugging Face gpt-oss blocks).
  * Nothing here is ISA-specific.
  *
  * Loops of one thread over a rectangle of the output (docs/ARCHITECTURE.md):
@@ -161,9 +162,11 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: N=%lld K=%lld must be >= 1",
                         (long long)N, (long long)K);
     if (t == PG_Q8_0 || t == PG_Q4_0) return pack_gguf(t, Wg, Wu, N, K, kt, out);
+    if (t == PG_MXFP4) return pg_mxfp4_pack_gguf(Wg, Wu, N, K, kt, out);
     if (t != PG_F32 && t != PG_F16 && t != PG_BF16)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
-                        "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0)",
+                        "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0, "
+                        "MXFP4)",
                         pg_dtype_name(t));
     return pg_gemm_pack_float(t, Wg, Wu, N, K, kt, out);
 }
@@ -535,7 +538,8 @@ pagoda_status pg_gemm_grouped(const pg_gemm_problem *p, int n, pg_pool *pool, vo
                                .C = p[i].C,
                                .ldc = p[i].ldc,
                                .bias = p[i].bias,
-                               .ep = p[i].ep};
+                               .ep = p[i].ep,
+                               .glu_limit = p[i].glu_limit};
         p[i].w->fmt->plan(p[i].w, p[i].M, p[i].a_rows != NULL, &cl[m].g);
         if (cl[m].g.acc_bytes > acc_bytes) acc_bytes = cl[m].g.acc_bytes;
         if (cl[m].g.row_bytes > row_bytes) row_bytes = cl[m].g.row_bytes;

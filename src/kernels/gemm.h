@@ -6,7 +6,8 @@
  *   W    [N, K] row-major (the nn.Linear / GGUF layout: one row per output
  *        feature), source dtype F32, F16 or BF16, packed once by pg_gemm_pack
  *        (or quantized: Q8_0 / Q4_0 rows, pg_gemm_pack_quantize,
- *        pg_gemm_pack_qweight; see below and kernels/qgemm.h).
+ *        pg_gemm_pack_qweight; see below and kernels/qgemm.h; or MXFP4
+ *        rows / gpt-oss blocks, see "MXFP4" below).
  *   C    [M, N] f32 (SwiGLU: [M, N] with N the gate/up row count), row
  *        stride ldc (floats, >= N).
  *   bias [N] f32 or NULL (SwiGLU: [2N], the gate bias then the up bias).
@@ -66,7 +67,8 @@ typedef struct pg_packed_weight pg_packed_weight;
  * GEMM of table kt (NULL = pg_kernels()). The result keeps no pointer to W:
  * the caller may unmap the source afterwards. F32 -> packed F32 panels;
  * F16/BF16 -> packed BF16 panels. Errors: PAGODA_ERR_INVALID_ARG (N or K
- * < 1, NULL W, other dtype), PAGODA_ERR_NOMEM. */
+ * < 1, NULL W, K not a multiple of 32 for Q8_0 / Q4_0 / MXFP4),
+ * PAGODA_ERR_UNSUPPORTED (other dtype), PAGODA_ERR_NOMEM. */
 pagoda_status pg_gemm_pack(pg_dtype src_dtype, const void *W, int64_t N, int64_t K,
                            const pg_kernel_table *kt, pg_packed_weight **out);
 
@@ -107,7 +109,51 @@ pagoda_status pg_gemm_pack_quantize(pg_dtype src_dtype, const void *W, const voi
                                     int64_t K, int bits, int64_t group, int act_group,
                                     const pg_kernel_table *kt, pg_pool *pool,
                                     pg_packed_weight **out);
-/* 8 or 4 for a quantized weight, 0 otherwise. */
+/* ---- MXFP4 (OCP Microscaling v1.0; gpt-oss experts)
+ *
+ * Weights: blocks of 32 along K, each 32 E2M1 4-bit codes (values +-{0,
+ *   0.5, 1, 1.5, 2, 3, 4, 6}) and one E8M0 scale byte E (2^(E-127)). Twice
+ *   an E2M1 value is an integer kv = pg_mxfp4_kvalues[code] in [-12, 12]
+ *   (base/dtype.h), so the block's scale is taken halved: d = 2^(E-128) =
+ *   pg_e8m0_half_to_f32(E), exact as an f32 for every E (E = 1, 0: the
+ *   subnormals 2^-127, 2^-128; E = 255, the OCP NaN code, is not special:
+ *   2^127; both as llama.cpp's ggml_e8m0_to_fp32_half). Weights stay 4-bit
+ *   in the packed panels (codes, expanded in registers by a table lookup:
+ *   VPSHUFB on x86, TBL on Arm).
+ * Activations: quantized per token AND 32-block in the input stage (as
+ *   W4A8 with act_group, GGUF Q8_0 activation blocks): a_s[m,g] =
+ *   max |A[m, block g]| / 127, qa = clamp(rint(A / a_s), -127, 127).
+ * Arithmetic (pg_ref_mxfp4_gemm in ref/mxfp4.c is the specification):
+ *   isum[m,n,g] = sum over block g of qa[m,k] * kv[n,k]      (exact int32)
+ *   y = 0; for g increasing: y = fmaf((float)isum, d[n,g] * a_s[m,g], y)
+ *   (the product d * a_s rounded to f32 first); then bias and the epilogue
+ *   as above. Integer sums are exact and the float order is fixed, so every
+ *   kernel table equals the reference bit for bit, and a row's result never
+ *   depends on M or on the other rows (batch invariance). The int8 formats'
+ *   input stage also gives MXFP4 the fused RMSNorm of pg_qgemm_rmsnorm.
+ *
+ * GGUF rows: pg_gemm_pack(PG_MXFP4, W, N, K, kt, &pw) and
+ * pg_gemm_pack_swiglu(PG_MXFP4, Wg, Wu, N, K, kt, &pw) take [N, K/32]
+ * block_mxfp4 (17 bytes: E, then byte j = element j low nibble, element j +
+ * 16 high nibble); K must be a multiple of 32 (else PAGODA_ERR_INVALID_ARG).
+ *
+ * Hugging Face layout (gpt-oss `*_blocks` / `*_scales`, one expert's slice):
+ * blocks [N, K/32, 16] uint8, byte i of a block = element 2i (low nibble)
+ * and 2i + 1 (high nibble); scales [N, K/32] uint8 E8M0. Row n's blocks at
+ * blocks + n * (K/32) * 16, its scales at scales + n * (K/32). up_blocks /
+ * up_scales (both or neither; NULL: a plain weight) make a SwiGLU gate/up
+ * pair (the caller de-interleaves gpt-oss's fused gate_up rows). Packing
+ * runs over pool's threads (NULL: the caller; identical bytes). The result
+ * keeps no pointer to the inputs and is byte-identical to packing the same
+ * weights from GGUF rows. Errors: PAGODA_ERR_INVALID_ARG (NULL pointers, N
+ * < 1, K not a positive multiple of 32), PAGODA_ERR_NOMEM.
+ * pg_gemm_format_name gives "mxfp4", pg_gemm_quant_bits 4. */
+pagoda_status pg_gemm_pack_mxfp4(const uint8_t *blocks, const uint8_t *scales,
+                                 const uint8_t *up_blocks, const uint8_t *up_scales, int64_t N,
+                                 int64_t K, const pg_kernel_table *kt, pg_pool *pool,
+                                 pg_packed_weight **out);
+
+/* 8 or 4 for a quantized weight (4 for MXFP4), 0 otherwise. */
 int pg_gemm_quant_bits(const pg_packed_weight *w);
 /* w itself when it is quantized (a pg_qpacked of kernels/qgemm.h: e.g. for
  * pg_qgemm_rmsnorm), or NULL for a float weight or NULL w. */
@@ -120,7 +166,8 @@ int64_t pg_gemm_k(const pg_packed_weight *w);
 int pg_gemm_is_swiglu(const pg_packed_weight *w);
 size_t pg_gemm_packed_bytes(const pg_packed_weight *w);
 const char *pg_gemm_variant(const pg_packed_weight *w);
-/* The weight format (the driver's table row): "bf16", "f32", "w8a8", "w4a8". */
+/* The weight format (the driver's table row): "bf16", "f32", "w8a8", "w4a8",
+ * "mxfp4". */
 const char *pg_gemm_format_name(const pg_packed_weight *w);
 
 /* Decode prefetch hint: next (NULL: none) is the packed weight a decode
@@ -169,6 +216,10 @@ typedef struct pg_gemm_problem {
     int64_t ldc;
     const float *bias;
     pg_gemm_epilogue ep;
+    /* PG_GEMM_SWIGLU only: > 0 selects GPT-OSS's clamped SwiGLU,
+     * (clamp(u, -L, L) + 1) * g' * sigmoid(1.702 g'), g' = min(g, L) with L
+     * = glu_limit (ref/ops_ref.h pg_ref_swiglu_oai); 0: silu(g) * u. */
+    float glu_limit;
 } pg_gemm_problem;
 
 /* Scratch bytes for a grouped call of at most max_problems problems whose

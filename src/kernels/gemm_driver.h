@@ -1,6 +1,6 @@
 /* The one GEMM driver (gemm.c) and the weight formats that plug into it:
  * internal to src/kernels. A weight format (BF16, F32, W8A8, W4A8, the GGUF
- * blocks that become them, later MXFP4) is one pg_gemm_format row: how it
+ * blocks that become them, MXFP4) is one pg_gemm_format row: how it
  * plans a call's scratch, its input stage (activations -> the microkernel's
  * A layout), one microkernel tile, and its epilogue. The BLIS loops,
  * threading, the work split of grouped calls (mixture-of-experts) and the
@@ -17,6 +17,7 @@
 #include "kernels/blocking.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm.h"
+#include "kernels/ref/ops_ref.h"
 
 typedef struct pg_gemm_format pg_gemm_format;
 typedef struct pg_gemm_call pg_gemm_call;
@@ -44,6 +45,7 @@ struct pg_packed_weight {
     /* quantized formats (qgemm.c) */
     pg_qgemm_ukernel quk;
     int bits, act_group, scale_f16;
+    int mxfp4; /* MXFP4 (gemm_mxfp4.c): E8M0 header bytes, E2M1 codes; bits 4, act_group 1 */
     int64_t group, gk; /* scale group (0: per channel); k per packed group */
     size_t hbytes;     /* group header: [comp,] scales */
 };
@@ -73,6 +75,7 @@ struct pg_gemm_call {
     int64_t ldc;
     const float *bias;
     pg_gemm_epilogue ep;
+    float glu_limit; /* SwiGLU: > 0 the clamped GPT-OSS form (pg_gemm_glu) */
     void *apack;    /* input stage output */
     float *ascale;  /* quantized: activation scales */
     int32_t *acorr; /* quantized w_u8 kernels: activation-sum corrections */
@@ -84,6 +87,17 @@ struct pg_gemm_call {
 /* Row r of a call's A. */
 static inline const float *pg_gemm_a_row(const pg_gemm_call *cl, int64_t r) {
     return cl->A + (cl->a_rows ? cl->a_rows[r] : r) * cl->lda;
+}
+
+/* The SwiGLU epilogue's elementwise step for a call: the table's
+ * swiglu_f32, or GPT-OSS's clamped form (pg_ref_swiglu_oai, alpha 1.702)
+ * when the call has a glu_limit. */
+static inline void pg_gemm_glu(const pg_gemm_call *cl, const pg_kernel_table *kt, float *c,
+                               const float *g, const float *u, size_t n) {
+    if (cl->glu_limit > 0.0f)
+        pg_ref_swiglu_oai(c, g, u, n, cl->glu_limit, 1.702f);
+    else
+        kt->swiglu_f32(c, g, u, n);
 }
 
 struct pg_gemm_format {
@@ -117,6 +131,28 @@ enum { PG_GEMM_PF_MAX_ROWS = 64 };
 
 extern const pg_gemm_format pg_gemm_format_bf16, pg_gemm_format_f32;
 extern const pg_gemm_format pg_gemm_format_w8a8, pg_gemm_format_w4a8;
+extern const pg_gemm_format pg_gemm_format_mxfp4;
+
+/* The stages of the int8-activation formats (qgemm.c): w8a8, w4a8 and
+ * mxfp4 share them (the input stage's per-token or per-(token, group)
+ * quantization with the fused RMSNorm, the tile call through
+ * pg_qgemm_ukernel, the scaled epilogues); only packing differs. */
+void pg_qfmt_plan(const pg_packed_weight *w, int64_t M, int gathered, pg_gemm_geometry *g);
+void pg_qfmt_input(const pg_gemm_call *cl, int64_t r0, int64_t r1, int tid);
+int pg_qfmt_has_input(const pg_gemm_call *cl);
+int64_t pg_qfmt_pf_limit(const pg_packed_weight *w, int64_t ng);
+void pg_qfmt_tile(const pg_gemm_call *cl, const char *wp, int64_t pc, int64_t ng, int64_t ir,
+                  int rows, float *c, int64_t ldc, int accumulate, const char *pf,
+                  int64_t pf_lines);
+void pg_qfmt_epilogue(const pg_gemm_call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1,
+                      int64_t p0, int64_t p1);
+const char *pg_qfmt_variant(const pg_packed_weight *w);
+
+/* Pack GGUF MXFP4 rows (Wu: the up half of a SwiGLU pair, else NULL) or
+ * the Hugging Face blocks/scales (gemm.h pg_gemm_pack_mxfp4) for table kt;
+ * arguments other than the layout checked by the caller. */
+pagoda_status pg_mxfp4_pack_gguf(const void *Wg, const void *Wu, int64_t N, int64_t K,
+                                 const pg_kernel_table *kt, pg_packed_weight **out);
 
 /* Pack F32 / F16 / BF16 rows [N, K] (and, for a SwiGLU pair, Wu) as the
  * BF16 (F16 / BF16 sources) or F32 format of table kt (NULL: the process

@@ -254,7 +254,7 @@ static void epilogue(const pg_gemm_call *cl, float *acc, int64_t ldacc, int64_t 
                     gr = gb;
                     ur = ub;
                 }
-                w->kt->swiglu_f32(c, gr, ur, (size_t)cnt);
+                pg_gemm_glu(cl, w->kt, c, gr, ur, (size_t)cnt);
             }
         }
         return;

@@ -50,6 +50,25 @@ pagoda_status pg_rope_inv_freq(const pg_rope_freq_params *p, float *inv_freq) {
                         "(%g) and original_max_position_embeddings > 0 (%g)",
                         p->low_freq_factor, p->high_freq_factor, p->original_max_position);
     const double two_pi = 6.283185307179586476925286766559;
+    double lo = 0.0, hi = 0.0;
+    if (p->scaling == PG_ROPE_FREQ_YARN) {
+        if (!(p->original_max_position > 0.0) || !(p->beta_fast > 0.0) || !(p->beta_slow > 0.0))
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "rope: yarn needs original_max_position_embeddings (%g), beta_fast "
+                            "(%g) and beta_slow (%g) > 0",
+                            p->original_max_position, p->beta_fast, p->beta_slow);
+        lo = (double)d * log(p->original_max_position / (p->beta_fast * two_pi)) /
+             (2.0 * log(p->theta));
+        hi = (double)d * log(p->original_max_position / (p->beta_slow * two_pi)) /
+             (2.0 * log(p->theta));
+        if (p->truncate) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
+        if (lo < 0.0) lo = 0.0;
+        if (hi > (double)(d - 1)) hi = (double)(d - 1);
+        if (lo == hi) hi += 0.001;
+    }
     for (int i = 0; i < d / 2; i++) {
         double f = pow(p->theta, -(double)(2 * i) / (double)d);
         if (p->scaling == PG_ROPE_FREQ_LINEAR) {
@@ -65,15 +84,25 @@ pagoda_status pg_rope_inv_freq(const pg_rope_freq_params *p, float *inv_freq) {
                                 (p->high_freq_factor - p->low_freq_factor);
                 f = (1.0 - smooth) * f / p->factor + smooth * f;
             } /* high frequencies: unchanged */
+        } else if (p->scaling == PG_ROPE_FREQ_YARN) {
+            double ramp = ((double)i - lo) / (hi - lo);
+            ramp = ramp < 0.0 ? 0.0 : (ramp > 1.0 ? 1.0 : ramp);
+            /* transformers: interpolation * (1 - extrapolation_factor) +
+             * extrapolation * extrapolation_factor, extrapolation_factor = 1 - ramp */
+            f = (f / p->factor) * ramp + f * (1.0 - ramp);
         }
         inv_freq[i] = (float)f;
     }
     return PAGODA_OK;
 }
 
+double pg_rope_yarn_attention_factor(double factor) {
+    return factor <= 1.0 ? 1.0 : 0.1 * log(factor) + 1.0;
+}
+
 bool pg_matmul_supports(pg_dtype wtype) {
     return wtype == PG_F32 || wtype == PG_F16 || wtype == PG_BF16 || wtype == PG_Q8_0 ||
-           wtype == PG_Q4_0;
+           wtype == PG_Q4_0 || wtype == PG_MXFP4;
 }
 
 typedef struct matmul_job {

@@ -43,6 +43,14 @@ typedef enum pg_rope_freq_scaling {
     PG_ROPE_FREQ_NONE = 0,
     PG_ROPE_FREQ_LINEAR,
     PG_ROPE_FREQ_LLAMA3,
+    /* YaRN (Peng et al. 2023; transformers' _compute_yarn_parameters): with
+     * dim(r) = d ln(original_max / (2 pi r)) / (2 ln theta), the correction
+     * range low = dim(beta_fast), high = dim(beta_slow) (floored / ceiled
+     * when truncate; clamped to [0, d - 1]), ramp_i = clamp((i - low) /
+     * (high - low), 0, 1) (high += 0.001 when equal), and
+     * f_i = f_i/factor * ramp_i + f_i * (1 - ramp_i). The attention factor
+     * (cos/sin scale, pg_rope_yarn_attention_factor) is the caller's. */
+    PG_ROPE_FREQ_YARN,
 } pg_rope_freq_scaling;
 
 typedef struct pg_rope_freq_params {
@@ -51,8 +59,14 @@ typedef struct pg_rope_freq_params {
     pg_rope_freq_scaling scaling;
     double factor;                            /* LINEAR / LLAMA3 */
     double low_freq_factor, high_freq_factor; /* LLAMA3 */
-    double original_max_position;             /* LLAMA3 */
+    double original_max_position;             /* LLAMA3, YARN */
+    double beta_fast, beta_slow;              /* YARN */
+    bool truncate;                            /* YARN */
 } pg_rope_freq_params;
+
+/* YaRN's default attention factor for a scaling factor: 0.1 ln(factor) + 1
+ * (1 for factor <= 1), transformers' get_mscale. */
+double pg_rope_yarn_attention_factor(double factor);
 
 /* Fill inv_freq[d/2]. Errors: PAGODA_ERR_INVALID_ARG (odd/zero head_dim,
  * theta <= 0, factor <= 0, llama3 with high_freq_factor <= low_freq_factor). */

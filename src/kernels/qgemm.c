@@ -433,12 +433,13 @@ pagoda_status pg_qgemm_pack_pool(const pg_qweight *w, const pg_qweight *w_up,
 /* ---- call geometry */
 
 /* w_u8 kernels: int32 corrections per (row, group): W8 one, -128 * sum a;
- * W4 two, 17 c and 16 c with c = -8 * sum a (dispatch.h pg_qgemm_ukernel). */
+ * W4 two, 17 c and 16 c with c = -8 * sum a (dispatch.h pg_qgemm_ukernel);
+ * MXFP4 one, -12 * sum a (dispatch.h, above pg_kernel_table). */
 static int64_t acorr_per_group(const pg_qpacked *w) {
-    return w->bits == 4 ? 2 : 1;
+    return w->bits == 4 && !w->mxfp4 ? 2 : 1;
 }
 
-static void plan(const pg_qpacked *w, int64_t M, int gathered, pg_gemm_geometry *g) {
+void pg_qfmt_plan(const pg_qpacked *w, int64_t M, int gathered, pg_gemm_geometry *g) {
     (void)gathered; /* the input stage copies every row anyway */
     const pg_qgemm_ukernel *uk = &w->quk;
     memset(g, 0, sizeof *g);
@@ -481,7 +482,7 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
     const pg_kernel_table *kt = pg_kernels();
     const int64_t kg = w->quk.kg, ar = w->quk.ar, K = w->K, gk = w->gk, ng = w->kgroups;
     const uint8_t flip = w->quk.a_u8 ? 0x80 : 0;
-    const int32_t woff = w->bits == 8 ? 128 : 8;
+    const int32_t woff = w->mxfp4 ? 12 : (w->bits == 8 ? 128 : 8);
     const int direct = ar == 1 && !flip; /* quantize straight into the packed row */
     int8_t tmp[QCHUNK];
     for (int64_t r = r0; r < r1; r++) {
@@ -530,7 +531,7 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
             }
             if (cl->acorr) {
                 const int32_t corr = -woff * sum;
-                if (w->bits == 4) {
+                if (w->bits == 4 && !w->mxfp4) {
                     cl->acorr[(r * ng + g) * 2] = 17 * corr;
                     cl->acorr[(r * ng + g) * 2 + 1] = 16 * corr;
                 } else {
@@ -550,11 +551,11 @@ static void pack_a_rows(const call *cl, int64_t r0, int64_t r1, float *rowbuf) {
     }
 }
 
-static void input(const pg_gemm_call *cl, int64_t r0, int64_t r1, int tid) {
+void pg_qfmt_input(const pg_gemm_call *cl, int64_t r0, int64_t r1, int tid) {
     pack_a_rows(cl, r0, r1, (float *)(cl->rowbuf + (size_t)tid * cl->g.row_bytes));
 }
 
-static int has_input(const pg_gemm_call *cl) {
+int pg_qfmt_has_input(const pg_gemm_call *cl) {
     (void)cl;
     return 1;
 }
@@ -610,8 +611,8 @@ static void prefetch_c_row(const call *cl, int64_t m, int64_t m1, int64_t n0, in
         __builtin_prefetch(c + j, 1, 3);
 }
 
-static void epilogue(const pg_gemm_call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1, int64_t p0,
-                     int64_t p1) {
+void pg_qfmt_epilogue(const pg_gemm_call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1,
+                      int64_t p0, int64_t p1) {
     const pg_qpacked *w = cl->w;
     const int64_t nr = w->quk.nr, N = w->N;
     const float *bias = cl->bias;
@@ -641,7 +642,7 @@ static void epilogue(const pg_gemm_call *cl, float *acc, int64_t ldacc, int64_t 
             for (int64_t m = m0; m < m1; m++) {
                 prefetch_c_row(cl, m + EPI_PF_ROWS, m1, n0, cnt);
                 const float *gr = acc + (m - m0) * ldacc + off;
-                kt->swiglu_f32(cl->C + m * cl->ldc + n0, gr, gr + nr, (size_t)cnt);
+                pg_gemm_glu(cl, kt, cl->C + m * cl->ldc + n0, gr, gr + nr, (size_t)cnt);
             }
         }
         return;
@@ -656,7 +657,7 @@ static void epilogue(const pg_gemm_call *cl, float *acc, int64_t ldacc, int64_t 
     }
 }
 
-static int64_t pf_limit(const pg_packed_weight *w, int64_t ng) {
+int64_t pg_qfmt_pf_limit(const pg_packed_weight *w, int64_t ng) {
     /* Small M (2+ tiles reuse a slice): before each tile the driver
      * prefetches (to L2) its share of the next slice, so memory streams
      * while the tiles compute instead of stalling the first tile of every
@@ -668,7 +669,7 @@ static int64_t pf_limit(const pg_packed_weight *w, int64_t ng) {
     return PF_TILE_LINES;
 }
 
-static void tile(const pg_gemm_call *cl, const char *wp, int64_t pc, int64_t ng, int64_t ir,
+void pg_qfmt_tile(const pg_gemm_call *cl, const char *wp, int64_t pc, int64_t ng, int64_t ir,
                  int rows, float *c, int64_t ldc, int accumulate, const char *pf,
                  int64_t pf_lines) {
     const pg_qpacked *w = cl->w;
@@ -683,34 +684,34 @@ static void tile(const pg_gemm_call *cl, const char *wp, int64_t pc, int64_t ng,
                                           w->kgroups * acn, wp, c, ldc, rows, accumulate);
 }
 
-static const char *variant(const pg_packed_weight *w) {
+const char *pg_qfmt_variant(const pg_packed_weight *w) {
     return w->quk.name;
 }
 
 const pg_gemm_format pg_gemm_format_w8a8 = {
     .name = "w8a8",
-    .plan = plan,
-    .input = input,
-    .has_input = has_input,
-    .pf_limit = pf_limit,
-    .tile = tile,
-    .epilogue = epilogue,
+    .plan = pg_qfmt_plan,
+    .input = pg_qfmt_input,
+    .has_input = pg_qfmt_has_input,
+    .pf_limit = pg_qfmt_pf_limit,
+    .tile = pg_qfmt_tile,
+    .epilogue = pg_qfmt_epilogue,
     .balanced_tiles = 1,
     .fused_rmsnorm = 1,
-    .variant = variant,
+    .variant = pg_qfmt_variant,
 };
 
 const pg_gemm_format pg_gemm_format_w4a8 = {
     .name = "w4a8",
-    .plan = plan,
-    .input = input,
-    .has_input = has_input,
-    .pf_limit = pf_limit,
-    .tile = tile,
-    .epilogue = epilogue,
+    .plan = pg_qfmt_plan,
+    .input = pg_qfmt_input,
+    .has_input = pg_qfmt_has_input,
+    .pf_limit = pg_qfmt_pf_limit,
+    .tile = pg_qfmt_tile,
+    .epilogue = pg_qfmt_epilogue,
     .balanced_tiles = 1,
     .fused_rmsnorm = 1,
-    .variant = variant,
+    .variant = pg_qfmt_variant,
 };
 
 pagoda_status pg_qgemm(const pg_qpacked *w, const float *A, int64_t M, int64_t lda, float *C,

@@ -32,6 +32,7 @@ typedef enum pg_dim {
     PG_DIM_HEAD,     /* head_dim */
     PG_DIM_EXPERTS,  /* num_experts */
     PG_DIM_MOE_FFN,  /* moe_intermediate_size */
+    PG_DIM_HEADS,    /* num_attention_heads */
     PG_DIM_COUNT_
 } pg_dim;
 
@@ -50,7 +51,7 @@ typedef enum pg_tensor_req {
  * `expert`: one per expert, "model.layers.{i}.mlp.experts.{e}.<hf>" [d0,
  * d1] in HF, stacked as the 3-D "blk.{i}.<gguf>" [experts, d0, d1] in GGUF
  * (llama.cpp's ffn_*_exps), which the source splits into the HF per-expert
- * views. */
+ * views (a 1-D per-expert tensor, e.g. a bias, is the 2-D [experts, d0]). */
 typedef struct pg_arch_tensor {
     const char *hf, *gguf;
     pg_dim d0, d1;
@@ -67,6 +68,16 @@ typedef struct pg_model_ops {
     size_t (*workspace_bytes)(const void *ws);
     pagoda_status (*forward)(const pg_model *m, void *ws, const pg_batch *b, float *logits);
 } pg_model_ops;
+
+/* Where an architecture's hf_rewrite puts the tensors it derives (source.c). */
+typedef struct pg_tensor_sink pg_tensor_sink;
+/* Add tensor t under name (its data may point into the file or into
+ * pg_tensor_sink_alloc memory). Errors: PAGODA_ERR_NOMEM. */
+pagoda_status pg_tensor_sink_add(pg_tensor_sink *s, const pg_tensor *t, const char *name);
+/* bytes of memory owned by the source (freed with it), or NULL. */
+void *pg_tensor_sink_alloc(pg_tensor_sink *s, size_t bytes);
+/* The checkpoint's own tensor `name` (any shard, as stored), or NULL. */
+const pg_tensor *pg_tensor_sink_find(pg_tensor_sink *s, const char *name);
 
 typedef struct pg_arch {
     const char *name;                           /* registry name, e.g. "qwen3" */
@@ -85,6 +96,12 @@ typedef struct pg_arch {
     pagoda_status (*parse_hf)(const struct cJSON *root, const char *path, pg_model_config *cfg);
     /* Extra GGUF metadata (keys "<gguf_name>.*") into cfg (may be NULL). */
     pagoda_status (*parse_gguf)(const struct pg_gguf *g, pg_model_config *cfg);
+    /* HF checkpoints whose tensors are not in the table's canonical layout
+     * (may be NULL): called for every safetensors tensor; returns false to
+     * keep t as it is, true when it consumed t, having added the canonical
+     * tensors it implies to sink (or set *st to an error naming path). */
+    bool (*hf_rewrite)(const pg_model_config *cfg, const char *path, const pg_tensor *t,
+                       pg_tensor_sink *sink, pagoda_status *st);
     /* Bind and pack (see pg_model_load). */
     pagoda_status (*create)(const pg_model_source *src, const pg_model_options *o, pg_model **out);
 } pg_arch;

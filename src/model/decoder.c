@@ -10,6 +10,7 @@
 #include "base/pool.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
+#include "kernels/ref/ops_ref.h"
 
 /* ---- weights ---------------------------------------------------------------------- */
 
@@ -32,6 +33,10 @@ pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const p
         (st = pg_weights_linear(w, H, nq, false, &o, "%s.%d.self_attn.o_proj", pre, l)) ||
         (st = pg_weights_vector(w, H, true, &o.bias, "%s.%d.self_attn.o_proj.bias", pre, l)))
         return st;
+    if (c->attention_sinks &&
+        (st = pg_weights_vector(w, c->num_attention_heads, false, &a->ap.sinks,
+                                "%s.%d.self_attn.sinks", pre, l)))
+        return st;
     if ((flags & PG_DEC_QK_NORM) &&
         ((st = pg_weights_vector(w, hd, false, &a->q_norm, "%s.%d.self_attn.q_norm.weight", pre,
                                  l)) ||
@@ -47,11 +52,18 @@ pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const p
         pg_dec_attn_free(a);
         return st;
     }
+    /* YaRN scales cos and sin by its attention factor m, i.e. q.k by m^2 */
+    double m = 1.0;
+    if (c->rope_scaling == PG_ROPE_SCALING_YARN)
+        m = c->rope_attention_factor > 0.0f ? c->rope_attention_factor
+                                            : pg_rope_yarn_attention_factor(c->rope_factor);
+    const float *sinks = a->ap.sinks;
     a->ap = (pg_attn_params){.n_heads = c->num_attention_heads,
                              .n_kv_heads = c->num_key_value_heads,
                              .head_dim = c->head_dim,
-                             .scale = 1.0f / sqrtf((float)c->head_dim),
-                             .sliding_window = window};
+                             .scale = (float)(m * m / sqrt((double)c->head_dim)),
+                             .sliding_window = window,
+                             .sinks = sinks};
     return PAGODA_OK;
 }
 
@@ -81,7 +93,7 @@ pagoda_status pg_dec_mlp_load(pg_weights *w, const pg_linear_policy *p, const pg
 }
 
 pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
-                              int l, pg_dec_moe *f) {
+                              int l, unsigned flags, pg_dec_moe *f) {
     memset(f, 0, sizeof *f);
     const int64_t H = c->hidden_size, I = c->moe_intermediate_size, E = c->num_experts;
     const char *pre = "model.layers";
@@ -94,11 +106,15 @@ pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg
     f->n_experts = (int32_t)E;
     f->top_k = c->num_experts_per_tok;
     f->norm_topk = c->norm_topk_prob;
+    f->topk_softmax = c->moe_topk_softmax;
+    f->swiglu_limit = c->swiglu_limit;
+    const bool oai = (flags & PG_DEC_MOE_OAI) != 0; /* biases everywhere */
     pg_linear_src r;
     pagoda_status st;
     if ((st = pg_weights_vector(w, H, false, &f->norm, "%s.%d.post_attention_layernorm.weight", pre,
                                 l)) ||
-        (st = pg_weights_linear(w, E, H, false, &r, "%s.%d.mlp.gate", pre, l)))
+        (st = pg_weights_linear(w, E, H, oai, &r, oai ? "%s.%d.mlp.router" : "%s.%d.mlp.gate", pre,
+                                l)))
         return st;
     f->gate_up = calloc((size_t)E, sizeof *f->gate_up);
     f->down = calloc((size_t)E, sizeof *f->down);
@@ -123,10 +139,9 @@ pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg
         const pg_linear_src *dp = &d;
         const char *ex = "mlp.experts";
         long long ee = (long long)e;
-        if ((st = pg_weights_linear(w, I, H, false, &g, "%s.%d.%s.%lld.gate_proj", pre, l, ex,
-                                    ee)) ||
-            (st = pg_weights_linear(w, I, H, false, &u, "%s.%d.%s.%lld.up_proj", pre, l, ex, ee)) ||
-            (st = pg_weights_linear(w, H, I, false, &d, "%s.%d.%s.%lld.down_proj", pre, l, ex, ee)))
+        if ((st = pg_weights_linear(w, I, H, oai, &g, "%s.%d.%s.%lld.gate_proj", pre, l, ex, ee)) ||
+            (st = pg_weights_linear(w, I, H, oai, &u, "%s.%d.%s.%lld.up_proj", pre, l, ex, ee)) ||
+            (st = pg_weights_linear(w, H, I, oai, &d, "%s.%d.%s.%lld.down_proj", pre, l, ex, ee)))
             break;
         snprintf(what, sizeof what, "layer %d expert %lld gate/up_proj", l, ee);
         if ((st = pg_linear_pack_swiglu(p, &g, &u, what, &f->gate_up[e]))) break;
@@ -193,10 +208,6 @@ pagoda_status pg_dec_check_config(const pg_model_source *src, const pg_model_con
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "%s: hidden_act '%s' is not supported for %s (its MLP is SwiGLU: silu)",
                         path, c->hidden_act, c->architecture);
-    if (c->rope_scaling == PG_ROPE_SCALING_YARN)
-        return pg_error(PAGODA_ERR_UNSUPPORTED,
-                        "%s: rope_scaling type 'yarn' is not supported for %s", path,
-                        c->architecture);
     return PAGODA_OK;
 }
 
@@ -212,6 +223,13 @@ pagoda_status pg_dec_rope_init(const pg_model_source *src, const pg_model_config
         p.low_freq_factor = c->rope_low_freq_factor;
         p.high_freq_factor = c->rope_high_freq_factor;
         p.original_max_position = c->rope_original_max_position;
+    } else if (c->rope_scaling == PG_ROPE_SCALING_YARN) {
+        p.scaling = PG_ROPE_FREQ_YARN;
+        p.factor = c->rope_factor;
+        p.original_max_position = c->rope_original_max_position;
+        p.beta_fast = c->rope_beta_fast > 0.0f ? c->rope_beta_fast : 32.0;
+        p.beta_slow = c->rope_beta_slow > 0.0f ? c->rope_beta_slow : 1.0;
+        p.truncate = c->rope_truncate;
     }
     int half = c->head_dim / 2;
     float *inv = pg_malloc_aligned((size_t)half * sizeof(float));
@@ -478,7 +496,10 @@ static void route_rows(void *ctx, size_t begin, size_t end, int tid) {
     const int32_t E = j->f->n_experts, K = j->f->top_k;
     for (size_t t = begin; t < end; t++) {
         float *p = j->ws->moe_logits + t * (size_t)E;
-        j->kt->softmax_f32(p, (size_t)E);
+        /* Qwen3-MoE: probabilities first, top-k of them; GPT-OSS: top-k of
+         * the logits, then the softmax over those k (same selection: the
+         * softmax is monotonic; ties to the lower index either way) */
+        if (!j->f->topk_softmax) j->kt->softmax_f32(p, (size_t)E);
         int32_t *sel = j->ws->moe_sel + t * (size_t)K;
         float *w = j->ws->moe_w + t * (size_t)K;
         float sum = 0.0f;
@@ -494,7 +515,9 @@ static void route_rows(void *ctx, size_t begin, size_t end, int tid) {
             w[k] = p[best];
             sum += p[best];
         }
-        if (j->f->norm_topk)
+        if (j->f->topk_softmax)
+            pg_ref_softmax(w, (size_t)K);
+        else if (j->f->norm_topk)
             for (int32_t k = 0; k < K; k++)
                 w[k] /= sum;
     }
@@ -567,7 +590,8 @@ pagoda_status pg_dec_moe_forward(const pg_dec_moe *f, float eps, const pg_batch 
                                   .C = ws->moe_act + (size_t)off[e] * I,
                                   .ldc = (int64_t)I,
                                   .bias = f->gate_up[e].bias,
-                                  .ep = PG_GEMM_SWIGLU};
+                                  .ep = PG_GEMM_SWIGLU,
+                                  .glu_limit = f->swiglu_limit};
     if ((st = pg_gemm_grouped(pr, E, pool, ws->gemm_scratch))) return st;
     for (int32_t e = 0; e < E; e++)
         pr[e] = (pg_gemm_problem){.w = f->down[e].part[0],

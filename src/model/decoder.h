@@ -41,6 +41,9 @@ typedef struct pg_dec_mlp {
  * softmax over the experts; the top-k experts by p (ties: lower index),
  * their weights renormalised to sum 1 when norm_topk_prob; x += sum over the
  * token's top-k in rank order of w_j * down_e(silu(gate_e(h)) * up_e(h)).
+ * GPT-OSS (GptOssMLP / GptOssTopKRouter): the router has a bias, the top-k
+ * are taken on the logits and their weights are the softmax over those k
+ * logits; experts have biases and the clamped SwiGLU (swiglu_limit).
  * Experts run as grouped GEMMs: the step's rows are sorted by expert (a
  * counting sort, token order kept), each active expert multiplies its
  * gathered rows once, and the outputs go back to their tokens. A token's
@@ -48,9 +51,11 @@ typedef struct pg_dec_mlp {
  * invariant and the k outputs are added in rank order). */
 typedef struct pg_dec_moe {
     const float *norm; /* post-attention RMSNorm [hidden] */
-    pg_linear router;  /* [experts, hidden], F32 */
+    pg_linear router;  /* [experts, hidden], F32 (+ bias: GPT-OSS) */
     int32_t n_experts, top_k;
     bool norm_topk;
+    bool topk_softmax;  /* GPT-OSS: top-k of the logits, softmax over those k */
+    float swiglu_limit; /* > 0: GPT-OSS's clamped SwiGLU (pg_gemm_problem.glu_limit) */
     pg_linear *gate_up; /* [n_experts] SwiGLU pairs [moe_ffn, hidden] x 2 */
     pg_linear *down;    /* [n_experts] [hidden, moe_ffn] */
 } pg_dec_moe;
@@ -58,6 +63,7 @@ typedef struct pg_dec_moe {
 enum {
     PG_DEC_QK_NORM = 1 << 0, /* self_attn.{q,k}_norm.weight [head_dim] */
     PG_DEC_MOE = 1 << 1,     /* MoE MLP in the layers pg_model_config_layer_moe names */
+    PG_DEC_MOE_OAI = 1 << 2, /* GPT-OSS MoE: "mlp.router" with bias, expert biases */
 };
 
 /* Bind and pack layer `l`'s attention ("model.layers.{l}.input_layernorm",
@@ -72,9 +78,11 @@ pagoda_status pg_dec_mlp_load(pg_weights *w, const pg_linear_policy *p, const pg
                               int l, pg_dec_mlp *f);
 /* Layer l's MoE MLP ("post_attention_layernorm", "mlp.gate" router,
  * "mlp.experts.{e}.{gate,up,down}_proj"; cfg num_experts,
- * num_experts_per_tok, moe_intermediate_size, norm_topk_prob). */
+ * num_experts_per_tok, moe_intermediate_size, norm_topk_prob,
+ * moe_topk_softmax, swiglu_limit). PG_DEC_MOE_OAI in flags: the router is
+ * "mlp.router" with a bias and every expert projection has a bias. */
 pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
-                              int l, pg_dec_moe *f);
+                              int l, unsigned flags, pg_dec_moe *f);
 void pg_dec_moe_free(pg_dec_moe *f);
 /* GEMM scratch the expert GEMMs of f need for steps of max_tokens tokens on
  * nt threads (pg_gemm_grouped_scratch_size over every expert). */
@@ -82,8 +90,9 @@ size_t pg_dec_moe_scratch_bytes(const pg_dec_moe *f, int64_t max_tokens, int nt)
 void pg_dec_attn_free(pg_dec_attn *a);
 void pg_dec_mlp_free(pg_dec_mlp *f);
 
-/* The RoPE frequency table [head_dim/2] for cfg (plain, linear, Llama-3;
- * YaRN is refused) with llama.cpp's GGUF rope_freqs.weight factors when the
+/* The RoPE frequency table [head_dim/2] for cfg (plain, linear, Llama-3,
+ * YaRN: its attention factor is folded into the attention scale by
+ * pg_dec_attn_load) with llama.cpp's GGUF rope_freqs.weight factors when the
  * source has them and no scaling type is set; *out is pg_malloc_aligned.
  * Errors: PAGODA_ERR_UNSUPPORTED, PAGODA_ERR_FORMAT, PAGODA_ERR_NOMEM. */
 pagoda_status pg_dec_rope_init(const pg_model_source *src, const pg_model_config *c, float **out);

@@ -54,6 +54,8 @@ pg_dtype pg_ggml_type_to_dtype(uint32_t t) {
         return PG_F64;
     case 30:
         return PG_BF16;
+    case 39:
+        return PG_MXFP4;
     default:
         return PG_DTYPE_COUNT;
     }

@@ -149,6 +149,16 @@ static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_
         if (!s)
             s = pg_hf_get_int(rs, "original_max_position_embeddings", path, 1, 1 << 30, false,
                               cfg->max_position_embeddings, &cfg->rope_original_max_position);
+        if (!s) s = pg_hf_get_float(rs, "beta_fast", path, false, 32.0f, &cfg->rope_beta_fast);
+        if (!s) s = pg_hf_get_float(rs, "beta_slow", path, false, 1.0f, &cfg->rope_beta_slow);
+        if (!s) s = pg_hf_get_bool(rs, "truncate", path, true, &cfg->rope_truncate);
+        if (!s)
+            s = pg_hf_get_float(rs, "attention_factor", path, false, 0.0f,
+                                &cfg->rope_attention_factor);
+        if (!s && (item(rs, "mscale") || item(rs, "mscale_all_dim")))
+            s = pg_error(PAGODA_ERR_UNSUPPORTED,
+                         "%s: rope_scaling yarn with mscale / mscale_all_dim is not supported",
+                         path);
     } else {
         return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: rope_scaling type '%.40s' is not supported",
                         path, ty);

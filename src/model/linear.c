@@ -413,10 +413,10 @@ pagoda_status pg_linear_pack_swiglu(const pg_linear_policy *p, const pg_linear_s
     memset(out, 0, sizeof *out);
     if (gate->ct != up->ct) return ct_mixed(what);
     if (gate->n_out != up->n_out || gate->n_in != up->n_in || gate->dtype != up->dtype ||
-        gate->bias || up->bias)
+        (gate->bias == NULL) != (up->bias == NULL))
         return pg_error(PAGODA_ERR_UNSUPPORTED,
-                        "model: %s: gate and up differ (%lldx%lld %s vs %lldx%lld %s) or "
-                        "carry biases: not supported",
+                        "model: %s: gate and up differ (%lldx%lld %s vs %lldx%lld %s, or one "
+                        "has a bias): not supported",
                         what, (long long)gate->n_out, (long long)gate->n_in,
                         pg_dtype_name(gate->dtype), (long long)up->n_out, (long long)up->n_in,
                         pg_dtype_name(up->dtype));
@@ -428,6 +428,14 @@ pagoda_status pg_linear_pack_swiglu(const pg_linear_policy *p, const pg_linear_s
     pagoda_status st = gate->ct ? ct_pack(p->ct, &gate, 1, up, &out->part[0])
                                 : pack_w(p, p->bits, p->group, p->act_group != 0, gate->dtype,
                                          gate->w, up->w, gate->n_out, gate->n_in, &out->part[0]);
+    if (st == PAGODA_OK && gate->bias) { /* [2 n_out]: the gate's, then the up's (gemm.h) */
+        out->bias = pg_malloc_aligned((size_t)(2 * out->n_out) * sizeof(float));
+        if (!out->bias) st = pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
+        if (out->bias) {
+            memcpy(out->bias, gate->bias, (size_t)out->n_out * sizeof(float));
+            memcpy(out->bias + out->n_out, up->bias, (size_t)out->n_out * sizeof(float));
+        }
+    }
     if (st != PAGODA_OK) pg_linear_free(out);
     return st;
 }

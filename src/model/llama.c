@@ -152,15 +152,21 @@ static pagoda_status load_weights(llama *m, const pg_linear_policy *p, unsigned 
     for (int l = 0; l < c->num_hidden_layers; l++) {
         llama_layer *L = &m->layers[l];
         bool moe = (flags & PG_DEC_MOE) && pg_model_config_layer_moe(c, l);
-        if ((st = pg_dec_attn_load(w, p, c, l, flags, c->sliding_window, &L->attn)) ||
+        /* sliding-window layers: all of them (Mistral), or those layer_types
+         * does not mark full (GPT-OSS) */
+        const int32_t window =
+            c->sliding_window > 0 && !(l < 256 && (c->full_attention_layers[l / 64] >> (l % 64)) & 1)
+                ? c->sliding_window
+                : 0;
+        if ((st = pg_dec_attn_load(w, p, c, l, flags, window, &L->attn)) ||
             (st =
-                 moe ? pg_dec_moe_load(w, p, c, l, &L->moe) : pg_dec_mlp_load(w, p, c, l, &L->mlp)))
+                 moe ? pg_dec_moe_load(w, p, c, l, flags, &L->moe) : pg_dec_mlp_load(w, p, c, l, &L->mlp)))
             return st;
         m->base.cache[l] = (pg_layer_cache_spec){
-            .kind = c->sliding_window > 0 ? PG_LAYER_CACHE_SLIDING : PG_LAYER_CACHE_FULL,
+            .kind = window > 0 ? PG_LAYER_CACHE_SLIDING : PG_LAYER_CACHE_FULL,
             .num_kv_heads = c->num_key_value_heads,
             .head_dim = c->head_dim,
-            .window = c->sliding_window};
+            .window = window};
         if (p->bits)
             PG_INFO("%s: quantized layer %d/%d to W%dA8", m->base.arch->name, l + 1,
                     c->num_hidden_layers, p->bits);

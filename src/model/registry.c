@@ -8,6 +8,7 @@
 extern const pg_arch pg_arch_llama;
 extern const pg_arch pg_arch_qwen3;
 extern const pg_arch pg_arch_qwen3_moe;
+extern const pg_arch pg_arch_gpt_oss;
 
 #define MAX_ARCHS 24
 
@@ -15,6 +16,7 @@ static const pg_arch *g_archs[MAX_ARCHS + 1] = {
     &pg_arch_llama,
     &pg_arch_qwen3,
     &pg_arch_qwen3_moe,
+    &pg_arch_gpt_oss,
 };
 
 static int count(void) {
@@ -117,6 +119,8 @@ int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
         return c->num_experts;
     case PG_DIM_MOE_FFN:
         return c->moe_intermediate_size;
+    case PG_DIM_HEADS:
+        return c->num_attention_heads;
     default:
         return -1;
     }

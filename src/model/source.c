@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/alloc.h"
 #include "base/log.h"
 #include "model/compressed_tensors.h"
 #include "model/gguf.h"
@@ -35,6 +36,8 @@ struct pg_model_source {
     size_t n_shards;
     pg_tensor *tensors; /* names owned */
     size_t n_tensors;
+    void **owned; /* data of tensors an architecture derived (hf_rewrite) */
+    size_t n_owned;
     const pg_tensor **by_name;
     char weights_desc[PATH_MAX + 64]; /* file named in weight errors */
     char config_desc[PATH_MAX + 64];  /* file named in config errors */
@@ -217,11 +220,45 @@ static pagoda_status read_json(const char *dir, const char *file, bool required,
     return pg_read_small_file(path, MAX_JSON_BYTES, buf, len);
 }
 
+struct pg_tensor_sink {
+    pg_model_source *src;
+    size_t *cap;
+};
+
+pagoda_status pg_tensor_sink_add(pg_tensor_sink *s, const pg_tensor *t, const char *name) {
+    return add_tensor(s->src, s->cap, t, name);
+}
+
+void *pg_tensor_sink_alloc(pg_tensor_sink *s, size_t bytes) {
+    pg_model_source *src = s->src;
+    void **o = realloc(src->owned, (src->n_owned + 1) * sizeof *o);
+    if (!o) return NULL;
+    src->owned = o;
+    void *p = pg_malloc_aligned(bytes ? bytes : 1);
+    if (p) src->owned[src->n_owned++] = p;
+    return p;
+}
+
+const pg_tensor *pg_tensor_sink_find(pg_tensor_sink *s, const char *name) {
+    for (size_t k = 0; k < s->src->n_shards; k++) {
+        const pg_tensor *t = pg_safetensors_find(s->src->shards[k], name);
+        if (t) return t;
+    }
+    return NULL;
+}
+
 static pagoda_status add_shard_tensors(pg_model_source *src, size_t *cap,
                                        const pg_safetensors *st) {
+    const pg_arch *a = src->cfg.arch;
+    pg_tensor_sink sink = {src, cap};
     for (size_t i = 0; i < pg_safetensors_n_tensors(st); i++) {
         const pg_tensor *t = pg_safetensors_tensor_at(st, i);
-        pagoda_status s = add_tensor(src, cap, t, t->name);
+        pagoda_status s = PAGODA_OK;
+        if (a && a->hf_rewrite && a->hf_rewrite(&src->cfg, src->weights_desc, t, &sink, &s)) {
+            if (s) return s;
+            continue;
+        }
+        s = add_tensor(src, cap, t, t->name);
         if (s) return s;
     }
     return PAGODA_OK;
@@ -320,7 +357,7 @@ static pagoda_status open_hf(pg_model_source *src) {
     for (size_t i = 0; i < src->n_tensors; i++) {
         pg_dtype t = src->tensors[i].dtype;
         if (t != PG_F32 && t != PG_F16 && t != PG_BF16 && t != PG_I8 && t != PG_U8 && t != PG_I32 &&
-            t != PG_I64)
+            t != PG_I64 && t != PG_MXFP4 /* only from an architecture's hf_rewrite */)
             return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: tensor '%s' has unsupported dtype %s",
                             src->weights_desc, src->tensors[i].name, pg_dtype_name(t));
     }
@@ -412,6 +449,9 @@ static pagoda_status gguf_config(pg_model_source *src) {
             return pg_error(PAGODA_ERR_UNSUPPORTED,
                             "%s: rope scaling type '%.40s' is not supported", path, rt);
         s = gguf_float(g, KEY("rope.scaling.factor"), 1.0, &c->rope_factor);
+        if (!s) s = gguf_float(g, KEY("rope.scaling.yarn_beta_fast"), 32.0, &c->rope_beta_fast);
+        if (!s) s = gguf_float(g, KEY("rope.scaling.yarn_beta_slow"), 1.0, &c->rope_beta_slow);
+        c->rope_truncate = true; /* llama.cpp's YaRN (an architecture may say otherwise) */
         if (!s)
             s = gguf_int(g, KEY("rope.scaling.original_context_length"), false,
                          c->max_position_embeddings, 1, BIG, &c->rope_original_max_position);
@@ -470,17 +510,18 @@ static const pg_arch_tensor *gguf_expert_tensor(const pg_arch *a, const char *na
  * becomes a view "model.layers.{layer}.mlp.experts.{e}.<hf>" [d0, d1]. */
 static pagoda_status split_experts(pg_model_source *src, size_t *cap, const pg_tensor *t,
                                    const pg_arch_tensor *xt, int layer, const char *gname) {
-    if (t->ndim != 3 || t->shape[0] != src->cfg.num_experts || t->shape[0] < 1 ||
+    const int nd = xt->d1 == PG_DIM_NONE ? 2 : 3; /* a per-expert vector or matrix */
+    if (t->ndim != nd || t->shape[0] != src->cfg.num_experts || t->shape[0] < 1 ||
         t->nbytes % (size_t)t->shape[0])
         return pg_error(PAGODA_ERR_FORMAT,
-                        "%s: tensor '%s' must be 3-D with expert_count (%d) experts first",
-                        src->path, gname, src->cfg.num_experts);
+                        "%s: tensor '%s' must be %d-D with expert_count (%d) experts first",
+                        src->path, gname, nd, src->cfg.num_experts);
     const size_t per = t->nbytes / (size_t)t->shape[0];
     for (int64_t e = 0; e < t->shape[0]; e++) {
         pg_tensor v = *t;
-        v.ndim = 2;
+        v.ndim = nd - 1;
         v.shape[0] = t->shape[1];
-        v.shape[1] = t->shape[2];
+        v.shape[1] = nd == 3 ? t->shape[2] : 1;
         v.shape[2] = 1;
         v.data = (const uint8_t *)t->data + (size_t)e * per;
         v.nbytes = per;
@@ -765,6 +806,9 @@ void pg_model_source_free(pg_model_source *src) {
         free((char *)src->tensors[i].name);
     free(src->tensors);
     free(src->by_name);
+    for (size_t i = 0; i < src->n_owned; i++)
+        pg_free(src->owned[i]);
+    free(src->owned);
     for (size_t i = 0; i < src->n_shards; i++)
         pg_safetensors_close(src->shards[i]);
     free(src->shards);

@@ -68,15 +68,24 @@ typedef struct pg_model_config {
     float rope_low_freq_factor;     /* llama3 */
     float rope_high_freq_factor;    /* llama3 */
     int rope_original_max_position; /* llama3 / yarn */
+    float rope_beta_fast, rope_beta_slow; /* yarn (defaults 32, 1) */
+    bool rope_truncate;                   /* yarn: floor/ceil the correction range (default) */
+    float rope_attention_factor;          /* yarn: cos/sin scale (0: 0.1 ln(factor) + 1) */
     bool tie_word_embeddings;
     bool attention_bias;
     int sliding_window;   /* 0 = none */
+    uint64_t full_attention_layers[4]; /* bit l: layer l attends fully although
+                                          sliding_window > 0 (layer_types) */
+    bool attention_sinks;              /* self_attn.sinks: a learned logit per head */
     pg_dtype torch_dtype; /* dominant weight dtype (F32/F16/BF16/...) */
     char hidden_act[24];  /* config.json hidden_act ("silu"), "" when not given (GGUF) */
     /* mixture of experts (num_experts 0: dense): a layer l is MoE unless it is
      * in mlp_only_layers or (l + 1) % decoder_sparse_step != 0 (Qwen3-MoE) */
     int num_experts, num_experts_per_tok, moe_intermediate_size;
     bool norm_topk_prob;         /* renormalise the top-k routing weights */
+    bool moe_topk_softmax;       /* softmax over the top-k logits (GPT-OSS), not top-k of
+                                    the softmax */
+    float swiglu_limit;          /* > 0: clamped SwiGLU of GPT-OSS (limit, alpha 1.702) */
     int decoder_sparse_step;     /* 1: every layer */
     uint64_t mlp_only_layers[4]; /* bit l: layer l (< 256) has the dense MLP */
     int bos_token_id;            /* -1 if none */

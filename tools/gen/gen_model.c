@@ -19,16 +19,20 @@
 
 extern const pg_arch pg_arch_qwen3;     /* model/qwen3.c */
 extern const pg_arch pg_arch_qwen3_moe; /* model/qwen3_moe.c */
+extern const pg_arch pg_arch_gpt_oss;   /* model/gpt_oss.c */
 
 static const pg_arch *gen_arch(const pg_gen_model_options *o) {
     return o->arch ? o->arch : &pg_arch_llama;
 }
+static bool is_gpt_oss(const pg_gen_model_options *o) {
+    return gen_arch(o) == &pg_arch_gpt_oss;
+}
 static bool is_moe(const pg_gen_model_options *o) {
-    return gen_arch(o) == &pg_arch_qwen3_moe;
+    return gen_arch(o) == &pg_arch_qwen3_moe || is_gpt_oss(o);
 }
 /* Qwen3 dense or MoE: Qwen3's attention and config fields */
 static bool is_qwen3(const pg_gen_model_options *o) {
-    return gen_arch(o) == &pg_arch_qwen3 || is_moe(o);
+    return gen_arch(o) == &pg_arch_qwen3 || gen_arch(o) == &pg_arch_qwen3_moe;
 }
 
 void pg_gen_model_defaults(pg_gen_model_options *o) {
@@ -77,8 +81,22 @@ pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name) {
         }
         return PAGODA_OK;
     }
+    if (!strcmp(name, "gpt_oss")) { /* GptOssConfig's defaults (openai/gpt-oss-20b) */
+        o->arch = &pg_arch_gpt_oss;
+        o->rope_theta = 150000.0f;
+        o->rms_eps = 1e-5f;
+        o->rope_scaling = PG_ROPE_SCALING_YARN;
+        o->rope_factor = 32.0f;
+        o->rope_original_max_position = 4096;
+        if (!o->sliding_window) o->sliding_window = 128;
+        if (!o->experts) o->experts = 4;
+        if (!o->experts_per_tok) o->experts_per_tok = 2;
+        if (!o->moe_ffn) o->moe_ffn = 64;
+        o->tie = false;
+        return PAGODA_OK;
+    }
     return pg_error(PAGODA_ERR_INVALID_ARG,
-                    "unknown architecture '%s' (known: llama, qwen3, qwen3_moe)", name);
+                    "unknown architecture '%s' (known: llama, qwen3, qwen3_moe, gpt_oss)", name);
 }
 
 pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
@@ -120,6 +138,26 @@ pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
         o->gguf_dtype = PG_BF16;
         return PAGODA_OK;
     }
+    if (!strcmp(name, "gpt-oss-20b")) { /* openai/gpt-oss-20b's config.json */
+        pg_gen_model_set_arch(o, "gpt_oss");
+        o->hidden = 2880;
+        o->ffn = 2880;
+        o->layers = 24;
+        o->heads = 64;
+        o->kv_heads = 8;
+        o->head_dim = 64;
+        o->experts = 32;
+        o->experts_per_tok = 4;
+        o->moe_ffn = 2880;
+        o->sliding_window = 128;
+        o->vocab = 201088;
+        o->max_position = 131072;
+        o->bos_token_id = 199998; /* <|startoftext|> */
+        o->eos_token_id = 200002; /* <|return|> */
+        o->hf_dtype = PG_BF16;
+        o->gguf_dtype = PG_BF16;
+        return PAGODA_OK;
+    }
     if (!strcmp(name, "llama-3.2-1b")) {
         pg_gen_model_set_arch(o, "llama");
         o->hidden = 2048;
@@ -146,7 +184,7 @@ pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
     }
     return pg_error(PAGODA_ERR_INVALID_ARG,
                     "unknown preset '%s' (known: llama-3.2-1b, qwen3-0.6b, qwen3-1.7b, "
-                    "qwen3-30b-a3b)",
+                    "qwen3-30b-a3b, gpt-oss-20b)",
                     name);
 }
 
@@ -338,6 +376,8 @@ static int64_t dim(const pg_gen_model_options *o, pg_dim d) {
         return o->experts;
     case PG_DIM_MOE_FFN:
         return o->moe_ffn;
+    case PG_DIM_HEADS:
+        return o->heads;
     default:
         return -1;
     }
@@ -398,9 +438,12 @@ static size_t plan(const pg_gen_model_options *o, gen_tensor *t) {
             const pg_arch_tensor *e;
             bool moe = pass == 1 && layer_moe(o, l);
             for (int k = 0; (e = pg_arch_tensor_at(gen_arch(o), k)) != NULL; k++) {
+                /* gpt-oss has every bias (attention_bias true, o_proj's too) */
                 bool wanted = e->req == PG_REQ_ALWAYS || (e->req == PG_REQ_DENSE_MLP && !moe) ||
                               (e->req == PG_REQ_MOE && moe) ||
-                              (e->req == PG_REQ_UNLESS_TIED && !o->tie);
+                              (e->req == PG_REQ_UNLESS_TIED && !o->tie) ||
+                              (is_gpt_oss(o) &&
+                               (e->req == PG_REQ_IF_BIAS || e->req == PG_REQ_OPTIONAL));
                 bool embed = !e->layer && !e->linear && e->d0 == PG_DIM_VOCAB;
                 int in_pass = e->layer ? 1 : embed ? 0 : 2;
                 if (!wanted || in_pass != pass) continue;
@@ -582,6 +625,21 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
                      "  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n"
                      "  \"output_router_logits\": false,\n  \"router_aux_loss_coef\": 0.001,\n",
                      o->experts, o->experts_per_tok, o->moe_ffn);
+    } else if (is_gpt_oss(o)) {
+        int k = snprintf(extra, sizeof extra,
+                         "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                         "  \"experts_per_token\": %d,\n  \"sliding_window\": %d,\n"
+                         "  \"swiglu_limit\": 7.0,\n  \"layer_types\": [",
+                         o->experts, o->experts_per_tok, o->experts_per_tok, o->sliding_window);
+        for (int l = 0; l < o->layers && k < (int)sizeof extra - 32; l++)
+            k += snprintf(extra + k, sizeof extra - (size_t)k, "%s\"%s\"", l ? ", " : "",
+                          l % 2 ? "full_attention" : "sliding_attention");
+        snprintf(extra + k, sizeof extra - (size_t)k, "],\n");
+        snprintf(rs, sizeof rs,
+                 "{\"rope_type\": \"yarn\", \"factor\": %g, \"beta_fast\": 32.0, "
+                 "\"beta_slow\": 1.0, \"original_max_position_embeddings\": %d, "
+                 "\"truncate\": false}",
+                 o->rope_factor, o->rope_original_max_position);
     } else
         snprintf(extra, sizeof extra, "  \"mlp_bias\": false,\n");
     const pg_arch *a = gen_arch(o);
@@ -593,12 +651,13 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
         "%d,\n"
         "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %g,\n"
         "  \"rope_theta\": %.1f,\n  \"rope_scaling\": %s,\n  \"hidden_act\": \"silu\",\n"
-        "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": false,\n%s"
+        "  \"tie_word_embeddings\": %s,\n  \"attention_bias\": %s,\n%s"
         "  \"initializer_range\": %g,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
         "%s  \"torch_dtype\": \"%s\"\n}\n",
-        a->hf_architectures[0], a->hf_model_types[0], o->vocab, o->hidden, o->ffn, o->layers,
+        a->hf_architectures[0], a->hf_model_types[0], o->vocab, o->hidden,
+        is_gpt_oss(o) ? o->moe_ffn : o->ffn, o->layers,
         o->heads, o->kv_heads, head_dim(o), o->max_position, o->rms_eps, o->rope_theta, rs,
-        o->tie ? "true" : "false", extra, o->init_std, o->bos_token_id, o->eos_token_id,
+        o->tie ? "true" : "false", is_gpt_oss(o) ? "true" : "false", extra, o->init_std, o->bos_token_id, o->eos_token_id,
         ct_config(o), torch_dtype_name(o->hf_dtype));
     snprintf(path, sizeof path, "%s/config.json", o->hf_dir);
     pagoda_status s = write_text(path, js);
@@ -953,7 +1012,8 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     pg_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)o->max_position);
     pg_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)o->hidden);
     pg_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)o->layers);
-    pg_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)o->ffn);
+    pg_gguf_writer_set_u32(w, KEY("feed_forward_length"),
+                           (uint32_t)(is_gpt_oss(o) ? o->moe_ffn : o->ffn));
     pg_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)o->heads);
     pg_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads);
     pg_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
@@ -965,6 +1025,15 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
         pg_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)o->experts);
         pg_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)o->experts_per_tok);
         pg_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)o->moe_ffn);
+    }
+    if (is_gpt_oss(o)) { /* GptOssModel: the window and YaRN */
+        pg_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)o->sliding_window);
+        pg_gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+        pg_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), o->rope_factor);
+        pg_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
+                               (uint32_t)o->rope_original_max_position);
+        pg_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_fast"), 32.0f);
+        pg_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_slow"), 1.0f);
     }
 #undef KEY
     bool llama3 = o->rope_scaling == PG_ROPE_SCALING_LLAMA3;
@@ -991,12 +1060,14 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
         if (t[i].n_experts && t[i].expert) continue; /* part of expert 0's 3-D tensor */
         char gname[128];
         int64_t ne[3] = {t[i].cols, t[i].rows, t[i].n_experts};
+        if (t[i].n_experts && t[i].ndim == 1) /* a per-expert vector: [cols, experts] */
+            ne[1] = t[i].n_experts;
         if (t[i].n_experts)
             snprintf(gname, sizeof gname, "blk.%d.%s", t[i].layer, t[i].gguf);
         else
             pg_arch_hf_to_gguf(a, t[i].name, gname, sizeof gname);
         s = pg_gguf_writer_add_tensor(w, gname, pg_dtype_to_ggml_type(d),
-                                      t[i].n_experts ? 3 : t[i].ndim, ne);
+                                      t[i].n_experts ? t[i].ndim + 1 : t[i].ndim, ne);
     }
     if (!s && llama3) {
         int64_t ne[1] = {hd / 2};
@@ -1027,8 +1098,14 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
                         o->hidden, o->layers, o->heads, o->kv_heads, head_dim(o), o->ffn, o->vocab);
     if (gen_arch(o) != &pg_arch_llama && gen_arch(o) != &pg_arch_qwen3 && !is_moe(o))
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "architecture %s: only llama, qwen3 and qwen3_moe are written",
+                        "architecture %s: only llama, qwen3, qwen3_moe and gpt_oss are written",
                         gen_arch(o)->name);
+    if (is_gpt_oss(o) && (o->ct_bits || o->from || o->sliding_window < 1 ||
+                          o->rope_scaling != PG_ROPE_SCALING_YARN || !(o->rope_factor > 0) ||
+                          o->rope_original_max_position < 1))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "gpt_oss: needs a sliding window and YaRN (factor, original context); "
+                        "no compressed-tensors output or --from");
     if (is_moe(o) && (o->experts < 1 || o->experts_per_tok < 1 || o->experts_per_tok > o->experts ||
                       o->moe_ffn < 1))
         return pg_error(PAGODA_ERR_INVALID_ARG,
@@ -1037,7 +1114,7 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
                         o->experts, o->experts_per_tok, o->moe_ffn);
     if (!is_moe(o) && (o->experts || o->experts_per_tok || o->moe_ffn))
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "experts / experts per token / moe_ffn are for qwen3_moe, not %s",
+                        "experts / experts per token / moe_ffn are for qwen3_moe / gpt_oss, not %s",
                         gen_arch(o)->name);
     if (is_moe(o) && o->ct_bits)
         return pg_error(PAGODA_ERR_INVALID_ARG,
@@ -1045,7 +1122,7 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
     if (is_qwen3(o) && o->rope_scaling != PG_ROPE_SCALING_NONE)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "rope scaling: llama3 is for the llama architecture");
-    if (o->rope_scaling != PG_ROPE_SCALING_NONE &&
+    if (o->rope_scaling != PG_ROPE_SCALING_NONE && !is_gpt_oss(o) &&
         (o->rope_scaling != PG_ROPE_SCALING_LLAMA3 || !(o->rope_factor > 0) ||
          !(o->rope_high_freq_factor > o->rope_low_freq_factor) ||
          o->rope_original_max_position < 1))

@@ -50,11 +50,14 @@ typedef struct pg_gen_model_options {
      * true, what llama.cpp's qwen3moe always does), so `ffn`
      * (intermediate_size) is only written to the config. */
     int experts, experts_per_tok, moe_ffn;
+    /* gpt_oss only: sliding_window of the even layers (odd ones attend
+     * fully, GptOssConfig's default layer_types); YaRN in rope_* below. */
+    int sliding_window;
     int head_dim;     /* 0: hidden / heads */
     int max_position; /* max_position_embeddings / <arch>.context_length */
     bool tie;         /* tie_word_embeddings (no lm_head / output.weight) */
     float rope_theta, rms_eps, init_std;
-    pg_rope_scaling_type rope_scaling; /* NONE or LLAMA3 */
+    pg_rope_scaling_type rope_scaling; /* NONE or LLAMA3 (llama); YARN (gpt_oss) */
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position;
     int bos_token_id, eos_token_id;

@@ -100,4 +100,11 @@ void pg_i8mm_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t 
                             int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
                             int accumulate);
 
+/* MXFP4 microkernel (pg_kernel_table.mxfp4, dispatch.h; bitwise equal to
+ * pg_ref_mxfp4_uk). mxfp4_dotprod.c: 4x8, kg 4, codes to kv by
+ * vqtbl1q_s8, SDOT by lane, signed A. */
+void pg_dotprod_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
+
 #endif

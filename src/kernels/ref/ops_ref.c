@@ -89,3 +89,13 @@ void pg_ref_matmul_rows(float *out, const float *x, const void *w, pg_dtype wtyp
         }
     }
 }
+
+void pg_ref_swiglu_oai(float *out, const float *gate, const float *up, size_t n, float limit,
+                       float alpha) {
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i] < limit ? gate[i] : limit;
+        float u = up[i] < -limit ? -limit : (up[i] > limit ? limit : up[i]);
+        float glu = g * (1.0f / (1.0f + expf(-(alpha * g))));
+        out[i] = (u + 1.0f) * glu;
+    }
+}

@@ -16,6 +16,12 @@ void pg_ref_rope(float *x, size_t n_heads, size_t head_dim, int pos, const float
 void pg_ref_softmax(float *x, size_t n);
 void pg_ref_silu(float *out, const float *x, size_t n);
 void pg_ref_swiglu(float *out, const float *gate, const float *up, size_t n);
+/* GPT-OSS's clamped SwiGLU (transformers GptOssExperts; openai/gpt-oss
+ * swiglu): g = min(gate, limit), u = clamp(up, -limit, limit),
+ * out = (u + 1) * g * sigmoid(alpha * g), sigmoid(x) = 1 / (1 + e^-x), in
+ * f32 with libm expf. out may alias gate or up. */
+void pg_ref_swiglu_oai(float *out, const float *gate, const float *up, size_t n, float limit,
+                       float alpha);
 
 /* Rows [n0, n1) of out[M, N] = x[M, K] . W[N, K]^T (+ bias), using the
  * scalar reference dots (pg_ref_dot_*). `scratch` holds K floats (used for

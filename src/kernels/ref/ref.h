@@ -84,4 +84,20 @@ int32_t pg_ref_quant_i8(const float *x, size_t n, float inv, int8_t *q);
 void pg_ref_qgemm(const struct pg_qweight *w, const struct pg_qweight *w_up, const float *A,
                   int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias, int ep);
 
+/* ---- MXFP4 GEMM (kernels/gemm.h "MXFP4", ref/mxfp4.c). */
+/* Scalar microkernel (dispatch.h, the pg_kernel_table.mxfp4 contract): mr
+ * 4, nr 8, kg 4, vw 16, signed activations; E8M0 header bytes, codes. */
+void pg_ref_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                     const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                     const void *w, float *c, int64_t ldc, int mr, int accumulate);
+/* The MXFP4 GEMM specification on GGUF rows (block_mxfp4, 17 bytes per 32
+ * weights; Wg [N, K], Wu the up half for SwiGLU, else NULL; K a multiple of
+ * 32): per row m and block g, a_s = max|A[m, block]| / 127 and qa =
+ * clamp(rint(A / a_s), -127, 127) (pg_qgemm_quantize_row), isum = sum qa *
+ * pg_mxfp4_kvalues[code] (exact int32), y = fmaf((float)isum,
+ * pg_e8m0_half_to_f32(E) * a_s, y) in increasing g; then bias and the
+ * epilogue ep (a pg_gemm_epilogue) exactly as pg_ref_qgemm. */
+void pg_ref_mxfp4_gemm(const void *Wg, const void *Wu, int64_t N, int64_t K, const float *A,
+                       int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias, int ep);
+
 #endif

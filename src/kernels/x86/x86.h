@@ -133,4 +133,17 @@ void pg_avxvnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t 
 void pg_avxvnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                             const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
 
+/* MXFP4 microkernels (pg_kernel_table.mxfp4, dispatch.h; bitwise equal to
+ * pg_ref_mxfp4_uk). mxfp4_avx512vnni.c: 6x32, kg 4, codes to kv + 12 by
+ * VPSHUFB, VPDPBUSD with signed A and the input stage's -12 sum a (w_u8);
+ * mxfp4_avx2.c: 3x16, kg 4, codes to kv by VPSHUFB, VPMADDUBSW on |kv|
+ * and a * sign(kv). */
+void pg_avx512vnni_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
+void pg_avx2_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                      const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                      const void *w, float *c, int64_t ldc, int mr, int accumulate);
+
 #endif
