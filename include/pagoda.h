@@ -274,6 +274,16 @@ pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *mes
 /* Model name for /v1/models (the directory or file base name). */
 const char *pagoda_engine_model_name(const pagoda_engine *e);
 
+/* Registry name of the model's architecture: "llama", "qwen3", "qwen3_moe",
+ * "gpt_oss", ... (the server answers gpt_oss chats in the harmony format). */
+const char *pagoda_engine_architecture(const pagoda_engine *e);
+
+/* The chat template `pagoda_apply_chat_template` would use: a copy of
+ * `template_override` if not NULL, else the model's (malloc'ed; free with
+ * pagoda_free). NOT_FOUND when the model has none. */
+pagoda_status pagoda_chat_template_source(const pagoda_engine *e, const char *template_override,
+                                          char **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -57,3 +57,19 @@ pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *mes
     pg_chat_config_free(&cfg);
     return st;
 }
+
+pagoda_status pagoda_chat_template_source(const pagoda_engine *e, const char *template_override,
+                                          char **out) {
+    *out = NULL;
+    if (template_override) {
+        *out = strdup(template_override);
+        return *out ? PAGODA_OK : pg_error(PAGODA_ERR_NOMEM, "chat template: out of memory");
+    }
+    pg_chat_config cfg;
+    pagoda_status st = pg_chat_config_load(e ? pg_engine_model_path(e) : NULL, NULL, &cfg);
+    if (st) return st;
+    *out = cfg.source;
+    cfg.source = NULL;
+    pg_chat_config_free(&cfg);
+    return PAGODA_OK;
+}

@@ -409,6 +409,9 @@ size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e) {
 const char *pagoda_engine_model_name(const pagoda_engine *e) {
     return e->name;
 }
+const char *pagoda_engine_architecture(const pagoda_engine *e) {
+    return pg_model_arch_name(e->model);
+}
 
 /* For pagoda_apply_chat_template (src/engine/chat.h): where the template and
  * the special tokens are looked up. */

@@ -1,6 +1,7 @@
 /* OpenAI request parsing/validation and response building (see openai.h). */
 #include "server/openai.h"
 
+#include "server/harmony_chat.h"
 #include "server/json_check.h"
 
 #include <cjson/cJSON.h>
@@ -301,6 +302,13 @@ static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
     }
     pagoda_status st = get_bool(p, "add_generation_prompt", &r->add_generation_prompt);
     if (st) return st;
+    /* vLLM: Literal["low", "medium", "high"]; used by harmony models */
+    if ((st = get_string(p, "reasoning_effort", &r->reasoning_effort))) return st;
+    if (r->reasoning_effort && strcmp(r->reasoning_effort, "low") != 0 &&
+        strcmp(r->reasoning_effort, "medium") != 0 && strcmp(r->reasoning_effort, "high") != 0)
+        return pg_api_fail(p->err, 400, "reasoning_effort",
+                           "'reasoning_effort' must be one of low, medium, high, got '%s'",
+                           r->reasoning_effort);
     if ((st = get_bool(p, "continue_final_message", &r->continue_final_message))) return st;
     if (!r->continue_final_message) return PAGODA_OK;
     if (r->add_generation_prompt)
@@ -638,6 +646,7 @@ void pg_api_request_free(pg_api_request *r) {
     cJSON_free(r->tools_json);
     cJSON_free(r->kwargs_json);
     free(r->final_text);
+    free(r->reasoning_effort);
     free(r->user);
     free(r->logit_bias);
     free(r->stop_token_ids);
@@ -831,6 +840,7 @@ void pg_api_choice_free(pg_api_choice *c) {
         pg_api_logprob_free(&c->lp[i]);
     free(c->lp);
     free(c->stop_reason);
+    pg_hchat_free(c->harmony);
     memset(c, 0, sizeof *c);
 }
 
@@ -964,19 +974,23 @@ static cJSON *logprobs_json(pg_api_kind kind, const pg_api_logprob *lp, size_t n
     return o;
 }
 
-static void add_finish(cJSON *c, pagoda_finish_reason finish, const char *stop_reason,
-                       int32_t stop_token) {
-    const char *fr = pg_api_finish_name(finish);
+static void add_finish_name(cJSON *c, const char *fr, const char *stop_reason, int32_t stop_token) {
     if (fr)
         cJSON_AddStringToObject(c, "finish_reason", fr);
     else
         cJSON_AddNullToObject(c, "finish_reason");
     if (stop_reason)
         cJSON_AddStringToObject(c, "stop_reason", stop_reason);
-    else if (finish == PAGODA_FINISH_STOP && stop_token >= 0)
+    else if (fr && stop_token >= 0)
         cJSON_AddNumberToObject(c, "stop_reason", stop_token);
     else
         cJSON_AddNullToObject(c, "stop_reason");
+}
+
+static void add_finish(cJSON *c, pagoda_finish_reason finish, const char *stop_reason,
+                       int32_t stop_token) {
+    add_finish_name(c, pg_api_finish_name(finish), stop_reason,
+                    finish == PAGODA_FINISH_STOP ? stop_token : -1);
 }
 
 static char *print_free(cJSON *o) {
@@ -993,7 +1007,15 @@ char *pg_api_response_json(const pg_api_meta *m, const pg_api_choice *choices, s
         const pg_api_choice *ch = &choices[i];
         cJSON *c = cJSON_CreateObject();
         cJSON_AddNumberToObject(c, "index", (double)i);
-        if (m->kind == PG_API_CHAT) {
+        if (m->kind == PG_API_CHAT && ch->harmony) {
+            cJSON *msg = pg_hchat_message(ch->harmony);
+            if (!msg) {
+                cJSON_Delete(c);
+                cJSON_Delete(o);
+                return NULL;
+            }
+            cJSON_AddItemToObject(c, "message", msg);
+        } else if (m->kind == PG_API_CHAT) {
             cJSON *msg = cJSON_AddObjectToObject(c, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
             cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
@@ -1005,7 +1027,11 @@ char *pg_api_response_json(const pg_api_meta *m, const pg_api_choice *choices, s
                                   logprobs_json(m->kind, ch->lp, ch->n_lp, ch->text_offset0));
         else
             cJSON_AddNullToObject(c, "logprobs");
-        add_finish(c, ch->finish, ch->stop_reason, ch->stop_token);
+        if (ch->harmony)
+            add_finish_name(c, pg_hchat_finish_name(ch->harmony, ch->finish), ch->stop_reason,
+                            ch->finish == PAGODA_FINISH_STOP ? ch->stop_token : -1);
+        else
+            add_finish(c, ch->finish, ch->stop_reason, ch->stop_token);
         cJSON_AddItemToArray(arr, c);
     }
     pg_api_usage u = pg_api_usage_of(choices, n_choices, n_per_prompt);
@@ -1051,6 +1077,23 @@ char *pg_api_chunk_sse(const pg_api_meta *m, int32_t index, bool role_first, con
     else
         cJSON_AddNullToObject(c, "logprobs");
     add_finish(c, finish, stop_reason, -1);
+    cJSON_AddItemToArray(arr, c);
+    return sse(o);
+}
+
+char *pg_api_chat_delta_sse(const pg_api_meta *m, int32_t index, cJSON *delta,
+                            const pg_api_logprob *lp, size_t n_lp, const char *finish,
+                            const char *stop_reason, int32_t stop_token) {
+    cJSON *o = meta_object(m, true);
+    cJSON *arr = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", index);
+    cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
+    if (n_lp)
+        cJSON_AddItemToObject(c, "logprobs", logprobs_json(PG_API_CHAT, lp, n_lp, 0));
+    else
+        cJSON_AddNullToObject(c, "logprobs");
+    add_finish_name(c, finish, stop_reason, stop_token);
     cJSON_AddItemToArray(arr, c);
     return sse(o);
 }

@@ -64,6 +64,7 @@ typedef struct pg_api_request {
     bool continue_final_message; /* chat (vLLM): the prompt ends inside the final
                                     assistant message (see pg_api_continue_final) */
     char *final_text;            /* that message's text (continue_final_message) */
+    char *reasoning_effort;      /* chat: "low", "medium", "high" or NULL (harmony models) */
     bool return_token_strs;      /* /tokenize (vLLM): also return the token pieces */
     bool add_special_tokens;     /* completions default true, chat default false */
     int32_t n;                   /* choices per prompt, >= 1 */
@@ -157,6 +158,9 @@ typedef struct pg_api_logprob {
     int32_t n_top;
 } pg_api_logprob;
 
+struct pg_hchat;
+struct cJSON;
+
 /* The accumulated result of one choice. */
 typedef struct pg_api_choice {
     char *text; /* NUL-terminated; echo prefix included */
@@ -170,6 +174,9 @@ typedef struct pg_api_choice {
     int32_t n_prompt_tokens;
     int32_t n_output_tokens;
     int32_t n_cached_tokens;
+    /* Chats of harmony models (server/harmony_chat.h): the message and the
+     * finish_reason come from it instead of `text` (owned; NULL otherwise). */
+    struct pg_hchat *harmony;
 } pg_api_choice;
 
 /* Append text / a logprob entry (taking ownership of `lp`'s strings). */
@@ -209,6 +216,15 @@ char *pg_api_response_json(const pg_api_meta *m, const pg_api_choice *choices, s
 char *pg_api_chunk_sse(const pg_api_meta *m, int32_t index, bool role_first, const char *text,
                        size_t len, const pg_api_logprob *lp, size_t n_lp, size_t text_offset,
                        pagoda_finish_reason finish, const char *stop_reason);
+
+/* One chat.completion.chunk event "data: {...}\n\n" (malloc'ed) for choice
+ * `index` with `delta` (a cJSON object, consumed; NULL = {}), logprob entries
+ * lp[0..n_lp) (none: null), finish_reason `finish` (NULL = null) and the
+ * stop reason (a string, else stop_token when >= 0 and finish is set, else
+ * null). Harmony chats stream with it (server/harmony_chat.h deltas). */
+char *pg_api_chat_delta_sse(const pg_api_meta *m, int32_t index, struct cJSON *delta,
+                            const pg_api_logprob *lp, size_t n_lp, const char *finish,
+                            const char *stop_reason, int32_t stop_token);
 
 /* The final usage event (choices: []) of a stream. */
 char *pg_api_usage_sse(const pg_api_meta *m, const pg_api_usage *u);

@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "tokenizer/harmony.h"
 #include "server/conn_guard.h"
+#include "server/harmony_chat.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 
@@ -52,6 +54,10 @@ struct pg_server {
     int32_t max_model_len;
     int32_t special_ids[2]; /* what tokenize("", add_special) adds: BOS [, EOS] */
     size_t n_special_ids;
+    /* Chats in OpenAI's harmony format (gpt-oss): rendered by
+     * pg_harmony_render, generation stops at <|return|> / <|call|>. */
+    bool harmony;
+    int32_t harmony_stop_ids[2]; /* <|return|>, <|call|> */
     pg_metrics metrics;
 
     pthread_mutex_t mu; /* guards everything below and every job's results */
@@ -80,6 +86,7 @@ struct job {
     job *prev, *next;
     pg_api_request req;
     char id[48];
+    uint64_t id_num; /* the random number behind `id` (seeds tool call ids) */
     pg_api_meta meta;
     size_t n_choices, n_done;
     pg_api_choice *choices;
@@ -225,6 +232,12 @@ static void job_log(const job *j) {
         "finish %s",
         j->id, j->n_choices, j->n_choices == 1 ? "" : "s", (long long)prompt_tokens,
         (long long)out_tokens, ttft < 0 ? -1.0 : ttft * 1e3, (now_mono() - j->t_start) * 1e3, fin);
+    int issues = 0;
+    for (size_t i = 0; i < j->n_choices; i++)
+        if (j->choices[i].harmony) issues += pg_hchat_issues(j->choices[i].harmony);
+    if (issues)
+        PG_DEBUG("%s: %d harmony format issue%s in the output (delivered as content)", j->id,
+                 issues, issues == 1 ? "" : "s");
 }
 
 /* True when the peer closed its end of the connection. */
@@ -315,6 +328,17 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
         sb->last_token_time = now;
     }
     if (o->finish_reason != PAGODA_FINISH_NONE && !sb->done) {
+        /* harmony: the engine keeps the stop token out of the text, but the
+         * parser needs <|call|> (a complete tool call) or <|return|> */
+        size_t pl = 0;
+        const char *piece =
+            ch->harmony && o->finish_reason == PAGODA_FINISH_STOP && o->stop_token >= 0
+                ? pagoda_token_piece(s->e, o->stop_token, &pl)
+                : NULL;
+        if (piece && pg_hchat_is_end_token(piece, pl)) {
+            pg_api_choice_append(ch, piece, pl);
+            j->unsent += pl;
+        }
         ch->finish = o->finish_reason;
         ch->stop_token = o->stop_token;
         if (o->stop_reason) ch->stop_reason = strdup(o->stop_reason);
@@ -329,14 +353,10 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
     }
 }
 
-/* Abort what is still running of a streamed job whose client left more
- * than max_stream_buffer bytes of output unread (mu held): its KV blocks
+/* Abort what is still running of a streamed job (mu held): its KV blocks
  * are freed at the next step and the stream ends with an error. */
-static void job_overflow_locked(pg_server *s, job *j, size_t pending) {
+static void job_abort_locked(pg_server *s, job *j) {
     j->overflow = true;
-    PG_WARN("%s: the client is not reading its stream: %zu bytes of output pending (limit %zu, "
-            "--max-stream-buffer); request aborted",
-            j->id, pending, s->max_stream_buffer);
     double now = now_mono();
     for (size_t i = 0; i < j->n_choices; i++) {
         sub *sb = &j->subs[i];
@@ -348,6 +368,15 @@ static void job_overflow_locked(pg_server *s, job *j, size_t pending) {
         s->inflight--;
         pg_metrics_finished(&s->metrics, PAGODA_FINISH_ABORT, now - sb->arrival, -1, -1);
     }
+}
+
+/* A streamed job whose client left more than max_stream_buffer bytes of
+ * output unread (mu held). */
+static void job_overflow_locked(pg_server *s, job *j, size_t pending) {
+    PG_WARN("%s: the client is not reading its stream: %zu bytes of output pending (limit %zu, "
+            "--max-stream-buffer); request aborted",
+            j->id, pending, s->max_stream_buffer);
+    job_abort_locked(s, j);
 }
 
 static void *engine_main(void *arg) {
@@ -413,10 +442,35 @@ static pagoda_status encode_rendered(pg_server *s, const char *text, size_t len,
     return PAGODA_OK;
 }
 
+/* A harmony model's chat: pg_harmony_render of messages, tools and
+ * reasoning_effort (default medium) with today's date (UTC), instead of the
+ * model's Jinja template. *text is malloc'ed. */
+static pagoda_status render_harmony(const pg_api_request *r, char **text, pg_api_error *err) {
+    if (r->continue_final_message)
+        return pg_api_fail(err, 400, "continue_final_message",
+                           "'continue_final_message' is not supported for harmony (gpt-oss) "
+                           "chats");
+    cJSON *messages = cJSON_Parse(r->messages_json);
+    cJSON *tools = r->tools_json ? cJSON_Parse(r->tools_json) : NULL;
+    pagoda_status st = PAGODA_ERR_NOMEM;
+    if (messages && (tools || !r->tools_json)) {
+        pg_harmony_render_opts o = {0};
+        o.reasoning_effort = r->reasoning_effort;
+        o.add_generation_prompt = r->add_generation_prompt;
+        st = pg_harmony_render(messages, tools, &o, text);
+    }
+    cJSON_Delete(messages);
+    cJSON_Delete(tools);
+    if (st == PAGODA_ERR_NOMEM) return pg_api_fail(err, 500, NULL, "out of memory");
+    if (st) return pg_api_fail(err, 400, "messages", "%s", pagoda_last_error());
+    return *text ? PAGODA_OK : pg_api_fail(err, 500, NULL, "out of memory");
+}
+
 /* Render a chat request's messages (continue_final_message: cut after the
  * final message's text). *text is malloc'ed. */
 static pagoda_status render_chat(pg_server *s, const pg_api_request *r, char **text,
                                  pg_api_error *err) {
+    if (s->harmony) return render_harmony(r, text, err);
     char *t = NULL;
     if (pagoda_apply_chat_template(s->e, r->messages_json, r->tools_json, r->kwargs_json,
                                    r->add_generation_prompt, s->chat_template, &t) != PAGODA_OK)
@@ -508,9 +562,13 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
     j->choices = calloc(j->n_choices, sizeof *j->choices);
     j->subs = calloc(j->n_choices, sizeof *j->subs);
     if (!j->choices || !j->subs) return pg_api_fail(err, 500, NULL, "out of memory");
+    bool harmony = s->harmony && r->kind == PG_API_CHAT;
     for (size_t c = 0; c < j->n_choices; c++) {
         j->choices[c].stop_token = -1;
         pg_api_choice_append(&j->choices[c], "", 0);
+        /* one harmony parser per choice; call ids keyed by the job and choice */
+        if (harmony && pg_hchat_create(mix64(j->id_num ^ mix64(c)), &j->choices[c].harmony))
+            return pg_api_fail(err, 500, NULL, "out of memory");
         if (r->echo) {
             const pg_api_prompt *pr = &r->prompts[c / per];
             if (pr->text) {
@@ -574,6 +632,39 @@ static void out_push(job *j, char *ev) {
     free(ev);
 }
 
+/* A harmony choice's new output as chunks (mu held): the parser's deltas
+ * (reasoning_content / content / tool_calls), the logprobs of the new tokens
+ * on the last one, then an empty delta with the finish_reason. False when
+ * out of memory. */
+static bool stream_harmony(job *j, size_t i) {
+    pg_api_choice *ch = &j->choices[i];
+    sub *sb = &j->subs[i];
+    size_t nt = ch->len - sb->sent_text, nl = ch->n_lp - sb->sent_lp;
+    bool fin = sb->done && !sb->finish_sent;
+    if (!nt && !nl && !fin) return true;
+    pagoda_status st = pg_hchat_feed(ch->harmony, ch->text + sb->sent_text, nt);
+    if (!st && fin) st = pg_hchat_finish(ch->harmony);
+    sb->sent_text = ch->len;
+    cJSON *ds = st ? NULL : pg_hchat_take_deltas(ch->harmony);
+    if (!ds) return false;
+    int nd = cJSON_GetArraySize(ds);
+    const pg_api_logprob *lp = ch->lp ? ch->lp + sb->sent_lp : NULL;
+    for (int k = 0; k < nd; k++) {
+        bool last = k == nd - 1;
+        out_push(j, pg_api_chat_delta_sse(&j->meta, (int32_t)i, cJSON_DetachItemFromArray(ds, 0),
+                                          last ? lp : NULL, last ? nl : 0, NULL, NULL, -1));
+    }
+    cJSON_Delete(ds);
+    if (fin || (nd == 0 && nl))
+        out_push(j, pg_api_chat_delta_sse(
+                        &j->meta, (int32_t)i, NULL, nd == 0 ? lp : NULL, nd == 0 ? nl : 0,
+                        fin ? pg_hchat_finish_name(ch->harmony, ch->finish) : NULL,
+                        fin ? ch->stop_reason : NULL, -1));
+    sb->sent_lp = ch->n_lp;
+    if (fin) sb->finish_sent = true;
+    return true;
+}
+
 /* Turn what arrived since the last call into SSE events (mu held). */
 static void stream_collect(job *j) {
     j->unsent = 0;
@@ -585,6 +676,14 @@ static void stream_collect(job *j) {
             out_push(j, pg_api_chunk_sse(&j->meta, (int32_t)i, true, "", 0, NULL, 0, 0,
                                          PAGODA_FINISH_NONE, NULL));
             sb->role_sent = true;
+        }
+        if (ch->harmony) {
+            if (!stream_harmony(j, i)) {
+                PG_ERROR("%s: out of memory streaming choice %zu", j->id, i);
+                job_abort_locked(j->srv, j);
+                return;
+            }
+            continue;
         }
         size_t nt = ch->len - sb->sent_text, nl = ch->n_lp - sb->sent_lp;
         bool fin = sb->done && !sb->finish_sent;
@@ -660,6 +759,25 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
+/* A harmony chat's generation: special tokens kept in the text (the parser
+ * reads <|channel|>, <|message|>, ...) and stop at <|return|> / <|call|>
+ * besides the model's and the request's stop ids. */
+static pagoda_status harmony_sampling(const pg_server *s, pg_api_request *r) {
+    pagoda_sampling *sp = &r->sampling;
+    sp->skip_special_tokens = false;
+    size_t n = sp->n_stop_token_ids;
+    int32_t *ids = malloc((n + 2) * sizeof *ids);
+    if (!ids) return PAGODA_ERR_NOMEM;
+    if (n) memcpy(ids, sp->stop_token_ids, n * sizeof *ids);
+    ids[n] = s->harmony_stop_ids[0];
+    ids[n + 1] = s->harmony_stop_ids[1];
+    free(r->stop_token_ids);
+    r->stop_token_ids = ids;
+    sp->stop_token_ids = ids;
+    sp->n_stop_token_ids = n + 2;
+    return PAGODA_OK;
+}
+
 static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     pg_server *s = cc->srv;
     pg_api_error err;
@@ -690,6 +808,11 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     uint64_t a = mix64(num), b = mix64(num ^ 0xD1B54A32D192ED03ull);
     snprintf(j->id, sizeof j->id, "%s-%016llx%016llx", kind == PG_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)a, (unsigned long long)b);
+    j->id_num = a ^ mix64(b);
+    if (kind == PG_API_CHAT && s->harmony && harmony_sampling(s, &j->req)) {
+        job_free(j);
+        return fail(c, 500, NULL, "out of memory");
+    }
     j->meta = (pg_api_meta){kind, j->id, (int64_t)time(NULL), s->model_name};
 
     int32_t **ids = NULL;
@@ -726,6 +849,11 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     for (size_t i = 0; i < j->n_choices && complete; i++)
         if (j->choices[i].finish == PAGODA_FINISH_ERROR)
             error = "generation failed (see the server log)";
+    for (size_t i = 0; i < j->n_choices && complete && !error; i++) {
+        pg_hchat *h = j->choices[i].harmony;
+        if (h && (pg_hchat_feed(h, j->choices[i].text, j->choices[i].len) || pg_hchat_finish(h)))
+            error = "out of memory";
+    }
     char *js = complete && !error
                    ? pg_api_response_json(&j->meta, j->choices, j->n_choices, j->req.n)
                    : NULL;
@@ -1088,6 +1216,40 @@ static int fit_connection_limit(int asked) {
     return (int)fit;
 }
 
+/* The id of `text` when the tokenizer has it as one (special) token, else -1. */
+static int32_t single_token(pg_server *s, const char *text) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (encode_rendered(s, text, strlen(text), &ids, &n) != PAGODA_OK) return -1;
+    int32_t id = n == 1 ? ids[0] : -1;
+    pagoda_free(ids);
+    return id;
+}
+
+/* Harmony chats: architecture gpt_oss, or a chat template (the override or
+ * the model's) that writes <|channel|>; needs <|return|> and <|call|> as
+ * tokens (else the model's template is used, with a warning). */
+static void detect_harmony(pg_server *s, const pg_server_options *opt) {
+    const char *arch = pagoda_engine_architecture(s->e);
+    bool want = arch && !strcmp(arch, "gpt_oss");
+    char *tpl = NULL;
+    if (!want && pagoda_chat_template_source(s->e, opt->chat_template, &tpl) == PAGODA_OK)
+        want = strstr(tpl, "<|channel|>") != NULL;
+    pagoda_free(tpl);
+    if (!want) return;
+    s->harmony_stop_ids[0] = single_token(s, "<|return|>");
+    s->harmony_stop_ids[1] = single_token(s, "<|call|>");
+    if (s->harmony_stop_ids[0] < 0 || s->harmony_stop_ids[1] < 0) {
+        PG_WARN("http: %s looks like a harmony (gpt-oss) model but its tokenizer has no "
+                "<|return|> / <|call|> token: chats use its chat template",
+                s->model_name);
+        return;
+    }
+    s->harmony = true;
+    PG_INFO("http: chats in the harmony format (reasoning_content, tool_calls; stop tokens %d, %d)",
+            s->harmony_stop_ids[0], s->harmony_stop_ids[1]);
+}
+
 pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg_server **out) {
     *out = NULL;
     pg_server *s = calloc(1, sizeof *s);
@@ -1119,6 +1281,7 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
             s->special_ids[i] = sp[i];
         pagoda_free(sp);
     }
+    detect_harmony(s, opt);
     pg_metrics_init(&s->metrics);
     pthread_mutex_init(&s->mu, NULL);
     atomic_init(&s->stopping, false);
