@@ -21,6 +21,7 @@
 
 #include "model/arch.h"
 #include "model/hf_config.h"
+#include "model/safetensors.h"
 #include "model/source.h"
 #include "pagoda.h"
 
@@ -491,6 +492,209 @@ static void test_qwen3_moe_engine_invariance(void **state) {
     free(o.logits);
 }
 
+/* ---- GPT-OSS with MXFP4 experts as published (*_blocks / *_scales) */
+
+/* Round-to-nearest MXFP4 of one 32-block of x: the E8M0 scale e with
+ * amax / 2^(e-127) <= 6, then the nearest E2M1 code (ties: the first). */
+static void mxfp4_block(const float *x, uint8_t *e_out, uint8_t codes[32]) {
+    float amax = 0;
+    for (int i = 0; i < 32; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    int e = amax > 0 ? (int)ceil(log2((double)amax / 6.0)) + 127 : 0;
+    e = e < 1 ? 1 : (e > 254 ? 254 : e);
+    const float d = pg_e8m0_half_to_f32((uint8_t)e); /* kvalues are doubled */
+    *e_out = (uint8_t)e;
+    for (int i = 0; i < 32; i++) {
+        int best = 0;
+        for (int c = 1; c < 16; c++)
+            if (fabsf((float)pg_mxfp4_kvalues[c] * d - x[i]) <
+                fabsf((float)pg_mxfp4_kvalues[best] * d - x[i]))
+                best = c;
+        codes[i] = (uint8_t)best;
+    }
+}
+
+/* The oracle's experts quantized to MXFP4 and written as gpt-oss
+ * checkpoints store them (gate_up_proj_blocks [E, 2I, H/32, 16]: row 2i the
+ * gate's row i, 2i + 1 the up's; element 2j in the low nibble of byte j;
+ * *_scales E8M0), next to a BF16 copy of the same dequantized values in the
+ * stacked BF16 layout. Checks: the per-expert MXFP4 rows the source derives
+ * dequantize to exactly those values; the MXFP4 model's logits (int8
+ * activations x MXFP4 weights) stay close to the dense copy's F32 forward,
+ * with the same greedy ids. */
+static void test_gpt_oss_mxfp4_checkpoint(void **state) {
+    (void)state;
+    const char *src_dir = pg_test_asset("oracles/gpt-oss-tiny/hf");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", src_dir);
+    pg_safetensors *st;
+    assert_int_equal(pg_safetensors_open(path, &st), PAGODA_OK);
+    char dirs[2][1024];
+    pg_safetensors_writer *w[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(dirs[k], sizeof dirs[k], "%s/gpt-oss-%s", pg_test_tmpdir(), k ? "dense" : "mxfp4");
+        char cmd[4096], *out = NULL;
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s'/*.json '%s'", dirs[k],
+                 dirs[k], src_dir, dirs[k]);
+        assert_int_equal(pg_test_run_command(cmd, &out), 0);
+        free(out);
+        assert_int_equal(pg_safetensors_writer_create(&w[k]), PAGODA_OK);
+    }
+    /* pass 0 declares, pass 1 writes */
+    size_t n = pg_safetensors_n_tensors(st);
+    float *vals[8][2] = {{0}}; /* [layer][down, gate_up]: the values each derived row must hold */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n; i++) {
+            const pg_tensor *t = pg_safetensors_tensor_at(st, i);
+            const char *x = strstr(t->name, ".mlp.experts.");
+            const bool gu = x && !strcmp(x + 13, "gate_up_proj"), dn = x && !strcmp(x + 13, "down_proj");
+            if (!gu && !dn) {
+                for (int k = 0; k < 2; k++) {
+                    if (pass == 0)
+                        assert_int_equal(pg_safetensors_writer_add(w[k], t->name, t->dtype, t->ndim,
+                                                                   t->shape),
+                                         PAGODA_OK);
+                    else
+                        assert_int_equal(pg_safetensors_writer_write(w[k], t->data, t->nbytes),
+                                         PAGODA_OK);
+                }
+                continue;
+            }
+            /* [E, in, out] BF16 -> rows [E, out, in], quantized per 32 of `in` */
+            const int64_t E = t->shape[0], IN = t->shape[1], OUT = t->shape[2], nb = IN / 32;
+            assert_int_equal(IN % 32, 0);
+            char nm[256];
+            if (pass == 0) {
+                int64_t bs[4] = {E, OUT, nb, 16}, ss[3] = {E, OUT, nb};
+                snprintf(nm, sizeof nm, "%s_blocks", t->name);
+                assert_int_equal(pg_safetensors_writer_add(w[0], nm, PG_U8, 4, bs), PAGODA_OK);
+                snprintf(nm, sizeof nm, "%s_scales", t->name);
+                assert_int_equal(pg_safetensors_writer_add(w[0], nm, PG_U8, 3, ss), PAGODA_OK);
+                assert_int_equal(pg_safetensors_writer_add(w[1], t->name, PG_BF16, 3, t->shape),
+                                 PAGODA_OK);
+                continue;
+            }
+            uint8_t *blocks = calloc((size_t)(E * OUT * nb * 16), 1), *scales = malloc((size_t)(E * OUT * nb));
+            uint16_t *dense = malloc((size_t)(E * IN * OUT) * 2);
+            assert_true(blocks && scales && dense);
+            const int layer = atoi(t->name + strlen("model.layers."));
+            assert_true(layer >= 0 && layer < 8);
+            float *vl = vals[layer][gu] = malloc((size_t)(E * OUT * IN) * sizeof(float));
+            assert_non_null(vl);
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t o = 0; o < OUT; o++)
+                    for (int64_t b = 0; b < nb; b++) {
+                        float xb[32];
+                        uint8_t codes[32], ex;
+                        for (int j = 0; j < 32; j++) {
+                            size_t at = (size_t)((e * IN + b * 32 + j) * OUT + o);
+                            xb[j] = pg_bf16_to_f32(((const uint16_t *)t->data)[at]);
+                        }
+                        mxfp4_block(xb, &ex, codes);
+                        const size_t bi = (size_t)((e * OUT + o) * nb + b);
+                        scales[bi] = ex;
+                        for (int j = 0; j < 32; j++) {
+                            blocks[bi * 16 + (size_t)j / 2] |= (uint8_t)(codes[j] << (4 * (j & 1)));
+                            float v = (float)pg_mxfp4_kvalues[codes[j]] * pg_e8m0_half_to_f32(ex);
+                            dense[(size_t)((e * IN + b * 32 + j) * OUT + o)] = pg_f32_to_bf16(v);
+                            assert_true(pg_bf16_to_f32(pg_f32_to_bf16(v)) == v); /* exact */
+                            /* the per-expert row the source must derive: gate rows even */
+                            const int64_t row = gu ? o / 2 : o;
+                            vl[(size_t)((e * OUT + (gu ? (o % 2) * (OUT / 2) : 0) + row) * IN + b * 32 +
+                                        j)] = v;
+                        }
+                    }
+            assert_int_equal(pg_safetensors_writer_write(w[0], blocks, (size_t)(E * OUT * nb * 16)),
+                             PAGODA_OK);
+            assert_int_equal(pg_safetensors_writer_write(w[0], scales, (size_t)(E * OUT * nb)),
+                             PAGODA_OK);
+            assert_int_equal(pg_safetensors_writer_write(w[1], dense, (size_t)(E * IN * OUT) * 2),
+                             PAGODA_OK);
+            free(blocks);
+            free(scales);
+            free(dense);
+        }
+        for (int k = 0; k < 2; k++) {
+            if (pass == 0) {
+                snprintf(path, sizeof path, "%s/model.safetensors", dirs[k]);
+                assert_int_equal(pg_safetensors_writer_begin(w[k], path), PAGODA_OK);
+            } else {
+                assert_int_equal(pg_safetensors_writer_finish(w[k]), PAGODA_OK);
+                pg_safetensors_writer_free(w[k]);
+            }
+        }
+    }
+    pg_safetensors_close(st);
+    /* derived per-expert rows */
+    pg_model_source *ms;
+    assert_int_equal(pg_model_source_open(dirs[0], &ms), PAGODA_OK);
+    const pg_model_config *c = pg_model_source_config(ms);
+    const int64_t H = c->hidden_size, I = c->moe_intermediate_size, E = c->num_experts;
+    float *row = malloc((size_t)(H > I ? H : I) * sizeof(float));
+    assert_true(c->num_hidden_layers <= 8);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        static const char *const ORDER[2][2] = {{"down_proj", NULL}, {"gate_proj", "up_proj"}};
+        for (int part = 0; part < 2; part++) {
+            const int64_t rows = part ? I : H, K = part ? H : I;
+            for (int64_t e = 0; e < E; e++)
+                for (int h = 0; h < (part ? 2 : 1); h++) {
+                    char nm[200];
+                    snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%lld.%s.weight", l,
+                             (long long)e, ORDER[part][h]);
+                    const pg_tensor *t = pg_model_source_tensor(ms, nm);
+                    assert_non_null(t);
+                    assert_int_equal(t->dtype, PG_MXFP4);
+                    for (int64_t r = 0; r < rows; r++) {
+                        pg_dequant_row(PG_MXFP4, (const uint8_t *)t->data + (size_t)r * (size_t)(K / 32) * 17,
+                                       row, (size_t)K);
+                        const float *want =
+                            vals[l][part] + (size_t)(((e * (part ? 2 : 1) + h) * rows + r) * K);
+                        for (int64_t k = 0; k < K; k++)
+                            if (row[k] != want[k])
+                                fail_msg("%s row %lld col %lld: %g, want %g", nm, (long long)r,
+                                         (long long)k, row[k], want[k]);
+                    }
+                }
+            free(vals[l][part]);
+        }
+    }
+    free(row);
+    pg_model_source_free(ms);
+    /* the MXFP4 forward near the dense one */
+    oracle o;
+    load_oracle("gpt-oss-tiny", "expected_hf_exact.json", &o);
+    pg_model_options opt;
+    pg_model_options_default(&opt);
+    float *lg[2];
+    for (int k = 0; k < 2; k++) {
+        opt.compute = k ? PG_F32 : PG_DTYPE_COUNT;
+        pg_model_source *s2;
+        pg_model *m = pg_test_load(dirs[k], &opt, &s2);
+        lg[k] = malloc((size_t)o.n_prompt * o.vocab * sizeof(float));
+        pg_test_prefill_logits(m, o.prompt, o.n_prompt, lg[k]);
+        pg_model_free(m);
+        pg_model_source_free(s2);
+    }
+    double md = 0, amax = 0;
+    int same = 0;
+    for (int32_t t = 0; t < o.n_prompt; t++) {
+        const float *a = lg[0] + (size_t)t * o.vocab, *b = lg[1] + (size_t)t * o.vocab;
+        same += argmax(a, o.vocab) == argmax(b, o.vocab);
+        for (int32_t v = 0; v < o.vocab; v++) {
+            md = fmax(md, fabs((double)a[v] - b[v]));
+            amax = fmax(amax, fabs((double)b[v]));
+        }
+    }
+    print_message("gpt-oss-tiny MXFP4 experts (int8 activations) vs their dense F32 forward: max "
+                  "|dlogit| %.3g (max |logit| %.3g), argmax equal at %d/%d positions\n",
+                  md, amax, same, o.n_prompt);
+    assert_true(md < 0.05 * amax);
+    assert_true(same >= o.n_prompt - 2);
+    free(lg[0]);
+    free(lg[1]);
+    free(o.logits);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_dense_matches_llama_cpp),
@@ -499,6 +703,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_moe_default_bf16_drift),
         cmocka_unit_test(test_qwen3_moe_engine_invariance),
         cmocka_unit_test(test_gpt_oss_matches_hf_semantics),
+        cmocka_unit_test(test_gpt_oss_mxfp4_checkpoint),
         cmocka_unit_test(test_qwen3_real_configs_load_as_shapes),
         cmocka_unit_test(test_qwen3_head_dim_defaults_to_128),
         cmocka_unit_test(test_unknown_architecture_lists_supported),
