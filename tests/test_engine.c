@@ -25,6 +25,9 @@ static char g_tiny_bf16[4200]; /* same shape, BF16 weights */
 static char g_qwen3[4200];      /* random Qwen3 (q/k norm) of that shape, F32 */
 static char g_qwen3_bf16[4200]; /* and BF16 */
 static char g_mistral[4200];    /* g_tiny as MistralForCausalLM with a 24-token sliding window */
+static char g_gpt_oss[4200];    /* random GPT-OSS, F32: layers 0 and 2 slide over 20 tokens */
+static int32_t g_max_used_blocks; /* most KV blocks in use after any step of run_all but
+                                     the first (a prompt's prefill holds all its KV) */
 
 static int setup(void **state) {
     (void)state;
@@ -59,7 +62,25 @@ static int setup(void **state) {
         fprintf(stderr, "gen_model: %s\n", pg_last_error());
         return -1;
     }
-    /* Mistral: the same weights, a sliding window of 24 tokens */
+    /* GPT-OSS: sinks, sliding / full / sliding layers, MoE with biases */
+    snprintf(g_gpt_oss, sizeof g_gpt_oss, "%s/gpt-oss", dir);
+    pg_gen_model_defaults(&o);
+    if (pg_gen_model_set_arch(&o, "gpt_oss") != PAGODA_OK) return -1;
+    o.head_dim = 16;
+    o.layers = 3;
+    o.experts = 4;
+    o.experts_per_tok = 2;
+    o.moe_ffn = 32;
+    o.sliding_window = 20;
+    o.init_std = 0.25f;
+    o.max_position = 512;
+    o.tokenizer_dir = tokdir;
+    o.hf_dir = g_gpt_oss;
+    if (pg_gen_model_write(&o) != PAGODA_OK) {
+        fprintf(stderr, "gen_model: %s\n", pg_last_error());
+        return -1;
+    }
+    /* Mistral: the same weights as g_tiny, a sliding window of 24 tokens */
     snprintf(g_mistral, sizeof g_mistral, "%s/mistral", dir);
     char cmd[9000], cfg[4300], *out = NULL;
     snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", g_tiny, g_mistral);
@@ -169,10 +190,15 @@ static void run_all(pagoda_engine *e, const uint64_t *ids, result *res, size_t n
         res[i].stop_token = -1;
     }
     int guard = 0;
+    g_max_used_blocks = 0;
     while (pagoda_engine_has_unfinished(e)) {
         size_t nout;
         assert_int_equal(pagoda_engine_step(e, &nout), PAGODA_OK);
         assert_true(++guard < 100000);
+        pagoda_stats bs;
+        pagoda_engine_get_stats(e, &bs);
+        if (guard > 1 && bs.num_kv_blocks - bs.num_free_kv_blocks > g_max_used_blocks)
+            g_max_used_blocks = bs.num_kv_blocks - bs.num_free_kv_blocks;
         const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
         for (size_t k = 0; k < nout; k++) {
             const pagoda_output *o = &outs[k];
@@ -509,8 +535,13 @@ static void test_chunked_prefill(void **state) {
  * forward over a cache that keeps every block (tests/helpers/model_run.h),
  * alone, batched, chunked and with prefix-cache hits. */
 
-static void test_sliding_window_frees_blocks_exactly(void **state) {
-    (void)state;
+/* dir: the model (F32 weights); n_full / n_sliding: its KV cache groups
+ * of full / sliding layers, window the sliding ones' window. After its
+ * prefill (which needs the whole prompt's KV), a request of L tokens alone
+ * holds at most n_full * ceil(L / 16) + n_sliding * (ceil(W / 16) + 1)
+ * blocks (a query sees W tokens, which span that many blocks), not
+ * (n_full + n_sliding) * ceil(L / 16). */
+static void check_sliding_window(const char *dir, int n_full, int n_sliding, int window) {
     enum { N = 6, P = 70, OUT = 50 };
     static int32_t prompts[N][P];
     static result ref[N], got[N];
@@ -520,8 +551,9 @@ static void test_sliding_window_frees_blocks_exactly(void **state) {
     pg_model_options mo;
     pg_model_options_default(&mo);
     pg_model_source *src;
-    pg_model *m = pg_test_load(g_mistral, &mo, &src);
+    pg_model *m = pg_test_load(dir, &mo, &src);
     assert_int_equal(pg_model_layer_cache(m, 0)->kind, PG_LAYER_CACHE_SLIDING);
+    assert_int_equal(pg_model_layer_cache(m, 0)->window, window);
     const int32_t V = pg_model_get_config(m)->vocab_size;
     float *logits = malloc((size_t)V * sizeof(float));
     assert_non_null(logits);
@@ -548,12 +580,19 @@ static void test_sliding_window_frees_blocks_exactly(void **state) {
         pagoda_engine_options_default(&o);
         o.enable_prefix_caching = mode == 1;
         if (mode == 1) o.max_num_batched_tokens = 7, o.max_num_seqs = 7;
-        pagoda_engine *e = open_engine(g_mistral, &o);
+        pagoda_engine *e = open_engine(dir, &o);
         uint64_t ids[N];
         for (int i = 0; i < N; i++) {
             pagoda_request r = greedy_req(e, prompts[i], P, OUT);
             assert_int_equal(pagoda_engine_add_request(e, &r, &ids[i], NULL), PAGODA_OK);
-            if (mode == 0) run_all(e, &ids[i], &ref[i], 1, NULL);
+            if (mode == 0) {
+                run_all(e, &ids[i], &ref[i], 1, NULL);
+                const int32_t per = (P + OUT + 15) / 16, win = (window + 15) / 16 + 1;
+                if (g_max_used_blocks > n_full * per + n_sliding * win)
+                    fail_msg("%s: request %d held %d KV blocks; window-sized sliding groups "
+                             "allow %d",
+                             dir, i, g_max_used_blocks, n_full * per + n_sliding * win);
+            }
         }
         if (mode == 1) run_all(e, ids, got, N, NULL);
         pagoda_stats st;
@@ -566,6 +605,12 @@ static void test_sliding_window_frees_blocks_exactly(void **state) {
         assert_memory_equal(ref[i].ids, want[i], OUT * sizeof(int32_t));
         assert_same(&ref[i], &got[i], true);
     }
+}
+
+static void test_sliding_window_frees_blocks_exactly(void **state) {
+    (void)state;
+    check_sliding_window(g_mistral, 0, 1, 24);  /* every layer slides */
+    check_sliding_window(g_gpt_oss, 1, 1, 20);  /* GPT-OSS: alternating groups, sinks */
 }
 
 /* ---- preemption ---------------------------------------------------------------------------- */
