@@ -684,6 +684,7 @@ static void test_response_chat(void **state) {
     ch.n_prompt_tokens = 4;
     ch.n_output_tokens = 2;
     pg_api_choice_append(&ch, "héllo", strlen("héllo"));
+    pg_api_choice_append(&ch, "\0!", 2); /* a generated NUL: U+FFFD in the JSON */
     pg_api_logprob lp = mk_lp("h\xc3\xa9", -0.25f, 1);
     pg_api_choice_add_logprob(&ch, &lp);
     pg_api_meta m = {PG_API_CHAT, "chatcmpl-1", 5, "tiny"};
@@ -693,7 +694,7 @@ static void test_response_chat(void **state) {
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
     cJSON *msg = cJSON_GetObjectItem(c0, "message");
     assert_string_equal(cJSON_GetObjectItem(msg, "role")->valuestring, "assistant");
-    assert_string_equal(cJSON_GetObjectItem(msg, "content")->valuestring, "héllo");
+    assert_string_equal(cJSON_GetObjectItem(msg, "content")->valuestring, "héllo\xEF\xBF\xBD!");
     assert_int_equal(cJSON_GetObjectItem(c0, "stop_reason")->valueint, 2);
     cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "logprobs"), "content");
     cJSON *e0 = cJSON_GetArrayItem(content, 0);
@@ -738,6 +739,12 @@ static void test_sse_chunks(void **state) {
     assert_int_equal(cJSON_GetObjectItem(c, "index")->valueint, 2);
     assert_string_equal(cJSON_GetObjectItem(c, "finish_reason")->valuestring, "stop");
     assert_string_equal(cJSON_GetObjectItem(c, "stop_reason")->valuestring, "x");
+    cJSON_Delete(o);
+    /* a generated NUL byte is U+FFFD, not the end of the content */
+    o = sse_json(pg_api_chunk_sse(&m, 0, false, "a\0b", 3, NULL, 0, 0, PAGODA_FINISH_NONE, NULL));
+    c = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "content")->valuestring,
+                        "a\xEF\xBF\xBD" "b");
     cJSON_Delete(o);
     /* a finish-only chat chunk has an empty delta */
     o = sse_json(pg_api_chunk_sse(&m, 0, false, "", 0, NULL, 0, 0, PAGODA_FINISH_LENGTH, NULL));

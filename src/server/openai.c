@@ -1015,12 +1015,22 @@ char *pg_api_response_json(const pg_api_meta *m, const pg_api_choice *choices, s
                 return NULL;
             }
             cJSON_AddItemToObject(c, "message", msg);
-        } else if (m->kind == PG_API_CHAT) {
-            cJSON *msg = cJSON_AddObjectToObject(c, "message");
-            cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", ch->text ? ch->text : "");
         } else {
-            cJSON_AddStringToObject(c, "text", ch->text ? ch->text : "");
+            /* the whole text: a generated NUL becomes U+FFFD instead of ending it */
+            char *t = pg_api_utf8_dup(ch->text ? ch->text : "", ch->text ? ch->len : 0);
+            if (!t) {
+                cJSON_Delete(c);
+                cJSON_Delete(o);
+                return NULL;
+            }
+            if (m->kind == PG_API_CHAT) {
+                cJSON *msg = cJSON_AddObjectToObject(c, "message");
+                cJSON_AddStringToObject(msg, "role", "assistant");
+                cJSON_AddStringToObject(msg, "content", t);
+            } else {
+                cJSON_AddStringToObject(c, "text", t);
+            }
+            free(t);
         }
         if (ch->lp)
             cJSON_AddItemToObject(c, "logprobs",
@@ -1056,14 +1066,13 @@ char *pg_api_chunk_sse(const pg_api_meta *m, int32_t index, bool role_first, con
     cJSON *arr = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", index);
-    char *t = malloc(len + 1);
+    /* NUL (and any invalid byte) becomes U+FFFD: cJSON strings end at NUL */
+    char *t = pg_api_utf8_dup(len ? text : "", len);
     if (!t) {
         cJSON_Delete(o);
         cJSON_Delete(c);
         return NULL;
     }
-    if (len) memcpy(t, text, len);
-    t[len] = 0;
     if (m->kind == PG_API_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role_first) cJSON_AddStringToObject(d, "role", "assistant");
