@@ -525,15 +525,15 @@ static void mxfp4_block(const float *x, uint8_t *e_out, uint8_t codes[32]) {
 static void test_gpt_oss_mxfp4_checkpoint(void **state) {
     (void)state;
     const char *src_dir = pg_test_asset("oracles/gpt-oss-tiny/hf");
-    char path[1200];
+    char path[4300];
     snprintf(path, sizeof path, "%s/model.safetensors", src_dir);
     pg_safetensors *st;
     assert_int_equal(pg_safetensors_open(path, &st), PAGODA_OK);
-    char dirs[2][1024];
+    char dirs[2][2100];
     pg_safetensors_writer *w[2];
     for (int k = 0; k < 2; k++) {
         snprintf(dirs[k], sizeof dirs[k], "%s/gpt-oss-%s", pg_test_tmpdir(), k ? "dense" : "mxfp4");
-        char cmd[4096], *out = NULL;
+        char cmd[16384], *out = NULL;
         snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s'/*.json '%s'", dirs[k],
                  dirs[k], src_dir, dirs[k]);
         assert_int_equal(pg_test_run_command(cmd, &out), 0);

@@ -600,6 +600,20 @@ pagoda_status pg_gguf_get_int_or(const pg_gguf *g, const char *key, int64_t def,
     }
     return pg_gguf_get_int(g, key, out);
 }
+pagoda_status pg_gguf_get_ints(const pg_gguf *g, const char *const *keys, int *const *out, int n,
+                               int64_t lo, int64_t hi) {
+    for (int i = 0; i < n; i++) {
+        int64_t v;
+        pagoda_status s = pg_gguf_get_int(g, keys[i], &v);
+        if (s) return s;
+        if (v < lo || v > hi)
+            return pg_error(PAGODA_ERR_FORMAT, "%s: %s = %lld is out of range [%lld, %lld]",
+                            pg_gguf_path(g), keys[i], (long long)v, (long long)lo, (long long)hi);
+        *out[i] = (int)v;
+    }
+    return PAGODA_OK;
+}
+
 pagoda_status pg_gguf_get_float_or(const pg_gguf *g, const char *key, double def, double *out) {
     if (!find_kv(g, key)) {
         *out = def;

@@ -127,6 +127,12 @@ pagoda_status pg_gguf_get_int_or(const pg_gguf *g, const char *key, int64_t def,
 pagoda_status pg_gguf_get_float_or(const pg_gguf *g, const char *key, double def, double *out);
 pagoda_status pg_gguf_get_bool_or(const pg_gguf *g, const char *key, bool def, bool *out);
 
+/* Required integer keys keys[0..n) into out[i] (an int each), each in
+ * [lo, hi]; PAGODA_ERR_FORMAT names the key and value otherwise (errors of
+ * pg_gguf_get_int as above). */
+pagoda_status pg_gguf_get_ints(const pg_gguf *g, const char *const *keys, int *const *out, int n,
+                               int64_t lo, int64_t hi);
+
 /* Array by key (PAGODA_ERR_NOT_FOUND / FORMAT as above). */
 pagoda_status pg_gguf_get_array(const pg_gguf *g, const char *key, pg_gguf_array *out);
 /* Element i of an array (i < a->n, unchecked beyond an assert-like clamp:

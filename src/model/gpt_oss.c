@@ -81,17 +81,10 @@ static pagoda_status parse_gguf(const struct pg_gguf *g, pg_model_config *cfg) {
     static const char *const KEYS[] = {"gpt-oss.expert_count", "gpt-oss.expert_used_count",
                                        "gpt-oss.expert_feed_forward_length",
                                        "gpt-oss.attention.sliding_window"};
-    int *dst[] = {&cfg->num_experts, &cfg->num_experts_per_tok, &cfg->moe_intermediate_size,
-                  &cfg->sliding_window};
-    for (int i = 0; i < 4; i++) {
-        int64_t v;
-        pagoda_status s = pg_gguf_get_int(g, KEYS[i], &v);
-        if (s) return s;
-        if (v < 1 || v > (1 << 22))
-            return pg_error(PAGODA_ERR_FORMAT, "%s: %s = %lld is out of range", pg_gguf_path(g),
-                            KEYS[i], (long long)v);
-        *dst[i] = (int)v;
-    }
+    int *const dst[] = {&cfg->num_experts, &cfg->num_experts_per_tok,
+                        &cfg->moe_intermediate_size, &cfg->sliding_window};
+    pagoda_status s = pg_gguf_get_ints(g, KEYS, dst, 4, 1, 1 << 22);
+    if (s) return s;
     if (cfg->num_experts_per_tok > cfg->num_experts)
         return pg_error(PAGODA_ERR_FORMAT, "%s: expert_used_count %d > expert_count %d",
                         pg_gguf_path(g), cfg->num_experts_per_tok, cfg->num_experts);

@@ -49,16 +49,10 @@ static pagoda_status parse_hf(const cJSON *root, const char *path, pg_model_conf
 static pagoda_status parse_gguf(const struct pg_gguf *g, pg_model_config *cfg) {
     static const char *const KEYS[] = {"qwen3moe.expert_count", "qwen3moe.expert_used_count",
                                        "qwen3moe.expert_feed_forward_length"};
-    int *dst[] = {&cfg->num_experts, &cfg->num_experts_per_tok, &cfg->moe_intermediate_size};
-    for (int i = 0; i < 3; i++) {
-        int64_t v;
-        pagoda_status s = pg_gguf_get_int(g, KEYS[i], &v);
-        if (s) return s;
-        if (v < 1 || v > (1 << 22))
-            return pg_error(PAGODA_ERR_FORMAT, "%s: %s = %lld is out of range", pg_gguf_path(g),
-                            KEYS[i], (long long)v);
-        *dst[i] = (int)v;
-    }
+    int *const dst[] = {&cfg->num_experts, &cfg->num_experts_per_tok,
+                        &cfg->moe_intermediate_size};
+    pagoda_status s = pg_gguf_get_ints(g, KEYS, dst, 3, 1, 1 << 22);
+    if (s) return s;
     if (cfg->num_experts_per_tok > cfg->num_experts)
         return pg_error(PAGODA_ERR_FORMAT, "%s: expert_used_count %d > expert_count %d",
                         pg_gguf_path(g), cfg->num_experts_per_tok, cfg->num_experts);
