@@ -10,6 +10,7 @@ NATIVE_PKGS=(
   libcmocka-dev libmimalloc-dev libpcre2-dev libutf8proc-dev libcjson-dev
   libmicrohttpd-dev
   curl jq                  # end-to-end tests of `pagoda serve`
+  python3                  # tests/node/scripted_gpt_oss.py (the gpt-oss tool-call test model)
   libcurl4-openssl-dev     # `pagoda bench serve` HTTP client (curl_multi)
   libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
   clang-format clang-tidy cppcheck
