@@ -465,6 +465,11 @@ static void test_parse_malformed(void **state) {
         "<|channel|>final<|message|>a<|end|>stray<|start|>assistant<|channel|>final<|message|>b",
         "C[final]:a\nEND[end]:\nISSUE[]:text outside a message: delivered as content\nC[]:stray\n"
         "ISSUE[]:message not ended before <|start|>\nEND[none]:\nC[final]:b\nEND[none]:\n");
+    /* control tokens inside a message's text are dropped, never part of the answer */
+    expect_parse("<|channel|>final<|message|>a<|channel|>b<|message|>c<|constrain|>d<|end|>",
+                 "C[final]:a\nISSUE[final]:<|channel|> inside a message: dropped\nC[final]:b\n"
+                 "ISSUE[final]:<|message|> inside a message: dropped\nC[final]:c\n"
+                 "ISSUE[final]:<|constrain|> inside a message: dropped\nC[final]:d\nEND[end]:\n");
     expect_parse("<|channel|>final<|end|>",
                  "ISSUE[]:message ended before <|message|>: header text delivered as content\n"
                  "C[]:<|channel|>final\nEND[end]:\n");

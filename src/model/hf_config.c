@@ -155,6 +155,11 @@ static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_
         if (!s)
             s = pg_hf_get_float(rs, "attention_factor", path, false, 0.0f,
                                 &cfg->rope_attention_factor);
+        if (!s && cfg->rope_factor > 0 && cfg->rope_factor < 1)
+            s = pg_error(PAGODA_ERR_FORMAT,
+                         "%s: rope_scaling yarn factor %g must be >= 1 (YaRN extends the "
+                         "context; transformers refuses smaller factors too)",
+                         path, (double)cfg->rope_factor);
         if (!s && (item(rs, "mscale") || item(rs, "mscale_all_dim")))
             s = pg_error(PAGODA_ERR_UNSUPPORTED,
                          "%s: rope_scaling yarn with mscale / mscale_all_dim is not supported",

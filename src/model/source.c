@@ -688,7 +688,8 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
         [PG_DIM_FFN] = "intermediate_size",
         [PG_DIM_HEAD] = "head_dim",
         [PG_DIM_EXPERTS] = "num_experts",
-        [PG_DIM_MOE_FFN] = "moe_intermediate_size"};
+        [PG_DIM_MOE_FFN] = "moe_intermediate_size",
+        [PG_DIM_HEADS] = "num_attention_heads"};
     const pg_model_config *c = &src->cfg;
     pagoda_status s = PAGODA_OK;
     char n[256], why[96];

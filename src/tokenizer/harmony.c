@@ -1128,8 +1128,8 @@ static void on_token(pg_harmony_parser *p, int tok) {
         if (p->state == ST_HEADER) {
             start_message(p);
         } else if (p->state == ST_CONTENT) {
-            issue(p, "<|message|> inside a message: kept as text", NULL);
-            content_text_out(p, tok_text[tok], strlen(tok_text[tok]));
+            /* a control token is never text of the answer */
+            issue(p, "<|message|> inside a message: dropped", NULL);
         } else {
             issue(p, "<|message|> without a header: delivered as content", NULL);
             begin_plain(p);
@@ -1146,8 +1146,7 @@ static void on_token(pg_harmony_parser *p, int tok) {
         if (p->state == ST_HEADER) {
             on_text(p, tok_text[tok], strlen(tok_text[tok]));
         } else {
-            issue(p, "%s inside a message: kept as text", tok_text[tok]);
-            content_text_out(p, tok_text[tok], strlen(tok_text[tok]));
+            issue(p, "%s inside a message: dropped", tok_text[tok]);
         }
         break;
     default: /* end, return, call */
