@@ -309,6 +309,10 @@ static void test_foreign_tensors_and_activation_refused(void **state) {
     assert_int_equal(pg_model_load(src, NULL, &m), PAGODA_ERR_UNSUPPORTED);
     assert_non_null(strstr(pg_last_error(), "hidden_act 'gelu'"));
     pg_model_source_free(src);
+    /* YaRN shrinking the context (factor < 1) is refused */
+    dir = edited_copy_of("gpt-oss-tiny", "yarn-half", "\"factor\": 32.0", "\"factor\": 0.5");
+    assert_int_equal(pg_model_source_open(dir, &src), PAGODA_ERR_FORMAT);
+    assert_non_null(strstr(pg_last_error(), "yarn factor 0.5 must be >= 1"));
     /* MoE layer lists name existing layers */
     dir = edited_copy_of("qwen3-moe-tiny", "moe-only5", "\"mlp_only_layers\": []",
                          "\"mlp_only_layers\": [5]");
