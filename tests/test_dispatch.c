@@ -14,6 +14,7 @@
 #include "base/dtype.h"
 #include "base/log.h"
 #include "kernels/dispatch.h"
+#include "kernels/gated_delta.h"
 #include "kernels/ref/ref.h"
 
 static const size_t SIZES[] = {0, 1, 3, 7, 8, 15, 16, 17, 31, 64, 100, 1000, 4097};
@@ -185,9 +186,17 @@ static void check_entries(const pg_kernel_table *t, void *arg) {
     assert_non_null(t->dot_f32);
     assert_non_null(t->dot_bf16_f32);
     assert_non_null(t->dot_f16_f32);
-    const char *v[3] = {t->variant.dot_f32, t->variant.dot_bf16_f32, t->variant.dot_f16_f32};
+    /* the Gated DeltaNet set (bitwise tests against its reference:
+     * tests/test_gated_delta.c) */
+    assert_non_null(t->gdn);
+    assert_non_null(t->gdn->recurrent);
+    assert_non_null(t->gdn->mm);
+    assert_non_null(t->gdn->vexp);
+    assert_string_equal(t->gdn->name, t->variant.gdn);
+    const char *v[4] = {t->variant.dot_f32, t->variant.dot_bf16_f32, t->variant.dot_f16_f32,
+                        t->variant.gdn};
     int level = pg_isa_parse(t->isa);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         int vl = pg_isa_parse(v[k]);
         assert_true(vl >= 0);
         assert_true(vl <= level);

@@ -7,6 +7,7 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "kernels/attention.h"
+#include "kernels/gated_delta.h"
 #include "kernels/ref/ops_ref.h"
 #include "kernels/ref/ref.h"
 #if defined(__x86_64__)
@@ -39,6 +40,18 @@ static const pg_attn_ukernels UK_NEON_BF16 = {"neon", PG_BF16, pg_neon_attn_qk_b
                                               pg_neon_attn_softmax, pg_neon_attn_pv_bf16kv};
 static const pg_attn_ukernels UK_NEON_BF16DOT = {"neon_bf16", PG_BF16, pg_neon_bf16_attn_qk_bf16kv,
                                                  pg_neon_attn_softmax, pg_neon_bf16_attn_pv_bf16kv};
+#endif
+/* Gated DeltaNet micro-kernel sets (kernels/gated_delta.h), one per ISA. */
+static const pg_gdn_ukernels GDN_SCALAR = {"scalar", pg_ref_gdn_recurrent_uk, pg_ref_gdn_mm_uk,
+                                           pg_ref_vexp_f32};
+#if defined(__x86_64__)
+static const pg_gdn_ukernels GDN_AVX2 = {"avx2", pg_avx2_gdn_recurrent, pg_avx2_gdn_mm,
+                                         pg_avx2_vexp_f32};
+static const pg_gdn_ukernels GDN_AVX512 = {"avx512", pg_avx512_gdn_recurrent, pg_avx512_gdn_mm,
+                                           pg_avx512_vexp_f32};
+#elif defined(__aarch64__)
+static const pg_gdn_ukernels GDN_NEON = {"neon", pg_neon_gdn_recurrent, pg_neon_gdn_mm,
+                                         pg_neon_vexp_f32};
 #endif
 /* A GEMM microkernel descriptor. */
 static pg_gemm_ukernel uk(const char *name, int mr, int nr, int kg, int ar,
@@ -92,6 +105,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, cvt_f32_bf16, pg_ref_cvt_f32_bf16, "scalar");
     SET(t, amax_f32, pg_ref_amax_f32, "scalar");
     SET(t, quant_i8, pg_ref_quant_i8, "scalar");
+    SET(t, gdn, &GDN_SCALAR, "scalar");
     t->gemm_bf16 = uk("scalar", 4, 16, 2, 1, pg_ref_gemm_uk_bf16);
     t->gemm_f32 = uk("scalar", 4, 16, 1, 1, pg_ref_gemm_uk_f32);
     t->qgemm_w8 = QUK_SCALAR(8);
@@ -113,6 +127,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, cvt_f32_bf16, pg_avx2_cvt_f32_bf16, "avx2");
         SET(t, amax_f32, pg_avx2_amax_f32, "avx2");
         SET(t, quant_i8, pg_avx2_quant_i8, "avx2");
+        SET(t, gdn, &GDN_AVX2, "avx2");
         t->gemm_bf16 = uk("avx2", 4, 16, 2, 1, pg_avx2_gemm_uk_bf16);
         t->gemm_f32 = uk("avx2", 6, 16, 1, 1, pg_avx2_gemm_uk_f32);
         /* VNNI is a feature, not a level: AVX-VNNI (VEX) on AVX2 cores */
@@ -137,6 +152,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
         SET(t, amax_f32, pg_avx512_amax_f32, "avx512");
         SET(t, quant_i8, pg_avx512_quant_i8, "avx512");
+        SET(t, gdn, &GDN_AVX512, "avx512");
         t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
         t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
         if (pg_cpu()->avx512_vnni)
@@ -172,6 +188,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, cvt_f32_bf16, pg_neon_cvt_f32_bf16, "neon");
         SET(t, amax_f32, pg_neon_amax_f32, "neon");
         SET(t, quant_i8, pg_neon_quant_i8, "neon");
+        SET(t, gdn, &GDN_NEON, "neon");
         t->gemm_f32 = uk("neon", 5, 16, 1, 1, pg_neon_gemm_uk_f32);
         /* BFMMLA where the core has FEAT_BF16 (the layout differs: k-quads,
          * row pairs), else widen + FMA on k-pairs. */
@@ -214,6 +231,7 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "cvt_f32_bf16", t->variant.cvt_f32_bf16);
     fprintf(f, "  %s%-16s %s\n", p, "amax_f32", t->variant.amax_f32);
     fprintf(f, "  %s%-16s %s\n", p, "quant_i8", t->variant.quant_i8);
+    fprintf(f, "  %s%-16s %s\n", p, "gdn", t->variant.gdn);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_bf16", t->gemm_bf16.name, t->gemm_bf16.mr,
             t->gemm_bf16.nr);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "gemm_f32", t->gemm_f32.name, t->gemm_f32.mr,

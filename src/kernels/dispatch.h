@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 struct pg_attn_ukernels; /* kernels/attention.h */
+struct pg_gdn_ukernels;  /* kernels/gated_delta.h */
 /* A GEMM microkernel (driven by src/kernels/gemm.c; layouts in
  * docs/ARCHITECTURE.md "GEMM"). It computes an mr x nr tile
  *     c[i][j] (+)= sum over ngroups k-groups of A(row i) . W(column j)
@@ -151,13 +152,17 @@ typedef struct pg_kernel_table {
      * (round to nearest even; NaN inputs unspecified), returns sum q[i]. */
     float (*amax_f32)(const float *x, size_t n);
     int32_t (*quant_i8)(const float *x, size_t n, float inv, int8_t *q);
+    /* Gated DeltaNet micro-kernels (kernels/gated_delta.h: the recurrent
+     * step and the chunked form's small matmul; specs pg_ref_gdn_*_uk in
+     * ref/ref.h, every variant bitwise equal to them). */
+    const struct pg_gdn_ukernels *gdn;
 
     /* Which variant fills each entry ("scalar", "avx2", ...), for reports. */
     struct {
         const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16;
         const char *vexp_f32, *attn_f32kv, *attn_bf16kv;
         const char *rmsnorm_f32, *softmax_f32, *silu_f32, *swiglu_f32, *argmax_f32;
-        const char *amax_f32, *quant_i8;
+        const char *amax_f32, *quant_i8, *gdn;
     } variant;
 } pg_kernel_table;
 

@@ -107,4 +107,12 @@ void pg_dotprod_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t a_s
                          const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                          const void *w, float *c, int64_t ldc, int mr, int accumulate);
 
+/* gated_delta_neon.c: Gated DeltaNet micro-kernels (pg_gdn_ukernels,
+ * kernels/gated_delta.h; bitwise equal to the scalar reference). */
+void pg_neon_gdn_recurrent(int n, int dk, int nc, float *S, int64_t lds, const float *q,
+                           const float *k, int64_t ldqk, const float *v, int64_t ldv,
+                           const float *eg, const float *beta, float *o, int64_t ldo);
+void pg_neon_gdn_mm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float *c, int64_t ldc, float cscale);
+
 #endif

@@ -84,6 +84,15 @@ int32_t pg_ref_quant_i8(const float *x, size_t n, float inv, int8_t *q);
 void pg_ref_qgemm(const struct pg_qweight *w, const struct pg_qweight *w_up, const float *A,
                   int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias, int ep);
 
+/* ---- Gated DeltaNet (kernels/gated_delta.h, ref/gated_delta.c): the
+ * scalar micro-kernels of pg_gdn_ukernels (recurrent / mm), the spec every
+ * variant reproduces bit for bit. */
+void pg_ref_gdn_recurrent_uk(int n, int dk, int nc, float *S, int64_t lds, const float *q,
+                             const float *k, int64_t ldqk, const float *v, int64_t ldv,
+                             const float *eg, const float *beta, float *o, int64_t ldo);
+void pg_ref_gdn_mm_uk(int m, int n, int k, const float *a, int64_t lda, const float *b,
+                      int64_t ldb, float *c, int64_t ldc, float cscale);
+
 /* ---- MXFP4 GEMM (kernels/gemm.h "MXFP4", ref/mxfp4.c). */
 /* Scalar microkernel (dispatch.h, the pg_kernel_table.mxfp4 contract): mr
  * 4, nr 8, kg 4, vw 16, signed activations; E8M0 header bytes, codes. */
