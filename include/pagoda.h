@@ -76,6 +76,12 @@ typedef struct pagoda_engine_options {
      * quantized linears stay quantized. PAGODA_KV_AUTO follows it: F32
      * compute -> F32 KV cache, BF16/F16 -> BF16. Default PAGODA_DTYPE_AUTO. */
     pagoda_dtype dtype;
+    /* Hybrid models (recurrent-state layers: Qwen3.5): bytes of the prefix
+     * cache's state snapshots, taken out of kv_cache_memory; 0 = default (a
+     * quarter of what the per-request states leave of it). Each snapshot
+     * holds one request's states at a block boundary (docs/ARCHITECTURE.md
+     * "Prefix caching on hybrid models"). */
+    uint64_t state_cache_memory;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;

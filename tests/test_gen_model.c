@@ -3,7 +3,9 @@
  * permutation of Llama and dtype rounding), and carry the requested config;
  * Qwen3 and Qwen3-MoE in both forms load as the same model (same logits)
  * with the names, shapes and keys llama.cpp's converter writes (MoE: F32
- * router, 3-D stacked experts). Also GGUF-side errors: an unsupported
+ * router, 3-D stacked experts); Qwen3.5 dense and MoE written as the
+ * published checkpoints and as convert_hf_to_gguf.py converts them (the
+ * GGUF derived from the HF form by its rules). Also GGUF-side errors: an unsupported
  * tensor type and metadata that contradicts the weights. */
 #include "testutil.h"
 #include "model_run.h"
@@ -18,6 +20,7 @@
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 #include "model/source.h"
 
 extern const pg_arch pg_arch_qwen3;     /* model/qwen3.c */
@@ -933,6 +936,568 @@ static void test_gguf_refused(void **state) {
     free(g_buf);
 }
 
+/* ---- Qwen3.5 ----------------------------------------------------------------------- */
+
+/* A tiny Qwen3.5: 4 layers (3 Gated DeltaNet, 1 gated full attention),
+ * 2 key / 4 value linear heads (so the GGUF V-head tiling moves rows), head_dim
+ * 32 (8 rotary dims), an MTP block; the MoE adds 4 experts, top-2, a shared
+ * expert and no intermediate_size (as the published config). */
+static void q35_options(pg_gen_model_options *o, bool moe) {
+    pg_gen_model_defaults(o);
+    assert_int_equal(pg_gen_model_set_arch(o, moe ? "qwen3_5_moe" : "qwen3_5"), PAGODA_OK);
+    o->hidden = 64;
+    o->heads = 4;
+    o->kv_heads = 2;
+    o->head_dim = 32;
+    o->ffn = moe ? 0 : 96;
+    o->layers = 4;
+    o->vocab = 320;
+    o->tie = false;
+    o->seed = moe ? 41 : 31;
+    if (moe) {
+        o->experts = 4;
+        o->experts_per_tok = 2;
+        o->moe_ffn = 32;
+        o->shared_ffn = 32;
+    }
+    o->hf_dtype = PG_BF16; /* as the oracle: BF16 checkpoint, F32 GGUF */
+    o->gguf_dtype = PG_F32;
+}
+
+/* llama.cpp's GGUF name of a Qwen3.5 HF tensor (gguf-py's tensor map, the
+ * MTP block as blk.{layers}); *expert: the expert index of a per-expert
+ * tensor stacked into a 3-D one, else -1. */
+static void q35_gguf_name(const char *hf, int layers, char *out, size_t cap, int *expert) {
+    static const char *const MAP[][2] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+        {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+        {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+        {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+        {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+        {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+        {"linear_attn.dt_bias", "ssm_dt.bias"},
+        {"linear_attn.A_log", "ssm_a"},
+        {"linear_attn.norm.weight", "ssm_norm.weight"},
+        {"linear_attn.out_proj.weight", "ssm_out.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"},
+        {"mlp.gate.weight", "ffn_gate_inp.weight"},
+        {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+        {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+        {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+    };
+    *expert = -1;
+    int l, k = 0;
+    const char *rest = NULL;
+    if (!strcmp(hf, "model.language_model.embed_tokens.weight")) {
+        snprintf(out, cap, "token_embd.weight");
+        return;
+    }
+    if (!strcmp(hf, "model.language_model.norm.weight")) {
+        snprintf(out, cap, "output_norm.weight");
+        return;
+    }
+    if (!strcmp(hf, "lm_head.weight")) {
+        snprintf(out, cap, "output.weight");
+        return;
+    }
+    static const char *const MTP[][2] = {{"mtp.fc.weight", "nextn.eh_proj.weight"},
+                                         {"mtp.norm.weight", "nextn.shared_head_norm.weight"},
+                                         {"mtp.pre_fc_norm_embedding.weight", "nextn.enorm.weight"},
+                                         {"mtp.pre_fc_norm_hidden.weight", "nextn.hnorm.weight"}};
+    for (size_t i = 0; i < 4; i++)
+        if (!strcmp(hf, MTP[i][0])) {
+            snprintf(out, cap, "blk.%d.%s", layers, MTP[i][1]);
+            return;
+        }
+    if (sscanf(hf, "model.language_model.layers.%d.%n", &l, &k) == 1 && k > 0)
+        rest = hf + k;
+    else if (sscanf(hf, "mtp.layers.%d.%n", &l, &k) == 1 && k > 0)
+        rest = hf + k, l += layers;
+    if (!rest) fail_msg("unexpected HF tensor %s", hf);
+    int e, m = 0;
+    char w[64];
+    if (sscanf(rest, "mlp.experts.%d.%63[a-z_]%n", &e, w, &m) == 2 &&
+        !strcmp(rest + m, ".weight")) {
+        *expert = e;
+        snprintf(out, cap, "blk.%d.ffn_%s_exps.weight", l,
+                 !strcmp(w, "gate_proj") ? "gate"
+                 : !strcmp(w, "up_proj") ? "up"
+                                         : "down");
+        return;
+    }
+    for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++)
+        if (!strcmp(rest, MAP[i][0])) {
+            snprintf(out, cap, "blk.%d.%s", l, MAP[i][1]);
+            return;
+        }
+    fail_msg("unexpected HF tensor %s", hf);
+}
+
+static float *dequant_all(pg_dtype t, const void *data, int64_t rows, int64_t cols) {
+    float *x = malloc((size_t)(rows * cols) * sizeof *x);
+    size_t rb = pg_dtype_row_bytes(t, (size_t)cols);
+    for (int64_t r = 0; r < rows; r++)
+        pg_dequant_row(t, (const uint8_t *)data + (size_t)r * rb, x + r * cols, (size_t)cols);
+    return x;
+}
+
+/* Where convert_hf_to_gguf.py's _reorder_v_heads puts element i of a block
+ * of n_v heads x hd: HF groups the V heads by K head ([n_k, r, hd]); GGUF
+ * has the two head axes swapped ([r, n_k, hd]). */
+static int64_t tiled_dst(const pg_gen_model_options *o, int64_t i, int64_t hd) {
+    const int64_t nk = o->lin_k_heads, r = o->lin_v_heads / nk;
+    const int64_t h = i / hd, k = h / r, j = h % r;
+    return (j * nk + k) * hd + i % hd;
+}
+
+/* The GGUF form is derived from the HF form by the converter's rules: every
+ * HF tensor (read raw from model.safetensors) maps to its GGUF tensor, whose
+ * values are the checkpoint's upcast to F32, + 1 for the Qwen3_5RMSNorm
+ * weights (not linear_attn.norm), -exp(A_log) for ssm_a, with the V heads
+ * tiled (attn_qkv's V rows, attn_gate, ssm_alpha / ssm_beta, ssm_a, ssm_dt,
+ * ssm_conv1d's V channels, ssm_out's columns), conv1d squeezed, experts
+ * stacked; no other GGUF tensor. The GGUF must be F32. */
+static void check_q35_gguf_from_hf(const pg_gen_model_options *o) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s/model.safetensors", g_hf);
+    pg_safetensors *st;
+    pg_gguf *g;
+    assert_int_equal(pg_safetensors_open(p, &st), PAGODA_OK);
+    assert_int_equal(pg_gguf_open(g_gguf, &g), PAGODA_OK);
+    const int64_t qk = 2 * (int64_t)o->lin_k_heads * o->lin_k_dim, dv = o->lin_v_dim;
+    size_t want_gguf = 0;
+    for (size_t i = 0; i < pg_safetensors_n_tensors(st); i++) {
+        const pg_tensor *t = pg_safetensors_tensor_at(st, i);
+        const char *nm = t->name;
+        char gname[160];
+        int e;
+        q35_gguf_name(nm, o->layers, gname, sizeof gname, &e);
+        if (e <= 0) want_gguf++;
+        const pg_gguf_tensor *u = pg_gguf_find_tensor(g, gname);
+        if (!u) fail_msg("%s: no GGUF %s", nm, gname);
+        assert_int_equal(t->dtype, o->hf_dtype);
+        if (u->dtype != PG_F32) fail_msg("%s is not F32", gname);
+        /* shapes: GGUF ne = the HF shape reversed (conv1d squeezed, experts stacked) */
+        int64_t rows = t->ndim == 1 ? 1 : t->shape[0], cols = t->shape[t->ndim - 1];
+        bool conv = strstr(nm, "conv1d") != NULL;
+        if (conv) {
+            assert_int_equal(t->ndim, 3);
+            assert_int_equal(t->shape[1], 1);
+            assert_int_equal(u->n_dims, 2);
+        } else {
+            assert_int_equal(u->n_dims, t->ndim + (e >= 0));
+            for (int d = 0; d < t->ndim; d++)
+                assert_int_equal(u->ne[d], t->shape[t->ndim - 1 - d]);
+        }
+        assert_int_equal(u->ne[0], cols);
+        if (u->n_dims > 1) assert_int_equal(u->ne[1], rows);
+        if (e >= 0) assert_int_equal(u->ne[2], o->experts);
+        float *h = dequant_all(t->dtype, t->data, rows, cols);
+        float *gv = dequant_all(PG_F32, (const float *)u->data + (e >= 0 ? e * rows * cols : 0),
+                                rows, cols);
+        float *want = malloc((size_t)(rows * cols) * sizeof *want);
+        /* the converter's test, on the name it has mapped by then */
+        size_t n = strlen(gname);
+        bool one_plus =
+            n > 11 && !strcmp(gname + n - 11, "norm.weight") && !strstr(gname, "ssm_norm.weight");
+        bool a_log = strstr(nm, ".A_log") != NULL;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) {
+                float x = h[r * cols + c];
+                x = one_plus ? 1.0f + x : a_log ? -expf(x) : x;
+                int64_t dr = r, dc = c;
+                if (strstr(nm, "in_proj_qkv") || conv)
+                    dr = r < qk ? r : qk + tiled_dst(o, r - qk, dv);
+                else if (strstr(nm, "in_proj_z"))
+                    dr = tiled_dst(o, r, dv);
+                else if (strstr(nm, "in_proj_a") || strstr(nm, "in_proj_b"))
+                    dr = tiled_dst(o, r, 1);
+                else if (a_log || strstr(nm, "dt_bias"))
+                    dc = tiled_dst(o, c, 1);
+                else if (strstr(nm, "out_proj"))
+                    dc = tiled_dst(o, c, dv);
+                want[dr * cols + dc] = x;
+            }
+        for (int64_t k = 0; k < rows * cols; k++)
+            if (gv[k] != want[k])
+                fail_msg("%s[%lld] = %g, from HF %s: %g", gname, (long long)k, gv[k], nm, want[k]);
+        free(h);
+        free(gv);
+        free(want);
+    }
+    assert_int_equal(pg_gguf_n_tensors(g), want_gguf);
+    pg_gguf_close(g);
+    pg_safetensors_close(st);
+}
+
+/* The HF checkpoint is laid out as published: text_config, tensors under
+ * model.language_model., zero-centred norms, A_log, conv1d [C, 1, K], q_proj
+ * [2 * heads * head_dim, hidden], the MTP block. */
+static void check_q35_hf_layout(const pg_gen_model_options *o) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s/config.json", g_hf);
+    char *cfg = pg_test_read_file(p, NULL);
+    bool moe = o->experts > 0;
+    const char *want[] = {
+        moe ? "\"Qwen3_5MoeForConditionalGeneration\"" : "\"Qwen3_5ForConditionalGeneration\"",
+        moe ? "\"model_type\": \"qwen3_5_moe\"" : "\"model_type\": \"qwen3_5\"",
+        moe ? "\"model_type\": \"qwen3_5_moe_text\"" : "\"model_type\": \"qwen3_5_text\"",
+        "\"text_config\": {",
+        "\"attn_output_gate\": true",
+        "\"layer_types\": [\n      \"linear_attention\",\n      \"linear_attention\",\n      "
+        "\"linear_attention\",\n      \"full_attention\"\n    ]",
+        "\"full_attention_interval\": 4",
+        "\"linear_num_key_heads\": 2",
+        "\"linear_num_value_heads\": 4",
+        "\"linear_key_head_dim\": 16",
+        "\"linear_conv_kernel_dim\": 4",
+        "\"mtp_num_hidden_layers\": 1",
+        "\"mrope_section\": [\n        2,\n        1,\n        1\n      ]",
+        "\"mrope_interleaved\": true",
+        "\"partial_rotary_factor\": 0.25",
+        "\"rope_theta\": 10000000,",
+        "\"rope_type\": \"default\"",
+        "\"bos_token_id\": null",
+        "\"tie_word_embeddings\": false",
+        moe ? "\"shared_expert_intermediate_size\": 32" : "\"intermediate_size\": 96",
+        moe ? "\"num_experts\": 4" : "\"dtype\": \"bfloat16\"",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(cfg, want[i])) fail_msg("config.json lacks %s", want[i]);
+    if (moe) assert_null(strstr(cfg, "\"intermediate_size\""));
+    free(cfg);
+    snprintf(p, sizeof p, "%s/model.safetensors", g_hf);
+    pg_safetensors *st;
+    assert_int_equal(pg_safetensors_open(p, &st), PAGODA_OK);
+    static const struct {
+        const char *name;
+        int ndim;
+        int64_t s0, s1, s2;
+    } SHAPES[] = {
+        {"model.language_model.embed_tokens.weight", 2, 320, 64, 0},
+        {"lm_head.weight", 2, 320, 64, 0},
+        {"model.language_model.layers.0.linear_attn.A_log", 1, 4, 0, 0},
+        {"model.language_model.layers.1.linear_attn.conv1d.weight", 3, 128, 1, 4},
+        {"model.language_model.layers.2.linear_attn.in_proj_qkv.weight", 2, 128, 64, 0},
+        {"model.language_model.layers.2.linear_attn.in_proj_z.weight", 2, 64, 64, 0},
+        {"model.language_model.layers.2.linear_attn.in_proj_b.weight", 2, 4, 64, 0},
+        {"model.language_model.layers.2.linear_attn.norm.weight", 1, 16, 0, 0},
+        {"model.language_model.layers.3.self_attn.q_proj.weight", 2, 256, 64, 0},
+        {"model.language_model.layers.3.self_attn.o_proj.weight", 2, 64, 128, 0},
+        {"mtp.fc.weight", 2, 64, 128, 0},
+        {"mtp.layers.0.self_attn.q_proj.weight", 2, 256, 64, 0},
+        {"mtp.pre_fc_norm_hidden.weight", 1, 64, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
+        const pg_tensor *t = pg_safetensors_find(st, SHAPES[i].name);
+        if (!t) fail_msg("HF lacks %s", SHAPES[i].name);
+        int64_t s[3] = {SHAPES[i].s0, SHAPES[i].s1, SHAPES[i].s2};
+        assert_int_equal(t->ndim, SHAPES[i].ndim);
+        for (int d = 0; d < t->ndim; d++)
+            assert_int_equal(t->shape[d], s[d]);
+    }
+    if (moe) {
+        const pg_tensor *sg =
+            pg_safetensors_find(st, "model.language_model.layers.3.mlp.shared_expert_gate.weight");
+        assert_non_null(sg);
+        assert_int_equal(sg->ndim, 2);
+        assert_int_equal(sg->shape[0], 1);
+        assert_int_equal(sg->shape[1], 64);
+        assert_non_null(pg_safetensors_find(st, "mtp.layers.0.mlp.experts.3.down_proj.weight"));
+        assert_non_null(
+            pg_safetensors_find(st, "model.language_model.layers.0.mlp.experts.3.up_proj.weight"));
+    }
+    /* zero-centred RMSNorm weights, the gated norm around 1, A_log = log(A), A in [1, 16] */
+    float x[64];
+    const pg_tensor *t =
+        pg_safetensors_find(st, "model.language_model.layers.1.input_layernorm.weight");
+    row_f32(t, 0, x);
+    for (int i = 0; i < 64; i++)
+        assert_true(fabsf(x[i]) < 0.11f);
+    t = pg_safetensors_find(st, "model.language_model.layers.1.linear_attn.norm.weight");
+    row_f32(t, 0, x);
+    for (int i = 0; i < 16; i++)
+        assert_true(x[i] > 0.89f && x[i] < 1.11f);
+    t = pg_safetensors_find(st, "model.language_model.layers.1.linear_attn.A_log");
+    row_f32(t, 0, x);
+    for (int i = 0; i < 4; i++)
+        assert_true(x[i] >= 0.0f && x[i] <= 2.78f);
+    for (size_t i = 0; i < pg_safetensors_n_tensors(st); i++) {
+        const char *nm = pg_safetensors_tensor_at(st, i)->name;
+        assert_true(!strncmp(nm, "model.language_model.", 21) || !strncmp(nm, "mtp.", 4) ||
+                    !strcmp(nm, "lm_head.weight"));
+    }
+    pg_safetensors_close(st);
+}
+
+/* The qwen35 / qwen35moe keys convert_hf_to_gguf.py writes. */
+static void check_q35_gguf_keys(const pg_gen_model_options *o) {
+    bool moe = o->experts > 0;
+    const char *a = moe ? "qwen35moe" : "qwen35";
+    pg_gguf *g;
+    assert_int_equal(pg_gguf_open(g_gguf, &g), PAGODA_OK);
+    const char *arch;
+    assert_int_equal(pg_gguf_get_str(g, "general.architecture", &arch, NULL), PAGODA_OK);
+    assert_string_equal(arch, a);
+    static const struct {
+        const char *key;
+        int64_t v, moe_v; /* -1: absent */
+    } INTS[] = {
+        {"block_count", 5, 5},
+        {"embedding_length", 64, 64},
+        {"feed_forward_length", 96, -1},
+        {"attention.head_count", 4, 4},
+        {"attention.head_count_kv", 2, 2},
+        {"attention.key_length", 32, 32},
+        {"attention.value_length", 32, 32},
+        {"rope.dimension_count", 8, 8},
+        {"nextn_predict_layers", 1, 1},
+        {"ssm.conv_kernel", 4, 4},
+        {"ssm.state_size", 16, 16},
+        {"ssm.group_count", 2, 2},
+        {"ssm.time_step_rank", 4, 4},
+        {"ssm.inner_size", 64, 64},
+        {"full_attention_interval", 4, 4},
+        {"expert_count", -1, 4},
+        {"expert_used_count", -1, 2},
+        {"expert_feed_forward_length", -1, 32},
+        {"expert_shared_feed_forward_length", -1, 32},
+    };
+    char k[128];
+    for (size_t i = 0; i < sizeof INTS / sizeof INTS[0]; i++) {
+        snprintf(k, sizeof k, "%s.%s", a, INTS[i].key);
+        int64_t want = moe ? INTS[i].moe_v : INTS[i].v, v;
+        if (want < 0) {
+            if (pg_gguf_find_key(g, k) >= 0) fail_msg("%s should be absent", k);
+            continue;
+        }
+        if (pg_gguf_get_int(g, k, &v)) fail_msg("%s", pg_last_error());
+        if (v != want) fail_msg("%s = %lld, want %lld", k, (long long)v, (long long)want);
+    }
+    double dv;
+    snprintf(k, sizeof k, "%s.rope.freq_base", a);
+    assert_int_equal(pg_gguf_get_float(g, k, &dv), PAGODA_OK);
+    assert_true(dv == 1e7);
+    pg_gguf_array arr;
+    snprintf(k, sizeof k, "%s.rope.dimension_sections", a);
+    assert_int_equal(pg_gguf_get_array(g, k, &arr), PAGODA_OK);
+    assert_int_equal(arr.type, PG_GGUF_I32);
+    assert_int_equal(arr.n, 4);
+    const int sec[4] = {2, 1, 1, 0};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pg_gguf_array_int(&arr, (uint64_t)i), sec[i]);
+    snprintf(k, sizeof k, "%s.attention.recurrent_layers", a);
+    assert_int_equal(pg_gguf_get_array(g, k, &arr), PAGODA_OK);
+    assert_int_equal(arr.type, PG_GGUF_BOOL);
+    assert_int_equal(arr.n, 5);
+    const int rec[5] = {1, 1, 1, 0, 0};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(pg_gguf_array_int(&arr, (uint64_t)i), rec[i]);
+    assert_true(pg_gguf_find_key(g, "tokenizer.ggml.bos_token_id") < 0); /* bos null */
+    pg_gguf_close(g);
+}
+
+/* Both forms of a Qwen3.5 (BF16 HF, F32 GGUF as the oracle), and llama.cpp's
+ * dtype rules in a Q8_0 GGUF. pagoda opens both forms as the same model:
+ * after hf_rewrite the HF form's tensors equal the GGUF's with the V heads
+ * un-tiled, and the logits agree. */
+static void test_qwen35_both_forms(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    q35_options(&o, false);
+    gen(&o);
+    check_q35_hf_layout(&o);
+    check_q35_gguf_keys(&o);
+    check_q35_gguf_from_hf(&o);
+
+    pg_model_source *hs, *gs;
+    assert_int_equal(pg_model_source_open(g_hf, &hs), PAGODA_OK);
+    assert_int_equal(pg_model_source_open(g_gguf, &gs), PAGODA_OK);
+    const pg_model_config *ch = pg_model_source_config(hs), *cg = pg_model_source_config(gs);
+    const pg_model_config *cs[2] = {ch, cg};
+    for (int i = 0; i < 2; i++) {
+        const pg_model_config *c = cs[i];
+        assert_string_equal(c->arch->name, "qwen3_5");
+        assert_int_equal(c->num_hidden_layers, 4);
+        assert_int_equal(c->mtp_layers, 1);
+        assert_int_equal(c->rotary_dim, 8);
+        assert_int_equal(c->linear_num_key_heads, 2);
+        assert_int_equal(c->linear_num_value_heads, 4);
+        assert_int_equal(c->linear_key_head_dim, 16);
+        assert_int_equal(c->linear_value_head_dim, 16);
+        assert_int_equal(c->linear_conv_kernel, 4);
+        assert_true(c->attn_output_gate);
+        assert_true(c->rope_theta == 1e7f);
+        assert_int_equal(c->intermediate_size, 96);
+        assert_int_equal(c->eos_token_ids[0], 2);
+        for (int l = 0; l < 4; l++)
+            assert_int_equal(pg_model_config_layer_linear(c, l), l < 3);
+    }
+    assert_false(ch->linear_v_tiled);
+    assert_true(cg->linear_v_tiled);
+    /* every canonical tensor of the HF form is the GGUF's, V heads un-tiled */
+    const int64_t qk = 64, dv = 16;
+    size_t n_main = 0;
+    for (size_t i = 0; i < pg_model_source_n_tensors(hs); i++) {
+        const pg_tensor *t = pg_model_source_tensor_at(hs, i);
+        if (!strncmp(t->name, "mtp.", 4)) continue;
+        n_main++;
+        const pg_tensor *u = pg_model_source_tensor(gs, t->name);
+        if (!u) fail_msg("GGUF lacks %s", t->name);
+        assert_int_equal(t->ndim, u->ndim);
+        for (int d = 0; d < t->ndim; d++)
+            assert_int_equal(t->shape[d], u->shape[d]);
+        int64_t rows = t->ndim == 1 ? 1 : t->shape[0], cols = t->shape[t->ndim - 1];
+        float *h = dequant_all(t->dtype, t->data, rows, cols);
+        float *gv = dequant_all(u->dtype, u->data, rows, cols);
+        const char *nm = t->name;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) {
+                int64_t dr = r, dc = c;
+                if (strstr(nm, "in_proj_qkv") || strstr(nm, "conv1d"))
+                    dr = r < qk ? r : qk + tiled_dst(&o, r - qk, dv);
+                else if (strstr(nm, "in_proj_z"))
+                    dr = tiled_dst(&o, r, dv);
+                else if (strstr(nm, "in_proj_a") || strstr(nm, "in_proj_b"))
+                    dr = tiled_dst(&o, r, 1);
+                else if (strstr(nm, "ssm_a") || strstr(nm, "dt_bias"))
+                    dc = tiled_dst(&o, c, 1);
+                else if (strstr(nm, "out_proj"))
+                    dc = tiled_dst(&o, c, dv);
+                if (h[r * cols + c] != gv[dr * cols + dc])
+                    fail_msg("%s[%lld][%lld]: HF %g, GGUF %g", nm, (long long)r, (long long)c,
+                             h[r * cols + c], gv[dr * cols + dc]);
+            }
+        free(h);
+        free(gv);
+    }
+    /* 3 linear layers x (2 norms, 9 linear_attn, 3 MLP), 1 full x (2 + 6 + 3),
+     * embed, norm, lm_head */
+    assert_int_equal(n_main, 3 * 14 + 11 + 3);
+    assert_non_null(pg_model_source_tensor(gs, "mtp.blk.4.nextn.eh_proj.weight"));
+    assert_non_null(pg_model_source_tensor(hs, "mtp.fc.weight"));
+    pg_model_source_free(hs);
+    pg_model_source_free(gs);
+
+    pg_model_options mo;
+    pg_model_options_default(&mo);
+    mo.compute = PG_F32;
+    pg_model *mh = pg_test_load(g_hf, &mo, &hs), *mg = pg_test_load(g_gguf, &mo, &gs);
+    assert_string_equal(pg_model_arch_name(mh), "qwen3_5");
+    assert_string_equal(pg_model_arch_name(mg), "qwen3_5");
+    enum { T = 13 };
+    const int32_t toks[T] = {1, 17, 300, 5, 42, 42, 7, 319, 128, 64, 2, 250, 9};
+    assert_forms_same_logits(mh, mg, toks, T);
+    pg_model_free(mh);
+    pg_model_free(mg);
+    pg_model_source_free(hs);
+    pg_model_source_free(gs);
+
+    /* Q8_0: what llama.cpp keeps F32 stays F32 (norms, ssm_a, ssm_dt, ssm_conv1d) */
+    o.gguf_dtype = PG_Q8_0;
+    o.hf_dir = NULL;
+    if (pg_gen_model_write(&o)) fail_msg("gen: %s", pg_last_error());
+    pg_gguf *g;
+    assert_int_equal(pg_gguf_open(g_gguf, &g), PAGODA_OK);
+    static const struct {
+        const char *name;
+        pg_dtype t;
+    } TYPES[] = {
+        {"token_embd.weight", PG_Q8_0},          {"output.weight", PG_Q8_0},
+        {"blk.0.attn_norm.weight", PG_F32},      {"blk.0.post_attention_norm.weight", PG_F32},
+        {"blk.0.attn_qkv.weight", PG_Q8_0},      {"blk.0.attn_gate.weight", PG_Q8_0},
+        {"blk.0.ssm_alpha.weight", PG_Q8_0},     {"blk.0.ssm_beta.weight", PG_Q8_0},
+        {"blk.0.ssm_conv1d.weight", PG_F32},     {"blk.0.ssm_a", PG_F32},
+        {"blk.0.ssm_dt.bias", PG_F32},           {"blk.0.ssm_norm.weight", PG_F32},
+        {"blk.0.ssm_out.weight", PG_Q8_0},       {"blk.3.attn_q.weight", PG_Q8_0},
+        {"blk.3.attn_q_norm.weight", PG_F32},    {"blk.3.attn_output.weight", PG_Q8_0},
+        {"blk.4.nextn.eh_proj.weight", PG_Q8_0}, {"blk.4.nextn.enorm.weight", PG_F32},
+    };
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+        const pg_gguf_tensor *t = pg_gguf_find_tensor(g, TYPES[i].name);
+        if (!t) fail_msg("no %s", TYPES[i].name);
+        if (t->dtype != TYPES[i].t) fail_msg("%s is %s", TYPES[i].name, pg_dtype_name(t->dtype));
+    }
+    int64_t ft;
+    assert_int_equal(pg_gguf_get_int(g, "general.file_type", &ft), PAGODA_OK);
+    assert_int_equal(ft, 7);
+    pg_gguf_close(g);
+    pg_model *mq = pg_test_load(g_gguf, NULL, &gs);
+    float *lg = malloc(T * 320 * 4);
+    pg_test_prefill_logits(mq, toks, T, lg);
+    for (int i = 0; i < T * 320; i++)
+        assert_true(isfinite(lg[i]));
+    free(lg);
+    pg_model_free(mq);
+    pg_model_source_free(gs);
+}
+
+/* Qwen3.5-MoE as published: no intermediate_size, per-expert HF tensors
+ * (the published checkpoints fuse them), a shared expert with its [1, H]
+ * gate; the GGUF as convert_hf_to_gguf.py writes it (3-D experts, F32
+ * routers, ffn_gate_inp_shexp [H, 1], no feed_forward_length); pagoda runs
+ * both and they agree. */
+static void test_qwen35_moe_both_forms(void **state) {
+    (void)state;
+    pg_gen_model_options o;
+    q35_options(&o, true);
+    gen(&o);
+    check_q35_hf_layout(&o);
+    check_q35_gguf_keys(&o);
+    check_q35_gguf_from_hf(&o);
+    pg_gguf *g;
+    assert_int_equal(pg_gguf_open(g_gguf, &g), PAGODA_OK);
+    const pg_gguf_tensor *sg = pg_gguf_find_tensor(g, "blk.2.ffn_gate_inp_shexp.weight");
+    assert_non_null(sg);
+    assert_int_equal(sg->n_dims, 2);
+    assert_int_equal(sg->ne[0], 64);
+    assert_int_equal(sg->ne[1], 1);
+    const pg_gguf_tensor *ex = pg_gguf_find_tensor(g, "blk.4.ffn_down_exps.weight");
+    assert_non_null(ex);
+    assert_int_equal(ex->n_dims, 3);
+    assert_int_equal(ex->ne[0], 32);
+    assert_int_equal(ex->ne[1], 64);
+    assert_int_equal(ex->ne[2], 4);
+    assert_null(pg_gguf_find_tensor(g, "blk.0.ffn_gate.weight"));
+    pg_gguf_close(g);
+
+    /* both forms as published load (no intermediate_size, no
+     * feed_forward_length, the [1, H] / [H, 1] shared gate) and agree */
+    pg_model_options mo;
+    pg_model_options_default(&mo);
+    mo.compute = PG_F32;
+    pg_model_source *hs, *gs;
+    pg_model *mh = pg_test_load(g_hf, &mo, &hs), *mg = pg_test_load(g_gguf, &mo, &gs);
+    assert_string_equal(pg_model_arch_name(mh), "qwen3_5_moe");
+    assert_string_equal(pg_model_arch_name(mg), "qwen3_5_moe");
+    const pg_model_config *c = pg_model_source_config(hs);
+    assert_int_equal(c->num_experts, 4);
+    assert_int_equal(c->num_experts_per_tok, 2);
+    assert_int_equal(c->moe_intermediate_size, 32);
+    assert_int_equal(c->shared_expert_intermediate_size, 32);
+    assert_int_equal(pg_model_source_config(gs)->shared_expert_intermediate_size, 32);
+    const pg_tensor *t = pg_model_source_tensor(hs, "model.layers.1.mlp.shared_expert_gate.weight");
+    assert_non_null(t);
+    assert_int_equal(t->ndim, 2);
+    enum { T = 9 };
+    const int32_t toks[T] = {1, 17, 300, 5, 42, 42, 7, 319, 128};
+    assert_forms_same_logits(mh, mg, toks, T);
+    pg_model_free(mh);
+    pg_model_free(mg);
+    pg_model_source_free(hs);
+    pg_model_source_free(gs);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_both_forms),
@@ -946,6 +1511,8 @@ int main(void) {
         cmocka_unit_test(test_qwen3_moe_gguf_names_and_keys),
         cmocka_unit_test(test_from_qwen3_and_llama_gguf),
         cmocka_unit_test(test_gguf_refused),
+        cmocka_unit_test(test_qwen35_both_forms),
+        cmocka_unit_test(test_qwen35_moe_both_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

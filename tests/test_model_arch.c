@@ -119,6 +119,9 @@ static pagoda_status toy_forward(const pg_model *m, void *wsp, const pg_batch *b
                                         i, (long long)s->count, b->positions[t]);
                     s->sum += b->token_ids[t];
                     s->count++;
+                    /* a prefix-cache snapshot after snap_len[i] of this step's tokens */
+                    if (lc->snap_len && lc->snap_len[i] == t - b->query_start_loc[i] + 1)
+                        memcpy(lc->snap_states[i], s, sizeof *s);
                 }
             }
             continue;
@@ -363,15 +366,19 @@ static void test_runner_allocates_per_group(void **state) {
 }
 
 /* Plenty of memory, shared prefixes: correct outputs and prefix-cache hits
- * on the window model; the hybrid (state layer) reuses nothing, as its
- * state cannot be rebuilt from cached blocks. Every block comes back. */
+ * on the window model and on the hybrid, whose state layer resumes from the
+ * state snapshots (engine/state_cache.h) the earlier requests left at block
+ * boundaries (a wrong or missing restore fails the step: the toy state
+ * counts its tokens). Every block comes back. */
 static void test_prefix_cache_per_group(void **state) {
     (void)state;
     run_stats w = run_engine(write_model("ToyWindowForCausalLM"), 64 << 20, 6, 80, 40);
     assert_true(w.cached >= 5 * 48);
     assert_int_equal(w.st.num_free_kv_blocks, w.st.num_kv_blocks);
     run_stats h = run_engine(write_model("ToyHybridForCausalLM"), 64 << 20, 6, 80, 40);
-    assert_int_equal(h.cached, 0);
+    print_message("hybrid: %d prompt tokens from the prefix cache (window model: %d)\n", h.cached,
+                  w.cached);
+    assert_true(h.cached >= 5 * 32);
     assert_int_equal(h.st.num_free_kv_blocks, h.st.num_kv_blocks);
 }
 

@@ -534,6 +534,14 @@ static void test_chat_parse(void **state) {
     expect_bad(PG_API_CHAT, "{\"messages\": [{\"content\": \"x\"}]}", "messages", "role");
     expect_bad(PG_API_CHAT,
                "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+               "messages", "text part of the model");
+    expect_bad(PG_API_CHAT,
+               "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
+               "\"text\": \"what is this?\"}, {\"type\": \"image_url\", \"image_url\": "
+               "{\"url\": \"data:image/png;base64,iVBORw0KGgo=\"}}]}]}",
+               "messages", "'image_url' parts are not supported");
+    expect_bad(PG_API_CHAT,
+               "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\"}]}]}",
                "messages", "text");
     expect_bad(PG_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages",
                NULL);

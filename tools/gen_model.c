@@ -1,10 +1,13 @@
-/* gen_model: write a random-weight Llama, Qwen3 or Qwen3-MoE model as a
- * Hugging Face directory and/or a GGUF file (see tools/gen/gen_model.h).
+/* gen_model: write a random-weight Llama, Qwen3, Qwen3-MoE, gpt-oss,
+ * Qwen3.5 or Qwen3.5-MoE model as a Hugging Face directory and/or a GGUF
+ * file (see tools/gen/gen_model.h).
  *
  *   gen_model --hf OUT_DIR [--gguf OUT.gguf] [--arch qwen3] [shape options] [--dtype bf16]
  *   gen_model --preset llama-3.2-1b --hf /tmp/llama1b --tokenizer path/to/llama-3.2-tokenizer
  *   gen_model --preset qwen3-1.7b --gguf /tmp/qwen3-1.7b-q8.gguf --dtype q8_0
  *   gen_model --preset qwen3-30b-a3b --layers 8 --gguf /tmp/qwen3-30b-a3b-l8-bf16.gguf
+ *   gen_model --preset qwen3.5-9b --hf /tmp/q35-9b --gguf /tmp/q35-9b-bf16.gguf
+ *   gen_model --arch qwen3_5_moe --hidden 256 --layers 4 --gguf /tmp/q35moe-tiny.gguf
  *   gen_model --from stories260K-hf --hf /tmp/s-w4 --compressed-tensors w4a16 --ct-group 32 \
  *             --tokenizer stories260K-hf          (convert a real model)
  */
@@ -31,14 +34,32 @@ static void usage(void) {
           "                       YaRN factor 32 / 4096, router and expert biases; the HF\n"
           "                       form holds the experts per expert (the table's layout), not\n"
           "                       stacked as published checkpoints)\n"
+          "                       | qwen3_5 (Qwen3_5ForConditionalGeneration / GGUF qwen35:\n"
+          "                       Gated DeltaNet layers, every --full-attn-interval-th layer\n"
+          "                       gated full attention; the HF form as published (text_config,\n"
+          "                       model.language_model.*, zero-centred norms, A_log, MTP block\n"
+          "                       mtp.*), the GGUF form as convert_hf_to_gguf.py writes it\n"
+          "                       (1 + w norms, ssm_a, tiled V heads, nextn block); theta 1e7)\n"
+          "                       | qwen3_5_moe (Qwen3_5MoeForConditionalGeneration / GGUF\n"
+          "                       qwen35moe: qwen3_5 with every MLP a mixture of experts plus\n"
+          "                       a gated shared expert; per-expert HF tensors)\n"
           "  --preset NAME        llama-3.2-1b | qwen3-0.6b | qwen3-1.7b | qwen3-30b-a3b |\n"
-          "                       gpt-oss-20b\n"
+          "                       gpt-oss-20b | qwen3.5-9b | qwen3.5-35b-a3b\n"
           "                       (BF16; implies its --arch; explicit options override its\n"
           "                       values, e.g. --preset qwen3-30b-a3b --layers 8)\n"
           "  --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N --head-dim N\n"
-          "  --experts N --experts-per-tok K --moe-ffn N   (qwen3_moe: num_experts,\n"
+          "  --experts N --experts-per-tok K --moe-ffn N   (qwen3_moe, qwen3_5_moe: num_experts,\n"
           "                       num_experts_per_tok, moe_intermediate_size; default 8 / 2 /\n"
           "                       64; --ffn is then only the config's intermediate_size)\n"
+          "  --lin-k-heads N --lin-v-heads N --lin-k-dim N --lin-v-dim N --conv-kernel N\n"
+          "                       (qwen3_5*: Gated DeltaNet key / value heads and dims, conv\n"
+          "                       width; default 2 / 4 / 16 / 16 / 4)\n"
+          "  --full-attn-interval N   (qwen3_5*: default 4)\n"
+          "  --partial-rotary F   (qwen3_5*: partial_rotary_factor, default 0.25)\n"
+          "  --mtp-layers N       (qwen3_5*: MTP blocks written, not run; default 1)\n"
+          "  --shared-ffn N       (qwen3_5_moe: shared_expert_intermediate_size, default 64;\n"
+          "                       --ffn N there also writes intermediate_size, which the\n"
+          "                       published config lacks (default 0: none))\n"
           "  --max-pos N          max_position_embeddings (default 2048)\n"
           "  --tie | --no-tie     tie_word_embeddings (default tie)\n"
           "  --rope-scaling llama3|none   (llama only; llama3: --rope-factor F --rope-low F\n"
@@ -181,6 +202,24 @@ int main(int argc, char **argv) {
             o.moe_ffn = to_int(a, v);
         else if (!strcmp(a, "--sliding-window"))
             o.sliding_window = to_int(a, v);
+        else if (!strcmp(a, "--lin-k-heads"))
+            o.lin_k_heads = to_int(a, v);
+        else if (!strcmp(a, "--lin-v-heads"))
+            o.lin_v_heads = to_int(a, v);
+        else if (!strcmp(a, "--lin-k-dim"))
+            o.lin_k_dim = to_int(a, v);
+        else if (!strcmp(a, "--lin-v-dim"))
+            o.lin_v_dim = to_int(a, v);
+        else if (!strcmp(a, "--conv-kernel"))
+            o.conv_kernel = to_int(a, v);
+        else if (!strcmp(a, "--full-attn-interval"))
+            o.full_attn_interval = to_int(a, v);
+        else if (!strcmp(a, "--mtp-layers"))
+            o.mtp_layers = to_int(a, v);
+        else if (!strcmp(a, "--shared-ffn"))
+            o.shared_ffn = to_int(a, v);
+        else if (!strcmp(a, "--partial-rotary"))
+            o.partial_rotary = to_float(a, v);
         else if (!strcmp(a, "--max-pos"))
             o.max_position = to_int(a, v);
         else if (!strcmp(a, "--rope-theta"))

@@ -41,7 +41,7 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
         "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
         "--threads",         "--quantization",   "--quant-group-size",
-        "--quant-act-group", "--dtype",
+        "--quant-act-group", "--dtype",        "--state-cache-memory",
     };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -86,6 +86,10 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         ok = pg_parse_size(v, &o->kv_cache_memory) == PAGODA_OK && o->kv_cache_memory > 0;
         pg_clear_error();
         want = "a positive size such as 4GiB or 512MiB";
+    } else if (!strcmp(a, "--state-cache-memory")) {
+        ok = pg_parse_size(v, &o->state_cache_memory) == PAGODA_OK && o->state_cache_memory > 0;
+        pg_clear_error();
+        want = "a positive size such as 1GiB or 256MiB";
     } else if (!strcmp(a, "--kv-cache-dtype")) {
         want = "auto, bfloat16 or float32";
         if (!strcmp(v, "auto"))

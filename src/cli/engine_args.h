@@ -27,6 +27,8 @@
     "                              --dtype auto, F32 models keep F32)\n"                           \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \
+    "  --state-cache-memory SIZE   hybrid models (Qwen3.5): recurrent-state snapshots for\n"       \
+    "                              prefix caching, out of --kv-cache-memory (default a quarter)\n" \
     "  --threads N                 compute threads (default: one per physical core)\n"             \
     "  --quantization Q            w8a8 | w4a8: quantize F32/F16/BF16 linear weights at load\n"    \
     "  --quant-group-size N        scale group for --quantization (0 = per channel, default;\n"    \

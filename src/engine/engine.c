@@ -282,8 +282,34 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                       mns, (double)state_mem / 1048576.0, (double)mem / 1048576.0);
         goto fail;
     }
+    /* prefix-cache snapshots of the states (hybrid models): a quarter of the
+     * rest by default, whole snapshots */
+    int32_t n_snap = 0;
+    uint64_t snap_mem = 0;
+    if (plan.state_bytes_per_seq > 0 && o.enable_prefix_caching) {
+        uint64_t budget = o.state_cache_memory ? o.state_cache_memory : (mem - state_mem) / 4;
+        uint64_t n = budget / plan.state_bytes_per_seq;
+        n_snap = n > 65536 ? 65536 : (int32_t)n; /* more would only cost bookkeeping */
+        snap_mem = (uint64_t)n_snap * plan.state_bytes_per_seq;
+        if (snap_mem >= mem - state_mem) {
+            st = pg_error(PAGODA_ERR_LIMIT,
+                          "engine: %d state snapshots (%.1f MiB) leave no KV cache memory (%.1f "
+                          "MiB after the states): lower state_cache_memory or raise "
+                          "kv_cache_memory",
+                          n_snap, (double)snap_mem / 1048576.0,
+                          (double)(mem - state_mem) / 1048576.0);
+            goto fail;
+        }
+        if (n_snap == 0)
+            PG_WARN("engine: one state snapshot (%.1f MiB) exceeds the state cache memory (%.1f "
+                    "MiB): no prefix caching for this hybrid model",
+                    (double)plan.state_bytes_per_seq / 1048576.0, (double)budget / 1048576.0);
+        else
+            PG_INFO("engine: %d recurrent-state snapshots of %.2f MiB for prefix caching", n_snap,
+                    (double)plan.state_bytes_per_seq / 1048576.0);
+    }
     int32_t num_blocks;
-    if ((st = pg_kv_num_blocks(mem - state_mem, e->block_size,
+    if ((st = pg_kv_num_blocks(mem - state_mem - snap_mem, e->block_size,
                                plan.kv_bytes_per_token ? plan.kv_bytes_per_token : 1,
                                &num_blocks)) != PAGODA_OK)
         goto fail;
@@ -303,6 +329,17 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     sc.kv.block_size = e->block_size;
     sc.kv.enable_prefix_caching = o.enable_prefix_caching;
     sc.kv.num_groups = plan.num_groups;
+    sc.kv.num_state_snapshots = n_snap;
+    { /* snapshots where the state layers' results do not depend on the step split */
+        int32_t a = plan.state_align > 0 ? plan.state_align : e->block_size, b = e->block_size;
+        int32_t x = a, y = b;
+        while (y) {
+            int32_t t = x % y;
+            x = y;
+            y = t;
+        }
+        sc.kv.state_snapshot_align = a / x * b;
+    }
     memcpy(sc.kv.groups, plan.groups, sizeof plan.groups);
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
     { /* the longest sequence the KV cache holds (caps max_tokens 0 = null) */
@@ -322,7 +359,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                            .kv_dtype = kvt,
                            .max_num_batched_tokens = mnbt,
                            .max_num_seqs = mns,
-                           .max_model_len = e->max_model_len};
+                           .max_model_len = e->max_model_len,
+                           .num_state_snapshots = n_snap};
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
     e->n_samplers = pg_pool_size(pg_pool_default());
     if (e->n_samplers < 1) e->n_samplers = 1;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/kv_cache_group.h"
+#include "engine/state_cache.h"
 
 struct pg_kvm {
     int32_t block_size;
@@ -22,7 +23,11 @@ struct pg_kvm {
     const pg_request *hit_req;
     int32_t hit_blocks;
     int32_t *hit_ids; /* [num_groups * max_blocks] */
+    int32_t hit_snapshot; /* the state snapshot of the last lookup's hit, or -1 */
     uint64_t queries, hits;
+    pg_state_cache *sc;   /* snapshots of recurrent states, or NULL */
+    int32_t snap_align;   /* their spacing in blocks */
+    bool has_mamba;
 };
 
 pagoda_status pg_kvm_create(const pg_kvm_config *cfg, pg_kvm **out) {
@@ -66,6 +71,21 @@ pagoda_status pg_kvm_create(const pg_kvm_config *cfg, pg_kvm **out) {
         m->num_groups = g + 1; /* release what was initialised, even on failure */
         if (st) goto fail;
     }
+    for (int32_t g = 0; g < m->num_groups; g++)
+        m->has_mamba |= m->groups[g].spec.kind == PG_KV_MAMBA;
+    m->hit_snapshot = -1;
+    if (m->has_mamba && m->caching && cfg->num_state_snapshots > 0) {
+        int32_t align = cfg->state_snapshot_align > 0 ? cfg->state_snapshot_align : m->block_size;
+        if (align % m->block_size) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "kv cache manager: state snapshot spacing %d is not a multiple of the "
+                          "block size %d",
+                          align, m->block_size);
+            goto fail;
+        }
+        m->snap_align = align / m->block_size;
+        if ((st = pg_state_cache_create(cfg->num_state_snapshots, &m->sc))) goto fail;
+    }
     m->free_slots = malloc((size_t)m->num_tables * sizeof *m->free_slots);
     m->hit_ids = malloc((size_t)ng * (size_t)m->max_blocks * sizeof *m->hit_ids);
     if (!m->free_slots || !m->hit_ids) {
@@ -87,6 +107,7 @@ void pg_kvm_destroy(pg_kvm *m) {
     for (int32_t g = 0; g < m->num_groups; g++)
         pg_kv_group_release(&m->groups[g]);
     pg_block_pool_destroy(m->pool);
+    pg_state_cache_destroy(m->sc);
     free(m->free_slots);
     free(m->hit_ids);
     free(m);
@@ -118,9 +139,34 @@ int32_t pg_kvm_blocks_for_tokens(const pg_kvm *m, int32_t num_tokens) {
     return total;
 }
 
+/* A mamba group's hit: the longest L <= max_blocks, a multiple of the
+ * snapshot spacing, whose state snapshot is published (none: 0). */
+static int32_t state_find_cached_prefix(pg_kvm *m, const pg_block_hash *hashes,
+                                        int32_t max_blocks) {
+    m->hit_snapshot = -1;
+    if (!m->sc) return 0;
+    for (int32_t L = max_blocks / m->snap_align * m->snap_align; L > 0; L -= m->snap_align) {
+        int32_t e = pg_state_cache_lookup(m->sc, hashes[L - 1]);
+        if (e >= 0) {
+            m->hit_snapshot = e;
+            return L;
+        }
+    }
+    return 0;
+}
+
+struct pg_state_cache *pg_kvm_state_cache(pg_kvm *m) {
+    return m->sc;
+}
+
+int32_t pg_kvm_state_snapshot_align(const pg_kvm *m) {
+    return m->sc ? m->snap_align * m->block_size : 0;
+}
+
 int32_t pg_kvm_find_cached_prefix(pg_kvm *m, const pg_request *req) {
     m->hit_req = req;
     m->hit_blocks = 0;
+    m->hit_snapshot = -1;
     if (!m->caching || req->kv_slot >= 0 || req->num_computed_tokens != 0) return 0;
     /* never the last token: it must be computed for its logits */
     int32_t max_blocks = (req->num_tokens - 1) / m->block_size;
@@ -133,8 +179,10 @@ int32_t pg_kvm_find_cached_prefix(pg_kvm *m, const pg_request *req) {
         changed = false;
         for (int32_t g = 0; g < m->num_groups && max_blocks > 0; g++) {
             pg_kv_group *grp = &m->groups[g];
-            int32_t n = grp->ops->find_cached_prefix(grp, req->block_hashes, max_blocks,
-                                                     m->hit_ids + (size_t)g * m->max_blocks);
+            int32_t n = grp->spec.kind == PG_KV_MAMBA
+                            ? state_find_cached_prefix(m, req->block_hashes, max_blocks)
+                            : grp->ops->find_cached_prefix(grp, req->block_hashes, max_blocks,
+                                                           m->hit_ids + (size_t)g * m->max_blocks);
             if (n < max_blocks) {
                 max_blocks = n;
                 changed = m->num_groups > 1;
@@ -185,9 +233,11 @@ pagoda_status pg_kvm_allocate_slots(pg_kvm *m, pg_request *req, int32_t num_new_
     int32_t evictable_hits = 0;
     for (int32_t g = 0; g < m->num_groups; g++) {
         const pg_kv_block_table *t = admission ? &EMPTY : &m->groups[g].tables[req->kv_slot];
-        need += pg_kv_group_blocks_needed(&m->groups[g], t, (int32_t)total, hits);
+        /* a mamba group's hit is a state snapshot, not table entries */
+        const bool mamba = m->groups[g].spec.kind == PG_KV_MAMBA;
+        need += pg_kv_group_blocks_needed(&m->groups[g], t, (int32_t)total, mamba ? 0 : hits);
         const int32_t *ids = m->hit_ids + (size_t)g * m->max_blocks;
-        for (int32_t i = 0; i < hits; i++)
+        for (int32_t i = 0; i < (mamba ? 0 : hits); i++)
             if (pg_block_pool_ref_cnt(m->pool, ids[i]) == 0) evictable_hits++;
     }
     if (need > pg_block_pool_num_free(m->pool) - evictable_hits) return PAGODA_ERR_LIMIT;
@@ -205,7 +255,11 @@ pagoda_status pg_kvm_allocate_slots(pg_kvm *m, pg_request *req, int32_t num_new_
     for (int32_t g = 0; g < m->num_groups; g++) {
         pg_kv_block_table *t = &m->groups[g].tables[req->kv_slot];
         if (admission) t->n = t->num_cached = 0;
-        if (hits) {
+        if (hits && m->groups[g].spec.kind == PG_KV_MAMBA) {
+            req->state_restore = m->hit_snapshot; /* restored by the runner */
+            pg_state_cache_pin(m->sc, m->hit_snapshot);
+            pg_state_cache_count_restore(m->sc);
+        } else if (hits) {
             const int32_t *ids = m->hit_ids + (size_t)g * m->max_blocks;
             pg_block_pool_touch(m->pool, ids, hits);
             memcpy(t->ids + t->n, ids, (size_t)hits * sizeof *ids);
@@ -247,6 +301,7 @@ const int32_t *pg_kvm_block_table(const pg_kvm *m, int32_t g, const pg_request *
 }
 
 pagoda_status pg_kvm_reset_prefix_cache(pg_kvm *m) {
+    if (m->sc) pg_state_cache_reset(m->sc);
     return pg_block_pool_reset_cache(m->pool);
 }
 

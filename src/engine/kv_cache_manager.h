@@ -33,6 +33,10 @@ typedef struct pg_kvm_config {
     bool enable_prefix_caching; /* default on */
     int32_t num_groups;         /* 1..PG_KV_MAX_GROUPS; 0 = one full-attention group */
     pg_kv_cache_spec groups[PG_KV_MAX_GROUPS];
+    /* recurrent-state (mamba) groups: snapshots for prefix caching
+     * (engine/state_cache.h); 0 = none, and such a model gets no hits */
+    int32_t num_state_snapshots;
+    int32_t state_snapshot_align; /* tokens, a multiple of block_size (0 = block_size) */
 } pg_kvm_config;
 
 typedef struct pg_kvm_stats {
@@ -99,6 +103,16 @@ void pg_kvm_free(pg_kvm *m, pg_request *req);
 /* req's block table in group g: returns the ids (valid until the next
  * allocate/free of req) and the count in *n. NULL/0 when it holds none. */
 const int32_t *pg_kvm_block_table(const pg_kvm *m, int32_t g, const pg_request *req, int32_t *n);
+
+/* The recurrent-state snapshot cache (NULL: no mamba group, no snapshots or
+ * caching off) and the spacing of its snapshots in tokens. A mamba group's
+ * prefix hit is the longest L blocks, L * block_size a multiple of the
+ * spacing, whose attention blocks are cached and whose state after L blocks
+ * has a published snapshot (pg_kvm_allocate_slots then sets
+ * req->state_restore to it, pinned; the scheduler unpins it after the step
+ * that restored it). */
+struct pg_state_cache *pg_kvm_state_cache(pg_kvm *m);
+int32_t pg_kvm_state_snapshot_align(const pg_kvm *m);
 
 /* Forget all cached prefixes; only when no request holds blocks. */
 pagoda_status pg_kvm_reset_prefix_cache(pg_kvm *m);

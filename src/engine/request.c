@@ -74,6 +74,7 @@ pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
     }
     r->id = p->id;
     r->kv_slot = -1;
+    r->state_restore = r->state_snap_decode = -1;
     r->scheduled_step = -1;
     r->status = PG_REQ_WAITING;
     r->stop_token = -1;

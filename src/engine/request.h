@@ -50,6 +50,10 @@ typedef struct pg_request_params {
 typedef struct pg_request {
     uint64_t id;
     int32_t kv_slot; /* its block tables' index in the KV cache manager; -1: holds none */
+    /* hybrid models (engine/state_cache.h): the snapshot its admission restores
+     * (pinned until that step ran) and its newest decode snapshot; -1: none */
+    int32_t state_restore, state_snap_decode;
+    pg_block_hash state_snap_decode_hash; /* the key state_snap_decode was published under */
     pg_request_status status;
     pg_finish_reason finish_reason;
     int32_t stop_token; /* the token that stopped it, -1 otherwise */

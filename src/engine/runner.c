@@ -23,6 +23,14 @@ struct pg_runner {
     int64_t *state_bytes; /* [num_state_layers] */
     int32_t num_state_layers;
     void **state_ptrs;  /* [num_state_layers][max_num_seqs] per step */
+    /* prefix-cache snapshots of the states (engine/state_cache.h): entry e
+     * holds every state layer's state of one request, layer i at
+     * snap_off[i]; per step the layers get snap_len / snap_ptrs */
+    uint8_t *snap_mem;
+    size_t snap_mem_bytes, snap_entry_bytes;
+    size_t *snap_off;     /* [num_state_layers] */
+    void **snap_ptrs;     /* [num_state_layers][max_num_seqs] */
+    int32_t *snap_len;    /* [max_num_seqs] */
     pg_layer_cache *lc; /* [num_layers] per step */
     pg_model_workspace *ws;
     float *logits;       /* [max_num_seqs][vocab] */
@@ -91,6 +99,7 @@ static pagoda_status plan_groups(const pg_model *m, pg_dtype kv_dtype, int32_t b
         if (layer_group) layer_group[l] = g;
         if (s->kind == PG_LAYER_CACHE_STATE) {
             p->state_bytes_per_seq += (uint64_t)s->state_bytes;
+            if (s->state_align > p->state_align) p->state_align = s->state_align;
         } else if (p->groups[g].num_layers > p->num_tensors) {
             p->num_tensors = p->groups[g].num_layers;
         }
@@ -173,6 +182,8 @@ pagoda_status pg_runner_create(const pg_model *model, const pg_runner_config *cf
         r->state_bytes = calloc((size_t)r->num_state_layers, sizeof *r->state_bytes);
         r->state_ptrs = calloc((size_t)r->num_state_layers * S, sizeof *r->state_ptrs);
         if (!r->state_mem || !r->state_base || !r->state_bytes || !r->state_ptrs) goto nomem;
+        r->snap_off = calloc((size_t)r->num_state_layers, sizeof *r->snap_off);
+        if (!r->snap_off) goto nomem;
         size_t off = 0;
         for (int32_t l = 0; l < L; l++) {
             int32_t g = r->layer_group[l];
@@ -181,6 +192,20 @@ pagoda_status pg_runner_create(const pg_model *model, const pg_runner_config *cf
             r->state_base[i] = r->state_mem + off;
             r->state_bytes[i] = p->groups[g].u.mamba.state_bytes;
             off += S * (size_t)r->state_bytes[i];
+            r->snap_off[i] = r->snap_entry_bytes;
+            r->snap_entry_bytes += (size_t)r->state_bytes[i];
+        }
+        if (cfg->num_state_snapshots > 0) {
+            r->snap_mem_bytes = (size_t)cfg->num_state_snapshots * r->snap_entry_bytes;
+            r->snap_mem = pg_alloc_huge(r->snap_mem_bytes);
+            r->snap_ptrs = calloc((size_t)r->num_state_layers * S, sizeof *r->snap_ptrs);
+            r->snap_len = calloc(S, sizeof *r->snap_len);
+            if (!r->snap_mem || !r->snap_ptrs || !r->snap_len) {
+                st = pg_error(PAGODA_ERR_NOMEM,
+                              "runner: cannot allocate %zu bytes of state snapshots (%d x %zu)",
+                              r->snap_mem_bytes, cfg->num_state_snapshots, r->snap_entry_bytes);
+                goto fail;
+            }
         }
     }
 
@@ -206,6 +231,10 @@ void pg_runner_free(pg_runner *r) {
     if (!r) return;
     if (r->kv_mem) pg_free_huge(r->kv_mem, r->kv_mem_bytes);
     if (r->state_mem) pg_free_huge(r->state_mem, r->state_mem_bytes);
+    if (r->snap_mem) pg_free_huge(r->snap_mem, r->snap_mem_bytes);
+    free(r->snap_off);
+    free(r->snap_ptrs);
+    free(r->snap_len);
     free(r->tensors);
     free(r->state_base);
     free(r->state_bytes);
@@ -220,7 +249,7 @@ void pg_runner_free(pg_runner *r) {
 }
 
 size_t pg_runner_kv_bytes(const pg_runner *r) {
-    return r->kv_mem_bytes + r->state_mem_bytes;
+    return r->kv_mem_bytes + r->state_mem_bytes + r->snap_mem_bytes;
 }
 size_t pg_runner_workspace_bytes(const pg_runner *r) {
     return pg_model_workspace_bytes(r->ws);
@@ -242,12 +271,28 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so, float *
             r->logit_rows[n_logits++] = so->query_start_loc[i + 1] - 1;
         }
     }
-    /* state slots of this step's requests; fresh requests start from zero */
-    for (int32_t s = 0; s < r->num_state_layers; s++) {
-        void **ptrs = r->state_ptrs + (size_t)s * (size_t)r->cfg.max_num_seqs;
-        for (int32_t i = 0; i < so->num_reqs; i++) {
+    /* state slots of this step's requests; fresh requests start from zero,
+     * a prefix hit from its snapshot; snapshots to write */
+    bool any_snap = false;
+    for (int32_t i = 0; i < so->num_reqs; i++) {
+        const int32_t rs = so->state_restore ? so->state_restore[i] : -1;
+        const int32_t sn = so->state_snap ? so->state_snap[i] : -1;
+        if ((rs >= 0 || sn >= 0) && !r->snap_mem)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "runner: state snapshot without snapshot memory");
+        if (r->snap_len) r->snap_len[i] = sn >= 0 ? so->state_snap_len[i] : 0;
+        any_snap |= sn >= 0;
+        for (int32_t s = 0; s < r->num_state_layers; s++) {
+            void **ptrs = r->state_ptrs + (size_t)s * (size_t)r->cfg.max_num_seqs;
             ptrs[i] = r->state_base[s] + (size_t)so->kv_slots[i] * (size_t)r->state_bytes[s];
-            if (so->num_computed_tokens[i] == 0) memset(ptrs[i], 0, (size_t)r->state_bytes[s]);
+            if (rs >= 0)
+                memcpy(ptrs[i], r->snap_mem + (size_t)rs * r->snap_entry_bytes + r->snap_off[s],
+                       (size_t)r->state_bytes[s]);
+            else if (so->num_computed_tokens[i] == 0)
+                memset(ptrs[i], 0, (size_t)r->state_bytes[s]);
+            if (r->snap_ptrs)
+                r->snap_ptrs[(size_t)s * (size_t)r->cfg.max_num_seqs + (size_t)i] =
+                    sn >= 0 ? r->snap_mem + (size_t)sn * r->snap_entry_bytes + r->snap_off[s]
+                            : NULL;
         }
     }
     for (int32_t l = 0; l < r->num_layers; l++) {
@@ -257,6 +302,11 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so, float *
         if (g < 0) continue;
         if (r->plan.groups[g].kind == PG_KV_MAMBA) {
             lc->states = r->state_ptrs + (size_t)r->layer_slot[l] * (size_t)r->cfg.max_num_seqs;
+            if (any_snap) {
+                lc->snap_len = r->snap_len;
+                lc->snap_states =
+                    r->snap_ptrs + (size_t)r->layer_slot[l] * (size_t)r->cfg.max_num_seqs;
+            }
         } else {
             lc->kv = &r->tensors[r->layer_slot[l]];
             lc->slot_mapping = so->slot_mapping + (size_t)g * (size_t)so->token_stride;

@@ -44,6 +44,7 @@ typedef struct pg_kv_plan {
     int32_t num_kv_heads, head_dim; /* their shape */
     uint64_t kv_bytes_per_token;    /* K and V of one token over the shared tensors */
     uint64_t state_bytes_per_seq;   /* recurrent state of one request over all state layers */
+    int32_t state_align;            /* max state_align of the state layers (0: none asked) */
 } pg_kv_plan;
 
 /* Group model m's layers for a cache of kv_dtype (PG_F32 / PG_BF16) and
@@ -60,6 +61,7 @@ typedef struct pg_runner_config {
     int32_t max_num_batched_tokens; /* tokens per step */
     int32_t max_num_seqs;           /* requests per step */
     int32_t max_model_len;
+    int32_t num_state_snapshots; /* prefix-cache snapshots of the recurrent states (0: none) */
 } pg_runner_config;
 
 /* Allocate the paged KV tensors (num_blocks * block_size tokens each,

@@ -1,6 +1,7 @@
 /* Scheduler: continuous batching, chunked prefill, preemption by recompute.
  * See scheduler.h for the policy. */
 #include "engine/scheduler.h"
+#include "engine/state_cache.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,9 @@ struct pg_scheduler {
     uint64_t *o_req_ids;
     int32_t *o_num_sched, *o_num_computed, *o_qsl, *o_seq_lens, *o_kv_slots;
     uint8_t *o_is_new, *o_samples;
+    int32_t *o_restore, *o_snap, *o_snap_len; /* state snapshots, per scheduled request */
+    pg_block_hash *snap_hash;                  /* the hash each snapshot is published under */
+    uint8_t *snap_decode;                      /* taken at a decode step */
     const int32_t **o_tables;
     int32_t *o_num_blocks, *o_num_new_blocks;
     int32_t *o_tokens, *o_positions, *o_slots;
@@ -228,6 +232,11 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->o_kv_slots = malloc(S * sizeof(int32_t));
     s->o_is_new = malloc(S);
     s->o_samples = malloc(S);
+    s->o_restore = malloc(S * sizeof(int32_t));
+    s->o_snap = malloc(S * sizeof(int32_t));
+    s->o_snap_len = malloc(S * sizeof(int32_t));
+    s->snap_hash = malloc(S * sizeof *s->snap_hash);
+    s->snap_decode = malloc(S);
     s->o_tables = calloc(G * S, sizeof *s->o_tables);
     s->o_num_blocks = calloc(G * S, sizeof(int32_t));
     s->o_num_new_blocks = calloc(G * S, sizeof(int32_t));
@@ -240,7 +249,8 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->events = malloc(S * sizeof *s->events);
     if (!s->ids || !s->running || !s->sched_reqs || !s->o_req_ids || !s->o_num_sched ||
         !s->o_num_computed || !s->o_qsl || !s->o_seq_lens || !s->o_kv_slots || !s->o_is_new ||
-        !s->o_samples || !s->o_tables || !s->o_num_blocks || !s->o_num_new_blocks || !s->o_tokens ||
+        !s->o_samples || !s->o_restore || !s->o_snap || !s->o_snap_len || !s->snap_hash ||
+        !s->snap_decode || !s->o_tables || !s->o_num_blocks || !s->o_num_new_blocks || !s->o_tokens ||
         !s->o_positions || !s->o_slots || !s->o_preempted || !s->fin[0] || !s->fin[1] ||
         !s->events || wq_reserve(s, 64) != PAGODA_OK) {
         pg_scheduler_destroy(s);
@@ -265,6 +275,9 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     o->kv_slots = s->o_kv_slots;
     o->is_new = s->o_is_new;
     o->samples = s->o_samples;
+    o->state_restore = s->o_restore;
+    o->state_snap = s->o_snap;
+    o->state_snap_len = s->o_snap_len;
     o->block_tables = s->o_tables;
     o->num_blocks = s->o_num_blocks;
     o->num_new_blocks = s->o_num_new_blocks;
@@ -296,6 +309,11 @@ void pg_scheduler_destroy(pg_scheduler *s) {
     free(s->o_kv_slots);
     free(s->o_is_new);
     free(s->o_samples);
+    free(s->o_restore);
+    free(s->o_snap);
+    free(s->o_snap_len);
+    free(s->snap_hash);
+    free(s->snap_decode);
     free(s->o_tables);
     free(s->o_num_blocks);
     free(s->o_num_new_blocks);
@@ -403,6 +421,25 @@ static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
     s->o_kv_slots[i] = r->kv_slot;
     s->o_is_new[i] = is_new;
     s->o_samples[i] = (c + n == r->num_tokens);
+    /* recurrent-state snapshot: at the last spacing boundary this step
+     * crosses (prefill chunks and decode alike), unless already cached */
+    s->o_restore[i] = is_new ? r->state_restore : -1;
+    s->o_snap[i] = -1;
+    s->o_snap_len[i] = 0;
+    pg_state_cache *sc = pg_kvm_state_cache(s->kvm);
+    if (sc) {
+        const int32_t A = pg_kvm_state_snapshot_align(s->kvm), P = (c + n) / A * A;
+        if (P > c && P / bs <= r->num_block_hashes &&
+            pg_state_cache_lookup(sc, r->block_hashes[P / bs - 1]) < 0) {
+            int32_t e = pg_state_cache_acquire(sc);
+            if (e >= 0) {
+                s->o_snap[i] = e;
+                s->o_snap_len[i] = P - c;
+                s->snap_hash[i] = r->block_hashes[P / bs - 1];
+                s->snap_decode[i] = c >= r->num_prompt_tokens;
+            }
+        }
+    }
     for (int32_t t = 0; t < n; t++) {
         s->o_tokens[off + t] = r->tokens[c + t];
         s->o_positions[off + t] = c + t;
@@ -552,8 +589,24 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
                             "scheduler: step %lld: no sampled token for request %llu (index %d)",
                             (long long)o->step, (unsigned long long)s->o_req_ids[i], i);
     int32_t ne = 0;
+    pg_state_cache *sc = pg_kvm_state_cache(s->kvm);
     for (int32_t i = 0; i < o->num_reqs; i++) {
         pg_request *r = s->sched_reqs[i];
+        if (sc && s->o_restore[i] >= 0) { /* restored: no longer needs the pin */
+            pg_state_cache_unpin(sc, s->o_restore[i]);
+            r->state_restore = -1;
+        }
+        if (sc && s->o_snap[i] >= 0) { /* written: findable from now on */
+            pg_state_cache_publish(sc, s->o_snap[i], s->snap_hash[i]);
+            int32_t e = pg_state_cache_lookup(sc, s->snap_hash[i]);
+            if (s->snap_decode[i]) { /* keep only a request's newest decode snapshot */
+                if (r->state_snap_decode >= 0 && r->state_snap_decode != e &&
+                    pg_state_cache_lookup(sc, r->state_snap_decode_hash) == r->state_snap_decode)
+                    pg_state_cache_drop(sc, r->state_snap_decode); /* (not evicted meanwhile) */
+                r->state_snap_decode = e;
+                r->state_snap_decode_hash = s->snap_hash[i];
+            }
+        }
         r->num_computed_tokens += s->o_num_sched[i];
         if (r->abort_pending) {
             s->events[ne++] =

@@ -77,6 +77,13 @@ typedef struct pg_sched_output {
                                             the runner (re)builds its per-request state */
     const uint8_t *samples;              /* 1: this step reaches i's last token, so the runner
                                             samples one token for i (else a prefill chunk: no token) */
+    /* hybrid models' state snapshots (engine/state_cache.h), per request i:
+     * state_restore[i] >= 0: before the step, i's recurrent state is the
+     * snapshot entry state_restore[i] (admitted on a prefix hit; else a
+     * request with num_computed_tokens 0 starts from zero);
+     * state_snap[i] >= 0: the layers also write i's state after its first
+     * state_snap_len[i] tokens of this step into that entry */
+    const int32_t *state_restore, *state_snap, *state_snap_len;
     /* per group g and request i, at [g * req_stride + i] */
     const int32_t *const *block_tables; /* i's block table in group g (ids) */
     const int32_t *num_blocks;          /* its length */

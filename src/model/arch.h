@@ -33,6 +33,14 @@ typedef enum pg_dim {
     PG_DIM_EXPERTS,  /* num_experts */
     PG_DIM_MOE_FFN,  /* moe_intermediate_size */
     PG_DIM_HEADS,    /* num_attention_heads */
+    PG_DIM_Q_GATE,   /* 2 * num_attention_heads * head_dim (query + output gate per head) */
+    PG_DIM_LIN_CONV, /* 2 * linear_num_key_heads * linear_key_head_dim + linear V width */
+    PG_DIM_LIN_V,    /* linear_num_value_heads * linear_value_head_dim */
+    PG_DIM_LIN_VHEADS, /* linear_num_value_heads */
+    PG_DIM_LIN_DV,   /* linear_value_head_dim */
+    PG_DIM_CONV_K,   /* linear_conv_kernel */
+    PG_DIM_SHARED_FFN, /* shared_expert_intermediate_size */
+    PG_DIM_ONE,        /* 1 (a [1, hidden] gate vector) */
     PG_DIM_COUNT_
 } pg_dim;
 
@@ -43,6 +51,9 @@ typedef enum pg_tensor_req {
     PG_REQ_UNLESS_TIED, /* lm_head: required unless tie_word_embeddings */
     PG_REQ_DENSE_MLP,   /* required in layers with the dense MLP, absent in MoE layers */
     PG_REQ_MOE,         /* required in MoE layers (pg_model_config_layer_moe), else absent */
+    PG_REQ_LINEAR_ATTN, /* required in linear-attention layers (pg_model_config_layer_linear) */
+    PG_REQ_FULL_ATTN,   /* required in the other layers of a hybrid model, else absent */
+    PG_REQ_MOE_SHARED,  /* required in MoE layers when shared_expert_intermediate_size > 0 */
 } pg_tensor_req;
 
 /* One tensor. Layer tensors (`layer` true) are "model.layers.{i}.<hf>" and
@@ -141,6 +152,8 @@ const pg_arch_tensor *pg_arch_tensor_at(const pg_arch *a, int i);
 /* True when layer l of cfg runs a mixture of experts (num_experts > 0, not
  * in mlp_only_layers, (l + 1) % decoder_sparse_step == 0). */
 bool pg_model_config_layer_moe(const pg_model_config *cfg, int l);
+/* True when layer l of cfg is a linear-attention (Gated DeltaNet) layer. */
+bool pg_model_config_layer_linear(const pg_model_config *cfg, int l);
 
 /* Resolve a table dimension for cfg (-1 for PG_DIM_NONE). */
 int64_t pg_arch_dim(const pg_model_config *cfg, pg_dim d);

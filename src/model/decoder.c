@@ -20,12 +20,13 @@ pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const p
     const int64_t H = c->hidden_size, hd = c->head_dim;
     const int64_t nq = (int64_t)c->num_attention_heads * hd,
                   nkv = (int64_t)c->num_key_value_heads * hd;
+    const int64_t nq_rows = (flags & PG_DEC_ATTN_GATE) ? 2 * nq : nq;
     const char *pre = "model.layers";
     pg_linear_src q, k, v, o;
     pagoda_status st;
     if ((st = pg_weights_vector(w, H, false, &a->norm, "%s.%d.input_layernorm.weight", pre, l)) ||
-        (st = pg_weights_linear(w, nq, H, c->attention_bias, &q, "%s.%d.self_attn.q_proj", pre,
-                                l)) ||
+        (st = pg_weights_linear(w, nq_rows, H, c->attention_bias, &q, "%s.%d.self_attn.q_proj",
+                                pre, l)) ||
         (st = pg_weights_linear(w, nkv, H, c->attention_bias, &k, "%s.%d.self_attn.k_proj", pre,
                                 l)) ||
         (st = pg_weights_linear(w, nkv, H, c->attention_bias, &v, "%s.%d.self_attn.v_proj", pre,
@@ -57,6 +58,7 @@ pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const p
     if (c->rope_scaling == PG_ROPE_SCALING_YARN)
         m = c->rope_attention_factor > 0.0f ? c->rope_attention_factor
                                             : pg_rope_yarn_attention_factor(c->rope_factor);
+    a->out_gate = (flags & PG_DEC_ATTN_GATE) != 0;
     const float *sinks = a->ap.sinks;
     a->ap = (pg_attn_params){.n_heads = c->num_attention_heads,
                              .n_kv_heads = c->num_key_value_heads,
@@ -127,10 +129,40 @@ pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg
     pg_linear_policy rp = *p;
     rp.compute = PG_F32;
     rp.bits = 0;
-    const pg_linear_src *rr = &r;
+    const pg_linear_src *rr[2] = {&r, NULL};
+    pg_linear_src sg = {0};
     char what[64];
+    f->shared = (flags & PG_DEC_MOE_SHARED) != 0;
+    if (f->shared) {
+        const int64_t Is = c->shared_expert_intermediate_size;
+        const pg_tensor *gt;
+        pg_linear_src g, u, d;
+        const pg_linear_src *dp = &d;
+        if ((st = pg_weights_tensor(w, 1, H, false, &gt, "%s.%d.mlp.shared_expert_gate.weight",
+                                    pre, l)) ||
+            (st = pg_weights_linear(w, Is, H, false, &g, "%s.%d.mlp.shared_expert.gate_proj", pre,
+                                    l)) ||
+            (st = pg_weights_linear(w, Is, H, false, &u, "%s.%d.mlp.shared_expert.up_proj", pre,
+                                    l)) ||
+            (st = pg_weights_linear(w, H, Is, false, &d, "%s.%d.mlp.shared_expert.down_proj", pre,
+                                    l))) {
+            pg_dec_moe_free(f);
+            return st;
+        }
+        sg = (pg_linear_src){.w = gt->data, .dtype = gt->dtype, .n_out = 1, .n_in = H};
+        rr[1] = &sg;
+        snprintf(what, sizeof what, "layer %d shared expert gate/up_proj", l);
+        if (!(st = pg_linear_pack_swiglu(p, &g, &u, what, &f->sh_gate_up))) {
+            snprintf(what, sizeof what, "layer %d shared expert down_proj", l);
+            st = pg_linear_pack(p, &dp, 1, true, what, &f->sh_down);
+        }
+        if (st) {
+            pg_dec_moe_free(f);
+            return st;
+        }
+    }
     snprintf(what, sizeof what, "layer %d router", l);
-    if ((st = pg_linear_pack(&rp, &rr, 1, false, what, &f->router))) {
+    if ((st = pg_linear_pack(&rp, rr, f->shared ? 2 : 1, false, what, &f->router))) {
         pg_dec_moe_free(f);
         return st;
     }
@@ -167,6 +199,8 @@ size_t pg_dec_moe_scratch_bytes(const pg_dec_moe *f, int64_t max_tokens, int nt)
 
 void pg_dec_moe_free(pg_dec_moe *f) {
     pg_linear_free(&f->router);
+    pg_linear_free(&f->sh_gate_up);
+    pg_linear_free(&f->sh_down);
     for (int32_t e = 0; f->gate_up && e < f->n_experts; e++)
         pg_linear_free(&f->gate_up[e]);
     for (int32_t e = 0; f->down && e < f->n_experts; e++)
@@ -213,7 +247,8 @@ pagoda_status pg_dec_check_config(const pg_model_source *src, const pg_model_con
 
 pagoda_status pg_dec_rope_init(const pg_model_source *src, const pg_model_config *c, float **out) {
     *out = NULL;
-    pg_rope_freq_params p = {.head_dim = c->head_dim, .theta = c->rope_theta};
+    const int rot = c->rotary_dim > 0 ? c->rotary_dim : c->head_dim; /* partial RoPE */
+    pg_rope_freq_params p = {.head_dim = rot, .theta = c->rope_theta};
     if (c->rope_scaling == PG_ROPE_SCALING_LINEAR) {
         p.scaling = PG_ROPE_FREQ_LINEAR;
         p.factor = c->rope_factor;
@@ -231,7 +266,7 @@ pagoda_status pg_dec_rope_init(const pg_model_source *src, const pg_model_config
         p.beta_slow = c->rope_beta_slow > 0.0f ? c->rope_beta_slow : 1.0;
         p.truncate = c->rope_truncate;
     }
-    int half = c->head_dim / 2;
+    int half = rot / 2;
     float *inv = pg_malloc_aligned((size_t)half * sizeof(float));
     if (!inv) return pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
     pagoda_status st = pg_rope_inv_freq(&p, inv);
@@ -344,7 +379,7 @@ pagoda_status pg_dec_ws_create(const pg_dec_dims *d, const pg_step_limits *lim,
                       (size_t)lim->max_seqs * (size_t)d->hidden * 4,
                       ws->gemm_scratch_bytes,
                       ws->attn_scratch_bytes,
-                      T * E * 4,
+                      T * (E ? E + 1 : 0) * 4,
                       TK * 4,
                       TK * 4,
                       TK * 4,
@@ -427,11 +462,46 @@ static void qk_norm_rows(void *ctx, size_t begin, size_t end, int tid) {
     (void)tid;
     const qk_norm_job *j = ctx;
     const size_t hd = (size_t)j->a->ap.head_dim;
-    const size_t nq = (size_t)j->a->ap.n_heads * hd;
+    const size_t nq = (size_t)j->a->ap.n_heads * hd * (j->a->out_gate ? 2 : 1);
     for (size_t t = begin; t < end; t++) {
         float *q = j->qkv + t * j->ld, *k = q + nq;
         j->kt->rmsnorm_f32(q, q, j->a->q_norm, (size_t)j->a->ap.n_heads, hd, j->eps);
         j->kt->rmsnorm_f32(k, k, j->a->k_norm, (size_t)j->a->ap.n_kv_heads, hd, j->eps);
+    }
+}
+
+/* Gated attention: q_proj's row [q_0 g_0 q_1 g_1 ...] (hd each) becomes
+ * [q_0 q_1 ... | g_0 g_1 ...] in place (the attention output rows, not yet
+ * written, hold the gates meanwhile); after attention, out *= sigmoid(g). */
+typedef struct gate_job {
+    const pg_dec_attn *a;
+    float *qkv, *attn;
+    size_t ld;
+} gate_job;
+
+static void gate_split_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const gate_job *j = ctx;
+    const size_t hd = (size_t)j->a->ap.head_dim, H = (size_t)j->a->ap.n_heads, nq = H * hd;
+    for (size_t t = begin; t < end; t++) {
+        float *row = j->qkv + t * j->ld, *tmp = j->attn + t * nq;
+        for (size_t h = 0; h < H; h++)
+            memcpy(tmp + h * hd, row + (2 * h + 1) * hd, hd * sizeof(float));
+        for (size_t h = 1; h < H; h++)
+            memmove(row + h * hd, row + 2 * h * hd, hd * sizeof(float));
+        memcpy(row + nq, tmp, nq * sizeof(float));
+    }
+}
+
+static void gate_apply_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const gate_job *j = ctx;
+    const size_t nq = (size_t)j->a->ap.n_heads * (size_t)j->a->ap.head_dim;
+    for (size_t t = begin; t < end; t++) {
+        const float *g = j->qkv + t * j->ld + nq;
+        float *o = j->attn + t * nq;
+        for (size_t i = 0; i < nq; i++)
+            o[i] *= 1.0f / (1.0f + expf(-g[i]));
     }
 }
 
@@ -448,7 +518,15 @@ pagoda_status pg_dec_attn_forward(const pg_dec_attn *a, const pg_rope_spec *rope
         pg_linear_forward_rmsnorm(&a->qkv, ws->x, T, a->norm, eps, ws->xb, ws->qkv, (int64_t)ld,
                                   PG_GEMM_STORE, pool, ws->gemm_scratch);
     if (st != PAGODA_OK) return st;
-    float *q = ws->qkv, *k = ws->qkv + nq, *v = ws->qkv + nq + nkv;
+    const size_t kofs = a->out_gate ? 2 * nq : nq;
+    float *q = ws->qkv, *k = ws->qkv + kofs, *v = ws->qkv + kofs + nkv;
+    gate_job gj = {a, ws->qkv, ws->attn, ld};
+    if (a->out_gate) {
+        if (pool && (size_t)T * nq >= 65536)
+            pg_pool_parallel_for(pool, (size_t)T, 16, gate_split_rows, &gj);
+        else
+            gate_split_rows(&gj, 0, (size_t)T, 0);
+    }
     if (a->q_norm) {
         qk_norm_job j = {a, ws->qkv, ld, eps, pg_kernels()};
         if (pool && (size_t)T * (nq + nkv) >= 65536)
@@ -466,6 +544,12 @@ pagoda_status pg_dec_attn_forward(const pg_dec_attn *a, const pg_rope_spec *rope
     if ((st = pg_attention(&a->ap, &ab, lc->kv, q, ld, ws->attn, nq, ws->attn_scratch,
                            ws->attn_scratch_bytes, pool, NULL)) != PAGODA_OK)
         return st;
+    if (a->out_gate) {
+        if (pool && (size_t)T * nq >= 65536)
+            pg_pool_parallel_for(pool, (size_t)T, 16, gate_apply_rows, &gj);
+        else
+            gate_apply_rows(&gj, 0, (size_t)T, 0);
+    }
     return pg_linear_forward(&a->o, ws->attn, T, ws->x, a->o.n_out, PG_GEMM_RESIDUAL, pool,
                              ws->gemm_scratch);
 }
@@ -494,8 +578,9 @@ static void route_rows(void *ctx, size_t begin, size_t end, int tid) {
     (void)tid;
     const route_job *j = ctx;
     const int32_t E = j->f->n_experts, K = j->f->top_k;
+    const size_t ld = (size_t)j->f->router.n_out; /* E, or E + 1 with the shared gate */
     for (size_t t = begin; t < end; t++) {
-        float *p = j->ws->moe_logits + t * (size_t)E;
+        float *p = j->ws->moe_logits + t * ld;
         /* Qwen3-MoE: probabilities first, top-k of them; GPT-OSS: top-k of
          * the logits, then the softmax over those k (same selection: the
          * softmax is monotonic; ties to the lower index either way) */
@@ -553,8 +638,8 @@ pagoda_status pg_dec_moe_forward(const pg_dec_moe *f, float eps, const pg_batch 
         return pg_error(PAGODA_ERR_INVALID_ARG, "model: MoE layer in a workspace without MoE");
     /* h = RMSNorm(x) into xb (the router is F32: never the fused input stage) */
     pagoda_status st =
-        pg_linear_forward_rmsnorm(&f->router, ws->x, T, f->norm, eps, ws->xb, ws->moe_logits, E,
-                                  PG_GEMM_STORE, pool, ws->gemm_scratch);
+        pg_linear_forward_rmsnorm(&f->router, ws->x, T, f->norm, eps, ws->xb, ws->moe_logits,
+                                  f->router.n_out, PG_GEMM_STORE, pool, ws->gemm_scratch);
     if (st != PAGODA_OK) return st;
     route_job rj = {f, ws, pg_kernels()};
     if (pool && (size_t)T * (size_t)E >= 65536)
@@ -609,6 +694,22 @@ pagoda_status pg_dec_moe_forward(const pg_dec_moe *f, float eps, const pg_batch 
         pg_pool_parallel_for(pool, (size_t)T, 4, combine_rows, &cj);
     else
         combine_rows(&cj, 0, (size_t)T, 0);
+    if (!f->shared) return PAGODA_OK;
+    /* the shared expert on every token: act = SwiGLU(h), out = act Wd^T into
+     * moe_out's first T rows, x += sigmoid(gate logit) * out */
+    if ((st = pg_linear_forward(&f->sh_gate_up, ws->xb, T, ws->act, f->sh_gate_up.n_out,
+                                PG_GEMM_SWIGLU, pool, ws->gemm_scratch)) ||
+        (st = pg_linear_forward(&f->sh_down, ws->act, T, ws->moe_out, (int64_t)H, PG_GEMM_STORE,
+                                pool, ws->gemm_scratch)))
+        return st;
+    const size_t ld = (size_t)f->router.n_out;
+    for (int64_t t = 0; t < T; t++) {
+        const float g = 1.0f / (1.0f + expf(-ws->moe_logits[(size_t)t * ld + (size_t)E]));
+        float *x = ws->x + (size_t)t * H;
+        const float *o = ws->moe_out + (size_t)t * H;
+        for (size_t i = 0; i < H; i++)
+            x[i] += g * o[i];
+    }
     return PAGODA_OK;
 }
 

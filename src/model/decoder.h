@@ -28,6 +28,8 @@ typedef struct pg_dec_attn {
     const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] (Qwen3), or NULL */
     pg_linear o;                  /* [hidden, heads*hd], added into the residual */
     pg_attn_params ap;            /* heads, kv heads, head_dim, scale, window, sinks */
+    bool out_gate; /* PG_DEC_ATTN_GATE: q_proj rows are [query, gate] per head and the
+                      attention output is multiplied by sigmoid(gate) before o_proj */
 } pg_dec_attn;
 
 typedef struct pg_dec_mlp {
@@ -58,12 +60,22 @@ typedef struct pg_dec_moe {
     float swiglu_limit; /* > 0: GPT-OSS's clamped SwiGLU (pg_gemm_problem.glu_limit) */
     pg_linear *gate_up; /* [n_experts] SwiGLU pairs [moe_ffn, hidden] x 2 */
     pg_linear *down;    /* [n_experts] [hidden, moe_ffn] */
+    /* PG_DEC_MOE_SHARED (Qwen3-Next / Qwen3.5-MoE, Qwen2MoeSparseMoeBlock): a
+     * shared expert every token runs, x += sigmoid(h wg) * down(silu(gate(h)) *
+     * up(h)); wg [hidden] is the router's last row (router n_out = experts + 1) */
+    bool shared;
+    pg_linear sh_gate_up, sh_down;
 } pg_dec_moe;
 
 enum {
     PG_DEC_QK_NORM = 1 << 0, /* self_attn.{q,k}_norm.weight [head_dim] */
     PG_DEC_MOE = 1 << 1,     /* MoE MLP in the layers pg_model_config_layer_moe names */
     PG_DEC_MOE_OAI = 1 << 2, /* GPT-OSS MoE: "mlp.router" with bias, expert biases */
+    PG_DEC_MOE_SHARED = 1 << 4, /* MoE with a gated shared expert ("mlp.shared_expert.*",
+                                   "mlp.shared_expert_gate.weight" [1, hidden]) */
+    PG_DEC_ATTN_GATE = 1 << 3, /* gated attention (Qwen3.5 / Qwen3-Next, Qiu et al. 2025):
+                                  q_proj [2 * heads * hd, hidden], per head hd query rows then
+                                  hd gate rows; o = attention * sigmoid(gate) */
 };
 
 /* Bind and pack layer `l`'s attention ("model.layers.{l}.input_layernorm",

@@ -50,25 +50,11 @@ static pagoda_status parse_hf(const cJSON *root, const char *path, pg_model_conf
     cfg->moe_topk_softmax = true;
     cfg->attention_sinks = true;
     const int L = cfg->num_hidden_layers;
-    if (L > 256)
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: more than 256 layers (%d)", path, L);
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (types && !cJSON_IsNull(types)) {
-        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != L)
-            return pg_error(PAGODA_ERR_FORMAT,
-                            "%s: 'layer_types' must be a list of num_hidden_layers (%d) strings",
-                            path, L);
-        for (int l = 0; l < L; l++) {
-            const cJSON *e = cJSON_GetArrayItem(types, l);
-            if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention"))
-                cfg->full_attention_layers[l / 64] |= 1ull << (l % 64);
-            else if (!cJSON_IsString(e) || strcmp(e->valuestring, "sliding_attention") != 0)
-                return pg_error(PAGODA_ERR_FORMAT,
-                                "%s: layer_types[%d] must be \"sliding_attention\" or "
-                                "\"full_attention\"",
-                                path, l);
-        }
-    } else { /* GptOssConfig's default: even layers sliding, odd ones full */
+    bool given;
+    if ((s = pg_hf_get_layer_types(root, path, L, "full_attention", "sliding_attention",
+                                   cfg->full_attention_layers, &given)))
+        return s;
+    if (!given) { /* GptOssConfig's default: even layers sliding, odd ones full */
         for (int l = 1; l < L; l += 2)
             cfg->full_attention_layers[l / 64] |= 1ull << (l % 64);
     }

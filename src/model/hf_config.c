@@ -93,6 +93,41 @@ pagoda_status pg_hf_get_bool(const cJSON *o, const char *key, const char *path, 
     *out = cJSON_IsTrue(j);
     return PAGODA_OK;
 }
+pagoda_status pg_hf_get_layer_types(const cJSON *o, const char *path, int L, const char *marked,
+                                    const char *other, uint64_t bits[4], bool *present) {
+    *present = false;
+    if (L > 256) return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: more than 256 layers (%d)", path, L);
+    const cJSON *types = item(o, "layer_types");
+    if (!types) return PAGODA_OK;
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != L)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: 'layer_types' must be a list of num_hidden_layers (%d) strings", path,
+                        L);
+    for (int l = 0; l < L; l++) {
+        const cJSON *e = cJSON_GetArrayItem(types, l);
+        if (cJSON_IsString(e) && !strcmp(e->valuestring, marked))
+            bits[l / 64] |= 1ull << (l % 64);
+        else if (!cJSON_IsString(e) || strcmp(e->valuestring, other) != 0)
+            return pg_error(PAGODA_ERR_FORMAT, "%s: layer_types[%d] must be \"%s\" or \"%s\"",
+                            path, l, other, marked);
+    }
+    *present = true;
+    return PAGODA_OK;
+}
+
+pagoda_status pg_hf_get_moe(const cJSON *o, const char *path, bool norm_topk_default,
+                            pg_model_config *cfg) {
+    pagoda_status s = pg_hf_get_int(o, "num_experts", path, 1, 1 << 16, true, 0, &cfg->num_experts);
+    if (!s)
+        s = pg_hf_get_int(o, "num_experts_per_tok", path, 1, cfg->num_experts, true, 0,
+                          &cfg->num_experts_per_tok);
+    if (!s)
+        s = pg_hf_get_int(o, "moe_intermediate_size", path, 1, 1 << 22, true, 0,
+                          &cfg->moe_intermediate_size);
+    if (!s) s = pg_hf_get_bool(o, "norm_topk_prob", path, norm_topk_default, &cfg->norm_topk_prob);
+    return s;
+}
+
 /* eos_token_id: int or list of ints. */
 static pagoda_status get_eos(const cJSON *o, const char *path, pg_model_config *cfg) {
     const cJSON *j = item(o, "eos_token_id");
@@ -220,62 +255,84 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
         return s;
     }
     cfg->arch = a;
+    /* multimodal checkpoints (Qwen3.5's *ForConditionalGeneration) nest the
+     * language model's fields in "text_config"; the text model is what runs */
+    const cJSON *tc = item(root, "text_config");
+    const cJSON *R = cJSON_IsObject(tc) && !item(root, "hidden_size") ? tc : root;
     snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch);
     const int BIG = 1 << 30;
-    s = pg_hf_get_int(root, "vocab_size", path, 1, BIG, true, 0, &cfg->vocab_size);
-    if (!s) s = pg_hf_get_int(root, "hidden_size", path, 1, 1 << 20, true, 0, &cfg->hidden_size);
+    s = pg_hf_get_int(R, "vocab_size", path, 1, BIG, true, 0, &cfg->vocab_size);
+    if (!s) s = pg_hf_get_int(R, "hidden_size", path, 1, 1 << 20, true, 0, &cfg->hidden_size);
+    /* an MoE config whose every layer is MoE may omit it (Qwen3.5-MoE): the
+     * architecture's parse_hf then sets it */
     if (!s)
-        s = pg_hf_get_int(root, "intermediate_size", path, 1, 1 << 22, true, 0,
-                          &cfg->intermediate_size);
+        s = pg_hf_get_int(R, "intermediate_size", path, 1, 1 << 22,
+                          !item(R, "moe_intermediate_size"), 0, &cfg->intermediate_size);
     if (!s)
-        s = pg_hf_get_int(root, "num_hidden_layers", path, 1, 1 << 16, true, 0,
+        s = pg_hf_get_int(R, "num_hidden_layers", path, 1, 1 << 16, true, 0,
                           &cfg->num_hidden_layers);
     if (!s)
-        s = pg_hf_get_int(root, "num_attention_heads", path, 1, 1 << 16, true, 0,
+        s = pg_hf_get_int(R, "num_attention_heads", path, 1, 1 << 16, true, 0,
                           &cfg->num_attention_heads);
     if (!s)
-        s = pg_hf_get_int(root, "num_key_value_heads", path, 1, 1 << 16, false,
+        s = pg_hf_get_int(R, "num_key_value_heads", path, 1, 1 << 16, false,
                           cfg->num_attention_heads, &cfg->num_key_value_heads);
     if (!s && cfg->num_attention_heads % cfg->num_key_value_heads)
         s = pg_error(PAGODA_ERR_FORMAT,
                      "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", path,
                      cfg->num_attention_heads, cfg->num_key_value_heads);
-    if (!s && !item(root, "head_dim") && cfg->hidden_size % cfg->num_attention_heads)
+    if (!s && !item(R, "head_dim") && cfg->hidden_size % cfg->num_attention_heads)
         s = pg_error(PAGODA_ERR_FORMAT,
                      "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
                      cfg->hidden_size, cfg->num_attention_heads);
     if (!s)
-        s = pg_hf_get_int(root, "head_dim", path, 1, 1 << 16, false,
+        s = pg_hf_get_int(R, "head_dim", path, 1, 1 << 16, false,
                           cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim);
     if (!s && cfg->head_dim % 2)
         s = pg_error(PAGODA_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path,
                      cfg->head_dim);
     if (!s)
-        s = pg_hf_get_int(root, "max_position_embeddings", path, 1, BIG, false, 2048,
+        s = pg_hf_get_int(R, "max_position_embeddings", path, 1, BIG, false, 2048,
                           &cfg->max_position_embeddings);
-    if (!s) s = pg_hf_get_float(root, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
-    const cJSON *rp = item(root, "rope_parameters");
+    if (!s) s = pg_hf_get_float(R, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
+    const cJSON *rp = item(R, "rope_parameters");
     if (!s)
         s = pg_hf_get_float(cJSON_IsObject(rp) && item(rp, "rope_theta") ? rp : root, "rope_theta",
                             path, false, 10000.0f, &cfg->rope_theta);
     if (!s && !(cfg->rms_norm_eps >= 0 && cfg->rope_theta > 0))
         s = pg_error(PAGODA_ERR_FORMAT, "%s: rms_norm_eps must be >= 0 and rope_theta > 0", path);
-    if (!s) s = pg_hf_get_bool(root, "tie_word_embeddings", path, false, &cfg->tie_word_embeddings);
-    if (!s) s = pg_hf_get_bool(root, "attention_bias", path, false, &cfg->attention_bias);
-    if (!s) s = pg_hf_get_int(root, "sliding_window", path, 0, BIG, false, 0, &cfg->sliding_window);
-    if (!s) s = pg_hf_get_int(root, "bos_token_id", path, 0, BIG, false, -1, &cfg->bos_token_id);
-    if (!s) s = get_eos(root, path, cfg);
-    if (!s) s = parse_rope_scaling(root, path, cfg);
-    const cJSON *act = item(root, "hidden_act");
+    if (!s)
+        s = pg_hf_get_bool(item(R, "tie_word_embeddings") ? R : root, "tie_word_embeddings", path,
+                           false, &cfg->tie_word_embeddings);
+    if (!s) s = pg_hf_get_bool(R, "attention_bias", path, false, &cfg->attention_bias);
+    if (!s) s = pg_hf_get_int(R, "sliding_window", path, 0, BIG, false, 0, &cfg->sliding_window);
+    if (!s) s = pg_hf_get_int(R, "bos_token_id", path, 0, BIG, false, -1, &cfg->bos_token_id);
+    if (!s) s = get_eos(R, path, cfg);
+    if (!s) s = parse_rope_scaling(R, path, cfg);
+    /* partial RoPE: partial_rotary_factor at the top or in rope_parameters */
+    float prf = 1.0f;
+    if (!s)
+        s = pg_hf_get_float(cJSON_IsObject(rp) && item(rp, "partial_rotary_factor") ? rp : R,
+                            "partial_rotary_factor", path, false, 1.0f, &prf);
+    const cJSON *act = item(R, "hidden_act");
     if (!s && cJSON_IsString(act))
         snprintf(cfg->hidden_act, sizeof cfg->hidden_act, "%s", act->valuestring);
     if (!s) {
-        const cJSON *td = item(root, "torch_dtype");
-        if (!td) td = item(root, "dtype");
+        const cJSON *td = item(R, "torch_dtype");
+        if (!td) td = item(R, "dtype");
         if (cJSON_IsString(td)) cfg->torch_dtype = parse_torch_dtype(td->valuestring);
     }
     cfg->rope_interleaved = false; /* HF checkpoints: rotate_half layout */
-    if (!s && a->parse_hf) s = a->parse_hf(root, path, cfg);
+    if (!s && a->parse_hf) s = a->parse_hf(R, path, cfg);
+    if (!s) { /* after parse_hf: it may set head_dim */
+        int rot = (int)((double)cfg->head_dim * prf);
+        if (!(prf > 0.0f && prf <= 1.0f) || rot < 2 || rot % 2)
+            s = pg_error(PAGODA_ERR_FORMAT,
+                         "%s: partial_rotary_factor %g must give an even rotary dim in [2, "
+                         "head_dim %d]",
+                         path, (double)prf, cfg->head_dim);
+        cfg->rotary_dim = rot;
+    }
     cJSON_Delete(root);
     return s;
 }

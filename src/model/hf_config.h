@@ -42,6 +42,18 @@ pagoda_status pg_hf_get_int(const struct cJSON *o, const char *key, const char *
                             long long hi, bool required, int def, int *out);
 pagoda_status pg_hf_get_float(const struct cJSON *o, const char *key, const char *path,
                               bool required, float def, float *out);
+/* "layer_types": a list of num_layers (<= 256) strings, each `marked` (its
+ * bit l is set in bits[4]) or `other`. Absent / null: *present false, bits
+ * untouched. Errors: PAGODA_ERR_FORMAT naming the entry,
+ * PAGODA_ERR_UNSUPPORTED (more than 256 layers). */
+pagoda_status pg_hf_get_layer_types(const struct cJSON *o, const char *path, int num_layers,
+                                    const char *marked, const char *other, uint64_t bits[4],
+                                    bool *present);
+/* A mixture of experts' fields: num_experts, num_experts_per_tok (<=
+ * num_experts), moe_intermediate_size (required) and norm_topk_prob (default
+ * norm_topk_default). Errors: PAGODA_ERR_FORMAT naming the field. */
+pagoda_status pg_hf_get_moe(const struct cJSON *o, const char *path, bool norm_topk_default,
+                            pg_model_config *cfg);
 pagoda_status pg_hf_get_bool(const struct cJSON *o, const char *key, const char *path, bool def,
                              bool *out);
 

@@ -82,7 +82,7 @@ pagoda_status pg_weights_tensor(pg_weights *w, int64_t d0, int64_t d1, bool opti
 }
 
 static pagoda_status own_f32(pg_weights *w, const pg_tensor *t, const float **out) {
-    size_t n = (size_t)t->shape[0];
+    size_t n = (size_t)t->shape[0] * (t->ndim > 1 ? (size_t)t->shape[1] : 1);
     float *buf = pg_malloc_aligned(n * sizeof(float));
     if (!buf) return pg_error(PAGODA_ERR_NOMEM, "model: out of memory copying '%s'", t->name);
     if (w->n_owned == w->cap_owned) {
@@ -118,6 +118,20 @@ pagoda_status pg_weights_vector(pg_weights *w, int64_t n, bool optional, const f
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     return get_vector(w, name, n, optional, out);
+}
+
+pagoda_status pg_weights_matrix(pg_weights *w, int64_t d0, int64_t d1, const float **out,
+                                const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const pg_tensor *t;
+    *out = NULL;
+    pagoda_status st = get_tensor(w, name, d0, d1, false, &t);
+    if (st != PAGODA_OK) return st;
+    return own_f32(w, t, out);
 }
 
 pagoda_status pg_weights_linear(pg_weights *w, int64_t n_out, int64_t n_in, bool with_bias,

@@ -54,6 +54,11 @@ pagoda_status pg_weights_tensor(pg_weights *w, int64_t d0, int64_t d1, bool opti
 pagoda_status pg_weights_vector(pg_weights *w, int64_t n, bool optional, const float **out,
                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* An f32 copy [d0 * d1] (row-major) of a small 2-D tensor, owned by w (e.g.
+ * a depthwise conv1d weight). Errors as pg_weights_tensor. */
+pagoda_status pg_weights_matrix(pg_weights *w, int64_t d0, int64_t d1, const float **out,
+                                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /* One linear layer as the source holds it. */
 typedef struct pg_linear_src {
     const void *w; /* [n_out, n_in] in place in the source; NULL for ct */

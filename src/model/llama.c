@@ -225,7 +225,7 @@ pagoda_status pg_llama_create(const pg_model_source *src, const pg_model_options
         return st;
     }
     m->rope = (pg_rope_spec){.style = c->rope_interleaved ? PG_ROPE_INTERLEAVED : PG_ROPE_NEOX,
-                             .rotary_dim = c->head_dim,
+                             .rotary_dim = c->rotary_dim > 0 ? c->rotary_dim : c->head_dim,
                              .inv_freq = m->rope_inv_freq};
     PG_DEBUG("%s: %d layers, hidden %d, heads %d/%d x %d, context %d, weights %s",
              m->base.arch->name, c->num_hidden_layers, c->hidden_size, c->num_attention_heads,

@@ -44,6 +44,9 @@ typedef struct pg_layer_cache_spec {
     int32_t num_kv_heads, head_dim; /* FULL / SLIDING: K and V of num_kv_heads x head_dim */
     int32_t window;                 /* SLIDING: a query at p attends keys (p - window, p] */
     int64_t state_bytes;            /* STATE: bytes per request (F32 or whatever the layer uses) */
+    int32_t state_align; /* STATE: prefix-cache snapshots are taken at positions that are
+                            multiples of this (and of the block size), where the layer's
+                            results do not depend on where a step starts (0: any block) */
 } pg_layer_cache_spec;
 
 /* The cache of one layer in one step, as the runner hands it to forward. */
@@ -53,8 +56,15 @@ typedef struct pg_layer_cache {
     const int32_t *slot_mapping;        /* [num_tokens]: block_id * block_size + pos % block_size */
     const int32_t *const *block_tables; /* [num_seqs] */
     /* STATE: request i's state (state_bytes), zeroed by the runner when the
-     * request is (re)admitted, i.e. when its first computed token is 0 */
+     * request is (re)admitted, i.e. when its first computed token is 0 (or
+     * restored from a prefix-cache snapshot) */
     void *const *states; /* [num_seqs] */
+    /* STATE, optional (NULL: none): when snap_len[i] > 0 the layer also
+     * writes its state after the first snap_len[i] of request i's tokens in
+     * this step to snap_states[i] (state_bytes): the prefix cache's snapshot
+     * at a block boundary */
+    const int32_t *snap_len;         /* [num_seqs] */
+    void *const *snap_states;        /* [num_seqs] */
 } pg_layer_cache;
 
 /* ---- one engine step ---------------------------------------------------------- */

@@ -17,14 +17,7 @@
 
 static pagoda_status parse_hf(const cJSON *root, const char *path, pg_model_config *cfg) {
     pagoda_status s = pg_qwen3_parse_hf(root, path, cfg);
-    if (!s) s = pg_hf_get_int(root, "num_experts", path, 1, 1 << 16, true, 0, &cfg->num_experts);
-    if (!s)
-        s = pg_hf_get_int(root, "num_experts_per_tok", path, 1, cfg->num_experts, true, 0,
-                          &cfg->num_experts_per_tok);
-    if (!s)
-        s = pg_hf_get_int(root, "moe_intermediate_size", path, 1, 1 << 22, true, 0,
-                          &cfg->moe_intermediate_size);
-    if (!s) s = pg_hf_get_bool(root, "norm_topk_prob", path, false, &cfg->norm_topk_prob);
+    if (!s) s = pg_hf_get_moe(root, path, false, cfg);
     if (!s)
         s = pg_hf_get_int(root, "decoder_sparse_step", path, 1, 1 << 16, false, 1,
                           &cfg->decoder_sparse_step);

@@ -9,6 +9,8 @@ extern const pg_arch pg_arch_llama;
 extern const pg_arch pg_arch_qwen3;
 extern const pg_arch pg_arch_qwen3_moe;
 extern const pg_arch pg_arch_gpt_oss;
+extern const pg_arch pg_arch_qwen3_5;
+extern const pg_arch pg_arch_qwen3_5_moe;
 
 #define MAX_ARCHS 24
 
@@ -17,6 +19,8 @@ static const pg_arch *g_archs[MAX_ARCHS + 1] = {
     &pg_arch_qwen3,
     &pg_arch_qwen3_moe,
     &pg_arch_gpt_oss,
+    &pg_arch_qwen3_5,
+    &pg_arch_qwen3_5_moe,
 };
 
 static int count(void) {
@@ -101,6 +105,10 @@ bool pg_model_config_layer_moe(const pg_model_config *c, int l) {
     return (l + 1) % step == 0;
 }
 
+bool pg_model_config_layer_linear(const pg_model_config *c, int l) {
+    return l >= 0 && l < 256 && (c->linear_attention_layers[l / 64] >> (l % 64) & 1);
+}
+
 int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
     switch (d) {
     case PG_DIM_VOCAB:
@@ -121,6 +129,23 @@ int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
         return c->moe_intermediate_size;
     case PG_DIM_HEADS:
         return c->num_attention_heads;
+    case PG_DIM_Q_GATE:
+        return 2 * (int64_t)c->num_attention_heads * c->head_dim;
+    case PG_DIM_LIN_CONV:
+        return 2 * (int64_t)c->linear_num_key_heads * c->linear_key_head_dim +
+               (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
+    case PG_DIM_LIN_V:
+        return (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
+    case PG_DIM_LIN_VHEADS:
+        return c->linear_num_value_heads;
+    case PG_DIM_LIN_DV:
+        return c->linear_value_head_dim;
+    case PG_DIM_CONV_K:
+        return c->linear_conv_kernel;
+    case PG_DIM_SHARED_FFN:
+        return c->shared_expert_intermediate_size;
+    case PG_DIM_ONE:
+        return 1;
     default:
         return -1;
     }

@@ -409,7 +409,11 @@ static pagoda_status gguf_config(pg_model_source *src) {
     const int64_t BIG = 1 << 30;
     s = gguf_int(g, KEY("embedding_length"), true, 0, 1, 1 << 20, &c->hidden_size);
     if (!s) s = gguf_int(g, KEY("block_count"), true, 0, 1, 1 << 16, &c->num_hidden_layers);
-    if (!s) s = gguf_int(g, KEY("feed_forward_length"), true, 0, 1, 1 << 22, &c->intermediate_size);
+    /* an all-MoE model may have none (qwen35moe): its parse_gguf sets it */
+    int64_t ffn_required = pg_gguf_find_key(g, KEY("expert_feed_forward_length")) < 0;
+    if (!s)
+        s = gguf_int(g, KEY("feed_forward_length"), ffn_required != 0, 0, 0, 1 << 22,
+                     &c->intermediate_size);
     if (!s)
         s = gguf_int(g, KEY("attention.head_count"), true, 0, 1, 1 << 16, &c->num_attention_heads);
     if (!s)
@@ -423,10 +427,11 @@ static pagoda_status gguf_config(pg_model_source *src) {
                      2, 1 << 16, &c->head_dim);
     int rot = 0;
     if (!s) s = gguf_int(g, KEY("rope.dimension_count"), false, c->head_dim, 0, 1 << 16, &rot);
-    if (!s && rot != c->head_dim)
-        s = pg_error(PAGODA_ERR_UNSUPPORTED,
-                     "%s: partial RoPE (rope.dimension_count %d < head_dim %d)", path, rot,
+    if (!s && (rot > c->head_dim || rot % 2 || rot < 2))
+        s = pg_error(PAGODA_ERR_FORMAT,
+                     "%s: rope.dimension_count %d must be even and in [2, head_dim %d]", path, rot,
                      c->head_dim);
+    c->rotary_dim = rot;
     if (!s)
         s = gguf_int(g, KEY("context_length"), false, 2048, 1, BIG, &c->max_position_embeddings);
     if (!s) s = gguf_float(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5, &c->rms_norm_eps);
@@ -562,6 +567,14 @@ static pagoda_status open_gguf(pg_model_source *src) {
         t.nbytes = gt->nbytes;
         char name[512];
         int layer;
+        if (src->cfg.mtp_layers > 0 && !strncmp(gt->name, "blk.", 4) &&
+            atol(gt->name + 4) >= src->cfg.num_hidden_layers) {
+            /* llama.cpp's nextn (MTP) blocks follow the model's layers */
+            snprintf(name, sizeof name, "mtp.%s", gt->name);
+            s = add_tensor(src, &cap, &t, name);
+            if (s) return s;
+            continue;
+        }
         const pg_arch_tensor *xt = gguf_expert_tensor(src->cfg.arch, gt->name, &layer);
         if (xt) { /* [experts, d0, d1] -> one HF view per expert */
             s = split_experts(src, &cap, &t, xt, layer, gt->name);
@@ -676,6 +689,26 @@ static const pg_arch_tensor *known_tensor(const pg_arch *a, const char *name) {
     return NULL;
 }
 
+/* Whether table entry t belongs in layer l (MoE / dense MLP, linear / full
+ * attention kinds); global and unconditional entries always do. */
+static bool layer_kind_matches(const pg_model_config *c, const pg_arch_tensor *t, long l) {
+    if (!t->layer) return true;
+    switch (t->req) {
+    case PG_REQ_MOE:
+        return pg_model_config_layer_moe(c, (int)l);
+    case PG_REQ_MOE_SHARED:
+        return pg_model_config_layer_moe(c, (int)l) && c->shared_expert_intermediate_size > 0;
+    case PG_REQ_DENSE_MLP:
+        return !pg_model_config_layer_moe(c, (int)l);
+    case PG_REQ_LINEAR_ATTN:
+        return pg_model_config_layer_linear(c, (int)l);
+    case PG_REQ_FULL_ATTN:
+        return !pg_model_config_layer_linear(c, (int)l);
+    default:
+        return true;
+    }
+}
+
 /* Every tensor of the architecture's table: present when required, of the
  * shape the config implies. */
 static pagoda_status validate_tensors(const pg_model_source *src) {
@@ -689,7 +722,15 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
         [PG_DIM_HEAD] = "head_dim",
         [PG_DIM_EXPERTS] = "num_experts",
         [PG_DIM_MOE_FFN] = "moe_intermediate_size",
-        [PG_DIM_HEADS] = "num_attention_heads"};
+        [PG_DIM_HEADS] = "num_attention_heads",
+        [PG_DIM_Q_GATE] = "2*num_attention_heads*head_dim",
+        [PG_DIM_LIN_CONV] = "2*linear_num_key_heads*linear_key_head_dim+linear V width",
+        [PG_DIM_LIN_V] = "linear_num_value_heads*linear_value_head_dim",
+        [PG_DIM_LIN_VHEADS] = "linear_num_value_heads",
+        [PG_DIM_LIN_DV] = "linear_value_head_dim",
+        [PG_DIM_CONV_K] = "linear_conv_kernel_dim",
+        [PG_DIM_SHARED_FFN] = "shared_expert_intermediate_size",
+        [PG_DIM_ONE] = "1"};
     const pg_model_config *c = &src->cfg;
     pagoda_status s = PAGODA_OK;
     char n[256], why[96];
@@ -699,11 +740,11 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
             const pg_arch_tensor *t;
             for (int i = 0; !s && (t = pg_arch_tensor_at(c->arch, i)) != NULL; i++) {
                 if (t->layer != (pass == 1)) continue;
-                bool moe = t->layer && pg_model_config_layer_moe(c, l);
-                if ((t->req == PG_REQ_MOE && !moe) || (t->req == PG_REQ_DENSE_MLP && moe))
-                    continue; /* not this layer's kind: known_tensor() refuses it if present */
+                if (!layer_kind_matches(c, t, l))
+                    continue; /* not this layer's kind: refused below if present */
                 bool req = t->req == PG_REQ_ALWAYS || t->req == PG_REQ_MOE ||
-                           t->req == PG_REQ_DENSE_MLP ||
+                           t->req == PG_REQ_DENSE_MLP || t->req == PG_REQ_LINEAR_ATTN ||
+                           t->req == PG_REQ_FULL_ATTN || t->req == PG_REQ_MOE_SHARED ||
                            (t->req == PG_REQ_IF_BIAS && c->attention_bias) ||
                            (t->req == PG_REQ_UNLESS_TIED && !c->tie_word_embeddings);
                 if (t->d1 == PG_DIM_NONE)
@@ -739,6 +780,8 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
      * silently dropped, a different model (llama.cpp and vLLM refuse too) */
     for (size_t i = 0; i < src->n_tensors; i++) {
         const char *nm = src->tensors[i].name;
+        if (c->mtp_layers > 0 && !strncmp(nm, "mtp.", 4))
+            continue; /* the multi-token-prediction head: kept, not run (not validated) */
         const pg_arch_tensor *t = known_tensor(c->arch, nm);
         if (!t)
             return pg_error(PAGODA_ERR_FORMAT,
@@ -756,15 +799,28 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
                 return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' is beyond num_experts %d",
                                 src->config_desc, nm, c->num_experts);
         }
-        if (t->req == PG_REQ_MOE || t->req == PG_REQ_DENSE_MLP) {
+        if (t->req == PG_REQ_MOE || t->req == PG_REQ_DENSE_MLP || t->req == PG_REQ_MOE_SHARED) {
             long l = strtol(nm + 13, NULL, 10);
-            if (pg_model_config_layer_moe(c, (int)l) != (t->req == PG_REQ_MOE))
+            if (!layer_kind_matches(c, t, l))
                 return pg_error(PAGODA_ERR_FORMAT,
                                 "%s: tensor '%s': layer %ld is %s by the config (num_experts, "
-                                "mlp_only_layers, decoder_sparse_step)",
+                                "mlp_only_layers, decoder_sparse_step, "
+                                "shared_expert_intermediate_size)",
                                 src->config_desc, nm, l,
-                                t->req == PG_REQ_MOE ? "a dense MLP layer"
-                                                     : "a mixture of experts");
+                                t->req == PG_REQ_DENSE_MLP ? "a mixture of experts"
+                                : pg_model_config_layer_moe(c, (int)l)
+                                    ? "a mixture of experts without a shared expert"
+                                    : "a dense MLP layer");
+        }
+        if (t->req == PG_REQ_LINEAR_ATTN || t->req == PG_REQ_FULL_ATTN) {
+            long l = strtol(nm + 13, NULL, 10);
+            if (!layer_kind_matches(c, t, l))
+                return pg_error(PAGODA_ERR_FORMAT,
+                                "%s: tensor '%s': layer %ld is a %s layer by the config "
+                                "(layer_types / full_attention_interval)",
+                                src->config_desc, nm, l,
+                                t->req == PG_REQ_LINEAR_ATTN ? "full-attention"
+                                                             : "linear-attention");
         }
     }
     return PAGODA_OK;

@@ -88,6 +88,20 @@ typedef struct pg_model_config {
     float swiglu_limit;          /* > 0: clamped SwiGLU of GPT-OSS (limit, alpha 1.702) */
     int decoder_sparse_step;     /* 1: every layer */
     uint64_t mlp_only_layers[4]; /* bit l: layer l (< 256) has the dense MLP */
+    /* partial RoPE: the first rotary_dim dims of a head rotate (0 = head_dim) */
+    int rotary_dim;
+    /* hybrid linear attention (Gated DeltaNet: Qwen3.5 / Qwen3-Next): bit l set
+     * when layer l (< 256) is a linear-attention layer, else full attention */
+    uint64_t linear_attention_layers[4];
+    int linear_num_key_heads, linear_num_value_heads;
+    int linear_key_head_dim, linear_value_head_dim;
+    int linear_conv_kernel;      /* causal depthwise conv1d width (4) */
+    bool linear_v_tiled;         /* V heads in llama.cpp's tiled order (GGUF): v head h
+                                    reads q/k head h % n_k, not h / (n_v / n_k) */
+    bool attn_output_gate;       /* q_proj also yields a sigmoid gate on the attention output */
+    int shared_expert_intermediate_size; /* MoE shared expert (0: none) */
+    int mtp_layers;              /* multi-token-prediction layers shipped with the model
+                                    (kept by the loader, not run: "mtp.*" tensors) */
     int bos_token_id;            /* -1 if none */
     int eos_token_ids[8];        /* from config / generation_config; -1 terminated */
 } pg_model_config;

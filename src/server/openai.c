@@ -275,6 +275,18 @@ static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
             cJSON_ArrayForEach(part, content) {
                 const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
                 const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (cJSON_IsObject(part) && cJSON_IsString(type) &&
+                    (!strcmp(type->valuestring, "image_url") ||
+                     !strcmp(type->valuestring, "input_image") ||
+                     !strcmp(type->valuestring, "image") ||
+                     !strcmp(type->valuestring, "video_url") ||
+                     !strcmp(type->valuestring, "input_audio") ||
+                     !strcmp(type->valuestring, "audio_url")))
+                    return pg_api_fail(p->err, 400, "messages",
+                                       "messages[%zu].content: '%s' parts are not supported: "
+                                       "pagoda runs the text part of the model (a checkpoint's "
+                                       "vision or audio tower is not loaded); send text parts",
+                                       i, type->valuestring);
                 if (!cJSON_IsObject(part) || !cJSON_IsString(type) ||
                     strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text))
                     return pg_api_fail(p->err, 400, "messages",

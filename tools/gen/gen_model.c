@@ -1,5 +1,5 @@
 /* Random-weight model writer (HF directory and/or GGUF): Llama, Qwen3 dense,
- * Qwen3-MoE. */
+ * Qwen3-MoE, gpt-oss, Qwen3.5 dense and MoE. */
 #include "gen/gen_model.h"
 
 #include <errno.h>
@@ -20,6 +20,8 @@
 extern const pg_arch pg_arch_qwen3;     /* model/qwen3.c */
 extern const pg_arch pg_arch_qwen3_moe; /* model/qwen3_moe.c */
 extern const pg_arch pg_arch_gpt_oss;   /* model/gpt_oss.c */
+extern const pg_arch pg_arch_qwen3_5;   /* model/qwen35.c */
+extern const pg_arch pg_arch_qwen3_5_moe; /* model/qwen35.c */
 
 static const pg_arch *gen_arch(const pg_gen_model_options *o) {
     return o->arch ? o->arch : &pg_arch_llama;
@@ -27,8 +29,13 @@ static const pg_arch *gen_arch(const pg_gen_model_options *o) {
 static bool is_gpt_oss(const pg_gen_model_options *o) {
     return gen_arch(o) == &pg_arch_gpt_oss;
 }
+/* Qwen3.5 dense or MoE: the Gated DeltaNet hybrid */
+static bool is_q35(const pg_gen_model_options *o) {
+    return gen_arch(o) == &pg_arch_qwen3_5 || gen_arch(o) == &pg_arch_qwen3_5_moe;
+}
 static bool is_moe(const pg_gen_model_options *o) {
-    return gen_arch(o) == &pg_arch_qwen3_moe || is_gpt_oss(o);
+    return gen_arch(o) == &pg_arch_qwen3_moe || is_gpt_oss(o) ||
+           gen_arch(o) == &pg_arch_qwen3_5_moe;
 }
 /* Qwen3 dense or MoE: Qwen3's attention and config fields */
 static bool is_qwen3(const pg_gen_model_options *o) {
@@ -58,7 +65,42 @@ void pg_gen_model_defaults(pg_gen_model_options *o) {
     o->shards = 1;
 }
 
+static void clear_q35(pg_gen_model_options *o) {
+    o->lin_k_heads = o->lin_v_heads = o->lin_k_dim = o->lin_v_dim = o->conv_kernel = 0;
+    o->full_attn_interval = o->mtp_layers = o->shared_ffn = 0;
+    o->partial_rotary = 0;
+}
+
 pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name) {
+    if (!strcmp(name, "qwen3_5") || !strcmp(name, "qwen3_5_moe")) {
+        /* Qwen3_5TextConfig / Qwen3_5MoeTextConfig as the published models */
+        bool moe = !strcmp(name, "qwen3_5_moe");
+        o->arch = moe ? &pg_arch_qwen3_5_moe : &pg_arch_qwen3_5;
+        o->rope_theta = 10000000.0f;
+        o->rms_eps = 1e-6f;
+        o->rope_scaling = PG_ROPE_SCALING_NONE;
+        o->sliding_window = 0;
+        o->bos_token_id = -1; /* "bos_token_id": null */
+        if (!o->lin_k_heads) o->lin_k_heads = 2;
+        if (!o->lin_v_heads) o->lin_v_heads = 4;
+        if (!o->lin_k_dim) o->lin_k_dim = 16;
+        if (!o->lin_v_dim) o->lin_v_dim = 16;
+        if (!o->conv_kernel) o->conv_kernel = 4;
+        if (!o->full_attn_interval) o->full_attn_interval = 4;
+        if (!(o->partial_rotary > 0)) o->partial_rotary = 0.25f;
+        o->mtp_layers = 1;
+        if (!moe) {
+            o->experts = o->experts_per_tok = o->moe_ffn = o->shared_ffn = 0;
+        } else {
+            if (!o->experts) o->experts = 8;
+            if (!o->experts_per_tok) o->experts_per_tok = 2;
+            if (!o->moe_ffn) o->moe_ffn = 64;
+            if (!o->shared_ffn) o->shared_ffn = 64;
+            o->ffn = 0; /* Qwen3_5MoeTextConfig has no intermediate_size */
+        }
+        return PAGODA_OK;
+    }
+    clear_q35(o);
     if (!strcmp(name, "llama")) {
         o->arch = &pg_arch_llama;
         o->rope_theta = 10000.0f;
@@ -96,10 +138,45 @@ pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name) {
         return PAGODA_OK;
     }
     return pg_error(PAGODA_ERR_INVALID_ARG,
-                    "unknown architecture '%s' (known: llama, qwen3, qwen3_moe, gpt_oss)", name);
+                    "unknown architecture '%s' (known: llama, qwen3, qwen3_moe, gpt_oss, qwen3_5, "
+                    "qwen3_5_moe)",
+                    name);
 }
 
 pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
+    if (!strcmp(name, "qwen3.5-9b") || !strcmp(name, "qwen3.5-35b-a3b")) {
+        /* Qwen/Qwen3.5-9B and Qwen/Qwen3.5-35B-A3B (text_config); tie false
+         * for the 9B as its 8.95B parameters without MTP imply */
+        bool moe = !strcmp(name, "qwen3.5-35b-a3b");
+        clear_q35(o);
+        pg_gen_model_set_arch(o, moe ? "qwen3_5_moe" : "qwen3_5");
+        o->hidden = moe ? 2048 : 4096;
+        o->layers = moe ? 40 : 32;
+        o->heads = 16;
+        o->kv_heads = moe ? 2 : 4;
+        o->head_dim = 256;
+        o->ffn = moe ? 0 : 12288;
+        o->lin_k_heads = 16;
+        o->lin_v_heads = 32;
+        o->lin_k_dim = 128;
+        o->lin_v_dim = 128;
+        o->conv_kernel = 4;
+        o->full_attn_interval = 4;
+        o->partial_rotary = 0.25f;
+        o->mtp_layers = 1;
+        o->experts = moe ? 256 : 0;
+        o->experts_per_tok = moe ? 8 : 0;
+        o->moe_ffn = moe ? 512 : 0;
+        o->shared_ffn = moe ? 512 : 0;
+        o->vocab = 248320;
+        o->max_position = 262144;
+        o->tie = false;
+        o->bos_token_id = -1;
+        o->eos_token_id = 248044; /* <|endoftext|> */
+        o->hf_dtype = PG_BF16;
+        o->gguf_dtype = PG_BF16;
+        return PAGODA_OK;
+    }
     if (!strcmp(name, "qwen3-0.6b") || !strcmp(name, "qwen3-1.7b")) {
         bool small = !strcmp(name, "qwen3-0.6b");
         pg_gen_model_set_arch(o, "qwen3");
@@ -184,7 +261,7 @@ pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name) {
     }
     return pg_error(PAGODA_ERR_INVALID_ARG,
                     "unknown preset '%s' (known: llama-3.2-1b, qwen3-0.6b, qwen3-1.7b, "
-                    "qwen3-30b-a3b, gpt-oss-20b)",
+                    "qwen3-30b-a3b, gpt-oss-20b, qwen3.5-9b, qwen3.5-35b-a3b)",
                     name);
 }
 
@@ -272,6 +349,20 @@ static bool is_qk_weight(const char *hf_name) {
                        !strcmp(hf_name + n - 23, "self_attn.k_proj.weight"));
 }
 
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* A Qwen3_5RMSNorm weight (scales by 1 + w, stored zero-centred): every
+ * norm but the gated linear_attn.norm, the MTP block's pre-fc norms
+ * included (the converter adds 1 to them as nextn.enorm / hnorm). */
+static bool q35_norm(const char *name) {
+    return (ends_with(name, "norm.weight") || ends_with(name, ".pre_fc_norm_embedding.weight") ||
+            ends_with(name, ".pre_fc_norm_hidden.weight")) &&
+           !ends_with(name, "linear_attn.norm.weight");
+}
+
 /* The weights before any quantization: random, or read from o->from. */
 static void raw_row(const pg_gen_model_options *o, const char *hf_name, int64_t row, int64_t ncols,
                     float *out) {
@@ -295,12 +386,24 @@ static void raw_row(const pg_gen_model_options *o, const char *hf_name, int64_t 
     bool norm = n >= 11 && !strcmp(hf_name + n - 11, "norm.weight");
     float scale = norm ? 0.1f : o->init_std * 1.7320508f; /* U(-a, a) has std a/sqrt(3) */
     float base = norm ? 1.0f : 0.0f;
+    bool a_log = false;
+    if (is_q35(o)) { /* Qwen3.5's parameters as its checkpoints hold them */
+        const char *tail = strrchr(hf_name, '.');
+        if (q35_norm(hf_name))
+            base = 0.0f, scale = 0.1f; /* Qwen3_5RMSNorm: x * (1 + w), w around 0 */
+        else if (tail && !strcmp(tail, ".ssm_a"))
+            a_log = true; /* A_log = log(A), A ~ U(1, 16) (HF draws U(0, 16)) */
+        else if (tail && !strcmp(tail, ".dt_bias"))
+            base = 1.0f, scale = 0.5f; /* HF initializes ones */
+        else if (strstr(hf_name, "linear_attn.conv1d.weight"))
+            scale = 1.0f / sqrtf((float)ncols); /* nn.Conv1d's U(-1/sqrt(K), 1/sqrt(K)) */
+    }
     for (int64_t c = 0; c < ncols; c += 2) {
         uint64_t r = splitmix64(&st);
         float u0 = (float)(r >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
         float u1 = (float)((r >> 8) & 0xffffff) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-        out[c] = base + scale * u0;
-        if (c + 1 < ncols) out[c + 1] = base + scale * u1;
+        out[c] = a_log ? logf(1.0f + 7.5f * (u0 + 1.0f)) : base + scale * u0;
+        if (c + 1 < ncols) out[c + 1] = a_log ? logf(1.0f + 7.5f * (u1 + 1.0f)) : base + scale * u1;
     }
 }
 
@@ -345,17 +448,28 @@ void pg_llama3_rope_factors(const pg_gen_model_options *o, float *out) {
 
 /* ------------------------------------------------------------ tensor plan */
 
+/* GGUF-side value transforms and V-head reorders of Qwen3.5 (what
+ * convert_hf_to_gguf.py's Qwen3NextModel / _LinearAttentionVReorderBase do) */
+enum { TX_NONE = 0, TX_ONE_PLUS, TX_NEG_EXP };
+enum { VM_NONE = 0, VM_QKV_ROWS, VM_V_ROWS, VM_HEAD_ROWS, VM_V_COLS, VM_HEAD_COLS };
+
 typedef struct gen_tensor {
-    char name[96]; /* HF name */
+    char name[112]; /* canonical name: pg_model_source's (the table's HF name) */
+    char hf[128];   /* name in the safetensors file */
+    char gguf[112]; /* GGUF name (an expert entry: its layer's stacked 3-D tensor) */
     int ndim;
-    int64_t rows, cols; /* 1-D: rows = 1, cols = n */
-    int perm_heads;     /* > 0: Q/K rows are permuted in GGUF with this many heads */
-    /* an expert's tensor (n_experts > 0): HF "model.layers.{layer}.mlp.experts.{expert}.<hf>";
-     * the plan lists experts 0..n_experts-1 of one table entry consecutively, so in GGUF
-     * they are streamed one after another into the 3-D "blk.{layer}.<gguf>" */
+    int64_t rows, cols; /* canonical layout; 1-D: rows = 1, cols = n */
+    int hf_ndim;        /* the file's shape: [rows, cols], [cols], or with a 1 inserted */
+    int64_t hf_shape[3];
+    bool gguf_2d;   /* a 1-D canonical tensor stored as GGUF ne [cols, 1] */
+    int perm_heads; /* > 0: Q/K rows are permuted in GGUF with this many heads */
+    /* an expert's tensor (n_experts > 0): the plan lists experts 0..n_experts-1 of one
+     * table entry consecutively, so in GGUF they are streamed one after another into the
+     * 3-D `gguf` */
     int layer, expert, n_experts;
-    const char *gguf; /* the table's GGUF name (expert tensors) */
-    bool gguf_f32;    /* kept F32 in GGUF whatever its dtype (norms, the MoE router) */
+    bool gguf_f32; /* kept F32 in GGUF whatever its dtype (norms, routers, ...) */
+    uint8_t tx;    /* TX_*: GGUF value = tx(HF value) */
+    uint8_t vmap;  /* VM_*: GGUF rows / columns reordered from HF's */
 } gen_tensor;
 
 static int64_t dim(const pg_gen_model_options *o, pg_dim d) {
@@ -378,6 +492,22 @@ static int64_t dim(const pg_gen_model_options *o, pg_dim d) {
         return o->moe_ffn;
     case PG_DIM_HEADS:
         return o->heads;
+    case PG_DIM_Q_GATE:
+        return 2 * (int64_t)o->heads * head_dim(o);
+    case PG_DIM_LIN_CONV:
+        return 2 * (int64_t)o->lin_k_heads * o->lin_k_dim + (int64_t)o->lin_v_heads * o->lin_v_dim;
+    case PG_DIM_LIN_V:
+        return (int64_t)o->lin_v_heads * o->lin_v_dim;
+    case PG_DIM_LIN_VHEADS:
+        return o->lin_v_heads;
+    case PG_DIM_LIN_DV:
+        return o->lin_v_dim;
+    case PG_DIM_CONV_K:
+        return o->conv_kernel;
+    case PG_DIM_SHARED_FFN:
+        return o->shared_ffn;
+    case PG_DIM_ONE:
+        return 1;
     default:
         return -1;
     }
@@ -393,8 +523,57 @@ static bool layer_moe(const pg_gen_model_options *o, int l) {
     return pg_model_config_layer_moe(&c, l);
 }
 
+/* Layer l (< layers) is a Gated DeltaNet layer (Qwen3.5's layer_types). */
+static bool layer_linear(const pg_gen_model_options *o, int l) {
+    return is_q35(o) && l < o->layers && (l + 1) % o->full_attn_interval != 0;
+}
+
+/* The file name, shapes, GGUF dtype rule and transforms of g (name, ndim,
+ * rows, cols, gguf set). */
+static void finish_entry(const pg_gen_model_options *o, gen_tensor *g, bool router) {
+    g->hf_ndim = g->ndim;
+    g->hf_shape[0] = g->ndim == 2 ? g->rows : g->cols;
+    g->hf_shape[1] = g->cols;
+    snprintf(g->hf, sizeof g->hf, "%s", g->name);
+    /* llama.cpp's converter keeps 1-D tensors and the router (ffn_gate_inp) in F32 */
+    g->gguf_f32 = g->ndim == 1 || router;
+    if (!is_q35(o)) return;
+    const char *nm = g->name;
+    if (!strncmp(nm, "model.", 6)) /* the language model of *ForConditionalGeneration */
+        snprintf(g->hf, sizeof g->hf, "model.language_model.%s", nm + 6);
+    if (ends_with(nm, ".linear_attn.ssm_a")) { /* stored as A_log; ssm_a = -exp(A_log) */
+        snprintf(g->hf + strlen(g->hf) - 5, sizeof g->hf - (strlen(g->hf) - 5), "A_log");
+        g->tx = TX_NEG_EXP;
+    }
+    if (q35_norm(nm)) g->tx = TX_ONE_PLUS;
+    if (ends_with(nm, ".linear_attn.conv1d.weight")) { /* [C, 1, K]; GGUF squeezed, F32 */
+        g->hf_ndim = 3;
+        g->hf_shape[0] = g->rows;
+        g->hf_shape[1] = 1;
+        g->hf_shape[2] = g->cols;
+        g->gguf_f32 = true;
+        g->vmap = VM_QKV_ROWS;
+    }
+    if (ends_with(nm, ".mlp.shared_expert_gate.weight")) { /* [1, H]; GGUF [H, 1], F32 */
+        g->hf_ndim = 2;
+        g->hf_shape[0] = 1;
+        g->hf_shape[1] = g->cols;
+        g->gguf_2d = true;
+        g->gguf_f32 = true;
+    }
+    if (ends_with(nm, ".linear_attn.in_proj_qkv.weight")) g->vmap = VM_QKV_ROWS;
+    if (ends_with(nm, ".linear_attn.in_proj_z.weight")) g->vmap = VM_V_ROWS;
+    if (ends_with(nm, ".linear_attn.in_proj_a.weight") ||
+        ends_with(nm, ".linear_attn.in_proj_b.weight"))
+        g->vmap = VM_HEAD_ROWS;
+    if (ends_with(nm, ".linear_attn.dt_bias") || ends_with(nm, ".linear_attn.ssm_a"))
+        g->vmap = VM_HEAD_COLS;
+    if (ends_with(nm, ".linear_attn.out_proj.weight")) g->vmap = VM_V_COLS;
+}
+
 /* Append table entry e (layer l; expert x of an expert entry) to the plan,
- * or only count it (t NULL). */
+ * or only count it (t NULL). Layers l >= o->layers are the MTP blocks
+ * ("mtp.layers.{l - layers}", GGUF blk.{l}). */
 static void add(const pg_gen_model_options *o, gen_tensor *t, size_t *n, int l, int x,
                 const pg_arch_tensor *e) {
     if (!t) {
@@ -402,51 +581,106 @@ static void add(const pg_gen_model_options *o, gen_tensor *t, size_t *n, int l, 
         return;
     }
     gen_tensor *g = &t[(*n)++];
+    memset(g, 0, sizeof *g);
+    char pre[48];
+    if (l >= o->layers)
+        snprintf(pre, sizeof pre, "mtp.layers.%d", l - o->layers);
+    else
+        snprintf(pre, sizeof pre, "model.layers.%d", l);
     if (e->expert)
-        snprintf(g->name, sizeof g->name, "model.layers.%d.mlp.experts.%d.%s", l, x, e->hf);
+        snprintf(g->name, sizeof g->name, "%s.mlp.experts.%d.%s", pre, x, e->hf);
     else if (e->layer)
-        snprintf(g->name, sizeof g->name, "model.layers.%d.%s", l, e->hf);
+        snprintf(g->name, sizeof g->name, "%s.%s", pre, e->hf);
     else
         snprintf(g->name, sizeof g->name, "%s", e->hf);
+    if (e->layer)
+        snprintf(g->gguf, sizeof g->gguf, "blk.%d.%s", l, e->gguf);
+    else
+        snprintf(g->gguf, sizeof g->gguf, "%s", e->gguf);
     g->ndim = e->d1 == PG_DIM_NONE ? 1 : 2;
     g->rows = g->ndim == 1 ? 1 : dim(o, e->d0);
     g->cols = g->ndim == 1 ? dim(o, e->d0) : dim(o, e->d1);
-    g->perm_heads = 0;
     g->layer = l;
     g->expert = e->expert ? x : 0;
     g->n_experts = e->expert ? o->experts : 0;
-    g->gguf = e->gguf;
-    /* llama.cpp's converter keeps 1-D tensors and the router (ffn_gate_inp) in F32 */
-    g->gguf_f32 = g->ndim == 1 || (e->d0 == PG_DIM_EXPERTS && !e->expert);
+    finish_entry(o, g, e->d0 == PG_DIM_EXPERTS && !e->expert);
     if (gen_arch(o)->gguf_rope_interleaved && e->layer) {
         if (!strcmp(e->hf, "self_attn.q_proj.weight")) g->perm_heads = o->heads;
         if (!strcmp(e->hf, "self_attn.k_proj.weight")) g->perm_heads = o->kv_heads;
     }
 }
 
+/* One of the MTP block's own tensors (mtp.fc, its norms): HF `hf`, GGUF
+ * blk.{layers}.<gguf>, [rows, cols] (rows 0: 1-D). */
+static void add_mtp(const pg_gen_model_options *o, gen_tensor *t, size_t *n, const char *hf,
+                    const char *gguf, int64_t rows, int64_t cols) {
+    if (!t) {
+        (*n)++;
+        return;
+    }
+    gen_tensor *g = &t[(*n)++];
+    memset(g, 0, sizeof *g);
+    snprintf(g->name, sizeof g->name, "%s", hf);
+    snprintf(g->gguf, sizeof g->gguf, "blk.%d.%s", o->layers, gguf);
+    g->ndim = rows ? 2 : 1;
+    g->rows = rows ? rows : 1;
+    g->cols = cols;
+    g->layer = o->layers;
+    finish_entry(o, g, false);
+}
+
+/* Whether table entry e belongs in layer l (l >= o->layers: an MTP block,
+ * a full-attention layer with the MLP of the architecture). */
+static bool wanted_in_layer(const pg_gen_model_options *o, const pg_arch_tensor *e, int l) {
+    bool moe = layer_moe(o, l), lin = layer_linear(o, l);
+    switch (e->req) {
+    case PG_REQ_ALWAYS:
+        return true;
+    case PG_REQ_DENSE_MLP:
+        return !moe;
+    case PG_REQ_MOE:
+        return moe;
+    case PG_REQ_MOE_SHARED:
+        return moe && o->shared_ffn > 0;
+    case PG_REQ_LINEAR_ATTN:
+        return lin;
+    case PG_REQ_FULL_ATTN:
+        return !lin;
+    case PG_REQ_UNLESS_TIED:
+        return !o->tie;
+    case PG_REQ_IF_BIAS:
+    case PG_REQ_OPTIONAL: /* gpt-oss has every bias (attention_bias true, o_proj's too) */
+        return is_gpt_oss(o);
+    default:
+        return false;
+    }
+}
+
 /* The architecture's tensors (its table in model/arch.h) that a
  * checkpoint without biases holds: every required one, the dense MLP or the
- * router and experts as the layer is (PG_REQ_DENSE_MLP / PG_REQ_MOE), and
- * lm_head unless tied. HF order: the embedding, the layers (in table order;
- * an expert entry as experts 0..E-1), then the other global tensors (final
- * norm, lm_head). Returns the count; t may be NULL. */
+ * router and experts as the layer is (PG_REQ_DENSE_MLP / PG_REQ_MOE), the
+ * attention kind of a hybrid layer, and lm_head unless tied. HF order: the
+ * embedding, the layers (in table order; an expert entry as experts
+ * 0..E-1), the other global tensors (final norm, lm_head), then the MTP
+ * blocks (Qwen3.5). Returns the count; t may be NULL. */
 static size_t plan(const pg_gen_model_options *o, gen_tensor *t) {
     size_t n = 0;
-    for (int pass = 0; pass < 3; pass++) {
-        int nl = pass == 1 ? o->layers : 1;
-        for (int l = 0; l < nl; l++) {
+    for (int pass = 0; pass < 4; pass++) {
+        if (pass == 3 && o->mtp_layers > 0) {
+            add_mtp(o, t, &n, "mtp.fc.weight", "nextn.eh_proj.weight", o->hidden, 2 * o->hidden);
+            add_mtp(o, t, &n, "mtp.norm.weight", "nextn.shared_head_norm.weight", 0, o->hidden);
+            add_mtp(o, t, &n, "mtp.pre_fc_norm_embedding.weight", "nextn.enorm.weight", 0,
+                    o->hidden);
+            add_mtp(o, t, &n, "mtp.pre_fc_norm_hidden.weight", "nextn.hnorm.weight", 0, o->hidden);
+        }
+        int l0 = pass == 3 ? o->layers : 0;
+        int nl = pass == 1 ? o->layers : pass == 3 ? o->layers + o->mtp_layers : 1;
+        for (int l = l0; l < nl; l++) {
             const pg_arch_tensor *e;
-            bool moe = pass == 1 && layer_moe(o, l);
             for (int k = 0; (e = pg_arch_tensor_at(gen_arch(o), k)) != NULL; k++) {
-                /* gpt-oss has every bias (attention_bias true, o_proj's too) */
-                bool wanted = e->req == PG_REQ_ALWAYS || (e->req == PG_REQ_DENSE_MLP && !moe) ||
-                              (e->req == PG_REQ_MOE && moe) ||
-                              (e->req == PG_REQ_UNLESS_TIED && !o->tie) ||
-                              (is_gpt_oss(o) &&
-                               (e->req == PG_REQ_IF_BIAS || e->req == PG_REQ_OPTIONAL));
                 bool embed = !e->layer && !e->linear && e->d0 == PG_DIM_VOCAB;
-                int in_pass = e->layer ? 1 : embed ? 0 : 2;
-                if (!wanted || in_pass != pass) continue;
+                int in_pass = e->layer ? (pass == 3 ? 3 : 1) : embed ? 0 : 2;
+                if (in_pass != pass || !wanted_in_layer(o, e, l)) continue;
                 for (int x = 0; x < (e->expert ? o->experts : 1); x++)
                     add(o, t, &n, l, x, e);
             }
@@ -456,6 +690,46 @@ static size_t plan(const pg_gen_model_options *o, gen_tensor *t) {
 }
 static size_t plan_count(const pg_gen_model_options *o) {
     return plan(o, NULL);
+}
+
+/* llama.cpp's tiled V-head order: GGUF element i of a [n_v_heads * hd]
+ * block holds HF element v_tiled_src(i) (HF groups the V heads by K head:
+ * head k * r + j, r = n_v / n_k; GGUF puts it at j * n_k + k). */
+static int64_t v_tiled_src(const pg_gen_model_options *o, int64_t i, int64_t hd) {
+    const int64_t nk = o->lin_k_heads, r = o->lin_v_heads / o->lin_k_heads;
+    const int64_t p = i / hd, w = i % hd, j = p / nk, k = p % nk;
+    return (k * r + j) * hd + w;
+}
+
+/* The HF row of GGUF row r of t. */
+static int64_t gguf_src_row(const pg_gen_model_options *o, const gen_tensor *t, int64_t r) {
+    const int64_t qk = 2 * (int64_t)o->lin_k_heads * o->lin_k_dim;
+    switch (t->vmap) {
+    case VM_QKV_ROWS:
+        return r < qk ? r : qk + v_tiled_src(o, r - qk, o->lin_v_dim);
+    case VM_V_ROWS:
+        return v_tiled_src(o, r, o->lin_v_dim);
+    case VM_HEAD_ROWS:
+        return v_tiled_src(o, r, 1);
+    default:
+        return t->perm_heads ? hf_row_of_gguf_row(r, head_dim(o)) : r;
+    }
+}
+
+enum { Q35_MAX_LAYERS = 512 }; /* layers + MTP layers (llama.cpp's LLAMA_MAX_LAYERS) */
+
+/* Qwen3.5's rotary dims (head_dim * partial_rotary_factor) and its
+ * interleaved M-RoPE sections: rotary_dim / 2 split in three, the larger
+ * first ([11, 11, 10] for the 64 dims of the real models, [2, 1, 1] for the
+ * tiny oracle's 8; text positions make any split plain RoPE). */
+static int q35_rotary_dim(const pg_gen_model_options *o) {
+    return (int)((float)head_dim(o) * o->partial_rotary);
+}
+static void q35_mrope_section(const pg_gen_model_options *o, int32_t sec[3]) {
+    int half = q35_rotary_dim(o) / 2, base = half / 3, rem = half % 3;
+    sec[0] = base + (rem > 0);
+    sec[1] = base + (rem > 1);
+    sec[2] = base;
 }
 
 /* ------------------------------------------------------------ conversion */
@@ -524,19 +798,41 @@ static pagoda_status gg_write(void *w, const void *d, size_t n) {
     return pg_gguf_writer_write(w, d, n);
 }
 
+/* x as the HF checkpoint stores it (rounded to hf_dtype), back in f32. */
+static float hf_round(const pg_gen_model_options *o, float x) {
+    return o->hf_dtype == PG_BF16  ? pg_bf16_to_f32(pg_f32_to_bf16(x))
+           : o->hf_dtype == PG_F16 ? pg_f16_to_f32(pg_f32_to_f16(x))
+                                   : x;
+}
+
+/* Write t's rows in dtype dt: the HF layout, or (gguf) the GGUF one (Llama's
+ * Q/K row permutation, Qwen3.5's tiled V heads and value transforms). `tmp`
+ * holds a row (column reorders). */
 static pagoda_status stream_tensor(const pg_gen_model_options *o, const gen_tensor *t, pg_dtype dt,
-                                   bool gguf, float *row, void *buf, write_fn wf, void *w) {
+                                   bool gguf, float *row, float *tmp, void *buf, write_fn wf,
+                                   void *w) {
+    const bool cols_perm = gguf && (t->vmap == VM_V_COLS || t->vmap == VM_HEAD_COLS);
     for (int64_t r = 0; r < t->rows; r++) {
-        int64_t hr = (gguf && t->perm_heads) ? hf_row_of_gguf_row(r, head_dim(o)) : r;
-        pg_gen_model_row(o, t->name, hr, t->cols, row);
+        pg_gen_model_row(o, t->name, gguf ? gguf_src_row(o, t, r) : r, t->cols,
+                         cols_perm ? tmp : row);
+        if (cols_perm)
+            for (int64_t c = 0; c < t->cols; c++)
+                row[c] = tmp[v_tiled_src(o, c, t->vmap == VM_V_COLS ? o->lin_v_dim : 1)];
         /* GGUF keeps 1-D tensors (and the MoE router) in F32: the exact
          * upcast of the checkpoint's values, as llama.cpp's converter stores
-         * a BF16/F16 model's norms */
-        if (gguf && t->gguf_f32 && dt == PG_F32)
+         * a BF16/F16 model's norms. Qwen3.5: every GGUF value is made from
+         * the checkpoint's (then 1 + w, -exp(A_log) in f32, as the
+         * converter computes them after its upcast). */
+        if (gguf && ((t->gguf_f32 && dt == PG_F32) || is_q35(o)))
             for (int64_t i = 0; i < t->cols; i++)
-                row[i] = o->hf_dtype == PG_BF16  ? pg_bf16_to_f32(pg_f32_to_bf16(row[i]))
-                         : o->hf_dtype == PG_F16 ? pg_f16_to_f32(pg_f32_to_f16(row[i]))
-                                                 : row[i];
+                row[i] = hf_round(o, row[i]);
+        /* (an F16 checkpoint is not upcast first: torch computes in f16) */
+        if (gguf && t->tx == TX_ONE_PLUS)
+            for (int64_t i = 0; i < t->cols; i++)
+                row[i] = o->hf_dtype == PG_F16 ? hf_round(o, 1.0f + row[i]) : 1.0f + row[i];
+        else if (gguf && t->tx == TX_NEG_EXP)
+            for (int64_t i = 0; i < t->cols; i++)
+                row[i] = o->hf_dtype == PG_F16 ? hf_round(o, -expf(row[i])) : -expf(row[i]);
         size_t nb = convert(dt, row, buf, t->cols);
         pagoda_status s = wf(w, buf, nb);
         if (s) return s;
@@ -601,8 +897,81 @@ static const char *ct_config(const pg_gen_model_options *o) {
     return buf;
 }
 
+/* config.json of Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration
+ * as published (the text model's fields in "text_config"; no vision_config:
+ * no vision tower is written). Returns malloc'd text or NULL. */
+static char *q35_config(const pg_gen_model_options *o) {
+    const pg_arch *a = gen_arch(o);
+    const bool moe = is_moe(o);
+    size_t cap = 8192 + (size_t)o->layers * 32;
+    char *js = malloc(cap);
+    if (!js) return NULL;
+    size_t k = 0;
+#define OUT(...) (k += (size_t)snprintf(js + k, cap - k, __VA_ARGS__))
+    char bos[24] = "null";
+    if (o->bos_token_id >= 0) snprintf(bos, sizeof bos, "%d", o->bos_token_id);
+    OUT("{\n  \"architectures\": [\n    \"%s\"\n  ],\n  \"model_type\": \"%s\",\n"
+        "  \"text_config\": {\n",
+        a->hf_architectures[0], a->hf_model_types[0]);
+    OUT("    \"attention_bias\": false,\n    \"attention_dropout\": 0.0,\n"
+        "    \"attn_output_gate\": true,\n    \"bos_token_id\": %s,\n"
+        "    \"dtype\": \"%s\",\n    \"eos_token_id\": %d,\n"
+        "    \"full_attention_interval\": %d,\n    \"head_dim\": %d,\n"
+        "    \"hidden_act\": \"silu\",\n    \"hidden_size\": %d,\n"
+        "    \"initializer_range\": %g,\n",
+        bos, torch_dtype_name(o->hf_dtype), o->eos_token_id, o->full_attn_interval, head_dim(o),
+        o->hidden, o->init_std);
+    if (o->ffn > 0) OUT("    \"intermediate_size\": %d,\n", o->ffn);
+    OUT("    \"layer_types\": [\n");
+    for (int l = 0; l < o->layers; l++)
+        OUT("      \"%s\"%s\n", layer_linear(o, l) ? "linear_attention" : "full_attention",
+            l + 1 < o->layers ? "," : "");
+    OUT("    ],\n    \"linear_conv_kernel_dim\": %d,\n    \"linear_key_head_dim\": %d,\n"
+        "    \"linear_num_key_heads\": %d,\n    \"linear_num_value_heads\": %d,\n"
+        "    \"linear_value_head_dim\": %d,\n    \"mamba_ssm_dtype\": \"float32\",\n"
+        "    \"max_position_embeddings\": %d,\n",
+        o->conv_kernel, o->lin_k_dim, o->lin_k_heads, o->lin_v_heads, o->lin_v_dim,
+        o->max_position);
+    if (moe) OUT("    \"moe_intermediate_size\": %d,\n", o->moe_ffn);
+    OUT("    \"model_type\": \"%s\",\n    \"mtp_num_hidden_layers\": %d,\n"
+        "    \"mtp_use_dedicated_embeddings\": false,\n    \"num_attention_heads\": %d,\n",
+        a->hf_model_types[1], o->mtp_layers, o->heads);
+    if (moe)
+        OUT("    \"num_experts\": %d,\n    \"num_experts_per_tok\": %d,\n", o->experts,
+            o->experts_per_tok);
+    OUT("    \"num_hidden_layers\": %d,\n    \"num_key_value_heads\": %d,\n", o->layers,
+        o->kv_heads);
+    if (moe) OUT("    \"output_router_logits\": false,\n");
+    int32_t sec[3];
+    q35_mrope_section(o, sec);
+    OUT("    \"pad_token_id\": null,\n    \"rms_norm_eps\": %g,\n"
+        "    \"rope_parameters\": {\n      \"mrope_interleaved\": true,\n"
+        "      \"mrope_section\": [\n        %d,\n        %d,\n        %d\n      ],\n"
+        "      \"partial_rotary_factor\": %g,\n      \"rope_theta\": %.9g,\n"
+        "      \"rope_type\": \"default\"\n    },\n",
+        o->rms_eps, sec[0], sec[1], sec[2], (double)o->partial_rotary, (double)o->rope_theta);
+    if (moe)
+        OUT("    \"router_aux_loss_coef\": 0.001,\n    \"shared_expert_intermediate_size\": %d,\n",
+            o->shared_ffn);
+    OUT("    \"tie_word_embeddings\": %s,\n    \"use_cache\": true,\n    \"vocab_size\": %d\n"
+        "  },\n  \"tie_word_embeddings\": %s,\n  \"transformers_version\": \"4.57.0.dev0\"\n}\n",
+        o->tie ? "true" : "false", o->vocab, o->tie ? "true" : "false");
+#undef OUT
+    return js;
+}
+
 static pagoda_status write_hf_json(const pg_gen_model_options *o) {
     char path[PATH_MAX], js[4096], rs[512] = "null";
+    pagoda_status s;
+    if (is_q35(o)) {
+        char *cfg = q35_config(o);
+        if (!cfg) return pg_error(PAGODA_ERR_NOMEM, "out of memory");
+        snprintf(path, sizeof path, "%s/config.json", o->hf_dir);
+        s = write_text(path, cfg);
+        free(cfg);
+        if (s) return s;
+        goto generation;
+    }
     if (o->rope_scaling == PG_ROPE_SCALING_LLAMA3)
         snprintf(rs, sizeof rs,
                  "{\"factor\": %g, \"low_freq_factor\": %g, \"high_freq_factor\": %g, "
@@ -660,12 +1029,16 @@ static pagoda_status write_hf_json(const pg_gen_model_options *o) {
         o->tie ? "true" : "false", is_gpt_oss(o) ? "true" : "false", extra, o->init_std, o->bos_token_id, o->eos_token_id,
         ct_config(o), torch_dtype_name(o->hf_dtype));
     snprintf(path, sizeof path, "%s/config.json", o->hf_dir);
-    pagoda_status s = write_text(path, js);
+    s = write_text(path, js);
     if (s) return s;
+generation:;
+    char bos[40] = "";
+    if (o->bos_token_id >= 0)
+        snprintf(bos, sizeof bos, "  \"bos_token_id\": %d,\n", o->bos_token_id);
     snprintf(js, sizeof js,
-             "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"do_sample\": true,\n"
+             "{\n%s  \"eos_token_id\": %d,\n  \"do_sample\": true,\n"
              "  \"temperature\": 0.6,\n  \"top_p\": 0.9\n}\n",
-             o->bos_token_id, o->eos_token_id);
+             bos, o->eos_token_id);
     snprintf(path, sizeof path, "%s/generation_config.json", o->hf_dir);
     s = write_text(path, js);
     if (s || !o->tokenizer_dir) return s;
@@ -777,7 +1150,7 @@ static pagoda_status write_hf_ct(const pg_gen_model_options *o, const gen_tensor
     uint16_t *scl = NULL;
     for (size_t j = 0; j < nt && !s; j++) {
         if (!ct_linear(o, &t[j])) {
-            s = stream_tensor(o, &t[j], o->hf_dtype, false, row, buf, st_write, w);
+            s = stream_tensor(o, &t[j], o->hf_dtype, false, row, NULL, buf, st_write, w);
             continue;
         }
         const int64_t N = t[j].rows, K = t[j].cols;
@@ -871,16 +1244,15 @@ static pagoda_status write_hf(const pg_gen_model_options *o, const gen_tensor *t
         s = pg_safetensors_writer_create(&w);
         if (s) break;
         for (size_t j = first[k]; j < first[k + 1] && !s; j++) {
-            int64_t shape[2] = {t[j].ndim == 2 ? t[j].rows : t[j].cols, t[j].cols};
-            s = pg_safetensors_writer_add(w, t[j].name, o->hf_dtype, t[j].ndim, shape);
-            names[j] = t[j].name;
+            s = pg_safetensors_writer_add(w, t[j].hf, o->hf_dtype, t[j].hf_ndim, t[j].hf_shape);
+            names[j] = t[j].hf;
             files[j] = fnames[k];
         }
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", o->hf_dir, fnames[k]);
         if (!s) s = pg_safetensors_writer_begin(w, path);
         for (size_t j = first[k]; j < first[k + 1] && !s; j++)
-            s = stream_tensor(o, &t[j], o->hf_dtype, false, row, buf, st_write, w);
+            s = stream_tensor(o, &t[j], o->hf_dtype, false, row, NULL, buf, st_write, w);
         if (!s) s = pg_safetensors_writer_finish(w);
         pg_safetensors_writer_free(w);
     }
@@ -936,7 +1308,8 @@ static pagoda_status synth_vocab(const pg_gen_model_options *o, pg_gguf_writer *
         pg_gguf_writer_set_array(w, "tokenizer.ggml.scores", PG_GGUF_F32, score, n);
         pg_gguf_writer_set_array(w, "tokenizer.ggml.token_type", PG_GGUF_I32, type, n);
         pg_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-        pg_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)o->bos_token_id);
+        if (o->bos_token_id >= 0)
+            pg_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)o->bos_token_id);
         pg_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)o->eos_token_id);
     }
     for (size_t i = 0; i < n; i++)
@@ -984,8 +1357,58 @@ static uint32_t file_type(pg_dtype t) {
     }
 }
 
+/* The "qwen35." / "qwen35moe." keys Qwen3_5TextModel / Qwen3_5MoeTextModel
+ * (Qwen3NextModel, Qwen2MoeModel, _QwenMtpMixin, TextModel) write. */
+static void q35_gguf_keys(const pg_gen_model_options *o, pg_gguf_writer *w) {
+    const pg_arch *a = gen_arch(o);
+    const int L = o->layers, LA = o->layers + o->mtp_layers, hd = head_dim(o);
+    char k[96];
+#define KEY(key) (snprintf(k, sizeof k, "%s." key, a->gguf_name), k)
+    pg_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)LA);
+    pg_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)o->max_position);
+    pg_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)o->hidden);
+    if (o->ffn > 0) /* none for the MoE: its config has no intermediate_size */
+        pg_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)o->ffn);
+    pg_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)o->heads);
+    pg_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads);
+    int32_t sec[4] = {0, 0, 0, 0};
+    q35_mrope_section(o, sec);
+    pg_gguf_writer_set_array(w, KEY("rope.dimension_sections"), PG_GGUF_I32, sec, 4);
+    pg_gguf_writer_set_f32(w, KEY("rope.freq_base"), o->rope_theta);
+    pg_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), o->rms_eps);
+    if (is_moe(o)) {
+        pg_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)o->experts);
+        pg_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)o->experts_per_tok);
+    }
+    pg_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
+    pg_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)hd);
+    if (is_moe(o)) {
+        pg_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)o->moe_ffn);
+        pg_gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"),
+                               (uint32_t)o->shared_ffn);
+    }
+    if (o->mtp_layers > 0)
+        pg_gguf_writer_set_u32(w, KEY("nextn_predict_layers"), (uint32_t)o->mtp_layers);
+    pg_gguf_writer_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)o->conv_kernel);
+    pg_gguf_writer_set_u32(w, KEY("ssm.state_size"), (uint32_t)o->lin_k_dim);
+    pg_gguf_writer_set_u32(w, KEY("ssm.group_count"), (uint32_t)o->lin_k_heads);
+    pg_gguf_writer_set_u32(w, KEY("ssm.time_step_rank"), (uint32_t)o->lin_v_heads);
+    pg_gguf_writer_set_u32(w, KEY("ssm.inner_size"), (uint32_t)(o->lin_v_dim * o->lin_v_heads));
+    uint8_t rec[Q35_MAX_LAYERS] = {0}; /* the MTP blocks: not recurrent */
+    for (int l = 0; l < L; l++)
+        rec[l] = layer_linear(o, l);
+    pg_gguf_writer_set_array(w, KEY("attention.recurrent_layers"), PG_GGUF_BOOL, rec, (size_t)LA);
+    pg_gguf_writer_set_u32(w, KEY("full_attention_interval"), (uint32_t)o->full_attn_interval);
+    pg_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)q35_rotary_dim(o));
+#undef KEY
+    pg_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    /* the converter's copy of generation_config.json's sampling fields */
+    pg_gguf_writer_set_f32(w, "general.sampling.temp", 0.6f);
+    pg_gguf_writer_set_f32(w, "general.sampling.top_p", 0.9f);
+}
+
 static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor *t, size_t nt,
-                                float *row, void *buf) {
+                                float *row, float *tmp, void *buf) {
     pg_dtype wd = o->gguf_dtype;
     if (wd != PG_F32 && wd != PG_F16 && wd != PG_BF16 && wd != PG_Q8_0 && wd != PG_Q4_0)
         return pg_error(PAGODA_ERR_INVALID_ARG,
@@ -1002,12 +1425,15 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     pg_gguf_writer_set_str(w, "general.architecture", a->gguf_name);
     pg_gguf_writer_set_str(w, "general.name", name);
     pg_gguf_writer_set_u32(w, "general.file_type", file_type(wd));
-    if (wd == PG_Q8_0 || wd == PG_Q4_0)
+    if (is_q35(o))
+        q35_gguf_keys(o, w);
+    else if (wd == PG_Q8_0 || wd == PG_Q4_0)
         pg_gguf_writer_set_u32(w, "general.quantization_version", 2);
         /* The "<arch>." keys convert_hf_to_gguf.py writes: TextModel's common
          * ones (Qwen3Model adds none; Qwen3MoeModel the expert ones), plus
          * vocab_size and rope.dimension_count for Llama (LlamaModel). */
 #define KEY(key) (snprintf(k, sizeof k, "%s." key, a->gguf_name), k)
+    if (is_q35(o)) goto keys_done;
     if (llama) pg_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)o->vocab);
     pg_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)o->max_position);
     pg_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)o->hidden);
@@ -1035,6 +1461,7 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
         pg_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_fast"), 32.0f);
         pg_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_slow"), 1.0f);
     }
+keys_done:
 #undef KEY
     bool llama3 = o->rope_scaling == PG_ROPE_SCALING_LLAMA3;
     /* Llama-3 RoPE scaling is written the way llama.cpp's converter writes it:
@@ -1058,16 +1485,11 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
             d = PG_F16;
         types[i] = d;
         if (t[i].n_experts && t[i].expert) continue; /* part of expert 0's 3-D tensor */
-        char gname[128];
         int64_t ne[3] = {t[i].cols, t[i].rows, t[i].n_experts};
+        int nd = t[i].n_experts ? t[i].ndim + 1 : t[i].gguf_2d ? 2 : t[i].ndim;
         if (t[i].n_experts && t[i].ndim == 1) /* a per-expert vector: [cols, experts] */
             ne[1] = t[i].n_experts;
-        if (t[i].n_experts)
-            snprintf(gname, sizeof gname, "blk.%d.%s", t[i].layer, t[i].gguf);
-        else
-            pg_arch_hf_to_gguf(a, t[i].name, gname, sizeof gname);
-        s = pg_gguf_writer_add_tensor(w, gname, pg_dtype_to_ggml_type(d),
-                                      t[i].n_experts ? t[i].ndim + 1 : t[i].ndim, ne);
+        s = pg_gguf_writer_add_tensor(w, t[i].gguf, pg_dtype_to_ggml_type(d), nd, ne);
     }
     if (!s && llama3) {
         int64_t ne[1] = {hd / 2};
@@ -1075,7 +1497,7 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     }
     if (!s) s = pg_gguf_writer_begin(w, o->gguf_path);
     for (size_t i = 0; i < nt && !s; i++)
-        s = stream_tensor(o, &t[i], types[i], true, row, buf, gg_write, w);
+        s = stream_tensor(o, &t[i], types[i], true, row, tmp, buf, gg_write, w);
     if (!s && llama3) {
         pg_llama3_rope_factors(o, row);
         s = pg_gguf_writer_write(w, row, (size_t)(hd / 2) * 4);
@@ -1088,17 +1510,53 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
 
 /* ------------------------------------------------------------ entry */
 
+/* The Qwen3.5 fields: consistent for qwen3_5 / qwen3_5_moe, unset for the others. */
+static pagoda_status check_q35(const pg_gen_model_options *o) {
+    if (!is_q35(o)) {
+        if (o->lin_k_heads || o->lin_v_heads || o->lin_k_dim || o->lin_v_dim || o->conv_kernel ||
+            o->full_attn_interval || o->mtp_layers || o->shared_ffn)
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "linear-attention / MTP / shared-expert options are for qwen3_5 / "
+                            "qwen3_5_moe, not %s",
+                            gen_arch(o)->name);
+        return PAGODA_OK;
+    }
+    const int rot = q35_rotary_dim(o);
+    if (o->lin_k_heads < 1 || o->lin_v_heads < 1 || o->lin_v_heads % o->lin_k_heads ||
+        o->lin_k_dim < 1 || o->lin_v_dim < 1 || o->conv_kernel < 1 || o->conv_kernel > 64 ||
+        o->full_attn_interval < 1 || o->mtp_layers < 0 ||
+        o->layers + o->mtp_layers > Q35_MAX_LAYERS || rot < 2 || rot % 2 || rot > head_dim(o) ||
+        o->shared_ffn < 0 || (is_moe(o) ? o->ffn < 0 : o->ffn < 1))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "%s: linear key heads %d, value heads %d (a multiple), key dim %d, value "
+                        "dim %d, conv kernel %d (1..64), full_attention_interval %d, mtp layers "
+                        "%d, rotary dims %d (head_dim %d * %g: even, >= 2), shared ffn %d, ffn %d",
+                        gen_arch(o)->name, o->lin_k_heads, o->lin_v_heads, o->lin_k_dim,
+                        o->lin_v_dim, o->conv_kernel, o->full_attn_interval, o->mtp_layers, rot,
+                        head_dim(o), (double)o->partial_rotary, o->shared_ffn, o->ffn);
+    if (o->ct_bits || o->from)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "%s: no compressed-tensors output or --from",
+                        gen_arch(o)->name);
+    if (o->rope_scaling != PG_ROPE_SCALING_NONE)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "%s: no rope scaling", gen_arch(o)->name);
+    return PAGODA_OK;
+}
+
 pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
-    if (o->hidden < 1 || o->layers < 1 || o->heads < 1 || o->kv_heads < 1 || o->ffn < 1 ||
-        o->vocab < 1 || o->heads % o->kv_heads || (!o->head_dim && o->hidden % o->heads) ||
-        head_dim(o) % 2 || o->max_position < 1)
+    pagoda_status qs = check_q35(o);
+    if (qs) return qs;
+    if (o->hidden < 1 || o->layers < 1 || o->heads < 1 || o->kv_heads < 1 ||
+        (o->ffn < 1 && gen_arch(o) != &pg_arch_qwen3_5_moe) || o->vocab < 1 ||
+        o->heads % o->kv_heads || (!o->head_dim && o->hidden % o->heads) || head_dim(o) % 2 ||
+        o->max_position < 1)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "inconsistent model shape (hidden %d, layers %d, heads %d, kv heads %d, "
                         "head_dim %d, ffn %d, vocab %d)",
                         o->hidden, o->layers, o->heads, o->kv_heads, head_dim(o), o->ffn, o->vocab);
-    if (gen_arch(o) != &pg_arch_llama && gen_arch(o) != &pg_arch_qwen3 && !is_moe(o))
+    if (gen_arch(o) != &pg_arch_llama && gen_arch(o) != &pg_arch_qwen3 && !is_moe(o) && !is_q35(o))
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "architecture %s: only llama, qwen3, qwen3_moe and gpt_oss are written",
+                        "architecture %s: only llama, qwen3, qwen3_moe, gpt_oss, qwen3_5 and "
+                        "qwen3_5_moe are written",
                         gen_arch(o)->name);
     if (is_gpt_oss(o) && (o->ct_bits || o->from || o->sliding_window < 1 ||
                           o->rope_scaling != PG_ROPE_SCALING_YARN || !(o->rope_factor > 0) ||
@@ -1114,7 +1572,8 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
                         o->experts, o->experts_per_tok, o->moe_ffn);
     if (!is_moe(o) && (o->experts || o->experts_per_tok || o->moe_ffn))
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "experts / experts per token / moe_ffn are for qwen3_moe / gpt_oss, not %s",
+                        "experts / experts per token / moe_ffn are for qwen3_moe / gpt_oss / "
+                        "qwen3_5_moe, not %s",
                         gen_arch(o)->name);
     if (is_moe(o) && o->ct_bits)
         return pg_error(PAGODA_ERR_INVALID_ARG,
@@ -1132,21 +1591,21 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
         return pg_error(PAGODA_ERR_INVALID_ARG, "no output (HF directory or GGUF path)");
     size_t nt = plan_count(o);
     gen_tensor *t = calloc(nt, sizeof *t);
-    int64_t maxc = o->hidden;
-    if (o->ffn > maxc) maxc = o->ffn;
-    if (is_moe(o) && o->moe_ffn > maxc) maxc = o->moe_ffn;
-    if ((int64_t)o->heads * head_dim(o) > maxc) maxc = (int64_t)o->heads * head_dim(o);
-    if (head_dim(o) > maxc) maxc = head_dim(o);
-    float *row = malloc((size_t)maxc * sizeof(float));
+    if (!t) return pg_error(PAGODA_ERR_NOMEM, "out of memory");
+    nt = plan(o, t);
+    int64_t maxc = head_dim(o);
+    for (size_t i = 0; i < nt; i++)
+        if (t[i].cols > maxc) maxc = t[i].cols;
+    float *row = malloc((size_t)maxc * sizeof(float)), *tmp = malloc((size_t)maxc * sizeof(float));
     void *buf = malloc((size_t)maxc * sizeof(float));
     pagoda_status s = PAGODA_OK;
-    if (!t || !row || !buf) {
+    if (!row || !tmp || !buf) {
         free(t);
         free(row);
+        free(tmp);
         free(buf);
         return pg_error(PAGODA_ERR_NOMEM, "out of memory");
     }
-    nt = plan(o, t);
     for (size_t i = 0; i < nt && o->from && !s; i++) {
         const pg_tensor *f = pg_model_source_tensor(o->from, t[i].name);
         if (!f || f->ndim != t[i].ndim || (t[i].ndim == 2 && f->shape[0] != t[i].rows) ||
@@ -1157,9 +1616,10 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
                          pg_model_source_path(o->from), t[i].name);
     }
     if (!s && o->hf_dir) s = write_hf(o, t, nt, row, buf);
-    if (!s && o->gguf_path) s = write_gguf(o, t, nt, row, buf);
+    if (!s && o->gguf_path) s = write_gguf(o, t, nt, row, tmp, buf);
     free(t);
     free(row);
+    free(tmp);
     free(buf);
     return s;
 }

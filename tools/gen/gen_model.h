@@ -14,7 +14,29 @@
  * (the exact upcast of the HF value), and each layer's experts are stacked
  * into the 3-D blk.N.ffn_{gate,up,down}_exps.weight, ne [cols, rows,
  * experts], expert e's rows contiguous and equal to the rows of HF expert
- * e).
+ * e). Qwen3.5 (Qwen3_5ForConditionalGeneration, GGUF "qwen35") and
+ * Qwen3.5-MoE (Qwen3_5MoeForConditionalGeneration, GGUF "qwen35moe"): the
+ * hybrid of Gated DeltaNet and gated full-attention layers (every
+ * full_attn_interval-th layer full), written as the published checkpoints
+ * are laid out: the text fields nested in "text_config", tensors under
+ * "model.language_model.", RMSNorm weights stored zero-centred (the model
+ * scales by 1 + w; linear_attn.norm is around 1), linear_attn.A_log,
+ * conv1d [C, 1, K], q_proj [2 * heads * head_dim, hidden] (per head query
+ * rows then gate rows), the MTP block ("mtp.*", mtp_layers of them); the
+ * MoE form adds mlp.gate, per-expert mlp.experts.{e}.*, the shared expert
+ * and mlp.shared_expert_gate [1, hidden] (the published MoE checkpoints
+ * store the experts fused, 3-D mlp.experts.gate_up_proj / down_proj: not
+ * written). The GGUF form is what convert_hf_to_gguf.py writes from it:
+ * norms as (1 + w) (not ssm_norm), ssm_a = -exp(A_log), ssm_conv1d [C, K],
+ * the V heads reordered from grouped-by-K-head to tiled order (V rows of
+ * attn_qkv, attn_gate, ssm_alpha / ssm_beta, ssm_a, ssm_dt.bias, the V
+ * channels of ssm_conv1d, the columns of ssm_out), ffn_gate_inp_shexp
+ * 2-D [hidden, 1], norms / ssm_a / ssm_dt / ssm_conv1d / the routers F32,
+ * the MTP block as blk.{layers}.* with its nextn.* tensors, and the
+ * qwen35 keys (ssm.*, attention.recurrent_layers, full_attention_interval,
+ * rope.dimension_count / dimension_sections, nextn_predict_layers, the
+ * expert keys). Every tensor of the GGUF form is the HF form's value
+ * rounded to the HF dtype, transformed, then converted.
  *
  * Test and tool code, not part of the pagoda library: built as the static
  * library pagoda_gen (tools/gen/) for tools/gen_model (build/gen_model) and
@@ -50,6 +72,18 @@ typedef struct pg_gen_model_options {
      * true, what llama.cpp's qwen3moe always does), so `ffn`
      * (intermediate_size) is only written to the config. */
     int experts, experts_per_tok, moe_ffn;
+    /* qwen3_5 / qwen3_5_moe only (0 for the others): the Gated DeltaNet
+     * shape (linear_num_key_heads, linear_num_value_heads a multiple of it,
+     * linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim),
+     * full_attention_interval (layer l is full attention when (l + 1) %
+     * interval == 0, else linear), partial_rotary_factor (head_dim * it
+     * rotates: even), mtp_layers (mtp_num_hidden_layers: MTP blocks written,
+     * not run), shared_ffn (MoE: shared_expert_intermediate_size, 0 = no
+     * shared expert). For qwen3_5_moe, ffn 0 writes no intermediate_size /
+     * feed_forward_length, as the published config and its GGUF. */
+    int lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel;
+    int full_attn_interval, mtp_layers, shared_ffn;
+    float partial_rotary;
     /* gpt_oss only: sliding_window of the even layers (odd ones attend
      * fully, GptOssConfig's default layer_types); YaRN in rope_* below. */
     int sliding_window;
@@ -102,10 +136,15 @@ typedef struct pg_gen_model_options {
 /* A tiny default: Llama, hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512,
  * F32, seed 1, theta 10000, eps 1e-5, std 0.02, tied, bos 1, eos 2. */
 void pg_gen_model_defaults(pg_gen_model_options *o);
-/* Set the architecture by registry name, "llama", "qwen3" or "qwen3_moe",
- * with its defaults: llama theta 10000, eps 1e-5; qwen3 and qwen3_moe
- * theta 1e6, eps 1e-6 (as Qwen3's configs); qwen3_moe also 8 experts,
- * top-2, moe_ffn 64 where those are still 0 (the others set them to 0).
+/* Set the architecture by registry name, "llama", "qwen3", "qwen3_moe",
+ * "gpt_oss", "qwen3_5" or "qwen3_5_moe", with its defaults: llama theta
+ * 10000, eps 1e-5; qwen3 and qwen3_moe theta 1e6, eps 1e-6 (as Qwen3's
+ * configs); qwen3_moe also 8 experts, top-2, moe_ffn 64 where those are
+ * still 0 (the others set them to 0); qwen3_5 / qwen3_5_moe theta 1e7, eps
+ * 1e-6, and where still 0: linear heads 2 / 4 of 16 / 16 dims, conv kernel
+ * 4, full_attn_interval 4, partial_rotary 0.25, mtp_layers 1 (as the
+ * published checkpoints; the others set these to 0), bos none (-1), and
+ * for qwen3_5_moe 8 experts, top-2, moe_ffn 64, shared_ffn 64, ffn 0.
  * Errors: PAGODA_ERR_INVALID_ARG (another name). */
 pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name);
 /* Apply a named preset (and its architecture):
@@ -119,7 +158,17 @@ pagoda_status pg_gen_model_set_arch(pg_gen_model_options *o, const char *name);
  *   "qwen3-30b-a3b": qwen3_moe, hidden 2048, 48 layers, 32/4 heads,
  *     head_dim 128, ffn 6144 (unused: every layer is MoE), 128 experts,
  *     top-8, moe_ffn 768, vocab 151936, max_position 40960, untied, BF16,
- *     bos 151643, eos 151645 (Qwen/Qwen3-30B-A3B's config).
+ *     bos 151643, eos 151645 (Qwen/Qwen3-30B-A3B's config);
+ *   "gpt-oss-20b": openai/gpt-oss-20b's config;
+ *   "qwen3.5-9b": qwen3_5, hidden 4096, 32 layers (every 4th full
+ *     attention), 16/4 heads, head_dim 256 (partial rotary 0.25: 64 dims),
+ *     ffn 12288, Gated DeltaNet 16 key / 32 value heads of 128, conv 4,
+ *     vocab 248320, max_position 262144, theta 1e7, untied, 1 MTP layer,
+ *     no bos, eos 248044, BF16 (Qwen/Qwen3.5-9B);
+ *   "qwen3.5-35b-a3b": qwen3_5_moe, hidden 2048, 40 layers, 16/2 heads,
+ *     head_dim 256, no dense ffn, 256 experts, top-8, moe_ffn 512, shared
+ *     expert 512, Gated DeltaNet as qwen3.5-9b, vocab 248320, untied, 1 MTP
+ *     layer, BF16 (Qwen/Qwen3.5-35B-A3B).
  * Errors: PAGODA_ERR_INVALID_ARG for an unknown name. */
 pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name);
 /* Architecture, shape, RoPE, eps and token ids of `src` into o, and
@@ -138,7 +187,9 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o);
 
 /* Row `row` (HF layout) of tensor `hf_name` with `ncols` columns, as f32
  * before any dtype conversion (with ct_dense: after quantize-dequantize).
- * 1-D tensors are one row. */
+ * 1-D tensors are one row. hf_name is the canonical name (pg_model_source's,
+ * "model.layers.N...."): for qwen3_5 the value is the HF checkpoint's
+ * (zero-centred norms; "linear_attn.ssm_a" gives A_log; conv1d as [C, K]). */
 void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_t row,
                       int64_t ncols, float *out);
 
