@@ -21,6 +21,7 @@ import random
 import statistics
 import sys
 import time
+import urllib.error
 import urllib.request
 
 WORDS = ("the a of and to in is was he she it they said one two time day way little big "
@@ -40,7 +41,11 @@ def stream_completion(url, model, prompt, max_tokens, timeout):
     t0 = time.perf_counter()
     ttft = None
     text = []
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+    try:
+        r = urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        sys.exit("request failed: HTTP %d: %s" % (e.code, e.read().decode("utf-8", "replace")))
+    with r:
         for raw in r:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):
@@ -67,6 +72,8 @@ def main():
     ap.add_argument("--conversations", type=int, default=4)
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--user-words", type=int, default=80, help="words per user message")
+    ap.add_argument("--system-words", type=int, default=0,
+                    help="words of a system prompt each conversation starts with (its own text)")
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1200)
@@ -80,6 +87,8 @@ def main():
     per_turn = [[] for _ in range(a.turns)]
     for c in range(a.conversations):
         prompt = "Conversation %d.\n" % c
+        if a.system_words:
+            prompt += "System: " + user_text(rng, a.system_words) + "\n"
         for t in range(a.turns):
             prompt += "User: " + user_text(rng, a.user_words) + "\nAssistant:"
             ttft, total, text = stream_completion(a.url, a.model, prompt, a.output_tokens,
@@ -95,6 +104,7 @@ def main():
         "conversations": a.conversations,
         "turns": a.turns,
         "user_words": a.user_words,
+        "system_words": a.system_words,
         "output_tokens": a.output_tokens,
         "ttft_ms_median_per_turn": [statistics.median(t) * 1e3 for t in per_turn],
         "ttft_ms_median_turn1": statistics.median(per_turn[0]) * 1e3,

@@ -366,6 +366,57 @@ static void test_stories_reference_f32_as_bfloat16(void **state) {
 }
 
 /* float16 (and its alias half) runs the bfloat16 path: same ids as bfloat16. */
+/* A prompt with more token ids than bytes + 16: the generator's GGUF
+ * vocabulary has byte tokens but no U+2581, so SentencePiece's byte fallback
+ * turns every space into 3 ids. Regression: the engine and pagoda_tokenize
+ * sized their id buffer from the byte count and read past it (the server
+ * answered 400 "prompt token 1174681600 ... outside the vocab"). */
+static void test_prompt_with_more_ids_than_bytes(void **state) {
+    (void)state;
+    char gguf[4300];
+    snprintf(gguf, sizeof gguf, "%s/bytevocab.gguf", pg_test_tmpdir());
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    o.head_dim = 16;
+    o.max_position = 4096;
+    o.gguf_path = gguf;
+    if (pg_gen_model_write(&o) != PAGODA_OK) fail_msg("gen_model: %s", pg_last_error());
+    pagoda_engine_options eo;
+    pagoda_engine_options_default(&eo);
+    eo.kv_cache_memory = 16u << 20;
+    pagoda_engine *e;
+    if (pagoda_engine_create(gguf, &eo, &e) != PAGODA_OK) fail_msg("%s", pagoda_last_error());
+    static char text[1201]; /* 600 letters and 600 spaces: ~2400 ids */
+    for (int i = 0; i < 1200; i++)
+        text[i] = i % 2 ? ' ' : (char)('a' + i % 26);
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(pagoda_tokenize(e, text, 1200, true, &ids, &n), PAGODA_OK); /* + BOS */
+    assert_true(n > 1200 + 16);
+    for (size_t i = 0; i < n; i++)
+        assert_true(ids[i] >= 0 && ids[i] < pagoda_engine_vocab_size(e));
+    pagoda_request r;
+    pagoda_request_defaults(e, &r);
+    r.prompt = text;
+    r.sampling.max_tokens = 2;
+    r.sampling.temperature = 0;
+    uint64_t id;
+    if (pagoda_engine_add_request(e, &r, &id, NULL) != PAGODA_OK)
+        fail_msg("add_request: %s", pagoda_last_error());
+    size_t k = 0, prompt_n = 0;
+    while (pagoda_engine_has_unfinished(e)) {
+        assert_int_equal(pagoda_engine_step(e, &k), PAGODA_OK);
+        const pagoda_output *out = pagoda_engine_outputs(e, &k);
+        for (size_t j = 0; j < k; j++) {
+            assert_int_not_equal(out[j].finish_reason, PAGODA_FINISH_ERROR);
+            if (out[j].n_prompt_tokens) prompt_n = (size_t)out[j].n_prompt_tokens;
+        }
+    }
+    assert_int_equal(prompt_n, n);
+    free(ids);
+    pagoda_engine_free(e);
+}
+
 static void test_float16_runs_as_bfloat16(void **state) {
     (void)state;
     char model[4200];
@@ -983,6 +1034,7 @@ int main(void) {
         cmocka_unit_test(test_stories_reference_bf16_as_float32),
         cmocka_unit_test(test_stories_reference_f32_as_bfloat16),
         cmocka_unit_test(test_float16_runs_as_bfloat16),
+        cmocka_unit_test(test_prompt_with_more_ids_than_bytes),
         cmocka_unit_test(test_bad_dtype_is_rejected),
         cmocka_unit_test(test_batch_invariance_f32),
         cmocka_unit_test(test_batch_invariance_bf16),

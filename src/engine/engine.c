@@ -524,6 +524,19 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
         if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens, r->prompt, cap,
                                       &n)) != PAGODA_OK)
             goto fail;
+        if (n > cap) { /* more ids than bytes + 16 (byte fallback): the full count, again */
+            int32_t *bigger = realloc(r->prompt, n * sizeof(int32_t));
+            if (!bigger) goto nomem;
+            r->prompt = bigger;
+            cap = n;
+            if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens,
+                                          r->prompt, cap, &n)) != PAGODA_OK)
+                goto fail;
+            if (n > cap) {
+                st = pg_error(PAGODA_ERR_INTERNAL, "request: the prompt's id count changed");
+                goto fail;
+            }
+        }
         r->n_prompt = (int32_t)n;
     }
     if (r->n_prompt < 1) {
@@ -1100,16 +1113,28 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
                               bool add_special, int32_t **ids, size_t *n) {
     *ids = NULL;
     *n = 0;
+    /* usually fewer ids than bytes, but not always (SentencePiece byte
+     * fallback: a space becomes the 3 bytes of U+2581, 3 ids): the encoder
+     * reports the full count, then a second pass fills a buffer that fits */
     size_t cap = len + 16;
-    int32_t *buf = malloc(cap * sizeof *buf);
-    if (!buf) return pg_error(PAGODA_ERR_NOMEM, "tokenize: out of memory");
-    pagoda_status st = pg_tokenizer_encode(e->tok, text, len, add_special, buf, cap, n);
-    if (st != PAGODA_OK) {
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t *buf = malloc(cap * sizeof *buf);
+        if (!buf) return pg_error(PAGODA_ERR_NOMEM, "tokenize: out of memory");
+        pagoda_status st = pg_tokenizer_encode(e->tok, text, len, add_special, buf, cap, n);
+        if (st != PAGODA_OK) {
+            free(buf);
+            *n = 0;
+            return st;
+        }
+        if (*n <= cap) {
+            *ids = buf;
+            return PAGODA_OK;
+        }
         free(buf);
-        return st;
+        cap = *n;
     }
-    *ids = buf;
-    return PAGODA_OK;
+    *n = 0;
+    return pg_error(PAGODA_ERR_INTERNAL, "tokenize: the id count changed between passes");
 }
 
 const char *pagoda_token_piece(const pagoda_engine *e, int32_t id, size_t *len) {
