@@ -46,6 +46,8 @@ static int32_t model_hash(uint64_t id, int32_t pos) {
     return (int32_t)(x % 1000);
 }
 
+static int32_t g_prefill_align; /* pg_sched_config.prefill_align of the next h_init */
+
 /* groups: NULL for one full-attention group; group 0 must be full attention */
 static void h_init_groups(harness *h, int32_t budget, int32_t seqs, int32_t max_len, int32_t bs,
                           int32_t num_blocks, bool caching, const pg_kv_cache_spec *groups,
@@ -61,6 +63,7 @@ static void h_init_groups(harness *h, int32_t budget, int32_t seqs, int32_t max_
     h->cfg.kv.block_size = bs;
     h->cfg.kv.num_blocks = num_blocks;
     h->cfg.kv.enable_prefix_caching = caching;
+    h->cfg.prefill_align = g_prefill_align;
     assert_int_equal(pg_scheduler_create(&h->cfg, &h->s), PAGODA_OK);
     h->kv_n = num_blocks * bs;
     h->kv = malloc((size_t)h->kv_n * sizeof *h->kv);
@@ -361,6 +364,46 @@ static void test_chunked_prefill_then_decode(void **state) {
     assert_true(o.finished_ids[0] == 1);
     assert_int_equal(pg_scheduler_update_from_output(h.s, &o, NULL, NULL), PAGODA_OK);
     assert_all_free(&h);
+    h_free(&h);
+}
+
+/* prefill_align (hybrid models' state grid): prefill chunks end on multiples
+ * of it unless they end the prompt; a chunk that cannot reach the next
+ * multiple waits (the FCFS head blocks admission), except alone in a step. */
+static void test_prefill_chunks_on_the_grid(void **state) {
+    (void)state;
+    harness h;
+    g_prefill_align = 16;
+    h_init(&h, 24, 4, 128, 4, 64, false);
+    g_prefill_align = 0;
+    for (uint64_t id = 1; id <= 2; id++)
+        assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 40, .max_tokens = 3, .eos = -1}),
+                         PAGODA_OK);
+    pg_sched_output o;
+    h_step_ex(&h, &o, NULL, 0); /* 1: 24 -> 16 (grid); 2 cannot reach 16 with 8 left: waits */
+    assert_int_equal(o.num_reqs, 1);
+    assert_int_equal(o.num_scheduled_tokens[0], 16);
+    h_step_ex(&h, &o, NULL, 0); /* 1: the rest of its prompt (24, ends the prompt) */
+    assert_int_equal(o.num_reqs, 1);
+    assert_int_equal(o.num_scheduled_tokens[0], 24);
+    h_step_ex(&h, &o, NULL, 0); /* 1 decodes; 2: 23 -> 16 */
+    assert_int_equal(o.num_reqs, 2);
+    assert_int_equal(o.num_scheduled_tokens[0], 1);
+    assert_int_equal(o.num_scheduled_tokens[1], 16);
+    while (pg_scheduler_num_unfinished(h.s) > 0)
+        h_step_ex(&h, &o, NULL, 0);
+    assert_all_free(&h);
+    h_free(&h);
+    /* a budget below the grid: alone in a step, an off-grid chunk still runs */
+    g_prefill_align = 64;
+    h_init(&h, 24, 4, 128, 4, 64, false);
+    g_prefill_align = 0;
+    assert_int_equal(h_add(&h, 1, (req_spec){.prompt_n = 40, .max_tokens = 1, .eos = -1}),
+                     PAGODA_OK);
+    h_step_ex(&h, &o, NULL, 0);
+    assert_int_equal(o.num_scheduled_tokens[0], 24);
+    while (pg_scheduler_num_unfinished(h.s) > 0)
+        h_step_ex(&h, &o, NULL, 0);
     h_free(&h);
 }
 
@@ -852,6 +895,7 @@ int main(void) {
     pg_log_set_level(PG_LOG_ERROR); /* small test pools warn about max_model_len */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunked_prefill_then_decode),
+        cmocka_unit_test(test_prefill_chunks_on_the_grid),
         cmocka_unit_test(test_decodes_flow_during_long_prefill),
         cmocka_unit_test(test_budgets_and_max_num_seqs),
         cmocka_unit_test(test_prefix_cache_reuse_across_requests),

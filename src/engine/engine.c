@@ -330,6 +330,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     sc.kv.enable_prefix_caching = o.enable_prefix_caching;
     sc.kv.num_groups = plan.num_groups;
     sc.kv.num_state_snapshots = n_snap;
+    sc.prefill_align = plan.state_align; /* prefill chunks on the state layers' grid */
     { /* snapshots where the state layers' results do not depend on the step split */
         int32_t a = plan.state_align > 0 ? plan.state_align : e->block_size, b = e->block_size;
         int32_t x = a, y = b;

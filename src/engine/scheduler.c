@@ -40,6 +40,7 @@ struct pg_scheduler {
     uint64_t num_preemptions;
     pg_request **sched_reqs; /* [max_seqs] requests of the output, in batch order */
     int32_t budget;
+    int32_t prefill_align; /* pg_sched_config.prefill_align */
 
     /* output buffers */
     pg_sched_output out;
@@ -215,6 +216,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
         return st;
     }
     s->max_tokens = cfg->max_num_batched_tokens;
+    s->prefill_align = cfg->prefill_align;
     s->max_seqs = cfg->max_num_seqs;
     s->max_model_len = cfg->max_model_len;
     s->block_size = kc.block_size;
@@ -485,10 +487,29 @@ static void preempt(pg_scheduler *s, int32_t idx) {
 
 /* Schedule running request r (at index idx). Returns 1 scheduled, 0 r was
  * preempted, <0 error (status negated). */
+/* The prefill chunk of r this step may run: n tokens from c (num_computed,
+ * or the cached hit at admission), cut back to end at a multiple of
+ * prefill_align unless it ends the prompt. 0: wait for a later step (the
+ * budget left cannot reach the next multiple). Only a step with nothing
+ * else in it runs an unaligned chunk (a budget below prefill_align), which
+ * is then not bitwise a one-step prefill. A waiting chunk gets its room
+ * once the running prefill chunks ahead of it end (decodes take one token
+ * each: a budget of at least prefill_align + max_num_seqs never waits for
+ * them). */
+static int32_t aligned_chunk(const pg_scheduler *s, const pg_request *r, int32_t c, int32_t n) {
+    const int32_t A = s->prefill_align;
+    if (A <= 1 || c + n >= r->num_tokens) return n;
+    const int32_t end = (c + n) / A * A;
+    if (end > c) return end - c;
+    return s->out.num_tokens == 0 ? n : 0;
+}
+
 static int schedule_running(pg_scheduler *s, pg_request *r) {
     int32_t n = r->num_tokens - r->num_computed_tokens;
     if (n > s->budget) n = s->budget;
     if (n <= 0) return 1;
+    n = aligned_chunk(s, r, r->num_computed_tokens, n);
+    if (n == 0) return 1; /* waits for a step with room to the next boundary */
     int32_t prev[PG_KV_MAX_GROUPS];
     for (;;) {
         table_lengths(s, r, prev);
@@ -549,6 +570,8 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
         int32_t hit = pg_kvm_find_cached_prefix(s->kvm, r);
         int32_t n = r->num_tokens - hit;
         if (n > s->budget) n = s->budget;
+        n = aligned_chunk(s, r, hit, n);
+        if (n == 0) break; /* the head waits for room; nobody skips it */
         int32_t prev[PG_KV_MAX_GROUPS] = {0};
         pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, n, hit);
         if (st == PAGODA_ERR_LIMIT) break; /* the head waits for memory; nobody skips it */

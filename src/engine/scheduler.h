@@ -42,6 +42,13 @@ typedef struct pg_sched_config {
     int32_t max_num_batched_tokens; /* token budget per step (vLLM CPU online default 2048) */
     int32_t max_num_seqs;           /* requests running / per step (default 128) */
     int32_t max_model_len;          /* tokens per request (prompt + output) */
+    /* Prefill chunks end at multiples of this many positions unless they end
+     * the prompt (0 / 1: anywhere): models whose state layers compute in
+     * fixed position chunks (Gated DeltaNet: 64, pg_kv_plan.state_align) then
+     * give bitwise the same result whatever the budget and the batch. A chunk
+     * that cannot reach the next multiple in this step waits for a later one
+     * (unless the step is otherwise empty: a budget below the multiple). */
+    int32_t prefill_align;
     /* KV cache: num_blocks, block_size, enable_prefix_caching, groups. Its
      * max_model_len and max_num_seqs are taken from the fields above. */
     pg_kvm_config kv;

@@ -568,7 +568,8 @@ static pagoda_status open_gguf(pg_model_source *src) {
         char name[512];
         int layer;
         if (src->cfg.mtp_layers > 0 && !strncmp(gt->name, "blk.", 4) &&
-            atol(gt->name + 4) >= src->cfg.num_hidden_layers) {
+            atol(gt->name + 4) >= src->cfg.num_hidden_layers &&
+            atol(gt->name + 4) < src->cfg.num_hidden_layers + src->cfg.mtp_layers) {
             /* llama.cpp's nextn (MTP) blocks follow the model's layers */
             snprintf(name, sizeof name, "mtp.%s", gt->name);
             s = add_tensor(src, &cap, &t, name);
