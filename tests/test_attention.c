@@ -2,9 +2,10 @@
  * micro-kernel set this machine (or qemu) runs against the reference on
  * random shapes (decode, multi-token queries over a cached prefix, mixed
  * batches, GQA 1/2/4/8, head_dim 8/64/128/80, block sizes 16/128, F32 and
- * BF16 KV, sliding window, sinks, soft-capping), bitwise batch invariance
- * (alone vs among 15 others, 1 vs 2 threads, split-KV vs not, chunked
- * prefill), the fused RoPE + KV store against a plain reference, and bad
+ * BF16 KV, sliding window, sinks, soft-capping, the non-causal mode of
+ * encoders and cross-attention), bitwise batch invariance (alone vs among 15
+ * others, 1 vs 2 threads, split-KV vs not, chunked prefill, causal and
+ * non-causal), the fused RoPE + KV store against a plain reference, and bad
  * arguments. */
 #include "testutil.h"
 
@@ -56,7 +57,7 @@ typedef struct tcase {
 static void tcase_init(tcase *t, int n_heads, int n_kv, int hd, int bs, pg_dtype dt, int n_seqs,
                        const int *qlens, const int *kvlens) {
     memset(t, 0, sizeof *t);
-    t->p = (pg_attn_params){n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, NULL, 0};
+    t->p = (pg_attn_params){n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, NULL, 0, false};
     t->n_seqs = n_seqs;
     int nblocks = 1;
     for (int s = 0; s < n_seqs; s++)
@@ -173,17 +174,21 @@ static void compare_all_variants(const tcase *t, const char *what) {
 
 static void test_reference_matches_dense(void **state) {
     (void)state;
-    const int ql[3] = {1, 7, 20}, kl[3] = {37, 7, 50};
-    for (int dti = 0; dti < 2; dti++) {
+    for (int mode = 0; mode < 4; mode++) {
+        /* causal, then non-causal (every query sees all kv_len keys, also
+         * more queries than keys) */
+        const int nc = mode >= 2, dti = mode % 2;
+        const int ql[3] = {1, nc ? 20 : 7, 20}, kl[3] = {37, 7, 50};
         tcase t;
         pg_dtype dt = dti ? PG_BF16 : PG_F32;
         tcase_init(&t, 4, 2, 8, 16, dt, 3, ql, kl);
+        t.p.non_causal = nc;
         float *ref = run_ref(&t);
         const int hd = 8, G = 2;
         for (int s = 0; s < 3; s++)
             for (int i = 0; i < ql[s]; i++)
                 for (int h = 0; h < 4; h++) {
-                    int pos = kl[s] - ql[s] + i;
+                    int pos = nc ? kl[s] - 1 : kl[s] - ql[s] + i;
                     const float *qr = t.q + (size_t)(t.cu[s] + i) * t.q_stride + h * hd;
                     double sc[64], m = -INFINITY, l = 0, o[8] = {0};
                     for (int j = 0; j <= pos; j++) {
@@ -284,6 +289,37 @@ static void test_variants_window_sinks_softcap(void **state) {
         }
 }
 
+/* Non-causal mode: an encoder's self-attention (one request, q_len = kv_len)
+ * and Whisper's cross-attention (decoder tokens over a 1500-token encoder
+ * output: decodes split across partitions at 2 threads, a prompt, an empty
+ * KV giving zero rows, more queries than keys). */
+static void test_variants_non_causal(void **state) {
+    (void)state;
+    for (int dti = 0; dti < 2; dti++) {
+        const pg_dtype dt = dti ? PG_BF16 : PG_F32;
+        int eq = 300, ek = 300;
+        tcase enc;
+        tcase_init(&enc, 4, 4, 64, 128, dt, 1, &eq, &ek);
+        enc.p.non_causal = true;
+        compare_all_variants(&enc, "non-causal encoder window");
+        tcase_free(&enc);
+        for (int gi = 0; gi < 2; gi++) {
+            int ql[5] = {1, 4, 17, 3, 9}, kl[5] = {1500, 1500, 700, 0, 5};
+            tcase cr;
+            tcase_init(&cr, gi ? 8 : 6, gi ? 4 : 6, gi ? 80 : 64, 16, dt, 5, ql, kl);
+            cr.p.non_causal = true;
+            compare_all_variants(&cr, gi ? "non-causal cross G=2 hd=80" : "non-causal cross");
+            /* the empty-KV request's rows are zeros */
+            float *out = run_fast(&cr, NULL, g_pool2, (size_t)cr.p.n_heads * cr.p.head_dim);
+            const size_t os = (size_t)cr.p.n_heads * cr.p.head_dim;
+            for (size_t e = (size_t)cr.cu[3] * os; e < (size_t)cr.cu[4] * os; e++)
+                assert_true(out[e] == 0.0f);
+            free(out);
+            tcase_free(&cr);
+        }
+    }
+}
+
 /* ---- batch invariance -------------------------------------------------------------------- */
 
 /* Rows of request `s` of case t, copied. */
@@ -296,7 +332,8 @@ static float *rows_of(const tcase *t, const float *out, int s) {
 
 /* Build the target request alone (tcase a) and at index 7 among 15 others
  * (tcase b) with the same K/V/q contents. */
-static void invariance_case(pg_dtype dt, int G, int hd, int bs, int target_q, int target_kv) {
+static void invariance_case(pg_dtype dt, int G, int hd, int bs, int target_q, int target_kv,
+                            bool non_causal) {
     enum { N = 16, AT = 7 };
     int ql[N], kl[N];
     for (int s = 0; s < N; s++) {
@@ -308,6 +345,7 @@ static void invariance_case(pg_dtype dt, int G, int hd, int bs, int target_q, in
     tcase_init(&big, 2 * G, 2, hd, bs, dt, N, ql, kl);
     tcase one;
     tcase_init(&one, 2 * G, 2, hd, bs, dt, 1, &ql[AT], &kl[AT]);
+    big.p.non_causal = one.p.non_causal = non_causal;
     /* copy the target's K/V tiles and q rows into `one` */
     size_t tile = (size_t)bs * hd * (dt == PG_F32 ? 4 : 2) * 2 /* kv heads */;
     int nb = (target_kv + bs - 1) / bs;
@@ -331,8 +369,9 @@ static void invariance_case(pg_dtype dt, int G, int hd, int bs, int target_q, in
         float *b1 = rows_of(&big, batch1, AT), *b2 = rows_of(&big, batch2, AT);
         if (memcmp(alone1, alone2, n * sizeof(float)) || memcmp(alone1, b1, n * sizeof(float)) ||
             memcmp(alone1, b2, n * sizeof(float)))
-            fail_msg("%s %s G=%d hd=%d bs=%d q=%d kv=%d: not bitwise batch invariant", v[i]->name,
-                     pg_dtype_name(dt), G, hd, bs, target_q, target_kv);
+            fail_msg("%s %s G=%d hd=%d bs=%d q=%d kv=%d%s: not bitwise batch invariant", v[i]->name,
+                     pg_dtype_name(dt), G, hd, bs, target_q, target_kv,
+                     non_causal ? " non-causal" : "");
         free(alone1), free(alone2), free(batch1), free(batch2), free(b1), free(b2);
     }
     tcase_free(&big);
@@ -341,11 +380,14 @@ static void invariance_case(pg_dtype dt, int G, int hd, int bs, int target_q, in
 
 static void test_batch_invariance(void **state) {
     (void)state;
-    invariance_case(PG_F32, 4, 64, 16, 1, 1300); /* long decode: split-KV at 2 threads */
-    invariance_case(PG_BF16, 4, 64, 128, 1, 1100);
-    invariance_case(PG_F32, 2, 128, 128, 5, 600); /* verification of 5 tokens */
-    invariance_case(PG_BF16, 8, 80, 16, 33, 250); /* prefill chunk over a prefix */
-    invariance_case(PG_BF16, 1, 8, 16, 1, 700);
+    invariance_case(PG_F32, 4, 64, 16, 1, 1300, false); /* long decode: split-KV at 2 threads */
+    invariance_case(PG_BF16, 4, 64, 128, 1, 1100, false);
+    invariance_case(PG_F32, 2, 128, 128, 5, 600, false); /* verification of 5 tokens */
+    invariance_case(PG_BF16, 8, 80, 16, 33, 250, false); /* prefill chunk over a prefix */
+    invariance_case(PG_BF16, 1, 8, 16, 1, 700, false);
+    /* non-causal: a cross-attention decode and prompt over 1500 keys */
+    invariance_case(PG_F32, 1, 64, 16, 1, 1500, true);
+    invariance_case(PG_BF16, 1, 64, 16, 7, 1500, true);
 }
 
 /* A prompt in one go vs the same prompt as two chunks: the second chunk's
@@ -492,11 +534,20 @@ static void test_bad_arguments(void **state) {
     assert_int_equal(
         pg_attention(&t.p, &t.b, &t.kv, t.q, t.q_stride, out, os, scratch, sb, NULL, bf[0]),
         PAGODA_ERR_INVALID_ARG);
-    /* q_len > kv_len */
+    /* q_len > kv_len: refused when causal, fine when not */
     t.lens[1] = 0;
     assert_int_equal(pg_ref_attention(&t.p, &t.b, &t.kv, t.q, t.q_stride, out, os),
                      PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "kv_len"));
+    t.p.non_causal = true;
+    assert_int_equal(pg_ref_attention(&t.p, &t.b, &t.kv, t.q, t.q_stride, out, os), PAGODA_OK);
+    /* no sliding window in non-causal mode */
+    t.p.sliding_window = 8;
+    assert_int_equal(pg_ref_attention(&t.p, &t.b, &t.kv, t.q, t.q_stride, out, os),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "non-causal"));
+    t.p.sliding_window = 0;
+    t.p.non_causal = false;
     t.lens[1] = 20;
     /* block id out of range */
     int32_t saved_id = t.tables[0][2];
@@ -577,6 +628,7 @@ int main(void) {
         cmocka_unit_test(test_variants_decode),
         cmocka_unit_test(test_variants_prefill_with_prefix),
         cmocka_unit_test(test_variants_window_sinks_softcap),
+        cmocka_unit_test(test_variants_non_causal),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_chunked_prefill_invariance),
         cmocka_unit_test(test_rope_kv_store),

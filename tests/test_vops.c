@@ -1,7 +1,8 @@
 /* Row ops of the dispatch table (rmsnorm_f32, softmax_f32, silu_f32,
- * swiglu_f32, argmax_f32): every level this machine (or qemu) runs against
- * the scalar references, every length 1..70 (vector tails), special values,
- * and row results independent of the number of rows (batch invariance). */
+ * swiglu_f32, argmax_f32, layernorm_f32, gelu_f32): every level this machine
+ * (or qemu) runs against the scalar references, every length 1..70 (vector
+ * tails), special values, a dense GELU sweep against double precision, and
+ * row results independent of the number of rows (batch invariance). */
 #include "testutil.h"
 
 #include <math.h>
@@ -69,6 +70,20 @@ static void test_matches_reference(void **state) {
             t[k]->swiglu_f32(got, g, u, n);
             for (size_t i = 0; i < n; i++)
                 near(got[i], ref[i], 2e-6f, 1e-30f, "swiglu", isa, n, i);
+            /* LayerNorm with and without bias, rows with an offset (mean far from 0) */
+            for (int wb = 0; wb < 2; wb++) {
+                float xs[MAXN];
+                for (size_t i = 0; i < n; i++)
+                    xs[i] = x[i] + 30.0f;
+                pg_ref_layernorm(ref, xs, w, wb ? u : NULL, 1, n, 1e-5f);
+                t[k]->layernorm_f32(got, xs, w, wb ? u : NULL, 1, n, 1e-5f);
+                for (size_t i = 0; i < n; i++) /* n = 1: x - mean is 0 in both */
+                    near(got[i], ref[i], 2e-5f, 2e-5f, "layernorm", isa, n, i);
+            }
+            pg_ref_gelu(ref, g, n);
+            t[k]->gelu_f32(got, g, n);
+            for (size_t i = 0; i < n; i++)
+                near(got[i], ref[i], 3e-6f, 1.2e-7f * fabsf(g[i]) + 1e-30f, "gelu", isa, n, i);
             /* argmax: exact, with planted ties (the first wins) */
             size_t at = (size_t)(g_rng % n);
             float keep = x[at];
@@ -113,6 +128,47 @@ static void test_special_values(void **state) {
     }
 }
 
+/* GELU on a dense sweep of [-12, 12] (both erf intervals, their borders at
+ * |x| = 0.875 sqrt 2 and 4 sqrt 2, the far tails) against a double-precision
+ * GELU, and the special values. The SIMD erf is ARM's optimized-routines one
+ * (1.1 ulp of erf); like libm's erff in the reference, 1 + erf(z) then has
+ * an absolute error of about an ulp of erf (~6e-8) where erf(z) is near -1,
+ * so the bound is 4 ulp of the result plus 1.5e-7 |x| (the ~0.5 |x| 6e-8 of
+ * that absolute error, with margin). */
+static void test_gelu_sweep(void **state) {
+    (void)state;
+    const pg_kernel_table *t[PG_ISA_COUNT];
+    int nt = tables(t);
+    enum { N = 24001 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    assert_true(x && y);
+    for (int i = 0; i < N; i++)
+        x[i] = -12.0f + 24.0f * (float)i / (float)(N - 1);
+    for (int k = 0; k < nt; k++) {
+        t[k]->gelu_f32(y, x, N);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            const double xd = x[i], exact = 0.5 * xd * (1.0 + erf(xd / sqrt(2.0)));
+            const double err = fabs(y[i] - exact);
+            const double tol = 4.0 * 1.19e-7 * fabs(exact) + 1.5e-7 * fabs(xd);
+            if (!(err <= tol))
+                fail_msg("gelu %s x=%.9g: %.9g vs exact %.9g", t[k]->isa, xd, (double)y[i], exact);
+            if (err > worst) worst = err;
+        }
+        print_message("gelu %-10s max abs error vs double on [-12, 12]: %.3g\n", t[k]->isa, worst);
+        float sp[6] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f}, so[6], sr[6];
+        t[k]->gelu_f32(so, sp, 6);
+        pg_ref_gelu(sr, sp, 6);
+        assert_true(isnan(so[0]));
+        assert_true(isinf(so[1]) && so[1] > 0);
+        assert_true(isnan(so[2]) == isnan(sr[2])); /* -inf * 0: NaN in both */
+        assert_true(so[3] == 0.0f && so[4] == 0.0f);
+        near(so[5], sr[5], 1e-6f, 0, "gelu tiny", t[k]->isa, 6, 5);
+    }
+    free(x);
+    free(y);
+}
+
 /* RMSNorm of a row alone equals the same row inside m = 5 rows, bitwise. */
 static void test_rmsnorm_rows_independent(void **state) {
     (void)state;
@@ -135,6 +191,15 @@ static void test_rmsnorm_rows_independent(void **state) {
         memcpy(y, x, sizeof y);
         t[k]->rmsnorm_f32(y, y, w, M, N, 1e-6f);
         assert_memory_equal(y, all, sizeof y);
+        /* LayerNorm: the same two properties */
+        t[k]->layernorm_f32(all, x, w, x, M, N, 1e-5f);
+        for (int r = 0; r < M; r++) {
+            t[k]->layernorm_f32(one, x + r * N, w, x, 1, N, 1e-5f);
+            assert_memory_equal(one, all + r * N, sizeof one);
+        }
+        memcpy(y, x, sizeof y);
+        t[k]->layernorm_f32(y, y, w, x, M, N, 1e-5f);
+        assert_memory_equal(y, all, sizeof y);
     }
 }
 
@@ -142,6 +207,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_reference),
         cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_gelu_sweep),
         cmocka_unit_test(test_rmsnorm_rows_independent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

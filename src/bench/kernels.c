@@ -552,7 +552,7 @@ static pagoda_status attn_make(const bench *b, const attn_case *c, pg_dtype dt, 
     const pg_bench_model_shape *m = &b->o->shape;
     const int bs = b->o->block_size, nkv = m->kv_heads, hd = m->head_dim;
     memset(s, 0, sizeof *s);
-    s->p = (pg_attn_params){m->heads, nkv, hd, 1.0f / sqrtf((float)hd), 0, NULL, 0};
+    s->p = (pg_attn_params){m->heads, nkv, hd, 1.0f / sqrtf((float)hd), 0, NULL, 0, false};
     int per = (c->kv_len + bs - 1) / bs, nb = per * c->n_seqs + 1;
     s->kv = (pg_paged_kv){NULL, NULL, dt, nb, nkv, bs, hd};
     s->kv_bytes = pg_paged_kv_bytes(dt, nb, nkv, bs, hd);

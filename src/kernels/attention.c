@@ -67,9 +67,15 @@ static size_t up16(size_t n) {
     return (n + 15) & ~(size_t)15;
 }
 
-/* Visible KV positions of a unit: [lo, hi]. */
+/* Visible KV positions of a unit: [lo, hi] (non-causal: all keys, hi = kv_len - 1,
+ * which is -1 for an empty KV). */
 static void unit_range(const pg_attn_params *p, const pg_attn_batch *b, int32_t seq, int32_t t0,
                        int32_t t1, int32_t *lo, int32_t *hi) {
+    if (p->non_causal) {
+        *lo = 0;
+        *hi = b->seq_lens[seq] - 1;
+        return;
+    }
     int32_t ql = b->cu_seqlens_q[seq + 1] - b->cu_seqlens_q[seq];
     int32_t pos0 = b->seq_lens[seq] - ql + t0;
     *hi = pos0 + (t1 - t0) - 1;
@@ -103,7 +109,8 @@ static void make_plan(const pg_attn_params *p, const pg_attn_batch *b, const pg_
             int32_t t1 = t0 + pl->tile_tokens < ql ? t0 + pl->tile_tokens : ql;
             int32_t lo, hi;
             unit_range(p, b, s, t0, t1, &lo, &hi);
-            int32_t part0 = lo / pl->part_tokens, nparts = hi / pl->part_tokens - part0 + 1;
+            int32_t part0 = lo / pl->part_tokens,
+                    nparts = hi < 0 ? 1 : hi / pl->part_tokens - part0 + 1;
             bool split = pl->split && ql <= SPLIT_MAX_Q && nparts > 1;
             size_t rows = (size_t)pl->group * (size_t)(t1 - t0);
             for (int32_t h = 0; h < p->n_kv_heads; h++, u++) {
@@ -267,8 +274,10 @@ static void run_partition(const ctx *c, const unit *u, int32_t part, const wsp *
                     float *x = &w->s[(size_t)r * sb + j];
                     *x = p->softcap * tanhf(*x / p->softcap);
                 }
-        /* causal / window masks, only where the super-block crosses a row's bounds */
-        if (b0 + nk - 1 > pos0 || (p->sliding_window > 0 && b0 < hi - p->sliding_window + 1))
+        /* causal / window masks, only where the super-block crosses a row's bounds
+         * (non-causal: every row sees every key of [kstart, kend), no mask) */
+        if (!p->non_causal &&
+            (b0 + nk - 1 > pos0 || (p->sliding_window > 0 && b0 < hi - p->sliding_window + 1)))
             for (int r = 0; r < rows; r++) {
                 int32_t pos = pos0 + r / G;
                 float *sr = w->s + (size_t)r * sb;

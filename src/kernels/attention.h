@@ -26,6 +26,10 @@
  * kv_len = seq_lens[s] cached tokens including them; its query token i sits
  * at absolute position p = kv_len - q_len + i and attends to KV positions
  * j <= p (causal), and j > p - sliding_window when sliding_window > 0.
+ * Non-causal mode (pg_attn_params.non_causal: an encoder's self-attention,
+ * Whisper's cross-attention over the encoder output): every query token of
+ * request s attends to all kv_len keys 0 .. kv_len - 1, whatever q_len (which
+ * may then exceed kv_len; kv_len 0 gives zero rows); no sliding window.
  * Query head h reads KV head h / (n_heads / n_kv_heads) (GQA). With a
  * sliding window, block-table entries of blocks wholly before the window of
  * the request's first new token are never read (null blocks are fine).
@@ -49,6 +53,7 @@
 #ifndef PAGODA_KERNELS_ATTENTION_H
 #define PAGODA_KERNELS_ATTENTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -143,6 +148,7 @@ typedef struct pg_attn_params {
     int32_t sliding_window;                /* 0: full; W > 0: a query at p sees (p - W, p] */
     const float *sinks;                    /* [n_heads] per-head sink logits, or NULL */
     float softcap;                         /* 0: none; > 0: s = softcap * tanh(s / softcap) */
+    bool non_causal; /* every query row sees all seq_lens[s] keys (no mask; sliding_window 0) */
 } pg_attn_params;
 
 /* One step's flattened batch (the scheduler's output, one KV cache group). */
@@ -202,8 +208,8 @@ size_t pg_attention_scratch_bytes(const pg_attn_params *p, const pg_attn_batch *
  *   pool: NULL runs on the calling thread; uk: NULL = pg_kernels()' set for
  *     kv->dtype (tests pass a specific set).
  * Errors: PAGODA_ERR_INVALID_ARG (shapes disagree with the cache, q_len >
- * kv_len, a block id out of range, scratch too small, a ukernel set for
- * another dtype). */
+ * kv_len (causal mode), a sliding window in non-causal mode, a block id out
+ * of range, scratch too small, a ukernel set for another dtype). */
 pagoda_status pg_attention(const pg_attn_params *p, const pg_attn_batch *b, const pg_paged_kv *kv,
                            const float *q, size_t q_stride, float *out, size_t out_stride,
                            void *scratch, size_t scratch_bytes, pg_pool *pool,

@@ -102,6 +102,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     SET(t, silu_f32, pg_ref_silu, "scalar");
     SET(t, swiglu_f32, pg_ref_swiglu, "scalar");
     SET(t, argmax_f32, pg_ref_argmax_f32, "scalar");
+    SET(t, layernorm_f32, pg_ref_layernorm, "scalar");
+    SET(t, gelu_f32, pg_ref_gelu, "scalar");
     SET(t, cvt_f32_bf16, pg_ref_cvt_f32_bf16, "scalar");
     SET(t, amax_f32, pg_ref_amax_f32, "scalar");
     SET(t, quant_i8, pg_ref_quant_i8, "scalar");
@@ -124,6 +126,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, silu_f32, pg_avx2_silu_f32, "avx2");
         SET(t, swiglu_f32, pg_avx2_swiglu_f32, "avx2");
         SET(t, argmax_f32, pg_avx2_argmax_f32, "avx2");
+        SET(t, layernorm_f32, pg_avx2_layernorm_f32, "avx2");
+        SET(t, gelu_f32, pg_avx2_gelu_f32, "avx2");
         SET(t, cvt_f32_bf16, pg_avx2_cvt_f32_bf16, "avx2");
         SET(t, amax_f32, pg_avx2_amax_f32, "avx2");
         SET(t, quant_i8, pg_avx2_quant_i8, "avx2");
@@ -149,6 +153,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, silu_f32, pg_avx512_silu_f32, "avx512");
         SET(t, swiglu_f32, pg_avx512_swiglu_f32, "avx512");
         SET(t, argmax_f32, pg_avx512_argmax_f32, "avx512");
+        SET(t, layernorm_f32, pg_avx512_layernorm_f32, "avx512");
+        SET(t, gelu_f32, pg_avx512_gelu_f32, "avx512");
         SET(t, cvt_f32_bf16, pg_avx512_cvt_f32_bf16, "avx512");
         SET(t, amax_f32, pg_avx512_amax_f32, "avx512");
         SET(t, quant_i8, pg_avx512_quant_i8, "avx512");
@@ -180,6 +186,8 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, silu_f32, pg_neon_silu_f32, "neon");
         SET(t, swiglu_f32, pg_neon_swiglu_f32, "neon");
         SET(t, argmax_f32, pg_neon_argmax_f32, "neon");
+        SET(t, layernorm_f32, pg_neon_layernorm_f32, "neon");
+        SET(t, gelu_f32, pg_neon_gelu_f32, "neon");
         /* BFDOT is a feature, not a level: used at neon and sve when present */
         if (pg_cpu()->bf16)
             SET(t, attn_bf16kv, &UK_NEON_BF16DOT, "neon_bf16");
@@ -228,6 +236,8 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s\n", p, "silu_f32", t->variant.silu_f32);
     fprintf(f, "  %s%-16s %s\n", p, "swiglu_f32", t->variant.swiglu_f32);
     fprintf(f, "  %s%-16s %s\n", p, "argmax_f32", t->variant.argmax_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "layernorm_f32", t->variant.layernorm_f32);
+    fprintf(f, "  %s%-16s %s\n", p, "gelu_f32", t->variant.gelu_f32);
     fprintf(f, "  %s%-16s %s\n", p, "cvt_f32_bf16", t->variant.cvt_f32_bf16);
     fprintf(f, "  %s%-16s %s\n", p, "amax_f32", t->variant.amax_f32);
     fprintf(f, "  %s%-16s %s\n", p, "quant_i8", t->variant.quant_i8);

@@ -132,6 +132,14 @@ typedef struct pg_kernel_table {
     void (*silu_f32)(float *out, const float *x, size_t n);
     void (*swiglu_f32)(float *out, const float *gate, const float *up, size_t n);
     size_t (*argmax_f32)(const float *x, size_t n);
+    /* Whisper's row ops; specs pg_ref_layernorm (m rows of n, bias b or
+     * NULL; out may equal x) and pg_ref_gelu (exact-erf GELU, out may equal
+     * x) in ref/ops_ref.h. Variants sum in an order fixed by n; their GELU
+     * uses the erf of kernels/gelu_consts.h with the vexp above
+     * (tests/test_vops.c gives the tolerances). */
+    void (*layernorm_f32)(float *out, const float *x, const float *w, const float *b, size_t m,
+                          size_t n, float eps);
+    void (*gelu_f32)(float *out, const float *x, size_t n);
 
     /* GEMM microkernels (kernels/gemm.h): BF16 weights x BF16-rounded
      * activations with f32 accumulation, and exact f32 (one FMA per product). */
@@ -162,6 +170,7 @@ typedef struct pg_kernel_table {
         const char *dot_f32, *dot_bf16_f32, *dot_f16_f32, *cvt_f32_bf16;
         const char *vexp_f32, *attn_f32kv, *attn_bf16kv;
         const char *rmsnorm_f32, *softmax_f32, *silu_f32, *swiglu_f32, *argmax_f32;
+        const char *layernorm_f32, *gelu_f32;
         const char *amax_f32, *quant_i8, *gdn;
     } variant;
 } pg_kernel_table;

@@ -2,6 +2,7 @@
  * kernel (see attention.h for the layout). */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/attention.h"
 
@@ -56,6 +57,10 @@ pagoda_status pg_attn_check(const pg_attn_params *p, const pg_attn_batch *b, con
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "attention: n_heads %d is not a positive multiple of n_kv_heads %d",
                         (int)p->n_heads, (int)p->n_kv_heads);
+    if (p->non_causal && p->sliding_window)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "attention: a sliding window (%d) in non-causal mode",
+                        (int)p->sliding_window);
     if (p->sliding_window < 0 || !(p->softcap >= 0) || !isfinite(p->scale))
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "attention: sliding_window %d, softcap %g, scale %g out of range",
@@ -72,7 +77,7 @@ pagoda_status pg_attn_check(const pg_attn_params *p, const pg_attn_batch *b, con
                         (int)b->cu_seqlens_q[0]);
     for (int32_t s = 0; s < b->n_seqs; s++) {
         int32_t ql = b->cu_seqlens_q[s + 1] - b->cu_seqlens_q[s], kl = b->seq_lens[s];
-        if (ql < 0 || kl < ql)
+        if (ql < 0 || kl < 0 || (!p->non_causal && kl < ql))
             return pg_error(PAGODA_ERR_INVALID_ARG,
                             "attention: request %d has %d query tokens but kv_len %d", (int)s,
                             (int)ql, (int)kl);
@@ -147,6 +152,30 @@ void pg_rope_apply(const pg_rope_spec *rope, int32_t position, float *x, int32_t
     rope_rotate(rope->style, rope->rotary_dim / 2, c, s, x);
 }
 
+/* K and V rows of one token and KV head into (block, head) tile offset off:
+ * the layouts of pg_paged_kv_k_index / pg_paged_kv_v_index with the tile's
+ * base computed once (the stores are the same elements, in a cheaper loop). */
+static void store_token(pg_paged_kv *kv, int32_t blk, int32_t h, int32_t off, const float *kr,
+                        const float *vr) {
+    const size_t hd = (size_t)kv->head_dim, bs = (size_t)kv->block_size;
+    const size_t tile = ((size_t)blk * (size_t)kv->num_kv_heads + (size_t)h) * bs * hd;
+    if (kv->dtype == PG_F32) {
+        float *kc = (float *)kv->k + tile + (size_t)off; /* [hd][bs] */
+        for (size_t d = 0; d < hd; d++)
+            kc[d * bs] = kr[d];
+        memcpy((float *)kv->v + tile + (size_t)off * hd, vr, hd * sizeof(float)); /* [bs][hd] */
+        return;
+    }
+    uint16_t *kc = (uint16_t *)kv->k + tile + (size_t)off * 2; /* [hd/2][bs][2] */
+    for (size_t i = 0; i < hd / 2; i++) {
+        kc[i * bs * 2] = pg_f32_to_bf16(kr[2 * i]);
+        kc[i * bs * 2 + 1] = pg_f32_to_bf16(kr[2 * i + 1]);
+    }
+    uint16_t *vc = (uint16_t *)kv->v + tile + ((size_t)(off >> 1) * hd) * 2 + (size_t)(off & 1);
+    for (size_t d = 0; d < hd; d++) /* [bs/2][hd][2] */
+        vc[d * 2] = pg_f32_to_bf16(vr[d]);
+}
+
 pagoda_status pg_rope_kv_store(const pg_rope_spec *rope, int32_t n_tokens, const int32_t *positions,
                                const int32_t *slot_mapping, float *q, size_t q_stride,
                                int32_t n_heads, const float *k, size_t k_stride, const float *v,
@@ -185,22 +214,13 @@ pagoda_status pg_rope_kv_store(const pg_rope_spec *rope, int32_t n_tokens, const
         for (int32_t h = 0; h < nkv; h++) {
             const float *kr = k + (size_t)t * k_stride + (size_t)h * hd;
             const float *vr = v + (size_t)t * v_stride + (size_t)h * hd;
-            for (int32_t d = 0; d < hd; d++)
-                tmp[d] = kr[d];
-            if (half) rope_rotate(rope->style, half, c, s, tmp);
-            if (kv->dtype == PG_F32) {
-                float *kc = kv->k, *vc = kv->v;
-                for (int32_t d = 0; d < hd; d++) {
-                    kc[pg_paged_kv_k_index(kv, blk, h, off, d)] = tmp[d];
-                    vc[pg_paged_kv_v_index(kv, blk, h, off, d)] = vr[d];
-                }
-            } else {
-                uint16_t *kc = kv->k, *vc = kv->v;
-                for (int32_t d = 0; d < hd; d++) {
-                    kc[pg_paged_kv_k_index(kv, blk, h, off, d)] = pg_f32_to_bf16(tmp[d]);
-                    vc[pg_paged_kv_v_index(kv, blk, h, off, d)] = pg_f32_to_bf16(vr[d]);
-                }
+            if (half) {
+                for (int32_t d = 0; d < hd; d++)
+                    tmp[d] = kr[d];
+                rope_rotate(rope->style, half, c, s, tmp);
+                kr = tmp;
             }
+            store_token(kv, blk, h, off, kr, vr);
         }
     }
     return PAGODA_OK;

@@ -41,6 +41,11 @@ typedef enum pg_dim {
     PG_DIM_CONV_K,   /* linear_conv_kernel */
     PG_DIM_SHARED_FFN, /* shared_expert_intermediate_size */
     PG_DIM_ONE,        /* 1 (a [1, hidden] gate vector) */
+    PG_DIM_POSITIONS,  /* max_position_embeddings (a learned position table) */
+    PG_DIM_ENC_FFN,    /* encoder_ffn_dim */
+    PG_DIM_SOURCE_POS, /* max_source_positions (the encoder's position table) */
+    PG_DIM_MELS_K3,    /* 3 * num_mel_bins (a kernel-3 conv over mel bins, [out, in * 3]) */
+    PG_DIM_HIDDEN_K3,  /* 3 * hidden_size (a kernel-3 conv over hidden channels) */
     PG_DIM_COUNT_
 } pg_dim;
 
@@ -56,8 +61,20 @@ typedef enum pg_tensor_req {
     PG_REQ_MOE_SHARED,  /* required in MoE layers when shared_expert_intermediate_size > 0 */
 } pg_tensor_req;
 
-/* One tensor. Layer tensors (`layer` true) are "model.layers.{i}.<hf>" and
- * "blk.{i}.<gguf>"; global ones are named in full. `linear`: a
+/* Which stack of layers a layer tensor belongs to (encoder-decoder models
+ * have two): its HF name prefix and its layer count. */
+typedef enum pg_layer_stack {
+    PG_STACK_MAIN = 0, /* "model.layers.{i}.", num_hidden_layers layers */
+    PG_STACK_ENCODER,  /* "model.encoder.layers.{i}.", encoder_layers layers */
+    PG_STACK_DECODER,  /* "model.decoder.layers.{i}.", num_hidden_layers layers (an
+                          encoder-decoder config's common fields describe its decoder) */
+    PG_STACK_COUNT_
+} pg_layer_stack;
+
+/* One tensor. Layer tensors (`layer` nonzero: 1 + its pg_layer_stack, so a
+ * table's `true` is the main stack) are "<stack prefix>{i}.<hf>", for the
+ * main stack "model.layers.{i}.<hf>" and "blk.{i}.<gguf>" (the other stacks
+ * have no GGUF form); global ones are named in full. `linear`: a
  * compressed-tensors checkpoint may hold it quantized (X.weight_scale ...).
  * `expert`: one per expert, "model.layers.{i}.mlp.experts.{e}.<hf>" [d0,
  * d1] in HF, stacked as the 3-D "blk.{i}.<gguf>" [experts, d0, d1] in GGUF
@@ -67,9 +84,18 @@ typedef struct pg_arch_tensor {
     const char *hf, *gguf;
     pg_dim d0, d1;
     pg_tensor_req req;
-    bool layer, linear;
+    uint8_t layer; /* 0: global; 1 + pg_layer_stack: in every layer of that stack */
+    bool linear;
     bool expert;
 } pg_arch_tensor;
+
+#define PG_TENSOR_ENCODER_LAYER (1 + PG_STACK_ENCODER)
+#define PG_TENSOR_DECODER_LAYER (1 + PG_STACK_DECODER)
+
+/* The stack of a layer tensor (PG_STACK_MAIN for a global one). */
+static inline pg_layer_stack pg_arch_tensor_stack(const pg_arch_tensor *t) {
+    return t->layer > 1 ? (pg_layer_stack)(t->layer - 1) : PG_STACK_MAIN;
+}
 
 typedef struct pg_model_ops {
     void (*free)(pg_model *m);
@@ -102,6 +128,11 @@ typedef struct pg_arch {
                                                    ending like `tensors`), or NULL: a base
                                                    architecture's table in `tensors` plus
                                                    this one's own */
+    /* Config keys this architecture names differently, as transformers'
+     * PretrainedConfig.attribute_map: pairs {common key, its key} (e.g.
+     * {"hidden_size", "d_model"}), ended by {NULL, NULL}; the common parser
+     * reads the architecture's key in place of the common one (may be NULL). */
+    const char *const (*hf_attribute_map)[2];
     /* Extra config.json fields into cfg, after the common ones (may be NULL).
      * Errors: PAGODA_ERR_FORMAT / UNSUPPORTED naming `path` and the field. */
     pagoda_status (*parse_hf)(const struct cJSON *root, const char *path, pg_model_config *cfg);
@@ -157,6 +188,11 @@ bool pg_model_config_layer_linear(const pg_model_config *cfg, int l);
 
 /* Resolve a table dimension for cfg (-1 for PG_DIM_NONE). */
 int64_t pg_arch_dim(const pg_model_config *cfg, pg_dim d);
+
+/* A layer stack's HF name prefix ("model.layers.", "model.encoder.layers.",
+ * "model.decoder.layers.") and its layer count under cfg. */
+const char *pg_arch_stack_prefix(pg_layer_stack s);
+int pg_arch_stack_layers(const pg_model_config *cfg, pg_layer_stack s);
 
 /* GGUF tensor name <-> canonical HF name through a's table ("blk.3.attn_q.weight" <->
  * "model.layers.3.self_attn.q_proj.weight"); names the table lacks are copied

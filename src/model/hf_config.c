@@ -14,6 +14,7 @@ void pg_model_config_init(pg_model_config *cfg) {
     cfg->rms_norm_eps = 1e-6f;
     cfg->torch_dtype = PG_DTYPE_COUNT;
     cfg->bos_token_id = -1;
+    cfg->decoder_start_token_id = -1;
     for (int i = 0; i < 8; i++)
         cfg->eos_token_ids[i] = -1;
 }
@@ -215,6 +216,14 @@ static pg_dtype parse_torch_dtype(const char *s) {
     return PG_DTYPE_COUNT;
 }
 
+/* The key architecture a's config.json uses for the common field `key`
+ * (pg_arch.hf_attribute_map, as transformers' attribute_map). */
+static const char *attr(const pg_arch *a, const char *key) {
+    for (int i = 0; a->hf_attribute_map && a->hf_attribute_map[i][0]; i++)
+        if (!strcmp(a->hf_attribute_map[i][0], key)) return a->hf_attribute_map[i][1];
+    return key;
+}
+
 pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
                                  pg_model_config *cfg) {
     pagoda_status s;
@@ -247,7 +256,7 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
         return pg_error(PAGODA_ERR_FORMAT, "%s: no 'architectures' (or known model_type)", path);
     }
     if (!a) {
-        char list[512];
+        char list[768];
         s = pg_error(PAGODA_ERR_UNSUPPORTED,
                      "%s: architecture '%.60s' is not supported (supported: %s)", path, arch,
                      pg_model_supported(list, sizeof list));
@@ -261,38 +270,39 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
     const cJSON *R = cJSON_IsObject(tc) && !item(root, "hidden_size") ? tc : root;
     snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch);
     const int BIG = 1 << 30;
-    s = pg_hf_get_int(R, "vocab_size", path, 1, BIG, true, 0, &cfg->vocab_size);
-    if (!s) s = pg_hf_get_int(R, "hidden_size", path, 1, 1 << 20, true, 0, &cfg->hidden_size);
+    s = pg_hf_get_int(R, attr(a, "vocab_size"), path, 1, BIG, true, 0, &cfg->vocab_size);
+    if (!s)
+        s = pg_hf_get_int(R, attr(a, "hidden_size"), path, 1, 1 << 20, true, 0, &cfg->hidden_size);
     /* an MoE config whose every layer is MoE may omit it (Qwen3.5-MoE): the
      * architecture's parse_hf then sets it */
     if (!s)
-        s = pg_hf_get_int(R, "intermediate_size", path, 1, 1 << 22,
+        s = pg_hf_get_int(R, attr(a, "intermediate_size"), path, 1, 1 << 22,
                           !item(R, "moe_intermediate_size"), 0, &cfg->intermediate_size);
     if (!s)
-        s = pg_hf_get_int(R, "num_hidden_layers", path, 1, 1 << 16, true, 0,
+        s = pg_hf_get_int(R, attr(a, "num_hidden_layers"), path, 1, 1 << 16, true, 0,
                           &cfg->num_hidden_layers);
     if (!s)
-        s = pg_hf_get_int(R, "num_attention_heads", path, 1, 1 << 16, true, 0,
+        s = pg_hf_get_int(R, attr(a, "num_attention_heads"), path, 1, 1 << 16, true, 0,
                           &cfg->num_attention_heads);
     if (!s)
-        s = pg_hf_get_int(R, "num_key_value_heads", path, 1, 1 << 16, false,
+        s = pg_hf_get_int(R, attr(a, "num_key_value_heads"), path, 1, 1 << 16, false,
                           cfg->num_attention_heads, &cfg->num_key_value_heads);
     if (!s && cfg->num_attention_heads % cfg->num_key_value_heads)
         s = pg_error(PAGODA_ERR_FORMAT,
                      "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", path,
                      cfg->num_attention_heads, cfg->num_key_value_heads);
-    if (!s && !item(R, "head_dim") && cfg->hidden_size % cfg->num_attention_heads)
+    if (!s && !item(R, attr(a, "head_dim")) && cfg->hidden_size % cfg->num_attention_heads)
         s = pg_error(PAGODA_ERR_FORMAT,
                      "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
                      cfg->hidden_size, cfg->num_attention_heads);
     if (!s)
-        s = pg_hf_get_int(R, "head_dim", path, 1, 1 << 16, false,
+        s = pg_hf_get_int(R, attr(a, "head_dim"), path, 1, 1 << 16, false,
                           cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim);
     if (!s && cfg->head_dim % 2)
         s = pg_error(PAGODA_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path,
                      cfg->head_dim);
     if (!s)
-        s = pg_hf_get_int(R, "max_position_embeddings", path, 1, BIG, false, 2048,
+        s = pg_hf_get_int(R, attr(a, "max_position_embeddings"), path, 1, BIG, false, 2048,
                           &cfg->max_position_embeddings);
     if (!s) s = pg_hf_get_float(R, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
     const cJSON *rp = item(R, "rope_parameters");

@@ -25,7 +25,7 @@ pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *
     const pg_model_config *c = pg_model_source_config(src);
     const pg_arch *a = c->arch;
     if (!a) {
-        char list[512];
+        char list[768];
         return pg_error(
             PAGODA_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)",
             pg_model_source_path(src), c->architecture, pg_model_supported(list, sizeof list));

@@ -11,6 +11,7 @@ extern const pg_arch pg_arch_qwen3_moe;
 extern const pg_arch pg_arch_gpt_oss;
 extern const pg_arch pg_arch_qwen3_5;
 extern const pg_arch pg_arch_qwen3_5_moe;
+extern const pg_arch pg_arch_whisper;
 
 #define MAX_ARCHS 24
 
@@ -21,6 +22,7 @@ static const pg_arch *g_archs[MAX_ARCHS + 1] = {
     &pg_arch_gpt_oss,
     &pg_arch_qwen3_5,
     &pg_arch_qwen3_5_moe,
+    &pg_arch_whisper,
 };
 
 static int count(void) {
@@ -146,18 +148,45 @@ int64_t pg_arch_dim(const pg_model_config *c, pg_dim d) {
         return c->shared_expert_intermediate_size;
     case PG_DIM_ONE:
         return 1;
+    case PG_DIM_POSITIONS:
+        return c->max_position_embeddings;
+    case PG_DIM_ENC_FFN:
+        return c->encoder_ffn_dim;
+    case PG_DIM_SOURCE_POS:
+        return c->max_source_positions;
+    case PG_DIM_MELS_K3:
+        return 3 * (int64_t)c->num_mel_bins;
+    case PG_DIM_HIDDEN_K3:
+        return 3 * (int64_t)c->hidden_size;
     default:
         return -1;
     }
 }
 
-/* from = 0: GGUF -> HF; 1: HF -> GGUF. */
+const char *pg_arch_stack_prefix(pg_layer_stack s) {
+    switch (s) {
+    case PG_STACK_ENCODER:
+        return "model.encoder.layers.";
+    case PG_STACK_DECODER:
+        return "model.decoder.layers.";
+    default:
+        return "model.layers.";
+    }
+}
+
+int pg_arch_stack_layers(const pg_model_config *c, pg_layer_stack s) {
+    return s == PG_STACK_ENCODER ? c->encoder_layers : c->num_hidden_layers;
+}
+
+/* from = 0: GGUF -> HF; 1: HF -> GGUF (main-stack layers only: the others
+ * have no GGUF form). */
 static bool map_name(const pg_arch *a, const char *in, char *out, size_t cap, int from) {
     const char *lp[2] = {"blk.", "model.layers."};
     const pg_arch_tensor *t;
     for (int i = 0; (t = pg_arch_tensor_at(a, i)) != NULL; i++) {
         const char *src = from ? t->hf : t->gguf, *dst = from ? t->gguf : t->hf;
         if (!src || !dst || t->expert) continue; /* not 1:1: the source splits them */
+        if (t->layer > 1) continue; /* another stack than model.layers */
         if (!t->layer) {
             if (!strcmp(in, src)) {
                 snprintf(out, cap, "%s", dst);

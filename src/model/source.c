@@ -396,7 +396,7 @@ static pagoda_status gguf_config(pg_model_source *src) {
     if (s) return s;
     const pg_arch *a = pg_arch_find_gguf(arch);
     if (!a) {
-        char list[512];
+        char list[768];
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "%s: GGUF architecture '%.40s' is not supported (supported: %s)", path,
                         arch, pg_model_supported(list, sizeof list));
@@ -650,6 +650,25 @@ static pagoda_status expect_linear(const pg_model_source *src, const char *name,
     return pg_ct_find_layer(&src->ct, src, layer, d0, d1, &l);
 }
 
+/* The layer stack and layer of "<stack prefix>{i}.<rest>": true with *rest
+ * set, or false for a global name. */
+static bool parse_layer_name(const char *name, pg_layer_stack *stack, long *layer,
+                             const char **rest) {
+    for (int s = 0; s < PG_STACK_COUNT_; s++) {
+        const char *pre = pg_arch_stack_prefix((pg_layer_stack)s);
+        size_t n = strlen(pre);
+        if (strncmp(name, pre, n) != 0) continue;
+        char *end;
+        long l = strtol(name + n, &end, 10);
+        if (end == name + n || *end != '.') continue;
+        *stack = (pg_layer_stack)s;
+        *layer = l;
+        *rest = end + 1;
+        return true;
+    }
+    return false;
+}
+
 /* The table entry a tensor name belongs to: itself, or a compressed-tensors
  * companion of a linear entry ("X.weight_scale", "X.weight_packed", ...).
  * Tensors every loader skips count too (llama.cpp's "rope_freqs.weight",
@@ -658,27 +677,22 @@ static const pg_arch_tensor *known_tensor(const pg_arch *a, const char *name) {
     static const pg_arch_tensor SKIPPED = {"",    "",    PG_DIM_NONE, PG_DIM_NONE, PG_REQ_OPTIONAL,
                                            false, false, false};
     const char *rest = name;
-    bool layer = false;
-    if (!strncmp(name, "model.layers.", 13)) {
-        char *end;
-        strtol(name + 13, &end, 10);
-        if (end != name + 13 && *end == '.') {
-            rest = end + 1;
-            layer = true;
-        }
-    }
+    pg_layer_stack stack = PG_STACK_MAIN;
+    long lnum;
+    const bool layer = parse_layer_name(name, &stack, &lnum, &rest);
     if (!strcmp(name, "rope_freqs.weight") ||
         (layer && !strncmp(rest, "self_attn.rotary_emb.", 21)))
         return &SKIPPED;
     const char *in_expert = NULL; /* "mlp.experts.{e}.<rest>": <rest> */
-    if (layer && !strncmp(rest, "mlp.experts.", 12)) {
+    if (layer && stack == PG_STACK_MAIN && !strncmp(rest, "mlp.experts.", 12)) {
         char *end;
         strtol(rest + 12, &end, 10);
         if (end != rest + 12 && *end == '.') in_expert = end + 1;
     }
     const pg_arch_tensor *t;
     for (int i = 0; (t = pg_arch_tensor_at(a, i)) != NULL; i++) {
-        if (t->layer != layer || t->expert != (in_expert != NULL)) continue;
+        if ((t->layer != 0) != layer || t->expert != (in_expert != NULL)) continue;
+        if (layer && pg_arch_tensor_stack(t) != stack) continue;
         if (in_expert) rest = in_expert;
         if (!strcmp(rest, t->hf)) return t;
         size_t n = strlen(t->hf);
@@ -731,16 +745,24 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
         [PG_DIM_LIN_DV] = "linear_value_head_dim",
         [PG_DIM_CONV_K] = "linear_conv_kernel_dim",
         [PG_DIM_SHARED_FFN] = "shared_expert_intermediate_size",
-        [PG_DIM_ONE] = "1"};
+        [PG_DIM_ONE] = "1",
+        [PG_DIM_POSITIONS] = "max_position_embeddings",
+        [PG_DIM_ENC_FFN] = "encoder_ffn_dim",
+        [PG_DIM_SOURCE_POS] = "max_source_positions",
+        [PG_DIM_MELS_K3] = "num_mel_bins*3",
+        [PG_DIM_HIDDEN_K3] = "hidden_size*3"};
     const pg_model_config *c = &src->cfg;
     pagoda_status s = PAGODA_OK;
     char n[256], why[96];
-    for (int pass = 0; pass < 2 && !s; pass++) {
-        int layers = pass == 0 ? 1 : c->num_hidden_layers;
+    /* pass 0: global tensors; pass 1 + s: the layers of stack s */
+    for (int pass = 0; pass < 1 + PG_STACK_COUNT_ && !s; pass++) {
+        const pg_layer_stack stack = (pg_layer_stack)(pass > 0 ? pass - 1 : 0);
+        int layers = pass == 0 ? 1 : pg_arch_stack_layers(c, stack);
         for (int l = 0; l < layers && !s; l++) {
             const pg_arch_tensor *t;
             for (int i = 0; !s && (t = pg_arch_tensor_at(c->arch, i)) != NULL; i++) {
-                if (t->layer != (pass == 1)) continue;
+                if ((t->layer != 0) != (pass > 0) || (t->layer && pg_arch_tensor_stack(t) != stack))
+                    continue;
                 if (!layer_kind_matches(c, t, l))
                     continue; /* not this layer's kind: refused below if present */
                 bool req = t->req == PG_REQ_ALWAYS || t->req == PG_REQ_MOE ||
@@ -757,7 +779,7 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
                     if (t->expert)
                         snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d.%s", l, e, t->hf);
                     else if (t->layer)
-                        snprintf(n, sizeof n, "model.layers.%d.%s", l, t->hf);
+                        snprintf(n, sizeof n, "%s%d.%s", pg_arch_stack_prefix(stack), l, t->hf);
                     else
                         snprintf(n, sizeof n, "%s", t->hf);
                     s = (t->linear ? expect_linear : expect)(src, n, req, pg_arch_dim(c, t->d0),
@@ -768,13 +790,16 @@ static pagoda_status validate_tensors(const pg_model_source *src) {
     }
     if (s) return s;
     for (size_t i = 0; i < src->n_tensors; i++) {
-        const char *nm = src->tensors[i].name;
-        if (strncmp(nm, "model.layers.", 13) != 0) continue;
-        char *end;
-        long layer = strtol(nm + 13, &end, 10);
-        if (end != nm + 13 && *end == '.' && (layer < 0 || layer >= c->num_hidden_layers))
-            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' is beyond num_hidden_layers %d",
-                            src->config_desc, src->tensors[i].name, c->num_hidden_layers);
+        const char *nm = src->tensors[i].name, *rest;
+        pg_layer_stack stack;
+        long layer;
+        if (!parse_layer_name(nm, &stack, &layer, &rest)) continue;
+        const int n_layers = pg_arch_stack_layers(c, stack);
+        if (layer < 0 || layer >= n_layers)
+            return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s' is beyond %s %d", src->config_desc,
+                            src->tensors[i].name,
+                            stack == PG_STACK_ENCODER ? "encoder_layers" : "num_hidden_layers",
+                            n_layers);
     }
     /* every tensor belongs to the architecture: weights of another one
      * (Qwen3's q/k norms in a file labelled Llama) would otherwise be

@@ -102,6 +102,13 @@ typedef struct pg_model_config {
     int shared_expert_intermediate_size; /* MoE shared expert (0: none) */
     int mtp_layers;              /* multi-token-prediction layers shipped with the model
                                     (kept by the loader, not run: "mtp.*" tensors) */
+    /* encoder-decoder models (Whisper): the common fields above describe the
+     * decoder (hidden_size = d_model, num_hidden_layers = decoder_layers, ...);
+     * these the encoder */
+    int encoder_layers, encoder_attention_heads, encoder_ffn_dim;
+    int num_mel_bins;            /* audio encoder input channels (80 or 128) */
+    int max_source_positions;    /* encoder positions (1500 = 30 s after the conv stem) */
+    int decoder_start_token_id;  /* -1 if none */
     int bos_token_id;            /* -1 if none */
     int eos_token_ids[8];        /* from config / generation_config; -1 terminated */
 } pg_model_config;

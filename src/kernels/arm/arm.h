@@ -48,6 +48,9 @@ void pg_neon_softmax_f32(float *x, size_t n);
 void pg_neon_silu_f32(float *out, const float *x, size_t n);
 void pg_neon_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 size_t pg_neon_argmax_f32(const float *x, size_t n);
+void pg_neon_layernorm_f32(float *out, const float *x, const float *w, const float *b, size_t m,
+                           size_t n, float eps);
+void pg_neon_gelu_f32(float *out, const float *x, size_t n);
 /* GEMM microkernels (pg_gemm_ukernel, dispatch.h).
  * gemm_neon.c: f32 5x16 (FMLA, one FMA per product in increasing k:
  *   bitwise the reference); bf16 for cores without FEAT_BF16 4x16 (k-pairs,

@@ -33,7 +33,8 @@ pagoda_status pg_ref_attention(const pg_attn_params *p, const pg_attn_batch *b,
         const int32_t q0 = b->cu_seqlens_q[s], ql = b->cu_seqlens_q[s + 1] - q0;
         const int32_t kl = b->seq_lens[s];
         for (int32_t i = 0; i < ql; i++) {
-            const int32_t pos = kl - ql + i;
+            /* causal: keys [lo, pos]; non-causal: all keys [0, kl) */
+            const int32_t pos = p->non_causal ? kl - 1 : kl - ql + i;
             const int32_t lo = p->sliding_window > 0 && pos - p->sliding_window + 1 > 0
                                    ? pos - p->sliding_window + 1
                                    : 0;
@@ -68,8 +69,8 @@ pagoda_status pg_ref_attention(const pg_attn_params *p, const pg_attn_batch *b,
                     for (int d = 0; d < hd; d++)
                         o[d] += sc[j - lo] * tile_v(vt, kv->dtype, hd, j % bs, d);
                 }
-                for (int d = 0; d < hd; d++)
-                    o[d] /= l;
+                for (int d = 0; d < hd; d++) /* no visible key (empty non-causal KV): 0 */
+                    o[d] = l > 0 ? o[d] / l : 0.0f;
             }
         }
     }

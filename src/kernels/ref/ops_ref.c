@@ -99,3 +99,28 @@ void pg_ref_swiglu_oai(float *out, const float *gate, const float *up, size_t n,
         out[i] = (u + 1.0f) * glu;
     }
 }
+
+void pg_ref_layernorm(float *out, const float *x, const float *w, const float *b, size_t m,
+                      size_t n, float eps) {
+    for (size_t r = 0; r < m; r++) {
+        const float *xr = x + r * n;
+        float *yr = out + r * n;
+        float sum = 0.0f;
+        for (size_t i = 0; i < n; i++)
+            sum += xr[i];
+        const float mean = sum / (float)n;
+        float ss = 0.0f;
+        for (size_t i = 0; i < n; i++) {
+            const float d = xr[i] - mean;
+            ss += d * d;
+        }
+        const float rstd = 1.0f / sqrtf(ss / (float)n + eps);
+        for (size_t i = 0; i < n; i++)
+            yr[i] = (xr[i] - mean) * rstd * w[i] + (b ? b[i] : 0.0f);
+    }
+}
+
+void pg_ref_gelu(float *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}

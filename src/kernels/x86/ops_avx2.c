@@ -1,8 +1,9 @@
-/* AVX2 + FMA row ops (RMSNorm, softmax, SiLU, SwiGLU, argmax): the scheme of
+/* AVX2 + FMA row ops (RMSNorm, LayerNorm, softmax, SiLU, SwiGLU, GELU, argmax): the scheme of
  * ops_avx512.c on 8 lanes; tails through masked loads/stores. */
 #include <immintrin.h>
 #include <math.h>
 
+#include "kernels/gelu_consts.h"
 #include "kernels/x86/vexp_avx2.h"
 #include "kernels/x86/x86.h"
 
@@ -103,4 +104,70 @@ size_t pg_avx2_argmax_f32(const float *x, size_t n) {
         if (hit) return i + (size_t)__builtin_ctz((unsigned)hit);
     }
     return 0; /* n == 0 or every value NaN */
+}
+
+void pg_avx2_layernorm_f32(float *out, const float *x, const float *w, const float *b, size_t m,
+                           size_t n, float eps) {
+    for (size_t r = 0; r < m; r++) {
+        const float *xr = x + r * n;
+        float *yr = out + r * n;
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t i = 0; i < n; i += 8)
+            acc = _mm256_add_ps(acc, _mm256_maskload_ps(xr + i, tail(n - i)));
+        const __m256 mv = _mm256_set1_ps(hsum(acc) / (float)n);
+        acc = _mm256_setzero_ps();
+        for (size_t i = 0; i < n; i += 8) {
+            __m256i k = tail(n - i);
+            __m256 d = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(xr + i, k), mv),
+                                     _mm256_castsi256_ps(k));
+            acc = _mm256_fmadd_ps(d, d, acc);
+        }
+        const __m256 rs = _mm256_set1_ps(1.0f / sqrtf(hsum(acc) / (float)n + eps));
+        for (size_t i = 0; i < n; i += 8) {
+            __m256i k = tail(n - i);
+            __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(xr + i, k), mv), rs);
+            __m256 y = _mm256_mul_ps(d, _mm256_maskload_ps(w + i, k));
+            if (b) y = _mm256_add_ps(y, _mm256_maskload_ps(b + i, k));
+            _mm256_maskstore_ps(yr + i, k, y);
+        }
+    }
+}
+
+/* 0.5 x (1 + erf(x / sqrt 2)), both erf intervals computed and blended. */
+static inline __m256 gelu(__m256 x) {
+    const __m256 z = _mm256_mul_ps(x, _mm256_set1_ps(PG_GELU_RSQRT2));
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), z), z2 = _mm256_mul_ps(z, z);
+    __m256 p = _mm256_set1_ps(PG_GELU_A5);
+    p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(PG_GELU_A4));
+    p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(PG_GELU_A3));
+    p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(PG_GELU_A2));
+    p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(PG_GELU_A1));
+    p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(PG_GELU_A0));
+    const __m256 small = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(p, z, z));
+    const __m256 ac = _mm256_min_ps(a, _mm256_set1_ps(PG_GELU_BIG));
+    __m256 q = _mm256_set1_ps(PG_GELU_B6);
+    q = _mm256_fmadd_ps(q, ac, _mm256_set1_ps(PG_GELU_B5));
+    q = _mm256_fmadd_ps(q, ac, _mm256_set1_ps(PG_GELU_B4));
+    q = _mm256_fmadd_ps(q, ac, _mm256_set1_ps(PG_GELU_B3));
+    q = _mm256_fmadd_ps(q, ac, _mm256_set1_ps(PG_GELU_B2));
+    q = _mm256_fmadd_ps(q, ac, _mm256_set1_ps(PG_GELU_B1));
+    q = _mm256_fmadd_ps(q, ac, _mm256_set1_ps(PG_GELU_B0));
+    q = _mm256_fmadd_ps(q, ac, ac);
+    __m256 e = pg_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), q));
+    e = _mm256_andnot_ps(_mm256_cmp_ps(a, _mm256_set1_ps(PG_GELU_BIG), _CMP_GE_OQ), e);
+    const __m256 neg = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_LT_OQ);
+    const __m256 big = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.0f), e), e, neg);
+    const __m256 in_small = _mm256_cmp_ps(a, _mm256_set1_ps(PG_GELU_SPLIT), _CMP_LT_OQ);
+    const __m256 t = _mm256_blendv_ps(big, small, in_small);
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), t);
+}
+
+void pg_avx2_gelu_f32(float *out, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, gelu(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        __m256i k = tail(n - i);
+        _mm256_maskstore_ps(out + i, k, gelu(_mm256_maskload_ps(x + i, k)));
+    }
 }

@@ -61,12 +61,18 @@ void pg_avx2_softmax_f32(float *x, size_t n);
 void pg_avx2_silu_f32(float *out, const float *x, size_t n);
 void pg_avx2_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 size_t pg_avx2_argmax_f32(const float *x, size_t n);
+void pg_avx2_layernorm_f32(float *out, const float *x, const float *w, const float *b, size_t m,
+                           size_t n, float eps);
+void pg_avx2_gelu_f32(float *out, const float *x, size_t n);
 void pg_avx512_rmsnorm_f32(float *out, const float *x, const float *w, size_t m, size_t n,
                            float eps);
 void pg_avx512_softmax_f32(float *x, size_t n);
 void pg_avx512_silu_f32(float *out, const float *x, size_t n);
 void pg_avx512_swiglu_f32(float *out, const float *gate, const float *up, size_t n);
 size_t pg_avx512_argmax_f32(const float *x, size_t n);
+void pg_avx512_layernorm_f32(float *out, const float *x, const float *w, const float *b, size_t m,
+                             size_t n, float eps);
+void pg_avx512_gelu_f32(float *out, const float *x, size_t n);
 /* GEMM microkernels (pg_gemm_ukernel, dispatch.h) and the activation
  * input stage (cvt_f32_bf16). Shapes: gemm_avx2.c f32 6x16, bf16 4x16;
  * gemm_avx512.c f32 6x64, bf16 8x32 (widen + FMA);
