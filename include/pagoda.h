@@ -82,6 +82,11 @@ typedef struct pagoda_engine_options {
      * holds one request's states at a block boundary (docs/ARCHITECTURE.md
      * "Prefix caching on hybrid models"). */
     uint64_t state_cache_memory;
+    /* Tokenizer to use instead of the model's (vLLM's --tokenizer): a
+     * tokenizer.json, a directory holding one, or a tiktoken BPE file
+     * (`*.tiktoken`, e.g. openai/whisper's multilingual.tiktoken); NULL = the
+     * model's own. */
+    const char *tokenizer;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;
@@ -141,6 +146,19 @@ typedef struct pagoda_sampling {
 
 void pagoda_sampling_defaults(const pagoda_engine *e, pagoda_sampling *s);
 
+/* A per-request logits processor (vLLM's logits processors; openai/whisper's
+ * LogitFilter), called on the engine thread before sampling with the
+ * request's next-token logits [vocab] f32 (raw model output; logit_bias and
+ * penalties are applied after it). token_ids[0..n_tokens) are the tokens the
+ * row follows: the prompt and the outputs so far, so the row predicts token
+ * n_tokens. It may change the logits in place (e.g. set banned tokens to
+ * -INFINITY; at least one must stay finite). With is_prompt true the row is
+ * the request's prompt_logits_pos row (n_tokens = prompt_logits_pos + 1),
+ * handed over for inspection only: changes are ignored and nothing is
+ * sampled from it. Must not call into the engine. */
+typedef void (*pagoda_logits_fn)(void *ctx, const int32_t *token_ids, size_t n_tokens,
+                                 size_t n_prompt, bool is_prompt, float *logits, int32_t vocab);
+
 typedef struct pagoda_request {
     const char *prompt;         /* UTF-8 text, or NULL when prompt_token_ids is given */
     size_t prompt_len;          /* bytes of prompt; 0 = strlen */
@@ -149,6 +167,24 @@ typedef struct pagoda_request {
     bool add_special_tokens;    /* text prompts: add BOS etc. like HF encode (default true) */
     pagoda_sampling sampling;
     const char *cache_salt;     /* optional: separates prefix-cache tenants */
+    /* Optional logits processor (see pagoda_logits_fn): ctx must stay valid
+     * until the request's final output (any finish reason) was returned. */
+    pagoda_logits_fn logits_fn;
+    void *logits_ctx;
+    /* With logits_fn: a prompt position (0 <= p < prompt length) whose logits
+     * are also handed to logits_fn (is_prompt true), e.g. Whisper's
+     * no-speech probability at the start-of-transcript token; -1 = none
+     * (pagoda_request_defaults). */
+    int32_t prompt_logits_pos;
+    /* Encoder-decoder models (pagoda_engine_encoder_input_shape true:
+     * Whisper) need, and other models refuse, the encoder input of the
+     * request: features [n_mels][n_frames] f32 row-major (Whisper: one
+     * 30-second log-mel window, audio/mel.h), copied. The prompt is then the
+     * decoder's (e.g. <|startoftranscript|><|en|><|transcribe|>). The engine
+     * schedules the encoder in budgeted pieces like a prefill and keeps its
+     * cross-attention K/V in the paged KV cache until the request ends. */
+    const float *encoder_features;
+    int32_t encoder_n_mels, encoder_n_frames;
 } pagoda_request;
 
 /* Zero `r`, then add_special_tokens = true and pagoda_sampling_defaults(e).
@@ -279,6 +315,12 @@ pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *mes
 
 /* Model name for /v1/models (the directory or file base name). */
 const char *pagoda_engine_model_name(const pagoda_engine *e);
+
+/* Encoder-decoder models (Whisper): true, with the encoder input shape a
+ * request must carry (*n_mels x *n_frames: 80 or 128 x 3000); false for
+ * decoder-only models. Outputs may be NULL. */
+bool pagoda_engine_encoder_input_shape(const pagoda_engine *e, int32_t *n_mels,
+                                       int32_t *n_frames);
 
 /* Registry name of the model's architecture: "llama", "qwen3", "qwen3_moe",
  * "gpt_oss", ... (the server answers gpt_oss chats in the harmony format). */
