@@ -246,6 +246,8 @@ int pg_cmd_serve(int argc, char **argv) {
     int rc = 0;
     for (int k = 0; k < n_models && !rc; k++) {
         pagoda_engine_options mo = eo;
+        /* --threads configured the shared pool with the first model */
+        if (k > 0) mo.num_threads = 0;
         /* one --tokenizer for several models: it is meant for those without
          * their own (a Whisper checkpoint without tokenizer.json) */
         if (n_models > 1 && mo.tokenizer && has_own_tokenizer(models[k])) {
