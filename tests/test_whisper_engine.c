@@ -81,10 +81,12 @@ static const char *tokenizer_path(void) {
     return path;
 }
 
+static pagoda_dtype g_dtype = PAGODA_DTYPE_F32;
+
 static pagoda_engine *make_engine(int32_t budget, uint64_t kv_mem, int32_t max_seqs) {
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
-    o.dtype = PAGODA_DTYPE_F32;
+    o.dtype = g_dtype;
     o.tokenizer = tokenizer_path();
     o.max_num_batched_tokens = budget;
     o.max_num_seqs = max_seqs;
@@ -222,6 +224,23 @@ static void test_greedy_plain_and_suppressed(void **state) {
     pagoda_engine_free(e);
 }
 
+/* The default path (BF16 weights, activations and KV cache): the oracle's
+ * smallest top-1 margin (0.011) survives its drift, so greedy ids still
+ * match, batched too. */
+static void test_bf16_default(void **state) {
+    (void)state;
+    g_dtype = PAGODA_DTYPE_AUTO;
+    pagoda_engine *e = make_engine(0, 256u << 20, 8);
+    g_dtype = PAGODA_DTYPE_F32;
+    got g[3] = {0};
+    for (int i = 0; i < 3; i++)
+        add(e, n_plain, NULL, NULL, -1, &g[i].id);
+    run(e, g, 3);
+    for (int i = 0; i < 3; i++)
+        expect_ids(&g[i], g_plain, n_plain);
+    pagoda_engine_free(e);
+}
+
 /* Requests at different times, a budget of one encoder piece per step (so
  * encoders interleave with decodes), and a larger one: all equal. */
 static void test_concurrent_batch_invariant(void **state) {
@@ -329,6 +348,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_plain_and_suppressed),
         cmocka_unit_test(test_concurrent_batch_invariant),
+        cmocka_unit_test(test_bf16_default),
         cmocka_unit_test(test_small_cache_preempts),
         cmocka_unit_test(test_abort_and_bad_requests),
     };
