@@ -2,7 +2,7 @@
  * (openai/whisper on random BF16-valued weights, f32 compute; see its
  * expected.json):
  *   - the source: config fields, conv weights in the canonical k-major layout,
- *     pg_model_load refusing a speech model with a clear UNSUPPORTED;
+ *     pg_model_load's view (self then cross layers, encoder pieces);
  *   - F32 compute: encoder(expected_mel.npy) within 1e-3 of expected_encoder.npy,
  *     decoder logits of the 16 named tokens within 1e-3 of
  *     expected_decoder_logits.npy, greedy ids (plain and with OpenAI's
@@ -235,11 +235,29 @@ static void test_source_and_config(void **state) {
                     assert_int_equal(b[(o * 3 + k) * C + ch], a[(o * C + ch) * 3 + k]);
     }
     pg_safetensors_close(st);
-    /* text generation: refused, naming the way to use it */
+    /* as the engine's model: decoder self-attention layers (FULL) then its
+     * cross-attention layers (CROSS over the 1500 encoder positions), the
+     * encoder in 1 + layers pieces over an n_audio_ctx x d_model state */
     pg_model *m;
-    assert_int_equal(pg_model_load(src, NULL, &m), PAGODA_ERR_UNSUPPORTED);
-    assert_non_null(strstr(pg_last_error(), "whisper is a speech model"));
-    assert_null(m);
+    assert_int_equal(pg_model_load(src, NULL, &m), PAGODA_OK);
+    const int32_t L = pg_model_num_layers(m) / 2;
+    assert_int_equal(L, 2);
+    for (int32_t l = 0; l < 2 * L; l++) {
+        const pg_layer_cache_spec *cs = pg_model_layer_cache(m, l);
+        assert_int_equal(cs->kind, l < L ? PG_LAYER_CACHE_FULL : PG_LAYER_CACHE_CROSS);
+        assert_int_equal(cs->num_kv_heads, 4);
+        assert_int_equal(cs->head_dim, 16);
+        assert_int_equal(cs->encoder_len, l < L ? 0 : 1500);
+    }
+    assert_int_equal(pg_model_encoder_steps(m), 1 + 2 * (1 + 2 * 3)); /* 3 chunks of <= 512 rows */
+    assert_int_equal(pg_model_encoder_step_tokens(m), 512);
+    int32_t rows, cols;
+    assert_true(pg_model_encoder_input_shape(m, &rows, &cols));
+    assert_int_equal(rows, 80);
+    assert_int_equal(cols, 3000);
+    assert_true(pg_model_encoder_state_bytes(m) >= 4 * 1500 * 64 * sizeof(float)); /* x, q, K, V */
+    assert_int_equal(pg_model_max_context(m), 448);
+    pg_model_free(m);
     /* pg_whisper_load refuses other architectures */
     pg_model_source *llama;
     assert_int_equal(pg_model_source_open(pg_test_asset("llm/stories260K-hf"), &llama), PAGODA_OK);
@@ -457,7 +475,7 @@ static pg_model_source *small_random_model(const pg_gen_whisper_opts *o) {
 }
 
 /* Steps of two windows interleaved on one workspace give each window's
- * output alone, bit for bit (the state between steps is the caller's x). */
+ * output alone, bit for bit (the state between steps is the caller's). */
 static void test_encoder_steps_interleave(void **state) {
     (void)state;
     const pg_gen_whisper_opts o = {.n_mels = 80,
@@ -480,11 +498,14 @@ static void test_encoder_steps_interleave(void **state) {
     float *mel = malloc(nm * sizeof *mel), *mel2 = malloc(nm * sizeof *mel2);
     for (size_t i = 0; i < nm; i++)
         mel[i] = (float)sin(0.013 * (double)i), mel2[i] = (float)cos(0.029 * (double)i) - 0.3f;
-    float *a = malloc(no * 4), *b = malloc(no * 4), *a1 = malloc(no * 4), *b1 = malloc(no * 4);
+    const size_t sb = pg_whisper_encoder_state_bytes(w);
+    assert_true(sb >= 3 * no * 4);
+    float *a = malloc(sb), *b = malloc(sb), *a1 = malloc(no * 4), *b1 = malloc(no * 4);
     assert_int_equal(pg_whisper_encode(w, ws, mel, a1), PAGODA_OK);
     assert_int_equal(pg_whisper_encode(w, ws, mel2, b1), PAGODA_OK);
     const int32_t steps = pg_whisper_encoder_steps(w);
-    assert_int_equal(steps, 1 + d->enc_layers);
+    assert_int_equal(pg_whisper_encoder_step_rows(w), 64);
+    assert_int_equal(steps, 1 + d->enc_layers * 3); /* one 64-row chunk: qkv, attention, MLP */
     for (int32_t s = 0; s < steps; s++) {
         assert_int_equal(pg_whisper_encode_step(w, ws, s, mel, a), PAGODA_OK);
         assert_int_equal(pg_whisper_encode_step(w, ws, s, mel2, b), PAGODA_OK);
