@@ -248,6 +248,75 @@ static void test_decode_growth_and_caching(void **state) {
     pg_kvm_destroy(m);
 }
 
+/* A cross-attention group (encoder-decoder models): the encoder's blocks
+ * come at admission whatever the decoder length (0 tokens included), more
+ * than the decoder's max_model_len would give a table, never prefix hits
+ * (identical prompts over different audio), all freed at the end. */
+static void test_cross_attention_group(void **state) {
+    (void)state;
+    pg_kvm_config c = {.num_blocks = 36, /* a, b: 11 each; d: 8; 5 left */
+                       .block_size = BS,
+                       .max_model_len = 16,
+                       .max_num_seqs = 4,
+                       .enable_prefix_caching = true,
+                       .num_groups = 2};
+    c.groups[0] = (pg_kv_cache_spec){.kind = PG_KV_FULL_ATTENTION,
+                                     .block_size = BS,
+                                     .num_layers = 2,
+                                     .num_kv_heads = 1,
+                                     .head_size = 8,
+                                     .dtype_bytes = 2};
+    c.groups[1] = c.groups[0];
+    c.groups[1].kind = PG_KV_CROSS_ATTENTION;
+    c.groups[1].u.cross.max_encoder_len = 30; /* 8 blocks of 4 > 16 / 4 */
+    pg_kvm *m = NULL;
+    assert_int_equal(pg_kvm_create(&c, &m), PAGODA_OK);
+    assert_int_equal(pg_kvm_blocks_for_tokens(m, 0), 8);
+    assert_int_equal(pg_kvm_blocks_for_tokens(m, 9), 3 + 8);
+    pg_request *a = make_req(1, 9, 0), *b = make_req(2, 9, 0);
+    /* admission with no decoder tokens yet: the encoder's blocks only */
+    assert_int_equal(pg_kvm_find_cached_prefix(m, a), 0);
+    assert_int_equal(pg_kvm_allocate_slots(m, a, 0, 0), PAGODA_OK);
+    int32_t n0, n1;
+    pg_kvm_block_table(m, 0, a, &n0);
+    const int32_t *x = pg_kvm_block_table(m, 1, a, &n1);
+    assert_int_equal(n0, 0);
+    assert_int_equal(n1, 8);
+    for (int i = 0; i < 8; i++)
+        assert_false(pg_block_pool_is_cached(pg_kvm_pool(m), x[i]));
+    /* then the prompt: self-attention blocks only, cached as usual */
+    assert_int_equal(pg_kvm_allocate_slots(m, a, 9, 0), PAGODA_OK);
+    a->num_computed_tokens = 9;
+    pg_kvm_block_table(m, 0, a, &n0);
+    pg_kvm_block_table(m, 1, a, &n1);
+    assert_int_equal(n0, 3);
+    assert_int_equal(n1, 8);
+    assert_int_equal(pg_kvm_check(m), PAGODA_OK);
+    /* the same prompt again: no hit (its cross K/V would be someone else's) */
+    int32_t hit;
+    assert_int_equal(admit(m, b, &hit), PAGODA_OK);
+    assert_int_equal(hit, 0);
+    assert_int_equal(pg_block_pool_num_free(pg_kvm_pool(m)), 35 - 2 * 11);
+    /* not enough for a third request's encoder blocks: LIMIT, nothing changed */
+    pg_request *d = make_req(3, 2, 50);
+    assert_int_equal(pg_kvm_allocate_slots(m, d, 0, 0), PAGODA_OK);
+    pg_request *e = make_req(4, 2, 60);
+    int32_t before = pg_block_pool_num_free(pg_kvm_pool(m));
+    assert_true(before < 8);
+    assert_int_equal(pg_kvm_allocate_slots(m, e, 0, 0), PAGODA_ERR_LIMIT);
+    assert_int_equal(pg_block_pool_num_free(pg_kvm_pool(m)), before);
+    pg_kvm_free(m, a);
+    pg_kvm_free(m, b);
+    pg_kvm_free(m, d);
+    assert_int_equal(pg_block_pool_num_free(pg_kvm_pool(m)), 35);
+    assert_int_equal(pg_kvm_check(m), PAGODA_OK);
+    pg_request_destroy(a);
+    pg_request_destroy(b);
+    pg_request_destroy(d);
+    pg_request_destroy(e);
+    pg_kvm_destroy(m);
+}
+
 static void test_groups(void **state) {
     (void)state;
     pg_kvm_config c = {.num_blocks = 40,
@@ -295,10 +364,6 @@ static void test_groups(void **state) {
     assert_int_equal(pg_kvm_create(&c, &m), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "block_size 8"));
     c.groups[1].block_size = BS;
-    c.groups[1].kind = PG_KV_CROSS_ATTENTION;
-    c.groups[1].u.cross.max_encoder_len = 1500;
-    assert_int_equal(pg_kvm_create(&c, &m), PAGODA_ERR_UNSUPPORTED);
-    assert_non_null(strstr(pg_last_error(), "cross_attention"));
     c.num_groups = PG_KV_MAX_GROUPS + 1;
     assert_int_equal(pg_kvm_create(&c, &m), PAGODA_ERR_INVALID_ARG);
     assert_null(m);
@@ -406,6 +471,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_caching_disabled),
         cmocka_unit_test(test_decode_growth_and_caching),
         cmocka_unit_test(test_groups),
+        cmocka_unit_test(test_cross_attention_group),
         cmocka_unit_test(test_sliding_window_frees_old_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -891,6 +891,126 @@ static void test_random_stress_hybrid_groups(void **state) {
     random_stress(g, 3, 81, 300, false);
 }
 
+
+/* Encoder-decoder requests: encoder pieces cost encoder_step_tokens of the
+ * budget each (at least one piece per step), at most max_num_encoding
+ * requests encode at once, the decoder prompt follows in the step that
+ * finishes the encoder, the cross-attention table is the encoder's blocks,
+ * aborts while encoding and preemption free the encoder slot (a preempted
+ * request encodes again). */
+static pagoda_status enc_add(pg_scheduler *s, uint64_t id, int32_t steps) {
+    int32_t prompt[4] = {1, 2, 3, 4};
+    pg_request_params p = {.id = id,
+                           .prompt = prompt,
+                           .num_prompt_tokens = 4,
+                           .max_tokens = 3,
+                           .eos_token_id = -1,
+                           .encoder_steps = steps};
+    return pg_scheduler_add_request(s, &p);
+}
+
+static void enc_update(pg_scheduler *s, const pg_sched_output *o) {
+    int32_t tok[16];
+    for (int32_t i = 0; i < o->num_reqs; i++)
+        tok[i] = 7;
+    assert_int_equal(pg_scheduler_update_from_output(s, o, tok, NULL), PAGODA_OK);
+    assert_int_equal(pg_scheduler_check(s), PAGODA_OK);
+}
+
+static void test_encoder_pieces(void **state) {
+    (void)state;
+    pg_sched_config c;
+    pg_sched_config_default(&c);
+    c.max_num_batched_tokens = 250;
+    c.max_num_seqs = 8;
+    c.max_model_len = 16;
+    c.encoder_step_tokens = 100;
+    c.max_num_encoding = 2;
+    c.kv.block_size = 4;
+    c.kv.num_blocks = 64;
+    c.kv.num_groups = 2;
+    c.kv.groups[0] = (pg_kv_cache_spec){.kind = PG_KV_FULL_ATTENTION,
+                                        .block_size = 4,
+                                        .num_layers = 1,
+                                        .num_kv_heads = 1,
+                                        .head_size = 8,
+                                        .dtype_bytes = 2};
+    c.kv.groups[1] = c.kv.groups[0];
+    c.kv.groups[1].kind = PG_KV_CROSS_ATTENTION;
+    c.kv.groups[1].u.cross.max_encoder_len = 20; /* 5 blocks */
+    pg_scheduler *s;
+    assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_OK);
+    assert_int_equal(enc_add(s, 1, 3), PAGODA_OK);
+    assert_int_equal(enc_add(s, 2, 3), PAGODA_OK);
+    assert_int_equal(enc_add(s, 3, 3), PAGODA_OK);
+    pg_sched_output o;
+    /* step 0: request 1 admitted, 2 pieces (budget 250 / 100); request 2
+     * admitted with the piece the budget still allows... none left: it waits
+     * with its blocks; request 3 has no encoder slot */
+    assert_int_equal(pg_scheduler_schedule(s, &o), PAGODA_OK);
+    assert_int_equal(o.num_reqs, 0);
+    assert_int_equal(o.enc_cross_group, 1);
+    assert_int_equal(o.num_enc, 1);
+    assert_int_equal(o.enc_req_ids[0], 1);
+    assert_int_equal(o.enc_step_begin[0], 0);
+    assert_int_equal(o.enc_num_steps[0], 2);
+    assert_false(o.enc_finishes[0]);
+    int32_t nb;
+    const int32_t *x = pg_kvm_block_table(pg_scheduler_kvm(s), 1, pg_scheduler_get_request(s, 1),
+                                          &nb);
+    assert_int_equal(nb, 5);
+    assert_ptr_equal(o.enc_cross_tables[0], x);
+    enc_update(s, &o);
+    /* step 1: request 1's last piece, then its 4 prompt tokens; request 2
+     * gets the 1 piece the budget (250 - 100 - 4) allows */
+    assert_int_equal(pg_scheduler_schedule(s, &o), PAGODA_OK);
+    assert_int_equal(o.num_enc, 2);
+    assert_int_equal(o.enc_req_ids[0], 1);
+    assert_int_equal(o.enc_step_begin[0], 2);
+    assert_int_equal(o.enc_num_steps[0], 1);
+    assert_true(o.enc_finishes[0]);
+    assert_int_equal(o.enc_req_ids[1], 2);
+    assert_int_equal(o.enc_num_steps[1], 1);
+    assert_int_equal(o.num_reqs, 1);
+    assert_int_equal(o.req_ids[0], 1);
+    assert_int_equal(o.num_scheduled_tokens[0], 4);
+    assert_true(o.samples[0]);
+    assert_int_equal(o.slot_mapping[o.token_stride], -1); /* cross group: no slots */
+    assert_int_equal(o.num_blocks[o.req_stride], 5);
+    enc_update(s, &o);
+    /* step 2: 1 decodes; 2 continues (2 pieces: 1 finishing + prompt); 3 now
+     * has a slot (1's was freed) and is admitted */
+    assert_int_equal(pg_scheduler_schedule(s, &o), PAGODA_OK);
+    assert_int_equal(o.req_ids[0], 1);
+    assert_int_equal(o.num_scheduled_tokens[0], 1);
+    assert_int_equal(o.enc_req_ids[0], 2);
+    assert_int_equal(o.enc_num_steps[0], 2);
+    assert_true(o.enc_finishes[0]);
+    /* abort 3 while encoding (if it was scheduled, it ends at the update) */
+    assert_int_equal(pg_scheduler_abort(s, 3), PAGODA_OK);
+    enc_update(s, &o);
+    assert_null(pg_scheduler_get_request(s, 3));
+    /* a budget below one piece still runs one per step */
+    assert_int_equal(enc_add(s, 4, 2), PAGODA_OK);
+    int guard = 0;
+    while (pg_scheduler_num_unfinished(s) > 0 && guard++ < 50) {
+        assert_int_equal(pg_scheduler_schedule(s, &o), PAGODA_OK);
+        assert_true(o.num_enc <= 2);
+        enc_update(s, &o);
+    }
+    assert_int_equal(pg_scheduler_num_unfinished(s), 0);
+    pg_sched_stats st;
+    pg_scheduler_get_stats(s, &st);
+    assert_int_equal(st.kv.num_free_blocks, 63);
+    /* a request with encoder steps on a scheduler without a cross group */
+    pg_scheduler_destroy(s);
+    c.kv.num_groups = 1;
+    assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_OK);
+    assert_int_equal(enc_add(s, 1, 3), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "cross-attention"));
+    pg_scheduler_destroy(s);
+}
+
 int main(void) {
     pg_log_set_level(PG_LOG_ERROR); /* small test pools warn about max_model_len */
     const struct CMUnitTest tests[] = {
@@ -909,6 +1029,7 @@ int main(void) {
 #endif
         cmocka_unit_test(test_no_starvation_under_steady_load),
         cmocka_unit_test(test_random_stress),
+        cmocka_unit_test(test_encoder_pieces),
         cmocka_unit_test(test_random_stress_hybrid_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

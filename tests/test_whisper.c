@@ -2,7 +2,7 @@
  * (openai/whisper on random BF16-valued weights, f32 compute; see its
  * expected.json):
  *   - the source: config fields, conv weights in the canonical k-major layout,
- *     pg_model_load refusing a speech model with a clear UNSUPPORTED;
+ *     pg_model_load's view (self then cross layers, encoder pieces);
  *   - F32 compute: encoder(expected_mel.npy) within 1e-3 of expected_encoder.npy,
  *     decoder logits of the 16 named tokens within 1e-3 of
  *     expected_decoder_logits.npy, greedy ids (plain and with OpenAI's
@@ -235,11 +235,28 @@ static void test_source_and_config(void **state) {
                     assert_int_equal(b[(o * 3 + k) * C + ch], a[(o * C + ch) * 3 + k]);
     }
     pg_safetensors_close(st);
-    /* text generation: refused, naming the way to use it */
+    /* as the engine's model: decoder self-attention layers (FULL) then its
+     * cross-attention layers (CROSS over the 1500 encoder positions), the
+     * encoder in 1 + layers pieces over an n_audio_ctx x d_model state */
     pg_model *m;
-    assert_int_equal(pg_model_load(src, NULL, &m), PAGODA_ERR_UNSUPPORTED);
-    assert_non_null(strstr(pg_last_error(), "whisper is a speech model"));
-    assert_null(m);
+    assert_int_equal(pg_model_load(src, NULL, &m), PAGODA_OK);
+    const int32_t L = pg_model_num_layers(m) / 2;
+    assert_int_equal(L, 2);
+    for (int32_t l = 0; l < 2 * L; l++) {
+        const pg_layer_cache_spec *cs = pg_model_layer_cache(m, l);
+        assert_int_equal(cs->kind, l < L ? PG_LAYER_CACHE_FULL : PG_LAYER_CACHE_CROSS);
+        assert_int_equal(cs->num_kv_heads, 4);
+        assert_int_equal(cs->head_dim, 16);
+        assert_int_equal(cs->encoder_len, l < L ? 0 : 1500);
+    }
+    assert_int_equal(pg_model_encoder_steps(m), 3);
+    int32_t rows, cols;
+    assert_true(pg_model_encoder_input_shape(m, &rows, &cols));
+    assert_int_equal(rows, 80);
+    assert_int_equal(cols, 3000);
+    assert_int_equal(pg_model_encoder_state_bytes(m), 1500 * 64 * sizeof(float));
+    assert_int_equal(pg_model_max_context(m), 448);
+    pg_model_free(m);
     /* pg_whisper_load refuses other architectures */
     pg_model_source *llama;
     assert_int_equal(pg_model_source_open(pg_test_asset("llm/stories260K-hf"), &llama), PAGODA_OK);

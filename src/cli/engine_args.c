@@ -42,6 +42,7 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
         "--threads",         "--quantization",   "--quant-group-size",
         "--quant-act-group", "--dtype",        "--state-cache-memory",
+        "--tokenizer",
     };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)

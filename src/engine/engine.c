@@ -30,6 +30,9 @@
 
 #define DEFAULT_MAX_NUM_SEQS 256
 #define DEFAULT_MAX_NUM_BATCHED_TOKENS 4096
+/* encoder-decoder models: requests between their first and last encoder
+ * piece at once (each holds an encoder state: Whisper large 7.3 MiB) */
+#define DEFAULT_MAX_NUM_ENCODING 4
 
 /* One request as the engine sees it (the scheduler holds the token-level
  * twin, pg_request, while it is queued or running). */
@@ -59,6 +62,15 @@ typedef struct ereq {
     pagoda_top_logprob *top;
     pagoda_token_logprobs tlp;
     char *error;
+    /* encoder-decoder models: the encoder input, [rows][cols] f32 */
+    float *enc_in;
+    /* the logits processor, its probe (0: none) and the request's tokens
+     * (prompt + outputs, the scheduler's) for this step's sampling */
+    pagoda_logits_fn lfn;
+    void *lctx;
+    int32_t probe_len;
+    const int32_t *step_tokens;
+    int32_t n_step_tokens;
 } ereq;
 
 struct pagoda_engine {
@@ -92,6 +104,11 @@ struct pagoda_engine {
     size_t n_outs, cap_outs;
     int32_t *sampled, *row_of; /* [max_num_seqs] */
     int32_t *sample_idx;       /* [max_num_seqs] scheduled index of each request that samples */
+    int32_t *probe_of;         /* [max_num_seqs] logits row of each request's probe, -1: none */
+    /* encoder-decoder models: encoder pieces per request, input shape, and
+     * this step's encoder inputs [max_num_encoding] */
+    int32_t enc_steps, enc_rows, enc_cols, max_num_encoding;
+    const float **enc_inputs;
     struct ereq **sample_req;  /* [max_num_seqs] that request */
     uint64_t prompt_tokens, generation_tokens;
 };
@@ -246,7 +263,18 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     mo.quant_group = o.quant_group_size;
     mo.quant_act_group = o.quant_act_group;
     if ((st = pg_model_load(e->src, &mo, &e->model)) != PAGODA_OK) goto fail;
-    if ((st = pg_tokenizer_load(pg_model_source_path(e->src), &e->tok)) != PAGODA_OK) goto fail;
+    if ((st = pg_tokenizer_load(o.tokenizer && *o.tokenizer ? o.tokenizer
+                                                             : pg_model_source_path(e->src),
+                                &e->tok)) != PAGODA_OK)
+        goto fail;
+    e->enc_steps = pg_model_encoder_steps(e->model);
+    if (e->enc_steps > 0) {
+        pg_model_encoder_input_shape(e->model, &e->enc_rows, &e->enc_cols);
+        /* decoder prompts are short and the cross K/V depends on the audio,
+         * not on the tokens a block hash covers: no prefix caching */
+        o.enable_prefix_caching = false;
+        e->max_num_encoding = DEFAULT_MAX_NUM_ENCODING;
+    }
     const pg_model_config *c = pg_model_get_config(e->model);
     e->vocab = c->vocab_size;
     e->max_model_len = pg_model_max_context(e->model);
@@ -314,9 +342,13 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                                &num_blocks)) != PAGODA_OK)
         goto fail;
     /* never more blocks than max_num_seqs full-length requests can use (+ the null block) */
-    int64_t useful =
-        (int64_t)mns * ((e->max_model_len + e->block_size - 1) / e->block_size) * plan.num_groups +
-        1;
+    int64_t useful = 1;
+    for (int32_t g = 0; g < plan.num_groups; g++) {
+        int32_t len = plan.groups[g].kind == PG_KV_CROSS_ATTENTION
+                          ? plan.groups[g].u.cross.max_encoder_len
+                          : e->max_model_len;
+        useful += (int64_t)mns * ((len + e->block_size - 1) / e->block_size);
+    }
     if (num_blocks > useful) num_blocks = (int32_t)useful;
     e->num_kv_blocks = num_blocks - 1;
 
@@ -342,6 +374,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         sc.kv.state_snapshot_align = a / x * b;
     }
     memcpy(sc.kv.groups, plan.groups, sizeof plan.groups);
+    if (e->enc_steps > 0) { /* one encoder piece costs one encoder layer's rows */
+        sc.encoder_step_tokens = pg_model_get_config(e->model)->max_source_positions;
+        sc.max_num_encoding = e->max_num_encoding;
+    }
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
     { /* the longest sequence the KV cache holds (caps max_tokens 0 = null) */
         pg_kvm *kvm = pg_scheduler_kvm(e->sched);
@@ -361,7 +397,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                            .max_num_batched_tokens = mnbt,
                            .max_num_seqs = mns,
                            .max_model_len = e->max_model_len,
-                           .num_state_snapshots = n_snap};
+                           .num_state_snapshots = n_snap,
+                           .max_num_encoding = e->max_num_encoding};
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
     e->n_samplers = pg_pool_size(pg_pool_default());
     if (e->n_samplers < 1) e->n_samplers = 1;
@@ -376,7 +413,11 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     e->row_of = malloc((size_t)mns * sizeof(int32_t));
     e->sample_idx = malloc((size_t)mns * sizeof(int32_t));
     e->sample_req = malloc((size_t)mns * sizeof(*e->sample_req));
-    if (!e->sampled || !e->row_of || !e->sample_idx || !e->sample_req) {
+    e->probe_of = malloc((size_t)mns * sizeof(int32_t));
+    e->enc_inputs = calloc((size_t)(e->max_num_encoding > 0 ? e->max_num_encoding : 1),
+                           sizeof *e->enc_inputs);
+    if (!e->sampled || !e->row_of || !e->sample_idx || !e->sample_req || !e->probe_of ||
+        !e->enc_inputs) {
         st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
@@ -405,6 +446,7 @@ static void ereq_free(ereq *r) {
     free(r->lp_vals);
     free(r->top);
     free(r->error);
+    free(r->enc_in);
     free(r);
 }
 
@@ -423,6 +465,8 @@ void pagoda_engine_free(pagoda_engine *e) {
     free(e->row_of);
     free(e->sample_idx);
     free(e->sample_req);
+    free(e->probe_of);
+    free(e->enc_inputs);
     for (int i = 0; e->samplers && i < e->n_samplers; i++)
         pg_sampler_free(e->samplers[i]);
     free(e->samplers);
@@ -445,6 +489,13 @@ int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
 size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e) {
     return pg_model_weight_bytes_per_step(e->model);
 }
+bool pagoda_engine_encoder_input_shape(const pagoda_engine *e, int32_t *n_mels,
+                                       int32_t *n_frames) {
+    if (n_mels) *n_mels = e->enc_rows;
+    if (n_frames) *n_frames = e->enc_cols;
+    return e->enc_steps > 0;
+}
+
 const char *pagoda_engine_model_name(const pagoda_engine *e) {
     return e->name;
 }
@@ -481,6 +532,7 @@ void pagoda_sampling_defaults(const pagoda_engine *e, pagoda_sampling *s) {
 void pagoda_request_defaults(const pagoda_engine *e, pagoda_request *r) {
     memset(r, 0, sizeof *r);
     r->add_special_tokens = true;
+    r->prompt_logits_pos = -1;
     pagoda_sampling_defaults(e, &r->sampling);
 }
 
@@ -550,6 +602,48 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
                       "one output token is needed)",
                       r->n_prompt, e->max_model_len);
         goto fail;
+    }
+    /* encoder input and logits processor */
+    if (e->enc_steps > 0) {
+        if (!q->encoder_features) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "request: %s is an encoder-decoder model: the request needs its encoder "
+                          "input (%d x %d features, e.g. a log-mel window)",
+                          e->name, e->enc_rows, e->enc_cols);
+            goto fail;
+        }
+        if (q->encoder_n_mels != e->enc_rows || q->encoder_n_frames != e->enc_cols) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "request: encoder input of %d x %d features; %s takes %d x %d",
+                          q->encoder_n_mels, q->encoder_n_frames, e->name, e->enc_rows,
+                          e->enc_cols);
+            goto fail;
+        }
+        size_t nf = (size_t)e->enc_rows * (size_t)e->enc_cols;
+        r->enc_in = malloc(nf * sizeof(float));
+        if (!r->enc_in) goto nomem;
+        memcpy(r->enc_in, q->encoder_features, nf * sizeof(float));
+        for (size_t i = 0; i < nf; i++)
+            if (!isfinite(r->enc_in[i])) {
+                st = pg_error(PAGODA_ERR_INVALID_ARG,
+                              "request: encoder input value %zu is not finite", i);
+                goto fail;
+            }
+    } else if (q->encoder_features) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG,
+                      "request: %s is a decoder-only model: it takes no encoder input", e->name);
+        goto fail;
+    }
+    r->lfn = q->logits_fn;
+    r->lctx = q->logits_ctx;
+    if (q->logits_fn && q->prompt_logits_pos >= 0) {
+        if (q->prompt_logits_pos >= r->n_prompt) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "request: prompt_logits_pos %d is outside the prompt of %d tokens",
+                          q->prompt_logits_pos, r->n_prompt);
+            goto fail;
+        }
+        r->probe_len = q->prompt_logits_pos + 1;
     }
     /* lengths */
     if (s->max_tokens < 0 || s->min_tokens < 0) {
@@ -844,7 +938,9 @@ static pagoda_status apply_queue(pagoda_engine *e) {
                                .ignore_eos = r->ignore_eos,
                                .stop_token_ids = r->stop_ids,
                                .num_stop_token_ids = r->n_stop_ids,
-                               .cache_salt = r->cache_salt};
+                               .cache_salt = r->cache_salt,
+                               .encoder_steps = r->enc_in ? e->enc_steps : 0,
+                               .probe_len = r->probe_len};
         if (pg_scheduler_add_request(e->sched, &p) == PAGODA_OK) {
             r->in_sched = true;
         } else if ((st = emit(e, r, PAGODA_FINISH_ERROR, -1, pg_last_error())) != PAGODA_OK) {
@@ -900,6 +996,9 @@ static void sample_range(void *ctx, size_t begin, size_t end, int tid) {
 
 static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, float *logits,
                                 int32_t *tok) {
+    if (r->lfn)
+        r->lfn(r->lctx, r->step_tokens, (size_t)r->n_step_tokens, (size_t)r->n_prompt, false,
+               logits, e->vocab);
     mask_min_tokens(e, r, logits);
     pg_logprob_out lp = {0}, *lpp = NULL;
     if (r->n_logprobs >= 0) {
@@ -963,7 +1062,7 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
 
     pg_sched_output so;
     if ((st = pg_scheduler_schedule(e->sched, &so)) != PAGODA_OK) return st;
-    if (so.num_reqs == 0) {
+    if (so.num_reqs == 0 && so.num_enc == 0) {
         update_stats(e);
         if (n_outputs) *n_outputs = e->n_outs;
         return PAGODA_OK;
@@ -984,17 +1083,38 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         }
     }
 
+    for (int32_t j = 0; j < so.num_enc; j++) {
+        ereq *r = find_locked(e, so.enc_req_ids[j]);
+        if (!r) return pg_error(PAGODA_ERR_INTERNAL, "engine: encoder job of an unknown request");
+        if (r->first_sched == 0) r->first_sched = t;
+        e->enc_inputs[j] = r->enc_in;
+    }
+
     /* model + sampling */
     float *logits;
-    pagoda_status fst = pg_runner_execute(e->runner, &so, &logits, e->row_of);
+    pagoda_status fst =
+        pg_runner_execute(e->runner, &so, e->enc_inputs, &logits, e->row_of, e->probe_of);
     char ferr[256] = "";
     if (fst != PAGODA_OK) snprintf(ferr, sizeof ferr, "%s", pg_last_error());
     sample_job sj = {.e = e, .logits = logits, .n = 0};
     for (int32_t i = 0; i < so.num_reqs; i++) {
         e->sampled[i] = 0;
-        if (!so.samples[i] || fst != PAGODA_OK) continue;
-        ereq *r = find_locked(e, so.req_ids[i]);
+        if (fst != PAGODA_OK) continue;
+        ereq *r = NULL;
+        if (e->probe_of[i] >= 0 && (r = find_locked(e, so.req_ids[i])) && r->lfn) {
+            const pg_request *pr = pg_scheduler_get_request(e->sched, r->id);
+            if (pr) /* logits after the prompt's first probe_len tokens: for inspection */
+                r->lfn(r->lctx, pr->tokens, (size_t)r->probe_len, (size_t)r->n_prompt, true,
+                       logits + (size_t)e->probe_of[i] * (size_t)e->vocab, e->vocab);
+        }
+        if (!so.samples[i]) continue;
+        if (!r) r = find_locked(e, so.req_ids[i]);
         r->n_new = 0;
+        if (r->lfn) {
+            const pg_request *pr = pg_scheduler_get_request(e->sched, r->id);
+            r->step_tokens = pr ? pr->tokens : NULL;
+            r->n_step_tokens = pr ? pr->num_tokens : 0;
+        }
         e->sample_req[sj.n] = r;
         e->sample_idx[sj.n++] = i;
     }
@@ -1010,8 +1130,8 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         return st;
     if (fst != PAGODA_OK) { /* every scheduled request fails, the engine goes on */
         PG_ERROR("engine: step failed: %s", ferr);
-        for (int32_t i = 0; i < so.num_reqs; i++) {
-            ereq *r = find_locked(e, so.req_ids[i]);
+        for (int32_t i = 0; i < so.num_reqs + so.num_enc; i++) {
+            ereq *r = find_locked(e, i < so.num_reqs ? so.req_ids[i] : so.enc_req_ids[i - so.num_reqs]);
             if (!r || r->finished) continue;
             pg_scheduler_abort(e->sched, r->id);
             r->n_new = 0;

@@ -105,6 +105,26 @@ static const pg_kv_group_ops MAMBA_OPS = {
     .remove_skipped = NULL,
 };
 
+/* ---- cross-attention (vLLM CrossAttentionManager) ----
+ * The encoder output's K/V of one request: ceil(max_encoder_len /
+ * block_size) blocks, allocated whole when the request is admitted
+ * (whatever its decoder length) and freed when it ends. Never shared
+ * between requests (its content depends on the audio, not on the tokens
+ * the block hashes cover). */
+
+static int32_t cross_num_table_blocks(const pg_kv_group *g, int32_t num_tokens) {
+    (void)num_tokens;
+    int32_t bs = g->spec.block_size;
+    return (g->spec.u.cross.max_encoder_len + bs - 1) / bs;
+}
+
+static const pg_kv_group_ops CROSS_OPS = {
+    .name = "cross_attention",
+    .num_table_blocks = cross_num_table_blocks,
+    .find_cached_prefix = no_cached_prefix,
+    .remove_skipped = NULL,
+};
+
 /* ---- common ---- */
 
 pagoda_status pg_kv_group_init(pg_kv_group *g, int32_t index, const pg_kv_cache_spec *spec,
@@ -123,6 +143,14 @@ pagoda_status pg_kv_group_init(pg_kv_group *g, int32_t index, const pg_kv_cache_
     case PG_KV_MAMBA:
         g->ops = &MAMBA_OPS;
         caching = false; /* its one block is a state, not the tokens of block 0 */
+        break;
+    case PG_KV_CROSS_ATTENTION:
+        g->ops = &CROSS_OPS;
+        caching = false; /* the encoder's K/V, not the tokens the hashes cover */
+        {
+            int32_t need = cross_num_table_blocks(&(pg_kv_group){.spec = *spec}, 0);
+            if (need > max_blocks) max_blocks = need;
+        }
         break;
     default:
         return pg_error(PAGODA_ERR_UNSUPPORTED, "kv cache group %d: kind %s is not implemented yet",

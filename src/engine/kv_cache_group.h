@@ -58,8 +58,8 @@ struct pg_kv_group {
 };
 
 /* Set up group `index` for `spec` with num_tables tables of max_blocks
- * entries each. Errors: PAGODA_ERR_UNSUPPORTED for kinds not implemented yet
- * (cross-attention), PAGODA_ERR_NOMEM. */
+ * entries each (a cross-attention group: at least its encoder blocks).
+ * Errors: PAGODA_ERR_INVALID_ARG (spec), PAGODA_ERR_NOMEM. */
 pagoda_status pg_kv_group_init(pg_kv_group *g, int32_t index, const pg_kv_cache_spec *spec,
                                pg_block_pool *pool, bool caching, int32_t num_tables,
                                int32_t max_blocks);

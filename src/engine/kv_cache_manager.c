@@ -331,7 +331,7 @@ pagoda_status pg_kvm_check(const pg_kvm *m) {
         for (int32_t s = 0; s < m->num_tables && !st; s++) {
             const pg_kv_block_table *t = &m->groups[g].tables[s];
             if (slot_free[s]) continue;
-            if (t->n > m->max_blocks || t->num_cached > t->n)
+            if (t->n > m->groups[g].max_blocks || t->num_cached > t->n)
                 st = pg_error(PAGODA_ERR_INTERNAL, "kv cache manager: table %d/%d: n %d cached %d",
                               g, s, t->n, t->num_cached);
             for (int32_t i = 0; i < t->n && !st; i++) {

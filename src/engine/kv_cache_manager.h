@@ -51,10 +51,12 @@ typedef struct pg_kvm_stats {
 typedef struct pg_kvm pg_kvm;
 
 /* Groups: full attention, sliding window (frees blocks outside the window;
- * prefix hits need the window's blocks cached) and mamba (one state block per
- * request, no slots, no prefix reuse). Errors: PAGODA_ERR_INVALID_ARG (sizes,
- * block size mismatch between config and a group spec),
- * PAGODA_ERR_UNSUPPORTED (cross-attention: not implemented yet),
+ * prefix hits need the window's blocks cached), mamba (one state block per
+ * request, no slots, no prefix reuse) and cross-attention (the encoder
+ * output's K/V: ceil(max_encoder_len / block_size) blocks from a request's
+ * admission to its end, whatever its decoder length; no prefix reuse, so a
+ * model with such a group gets no hits). Errors: PAGODA_ERR_INVALID_ARG
+ * (sizes, block size mismatch between config and a group spec),
  * PAGODA_ERR_NOMEM. */
 pagoda_status pg_kvm_create(const pg_kvm_config *cfg, pg_kvm **out);
 void pg_kvm_destroy(pg_kvm *m);

@@ -45,6 +45,14 @@ typedef struct pg_request_params {
     const int32_t *stop_token_ids; /* extra stop tokens (copied), up to PG_MAX_STOP_TOKENS */
     int32_t num_stop_token_ids;
     uint64_t cache_salt; /* mixed into every block hash; 0 = shared cache */
+    /* encoder-decoder models: encoder pieces to run before the decoder's
+     * first token (pg_model_encoder_steps), 0 = none */
+    int32_t encoder_steps;
+    /* a "probe": the runner also computes the logits after the first
+     * probe_len prompt tokens (those of position probe_len - 1; e.g.
+     * Whisper's no-speech probability at <|startoftranscript|>); 0 = none,
+     * else 1..num_prompt_tokens */
+    int32_t probe_len;
 } pg_request_params;
 
 typedef struct pg_request {
@@ -76,6 +84,11 @@ typedef struct pg_request {
     int32_t num_stop_token_ids;
 
     int32_t num_preemptions;
+    /* encoder-decoder models: pieces of the encoder to run (0: none), pieces
+     * done (reset by preemption: its cross-attention blocks are freed), and
+     * the encoder state slot it holds while 0 < done < steps (-1: none) */
+    int32_t encoder_steps, encoder_done, encoder_slot;
+    int32_t probe_len; /* 0: none (see pg_request_params) */
     /* scheduler bookkeeping */
     int64_t scheduled_step; /* last step that scheduled it, -1: never */
     bool abort_pending;     /* abort requested while its step was in flight */

@@ -32,6 +32,10 @@ struct pg_runner {
     void **snap_ptrs;     /* [num_state_layers][max_num_seqs] */
     int32_t *snap_len;    /* [max_num_seqs] */
     pg_layer_cache *lc; /* [num_layers] per step */
+    /* encoder-decoder models: encoder state slots and the CROSS layers' K/V */
+    uint8_t *enc_mem;
+    size_t enc_state_bytes, enc_mem_bytes;
+    pg_paged_kv **cross_kv; /* [num cross layers], layer order */
     pg_model_workspace *ws;
     float *logits;       /* [max_num_seqs][vocab] */
     int32_t *logit_rows; /* [max_num_seqs] */
@@ -47,6 +51,9 @@ static bool same_group(const pg_layer_cache_spec *a, const pg_kv_cache_spec *g) 
                g->head_size == a->head_dim && g->u.sliding.window == a->window;
     case PG_LAYER_CACHE_STATE:
         return g->kind == PG_KV_MAMBA && g->u.mamba.state_bytes == a->state_bytes;
+    case PG_LAYER_CACHE_CROSS:
+        return g->kind == PG_KV_CROSS_ATTENTION && g->num_kv_heads == a->num_kv_heads &&
+               g->head_size == a->head_dim && g->u.cross.max_encoder_len == a->encoder_len;
     default:
         return false;
     }
@@ -79,11 +86,13 @@ static pagoda_status plan_groups(const pg_model *m, pg_dtype kv_dtype, int32_t b
                 gs->head_size = 1;
                 gs->u.mamba.state_bytes = s->state_bytes;
             } else {
-                gs->kind =
-                    s->kind == PG_LAYER_CACHE_SLIDING ? PG_KV_SLIDING_WINDOW : PG_KV_FULL_ATTENTION;
+                gs->kind = s->kind == PG_LAYER_CACHE_SLIDING ? PG_KV_SLIDING_WINDOW
+                           : s->kind == PG_LAYER_CACHE_CROSS ? PG_KV_CROSS_ATTENTION
+                                                             : PG_KV_FULL_ATTENTION;
                 gs->num_kv_heads = s->num_kv_heads;
                 gs->head_size = s->head_dim;
                 if (s->kind == PG_LAYER_CACHE_SLIDING) gs->u.sliding.window = s->window;
+                if (s->kind == PG_LAYER_CACHE_CROSS) gs->u.cross.max_encoder_len = s->encoder_len;
                 if (p->num_kv_heads == 0) {
                     p->num_kv_heads = s->num_kv_heads;
                     p->head_dim = s->head_dim;
@@ -209,14 +218,41 @@ pagoda_status pg_runner_create(const pg_model *model, const pg_runner_config *cf
         }
     }
 
+    /* encoder state slots; the CROSS layers' tensors in layer order */
+    if (pg_model_encoder_steps(model) > 0) {
+        int32_t nc = 0;
+        for (int32_t l = 0; l < L; l++)
+            nc += r->layer_group[l] >= 0 && p->groups[r->layer_group[l]].kind == PG_KV_CROSS_ATTENTION;
+        if (nc == 0 || cfg->max_num_encoding < 1) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "runner: an encoder-decoder model needs cross-attention layers (%d) and "
+                          "encoder slots (%d)",
+                          nc, cfg->max_num_encoding);
+            goto fail;
+        }
+        r->cross_kv = calloc((size_t)nc, sizeof *r->cross_kv);
+        if (!r->cross_kv) goto nomem;
+        for (int32_t l = 0, ci = 0; l < L; l++)
+            if (r->layer_group[l] >= 0 && p->groups[r->layer_group[l]].kind == PG_KV_CROSS_ATTENTION)
+                r->cross_kv[ci++] = &r->tensors[r->layer_slot[l]];
+        r->enc_state_bytes = (pg_model_encoder_state_bytes(model) + 63) / 64 * 64;
+        r->enc_mem_bytes = (size_t)cfg->max_num_encoding * r->enc_state_bytes;
+        r->enc_mem = pg_alloc_huge(r->enc_mem_bytes);
+        if (!r->enc_mem) {
+            st = pg_error(PAGODA_ERR_NOMEM, "runner: cannot allocate %zu bytes of encoder states",
+                          r->enc_mem_bytes);
+            goto fail;
+        }
+    }
+
     pg_step_limits lim = {.max_tokens = cfg->max_num_batched_tokens,
-                          .max_seqs = cfg->max_num_seqs,
+                          .max_seqs = cfg->max_num_seqs + PG_SCHED_MAX_PROBES, /* logit rows */
                           .max_model_len = cfg->max_model_len,
                           .kv_dtype = cfg->kv_dtype,
                           .block_size = cfg->block_size};
     if ((st = pg_model_workspace_create(model, &lim, &r->ws)) != PAGODA_OK) goto fail;
-    r->logits = pg_malloc_aligned(S * (size_t)c->vocab_size * 4);
-    r->logit_rows = malloc(S * sizeof(int32_t));
+    r->logits = pg_malloc_aligned((S + PG_SCHED_MAX_PROBES) * (size_t)c->vocab_size * 4);
+    r->logit_rows = malloc((S + PG_SCHED_MAX_PROBES) * sizeof(int32_t));
     if (!r->logits || !r->logit_rows) goto nomem;
     *out = r;
     return PAGODA_OK;
@@ -232,6 +268,8 @@ void pg_runner_free(pg_runner *r) {
     if (r->kv_mem) pg_free_huge(r->kv_mem, r->kv_mem_bytes);
     if (r->state_mem) pg_free_huge(r->state_mem, r->state_mem_bytes);
     if (r->snap_mem) pg_free_huge(r->snap_mem, r->snap_mem_bytes);
+    if (r->enc_mem) pg_free_huge(r->enc_mem, r->enc_mem_bytes);
+    free(r->cross_kv);
     free(r->snap_off);
     free(r->snap_ptrs);
     free(r->snap_len);
@@ -249,7 +287,7 @@ void pg_runner_free(pg_runner *r) {
 }
 
 size_t pg_runner_kv_bytes(const pg_runner *r) {
-    return r->kv_mem_bytes + r->state_mem_bytes + r->snap_mem_bytes;
+    return r->kv_mem_bytes + r->state_mem_bytes + r->snap_mem_bytes + r->enc_mem_bytes;
 }
 size_t pg_runner_workspace_bytes(const pg_runner *r) {
     return pg_model_workspace_bytes(r->ws);
@@ -258,11 +296,39 @@ const pg_kv_plan *pg_runner_plan(const pg_runner *r) {
     return &r->plan;
 }
 
-pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so, float **logits_out,
-                                int32_t *row_of) {
+/* The step's encoder pieces, then each finished encoder's cross K/V. */
+static pagoda_status run_encoders(pg_runner *r, const pg_sched_output *so,
+                                  const float *const *enc_inputs) {
+    for (int32_t j = 0; j < so->num_enc; j++) {
+        if (!r->enc_mem || so->enc_slots[j] < 0 || so->enc_slots[j] >= r->cfg.max_num_encoding)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "runner: encoder job on slot %d of %d",
+                            so->enc_slots[j], r->enc_mem ? r->cfg.max_num_encoding : 0);
+        void *state = r->enc_mem + (size_t)so->enc_slots[j] * r->enc_state_bytes;
+        const float *in = enc_inputs ? enc_inputs[j] : NULL;
+        for (int32_t k = 0; k < so->enc_num_steps[j]; k++) {
+            pagoda_status st =
+                pg_model_encode_step(r->model, r->ws, so->enc_step_begin[j] + k, in, state);
+            if (st) return st;
+        }
+        if (so->enc_finishes[j]) {
+            pagoda_status st =
+                pg_model_encoder_kv(r->model, r->ws, state, so->enc_cross_tables[j], r->cross_kv);
+            if (st) return st;
+        }
+    }
+    return PAGODA_OK;
+}
+
+pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
+                                const float *const *enc_inputs, float **logits_out,
+                                int32_t *row_of, int32_t *probe_of) {
     if (so->num_groups != r->plan.num_groups)
         return pg_error(PAGODA_ERR_INVALID_ARG, "runner: step has %d KV cache groups, plan %d",
                         so->num_groups, r->plan.num_groups);
+    *logits_out = r->logits;
+    pagoda_status est = run_encoders(r, so, enc_inputs);
+    if (est) return est;
+    if (so->num_reqs == 0) return PAGODA_OK;
     int32_t n_logits = 0;
     for (int32_t i = 0; i < so->num_reqs; i++) {
         row_of[i] = -1;
@@ -270,6 +336,15 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so, float *
             row_of[i] = n_logits;
             r->logit_rows[n_logits++] = so->query_start_loc[i + 1] - 1;
         }
+    }
+    for (int32_t i = 0, np = 0; i < so->num_reqs; i++) { /* probes after the sampling rows */
+        if (probe_of) probe_of[i] = -1;
+        if (!so->probe_rows || so->probe_rows[i] < 0) continue;
+        if (++np > PG_SCHED_MAX_PROBES)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "runner: more than %d probe rows in a step",
+                            PG_SCHED_MAX_PROBES);
+        if (probe_of) probe_of[i] = n_logits;
+        r->logit_rows[n_logits++] = so->probe_rows[i];
     }
     /* state slots of this step's requests; fresh requests start from zero,
      * a prefix hit from its snapshot; snapshots to write */

@@ -17,6 +17,10 @@
  *   - recurrent-state groups get max_num_seqs slots of state_bytes per
  *     layer, keyed by the request's KV manager slot (so->kv_slots) and
  *     zeroed when the request is (re)admitted.
+ *   - cross-attention groups (encoder-decoder models) are attention groups
+ *     too: a request's encoder output K/V sits in its own blocks of the
+ *     shared pool, written once by pg_model_encoder_kv; the encoder's state
+ *     between its pieces lives in max_num_encoding slots here.
  * Each layer is handed its group's block tables and slot mapping
  * (pg_layer_cache). Idea from vLLM v1 gpu_model_runner.py (execute_model:
  * input ids, positions, slot mapping, query_start_loc, seq_lens, block
@@ -62,6 +66,8 @@ typedef struct pg_runner_config {
     int32_t max_num_seqs;           /* requests per step */
     int32_t max_model_len;
     int32_t num_state_snapshots; /* prefix-cache snapshots of the recurrent states (0: none) */
+    int32_t max_num_encoding;    /* encoder-decoder models: encoder state slots (the
+                                    scheduler's max_num_encoding) */
 } pg_runner_config;
 
 /* Allocate the paged KV tensors (num_blocks * block_size tokens each,
@@ -76,14 +82,21 @@ size_t pg_runner_workspace_bytes(const pg_runner *r);
 /* The plan the runner was made with. */
 const pg_kv_plan *pg_runner_plan(const pg_runner *r);
 
-/* Run the step `so` (every group's block tables and slot mapping, in the
- * plan's group order). For every request i with so->samples[i],
+/* Run the step `so`: first its encoder pieces (encoder-decoder models:
+ * enc_inputs[j] is job j's encoder input, read when it starts at piece 0;
+ * a job that runs the last piece then writes the request's cross-attention
+ * K/V into its CROSS group blocks), then the decoder batch (every group's
+ * block tables and slot mapping, in the plan's group order; none when
+ * so->num_reqs is 0). For every request i with so->samples[i],
  * *logits_out points at the vocab_size logits of its last scheduled token:
  * row r of the returned matrix where rows are the sampling requests in
- * batch order; row_of[i] = r or -1. Logits stay valid until the next step.
+ * batch order; row_of[i] = r or -1. Then come the probe rows
+ * (so->probe_rows): probe_of[i] = the row of i's probe or -1 (probe_of may
+ * be NULL). Logits stay valid until the next step.
  * Errors: PAGODA_ERR_INVALID_ARG (groups differ from the plan), errors of
  * pg_model_forward. */
-pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so, float **logits_out,
-                                int32_t *row_of);
+pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
+                                const float *const *enc_inputs, float **logits_out,
+                                int32_t *row_of, int32_t *probe_of);
 
 #endif

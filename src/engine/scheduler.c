@@ -41,6 +41,17 @@ struct pg_scheduler {
     pg_request **sched_reqs; /* [max_seqs] requests of the output, in batch order */
     int32_t budget;
     int32_t prefill_align; /* pg_sched_config.prefill_align */
+    /* encoder-decoder models */
+    int32_t enc_cost;       /* budget tokens per encoder piece */
+    int32_t max_encoding;   /* encoder state slots */
+    int32_t *enc_free;      /* stack of free encoder slots */
+    int32_t num_enc_free;
+    int32_t cross_group;    /* -1: none */
+    pg_request **enc_reqs;  /* [max_encoding] requests of this step's encoder jobs */
+    uint64_t *o_enc_ids;
+    int32_t *o_enc_slots, *o_enc_begin, *o_enc_num;
+    uint8_t *o_enc_fin;
+    const int32_t **o_enc_tables;
 
     /* output buffers */
     pg_sched_output out;
@@ -48,6 +59,8 @@ struct pg_scheduler {
     int32_t *o_num_sched, *o_num_computed, *o_qsl, *o_seq_lens, *o_kv_slots;
     uint8_t *o_is_new, *o_samples;
     int32_t *o_restore, *o_snap, *o_snap_len; /* state snapshots, per scheduled request */
+    int32_t *o_probe;                          /* probe row per scheduled request, -1: none */
+    int32_t probes_left;                       /* in this step */
     pg_block_hash *snap_hash;                  /* the hash each snapshot is published under */
     uint8_t *snap_decode;                      /* taken at a decode step */
     const int32_t **o_tables;
@@ -221,6 +234,11 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->max_model_len = cfg->max_model_len;
     s->block_size = kc.block_size;
     s->num_groups = pg_kvm_num_groups(s->kvm);
+    s->cross_group = -1;
+    for (int32_t g = 0; g < s->num_groups; g++)
+        if (pg_kvm_group_spec(s->kvm, g)->kind == PG_KV_CROSS_ATTENTION) s->cross_group = g;
+    s->enc_cost = cfg->encoder_step_tokens > 0 ? cfg->encoder_step_tokens : 1;
+    s->max_encoding = s->cross_group >= 0 && cfg->max_num_encoding > 0 ? cfg->max_num_encoding : 0;
     size_t S = (size_t)s->max_seqs, T = (size_t)s->max_tokens, G = (size_t)s->num_groups;
     s->ids = calloc(64, sizeof *s->ids);
     s->ids_mask = 63;
@@ -237,6 +255,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->o_restore = malloc(S * sizeof(int32_t));
     s->o_snap = malloc(S * sizeof(int32_t));
     s->o_snap_len = malloc(S * sizeof(int32_t));
+    s->o_probe = malloc(S * sizeof(int32_t));
     s->snap_hash = malloc(S * sizeof *s->snap_hash);
     s->snap_decode = malloc(S);
     s->o_tables = calloc(G * S, sizeof *s->o_tables);
@@ -249,9 +268,26 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->fin[0] = malloc(S * sizeof(uint64_t));
     s->fin[1] = malloc(S * sizeof(uint64_t));
     s->events = malloc(S * sizeof *s->events);
+    size_t E = (size_t)(s->max_encoding > 0 ? s->max_encoding : 1);
+    s->enc_free = malloc(E * sizeof(int32_t));
+    s->enc_reqs = malloc(E * sizeof *s->enc_reqs);
+    s->o_enc_ids = malloc(E * sizeof(uint64_t));
+    s->o_enc_slots = malloc(E * sizeof(int32_t));
+    s->o_enc_begin = malloc(E * sizeof(int32_t));
+    s->o_enc_num = malloc(E * sizeof(int32_t));
+    s->o_enc_fin = malloc(E);
+    s->o_enc_tables = malloc(E * sizeof *s->o_enc_tables);
+    if (!s->enc_free || !s->enc_reqs || !s->o_enc_ids || !s->o_enc_slots || !s->o_enc_begin ||
+        !s->o_enc_num || !s->o_enc_fin || !s->o_enc_tables) {
+        pg_scheduler_destroy(s);
+        return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for step buffers");
+    }
+    for (int32_t i = 0; i < s->max_encoding; i++)
+        s->enc_free[i] = s->max_encoding - 1 - i;
+    s->num_enc_free = s->max_encoding;
     if (!s->ids || !s->running || !s->sched_reqs || !s->o_req_ids || !s->o_num_sched ||
         !s->o_num_computed || !s->o_qsl || !s->o_seq_lens || !s->o_kv_slots || !s->o_is_new ||
-        !s->o_samples || !s->o_restore || !s->o_snap || !s->o_snap_len || !s->snap_hash ||
+        !s->o_samples || !s->o_restore || !s->o_snap || !s->o_snap_len || !s->o_probe || !s->snap_hash ||
         !s->snap_decode || !s->o_tables || !s->o_num_blocks || !s->o_num_new_blocks || !s->o_tokens ||
         !s->o_positions || !s->o_slots || !s->o_preempted || !s->fin[0] || !s->fin[1] ||
         !s->events || wq_reserve(s, 64) != PAGODA_OK) {
@@ -280,6 +316,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     o->state_restore = s->o_restore;
     o->state_snap = s->o_snap;
     o->state_snap_len = s->o_snap_len;
+    o->probe_rows = s->o_probe;
     o->block_tables = s->o_tables;
     o->num_blocks = s->o_num_blocks;
     o->num_new_blocks = s->o_num_new_blocks;
@@ -287,6 +324,13 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     o->positions = s->o_positions;
     o->slot_mapping = s->o_slots;
     o->preempted_ids = s->o_preempted;
+    o->enc_req_ids = s->o_enc_ids;
+    o->enc_slots = s->o_enc_slots;
+    o->enc_step_begin = s->o_enc_begin;
+    o->enc_num_steps = s->o_enc_num;
+    o->enc_finishes = s->o_enc_fin;
+    o->enc_cross_tables = s->o_enc_tables;
+    o->enc_cross_group = s->cross_group;
     o->finished_ids = s->fin[1];
     o->step = -1;
     *out = s;
@@ -314,6 +358,7 @@ void pg_scheduler_destroy(pg_scheduler *s) {
     free(s->o_restore);
     free(s->o_snap);
     free(s->o_snap_len);
+    free(s->o_probe);
     free(s->snap_hash);
     free(s->snap_decode);
     free(s->o_tables);
@@ -326,6 +371,14 @@ void pg_scheduler_destroy(pg_scheduler *s) {
     free(s->fin[0]);
     free(s->fin[1]);
     free(s->events);
+    free(s->enc_free);
+    free(s->enc_reqs);
+    free(s->o_enc_ids);
+    free(s->o_enc_slots);
+    free(s->o_enc_begin);
+    free(s->o_enc_num);
+    free(s->o_enc_fin);
+    free(s->o_enc_tables);
     free(s);
 }
 
@@ -336,6 +389,11 @@ pagoda_status pg_scheduler_add_request(pg_scheduler *s, const pg_request_params 
     if (id_find(s, p->id))
         return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: id already in use",
                         (unsigned long long)p->id);
+    if (p->encoder_steps > 0 && s->max_encoding == 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "request %llu: %d encoder steps, but the scheduler has no cross-attention "
+                        "group or no encoder slots",
+                        (unsigned long long)p->id, p->encoder_steps);
     pg_request *r;
     pagoda_status st = pg_request_create(p, s->block_size, s->max_model_len, &r);
     if (st) return st;
@@ -358,8 +416,15 @@ pagoda_status pg_scheduler_add_request(pg_scheduler *s, const pg_request_params 
     return PAGODA_OK;
 }
 
+static void release_encoder_slot(pg_scheduler *s, pg_request *r) {
+    if (r->encoder_slot < 0) return;
+    s->enc_free[s->num_enc_free++] = r->encoder_slot;
+    r->encoder_slot = -1;
+}
+
 /* Remove r for good: out of the queues, blocks freed, destroyed. */
 static void finish_request(pg_scheduler *s, pg_request *r, pg_finish_reason why) {
+    release_encoder_slot(s, r);
     if (r->status == PG_REQ_RUNNING) {
         int32_t i = running_index(s, r);
         if (i >= 0) running_remove_at(s, i);
@@ -423,6 +488,11 @@ static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
     s->o_kv_slots[i] = r->kv_slot;
     s->o_is_new[i] = is_new;
     s->o_samples[i] = (c + n == r->num_tokens);
+    s->o_probe[i] = -1;
+    if (r->probe_len > 0 && r->probe_len - 1 >= c && r->probe_len - 1 < c + n) {
+        s->o_probe[i] = off + (r->probe_len - 1 - c);
+        s->probes_left--;
+    }
     /* recurrent-state snapshot: at the last spacing boundary this step
      * crosses (prefill chunks and decode alike), unless already cached */
     s->o_restore[i] = is_new ? r->state_restore : -1;
@@ -454,7 +524,8 @@ static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
         s->o_num_blocks[gi] = nb;
         s->o_num_new_blocks[gi] = nb - prev_blocks[g];
         int32_t *slots = s->o_slots + (size_t)g * s->max_tokens + off;
-        if (pg_kvm_group_spec(s->kvm, g)->kind == PG_KV_MAMBA) { /* one state block, no slots */
+        const pg_kv_cache_kind kind = pg_kvm_group_spec(s->kvm, g)->kind;
+        if (kind == PG_KV_MAMBA || kind == PG_KV_CROSS_ATTENTION) { /* state / encoder: no slots */
             for (int32_t t = 0; t < n; t++)
                 slots[t] = -1;
             continue;
@@ -477,6 +548,8 @@ static void preempt(pg_scheduler *s, int32_t idx) {
     pg_request *r = s->running[idx];
     running_remove_at(s, idx);
     pg_kvm_free(s->kvm, r);
+    release_encoder_slot(s, r);
+    r->encoder_done = 0; /* its cross-attention blocks are gone: the encoder runs again */
     r->num_computed_tokens = 0;
     r->status = PG_REQ_PREEMPTED;
     r->num_preemptions++;
@@ -504,11 +577,20 @@ static int32_t aligned_chunk(const pg_scheduler *s, const pg_request *r, int32_t
     return s->out.num_tokens == 0 ? n : 0;
 }
 
+/* A chunk [c, c + n) that would hold r's probe when this step has no probe
+ * row left ends before it (0: r waits for the next step). */
+static int32_t probe_cut(const pg_scheduler *s, const pg_request *r, int32_t c, int32_t n) {
+    const int32_t p = r->probe_len - 1;
+    if (r->probe_len > 0 && p >= c && p < c + n && s->probes_left <= 0) return p - c;
+    return n;
+}
+
 static int schedule_running(pg_scheduler *s, pg_request *r) {
     int32_t n = r->num_tokens - r->num_computed_tokens;
     if (n > s->budget) n = s->budget;
     if (n <= 0) return 1;
     n = aligned_chunk(s, r, r->num_computed_tokens, n);
+    n = probe_cut(s, r, r->num_computed_tokens, n);
     if (n == 0) return 1; /* waits for a step with room to the next boundary */
     int32_t prev[PG_KV_MAX_GROUPS];
     for (;;) {
@@ -530,6 +612,48 @@ static int schedule_running(pg_scheduler *s, pg_request *r) {
     }
 }
 
+/* Encoder pieces for running request r (encoding, not scheduled yet in this
+ * step): as many as the budget allows, at least one when no piece ran yet
+ * in this step, on an encoder slot (none free: it waits). When they finish
+ * its encoder, its decoder prompt follows in the same step if blocks and
+ * budget allow (no preemption for it: it may wait a step). */
+static pagoda_status schedule_encoder(pg_scheduler *s, pg_request *r) {
+    pg_sched_output *o = &s->out;
+    int32_t left = r->encoder_steps - r->encoder_done;
+    int32_t k = s->budget / s->enc_cost;
+    if (k == 0 && o->num_enc == 0) k = 1;
+    if (k > left) k = left;
+    if (k <= 0 || o->num_enc >= s->max_encoding) return PAGODA_OK;
+    if (r->encoder_slot < 0) {
+        if (s->num_enc_free == 0) return PAGODA_OK;
+        r->encoder_slot = s->enc_free[--s->num_enc_free];
+    }
+    int32_t j = o->num_enc++, nb;
+    s->enc_reqs[j] = r;
+    s->o_enc_ids[j] = r->id;
+    s->o_enc_slots[j] = r->encoder_slot;
+    s->o_enc_begin[j] = r->encoder_done;
+    s->o_enc_num[j] = k;
+    s->o_enc_fin[j] = k == left;
+    s->o_enc_tables[j] = pg_kvm_block_table(s->kvm, s->cross_group, r, &nb);
+    r->scheduled_step = s->step;
+    s->budget -= k * s->enc_cost;
+    if (s->budget < 0) s->budget = 0;
+    if (k < left || s->budget <= 0) return PAGODA_OK;
+    /* the decoder's prompt right after its encoder */
+    int32_t n = r->num_tokens - r->num_computed_tokens;
+    if (n > s->budget) n = s->budget;
+    n = probe_cut(s, r, r->num_computed_tokens, n);
+    if (n <= 0) return PAGODA_OK;
+    int32_t prev[PG_KV_MAX_GROUPS];
+    table_lengths(s, r, prev);
+    pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, n, 0);
+    if (st == PAGODA_ERR_LIMIT) return PAGODA_OK;
+    if (st) return st;
+    emit(s, r, n, false, prev);
+    return PAGODA_OK;
+}
+
 pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
     if (s->in_flight)
         return pg_error(PAGODA_ERR_INVALID_ARG,
@@ -541,6 +665,7 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
     o->num_reqs = 0;
     o->num_tokens = 0;
     o->num_preempted = 0;
+    o->num_enc = 0;
     s->o_qsl[0] = 0;
     /* report the finished ids gathered since the last step; gather into the other buffer */
     o->finished_ids = s->fin[s->fin_cur];
@@ -548,13 +673,15 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
     s->fin_cur ^= 1;
     s->num_fin = 0;
     s->budget = s->max_tokens;
+    s->probes_left = PG_SCHED_MAX_PROBES;
 
     /* 1. decodes, then 2. prefill chunks of running requests */
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < s->num_running && s->budget > 0;) {
             pg_request *r = s->running[i];
             int32_t pending = r->num_tokens - r->num_computed_tokens;
-            if (r->scheduled_step == s->step || (pass == 0) != (pending == 1)) {
+            if (r->scheduled_step == s->step || (pass == 0) != (pending == 1) ||
+                r->encoder_done < r->encoder_steps) {
                 i++;
                 continue;
             }
@@ -563,14 +690,36 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
             if (rc == 1) i++; /* else r left running[i]; victims are always at >= i */
         }
     }
+    /* encoder pieces of running requests still encoding, in admission order */
+    for (int32_t i = 0; i < s->num_running && s->budget > 0; i++) {
+        pg_request *r = s->running[i];
+        if (r->encoder_done < r->encoder_steps && r->scheduled_step != s->step) {
+            pagoda_status st = schedule_encoder(s, r);
+            if (st) return st;
+        }
+    }
     /* 3. admit waiting requests FCFS, unless this step had to preempt */
     while (o->num_preempted == 0 && s->wq_len > 0 && s->budget > 0 &&
            s->num_running < s->max_seqs) {
         pg_request *r = wq_at(s, 0);
+        if (r->encoder_steps > 0) { /* its cross-attention blocks and an encoder slot first */
+            if (s->num_enc_free == 0) break;
+            pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, 0, 0);
+            if (st == PAGODA_ERR_LIMIT) break; /* the head waits for memory */
+            if (st) return st;
+            wq_pop_front(s);
+            s->running[s->num_running++] = r;
+            r->status = PG_REQ_RUNNING;
+            r->num_computed_tokens = 0;
+            r->num_cached_tokens = 0;
+            if ((st = schedule_encoder(s, r))) return st;
+            continue;
+        }
         int32_t hit = pg_kvm_find_cached_prefix(s->kvm, r);
         int32_t n = r->num_tokens - hit;
         if (n > s->budget) n = s->budget;
         n = aligned_chunk(s, r, hit, n);
+        n = probe_cut(s, r, hit, n);
         if (n == 0) break; /* the head waits for room; nobody skips it */
         int32_t prev[PG_KV_MAX_GROUPS] = {0};
         pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, n, hit);
@@ -583,7 +732,7 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
         r->num_cached_tokens = hit;
         emit(s, r, n, true, prev);
     }
-    s->in_flight = o->num_reqs > 0;
+    s->in_flight = o->num_reqs > 0 || o->num_enc > 0;
     *out = *o;
     return PAGODA_OK;
 }
@@ -602,7 +751,7 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
                         "scheduler: update for step %lld, step %lld is current",
                         so ? (long long)so->step : -1LL, (long long)o->step);
     if (!s->in_flight) {
-        if (o->num_reqs == 0) return PAGODA_OK; /* an empty step needs no update */
+        if (o->num_reqs == 0 && o->num_enc == 0) return PAGODA_OK; /* empty: no update */
         return pg_error(PAGODA_ERR_INVALID_ARG, "scheduler: step %lld was already updated",
                         (long long)o->step);
     }
@@ -612,6 +761,11 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
                             "scheduler: step %lld: no sampled token for request %llu (index %d)",
                             (long long)o->step, (unsigned long long)s->o_req_ids[i], i);
     int32_t ne = 0;
+    for (int32_t j = 0; j < o->num_enc; j++) { /* encoder pieces done */
+        pg_request *r = s->enc_reqs[j];
+        r->encoder_done += s->o_enc_num[j];
+        if (r->encoder_done >= r->encoder_steps) release_encoder_slot(s, r);
+    }
     pg_state_cache *sc = pg_kvm_state_cache(s->kvm);
     for (int32_t i = 0; i < o->num_reqs; i++) {
         pg_request *r = s->sched_reqs[i];
@@ -646,6 +800,14 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
             (pg_step_event){r->id, st ? -1 : tok, why, why == PG_FINISH_STOP ? tok : -1,
                             pg_request_num_output_tokens(r)};
         if (why != PG_FINISH_NONE) finish_request(s, r, why);
+    }
+    for (int32_t j = 0; j < o->num_enc; j++) { /* aborted during an encoder-only step */
+        pg_request *r = id_find(s, s->o_enc_ids[j]);
+        if (r && r->abort_pending) {
+            s->events[ne++] =
+                (pg_step_event){r->id, -1, PG_FINISH_ABORT, -1, pg_request_num_output_tokens(r)};
+            finish_request(s, r, PG_FINISH_ABORT);
+        }
     }
     s->in_flight = false;
     if (res) res->num_events = ne;

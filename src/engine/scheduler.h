@@ -38,6 +38,10 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
 
+/* Probe rows (pg_request_params.probe_len) per step at most: a chunk that
+ * would hold one more ends before its probe position. */
+#define PG_SCHED_MAX_PROBES 8
+
 typedef struct pg_sched_config {
     int32_t max_num_batched_tokens; /* token budget per step (vLLM CPU online default 2048) */
     int32_t max_num_seqs;           /* requests running / per step (default 128) */
@@ -49,6 +53,15 @@ typedef struct pg_sched_config {
      * that cannot reach the next multiple in this step waits for a later one
      * (unless the step is otherwise empty: a budget below the multiple). */
     int32_t prefill_align;
+    /* Encoder-decoder models (requests with pg_request_params.encoder_steps):
+     * each encoder piece costs encoder_step_tokens of the step's token
+     * budget (Whisper: n_audio_ctx, the rows one encoder layer computes), a
+     * step runs as many pieces as its budget left allows and at least one
+     * while any request is encoding (so encoders always progress), and at
+     * most max_num_encoding requests are between their first and last piece
+     * at once (the runner's encoder state slots). */
+    int32_t encoder_step_tokens;
+    int32_t max_num_encoding;
     /* KV cache: num_blocks, block_size, enable_prefix_caching, groups. Its
      * max_model_len and max_num_seqs are taken from the fields above. */
     pg_kvm_config kv;
@@ -91,6 +104,9 @@ typedef struct pg_sched_output {
      * state_snap[i] >= 0: the layers also write i's state after its first
      * state_snap_len[i] tokens of this step into that entry */
     const int32_t *state_restore, *state_snap, *state_snap_len;
+    /* probe_rows[i] >= 0: the token row of i's probe (its logits are wanted
+     * too, pg_request_params.probe_len); at most PG_SCHED_MAX_PROBES a step */
+    const int32_t *probe_rows;
     /* per group g and request i, at [g * req_stride + i] */
     const int32_t *const *block_tables; /* i's block table in group g (ids) */
     const int32_t *num_blocks;          /* its length */
@@ -103,6 +119,21 @@ typedef struct pg_sched_output {
     const int32_t *slot_mapping; /* group g at [g * token_stride + t]: where to write the
                                     token's K/V: block_id * block_size + position % block_size;
                                     -1 for a mamba group (its state is block_tables[.][0]) */
+    /* encoder pieces (encoder-decoder models), run before the decoder batch:
+     * job j runs pieces [enc_step_begin[j], enc_step_begin[j] +
+     * enc_num_steps[j]) of request enc_req_ids[j]'s encoder on state slot
+     * enc_slots[j] (< max_num_encoding); when it runs the last piece
+     * (enc_finishes[j]) the runner then writes the request's cross-attention
+     * K/V into enc_cross_tables[j], its table in group enc_cross_group. A
+     * request whose encoder finishes may also be in the decoder batch of the
+     * same step. The decoder batch's cross-attention group has slot mapping
+     * -1 (nothing is written there by decoder tokens). */
+    int32_t num_enc;
+    const uint64_t *enc_req_ids;
+    const int32_t *enc_slots, *enc_step_begin, *enc_num_steps;
+    const uint8_t *enc_finishes;
+    const int32_t *const *enc_cross_tables;
+    int32_t enc_cross_group; /* -1: no cross-attention group */
     /* events */
     const uint64_t *preempted_ids; /* preempted in this step (now waiting, blocks freed) */
     int32_t num_preempted;
@@ -146,7 +177,9 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
 void pg_scheduler_destroy(pg_scheduler *s);
 
 /* Queue a request (state WAITING, FCFS order). Rejected before admission:
- * PAGODA_ERR_INVALID_ARG (bad params, id already live), PAGODA_ERR_LIMIT
+ * PAGODA_ERR_INVALID_ARG (bad params, id already live, encoder steps on a
+ * scheduler without a cross-attention group or without encoder slots),
+ * PAGODA_ERR_LIMIT
  * (prompt >= max_model_len; or prompt + max_tokens, capped at max_model_len,
  * needing more blocks than the whole pool: it could never finish), with a
  * message naming the request and the numbers. PAGODA_ERR_NOMEM. */

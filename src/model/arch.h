@@ -104,6 +104,14 @@ typedef struct pg_model_ops {
     void (*workspace_free)(void *ws);
     size_t (*workspace_bytes)(const void *ws);
     pagoda_status (*forward)(const pg_model *m, void *ws, const pg_batch *b, float *logits);
+    /* encoder-decoder models only (NULL otherwise): see pg_model_encoder_steps */
+    int32_t (*encoder_steps)(const pg_model *m);
+    bool (*encoder_input_shape)(const pg_model *m, int32_t *rows, int32_t *cols);
+    size_t (*encoder_state_bytes)(const pg_model *m);
+    pagoda_status (*encode_step)(const pg_model *m, void *ws, int32_t step, const float *input,
+                                 void *state);
+    pagoda_status (*encoder_kv)(const pg_model *m, void *ws, const void *state,
+                                const int32_t *block_table, pg_paged_kv *const *kv);
 } pg_model_ops;
 
 /* Where an architecture's hf_rewrite puts the tensors it derives (source.c). */

@@ -118,3 +118,39 @@ pagoda_status pg_model_forward(const pg_model *m, pg_model_workspace *ws, const 
         return pg_error(PAGODA_ERR_INVALID_ARG, "model: workspace of another model");
     return m->ops->forward(m, ws->impl, b, logits);
 }
+
+/* ---- encoder-decoder models ---- */
+
+int32_t pg_model_encoder_steps(const pg_model *m) {
+    return m->ops->encoder_steps ? m->ops->encoder_steps(m) : 0;
+}
+
+bool pg_model_encoder_input_shape(const pg_model *m, int32_t *rows, int32_t *cols) {
+    int32_t r = 0, c = 0;
+    bool ok = m->ops->encoder_input_shape && m->ops->encoder_input_shape(m, &r, &c);
+    if (rows) *rows = r;
+    if (cols) *cols = c;
+    return ok;
+}
+
+size_t pg_model_encoder_state_bytes(const pg_model *m) {
+    return m->ops->encoder_state_bytes ? m->ops->encoder_state_bytes(m) : 0;
+}
+
+pagoda_status pg_model_encode_step(const pg_model *m, pg_model_workspace *ws, int32_t step,
+                                   const float *input, void *state) {
+    if (!m->ops->encode_step)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: %s has no encoder", m->arch->name);
+    if (!ws || ws->model != m)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: workspace of another model");
+    return m->ops->encode_step(m, ws->impl, step, input, state);
+}
+
+pagoda_status pg_model_encoder_kv(const pg_model *m, pg_model_workspace *ws, const void *state,
+                                  const int32_t *block_table, pg_paged_kv *const *kv) {
+    if (!m->ops->encoder_kv)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: %s has no encoder", m->arch->name);
+    if (!ws || ws->model != m)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: workspace of another model");
+    return m->ops->encoder_kv(m, ws->impl, state, block_table, kv);
+}

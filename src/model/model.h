@@ -36,12 +36,15 @@ typedef enum pg_layer_cache_kind {
     PG_LAYER_CACHE_FULL,       /* K/V of every token: paged, one block table per request */
     PG_LAYER_CACHE_SLIDING,    /* K/V of the last `window` tokens: paged; older blocks freed */
     PG_LAYER_CACHE_STATE,      /* a fixed-size recurrent state per request (linear attention) */
-    PG_LAYER_CACHE_KIND_COUNT_ /* (cross-attention: the Whisper issue) */
+    PG_LAYER_CACHE_CROSS,      /* K/V of the encoder output, written once per request by
+                                  pg_model_encoder_kv, read by every decoder step */
+    PG_LAYER_CACHE_KIND_COUNT_
 } pg_layer_cache_kind;
 
 typedef struct pg_layer_cache_spec {
     pg_layer_cache_kind kind;
-    int32_t num_kv_heads, head_dim; /* FULL / SLIDING: K and V of num_kv_heads x head_dim */
+    int32_t num_kv_heads, head_dim; /* FULL / SLIDING / CROSS: K and V of num_kv_heads x head_dim */
+    int32_t encoder_len;            /* CROSS: encoder positions cached per request */
     int32_t window;                 /* SLIDING: a query at p attends keys (p - window, p] */
     int64_t state_bytes;            /* STATE: bytes per request (F32 or whatever the layer uses) */
     int32_t state_align; /* STATE: prefix-cache snapshots are taken at positions that are
@@ -51,7 +54,9 @@ typedef struct pg_layer_cache_spec {
 
 /* The cache of one layer in one step, as the runner hands it to forward. */
 typedef struct pg_layer_cache {
-    /* FULL / SLIDING: the layer's paged K/V and its group's tables */
+    /* FULL / SLIDING / CROSS: the layer's paged K/V and its group's tables
+     * (CROSS: request i's encoder position j at block_tables[i][j / block_size],
+     * no slot mapping: a decoder step writes nothing there) */
     pg_paged_kv *kv;
     const int32_t *slot_mapping;        /* [num_tokens]: block_id * block_size + pos % block_size */
     const int32_t *const *block_tables; /* [num_seqs] */
@@ -153,6 +158,39 @@ size_t pg_model_workspace_bytes(const pg_model_workspace *ws);
  * missing), errors of the kernels. */
 pagoda_status pg_model_forward(const pg_model *m, pg_model_workspace *ws, const pg_batch *b,
                                float *logits);
+
+/* ---- encoder-decoder models ---------------------------------------------------------- */
+
+/* An encoder-decoder model (Whisper) runs its encoder once per request, as
+ * pg_model_encoder_steps pieces an engine can spread over its steps (each
+ * piece reads and writes the request's encoder state, which is all that
+ * lives between pieces), then writes the encoder output's K/V into the
+ * request's CROSS cache blocks (pg_model_encoder_kv); its decoder steps
+ * are pg_model_forward with the CROSS layers' caches in b->layers.
+ * Decoder-only models: 0 steps, and the calls below fail. */
+int32_t pg_model_encoder_steps(const pg_model *m);
+/* The encoder input a request carries: rows x cols f32 (Whisper: n_mels x
+ * 3000 log-mel frames). False for a decoder-only model. */
+bool pg_model_encoder_input_shape(const pg_model *m, int32_t *rows, int32_t *cols);
+/* Bytes of one request's encoder state between pieces (Whisper: the
+ * residual stream, n_audio_ctx x d_model f32). */
+size_t pg_model_encoder_state_bytes(const pg_model *m);
+/* Piece `step` (0 <= step < pg_model_encoder_steps) of one request's
+ * encoder: input [rows][cols] f32 (read by step 0 only; may be NULL
+ * otherwise), state pg_model_encoder_state_bytes (written by step 0, read
+ * and written by the others; after the last step it holds the encoder
+ * output). Pieces of different requests may interleave on one workspace.
+ * Errors: PAGODA_ERR_INVALID_ARG (decoder-only model, step out of range,
+ * NULL arrays), errors of the kernels. */
+pagoda_status pg_model_encode_step(const pg_model *m, pg_model_workspace *ws, int32_t step,
+                                   const float *input, void *state);
+/* Write one request's cross-attention K/V from its finished encoder state
+ * into every CROSS layer's cache: kv[c] is the c-th CROSS layer's paged
+ * K/V (layers in index order), block_table the request's CROSS group table
+ * (ceil(encoder_len / block_size) blocks). Errors: PAGODA_ERR_INVALID_ARG
+ * (decoder-only model, cache shapes, block ids), errors of the kernels. */
+pagoda_status pg_model_encoder_kv(const pg_model *m, pg_model_workspace *ws, const void *state,
+                                  const int32_t *block_table, pg_paged_kv *const *kv);
 
 /* ---- the registry ------------------------------------------------------------------ */
 

@@ -805,15 +805,134 @@ pagoda_status pg_whisper_load(const pg_model_source *src, const pg_model_options
 
 /* ---- the architecture entry ----------------------------------------------------------- */
 
-/* pg_model_load: a speech model has no text-generation forward (yet: the
- * engine integration will run it through pg_whisper_*). */
+/* pg_model_load: Whisper as the engine runs it. Layers [0, L) are the
+ * decoder's self-attention (FULL caches), layers [L, 2L) its
+ * cross-attention (CROSS caches over n_audio_ctx encoder positions), L =
+ * decoder layers; the encoder runs through the encoder ops. */
+typedef struct whisper_model {
+    pg_model base;
+    pg_whisper *w;
+} whisper_model;
+
+typedef struct whisper_mws {
+    pg_whisper_ws *ws;
+    pg_whisper_cross *cross; /* [dec_layers] per step */
+} whisper_mws;
+
+static const pg_whisper *wm(const pg_model *m) {
+    return ((const whisper_model *)m)->w;
+}
+
+static void wm_free(pg_model *m) {
+    whisper_model *x = (whisper_model *)m;
+    pg_whisper_free(x->w);
+    pg_model_base_release(&x->base);
+    free(x);
+}
+
+static size_t wm_weight_bytes(const pg_model *m) {
+    return pg_whisper_decoder_weight_bytes(wm(m));
+}
+
+static pagoda_status wm_ws_create(const pg_model *m, const pg_step_limits *lim, void **out) {
+    whisper_mws *x = calloc(1, sizeof *x);
+    if (!x) return pg_error(PAGODA_ERR_NOMEM, "whisper: out of memory");
+    x->cross = calloc((size_t)wm(m)->dims.dec_layers, sizeof *x->cross);
+    pagoda_status st = x->cross ? pg_whisper_ws_create(wm(m), lim, &x->ws)
+                                : pg_error(PAGODA_ERR_NOMEM, "whisper: out of memory");
+    if (st) {
+        free(x->cross);
+        free(x);
+        return st;
+    }
+    *out = x;
+    return PAGODA_OK;
+}
+
+static void wm_ws_free(void *ws) {
+    whisper_mws *x = ws;
+    if (!x) return;
+    pg_whisper_ws_free(x->ws);
+    free(x->cross);
+    free(x);
+}
+
+static size_t wm_ws_bytes(const void *ws) {
+    const whisper_mws *x = ws;
+    return pg_whisper_ws_bytes(x->ws);
+}
+
+static pagoda_status wm_forward(const pg_model *m, void *ws, const pg_batch *b, float *logits) {
+    whisper_mws *x = ws;
+    const int32_t L = wm(m)->dims.dec_layers;
+    for (int32_t l = 0; l < L; l++)
+        x->cross[l] = (pg_whisper_cross){b->layers[L + l].kv, b->layers[L + l].block_tables};
+    return pg_whisper_decode(wm(m), x->ws, b, x->cross, logits);
+}
+
+static int32_t wm_encoder_steps(const pg_model *m) {
+    return pg_whisper_encoder_steps(wm(m));
+}
+
+static bool wm_input_shape(const pg_model *m, int32_t *rows, int32_t *cols) {
+    *rows = wm(m)->dims.n_mels;
+    *cols = wm(m)->dims.n_frames;
+    return true;
+}
+
+static size_t wm_state_bytes(const pg_model *m) {
+    const pg_whisper_dims *d = &wm(m)->dims;
+    return (size_t)d->n_audio_ctx * (size_t)d->d_model * sizeof(float);
+}
+
+static pagoda_status wm_encode_step(const pg_model *m, void *ws, int32_t step, const float *input,
+                                    void *state) {
+    return pg_whisper_encode_step(wm(m), ((whisper_mws *)ws)->ws, step, input, state);
+}
+
+static pagoda_status wm_encoder_kv(const pg_model *m, void *ws, const void *state,
+                                   const int32_t *block_table, pg_paged_kv *const *kv) {
+    return pg_whisper_cross_kv(wm(m), ((whisper_mws *)ws)->ws, state, block_table, kv);
+}
+
+static const pg_model_ops WHISPER_OPS = {
+    .free = wm_free,
+    .weight_bytes_per_step = wm_weight_bytes,
+    .workspace_create = wm_ws_create,
+    .workspace_free = wm_ws_free,
+    .workspace_bytes = wm_ws_bytes,
+    .forward = wm_forward,
+    .encoder_steps = wm_encoder_steps,
+    .encoder_input_shape = wm_input_shape,
+    .encoder_state_bytes = wm_state_bytes,
+    .encode_step = wm_encode_step,
+    .encoder_kv = wm_encoder_kv,
+};
+
 static pagoda_status create(const pg_model_source *src, const pg_model_options *o, pg_model **out) {
-    (void)o;
     *out = NULL;
-    return pg_error(PAGODA_ERR_UNSUPPORTED,
-                    "%s: whisper is a speech model: use /v1/audio/transcriptions or pagoda "
-                    "transcribe",
-                    pg_model_source_path(src));
+    whisper_model *x = calloc(1, sizeof *x);
+    if (!x) return pg_error(PAGODA_ERR_NOMEM, "whisper: out of memory");
+    const pg_model_config *c = pg_model_source_config(src);
+    const int32_t L = c->num_hidden_layers;
+    pagoda_status st = pg_model_base_init(&x->base, &WHISPER_OPS, src, o, 2 * L);
+    if (!st) st = pg_whisper_load(src, o, &x->w);
+    if (st) {
+        pg_whisper_free(x->w);
+        pg_model_base_release(&x->base);
+        free(x);
+        return st;
+    }
+    const pg_whisper_dims *d = &x->w->dims;
+    for (int32_t l = 0; l < 2 * L; l++)
+        x->base.cache[l] = (pg_layer_cache_spec){
+            .kind = l < L ? PG_LAYER_CACHE_FULL : PG_LAYER_CACHE_CROSS,
+            .num_kv_heads = d->dec_heads,
+            .head_dim = d->dec_head_dim,
+            .encoder_len = l < L ? 0 : d->n_audio_ctx,
+        };
+    *out = &x->base;
+    return PAGODA_OK;
 }
 
 /* WhisperConfig fields beyond the common ones (which hf_attribute_map points
