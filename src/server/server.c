@@ -879,7 +879,7 @@ srv_model *pg_srv_route(pg_server *s, const char *requested, bool want_speech, p
                 pg_api_fail(err, 400, "model",
                             "The model `%s` is a speech-to-text model: it serves "
                             "/v1/audio/transcriptions and /v1/audio/translations, not "
-                            "completions, chats or tokenization.",
+                            "completions or chats.",
                             requested);
             else
                 pg_api_fail(err, 400, "model",
