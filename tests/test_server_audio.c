@@ -519,8 +519,12 @@ static void test_audio_errors(void **state) {
     st = request("/v1/audio/transcriptions", NULL, form(big, 5000, NULL, 0), NULL, NULL, &body);
     expect_error(st, 413, body, "4096 bytes");
     free(big);
-    big = calloc(1, 3u << 20);
+    big = calloc(1, 3u << 20); /* read to its end, then 413 */
     st = request("/v1/audio/transcriptions", NULL, form(big, 3u << 20, NULL, 0), NULL, NULL, &body);
+    expect_error(st, 413, body, "--max-audio-bytes 4096");
+    free(big);
+    big = calloc(1, 6u << 20); /* over 4x the limit: refused before the body */
+    st = request("/v1/audio/transcriptions", NULL, form(big, 6u << 20, NULL, 0), NULL, NULL, &body);
     expect_error(st, 413, body, "--max-audio-bytes 4096");
     free(big);
     /* a chat model asked to transcribe; no speech model at all */

@@ -181,8 +181,10 @@ srv_model *pg_srv_route(pg_server *s, const char *requested, bool want_speech, p
 /* First call for POST /v1/audio/{transcriptions,translations}: check the
  * content type (multipart/form-data with a boundary, else 415) and create
  * the post processor. MHD_YES with cc->early_done set when an error was
- * queued. */
-enum MHD_Result pg_srv_audio_begin(conn *cc, struct MHD_Connection *c);
+ * queued. content_length (0 = none) over the body limit: the body is
+ * drained and answered 413. */
+enum MHD_Result pg_srv_audio_begin(conn *cc, struct MHD_Connection *c,
+                                   unsigned long long content_length);
 /* A body chunk. */
 enum MHD_Result pg_srv_audio_chunk(conn *cc, struct MHD_Connection *c, const char *data,
                                    size_t size);

@@ -72,7 +72,23 @@ static enum MHD_Result fail_early(conn *cc, struct MHD_Connection *c, int status
     return pg_srv_send_error(c, &err);
 }
 
-enum MHD_Result pg_srv_audio_begin(conn *cc, struct MHD_Connection *c) {
+/* The largest body the audio endpoints read: the file limit plus room for
+ * the other fields and the part headers. */
+static size_t audio_body_limit(const pg_server *s) {
+    return s->max_audio_bytes + PG_AUDIO_FORM_MAX_FIELDS * (size_t)1024 + ((size_t)1 << 20);
+}
+
+static void body_too_big(conn *cc, unsigned long long got) {
+    size_t limit = audio_body_limit(cc->srv);
+    pg_api_fail(&cc->form_err, 413, "file",
+                "request body of %llu bytes is over the limit of %zu bytes (audio files: "
+                "--max-audio-bytes %zu)",
+                got, limit, cc->srv->max_audio_bytes);
+    cc->form_failed = true;
+}
+
+enum MHD_Result pg_srv_audio_begin(conn *cc, struct MHD_Connection *c,
+                                   unsigned long long content_length) {
     const char *ct =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     char msg[300];
@@ -91,6 +107,7 @@ enum MHD_Result pg_srv_audio_begin(conn *cc, struct MHD_Connection *c) {
                  "malformed Content-Type '%.100s': multipart/form-data needs a boundary", ct);
         return fail_early(cc, c, 400, msg);
     }
+    if (content_length > audio_body_limit(cc->srv)) body_too_big(cc, content_length);
     return MHD_YES;
 }
 
@@ -99,14 +116,8 @@ enum MHD_Result pg_srv_audio_chunk(conn *cc, struct MHD_Connection *c, const cha
     (void)c;
     if (cc->form_failed) return MHD_YES; /* drain */
     cc->form_bytes += size;
-    size_t limit = cc->srv->max_audio_bytes + PG_AUDIO_FORM_MAX_FIELDS * (size_t)1024 +
-                   ((size_t)1 << 20);
-    if (cc->form_bytes > limit) {
-        pg_api_fail(&cc->form_err, 413, NULL,
-                    "request body is over the limit of %zu bytes (audio files: "
-                    "--max-audio-bytes %zu)",
-                    limit, cc->srv->max_audio_bytes);
-        cc->form_failed = true;
+    if (cc->form_bytes > audio_body_limit(cc->srv)) {
+        body_too_big(cc, cc->form_bytes);
         return MHD_YES;
     }
     if (MHD_post_process(cc->pp, data, size) != MHD_YES && !cc->form_failed) {
