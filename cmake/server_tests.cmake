@@ -66,7 +66,7 @@ endif()
 # multilingual tokenizer) in one server; ffmpeg converts the test audio.
 find_program(PAGODA_FFMPEG ffmpeg)
 find_program(PAGODA_FFPROBE ffprobe)
-if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ AND PAGODA_HAVE_SPEECH AND PAGODA_HAVE_AUDIO_DECODE
+if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ AND PAGODA_HAVE_AUDIO_DECODE
    AND PAGODA_FFMPEG AND PAGODA_FFPROBE)
   add_test(NAME serve_openai_node_audio
            COMMAND ${CMAKE_COMMAND} -E env NODE_TEST=audio.test.mjs
@@ -79,5 +79,5 @@ if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ AND PAGODA_HAVE_SPEECH AND PAGODA_HA
   set_tests_properties(serve_openai_node_audio PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE)
 elseif(PAGODA_NODE AND PAGODA_NPM)
   message(WARNING "the audio endpoints' openai-client test (serve_openai_node_audio) is not "
-                  "registered: it needs the speech module, audio decoding and ffmpeg/ffprobe")
+                  "registered: it needs audio decoding and ffmpeg/ffprobe")
 endif()

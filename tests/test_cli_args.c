@@ -86,7 +86,8 @@ static const row ROWS[] = {
     {"serve " M " --max-num-seqs -2", 2, "bad value '-2' for --max-num-seqs"},
     {"serve " M " --seed x", 2, "bad value 'x' for --seed"},
     {"serve " M " --served-model-name ''", 2, "for --served-model-name"},
-    {"serve " M " other", 2, "unexpected argument 'other'"},
+    /* several MODELs are fine; --served-model-name then has no single model to name */
+    {"serve " M " other --served-model-name x", 2, "--served-model-name names one model"},
     {"serve --port 0", 2, "MODEL is required"},
     {"serve " M " --quant-act-group 32", 2, "GGUF Q8_0/Q4_0 already use activation groups of 32"},
     {"serve " M " --quantization w4a8 --quant-group-size 128 --quant-act-group 64", 2,

@@ -35,8 +35,6 @@ static const char USAGE[] =
     "  --prompt TEXT        initial prompt (previous-text conditioning of the first window)\n"
     "  --temperature T      0 (default): greedy with openai's fallback to 0.2 ... 1.0;\n"
     "                       > 0: sample at T only\n"
-    "  --tokenizer PATH     tokenizer to use: a tokenizer.json, a directory with one, or a\n"
-    "                       tiktoken file (openai/whisper's multilingual.tiktoken)\n"
     "  --seed N             random seed for sampling (default: random)\n"
     "  --max-audio-seconds S  refuse longer audio (default 10800)\n"
     "\n" PG_ENGINE_ARGS_HELP;
@@ -50,7 +48,7 @@ typedef struct tr_options {
 } tr_options;
 
 static const char *const VALUED[] = {"--language", "--task",      "--response-format",  "--prompt",
-                                     "--temperature", "--tokenizer", "--seed", "--max-audio-seconds"};
+                                     "--temperature", "--seed", "--max-audio-seconds"};
 
 /* 0 ok, 2 usage error, -1 --help */
 static int parse_args(int argc, char **argv, tr_options *o) {
@@ -102,9 +100,6 @@ static int parse_args(int argc, char **argv, tr_options *o) {
         } else if (!strcmp(a, "--temperature")) {
             ok = pg_args_double(v, &d) && d >= 0 && d <= 2, want = "a number in [0, 2]";
             o->t.temperature = (float)d;
-        } else if (!strcmp(a, "--tokenizer")) {
-            ok = *v != 0, want = "a path";
-            o->eng.tokenizer = v;
         } else if (!strcmp(a, "--seed")) {
             ok = pg_args_long(v, 0, INT64_MAX, &ll), want = "an integer >= 0";
             o->t.seed = ll;

@@ -1369,12 +1369,7 @@ static void model_init(pg_server *s, srv_model *m, pagoda_engine *e,
     m->srv = s;
     m->e = e;
     m->max_model_len = pagoda_engine_max_model_len(e);
-#ifdef PAGODA_HAVE_SPEECH
     m->speech = pagoda_engine_encoder_input_shape(e, &m->n_mels, &m->n_frames);
-#else
-    const char *arch = pagoda_engine_architecture(e);
-    m->speech = arch && !strcmp(arch, "whisper");
-#endif
     pg_metrics_init(&m->metrics);
     if (m->speech) return; /* no chats: no special-token or harmony handling */
     int32_t *sp = NULL;

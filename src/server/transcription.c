@@ -143,7 +143,6 @@ void pg_srv_window_output(job *w, const pagoda_output *o, double now) {
     pg_metrics_finished(&w->m->metrics, o->finish_reason, now - o->arrival_time, queue, ttft);
 }
 
-#ifdef PAGODA_HAVE_SPEECH
 static void window_free(job *w) {
     free(w->subs);
     free(w->choices);
@@ -227,8 +226,6 @@ static pagoda_status window_run(void *ctx, const pagoda_request *req, int32_t *t
     return PAGODA_OK;
 }
 
-#endif /* PAGODA_HAVE_SPEECH */
-
 /* ----------------------------------------------------------- the request */
 
 static void release(tjob *t) {
@@ -259,7 +256,6 @@ static void decode_error(const tjob *t, pagoda_status st, pg_api_error *err) {
     }
 }
 
-#ifdef PAGODA_HAVE_SPEECH
 /* The HTTP answer to a failed pg_transcribe. */
 static void transcribe_error(const tjob *t, pagoda_status st, pg_api_error *err) {
     const char *msg = pagoda_last_error();
@@ -452,8 +448,6 @@ static enum MHD_Result run_stream(tjob *t, struct MHD_Connection *c) {
     MHD_destroy_response(r);
     return ret;
 }
-#endif /* PAGODA_HAVE_SPEECH */
-
 enum MHD_Result pg_srv_audio_handle(conn *cc, struct MHD_Connection *c) {
     pg_server *s = cc->srv;
     if (cc->pp) { /* flushes the last part */
@@ -507,13 +501,7 @@ enum MHD_Result pg_srv_audio_handle(conn *cc, struct MHD_Connection *c) {
              (double)t->audio.n_samples / PG_AUDIO_SAMPLE_RATE, t->audio.format,
              t->audio.source_rate, t->audio.source_channels,
              t->audio.source_channels == 1 ? "" : "s", t->m->name);
-#ifdef PAGODA_HAVE_SPEECH
     return t->p.stream ? run_stream(t, c) : run_plain(t, c);
-#else
-    release(t);
-    pg_api_fail(&err, 501, NULL, "this build of pagoda has no speech module (src/speech)");
-    return pg_srv_send_error(c, &err);
-#endif
 }
 
 void pg_srv_audio_completed(conn *cc, enum MHD_RequestTerminationCode toe) {

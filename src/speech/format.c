@@ -100,7 +100,8 @@ static char *stripped(const char *s) {
 }
 
 /* A number as the API prints it: `digits` significant digits, so a float's
- * rounding noise does not show (-0.28, not -0.2800000011920929). */
+ * rounding noise does not show (-0.28, not -0.2800000011920929; 0.92, not
+ * 0.9200000000000000399). Times keep 10 digits (milliseconds past 27 hours). */
 static double tidy(double x, int digits) {
     if (!isfinite(x)) return x;
     char buf[40];
@@ -122,7 +123,7 @@ static pagoda_status render_json(const pg_transcript *t, bool verbose, pg_speech
         int li = pg_whisper_language_index(t->language);
         ok = cJSON_AddStringToObject(root, "task", task == PG_SPEECH_TRANSLATE ? "translate" : "transcribe") &&
              cJSON_AddStringToObject(root, "language", li >= 0 ? PG_WHISPER_LANGUAGES[li].name : t->language) &&
-             add_num(root, "duration", tidy(t->duration, 6));
+             add_num(root, "duration", tidy(t->duration, 10));
     }
     if (ok) ok = cJSON_AddStringToObject(root, "text", text) != NULL;
     if (ok && verbose) {
@@ -138,8 +139,8 @@ static pagoda_status render_json(const pg_transcript *t, bool verbose, pg_speech
             }
             static const int no_tokens[1] = {0};
             cJSON *toks = cJSON_CreateIntArray(s->n_tokens ? (const int *)s->tokens : no_tokens, s->n_tokens);
-            ok = add_num(o, "id", s->id) && add_num(o, "seek", s->seek) && add_num(o, "start", tidy(s->start, 6)) &&
-                 add_num(o, "end", tidy(s->end, 6)) && cJSON_AddStringToObject(o, "text", s->text ? s->text : "") &&
+            ok = add_num(o, "id", s->id) && add_num(o, "seek", s->seek) && add_num(o, "start", tidy(s->start, 10)) &&
+                 add_num(o, "end", tidy(s->end, 10)) && cJSON_AddStringToObject(o, "text", s->text ? s->text : "") &&
                  toks && cJSON_AddItemToObject(o, "tokens", toks) && add_num(o, "temperature", tidy(s->temperature, 6)) &&
                  add_num(o, "avg_logprob", tidy(s->avg_logprob, 6)) &&
                  add_num(o, "compression_ratio", tidy(s->compression_ratio, 6)) &&

@@ -421,6 +421,75 @@ pagoda_status pg_speech_detect_language(pagoda_engine *e, const pg_speech_backen
     return st;
 }
 
+/* The language of a decode: given, English on English-only models, else detected on mel. */
+static pagoda_status pick_language(tctx *c, const char *language, const float *mel_for_detect) {
+    if (!c->t.multilingual) {
+        c->lang_index = 0;
+        return PAGODA_OK;
+    }
+    if (language && *language) {
+        int li = pg_whisper_language_index(language);
+        if (li < 0) return pg_error(PAGODA_ERR_INVALID_ARG, "speech: unsupported language '%s'", language);
+        if (pg_whisper_language_token(&c->t, li) < 0)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "speech: this model has no language '%s'",
+                            PG_WHISPER_LANGUAGES[li].code);
+        c->lang_index = li;
+        return PAGODA_OK;
+    }
+    return detect(c, mel_for_detect, &c->lang_index, NULL);
+}
+
+void pg_speech_decode_result_free(pg_speech_decode_result *r) {
+    if (!r) return;
+    free(r->tokens);
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+pagoda_status pg_speech_decode(pagoda_engine *e, const pg_speech_backend *be, const float *mel_window,
+                               int32_t n_mels, const pg_transcribe_options *o, const int32_t *prompt,
+                               int32_t n_prompt, pg_speech_decode_result *out) {
+    memset(out, 0, sizeof *out);
+    pg_transcribe_options defaults;
+    if (!o) {
+        pg_transcribe_options_default(&defaults);
+        o = &defaults;
+    }
+    if (!be || !be->run || !mel_window) return pg_error(PAGODA_ERR_INVALID_ARG, "speech: no backend or mel");
+    tctx c;
+    win_result r = {0};
+    pagoda_status st = tctx_init(&c, e, be, o);
+    if (!st && n_mels != c.n_mels)
+        st = pg_error(PAGODA_ERR_INVALID_ARG, "speech: %d mel bins given, the model takes %d", (int)n_mels,
+                      (int)c.n_mels);
+    if (!st && o->task == PG_SPEECH_TRANSLATE && !c.t.multilingual)
+        st = pg_error(PAGODA_ERR_INVALID_ARG, "speech: an English-only model cannot translate");
+    if (!st) st = pg_whisper_suppress_tokens(&c.t, o->suppress_tokens, &c.suppress, &c.n_suppress);
+    if (!st) st = pick_language(&c, o->language, mel_window);
+    if (!st) st = decode_window(&c, mel_window, prompt, prompt ? n_prompt : 0, o->temperature, o->seed, &r);
+    char *text = NULL;
+    size_t len = 0;
+    if (!st) st = decode_text(&c, r.tokens, r.n_tokens, INT32_MAX, &text, &len);
+    if (!st) {
+        size_t b, en;
+        strip_span(text, len, &b, &en);
+        memmove(text, text + b, en - b);
+        text[en - b] = 0;
+        out->tokens = r.tokens;
+        out->n_tokens = r.n_tokens;
+        r.tokens = NULL;
+        out->text = text;
+        snprintf(out->language, sizeof out->language, "%s", PG_WHISPER_LANGUAGES[c.lang_index].code);
+        out->temperature = (float)r.temperature;
+        out->avg_logprob = (float)r.avg_logprob;
+        out->no_speech_prob = (float)r.no_speech_prob;
+        out->compression_ratio = (float)r.compression_ratio;
+    }
+    win_result_free(&r);
+    tctx_free(&c);
+    return st;
+}
+
 /* ---- transcribe() ------------------------------------------------------------------ */
 
 typedef struct i32vec {
@@ -505,11 +574,8 @@ pagoda_status pg_transcribe(pagoda_engine *e, const pg_speech_backend *be, const
     }
     if (!be || !be->run) return pg_error(PAGODA_ERR_INVALID_ARG, "speech: no backend");
     if (!pcm || n_samples == 0) return pg_error(PAGODA_ERR_INVALID_ARG, "speech: empty audio");
-    int lang_given = -1;
-    if (opts->language && *opts->language) {
-        lang_given = pg_whisper_language_index(opts->language);
-        if (lang_given < 0) return pg_error(PAGODA_ERR_INVALID_ARG, "speech: unsupported language '%s'", opts->language);
-    }
+    if (opts->language && *opts->language && pg_whisper_language_index(opts->language) < 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "speech: unsupported language '%s'", opts->language);
     tctx c;
     pagoda_status st = tctx_init(&c, e, be, opts);
     float *mel = NULL, *window = NULL;
@@ -536,20 +602,10 @@ pagoda_status pg_transcribe(pagoda_engine *e, const pg_speech_backend *be, const
     }
     tr->duration = (double)content_frames * HOP / SR;
 
-    /* language: given, English for English-only models, else detected on the first 30 s */
-    if (!c.t.multilingual) {
-        c.lang_index = 0;
-    } else if (lang_given >= 0) {
-        if (pg_whisper_language_token(&c.t, lang_given) < 0) {
-            st = pg_error(PAGODA_ERR_INVALID_ARG, "speech: this model has no language '%s'",
-                          PG_WHISPER_LANGUAGES[lang_given].code);
-            goto done;
-        }
-        c.lang_index = lang_given;
-    } else {
-        pg_mel_window(mel, (int)c.n_mels, n_frames, 0, window);
-        if ((st = detect(&c, window, &c.lang_index, NULL))) goto done;
-    }
+    /* language: given, English for English-only models, else detected on
+     * pad_or_trim(mel, N_FRAMES): the first 30 s of the padded mel */
+    pg_mel_window(mel, (int)c.n_mels, n_frames, 0, window);
+    if ((st = pick_language(&c, opts->language, window))) goto done;
     snprintf(tr->language, sizeof tr->language, "%s", PG_WHISPER_LANGUAGES[c.lang_index].code);
 
     /* initial_prompt: encode(" " + prompt.strip()) */
@@ -673,11 +729,3 @@ done:
     return PAGODA_OK;
 }
 
-/* TEMPORARY until the Whisper engine lands on main (removed at the merge). */
-__attribute__((weak)) bool pagoda_engine_encoder_input_shape(const pagoda_engine *e, int32_t *n_mels,
-                                                             int32_t *n_frames) {
-    (void)e;
-    (void)n_mels;
-    (void)n_frames;
-    return false;
-}
