@@ -318,11 +318,13 @@ describe('pagoda serve: audio endpoints with the openai client', () => {
       }
     }
     assert.equal(longDone, false, 'the chats were answered while the transcription ran');
-    // a client that drops its streamed transcription (35 s: two windows)
-    // after the first delta: aborted, the server goes on
+    // a client that drops its streamed transcription (3 minutes: six
+    // windows) after the first delta: aborted, the server goes on
     const ac = new AbortController();
-    const dropped = await client.audio.transcriptions.create(
-      { file: createReadStream(OSR), model: whisper, stream: true, temperature: 0.2 }, { signal: ac.signal });
+    const dropped = await client.audio.transcriptions.create({
+      file: await toFile(wav(s.subarray(0, 16000 * 180), 16000), 'three-minutes.wav'), model: whisper,
+      stream: true, temperature: 0.2,
+    }, { signal: ac.signal });
     // (the openai client ends an aborted stream's iteration quietly)
     for await (const ev of dropped) if (ev.type === 'transcript.text.delta') { ac.abort(); break; }
     const v = await longResult;
@@ -337,7 +339,7 @@ describe('pagoda serve: audio endpoints with the openai client', () => {
     assert.equal(running(m, whisper), 0);
     assert.equal(running(m, chat), 0);
     for (let i = 0; i < 100 && !/aborted \(client went away\)/.test(stderr); i++) await new Promise((r) => setTimeout(r, 50));
-    assert.match(stderr, /trsc-[0-9a-f]+: transcription of 35\.5 s of audio by .*aborted \(client went away\)/);
+    assert.match(stderr, /trsc-[0-9a-f]+: transcription of 180\.0 s of audio by .*aborted \(client went away\)/);
   });
 
   test('a file over --max-audio-seconds is refused by the documented limit', async () => {
