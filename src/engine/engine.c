@@ -264,9 +264,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     mo.quant_group = o.quant_group_size;
     mo.quant_act_group = o.quant_act_group;
     if ((st = pg_model_load(e->src, &mo, &e->model)) != PAGODA_OK) goto fail;
-    if ((st = pg_tokenizer_load(o.tokenizer && *o.tokenizer ? o.tokenizer
-                                                             : pg_model_source_path(e->src),
-                                &e->tok)) != PAGODA_OK)
+    /* a tiktoken file gets the model's number of Whisper languages (large-v3: 100) */
+    if ((st = pg_tokenizer_load_for_vocab(o.tokenizer && *o.tokenizer ? o.tokenizer
+                                                                       : pg_model_source_path(e->src),
+                                          pg_model_get_config(e->model)->vocab_size, &e->tok)) != PAGODA_OK)
         goto fail;
     e->enc_steps = pg_model_encoder_steps(e->model);
     if (e->enc_steps > 0) {
