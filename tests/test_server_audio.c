@@ -40,10 +40,9 @@ static pg_audio_form *form_with(const char *const *kv, size_t n_kv, const void *
         /* in two chunks, as the post processor may hand them over */
         size_t half = file_len / 2;
         assert_int_equal(pg_audio_form_add(f, "file", "a.wav", file, 0, half, &err), PAGODA_OK);
-        assert_int_equal(
-            pg_audio_form_add(f, "file", "a.wav", (const char *)file + half, half, file_len - half,
-                              &err),
-            PAGODA_OK);
+        assert_int_equal(pg_audio_form_add(f, "file", "a.wav", (const char *)file + half, half,
+                                           file_len - half, &err),
+                         PAGODA_OK);
     }
     return f;
 }
@@ -63,13 +62,38 @@ static void expect_finish_error(const char *const *kv, size_t n_kv, int status, 
 
 static void test_form_fields(void **state) {
     (void)state;
-    const char *kv[] = {"model",    "whisper", "language",       "en", "prompt", "Hello.",
-                        "response_format", "verbose_json", "temperature", "0.2",
-                        "timestamp_granularities[]", "segment", "stream", "true",
-                        "seed", "-5", "top_p", "0.9", "top_k", "40", "min_p", "0.05",
-                        "frequency_penalty", "0.5", "presence_penalty", "-0.5",
-                        "repetition_penalty", "1.1", "max_completion_tokens", "100",
-                        "chunking_strategy", "auto"}; /* unknown: ignored */
+    const char *kv[] = {"model",
+                        "whisper",
+                        "language",
+                        "en",
+                        "prompt",
+                        "Hello.",
+                        "response_format",
+                        "verbose_json",
+                        "temperature",
+                        "0.2",
+                        "timestamp_granularities[]",
+                        "segment",
+                        "stream",
+                        "true",
+                        "seed",
+                        "-5",
+                        "top_p",
+                        "0.9",
+                        "top_k",
+                        "40",
+                        "min_p",
+                        "0.05",
+                        "frequency_penalty",
+                        "0.5",
+                        "presence_penalty",
+                        "-0.5",
+                        "repetition_penalty",
+                        "1.1",
+                        "max_completion_tokens",
+                        "100",
+                        "chunking_strategy",
+                        "auto"}; /* unknown: ignored */
     pg_audio_form *f = form_with(kv, sizeof kv / sizeof kv[0], "0123456789", 10, 10);
     pg_audio_params p;
     pg_api_error err;
@@ -123,10 +147,10 @@ static void test_form_fields(void **state) {
 
 static void test_form_errors(void **state) {
     (void)state;
-#define BAD(k, v, status, param, needle)                                                       \
-    do {                                                                                       \
-        const char *kv_[] = {k, v};                                                            \
-        expect_finish_error(kv_, 2, status, param, needle);                                    \
+#define BAD(k, v, status, param, needle)                                                           \
+    do {                                                                                           \
+        const char *kv_[] = {k, v};                                                                \
+        expect_finish_error(kv_, 2, status, param, needle);                                        \
     } while (0)
     BAD("response_format", "xml", 400, "response_format", "json, text, srt, vtt, verbose_json");
     BAD("response_format", "JSON", 400, "response_format", "got 'JSON'");
@@ -367,7 +391,8 @@ static void test_models_and_routing(void **state) {
      * naming it) */
     char texts[3][256];
     const char *reqs[3] = {
-        "{\"model\":\"stories260K-hf\",\"prompt\":\"Once upon\",\"max_tokens\":24,\"temperature\":0}",
+        "{\"model\":\"stories260K-hf\",\"prompt\":\"Once "
+        "upon\",\"max_tokens\":24,\"temperature\":0}",
         "{\"model\":\"stories260K-hf-bf16\",\"prompt\":\"Once upon\",\"max_tokens\":24,"
         "\"temperature\":0}",
         "{\"prompt\":\"Once upon\",\"max_tokens\":24,\"temperature\":0}"};
@@ -462,10 +487,12 @@ static void test_concurrent_models(void **state) {
     assert_non_null(strstr(body, "vllm:num_requests_running{model_name=\"stories260K-hf\"} 0\n"));
     assert_non_null(
         strstr(body, "vllm:num_requests_running{model_name=\"stories260K-hf-bf16\"} 0\n"));
-    assert_non_null(strstr(body, "vllm:kv_cache_usage_perc{model_name=\"stories260K-hf-bf16\"} 0\n"));
+    assert_non_null(
+        strstr(body, "vllm:kv_cache_usage_perc{model_name=\"stories260K-hf-bf16\"} 0\n"));
     /* each model finished its own streams (>= 2 by length each) */
     assert_non_null(strstr(
-        body, "vllm:request_success_total{finished_reason=\"length\",model_name=\"stories260K-hf\"}"));
+        body,
+        "vllm:request_success_total{finished_reason=\"length\",model_name=\"stories260K-hf\"}"));
     for (int k = 0; k < 2; k++) {
         char key[160];
         snprintf(key, sizeof key,
@@ -486,16 +513,17 @@ static void test_audio_errors(void **state) {
     /* not multipart */
     st = request("/v1/audio/transcriptions", "{\"file\":\"x\"}", NULL, NULL, NULL, &body);
     expect_error(st, 415, body, "multipart/form-data");
-    st = request("/v1/audio/translations", NULL, NULL, "file=abc", "application/x-www-form-urlencoded",
-                 &body);
+    st = request("/v1/audio/translations", NULL, NULL, "file=abc",
+                 "application/x-www-form-urlencoded", &body);
     expect_error(st, 415, body, "application/x-www-form-urlencoded");
     st = request("/v1/audio/transcriptions", NULL, NULL, "abc", "multipart/form-data", &body);
     expect_error(st, 400, body, "boundary");
     /* a body cut before its closing boundary */
-    st = request("/v1/audio/transcriptions", NULL, NULL,
-                 "--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--XyZ\r\n"
-                 "Content-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF",
-                 "multipart/form-data; boundary=XyZ", &body);
+    st = request(
+        "/v1/audio/transcriptions", NULL, NULL,
+        "--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--XyZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF",
+        "multipart/form-data; boundary=XyZ", &body);
     assert_int_equal(st, 400);
     free(body);
     /* form errors come before the model */
@@ -504,8 +532,8 @@ static void test_audio_errors(void **state) {
     st = request("/v1/audio/transcriptions", NULL, form(wav, 0, NULL, 0), NULL, NULL, &body);
     expect_error(st, 400, body, "is empty");
     const char *fmt[] = {"response_format", "docx"};
-    st = request("/v1/audio/transcriptions", NULL, form(wav, sizeof wav, fmt, 2), NULL, NULL,
-                 &body);
+    st =
+        request("/v1/audio/transcriptions", NULL, form(wav, sizeof wav, fmt, 2), NULL, NULL, &body);
     expect_error(st, 400, body, "'response_format' must be one of");
     const char *word[] = {"timestamp_granularities[]", "word"};
     st = request("/v1/audio/transcriptions", NULL, form(wav, sizeof wav, word, 2), NULL, NULL,

@@ -22,7 +22,8 @@ static void serve_usage(FILE *f) {
     fprintf(
         f,
         "usage: pagoda serve MODEL [MODEL ...] [options]\n"
-        "  MODEL                        HF model directory, GGUF file or HF repo id (local cache);\n"
+        "  MODEL                        HF model directory, GGUF file or HF repo id (local "
+        "cache);\n"
         "                               several: one server for all (e.g. a chat model and a\n"
         "                               Whisper model), requests routed by their 'model'; the\n"
         "                               engine options apply to each model (--kv-cache-memory is\n"
@@ -251,8 +252,7 @@ int pg_cmd_serve(int argc, char **argv) {
         /* one --tokenizer for several models: it is meant for those without
          * their own (a Whisper checkpoint without tokenizer.json) */
         if (n_models > 1 && mo.tokenizer && has_own_tokenizer(models[k])) {
-            PG_INFO("serve: %s has its own tokenizer; --tokenizer is not applied to it",
-                    models[k]);
+            PG_INFO("serve: %s has its own tokenizer; --tokenizer is not applied to it", models[k]);
             mo.tokenizer = NULL;
         }
         if (pagoda_engine_create(models[k], &mo, &engines[k]) != PAGODA_OK) {

@@ -172,8 +172,10 @@ static const struct {
     const char *name;
     pg_transcript_format f;
 } FORMATS[] = {
-    {"json", PG_TFMT_JSON}, {"text", PG_TFMT_TEXT},
-    {"srt", PG_TFMT_SRT},   {"vtt", PG_TFMT_VTT},
+    {"json", PG_TFMT_JSON},
+    {"text", PG_TFMT_TEXT},
+    {"srt", PG_TFMT_SRT},
+    {"vtt", PG_TFMT_VTT},
     {"verbose_json", PG_TFMT_VERBOSE_JSON},
 };
 

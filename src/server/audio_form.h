@@ -30,14 +30,14 @@ typedef struct pg_audio_form pg_audio_form;
 typedef struct pg_audio_params {
     const unsigned char *file; /* the `file` part's bytes */
     size_t file_len;
-    const char *filename;      /* its filename (may be "") */
-    const char *model;         /* NULL when absent */
-    const char *language;      /* NULL = detect */
-    const char *prompt;        /* NULL = none */
+    const char *filename;        /* its filename (may be "") */
+    const char *model;           /* NULL when absent */
+    const char *language;        /* NULL = detect */
+    const char *prompt;          /* NULL = none */
     pg_transcript_format format; /* default json */
     float temperature;           /* [0, 1]; default 0 (with fallback) */
     bool stream;
-    int64_t seed;              /* -1 = none */
+    int64_t seed; /* -1 = none */
     /* vLLM's extra sampling fields, applied to every window's request:
      * *_set tells which were given. */
     bool top_p_set, top_k_set, min_p_set;

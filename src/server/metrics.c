@@ -254,8 +254,8 @@ char *pg_metrics_render_models(const pg_metrics_model *models, size_t n) {
          H_TTFT},
         {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", H_ITL},
         {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", H_E2E},
-        {"vllm:request_queue_time_seconds",
-         "Histogram of time spent in WAITING phase for request.", H_QUEUE},
+        {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+         H_QUEUE},
     };
     for (size_t k = 0; k < sizeof HISTS / sizeof HISTS[0]; k++) {
         header(&b, HISTS[k].name, "histogram", HISTS[k].help);

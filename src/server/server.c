@@ -174,7 +174,8 @@ static void job_log(const job *j) {
         "%s: %zu choice%s, prompt %lld tokens, output %lld tokens, ttft %.1f ms, total %.1f ms, "
         "finish %s",
         j->id, j->n_choices, j->n_choices == 1 ? "" : "s", (long long)prompt_tokens,
-        (long long)out_tokens, ttft < 0 ? -1.0 : ttft * 1e3, (pg_srv_now() - j->t_start) * 1e3, fin);
+        (long long)out_tokens, ttft < 0 ? -1.0 : ttft * 1e3, (pg_srv_now() - j->t_start) * 1e3,
+        fin);
     int issues = 0;
     for (size_t i = 0; i < j->n_choices; i++)
         if (j->choices[i].harmony) issues += pg_hchat_issues(j->choices[i].harmony);
@@ -549,7 +550,8 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         j->choices[c].stop_token = -1;
         pg_api_choice_append(&j->choices[c], "", 0);
         /* one harmony parser per choice; call ids keyed by the job and choice */
-        if (harmony && pg_hchat_create(pg_srv_mix64(j->id_num ^ pg_srv_mix64(c)), &j->choices[c].harmony))
+        if (harmony &&
+            pg_hchat_create(pg_srv_mix64(j->id_num ^ pg_srv_mix64(c)), &j->choices[c].harmony))
             return pg_api_fail(err, 500, NULL, "out of memory");
         if (r->echo) {
             const pg_api_prompt *pr = &r->prompts[c / per];
@@ -1051,8 +1053,8 @@ static enum MHD_Result handle_metrics(pg_server *s, struct MHD_Connection *c) {
     free(st);
     free(mm);
     if (!txt) return fail(c, 500, NULL, "out of memory");
-    return pg_srv_send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", txt, strlen(txt), NULL,
-                     NULL);
+    return pg_srv_send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", txt, strlen(txt),
+                            NULL, NULL);
 }
 
 /* --------------------------------------------------------------- routing */
@@ -1135,8 +1137,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             pg_api_fail(&err, 405, NULL, "%s", msg);
             char *js = pg_api_error_json(&err);
             if (!js) return MHD_NO;
-            return pg_srv_send_text(c, 405, "application/json", js, strlen(js), MHD_HTTP_HEADER_ALLOW,
-                             allow);
+            return pg_srv_send_text(c, 405, "application/json", js, strlen(js),
+                                    MHD_HTTP_HEADER_ALLOW, allow);
         }
         if (rt->auth && !auth_ok(s, c)) {
             pg_api_error err;
@@ -1364,8 +1366,7 @@ static void detect_harmony(srv_model *s, const pg_server_options *opt) {
 }
 
 /* What the server keeps of model k (name already set). */
-static void model_init(pg_server *s, srv_model *m, pagoda_engine *e,
-                       const pg_server_options *opt) {
+static void model_init(pg_server *s, srv_model *m, pagoda_engine *e, const pg_server_options *opt) {
     m->srv = s;
     m->e = e;
     m->max_model_len = pagoda_engine_max_model_len(e);
@@ -1406,8 +1407,8 @@ pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_eng
     s->api_key = opt->api_key && opt->api_key[0] ? strdup(opt->api_key) : NULL;
     s->chat_template = opt->chat_template ? strdup(opt->chat_template) : NULL;
     for (size_t k = 0; k < n_engines; k++) {
-        const char *name = opt->served_model_name ? opt->served_model_name
-                                                  : pagoda_engine_model_name(engines[k]);
+        const char *name =
+            opt->served_model_name ? opt->served_model_name : pagoda_engine_model_name(engines[k]);
         s->models[k].name = strdup(name ? name : "model");
         if (!s->models[k].name) {
             pg_server_stop(s);

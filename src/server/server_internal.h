@@ -60,11 +60,11 @@ struct pg_server {
     int64_t inflight_limit; /* per model: max_num_seqs + max_queue engine requests */
     int64_t max_num_seqs, max_queue;
 
-    pthread_mutex_t mu; /* guards everything below and every job's results */
-    pthread_cond_t work_cv; /* the engine thread sleeps on it when no engine has work */
-    uint64_t work_seq;      /* bumped (mu) whenever a request is added or aborted */
-    job *jobs;              /* registered jobs (doubly linked) */
-    atomic_bool stopping;   /* no new work; waits end */
+    pthread_mutex_t mu;      /* guards everything below and every job's results */
+    pthread_cond_t work_cv;  /* the engine thread sleeps on it when no engine has work */
+    uint64_t work_seq;       /* bumped (mu) whenever a request is added or aborted */
+    job *jobs;               /* registered jobs (doubly linked) */
+    atomic_bool stopping;    /* no new work; waits end */
     atomic_bool engine_stop; /* the engine thread exits (after the HTTP threads) */
     pthread_t engine_thread;
     bool engine_started;
@@ -143,8 +143,8 @@ typedef struct conn {
      * into `form` */
     struct MHD_PostProcessor *pp;
     pg_audio_form *form;
-    size_t form_bytes;   /* body bytes fed so far */
-    bool form_failed;    /* form_err is the answer; the rest of the body is drained */
+    size_t form_bytes; /* body bytes fed so far */
+    bool form_failed;  /* form_err is the answer; the rest of the body is drained */
     pg_api_error form_err;
     tjob *tjob;
 } conn;

@@ -64,8 +64,7 @@ static enum MHD_Result form_iter(void *cls, enum MHD_ValueKind kind, const char 
     return MHD_YES;
 }
 
-static enum MHD_Result fail_early(conn *cc, struct MHD_Connection *c, int status,
-                                  const char *msg) {
+static enum MHD_Result fail_early(conn *cc, struct MHD_Connection *c, int status, const char *msg) {
     pg_api_error err;
     pg_api_fail(&err, status, NULL, "%s", msg);
     cc->early_done = true;
@@ -89,8 +88,7 @@ static void body_too_big(conn *cc, unsigned long long got) {
 
 enum MHD_Result pg_srv_audio_begin(conn *cc, struct MHD_Connection *c,
                                    unsigned long long content_length) {
-    const char *ct =
-        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     char msg[300];
     if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0) {
         snprintf(msg, sizeof msg,
@@ -326,8 +324,8 @@ static void *stream_main(void *arg) {
     pg_transcribe_options o;
     options_of(t, &o);
     pg_transcript *tr = NULL;
-    pagoda_status st = pg_transcribe(t->m->e, &be, t->audio.samples, (size_t)t->audio.n_samples,
-                                     &o, on_segment, t, &tr);
+    pagoda_status st = pg_transcribe(t->m->e, &be, t->audio.samples, (size_t)t->audio.n_samples, &o,
+                                     on_segment, t, &tr);
     char *ev = NULL;
     if (st == PAGODA_OK) {
         cJSON *d = cJSON_CreateObject();
@@ -399,8 +397,8 @@ static enum MHD_Result run_plain(tjob *t, struct MHD_Connection *c) {
     pg_transcribe_options o;
     options_of(t, &o);
     pg_transcript *tr = NULL;
-    pagoda_status st = pg_transcribe(t->m->e, &be, t->audio.samples, (size_t)t->audio.n_samples,
-                                     &o, NULL, NULL, &tr);
+    pagoda_status st = pg_transcribe(t->m->e, &be, t->audio.samples, (size_t)t->audio.n_samples, &o,
+                                     NULL, NULL, &tr);
     release(t);
     pg_srv_restart_idle_timer(t->srv, c);
     if (st != PAGODA_OK) {
@@ -489,8 +487,8 @@ enum MHD_Result pg_srv_audio_handle(conn *cc, struct MHD_Connection *c) {
     t->m->inflight++;
     t->admitted = true;
     pthread_mutex_unlock(&s->mu);
-    pagoda_status st = pg_audio_decode(t->p.file, t->p.file_len, t->p.filename,
-                                       s->max_audio_seconds, &t->audio);
+    pagoda_status st =
+        pg_audio_decode(t->p.file, t->p.file_len, t->p.filename, s->max_audio_seconds, &t->audio);
     if (st != PAGODA_OK) {
         release(t);
         decode_error(t, st, &err);
