@@ -38,7 +38,10 @@ let tmp;
 
 function startServer() {
   const args = [...CMD.slice(1), 'serve', CHAT_DIR, WHISPER_DIR, '--tokenizer', WHISPER_TOK,
-    '--port', '0', '--api-key', KEY, '--kv-cache-memory', '128MiB'];
+    '--port', '0', '--api-key', KEY, '--kv-cache-memory', '128MiB',
+    // idle kept-alive sockets outlive the client's own 4 s idle limit: a
+    // large upload never starts on a socket the server is closing
+    '--keep-alive-timeout', '30'];
   if (TEMPLATE) args.push('--chat-template', TEMPLATE);
   const proc = spawn(CMD[0], args, { stdio: ['ignore', 'pipe', 'pipe'] });
   proc.stderr.on('data', (d) => { stderr += d; });
@@ -301,7 +304,7 @@ describe('pagoda serve: audio endpoints with the openai client', () => {
     const long = client.audio.transcriptions.create({
       file: await toFile(wav(s, 16000), 'ten-minutes.wav'), model: whisper,
       response_format: 'verbose_json', temperature: 0.2,
-    });
+    }, { maxRetries: 2 });
     let longDone = false;
     const longResult = long.then((v) => { longDone = true; return v; });
     // wait until the transcription runs on the engine
@@ -345,7 +348,8 @@ describe('pagoda serve: audio endpoints with the openai client', () => {
   test('a file over --max-audio-seconds is refused by the documented limit', async () => {
     // 31 minutes of 8 kHz silence (29.8 MB > 25 MiB): 413 by the upload limit
     const big = wav(new Int16Array(8000 * 60 * 31), 8000);
-    await assert.rejects(client.audio.transcriptions.create({ file: await toFile(big, 'long.wav'), model: whisper }),
+    await assert.rejects(client.audio.transcriptions.create({ file: await toFile(big, 'long.wav'), model: whisper },
+      { maxRetries: 2 }),
       (e) => e.status === 413 && /--max-audio-bytes/.test(e.message));
     // 31 minutes of mp3 at 8 kbps (< 2 MB): decoded length over --max-audio-seconds 1800 -> 400
     const mp3 = join(tmp, 'long.mp3');
