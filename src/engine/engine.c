@@ -50,7 +50,7 @@ typedef struct ereq {
     pg_logit_bias *bias;
     pg_rng rng;
     int32_t n_logprobs; /* -1: none */
-    uint64_t cache_salt;
+    char *cache_salt; /* NULL = none */
     pg_detok dt;
     double arrival, first_sched, first_token;
     int32_t n_cached;
@@ -216,6 +216,12 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
                         "engine: quant_act_group %d needs quant_group_size %d or 0 (activation "
                         "groups are the weight groups), got %d",
                         o->quant_act_group, o->quant_act_group, o->quant_group_size);
+    if (o->prefix_caching_hash_algo != PAGODA_PREFIX_HASH_SHA256 &&
+        o->prefix_caching_hash_algo != PAGODA_PREFIX_HASH_XXHASH)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: prefix_caching_hash_algo %d is neither SHA256 (%d) nor XXHASH (%d)",
+                        (int)o->prefix_caching_hash_algo, (int)PAGODA_PREFIX_HASH_SHA256,
+                        (int)PAGODA_PREFIX_HASH_XXHASH);
     return PAGODA_OK;
 }
 
@@ -360,6 +366,15 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     sc.kv.num_blocks = num_blocks;
     sc.kv.block_size = e->block_size;
     sc.kv.enable_prefix_caching = o.enable_prefix_caching;
+    sc.kv.hash_algo = o.prefix_caching_hash_algo == PAGODA_PREFIX_HASH_XXHASH
+                          ? PG_BLOCK_HASH_XXHASH
+                          : PG_BLOCK_HASH_SHA256;
+    if (o.enable_prefix_caching && sc.kv.hash_algo == PG_BLOCK_HASH_XXHASH)
+        PG_WARN("engine: prefix-cache block hash xxhash (XXH3-128) is not collision resistant: "
+                "a client that chooses prompts can forge a block hash equal to another "
+                "request's and be served its KV cache. Use it only when every client is "
+                "trusted; the default sha256 costs ~%s per 16-token block",
+                "0.2 us");
     sc.kv.num_groups = plan.num_groups;
     sc.kv.num_state_snapshots = n_snap;
     sc.prefill_align = plan.state_align; /* prefill chunks on the state layers' grid */
@@ -424,11 +439,12 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     e->stats.num_kv_blocks = e->num_kv_blocks;
     e->stats.num_free_kv_blocks = e->num_kv_blocks;
     PG_INFO("engine: %s, dtype %s, max_model_len %d, %d seqs x %d tokens per step, KV %s %d "
-            "blocks x %d tokens (%.1f MiB), workspace %.1f MiB, prefix caching %s",
+            "blocks x %d tokens (%.1f MiB), workspace %.1f MiB, prefix caching %s%s",
             e->name, dtype_option_name(o.dtype), e->max_model_len, mns, mnbt, pg_dtype_name(kvt),
             e->num_kv_blocks, e->block_size, (double)pg_runner_kv_bytes(e->runner) / 1048576.0,
             (double)pg_runner_workspace_bytes(e->runner) / 1048576.0,
-            o.enable_prefix_caching ? "on" : "off");
+            o.enable_prefix_caching ? "on, " : "off",
+            o.enable_prefix_caching ? pg_block_hash_algo_name(sc.kv.hash_algo) : "");
     *out = e;
     return PAGODA_OK;
 fail:
@@ -447,6 +463,7 @@ static void ereq_free(ereq *r) {
     free(r->top);
     free(r->error);
     free(r->enc_in);
+    free(r->cache_salt);
     free(r);
 }
 
@@ -750,12 +767,7 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     if ((st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt, s->skip_special_tokens,
                             s->stop, s->n_stop, s->include_stop_str_in_output)) != PAGODA_OK)
         goto fail;
-    if (q->cache_salt && *q->cache_salt) {
-        uint64_t h = 1469598103934665603ULL;
-        for (const char *c = q->cache_salt; *c; c++)
-            h = (h ^ (uint8_t)*c) * 1099511628211ULL;
-        r->cache_salt = h ? h : 1;
-    }
+    if (q->cache_salt && *q->cache_salt && !(r->cache_salt = strdup(q->cache_salt))) goto nomem;
     r->arrival = now_s();
     *out = r;
     return PAGODA_OK;
@@ -939,6 +951,7 @@ static pagoda_status apply_queue(pagoda_engine *e) {
                                .stop_token_ids = r->stop_ids,
                                .num_stop_token_ids = r->n_stop_ids,
                                .cache_salt = r->cache_salt,
+                               .cache_salt_len = r->cache_salt ? strlen(r->cache_salt) : 0,
                                .encoder_steps = r->enc_in ? e->enc_steps : 0,
                                .probe_len = r->probe_len};
         if (pg_scheduler_add_request(e->sched, &p) == PAGODA_OK) {

@@ -18,6 +18,7 @@ struct pg_scheduler {
     int32_t max_seqs;
     int32_t max_model_len;
     int32_t block_size;
+    pg_block_hash_algo hash_algo;
     int32_t num_groups;
     pg_kvm *kvm;
 
@@ -233,6 +234,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->max_seqs = cfg->max_num_seqs;
     s->max_model_len = cfg->max_model_len;
     s->block_size = kc.block_size;
+    s->hash_algo = kc.hash_algo;
     s->num_groups = pg_kvm_num_groups(s->kvm);
     s->cross_group = -1;
     for (int32_t g = 0; g < s->num_groups; g++)
@@ -395,7 +397,7 @@ pagoda_status pg_scheduler_add_request(pg_scheduler *s, const pg_request_params 
                         "group or no encoder slots",
                         (unsigned long long)p->id, p->encoder_steps);
     pg_request *r;
-    pagoda_status st = pg_request_create(p, s->block_size, s->max_model_len, &r);
+    pagoda_status st = pg_request_create(p, s->block_size, s->max_model_len, s->hash_algo, &r);
     if (st) return st;
     int32_t need = pg_kvm_blocks_for_tokens(s->kvm, r->max_total_tokens);
     int32_t have = pg_kvm_num_usable_blocks(s->kvm);
