@@ -18,6 +18,7 @@ const char *pg_finish_reason_name(pg_finish_reason r) {
 }
 
 static void hash_new_blocks(pg_request *r) {
+    if (!r->hash_blocks) return;
     int32_t bs = r->block_size;
     while ((r->num_block_hashes + 1) * bs <= r->num_tokens) {
         int32_t b = r->num_block_hashes;
@@ -30,7 +31,7 @@ static void hash_new_blocks(pg_request *r) {
 }
 
 pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
-                                int32_t max_model_len, pg_block_hash_algo hash_algo,
+                                int32_t max_model_len, const pg_block_hash_algo *hash_algo,
                                 pg_request **out) {
     *out = NULL;
     if (!p) return pg_error(PAGODA_ERR_INVALID_ARG, "request: NULL params");
@@ -83,7 +84,8 @@ pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
     memcpy(r->tokens, p->prompt, (size_t)p->num_prompt_tokens * sizeof *r->tokens);
     r->num_tokens = r->num_prompt_tokens = p->num_prompt_tokens;
     r->block_size = block_size;
-    r->hash_algo = hash_algo;
+    r->hash_blocks = hash_algo != NULL;
+    r->hash_algo = hash_algo ? *hash_algo : PG_BLOCK_HASH_SHA256;
     if (p->cache_salt && p->cache_salt_len) {
         r->salt = malloc(p->cache_salt_len);
         if (!r->salt) {

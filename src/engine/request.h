@@ -80,7 +80,8 @@ typedef struct pg_request {
 
     int32_t block_size;
     pg_block_hash *block_hashes; /* [max_total_tokens / block_size]: hash of each full block */
-    int32_t num_block_hashes;    /* == num_tokens / block_size */
+    int32_t num_block_hashes;    /* == num_tokens / block_size (0 without hash_blocks) */
+    bool hash_blocks;             /* false: prefix caching off, no block hashes */
     pg_block_hash_algo hash_algo; /* the scheduler's (pg_kvm_config.hash_algo) */
     uint8_t *salt;                /* copy of the cache salt, NULL = none */
     size_t salt_len;
@@ -103,13 +104,14 @@ typedef struct pg_request {
 
 /* Validate params and build a request in state WAITING with the prompt's
  * block hashes computed. block_size: tokens per KV block (>= 1);
- * hash_algo: the block hash (engine/block_hash.h) of every full block.
+ * hash_algo: the block hash (engine/block_hash.h) of every full block, NULL
+ * for none (prefix caching off: nothing reads them, and SHA-256 is not free).
  * Errors: PAGODA_ERR_INVALID_ARG (empty prompt, negative token id,
  * max_tokens < 1, min_tokens outside 0..max_tokens, too many stop tokens),
  * PAGODA_ERR_LIMIT (prompt >= max_model_len: no room for an output token),
  * PAGODA_ERR_NOMEM. Messages name the request id and the numbers. */
 pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
-                                int32_t max_model_len, pg_block_hash_algo hash_algo,
+                                int32_t max_model_len, const pg_block_hash_algo *hash_algo,
                                 pg_request **out);
 void pg_request_destroy(pg_request *r);
 
