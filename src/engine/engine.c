@@ -285,8 +285,34 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     e->vocab = c->vocab_size;
     e->max_model_len = pg_model_max_context(e->model);
     for (int i = 0; i < 8 && c->eos_token_ids[i] >= 0; i++)
-        e->eos_ids[e->n_eos++] = c->eos_token_ids[i];
+        if (c->eos_token_ids[i] < e->vocab) /* the loaders warned about the others */
+            e->eos_ids[e->n_eos++] = c->eos_token_ids[i];
+    /* the tokenizer against the model's vocabulary (embedding rows) */
+    const int32_t n_tok = pg_tokenizer_vocab_size(e->tok);
+    const char *tok_path = o.tokenizer && *o.tokenizer ? o.tokenizer : pg_model_source_path(e->src);
+    if (n_tok > e->vocab) {
+        size_t len = 0;
+        const char *last = pg_tokenizer_token_text(e->tok, n_tok - 1, &len);
+        PG_WARN("engine: the tokenizer (%s) has %d tokens but the model's vocab_size is %d "
+                "(embedding rows): ids %d..%d (e.g. '%.*s' = %d) have no embedding, and prompts "
+                "holding them are refused with a 400 (as vLLM refuses out-of-vocabulary ids). "
+                "Fix: use the model's own tokenizer (--tokenizer) or a checkpoint whose "
+                "embedding covers it",
+                tok_path, n_tok, e->vocab, e->vocab, n_tok - 1, (int)(len > 40 ? 40 : len),
+                last ? last : "", n_tok - 1);
+    } else if (e->vocab - n_tok > 1024 && e->vocab - n_tok > e->vocab / 32) {
+        PG_WARN("engine: the tokenizer (%s) has %d tokens but the model's vocab_size is %d: "
+                "pagoda assumes ids %d..%d are padding rows (they decode to nothing). So large a "
+                "gap suggests the tokenizer of another model: check --tokenizer",
+                tok_path, n_tok, e->vocab, n_tok, e->vocab - 1);
+    }
     int32_t teos = pg_tokenizer_eos(e->tok);
+    if (teos >= e->vocab) {
+        PG_WARN("engine: the tokenizer's EOS id %d is outside the model's vocabulary (%d): not a "
+                "stop token (the model cannot generate it)",
+                teos, e->vocab);
+        teos = -1;
+    }
     bool have = false;
     for (int i = 0; i < e->n_eos; i++)
         have |= e->eos_ids[i] == teos;
