@@ -8,7 +8,8 @@
  *     (model config and tokenizer), config.json / generation_config.json
  *     bos/eos, tokenizer_config.json tokens that are not in tokenizer.json;
  *     special-token keys of the wrong type;
- *   - GGUF metadata arrays of the wrong element type (scores, token_type);
+ *   - GGUF metadata arrays of the wrong element type (scores, token_type,
+ *     Qwen3.5's per-layer recurrent_layers);
  *   - safetensors __metadata__ that is not string-to-string;
  *   - the vocabulary against the embedding (GGUF token list vs token_embd
  *     rows; a tokenizer larger, or much smaller, than the model's vocab). */
@@ -343,8 +344,14 @@ static void add_types_as_floats(pg_gguf_writer *w) {
     free(v);
 }
 
+static void add_recurrent_as_floats(pg_gguf_writer *w) {
+    float v[4] = {1, 1, 1, 0};
+    pg_gguf_writer_set_array(w, "qwen35.attention.recurrent_layers", PG_GGUF_F32, v, 4);
+}
+
 /* llama.cpp takes scores' bytes as float32 and token_type's as int32 whatever
- * the declared element type: another type is garbage there, an error here. */
+ * the declared element type: another type is garbage there, an error here.
+ * Per-layer flag arrays (Qwen3.5's recurrent_layers) must hold bools. */
 static void test_gguf_array_types(void **state) {
     (void)state;
     const char *good = tmp_path("arr.gguf"), *bad = tmp_path("arr-bad.gguf");
@@ -362,6 +369,21 @@ static void test_gguf_array_types(void **state) {
     gguf_rewrite(good, bad, drop_t, add_types_as_floats);
     EXPECT_ERROR(pg_tokenizer_load(bad, &tok), PAGODA_ERR_FORMAT,
                  "tokenizer.ggml.token_type is an array of f32, but it must hold i32");
+
+    const char *q = tmp_path("q35.gguf"), *qbad = tmp_path("q35-bad.gguf");
+    pg_gen_model_options o;
+    pg_gen_model_defaults(&o);
+    assert_int_equal(pg_gen_model_set_arch(&o, "qwen3_5"), PAGODA_OK);
+    o.layers = 4;
+    o.gguf_path = q;
+    if (pg_gen_model_write(&o) != PAGODA_OK) fail_msg("gen_model: %s", pg_last_error());
+    pg_model_source *src;
+    assert_int_equal(pg_model_source_open(q, &src), PAGODA_OK);
+    pg_model_source_free(src);
+    const char *const drop_r[] = {"qwen35.attention.recurrent_layers", NULL};
+    gguf_rewrite(q, qbad, drop_r, add_recurrent_as_floats);
+    EXPECT_ERROR(pg_model_source_open(qbad, &src), PAGODA_ERR_FORMAT, qbad,
+                 "qwen35.attention.recurrent_layers is an array of f32, but it must hold bool");
 }
 
 /* ---- class 5: safetensors __metadata__ ---- */

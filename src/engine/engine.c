@@ -399,8 +399,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         PG_WARN("engine: prefix-cache block hash xxhash (XXH3-128) is not collision resistant: "
                 "a client that chooses prompts can forge a block hash equal to another "
                 "request's and be served its KV cache. Use it only when every client is "
-                "trusted; the default sha256 costs ~%s per 16-token block",
-                "0.2 us");
+                "trusted; the default sha256 costs ~0.13 us per 16-token block, ~0.4 ms per "
+                "50k-token prompt (docs/PERFORMANCE.md)");
     sc.kv.num_groups = plan.num_groups;
     sc.kv.num_state_snapshots = n_snap;
     sc.prefill_align = plan.state_align; /* prefill chunks on the state layers' grid */
