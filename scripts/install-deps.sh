@@ -16,6 +16,7 @@ NATIVE_PKGS=(
   libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
   libsndfile1-dev libsoxr-dev libavformat-dev libavcodec-dev libavutil-dev  # audio decoding (src/audio/)
   ffmpeg                   # tests/test_audio_decode.c converts the test WAVs to mp3/m4a/webm/...
+  zlib1g-dev               # src/speech/: Whisper's compression ratio (zlib, as utils.py)
   clang-format clang-tidy cppcheck
 )
 CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
@@ -24,7 +25,7 @@ ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64
             libmicrohttpd-dev:arm64 libcurl4-openssl-dev:arm64
             nettle-dev:arm64 libxxhash-dev:arm64
             libsndfile1-dev:arm64 libsoxr-dev:arm64 libavformat-dev:arm64
-            libavcodec-dev:arm64 libavutil-dev:arm64)
+            libavcodec-dev:arm64 libavutil-dev:arm64 zlib1g-dev:arm64)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -31,8 +31,9 @@
 #define DEFAULT_MAX_NUM_SEQS 256
 #define DEFAULT_MAX_NUM_BATCHED_TOKENS 4096
 /* encoder-decoder models: requests between their first and last encoder
- * piece at once (each holds an encoder state: Whisper large 7.3 MiB) */
+ * piece at once (each holds an encoder state: Whisper large 29 MiB) */
 #define DEFAULT_MAX_NUM_ENCODING 4
+#define DEFAULT_MAX_NUM_ENCODER_TOKENS 1024
 
 /* One request as the engine sees it (the scheduler holds the token-level
  * twin, pg_request, while it is queued or running). */
@@ -269,9 +270,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     mo.quant_group = o.quant_group_size;
     mo.quant_act_group = o.quant_act_group;
     if ((st = pg_model_load(e->src, &mo, &e->model)) != PAGODA_OK) goto fail;
-    if ((st = pg_tokenizer_load(o.tokenizer && *o.tokenizer ? o.tokenizer
-                                                             : pg_model_source_path(e->src),
-                                &e->tok)) != PAGODA_OK)
+    /* a tiktoken file gets the model's number of Whisper languages (large-v3: 100) */
+    if ((st = pg_tokenizer_load_for_vocab(o.tokenizer && *o.tokenizer ? o.tokenizer
+                                                                       : pg_model_source_path(e->src),
+                                          pg_model_get_config(e->model)->vocab_size, &e->tok)) != PAGODA_OK)
         goto fail;
     e->enc_steps = pg_model_encoder_steps(e->model);
     if (e->enc_steps > 0) {
@@ -415,8 +417,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         sc.kv.state_snapshot_align = a / x * b;
     }
     memcpy(sc.kv.groups, plan.groups, sizeof plan.groups);
-    if (e->enc_steps > 0) { /* one encoder piece costs one encoder layer's rows */
-        sc.encoder_step_tokens = pg_model_get_config(e->model)->max_source_positions;
+    if (e->enc_steps > 0) { /* one encoder piece costs the rows it computes */
+        sc.encoder_step_tokens = pg_model_encoder_step_tokens(e->model);
+        sc.max_num_encoder_tokens = o.max_num_encoder_tokens > 0 ? o.max_num_encoder_tokens
+                                                                 : DEFAULT_MAX_NUM_ENCODER_TOKENS;
         sc.max_num_encoding = e->max_num_encoding;
     }
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
