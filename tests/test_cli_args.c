@@ -96,6 +96,11 @@ static const row ROWS[] = {
     {"serve " M " --quantization w4a8 --quant-group-size 128 --quant-act-group 64", 2,
      "--quant-act-group 64 needs --quant-group-size 64 or 0"},
     {"serve " M " --port 0 --max-queue 5 --threads 1 --seed 3 --kv-cache-dtype bf16", 1, M},
+    {"serve " M " --prefix-caching-hash-algo xxh64", 2,
+     "bad value 'xxh64' for --prefix-caching-hash-algo"},
+    {"serve " M " --prefix-caching-hash-algo", 2, "--prefix-caching-hash-algo needs a value"},
+    {"serve " M " --port 0 --prefix-caching-hash-algo xxhash", 1, M},
+    {"serve " M " --port 0 --prefix-caching-hash-algo sha256", 1, M},
     /* bench serve */
     {"bench serve --bogus", 2, "unknown option '--bogus'"},
     {"bench serve --num-prompts", 2, "--num-prompts needs a value"},

@@ -1,7 +1,8 @@
 /* Engine options shared by `pagoda generate` and `pagoda bench
  * throughput|latency`: --max-model-len, --max-num-seqs,
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
- * --block-size, --no-prefix-caching, --threads, --quantization,
+ * --block-size, --no-prefix-caching, --prefix-caching-hash-algo, --threads,
+ * --quantization,
  * --quant-group-size, --quant-act-group, --dtype. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
@@ -27,6 +28,9 @@
     "                              --dtype auto, F32 models keep F32)\n"                           \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \
+    "  --prefix-caching-hash-algo A  sha256 (default) | xxhash: block hash of the prefix\n"       \
+    "                              cache; xxhash is cheaper but clients can forge collisions\n"  \
+    "                              (trusted clients only; logs a warning)\n"                     \
     "  --state-cache-memory SIZE   hybrid models (Qwen3.5): recurrent-state snapshots for\n"       \
     "                              prefix caching, out of --kv-cache-memory (default a quarter)\n" \
     "  --threads N                 compute threads (default: one per physical core)\n"             \

@@ -581,6 +581,7 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         req.n_prompt_token_ids = n[c / per];
         req.add_special_tokens = false;
         req.sampling = r->sampling;
+        req.cache_salt = r->cache_salt;
         if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
             req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
         if (pagoda_engine_add_request(m->e, &req, &j->subs[c].eid, NULL) != PAGODA_OK) {
