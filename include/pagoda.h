@@ -87,6 +87,12 @@ typedef struct pagoda_engine_options {
      * (`*.tiktoken`, e.g. openai/whisper's multilingual.tiktoken); NULL = the
      * model's own. */
     const char *tokenizer;
+    /* Encoder-decoder models: encoder work per step, in the rows the
+     * encoder pieces compute (vLLM's max_num_encoder_input_tokens; Whisper
+     * pieces are 512 rows); 0 = default 1024 (two pieces, ~a tenth of
+     * whisper-base's encoder), so transcriptions never stall the decodes
+     * they are batched with for long. At least one piece runs per step. */
+    int32_t max_num_encoder_tokens;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;

@@ -925,6 +925,7 @@ static void test_encoder_pieces(void **state) {
     c.max_num_seqs = 8;
     c.max_model_len = 16;
     c.encoder_step_tokens = 100;
+    c.max_num_encoder_tokens = 250;
     c.max_num_encoding = 2;
     c.kv.block_size = 4;
     c.kv.num_blocks = 64;
@@ -961,8 +962,9 @@ static void test_encoder_pieces(void **state) {
     assert_int_equal(nb, 5);
     assert_ptr_equal(o.enc_cross_tables[0], x);
     enc_update(s, &o);
-    /* step 1: request 1's last piece, then its 4 prompt tokens; request 2
-     * gets the 1 piece the budget (250 - 100 - 4) allows */
+    /* step 1: request 1's last piece, then its 4 prompt tokens (from the
+     * decoder's budget); request 2 gets the 1 piece the encoder budget
+     * (250 - 100) allows */
     assert_int_equal(pg_scheduler_schedule(s, &o), PAGODA_OK);
     assert_int_equal(o.num_enc, 2);
     assert_int_equal(o.enc_req_ids[0], 1);
@@ -978,14 +980,16 @@ static void test_encoder_pieces(void **state) {
     assert_int_equal(o.slot_mapping[o.token_stride], -1); /* cross group: no slots */
     assert_int_equal(o.num_blocks[o.req_stride], 5);
     enc_update(s, &o);
-    /* step 2: 1 decodes; 2 continues (2 pieces: 1 finishing + prompt); 3 now
-     * has a slot (1's was freed) and is admitted */
+    /* step 2: 1 decodes; 2 finishes (2 pieces) with its prompt; 3 has a
+     * slot (1's was freed) but no encoder budget left: it waits */
     assert_int_equal(pg_scheduler_schedule(s, &o), PAGODA_OK);
     assert_int_equal(o.req_ids[0], 1);
     assert_int_equal(o.num_scheduled_tokens[0], 1);
     assert_int_equal(o.enc_req_ids[0], 2);
     assert_int_equal(o.enc_num_steps[0], 2);
     assert_true(o.enc_finishes[0]);
+    assert_int_equal(o.num_enc, 1);
+    assert_int_equal(o.num_reqs, 2);
     /* abort 3 while encoding (if it was scheduled, it ends at the update) */
     assert_int_equal(pg_scheduler_abort(s, 3), PAGODA_OK);
     enc_update(s, &o);

@@ -249,12 +249,13 @@ static void test_source_and_config(void **state) {
         assert_int_equal(cs->head_dim, 16);
         assert_int_equal(cs->encoder_len, l < L ? 0 : 1500);
     }
-    assert_int_equal(pg_model_encoder_steps(m), 3);
+    assert_int_equal(pg_model_encoder_steps(m), 1 + 2 * (1 + 2 * 3)); /* 3 chunks of <= 512 rows */
+    assert_int_equal(pg_model_encoder_step_tokens(m), 512);
     int32_t rows, cols;
     assert_true(pg_model_encoder_input_shape(m, &rows, &cols));
     assert_int_equal(rows, 80);
     assert_int_equal(cols, 3000);
-    assert_int_equal(pg_model_encoder_state_bytes(m), 1500 * 64 * sizeof(float));
+    assert_true(pg_model_encoder_state_bytes(m) >= 4 * 1500 * 64 * sizeof(float)); /* x, q, K, V */
     assert_int_equal(pg_model_max_context(m), 448);
     pg_model_free(m);
     /* pg_whisper_load refuses other architectures */
@@ -474,7 +475,7 @@ static pg_model_source *small_random_model(const pg_gen_whisper_opts *o) {
 }
 
 /* Steps of two windows interleaved on one workspace give each window's
- * output alone, bit for bit (the state between steps is the caller's x). */
+ * output alone, bit for bit (the state between steps is the caller's). */
 static void test_encoder_steps_interleave(void **state) {
     (void)state;
     const pg_gen_whisper_opts o = {.n_mels = 80,
@@ -497,11 +498,14 @@ static void test_encoder_steps_interleave(void **state) {
     float *mel = malloc(nm * sizeof *mel), *mel2 = malloc(nm * sizeof *mel2);
     for (size_t i = 0; i < nm; i++)
         mel[i] = (float)sin(0.013 * (double)i), mel2[i] = (float)cos(0.029 * (double)i) - 0.3f;
-    float *a = malloc(no * 4), *b = malloc(no * 4), *a1 = malloc(no * 4), *b1 = malloc(no * 4);
+    const size_t sb = pg_whisper_encoder_state_bytes(w);
+    assert_true(sb >= 3 * no * 4);
+    float *a = malloc(sb), *b = malloc(sb), *a1 = malloc(no * 4), *b1 = malloc(no * 4);
     assert_int_equal(pg_whisper_encode(w, ws, mel, a1), PAGODA_OK);
     assert_int_equal(pg_whisper_encode(w, ws, mel2, b1), PAGODA_OK);
     const int32_t steps = pg_whisper_encoder_steps(w);
-    assert_int_equal(steps, 1 + d->enc_layers);
+    assert_int_equal(pg_whisper_encoder_step_rows(w), 64);
+    assert_int_equal(steps, 1 + d->enc_layers * 3); /* one 64-row chunk: qkv, attention, MLP */
     for (int32_t s = 0; s < steps; s++) {
         assert_int_equal(pg_whisper_encode_step(w, ws, s, mel, a), PAGODA_OK);
         assert_int_equal(pg_whisper_encode_step(w, ws, s, mel2, b), PAGODA_OK);

@@ -77,11 +77,12 @@ static int teardown(void **state) {
  * directory ships none). */
 static const char *tokenizer_path(void) {
     static char path[4096];
-    snprintf(path, sizeof path, "%s", getenv("TOK") ? getenv("TOK") : pg_test_asset("whisper/multilingual.tiktoken"));
+    snprintf(path, sizeof path, "%s", pg_test_asset("whisper/multilingual.tiktoken"));
     return path;
 }
 
 static pagoda_dtype g_dtype = PAGODA_DTYPE_F32;
+static int32_t g_enc_tokens; /* max_num_encoder_tokens of the next engine (0: default) */
 
 static pagoda_engine *make_engine(int32_t budget, uint64_t kv_mem, int32_t max_seqs) {
     pagoda_engine_options o;
@@ -89,6 +90,7 @@ static pagoda_engine *make_engine(int32_t budget, uint64_t kv_mem, int32_t max_s
     o.dtype = g_dtype;
     o.tokenizer = tokenizer_path();
     o.max_num_batched_tokens = budget;
+    o.max_num_encoder_tokens = g_enc_tokens;
     o.max_num_seqs = max_seqs;
     o.kv_cache_memory = kv_mem;
     pagoda_engine *e = NULL;
@@ -241,13 +243,16 @@ static void test_bf16_default(void **state) {
     pagoda_engine_free(e);
 }
 
-/* Requests at different times, a budget of one encoder piece per step (so
- * encoders interleave with decodes), and a larger one: all equal. */
+/* Requests at different times, encoder budgets of one piece per step (so
+ * encoders interleave with decodes), the default (two) and a whole layer
+ * and more: all equal. */
 static void test_concurrent_batch_invariant(void **state) {
     (void)state;
-    const int32_t budgets[] = {1600, 4096};
-    for (int b = 0; b < 2; b++) {
+    const int32_t budgets[] = {1600, 4096, 4096}, enc[] = {1, 0, 4096};
+    for (int b = 0; b < 3; b++) {
+        g_enc_tokens = enc[b];
         pagoda_engine *e = make_engine(budgets[b], 256u << 20, 16);
+        g_enc_tokens = 0;
         enum { N = 7 };
         got g[N] = {0};
         for (int i = 0; i < 3; i++)
@@ -256,7 +261,8 @@ static void test_concurrent_batch_invariant(void **state) {
         for (int i = 3; i < N; i++)
             add(e, n_plain, NULL, NULL, -1, &g[i].id);
         int steps = run(e, g, N);
-        printf("budget %d: %d requests in %d steps\n", budgets[b], N, steps);
+        printf("budget %d, encoder budget %d: %d requests in %d steps\n", budgets[b], enc[b], N,
+               steps);
         for (int i = 0; i < N; i++)
             expect_ids(&g[i], g_plain, n_plain);
         pagoda_engine_free(e);

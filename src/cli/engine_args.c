@@ -42,7 +42,7 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
         "--threads",         "--quantization",   "--quant-group-size",
         "--quant-act-group", "--dtype",        "--state-cache-memory",
-        "--tokenizer",
+        "--tokenizer",       "--max-num-encoder-tokens",
     };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -84,6 +84,9 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
     } else if (!strcmp(a, "--tokenizer")) {
         ok = *v != 0, want = "a tokenizer.json, a directory holding one, or a .tiktoken file";
         o->tokenizer = v;
+    } else if (!strcmp(a, "--max-num-encoder-tokens")) {
+        ok = parse_i32(v, 1, 1L << 24, &o->max_num_encoder_tokens),
+        want = "an integer in [1, 2^24]";
     } else if (!strcmp(a, "--threads"))
         ok = parse_i32(v, 1, 1024, &o->num_threads), want = "an integer in [1, 1024]";
     else if (!strcmp(a, "--kv-cache-memory")) {

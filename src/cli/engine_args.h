@@ -38,7 +38,11 @@
     "                              32, 64, 128, ...)\n"                                            \
     "  --quant-act-group N         activation scales per token and group of N (0 = per token,\n"   \
     "                              default; 32 = llama.cpp Q8_0's blocks: closer to the\n"         \
-    "                              unquantized model); weights then use groups of N too\n"
+    "                              unquantized model); weights then use groups of N too\n"   \
+    "  --tokenizer PATH            tokenizer instead of the model's: a tokenizer.json, a\n"      \
+    "                              directory holding one, or a .tiktoken file (Whisper)\n"       \
+    "  --max-num-encoder-tokens N  encoder-decoder models: encoder rows per step (default\n"     \
+    "                              1024)\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with

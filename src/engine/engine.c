@@ -31,8 +31,9 @@
 #define DEFAULT_MAX_NUM_SEQS 256
 #define DEFAULT_MAX_NUM_BATCHED_TOKENS 4096
 /* encoder-decoder models: requests between their first and last encoder
- * piece at once (each holds an encoder state: Whisper large 7.3 MiB) */
+ * piece at once (each holds an encoder state: Whisper large 29 MiB) */
 #define DEFAULT_MAX_NUM_ENCODING 4
+#define DEFAULT_MAX_NUM_ENCODER_TOKENS 1024
 
 /* One request as the engine sees it (the scheduler holds the token-level
  * twin, pg_request, while it is queued or running). */
@@ -375,8 +376,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         sc.kv.state_snapshot_align = a / x * b;
     }
     memcpy(sc.kv.groups, plan.groups, sizeof plan.groups);
-    if (e->enc_steps > 0) { /* one encoder piece costs one encoder layer's rows */
-        sc.encoder_step_tokens = pg_model_get_config(e->model)->max_source_positions;
+    if (e->enc_steps > 0) { /* one encoder piece costs the rows it computes */
+        sc.encoder_step_tokens = pg_model_encoder_step_tokens(e->model);
+        sc.max_num_encoder_tokens = o.max_num_encoder_tokens > 0 ? o.max_num_encoder_tokens
+                                                                 : DEFAULT_MAX_NUM_ENCODER_TOKENS;
         sc.max_num_encoding = e->max_num_encoding;
     }
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;

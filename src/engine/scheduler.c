@@ -42,7 +42,9 @@ struct pg_scheduler {
     int32_t budget;
     int32_t prefill_align; /* pg_sched_config.prefill_align */
     /* encoder-decoder models */
-    int32_t enc_cost;       /* budget tokens per encoder piece */
+    int32_t enc_cost;       /* encoder budget tokens per piece */
+    int32_t enc_budget_max; /* max_num_encoder_tokens */
+    int32_t enc_budget;     /* left in this step */
     int32_t max_encoding;   /* encoder state slots */
     int32_t *enc_free;      /* stack of free encoder slots */
     int32_t num_enc_free;
@@ -238,6 +240,8 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     for (int32_t g = 0; g < s->num_groups; g++)
         if (pg_kvm_group_spec(s->kvm, g)->kind == PG_KV_CROSS_ATTENTION) s->cross_group = g;
     s->enc_cost = cfg->encoder_step_tokens > 0 ? cfg->encoder_step_tokens : 1;
+    s->enc_budget_max = cfg->max_num_encoder_tokens > 0 ? cfg->max_num_encoder_tokens
+                                                        : cfg->max_num_batched_tokens;
     s->max_encoding = s->cross_group >= 0 && cfg->max_num_encoding > 0 ? cfg->max_num_encoding : 0;
     size_t S = (size_t)s->max_seqs, T = (size_t)s->max_tokens, G = (size_t)s->num_groups;
     s->ids = calloc(64, sizeof *s->ids);
@@ -613,14 +617,14 @@ static int schedule_running(pg_scheduler *s, pg_request *r) {
 }
 
 /* Encoder pieces for running request r (encoding, not scheduled yet in this
- * step): as many as the budget allows, at least one when no piece ran yet
- * in this step, on an encoder slot (none free: it waits). When they finish
+ * step): as many as the encoder budget allows, at least one when no piece
+ * ran yet in this step, on an encoder slot (none free: it waits). When they finish
  * its encoder, its decoder prompt follows in the same step if blocks and
  * budget allow (no preemption for it: it may wait a step). */
 static pagoda_status schedule_encoder(pg_scheduler *s, pg_request *r) {
     pg_sched_output *o = &s->out;
     int32_t left = r->encoder_steps - r->encoder_done;
-    int32_t k = s->budget / s->enc_cost;
+    int32_t k = s->enc_budget / s->enc_cost;
     if (k == 0 && o->num_enc == 0) k = 1;
     if (k > left) k = left;
     if (k <= 0 || o->num_enc >= s->max_encoding) return PAGODA_OK;
@@ -637,8 +641,8 @@ static pagoda_status schedule_encoder(pg_scheduler *s, pg_request *r) {
     s->o_enc_fin[j] = k == left;
     s->o_enc_tables[j] = pg_kvm_block_table(s->kvm, s->cross_group, r, &nb);
     r->scheduled_step = s->step;
-    s->budget -= k * s->enc_cost;
-    if (s->budget < 0) s->budget = 0;
+    s->enc_budget -= k * s->enc_cost;
+    if (s->enc_budget < 0) s->enc_budget = 0;
     if (k < left || s->budget <= 0) return PAGODA_OK;
     /* the decoder's prompt right after its encoder */
     int32_t n = r->num_tokens - r->num_computed_tokens;
@@ -674,6 +678,7 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
     s->num_fin = 0;
     s->budget = s->max_tokens;
     s->probes_left = PG_SCHED_MAX_PROBES;
+    s->enc_budget = s->enc_budget_max;
 
     /* 1. decodes, then 2. prefill chunks of running requests */
     for (int pass = 0; pass < 2; pass++) {
@@ -691,7 +696,7 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
         }
     }
     /* encoder pieces of running requests still encoding, in admission order */
-    for (int32_t i = 0; i < s->num_running && s->budget > 0; i++) {
+    for (int32_t i = 0; i < s->num_running && (s->enc_budget > 0 || o->num_enc == 0); i++) {
         pg_request *r = s->running[i];
         if (r->encoder_done < r->encoder_steps && r->scheduled_step != s->step) {
             pagoda_status st = schedule_encoder(s, r);
@@ -703,7 +708,7 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
            s->num_running < s->max_seqs) {
         pg_request *r = wq_at(s, 0);
         if (r->encoder_steps > 0) { /* its cross-attention blocks and an encoder slot first */
-            if (s->num_enc_free == 0) break;
+            if (s->num_enc_free == 0 || (s->enc_budget < s->enc_cost && o->num_enc > 0)) break;
             pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, 0, 0);
             if (st == PAGODA_ERR_LIMIT) break; /* the head waits for memory */
             if (st) return st;

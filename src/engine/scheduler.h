@@ -54,13 +54,15 @@ typedef struct pg_sched_config {
      * (unless the step is otherwise empty: a budget below the multiple). */
     int32_t prefill_align;
     /* Encoder-decoder models (requests with pg_request_params.encoder_steps):
-     * each encoder piece costs encoder_step_tokens of the step's token
-     * budget (Whisper: n_audio_ctx, the rows one encoder layer computes), a
-     * step runs as many pieces as its budget left allows and at least one
-     * while any request is encoding (so encoders always progress), and at
-     * most max_num_encoding requests are between their first and last piece
-     * at once (the runner's encoder state slots). */
+     * each encoder piece costs encoder_step_tokens of the step's encoder
+     * budget, max_num_encoder_tokens (vLLM's max_num_encoder_input_tokens,
+     * separate from the decoder's token budget; 0 = max_num_batched_tokens):
+     * a step runs as many pieces as it allows and at least one while any
+     * request is encoding (so encoders always progress), and at most
+     * max_num_encoding requests are between their first and last piece at
+     * once (the runner's encoder state slots). */
     int32_t encoder_step_tokens;
+    int32_t max_num_encoder_tokens;
     int32_t max_num_encoding;
     /* KV cache: num_blocks, block_size, enable_prefix_caching, groups. Its
      * max_model_len and max_num_seqs are taken from the fields above. */

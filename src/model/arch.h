@@ -108,6 +108,7 @@ typedef struct pg_model_ops {
     int32_t (*encoder_steps)(const pg_model *m);
     bool (*encoder_input_shape)(const pg_model *m, int32_t *rows, int32_t *cols);
     size_t (*encoder_state_bytes)(const pg_model *m);
+    int32_t (*encoder_step_tokens)(const pg_model *m);
     pagoda_status (*encode_step)(const pg_model *m, void *ws, int32_t step, const float *input,
                                  void *state);
     pagoda_status (*encoder_kv)(const pg_model *m, void *ws, const void *state,

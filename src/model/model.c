@@ -137,6 +137,10 @@ size_t pg_model_encoder_state_bytes(const pg_model *m) {
     return m->ops->encoder_state_bytes ? m->ops->encoder_state_bytes(m) : 0;
 }
 
+int32_t pg_model_encoder_step_tokens(const pg_model *m) {
+    return m->ops->encoder_step_tokens ? m->ops->encoder_step_tokens(m) : 0;
+}
+
 pagoda_status pg_model_encode_step(const pg_model *m, pg_model_workspace *ws, int32_t step,
                                    const float *input, void *state) {
     if (!m->ops->encode_step)

@@ -173,8 +173,11 @@ int32_t pg_model_encoder_steps(const pg_model *m);
  * 3000 log-mel frames). False for a decoder-only model. */
 bool pg_model_encoder_input_shape(const pg_model *m, int32_t *rows, int32_t *cols);
 /* Bytes of one request's encoder state between pieces (Whisper: the
- * residual stream, n_audio_ctx x d_model f32). */
+ * residual stream, the queries and the K/V of the current layer). */
 size_t pg_model_encoder_state_bytes(const pg_model *m);
+/* The cost of one piece in an engine step's token budget (Whisper: the 512
+ * rows a piece computes). */
+int32_t pg_model_encoder_step_tokens(const pg_model *m);
 /* Piece `step` (0 <= step < pg_model_encoder_steps) of one request's
  * encoder: input [rows][cols] f32 (read by step 0 only; may be NULL
  * otherwise), state pg_model_encoder_state_bytes (written by step 0, read

@@ -19,7 +19,8 @@
 #include "model/linear.h"
 
 #define LN_EPS 1e-5f  /* nn.LayerNorm's default, openai/whisper and transformers */
-#define ENC_BLOCK 128 /* block size of the encoder's own attention K/V scratch */
+#define ENC_BLOCK 128 /* block size of the encoder's own attention K/V (in its state) */
+#define ENC_CHUNK 512 /* rows of one encoder piece (attention queries, MLP rows) */
 
 /* ---- the model -------------------------------------------------------------------- */
 
@@ -65,7 +66,8 @@ struct pg_whisper_ws {
     float *last; /* final-normed logit rows [max_seqs][d] */
     void *gemm_scratch, *attn_scratch;
     size_t gemm_scratch_bytes, attn_scratch_bytes;
-    pg_paged_kv enc_kv;  /* the encoder's self-attention K/V (one window) */
+    pg_dtype kv_dtype;   /* of the encoder's K/V in its state, and of the decoder's caches */
+    void *enc_state;     /* pg_whisper_encode's own window state */
     int32_t *enc_table;  /* [enc blocks]: 0, 1, ... */
     int32_t *iota;       /* [max(n_audio_ctx, max_tokens)]: 0, 1, ... (slots, positions) */
     int32_t *slots;      /* [n_audio_ctx]: cross-attention slot mapping */
@@ -214,58 +216,135 @@ static pagoda_status encode_stem(const pg_whisper *w, pg_whisper_ws *ws, const f
     return PAGODA_OK;
 }
 
-/* x += out(attn(LN1(x))); x += fc2(GELU(fc1(LN2(x)))) over the whole window. */
-static pagoda_status encode_layer(const pg_whisper *w, pg_whisper_ws *ws, const enc_layer *L,
-                                  float *x, pg_pool *pool) {
+/* The encoder state of one window (pg_whisper_encoder_state_bytes): x
+ * [T][D] f32 (the residual stream), q [T][D] f32 (the current layer's
+ * queries) and the current layer's K/V as a paged cache of ENC_BLOCK-token
+ * blocks (K then V, in the workspace's KV dtype, room for f32). */
+static size_t align_up(size_t n) {
+    return (n + PG_ALIGN - 1) / PG_ALIGN * PG_ALIGN;
+}
+
+static int32_t enc_blocks(const pg_whisper_dims *d) {
+    return (d->n_audio_ctx + ENC_BLOCK - 1) / ENC_BLOCK;
+}
+
+static size_t enc_kv_half(const pg_whisper_dims *d, pg_dtype dt) {
+    return pg_paged_kv_bytes(dt, enc_blocks(d), d->enc_heads, ENC_BLOCK, d->enc_head_dim);
+}
+
+static int32_t enc_chunks(const pg_whisper_dims *d) {
+    return (d->n_audio_ctx + ENC_CHUNK - 1) / ENC_CHUNK;
+}
+
+size_t pg_whisper_encoder_state_bytes(const pg_whisper *w) {
+    const pg_whisper_dims *d = &w->dims;
+    const size_t xd = (size_t)d->n_audio_ctx * (size_t)d->d_model * sizeof(float);
+    return 2 * align_up(xd) + 2 * align_up(enc_kv_half(d, PG_F32));
+}
+
+typedef struct enc_view {
+    float *x, *q;
+    pg_paged_kv kv;
+} enc_view;
+
+static enc_view enc_state(const pg_whisper *w, const pg_whisper_ws *ws, void *state) {
+    const pg_whisper_dims *d = &w->dims;
+    const size_t xd = align_up((size_t)d->n_audio_ctx * (size_t)d->d_model * sizeof(float));
+    const size_t half = align_up(enc_kv_half(d, PG_F32));
+    uint8_t *b = state;
+    return (enc_view){(float *)b,
+                      (float *)(b + xd),
+                      {b + 2 * xd, b + 2 * xd + half, ws->kv_dtype, enc_blocks(d), d->enc_heads,
+                       ENC_BLOCK, d->enc_head_dim}};
+}
+
+/* Piece 1 of a layer: q, k, v of every row (LN1 first); K/V into the
+ * state's paged cache, q into the state. */
+static pagoda_status encode_qkv(const pg_whisper *w, pg_whisper_ws *ws, const enc_layer *L,
+                                enc_view *v, pg_pool *pool) {
     const pg_whisper_dims *d = &w->dims;
     const int64_t D = d->d_model, T = d->n_audio_ctx, ld = L->qkv.n_out;
-    layernorm_rows(ws->xb, x, L->ln1_w, L->ln1_b, T, D, pool);
+    layernorm_rows(ws->xb, v->x, L->ln1_w, L->ln1_b, T, D, pool);
     pagoda_status st =
         pg_linear_forward(&L->qkv, ws->xb, T, ws->big, ld, PG_GEMM_STORE, pool, ws->gemm_scratch);
-    if (st) return st;
-    if ((st = store_kv(&ws->enc_kv, ws->big + D, ws->big + 2 * D, (size_t)ld, ws->iota, ws->iota, T,
-                       pool)))
+    if (st || (st = store_kv(&v->kv, ws->big + D, ws->big + 2 * D, (size_t)ld, ws->iota, ws->iota,
+                             T, pool)))
         return st;
-    const int32_t cu[2] = {0, (int32_t)T}, len = (int32_t)T;
+    for (int64_t t = 0; t < T; t++)
+        memcpy(v->q + t * D, ws->big + t * ld, (size_t)D * sizeof(float));
+    return PAGODA_OK;
+}
+
+/* Rows [r0, r0 + n): x += out(attn(q, K, V)) over all T keys (non-causal). */
+static pagoda_status encode_attn(const pg_whisper *w, pg_whisper_ws *ws, const enc_layer *L,
+                                 enc_view *v, int64_t r0, int64_t n, pg_pool *pool) {
+    const int64_t D = w->dims.d_model;
+    const int32_t cu[2] = {0, (int32_t)n}, len = w->dims.n_audio_ctx;
     const int32_t *tables[1] = {ws->enc_table};
     const pg_attn_batch ab = {1, cu, &len, tables};
-    if ((st = pg_attention(&w->enc_ap, &ab, &ws->enc_kv, ws->big, (size_t)ld, ws->attn, (size_t)D,
-                           ws->attn_scratch, ws->attn_scratch_bytes, pool, NULL)) ||
-        (st =
-             pg_linear_forward(&L->o, ws->attn, T, x, D, PG_GEMM_RESIDUAL, pool, ws->gemm_scratch)))
-        return st;
-    layernorm_rows(ws->xb, x, L->ln2_w, L->ln2_b, T, D, pool);
-    if ((st = pg_linear_forward(&L->fc1, ws->xb, T, ws->act, L->fc1.n_out, PG_GEMM_STORE, pool,
-                                ws->gemm_scratch)))
-        return st;
-    gelu_rows(ws->act, NULL, T, L->fc1.n_out, pool);
-    return pg_linear_forward(&L->fc2, ws->act, T, x, D, PG_GEMM_RESIDUAL, pool, ws->gemm_scratch);
+    pagoda_status st = pg_attention(&w->enc_ap, &ab, &v->kv, v->q + r0 * D, (size_t)D, ws->attn,
+                                    (size_t)D, ws->attn_scratch, ws->attn_scratch_bytes, pool, NULL);
+    return st ? st
+              : pg_linear_forward(&L->o, ws->attn, n, v->x + r0 * D, D, PG_GEMM_RESIDUAL, pool,
+                                  ws->gemm_scratch);
+}
+
+/* Rows [r0, r0 + n): x += fc2(GELU(fc1(LN2(x)))). */
+static pagoda_status encode_mlp(const pg_whisper *w, pg_whisper_ws *ws, const enc_layer *L,
+                                enc_view *v, int64_t r0, int64_t n, pg_pool *pool) {
+    const int64_t D = w->dims.d_model;
+    float *x = v->x + r0 * D;
+    layernorm_rows(ws->xb, x, L->ln2_w, L->ln2_b, n, D, pool);
+    pagoda_status st = pg_linear_forward(&L->fc1, ws->xb, n, ws->act, L->fc1.n_out, PG_GEMM_STORE,
+                                         pool, ws->gemm_scratch);
+    if (st) return st;
+    gelu_rows(ws->act, NULL, n, L->fc1.n_out, pool);
+    return pg_linear_forward(&L->fc2, ws->act, n, x, D, PG_GEMM_RESIDUAL, pool, ws->gemm_scratch);
 }
 
 int32_t pg_whisper_encoder_steps(const pg_whisper *w) {
-    return 1 + w->dims.enc_layers;
+    return 1 + w->dims.enc_layers * (1 + 2 * enc_chunks(&w->dims));
+}
+
+int32_t pg_whisper_encoder_step_rows(const pg_whisper *w) {
+    return w->dims.n_audio_ctx < ENC_CHUNK ? w->dims.n_audio_ctx : ENC_CHUNK;
 }
 
 pagoda_status pg_whisper_encode_step(const pg_whisper *w, pg_whisper_ws *ws, int32_t step,
-                                     const float *mel, float *x) {
-    if (!w || !ws || !x || step < 0 || step > w->dims.enc_layers || (step == 0 && !mel))
+                                     const float *mel, void *state) {
+    if (!w || !ws || !state || step < 0 || step >= pg_whisper_encoder_steps(w) ||
+        (step == 0 && !mel))
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "whisper: encoder step %d of %d (or a NULL model, workspace or array)",
                         (int)step, w ? pg_whisper_encoder_steps(w) : 0);
     pg_pool *pool = pg_pool_default();
-    if (step == 0) return encode_stem(w, ws, mel, x, pool);
-    pagoda_status st = encode_layer(w, ws, &w->enc[step - 1], x, pool);
-    if (st == PAGODA_OK && step == w->dims.enc_layers)
-        layernorm_rows(x, x, w->enc_ln_w, w->enc_ln_b, w->dims.n_audio_ctx, w->dims.d_model, pool);
+    enc_view v = enc_state(w, ws, state);
+    if (step == 0) return encode_stem(w, ws, mel, v.x, pool);
+    const pg_whisper_dims *d = &w->dims;
+    const int32_t C = enc_chunks(d), per = 1 + 2 * C;
+    const int32_t l = (step - 1) / per, k = (step - 1) % per;
+    const enc_layer *L = &w->enc[l];
+    if (k == 0) return encode_qkv(w, ws, L, &v, pool);
+    const int32_t c = (k - 1) % C;
+    const int64_t r0 = (int64_t)c * ENC_CHUNK, T = d->n_audio_ctx;
+    const int64_t n = T - r0 < ENC_CHUNK ? T - r0 : ENC_CHUNK;
+    if (k <= C) return encode_attn(w, ws, L, &v, r0, n, pool);
+    pagoda_status st = encode_mlp(w, ws, L, &v, r0, n, pool);
+    if (st == PAGODA_OK && step == pg_whisper_encoder_steps(w) - 1)
+        layernorm_rows(v.x, v.x, w->enc_ln_w, w->enc_ln_b, T, d->d_model, pool);
     return st;
 }
 
 pagoda_status pg_whisper_encode(const pg_whisper *w, pg_whisper_ws *ws, const float *mel,
                                 float *out) {
+    if (!w || !ws || !out) return pg_error(PAGODA_ERR_INVALID_ARG, "whisper: NULL argument");
     pagoda_status st = PAGODA_OK;
-    for (int32_t s = 0; w && s < pg_whisper_encoder_steps(w) && st == PAGODA_OK; s++)
-        st = pg_whisper_encode_step(w, ws, s, mel, out);
-    return w ? st : pg_error(PAGODA_ERR_INVALID_ARG, "whisper: NULL model");
+    for (int32_t s = 0; s < pg_whisper_encoder_steps(w) && st == PAGODA_OK; s++)
+        st = pg_whisper_encode_step(w, ws, s, mel, ws->enc_state);
+    if (st == PAGODA_OK)
+        memcpy(out, ws->enc_state,
+               (size_t)w->dims.n_audio_ctx * (size_t)w->dims.d_model * sizeof(float));
+    return st;
 }
 
 /* ---- cross-attention K/V ---------------------------------------------------------------- */
@@ -516,11 +595,8 @@ pagoda_status pg_whisper_ws_create(const pg_whisper *w, const pg_step_limits *li
                         (int)lim->block_size);
     }
     ws->attn_scratch_bytes = as;
-    const int32_t enc_blocks = (int32_t)((Tc + ENC_BLOCK - 1) / ENC_BLOCK);
-    ws->enc_kv = (pg_paged_kv){NULL,         NULL,      lim->kv_dtype,  enc_blocks,
-                               d->enc_heads, ENC_BLOCK, d->enc_head_dim};
-    const size_t kvb =
-        pg_paged_kv_bytes(lim->kv_dtype, enc_blocks, d->enc_heads, ENC_BLOCK, d->enc_head_dim);
+    const int32_t n_enc_blocks = enc_blocks(d);
+    ws->kv_dtype = lim->kv_dtype;
     const int64_t act =
         max64(max64(Tc * d->enc_ffn, T * d->dec_ffn), max64(F * 3 * d->n_mels, Tc * 3 * D));
     const int64_t n_iota = max64(Tc, T);
@@ -532,16 +608,15 @@ pagoda_status pg_whisper_ws_create(const pg_whisper *w, const pg_step_limits *li
                             (size_t)(S * D) * 4,
                             gs,
                             as,
-                            kvb,
-                            kvb,
-                            (size_t)enc_blocks * 4,
+                            pg_whisper_encoder_state_bytes(w),
+                            (size_t)n_enc_blocks * 4,
                             (size_t)n_iota * 4,
                             (size_t)Tc * 4,
                             (size_t)S * 4};
     void **bufs[] = {(void **)&ws->x,     (void **)&ws->xb,        (void **)&ws->big,
                      (void **)&ws->attn,  (void **)&ws->act,       (void **)&ws->last,
-                     &ws->gemm_scratch,   &ws->attn_scratch,       &ws->enc_kv.k,
-                     &ws->enc_kv.v,       (void **)&ws->enc_table, (void **)&ws->iota,
+                     &ws->gemm_scratch,   &ws->attn_scratch,       &ws->enc_state,
+                     (void **)&ws->enc_table, (void **)&ws->iota,
                      (void **)&ws->slots, (void **)&ws->cross_lens};
     const size_t nbuf = sizeof sizes / sizeof sizes[0];
     size_t total = 0;
@@ -554,7 +629,7 @@ pagoda_status pg_whisper_ws_create(const pg_whisper *w, const pg_step_limits *li
     }
     for (size_t i = 0; i < nbuf; i++)
         *bufs[i] = sizes[i] ? pg_arena_alloc(&ws->arena, sizes[i]) : NULL;
-    for (int32_t i = 0; i < enc_blocks; i++)
+    for (int32_t i = 0; i < n_enc_blocks; i++)
         ws->enc_table[i] = i;
     for (int64_t i = 0; i < n_iota; i++)
         ws->iota[i] = (int32_t)i;
@@ -881,8 +956,11 @@ static bool wm_input_shape(const pg_model *m, int32_t *rows, int32_t *cols) {
 }
 
 static size_t wm_state_bytes(const pg_model *m) {
-    const pg_whisper_dims *d = &wm(m)->dims;
-    return (size_t)d->n_audio_ctx * (size_t)d->d_model * sizeof(float);
+    return pg_whisper_encoder_state_bytes(wm(m));
+}
+
+static int32_t wm_step_tokens(const pg_model *m) {
+    return pg_whisper_encoder_step_rows(wm(m));
 }
 
 static pagoda_status wm_encode_step(const pg_model *m, void *ws, int32_t step, const float *input,
@@ -905,6 +983,7 @@ static const pg_model_ops WHISPER_OPS = {
     .encoder_steps = wm_encoder_steps,
     .encoder_input_shape = wm_input_shape,
     .encoder_state_bytes = wm_state_bytes,
+    .encoder_step_tokens = wm_step_tokens,
     .encode_step = wm_encode_step,
     .encoder_kv = wm_encoder_kv,
 };

@@ -97,27 +97,38 @@ size_t pg_whisper_ws_bytes(const pg_whisper_ws *ws);
 
 /* ---- encoder --------------------------------------------------------------------- */
 
-/* The encoder runs as pg_whisper_encoder_steps(w) = 1 + enc_layers pieces
- * so that an engine can interleave them with other work: step 0 is the conv
- * stem + positions (reads mel, writes x), step i >= 1 is layer i - 1 on x in
- * place, and the last step also applies the final LayerNorm, leaving the
- * encoder output in x. State between steps is x alone (the caller's, per
- * request): steps of different windows may interleave on one workspace.
+/* The encoder runs as pg_whisper_encoder_steps(w) pieces so that an engine
+ * can interleave them with other work and bound how long one runs: step 0
+ * is the conv stem + positions (reads mel, writes x); then per layer 1 +
+ * 2C pieces, C = ceil(n_audio_ctx / 512) row chunks: LN1 and the q | k | v
+ * GEMM of every row (K/V and q kept in the state), C attention pieces
+ * (queries of one chunk over all keys, out GEMM into x's rows), C MLP
+ * pieces (LN2, fc1, GELU, fc2 of one chunk's rows into x); the last step
+ * also applies the final LayerNorm. Every kernel is row-independent, so the
+ * split changes no bit. The state between steps is the caller's (per
+ * window, pg_whisper_encoder_state_bytes: x [n_audio_ctx][d_model] f32
+ * first, then q and the layer's K/V): steps of different windows may
+ * interleave on one workspace; after the last step the state starts with
+ * the encoder output.
  *   mel [n_mels][n_frames] f32 (pg_log_mel's layout, one 3000-frame window),
- *       read by step 0 only (may be NULL otherwise);
- *   x   [n_audio_ctx][d_model] f32.
+ *       read by step 0 only (may be NULL otherwise).
+ * pg_whisper_encoder_step_rows: the rows a piece computes (512, or
+ * n_audio_ctx if smaller): its cost in an engine's token budget.
  * Errors: PAGODA_ERR_INVALID_ARG (step out of range, NULL arrays), errors
  * of the kernels. */
 int32_t pg_whisper_encoder_steps(const pg_whisper *w);
+int32_t pg_whisper_encoder_step_rows(const pg_whisper *w);
+size_t pg_whisper_encoder_state_bytes(const pg_whisper *w);
 pagoda_status pg_whisper_encode_step(const pg_whisper *w, pg_whisper_ws *ws, int32_t step,
-                                     const float *mel, float *x);
+                                     const float *mel, void *state);
 /* All steps: out [n_audio_ctx][d_model] = encoder(mel). */
 pagoda_status pg_whisper_encode(const pg_whisper *w, pg_whisper_ws *ws, const float *mel,
                                 float *out);
 
 /* ---- cross-attention K/V ------------------------------------------------------------ */
 
-/* K = enc W_k^T, V = enc W_v^T + b_v of every decoder layer for one request,
+/* K = enc W_k^T, V = enc W_v^T + b_v of every decoder layer for one request
+ * (enc may be a finished encoder state: its output comes first),
  * written into its cross-attention blocks: layer l's K/V of encoder position
  * j go to kv[l], block block_table[j / bs] at offset j % bs (bs =
  * kv[l]->block_size; converted to BF16 for a BF16 cache).
