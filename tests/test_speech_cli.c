@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,15 +52,20 @@ static void test_cli(void **state) {
     char *json_text = strdup(text->valuestring);
     cJSON_Delete(j);
     free(out);
+    /* under qemu (a minute a run) text and vtt are left to the CTest runs
+     * of cmake/tests.cmake */
+    bool emulated = *pg_test_exec_wrapper() != 0;
     /* text: the same text and a newline */
-    snprintf(args, sizeof args, "%s --response-format text", COMMON);
-    out = run_cli(args, &rc);
-    assert_int_equal(rc, 0);
-    size_t n = strlen(out);
-    assert_true(n >= 1 && out[n - 1] == '\n');
-    out[n - 1] = 0;
-    assert_string_equal(out, json_text);
-    free(out);
+    if (!emulated) {
+        snprintf(args, sizeof args, "%s --response-format text", COMMON);
+        out = run_cli(args, &rc);
+        assert_int_equal(rc, 0);
+        size_t n = strlen(out);
+        assert_true(n >= 1 && out[n - 1] == '\n');
+        out[n - 1] = 0;
+        assert_string_equal(out, json_text);
+        free(out);
+    }
     /* verbose_json: segments */
     snprintf(args, sizeof args, "%s --response-format verbose_json", COMMON);
     out = run_cli(args, &rc);
@@ -82,14 +88,16 @@ static void test_cli(void **state) {
     assert_int_equal(cues, n_seg);
     if (n_seg) assert_true(!strncmp(out, "1\n00:00:", 8));
     free(out);
-    snprintf(args, sizeof args, "%s --response-format vtt", COMMON);
-    out = run_cli(args, &rc);
-    assert_int_equal(rc, 0);
-    assert_true(!strncmp(out, "WEBVTT\n\n", 8));
-    cues = 0;
-    for (const char *p = out; (p = strstr(p, " --> ")); p += 5) cues++;
-    assert_int_equal(cues, n_seg);
-    free(out);
+    if (!emulated) {
+        snprintf(args, sizeof args, "%s --response-format vtt", COMMON);
+        out = run_cli(args, &rc);
+        assert_int_equal(rc, 0);
+        assert_true(!strncmp(out, "WEBVTT\n\n", 8));
+        cues = 0;
+        for (const char *p = out; (p = strstr(p, " --> ")); p += 5) cues++;
+        assert_int_equal(cues, n_seg);
+        free(out);
+    }
     free(json_text);
     /* errors: usage (2) and runtime (1), messages on stderr */
     out = run_cli("--response-format xml 2>&1", &rc);
