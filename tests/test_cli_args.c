@@ -57,6 +57,8 @@ static const row ROWS[] = {
     {"generate " M " -p hi", 2, "unknown option '-p'"},
     {"generate " M " --prompt", 2, "--prompt needs a value"},
     {"generate " M " --prompt ''", 2, "--prompt is empty"},
+    {"generate " M " --prompt hi --max-num-encoder-tokens 0", 2, "bad value '0' for --max-num-encoder-tokens"},
+    {"generate " M " --prompt hi --tokenizer ''", 2, "for --tokenizer"},
     {"generate " M " --prompt hi --max-tokens 12abc", 2, "bad value '12abc' for --max-tokens"},
     {"generate " M " --prompt hi --max-tokens -3", 2, "bad value '-3' for --max-tokens"},
     {"generate " M " --prompt hi --max-tokens ''", 2, "bad value '' for --max-tokens"},
@@ -97,7 +99,7 @@ static const row ROWS[] = {
     {"serve " M " --max-num-seqs -2", 2, "bad value '-2' for --max-num-seqs"},
     {"serve " M " --seed x", 2, "bad value 'x' for --seed"},
     {"serve " M " --served-model-name ''", 2, "for --served-model-name"},
-    {"serve " M " other", 2, "unexpected argument 'other'"},
+    {"serve " M " other", 1, "no such file or directory"}, /* several models: both are paths */
     {"serve --port 0", 2, "MODEL is required"},
     {"serve " M " --quant-act-group 32", 2, "GGUF Q8_0/Q4_0 already use activation groups of 32"},
     {"serve " M " --quantization w4a8 --quant-group-size 128 --quant-act-group 64", 2,
