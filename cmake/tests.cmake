@@ -108,3 +108,30 @@ set_tests_properties(pagoda_chat_template_missing PROPERTIES PASS_REGULAR_EXPRES
 add_test(NAME pagoda_chat_template_missing_fails COMMAND pagoda chat-template
          ${PAGODA_ASSETS}/llm/stories260K-hf --messages "[]")
 set_tests_properties(pagoda_chat_template_missing_fails PROPERTIES WILL_FAIL TRUE)
+
+# `pagoda transcribe` end to end on the whisper-tiny-random oracle (random
+# weights: only the shape of each response format is checked; the text is
+# checked against the oracle's ids by tests/test_speech.c).
+if(PAGODA_HAVE_AUDIO_DECODE)
+  set(_tr_args ${PAGODA_ASSETS}/oracles/whisper-tiny-random/hf ${PAGODA_ASSETS}/whisper/jfk.wav
+      --tokenizer ${PAGODA_ASSETS}/whisper/multilingual.tiktoken --dtype float32 --kv-cache-memory 8MiB
+      --language en --temperature 0.3 --seed 3)
+  # (the regexes see stderr too, where the engine logs a line)
+  add_test(NAME pagoda_transcribe_json COMMAND pagoda transcribe ${_tr_args} --response-format json)
+  set_tests_properties(pagoda_transcribe_json PROPERTIES PASS_REGULAR_EXPRESSION "\\{\"text\":\"[^\n]*\"\\}\n")
+  add_test(NAME pagoda_transcribe_text COMMAND pagoda transcribe ${_tr_args} --response-format text)
+  add_test(NAME pagoda_transcribe_srt COMMAND pagoda transcribe ${_tr_args} --response-format srt)
+  set_tests_properties(pagoda_transcribe_srt PROPERTIES PASS_REGULAR_EXPRESSION
+    "1\n[0-9][0-9]:[0-5][0-9]:[0-5][0-9],[0-9][0-9][0-9] --> [0-9][0-9]:[0-5][0-9]:[0-5][0-9],[0-9][0-9][0-9]\n[^\n]*\n\n")
+  add_test(NAME pagoda_transcribe_vtt COMMAND pagoda transcribe ${_tr_args} --response-format vtt)
+  set_tests_properties(pagoda_transcribe_vtt PROPERTIES PASS_REGULAR_EXPRESSION
+    "WEBVTT\n\n[0-5][0-9]:[0-5][0-9]\\.[0-9][0-9][0-9] --> [0-5][0-9]:[0-5][0-9]\\.[0-9][0-9][0-9]\n[^\n]*\n\n")
+  add_test(NAME pagoda_transcribe_verbose_json COMMAND pagoda transcribe ${_tr_args} --response-format verbose_json)
+  set_tests_properties(pagoda_transcribe_verbose_json PROPERTIES PASS_REGULAR_EXPRESSION
+    "\\{\"task\":\"transcribe\",\"language\":\"english\",\"duration\":11,\"text\":\"[^\n]*\",\"segments\":\\[\\{\"id\":0,\"seek\":0,")
+  add_test(NAME pagoda_transcribe_bad_format COMMAND pagoda transcribe ${_tr_args} --response-format xml)
+  set_tests_properties(pagoda_transcribe_bad_format PROPERTIES PASS_REGULAR_EXPRESSION
+    "pagoda transcribe: bad value 'xml' for --response-format")
+  add_test(NAME pagoda_transcribe_bad_format_fails COMMAND pagoda transcribe ${_tr_args} --response-format xml)
+  set_tests_properties(pagoda_transcribe_bad_format_fails PROPERTIES WILL_FAIL TRUE)
+endif()

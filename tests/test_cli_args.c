@@ -41,6 +41,17 @@ typedef struct row {
 
 static const row ROWS[] = {
     /* generate */
+    {"transcribe " M " a.wav --bogus", 2, "unknown option '--bogus'"},
+    {"transcribe " M, 2, "FILE is required"},
+    {"transcribe " M " a.wav b.wav", 2, "unexpected"},
+    {"transcribe " M " a.wav --language", 2, "--language needs a value"},
+    {"transcribe " M " a.wav --language xx", 2, "bad value 'xx' for --language"},
+    {"transcribe " M " a.wav --task summarize", 2, "bad value 'summarize' for --task"},
+    {"transcribe " M " a.wav --response-format xml", 2, "bad value 'xml' for --response-format"},
+    {"transcribe " M " a.wav --temperature -1", 2, "bad value '-1' for --temperature"},
+    {"transcribe " M " a.wav --seed 1x", 2, "bad value '1x' for --seed"},
+    {"transcribe " M " a.wav --threads 0", 2, "bad value '0' for --threads"},
+    {"transcribe " M " /nonexistent/a.wav --language German --task translate", 1, "cannot open"},
     {"generate " M " --prompt hi --bogus", 2, "unknown option '--bogus'"},
     {"generate " M " --bogus --prompt hi", 2, "unknown option '--bogus'"},
     {"generate " M " -p hi", 2, "unknown option '-p'"},

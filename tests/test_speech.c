@@ -15,8 +15,8 @@
  *   - through the engine (F32, the whisper-tiny-random oracle): one window of
  *     expected_mel.npy decoded with openai's DecodingOptions gives exactly
  *     greedy_suppressed's and greedy_plain's 24 ids; language detection;
- *     pg_transcribe of jfk.wav with timestamps is well formed;
- *   - the CLI on jfk.wav in every response format. */
+ *     pg_transcribe of jfk.wav with timestamps is well formed.
+ * The CLI is tested by tests/test_speech_cli.c. */
 #include "testutil.h"
 
 #include <cjson/cJSON.h>
@@ -705,7 +705,7 @@ static pagoda_engine *oracle_engine(void) {
     pagoda_engine_options_default(&o);
     o.dtype = PAGODA_DTYPE_F32; /* the oracle ran openai/whisper in f32 */
     o.tokenizer = strdup(pg_test_asset("whisper/multilingual.tiktoken"));
-    o.kv_cache_memory = 64ull << 20;
+    o.kv_cache_memory = 8ull << 20; /* the cross K/V of a window is 1.5 MiB */
     pagoda_engine *e = NULL;
     if (pagoda_engine_create(pg_test_asset(ORACLE "hf"), &o, &e) != PAGODA_OK)
         fail_msg("engine: %s", pagoda_last_error());
@@ -859,8 +859,8 @@ static void test_engine_transcribe(void **state) {
     pg_transcribe_options o;
     pg_transcribe_options_default(&o);
     o.language = "en";
-    o.max_tokens_per_window = 48;
-    o.temperature = 0.5f; /* one sampled try per window */
+    o.max_tokens_per_window = 24; /* (qemu time) */
+    o.temperature = 0.5f;         /* one sampled try per window */
     o.seed = 1234;
     seg_log log = {0};
     pg_transcript *t = NULL;
@@ -907,7 +907,7 @@ static void test_engine_transcribe(void **state) {
 
     /* greedy with openai's fallback schedule and thresholds: still well formed */
     pg_transcribe_options_default(&o);
-    o.max_tokens_per_window = 16;
+    o.max_tokens_per_window = 8;
     o.prompt = "  President Kennedy.  ";
     assert_int_equal(pg_transcribe(e, &be, pcm, (size_t)frames, &o, NULL, NULL, &t), PAGODA_OK);
     assert_true(t->n_segments >= 0 && strlen(t->language) >= 2);
@@ -945,115 +945,6 @@ static void test_engine_not_whisper(void **state) {
     pagoda_engine_free(e);
 }
 
-/* ---- the CLI ----------------------------------------------------------------------- */
-
-/* pg_test_asset returns a static buffer: copy before the next call */
-static char *asset(const char *rel) {
-    return strdup(pg_test_asset(rel));
-}
-
-static char *run_cli(const char *args, int *rc) {
-    char cmd[8192];
-    char *model = asset(ORACLE "hf"), *wav = asset("whisper/jfk.wav"), *tok = asset("whisper/multilingual.tiktoken");
-    snprintf(cmd, sizeof cmd, "%s %s transcribe %s %s --tokenizer %s --dtype float32 --kv-cache-memory 64MiB %s",
-             pg_test_exec_wrapper(), pg_test_pagoda_bin(), model, wav, tok, args);
-    free(model);
-    free(wav);
-    free(tok);
-    char *out = NULL;
-    *rc = pg_test_run_command(cmd, &out);
-    return out;
-}
-
-static void test_cli(void **state) {
-    (void)state;
-#ifndef PAGODA_HAVE_AUDIO_DECODE
-    skip(); /* built without the audio decoding libraries */
-#endif
-    static const char *const COMMON = "--language en --temperature 0.4 --seed 7";
-    char args[512];
-    int rc;
-    /* json */
-    snprintf(args, sizeof args, "%s --response-format json", COMMON);
-    char *out = run_cli(args, &rc);
-    assert_int_equal(rc, 0);
-    cJSON *j = cJSON_Parse(out);
-    if (!j) fail_msg("not JSON: %s", out);
-    const cJSON *text = cJSON_GetObjectItem(j, "text");
-    assert_true(cJSON_IsString(text));
-    char *json_text = strdup(text->valuestring);
-    cJSON_Delete(j);
-    free(out);
-    /* text: the same text and a newline */
-    snprintf(args, sizeof args, "%s --response-format text", COMMON);
-    out = run_cli(args, &rc);
-    assert_int_equal(rc, 0);
-    size_t n = strlen(out);
-    assert_true(n >= 1 && out[n - 1] == '\n');
-    out[n - 1] = 0;
-    assert_string_equal(out, json_text);
-    free(out);
-    /* verbose_json: segments */
-    snprintf(args, sizeof args, "%s --response-format verbose_json", COMMON);
-    out = run_cli(args, &rc);
-    assert_int_equal(rc, 0);
-    j = cJSON_Parse(out);
-    assert_non_null(j);
-    assert_string_equal(cJSON_GetObjectItem(j, "task")->valuestring, "transcribe");
-    assert_string_equal(cJSON_GetObjectItem(j, "language")->valuestring, "english");
-    assert_true(fabs(cJSON_GetObjectItem(j, "duration")->valuedouble - 11.0) < 1e-9);
-    assert_string_equal(cJSON_GetObjectItem(j, "text")->valuestring, json_text);
-    int n_seg = cJSON_GetArraySize(cJSON_GetObjectItem(j, "segments"));
-    cJSON_Delete(j);
-    free(out);
-    /* srt and vtt: one cue per segment */
-    snprintf(args, sizeof args, "%s --response-format srt", COMMON);
-    out = run_cli(args, &rc);
-    assert_int_equal(rc, 0);
-    int cues = 0;
-    for (const char *p = out; (p = strstr(p, " --> ")); p += 5) cues++;
-    assert_int_equal(cues, n_seg);
-    if (n_seg) assert_true(!strncmp(out, "1\n00:00:", 8));
-    free(out);
-    snprintf(args, sizeof args, "%s --response-format vtt", COMMON);
-    out = run_cli(args, &rc);
-    assert_int_equal(rc, 0);
-    assert_true(!strncmp(out, "WEBVTT\n\n", 8));
-    cues = 0;
-    for (const char *p = out; (p = strstr(p, " --> ")); p += 5) cues++;
-    assert_int_equal(cues, n_seg);
-    free(out);
-    free(json_text);
-    /* errors: usage (2) and runtime (1), messages on stderr */
-    out = run_cli("--response-format xml 2>&1", &rc);
-    assert_int_equal(rc, 2);
-    assert_non_null(strstr(out, "pagoda transcribe: bad value 'xml' for --response-format"));
-    free(out);
-    out = run_cli("--language klingon 2>&1", &rc);
-    assert_int_equal(rc, 2);
-    free(out);
-    out = run_cli("--task translate --bogus 2>&1", &rc);
-    assert_int_equal(rc, 2);
-    assert_non_null(strstr(out, "unknown option '--bogus'"));
-    free(out);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s transcribe %s /nonexistent.wav 2>&1", pg_test_exec_wrapper(), pg_test_pagoda_bin(),
-             pg_test_asset(ORACLE "hf"));
-    rc = pg_test_run_command(cmd, &out);
-    assert_int_equal(rc, 1);
-    assert_non_null(strstr(out, "cannot open /nonexistent.wav"));
-    free(out);
-    char *llm = asset("llm/stories260K-hf"), *wav = asset("whisper/jfk.wav");
-    snprintf(cmd, sizeof cmd, "%s %s transcribe %s %s 2>&1", pg_test_exec_wrapper(), pg_test_pagoda_bin(), llm,
-             wav);
-    free(llm);
-    free(wav);
-    rc = pg_test_run_command(cmd, &out);
-    assert_int_equal(rc, 1);
-    assert_non_null(strstr(out, "not a Whisper"));
-    free(out);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiktoken_multilingual),
@@ -1070,7 +961,6 @@ int main(void) {
         cmocka_unit_test(test_engine_oracle_decode),
         cmocka_unit_test(test_engine_transcribe),
         cmocka_unit_test(test_engine_not_whisper),
-        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

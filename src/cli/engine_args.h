@@ -34,9 +34,6 @@
     "  --state-cache-memory SIZE   hybrid models (Qwen3.5): recurrent-state snapshots for\n"       \
     "                              prefix caching, out of --kv-cache-memory (default a quarter)\n" \
     "  --threads N                 compute threads (default: one per physical core)\n"             \
-    "  --tokenizer PATH            tokenizer instead of the model's: a tokenizer.json, a\n"       \
-    "                              directory holding one, or a tiktoken file (Whisper's\n"        \
-    "                              multilingual.tiktoken / gpt2.tiktoken)\n"                      \
     "  --quantization Q            w8a8 | w4a8: quantize F32/F16/BF16 linear weights at load\n"    \
     "  --quant-group-size N        scale group for --quantization (0 = per channel, default;\n"    \
     "                              32, 64, 128, ...)\n"                                            \
