@@ -945,8 +945,38 @@ static void test_engine_not_whisper(void **state) {
     pagoda_engine_free(e);
 }
 
+
+/* Segment text is valid UTF-8 whatever the tokens: a split character
+ * (random weights, a window cut mid-character) becomes U+FFFD, one per
+ * maximal subpart as Python's bytes.decode(errors="replace") (checked:
+ * b"\xe4\xb8x" -> "\ufffdx", b"\xed\xa0\x80" -> three). */
+static void test_utf8_repair(void **state) {
+    (void)state;
+    const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"plain", "plain"},
+        {"caf\xC3\xA9", "caf\xC3\xA9"},
+        {"a\xC3", "a\xEF\xBF\xBD"},                       /* cut at the end */
+        {"\xE4\xB8x", "\xEF\xBF\xBDx"},                   /* cut in the middle: one */
+        {"\xFF\xFEok", "\xEF\xBF\xBD\xEF\xBF\xBDok"},   /* never UTF-8 */
+        {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* a surrogate: three */
+        {"\xF0\x9F\x98", "\xEF\xBF\xBD"},                   /* an emoji cut short */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len = strlen(cases[i].in);
+        char *t = malloc(len + 1);
+        memcpy(t, cases[i].in, len + 1);
+        assert_int_equal(pg_speech_utf8_repair(&t, &len), PAGODA_OK);
+        assert_int_equal(len, strlen(cases[i].out));
+        assert_memory_equal(t, cases[i].out, len);
+        free(t);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_utf8_repair),
         cmocka_unit_test(test_tiktoken_multilingual),
         cmocka_unit_test(test_tiktoken_gpt2_suite),
         cmocka_unit_test(test_tiktoken_languages_and_errors),

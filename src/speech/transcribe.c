@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "audio/mel.h"
 #include "speech/filters.h"
 #include "speech/whisper_vocab.h"
@@ -169,6 +171,70 @@ typedef struct tctx {
     float *row; /* [vocab] for win_ctx */
 } tctx;
 
+/* Bytes of the maximal subpart of an ill-formed sequence at s[0..n) (Unicode
+ * 15, 3.9 "U+FFFD Substitution of Maximal Subparts", Python's and so
+ * tiktoken's errors="replace"): the longest prefix of a well-formed
+ * sequence, or 1. */
+static size_t utf8_bad_len(const uint8_t *s, size_t n) {
+    const uint8_t b = s[0];
+    int need;
+    uint8_t lo = 0x80, hi = 0xBF; /* range of the second byte */
+    if (b >= 0xC2 && b <= 0xDF)
+        need = 1;
+    else if (b >= 0xE0 && b <= 0xEF) {
+        need = 2;
+        if (b == 0xE0) lo = 0xA0;
+        if (b == 0xED) hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+        need = 3;
+        if (b == 0xF0) lo = 0x90;
+        if (b == 0xF4) hi = 0x8F;
+    } else
+        return 1;
+    size_t k = 1;
+    for (int c = 0; c < need && k < n; c++, k++) {
+        const uint8_t x = s[k];
+        if (c == 0 ? (x < lo || x > hi) : (x < 0x80 || x > 0xBF)) break;
+    }
+    return k;
+}
+
+pagoda_status pg_speech_utf8_repair(char **text, size_t *len) {
+    const uint8_t *s = (const uint8_t *)*text;
+    const size_t n = *len;
+    size_t bad = 0;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0)
+            i += (size_t)k;
+        else
+            bad++, i += utf8_bad_len(s + i, n - i);
+    }
+    if (!bad) return PAGODA_OK;
+    char *out = malloc(n + 2 * bad + 1);
+    if (!out) return pg_error(PAGODA_ERR_NOMEM, "speech: out of memory");
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) {
+            memcpy(out + o, s + i, (size_t)k);
+            o += (size_t)k;
+            i += (size_t)k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += utf8_bad_len(s + i, n - i);
+        }
+    }
+    out[o] = 0;
+    free(*text);
+    *text = out;
+    *len = o;
+    return PAGODA_OK;
+}
+
 /* tokenizer.decode: drop ids >= timestamp_begin (and those below `below`), decode. */
 static pagoda_status decode_text(const tctx *c, const int32_t *ids, int32_t n, int32_t below, char **text,
                                  size_t *len) {
@@ -183,6 +249,7 @@ static pagoda_status decode_text(const tctx *c, const int32_t *ids, int32_t n, i
         *len = 0;
     } else {
         st = c->tok.decode(c->tok.ctx, keep, (size_t)k, text, len);
+        if (st == PAGODA_OK) st = pg_speech_utf8_repair(text, len);
     }
     free(keep);
     return st;

@@ -135,6 +135,13 @@ pagoda_status pg_speech_detect_language(pagoda_engine *e, const pg_speech_backen
                                         const float *mel_window, int32_t n_mels, int *lang_index,
                                         float *probs);
 
+/* Make the malloc'ed text[0..*len) valid UTF-8 (replacing *text when it
+ * was not): every byte that does not start a valid sequence becomes U+FFFD,
+ * as tiktoken's decode (errors="replace") gives openai/whisper. Random or
+ * cut-off token runs split multi-byte characters, and JSON, SRT and VTT
+ * need valid UTF-8. Errors: PAGODA_ERR_NOMEM. */
+pagoda_status pg_speech_utf8_repair(char **text, size_t *len);
+
 /* ---- response formats (OpenAI audio API: json, text, srt, vtt, verbose_json) ---- */
 
 typedef enum pg_transcript_format {
