@@ -40,8 +40,11 @@
  * sits in block table[j / block_size] at offset j % block_size. The decoder
  * reads them with non-causal attention (seq_len n_audio_ctx).
  *
- * pg_model_load of a Whisper checkpoint fails with PAGODA_ERR_UNSUPPORTED
- * (a speech model does not generate from text); pg_whisper_load loads it. */
+ * pg_model_load of a Whisper checkpoint gives the engine's view of it (the
+ * architecture's create in whisper.c): decoder self-attention layers (FULL
+ * caches) then cross-attention layers (CROSS caches), pg_model_forward =
+ * pg_whisper_decode, and the encoder through the model's encoder ops
+ * (model/model.h "encoder-decoder models"). */
 #ifndef PAGODA_MODEL_WHISPER_H
 #define PAGODA_MODEL_WHISPER_H
 
