@@ -1007,17 +1007,20 @@ static pagoda_status finish(conv *c, const char *root_body_rule, pg_gram **out) 
     }
     char *fixed = text.p;
     pagoda_status st = gx_parse_ebnf(&b, fixed, strlen(fixed));
-    if (st != PAGODA_OK) {
-        /* a bug in the generated text: keep the text in the message head */
-        st = pg_error(PAGODA_ERR_INTERNAL, "json_schema: generated grammar rejected: %s",
-                      pg_last_error());
+    if (st != PAGODA_OK) { /* a bug in the generated text */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", pg_last_error());
+        st = pg_error(PAGODA_ERR_INTERNAL, "json_schema: generated grammar rejected: %s", msg);
     }
     for (int i = 0; i < c->n_rx && st == PAGODA_OK; i++) {
         int32_t x;
         st = gx_parse_regex(&b, c->rx[i].pattern, strlen(c->rx[i].pattern), true, &x);
         if (st == PAGODA_OK) st = gx_define(&b, c->rx[i].rule, strlen(c->rx[i].rule), x);
-        else
-            st = pg_error(st, "json_schema: pattern: %s", pg_last_error());
+        else {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", pg_last_error());
+            st = pg_error(st, "json_schema: pattern: %s", msg);
+        }
     }
     if (st == PAGODA_OK) st = g_compile(&b, "root", out);
     if (st != PAGODA_OK && getenv("PAGODA_GRAMMAR_DEBUG")) fprintf(stderr, "%s\n", fixed);

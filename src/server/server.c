@@ -1,6 +1,7 @@
 /* The HTTP side of `pagoda serve` (see server.h): routing, auth, limits,
  * the engine thread, non-streamed and SSE responses. */
 #define _GNU_SOURCE
+#include "server/structured.h"
 #include "server/server.h"
 
 #include <arpa/inet.h>
@@ -85,6 +86,7 @@ struct job {
     pg_server *srv;
     job *prev, *next;
     pg_api_request req;
+    pagoda_grammar *grammar; /* structured output (server/structured.h) or NULL */
     char id[48];
     uint64_t id_num; /* the random number behind `id` (seeds tool call ids) */
     pg_api_meta meta;
@@ -190,6 +192,7 @@ static void job_free(job *j) {
     free(j->subs);
     free(j->out);
     pg_api_request_free(&j->req);
+    pagoda_grammar_free(j->grammar);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -597,6 +600,7 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
         req.n_prompt_token_ids = n[c / per];
         req.add_special_tokens = false;
         req.sampling = r->sampling;
+        req.grammar = j->grammar;
         if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
             req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
         if (pagoda_engine_add_request(s->e, &req, &j->subs[c].eid, NULL) != PAGODA_OK) {
@@ -799,7 +803,9 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     }
     if (pg_api_check_model(j->req.model, s->model_name, &err) ||
         pg_api_check_capacity((kind == PG_API_CHAT ? 1 : j->req.n_prompts) * (size_t)j->req.n,
-                              s->max_num_seqs, s->max_queue, &err)) {
+                              s->max_num_seqs, s->max_queue, &err) ||
+        pg_structured_from_body(s->e, cc->body ? cc->body : "", cc->len,
+                                s->harmony && kind == PG_API_CHAT, &j->grammar, &err)) {
         job_free(j);
         return send_error(c, &err);
     }
