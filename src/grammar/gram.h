@@ -59,6 +59,9 @@ bool pg_gstate_feed(pg_gstate *m, const uint8_t *s, size_t n);
 bool pg_gstate_accepting(const pg_gstate *m);
 /* Nothing more can be appended (accepting and no byte continues). */
 bool pg_gstate_finished(const pg_gstate *m);
+/* The bytes that may come next: bit c of out[c / 64] set when feeding byte
+ * c keeps the input a valid prefix. */
+void pg_gstate_allowed(pg_gstate *m, uint64_t out[4]);
 /* Back to the start state. */
 void pg_gstate_reset(pg_gstate *m);
 

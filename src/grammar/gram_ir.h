@@ -105,4 +105,10 @@ pagoda_status gx_parse_ebnf(gx_builder *b, const char *text, size_t len);
 pagoda_status gx_parse_regex(gx_builder *b, const char *re, size_t len, bool json_string,
                              int32_t *expr_out);
 
+/* The JSON-schema converter's output as IR (root rule "root"): what
+ * pg_gram_from_json_schema compiles; tests run a reference matcher on it. */
+pagoda_status gx_json_schema(gx_builder *b, const char *json, size_t len);
+/* The IR of pg_gram_json_object. */
+pagoda_status gx_json_object(gx_builder *b);
+
 #endif

@@ -71,3 +71,11 @@ bool pg_gstate_accepting(const pg_gstate *m) {
 bool pg_gstate_finished(const pg_gstate *m) {
     return m->cur.accept && m->cur.n == 0;
 }
+
+void pg_gstate_allowed(pg_gstate *m, uint64_t out[4]) {
+    memset(out, 0, 4 * sizeof *out);
+    for (int c = 0; c < 256; c++) {
+        g_advance(m->g, &m->st, &m->cur, (uint8_t)c, &m->tmp);
+        if (!m->tmp.oom && (m->tmp.n > 0 || m->tmp.accept)) out[c >> 6] |= 1ull << (c & 63);
+    }
+}

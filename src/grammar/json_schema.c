@@ -994,9 +994,8 @@ static void body(conv *c, const cJSON *s) {
     if (nt > 1) sb_put(&c->out, " )", 2);
 }
 
-static pagoda_status finish(conv *c, const char *root_body_rule, pg_gram **out) {
-    gx_builder b;
-    gx_init(&b);
+static pagoda_status finish_ir(conv *c, const char *root_body_rule, gx_builder *bp) {
+    gx_builder b = *bp;
     sbuf text = {0};
     sb_printf(&text, "root ::= %s\n", root_body_rule);
     sb_put(&text, VALUE_RULES, strlen(VALUE_RULES));
@@ -1022,9 +1021,17 @@ static pagoda_status finish(conv *c, const char *root_body_rule, pg_gram **out) 
             st = pg_error(st, "json_schema: pattern: %s", msg);
         }
     }
-    if (st == PAGODA_OK) st = g_compile(&b, "root", out);
     if (st != PAGODA_OK && getenv("PAGODA_GRAMMAR_DEBUG")) fprintf(stderr, "%s\n", fixed);
     free(fixed);
+    *bp = b;
+    return st;
+}
+
+static pagoda_status finish(conv *c, const char *root_body_rule, pg_gram **out) {
+    gx_builder b;
+    gx_init(&b);
+    pagoda_status st = finish_ir(c, root_body_rule, &b);
+    if (st == PAGODA_OK) st = g_compile(&b, "root", out);
     gx_free(&b);
     return st;
 }
@@ -1055,6 +1062,26 @@ pagoda_status pg_gram_from_json_schema(const char *json, size_t len, pg_gram **o
     if (st == PAGODA_OK) st = finish(&c, name, out);
     conv_free(&c);
     cJSON_Delete(root);
+    return st;
+}
+
+pagoda_status gx_json_schema(gx_builder *b, const char *json, size_t len) {
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root) return pg_error(PAGODA_ERR_INVALID_ARG, "json_schema: not valid JSON");
+    conv c = {.root = root};
+    char name[32];
+    gen(&c, root, name);
+    pagoda_status st = c.st;
+    if (st == PAGODA_OK) st = finish_ir(&c, name, b);
+    conv_free(&c);
+    cJSON_Delete(root);
+    return st;
+}
+
+pagoda_status gx_json_object(gx_builder *b) {
+    conv c = {0};
+    pagoda_status st = finish_ir(&c, "json-object", b);
+    conv_free(&c);
     return st;
 }
 
