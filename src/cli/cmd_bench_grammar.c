@@ -125,7 +125,12 @@ static double engine_batch(pagoda_engine *e, pagoda_grammar *g, int n, int out_l
         snprintf(prompt, sizeof prompt, "Request %d: write the records as JSON.", i);
         r.prompt = prompt;
         r.sampling.max_tokens = out_len;
+        /* plain sampling, so the sampler costs the same with and without
+         * the mask (a top-p over a near-uniform 128k row sorts most of it) */
         r.sampling.temperature = 1.0f;
+        r.sampling.top_p = 1.0f;
+        r.sampling.top_k = 0;
+        r.sampling.min_p = 0.0f;
         r.sampling.seed = 1000 + i;
         r.sampling.ignore_eos = true;
         r.grammar = g;
