@@ -546,18 +546,29 @@ int32_t pg_tmatch_apply(pg_tmatch *m, float *logits, int32_t vocab) {
     }
     int32_t n = pg_tmatch_fill_mask(m, bits);
     int32_t lim = vocab < t->v->n_vocab ? vocab : t->v->n_vocab;
-    for (int32_t w = 0; w * 64 < lim; w++) {
+    static const float ninf[64] = {
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int32_t full = lim / 64;
+    for (int32_t w = 0; w < full; w++) {
         uint64_t word = bits[w];
         if (word == ~0ull) continue;
-        int32_t base = w * 64, end = base + 64 < lim ? base + 64 : lim;
-        if (word == 0) {
-            for (int32_t i = base; i < end; i++)
-                logits[i] = -INFINITY;
+        float *row = logits + (size_t)w * 64;
+        if (word == 0) { /* most words of a JSON state: 256 bytes of -inf */
+            memcpy(row, ninf, sizeof ninf);
             continue;
         }
-        for (int32_t i = base; i < end; i++)
-            if (!(word >> (i - base) & 1)) logits[i] = -INFINITY;
+        for (uint64_t z = ~word; z; z &= z - 1)
+            row[__builtin_ctzll(z)] = -INFINITY;
     }
+    for (int32_t i = full * 64; i < lim; i++)
+        if (!(bits[i >> 6] >> (i & 63) & 1)) logits[i] = -INFINITY;
     for (int32_t i = lim; i < vocab; i++)
         logits[i] = -INFINITY;
     if (bits != stackbits) free(bits);
