@@ -697,6 +697,18 @@ static void check_masks(vocab *v, pagoda_grammar_kind kind, const char *spec) {
             int32_t want = k < nid ? ids[k] : whole ? eos : -1;
             if (want >= 0 && !(bits[want >> 6] >> (want & 63) & 1))
                 fail_msg("step %zu: token %d of a valid output banned", k, want);
+            if (k % 5 == 0) { /* apply == the bits (and padding ids past the vocab banned) */
+                float *lg = malloc((size_t)(v->n + 70) * sizeof *lg);
+                for (int32_t i = 0; i < v->n + 70; i++)
+                    lg[i] = (float)(i % 13);
+                assert_int_equal(pg_tmatch_apply(m, lg, v->n + 70), allowed);
+                for (int32_t i = 0; i < v->n + 70; i++) {
+                    bool on = i < v->n && (bits[i >> 6] >> (i & 63) & 1);
+                    if (on != (lg[i] == (float)(i % 13))) fail_msg("apply: token %d", i);
+                    if (!on) assert_true(isinf(lg[i]) && lg[i] < 0);
+                }
+                free(lg);
+            }
             bool complete = pg_tmatch_complete(m);
             assert_int_equal((int)(bits[eos >> 6] >> (eos & 63) & 1), (int)complete);
             for (int s = 0; s < 150; s++) {
