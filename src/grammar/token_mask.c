@@ -25,7 +25,7 @@ struct pg_vocab_trie {
     int32_t *pos_of; /* [n_vocab] sorted index of each id, -1 if absent */
 };
 
-static const pg_vocab_trie *sort_v;
+static _Thread_local const pg_vocab_trie *sort_v; /* qsort has no context argument in C11 */
 static int cmp_tok(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     const pg_vocab_trie *v = sort_v;
@@ -85,7 +85,7 @@ pagoda_status pg_vocab_trie_create(const char *const *bytes, const size_t *lens,
     v->n = m;
     {
         pg_vocab_trie tmp = {.len = idlen, .bytes = idbytes};
-        sort_v = &tmp; /* single-threaded at engine load; qsort has no context argument in C11 */
+        sort_v = &tmp;
         qsort(v->ord, (size_t)m, sizeof *v->ord, cmp_tok);
         sort_v = NULL;
     }

@@ -1,6 +1,7 @@
 /* Structured-output request fields (structured.h). Field names and shapes
  * follow OpenAI's response_format and vLLM's StructuredOutputsParams /
  * guided_* request fields. */
+#define _GNU_SOURCE /* memmem */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,12 @@ static pagoda_status structured_outputs(want *w, const cJSON *so, pg_api_error *
 pagoda_status pg_structured_from_body(pagoda_engine *e, const char *body, size_t len, bool harmony,
                                       pagoda_grammar **out, pg_api_error *err) {
     *out = NULL;
+    /* most requests carry no constraint: skip the second parse */
+    static const char *const keys[] = {"response_format", "structured_outputs", "guided_"};
+    bool any = false;
+    for (size_t k = 0; k < sizeof keys / sizeof *keys && !any; k++)
+        any = memmem(body, len, keys[k], strlen(keys[k])) != NULL;
+    if (!any) return PAGODA_OK;
     cJSON *o = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
