@@ -575,6 +575,10 @@ static void test_json_schema_documents(void **state) {
     assert_true(accepts(SCHEMAS[6], "{\"k\":2.5,\"x\":-7,\"y\":0}"));
     assert_false(accepts(SCHEMAS[6], "{\"k\":3.5}"));
     assert_false(accepts(SCHEMAS[6], "{\"k\":1,\"x\":1}"));
+    /* an additional key never repeats a declared name (JSON.parse keeps the last) */
+    assert_false(accepts(SCHEMAS[6], "{\"k\":1,\"k\":0}"));
+    assert_false(accepts(SCHEMAS[6], "{\"k\":1,\"\\u006b\":0}"));
+    assert_true(accepts(SCHEMAS[6], "{\"k\":1,\"kk\":0,\"\":-1,\"K\":0}"));
     assert_true(accepts(SCHEMAS[7], "-0.5"));
     assert_true(accepts(SCHEMAS[7], "0"));
     assert_false(accepts(SCHEMAS[7], "-1"));

@@ -611,6 +611,111 @@ static void gen_array(conv *c, const cJSON *s) {
     sb_put(b, "\"]\"", 3);
 }
 
+/* ---- keys of additional properties: any JSON string except the declared
+ * names. Keys are generated in a canonical form (raw characters, the short
+ * escapes \" \\ \b \f \n \r \t; no \u or \/), so a key decodes to a declared
+ * name exactly when its bytes are that name's canonical text, and a trie
+ * over the names' units excludes them. */
+typedef struct knode {
+    char unit[8]; /* the unit leading here (a character or a 2-byte escape) */
+    int parent, first_child, next_sibling;
+    bool terminal;
+} knode;
+
+static int unit_len(const char *p) {
+    unsigned char c = (unsigned char)*p;
+    if (c == '\\') return 2;
+    return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+}
+
+/* The EBNF rules of the key grammar into c->rules; its name in name[32].
+ * names: the declared property names. */
+static void gen_other_key(conv *c, const cJSON *props, char name[32]) {
+    new_rule(c, name, "akey");
+    knode nodes[512];
+    int nn = 1;
+    memset(&nodes[0], 0, sizeof nodes[0]);
+    nodes[0].first_child = nodes[0].next_sibling = -1;
+    nodes[0].parent = -1;
+    for (const cJSON *p = props->child; p; p = p->next) {
+        cJSON *ks = cJSON_CreateString(p->string);
+        char *kt = ks ? cJSON_PrintUnformatted(ks) : NULL;
+        cJSON_Delete(ks);
+        if (!kt) {
+            cfail(c, PAGODA_ERR_NOMEM, "out of memory");
+            return;
+        }
+        size_t L = strlen(kt);
+        bool canonical = !strstr(kt, "\\u"); /* other controls: no key can equal it */
+        int at = 0;
+        for (size_t i = 1; canonical && i + 1 < L;) {
+            int ul = unit_len(kt + i);
+            char u[8] = {0};
+            memcpy(u, kt + i, (size_t)ul);
+            int ch = nodes[at].first_child;
+            while (ch >= 0 && strcmp(nodes[ch].unit, u) != 0)
+                ch = nodes[ch].next_sibling;
+            if (ch < 0) {
+                if (nn == 512) {
+                    free(kt);
+                    cfail(c, PAGODA_ERR_UNSUPPORTED,
+                          "'additionalProperties' next to more than 512 characters of property names "
+                          "is not supported");
+                    return;
+                }
+                ch = nn++;
+                memset(&nodes[ch], 0, sizeof nodes[ch]);
+                memcpy(nodes[ch].unit, u, sizeof u);
+                nodes[ch].parent = at;
+                nodes[ch].first_child = -1;
+                nodes[ch].next_sibling = nodes[at].first_child;
+                nodes[at].first_child = ch;
+            }
+            at = ch;
+            i += (size_t)ul;
+        }
+        if (canonical) nodes[at].terminal = true;
+        free(kt);
+    }
+    sbuf *b = &c->rules;
+    sb_printf(b, "%s-free ::= ( [^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\bfnrt] )* \"\\\"\"\n", name);
+    sb_printf(b, "%s ::= \"\\\"\" %s-n0\n", name, name);
+    for (int t = 0; t < nn; t++) {
+        sb_printf(b, "%s-n%d ::= ", name, t);
+        bool first = true;
+        char esc_left[8] = "\"\\bfnrt";
+        sbuf cls = {0};
+        for (int ch = nodes[t].first_child; ch >= 0; ch = nodes[ch].next_sibling) {
+            if (!first) sb_put(b, " | ", 3);
+            first = false;
+            sb_lit(b, nodes[ch].unit, strlen(nodes[ch].unit));
+            sb_printf(b, " %s-n%d", name, ch);
+            if (nodes[ch].unit[0] == '\\') {
+                char *e = strchr(esc_left, nodes[ch].unit[1]);
+                if (e) memmove(e, e + 1, strlen(e));
+            } else {
+                unsigned char u0 = (unsigned char)nodes[ch].unit[0];
+                if (u0 == ']' || u0 == '-' || u0 == '^' || u0 == '\\') sb_put(&cls, "\\", 1);
+                sb_put(&cls, nodes[ch].unit, strlen(nodes[ch].unit));
+            }
+        }
+        if (!first) sb_put(b, " | ", 3);
+        sb_printf(b, "( [^\"\\\\\\x00-\\x1F%s]", cls.p ? cls.p : "");
+        free(cls.p);
+        if (esc_left[0]) {
+            sb_put(b, " | \"\\\\\" [", 9);
+            for (const char *e = esc_left; *e; e++) {
+                if (*e == '"' || *e == '\\') sb_put(b, "\\", 1);
+                sb_put(b, e, 1);
+            }
+            sb_put(b, "]", 1);
+        }
+        sb_printf(b, " ) %s-free", name);
+        if (!nodes[t].terminal) sb_put(b, " | \"\\\"\"", 7);
+        sb_put(b, "\n", 1);
+    }
+}
+
 static void gen_object(conv *c, const cJSON *s) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
@@ -685,10 +790,12 @@ static void gen_object(conv *c, const cJSON *s) {
     new_rule(c, base, "obj");
     sbuf *b = &c->rules;
     if (addl_val[0]) {
-        sb_printf(b, "%s-rest%d ::= ( \",\" " WS " json-string " WS " \":\" " WS " %s " WS " )*\n",
-                  base, n, addl_val);
-        sb_printf(b, "%s-first%d ::= ( json-string " WS " \":\" " WS " %s " WS " %s-rest%d )?\n",
-                  base, n, addl_val, base, n);
+        char key[32] = "json-string";
+        if (n) gen_other_key(c, props, key); /* never a declared name again */
+        sb_printf(b, "%s-rest%d ::= ( \",\" " WS " %s " WS " \":\" " WS " %s " WS " )*\n", base, n,
+                  key, addl_val);
+        sb_printf(b, "%s-first%d ::= ( %s " WS " \":\" " WS " %s " WS " %s-rest%d )?\n", base, n, key,
+                  addl_val, base, n);
     } else {
         sb_printf(b, "%s-rest%d ::= \"\"\n%s-first%d ::= \"\"\n", base, n, base, n);
     }
