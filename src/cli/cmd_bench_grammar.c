@@ -192,8 +192,13 @@ static int engine_mode(const char *model, int batch, int out_len, int runs) {
     double *ratio = calloc((size_t)runs, sizeof *ratio);
     int rc = 0;
     for (int r = 0; r < runs && !rc; r++) {
-        free_tps[r] = engine_batch(e, NULL, batch, out_len);
-        con_tps[r] = engine_batch(e, g, batch, out_len);
+        if (r % 2 == 0) { /* ABBA order: a drift in load favours neither */
+            free_tps[r] = engine_batch(e, NULL, batch, out_len);
+            con_tps[r] = engine_batch(e, g, batch, out_len);
+        } else {
+            con_tps[r] = engine_batch(e, g, batch, out_len);
+            free_tps[r] = engine_batch(e, NULL, batch, out_len);
+        }
         if (free_tps[r] < 0 || con_tps[r] < 0) rc = 1;
         ratio[r] = con_tps[r] / free_tps[r];
         printf("run %d: unconstrained %.1f tok/s, constrained %.1f tok/s (%.1f%%)\n", r, free_tps[r],
