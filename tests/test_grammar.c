@@ -208,7 +208,8 @@ static void agree(const pg_gram *g, const gx_builder *b, const uint8_t *s, int n
         bool rp, rc;
         ref_check(b, s, k, &rp, &rc);
         if (rp != alive || (alive && rc != pg_gstate_accepting(m))) {
-            fprintf(stderr, "disagree at %d of '%.*s': automaton prefix %d complete %d, reference %d %d\n",
+            fprintf(stderr,
+                    "disagree at %d of '%.*s': automaton prefix %d complete %d, reference %d %d\n",
                     k, n, (const char *)s, alive, alive && pg_gstate_accepting(m), rp, rc);
             fail();
         }
@@ -254,7 +255,8 @@ static void fuzz_agree(const pg_gram *g, const gx_builder *b, int rounds, int so
 
 static const char *const EBNF[] = {
     /* arithmetic, right recursion through parentheses */
-    "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
+    "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") "
+    "factor)*\n"
     "factor ::= [0-9]+ | \"(\" expr \")\" | \"-\" factor",
     /* nullable rules inside loops, shared prefixes, tail recursion */
     "root ::= a* \"x\" list\na ::= \"y\"? | \"ab\" | \"abc\"\nlist ::= \"[\" (\"]\" | item)\n"
@@ -280,7 +282,11 @@ static void test_ebnf_vs_reference(void **state) {
 }
 
 static const char *const REGEX[] = {
-    "[a-c]+(x|yz){2}", "(ab|a)(bc|c)?d*", "\\d{3}-\\w{1,4}\\s?[^\\d]", "(a|b)*abb(a|b){0,3}", "é?.ж",
+    "[a-c]+(x|yz){2}",
+    "(ab|a)(bc|c)?d*",
+    "\\d{3}-\\w{1,4}\\s?[^\\d]",
+    "(a|b)*abb(a|b){0,3}",
+    "é?.ж",
 };
 
 static void test_regex_vs_reference(void **state) {
@@ -303,8 +309,8 @@ static void test_regex_vs_reference(void **state) {
         PCRE2_SIZE off;
         char anchored[128];
         snprintf(anchored, sizeof anchored, "^(?:%s)$", REGEX[i]);
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)anchored, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP * 0,
-                                       &err, &off, NULL);
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)anchored, PCRE2_ZERO_TERMINATED,
+                                       PCRE2_UTF | PCRE2_UCP * 0, &err, &off, NULL);
         assert_non_null(re);
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
         pg_gram *g;
@@ -344,7 +350,8 @@ static size_t cp_len(const char *s) {
 static bool match_re(const char *pattern, const char *subject) {
     int err;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &off, NULL);
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &off, NULL);
     assert_non_null(re);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     int rc = pcre2_match(re, (PCRE2_SPTR)subject, PCRE2_ZERO_TERMINATED, 0, 0, md, NULL);
@@ -369,7 +376,9 @@ static bool valid_date(const char *s) {
 static bool valid_format(const char *f, const char *s) {
     if (!strcmp(f, "date")) return valid_date(s);
     if (!strcmp(f, "time"))
-        return match_re("^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$", s);
+        return match_re("^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2["
+                        "0-3]):[0-5][0-9])$",
+                        s);
     if (!strcmp(f, "date-time")) {
         char d[11];
         if (strlen(s) < 11 || s[10] != 'T') return false;
@@ -377,11 +386,18 @@ static bool valid_format(const char *f, const char *s) {
         d[10] = 0;
         return valid_date(d) && valid_format("time", s + 11);
     }
-    if (!strcmp(f, "uuid")) return match_re("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", s);
+    if (!strcmp(f, "uuid"))
+        return match_re(
+            "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", s);
     if (!strcmp(f, "email"))
-        return match_re("^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$", s);
+        return match_re("^[a-zA-Z0-9.!#$%&'*+/"
+                        "=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\\.[a-zA-Z0-"
+                        "9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$",
+                        s);
     if (!strcmp(f, "ipv4"))
-        return match_re("^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$", s);
+        return match_re("^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]"
+                        "|1[0-9][0-9]|[1-9]?[0-9])$",
+                        s);
     fail_msg("format %s", f);
     return false;
 }
@@ -411,14 +427,16 @@ static bool valid(const cJSON *v, const cJSON *s) {
     if (cJSON_IsTrue(s)) return true;
     const cJSON *k;
     if ((k = cJSON_GetObjectItemCaseSensitive(s, "$ref"))) return valid(v, deref(k->valuestring));
-    if ((k = cJSON_GetObjectItemCaseSensitive(s, "const")) && !cJSON_Compare(v, k, true)) return false;
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "const")) && !cJSON_Compare(v, k, true))
+        return false;
     if ((k = cJSON_GetObjectItemCaseSensitive(s, "enum"))) {
         bool any = false;
         for (const cJSON *e = k->child; e; e = e->next)
             any |= cJSON_Compare(v, e, true);
         if (!any) return false;
     }
-    if ((k = cJSON_GetObjectItemCaseSensitive(s, "anyOf")) || (k = cJSON_GetObjectItemCaseSensitive(s, "oneOf"))) {
+    if ((k = cJSON_GetObjectItemCaseSensitive(s, "anyOf")) ||
+        (k = cJSON_GetObjectItemCaseSensitive(s, "oneOf"))) {
         bool any = false;
         for (const cJSON *e = k->child; e; e = e->next)
             any |= valid(v, e);
@@ -433,21 +451,35 @@ static bool valid(const cJSON *v, const cJSON *s) {
     }
     if (cJSON_IsNumber(v)) {
         double x = v->valuedouble;
-        if ((k = cJSON_GetObjectItemCaseSensitive(s, "minimum")) && x < k->valuedouble) return false;
-        if ((k = cJSON_GetObjectItemCaseSensitive(s, "maximum")) && x > k->valuedouble) return false;
-        if ((k = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum")) && x <= k->valuedouble) return false;
-        if ((k = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum")) && x >= k->valuedouble) return false;
+        if ((k = cJSON_GetObjectItemCaseSensitive(s, "minimum")) && x < k->valuedouble)
+            return false;
+        if ((k = cJSON_GetObjectItemCaseSensitive(s, "maximum")) && x > k->valuedouble)
+            return false;
+        if ((k = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum")) && x <= k->valuedouble)
+            return false;
+        if ((k = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum")) && x >= k->valuedouble)
+            return false;
     }
     if (cJSON_IsString(v)) {
-        if ((k = cJSON_GetObjectItemCaseSensitive(s, "minLength")) && cp_len(v->valuestring) < (size_t)k->valueint) return false;
-        if ((k = cJSON_GetObjectItemCaseSensitive(s, "maxLength")) && cp_len(v->valuestring) > (size_t)k->valueint) return false;
-        if ((k = cJSON_GetObjectItemCaseSensitive(s, "pattern")) && !match_re(k->valuestring, v->valuestring)) return false;
-        if ((k = cJSON_GetObjectItemCaseSensitive(s, "format")) && !valid_format(k->valuestring, v->valuestring)) return false;
+        if ((k = cJSON_GetObjectItemCaseSensitive(s, "minLength")) &&
+            cp_len(v->valuestring) < (size_t)k->valueint)
+            return false;
+        if ((k = cJSON_GetObjectItemCaseSensitive(s, "maxLength")) &&
+            cp_len(v->valuestring) > (size_t)k->valueint)
+            return false;
+        if ((k = cJSON_GetObjectItemCaseSensitive(s, "pattern")) &&
+            !match_re(k->valuestring, v->valuestring))
+            return false;
+        if ((k = cJSON_GetObjectItemCaseSensitive(s, "format")) &&
+            !valid_format(k->valuestring, v->valuestring))
+            return false;
     }
     if (cJSON_IsObject(v)) {
         const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
         const cJSON *addl = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
-        for (const cJSON *r = (k = cJSON_GetObjectItemCaseSensitive(s, "required")) ? k->child : NULL; r; r = r->next)
+        for (const cJSON *r = (k = cJSON_GetObjectItemCaseSensitive(s, "required")) ? k->child
+                                                                                    : NULL;
+             r; r = r->next)
             if (!cJSON_GetObjectItemCaseSensitive(v, r->valuestring)) return false;
         for (const cJSON *m = v->child; m; m = m->next) {
             const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(props, m->string) : NULL;
@@ -474,20 +506,31 @@ static bool valid(const cJSON *v, const cJSON *s) {
 }
 
 static const char *const SCHEMAS[] = {
-    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},\"age\":{\"type\":\"integer\",\"minimum\":-3,\"maximum\":120},"
-    "\"score\":{\"type\":\"number\",\"minimum\":-5,\"exclusiveMaximum\":5},\"ok\":{\"type\":\"boolean\"},\"nil\":{\"type\":\"null\"},"
-    "\"nick\":{\"type\":[\"string\",\"null\"],\"minLength\":2,\"maxLength\":4}},\"required\":[\"name\",\"ok\"],\"additionalProperties\":false}",
-    "{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"red\",\"gr\\\"een\",3,null,{\"a\":[1]}]},\"v\":{\"const\":\"v1\"}},\"required\":[\"c\"]}",
-    "{\"anyOf\":[{\"type\":\"integer\",\"exclusiveMinimum\":5,\"exclusiveMaximum\":900},{\"type\":\"string\",\"pattern\":\"^x[0-9]+$\"},"
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},\"age\":{"
+    "\"type\":\"integer\",\"minimum\":-3,\"maximum\":120},"
+    "\"score\":{\"type\":\"number\",\"minimum\":-5,\"exclusiveMaximum\":5},\"ok\":{\"type\":"
+    "\"boolean\"},\"nil\":{\"type\":\"null\"},"
+    "\"nick\":{\"type\":[\"string\",\"null\"],\"minLength\":2,\"maxLength\":4}},\"required\":["
+    "\"name\",\"ok\"],\"additionalProperties\":false}",
+    "{\"type\":\"object\",\"properties\":{\"c\":{\"enum\":[\"red\",\"gr\\\"een\",3,null,{\"a\":[1]}"
+    "]},\"v\":{\"const\":\"v1\"}},\"required\":[\"c\"]}",
+    "{\"anyOf\":[{\"type\":\"integer\",\"exclusiveMinimum\":5,\"exclusiveMaximum\":900},{\"type\":"
+    "\"string\",\"pattern\":\"^x[0-9]+$\"},"
     "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":3}]}",
-    "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\",\"minimum\":0,\"maximum\":3},{\"type\":\"string\",\"format\":\"date\"}],"
+    "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\",\"minimum\":0,\"maximum\":3},{"
+    "\"type\":\"string\",\"format\":\"date\"}],"
     "\"items\":{\"type\":\"string\",\"format\":\"uuid\"},\"minItems\":1,\"maxItems\":4}",
-    "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\",\"minimum\":10,\"maximum\":20},\"kids\":{\"type\":\"array\","
-    "\"items\":{\"$ref\":\"#/$defs/node\"},\"maxItems\":2}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}",
-    "{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"string\",\"format\":\"time\"},\"dt\":{\"type\":\"string\",\"format\":\"date-time\"},"
-    "\"e\":{\"type\":\"string\",\"format\":\"email\"},\"ip\":{\"type\":\"string\",\"format\":\"ipv4\"},\"p\":{\"type\":\"string\",\"pattern\":\"a.c|[\\\"\\\\\\\\]\"}},"
+    "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\","
+    "\"minimum\":10,\"maximum\":20},\"kids\":{\"type\":\"array\","
+    "\"items\":{\"$ref\":\"#/$defs/node\"},\"maxItems\":2}},\"required\":[\"v\"]}},\"$ref\":\"#/"
+    "$defs/node\"}",
+    "{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"string\",\"format\":\"time\"},\"dt\":{"
+    "\"type\":\"string\",\"format\":\"date-time\"},"
+    "\"e\":{\"type\":\"string\",\"format\":\"email\"},\"ip\":{\"type\":\"string\",\"format\":"
+    "\"ipv4\"},\"p\":{\"type\":\"string\",\"pattern\":\"a.c|[\\\"\\\\\\\\]\"}},"
     "\"required\":[\"t\",\"dt\",\"e\",\"ip\",\"p\"]}",
-    "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"number\",\"minimum\":-2,\"maximum\":3}},\"additionalProperties\":{\"type\":\"integer\",\"maximum\":0}}",
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"number\",\"minimum\":-2,\"maximum\":3}}"
+    ",\"additionalProperties\":{\"type\":\"integer\",\"maximum\":0}}",
     "{\"type\":\"number\",\"exclusiveMinimum\":-1,\"exclusiveMaximum\":1}",
 };
 
@@ -530,7 +573,8 @@ static void test_json_schema_vs_reference(void **state) {
  * invalid ones are not. */
 static bool accepts(const char *schema, const char *doc) {
     pg_gram *g;
-    if (pg_gram_from_json_schema(schema, strlen(schema), &g) != PAGODA_OK) fail_msg("%s", pg_last_error());
+    if (pg_gram_from_json_schema(schema, strlen(schema), &g) != PAGODA_OK)
+        fail_msg("%s", pg_last_error());
     pg_gstate *m;
     assert_int_equal(pg_gstate_create(g, &m), PAGODA_OK);
     bool ok = pg_gstate_feed(m, (const uint8_t *)doc, strlen(doc)) && pg_gstate_accepting(m);
@@ -544,14 +588,15 @@ static void test_json_schema_documents(void **state) {
     const char *s0 = SCHEMAS[0];
     assert_true(accepts(s0, "{\"name\":\"Ann\",\"ok\":true}"));
     assert_true(accepts(s0, "{ \"name\" : \"Ann\" , \"age\" : -3, \"ok\": false, \"nick\": null}"));
-    assert_true(accepts(s0, "{\"name\":\"\\u00e9\\n\",\"age\":120,\"score\":4.99,\"ok\":true,\"nil\":null,\"nick\":\"ab\"}"));
-    assert_false(accepts(s0, "{\"name\":\"Ann\"}"));                        /* required ok */
+    assert_true(accepts(s0, "{\"name\":\"\\u00e9\\n\",\"age\":120,\"score\":4.99,\"ok\":true,"
+                            "\"nil\":null,\"nick\":\"ab\"}"));
+    assert_false(accepts(s0, "{\"name\":\"Ann\"}"));                         /* required ok */
     assert_false(accepts(s0, "{\"name\":\"Ann\",\"ok\":true,\"x\":1}"));     /* additional */
     assert_false(accepts(s0, "{\"name\":\"Ann\",\"age\":121,\"ok\":true}")); /* maximum */
     assert_false(accepts(s0, "{\"name\":\"Ann\",\"age\":-4,\"ok\":true}"));
     assert_false(accepts(s0, "{\"name\":\"Ann\",\"score\":5,\"ok\":true}")); /* exclusive */
     assert_true(accepts(s0, "{\"name\":\"Ann\",\"score\":-5.0,\"ok\":true}"));
-    assert_false(accepts(s0, "{\"name\":\"Annabel\",\"ok\":true}"));        /* maxLength 6 */
+    assert_false(accepts(s0, "{\"name\":\"Annabel\",\"ok\":true}"));          /* maxLength 6 */
     assert_false(accepts(s0, "{\"name\":\"A\",\"ok\":true,\"nick\":\"a\"}")); /* minLength 2 */
     assert_true(accepts(SCHEMAS[1], "{\"c\":{\"a\":[1]},\"v\":\"v1\"}"));
     assert_true(accepts(SCHEMAS[1], "{\"c\":\"gr\\\"een\"}"));
@@ -569,9 +614,13 @@ static void test_json_schema_documents(void **state) {
     assert_false(accepts(SCHEMAS[3], "[3,\"2023-04-31\"]"));
     assert_true(accepts(SCHEMAS[4], "{\"v\":10,\"kids\":[{\"v\":11},{\"v\":20,\"kids\":[]}]}"));
     assert_false(accepts(SCHEMAS[4], "{\"v\":10,\"kids\":[{\"v\":9}]}"));
-    assert_true(accepts(SCHEMAS[5], "{\"t\":\"23:59:59.5Z\",\"dt\":\"2020-01-31T00:00:00+05:30\",\"e\":\"a.b@c-d.example.org\",\"ip\":\"255.0.10.1\",\"p\":\"xx\\\\yy\"}"));
-    assert_false(accepts(SCHEMAS[5], "{\"t\":\"24:00:00Z\",\"dt\":\"2020-01-31T00:00:00Z\",\"e\":\"a@b.org\",\"ip\":\"1.1.1.1\",\"p\":\"abc\"}"));
-    assert_false(accepts(SCHEMAS[5], "{\"t\":\"23:00:00Z\",\"dt\":\"2020-01-31T00:00:00Z\",\"e\":\"a@b.org\",\"ip\":\"256.1.1.1\",\"p\":\"abc\"}"));
+    assert_true(
+        accepts(SCHEMAS[5], "{\"t\":\"23:59:59.5Z\",\"dt\":\"2020-01-31T00:00:00+05:30\",\"e\":\"a."
+                            "b@c-d.example.org\",\"ip\":\"255.0.10.1\",\"p\":\"xx\\\\yy\"}"));
+    assert_false(accepts(SCHEMAS[5], "{\"t\":\"24:00:00Z\",\"dt\":\"2020-01-31T00:00:00Z\",\"e\":"
+                                     "\"a@b.org\",\"ip\":\"1.1.1.1\",\"p\":\"abc\"}"));
+    assert_false(accepts(SCHEMAS[5], "{\"t\":\"23:00:00Z\",\"dt\":\"2020-01-31T00:00:00Z\",\"e\":"
+                                     "\"a@b.org\",\"ip\":\"256.1.1.1\",\"p\":\"abc\"}"));
     assert_true(accepts(SCHEMAS[6], "{\"k\":2.5,\"x\":-7,\"y\":0}"));
     assert_false(accepts(SCHEMAS[6], "{\"k\":3.5}"));
     assert_false(accepts(SCHEMAS[6], "{\"k\":1,\"x\":1}"));
@@ -612,7 +661,8 @@ static void test_errors(void **state) {
     RX("a^b", PAGODA_ERR_UNSUPPORTED, "anchors");
     RX("a{2,1}", PAGODA_ERR_INVALID_ARG, "n < m");
     RX("[z-a]", PAGODA_ERR_INVALID_ARG, "range");
-#define JS(text, code, word) expect_error(pg_gram_from_json_schema(text, strlen(text), &g), code, word)
+#define JS(text, code, word)                                                                       \
+    expect_error(pg_gram_from_json_schema(text, strlen(text), &g), code, word)
     JS("{\"not\":{}}", PAGODA_ERR_UNSUPPORTED, "'not'");
     JS("{\"type\":\"array\",\"uniqueItems\":true}", PAGODA_ERR_UNSUPPORTED, "'uniqueItems'");
     JS("{\"type\":\"string\",\"format\":\"hostname\"}", PAGODA_ERR_UNSUPPORTED, "'hostname'");
@@ -665,7 +715,8 @@ static bool extends(const pg_gram *g, const uint8_t *pre, size_t n, const char *
  * do not, and the stop token is allowed exactly when complete. */
 static void check_masks(vocab *v, pagoda_grammar_kind kind, const char *spec) {
     pg_gram *g;
-    if (pg_grammar_build(kind, spec, strlen(spec), &g) != PAGODA_OK) fail_msg("%s", pg_last_error());
+    if (pg_grammar_build(kind, spec, strlen(spec), &g) != PAGODA_OK)
+        fail_msg("%s", pg_last_error());
     pg_tgram *t;
     assert_int_equal(pg_tgram_create(g, v->trie, &t), PAGODA_OK);
     int32_t eos = pg_tokenizer_eos(v->tok);
@@ -688,8 +739,10 @@ static void check_masks(vocab *v, pagoda_grammar_kind kind, const char *spec) {
         buf[0] = 'x';
         memcpy(buf + 1, doc, (size_t)n);
         assert_int_equal(pg_tokenizer_encode(v->tok, "x", 1, false, xid, 8, &nx), PAGODA_OK);
-        assert_int_equal(pg_tokenizer_encode(v->tok, buf, (size_t)n + 1, false, ids, 2048, &nid), PAGODA_OK);
-        if (nid < nx || memcmp(ids, xid, nx * sizeof *ids) != 0) continue; /* x merged with the doc */
+        assert_int_equal(pg_tokenizer_encode(v->tok, buf, (size_t)n + 1, false, ids, 2048, &nid),
+                         PAGODA_OK);
+        if (nid < nx || memcmp(ids, xid, nx * sizeof *ids) != 0)
+            continue; /* x merged with the doc */
         memmove(ids, ids + nx, (nid - nx) * sizeof *ids);
         nid -= nx;
         pg_tmatch *m;
@@ -722,7 +775,8 @@ static void check_masks(vocab *v, pagoda_grammar_kind kind, const char *spec) {
                 const char *tb = pg_tokenizer_token_bytes(v->tok, id, &tl);
                 bool on = bits[id >> 6] >> (id & 63) & 1;
                 if (on != extends(g, doc, at, tb, tl))
-                    fail_msg("step %zu: token %d ('%.*s') mask %d, reference %d", k, id, (int)tl, tb, on, !on);
+                    fail_msg("step %zu: token %d ('%.*s') mask %d, reference %d", k, id, (int)tl,
+                             tb, on, !on);
             }
             if (k == nid) break;
             size_t tl;
@@ -804,13 +858,16 @@ static void test_engine_constrained(void **state) {
     opt.num_threads = 2;
     pagoda_engine *e;
     if (pagoda_engine_create(pg_test_asset("llm/stories260K-hf"), &opt, &e) != PAGODA_OK) skip();
-    const char *schema =
-        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},"
-        "\"b\":{\"enum\":[\"x\",\"y\"]},\"c\":{\"type\":\"string\",\"maxLength\":5}},\"required\":[\"a\",\"b\",\"c\"]}";
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\","
+                         "\"minimum\":0,\"maximum\":99},"
+                         "\"b\":{\"enum\":[\"x\",\"y\"]},\"c\":{\"type\":\"string\",\"maxLength\":"
+                         "5}},\"required\":[\"a\",\"b\",\"c\"]}";
     pagoda_grammar *g;
-    assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, schema, 0, &g), PAGODA_OK);
+    assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, schema, 0, &g),
+                     PAGODA_OK);
     pagoda_grammar *g2;
-    assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, schema, 0, &g2), PAGODA_OK);
+    assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, schema, 0, &g2),
+                     PAGODA_OK);
     assert_ptr_equal(g, g2); /* cached: the token caches are shared */
     pagoda_grammar_free(g2);
     assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, "{\"not\":{}}", 0, &g2),

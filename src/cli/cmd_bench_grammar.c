@@ -29,35 +29,53 @@ typedef struct bschema {
 
 static const bschema SET[] = {
     {"person", PAGODA_GRAMMAR_JSON_SCHEMA,
-     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\","
-     "\"minimum\":0,\"maximum\":150},\"email\":{\"type\":\"string\",\"format\":\"email\"},\"is_member\":"
+     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":"
+     "\"integer\","
+     "\"minimum\":0,\"maximum\":150},\"email\":{\"type\":\"string\",\"format\":\"email\"},\"is_"
+     "member\":"
      "{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}"},
     {"order", PAGODA_GRAMMAR_JSON_SCHEMA,
-     "{\"type\":\"object\",\"properties\":{\"order_id\":{\"type\":\"string\",\"pattern\":\"^ORD-[0-9]{6}$\"},"
-     "\"items\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"sku\":{\"type\":\"string\"},"
+     "{\"type\":\"object\",\"properties\":{\"order_id\":{\"type\":\"string\",\"pattern\":\"^ORD-[0-"
+     "9]{6}$\"},"
+     "\"items\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"sku\":{"
+     "\"type\":\"string\"},"
      "\"qty\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":99},\"price\":{\"type\":\"number\"}},"
-     "\"required\":[\"sku\",\"qty\",\"price\"]},\"minItems\":1,\"maxItems\":5},\"status\":{\"enum\":"
-     "[\"pending\",\"shipped\",\"delivered\",\"cancelled\"]},\"date\":{\"type\":\"string\",\"format\":\"date\"}},"
+     "\"required\":[\"sku\",\"qty\",\"price\"]},\"minItems\":1,\"maxItems\":5},\"status\":{"
+     "\"enum\":"
+     "[\"pending\",\"shipped\",\"delivered\",\"cancelled\"]},\"date\":{\"type\":\"string\","
+     "\"format\":\"date\"}},"
      "\"required\":[\"order_id\",\"items\",\"status\"]}"},
     {"tool_call", PAGODA_GRAMMAR_JSON_SCHEMA,
-     "{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"get_weather\"},\"arguments\":{\"type\":\"object\","
-     "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"celsius\",\"fahrenheit\"]},\"days\":"
-     "{\"type\":\"integer\",\"minimum\":1,\"maximum\":14}},\"required\":[\"city\"]}},\"required\":[\"name\","
+     "{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"get_weather\"},\"arguments\":{"
+     "\"type\":\"object\","
+     "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"celsius\","
+     "\"fahrenheit\"]},\"days\":"
+     "{\"type\":\"integer\",\"minimum\":1,\"maximum\":14}},\"required\":[\"city\"]}},\"required\":["
+     "\"name\","
      "\"arguments\"]}"},
     {"nested_refs", PAGODA_GRAMMAR_JSON_SCHEMA,
-     "{\"$defs\":{\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"},\"city\":"
-     "{\"type\":\"string\"},\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]{5}$\"}},\"required\":[\"street\","
-     "\"city\"]},\"person\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"home\":{\"$ref\":"
-     "\"#/$defs/address\"},\"friends\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/person\"},\"maxItems\":2}},"
+     "{\"$defs\":{\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"}"
+     ",\"city\":"
+     "{\"type\":\"string\"},\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]{5}$\"}},\"required\":"
+     "[\"street\","
+     "\"city\"]},\"person\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+     "\"home\":{\"$ref\":"
+     "\"#/$defs/address\"},\"friends\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+     "person\"},\"maxItems\":2}},"
      "\"required\":[\"name\"]}},\"$ref\":\"#/$defs/person\"}"},
     {"classify", PAGODA_GRAMMAR_JSON_SCHEMA,
-     "{\"type\":\"object\",\"properties\":{\"label\":{\"enum\":[\"positive\",\"negative\",\"neutral\"]},"
-     "\"confidence\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},\"reasons\":{\"type\":\"array\",\"items\":"
+     "{\"type\":\"object\",\"properties\":{\"label\":{\"enum\":[\"positive\",\"negative\","
+     "\"neutral\"]},"
+     "\"confidence\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},\"reasons\":{\"type\":"
+     "\"array\",\"items\":"
      "{\"type\":\"string\"},\"maxItems\":3}},\"required\":[\"label\",\"confidence\"]}"},
     {"event", PAGODA_GRAMMAR_JSON_SCHEMA,
-     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},\"title\":{\"type\":"
-     "\"string\"},\"start\":{\"type\":\"string\",\"format\":\"date-time\"},\"attendees\":{\"type\":\"array\","
-     "\"items\":{\"type\":\"string\",\"format\":\"email\"},\"maxItems\":4},\"location\":{\"anyOf\":[{\"type\":"
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
+     "\"title\":{\"type\":"
+     "\"string\"},\"start\":{\"type\":\"string\",\"format\":\"date-time\"},\"attendees\":{\"type\":"
+     "\"array\","
+     "\"items\":{\"type\":\"string\",\"format\":\"email\"},\"maxItems\":4},\"location\":{\"anyOf\":"
+     "[{\"type\":"
      "\"string\"},{\"type\":\"null\"}]}},\"required\":[\"id\",\"title\",\"start\"]}"},
     {"json_object", PAGODA_GRAMMAR_JSON_OBJECT, ""},
 };
@@ -171,11 +189,13 @@ static int engine_mode(const char *model, int batch, int out_len, int runs) {
         return 1;
     }
     /* a list of order records: cannot complete within out_len tokens */
-    const char *schema =
-        "{\"type\":\"array\",\"minItems\":1000,\"items\":{\"type\":\"object\",\"properties\":{\"order_id\":"
-        "{\"type\":\"string\",\"pattern\":\"^ORD-[0-9]{6}$\"},\"customer\":{\"type\":\"string\"},\"qty\":"
-        "{\"type\":\"integer\",\"minimum\":1,\"maximum\":99},\"status\":{\"enum\":[\"pending\",\"shipped\"]}},"
-        "\"required\":[\"order_id\",\"customer\",\"qty\",\"status\"]}}";
+    const char *schema = "{\"type\":\"array\",\"minItems\":1000,\"items\":{\"type\":\"object\","
+                         "\"properties\":{\"order_id\":"
+                         "{\"type\":\"string\",\"pattern\":\"^ORD-[0-9]{6}$\"},\"customer\":{"
+                         "\"type\":\"string\"},\"qty\":"
+                         "{\"type\":\"integer\",\"minimum\":1,\"maximum\":99},\"status\":{\"enum\":"
+                         "[\"pending\",\"shipped\"]}},"
+                         "\"required\":[\"order_id\",\"customer\",\"qty\",\"status\"]}}";
     pagoda_grammar *g;
     if (pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, schema, 0, &g) != PAGODA_OK) {
         fprintf(stderr, "pagoda bench grammar: %s\n", pagoda_last_error());
@@ -188,7 +208,8 @@ static int engine_mode(const char *model, int batch, int out_len, int runs) {
         pagoda_engine_free(e);
         return 1;
     }
-    double *free_tps = calloc((size_t)runs, sizeof *free_tps), *con_tps = calloc((size_t)runs, sizeof *con_tps);
+    double *free_tps = calloc((size_t)runs, sizeof *free_tps),
+           *con_tps = calloc((size_t)runs, sizeof *con_tps);
     double *ratio = calloc((size_t)runs, sizeof *ratio);
     int rc = 0;
     for (int r = 0; r < runs && !rc; r++) {
@@ -201,8 +222,8 @@ static int engine_mode(const char *model, int batch, int out_len, int runs) {
         }
         if (free_tps[r] < 0 || con_tps[r] < 0) rc = 1;
         ratio[r] = con_tps[r] / free_tps[r];
-        printf("run %d: unconstrained %.1f tok/s, constrained %.1f tok/s (%.1f%%)\n", r, free_tps[r],
-               con_tps[r], 100.0 * con_tps[r] / free_tps[r]);
+        printf("run %d: unconstrained %.1f tok/s, constrained %.1f tok/s (%.1f%%)\n", r,
+               free_tps[r], con_tps[r], 100.0 * con_tps[r] / free_tps[r]);
         fflush(stdout);
     }
     if (!rc) {
@@ -210,7 +231,8 @@ static int engine_mode(const char *model, int batch, int out_len, int runs) {
         qsort(con_tps, (size_t)runs, sizeof *con_tps, cmp_d);
         qsort(ratio, (size_t)runs, sizeof *ratio, cmp_d);
         double a = free_tps[runs / 2], b = con_tps[runs / 2];
-        printf("batch %d decode, %d tokens each: median unconstrained %.1f tok/s, constrained %.1f tok/s "
+        printf("batch %d decode, %d tokens each: median unconstrained %.1f tok/s, constrained %.1f "
+               "tok/s "
                "= %.1f%%; median of the per-run ratios %.1f%% (target >= 95%%)\n",
                batch, out_len, a, b, 100.0 * b / a, 100.0 * ratio[runs / 2]);
     }
@@ -276,7 +298,8 @@ int pg_cmd_bench_grammar(int argc, char **argv) {
     }
     if (model) {
         if (batch < 1 || out_len < 2 || runs < 1) {
-            fprintf(stderr, "pagoda bench grammar: --batch, --output-len, --runs must be positive\n");
+            fprintf(stderr,
+                    "pagoda bench grammar: --batch, --output-len, --runs must be positive\n");
             return 2;
         }
         return engine_mode(model, batch, out_len, runs);
@@ -300,13 +323,15 @@ int pg_cmd_bench_grammar(int argc, char **argv) {
         pg_tokenizer_free(tok);
         return 1;
     }
-    printf("tokenizer %s: %d tokens, vocabulary trie %.1f ms\n", tokdir, V, (pg_bench_now() - t0) * 1e3);
-    printf("%-12s %7s %9s %6s | %9s %9s %9s %9s | %9s | %9s\n", "schema", "nodes", "compile", "steps",
-           "fill p50", "fill p90", "fill p99", "fill max", "apply p50", "cold/doc");
-    printf("%-12s %7s %9s %6s | %9s %9s %9s %9s | %9s | %9s\n", "", "", "ms", "", "us", "us", "us", "us",
-           "us", "ms");
+    printf("tokenizer %s: %d tokens, vocabulary trie %.1f ms\n", tokdir, V,
+           (pg_bench_now() - t0) * 1e3);
+    printf("%-12s %7s %9s %6s | %9s %9s %9s %9s | %9s | %9s\n", "schema", "nodes", "compile",
+           "steps", "fill p50", "fill p90", "fill p99", "fill max", "apply p50", "cold/doc");
+    printf("%-12s %7s %9s %6s | %9s %9s %9s %9s | %9s | %9s\n", "", "", "ms", "", "us", "us", "us",
+           "us", "us", "ms");
     size_t cap_all = 1 << 16;
-    double *all_fill = malloc(cap_all * sizeof *all_fill), *all_apply = malloc(cap_all * sizeof *all_apply);
+    double *all_fill = malloc(cap_all * sizeof *all_fill),
+           *all_apply = malloc(cap_all * sizeof *all_apply);
     size_t n_all = 0;
     uint64_t *bits = calloc((size_t)(V + 63) / 64, 8);
     float *logits = malloc((size_t)V * sizeof *logits);
@@ -336,7 +361,8 @@ int pg_cmd_bench_grammar(int argc, char **argv) {
             if (n < 0) continue;
             int32_t ids[4096];
             size_t nid;
-            if (pg_tokenizer_encode(tok, (const char *)doc, (size_t)n, false, ids, 4096, &nid) != PAGODA_OK ||
+            if (pg_tokenizer_encode(tok, (const char *)doc, (size_t)n, false, ids, 4096, &nid) !=
+                    PAGODA_OK ||
                 nid > 4096)
                 continue;
             ndoc++;
@@ -359,7 +385,8 @@ int pg_cmd_bench_grammar(int argc, char **argv) {
                         apply[nf++] = (e - c) * 1e6;
                     }
                     if (k < nid && !pg_tmatch_accept(m, ids[k])) {
-                        fprintf(stderr, "pagoda bench grammar: %s: token %zu refused\n", SET[s].name, k);
+                        fprintf(stderr, "pagoda bench grammar: %s: token %zu refused\n",
+                                SET[s].name, k);
                         rc = 1;
                         break;
                     }
@@ -375,10 +402,10 @@ int pg_cmd_bench_grammar(int argc, char **argv) {
         }
         qsort(fill, nf, sizeof *fill, cmp_d);
         qsort(apply, nf, sizeof *apply, cmp_d);
-        printf("%-12s %7d %9.2f %6zu | %9.2f %9.2f %9.2f %9.2f | %9.2f | %9.1f\n", SET[s].name, nodes,
-               compile_ms, nf / (size_t)repeats, pct(fill, (int)nf, 0.5), pct(fill, (int)nf, 0.9),
-               pct(fill, (int)nf, 0.99), nf ? fill[nf - 1] : 0, pct(apply, (int)nf, 0.5),
-               ndoc ? cold_total * 1e3 / ndoc : 0);
+        printf("%-12s %7d %9.2f %6zu | %9.2f %9.2f %9.2f %9.2f | %9.2f | %9.1f\n", SET[s].name,
+               nodes, compile_ms, nf / (size_t)repeats, pct(fill, (int)nf, 0.5),
+               pct(fill, (int)nf, 0.9), pct(fill, (int)nf, 0.99), nf ? fill[nf - 1] : 0,
+               pct(apply, (int)nf, 0.5), ndoc ? cold_total * 1e3 / ndoc : 0);
         free(fill);
         free(apply);
         pg_tgram_release(t);
@@ -387,7 +414,8 @@ int pg_cmd_bench_grammar(int argc, char **argv) {
         qsort(all_fill, n_all, sizeof *all_fill, cmp_d);
         qsort(all_apply, n_all, sizeof *all_apply, cmp_d);
         double p50 = pct(all_fill, (int)n_all, 0.5), a50 = pct(all_apply, (int)n_all, 0.5);
-        printf("all steps: %zu, fill median %.2f us (p90 %.2f, p99 %.2f); fill + apply median %.2f us; "
+        printf("all steps: %zu, fill median %.2f us (p90 %.2f, p99 %.2f); fill + apply median %.2f "
+               "us; "
                "budget 100 us: %s\n",
                n_all, p50, pct(all_fill, (int)n_all, 0.9), pct(all_fill, (int)n_all, 0.99), a50,
                a50 <= 100 ? "met" : "NOT met");

@@ -83,7 +83,8 @@ pagoda_status pg_grammar_build(pagoda_grammar_kind kind, const char *spec, size_
         cJSON *a = cJSON_ParseWithLength(spec, len);
         if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0) {
             cJSON_Delete(a);
-            return pg_error(PAGODA_ERR_INVALID_ARG, "choice: expected a non-empty array of strings");
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "choice: expected a non-empty array of strings");
         }
         int n = cJSON_GetArraySize(a), i = 0;
         const char **items = malloc((size_t)n * sizeof *items);

@@ -276,7 +276,8 @@ static pagoda_status compile_rule(dfa_build *d, const gx_builder *b, int32_t rul
         return pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
     }
     int32_t ns = a.n_states;
-    adj j = {calloc((size_t)ns + 1, sizeof(int32_t)), malloc((size_t)(a.n_e + 1) * sizeof(int32_t))};
+    adj j = {calloc((size_t)ns + 1, sizeof(int32_t)),
+             malloc((size_t)(a.n_e + 1) * sizeof(int32_t))};
     uint32_t *mark = calloc((size_t)ns, sizeof *mark);
     int32_t *stack = malloc((size_t)ns * sizeof *stack),
             *tmp = malloc((size_t)(ns + a.n_e + 1) * sizeof *tmp);

@@ -33,8 +33,8 @@ static int32_t fail(ps *p, const char *what) {
                 col++;
             }
         }
-        p->st = pg_error(PAGODA_ERR_INVALID_ARG, "grammar: %s at line %zu column %zu", what, line,
-                         col);
+        p->st =
+            pg_error(PAGODA_ERR_INVALID_ARG, "grammar: %s at line %zu column %zu", what, line, col);
     }
     return -1;
 }

@@ -27,14 +27,14 @@ typedef enum gx_kind {
 
 typedef struct gx_node {
     uint8_t kind;
-    int32_t a;     /* CLASS: class index; SEQ/ALT: first kid (in kids[]); REP: kid; REF: rule */
-    int32_t n;     /* SEQ/ALT: kid count; REP: min */
-    int32_t max;   /* REP: max, -1 = unbounded */
+    int32_t a;   /* CLASS: class index; SEQ/ALT: first kid (in kids[]); REP: kid; REF: rule */
+    int32_t n;   /* SEQ/ALT: kid count; REP: min */
+    int32_t max; /* REP: max, -1 = unbounded */
 } gx_node;
 
 typedef struct gx_rule {
     char *name;
-    int32_t expr; /* -1 until defined */
+    int32_t expr;      /* -1 until defined */
     int32_t first_use; /* byte offset of the first reference (error messages) */
 } gx_rule;
 
@@ -79,7 +79,7 @@ typedef struct gx_cpset {
 } gx_cpset;
 void gx_cpset_add(gx_cpset *s, uint32_t lo, uint32_t hi); /* any order; normalised by _norm */
 void gx_cpset_norm(gx_cpset *s);                          /* sort + merge */
-void gx_cpset_negate(gx_cpset *s);                        /* within [0, 0x10FFFF] minus surrogates */
+void gx_cpset_negate(gx_cpset *s); /* within [0, 0x10FFFF] minus surrogates */
 void gx_cpset_free(gx_cpset *s);
 /* The UTF-8 encodings of the code points in s (surrogates D800-DFFF are
  * never produced: they are not valid UTF-8) as an ALT of byte-class

@@ -105,8 +105,7 @@ int32_t gx_literal(gx_builder *b, const char *s, size_t len) {
 
 int32_t gx_rule_id(gx_builder *b, const char *name, size_t len, int32_t at) {
     for (int32_t i = 0; i < b->n_rules; i++)
-        if (strlen(b->rules[i].name) == len && memcmp(b->rules[i].name, name, len) == 0)
-            return i;
+        if (strlen(b->rules[i].name) == len && memcmp(b->rules[i].name, name, len) == 0) return i;
     if (b->oom || !grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
         b->oom = true;
         return -1;

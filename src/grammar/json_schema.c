@@ -144,14 +144,33 @@ static void new_rule(conv *c, char name[32], const char *hint) {
 static void gen(conv *c, const cJSON *s, char name[32]);
 
 static const char *const ignored_keys[] = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "readOnly",
-    "writeOnly", "deprecated", "$anchor", "$defs", "definitions", "contentMediaType",
-    "contentEncoding", "discriminator", "nullable", NULL};
+    "title",       "description",      "default",         "examples",      "$schema",  "$id",
+    "$comment",    "readOnly",         "writeOnly",       "deprecated",    "$anchor",  "$defs",
+    "definitions", "contentMediaType", "contentEncoding", "discriminator", "nullable", NULL};
 
-static const char *const handled_keys[] = {
-    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
-    "additionalProperties", "items", "prefixItems", "minItems", "maxItems", "pattern", "format",
-    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+static const char *const handled_keys[] = {"type",
+                                           "enum",
+                                           "const",
+                                           "anyOf",
+                                           "oneOf",
+                                           "allOf",
+                                           "$ref",
+                                           "properties",
+                                           "required",
+                                           "additionalProperties",
+                                           "items",
+                                           "prefixItems",
+                                           "minItems",
+                                           "maxItems",
+                                           "pattern",
+                                           "format",
+                                           "minLength",
+                                           "maxLength",
+                                           "minimum",
+                                           "maximum",
+                                           "exclusiveMinimum",
+                                           "exclusiveMaximum",
+                                           NULL};
 
 static bool in_list(const char *k, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -170,10 +189,9 @@ static void check_keys(conv *c, const cJSON *s) {
 static const char *const VALUE_RULES =
     "json-value ::= json-object | json-array | json-string | json-number | \"true\" | \"false\" | "
     "\"null\"\n"
-    "json-object ::= \"{\" " WS " ( json-string " WS " \":\" " WS " json-value " WS
-    " ( \",\" " WS " json-string " WS " \":\" " WS " json-value " WS " )* )? \"}\"\n"
-    "json-array ::= \"[\" " WS " ( json-value " WS " ( \",\" " WS " json-value " WS
-    " )* )? \"]\"\n"
+    "json-object ::= \"{\" " WS " ( json-string " WS " \":\" " WS " json-value " WS " ( \",\" " WS
+    " json-string " WS " \":\" " WS " json-value " WS " )* )? \"}\"\n"
+    "json-array ::= \"[\" " WS " ( json-value " WS " ( \",\" " WS " json-value " WS " )* )? \"]\"\n"
     "json-string ::= \"\\\"\" " JCHAR "* \"\\\"\"\n"
     "json-number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? "
     "[0-9]{1,3} )?\n"
@@ -362,7 +380,8 @@ static void gen_number(conv *c, const cJSON *s, bool integer) {
                                         : (ex_hi ? "exclusiveMaximum" : "maximum"));
         return;
     }
-    int64_t L = has_lo ? (int64_t)lo : -(int64_t)MAX_MAG, H = has_hi ? (int64_t)hi : (int64_t)MAX_MAG;
+    int64_t L = has_lo ? (int64_t)lo : -(int64_t)MAX_MAG,
+            H = has_hi ? (int64_t)hi : (int64_t)MAX_MAG;
     if (L > H || (L == H && (ex_lo || ex_hi))) {
         cfail(c, PAGODA_ERR_INVALID_ARG, "number range is empty");
         return;
@@ -403,7 +422,7 @@ static void gen_number(conv *c, const cJSON *s, bool integer) {
     /* negative part: x = -(ip + f) with ip + f > 0; -H' <= ... mirrored */
     if (L < 0) {
         int64_t hmag = H < 0 ? -H : 0; /* ip + f >= hmag (x <= H) */
-        int64_t lmag = -L;            /* ip + f <= lmag (x >= L) */
+        int64_t lmag = -L;             /* ip + f <= lmag (x >= L) */
         /* ip in [hmag', lmag-1] any f>=0 (ip+f>0); ip = lmag with f = 0 */
         int64_t a = hmag;
         bool ex_a = ex_hi && H < 0; /* ip + f > hmag */
@@ -498,7 +517,8 @@ static void gen_string(conv *c, const cJSON *s) {
         return;
     }
     if (fmt) {
-        static const char *const fmts[] = {"date", "time", "date-time", "uuid", "email", "ipv4", NULL};
+        static const char *const fmts[] = {"date",  "time", "date-time", "uuid",
+                                           "email", "ipv4", NULL};
         if (!cJSON_IsString(fmt)) {
             cfail(c, PAGODA_ERR_INVALID_ARG, "'format' must be a string");
             return;
@@ -536,10 +556,12 @@ static void gen_array(conv *c, const cJSON *s) {
     }
     char item[32] = "json-value";
     bool no_more = false;
-    if (items && cJSON_IsFalse(items)) no_more = true;
-    else if (items && !cJSON_IsTrue(items)) gen(c, items, item);
+    if (items && cJSON_IsFalse(items))
+        no_more = true;
+    else if (items && !cJSON_IsTrue(items))
+        gen(c, items, item);
     int np = 0;
-    char (*pn)[32] = NULL;
+    char(*pn)[32] = NULL;
     if (prefix) {
         if (!cJSON_IsArray(prefix)) {
             cfail(c, PAGODA_ERR_INVALID_ARG, "'prefixItems' must be an array");
@@ -658,9 +680,10 @@ static void gen_other_key(conv *c, const cJSON *props, char name[32]) {
             if (ch < 0) {
                 if (nn == 512) {
                     free(kt);
-                    cfail(c, PAGODA_ERR_UNSUPPORTED,
-                          "'additionalProperties' next to more than 512 characters of property names "
-                          "is not supported");
+                    cfail(
+                        c, PAGODA_ERR_UNSUPPORTED,
+                        "'additionalProperties' next to more than 512 characters of property names "
+                        "is not supported");
                     return;
                 }
                 ch = nn++;
@@ -751,7 +774,7 @@ static void gen_object(conv *c, const cJSON *s) {
     } else if (!addl && n == 0) {
         snprintf(addl_val, sizeof addl_val, "json-value"); /* {"type":"object"}: any object */
     }
-    char (*kv)[32] = calloc((size_t)(n ? n : 1), sizeof *kv);
+    char(*kv)[32] = calloc((size_t)(n ? n : 1), sizeof *kv);
     bool *isreq = calloc((size_t)(n ? n : 1), 1);
     if (!kv || !isreq) {
         free(kv);
@@ -794,8 +817,8 @@ static void gen_object(conv *c, const cJSON *s) {
         if (n) gen_other_key(c, props, key); /* never a declared name again */
         sb_printf(b, "%s-rest%d ::= ( \",\" " WS " %s " WS " \":\" " WS " %s " WS " )*\n", base, n,
                   key, addl_val);
-        sb_printf(b, "%s-first%d ::= ( %s " WS " \":\" " WS " %s " WS " %s-rest%d )?\n", base, n, key,
-                  addl_val, base, n);
+        sb_printf(b, "%s-first%d ::= ( %s " WS " \":\" " WS " %s " WS " %s-rest%d )?\n", base, n,
+                  key, addl_val, base, n);
     } else {
         sb_printf(b, "%s-rest%d ::= \"\"\n%s-first%d ::= \"\"\n", base, n, base, n);
     }
@@ -1001,7 +1024,8 @@ static void body(conv *c, const cJSON *s) {
     if (cn || en) {
         /* the values themselves; other keywords must not narrow them */
         if (type || any || one || all) {
-            cfail(c, PAGODA_ERR_UNSUPPORTED, "'%s' combined with type/anyOf/oneOf/allOf is not supported",
+            cfail(c, PAGODA_ERR_UNSUPPORTED,
+                  "'%s' combined with type/anyOf/oneOf/allOf is not supported",
                   cn ? "const" : "enum");
             return;
         }
@@ -1030,7 +1054,8 @@ static void body(conv *c, const cJSON *s) {
         }
         if (all) {
             if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1) {
-                cfail(c, PAGODA_ERR_UNSUPPORTED, "'allOf' with more than one schema is not supported");
+                cfail(c, PAGODA_ERR_UNSUPPORTED,
+                      "'allOf' with more than one schema is not supported");
                 return;
             }
             char nm[32];
@@ -1064,7 +1089,8 @@ static void body(conv *c, const cJSON *s) {
     int nt = 0;
     if (cJSON_IsString(type)) {
         tl[nt++] = type;
-    } else if (cJSON_IsArray(type) && cJSON_GetArraySize(type) > 0 && cJSON_GetArraySize(type) <= 7) {
+    } else if (cJSON_IsArray(type) && cJSON_GetArraySize(type) > 0 &&
+               cJSON_GetArraySize(type) <= 7) {
         for (const cJSON *x = type->child; x; x = x->next) {
             if (!cJSON_IsString(x)) break;
             tl[nt++] = x;
@@ -1121,7 +1147,8 @@ static pagoda_status finish_ir(conv *c, const char *root_body_rule, gx_builder *
     for (int i = 0; i < c->n_rx && st == PAGODA_OK; i++) {
         int32_t x;
         st = gx_parse_regex(&b, c->rx[i].pattern, strlen(c->rx[i].pattern), true, &x);
-        if (st == PAGODA_OK) st = gx_define(&b, c->rx[i].rule, strlen(c->rx[i].rule), x);
+        if (st == PAGODA_OK)
+            st = gx_define(&b, c->rx[i].rule, strlen(c->rx[i].rule), x);
         else {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", pg_last_error());
@@ -1165,7 +1192,8 @@ pagoda_status pg_gram_from_json_schema(const char *json, size_t len, pg_gram **o
     char name[32];
     gen(&c, root, name);
     pagoda_status st = c.st;
-    if (st == PAGODA_OK && (c.out.oom || c.rules.oom)) st = pg_error(PAGODA_ERR_NOMEM, "json_schema: out of memory");
+    if (st == PAGODA_OK && (c.out.oom || c.rules.oom))
+        st = pg_error(PAGODA_ERR_NOMEM, "json_schema: out of memory");
     if (st == PAGODA_OK) st = finish(&c, name, out);
     conv_free(&c);
     cJSON_Delete(root);

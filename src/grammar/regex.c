@@ -210,7 +210,8 @@ static int32_t next_cp(rp *p) {
         return u[0];
     }
     int len = u[0] >= 0xF0 ? 4 : u[0] >= 0xE0 ? 3 : u[0] >= 0xC0 ? 2 : 0;
-    if (!len || p->i + (size_t)len > p->n) return rfail(p, PAGODA_ERR_INVALID_ARG, "malformed UTF-8");
+    if (!len || p->i + (size_t)len > p->n)
+        return rfail(p, PAGODA_ERR_INVALID_ARG, "malformed UTF-8");
     int32_t cp = u[0] & (0x3F >> (len - 1));
     for (int k = 1; k < len; k++)
         cp = cp << 6 | (u[k] & 0x3F);
@@ -309,15 +310,17 @@ static int32_t parse_atom(rp *p) {
                 if (p->i >= p->n) return rfail(p, PAGODA_ERR_INVALID_ARG, "bad group name");
                 p->i++;
             } else {
-                return rfail(p, PAGODA_ERR_UNSUPPORTED,
-                             "lookaround and inline flags ((?=, (?!, (?<=, (?<!, (?i) are not supported");
+                return rfail(
+                    p, PAGODA_ERR_UNSUPPORTED,
+                    "lookaround and inline flags ((?=, (?!, (?<=, (?<!, (?i) are not supported");
             }
         }
         if (++p->depth > 200) return rfail(p, PAGODA_ERR_LIMIT, "groups nested too deeply");
         x = parse_alt(p);
         p->depth--;
         if (x < 0) return -1;
-        if (p->i >= p->n || p->s[p->i] != ')') return rfail(p, PAGODA_ERR_INVALID_ARG, "expected ')'");
+        if (p->i >= p->n || p->s[p->i] != ')')
+            return rfail(p, PAGODA_ERR_INVALID_ARG, "expected ')'");
         p->i++;
         return x;
     }
@@ -378,13 +381,15 @@ static int32_t parse_quant(rp *p, int32_t x) {
                 if (p->i < p->n && p->s[p->i] != '}' && !read_int(p, &hi))
                     return rfail(p, PAGODA_ERR_LIMIT, "repetition bound above 10000");
             }
-            if (p->i >= p->n || p->s[p->i] != '}') return rfail(p, PAGODA_ERR_INVALID_ARG, "expected '}'");
+            if (p->i >= p->n || p->s[p->i] != '}')
+                return rfail(p, PAGODA_ERR_INVALID_ARG, "expected '}'");
             p->i++;
             if (hi >= 0 && hi < lo) return rfail(p, PAGODA_ERR_INVALID_ARG, "{m,n} with n < m");
         } else {
             return x;
         }
-        if (p->i < p->n && p->s[p->i] == '?') p->i++; /* lazy: same language */
+        if (p->i < p->n && p->s[p->i] == '?')
+            p->i++; /* lazy: same language */
         else if (p->i < p->n && p->s[p->i] == '+')
             return rfail(p, PAGODA_ERR_UNSUPPORTED, "possessive quantifiers are not supported");
         x = gx_rep(p->b, x, lo, hi);
@@ -466,7 +471,8 @@ pagoda_status gx_parse_regex(gx_builder *b, const char *re, size_t len, bool jso
         p.i++;
     }
     if (p.i < p.n) {
-        rfail(&p, PAGODA_ERR_INVALID_ARG, p.s[p.i] == ')' ? "unbalanced ')'" : "unexpected character");
+        rfail(&p, PAGODA_ERR_INVALID_ARG,
+              p.s[p.i] == ')' ? "unbalanced ')'" : "unexpected character");
         return p.st;
     }
     /* a top-level alternation with anchors only on some branches would need
@@ -486,7 +492,8 @@ pagoda_status gx_parse_regex(gx_builder *b, const char *re, size_t len, bool jso
         if (top_alt)
             return pg_error(PAGODA_ERR_UNSUPPORTED,
                             "regex '%.*s': a top-level '|' with an anchor on one side only is not "
-                            "supported", (int)(len > 80 ? 80 : len), re);
+                            "supported",
+                            (int)(len > 80 ? 80 : len), re);
     }
     if (json_string && (!anchored_start || !anchored_end)) {
         /* JSON Schema patterns search: any characters before/after */

@@ -12,13 +12,14 @@
 /* ------------------------------------------------------------ vocab trie */
 
 struct pg_vocab_trie {
-    int32_t n_vocab; /* ids 0..n_vocab-1 */
-    int32_t n;       /* tokens in the trie (non-empty, allowed) */
-    int32_t *ord;    /* [n] token id in byte order */
-    int32_t *lcp;    /* [n] common prefix with the previous token (0 for k = 0) */
-    int32_t *len;    /* [n] */
+    int32_t n_vocab;       /* ids 0..n_vocab-1 */
+    int32_t n;             /* tokens in the trie (non-empty, allowed) */
+    int32_t *ord;          /* [n] token id in byte order */
+    int32_t *lcp;          /* [n] common prefix with the previous token (0 for k = 0) */
+    int32_t *len;          /* [n] */
     const uint8_t **bytes; /* [n] into blob */
-    int64_t *rend_off; /* [n]: rend[rend_off[k] + d - 1] = end of the run sharing k's first d bytes */
+    int64_t
+        *rend_off; /* [n]: rend[rend_off[k] + d - 1] = end of the run sharing k's first d bytes */
     int32_t *rend;
     uint8_t *blob;
     int32_t max_len;
@@ -208,8 +209,8 @@ const pg_gram *pg_tgram_gram(const pg_tgram *t) {
 
 /* Depth-indexed state sets for walks (one per byte of the longest token). */
 typedef struct walk {
-    g_set *s;     /* [max_len + 1] */
-    uint8_t *pb;  /* [max_len + 1] a return into the unknown context at depth <= d */
+    g_set *s;    /* [max_len + 1] */
+    uint8_t *pb; /* [max_len + 1] a return into the unknown context at depth <= d */
     int32_t n;
 } walk;
 
@@ -328,7 +329,8 @@ static tcache *compute_cache(const pg_tgram *t, int32_t node) {
     c->n_unc = unc.n / 2;
     if (getenv("PAGODA_GRAMMAR_DEBUG")) {
         int64_t tot = 0;
-        for (int32_t r = 0; r < c->n_unc; r++) tot += c->unc[2 * r + 1] - c->unc[2 * r];
+        for (int32_t r = 0; r < c->n_unc; r++)
+            tot += c->unc[2 * r + 1] - c->unc[2 * r];
         fprintf(stderr, "cache node %d (rule %s): accepted %d, uncertain %lld in %d runs\n", node,
                 g->rule_names[g->node_rule[node]], c->n_acc, (long long)tot, c->n_unc);
     }

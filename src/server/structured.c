@@ -39,7 +39,8 @@ static pagoda_status set(want *w, pagoda_grammar_kind kind, const cJSON *spec_js
 static pagoda_status schema(want *w, const cJSON *v, const char *field, pg_api_error *err) {
     if (cJSON_IsObject(v) || cJSON_IsBool(v))
         return set(w, PAGODA_GRAMMAR_JSON_SCHEMA, v, NULL, field, err);
-    if (cJSON_IsString(v)) return set(w, PAGODA_GRAMMAR_JSON_SCHEMA, NULL, v->valuestring, field, err);
+    if (cJSON_IsString(v))
+        return set(w, PAGODA_GRAMMAR_JSON_SCHEMA, NULL, v->valuestring, field, err);
     return pg_api_fail(err, 400, field, "'%s' must be a JSON Schema object (or its JSON text)",
                        field);
 }
@@ -80,14 +81,15 @@ static pagoda_status response_format(want *w, const cJSON *rf, pg_api_error *err
                                "'response_format.json_schema.schema' is required");
         return schema(w, sc, "response_format", err);
     }
-    return pg_api_fail(err, 400, "response_format",
-                       "response_format type '%s' is not supported (text, json_object, json_schema)",
-                       t);
+    return pg_api_fail(
+        err, 400, "response_format",
+        "response_format type '%s' is not supported (text, json_object, json_schema)", t);
 }
 
 static pagoda_status structured_outputs(want *w, const cJSON *so, pg_api_error *err) {
     if (!cJSON_IsObject(so))
-        return pg_api_fail(err, 400, "structured_outputs", "'structured_outputs' must be an object");
+        return pg_api_fail(err, 400, "structured_outputs",
+                           "'structured_outputs' must be an object");
     pagoda_status st = PAGODA_OK;
     for (const cJSON *k = so->child; k && !st; k = k->next) {
         const char *n = k->string;
@@ -105,8 +107,8 @@ static pagoda_status structured_outputs(want *w, const cJSON *so, pg_api_error *
                 st = pg_api_fail(err, 400, "structured_outputs",
                                  "'structured_outputs.json_object' must be a boolean");
             else if (cJSON_IsTrue(k))
-                st = set(w, PAGODA_GRAMMAR_JSON_OBJECT, NULL, NULL, "structured_outputs.json_object",
-                         err);
+                st = set(w, PAGODA_GRAMMAR_JSON_OBJECT, NULL, NULL,
+                         "structured_outputs.json_object", err);
         } else if (!strcmp(n, "disable_fallback") || !strcmp(n, "disable_additional_properties")) {
             continue; /* no fallback exists; additionalProperties is already strict */
         } else {
@@ -158,7 +160,8 @@ pagoda_status pg_structured_from_body(pagoda_engine *e, const char *body, size_t
                          "(gpt-oss) chats yet",
                          w.field);
     if (!st && w.count) {
-        pagoda_status cs = pagoda_grammar_compile(e, w.kind, w.spec, w.spec ? strlen(w.spec) : 0, out);
+        pagoda_status cs =
+            pagoda_grammar_compile(e, w.kind, w.spec, w.spec ? strlen(w.spec) : 0, out);
         if (cs != PAGODA_OK)
             st = pg_api_fail(err, cs == PAGODA_ERR_NOMEM ? 500 : 400, w.field, "'%s': %s", w.field,
                              pagoda_last_error());
