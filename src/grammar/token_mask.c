@@ -499,7 +499,7 @@ int32_t pg_tmatch_fill_mask(pg_tmatch *m, uint64_t *bits) {
         pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
         return 0;
     }
-    memcpy(ids, m->cur.ids, (size_t)n * sizeof *ids);
+    if (n) memcpy(ids, m->cur.ids, (size_t)n * sizeof *ids);
     bool counted_bits = false;
     for (int32_t i = 0; i < n; i++) {
         const tcache *c = get_cache(t, m->st.node[ids[i]]);
