@@ -382,7 +382,7 @@ pagoda_status pg_tmatch_create(pg_tgram *t, const int32_t *stop_ids, int32_t n_s
         pg_tmatch_free(m);
         return pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
     }
-    memcpy(m->stop, stop_ids, (size_t)n_stop * sizeof *m->stop);
+    if (n_stop) memcpy(m->stop, stop_ids, (size_t)n_stop * sizeof *m->stop);
     m->n_stop = n_stop;
     m->t = t;
     pg_tgram_retain(t);
