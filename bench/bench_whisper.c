@@ -6,8 +6,10 @@
  * compute (F32 KV). Median of R rounds, wall time on the default pool
  * (BENCH_CPU_CLOCK=1: process CPU time, meant for one thread).
  * Usage: bench_whisper [preset (tiny, base, small, medium, large-v3,
- *        large-v3-turbo; default base)] [rounds (default 3)] [decode steps (default 64)]
- *        [bf16: the BF16 mode only] */
+ *        large-v3-turbo; default base) or a checkpoint directory (a path with
+ *        a '/', e.g. one written by `whisper_ggml gen`, which whisper.cpp then
+ *        reads converted: docs/PERFORMANCE.md "Session 8")] [rounds (default 3)]
+ *        [decode steps (default 64)] [bf16: the BF16 mode only] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,22 +160,29 @@ int main(int argc, char **argv) {
     if (rounds < 1) rounds = 1;
     const char *cc = getenv("BENCH_CPU_CLOCK");
     g_cpu_clock = cc && *cc == '1';
-    pg_gen_whisper_opts o;
-    if (pg_gen_whisper_preset(preset, &o)) die("preset");
-    char dir[] = "/tmp/pagoda-bench-whisper-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
+    const bool given = strchr(preset, '/') != NULL; /* an existing checkpoint directory */
+    char tmp[] = "/tmp/pagoda-bench-whisper-XXXXXX";
+    const char *dir = given ? preset : tmp;
+    double tgen = 0;
+    if (!given) {
+        pg_gen_whisper_opts o;
+        if (pg_gen_whisper_preset(preset, &o)) die("preset");
+        if (!mkdtemp(tmp)) {
+            perror("mkdtemp");
+            return 1;
+        }
+        double t0 = now();
+        if (pg_gen_whisper(&o, dir)) die("generate");
+        tgen = now() - t0;
     }
-    double t0 = now();
-    if (pg_gen_whisper(&o, dir)) die("generate");
-    const double tgen = now() - t0;
     pg_model_source *src;
     if (pg_model_source_open(dir, &src)) die("open");
-    printf("whisper %s shape: d_model %d, %d mels, encoder %d x %d heads, decoder %d x %d heads, "
-           "vocab %d (random weights written in %.1f s)\n",
-           preset, o.d_model, o.n_mels, o.enc_layers, o.enc_heads, o.dec_layers, o.dec_heads,
-           o.vocab, tgen);
+    const pg_model_config *c = pg_model_source_config(src);
+    printf("whisper %s: d_model %d, %d mels, encoder %d x %d heads, decoder %d x %d heads, "
+           "vocab %d, %s (random weights written in %.1f s)\n",
+           preset, c->hidden_size, c->num_mel_bins, c->encoder_layers, c->encoder_attention_heads,
+           c->num_hidden_layers, c->num_attention_heads, c->vocab_size,
+           pg_dtype_name(c->torch_dtype), tgen);
     printf("pool: %d threads, kernels %s; median of %d rounds, %s\n",
            pg_pool_size(pg_pool_default()), pg_kernels()->isa, rounds,
            g_cpu_clock ? "process CPU time" : "wall time");
@@ -184,14 +193,16 @@ int main(int argc, char **argv) {
     for (int m = 0; m < n_modes; m++) {
         r[m] = measure(src, modes[m], rounds, steps);
         printf("%-22s encoder %8.1f ms (%.1fx real time for 30 s)  cross K/V %6.1f ms  "
-               "prompt %6.1f ms  decode %7.1f tok/s\n",
+               "prompt %6.1f ms  decode %7.1f tok/s (%.2f ms per token)\n",
                m ? "F32 weights, F32 KV" : "BF16 weights, BF16 KV", r[m].enc_ms,
-               30000.0 / r[m].enc_ms, r[m].cross_ms, r[m].prefill_ms, r[m].tok_s);
+               30000.0 / r[m].enc_ms, r[m].cross_ms, r[m].prefill_ms, r[m].tok_s,
+               r[m].tok_s > 0 ? 1e3 / r[m].tok_s : 0.0);
     }
     if (n_modes == 2)
         printf("ratio BF16 / F32: encoder %.2fx faster, decode %.2fx\n", r[1].enc_ms / r[0].enc_ms,
                r[0].tok_s / (r[1].tok_s > 0 ? r[1].tok_s : 1));
     pg_model_source_free(src);
+    if (given) return 0;
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     unlink(path);

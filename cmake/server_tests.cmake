@@ -78,3 +78,24 @@ else()
   message(WARNING "node/npm (or jq) not found: the openai-client test of `pagoda serve` "
                  "(tests/node) is not registered; install Node.js >= 20 to run it")
 endif()
+
+# The audio endpoints with the openai client (tests/node/audio.test.mjs): the
+# chat model and the Whisper oracle (random weights, openai/whisper's
+# multilingual tokenizer) in one server; ffmpeg converts the test audio.
+find_program(PAGODA_FFMPEG ffmpeg)
+find_program(PAGODA_FFPROBE ffprobe)
+if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ AND PAGODA_HAVE_AUDIO_DECODE
+   AND PAGODA_FFMPEG AND PAGODA_FFPROBE)
+  add_test(NAME serve_openai_node_audio
+           COMMAND ${CMAKE_COMMAND} -E env NODE_TEST=audio.test.mjs
+                   PAGODA_WHISPER_MODEL=${PAGODA_ASSETS}/oracles/whisper-tiny-random/hf
+                   PAGODA_WHISPER_TOKENIZER=${PAGODA_ASSETS}/whisper/multilingual.tiktoken
+                   PAGODA_AUDIO_DIR=${PAGODA_ASSETS}/whisper
+                   bash ${CMAKE_SOURCE_DIR}/tests/node/run.sh ${CMAKE_SOURCE_DIR}/tests/node
+                   ${CMAKE_BINARY_DIR}/node ${PAGODA_SERVE_MODEL} "${PAGODA_SERVE_TEMPLATE}"
+                   ${PAGODA_SERVE_CMD})
+  set_tests_properties(serve_openai_node_audio PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE)
+elseif(PAGODA_NODE AND PAGODA_NPM)
+  message(WARNING "the audio endpoints' openai-client test (serve_openai_node_audio) is not "
+                  "registered: it needs audio decoding and ffmpeg/ffprobe")
+endif()

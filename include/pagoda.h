@@ -50,6 +50,13 @@ typedef enum pagoda_dtype {
     PAGODA_DTYPE_F32,      /* f32 activations everywhere; F16/BF16 weights widened at load */
 } pagoda_dtype;
 
+/* The prefix cache's block hash (vLLM's --prefix-caching-hash-algo). */
+typedef enum pagoda_prefix_hash_algo {
+    PAGODA_PREFIX_HASH_SHA256 = 0, /* default: collision resistant (safe with tenants) */
+    PAGODA_PREFIX_HASH_XXHASH,     /* XXH3-128: cheaper, but a client choosing prompts can
+                                      forge collisions; single-tenant only (logs a warning) */
+} pagoda_prefix_hash_algo;
+
 typedef struct pagoda_engine_options {
     int32_t max_model_len;          /* 0 = the model's max_position_embeddings */
     int32_t max_num_seqs;           /* running requests per step; 0 = default (256) */
@@ -58,6 +65,8 @@ typedef struct pagoda_engine_options {
     pagoda_kv_dtype kv_cache_dtype; /* default PAGODA_KV_AUTO */
     int32_t block_size;             /* tokens per KV block; 0 = default */
     bool enable_prefix_caching;     /* default true */
+    pagoda_prefix_hash_algo prefix_caching_hash_algo; /* default SHA256 (docs/ARCHITECTURE.md
+                                                         "Prefix cache") */
     int32_t num_threads;            /* 0 = one per physical core allowed */
     uint64_t seed;                  /* base for requests without a seed; 0 = random */
     /* Load-time quantization of F32/F16/BF16 linear weights (not the
@@ -197,7 +206,11 @@ typedef struct pagoda_request {
     size_t n_prompt_token_ids;
     bool add_special_tokens;    /* text prompts: add BOS etc. like HF encode (default true) */
     pagoda_sampling sampling;
-    const char *cache_salt;     /* optional: separates prefix-cache tenants */
+    /* Optional (vLLM's cache_salt): NUL-terminated bytes hashed into the
+     * first KV block's hash, so requests share prefix-cache blocks only with
+     * requests of the same salt (tenants that must not share cache; defence
+     * against prefix-cache timing probes). NULL or "" = the shared cache. */
+    const char *cache_salt;
     /* Optional logits processor (see pagoda_logits_fn): ctx must stay valid
      * until the request's final output (any finish reason) was returned. */
     pagoda_logits_fn logits_fn;

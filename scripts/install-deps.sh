@@ -9,20 +9,23 @@ NATIVE_PKGS=(
   build-essential cmake pkg-config
   libcmocka-dev libmimalloc-dev libpcre2-dev libutf8proc-dev libcjson-dev
   libmicrohttpd-dev
+  nettle-dev libxxhash-dev  # prefix-cache block hashes: SHA-256 (default), XXH3-128
   curl jq                  # end-to-end tests of `pagoda serve`
   python3                  # tests/node/scripted_gpt_oss.py (the gpt-oss tool-call test model)
   libcurl4-openssl-dev     # `pagoda bench serve` HTTP client (curl_multi)
   libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
   libsndfile1-dev libsoxr-dev libavformat-dev libavcodec-dev libavutil-dev  # audio decoding (src/audio/)
   ffmpeg                   # tests/test_audio_decode.c converts the test WAVs to mp3/m4a/webm/...
+  zlib1g-dev               # src/speech/: Whisper's compression ratio (zlib, as utils.py)
   clang-format clang-tidy cppcheck
 )
 CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
 ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64
             libutf8proc-dev:arm64 libcjson-dev:arm64 libc6-dev:arm64
             libmicrohttpd-dev:arm64 libcurl4-openssl-dev:arm64
+            nettle-dev:arm64 libxxhash-dev:arm64
             libsndfile1-dev:arm64 libsoxr-dev:arm64 libavformat-dev:arm64
-            libavcodec-dev:arm64 libavutil-dev:arm64)
+            libavcodec-dev:arm64 libavutil-dev:arm64 zlib1g-dev:arm64)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -1,43 +1,101 @@
-/* KV block pool, block hashes (XXH64) and KV sizing helpers. */
+/* KV block pool, block hashes (SHA-256 / XXH3-128 known answers) and KV
+ * sizing helpers. */
 #include "testutil.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdio.h>
+#include <xxhash.h>
+
 #include "engine/block_hash.h"
 #include "engine/block_pool.h"
 #include "engine/kv_cache_spec.h"
 
-/* ---- XXH64 against the reference vectors of the xxHash project ---- */
+/* ---- block hashes ---- */
 
-static void test_xxh64_reference_vectors(void **state) {
+/* libxxhash (the xxhash algorithm's implementation) against the xxHash
+ * project's reference values: proves the library pagoda links is the one
+ * the known answers below were computed with. */
+static void test_xxhash_library_reference_vectors(void **state) {
     (void)state;
-    assert_true(pg_xxh64("", 0, 0) == 0xEF46DB3751D8E999ULL);
-    assert_true(pg_xxh64(NULL, 0, 1) == 0xD5AFBA1336A3BE4BULL);
-    assert_true(pg_xxh64("a", 1, 0) == 0xD24EC4F1A98C6E5BULL);
-    assert_true(pg_xxh64("abc", 3, 0) == 0x44BC2CF5AD770999ULL);
-    assert_true(pg_xxh64("abc", 3, 5381) == 0x19D1C1B5C673451FULL);
-    const char *s32 = "12345678901234567890123456789012";
-    assert_true(pg_xxh64(s32, 32, 0) == 0x40FD1AA52D98274CULL);
+    assert_true(XXH64("", 0, 0) == 0xEF46DB3751D8E999ULL);
+    assert_true(XXH64("a", 1, 0) == 0xD24EC4F1A98C6E5BULL);
+    assert_true(XXH64("abc", 3, 5381) == 0x19D1C1B5C673451FULL);
     const char *fox = "The quick brown fox jumps over the lazy dog";
-    assert_true(pg_xxh64(fox, strlen(fox), 0) == 0x0B242D361FDA71BCULL);
+    assert_true(XXH64(fox, strlen(fox), 0) == 0x0B242D361FDA71BCULL);
+    XXH128_hash_t e = XXH3_128bits("", 0); /* `printf '' | xxhsum -H2 -` */
+    assert_true(e.high64 == 0x99AA06D3014798D8ULL && e.low64 == 0x6001C324468D497FULL);
 }
 
-static void test_xxh64_streaming_equals_one_shot(void **state) {
+static void hex_of(pg_block_hash h, char out[2 * PG_BLOCK_HASH_BYTES + 1]) {
+    const uint8_t *b = (const uint8_t *)h.w;
+    for (int i = 0; i < PG_BLOCK_HASH_BYTES; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* Known answers computed outside pagoda (python3 hashlib, xxhsum -H2) by
+ * tests/data/block_hash_kat.py: the byte layout of block_hash.h, SHA-256
+ * (nettle) and XXH3-128 (libxxhash), chaining and the salt of block 0. */
+static void test_block_hash_known_answers(void **state) {
     (void)state;
-    uint8_t data[300];
+    static const char *const want[2][7] = {
+        {
+            /* SHA256: first block, 4 tokens */
+            "fec8109a3922c417a33c765303b0c13bfe037a7b6ed61db4a15c9f5e09557497",
+            /* SHA256: its child */
+            "debfc5f7e88c759bbf8e50f76451e02632b84b5db2ca36aa413f8f68296e7433",
+            /* SHA256: first block, salt "tenant-a" */
+            "04c88d3ad3f48935473132e5d713a59ae0a745c686441f883ea7bd9274eb320d",
+            /* SHA256: child of the salted block */
+            "56d7889152ca557052fe16130310161c107d44b52b9bd874660bbc78c36a0529",
+            /* SHA256: 16 tokens incl. large ids */
+            "10e644a576f99f80891bb8646e4fa7c9ed5979ecd7681c8aff5d270ba1fe2214",
+            /* SHA256: no tokens, salt of 40 bytes */
+            "e1ee34ee4a8218530836ead26e04caeb87bbda780c38fd6b10c57b6a8530998b",
+            /* SHA256: 300 tokens (i * 7919 % 151936) after case 1 */
+            "f266fc71462296caba9c01a9169471e478c0b0469550e105a999e17b91d00b6a",
+        },
+        {
+            /* XXHASH: first block, 4 tokens */
+            "34bb38d65cce9e417fd0177fffc10c0100000000000000000000000000000000",
+            /* XXHASH: its child */
+            "6275014a08378b7c52b3a490653bf99a00000000000000000000000000000000",
+            /* XXHASH: first block, salt "tenant-a" */
+            "095717105c95a1ed3ee1cfd2cd035cda00000000000000000000000000000000",
+            /* XXHASH: child of the salted block */
+            "aab43304ea2b92f0acc07e1cc940f5a100000000000000000000000000000000",
+            /* XXHASH: 16 tokens incl. large ids */
+            "2936772c95ce89d836ea045ada39ee0200000000000000000000000000000000",
+            /* XXHASH: no tokens, salt of 40 bytes */
+            "56331bbaa0bd25fb3ae08a464984e07800000000000000000000000000000000",
+            /* XXHASH: 300 tokens (i * 7919 % 151936) after case 1 */
+            "156abfedd1f2f3a19dc51760958988d100000000000000000000000000000000",
+        },
+    };
+    const int32_t t4[4] = {1, 2, 3, 4}, t4b[4] = {5, 6, 7, 8};
+    const int32_t t16[16] = {0,    1,    255,  256,  65535, 65536, 151643, 2147483647,
+                             1000, 1001, 1002, 1003, 1004,  1005,  1006,   1007};
+    const char *salt40 = "0123456789abcdefghijklmnopqrstuvwxyzABCD";
+    int32_t t300[300]; /* longer than XXH3's one-shot copy: the streaming path */
     for (int i = 0; i < 300; i++)
-        data[i] = (uint8_t)(i * 37 + 11);
-    const size_t lens[] = {0, 1, 7, 31, 32, 33, 63, 64, 100, 300};
-    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-        size_t len = lens[li];
-        uint64_t want = pg_xxh64(data, len, 77);
-        for (size_t step = 1; step <= 40; step += 3) {
-            pg_xxh64_state st;
-            pg_xxh64_init(&st, 77);
-            for (size_t off = 0; off < len; off += step)
-                pg_xxh64_update(&st, data + off, off + step <= len ? step : len - off);
-            assert_true(pg_xxh64_digest(&st) == want);
+        t300[i] = i * 7919 % 151936;
+    const pg_block_hash_algo algos[2] = {PG_BLOCK_HASH_SHA256, PG_BLOCK_HASH_XXHASH};
+    for (int a = 0; a < 2; a++) {
+        pg_block_hash h[7];
+        h[0] = pg_block_hash_compute(algos[a], NULL, t4, 4, NULL, 0);
+        h[1] = pg_block_hash_compute(algos[a], &h[0], t4b, 4, NULL, 0);
+        h[2] = pg_block_hash_compute(algos[a], NULL, t4, 4, "tenant-a", 8);
+        h[3] = pg_block_hash_compute(algos[a], &h[2], t4b, 4, NULL, 0);
+        h[4] = pg_block_hash_compute(algos[a], NULL, t16, 16, NULL, 0);
+        h[5] = pg_block_hash_compute(algos[a], NULL, NULL, 0, salt40, 40);
+        h[6] = pg_block_hash_compute(algos[a], &h[1], t300, 300, NULL, 0);
+        for (int i = 0; i < 7; i++) {
+            char hex[2 * PG_BLOCK_HASH_BYTES + 1];
+            hex_of(h[i], hex);
+            if (strcmp(hex, want[a][i]))
+                fail_msg("%s case %d: got %s, want %s", pg_block_hash_algo_name(algos[a]), i, hex,
+                         want[a][i]);
         }
     }
 }
@@ -45,17 +103,34 @@ static void test_xxh64_streaming_equals_one_shot(void **state) {
 static void test_block_hash_chain(void **state) {
     (void)state;
     int32_t a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 5};
-    pg_block_hash h0 = pg_block_hash_compute(NULL, a, 4, 0);
-    assert_true(pg_block_hash_eq(h0, pg_block_hash_compute(NULL, a, 4, 0)));  /* deterministic */
-    assert_false(pg_block_hash_eq(h0, pg_block_hash_compute(NULL, b, 4, 0))); /* tokens */
-    assert_false(pg_block_hash_eq(h0, pg_block_hash_compute(NULL, a, 4, 9))); /* extra key */
-    assert_true(h0.lo != h0.hi);
-    /* same tokens after a different parent: a different block */
-    pg_block_hash p1 = pg_block_hash_compute(NULL, b, 4, 0);
-    pg_block_hash c0 = pg_block_hash_compute(&h0, a, 4, 0);
-    pg_block_hash c1 = pg_block_hash_compute(&p1, a, 4, 0);
-    assert_false(pg_block_hash_eq(c0, c1));
-    assert_false(pg_block_hash_eq(c0, h0));
+    for (int alg = 0; alg < 2; alg++) {
+        pg_block_hash_algo x = alg ? PG_BLOCK_HASH_XXHASH : PG_BLOCK_HASH_SHA256;
+        pg_block_hash h0 = pg_block_hash_compute(x, NULL, a, 4, NULL, 0);
+        assert_true(pg_block_hash_eq(h0, pg_block_hash_compute(x, NULL, a, 4, NULL, 0)));
+        assert_false(pg_block_hash_eq(h0, pg_block_hash_compute(x, NULL, b, 4, NULL, 0)));
+        assert_false(pg_block_hash_eq(h0, pg_block_hash_compute(x, NULL, a, 4, "s", 1))); /* salt */
+        assert_false(pg_block_hash_eq(pg_block_hash_compute(x, NULL, a, 4, "s1", 2),
+                                      pg_block_hash_compute(x, NULL, a, 4, "s2", 2)));
+        /* lengths are part of the string: 3 tokens + a 4-byte salt that spells
+         * the fourth token is another block than 4 tokens */
+        int32_t four = 4;
+        assert_false(pg_block_hash_eq(h0, pg_block_hash_compute(x, NULL, a, 3, &four, 4)));
+        /* same tokens after a different parent: a different block */
+        pg_block_hash p1 = pg_block_hash_compute(x, NULL, b, 4, NULL, 0);
+        pg_block_hash c0 = pg_block_hash_compute(x, &h0, a, 4, NULL, 0);
+        pg_block_hash c1 = pg_block_hash_compute(x, &p1, a, 4, NULL, 0);
+        assert_false(pg_block_hash_eq(c0, c1));
+        assert_false(pg_block_hash_eq(c0, h0));
+        /* the algorithms differ */
+        if (alg)
+            assert_false(pg_block_hash_eq(
+                h0, pg_block_hash_compute(PG_BLOCK_HASH_SHA256, NULL, a, 4, NULL, 0)));
+    }
+    pg_block_hash_algo g;
+    assert_true(pg_block_hash_algo_parse("sha256", &g) && g == PG_BLOCK_HASH_SHA256);
+    assert_true(pg_block_hash_algo_parse("xxhash", &g) && g == PG_BLOCK_HASH_XXHASH);
+    assert_false(pg_block_hash_algo_parse("sha256_cbor", &g));
+    assert_false(pg_block_hash_algo_parse("XXH64", &g));
 }
 
 /* ---- block pool ---- */
@@ -69,7 +144,7 @@ static pg_block_pool *make_pool(int32_t n, bool caching) {
 
 static pg_block_hash hash_of(int v) {
     int32_t t[2] = {v, v * 7 + 1};
-    return pg_block_hash_compute(NULL, t, 2, 0);
+    return pg_block_hash_compute(PG_BLOCK_HASH_SHA256, NULL, t, 2, NULL, 0);
 }
 
 static void test_pool_create_errors(void **state) {
@@ -337,8 +412,8 @@ static void test_num_blocks(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_xxh64_reference_vectors),
-        cmocka_unit_test(test_xxh64_streaming_equals_one_shot),
+        cmocka_unit_test(test_xxhash_library_reference_vectors),
+        cmocka_unit_test(test_block_hash_known_answers),
         cmocka_unit_test(test_block_hash_chain),
         cmocka_unit_test(test_pool_create_errors),
         cmocka_unit_test(test_pool_alloc_free_and_null_block),

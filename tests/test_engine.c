@@ -545,6 +545,70 @@ static void test_prefix_caching(void **state) {
     check_prefix_caching(g_qwen3_bf16);
 }
 
+/* ---- cache_salt: prefix-cache isolation ------------------------------------------------ */
+
+/* Run `r` alone with cache salt `salt` (NULL: none); the prompt tokens it
+ * was served from the prefix cache (engine counters, checked against the
+ * request's own n_cached_tokens via the stats delta). */
+static uint64_t run_salted(pagoda_engine *e, pagoda_request r, const char *salt, result *res) {
+    r.cache_salt = salt;
+    pagoda_stats s0, s1;
+    pagoda_engine_get_stats(e, &s0);
+    uint64_t id;
+    assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
+    run_all(e, &id, res, 1, NULL);
+    pagoda_engine_get_stats(e, &s1);
+    assert_true(s1.prefix_cache_queries > s0.prefix_cache_queries);
+    return s1.prefix_cache_hits - s0.prefix_cache_hits;
+}
+
+/* Salted requests never share KV blocks with unsalted ones or with other
+ * salts (vLLM's cache_salt); equal salts, and unsalted requests among
+ * themselves, still do; outputs are those of a cold run either way. Under
+ * both block hashes. */
+static void check_cache_salt(pagoda_prefix_hash_algo algo) {
+    static int32_t prompt[80];
+    static result ref, got;
+    make_prompt(5, 70, prompt); /* 4 full blocks of 16 */
+    pagoda_engine_options o;
+    pagoda_engine_options_default(&o);
+    o.prefix_caching_hash_algo = algo;
+    pagoda_engine *e = open_engine(g_tiny, &o);
+    pagoda_request r = greedy_req(e, prompt, 70, 8);
+    assert_true(run_salted(e, r, NULL, &ref) == 0);     /* cold */
+    assert_true(run_salted(e, r, NULL, &got) == 64);    /* unsalted twins share */
+    assert_same(&ref, &got, true);
+    assert_true(run_salted(e, r, "tenant-a", &got) == 0); /* salted vs unsalted */
+    assert_same(&ref, &got, true);
+    assert_true(run_salted(e, r, "tenant-b", &got) == 0); /* another salt */
+    assert_true(run_salted(e, r, "tenant-a1", &got) == 0); /* a salt extending another */
+    assert_true(run_salted(e, r, "tenant-a", &got) == 64); /* the same salt shares */
+    assert_same(&ref, &got, true);
+    assert_true(run_salted(e, r, "", &got) == 64); /* "" = no salt: the shared cache */
+    /* a shorter prompt with the same head: only the salt-mates' blocks */
+    pagoda_request r2 = greedy_req(e, prompt, 40, 2); /* 2 full blocks, 39 cacheable tokens */
+    assert_true(run_salted(e, r2, "tenant-b", &got) == 32);
+    assert_true(run_salted(e, r2, "tenant-c", &got) == 0);
+    pagoda_engine_free(e);
+}
+
+static void test_cache_salt_isolation(void **state) {
+    (void)state;
+    check_cache_salt(PAGODA_PREFIX_HASH_SHA256);
+    check_cache_salt(PAGODA_PREFIX_HASH_XXHASH);
+}
+
+static void test_bad_hash_algo_option(void **state) {
+    (void)state;
+    pagoda_engine_options o;
+    pagoda_engine_options_default(&o);
+    o.prefix_caching_hash_algo = (pagoda_prefix_hash_algo)7;
+    pagoda_engine *e = (pagoda_engine *)1;
+    assert_int_equal(pagoda_engine_create(g_tiny, &o, &e), PAGODA_ERR_INVALID_ARG);
+    assert_null(e);
+    assert_non_null(strstr(pagoda_last_error(), "prefix_caching_hash_algo 7"));
+}
+
 /* ---- chunked prefill ------------------------------------------------------------------ */
 
 static void check_chunked_prefill(const char *model) {
@@ -1040,6 +1104,8 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance_bf16),
         cmocka_unit_test(test_batch_invariance_other_dtypes),
         cmocka_unit_test(test_prefix_caching),
+        cmocka_unit_test(test_cache_salt_isolation),
+        cmocka_unit_test(test_bad_hash_algo_option),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_sliding_window_frees_blocks_exactly),
         cmocka_unit_test(test_preemption),

@@ -10,6 +10,8 @@
 
 #define BS 4
 
+static const pg_block_hash_algo g_sha256 = PG_BLOCK_HASH_SHA256;
+
 static pg_kvm *make_kvm(int32_t num_blocks, bool caching) {
     pg_kvm_config c = {.num_blocks = num_blocks,
                        .block_size = BS,
@@ -29,7 +31,7 @@ static pg_request *make_req(uint64_t id, int32_t n, int32_t base) {
     pg_request_params p = {
         .id = id, .prompt = toks, .num_prompt_tokens = n, .max_tokens = 8, .eos_token_id = -1};
     pg_request *r = NULL;
-    assert_int_equal(pg_request_create(&p, BS, 64, &r), PAGODA_OK);
+    assert_int_equal(pg_request_create(&p, BS, 64, &g_sha256, &r), PAGODA_OK);
     return r;
 }
 
@@ -56,7 +58,7 @@ static void test_shared_prefix_is_reused(void **state) {
         toks[i] = i < 9 ? 100 + i : 7;
     pg_request_params pb = {
         .id = 2, .prompt = toks, .num_prompt_tokens = 14, .max_tokens = 4, .eos_token_id = -1};
-    assert_int_equal(pg_request_create(&pb, BS, 64, &b), PAGODA_OK);
+    assert_int_equal(pg_request_create(&pb, BS, 64, &g_sha256, &b), PAGODA_OK);
 
     int32_t hit = -1, na, nb;
     assert_int_equal(admit(m, a, &hit), PAGODA_OK);
@@ -172,7 +174,7 @@ static void test_failed_allocation_leaves_no_trace(void **state) {
     pg_request_params p = {
         .id = 9, .prompt = toks, .num_prompt_tokens = 20, .max_tokens = 1, .eos_token_id = -1};
     pg_request *big;
-    assert_int_equal(pg_request_create(&p, BS, 64, &big), PAGODA_OK);
+    assert_int_equal(pg_request_create(&p, BS, 64, &g_sha256, &big), PAGODA_OK);
     int32_t hit = pg_kvm_find_cached_prefix(m, big);
     assert_int_equal(hit, 8);
     assert_int_equal(pg_kvm_allocate_slots(m, big, 12, hit), PAGODA_ERR_LIMIT);
@@ -439,7 +441,7 @@ static void test_sliding_window_frees_old_blocks(void **state) {
     pg_request_params pc = {
         .id = 3, .prompt = toks, .num_prompt_tokens = 20, .max_tokens = 1, .eos_token_id = -1};
     pg_request *c3;
-    assert_int_equal(pg_request_create(&pc, BS, 64, &c3), PAGODA_OK);
+    assert_int_equal(pg_request_create(&pc, BS, 64, &g_sha256, &c3), PAGODA_OK);
     int32_t free_before = pg_block_pool_num_free(pg_kvm_pool(m));
     hit = pg_kvm_find_cached_prefix(m, c3);
     assert_int_equal(hit, 12);

@@ -451,6 +451,42 @@ static void test_bad_json_and_types(void **state) {
                "stream_options", "object");
 }
 
+/* cache_salt (vLLM): a non-empty string on both endpoints, else a 400
+ * naming it; absent or null means the shared cache. */
+static void test_cache_salt(void **state) {
+    (void)state;
+    static const char *const bad[] = {"1", "\"\"", "[\"a\"]", "{\"k\": \"v\"}", "true"};
+    static const char *const says[] = {"a number", "an empty string", "a list", "an object",
+                                       "a boolean"};
+    char body[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"prompt\": \"a\", \"cache_salt\": %s}", bad[i]);
+        expect_bad(PG_API_COMPLETION, body, "cache_salt", says[i]);
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                 "\"cache_salt\": %s}",
+                 bad[i]);
+        expect_bad(PG_API_CHAT, body, "cache_salt", says[i]);
+    }
+    pg_api_request r;
+    pg_api_error e;
+    assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"cache_salt\": \"t-1\"}", &r, &e),
+                     PAGODA_OK);
+    assert_string_equal(r.cache_salt, "t-1");
+    pg_api_request_free(&r);
+    assert_int_equal(parse(PG_API_CHAT,
+                           "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                           "\"cache_salt\": \"\\u00e9t\xc3\xa9\"}",
+                           &r, &e),
+                     PAGODA_OK);
+    assert_string_equal(r.cache_salt, "\xc3\xa9t\xc3\xa9");
+    pg_api_request_free(&r);
+    assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"cache_salt\": null}", &r, &e),
+                     PAGODA_OK);
+    assert_null(r.cache_salt);
+    pg_api_request_free(&r);
+}
+
 static void test_ranges(void **state) {
     (void)state;
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"max_tokens\": 0}", "max_tokens",
@@ -889,6 +925,7 @@ int main(void) {
         cmocka_unit_test(test_prompt_forms),
         cmocka_unit_test(test_default_stop_ids),
         cmocka_unit_test(test_bad_json_and_types),
+        cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_prompt_lists_not_mixed),
         cmocka_unit_test(test_strict_json),
         cmocka_unit_test(test_seed_int64),

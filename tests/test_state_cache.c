@@ -10,7 +10,7 @@
 #include "engine/state_cache.h"
 
 static pg_block_hash H(uint64_t k) {
-    return (pg_block_hash){k * 0x9E3779B97F4A7C15ull + 1, k};
+    return (pg_block_hash){{k * 0x9E3779B97F4A7C15ull + 1, k, 0, 0}};
 }
 
 static void test_publish_lookup_evict(void **state) {

@@ -77,7 +77,7 @@ static int teardown(void **state) {
  * directory ships none). */
 static const char *tokenizer_path(void) {
     static char path[4096];
-    snprintf(path, sizeof path, "%s", getenv("TOK") ? getenv("TOK") : pg_test_asset("whisper/multilingual.tiktoken"));
+    snprintf(path, sizeof path, "%s", pg_test_asset("whisper/multilingual.tiktoken"));
     return path;
 }
 

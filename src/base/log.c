@@ -8,6 +8,13 @@
 #include <time.h>
 
 static atomic_int g_level = -1;
+static pg_log_sink g_sink;
+static void *g_sink_ctx;
+
+void pg_log_set_sink(pg_log_sink fn, void *ctx) {
+    g_sink_ctx = ctx;
+    g_sink = fn;
+}
 
 int pg_log_parse_level(const char *s) {
     if (!s) return -1;
@@ -28,7 +35,9 @@ pg_log_level pg_log_get_level(void) {
     return (pg_log_level)l;
 }
 
-void pg_log_set_level(pg_log_level level) { atomic_store(&g_level, (int)level); }
+void pg_log_set_level(pg_log_level level) {
+    atomic_store(&g_level, (int)level);
+}
 
 void pg_log(pg_log_level level, const char *fmt, ...) {
     if (level < pg_log_get_level()) return;
@@ -43,6 +52,10 @@ void pg_log(pg_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     va_end(ap);
+    if (g_sink) {
+        g_sink(g_sink_ctx, level, line + n);
+        return;
+    }
     size_t len = strlen(line);
     line[len] = '\n';
     line[len + 1] = 0;

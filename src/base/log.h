@@ -18,6 +18,12 @@ void pg_log_set_level(pg_log_level level);
 /* Parse "debug"/"info"/"warn"/"error"/"off"; returns -1 if unknown. */
 int pg_log_parse_level(const char *s);
 void pg_log(pg_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Send lines (without the "pagoda W hh:mm:ss.mmm " prefix and newline) that
+ * pass the level to fn instead of stderr; NULL restores stderr. For tests
+ * that check a warning was given. Not synchronized with concurrent pg_log
+ * calls: set it while no other thread logs. */
+typedef void (*pg_log_sink)(void *ctx, pg_log_level level, const char *msg);
+void pg_log_set_sink(pg_log_sink fn, void *ctx);
 
 #define PG_DEBUG(...) pg_log(PG_LOG_DEBUG, __VA_ARGS__)
 #define PG_INFO(...) pg_log(PG_LOG_INFO, __VA_ARGS__)

@@ -1,30 +1,41 @@
-/* `pagoda serve MODEL`: the OpenAI-compatible HTTP server (src/server/). */
+/* `pagoda serve MODEL [MODEL ...]`: the OpenAI-compatible HTTP server
+ * (src/server/), one engine per model (e.g. a chat model and a Whisper
+ * model), stepped by one engine thread. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "engine/kv_cache_spec.h"
+#include "model/source.h"
 #include "pagoda.h"
 #include "server/server.h"
 
 static void serve_usage(FILE *f) {
     fprintf(
         f,
-        "usage: pagoda serve MODEL [options]\n"
-        "  MODEL                        HF model directory, GGUF file or HF repo id (local cache)\n"
+        "usage: pagoda serve MODEL [MODEL ...] [options]\n"
+        "  MODEL                        HF model directory, GGUF file or HF repo id (local "
+        "cache);\n"
+        "                               several: one server for all (e.g. a chat model and a\n"
+        "                               Whisper model), requests routed by their 'model'; the\n"
+        "                               engine options apply to each model (--kv-cache-memory is\n"
+        "                               per model); --tokenizer goes to the models that have no\n"
+        "                               tokenizer of their own\n"
         "server:\n"
         "  --host ADDR                  address to bind (default 127.0.0.1; 0.0.0.0 = all)\n"
         "  --port N                     TCP port (default 8000; 0 = pick a free one and print it)\n"
         "  --api-key KEY                require 'Authorization: Bearer KEY' on /v1/*, /tokenize,\n"
         "                               /detokenize (default: env PAGODA_API_KEY, else none)\n"
-        "  --served-model-name NAME     model name in the API (default: MODEL's base name)\n"
+        "  --served-model-name NAME     model name in the API (default: MODEL's base name; one\n"
+        "                               MODEL only)\n"
         "  --chat-template FILE         Jinja chat template overriding the model's\n"
         "  --max-queue N                requests allowed to wait beyond --max-num-seqs; more\n"
         "                               get 503 + Retry-After (default 1024)\n"
@@ -38,6 +49,10 @@ static void serve_usage(FILE *f) {
         "  --max-connections-per-ip N   open connections per client address (default: no limit)\n"
         "  --max-stream-buffer SIZE     output a streaming client may leave unread before its\n"
         "                               request is aborted (default 4MiB)\n"
+        "  --max-audio-bytes SIZE       largest audio file /v1/audio/* take (default 25MiB;\n"
+        "                               larger: 413)\n"
+        "  --max-audio-seconds S        longest audio /v1/audio/* take, decoded (default 1800;\n"
+        "                               longer: 400)\n"
         "  --seed N                     base seed for requests without one\n"
         "\n" PG_ENGINE_ARGS_HELP);
 }
@@ -76,8 +91,28 @@ static char *read_file(const char *path) {
     return b;
 }
 
+/* True when MODEL brings its own tokenizer: a GGUF file (its vocab) or a
+ * directory with tokenizer.json. */
+static bool has_own_tokenizer(const char *model) {
+    char path[4096];
+    bool gguf = false;
+    if (pg_model_resolve(model, path, sizeof path, &gguf) != PAGODA_OK) {
+        pg_clear_error();
+        return true; /* let the engine report the model */
+    }
+    if (gguf) return true;
+    size_t n = strlen(path);
+    if (n + 16 > sizeof path) return true;
+    snprintf(path + n, sizeof path - n, "/tokenizer.json");
+    return access(path, R_OK) == 0;
+}
+
+#define MAX_MODELS 16
+
 int pg_cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *tmpl_file = NULL;
+    const char *models[MAX_MODELS];
+    int n_models = 0;
+    const char *tmpl_file = NULL;
     pg_server_options so = {0};
     so.host = "127.0.0.1";
     so.port = 8000;
@@ -97,7 +132,9 @@ int pg_cmd_serve(int argc, char **argv) {
                                          "--keep-alive-timeout",
                                          "--max-connections",
                                          "--max-connections-per-ip",
-                                         "--max-stream-buffer"};
+                                         "--max-stream-buffer",
+                                         "--max-audio-bytes",
+                                         "--max-audio-seconds"};
     for (int i = 1; i < argc; i++) {
         int e = pg_engine_args_parse(CMD, argc, argv, &i, &eo);
         if (e < 0) return 2;
@@ -110,8 +147,11 @@ int pg_cmd_serve(int argc, char **argv) {
             return 0;
         }
         if (!pg_args_is_option(a)) {
-            if (model) return pg_args_unexpected(CMD, a);
-            model = a;
+            if (n_models == MAX_MODELS) {
+                fprintf(stderr, "pagoda serve: at most %d models\n", MAX_MODELS);
+                return 2;
+            }
+            models[n_models++] = a;
             continue;
         }
         bool known = false;
@@ -156,13 +196,33 @@ int pg_cmd_serve(int argc, char **argv) {
                 return pg_args_bad_value(CMD, a, v, "a positive size such as 16MiB");
             }
             so.max_body_bytes = (size_t)b;
+        } else if (!strcmp(a, "--max-audio-bytes")) {
+            uint64_t b = 0;
+            if (pg_parse_size(v, &b) || b == 0) {
+                pg_clear_error();
+                return pg_args_bad_value(CMD, a, v, "a positive size such as 25MiB");
+            }
+            so.max_audio_bytes = (size_t)b;
+        } else if (!strcmp(a, "--max-audio-seconds")) {
+            char *end = NULL;
+            double sec = strtod(v, &end);
+            if (!*v || *end || !(sec > 0) || !(sec <= 1e7))
+                return pg_args_bad_value(CMD, a, v, "a number of seconds > 0");
+            so.max_audio_seconds = sec;
         } else if (!strcmp(a, "--seed"))
             rc = parse_int(a, v, 0, LONG_MAX, &x), eo.seed = (uint64_t)x;
         if (rc) return rc;
     }
-    if (!model) {
+    if (!n_models) {
         fprintf(stderr, "pagoda serve: MODEL is required\n");
         serve_usage(stderr);
+        return 2;
+    }
+    if (n_models > 1 && so.served_model_name) {
+        fprintf(stderr,
+                "pagoda serve: --served-model-name names one model; with %d MODELs each is "
+                "served under its directory or file base name\n",
+                n_models);
         return 2;
     }
     if (pg_engine_args_check(CMD, &eo)) return 2;
@@ -183,37 +243,67 @@ int pg_cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    pagoda_engine *e = NULL;
-    if (pagoda_engine_create(model, &eo, &e) != PAGODA_OK) {
-        fprintf(stderr, "pagoda serve: %s\n", pagoda_last_error());
-        free(tmpl);
-        return 1;
+    pagoda_engine *engines[MAX_MODELS] = {0};
+    int rc = 0;
+    for (int k = 0; k < n_models && !rc; k++) {
+        pagoda_engine_options mo = eo;
+        /* --threads configured the shared pool with the first model */
+        if (k > 0) mo.num_threads = 0;
+        /* one --tokenizer for several models: it is meant for those without
+         * their own (a Whisper checkpoint without tokenizer.json) */
+        if (n_models > 1 && mo.tokenizer && has_own_tokenizer(models[k])) {
+            PG_INFO("serve: %s has its own tokenizer; --tokenizer is not applied to it", models[k]);
+            mo.tokenizer = NULL;
+        }
+        if (pagoda_engine_create(models[k], &mo, &engines[k]) != PAGODA_OK) {
+            fprintf(stderr, "pagoda serve: %s: %s\n", models[k], pagoda_last_error());
+            rc = 1;
+        }
     }
     pg_server *srv = NULL;
-    if (pg_server_start(e, &so, &srv) != PAGODA_OK) {
+    if (!rc && pg_server_start_models(engines, (size_t)n_models, &so, &srv) != PAGODA_OK) {
         fprintf(stderr, "pagoda serve: %s\n", pagoda_last_error());
-        pagoda_engine_free(e);
-        free(tmpl);
-        return 1;
+        rc = 1;
     }
-    const char *name = so.served_model_name ? so.served_model_name : pagoda_engine_model_name(e);
+    if (rc) {
+        for (int k = 0; k < n_models; k++)
+            pagoda_engine_free(engines[k]);
+        free(tmpl);
+        return rc;
+    }
     const char *shown =
         strchr(so.host, ':') ? "[::1]" : (!strcmp(so.host, "0.0.0.0") ? "127.0.0.1" : so.host);
     int port = pg_server_port(srv);
-    printf("pagoda serve: %s (max_model_len %d) listening on http://%s:%d\n", name,
-           pagoda_engine_max_model_len(e), shown, port);
+    const char *chat_name = NULL, *speech_name = NULL;
+    for (int k = 0; k < n_models; k++) {
+        const char *name = pg_server_model_name(srv, (size_t)k);
+        bool speech = pg_server_model_is_speech(srv, (size_t)k);
+        if (speech && !speech_name) speech_name = name;
+        if (!speech && !chat_name) chat_name = name;
+        printf("pagoda serve: %s (%s, max_model_len %d) listening on http://%s:%d\n", name,
+               speech ? "speech to text" : "text generation",
+               pagoda_engine_max_model_len(engines[k]), shown, port);
+    }
     printf("PORT=%d\n", port);
-    printf("try:\n  curl http://%s:%d/v1/completions -H 'Content-Type: application/json' %s%s%s"
-           "-d '{\"model\": \"%s\", \"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n",
-           shown, port, so.api_key ? "-H 'Authorization: Bearer " : "",
-           so.api_key ? so.api_key : "", so.api_key ? "' " : "", name);
+    const char *auth1 = so.api_key ? "-H 'Authorization: Bearer " : "";
+    const char *auth2 = so.api_key ? so.api_key : "", *auth3 = so.api_key ? "' " : "";
+    printf("try:\n");
+    if (chat_name)
+        printf("  curl http://%s:%d/v1/completions -H 'Content-Type: application/json' %s%s%s"
+               "-d '{\"model\": \"%s\", \"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n",
+               shown, port, auth1, auth2, auth3, chat_name);
+    if (speech_name)
+        printf("  curl http://%s:%d/v1/audio/transcriptions %s%s%s-F file=@audio.wav "
+               "-F model=%s\n",
+               shown, port, auth1, auth2, auth3, speech_name);
     fflush(stdout);
 
     int sig = 0;
     sigwait(&sigs, &sig);
     PG_INFO("serve: %s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     pg_server_stop(srv);
-    pagoda_engine_free(e);
+    for (int k = 0; k < n_models; k++)
+        pagoda_engine_free(engines[k]);
     free(tmpl);
     return 0;
 }

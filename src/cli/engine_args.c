@@ -42,7 +42,7 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
         "--threads",         "--quantization",   "--quant-group-size",
         "--quant-act-group", "--dtype",        "--state-cache-memory",
-        "--tokenizer",       "--max-num-encoder-tokens",
+        "--tokenizer",       "--max-num-encoder-tokens", "--prefix-caching-hash-algo",
     };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -81,9 +81,25 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
     } else if (!strcmp(a, "--dtype")) {
         ok = pg_engine_args_parse_dtype(v, &o->dtype);
         want = "auto, bfloat16, float16 (= half) or float32 (= float)";
+    } else if (!strcmp(a, "--tokenizer")) {
+        ok = *v != 0, want = "a tokenizer.json, a directory holding one, or a .tiktoken file";
+        o->tokenizer = v;
+    } else if (!strcmp(a, "--max-num-encoder-tokens")) {
+        ok = parse_i32(v, 1, 1L << 24, &o->max_num_encoder_tokens),
+        want = "an integer in [1, 2^24]";
     } else if (!strcmp(a, "--threads"))
         ok = parse_i32(v, 1, 1024, &o->num_threads), want = "an integer in [1, 1024]";
-    else if (!strcmp(a, "--kv-cache-memory")) {
+    else if (!strcmp(a, "--prefix-caching-hash-algo")) {
+        /* vLLM's option and values (its *_cbor variants serialize a Python
+         * tuple and mean nothing here) */
+        want = "sha256 (default) or xxhash";
+        if (!strcmp(v, "sha256"))
+            o->prefix_caching_hash_algo = PAGODA_PREFIX_HASH_SHA256;
+        else if (!strcmp(v, "xxhash"))
+            o->prefix_caching_hash_algo = PAGODA_PREFIX_HASH_XXHASH;
+        else
+            ok = false;
+    } else if (!strcmp(a, "--kv-cache-memory")) {
         ok = pg_parse_size(v, &o->kv_cache_memory) == PAGODA_OK && o->kv_cache_memory > 0;
         pg_clear_error();
         want = "a positive size such as 4GiB or 512MiB";

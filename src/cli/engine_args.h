@@ -1,7 +1,8 @@
 /* Engine options shared by `pagoda generate` and `pagoda bench
  * throughput|latency`: --max-model-len, --max-num-seqs,
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
- * --block-size, --no-prefix-caching, --threads, --quantization,
+ * --block-size, --no-prefix-caching, --prefix-caching-hash-algo, --threads,
+ * --quantization,
  * --quant-group-size, --quant-act-group, --dtype. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
@@ -27,15 +28,23 @@
     "                              --dtype auto, F32 models keep F32)\n"                           \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \
+    "  --prefix-caching-hash-algo A  sha256 (default) | xxhash: block hash of the prefix\n"       \
+    "                              cache; xxhash is cheaper but clients can forge collisions\n"  \
+    "                              (trusted clients only; logs a warning)\n"                     \
     "  --state-cache-memory SIZE   hybrid models (Qwen3.5): recurrent-state snapshots for\n"       \
     "                              prefix caching, out of --kv-cache-memory (default a quarter)\n" \
     "  --threads N                 compute threads (default: one per physical core)\n"             \
+    "  --tokenizer PATH            tokenizer instead of the model's: a tokenizer.json, a\n"       \
+    "                              directory holding one, or a tiktoken file (Whisper's\n"        \
+    "                              multilingual.tiktoken / gpt2.tiktoken)\n"                      \
     "  --quantization Q            w8a8 | w4a8: quantize F32/F16/BF16 linear weights at load\n"    \
     "  --quant-group-size N        scale group for --quantization (0 = per channel, default;\n"    \
     "                              32, 64, 128, ...)\n"                                            \
     "  --quant-act-group N         activation scales per token and group of N (0 = per token,\n"   \
     "                              default; 32 = llama.cpp Q8_0's blocks: closer to the\n"         \
-    "                              unquantized model); weights then use groups of N too\n"
+    "                              unquantized model); weights then use groups of N too\n"       \
+    "  --max-num-encoder-tokens N  encoder-decoder models: encoder rows per step (default\n"     \
+    "                              1024)\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with

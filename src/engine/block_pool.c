@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "engine/rng.h"
 
 typedef struct map_entry {
     pg_block_hash hash;
@@ -27,14 +28,21 @@ struct pg_block_pool {
     int32_t *hash_group;  /* [num_blocks] */
     map_entry *map;       /* [map_cap], map_cap a power of two >= 2 * num_blocks */
     uint32_t map_mask;
+    uint32_t map_shift; /* 64 - log2(map_cap) */
+    uint64_t map_key;   /* random odd multiplier of home() */
 };
 
 #define SENT(p) ((p)->num_blocks)
 
+/* Home slot of (hash, group): multiply-shift with a random odd key per pool
+ * (Dietzfelbinger et al. 1997, "A reliable randomized algorithm for the
+ * closest-pair problem": any two distinct 64-bit keys share a slot with
+ * probability <= 2 / map_cap). Block hashes are computable by clients, so a
+ * fixed slot function would let a client pick prompts whose blocks pile up
+ * in one probe run; with the secret key it cannot aim. */
 static inline uint32_t home(const pg_block_pool *p, pg_block_hash h, int32_t group) {
-    uint64_t x = h.lo ^ ((uint64_t)(uint32_t)group * 0x9E3779B97F4A7C15ULL);
-    x ^= x >> 29;
-    return (uint32_t)x & p->map_mask;
+    uint64_t x = h.w[0] ^ ((uint64_t)(uint32_t)group * 0x9E3779B97F4A7C15ULL);
+    return (uint32_t)((x * p->map_key) >> p->map_shift);
 }
 
 /* ---- free queue ---- */
@@ -127,6 +135,10 @@ pagoda_status pg_block_pool_create(int32_t num_blocks, bool enable_caching, pg_b
         return pg_error(PAGODA_ERR_NOMEM, "block pool: out of memory for %d blocks", num_blocks);
     }
     p->map_mask = cap - 1;
+    p->map_shift = 64;
+    for (uint32_t c = cap; c > 1; c >>= 1)
+        p->map_shift--;
+    p->map_key = pg_rng_random_seed() | 1;
     for (uint32_t i = 0; i < cap; i++)
         p->map[i].block = -1;
     int32_t s = SENT(p);

@@ -52,7 +52,7 @@ typedef struct ereq {
     pg_logit_bias *bias;
     pg_rng rng;
     int32_t n_logprobs; /* -1: none */
-    uint64_t cache_salt;
+    char *cache_salt; /* NULL = none */
     pg_detok dt;
     double arrival, first_sched, first_token;
     int32_t n_cached;
@@ -222,6 +222,12 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
                         "engine: quant_act_group %d needs quant_group_size %d or 0 (activation "
                         "groups are the weight groups), got %d",
                         o->quant_act_group, o->quant_act_group, o->quant_group_size);
+    if (o->prefix_caching_hash_algo != PAGODA_PREFIX_HASH_SHA256 &&
+        o->prefix_caching_hash_algo != PAGODA_PREFIX_HASH_XXHASH)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: prefix_caching_hash_algo %d is neither SHA256 (%d) nor XXHASH (%d)",
+                        (int)o->prefix_caching_hash_algo, (int)PAGODA_PREFIX_HASH_SHA256,
+                        (int)PAGODA_PREFIX_HASH_XXHASH);
     return PAGODA_OK;
 }
 
@@ -269,9 +275,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     mo.quant_group = o.quant_group_size;
     mo.quant_act_group = o.quant_act_group;
     if ((st = pg_model_load(e->src, &mo, &e->model)) != PAGODA_OK) goto fail;
-    if ((st = pg_tokenizer_load(o.tokenizer && *o.tokenizer ? o.tokenizer
-                                                             : pg_model_source_path(e->src),
-                                &e->tok)) != PAGODA_OK)
+    /* a tiktoken file gets the model's number of Whisper languages (large-v3: 100) */
+    if ((st = pg_tokenizer_load_for_vocab(o.tokenizer && *o.tokenizer ? o.tokenizer
+                                                                       : pg_model_source_path(e->src),
+                                          pg_model_get_config(e->model)->vocab_size, &e->tok)) != PAGODA_OK)
         goto fail;
     e->enc_steps = pg_model_encoder_steps(e->model);
     if (e->enc_steps > 0) {
@@ -285,8 +292,34 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     e->vocab = c->vocab_size;
     e->max_model_len = pg_model_max_context(e->model);
     for (int i = 0; i < 8 && c->eos_token_ids[i] >= 0; i++)
-        e->eos_ids[e->n_eos++] = c->eos_token_ids[i];
+        if (c->eos_token_ids[i] < e->vocab) /* the loaders warned about the others */
+            e->eos_ids[e->n_eos++] = c->eos_token_ids[i];
+    /* the tokenizer against the model's vocabulary (embedding rows) */
+    const int32_t n_tok = pg_tokenizer_vocab_size(e->tok);
+    const char *tok_path = o.tokenizer && *o.tokenizer ? o.tokenizer : pg_model_source_path(e->src);
+    if (n_tok > e->vocab) {
+        size_t len = 0;
+        const char *last = pg_tokenizer_token_text(e->tok, n_tok - 1, &len);
+        PG_WARN("engine: the tokenizer (%s) has %d tokens but the model's vocab_size is %d "
+                "(embedding rows): ids %d..%d (e.g. '%.*s' = %d) have no embedding, and prompts "
+                "holding them are refused with a 400 (as vLLM refuses out-of-vocabulary ids). "
+                "Fix: use the model's own tokenizer (--tokenizer) or a checkpoint whose "
+                "embedding covers it",
+                tok_path, n_tok, e->vocab, e->vocab, n_tok - 1, (int)(len > 40 ? 40 : len),
+                last ? last : "", n_tok - 1);
+    } else if (e->vocab - n_tok > 1024 && e->vocab - n_tok > e->vocab / 32) {
+        PG_WARN("engine: the tokenizer (%s) has %d tokens but the model's vocab_size is %d: "
+                "pagoda assumes ids %d..%d are padding rows (they decode to nothing). So large a "
+                "gap suggests the tokenizer of another model: check --tokenizer",
+                tok_path, n_tok, e->vocab, n_tok, e->vocab - 1);
+    }
     int32_t teos = pg_tokenizer_eos(e->tok);
+    if (teos >= e->vocab) {
+        PG_WARN("engine: the tokenizer's EOS id %d is outside the model's vocabulary (%d): not a "
+                "stop token (the model cannot generate it)",
+                teos, e->vocab);
+        teos = -1;
+    }
     bool have = false;
     for (int i = 0; i < e->n_eos; i++)
         have |= e->eos_ids[i] == teos;
@@ -366,6 +399,15 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     sc.kv.num_blocks = num_blocks;
     sc.kv.block_size = e->block_size;
     sc.kv.enable_prefix_caching = o.enable_prefix_caching;
+    sc.kv.hash_algo = o.prefix_caching_hash_algo == PAGODA_PREFIX_HASH_XXHASH
+                          ? PG_BLOCK_HASH_XXHASH
+                          : PG_BLOCK_HASH_SHA256;
+    if (o.enable_prefix_caching && sc.kv.hash_algo == PG_BLOCK_HASH_XXHASH)
+        PG_WARN("engine: prefix-cache block hash xxhash (XXH3-128) is not collision resistant: "
+                "a client that chooses prompts can forge a block hash equal to another "
+                "request's and be served its KV cache. Use it only when every client is "
+                "trusted; the default sha256 costs ~0.13 us per 16-token block, ~0.4 ms per "
+                "50k-token prompt (docs/PERFORMANCE.md)");
     sc.kv.num_groups = plan.num_groups;
     sc.kv.num_state_snapshots = n_snap;
     sc.prefill_align = plan.state_align; /* prefill chunks on the state layers' grid */
@@ -432,11 +474,12 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     e->stats.num_kv_blocks = e->num_kv_blocks;
     e->stats.num_free_kv_blocks = e->num_kv_blocks;
     PG_INFO("engine: %s, dtype %s, max_model_len %d, %d seqs x %d tokens per step, KV %s %d "
-            "blocks x %d tokens (%.1f MiB), workspace %.1f MiB, prefix caching %s",
+            "blocks x %d tokens (%.1f MiB), workspace %.1f MiB, prefix caching %s%s",
             e->name, dtype_option_name(o.dtype), e->max_model_len, mns, mnbt, pg_dtype_name(kvt),
             e->num_kv_blocks, e->block_size, (double)pg_runner_kv_bytes(e->runner) / 1048576.0,
             (double)pg_runner_workspace_bytes(e->runner) / 1048576.0,
-            o.enable_prefix_caching ? "on" : "off");
+            o.enable_prefix_caching ? "on, " : "off",
+            o.enable_prefix_caching ? pg_block_hash_algo_name(sc.kv.hash_algo) : "");
     *out = e;
     return PAGODA_OK;
 fail:
@@ -455,6 +498,7 @@ static void ereq_free(ereq *r) {
     free(r->top);
     free(r->error);
     free(r->enc_in);
+    free(r->cache_salt);
     pg_tmatch_free(r->gm);
     free(r);
 }
@@ -790,12 +834,7 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     if ((st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt, s->skip_special_tokens,
                             s->stop, s->n_stop, s->include_stop_str_in_output)) != PAGODA_OK)
         goto fail;
-    if (q->cache_salt && *q->cache_salt) {
-        uint64_t h = 1469598103934665603ULL;
-        for (const char *c = q->cache_salt; *c; c++)
-            h = (h ^ (uint8_t)*c) * 1099511628211ULL;
-        r->cache_salt = h ? h : 1;
-    }
+    if (q->cache_salt && *q->cache_salt && !(r->cache_salt = strdup(q->cache_salt))) goto nomem;
     r->arrival = now_s();
     *out = r;
     return PAGODA_OK;
@@ -979,6 +1018,7 @@ static pagoda_status apply_queue(pagoda_engine *e) {
                                .stop_token_ids = r->stop_ids,
                                .num_stop_token_ids = r->n_stop_ids,
                                .cache_salt = r->cache_salt,
+                               .cache_salt_len = r->cache_salt ? strlen(r->cache_salt) : 0,
                                .encoder_steps = r->enc_in ? e->enc_steps : 0,
                                .probe_len = r->probe_len};
         if (pg_scheduler_add_request(e->sched, &p) == PAGODA_OK) {

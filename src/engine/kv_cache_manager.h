@@ -31,6 +31,9 @@ typedef struct pg_kvm_config {
     int32_t max_model_len;      /* tokens per request at most: sizes the block tables */
     int32_t max_num_seqs;       /* requests holding blocks at once */
     bool enable_prefix_caching; /* default on */
+    /* block hash of the prefix cache (engine/block_hash.h): default
+     * PG_BLOCK_HASH_SHA256 (0); the scheduler hashes requests with it */
+    pg_block_hash_algo hash_algo;
     int32_t num_groups;         /* 1..PG_KV_MAX_GROUPS; 0 = one full-attention group */
     pg_kv_cache_spec groups[PG_KV_MAX_GROUPS];
     /* recurrent-state (mamba) groups: snapshots for prefix caching

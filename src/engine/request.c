@@ -18,18 +18,21 @@ const char *pg_finish_reason_name(pg_finish_reason r) {
 }
 
 static void hash_new_blocks(pg_request *r) {
+    if (!r->hash_blocks) return;
     int32_t bs = r->block_size;
     while ((r->num_block_hashes + 1) * bs <= r->num_tokens) {
         int32_t b = r->num_block_hashes;
         const pg_block_hash *parent = b > 0 ? &r->block_hashes[b - 1] : NULL;
         r->block_hashes[b] =
-            pg_block_hash_compute(parent, r->tokens + (size_t)b * bs, bs, r->extra_key);
+            pg_block_hash_compute(r->hash_algo, parent, r->tokens + (size_t)b * bs, bs,
+                                  b == 0 ? r->salt : NULL, b == 0 ? r->salt_len : 0);
         r->num_block_hashes++;
     }
 }
 
 pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
-                                int32_t max_model_len, pg_request **out) {
+                                int32_t max_model_len, const pg_block_hash_algo *hash_algo,
+                                pg_request **out) {
     *out = NULL;
     if (!p) return pg_error(PAGODA_ERR_INVALID_ARG, "request: NULL params");
     unsigned long long id = (unsigned long long)p->id;
@@ -81,7 +84,17 @@ pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
     memcpy(r->tokens, p->prompt, (size_t)p->num_prompt_tokens * sizeof *r->tokens);
     r->num_tokens = r->num_prompt_tokens = p->num_prompt_tokens;
     r->block_size = block_size;
-    r->extra_key = p->cache_salt;
+    r->hash_blocks = hash_algo != NULL;
+    r->hash_algo = hash_algo ? *hash_algo : PG_BLOCK_HASH_SHA256;
+    if (p->cache_salt && p->cache_salt_len) {
+        r->salt = malloc(p->cache_salt_len);
+        if (!r->salt) {
+            pg_request_destroy(r);
+            return pg_error(PAGODA_ERR_NOMEM, "request %llu: out of memory", id);
+        }
+        memcpy(r->salt, p->cache_salt, p->cache_salt_len);
+        r->salt_len = p->cache_salt_len;
+    }
     r->encoder_steps = p->encoder_steps > 0 ? p->encoder_steps : 0;
     r->encoder_done = 0;
     r->encoder_slot = -1;
@@ -103,6 +116,7 @@ void pg_request_destroy(pg_request *r) {
     if (!r) return;
     free(r->tokens);
     free(r->block_hashes);
+    free(r->salt);
     free(r);
 }
 

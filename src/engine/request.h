@@ -44,7 +44,12 @@ typedef struct pg_request_params {
     bool ignore_eos;           /* keep going past EOS */
     const int32_t *stop_token_ids; /* extra stop tokens (copied), up to PG_MAX_STOP_TOKENS */
     int32_t num_stop_token_ids;
-    uint64_t cache_salt; /* mixed into every block hash; 0 = shared cache */
+    /* cache salt (vLLM's request field cache_salt): bytes hashed into the
+     * first block's hash (block_hash.h), so the whole chain differs from
+     * other salts' and from unsalted requests'; NULL / 0 bytes = the shared
+     * cache. Copied. */
+    const void *cache_salt;
+    size_t cache_salt_len;
     /* encoder-decoder models: encoder pieces to run before the decoder's
      * first token (pg_model_encoder_steps), 0 = none */
     int32_t encoder_steps;
@@ -75,8 +80,11 @@ typedef struct pg_request {
 
     int32_t block_size;
     pg_block_hash *block_hashes; /* [max_total_tokens / block_size]: hash of each full block */
-    int32_t num_block_hashes;    /* == num_tokens / block_size */
-    uint64_t extra_key;          /* cache salt */
+    int32_t num_block_hashes;    /* == num_tokens / block_size (0 without hash_blocks) */
+    bool hash_blocks;             /* false: prefix caching off, no block hashes */
+    pg_block_hash_algo hash_algo; /* the scheduler's (pg_kvm_config.hash_algo) */
+    uint8_t *salt;                /* copy of the cache salt, NULL = none */
+    size_t salt_len;
 
     int32_t max_tokens, min_tokens, eos_token_id;
     bool ignore_eos;
@@ -95,13 +103,16 @@ typedef struct pg_request {
 } pg_request;
 
 /* Validate params and build a request in state WAITING with the prompt's
- * block hashes computed. block_size: tokens per KV block (>= 1).
+ * block hashes computed. block_size: tokens per KV block (>= 1);
+ * hash_algo: the block hash (engine/block_hash.h) of every full block, NULL
+ * for none (prefix caching off: nothing reads them, and SHA-256 is not free).
  * Errors: PAGODA_ERR_INVALID_ARG (empty prompt, negative token id,
  * max_tokens < 1, min_tokens outside 0..max_tokens, too many stop tokens),
  * PAGODA_ERR_LIMIT (prompt >= max_model_len: no room for an output token),
  * PAGODA_ERR_NOMEM. Messages name the request id and the numbers. */
 pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
-                                int32_t max_model_len, pg_request **out);
+                                int32_t max_model_len, const pg_block_hash_algo *hash_algo,
+                                pg_request **out);
 void pg_request_destroy(pg_request *r);
 
 static inline int32_t pg_request_num_output_tokens(const pg_request *r) {

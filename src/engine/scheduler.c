@@ -18,6 +18,8 @@ struct pg_scheduler {
     int32_t max_seqs;
     int32_t max_model_len;
     int32_t block_size;
+    pg_block_hash_algo hash_algo;
+    bool caching; /* prefix caching: requests get block hashes */
     int32_t num_groups;
     pg_kvm *kvm;
 
@@ -48,8 +50,8 @@ struct pg_scheduler {
     int32_t max_encoding;   /* encoder state slots */
     int32_t *enc_free;      /* stack of free encoder slots */
     int32_t num_enc_free;
-    int32_t cross_group;    /* -1: none */
-    pg_request **enc_reqs;  /* [max_encoding] requests of this step's encoder jobs */
+    int32_t cross_group;   /* -1: none */
+    pg_request **enc_reqs; /* [max_encoding] requests of this step's encoder jobs */
     uint64_t *o_enc_ids;
     int32_t *o_enc_slots, *o_enc_begin, *o_enc_num;
     uint8_t *o_enc_fin;
@@ -61,10 +63,10 @@ struct pg_scheduler {
     int32_t *o_num_sched, *o_num_computed, *o_qsl, *o_seq_lens, *o_kv_slots;
     uint8_t *o_is_new, *o_samples;
     int32_t *o_restore, *o_snap, *o_snap_len; /* state snapshots, per scheduled request */
-    int32_t *o_probe;                          /* probe row per scheduled request, -1: none */
-    int32_t probes_left;                       /* in this step */
-    pg_block_hash *snap_hash;                  /* the hash each snapshot is published under */
-    uint8_t *snap_decode;                      /* taken at a decode step */
+    int32_t *o_probe;                         /* probe row per scheduled request, -1: none */
+    int32_t probes_left;                      /* in this step */
+    pg_block_hash *snap_hash;                 /* the hash each snapshot is published under */
+    uint8_t *snap_decode;                     /* taken at a decode step */
     const int32_t **o_tables;
     int32_t *o_num_blocks, *o_num_new_blocks;
     int32_t *o_tokens, *o_positions, *o_slots;
@@ -235,6 +237,8 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->max_seqs = cfg->max_num_seqs;
     s->max_model_len = cfg->max_model_len;
     s->block_size = kc.block_size;
+    s->hash_algo = kc.hash_algo;
+    s->caching = kc.enable_prefix_caching;
     s->num_groups = pg_kvm_num_groups(s->kvm);
     s->cross_group = -1;
     for (int32_t g = 0; g < s->num_groups; g++)
@@ -291,10 +295,10 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->num_enc_free = s->max_encoding;
     if (!s->ids || !s->running || !s->sched_reqs || !s->o_req_ids || !s->o_num_sched ||
         !s->o_num_computed || !s->o_qsl || !s->o_seq_lens || !s->o_kv_slots || !s->o_is_new ||
-        !s->o_samples || !s->o_restore || !s->o_snap || !s->o_snap_len || !s->o_probe || !s->snap_hash ||
-        !s->snap_decode || !s->o_tables || !s->o_num_blocks || !s->o_num_new_blocks || !s->o_tokens ||
-        !s->o_positions || !s->o_slots || !s->o_preempted || !s->fin[0] || !s->fin[1] ||
-        !s->events || wq_reserve(s, 64) != PAGODA_OK) {
+        !s->o_samples || !s->o_restore || !s->o_snap || !s->o_snap_len || !s->o_probe ||
+        !s->snap_hash || !s->snap_decode || !s->o_tables || !s->o_num_blocks ||
+        !s->o_num_new_blocks || !s->o_tokens || !s->o_positions || !s->o_slots || !s->o_preempted ||
+        !s->fin[0] || !s->fin[1] || !s->events || wq_reserve(s, 64) != PAGODA_OK) {
         pg_scheduler_destroy(s);
         return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for step buffers");
     }
@@ -399,7 +403,8 @@ pagoda_status pg_scheduler_add_request(pg_scheduler *s, const pg_request_params 
                         "group or no encoder slots",
                         (unsigned long long)p->id, p->encoder_steps);
     pg_request *r;
-    pagoda_status st = pg_request_create(p, s->block_size, s->max_model_len, &r);
+    pagoda_status st = pg_request_create(p, s->block_size, s->max_model_len,
+                                         s->caching ? &s->hash_algo : NULL, &r);
     if (st) return st;
     int32_t need = pg_kvm_blocks_for_tokens(s->kvm, r->max_total_tokens);
     int32_t have = pg_kvm_num_usable_blocks(s->kvm);

@@ -5,6 +5,8 @@
 
 #include <stdlib.h>
 
+#include "engine/rng.h"
+
 enum { E_FREE = 0, E_WRITING, E_PUBLISHED };
 
 typedef struct entry {
@@ -25,10 +27,14 @@ struct pg_state_cache {
     int32_t published;
     int32_t tombstones;
     uint64_t snapshots, restores, evictions;
+    uint32_t shift; /* 64 - log2(cap) */
+    uint64_t key;   /* random odd multiplier (see slot_of) */
 };
 
+/* Multiply-shift with a random odd key, as block_pool.c's home(): clients
+ * can compute block hashes, so the slot function is keyed. */
 static uint32_t slot_of(const pg_state_cache *c, pg_block_hash h) {
-    return (uint32_t)(h.lo ^ (h.hi * 0x9E3779B97F4A7C15ull)) & (uint32_t)(c->cap - 1);
+    return (uint32_t)((h.w[0] * c->key) >> c->shift);
 }
 
 pagoda_status pg_state_cache_create(int32_t n_entries, pg_state_cache **out) {
@@ -42,6 +48,10 @@ pagoda_status pg_state_cache_create(int32_t n_entries, pg_state_cache **out) {
     c->cap = 4;
     while (c->cap < 2 * n_entries)
         c->cap *= 2;
+    c->shift = 64;
+    for (int32_t k = c->cap; k > 1; k >>= 1)
+        c->shift--;
+    c->key = pg_rng_random_seed() | 1;
     c->e = calloc((size_t)n_entries, sizeof *c->e);
     c->free_list = malloc((size_t)n_entries * sizeof *c->free_list);
     c->table = malloc((size_t)c->cap * sizeof *c->table);

@@ -2,6 +2,8 @@
 
 #include "model/arch.h"
 
+#include "base/log.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -109,8 +111,8 @@ pagoda_status pg_hf_get_layer_types(const cJSON *o, const char *path, int L, con
         if (cJSON_IsString(e) && !strcmp(e->valuestring, marked))
             bits[l / 64] |= 1ull << (l % 64);
         else if (!cJSON_IsString(e) || strcmp(e->valuestring, other) != 0)
-            return pg_error(PAGODA_ERR_FORMAT, "%s: layer_types[%d] must be \"%s\" or \"%s\"",
-                            path, l, other, marked);
+            return pg_error(PAGODA_ERR_FORMAT, "%s: layer_types[%d] must be \"%s\" or \"%s\"", path,
+                            l, other, marked);
     }
     *present = true;
     return PAGODA_OK;
@@ -129,21 +131,47 @@ pagoda_status pg_hf_get_moe(const cJSON *o, const char *path, bool norm_topk_def
     return s;
 }
 
+/* A special-token id of config.json / generation_config.json against the
+ * vocabulary (vocab_size, the embedding's rows; 0 = not known yet): an id
+ * outside it can never be generated or embedded, and transformers / vLLM
+ * accept such a file, so it is ignored with a warning naming the key. */
+static bool special_id_ok(const char *path, const char *key, double v, const pg_model_config *cfg) {
+    if (v >= 0 && (cfg->vocab_size <= 0 || v < cfg->vocab_size)) return true;
+    PG_WARN("%s: %s %.0f is outside the vocabulary (vocab_size %d, ids 0..%d); pagoda ignores it "
+            "(%s). Fix: set it to the token's id (tokenizer_config.json / tokenizer.json name the "
+            "special tokens)",
+            path, key, v, cfg->vocab_size, cfg->vocab_size - 1,
+            strcmp(key, "bos_token_id") ? "one stop token fewer" : "no BOS id from this file");
+    return false;
+}
+
+static bool is_integer(const cJSON *j) {
+    return cJSON_IsNumber(j) && isfinite(j->valuedouble) &&
+           j->valuedouble == floor(j->valuedouble) && fabs(j->valuedouble) < 1e15;
+}
+
 /* eos_token_id: int or list of ints. */
 static pagoda_status get_eos(const cJSON *o, const char *path, pg_model_config *cfg) {
     const cJSON *j = item(o, "eos_token_id");
     if (!j) return PAGODA_OK;
     if (cJSON_IsNumber(j)) {
-        pg_model_config_add_eos(cfg, (int)j->valuedouble);
+        if (!is_integer(j))
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: 'eos_token_id' %g is not an integer token id; fix: the id of the "
+                            "end-of-sequence token (or a list of ids)",
+                            path, j->valuedouble);
+        if (special_id_ok(path, "eos_token_id", j->valuedouble, cfg))
+            pg_model_config_add_eos(cfg, (int)j->valuedouble);
         return PAGODA_OK;
     }
     if (!cJSON_IsArray(j))
         return pg_error(PAGODA_ERR_FORMAT, "%s: 'eos_token_id' must be an int or a list", path);
     const cJSON *e;
     cJSON_ArrayForEach(e, j) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e9)
+        if (!is_integer(e))
             return pg_error(PAGODA_ERR_FORMAT, "%s: 'eos_token_id' list holds a non-integer", path);
-        pg_model_config_add_eos(cfg, (int)e->valuedouble);
+        if (special_id_ok(path, "eos_token_id", e->valuedouble, cfg))
+            pg_model_config_add_eos(cfg, (int)e->valuedouble);
     }
     return PAGODA_OK;
 }
@@ -317,6 +345,9 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
     if (!s) s = pg_hf_get_bool(R, "attention_bias", path, false, &cfg->attention_bias);
     if (!s) s = pg_hf_get_int(R, "sliding_window", path, 0, BIG, false, 0, &cfg->sliding_window);
     if (!s) s = pg_hf_get_int(R, "bos_token_id", path, 0, BIG, false, -1, &cfg->bos_token_id);
+    if (!s && cfg->bos_token_id >= 0 &&
+        !special_id_ok(path, "bos_token_id", cfg->bos_token_id, cfg))
+        cfg->bos_token_id = -1;
     if (!s) s = get_eos(R, path, cfg);
     if (!s) s = parse_rope_scaling(R, path, cfg);
     /* partial RoPE: partial_rotary_factor at the top or in rope_parameters */
@@ -365,6 +396,9 @@ pagoda_status pg_hf_generation_parse(const char *json, size_t len, const char *p
     if (!s) s = get_eos(root, path, cfg);
     if (!s && cfg->bos_token_id < 0)
         s = pg_hf_get_int(root, "bos_token_id", path, 0, 1 << 30, false, -1, &cfg->bos_token_id);
+    if (!s && cfg->bos_token_id >= 0 &&
+        !special_id_ok(path, "bos_token_id", cfg->bos_token_id, cfg))
+        cfg->bos_token_id = -1;
     cJSON_Delete(root);
     return s;
 }

@@ -568,6 +568,15 @@ static pagoda_status parse_gguf(const struct pg_gguf *g, pg_model_config *cfg) {
     if (pg_gguf_find_key(g, key) >= 0) {
         pg_gguf_array a;
         if ((s = pg_gguf_get_array(g, key, &a))) return s;
+        /* llama.cpp reads it as a bool per layer (get_key_or_arr) and refuses
+         * another element type */
+        if (a.type == PG_GGUF_STRING || a.type == PG_GGUF_F32 || a.type == PG_GGUF_F64 ||
+            a.type == PG_GGUF_ARRAY)
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: %s is an array of %s, but it must hold bool (one per layer: "
+                            "true = linear attention); fix: re-convert with "
+                            "convert_hf_to_gguf.py",
+                            pg_gguf_path(g), key, pg_gguf_type_name(a.type));
         if (a.n < (uint64_t)L)
             return pg_error(PAGODA_ERR_FORMAT, "%s: %s has %llu entries for %d layers",
                             pg_gguf_path(g), key, (unsigned long long)a.n, L);

@@ -139,6 +139,41 @@ static pagoda_status parse(pg_safetensors *st) {
     cJSON_ArrayForEach(e, root) {
         if (strcmp(e->string, "__metadata__") != 0) n++;
     }
+    /* The format's __metadata__ is a map of strings to strings: the
+     * reference reader (the safetensors crate behind safe_open /
+     * transformers) refuses anything else ("invalid type ... expected a
+     * string"), so pagoda does too instead of ignoring it. */
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    if (meta) {
+        const cJSON *bad = NULL;
+        if (cJSON_IsObject(meta)) {
+            const cJSON *m;
+            cJSON_ArrayForEach(m, meta) {
+                if (!cJSON_IsString(m)) {
+                    bad = m;
+                    break;
+                }
+            }
+        }
+        if (!cJSON_IsObject(meta) || bad) {
+            const cJSON *v = bad ? bad : meta;
+            const char *what = cJSON_IsNumber(v)   ? "a number"
+                               : cJSON_IsBool(v)   ? "a boolean"
+                               : cJSON_IsNull(v)   ? "null"
+                               : cJSON_IsArray(v)  ? "a list"
+                               : cJSON_IsObject(v) ? "an object"
+                                                   : "a string";
+            pagoda_status es = pg_error(
+                PAGODA_ERR_FORMAT,
+                "%s: __metadata__%s%.64s%s is %s, but safetensors metadata must map strings to "
+                "strings (the safetensors library refuses this header too); fix: re-save with "
+                "string values, e.g. safetensors.torch.save_file(tensors, path, "
+                "metadata={\"format\": \"pt\"})",
+                path, bad ? "['" : "", bad ? bad->string : "", bad ? "']" : "", what);
+            cJSON_Delete(root);
+            return es;
+        }
+    }
     st->tensors = calloc(n ? n : 1, sizeof(pg_tensor));
     st->by_name = calloc(n ? n : 1, sizeof(const pg_tensor *));
     if (!st->tensors || !st->by_name) {

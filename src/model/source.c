@@ -468,16 +468,7 @@ static pagoda_status gguf_config(pg_model_source *src) {
     }
 #undef KEY
     if (a->parse_gguf && (s = a->parse_gguf(g, c))) return s;
-    int64_t v;
-    if (!pg_gguf_get_int_or(g, "tokenizer.ggml.bos_token_id", -1, &v) && v >= 0 && v < BIG)
-        c->bos_token_id = (int)v;
-    static const char *const EOS_KEYS[] = {"tokenizer.ggml.eos_token_id",
-                                           "tokenizer.ggml.eot_token_id",
-                                           "tokenizer.ggml.eom_token_id"};
-    for (size_t i = 0; i < 3; i++)
-        if (!pg_gguf_get_int_or(g, EOS_KEYS[i], -1, &v) && v >= 0 && v < BIG)
-            pg_model_config_add_eos(c, (int)v);
-    pg_clear_error();
+    int64_t v; /* (special-token ids: gguf_special_ids, once the vocabulary is known) */
     /* sampling defaults some converters store */
     double d;
     if (!pg_gguf_get_float(g, "general.sampling.temp", &d)) src->gen.temperature = (float)d;
@@ -491,6 +482,55 @@ static pagoda_status gguf_config(pg_model_source *src) {
         !pg_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL)) {
         src->chat_template = strdup(tmpl);
         if (!src->chat_template) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    return PAGODA_OK;
+}
+
+/* The vocabulary against the embedding, then the special-token ids of a
+ * GGUF (BOS; EOS, EOT and EOM all end generation) against it. llama.cpp
+ * refuses a tokenizer.ggml.tokens whose length differs from token_embd's rows
+ * (its tensor shape check) and a special-token key of the wrong type, and
+ * warns about an id outside the vocabulary and ignores it: so does pagoda. */
+static pagoda_status gguf_special_ids(pg_model_source *src) {
+    const pg_gguf *g = src->gguf;
+    const char *path = src->path;
+    const int n_vocab = src->cfg.vocab_size;
+    pg_gguf_array toks;
+    if (pg_gguf_find_key(g, "tokenizer.ggml.tokens") >= 0 &&
+        !pg_gguf_get_array(g, "tokenizer.ggml.tokens", &toks) && toks.n != (uint64_t)n_vocab)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: tokenizer.ggml.tokens has %llu entries but token_embd.weight has %d "
+                        "rows (the model's vocabulary): token ids and embedding rows would not "
+                        "match (llama.cpp refuses this file too); fix: re-convert with "
+                        "convert_hf_to_gguf.py, which pads the token list to the embedding with "
+                        "[PAD<id>] entries",
+                        path, (unsigned long long)toks.n, n_vocab);
+    pg_clear_error();
+    static const char *const KEYS[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                       "tokenizer.ggml.eot_token_id",
+                                       "tokenizer.ggml.eom_token_id"};
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++) {
+        int64_t at = pg_gguf_find_key(g, KEYS[i]), v;
+        if (at < 0) continue;
+        if (pg_gguf_get_int(g, KEYS[i], &v))
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: %s is a %s, but a token id must be an integer (u32, as "
+                            "convert_hf_to_gguf.py writes it; llama.cpp refuses this file too); "
+                            "fix: rewrite the key as u32, e.g. with gguf-py's gguf_new_metadata.py",
+                            path, KEYS[i], pg_gguf_type_name(pg_gguf_kv_type(g, (size_t)at)));
+        if (v == -1 || v == UINT32_MAX) continue; /* llama.cpp's LLAMA_TOKEN_NULL: none */
+        if (v < 0 || v >= n_vocab) {
+            PG_WARN("%s: %s = %lld is outside the vocabulary (%d tokens, ids 0..%d); pagoda "
+                    "ignores it (%s; llama.cpp also warns and falls back). Fix: set it to the "
+                    "token's id, e.g. with gguf-py's gguf_set_metadata.py",
+                    path, KEYS[i], (long long)v, n_vocab, n_vocab - 1,
+                    i == 0 ? "no BOS id in the model config" : "one stop id fewer");
+            continue;
+        }
+        if (i == 0)
+            src->cfg.bos_token_id = (int)v;
+        else
+            pg_model_config_add_eos(&src->cfg, (int)v);
     }
     return PAGODA_OK;
 }
@@ -593,7 +633,7 @@ static pagoda_status open_gguf(pg_model_source *src) {
         return pg_error(PAGODA_ERR_FORMAT, "%s: token_embd.weight must be 2-D", src->path);
     src->cfg.vocab_size = (int)emb->ne[1];
     src->cfg.tie_word_embeddings = pg_gguf_find_tensor(src->gguf, "output.weight") == NULL;
-    return PAGODA_OK;
+    return gguf_special_ids(src);
 }
 
 /* ------------------------------------------------------------ validation */

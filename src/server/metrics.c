@@ -2,6 +2,7 @@
 #include "server/metrics.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,9 +115,7 @@ static void header(sbuf *b, const char *name, const char *type, const char *help
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void hist(sbuf *b, const char *name, const char *help, const pg_histogram *h,
-                 const char *model) {
-    header(b, name, "histogram", help);
+static void hist(sbuf *b, const char *name, const pg_histogram *h, const char *model) {
     uint64_t cum = 0;
     for (int i = 0; i < h->n_bounds; i++) {
         cum += h->counts[i];
@@ -128,16 +127,6 @@ static void hist(sbuf *b, const char *name, const char *help, const pg_histogram
               (unsigned long long)cum);
     sb_printf(b, "%s_count{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)h->count);
     sb_printf(b, "%s_sum{model_name=\"%s\"} %.9g\n", name, model, h->sum);
-}
-
-static void counter(sbuf *b, const char *name, const char *help, uint64_t v, const char *model) {
-    header(b, name, "counter", help);
-    sb_printf(b, "%s_total{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)v);
-}
-
-static void gauge(sbuf *b, const char *name, const char *help, double v, const char *model) {
-    header(b, name, "gauge", help);
-    sb_printf(b, "%s{model_name=\"%s\"} %.9g\n", name, model, v);
 }
 
 /* Label values escape backslash, quote and newline (exposition format). */
@@ -157,54 +146,135 @@ static char *escape_label(const char *s) {
     return o;
 }
 
-char *pg_metrics_render(pg_metrics *m, const char *model_name, const pagoda_stats *st) {
-    char *model = escape_label(model_name);
+/* The per-model stats a gauge or counter family shows. */
+typedef enum stat_field {
+    F_RUNNING,
+    F_WAITING,
+    F_KV_USAGE,
+    F_PREEMPTIONS,
+    F_PROMPT,
+    F_GENERATION,
+    F_PC_QUERIES,
+    F_PC_HITS,
+} stat_field;
+
+static double stat_value(const pagoda_stats *st, stat_field f) {
+    switch (f) {
+    case F_RUNNING:
+        return st->num_requests_running;
+    case F_WAITING:
+        return st->num_requests_waiting;
+    case F_KV_USAGE:
+        return st->kv_cache_usage;
+    case F_PREEMPTIONS:
+        return (double)st->num_preemptions;
+    case F_PROMPT:
+        return (double)st->prompt_tokens;
+    case F_GENERATION:
+        return (double)st->generation_tokens;
+    case F_PC_QUERIES:
+        return (double)st->prefix_cache_queries;
+    case F_PC_HITS:
+        return (double)st->prefix_cache_hits;
+    }
+    return 0;
+}
+
+typedef enum hist_field { H_TTFT, H_ITL, H_E2E, H_QUEUE } hist_field;
+
+static const pg_histogram *hist_of(const pg_metrics *m, hist_field f) {
+    return f == H_TTFT ? &m->ttft : f == H_ITL ? &m->itl : f == H_E2E ? &m->e2e : &m->queue;
+}
+
+char *pg_metrics_render_models(const pg_metrics_model *models, size_t n) {
+    char **label = calloc(n ? n : 1, sizeof *label);
     sbuf b = {malloc(8192), 0, 8192, 0};
-    if (!model || !b.p) {
-        free(model);
+    bool ok = label && b.p;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (label[i] = escape_label(models[i].name)) != NULL;
+    if (!ok) {
+        for (size_t i = 0; label && i < n; i++)
+            free(label[i]);
+        free(label);
         free(b.p);
         return NULL;
     }
     b.p[0] = 0;
-    gauge(&b, "vllm:num_requests_running", "Number of requests in model execution batches.",
-          st->num_requests_running, model);
-    gauge(&b, "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-          st->num_requests_waiting, model);
-    gauge(&b, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-          st->kv_cache_usage, model);
-    counter(&b, "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-            st->num_preemptions, model);
-    counter(&b, "vllm:prompt_tokens", "Number of prefill tokens processed.", st->prompt_tokens,
-            model);
-    counter(&b, "vllm:generation_tokens", "Number of generation tokens processed.",
-            st->generation_tokens, model);
-    counter(&b, "vllm:prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.", st->prefix_cache_queries,
-            model);
-    counter(&b, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-            st->prefix_cache_hits, model);
-
-    pthread_mutex_lock(&m->mu);
+    static const struct {
+        const char *name, *type, *help;
+        stat_field f;
+    } STATS[] = {
+        {"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+         F_RUNNING},
+        {"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+         F_WAITING},
+        {"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+         F_KV_USAGE},
+        {"vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine.",
+         F_PREEMPTIONS},
+        {"vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", F_PROMPT},
+        {"vllm:generation_tokens", "counter", "Number of generation tokens processed.",
+         F_GENERATION},
+        {"vllm:prefix_cache_queries", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.", F_PC_QUERIES},
+        {"vllm:prefix_cache_hits", "counter",
+         "Prefix cache hits, in terms of number of cached tokens.", F_PC_HITS},
+    };
+    for (size_t k = 0; k < sizeof STATS / sizeof STATS[0]; k++) {
+        header(&b, STATS[k].name, STATS[k].type, STATS[k].help);
+        bool is_counter = !strcmp(STATS[k].type, "counter");
+        for (size_t i = 0; i < n; i++) {
+            double v = stat_value(models[i].st, STATS[k].f);
+            if (is_counter)
+                sb_printf(&b, "%s_total{model_name=\"%s\"} %llu\n", STATS[k].name, label[i],
+                          (unsigned long long)v);
+            else
+                sb_printf(&b, "%s{model_name=\"%s\"} %.9g\n", STATS[k].name, label[i], v);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        pthread_mutex_lock(&models[i].m->mu);
     header(&b, "vllm:request_success", "counter", "Count of successfully processed requests.");
     static const char *const reasons[] = {"stop", "length", "abort", "error"};
-    const uint64_t vals[] = {m->success_stop, m->success_length, m->success_abort,
-                             m->success_error};
-    for (int i = 0; i < 4; i++)
-        sb_printf(&b, "vllm:request_success_total{finished_reason=\"%s\",model_name=\"%s\"} %llu\n",
-                  reasons[i], model, (unsigned long long)vals[i]);
-    hist(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-         &m->ttft, model);
-    hist(&b, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-         &m->itl, model);
-    hist(&b, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-         &m->e2e, model);
-    hist(&b, "vllm:request_queue_time_seconds",
-         "Histogram of time spent in WAITING phase for request.", &m->queue, model);
-    pthread_mutex_unlock(&m->mu);
-    free(model);
+    for (size_t i = 0; i < n; i++) {
+        const pg_metrics *m = models[i].m;
+        const uint64_t vals[] = {m->success_stop, m->success_length, m->success_abort,
+                                 m->success_error};
+        for (int r = 0; r < 4; r++)
+            sb_printf(&b,
+                      "vllm:request_success_total{finished_reason=\"%s\",model_name=\"%s\"} "
+                      "%llu\n",
+                      reasons[r], label[i], (unsigned long long)vals[r]);
+    }
+    static const struct {
+        const char *name, *help;
+        hist_field f;
+    } HISTS[] = {
+        {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+         H_TTFT},
+        {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", H_ITL},
+        {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", H_E2E},
+        {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+         H_QUEUE},
+    };
+    for (size_t k = 0; k < sizeof HISTS / sizeof HISTS[0]; k++) {
+        header(&b, HISTS[k].name, "histogram", HISTS[k].help);
+        for (size_t i = 0; i < n; i++)
+            hist(&b, HISTS[k].name, hist_of(models[i].m, HISTS[k].f), label[i]);
+    }
+    for (size_t i = n; i-- > 0;)
+        pthread_mutex_unlock(&models[i].m->mu);
+    for (size_t i = 0; i < n; i++)
+        free(label[i]);
+    free(label);
     if (b.oom) {
         free(b.p);
         return NULL;
     }
     return b.p;
+}
+
+char *pg_metrics_render(pg_metrics *m, const char *model_name, const pagoda_stats *st) {
+    pg_metrics_model one = {model_name, m, st};
+    return pg_metrics_render_models(&one, 1);
 }

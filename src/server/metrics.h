@@ -46,8 +46,20 @@ void pg_metrics_finished(pg_metrics *m, pagoda_finish_reason r, double e2e, doub
 /* Record `n` inter-token latencies of `itl` seconds each. */
 void pg_metrics_itl(pg_metrics *m, double itl, size_t n);
 
-/* The exposition text (malloc'ed, NUL-terminated) for model `model_name`
- * with the engine's stats `st`. */
+/* One served model of a server: its name (the `model_name` label), its
+ * recorder and its engine's stats. */
+typedef struct pg_metrics_model {
+    const char *name;
+    pg_metrics *m;
+    const pagoda_stats *st;
+} pg_metrics_model;
+
+/* The exposition text (malloc'ed, NUL-terminated; NULL when out of memory)
+ * for `n` >= 1 models: each metric family once (HELP, TYPE), then one sample
+ * set per model, labelled with its name, in the order given. */
+char *pg_metrics_render_models(const pg_metrics_model *models, size_t n);
+
+/* pg_metrics_render_models of one model. */
 char *pg_metrics_render(pg_metrics *m, const char *model_name, const pagoda_stats *st);
 
 #endif

@@ -608,6 +608,15 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
     pagoda_status st = PAGODA_OK;
     if ((st = get_string(&p, "model", &out->model))) goto done;
     if ((st = get_string(&p, "user", &out->user))) goto done;
+    /* vLLM (protocol.py check_cache_salt_support): a non-empty string */
+    const cJSON *salt = field(&p, "cache_salt");
+    if (salt && (!cJSON_IsString(salt) || !*salt->valuestring)) {
+        st = pg_api_fail(err, 400, "cache_salt",
+                         "'cache_salt' must be a non-empty string if provided, got %s",
+                         cJSON_IsString(salt) ? "an empty string" : type_name(salt));
+        goto done;
+    }
+    if ((st = get_string(&p, "cache_salt", &out->cache_salt))) goto done;
     if (kind == PG_API_COMPLETION) {
         if ((st = parse_prompts(&p, out))) goto done;
         if ((st = get_bool(&p, "echo", &out->echo))) goto done;
@@ -660,6 +669,7 @@ void pg_api_request_free(pg_api_request *r) {
     free(r->final_text);
     free(r->reasoning_effort);
     free(r->user);
+    free(r->cache_salt);
     free(r->logit_bias);
     free(r->stop_token_ids);
     if (r->stop)

@@ -73,6 +73,7 @@ typedef struct pg_api_request {
     bool echo;          /* completions: prepend the prompt text */
     int32_t logprobs;   /* -1 none; completions: top-N; chat: top_logprobs */
     char *user;
+    char *cache_salt; /* vLLM's cache_salt: a non-empty string or NULL (absent) */
     pagoda_sampling sampling; /* arrays below are owned by the request */
     pagoda_logit_bias *logit_bias;
     int32_t *stop_token_ids;
@@ -96,6 +97,8 @@ typedef struct pg_api_request {
  * or a list of token-id lists (not a mix; errors name the item's index).
  * `seed` is any int64, read exactly from the number's text (vLLM accepts
  * [-2^63, 2^63-1]); negative seeds map to seed & INT64_MAX.
+ * `cache_salt` (both endpoints, vLLM's field) must be a non-empty string:
+ * requests share prefix-cache blocks only with requests of the same salt.
  * Chat: continue_final_message needs add_generation_prompt false (its
  * default is true, as in vLLM) and an assistant message last. */
 pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,

@@ -26,6 +26,7 @@
 #include "server/harmony_chat.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/server_internal.h"
 
 #define DEFAULT_MAX_BODY ((size_t)16 << 20)
 #define DEFAULT_MAX_STREAM_BUFFER ((size_t)4 << 20)
@@ -34,108 +35,17 @@
 #define DEFAULT_MAX_CONNECTIONS 4096
 #define FD_RESERVE 64        /* descriptors kept free beyond those open at start */
 #define FDS_PER_CONNECTION 2 /* the socket and the guard's dup of it */
-#define WAIT_SLICE_MS 200
+#define WAIT_SLICE_MS PG_SRV_WAIT_SLICE_MS
+#define DEFAULT_MAX_AUDIO_BYTES ((size_t)25 << 20)
+#define DEFAULT_MAX_AUDIO_SECONDS 1800.0
 
-typedef struct job job;
-
-struct pg_server {
-    pagoda_engine *e;
-    struct MHD_Daemon *mhd;
-    int port;
-    char *model_name;
-    char *api_key;
-    char *chat_template;
-    size_t max_body;
-    size_t max_stream_buffer;
-    unsigned request_timeout;
-    int max_connections;
-    pg_guard *guard;
-    int64_t inflight_limit; /* max_num_seqs + max_queue engine requests */
-    int64_t max_num_seqs, max_queue;
-    int32_t max_model_len;
-    int32_t special_ids[2]; /* what tokenize("", add_special) adds: BOS [, EOS] */
-    size_t n_special_ids;
-    /* Chats in OpenAI's harmony format (gpt-oss): rendered by
-     * pg_harmony_render, generation stops at <|return|> / <|call|>. */
-    bool harmony;
-    int32_t harmony_stop_ids[2]; /* <|return|>, <|call|> */
-    pg_metrics metrics;
-
-    pthread_mutex_t mu; /* guards everything below and every job's results */
-    job *jobs;          /* registered jobs (doubly linked) */
-    int64_t inflight;   /* engine requests not finished */
-    atomic_bool stopping;
-    pthread_t engine_thread;
-    bool engine_started;
-    atomic_uint_fast64_t next_id;
-};
-
-/* One choice of a job: an engine request and what was streamed of it. */
-typedef struct sub {
-    uint64_t eid;
-    int32_t last_token; /* context for logprob token texts (-1 none) */
-    bool done;
-    bool role_sent, finish_sent;
-    size_t sent_text, sent_lp;
-    double last_token_time;
-    double arrival, first_token;
-} sub;
-
-/* One generation HTTP request (n_prompts x n engine requests). */
-struct job {
-    pg_server *srv;
-    job *prev, *next;
-    pg_api_request req;
-    pagoda_grammar *grammar; /* structured output (server/structured.h) or NULL */
-    char id[48];
-    uint64_t id_num; /* the random number behind `id` (seeds tool call ids) */
-    pg_api_meta meta;
-    size_t n_choices, n_done;
-    pg_api_choice *choices;
-    sub *subs;
-    pthread_cond_t cv;
-    bool registered;
-    int fd; /* client socket, to notice a client that went away */
-    struct MHD_Connection *mc;
-    /* streaming */
-    char *out;
-    size_t out_len, out_off;
-    size_t unsent; /* output bytes (text + logprob entries) not yet turned into SSE */
-    bool overflow; /* aborted: the client left more than max_stream_buffer unread */
-    bool usage_sent, done_sent;
-    double t_start;
-};
-
-/* Per-connection state (MHD's con_cls). */
-typedef enum endpoint {
-    EP_NONE = 0,
-    EP_HEALTH,
-    EP_VERSION,
-    EP_MODELS,
-    EP_METRICS,
-    EP_TOKENIZE,
-    EP_DETOKENIZE,
-    EP_COMPLETIONS,
-    EP_CHAT,
-} endpoint;
-
-typedef struct conn {
-    pg_server *srv;
-    endpoint ep;
-    char *body;
-    size_t len, cap;
-    bool too_big;
-    bool early_done; /* an error response was queued on the first call */
-    job *job;
-} conn;
-
-static uint64_t mix64(uint64_t x) {
+uint64_t pg_srv_mix64(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
 }
 
-static double now_mono(void) {
+double pg_srv_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -143,7 +53,7 @@ static double now_mono(void) {
 
 /* ----------------------------------------------------------- responses */
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
+enum MHD_Result pg_srv_send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
                                  char *body_owned, size_t len, const char *extra_hdr,
                                  const char *extra_val) {
     struct MHD_Response *r = MHD_create_response_from_buffer(
@@ -161,25 +71,25 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, char *json) {
-    if (!json) return send_text(c, 500, "text/plain", NULL, 0, NULL, NULL);
-    return send_text(c, status, "application/json", json, strlen(json), NULL, NULL);
+    if (!json) return pg_srv_send_text(c, 500, "text/plain", NULL, 0, NULL, NULL);
+    return pg_srv_send_text(c, status, "application/json", json, strlen(json), NULL, NULL);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, const pg_api_error *err) {
+enum MHD_Result pg_srv_send_error(struct MHD_Connection *c, const pg_api_error *err) {
     char *js = pg_api_error_json(err);
     if (!js) return MHD_NO;
     const char *hdr = NULL, *val = NULL;
     if (err->status == 503) hdr = MHD_HTTP_HEADER_RETRY_AFTER, val = "1";
     if (err->status == 401) hdr = MHD_HTTP_HEADER_WWW_AUTHENTICATE, val = "Bearer";
     if (err->status == 405) hdr = MHD_HTTP_HEADER_ALLOW, val = "GET, POST";
-    return send_text(c, (unsigned)err->status, "application/json", js, strlen(js), hdr, val);
+    return pg_srv_send_text(c, (unsigned)err->status, "application/json", js, strlen(js), hdr, val);
 }
 
 static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *param,
                             const char *msg) {
     pg_api_error err;
     pg_api_fail(&err, status, param, "%s", msg);
-    return send_error(c, &err);
+    return pg_srv_send_error(c, &err);
 }
 
 /* ------------------------------------------------------------ jobs */
@@ -200,21 +110,53 @@ static void job_free(job *j) {
 /* Unregister (mu held): abort engine requests still running. */
 static void job_unregister_locked(job *j) {
     pg_server *s = j->srv;
+    srv_model *m = j->m;
     if (!j->registered) return;
     for (size_t i = 0; i < j->n_choices; i++) {
         if (j->subs[i].done) continue;
-        pagoda_engine_abort(s->e, j->subs[i].eid);
+        pagoda_engine_abort(m->e, j->subs[i].eid);
         j->subs[i].done = true;
-        s->inflight--;
-        pg_metrics_finished(&s->metrics, PAGODA_FINISH_ABORT, now_mono() - j->subs[i].arrival, -1,
+        m->inflight--;
+        pg_metrics_finished(&m->metrics, PAGODA_FINISH_ABORT, pg_srv_now() - j->subs[i].arrival, -1,
                             -1);
     }
+    pg_srv_wake_locked(s);
+    pg_srv_job_unlink_locked(j);
+}
+
+void pg_srv_job_unlink_locked(job *j) {
+    pg_server *s = j->srv;
+    if (!j->registered) return;
     if (j->prev)
         j->prev->next = j->next;
     else
         s->jobs = j->next;
     if (j->next) j->next->prev = j->prev;
+    j->prev = j->next = NULL;
     j->registered = false;
+}
+
+void pg_srv_wake_locked(pg_server *s) {
+    s->work_seq++;
+    pthread_cond_signal(&s->work_cv);
+}
+
+void pg_srv_job_register_locked(job *j) {
+    pg_server *s = j->srv;
+    j->prev = NULL;
+    j->next = s->jobs;
+    if (s->jobs) s->jobs->prev = j;
+    s->jobs = j;
+    j->registered = true;
+    pg_srv_wake_locked(s);
+}
+
+void pg_srv_new_id(pg_server *s, const char *prefix, char *out, size_t cap, uint64_t *num) {
+    /* ids: a splitmix64 stream keyed per server start (unique, not secret) */
+    uint64_t x = atomic_fetch_add(&s->next_id, 0x9E3779B97F4A7C15ull);
+    uint64_t a = pg_srv_mix64(x), b = pg_srv_mix64(x ^ 0xD1B54A32D192ED03ull);
+    snprintf(out, cap, "%s-%016llx%016llx", prefix, (unsigned long long)a, (unsigned long long)b);
+    if (num) *num = a ^ pg_srv_mix64(b);
 }
 
 static void job_log(const job *j) {
@@ -234,7 +176,8 @@ static void job_log(const job *j) {
         "%s: %zu choice%s, prompt %lld tokens, output %lld tokens, ttft %.1f ms, total %.1f ms, "
         "finish %s",
         j->id, j->n_choices, j->n_choices == 1 ? "" : "s", (long long)prompt_tokens,
-        (long long)out_tokens, ttft < 0 ? -1.0 : ttft * 1e3, (now_mono() - j->t_start) * 1e3, fin);
+        (long long)out_tokens, ttft < 0 ? -1.0 : ttft * 1e3, (pg_srv_now() - j->t_start) * 1e3,
+        fin);
     int issues = 0;
     for (size_t i = 0; i < j->n_choices; i++)
         if (j->choices[i].harmony) issues += pg_hchat_issues(j->choices[i].harmony);
@@ -244,7 +187,7 @@ static void job_log(const job *j) {
 }
 
 /* True when the peer closed its end of the connection. */
-static bool peer_gone(int fd) {
+bool pg_srv_peer_gone(int fd) {
     if (fd < 0) return false;
     struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
     if (poll(&p, 1, 0) <= 0) return false;
@@ -257,12 +200,16 @@ static bool peer_gone(int fd) {
     return false;
 }
 
-static void timed_wait(job *j) {
+void pg_srv_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&j->cv, &j->srv->mu, &ts);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void timed_wait(job *j) {
+    pg_srv_timed_wait(&j->cv, &j->srv->mu);
 }
 
 /* Token text for logprobs (UTF-8-safe), decoded after the previous token so
@@ -295,7 +242,8 @@ static char *token_text(pagoda_engine *e, int32_t prev, int32_t tok) {
 }
 
 /* Copy one engine output into its choice (mu held). */
-static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o, double now) {
+static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
+    srv_model *m = j->m;
     pg_api_choice *ch = &j->choices[i];
     sub *sb = &j->subs[i];
     if (o->text_delta_len) pg_api_choice_append(ch, o->text_delta, o->text_delta_len);
@@ -303,12 +251,12 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
     if (o->logprobs && j->req.logprobs >= 0) {
         for (size_t k = 0; k < o->n_new_tokens; k++) {
             const pagoda_token_logprobs *tl = &o->logprobs[k];
-            pg_api_logprob lp = {token_text(s->e, sb->last_token, tl->token), tl->logprob, NULL, 0};
+            pg_api_logprob lp = {token_text(m->e, sb->last_token, tl->token), tl->logprob, NULL, 0};
             int32_t nt = tl->n_top < j->req.logprobs ? tl->n_top : j->req.logprobs;
             if (nt > 0 && (lp.top = calloc((size_t)nt, sizeof *lp.top))) {
                 lp.n_top = nt;
                 for (int32_t t = 0; t < nt; t++) {
-                    lp.top[t].text = token_text(s->e, sb->last_token, tl->top[t].token);
+                    lp.top[t].text = token_text(m->e, sb->last_token, tl->top[t].token);
                     lp.top[t].logprob = tl->top[t].logprob;
                 }
             }
@@ -326,7 +274,7 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
     if (o->first_token_time > 0) sb->first_token = o->first_token_time;
     if (o->n_new_tokens) {
         if (sb->last_token_time > 0)
-            pg_metrics_itl(&s->metrics, (now - sb->last_token_time) / (double)o->n_new_tokens,
+            pg_metrics_itl(&m->metrics, (now - sb->last_token_time) / (double)o->n_new_tokens,
                            o->n_new_tokens);
         sb->last_token_time = now;
     }
@@ -336,7 +284,7 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
         size_t pl = 0;
         const char *piece =
             ch->harmony && o->finish_reason == PAGODA_FINISH_STOP && o->stop_token >= 0
-                ? pagoda_token_piece(s->e, o->stop_token, &pl)
+                ? pagoda_token_piece(m->e, o->stop_token, &pl)
                 : NULL;
         if (piece && pg_hchat_is_end_token(piece, pl)) {
             pg_api_choice_append(ch, piece, pl);
@@ -349,27 +297,28 @@ static void apply_output(pg_server *s, job *j, size_t i, const pagoda_output *o,
             PG_WARN("%s: request failed: %s", j->id, o->error);
         sb->done = true;
         j->n_done++;
-        s->inflight--;
+        m->inflight--;
         double queue = o->first_scheduled_time > 0 ? o->first_scheduled_time - o->arrival_time : -1;
         double ttft = o->first_token_time > 0 ? o->first_token_time - o->arrival_time : -1;
-        pg_metrics_finished(&s->metrics, o->finish_reason, now - o->arrival_time, queue, ttft);
+        pg_metrics_finished(&m->metrics, o->finish_reason, now - o->arrival_time, queue, ttft);
     }
 }
 
 /* Abort what is still running of a streamed job (mu held): its KV blocks
  * are freed at the next step and the stream ends with an error. */
-static void job_abort_locked(pg_server *s, job *j) {
+static void job_abort_locked(job *j) {
+    srv_model *m = j->m;
     j->overflow = true;
-    double now = now_mono();
+    double now = pg_srv_now();
     for (size_t i = 0; i < j->n_choices; i++) {
         sub *sb = &j->subs[i];
         if (sb->done) continue;
-        pagoda_engine_abort(s->e, sb->eid);
+        pagoda_engine_abort(m->e, sb->eid);
         sb->done = true;
         j->choices[i].finish = PAGODA_FINISH_ABORT;
         j->n_done++;
-        s->inflight--;
-        pg_metrics_finished(&s->metrics, PAGODA_FINISH_ABORT, now - sb->arrival, -1, -1);
+        m->inflight--;
+        pg_metrics_finished(&m->metrics, PAGODA_FINISH_ABORT, now - sb->arrival, -1, -1);
     }
 }
 
@@ -379,38 +328,68 @@ static void job_overflow_locked(pg_server *s, job *j, size_t pending) {
     PG_WARN("%s: the client is not reading its stream: %zu bytes of output pending (limit %zu, "
             "--max-stream-buffer); request aborted",
             j->id, pending, s->max_stream_buffer);
-    job_abort_locked(s, j);
+    job_abort_locked(j);
 }
 
-static void *engine_main(void *arg) {
-    pg_server *s = arg;
-    while (!atomic_load(&s->stopping)) {
-        if (!pagoda_engine_wait_for_work(s->e, 100)) continue;
-        size_t n = 0;
-        if (pagoda_engine_step(s->e, &n) != PAGODA_OK) {
-            PG_ERROR("engine step failed: %s", pagoda_last_error());
-            struct timespec ts = {0, 10000000L};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-        const pagoda_output *outs = pagoda_engine_outputs(s->e, &n);
-        if (!n) continue;
-        double now = now_mono();
-        pthread_mutex_lock(&s->mu);
-        for (size_t k = 0; k < n; k++) {
-            for (job *j = s->jobs; j; j = j->next) {
-                size_t i = 0;
-                while (i < j->n_choices && j->subs[i].eid != outs[k].id)
-                    i++;
-                if (i == j->n_choices) continue;
-                apply_output(s, j, i, &outs[k], now);
+/* Step model m's engine once and hand its outputs to the waiting jobs. */
+static void step_model(pg_server *s, srv_model *m) {
+    size_t n = 0;
+    if (pagoda_engine_step(m->e, &n) != PAGODA_OK) {
+        PG_ERROR("%s: engine step failed: %s", m->name, pagoda_last_error());
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    const pagoda_output *outs = pagoda_engine_outputs(m->e, &n);
+    if (!n) return;
+    double now = pg_srv_now();
+    pthread_mutex_lock(&s->mu);
+    for (size_t k = 0; k < n; k++) {
+        for (job *j = s->jobs; j; j = j->next) {
+            if (j->m != m) continue;
+            size_t i = 0;
+            while (i < j->n_choices && j->subs[i].eid != outs[k].id)
+                i++;
+            if (i == j->n_choices) continue;
+            if (j->window) {
+                pg_srv_window_output(j, &outs[k], now);
+            } else {
+                apply_output(j, i, &outs[k], now);
                 size_t pending = j->unsent + (j->out_len - j->out_off);
                 if (j->req.stream && !j->overflow && pending > s->max_stream_buffer)
                     job_overflow_locked(s, j, pending);
-                pthread_cond_broadcast(&j->cv);
-                break;
             }
+            pthread_cond_broadcast(&j->cv);
+            break;
         }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The one engine thread: every engine shares the process-wide thread pool,
+ * so one thread steps them all, round-robin: each pass steps every engine
+ * that has work once, in turn (a busy model delays another by one step,
+ * never more). With nothing to do it sleeps until a request is added or
+ * aborted (work_seq) or 100 ms pass. It runs until the HTTP threads are gone
+ * (engine_stop), so a transcription waiting for its aborted window's last
+ * output always gets it. */
+static void *engine_main(void *arg) {
+    pg_server *s = arg;
+    while (!atomic_load(&s->engine_stop)) {
+        pthread_mutex_lock(&s->mu);
+        uint64_t seen = s->work_seq;
+        pthread_mutex_unlock(&s->mu);
+        bool any = false;
+        for (size_t k = 0; k < s->n_models; k++) {
+            srv_model *m = &s->models[k];
+            if (!pagoda_engine_has_unfinished(m->e)) continue;
+            any = true;
+            step_model(s, m);
+        }
+        if (any) continue;
+        pthread_mutex_lock(&s->mu);
+        if (s->work_seq == seen && !atomic_load(&s->engine_stop))
+            pg_srv_timed_wait(&s->work_cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
     }
     return NULL;
@@ -434,8 +413,8 @@ static char *detok(pagoda_engine *e, const int32_t *ids, size_t n, bool skip_spe
 /* Tokenize a rendered chat prompt as vLLM does (add_special_tokens=False
  * with special-token text matched): pagoda_tokenize with add_special only
  * matches special tokens when it also adds BOS/EOS, so those are removed. */
-static pagoda_status encode_rendered(pg_server *s, const char *text, size_t len, int32_t **ids,
-                                     size_t *n) {
+static pagoda_status encode_rendered(const srv_model *s, const char *text, size_t len,
+                                     int32_t **ids, size_t *n) {
     if (pagoda_tokenize(s->e, text, len, true, ids, n) != PAGODA_OK) return PAGODA_ERR_INVALID_ARG;
     if (s->n_special_ids >= 1 && *n >= 1 && (*ids)[0] == s->special_ids[0]) {
         memmove(*ids, *ids + 1, (*n - 1) * sizeof **ids);
@@ -471,12 +450,13 @@ static pagoda_status render_harmony(const pg_api_request *r, char **text, pg_api
 
 /* Render a chat request's messages (continue_final_message: cut after the
  * final message's text). *text is malloc'ed. */
-static pagoda_status render_chat(pg_server *s, const pg_api_request *r, char **text,
+static pagoda_status render_chat(const srv_model *s, const pg_api_request *r, char **text,
                                  pg_api_error *err) {
     if (s->harmony) return render_harmony(r, text, err);
     char *t = NULL;
     if (pagoda_apply_chat_template(s->e, r->messages_json, r->tools_json, r->kwargs_json,
-                                   r->add_generation_prompt, s->chat_template, &t) != PAGODA_OK)
+                                   r->add_generation_prompt, s->srv->chat_template,
+                                   &t) != PAGODA_OK)
         return pg_api_fail(err, 400, "messages", "%s", pagoda_last_error());
     size_t keep = strlen(t);
     if (r->continue_final_message &&
@@ -491,7 +471,7 @@ static pagoda_status render_chat(pg_server *s, const pg_api_request *r, char **t
 
 /* Tokenize every prompt (chat: render the template first) and check lengths.
  * On success ids[i] / n_ids[i] are malloc'ed and echo texts set. */
-static pagoda_status prepare_prompts(pg_server *s, job *j, int32_t ***ids_out, size_t **n_out,
+static pagoda_status prepare_prompts(const srv_model *s, job *j, int32_t ***ids_out, size_t **n_out,
                                      pg_api_error *err) {
     pg_api_request *r = &j->req;
     if (r->kind == PG_API_CHAT) {
@@ -557,7 +537,9 @@ static void free_ids(int32_t **ids, size_t *n, size_t count) {
 }
 
 /* Add the job's engine requests and register it; 503 when the queue is full. */
-static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_api_error *err) {
+static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err) {
+    pg_server *s = j->srv;
+    srv_model *m = j->m;
     pg_api_request *r = &j->req;
     if (!ids || !n) return pg_api_fail(err, 500, NULL, "out of memory");
     size_t per = (size_t)r->n;
@@ -565,12 +547,13 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
     j->choices = calloc(j->n_choices, sizeof *j->choices);
     j->subs = calloc(j->n_choices, sizeof *j->subs);
     if (!j->choices || !j->subs) return pg_api_fail(err, 500, NULL, "out of memory");
-    bool harmony = s->harmony && r->kind == PG_API_CHAT;
+    bool harmony = m->harmony && r->kind == PG_API_CHAT;
     for (size_t c = 0; c < j->n_choices; c++) {
         j->choices[c].stop_token = -1;
         pg_api_choice_append(&j->choices[c], "", 0);
         /* one harmony parser per choice; call ids keyed by the job and choice */
-        if (harmony && pg_hchat_create(mix64(j->id_num ^ mix64(c)), &j->choices[c].harmony))
+        if (harmony &&
+            pg_hchat_create(pg_srv_mix64(j->id_num ^ pg_srv_mix64(c)), &j->choices[c].harmony))
             return pg_api_fail(err, 500, NULL, "out of memory");
         if (r->echo) {
             const pg_api_prompt *pr = &r->prompts[c / per];
@@ -578,7 +561,7 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
                 pg_api_choice_append(&j->choices[c], pr->text, pr->text_len);
             } else {
                 size_t len = 0;
-                char *t = detok(s->e, pr->ids, pr->n_ids, r->sampling.skip_special_tokens, &len);
+                char *t = detok(m->e, pr->ids, pr->n_ids, r->sampling.skip_special_tokens, &len);
                 if (t) pg_api_choice_append(&j->choices[c], t, len);
                 free(t);
             }
@@ -586,8 +569,8 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
         }
     }
     pthread_mutex_lock(&s->mu);
-    if (s->inflight + (int64_t)j->n_choices > s->inflight_limit) {
-        int64_t inflight = s->inflight;
+    if (m->inflight + (int64_t)j->n_choices > s->inflight_limit) {
+        int64_t inflight = m->inflight;
         pthread_mutex_unlock(&s->mu);
         return pg_api_fail(err, 503, NULL,
                            "server busy: %lld requests in flight, the limit is %lld "
@@ -601,23 +584,21 @@ static pagoda_status submit(pg_server *s, job *j, int32_t **ids, size_t *n, pg_a
         req.add_special_tokens = false;
         req.sampling = r->sampling;
         req.grammar = j->grammar;
+        req.cache_salt = r->cache_salt;
         if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
             req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
-        if (pagoda_engine_add_request(s->e, &req, &j->subs[c].eid, NULL) != PAGODA_OK) {
+        if (pagoda_engine_add_request(m->e, &req, &j->subs[c].eid, NULL) != PAGODA_OK) {
             pg_api_fail(err, 400, NULL, "%s", pagoda_last_error());
             for (size_t k = 0; k < c; k++)
-                pagoda_engine_abort(s->e, j->subs[k].eid);
+                pagoda_engine_abort(m->e, j->subs[k].eid);
             pthread_mutex_unlock(&s->mu);
             return PAGODA_ERR_INVALID_ARG;
         }
-        j->subs[c].arrival = now_mono();
+        j->subs[c].arrival = pg_srv_now();
         j->subs[c].last_token = n[c / per] ? ids[c / per][n[c / per] - 1] : -1;
     }
-    s->inflight += (int64_t)j->n_choices;
-    j->next = s->jobs;
-    if (s->jobs) s->jobs->prev = j;
-    s->jobs = j;
-    j->registered = true;
+    m->inflight += (int64_t)j->n_choices;
+    pg_srv_job_register_locked(j);
     pthread_mutex_unlock(&s->mu);
     return PAGODA_OK;
 }
@@ -684,7 +665,7 @@ static void stream_collect(job *j) {
         if (ch->harmony) {
             if (!stream_harmony(j, i)) {
                 PG_ERROR("%s: out of memory streaming choice %zu", j->id, i);
-                job_abort_locked(j->srv, j);
+                job_abort_locked(j);
                 return;
             }
             continue;
@@ -721,7 +702,7 @@ static void stream_collect(job *j) {
  * than the timeout would be cut right after that token (measured with MHD
  * 0.9.75). Setting the timeout to 0 and back resets the timer (microhttpd.h,
  * MHD_CONNECTION_OPTION_TIMEOUT). */
-static void restart_idle_timer(pg_server *s, struct MHD_Connection *c) {
+void pg_srv_restart_idle_timer(pg_server *s, struct MHD_Connection *c) {
     if (!c) return;
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->request_timeout);
@@ -745,7 +726,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             j->out_off += n;
             if (j->out_off == j->out_len) j->out_off = j->out_len = 0;
             pthread_mutex_unlock(&s->mu);
-            if (waited) restart_idle_timer(s, j->mc);
+            if (waited) pg_srv_restart_idle_timer(s, j->mc);
             return (ssize_t)n;
         }
         if (j->done_sent) {
@@ -754,7 +735,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         stream_collect(j);
         if (j->out_len) continue;
-        if (atomic_load(&s->stopping) || peer_gone(j->fd)) {
+        if (atomic_load(&s->stopping) || pg_srv_peer_gone(j->fd)) {
             pthread_mutex_unlock(&s->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -766,7 +747,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 /* A harmony chat's generation: special tokens kept in the text (the parser
  * reads <|channel|>, <|message|>, ...) and stop at <|return|> / <|call|>
  * besides the model's and the request's stop ids. */
-static pagoda_status harmony_sampling(const pg_server *s, pg_api_request *r) {
+static pagoda_status harmony_sampling(const srv_model *s, pg_api_request *r) {
     pagoda_sampling *sp = &r->sampling;
     sp->skip_special_tokens = false;
     size_t n = sp->n_stop_token_ids;
@@ -788,47 +769,55 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     job *j = calloc(1, sizeof *j);
     if (!j) return fail(c, 500, NULL, "out of memory");
     j->srv = s;
-    j->t_start = now_mono();
+    j->t_start = pg_srv_now();
     pthread_cond_init(&j->cv, NULL);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->mc = c;
-    pagoda_sampling defaults;
-    pagoda_sampling_defaults(s->e, &defaults);
     pg_api_kind kind = cc->ep == EP_CHAT ? PG_API_CHAT : PG_API_COMPLETION;
-    if (pg_api_parse(kind, cc->body ? cc->body : "", cc->len, &defaults, &j->req, &err)) {
-        job_free(j);
-        return send_error(c, &err);
+    /* the sampling defaults are the model's (generation_config.json): parse
+     * with the first model's, and again when the request names another */
+    srv_model *m = &s->models[0];
+    for (int pass = 0; pass < 2; pass++) {
+        pagoda_sampling defaults;
+        pagoda_sampling_defaults(m->e, &defaults);
+        if (pass) pg_api_request_free(&j->req);
+        if (pg_api_parse(kind, cc->body ? cc->body : "", cc->len, &defaults, &j->req, &err)) {
+            job_free(j);
+            return pg_srv_send_error(c, &err);
+        }
+        srv_model *want = pg_srv_route(s, j->req.model, false, &err);
+        if (!want) {
+            job_free(j);
+            return pg_srv_send_error(c, &err);
+        }
+        if (want == m) break;
+        m = want;
     }
-    if (pg_api_check_model(j->req.model, s->model_name, &err) ||
-        pg_api_check_capacity((kind == PG_API_CHAT ? 1 : j->req.n_prompts) * (size_t)j->req.n,
+    j->m = m;
+    if (pg_api_check_capacity((kind == PG_API_CHAT ? 1 : j->req.n_prompts) * (size_t)j->req.n,
                               s->max_num_seqs, s->max_queue, &err) ||
-        pg_structured_from_body(s->e, cc->body ? cc->body : "", cc->len,
-                                s->harmony && kind == PG_API_CHAT, &j->grammar, &err)) {
+        pg_structured_from_body(m->e, cc->body ? cc->body : "", cc->len,
+                                m->harmony && kind == PG_API_CHAT, &j->grammar, &err)) {
         job_free(j);
-        return send_error(c, &err);
+        return pg_srv_send_error(c, &err);
     }
-    /* ids: a splitmix64 stream keyed per server start (unique, not secret) */
-    uint64_t num = atomic_fetch_add(&s->next_id, 0x9E3779B97F4A7C15ull);
-    uint64_t a = mix64(num), b = mix64(num ^ 0xD1B54A32D192ED03ull);
-    snprintf(j->id, sizeof j->id, "%s-%016llx%016llx", kind == PG_API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)a, (unsigned long long)b);
-    j->id_num = a ^ mix64(b);
-    if (kind == PG_API_CHAT && s->harmony && harmony_sampling(s, &j->req)) {
+    pg_srv_new_id(s, kind == PG_API_CHAT ? "chatcmpl" : "cmpl", j->id, sizeof j->id, &j->id_num);
+    if (kind == PG_API_CHAT && m->harmony && harmony_sampling(m, &j->req)) {
         job_free(j);
         return fail(c, 500, NULL, "out of memory");
     }
-    j->meta = (pg_api_meta){kind, j->id, (int64_t)time(NULL), s->model_name};
+    j->meta = (pg_api_meta){kind, j->id, (int64_t)time(NULL), m->name};
 
     int32_t **ids = NULL;
     size_t *n = NULL;
-    pagoda_status st = prepare_prompts(s, j, &ids, &n, &err);
-    if (!st) st = submit(s, j, ids, n, &err);
+    pagoda_status st = prepare_prompts(m, j, &ids, &n, &err);
+    if (!st) st = submit(j, ids, n, &err);
     free_ids(ids, n, j->req.n_prompts);
     if (st) {
         job_free(j);
-        return send_error(c, &err);
+        return pg_srv_send_error(c, &err);
     }
     cc->job = j;
     if (j->req.stream) {
@@ -845,7 +834,7 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     bool gone = false;
     while (j->n_done < j->n_choices && !atomic_load(&s->stopping)) {
         timed_wait(j);
-        if (j->n_done < j->n_choices && peer_gone(j->fd)) {
+        if (j->n_done < j->n_choices && pg_srv_peer_gone(j->fd)) {
             gone = true;
             break;
         }
@@ -865,7 +854,7 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
                    : NULL;
     pthread_mutex_unlock(&s->mu);
     if (gone) return MHD_NO;
-    restart_idle_timer(s, c);
+    pg_srv_restart_idle_timer(s, c);
     if (!complete) return fail(c, 503, NULL, "server shutting down");
     if (error) return fail(c, 500, NULL, error);
     return send_json(c, 200, js);
@@ -873,53 +862,134 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
 
 /* ------------------------------------------------------------ other endpoints */
 
+/* "`a`, `b`" (at most ~400 bytes) for messages. */
+static void model_list(const pg_server *s, bool only_speech_kind, bool speech, char *out,
+                       size_t cap) {
+    size_t n = 0;
+    out[0] = 0;
+    for (size_t k = 0; k < s->n_models && n + 8 < cap; k++) {
+        if (only_speech_kind && s->models[k].speech != speech) continue;
+        int w = snprintf(out + n, cap - n, "%s`%.120s`", n ? ", " : "", s->models[k].name);
+        if (w < 0) break;
+        n += (size_t)w;
+        if (n >= cap) n = cap - 1;
+    }
+}
+
+srv_model *pg_srv_route(pg_server *s, const char *requested, bool want_speech, pg_api_error *err) {
+    char list[420];
+    if (requested) {
+        for (size_t k = 0; k < s->n_models; k++) {
+            srv_model *m = &s->models[k];
+            if (strcmp(m->name, requested) != 0) continue;
+            if (m->speech == want_speech) return m;
+            if (m->speech)
+                pg_api_fail(err, 400, "model",
+                            "The model `%s` is a speech-to-text model: it serves "
+                            "/v1/audio/transcriptions and /v1/audio/translations, not "
+                            "completions or chats.",
+                            requested);
+            else
+                pg_api_fail(err, 400, "model",
+                            "The model `%s` does not transcribe audio (it is a text generation "
+                            "model); name a speech-to-text model such as Whisper.",
+                            requested);
+            return NULL;
+        }
+        model_list(s, false, false, list, sizeof list);
+        pg_api_fail(err, 404, "model", "The model `%s` does not exist (this server serves %s).",
+                    requested, list);
+        err->code = "model_not_found";
+        return NULL;
+    }
+    for (size_t k = 0; k < s->n_models; k++)
+        if (s->models[k].speech == want_speech) return &s->models[k];
+    model_list(s, false, false, list, sizeof list);
+    if (want_speech)
+        pg_api_fail(err, 400, "model",
+                    "no model on this server transcribes audio (it serves %s, text generation)",
+                    list);
+    else
+        pg_api_fail(err, 400, "model",
+                    "no model on this server generates text (it serves %s, speech to text)", list);
+    return NULL;
+}
+
+/* vLLM's model card plus what each model serves: "task" (vLLM's task
+ * names: "generate", "transcription") and "capabilities" (the endpoints'
+ * kinds). */
 static enum MHD_Result handle_models(pg_server *s, struct MHD_Connection *c) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", s->model_name);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
-    cJSON_AddStringToObject(m, "owned_by", "pagoda");
-    cJSON_AddStringToObject(m, "root", s->model_name);
-    cJSON_AddNullToObject(m, "parent");
-    cJSON_AddNumberToObject(m, "max_model_len", s->max_model_len);
-    cJSON_AddArrayToObject(m, "permission");
-    cJSON_AddItemToArray(data, m);
+    for (size_t k = 0; k < s->n_models; k++) {
+        const srv_model *sm = &s->models[k];
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", sm->name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", (double)time(NULL));
+        cJSON_AddStringToObject(m, "owned_by", "pagoda");
+        cJSON_AddStringToObject(m, "root", sm->name);
+        cJSON_AddNullToObject(m, "parent");
+        cJSON_AddNumberToObject(m, "max_model_len", sm->max_model_len);
+        cJSON_AddArrayToObject(m, "permission");
+        cJSON_AddStringToObject(m, "task", sm->speech ? "transcription" : "generate");
+        cJSON *caps = cJSON_AddArrayToObject(m, "capabilities");
+        static const char *const SPEECH[] = {"transcription", "translation"};
+        static const char *const TEXT[] = {"completion", "chat", "tokenize"};
+        const char *const *names = sm->speech ? SPEECH : TEXT;
+        int nn = sm->speech ? 2 : 3;
+        for (int i = 0; i < nn; i++)
+            cJSON_AddItemToArray(caps, cJSON_CreateString(names[i]));
+        cJSON_AddItemToArray(data, m);
+    }
     char *js = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return send_json(c, 200, js);
+}
+
+/* /tokenize and /detokenize: any model by name (Whisper has a tokenizer
+ * too); without a name the first text model, else the first model. */
+static srv_model *route_tokenizer(pg_server *s, const char *requested, pg_api_error *err) {
+    if (requested) {
+        for (size_t k = 0; k < s->n_models; k++)
+            if (!strcmp(s->models[k].name, requested)) return &s->models[k];
+        return pg_srv_route(s, requested, false, err);
+    }
+    for (size_t k = 0; k < s->n_models; k++)
+        if (!s->models[k].speech) return &s->models[k];
+    return &s->models[0];
 }
 
 static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
     pg_server *s = cc->srv;
     pg_api_request r;
     pg_api_error err;
+    srv_model *m = NULL;
     if (pg_api_parse_tokenize(cc->body ? cc->body : "", cc->len, &r, &err) ||
-        pg_api_check_model(r.model, s->model_name, &err)) {
+        !(m = route_tokenizer(s, r.model, &err))) {
         pg_api_request_free(&r);
-        return send_error(c, &err);
+        return pg_srv_send_error(c, &err);
     }
     char *text = NULL;
-    if (r.kind == PG_API_CHAT && render_chat(s, &r, &text, &err)) {
+    if (r.kind == PG_API_CHAT && render_chat(m, &r, &text, &err)) {
         pg_api_request_free(&r);
-        return send_error(c, &err);
+        return pg_srv_send_error(c, &err);
     }
     const char *src = text ? text : r.prompts[0].text;
     size_t src_len = text ? strlen(text) : r.prompts[0].text_len;
     int32_t *ids = NULL;
     size_t n = 0;
     pagoda_status tst = r.kind == PG_API_CHAT && !r.add_special_tokens
-                            ? encode_rendered(s, src, src_len, &ids, &n)
-                            : pagoda_tokenize(s->e, src, src_len, r.add_special_tokens, &ids, &n);
+                            ? encode_rendered(m, src, src_len, &ids, &n)
+                            : pagoda_tokenize(m->e, src, src_len, r.add_special_tokens, &ids, &n);
     bool want_strs = r.return_token_strs;
     free(text);
     pg_api_request_free(&r);
     if (tst) return fail(c, 400, "prompt", pagoda_last_error());
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "count", (double)n);
-    cJSON_AddNumberToObject(o, "max_model_len", s->max_model_len);
+    cJSON_AddNumberToObject(o, "max_model_len", m->max_model_len);
     cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
     for (size_t i = 0; i < n; i++)
         cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
@@ -927,7 +997,7 @@ static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
         cJSON *strs = cJSON_AddArrayToObject(o, "token_strs");
         for (size_t i = 0; i < n; i++) {
             size_t pl = 0;
-            const char *piece = pagoda_token_piece(s->e, ids[i], &pl);
+            const char *piece = pagoda_token_piece(m->e, ids[i], &pl);
             char *safe = pg_api_utf8_dup(piece ? piece : "", pl);
             cJSON_AddItemToArray(strs, cJSON_CreateString(safe ? safe : ""));
             free(safe);
@@ -945,23 +1015,24 @@ static enum MHD_Result handle_detokenize(conn *cc, struct MHD_Connection *c) {
     pg_server *s = cc->srv;
     pg_api_request r;
     pg_api_error err;
+    srv_model *m = NULL;
     if (pg_api_parse_detokenize(cc->body ? cc->body : "", cc->len, &r, &err) ||
-        pg_api_check_model(r.model, s->model_name, &err)) {
+        !(m = route_tokenizer(s, r.model, &err))) {
         pg_api_request_free(&r);
-        return send_error(c, &err);
+        return pg_srv_send_error(c, &err);
     }
     const pg_api_prompt *pr = &r.prompts[0];
-    int32_t vocab = pagoda_engine_vocab_size(s->e);
+    int32_t vocab = pagoda_engine_vocab_size(m->e);
     for (size_t i = 0; i < pr->n_ids; i++)
         if (pr->ids[i] >= vocab) {
             pg_api_fail(&err, 400, "tokens",
                         "'tokens' item %zu: token id %d is out of the vocabulary [0, %d)", i,
                         pr->ids[i], vocab);
             pg_api_request_free(&r);
-            return send_error(c, &err);
+            return pg_srv_send_error(c, &err);
         }
     size_t len = 0;
-    char *text = detok(s->e, pr->ids, pr->n_ids, false, &len);
+    char *text = detok(m->e, pr->ids, pr->n_ids, false, &len);
     pg_api_request_free(&r);
     if (!text) return fail(c, 400, "tokens", pagoda_last_error());
     cJSON *o = cJSON_CreateObject();
@@ -975,12 +1046,21 @@ static enum MHD_Result handle_detokenize(conn *cc, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result handle_metrics(pg_server *s, struct MHD_Connection *c) {
-    pagoda_stats st;
-    pagoda_engine_get_stats(s->e, &st);
-    char *txt = pg_metrics_render(&s->metrics, s->model_name, &st);
+    pagoda_stats *st = calloc(s->n_models, sizeof *st);
+    pg_metrics_model *mm = calloc(s->n_models, sizeof *mm);
+    char *txt = NULL;
+    if (st && mm) {
+        for (size_t k = 0; k < s->n_models; k++) {
+            pagoda_engine_get_stats(s->models[k].e, &st[k]);
+            mm[k] = (pg_metrics_model){s->models[k].name, &s->models[k].metrics, &st[k]};
+        }
+        txt = pg_metrics_render_models(mm, s->n_models);
+    }
+    free(st);
+    free(mm);
     if (!txt) return fail(c, 500, NULL, "out of memory");
-    return send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", txt, strlen(txt), NULL,
-                     NULL);
+    return pg_srv_send_text(c, 200, "text/plain; version=0.0.4; charset=utf-8", txt, strlen(txt),
+                            NULL, NULL);
 }
 
 /* --------------------------------------------------------------- routing */
@@ -1001,7 +1081,17 @@ static const route ROUTES[] = {
     {"/detokenize", "POST", EP_DETOKENIZE, true},
     {"/v1/completions", "POST", EP_COMPLETIONS, true},
     {"/v1/chat/completions", "POST", EP_CHAT, true},
+    {"/v1/audio/transcriptions", "POST", EP_TRANSCRIPTIONS, true},
+    {"/v1/audio/translations", "POST", EP_TRANSLATIONS, true},
 };
+
+/* The largest body an endpoint takes: the audio endpoints' is the file
+ * limit plus room for the form's other fields and part headers. */
+static size_t body_limit(const pg_server *s, endpoint ep) {
+    if (ep == EP_TRANSCRIPTIONS || ep == EP_TRANSLATIONS)
+        return s->max_audio_bytes + PG_AUDIO_FORM_MAX_FIELDS * (size_t)1024 + ((size_t)1 << 20);
+    return s->max_body;
+}
 
 static bool auth_ok(pg_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
@@ -1053,31 +1143,54 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             pg_api_fail(&err, 405, NULL, "%s", msg);
             char *js = pg_api_error_json(&err);
             if (!js) return MHD_NO;
-            return send_text(c, 405, "application/json", js, strlen(js), MHD_HTTP_HEADER_ALLOW,
-                             allow);
+            return pg_srv_send_text(c, 405, "application/json", js, strlen(js),
+                                    MHD_HTTP_HEADER_ALLOW, allow);
         }
         if (rt->auth && !auth_ok(s, c)) {
             pg_api_error err;
             pg_api_fail(&err, 401, NULL,
                         "missing or invalid API key (send 'Authorization: Bearer KEY')");
             err.code = "invalid_api_key";
-            return send_error(c, &err);
+            return pg_srv_send_error(c, &err);
         }
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->max_body) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "request body of %.20s bytes is over the limit of %zu bytes",
-                     cl, s->max_body);
+        size_t limit = body_limit(s, rt->ep);
+        bool audio = rt->ep == EP_TRANSCRIPTIONS || rt->ep == EP_TRANSLATIONS;
+        unsigned long long clv = cl ? strtoull(cl, NULL, 10) : 0;
+        /* an audio upload a little over the limit is read and answered 413
+         * at its end: clients (undici, the openai npm client) report a
+         * connection error, not the 413, when the server closes during their
+         * upload; the request read deadline bounds the time it takes */
+        if (cl && clv > limit && (!audio || clv / 4 > limit)) {
+            char msg[200];
+            if (limit == s->max_body)
+                snprintf(msg, sizeof msg,
+                         "request body of %.20s bytes is over the limit of %zu bytes", cl, limit);
+            else
+                snprintf(msg, sizeof msg,
+                         "request body of %.20s bytes is over the limit of %zu bytes (audio "
+                         "files: --max-audio-bytes %zu)",
+                         cl, limit, s->max_audio_bytes);
             return fail(c, 413, NULL, msg);
         }
         cc->early_done = false;
         cc->ep = rt->ep;
+        if (audio) return pg_srv_audio_begin(cc, c, clv);
         return MHD_YES;
     }
     if (cc->early_done) {
         *upload_size = 0;
         return MHD_YES;
+    }
+    if (cc->pp) { /* the audio endpoints' multipart body */
+        if (*upload_size) {
+            size_t n = *upload_size;
+            *upload_size = 0;
+            return pg_srv_audio_chunk(cc, c, upload_data, n);
+        }
+        pg_guard_request_read(c);
+        return pg_srv_audio_handle(cc, c);
     }
     if (*upload_size) {
         size_t n = *upload_size;
@@ -1108,7 +1221,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     switch (cc->ep) {
     case EP_HEALTH:
-        return send_text(c, 200, NULL, NULL, 0, NULL, NULL);
+        return pg_srv_send_text(c, 200, NULL, NULL, 0, NULL, NULL);
     case EP_VERSION: {
         char *js = strdup("{\"version\":\"" PAGODA_VERSION "\"}");
         return send_json(c, 200, js);
@@ -1136,6 +1249,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     pg_guard_request_done(c, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     conn *cc = *con_cls;
     if (!cc) return;
+    if (cc->pp || cc->tjob || cc->form) pg_srv_audio_completed(cc, toe);
     if (cc->job) {
         pg_server *s = cc->srv;
         pthread_mutex_lock(&s->mu);
@@ -1198,7 +1312,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
         }
     static _Atomic long long window;
     static atomic_int count;
-    long long sec = (long long)now_mono();
+    long long sec = (long long)pg_srv_now();
     if (atomic_exchange(&window, sec) != sec) atomic_store(&count, 0);
     if (atomic_fetch_add(&count, 1) < 5)
         PG_WARN("http: %s", msg);
@@ -1223,7 +1337,7 @@ static int fit_connection_limit(int asked) {
 }
 
 /* The id of `text` when the tokenizer has it as one (special) token, else -1. */
-static int32_t single_token(pg_server *s, const char *text) {
+static int32_t single_token(const srv_model *s, const char *text) {
     int32_t *ids = NULL;
     size_t n = 0;
     if (encode_rendered(s, text, strlen(text), &ids, &n) != PAGODA_OK) return -1;
@@ -1235,7 +1349,7 @@ static int32_t single_token(pg_server *s, const char *text) {
 /* Harmony chats: architecture gpt_oss, or a chat template (the override or
  * the model's) that writes <|channel|>; needs <|return|> and <|call|> as
  * tokens (else the model's template is used, with a warning). */
-static void detect_harmony(pg_server *s, const pg_server_options *opt) {
+static void detect_harmony(srv_model *s, const pg_server_options *opt) {
     const char *arch = pagoda_engine_architecture(s->e);
     bool want = arch && !strcmp(arch, "gpt_oss");
     char *tpl = NULL;
@@ -1248,25 +1362,81 @@ static void detect_harmony(pg_server *s, const pg_server_options *opt) {
     if (s->harmony_stop_ids[0] < 0 || s->harmony_stop_ids[1] < 0) {
         PG_WARN("http: %s looks like a harmony (gpt-oss) model but its tokenizer has no "
                 "<|return|> / <|call|> token: chats use its chat template",
-                s->model_name);
+                s->name);
         return;
     }
     s->harmony = true;
-    PG_INFO("http: chats in the harmony format (reasoning_content, tool_calls; stop tokens %d, %d)",
-            s->harmony_stop_ids[0], s->harmony_stop_ids[1]);
+    PG_INFO("http: %s: chats in the harmony format (reasoning_content, tool_calls; stop tokens "
+            "%d, %d)",
+            s->name, s->harmony_stop_ids[0], s->harmony_stop_ids[1]);
+}
+
+/* What the server keeps of model k (name already set). */
+static void model_init(pg_server *s, srv_model *m, pagoda_engine *e, const pg_server_options *opt) {
+    m->srv = s;
+    m->e = e;
+    m->max_model_len = pagoda_engine_max_model_len(e);
+    m->speech = pagoda_engine_encoder_input_shape(e, &m->n_mels, &m->n_frames);
+    pg_metrics_init(&m->metrics);
+    if (m->speech) return; /* no chats: no special-token or harmony handling */
+    int32_t *sp = NULL;
+    size_t nsp = 0;
+    if (pagoda_tokenize(e, "", 0, true, &sp, &nsp) == PAGODA_OK) {
+        m->n_special_ids = nsp < 2 ? nsp : 2;
+        for (size_t i = 0; i < m->n_special_ids; i++)
+            m->special_ids[i] = sp[i];
+        pagoda_free(sp);
+    }
+    detect_harmony(m, opt);
 }
 
 pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg_server **out) {
+    return pg_server_start_models(&e, 1, opt, out);
+}
+
+pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_engines,
+                                     const pg_server_options *opt, pg_server **out) {
     *out = NULL;
+    if (n_engines == 0) return pg_error(PAGODA_ERR_INVALID_ARG, "server: no model");
+    if (n_engines > 1 && opt->served_model_name)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "server: served_model_name names one model, not %zu", n_engines);
     pg_server *s = calloc(1, sizeof *s);
     if (!s) return pg_error(PAGODA_ERR_NOMEM, "server: out of memory");
-    s->e = e;
-    const char *name =
-        opt->served_model_name ? opt->served_model_name : pagoda_engine_model_name(e);
-    s->model_name = strdup(name ? name : "model");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work_cv, NULL);
+    s->models = calloc(n_engines, sizeof *s->models);
+    if (!s->models) {
+        pg_server_stop(s);
+        return pg_error(PAGODA_ERR_NOMEM, "server: out of memory");
+    }
     s->api_key = opt->api_key && opt->api_key[0] ? strdup(opt->api_key) : NULL;
     s->chat_template = opt->chat_template ? strdup(opt->chat_template) : NULL;
+    for (size_t k = 0; k < n_engines; k++) {
+        const char *name =
+            opt->served_model_name ? opt->served_model_name : pagoda_engine_model_name(engines[k]);
+        s->models[k].name = strdup(name ? name : "model");
+        if (!s->models[k].name) {
+            pg_server_stop(s);
+            return pg_error(PAGODA_ERR_NOMEM, "server: out of memory");
+        }
+        s->n_models = k + 1;
+        model_init(s, &s->models[k], engines[k], opt);
+        for (size_t i = 0; i < k; i++)
+            if (!strcmp(s->models[i].name, s->models[k].name)) {
+                char dup[256];
+                snprintf(dup, sizeof dup, "%s", s->models[k].name);
+                pg_server_stop(s);
+                return pg_error(PAGODA_ERR_INVALID_ARG,
+                                "server: two models are named '%s' (models are told apart by "
+                                "their directory or file base name)",
+                                dup);
+            }
+    }
     s->max_body = opt->max_body_bytes ? opt->max_body_bytes : DEFAULT_MAX_BODY;
+    s->max_audio_bytes = opt->max_audio_bytes ? opt->max_audio_bytes : DEFAULT_MAX_AUDIO_BYTES;
+    s->max_audio_seconds =
+        opt->max_audio_seconds > 0 ? opt->max_audio_seconds : DEFAULT_MAX_AUDIO_SECONDS;
     s->max_stream_buffer =
         opt->max_stream_buffer ? opt->max_stream_buffer : DEFAULT_MAX_STREAM_BUFFER;
     s->request_timeout =
@@ -1278,23 +1448,13 @@ pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg
     s->max_num_seqs = opt->max_num_seqs > 0 ? opt->max_num_seqs : 256;
     s->max_queue = opt->max_queue >= 0 ? opt->max_queue : 1024;
     s->inflight_limit = s->max_num_seqs + s->max_queue;
-    s->max_model_len = pagoda_engine_max_model_len(e);
-    int32_t *sp = NULL;
-    size_t nsp = 0;
-    if (pagoda_tokenize(e, "", 0, true, &sp, &nsp) == PAGODA_OK) {
-        s->n_special_ids = nsp < 2 ? nsp : 2;
-        for (size_t i = 0; i < s->n_special_ids; i++)
-            s->special_ids[i] = sp[i];
-        pagoda_free(sp);
-    }
-    detect_harmony(s, opt);
-    pg_metrics_init(&s->metrics);
-    pthread_mutex_init(&s->mu, NULL);
     atomic_init(&s->stopping, false);
+    atomic_init(&s->engine_stop, false);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    atomic_init(&s->next_id, mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
-                                 ((uint64_t)getpid() << 32));
+    atomic_init(&s->next_id,
+                pg_srv_mix64((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+                    ((uint64_t)getpid() << 32));
 
     const char *host = opt->host ? opt->host : "127.0.0.1";
     char port[16];
@@ -1359,6 +1519,14 @@ int pg_server_connections(const pg_server *s) {
     return di ? (int)di->num_connections : -1;
 }
 
+const char *pg_server_model_name(const pg_server *s, size_t k) {
+    return k < s->n_models ? s->models[k].name : NULL;
+}
+
+bool pg_server_model_is_speech(const pg_server *s, size_t k) {
+    return k < s->n_models && s->models[k].speech;
+}
+
 int pg_server_port(const pg_server *s) {
     return s->port;
 }
@@ -1366,12 +1534,23 @@ int pg_server_port(const pg_server *s) {
 void pg_server_stop(pg_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
+    /* the engine thread keeps stepping until the HTTP threads are gone: a
+     * transcription ends by aborting its window and waiting for its last
+     * output */
     if (s->mhd) MHD_stop_daemon(s->mhd);
     pg_guard_free(s->guard);
+    pthread_mutex_lock(&s->mu);
+    atomic_store(&s->engine_stop, true);
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
     if (s->engine_started) pthread_join(s->engine_thread, NULL);
+    pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->mu);
-    pg_metrics_destroy(&s->metrics);
-    free(s->model_name);
+    for (size_t k = 0; k < s->n_models; k++) {
+        pg_metrics_destroy(&s->models[k].metrics);
+        free(s->models[k].name);
+    }
+    free(s->models);
     free(s->api_key);
     free(s->chat_template);
     free(s);

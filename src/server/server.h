@@ -1,11 +1,14 @@
 /* `pagoda serve`: an OpenAI-compatible HTTP server over the public engine
- * API (include/pagoda.h) with libmicrohttpd.
+ * API (include/pagoda.h) with libmicrohttpd, for one or several models (one
+ * engine each; e.g. a chat model and a Whisper model).
  *
  * Threads: MHD runs one thread per connection (plus its listener); those
  * threads only parse, validate, tokenize, enqueue (pagoda_engine_add_request)
- * and wait on a condition variable / write SSE chunks. One engine thread
- * loops over pagoda_engine_wait_for_work + pagoda_engine_step and copies
- * each step's outputs into the waiting requests under the server's mutex.
+ * and wait on a condition variable / write SSE chunks; a transcription runs
+ * pg_transcribe there (a streamed one in a thread of its own), each 30-second
+ * window one engine request. One engine thread steps every engine with work
+ * in turn (they share the process-wide thread pool) and copies each step's
+ * outputs into the waiting requests under the server's mutex.
  * A client that goes away (socket closed) has its requests aborted
  * (pagoda_engine_abort), which frees their KV blocks at the next step.
  * Hostile connections: request-read and keep-alive deadlines (conn_guard.h),
@@ -16,6 +19,7 @@
 #ifndef PAGODA_SERVER_SERVER_H
 #define PAGODA_SERVER_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +48,9 @@ typedef struct pg_server_options {
     int socket_send_buffer;     /* SO_SNDBUF of connection sockets in bytes; 0 = the
                                    kernel's autotuning (tests make it small so that a
                                    client that does not read stalls the stream early) */
+    /* The audio endpoints (speech models). */
+    size_t max_audio_bytes;   /* largest uploaded audio file; larger: 413. 0 = 25 MiB */
+    double max_audio_seconds; /* longest audio (decoded) accepted; longer: 400. 0 = 1800 */
 } pg_server_options;
 
 typedef struct pg_server pg_server;
@@ -53,11 +60,26 @@ typedef struct pg_server pg_server;
  * NOMEM. */
 pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg_server **out);
 
+/* The same for n >= 1 engines, served under their pagoda_engine_model_name
+ * (opt->served_model_name only with one engine). Requests go to the model
+ * their `model` field names; without one to the first model of the
+ * endpoint's kind (text generation for completions, chats and /tokenize;
+ * an encoder-decoder speech model for the audio endpoints). Errors besides
+ * pg_server_start's: INVALID_ARG (no engine, two models with one name,
+ * served_model_name with several engines). */
+pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_engines,
+                                     const pg_server_options *opt, pg_server **out);
+
 /* The connection limit in force (after fitting it to the fd limit). */
 int pg_server_max_connections(const pg_server *s);
 
 /* HTTP connections open now (MHD_DAEMON_INFO_CURRENT_CONNECTIONS). */
 int pg_server_connections(const pg_server *s);
+
+/* Served model k (in the order given to pg_server_start_models): its API
+ * name, and whether it is a speech-to-text model (the audio endpoints). */
+const char *pg_server_model_name(const pg_server *s, size_t k);
+bool pg_server_model_is_speech(const pg_server *s, size_t k);
 
 /* The bound TCP port (the ephemeral one when port 0 was asked). */
 int pg_server_port(const pg_server *s);

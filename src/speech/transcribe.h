@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "pagoda.h"
+#include "tokenizer/whisper_lang.h"
 
 /* Runs one engine request to completion: `req` (encoder features, decoder
  * prompt, sampling, logits_fn) in; the generated token ids (at most cap,
@@ -56,8 +57,14 @@ typedef struct pg_transcribe_options {
     bool without_timestamps;           /* false: timestamp tokens and segments */
     int64_t seed;                      /* sampling at temperature > 0; -1 = random */
     int32_t max_tokens_per_window;     /* 0 = n_text_ctx / 2 (224) */
+    /* decoding.py DecodingOptions: */
+    bool suppress_blank;         /* true: SuppressBlank */
+    const char *suppress_tokens; /* "-1" (non_speech_tokens); "" or NULL: no SuppressTokens */
+    float max_initial_timestamp; /* 1.0 s; <= 0: none */
 } pg_transcribe_options;
 
+/* The defaults of the comments above (openai's transcribe() and
+ * DecodingOptions defaults). */
 void pg_transcribe_options_default(pg_transcribe_options *o);
 
 typedef struct pg_speech_segment {
@@ -91,6 +98,42 @@ typedef void (*pg_segment_fn)(void *ctx, const pg_speech_segment *seg);
 pagoda_status pg_transcribe(pagoda_engine *e, const pg_speech_backend *be, const float *pcm,
                             size_t n_samples, const pg_transcribe_options *o, pg_segment_fn on_seg,
                             void *seg_ctx, pg_transcript **out);
+
+/* One 30-second window decoded once (decoding.py DecodingTask.run with
+ * the greedy decoder at o->temperature, sampling when > 0; no fallback):
+ * the sampled tokens up to the first EOT (excluded), decode(tokens).strip(),
+ * avg_logprob = sum_logprob / (n_tokens + 1), no_speech_prob and the
+ * compression ratio of the text. */
+typedef struct pg_speech_decode_result {
+    int32_t *tokens; /* malloc'ed */
+    int32_t n_tokens;
+    char *text; /* malloc'ed */
+    char language[16];
+    float temperature, avg_logprob, no_speech_prob, compression_ratio;
+} pg_speech_decode_result;
+
+/* Decode mel_window [n_mels][3000] with the options of o that DecodingOptions
+ * has (task, language: NULL = detect on this window, temperature, seed,
+ * without_timestamps, max_tokens_per_window = sample_len, suppress_blank,
+ * suppress_tokens, max_initial_timestamp). prompt[0..n_prompt): previous
+ * text tokens (DecodingOptions.prompt as ids; the last n_text_ctx/2 - 1
+ * are kept) or NULL. Errors: as pg_transcribe. */
+pagoda_status pg_speech_decode(pagoda_engine *e, const pg_speech_backend *be, const float *mel_window,
+                               int32_t n_mels, const pg_transcribe_options *o, const int32_t *prompt,
+                               int32_t n_prompt, pg_speech_decode_result *out);
+void pg_speech_decode_result_free(pg_speech_decode_result *r);
+
+/* decoding.py detect_language on one encoder window (mel_window
+ * [n_mels][3000], transcribe.py: the first 3000 frames of the padded
+ * whole-file mel): one request with the prompt [<|startoftranscript|>] whose
+ * logits are softmaxed over the model's language tokens. *lang_index gets
+ * the most probable index into PG_WHISPER_LANGUAGES; probs (optional,
+ * [PG_WHISPER_MAX_LANGUAGES]) every language's probability (0 for those
+ * the model lacks). Errors: PAGODA_ERR_INVALID_ARG (not a multilingual
+ * Whisper engine), backend errors. */
+pagoda_status pg_speech_detect_language(pagoda_engine *e, const pg_speech_backend *be,
+                                        const float *mel_window, int32_t n_mels, int *lang_index,
+                                        float *probs);
 
 /* ---- response formats (OpenAI audio API: json, text, srt, vtt, verbose_json) ---- */
 

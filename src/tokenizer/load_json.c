@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "tokenizer/tok_internal.h"
 
 static char *read_file(const char *path, size_t *len, pagoda_status *st) {
@@ -323,6 +324,23 @@ static const char *config_token(const cJSON *cfg, const char *key) {
     return NULL;
 }
 
+/* The id of tokenizer_config.json's special token `key`, or -1 (absent /
+ * null). A token that tokenizer.json does not have is ignored with a
+ * warning: transformers would append it as a new token whose id is past the
+ * model's vocabulary, so the special token means nothing to the model. */
+static int32_t config_special(const pg_tokenizer *t, const char *cpath, const char *tpath,
+                              const cJSON *cfg, const char *key) {
+    const char *text = config_token(cfg, key);
+    if (!text) return -1;
+    int32_t id = lookup_token(t, text);
+    if (id < 0)
+        PG_WARN("%s: %s '%.64s' is not a token of %s; pagoda ignores it (the tokenizer keeps its "
+                "own %s, if any; transformers would add it as a new token past the model's "
+                "vocabulary). Fix: name a token of the vocabulary, e.g. its added_tokens' content",
+                cpath, key, text, tpath, key);
+    return id;
+}
+
 static pagoda_status load_model(pg_tokenizer *t, const lctx *L, const cJSON *model, const cJSON *added) {
     const char *type = jstr(model, "type");
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
@@ -512,9 +530,10 @@ pagoda_status pg_tok_load_json(const char *dir, pg_tokenizer **out) {
         }
     if (t->n_prefix == 1) t->bos_id = t->prefix_ids[0];
     if (cfg) {
-        int32_t b = lookup_token(t, config_token(cfg, "bos_token"));
-        int32_t e = lookup_token(t, config_token(cfg, "eos_token"));
-        int32_t p = lookup_token(t, config_token(cfg, "pad_token"));
+        int32_t b = config_special(t, cpath, path, cfg, "bos_token");
+        int32_t e = config_special(t, cpath, path, cfg, "eos_token");
+        int32_t p = config_special(t, cpath, path, cfg, "pad_token");
+        (void)config_special(t, cpath, path, cfg, "unk_token");
         if (b >= 0) t->bos_id = b;
         if (e >= 0) t->eos_id = e;
         if (p >= 0) t->pad_id = p;

@@ -340,6 +340,7 @@ pagoda_status pg_tokenizer_load(const char *path, pg_tokenizer **out) {
     if (S_ISDIR(sb.st_mode)) return pg_tok_load_json(path, out);
     size_t n = strlen(path);
     if (n >= 5 && !strcmp(path + n - 5, ".gguf")) return pg_tok_load_gguf(path, out);
+    if (pg_tokenizer_is_tiktoken_path(path)) return pg_tokenizer_load_tiktoken(path, 99, out);
     if (n >= 14 && !strcmp(path + n - 14, "tokenizer.json")) {
         /* a tokenizer.json file: load its directory */
         char dir[4096];
@@ -357,7 +358,8 @@ pagoda_status pg_tokenizer_load(const char *path, pg_tokenizer **out) {
     fclose(f);
     if (got == 4 && !memcmp(magic, "GGUF", 4)) return pg_tok_load_gguf(path, out);
     return pg_error(PAGODA_ERR_UNSUPPORTED,
-                    "%s: not a tokenizer (expected a directory with tokenizer.json or a .gguf file)",
+                    "%s: not a tokenizer (expected a directory with tokenizer.json, a .gguf or a "
+                    ".tiktoken file)",
                     path);
 }
 

@@ -16,9 +16,35 @@
 typedef struct pg_tokenizer pg_tokenizer;
 
 /* Load from `path`: a directory holding tokenizer.json (+ optional
- * tokenizer_config.json), or a .gguf file (its vocab metadata).
+ * tokenizer_config.json), a tokenizer.json file, a .gguf file (its vocab
+ * metadata), or a tiktoken BPE file (`*.tiktoken`, loaded as Whisper's
+ * tokenizer with 99 languages: pg_tokenizer_load_tiktoken).
  * Errors: PAGODA_ERR_IO / NOT_FOUND / FORMAT / UNSUPPORTED (one line). */
 pagoda_status pg_tokenizer_load(const char *path, pg_tokenizer **out);
+
+/* openai/whisper's tokenizer (whisper/tokenizer.py get_encoding, c0d2f62)
+ * from a tiktoken file (lines "base64(token bytes) rank", ranks 0..n-1:
+ * multilingual.tiktoken n = 50257, gpt2.tiktoken n = 50256): byte-level BPE
+ * merged by rank as tiktoken does, the GPT-2 pre-tokenizer regex, and the
+ * special tokens after the ranks: <|endoftext|> (= n, also BOS/EOS),
+ * <|startoftranscript|>, num_languages language tokens in LANGUAGES order
+ * (tokenizer/whisper_lang.h; 99, or 100 with <|yue|> for large-v3),
+ * <|translate|>, <|transcribe|>, <|startoflm|>, <|startofprev|>,
+ * <|nospeech|>, <|notimestamps|>, <|0.00|> ... <|30.00|> (step 0.02).
+ * Vocab size n + 1609 + num_languages (multilingual: 51865). Token texts are
+ * the byte-level form of HF's Whisper tokenizer.json ("\u0120the").
+ * Errors: PAGODA_ERR_IO / NOT_FOUND (file), FORMAT (malformed line, bad
+ * base64, ranks not dense, a byte without its own rank), INVALID_ARG
+ * (num_languages outside [0, 100]), NOMEM. */
+pagoda_status pg_tokenizer_load_tiktoken(const char *path, int num_languages, pg_tokenizer **out);
+
+/* pg_tokenizer_load, except that a `*.tiktoken` file gets the number of
+ * languages of a Whisper model with model_vocab tokens (51866 -> 100, else
+ * 99; whisper/model.py num_languages); model_vocab <= 0: 99. */
+pagoda_status pg_tokenizer_load_for_vocab(const char *path, int32_t model_vocab, pg_tokenizer **out);
+
+/* True if path names a tiktoken file (ends in ".tiktoken"). */
+bool pg_tokenizer_is_tiktoken_path(const char *path);
 void pg_tokenizer_free(pg_tokenizer *tok);
 
 /* Encode `len` bytes of UTF-8 text.

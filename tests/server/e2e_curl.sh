@@ -134,6 +134,28 @@ req POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 12, "temp
 expect 200 "logprobs tokens"
 check '(.choices[0].logprobs.tokens | join("")) == .choices[0].text' "logprob tokens concatenate to the text"
 
+echo "== cache_salt: prefix-cache blocks are shared only within one salt"
+SP='Once upon a time there was a little girl who loved to play in the park with her dog'
+hits() { req GET /metrics; sed -n 's/^vllm:prefix_cache_hits_total{[^}]*} //p' "$TMP/body"; }
+salted() { # SALT_JSON WHAT
+  req POST /v1/completions "{\"prompt\": \"$SP\", \"max_tokens\": 1$1}"; expect 200 "$2"
+}
+salted '' "unsalted"
+H1=$(hits)
+salted ', "cache_salt": "tenant-a"' "salt a"; H2=$(hits)
+[ "$H2" = "$H1" ] || die "a salted request hit the unsalted blocks ($H1 -> $H2)"
+salted ', "cache_salt": "tenant-b"' "salt b"; H3=$(hits)
+[ "$H3" = "$H2" ] || die "salt b hit salt a's blocks ($H2 -> $H3)"
+salted ', "cache_salt": "tenant-a"' "salt a again"; H4=$(hits)
+[ "$H4" -gt "$H3" ] || die "the same salt did not share its blocks ($H3 -> $H4)"
+salted '' "unsalted again"; H5=$(hits)
+[ "$H5" -gt "$H4" ] || die "unsalted twins did not share ($H4 -> $H5)"
+req POST /v1/completions '{"prompt": "a", "cache_salt": 5}'; expect_error 400 "'cache_salt' must be a non-empty string" "cache_salt a number"
+check '.error.param == "cache_salt"' "cache_salt error param"
+req POST /v1/completions '{"prompt": "a", "cache_salt": ""}'; expect_error 400 "non-empty string" "cache_salt empty"
+req POST /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "cache_salt": ["x"]}'
+expect_error 400 "'cache_salt' must be a non-empty string" "chat cache_salt a list"
+
 echo "== errors"
 req POST /v1/completions '{"prompt": '; expect_error 400 "not valid JSON" "malformed JSON"
 req POST /v1/completions '{"prompt": "a", "max_tokens": "5"}'; expect_error 400 "must be an integer" "wrong type"
