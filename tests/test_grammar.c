@@ -614,9 +614,9 @@ static void test_json_schema_documents(void **state) {
     assert_false(accepts(SCHEMAS[3], "[3,\"2023-04-31\"]"));
     assert_true(accepts(SCHEMAS[4], "{\"v\":10,\"kids\":[{\"v\":11},{\"v\":20,\"kids\":[]}]}"));
     assert_false(accepts(SCHEMAS[4], "{\"v\":10,\"kids\":[{\"v\":9}]}"));
-    assert_true(
-        accepts(SCHEMAS[5], "{\"t\":\"23:59:59.5Z\",\"dt\":\"2020-01-31T00:00:00+05:30\",\"e\":\"a."
-                            "b@c-d.example.org\",\"ip\":\"255.0.10.1\",\"p\":\"xx\\\\yy\"}"));
+    assert_true(accepts(SCHEMAS[5],
+                        "{\"t\":\"23:59:59.5Z\",\"dt\":\"2020-01-31T00:00:00+05:30\",\"e\":\"a."
+                        "b@c-d.example.org\",\"ip\":\"255.0.10.1\",\"p\":\"xx\\\\yy\"}"));
     assert_false(accepts(SCHEMAS[5], "{\"t\":\"24:00:00Z\",\"dt\":\"2020-01-31T00:00:00Z\",\"e\":"
                                      "\"a@b.org\",\"ip\":\"1.1.1.1\",\"p\":\"abc\"}"));
     assert_false(accepts(SCHEMAS[5], "{\"t\":\"23:00:00Z\",\"dt\":\"2020-01-31T00:00:00Z\",\"e\":"
@@ -872,6 +872,23 @@ static void test_engine_constrained(void **state) {
     pagoda_grammar_free(g2);
     assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, "{\"not\":{}}", 0, &g2),
                      PAGODA_ERR_UNSUPPORTED);
+    { /* a grammar of another engine (vocabulary) is refused */
+        pagoda_engine *e2;
+        assert_int_equal(pagoda_engine_create(pg_test_asset("llm/stories260K-hf"), &opt, &e2),
+                         PAGODA_OK);
+        pagoda_grammar *other;
+        assert_int_equal(pagoda_grammar_compile(e2, PAGODA_GRAMMAR_JSON_OBJECT, NULL, 0, &other),
+                         PAGODA_OK);
+        pagoda_request r;
+        pagoda_request_defaults(e, &r);
+        r.prompt = "x";
+        r.grammar = other;
+        uint64_t id;
+        assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_INVALID_ARG);
+        assert_non_null(strstr(pagoda_last_error(), "another engine"));
+        pagoda_grammar_free(other);
+        pagoda_engine_free(e2);
+    }
     char *alone[16], *batch[16];
     cJSON *sc = cJSON_Parse(schema);
     g_root = sc;

@@ -782,6 +782,11 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     }
     for (int i = 1; !r->ignore_eos && i < e->n_eos && r->n_stop_ids < PG_MAX_STOP_TOKENS; i++)
         r->stop_ids[r->n_stop_ids++] = e->eos_ids[i];
+    if (q->grammar && (!e->grammars || !pg_grammars_owns(e->grammars, (const pg_tgram *)q->grammar))) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG,
+                      "request: the grammar was compiled by another engine (another vocabulary)");
+        goto fail;
+    }
     if (q->grammar) { /* allowed when complete: EOS and the stop token ids */
         int32_t stops[PG_MAX_STOP_TOKENS + 1];
         int32_t ns = 0;

@@ -159,3 +159,10 @@ pagoda_status pg_grammars_get(pg_grammars *r, pagoda_grammar_kind kind, const ch
     *out = t;
     return PAGODA_OK;
 }
+
+bool pg_grammars_owns(pg_grammars *r, const pg_tgram *t) {
+    pthread_mutex_lock(&r->mu);
+    bool own = r->trie && pg_tgram_trie(t) == r->trie;
+    pthread_mutex_unlock(&r->mu);
+    return own;
+}

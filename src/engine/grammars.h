@@ -5,6 +5,7 @@
 #ifndef PAGODA_ENGINE_GRAMMARS_H
 #define PAGODA_ENGINE_GRAMMARS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,9 @@ void pg_grammars_free(pg_grammars *r);
  * Errors as pagoda_grammar_compile. */
 pagoda_status pg_grammars_get(pg_grammars *r, pagoda_grammar_kind kind, const char *spec,
                               size_t len, pg_tgram **out);
+
+/* True when t was compiled by this registry (its vocabulary trie). */
+bool pg_grammars_owns(pg_grammars *r, const pg_tgram *t);
 
 /* Compile a spec to a grammar without the vocabulary (tests, benchmarks). */
 pagoda_status pg_grammar_build(pagoda_grammar_kind kind, const char *spec, size_t len,

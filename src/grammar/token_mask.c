@@ -207,6 +207,10 @@ const pg_gram *pg_tgram_gram(const pg_tgram *t) {
     return t->g;
 }
 
+const pg_vocab_trie *pg_tgram_trie(const pg_tgram *t) {
+    return t->v;
+}
+
 /* Depth-indexed state sets for walks (one per byte of the longest token). */
 typedef struct walk {
     g_set *s;    /* [max_len + 1] */

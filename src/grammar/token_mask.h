@@ -47,6 +47,7 @@ pagoda_status pg_tgram_create(pg_gram *g, const pg_vocab_trie *v, pg_tgram **out
 void pg_tgram_retain(pg_tgram *t);
 void pg_tgram_release(pg_tgram *t);
 const pg_gram *pg_tgram_gram(const pg_tgram *t);
+const pg_vocab_trie *pg_tgram_trie(const pg_tgram *t);
 
 /* A per-request matcher. stop_ids[0..n_stop): tokens allowed (only) when
  * the grammar is complete (EOS, stop_token_ids), copied. */
