@@ -47,6 +47,24 @@ if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ)
            ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node ${PAGODA_SERVE_MODEL}
            "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
   set_tests_properties(serve_openai_node PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  # structured outputs (tests/node/structured.test.mjs): the tiny real model,
+  # and a random model with Llama 3's 128k-token vocabulary (gen_model)
+  add_test(NAME serve_openai_node_structured
+           COMMAND bash -c "NODE_TEST=structured.test.mjs exec bash '${CMAKE_SOURCE_DIR}/tests/node/run.sh' \"$@\"" _
+                   ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node ${PAGODA_SERVE_MODEL}
+                   ${CMAKE_SOURCE_DIR}/tests/data/chat_simple.jinja ${PAGODA_SERVE_CMD})
+  set_tests_properties(serve_openai_node_structured PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  set(PAGODA_GEN_MODEL_CMD $<TARGET_FILE:gen_model>)
+  if(CMAKE_CROSSCOMPILING AND PAGODA_ARCH STREQUAL "aarch64")
+    set(PAGODA_GEN_MODEL_CMD "${PAGODA_QEMU} -cpu max $<TARGET_FILE:gen_model>")
+  endif()
+  if(EXISTS ${PAGODA_ASSETS}/tokenizers/llama3/tokenizer.json)
+    add_test(NAME serve_openai_node_structured_llama3vocab
+             COMMAND bash -c "${PAGODA_GEN_MODEL_CMD} --hf '${CMAKE_BINARY_DIR}/random-llama3vocab' --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 128256 --bos 128000 --eos 128001 --dtype bf16 --tokenizer '${PAGODA_ASSETS}/tokenizers/llama3' >/dev/null && STRUCT_RANDOM=1 NODE_TEST=structured.test.mjs exec bash '${CMAKE_SOURCE_DIR}/tests/node/run.sh' \"$@\"" _
+                     ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node ${CMAKE_BINARY_DIR}/random-llama3vocab
+                     ${CMAKE_SOURCE_DIR}/tests/data/chat_simple.jinja ${PAGODA_SERVE_CMD})
+    set_tests_properties(serve_openai_node_structured_llama3vocab PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  endif()
   # gpt-oss tool calls: the scripted model (tests/node/scripted_gpt_oss.py)
   find_package(Python3 COMPONENTS Interpreter)
   if(Python3_Interpreter_FOUND)

@@ -174,6 +174,31 @@ void pagoda_sampling_defaults(const pagoda_engine *e, pagoda_sampling *s);
 typedef void (*pagoda_logits_fn)(void *ctx, const int32_t *token_ids, size_t n_tokens,
                                  size_t n_prompt, bool is_prompt, float *logits, int32_t vocab);
 
+/* A compiled output constraint (structured outputs: vLLM's guided decoding,
+ * OpenAI's response_format): a grammar bound to the engine's vocabulary,
+ * with per-automaton-node token caches shared by every request that uses
+ * it. Reference counted; thread-safe. See docs/ARCHITECTURE.md "Grammar
+ * engine". */
+typedef struct pagoda_grammar pagoda_grammar;
+
+typedef enum pagoda_grammar_kind {
+    PAGODA_GRAMMAR_JSON_SCHEMA = 0, /* spec: a JSON Schema (JSON text) */
+    PAGODA_GRAMMAR_JSON_OBJECT,     /* any JSON object; spec ignored */
+    PAGODA_GRAMMAR_REGEX,           /* spec: a regex the whole output matches */
+    PAGODA_GRAMMAR_CHOICE,          /* spec: a JSON array of strings; output is one of them */
+    PAGODA_GRAMMAR_EBNF,            /* spec: GBNF-style EBNF with a rule named root */
+} pagoda_grammar_kind;
+
+/* Compile (or find in the engine's cache of the last 64 distinct specs) a
+ * constraint. spec[0..len) (len 0 = strlen). Errors: INVALID_ARG (the spec
+ * is malformed), UNSUPPORTED (a feature pagoda does not implement; the
+ * message names the keyword / construct), LIMIT (too large), NOMEM. Any
+ * thread. Release with pagoda_grammar_free. */
+pagoda_status pagoda_grammar_compile(pagoda_engine *e, pagoda_grammar_kind kind,
+                                     const char *spec, size_t len, pagoda_grammar **out);
+/* Drop the caller's reference (requests hold their own). NULL is a no-op. */
+void pagoda_grammar_free(pagoda_grammar *g);
+
 typedef struct pagoda_request {
     const char *prompt;         /* UTF-8 text, or NULL when prompt_token_ids is given */
     size_t prompt_len;          /* bytes of prompt; 0 = strlen */
@@ -204,6 +229,13 @@ typedef struct pagoda_request {
      * cross-attention K/V in the paged KV cache until the request ends. */
     const float *encoder_features;
     int32_t encoder_n_mels, encoder_n_frames;
+    /* Optional output constraint (pagoda_grammar_compile on this engine;
+     * the request takes its own reference). Each step the engine masks the
+     * logits to the tokens that keep the output a valid prefix (before
+     * logits_fn, min_tokens, logit_bias, penalties and sampling); EOS and
+     * stop_token_ids are allowed exactly when the output is complete, and
+     * min_tokens never bans them then. */
+    const pagoda_grammar *grammar;
 } pagoda_request;
 
 /* Zero `r`, then add_special_tokens = true and pagoda_sampling_defaults(e).

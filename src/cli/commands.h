@@ -11,6 +11,8 @@ int pg_cmd_bench_throughput(int argc, char **argv);
 int pg_cmd_bench_latency(int argc, char **argv);
 /* `pagoda bench kernels` (cmd_bench_kernels.c), dispatched by pg_cmd_bench. */
 int pg_cmd_bench_kernels(int argc, char **argv);
+/* `pagoda bench grammar` (cmd_bench_grammar.c): structured-output mask cost. */
+int pg_cmd_bench_grammar(int argc, char **argv);
 int pg_cmd_chat_template(int argc, char **argv);
 int pg_cmd_tokenize(int argc, char **argv);
 int pg_cmd_detokenize(int argc, char **argv);

@@ -16,6 +16,7 @@
 #include "base/cpu.h"
 #include "base/log.h"
 #include "base/pool.h"
+#include "engine/grammars.h"
 #include "engine/chat.h"
 #include "engine/detokenizer.h"
 #include "engine/kv_cache_spec.h"
@@ -72,6 +73,9 @@ typedef struct ereq {
     int32_t probe_len;
     const int32_t *step_tokens;
     int32_t n_step_tokens;
+    /* structured output: the matcher and how many outputs it has consumed */
+    pg_tmatch *gm;
+    int32_t gm_fed;
 } ereq;
 
 struct pagoda_engine {
@@ -112,6 +116,7 @@ struct pagoda_engine {
     const float **enc_inputs;
     struct ereq **sample_req;  /* [max_num_seqs] that request */
     uint64_t prompt_tokens, generation_tokens;
+    pg_grammars *grammars; /* structured outputs: vocab trie + compiled constraints */
 };
 
 const char *pagoda_last_error(void) {
@@ -494,6 +499,7 @@ static void ereq_free(ereq *r) {
     free(r->error);
     free(r->enc_in);
     free(r->cache_salt);
+    pg_tmatch_free(r->gm);
     free(r);
 }
 
@@ -519,6 +525,7 @@ void pagoda_engine_free(pagoda_engine *e) {
     free(e->samplers);
     pg_runner_free(e->runner);
     pg_scheduler_destroy(e->sched);
+    pg_grammars_free(e->grammars);
     pg_tokenizer_free(e->tok);
     pg_model_free(e->model);
     pg_model_source_free(e->src);
@@ -552,6 +559,27 @@ const char *pagoda_engine_architecture(const pagoda_engine *e) {
 
 /* For pagoda_apply_chat_template (src/engine/chat.h): where the template and
  * the special tokens are looked up. */
+pagoda_status pagoda_grammar_compile(pagoda_engine *e, pagoda_grammar_kind kind,
+                                     const char *spec, size_t len, pagoda_grammar **out) {
+    *out = NULL;
+    if (!spec && kind != PAGODA_GRAMMAR_JSON_OBJECT)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "grammar: no spec");
+    if (spec && !len) len = strlen(spec);
+    pthread_mutex_lock(&e->mu);
+    if (!e->grammars) e->grammars = pg_grammars_create(e->tok, e->vocab);
+    pg_grammars *gr = e->grammars;
+    pthread_mutex_unlock(&e->mu);
+    if (!gr) return pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+    pg_tgram *t;
+    pagoda_status st = pg_grammars_get(gr, kind, spec, len, &t);
+    if (st == PAGODA_OK) *out = (pagoda_grammar *)t;
+    return st;
+}
+
+void pagoda_grammar_free(pagoda_grammar *g) {
+    if (g) pg_tgram_release((pg_tgram *)g);
+}
+
 const char *pg_engine_model_path(const pagoda_engine *e) {
     return pg_model_source_path(e->src);
 }
@@ -754,6 +782,20 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     }
     for (int i = 1; !r->ignore_eos && i < e->n_eos && r->n_stop_ids < PG_MAX_STOP_TOKENS; i++)
         r->stop_ids[r->n_stop_ids++] = e->eos_ids[i];
+    if (q->grammar && (!e->grammars || !pg_grammars_owns(e->grammars, (const pg_tgram *)q->grammar))) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG,
+                      "request: the grammar was compiled by another engine (another vocabulary)");
+        goto fail;
+    }
+    if (q->grammar) { /* allowed when complete: EOS and the stop token ids */
+        int32_t stops[PG_MAX_STOP_TOKENS + 1];
+        int32_t ns = 0;
+        if (!r->ignore_eos && e->n_eos) stops[ns++] = e->eos_ids[0];
+        for (int32_t i = 0; i < r->n_stop_ids; i++)
+            stops[ns++] = r->stop_ids[i];
+        if ((st = pg_tmatch_create((pg_tgram *)q->grammar, stops, ns, &r->gm)) != PAGODA_OK)
+            goto fail;
+    }
     /* sampling */
     pg_sampling_params *sp = &r->sp;
     *sp = pg_sampling_params_default();
@@ -1005,6 +1047,7 @@ static pagoda_status apply_queue(pagoda_engine *e) {
  * cannot be sampled (vLLM's MinTokensLogitsProcessor). */
 static void mask_min_tokens(const pagoda_engine *e, const ereq *r, float *logits) {
     if (r->n_out >= r->min_tokens) return;
+    if (r->gm && pg_tmatch_complete(r->gm)) return; /* the grammar allows only the end */
     if (!r->ignore_eos && e->n_eos) logits[e->eos_ids[0]] = -INFINITY;
     for (int32_t i = 0; i < r->n_stop_ids; i++)
         logits[r->stop_ids[i]] = -INFINITY;
@@ -1037,8 +1080,30 @@ static void sample_range(void *ctx, size_t begin, size_t end, int tid) {
     }
 }
 
+/* Structured output: feed the matcher the outputs it has not seen (they
+ * survive preemption, so this is a pure function of the request's tokens)
+ * and mask the logits to the tokens that keep the output a valid prefix. */
+static pagoda_status apply_grammar(pagoda_engine *e, ereq *r, float *logits) {
+    for (; r->gm_fed < r->n_out; r->gm_fed++)
+        if (!pg_tmatch_accept(r->gm, r->out_ids[r->gm_fed]))
+            return pg_error(PAGODA_ERR_INTERNAL,
+                            "grammar: output token %d at position %d does not continue a valid "
+                            "prefix", r->out_ids[r->gm_fed], r->gm_fed);
+    pg_clear_error();
+    if (pg_tmatch_apply(r->gm, logits, e->vocab) == 0)
+        return pg_last_error()[0] ? PAGODA_ERR_NOMEM
+                                  : pg_error(PAGODA_ERR_INVALID_ARG,
+                                             "grammar: no token of the vocabulary continues the "
+                                             "output after %d tokens", r->n_out);
+    return PAGODA_OK;
+}
+
 static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, float *logits,
                                 int32_t *tok) {
+    if (r->gm) {
+        pagoda_status gst = apply_grammar(e, r, logits);
+        if (gst != PAGODA_OK) return gst;
+    }
     if (r->lfn)
         r->lfn(r->lctx, r->step_tokens, (size_t)r->n_step_tokens, (size_t)r->n_prompt, false,
                logits, e->vocab);

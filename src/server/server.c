@@ -1,6 +1,7 @@
 /* The HTTP side of `pagoda serve` (see server.h): routing, auth, limits,
  * the engine thread, non-streamed and SSE responses. */
 #define _GNU_SOURCE
+#include "server/structured.h"
 #include "server/server.h"
 
 #include <arpa/inet.h>
@@ -101,6 +102,7 @@ static void job_free(job *j) {
     free(j->subs);
     free(j->out);
     pg_api_request_free(&j->req);
+    pagoda_grammar_free(j->grammar);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -581,6 +583,7 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         req.n_prompt_token_ids = n[c / per];
         req.add_special_tokens = false;
         req.sampling = r->sampling;
+        req.grammar = j->grammar;
         req.cache_salt = r->cache_salt;
         if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
             req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
@@ -794,7 +797,9 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     }
     j->m = m;
     if (pg_api_check_capacity((kind == PG_API_CHAT ? 1 : j->req.n_prompts) * (size_t)j->req.n,
-                              s->max_num_seqs, s->max_queue, &err)) {
+                              s->max_num_seqs, s->max_queue, &err) ||
+        pg_structured_from_body(m->e, cc->body ? cc->body : "", cc->len,
+                                m->harmony && kind == PG_API_CHAT, &j->grammar, &err)) {
         job_free(j);
         return pg_srv_send_error(c, &err);
     }

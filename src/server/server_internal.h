@@ -90,6 +90,7 @@ struct job {
     srv_model *m;
     job *prev, *next;
     pg_api_request req;
+    pagoda_grammar *grammar; /* structured output (server/structured.h) or NULL */
     char id[48];
     uint64_t id_num; /* the random number behind `id` (seeds tool call ids) */
     pg_api_meta meta;
