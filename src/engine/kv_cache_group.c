@@ -153,8 +153,8 @@ pagoda_status pg_kv_group_init(pg_kv_group *g, int32_t index, const pg_kv_cache_
         }
         break;
     default:
-        return pg_error(PAGODA_ERR_UNSUPPORTED, "kv cache group %d: kind %s is not implemented yet",
-                        index, pg_kv_cache_kind_name(spec->kind));
+        return pg_error(PAGODA_ERR_INVALID_ARG, "kv cache group %d: unknown kind %d", index,
+                        (int)spec->kind); /* (pg_kv_cache_spec_check refuses it first) */
     }
     g->spec = *spec;
     g->index = index;
