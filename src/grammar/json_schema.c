@@ -1127,10 +1127,12 @@ static void body(conv *c, const cJSON *s) {
     if (nt > 1) sb_put(&c->out, " )", 2);
 }
 
-static pagoda_status finish_ir(conv *c, const char *root_body_rule, gx_builder *bp) {
+/* The generated rules into the builder, after `heads` (lines naming the
+ * schemas' values: "root ::= s-0\n" for a whole-output schema). */
+static pagoda_status finish_ir(conv *c, const char *heads, gx_builder *bp) {
     gx_builder b = *bp;
     sbuf text = {0};
-    sb_printf(&text, "root ::= %s\n", root_body_rule);
+    sb_put(&text, heads, strlen(heads));
     sb_put(&text, VALUE_RULES, strlen(VALUE_RULES));
     if (c->rules.p) sb_put(&text, c->rules.p, c->rules.n);
     if (text.oom || c->rules.oom) {
@@ -1164,7 +1166,9 @@ static pagoda_status finish_ir(conv *c, const char *root_body_rule, gx_builder *
 static pagoda_status finish(conv *c, const char *root_body_rule, pg_gram **out) {
     gx_builder b;
     gx_init(&b);
-    pagoda_status st = finish_ir(c, root_body_rule, &b);
+    char head[64];
+    snprintf(head, sizeof head, "root ::= %s\n", root_body_rule);
+    pagoda_status st = finish_ir(c, head, &b);
     if (st == PAGODA_OK) st = g_compile(&b, "root", out);
     gx_free(&b);
     return st;
@@ -1207,7 +1211,9 @@ pagoda_status gx_json_schema(gx_builder *b, const char *json, size_t len) {
     char name[32];
     gen(&c, root, name);
     pagoda_status st = c.st;
-    if (st == PAGODA_OK) st = finish_ir(&c, name, b);
+    char head[64];
+    snprintf(head, sizeof head, "root ::= %s\n", name);
+    if (st == PAGODA_OK) st = finish_ir(&c, head, b);
     conv_free(&c);
     cJSON_Delete(root);
     return st;
@@ -1215,7 +1221,7 @@ pagoda_status gx_json_schema(gx_builder *b, const char *json, size_t len) {
 
 pagoda_status gx_json_object(gx_builder *b) {
     conv c = {0};
-    pagoda_status st = finish_ir(&c, "json-object", b);
+    pagoda_status st = finish_ir(&c, "root ::= json-object\n", b);
     conv_free(&c);
     return st;
 }
@@ -1224,5 +1230,37 @@ pagoda_status pg_gram_json_object(pg_gram **out) {
     conv c = {0};
     pagoda_status st = finish(&c, "json-object", out);
     conv_free(&c);
+    return st;
+}
+
+pagoda_status pg_gram_from_ebnf_schemas(const char *ebnf, size_t elen, const char *schemas,
+                                        size_t slen, pg_gram **out) {
+    *out = NULL;
+    cJSON *list = cJSON_ParseWithLength(schemas, slen);
+    if (!cJSON_IsArray(list)) {
+        cJSON_Delete(list);
+        return pg_error(PAGODA_ERR_INVALID_ARG, "json_schema: expected a list of schemas");
+    }
+    conv c = {0};
+    sbuf heads = {0};
+    int i = 0;
+    for (cJSON *s = list->child; s && c.st == PAGODA_OK; s = s->next, i++) {
+        char name[32];
+        c.root = s; /* $ref targets resolve within their own schema */
+        gen(&c, s, name);
+        sb_printf(&heads, "schema-%d ::= %s\n", i, name);
+    }
+    pagoda_status st = c.st;
+    if (st == PAGODA_OK && (c.out.oom || c.rules.oom || heads.oom))
+        st = pg_error(PAGODA_ERR_NOMEM, "json_schema: out of memory");
+    gx_builder b;
+    gx_init(&b);
+    if (st == PAGODA_OK) st = finish_ir(&c, heads.p ? heads.p : "", &b);
+    if (st == PAGODA_OK) st = gx_parse_ebnf(&b, ebnf, elen);
+    if (st == PAGODA_OK) st = g_compile(&b, "root", out);
+    gx_free(&b);
+    free(heads.p);
+    conv_free(&c);
+    cJSON_Delete(list);
     return st;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/output_parser.h"
 #include "tokenizer/harmony.h"
 
 /* A growable byte string (not NUL-terminated until sbuf_cstr). */
@@ -64,7 +65,8 @@ typedef struct hdelta {
 } hdelta;
 
 struct pg_hchat {
-    pg_harmony_parser *parser;
+    pg_harmony_parser *parser; /* harmony output, or */
+    pg_oparse *text;           /* reasoning tags / a family's tool-call syntax */
     uint64_t seed;
     sbuf reasoning, content;
     hcall *calls;
@@ -72,6 +74,8 @@ struct pg_hchat {
     hdelta *pend;
     size_t n_pend, cap_pend;
     bool called; /* a call ended with <|call|> */
+    size_t max_calls;    /* 0 = any number (parallel_tool_calls false: 1) */
+    bool no_reasoning;   /* include_reasoning false */
     bool finished;
     bool oom;
 };
@@ -116,6 +120,7 @@ static void on_event(void *user, const pg_harmony_event *ev) {
     pg_hchat *h = user;
     switch (ev->kind) {
     case PG_HARMONY_REASONING:
+        if (h->no_reasoning) break;
         if (!sbuf_add_text(&h->reasoning, ev->text, ev->len)) h->oom = true;
         add_piece(h, D_REASONING, -1, ev->text, ev->len);
         break;
@@ -124,6 +129,7 @@ static void on_event(void *user, const pg_harmony_event *ev) {
         add_piece(h, D_CONTENT, -1, ev->text, ev->len);
         break;
     case PG_HARMONY_TOOL_CALL_BEGIN: {
+        if (h->max_calls && h->n_calls >= h->max_calls) break; /* its args and end find no call */
         if (h->n_calls == h->cap_calls) {
             size_t cap = h->cap_calls ? h->cap_calls * 2 : 4;
             hcall *v = realloc(h->calls, cap * sizeof *v);
@@ -180,6 +186,25 @@ pagoda_status pg_hchat_create(uint64_t seed, pg_hchat **out) {
     return PAGODA_OK;
 }
 
+pagoda_status pg_hchat_create_text(uint64_t seed, const pg_oparse_opts *opts, pg_hchat **out) {
+    *out = NULL;
+    pg_hchat *h = calloc(1, sizeof *h);
+    if (!h) return pg_error(PAGODA_ERR_NOMEM, "server: out of memory");
+    h->seed = seed;
+    pagoda_status st = pg_oparse_create(opts, on_event, h, &h->text);
+    if (st) {
+        free(h);
+        return st;
+    }
+    *out = h;
+    return PAGODA_OK;
+}
+
+void pg_hchat_limit(pg_hchat *h, size_t max_calls, bool include_reasoning) {
+    h->max_calls = max_calls;
+    h->no_reasoning = !include_reasoning;
+}
+
 static void pend_clear(pg_hchat *h) {
     for (size_t i = 0; i < h->n_pend; i++)
         free(h->pend[i].text.p);
@@ -189,6 +214,7 @@ static void pend_clear(pg_hchat *h) {
 void pg_hchat_free(pg_hchat *h) {
     if (!h) return;
     pg_harmony_parser_free(h->parser);
+    pg_oparse_free(h->text);
     free(h->reasoning.p);
     free(h->content.p);
     for (size_t i = 0; i < h->n_calls; i++) {
@@ -209,13 +235,14 @@ static pagoda_status oom_status(const pg_hchat *h, pagoda_status st) {
 
 pagoda_status pg_hchat_feed(pg_hchat *h, const char *text, size_t len) {
     if (h->finished || len == 0) return oom_status(h, PAGODA_OK);
-    return oom_status(h, pg_harmony_parser_feed(h->parser, text, len));
+    return oom_status(h, h->text ? pg_oparse_feed(h->text, text, len)
+                                 : pg_harmony_parser_feed(h->parser, text, len));
 }
 
 pagoda_status pg_hchat_finish(pg_hchat *h) {
     if (h->finished) return oom_status(h, PAGODA_OK);
     h->finished = true;
-    return oom_status(h, pg_harmony_parser_finish(h->parser));
+    return oom_status(h, h->text ? pg_oparse_finish(h->text) : pg_harmony_parser_finish(h->parser));
 }
 
 bool pg_hchat_is_end_token(const char *text, size_t len) {
@@ -307,5 +334,5 @@ size_t pg_hchat_num_calls(const pg_hchat *h) {
 }
 
 int pg_hchat_issues(const pg_hchat *h) {
-    return pg_harmony_parser_issues(h->parser);
+    return h->text ? pg_oparse_issues(h->text) : pg_harmony_parser_issues(h->parser);
 }
