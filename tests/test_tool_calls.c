@@ -22,7 +22,7 @@
 #define TOOLS                                                                                      \
     "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"d\", " \
     "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "   \
-    "\"unit\": {\"enum\": [\"C\", \"F\"]}}, \"required\": [\"city\"]}}}, "                          \
+    "\"unit\": {\"type\": \"string\", \"enum\": [\"C\", \"F\", 3]}}, \"required\": [\"city\"]}}}, "                          \
     "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]"
 
 static pagoda_status parse(const char *extra, pg_api_request *r, pg_api_error *err) {
@@ -56,6 +56,21 @@ static void test_request_fields(void **state) {
     pg_api_request_free(&r);
     assert_int_equal(parse(", \"tool_choice\": \"none\"", &r, &err), PAGODA_OK);
     assert_int_equal(r.tool_choice, PG_TOOL_CHOICE_NONE);
+    assert_null(r.kwargs_json);
+    pg_api_request_free(&r);
+    /* reasoning_effort reaches non-harmony templates as a variable (vLLM);
+     * chat_template_kwargs wins */
+    assert_int_equal(parse(", \"reasoning_effort\": \"low\", \"chat_template_kwargs\": "
+                           "{\"enable_thinking\": false}",
+                           &r, &err),
+                     PAGODA_OK);
+    assert_string_equal(r.kwargs_json, "{\"enable_thinking\":false,\"reasoning_effort\":\"low\"}");
+    pg_api_request_free(&r);
+    assert_int_equal(parse(", \"reasoning_effort\": \"low\", \"chat_template_kwargs\": "
+                           "{\"reasoning_effort\": \"x\"}",
+                           &r, &err),
+                     PAGODA_OK);
+    assert_string_equal(r.kwargs_json, "{\"reasoning_effort\":\"x\"}");
     pg_api_request_free(&r);
 
     static const struct {
@@ -148,6 +163,13 @@ static pg_gram *grammar_of(const char *extra, pg_tool_format f, bool v11) {
     return g;
 }
 
+/* s with the first `from` replaced by `to`. */
+static void replace(const char *s, const char *from, const char *to, char *out, size_t cap) {
+    const char *at = strstr(s, from);
+    assert_non_null(at);
+    snprintf(out, cap, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
+}
+
 /* The whole text is accepted and completes the grammar. */
 static bool accepts(const pg_gram *g, const char *text) {
     pg_gstate *m = NULL;
@@ -226,6 +248,11 @@ static void test_forced_grammars(void **state) {
         assert_true(accepts(one, cases[i].one));
         assert_false(accepts(one, cases[i].two)); /* parallel_tool_calls false */
         assert_false(accepts(req, cases[i].bad_args));
+        char v[256]; /* "unit": 3 is in the enum but not a string: `type` leaves it out */
+        replace(cases[i].one, "\"Paris\"", "\"Paris\", \"unit\": 3", v, sizeof v);
+        assert_false(accepts(req, v));
+        replace(cases[i].one, "\"Paris\"", "\"Paris\", \"unit\": \"F\"", v, sizeof v);
+        assert_true(accepts(req, v));
         assert_false(accepts(req, "Sure, let me check."));
         assert_false(accepts(req, ""));
         assert_false(accepts(named, cases[i].one)); /* another function */

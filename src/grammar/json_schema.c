@@ -1000,6 +1000,27 @@ static bool has_any(const cJSON *s, const char *const *keys) {
     return false;
 }
 
+/* v is of JSON Schema type t (a name, or an array of names; NULL: any). */
+static bool value_has_type(const cJSON *v, const cJSON *t) {
+    if (!t) return true;
+    if (cJSON_IsArray(t)) {
+        for (const cJSON *x = t->child; x; x = x->next)
+            if (value_has_type(v, x)) return true;
+        return false;
+    }
+    if (!cJSON_IsString(t)) return false;
+    const char *n = t->valuestring;
+    if (!strcmp(n, "string")) return cJSON_IsString(v);
+    if (!strcmp(n, "number")) return cJSON_IsNumber(v);
+    if (!strcmp(n, "integer"))
+        return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
+    if (!strcmp(n, "boolean")) return cJSON_IsBool(v);
+    if (!strcmp(n, "null")) return cJSON_IsNull(v);
+    if (!strcmp(n, "object")) return cJSON_IsObject(v);
+    if (!strcmp(n, "array")) return cJSON_IsArray(v);
+    return false;
+}
+
 static void body(conv *c, const cJSON *s) {
     if (cJSON_IsTrue(s)) {
         sb_put(&c->out, "json-value", 10);
@@ -1022,25 +1043,33 @@ static void body(conv *c, const cJSON *s) {
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (cn || en) {
-        /* the values themselves; other keywords must not narrow them */
-        if (type || any || one || all) {
-            cfail(c, PAGODA_ERR_UNSUPPORTED,
-                  "'%s' combined with type/anyOf/oneOf/allOf is not supported",
+        /* the values themselves; other keywords must not narrow them, but a
+         * `type` next to them keeps the values of that type (tool schemas
+         * write {"type": "string", "enum": [...]}) */
+        if (any || one || all) {
+            cfail(c, PAGODA_ERR_UNSUPPORTED, "'%s' combined with anyOf/oneOf/allOf is not supported",
                   cn ? "const" : "enum");
             return;
         }
-        if (cn) {
-            gen_literal_value(c, cn);
+        if (type && !cJSON_IsString(type) && !cJSON_IsArray(type)) {
+            cfail(c, PAGODA_ERR_INVALID_ARG, "'type' must be a string or an array of strings");
             return;
         }
-        if (!cJSON_IsArray(en) || cJSON_GetArraySize(en) == 0) {
+        if (en && (!cJSON_IsArray(en) || cJSON_GetArraySize(en) == 0)) {
             cfail(c, PAGODA_ERR_INVALID_ARG, "'enum' must be a non-empty array");
             return;
         }
-        sb_put(&c->out, "( ", 2);
-        for (const cJSON *x = en->child; x; x = x->next) {
-            if (x != en->child) sb_put(&c->out, " | ", 3);
+        int kept = 0;
+        for (const cJSON *x = cn ? cn : en->child; x; x = cn ? NULL : x->next) {
+            if (!value_has_type(x, type)) continue;
+            sb_put(&c->out, kept ? " | " : "( ", kept ? 3 : 2);
+            kept++;
             gen_literal_value(c, x);
+        }
+        if (!kept) {
+            cfail(c, PAGODA_ERR_UNSUPPORTED, "no value of '%s' has the schema's 'type'",
+                  cn ? "const" : "enum");
+            return;
         }
         sb_put(&c->out, " )", 2);
         return;

@@ -2,6 +2,8 @@
  * harmony_chat.h). */
 #include "server/harmony_chat.h"
 
+#include "base/strbuf.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,26 +12,10 @@
 #include "server/output_parser.h"
 #include "tokenizer/harmony.h"
 
-/* A growable byte string (not NUL-terminated until sbuf_cstr). */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
+typedef pg_strbuf sbuf;
 
 static bool sbuf_add(sbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return true;
+    return pg_strbuf_add(b, s, n);
 }
 
 /* Model text: a NUL byte (valid UTF-8, but the end of a C string for cJSON)
@@ -45,9 +31,7 @@ static bool sbuf_add_text(sbuf *b, const char *s, size_t n) {
     }
 }
 
-static const char *sbuf_cstr(const sbuf *b) {
-    return b->p ? b->p : "";
-}
+#define sbuf_cstr pg_strbuf_cstr
 
 typedef struct hcall {
     char id[32];

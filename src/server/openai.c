@@ -399,20 +399,27 @@ static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
     pagoda_status st = parse_tools(p, r);
     if (st) return st;
     const cJSON *kw = field(p, "chat_template_kwargs");
-    if (kw) {
-        if (!cJSON_IsObject(kw))
-            return pg_api_fail(p->err, 400, "chat_template_kwargs",
-                               "'chat_template_kwargs' must be an object");
-        r->kwargs_json = cJSON_PrintUnformatted(kw);
-    }
+    if (kw && !cJSON_IsObject(kw))
+        return pg_api_fail(p->err, 400, "chat_template_kwargs",
+                           "'chat_template_kwargs' must be an object");
     if ((st = get_bool(p, "add_generation_prompt", &r->add_generation_prompt))) return st;
-    /* vLLM: Literal["low", "medium", "high"]; used by harmony models */
+    /* vLLM: Literal["low", "medium", "high"]; harmony models render it, other
+     * templates see it as the variable `reasoning_effort` (vLLM's template
+     * kwargs), unless chat_template_kwargs sets that */
     if ((st = get_string(p, "reasoning_effort", &r->reasoning_effort))) return st;
     if (r->reasoning_effort && strcmp(r->reasoning_effort, "low") != 0 &&
         strcmp(r->reasoning_effort, "medium") != 0 && strcmp(r->reasoning_effort, "high") != 0)
         return pg_api_fail(p->err, 400, "reasoning_effort",
                            "'reasoning_effort' must be one of low, medium, high, got '%s'",
                            r->reasoning_effort);
+    if (kw || r->reasoning_effort) {
+        cJSON *k = kw ? cJSON_Duplicate(kw, true) : cJSON_CreateObject();
+        if (k && r->reasoning_effort && !cJSON_GetObjectItemCaseSensitive(k, "reasoning_effort"))
+            cJSON_AddStringToObject(k, "reasoning_effort", r->reasoning_effort);
+        r->kwargs_json = k ? cJSON_PrintUnformatted(k) : NULL;
+        cJSON_Delete(k);
+        if (!r->kwargs_json) return pg_api_fail(p->err, 500, NULL, "out of memory");
+    }
     if ((st = get_bool(p, "continue_final_message", &r->continue_final_message))) return st;
     if (!r->continue_final_message) return PAGODA_OK;
     if (r->add_generation_prompt)

@@ -2,6 +2,8 @@
  * output_parser.h). */
 #include "server/output_parser.h"
 
+#include "base/strbuf.h"
+
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,47 +26,17 @@ typedef enum pstate {
     ST_PLAIN,       /* content to the end (llama3_json output that is no call) */
 } pstate;
 
-typedef struct obuf {
-    char *p;
-    size_t len, cap;
-} obuf;
-
 struct pg_oparse {
     pg_oparse_opts o;
     pg_harmony_emit_fn emit;
     void *user;
     pstate st;
-    obuf buf; /* text not processed yet */
-    obuf ws;  /* trailing whitespace of content, held back */
+    pg_strbuf buf; /* text not processed yet */
+    pg_strbuf ws;  /* trailing whitespace of content, held back */
     int n_calls, issues;
     bool strip; /* drop whitespace before the content after </think> */
     bool finished, oom;
 };
-
-static bool ob_add(pg_oparse *p, obuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            p->oom = true;
-            return false;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    if (n) memmove(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return true;
-}
-
-static void ob_consume(obuf *b, size_t n) {
-    memmove(b->p, b->p + n, b->len - n);
-    b->len -= n;
-    b->p[b->len] = 0;
-}
 
 static bool is_ws(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -123,7 +95,7 @@ static void content(pg_oparse *p, const char *s, size_t n) {
         p->ws.len = 0;
         emit_text(p, PG_HARMONY_CONTENT, s, e);
     }
-    ob_add(p, &p->ws, s + e, n - e);
+    pg_strbuf_add(&p->ws, s + e, n - e);
 }
 
 static void emit_call(pg_oparse *p, const char *name, const char *args) {
@@ -236,7 +208,7 @@ static void degrade(pg_oparse *p, const char *prefix, const char *raw, size_t n,
 
 /* Progress in ST_CALL. Returns false when more text is needed. */
 static bool step_call(pg_oparse *p, bool final) {
-    obuf *b = &p->buf;
+    pg_strbuf *b = &p->buf;
     if (p->o.tools == PG_TOOLS_HERMES) {
         const char *e = find(b->p, b->len, HERMES_CLOSE);
         if (!e && !final) return false;
@@ -248,7 +220,7 @@ static bool step_call(pg_oparse *p, bool final) {
             degrade(p, HERMES_OPEN, b->p, body, "hermes: <tool_call> without a valid call");
             if (e) content(p, HERMES_CLOSE, strlen(HERMES_CLOSE));
         }
-        ob_consume(b, e ? body + strlen(HERMES_CLOSE) : body);
+        pg_strbuf_consume(b, e ? body + strlen(HERMES_CLOSE) : body);
         p->st = ST_CONTENT;
         return true;
     }
@@ -257,7 +229,7 @@ static bool step_call(pg_oparse *p, bool final) {
         if (!final) return false;
         if (p->o.tools == PG_TOOLS_MISTRAL) degrade(p, MISTRAL_OPEN, "", 0, "mistral: no call");
         content(p, b->p, b->len);
-        ob_consume(b, b->len);
+        pg_strbuf_consume(b, b->len);
         p->st = ST_PLAIN;
         return true;
     }
@@ -271,11 +243,11 @@ static bool step_call(pg_oparse *p, bool final) {
         if (!ok) { /* the rest of the output is content */
             degrade(p, llama ? NULL : MISTRAL_OPEN, b->p, b->len,
                     llama ? "llama3_json: output is not a call" : "mistral: not a list of calls");
-            ob_consume(b, b->len);
+            pg_strbuf_consume(b, b->len);
             p->st = ST_PLAIN;
             return true;
         }
-        ob_consume(b, i + n);
+        pg_strbuf_consume(b, i + n);
         p->st = llama ? ST_AFTER_L3 : ST_CONTENT;
         return true;
     }
@@ -309,25 +281,25 @@ static bool step_call(pg_oparse *p, bool final) {
     cJSON_Delete(v);
     if (!ok) {
         degrade(p, MISTRAL_OPEN, b->p, b->len, "mistral: [TOOL_CALLS] without a valid call");
-        ob_consume(b, b->len);
+        pg_strbuf_consume(b, b->len);
         p->st = ST_PLAIN;
         return true;
     }
-    ob_consume(b, j + n);
+    pg_strbuf_consume(b, j + n);
     p->st = ST_CONTENT;
     return true;
 }
 
 /* Process as much of buf as possible; final: no more text comes. */
 static void run(pg_oparse *p, bool final) {
-    obuf *b = &p->buf;
+    pg_strbuf *b = &p->buf;
     for (;;) {
         if (p->oom) return;
         switch (p->st) {
         case ST_THINK_START: {
             size_t i = skip_ws(b->p, b->len, 0);
             if (b->len - i >= strlen(THINK_OPEN) && !memcmp(b->p + i, THINK_OPEN, strlen(THINK_OPEN))) {
-                ob_consume(b, i + strlen(THINK_OPEN));
+                pg_strbuf_consume(b, i + strlen(THINK_OPEN));
                 p->st = ST_REASON;
                 continue;
             }
@@ -340,20 +312,20 @@ static void run(pg_oparse *p, bool final) {
             if (e) {
                 size_t k = (size_t)(e - b->p);
                 emit_text(p, PG_HARMONY_REASONING, b->p, k);
-                ob_consume(b, k + strlen(THINK_CLOSE));
+                pg_strbuf_consume(b, k + strlen(THINK_CLOSE));
                 p->st = ST_CONTENT;
                 p->strip = true;
                 continue;
             }
             size_t keep = final ? 0 : partial_suffix(b->p, b->len, THINK_CLOSE);
             emit_text(p, PG_HARMONY_REASONING, b->p, b->len - keep);
-            ob_consume(b, b->len - keep);
+            pg_strbuf_consume(b, b->len - keep);
             return;
         }
         case ST_CONTENT: {
             if (p->strip) { /* "</think>\n\n": the answer starts after the blank lines */
                 size_t i = skip_ws(b->p, b->len, 0);
-                ob_consume(b, i);
+                pg_strbuf_consume(b, i);
                 if (!b->len && !final) return;
                 p->strip = false;
             }
@@ -370,7 +342,7 @@ static void run(pg_oparse *p, bool final) {
                                : 0;
                 size_t k = skip_ws(b->p, b->len, i + t);
                 if (k < b->len && b->p[k] == '{') {
-                    ob_consume(b, k);
+                    pg_strbuf_consume(b, k);
                     p->st = ST_CALL;
                     continue;
                 }
@@ -380,20 +352,20 @@ static void run(pg_oparse *p, bool final) {
             }
             if (!tag) {
                 content(p, b->p, b->len);
-                ob_consume(b, b->len);
+                pg_strbuf_consume(b, b->len);
                 return;
             }
             const char *e = find(b->p, b->len, tag);
             if (e) {
                 size_t k = (size_t)(e - b->p);
                 content(p, b->p, k);
-                ob_consume(b, k + strlen(tag));
+                pg_strbuf_consume(b, k + strlen(tag));
                 p->st = ST_CALL;
                 continue;
             }
             size_t keep = final ? 0 : partial_suffix(b->p, b->len, tag);
             content(p, b->p, b->len - keep);
-            ob_consume(b, b->len - keep);
+            pg_strbuf_consume(b, b->len - keep);
             return;
         }
         case ST_CALL:
@@ -403,22 +375,22 @@ static void run(pg_oparse *p, bool final) {
         case ST_AFTER_L3: {
             size_t i = skip_ws(b->p, b->len, 0);
             if (i < b->len && b->p[i] == ';') {
-                ob_consume(b, i + 1);
+                pg_strbuf_consume(b, i + 1);
                 continue;
             }
             if (i < b->len && b->p[i] == '{') {
-                ob_consume(b, i);
+                pg_strbuf_consume(b, i);
                 p->st = ST_CALL;
                 continue;
             }
-            ob_consume(b, i); /* whitespace after a call */
+            pg_strbuf_consume(b, i); /* whitespace after a call */
             if (!b->len) return;
             p->st = ST_PLAIN;
             continue;
         }
         case ST_PLAIN:
             content(p, b->p, b->len);
-            ob_consume(b, b->len);
+            pg_strbuf_consume(b, b->len);
             return;
         }
     }
@@ -436,6 +408,11 @@ pagoda_status pg_oparse_create(const pg_oparse_opts *opts, pg_harmony_emit_fn em
     if (p->o.reasoning == PG_REASONING_NONE) p->o.in_reasoning = false;
     p->emit = emit;
     p->user = user;
+    /* both buffers exist from the start (searched even when empty) */
+    if (!pg_strbuf_add(&p->buf, "", 0) || !pg_strbuf_add(&p->ws, "", 0)) {
+        pg_oparse_free(p);
+        return pg_error(PAGODA_ERR_NOMEM, "output parser: out of memory");
+    }
     p->st = p->o.reasoning != PG_REASONING_NONE ? ST_THINK_START : ST_CONTENT;
     *out = p;
     return PAGODA_OK;
@@ -443,18 +420,19 @@ pagoda_status pg_oparse_create(const pg_oparse_opts *opts, pg_harmony_emit_fn em
 
 void pg_oparse_free(pg_oparse *p) {
     if (!p) return;
-    free(p->buf.p);
-    free(p->ws.p);
+    pg_strbuf_free(&p->buf);
+    pg_strbuf_free(&p->ws);
     free(p);
 }
 
-static pagoda_status status_of(const pg_oparse *p) {
+static pagoda_status status_of(pg_oparse *p) {
+    if (p->buf.oom || p->ws.oom) p->oom = true;
     return p->oom ? pg_error(PAGODA_ERR_NOMEM, "output parser: out of memory") : PAGODA_OK;
 }
 
 pagoda_status pg_oparse_feed(pg_oparse *p, const char *text, size_t len) {
     if (p->finished || p->oom || !len) return status_of(p);
-    if (ob_add(p, &p->buf, text, len)) run(p, false);
+    if (pg_strbuf_add(&p->buf, text, len)) run(p, false);
     return status_of(p);
 }
 

@@ -17,6 +17,9 @@
  *                          output starts as reasoning.
  *   reasoning deepseek_r1: reasoning until </think> (an opening <think> at
  *                          the start is dropped); no </think>: all reasoning.
+ *                          Content after </think> starts after its leading
+ *                          whitespace (llama.cpp's choice; vLLM keeps the
+ *                          "\n\n" the models write there).
  *   tools hermes:          <tool_call>{"name": N, "arguments": {...}}</tool_call>
  *                          (Hermes 2 Pro, Qwen2.5, Qwen3), any number; an
  *                          unclosed last call is taken at the end.

@@ -1,6 +1,8 @@
 /* Tool choice checks and forced-call grammars (see tool_calls.h). */
 #include "server/tool_calls.h"
 
+#include "base/strbuf.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,43 +38,17 @@ pagoda_status pg_tools_check(const pg_api_request *r, pg_tool_format format, boo
     return PAGODA_OK;
 }
 
-/* A growable string. */
-typedef struct tbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} tbuf;
-
-static void tput(tbuf *b, const char *s) {
-    size_t k = strlen(s);
-    if (b->oom) return;
-    if (b->n + k + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + k + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, k + 1);
-    b->n += k;
-}
-
 /* An EBNF string literal of s (names are [a-zA-Z0-9_-]; the syntax is
  * fixed text): quotes, backslashes and newlines escaped. */
-static void tlit(tbuf *b, const char *s) {
-    tput(b, "\"");
+static void tlit(pg_strbuf *b, const char *s) {
+    pg_strbuf_puts(b, "\"");
     for (; *s; s++) {
         char c[3] = {*s, 0, 0};
         if (*s == '"' || *s == '\\') c[0] = '\\', c[1] = *s;
         if (*s == '\n') c[0] = '\\', c[1] = 'n';
-        tput(b, c);
+        pg_strbuf_puts(b, c);
     }
-    tput(b, "\"");
+    pg_strbuf_puts(b, "\"");
 }
 
 pagoda_status pg_tools_grammar_spec(const pg_api_request *r, pg_tool_format format,
@@ -85,10 +61,10 @@ pagoda_status pg_tools_grammar_spec(const pg_api_request *r, pg_tool_format form
                            pg_tool_format_name(format));
     cJSON *tools = cJSON_Parse(r->tools_json ? r->tools_json : "[]");
     cJSON *schemas = cJSON_CreateArray();
-    tbuf e = {0};
+    pg_strbuf e = {0};
     /* one alternative per allowed function: its fixed call text around
      * schema-i (the arguments) */
-    tput(&e, "call ::= ");
+    pg_strbuf_puts(&e, "call ::= ");
     int i = 0, k = 0;
     for (const cJSON *t = tools ? tools->child : NULL; t; t = t->next, i++) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
@@ -120,12 +96,12 @@ pagoda_status pg_tools_grammar_spec(const pg_api_request *r, pg_tool_format form
         }
         char ref[32];
         snprintf(ref, sizeof ref, " schema-%d ", k++);
-        if (k > 1) tput(&e, " | ");
+        if (k > 1) pg_strbuf_puts(&e, " | ");
         tlit(&e, pre);
-        tput(&e, ref);
+        pg_strbuf_puts(&e, ref);
         if (post[0]) tlit(&e, post);
     }
-    tput(&e, "\n");
+    pg_strbuf_puts(&e, "\n");
     /* several calls only for "required" with parallel_tool_calls (a named
      * choice is one call, as OpenAI's) */
     bool multi = r->parallel_tool_calls && r->tool_choice == PG_TOOL_CHOICE_REQUIRED;
@@ -137,7 +113,7 @@ pagoda_status pg_tools_grammar_spec(const pg_api_request *r, pg_tool_format form
     char root[160];
     snprintf(root, sizeof root, "root ::= %scall%s%s%s%s\n", list ? "\"[TOOL_CALLS][\" " : "",
              multi ? " ( " : "", multi ? sep : "", multi ? "call )*" : "", list ? " \"]\"" : "");
-    tput(&e, root);
+    pg_strbuf_puts(&e, root);
     cJSON *o = cJSON_CreateObject();
     pagoda_status st = PAGODA_OK;
     if (!tools || k == 0) {
@@ -145,7 +121,7 @@ pagoda_status pg_tools_grammar_spec(const pg_api_request *r, pg_tool_format form
     } else if (e.oom || !o) {
         st = pg_api_fail(err, 500, NULL, "out of memory");
     } else {
-        cJSON_AddStringToObject(o, "ebnf", e.p);
+        cJSON_AddStringToObject(o, "ebnf", pg_strbuf_cstr(&e));
         cJSON_AddItemToObject(o, "schemas", schemas);
         schemas = NULL;
         *spec = cJSON_PrintUnformatted(o);
@@ -154,6 +130,6 @@ pagoda_status pg_tools_grammar_spec(const pg_api_request *r, pg_tool_format form
     cJSON_Delete(o);
     cJSON_Delete(schemas);
     cJSON_Delete(tools);
-    free(e.p);
+    pg_strbuf_free(&e);
     return st;
 }

@@ -18,7 +18,8 @@
  *                [TOOL_CALLS]N[ARGS]ARGS (v11 templates; parallel: repeated)
  * where ARGS is a JSON value of the function's `parameters` schema (the
  * grammar engine's JSON Schema subset: an unsupported keyword is a 400
- * naming it). */
+ * naming it; no `parameters`: only {}). Several calls only for "required"
+ * with parallel_tool_calls true (a named choice is one call). */
 #ifndef PAGODA_SERVER_TOOL_CALLS_H
 #define PAGODA_SERVER_TOOL_CALLS_H
 
