@@ -781,8 +781,11 @@ static pagoda_status tools_setup(const srv_model *m, job *j, pg_api_error *err) 
     pg_api_request *r = &j->req;
     if (pg_tools_check(r, m->tool_format, m->harmony, m->srv->auto_tools, &j->parse_tools, err))
         return PAGODA_ERR_INVALID_ARG;
-    /* Mistral's [TOOL_CALLS] is a special token: keep it in the text (vLLM too) */
-    if (j->parse_tools && m->tool_format == PG_TOOLS_MISTRAL)
+    /* the call markers may be special tokens (Mistral's [TOOL_CALLS], Hermes
+     * 2 Pro's <tool_call>): keep them in the text, as vLLM's hermes and
+     * mistral parsers do (adjust_request) */
+    if (j->parse_tools &&
+        (m->tool_format == PG_TOOLS_MISTRAL || m->tool_format == PG_TOOLS_HERMES))
         r->sampling.skip_special_tokens = false;
     if (!j->parse_tools || m->harmony ||
         (r->tool_choice != PG_TOOL_CHOICE_REQUIRED && r->tool_choice != PG_TOOL_CHOICE_NAMED))
