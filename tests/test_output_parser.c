@@ -149,8 +149,9 @@ static void test_hermes(void **state) {
     cJSON_Delete(m);
 
     /* parallel calls, content null, finish_reason tool_calls */
-    const char *two = "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, 2]}}\n</tool_call>\n"
-                      "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\n";
+    const char *two =
+        "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, 2]}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\n";
     m = message(&HERMES, two);
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(m, "content")));
     assert_int_equal(n_calls(m), 2);
@@ -179,10 +180,10 @@ static void test_hermes_malformed(void **state) {
     (void)state;
     static const char *const bad[] = {
         "<tool_call>\n{not json}\n</tool_call>",
-        "<tool_call>{\"arguments\": {}}</tool_call>",                  /* no name */
-        "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>",  /* args not an object */
+        "<tool_call>{\"arguments\": {}}</tool_call>",                    /* no name */
+        "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>",    /* args not an object */
         "<tool_call>{\"name\": \"f\", \"arguments\": {}} x</tool_call>", /* text after */
-        "<tool_call>{\"name\": \"f\", \"argu",                          /* cut off */
+        "<tool_call>{\"name\": \"f\", \"argu",                           /* cut off */
         "<tool_call>",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -253,7 +254,8 @@ static void test_reasoning(void **state) {
 
 static void test_llama3_json(void **state) {
     (void)state;
-    cJSON *m = message(&LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
+    cJSON *m =
+        message(&LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
     assert_call(m, 0, "get_weather", "{\"city\":\"Paris\"}");
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(m, "content")));
     cJSON_Delete(m);
@@ -317,9 +319,33 @@ static void test_mistral(void **state) {
 static void test_random_fragments(void **state) {
     (void)state;
     static const char *const frag[] = {
-        "<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<",
-        "</", "[", "]", "{", "}", "\"name\"", ":", "\"f\"", ",", "\"arguments\"", "{}", " ", "\n",
-        "\\", "\"", ";", "é", "text", "<|python_tag|>", "\"parameters\"",
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "[TOOL_CALLS]",
+        "[ARGS]",
+        "<",
+        "</",
+        "[",
+        "]",
+        "{",
+        "}",
+        "\"name\"",
+        ":",
+        "\"f\"",
+        ",",
+        "\"arguments\"",
+        "{}",
+        " ",
+        "\n",
+        "\\",
+        "\"",
+        ";",
+        "é",
+        "text",
+        "<|python_tag|>",
+        "\"parameters\"",
     };
     const pg_oparse_opts *opts[] = {&HERMES, &QWEN3, &QWEN3_OPEN, &R1, &LLAMA3, &MISTRAL};
     uint64_t x = 12345;
@@ -353,8 +379,8 @@ static void test_detect(void **state) {
     } cases[] = {
         {"Qwen-Qwen3-0.6B.jinja", PG_TOOLS_HERMES, PG_REASONING_QWEN3, false},
         {"Qwen-Qwen2.5-7B-Instruct.jinja", PG_TOOLS_HERMES, PG_REASONING_NONE, false},
-        {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", PG_TOOLS_HERMES,
-         PG_REASONING_NONE, false},
+        {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", PG_TOOLS_HERMES, PG_REASONING_NONE,
+         false},
         {"meta-llama-Llama-3.1-8B-Instruct.jinja", PG_TOOLS_LLAMA3_JSON, PG_REASONING_NONE, false},
         {"meta-llama-Llama-3.2-3B-Instruct.jinja", PG_TOOLS_LLAMA3_JSON, PG_REASONING_NONE, false},
         {"mistralai-Mistral-Nemo-Instruct-2407.jinja", PG_TOOLS_MISTRAL, PG_REASONING_NONE, false},
@@ -394,9 +420,9 @@ static void test_detect(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hermes),         cmocka_unit_test(test_hermes_malformed),
-        cmocka_unit_test(test_reasoning),      cmocka_unit_test(test_llama3_json),
-        cmocka_unit_test(test_mistral),        cmocka_unit_test(test_random_fragments),
+        cmocka_unit_test(test_hermes),    cmocka_unit_test(test_hermes_malformed),
+        cmocka_unit_test(test_reasoning), cmocka_unit_test(test_llama3_json),
+        cmocka_unit_test(test_mistral),   cmocka_unit_test(test_random_fragments),
         cmocka_unit_test(test_detect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

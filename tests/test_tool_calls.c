@@ -22,7 +22,8 @@
 #define TOOLS                                                                                      \
     "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"d\", " \
     "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "   \
-    "\"unit\": {\"type\": \"string\", \"enum\": [\"C\", \"F\", 3]}}, \"required\": [\"city\"]}}}, "                          \
+    "\"unit\": {\"type\": \"string\", \"enum\": [\"C\", \"F\", 3]}}, \"required\": "               \
+    "[\"city\"]}}}, "                                                                              \
     "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]"
 
 static pagoda_status parse(const char *extra, pg_api_request *r, pg_api_error *err) {
@@ -232,7 +233,8 @@ static void test_forced_grammars(void **state) {
          "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", \"x\": 1}}]",
          "get_weather({\"city\":\"Oslo\",\"unit\":\"C\"}) now({})"},
         {PG_TOOLS_MISTRAL, true, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}",
-         "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\", \"unit\": \"C\"}[TOOL_CALLS]now[ARGS]{}",
+         "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\", \"unit\": "
+         "\"C\"}[TOOL_CALLS]now[ARGS]{}",
          "[TOOL_CALLS]get_weather[ARGS]{\"unit\": \"K\", \"city\": \"a\"}",
          "get_weather({\"city\":\"Oslo\",\"unit\":\"C\"}) now({})"},
     };
@@ -269,9 +271,10 @@ static void test_forced_grammars(void **state) {
     pg_gram *named = grammar_of(", \"tool_choice\": {\"type\": \"function\", \"function\": "
                                 "{\"name\": \"now\"}}",
                                 PG_TOOLS_HERMES, false);
-    assert_true(accepts(named, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
-    assert_false(
-        accepts(named, "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+    assert_true(
+        accepts(named, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+    assert_false(accepts(
+        named, "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
     pg_gram_free(named);
 
     /* formats that cannot be forced; a schema keyword the engine lacks */

@@ -1012,8 +1012,7 @@ static bool value_has_type(const cJSON *v, const cJSON *t) {
     const char *n = t->valuestring;
     if (!strcmp(n, "string")) return cJSON_IsString(v);
     if (!strcmp(n, "number")) return cJSON_IsNumber(v);
-    if (!strcmp(n, "integer"))
-        return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
+    if (!strcmp(n, "integer")) return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
     if (!strcmp(n, "boolean")) return cJSON_IsBool(v);
     if (!strcmp(n, "null")) return cJSON_IsNull(v);
     if (!strcmp(n, "object")) return cJSON_IsObject(v);
@@ -1047,8 +1046,8 @@ static void body(conv *c, const cJSON *s) {
          * `type` next to them keeps the values of that type (tool schemas
          * write {"type": "string", "enum": [...]}) */
         if (any || one || all) {
-            cfail(c, PAGODA_ERR_UNSUPPORTED, "'%s' combined with anyOf/oneOf/allOf is not supported",
-                  cn ? "const" : "enum");
+            cfail(c, PAGODA_ERR_UNSUPPORTED,
+                  "'%s' combined with anyOf/oneOf/allOf is not supported", cn ? "const" : "enum");
             return;
         }
         if (type && !cJSON_IsString(type) && !cJSON_IsArray(type)) {

@@ -277,8 +277,7 @@ static pagoda_status parse_tools(const parse_ctx *p, pg_api_request *r) {
                                    "{...}} (only function tools are supported)",
                                    i);
             if (!cJSON_IsObject(fn) || !cJSON_IsString(name))
-                return pg_api_fail(p->err, 400, "tools", "tools[%d].function.name is required",
-                                   i);
+                return pg_api_fail(p->err, 400, "tools", "tools[%d].function.name is required", i);
             if (!valid_function_name(name->valuestring))
                 return pg_api_fail(p->err, 400, "tools",
                                    "tools[%d].function.name '%.80s' must be 1 to 64 letters, "
@@ -286,8 +285,7 @@ static pagoda_status parse_tools(const parse_ctx *p, pg_api_request *r) {
                                    i, name->valuestring);
             if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
                 return pg_api_fail(p->err, 400, "tools",
-                                   "tools[%d].function.parameters must be a JSON Schema object",
-                                   i);
+                                   "tools[%d].function.parameters must be a JSON Schema object", i);
             if (desc && !cJSON_IsNull(desc) && !cJSON_IsString(desc))
                 return pg_api_fail(p->err, 400, "tools",
                                    "tools[%d].function.description must be a string", i);
@@ -315,9 +313,9 @@ static pagoda_status parse_tools(const parse_ctx *p, pg_api_request *r) {
                    !strcmp(type->valuestring, "function") && cJSON_IsString(name)) {
             bool found = false;
             for (const cJSON *t = tools->child; t && !found; t = t->next)
-                found = !strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(t, "function"), "name")
-                                    ->valuestring,
-                                name->valuestring);
+                found = !strcmp(
+                    cJSON_GetObjectItem(cJSON_GetObjectItem(t, "function"), "name")->valuestring,
+                    name->valuestring);
             if (!found)
                 return pg_api_fail(p->err, 400, "tool_choice",
                                    "Tool '%.80s' has not been passed in `tools`.",
@@ -679,8 +677,9 @@ static const struct unsupported_field {
     {"add_special_tokens", FOR_CHAT, "false",
      "chats are tokenized as rendered by the chat template"},
     {"documents", FOR_CHAT, "[]", "documents for the chat template are not supported"},
-    {"chat_template", FOR_CHAT, "", "per-request chat templates are not supported: start the "
-                                    "server with --chat-template"},
+    {"chat_template", FOR_CHAT, "",
+     "per-request chat templates are not supported: start the "
+     "server with --chat-template"},
     {"mm_processor_kwargs", FOR_CHAT, "{}", "multimodal inputs are not supported"},
     {"media_io_kwargs", FOR_CHAT, "{}", "multimodal inputs are not supported"},
     {"best_of", FOR_BOTH, "1", "best_of is not supported (as in vLLM V1)"},
@@ -725,8 +724,8 @@ static pagoda_status check_unsupported(const parse_ctx *p, pg_api_kind kind) {
         const cJSON *v = field(p, u->name);
         if (!(u->kinds & k) || !v || allowed_value(v, u->allowed)) continue;
         /* best_of equal to n asks for nothing more */
-        if (!strcmp(u->name, "best_of") && is_int(v) && field(p, "n") &&
-            is_int(field(p, "n")) && v->valuedouble == field(p, "n")->valuedouble)
+        if (!strcmp(u->name, "best_of") && is_int(v) && field(p, "n") && is_int(field(p, "n")) &&
+            v->valuedouble == field(p, "n")->valuedouble)
             continue;
         return pg_api_fail(p->err, 400, u->name, "'%s' is not supported: %s%s%s", u->name, u->why,
                            u->allowed[0] ? "; accepted value: " : "", u->allowed);

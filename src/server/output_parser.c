@@ -101,8 +101,8 @@ static void content(pg_oparse *p, const char *s, size_t n) {
 static void emit_call(pg_oparse *p, const char *name, const char *args) {
     p->ws.len = 0;
     int idx = p->n_calls++;
-    pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_CALL_BEGIN, .name = name, .index = idx,
-                           .channel = ""};
+    pg_harmony_event ev = {
+        .kind = PG_HARMONY_TOOL_CALL_BEGIN, .name = name, .index = idx, .channel = ""};
     p->emit(p->user, &ev);
     ev.kind = PG_HARMONY_TOOL_ARGS;
     ev.text = args;
@@ -298,7 +298,8 @@ static void run(pg_oparse *p, bool final) {
         switch (p->st) {
         case ST_THINK_START: {
             size_t i = skip_ws(b->p, b->len, 0);
-            if (b->len - i >= strlen(THINK_OPEN) && !memcmp(b->p + i, THINK_OPEN, strlen(THINK_OPEN))) {
+            if (b->len - i >= strlen(THINK_OPEN) &&
+                !memcmp(b->p + i, THINK_OPEN, strlen(THINK_OPEN))) {
                 pg_strbuf_consume(b, i + strlen(THINK_OPEN));
                 p->st = ST_REASON;
                 continue;

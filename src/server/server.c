@@ -185,8 +185,7 @@ static void job_log(const job *j) {
     if (issues)
         PG_DEBUG("%s: %d output format issue%s (malformed reasoning / tool calls delivered as "
                  "content)",
-                 j->id,
-                 issues, issues == 1 ? "" : "s");
+                 j->id, issues, issues == 1 ? "" : "s");
 }
 
 /* True when the peer closed its end of the connection. */
@@ -784,8 +783,7 @@ static pagoda_status tools_setup(const srv_model *m, job *j, pg_api_error *err) 
     /* the call markers may be special tokens (Mistral's [TOOL_CALLS], Hermes
      * 2 Pro's <tool_call>): keep them in the text, as vLLM's hermes and
      * mistral parsers do (adjust_request) */
-    if (j->parse_tools &&
-        (m->tool_format == PG_TOOLS_MISTRAL || m->tool_format == PG_TOOLS_HERMES))
+    if (j->parse_tools && (m->tool_format == PG_TOOLS_MISTRAL || m->tool_format == PG_TOOLS_HERMES))
         r->sampling.skip_special_tokens = false;
     if (!j->parse_tools || m->harmony ||
         (r->tool_choice != PG_TOOL_CHOICE_REQUIRED && r->tool_choice != PG_TOOL_CHOICE_NAMED))

@@ -101,8 +101,8 @@ struct job {
     pagoda_grammar *grammar; /* structured output (server/structured.h), a forced tool call
                                 (server/tool_calls.h) or NULL */
     bool parse_tools;        /* chat: tool calls are parsed from the output */
-    char id[112]; /* "chatcmpl-" + 32 hex digits, or + the request's request_id */
-    uint64_t id_num; /* the random number behind `id` (seeds tool call ids) */
+    char id[112];            /* "chatcmpl-" + 32 hex digits, or + the request's request_id */
+    uint64_t id_num;         /* the random number behind `id` (seeds tool call ids) */
     pg_api_meta meta;
     size_t n_choices, n_done;
     pg_api_choice *choices;

@@ -72,9 +72,10 @@ pagoda_status pg_tools_grammar_spec(const pg_api_request *r, pg_tool_format form
         if (r->tool_choice == PG_TOOL_CHOICE_NAMED && strcmp(name, r->tool_choice_name) != 0)
             continue;
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-        cJSON *sc = cJSON_IsObject(params) ? cJSON_Duplicate(params, true)
-                                           : cJSON_Parse("{\"type\": \"object\", \"properties\": {}, "
-                                                         "\"additionalProperties\": false}");
+        cJSON *sc = cJSON_IsObject(params)
+                        ? cJSON_Duplicate(params, true)
+                        : cJSON_Parse("{\"type\": \"object\", \"properties\": {}, "
+                                      "\"additionalProperties\": false}");
         cJSON_AddItemToArray(schemas, sc);
         char pre[160], post[16];
         switch (format) {
