@@ -12,13 +12,12 @@
 // --enable-auto-tool-choice gives vLLM's 400 for "auto".
 // Env: PAGODA_CMD, PAGODA_SERVE_MODEL (the generated model, see
 // cmake/server_tests.cmake).
-import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
 import Ajv2020 from 'ajv/dist/2020.js';
+import { startServer, stopServer } from './serve.mjs';
 
-const CMD = JSON.parse(process.env.PAGODA_CMD ?? '["pagoda"]');
 const MODEL_DIR = process.env.PAGODA_SERVE_MODEL;
 const TOOL_CALL_TOKEN = 151657; // Qwen3's <tool_call>
 
@@ -59,37 +58,21 @@ const schemaOf = Object.fromEntries(tools.map((t) => [t.function.name,
   t.function.parameters ?? { type: 'object', properties: {}, additionalProperties: false }]));
 const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
 
-async function startServer(extra) {
-  let stderr = '';
-  const proc = spawn(CMD[0], [...CMD.slice(1), 'serve', MODEL_DIR, '--port', '0',
-    '--max-num-seqs', '8', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
-  proc.stderr.on('data', (d) => { stderr += d; });
-  const port = await new Promise((resolve, reject) => {
-    let out = '';
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/^PORT=(\d+)$/m);
-      if (m) resolve(Number(m[1]));
-    });
-    proc.on('exit', (code) => reject(new Error(`server exited (${code}): ${stderr}`)));
-  });
+async function start(extra) {
+  const { proc, baseURL: url } = await startServer([MODEL_DIR, '--max-num-seqs', '8', ...extra]);
   servers.push(proc);
-  return `http://127.0.0.1:${port}/v1`;
+  return url;
 }
 
 before(async () => {
-  baseURL = await startServer(['--enable-auto-tool-choice']);
+  baseURL = await start(['--enable-auto-tool-choice']);
   client = new OpenAI({ apiKey: 'unused', baseURL, maxRetries: 0, timeout: 300000 });
-  plain = new OpenAI({ apiKey: 'unused', baseURL: await startServer([]), maxRetries: 0,
+  plain = new OpenAI({ apiKey: 'unused', baseURL: await start([]), maxRetries: 0,
     timeout: 300000 });
 });
 
 after(async () => {
-  for (const s of servers) {
-    const done = new Promise((r) => s.once('exit', r));
-    s.kill('SIGTERM');
-    await done;
-  }
+  for (const s of servers) await stopServer(s);
 });
 
 // Every call of a message: a known function, arguments valid for its schema.
