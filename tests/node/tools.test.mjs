@@ -9,7 +9,8 @@
 // (streamed deltas reassembled == the non-streamed message); "auto" on
 // output that only looks like a call comes back as content; reasoning is
 // split from forced "<think>..</think>.." output. A second server without
-// --enable-auto-tool-choice gives vLLM's 400 for "auto".
+// --enable-auto-tool-choice gives vLLM's 400 for "auto", and with
+// --tool-call-parser llama3_json forces calls in that syntax.
 // Env: PAGODA_CMD, PAGODA_SERVE_MODEL (the generated model, see
 // cmake/server_tests.cmake).
 import assert from 'node:assert/strict';
@@ -67,7 +68,8 @@ async function start(extra) {
 before(async () => {
   baseURL = await start(['--enable-auto-tool-choice']);
   client = new OpenAI({ apiKey: 'unused', baseURL, maxRetries: 0, timeout: 300000 });
-  plain = new OpenAI({ apiKey: 'unused', baseURL: await start([]), maxRetries: 0,
+  plain = new OpenAI({ apiKey: 'unused', baseURL: await start(['--tool-call-parser',
+    'llama3_json']), maxRetries: 0,
     timeout: 300000 });
 });
 
@@ -200,7 +202,8 @@ describe('tool calls with the openai client (random Qwen3, hermes syntax)', () =
     assert.equal(typeof none.choices[0].message.content, 'string');
   });
 
-  test('"auto" without --enable-auto-tool-choice is a 400; forcing still works', async () => {
+  test('"auto" without --enable-auto-tool-choice is a 400; forcing works, in the syntax of '
+    + '--tool-call-parser', async () => {
     const model = (await plain.models.list()).data[0].id;
     await assert.rejects(plain.chat.completions.create({ model, messages, tools, max_tokens: 8 }),
       (e) => e.status === 400 && e.param === 'tool_choice' &&
@@ -208,6 +211,11 @@ describe('tool calls with the openai client (random Qwen3, hermes syntax)', () =
     const r = await plain.chat.completions.create({ model, messages, tools, max_tokens: 200,
       tool_choice: { type: 'function', function: { name: 'ping' } } });
     assert.deepEqual(shape(r.choices[0].message.tool_calls), [['ping', '{}']]);
+    // the forced text is llama3_json's: the same tokens decode to it
+    const lp = await plain.chat.completions.create({ model, messages, tools, max_tokens: 200,
+      logprobs: true, tool_choice: { type: 'function', function: { name: 'ping' } } });
+    const text = lp.choices[0].logprobs.content.map((t) => t.token).join('');
+    assert.match(text, /^\{"name": "ping", "parameters": \{\s*\}\}/);
   });
 
   test('tool errors name their field', async () => {
