@@ -124,6 +124,11 @@ int32_t pagoda_engine_vocab_size(const pagoda_engine *e);
  * (packed/quantized linear layers, lm_head, norms; not the KV cache): read
  * bandwidth / this = the decode bandwidth bound in steps per second. */
 size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e);
+/* Bytes the engine keeps resident: the weights a step streams (as above),
+ * the KV cache (paged K/V and recurrent-state slots) and the
+ * workspace. The environment check compares it with the memory of the NUMA
+ * node(s) the threads run on. */
+uint64_t pagoda_engine_resident_bytes(const pagoda_engine *e);
 
 /* ---------------------------------------------------------------- requests */
 

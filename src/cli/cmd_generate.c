@@ -25,6 +25,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "kernels/env_report.h"
 #include "pagoda.h"
 
 typedef struct gen_options {
@@ -546,6 +547,8 @@ int pg_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "pagoda generate: %s\n", pagoda_last_error());
         return exit_code(st);
     }
+    /* what in the environment costs speed, logged once (speculation: hook for spec decoding) */
+    pg_env_log_findings(pagoda_engine_resident_bytes(e), false);
     if (o.prompts_file) {
         rc = run_prompts_file(e, &o);
         pagoda_engine_free(e);

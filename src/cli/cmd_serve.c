@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "engine/kv_cache_spec.h"
+#include "kernels/env_report.h"
 #include "model/source.h"
 #include "pagoda.h"
 #include "server/output_parser.h"
@@ -284,6 +285,12 @@ int pg_cmd_serve(int argc, char **argv) {
             fprintf(stderr, "pagoda serve: %s: %s\n", models[k], pagoda_last_error());
             rc = 1;
         }
+    }
+    if (!rc) { /* what in the environment costs speed, logged once for all models */
+        uint64_t resident = 0;
+        for (int k = 0; k < n_models; k++)
+            resident += pagoda_engine_resident_bytes(engines[k]);
+        pg_env_log_findings(resident, false); /* speculation: hook for spec decoding */
     }
     pg_server *srv = NULL;
     if (!rc && pg_server_start_models(engines, (size_t)n_models, &so, &srv) != PAGODA_OK) {

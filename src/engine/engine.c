@@ -543,6 +543,10 @@ int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
 size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e) {
     return pg_model_weight_bytes_per_step(e->model);
 }
+uint64_t pagoda_engine_resident_bytes(const pagoda_engine *e) {
+    return (uint64_t)pg_model_weight_bytes_per_step(e->model) + pg_runner_kv_bytes(e->runner) +
+           pg_runner_workspace_bytes(e->runner);
+}
 bool pagoda_engine_encoder_input_shape(const pagoda_engine *e, int32_t *n_mels,
                                        int32_t *n_frames) {
     if (n_mels) *n_mels = e->enc_rows;
