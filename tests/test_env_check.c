@@ -583,6 +583,29 @@ static void test_cli_generate_logs_findings_once(void **state) {
     free(out);
 }
 
+/* `pagoda serve` logs the findings once at start, before it listens:
+ * started in the background, stopped with SIGINT once it printed PORT=. */
+static void test_cli_serve_logs_findings_once(void **state) {
+    (void)state;
+    clean_tree_for_this_process();
+    put("sys/kernel/mm/transparent_hugepage/enabled", "always madvise [never]\n");
+    char log[700], args[2048];
+    snprintf(log, sizeof log, "%s/serve.log", g_root);
+    snprintf(args, sizeof args,
+             "serve '%s' --port 0 > '%s' 2>&1 & pid=$!; i=0; "
+             "while [ $i -lt 1200 ] && ! grep -q '^PORT=' '%s'; do sleep 0.1; i=$((i+1)); done; "
+             "kill -INT $pid; wait $pid",
+             pg_test_asset("llm/stories260K-hf"), log, log);
+    char *out = run_pagoda("", args);
+    free(out);
+    char *text = pg_test_read_file(log, NULL);
+    const char *first = strstr(text, "env: transparent huge pages are off");
+    if (!first || !strstr(text, "\nPORT=")) fail_msg("no start-up warning or no PORT=:\n%s", text);
+    assert_null(strstr(first + 1, "env: transparent huge pages are off"));
+    assert_true(first < strstr(text, "\nPORT="));
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_clean_tree_has_no_findings, setup),
@@ -607,6 +630,7 @@ int main(void) {
         cmocka_unit_test_setup(test_process_findings_use_root_variables, setup),
         cmocka_unit_test_setup(test_cli_env_findings, setup),
         cmocka_unit_test_setup(test_cli_generate_logs_findings_once, setup),
+        cmocka_unit_test_setup(test_cli_serve_logs_findings_once, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
