@@ -198,7 +198,8 @@ static void test_more_threads_than_physical_cores(void **state) {
     assert_non_null(strstr(f->cost, "1.33x the step time of 2 threads"));
     assert_non_null(strstr(f->fix, "--threads 2"));
     assert_non_null(strstr(f->fix, "PAGODA_CPUS=0,2"));
-    find(PG_ENVCHK_UNPINNED);
+    f = find(PG_ENVCHK_UNPINNED); /* the pool pins when threads <= physical cores */
+    assert_non_null(strstr(f->fix, "--threads 2 or fewer (one per physical core: 0,2)"));
 }
 
 static void test_affinity_mask_below_threads(void **state) {
@@ -261,7 +262,7 @@ static void test_threads_not_pinned(void **state) {
     in.n_threads = 2;
     run(&in);
     expect_only(PG_ENVCHK_UNPINNED, "the pool's 2 threads are not pinned", "vLLM",
-                "--threads 4 or fewer");
+                "--threads 4 or fewer (one per physical core: 0-3)");
 }
 
 static void test_small_blocktime_with_speculation(void **state) {

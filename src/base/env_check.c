@@ -21,6 +21,9 @@ typedef struct chk {
     int run[PG_CPU_MAX];
     int n_run;
     bool pinned;
+    /* one CPU per physical core of the affinity mask (the pool's default list) */
+    int n_cores;
+    char one_per_core[160];
 } chk;
 
 /* ---- files -------------------------------------------------------------- */
@@ -104,11 +107,9 @@ static long long core_key(const chk *c, int cpu) {
 static void check_threads(chk *c) {
     const pg_envchk_input *in = c->in;
     int n = in->n_threads, m = in->n_allowed;
-    char dir[600], one_per_core[160], list[160];
-    snprintf(dir, sizeof dir, "%s/devices/system/cpu", c->sys);
-    static int cores[PG_CPU_MAX];
-    int n_cores = pg_cpu_physical_cores(dir, in->allowed, m, cores);
-    pg_cpulist_format(cores, n_cores, one_per_core, sizeof one_per_core);
+    char list[160];
+    const int n_cores = c->n_cores;
+    const char *one_per_core = c->one_per_core;
     pg_cpulist_format(in->allowed, m, list, sizeof list);
     pg_envchk_finding *f;
     if (n > m) {
@@ -272,9 +273,10 @@ static void check_pinning(chk *c) {
         "stack two threads on one core while another idles; vLLM's CPU backend binds one "
         "thread per core for the same reason (not measured here)");
     SET(f, fix,
-        "use no more threads than CPUs (--threads %d or fewer, or PAGODA_CPUS=<list>): the "
-        "pool pins thread i to the i-th CPU whenever they fit",
-        c->in->n_allowed);
+        "no more threads than the pool's CPUs: --threads %d or fewer (one per physical core: "
+        "%s), or a PAGODA_CPUS list with a CPU for every thread; the pool pins thread i to the "
+        "i-th CPU whenever they fit",
+        c->n_cores, c->one_per_core);
 }
 
 static void check_blocktime(chk *c) {
@@ -667,7 +669,14 @@ int pg_envchk_run(const pg_envchk_input *in, pg_envchk_finding *out, int cap) {
         for (int i = 0; i < in->n_allowed && i < PG_CPU_MAX; i++)
             c.run[c.n_run++] = in->allowed[i];
     }
-    if (in->n_allowed > 0) check_threads(&c);
+    if (in->n_allowed > 0) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/devices/system/cpu", c.sys);
+        static int cores[PG_CPU_MAX];
+        c.n_cores = pg_cpu_physical_cores(dir, in->allowed, in->n_allowed, cores);
+        pg_cpulist_format(cores, c.n_cores, c.one_per_core, sizeof c.one_per_core);
+        check_threads(&c);
+    }
     check_quota(&c);
     if (in->n_allowed > 0) check_pinning(&c);
     check_blocktime(&c);
