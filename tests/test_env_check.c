@@ -276,6 +276,7 @@ static void test_small_blocktime_with_speculation(void **state) {
     expect_only(PG_ENVCHK_BLOCKTIME, "pool block time 0 us with speculative decoding on",
                 "115.6 ms", "unset PAGODA_BLOCKTIME_US (default 1000 us)");
     assert_non_null(strstr(g_f[0].cost, "15-40 us futex wake-up"));
+    assert_non_null(strstr(g_f[0].cost, "18x slower on a loaded machine (docs/PERFORMANCE.md)"));
     in.blocktime_us = 200; /* "small" too */
     run(&in);
     expect_only(PG_ENVCHK_BLOCKTIME, "pool block time 200 us", NULL, NULL);

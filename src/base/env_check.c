@@ -289,7 +289,9 @@ static void check_blocktime(chk *c) {
         "the workers fall asleep between the short draft and verify steps, and each parallel "
         "region then pays a 15-40 us futex wake-up instead of 0.15-0.4 us (docs/PERFORMANCE.md, "
         "\"Pool block time\"); vLLM measured speculative TPOT 115.6 ms with a sleeping runtime "
-        "(libgomp) vs 58.1 ms with a spinning one (libiomp5), 1.99x (vllm-project/vllm#44191)");
+        "(libgomp) vs 58.1 ms with a spinning one (libiomp5), 1.99x (vllm-project/vllm#44191); "
+        "here block time 0 made a whole batch-1 decode 18x slower on a loaded machine "
+        "(docs/PERFORMANCE.md)");
     SET(f, fix, "unset PAGODA_BLOCKTIME_US (default %d us), or set PAGODA_BLOCKTIME_US=%d or more",
         PG_POOL_BLOCKTIME_DEFAULT_US, PG_POOL_BLOCKTIME_DEFAULT_US);
 }
@@ -583,7 +585,7 @@ static void check_isa(chk *c) {
         SET(f, cost, "%s", isa_cost(best, used));
         SET(f, fix, "unset PAGODA_ISA (pagoda then picks %s)", pg_isa_name(best));
     }
-    char miss[160] = "", cost[480] = "";
+    char miss[160] = "", cost[600] = "";
     size_t ml = 0, cl = 0;
 #define MISS(name, text)                                                                           \
     do {                                                                                           \

@@ -75,7 +75,7 @@ typedef enum pg_envchk_kind {
 typedef struct pg_envchk_finding {
     pg_envchk_kind kind;
     char what[320]; /* the condition, with the values read ("4 threads on 2 physical cores") */
-    char cost[480]; /* what it costs, a number where one is known and where it comes from */
+    char cost[640]; /* what it costs, a number where one is known and where it comes from */
     char fix[400];  /* the exact flag, environment variable or command */
 } pg_envchk_finding;
 
