@@ -68,6 +68,11 @@ add_test(NAME pagoda_env COMMAND pagoda env)
 add_test(NAME pagoda_env_forced_scalar COMMAND pagoda env)
 set_tests_properties(pagoda_env_forced_scalar PROPERTIES ENVIRONMENT "PAGODA_ISA=scalar"
                      PASS_REGULAR_EXPRESSION "chosen +scalar\n")
+# The findings section names the forced level, its cost and the fix (every
+# build machine has a SIMD level above scalar).
+add_test(NAME pagoda_env_finding_forced_isa COMMAND pagoda env)
+set_tests_properties(pagoda_env_finding_forced_isa PROPERTIES ENVIRONMENT "PAGODA_ISA=scalar"
+  PASS_REGULAR_EXPRESSION "\nfindings\n(.*\n)?  - kernels run at ISA level scalar \\(PAGODA_ISA\\) while this CPU supports [a-z0-9]+\n      cost: no SIMD[^\n]*\n      fix:  unset PAGODA_ISA")
 add_test(NAME pagoda_env_bad_isa COMMAND pagoda env)
 set_tests_properties(pagoda_env_bad_isa PROPERTIES ENVIRONMENT "PAGODA_ISA=bogus"
                      PASS_REGULAR_EXPRESSION "pagoda env: PAGODA_ISA=bogus: unknown ISA level")
