@@ -479,6 +479,30 @@ static void test_empty_roots(void **state) {
     assert_int_equal(g_n, 0);
 }
 
+/* Garbage in every file (and a thread count of 0) is no finding and no crash. */
+static void test_malformed_files(void **state) {
+    (void)state;
+    put("sys/fs/cgroup/pagoda.slice/cpu.max", "lots of cpus\n");
+    put("proc/self/cgroup", "::::\n0\n\n12:cpu\n");
+    put("proc/meminfo", "SwapTotal: many kB\nSwapFree:\n");
+    put("proc/swaps", "");
+    put("proc/self/maps", "/\n\n     \n");
+    put("sys/kernel/mm/transparent_hugepage/enabled", "");
+    put("sys/devices/system/node/node0/cpulist", "3-1\n");
+    put("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal: x kB\n");
+    put("sys/devices/system/cpu/cpu0/topology/core_id", "core zero\n");
+    put("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "\n");
+    pg_envchk_input in = base_input();
+    run(&in);
+    for (int i = 0; i < g_n; i++)
+        print_message("unexpected %s: %s\n", pg_envchk_kind_name(g_f[i].kind), g_f[i].what);
+    assert_int_equal(g_n, 0);
+    in.n_threads = 0;
+    in.thread_cpus = NULL;
+    run(&in);
+    expect_only(PG_ENVCHK_UNPINNED, "the pool's 1 thread is not pinned", NULL, NULL);
+}
+
 /* ---- this process: the roots from the environment, the log ---------------------- */
 
 static int g_logged_thp, g_logged;
@@ -629,6 +653,7 @@ int main(void) {
         cmocka_unit_test_setup(test_powersave_governor, setup),
         cmocka_unit_test_setup(test_findings_in_kind_order, setup),
         cmocka_unit_test_setup(test_empty_roots, setup),
+        cmocka_unit_test_setup(test_malformed_files, setup),
         cmocka_unit_test_setup(test_process_findings_use_root_variables, setup),
         cmocka_unit_test_setup(test_cli_env_findings, setup),
         cmocka_unit_test_setup(test_cli_generate_logs_findings_once, setup),

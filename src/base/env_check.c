@@ -267,7 +267,8 @@ static void check_pinning(chk *c) {
     if (c->pinned) return;
     pg_envchk_finding *f = add(c, PG_ENVCHK_UNPINNED);
     if (!f) return;
-    SET(f, what, "the pool's %d threads are not pinned to CPUs", c->in->n_threads);
+    SET(f, what, "the pool's %d thread%s not pinned to CPUs", c->in->n_threads,
+        c->in->n_threads == 1 ? " is" : "s are");
     SET(f, cost,
         "the kernel may move a thread to another core mid-step (its L1/L2 tiles are lost) or "
         "stack two threads on one core while another idles; vLLM's CPU backend binds one "
@@ -657,6 +658,11 @@ int pg_envchk_run(const pg_envchk_input *in, pg_envchk_finding *out, int cap) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&mu);
     memset(&c, 0, sizeof c);
+    static pg_envchk_input fixed; /* n_threads below 1 is taken as 1 */
+    fixed = *in;
+    if (fixed.n_threads < 1) fixed.n_threads = 1;
+    if (fixed.n_threads > PG_CPU_MAX) fixed.n_threads = PG_CPU_MAX;
+    in = &fixed;
     c.in = in;
     c.out = out;
     c.cap = cap;
