@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +87,15 @@ static pg_envchk_finding *add(chk *c, pg_envchk_kind kind) {
     return f;
 }
 
-#define SET(f, field, ...) snprintf((f)->field, sizeof(f)->field, __VA_ARGS__)
+/* A finding's sentence; longer text is cut (a finding never fails). */
+__attribute__((format(printf, 3, 4))) static void set_text(char *dst, size_t cap, const char *fmt,
+                                                           ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst, cap, fmt, ap);
+    va_end(ap);
+}
+#define SET(f, field, ...) set_text((f)->field, sizeof(f)->field, __VA_ARGS__)
 
 /* ---- threads and CPUs ------------------------------------------------------ */
 
