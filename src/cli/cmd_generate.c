@@ -547,7 +547,8 @@ int pg_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "pagoda generate: %s\n", pagoda_last_error());
         return exit_code(st);
     }
-    /* what in the environment costs speed, logged once (speculation: hook for spec decoding) */
+    /* what in the environment costs speed, logged once; the second argument says whether
+     * speculative decoding is on: the spec-decode work passes its setting here */
     pg_env_log_findings(pagoda_engine_resident_bytes(e), false);
     if (o.prompts_file) {
         rc = run_prompts_file(e, &o);
