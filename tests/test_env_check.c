@@ -213,6 +213,7 @@ static void test_affinity_mask_below_threads(void **state) {
     const pg_envchk_finding *f = find(PG_ENVCHK_AFFINITY);
     assert_non_null(strstr(f->what, "3 threads, but the affinity mask allows 2 CPUs (0-1)"));
     assert_non_null(strstr(f->cost, "at least 1.33x as long as with 2 threads"));
+    assert_non_null(strstr(f->cost, "17x slower here"));
     assert_non_null(strstr(f->fix, "--threads 2"));
     assert_non_null(strstr(f->fix, "taskset"));
 }

@@ -128,7 +128,9 @@ static void check_threads(chk *c) {
         SET(f, cost,
             "threads take turns on the CPUs and cannot be pinned: a step takes at least %.2fx as "
             "long as with %d threads (static split: ceil(%d/%d) turns of 1/%d of the work), more "
-            "while a finished thread spins (50 us, then yields) waiting for a descheduled one",
+            "while a finished thread spins (50 us, then yields) waiting for a descheduled one: "
+            "3 threads on 2 CPUs made a batch-1 decode 17x slower here (loaded machine, "
+            "docs/PERFORMANCE.md)",
             (double)turns * m / n, m, n, m, n);
         SET(f, fix,
             "--threads %d (or PAGODA_CPUS=%s), or start pagoda with a wider mask (taskset -c, "
