@@ -217,6 +217,8 @@ static void test_hf_cache(void **state) {
     char *old_home = getenv("HF_HOME") ? strdup(getenv("HF_HOME")) : NULL;
     char *old_hub = getenv("HF_HUB_CACHE") ? strdup(getenv("HF_HUB_CACHE")) : NULL;
     unsetenv("HF_HUB_CACHE");
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HF_HUB_OFFLINE", "1", 1); /* the cache only: no hub is reachable here */
     setenv("HF_HOME", root, 1);
     char out[4096];
     bool is_gguf = true;
@@ -266,6 +268,7 @@ static void test_hf_cache(void **state) {
         unsetenv("HF_HUB_CACHE");
     free(old_home);
     free(old_hub);
+    unsetenv("HF_HUB_OFFLINE");
 }
 
 /* ---- configs */
