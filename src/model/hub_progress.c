@@ -17,6 +17,7 @@ struct pg_hub_progress {
     int index, count;
     long long total, done, first; /* first: bytes on disk at start (a resume) */
     double t0, last_draw;
+    double interval; /* seconds between plain lines */
     bool bar, periodic, drawn;
 };
 
@@ -62,6 +63,11 @@ pg_hub_progress *pg_hub_progress_start(const char *name, int index, int count, l
     bool quiet = env_true("HF_HUB_DISABLE_PROGRESS_BARS");
     p->bar = !quiet && isatty(STDERR_FILENO) && !(term && !strcmp(term, "dumb"));
     p->periodic = !quiet && !p->bar;
+    const char *iv = getenv("PAGODA_PROGRESS_INTERVAL");
+    char *end = NULL;
+    p->interval = iv && *iv ? strtod(iv, &end) : PG_HUB_PROGRESS_INTERVAL_S;
+    if (!(p->interval > 0 && p->interval < 1e6) || (end && *end))
+        p->interval = PG_HUB_PROGRESS_INTERVAL_S;
     return p;
 }
 
@@ -103,14 +109,14 @@ void pg_hub_progress_update(pg_hub_progress *p, long long done, long long total)
     p->done = done;
     if (!p->bar && !p->periodic) return;
     double t = now_s();
-    if (t - p->last_draw < (p->bar ? 0.1 : PG_HUB_PROGRESS_INTERVAL_S)) return;
+    if (t - p->last_draw < (p->bar ? 0.1 : p->interval)) return;
     p->last_draw = t;
     draw(p, t);
 }
 
 void pg_hub_progress_end(pg_hub_progress *p, bool ok) {
     if (!p) return;
-    if (p->bar && p->drawn) {
+    if (p->bar && (ok || p->drawn)) { /* the full bar stays on screen */
         if (ok) draw(p, now_s());
         fputc('\n', stderr);
     }

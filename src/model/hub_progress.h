@@ -1,6 +1,7 @@
 /* Progress of one file download (model/hub.c): a bar redrawn in place on a
  * terminal (stderr a tty, TERM not "dumb"), otherwise a log line every
- * PG_HUB_PROGRESS_INTERVAL_S seconds; both end with one line giving the
+ * PAGODA_PROGRESS_INTERVAL seconds (default PG_HUB_PROGRESS_INTERVAL_S);
+ * both end with one line giving the
  * size and the mean rate. HF_HUB_DISABLE_PROGRESS_BARS (1/ON/YES/TRUE)
  * turns the bar and the periodic lines off (the final line stays). */
 #ifndef PAGODA_MODEL_HUB_PROGRESS_H

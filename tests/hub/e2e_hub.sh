@@ -59,6 +59,7 @@ repo tiny/gated "\"revisions\": {\"main\": \"$C1\"}, \"token\": \"hf_right\", \"
 repo tiny/flaky "\"revisions\": {\"main\": \"$C1\"}, \"interrupt\": {\"model.safetensors\": 1}, \"files\": {$(stories_files)}"
 repo tiny/cut "\"revisions\": {\"main\": \"$C1\"}, \"interrupt\": {\"model.safetensors\": 3}, \"files\": {$(stories_files)}"
 repo tiny/corrupt "\"revisions\": {\"main\": \"$C1\"}, \"corrupt\": [\"model.safetensors\"], \"files\": {$(stories_files)}"
+repo tiny/slow "\"revisions\": {\"main\": \"$C1\"}, \"slow\": {\"model.safetensors\": 1.5}, \"files\": {$(stories_files)}"
 repo tiny/gguf "\"revisions\": {\"main\": \"$C3\"}, \"files\": {
   \"stories260K-F32.gguf\": \"$GG/stories260K.gguf\", \"stories260K-Q4_0.gguf\": \"$GG/stories260K-q4_0.gguf\",
   \"README.md\": \"$ST/config.json\"}"
@@ -144,6 +145,17 @@ run_ok download tiny/gguf:q4_0
 [ ! -e "$HUB/models--tiny--gguf/snapshots/$C3/stories260K-F32.gguf" ] || die "the other quant was downloaded"
 run_ok generate tiny/gguf --gguf-file stories260K-F32.gguf --prompt "Once upon a time" --temperature 0 --max-tokens 4 --json
 [ -L "$HUB/models--tiny--gguf/snapshots/$C3/stories260K-F32.gguf" ] || die "--gguf-file not downloaded"
+
+echo "== a progress bar on a terminal (script(1) gives pagoda a pty)"
+command -v script >/dev/null || die "script(1) not found (Debian: bsdutils)"
+HF_HOME="$TMP/hf-tty" TERM=xterm script -qec "$(printf '%q ' "${PAGODA[@]}") download tiny/gguf:Q4_0" /dev/null >"$TMP/tty" 2>&1 \
+  || die "download on a pty failed: $(cat "$TMP/tty")"
+grep -q $'\r\[1/1\] stories260K-Q4_0.gguf *\[#\{24\}\] 100%' "$TMP/tty" || die "no progress bar: $(cat -v "$TMP/tty")"
+
+echo "== plain progress lines when stderr is not a terminal"
+PAGODA_PROGRESS_INTERVAL=0.2 run_ok download tiny/slow
+grep -q "download: \[3/5\] model.safetensors: [0-9]*% ([0-9.]* KiB of 1020.5 KiB, " "$TMP/err" \
+  || die "no periodic progress line"
 
 echo "== gated repo: 401 without and with a wrong token, 200 with the right one"
 run_fail 1 "gated or private" download tiny/gated

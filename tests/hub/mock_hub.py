@@ -7,7 +7,8 @@ repos described by ROOT/<org>/<name>/repo.json:
    "files": {"config.json": "/abs/source/path", ...},       # one commit's files
    "token": "hf_x",            # gated: 401 unless "Authorization: Bearer hf_x"
    "corrupt": ["model.safetensors"],   # served with one byte flipped
-   "interrupt": {"model.safetensors": 2}}  # the first N CDN GETs close mid-body
+   "interrupt": {"model.safetensors": 2},  # the first N CDN GETs close mid-body
+   "slow": {"model.safetensors": 1.5}}     # CDN bodies spread over that many seconds
 
   GET  /api/models/{org}/{name}/revision/{rev}  -> {"id", "sha", "siblings"}
   HEAD|GET /{org}/{name}/resolve/{rev}/{file}   -> small files: 200 with ETag
@@ -28,6 +29,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -46,6 +48,7 @@ class Repo:
         self.revisions = desc.get("revisions", {})
         self.token = desc.get("token")
         self.corrupt = set(desc.get("corrupt", []))
+        self.slow = desc.get("slow", {})
         self.files = {}
         for name, src in desc["files"].items():
             with open(src, "rb") as f:
@@ -200,6 +203,14 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        seconds = self.repos[repo_id].slow.get(name, 0)
+        if seconds:  # twenty pieces, evenly spaced
+            step = max(1, -(-len(body) // 20))
+            for i in range(0, len(body), step):
+                self.wfile.write(body[i:i + step])
+                self.wfile.flush()
+                time.sleep(seconds / 20)
             return
         self.wfile.write(body)
 
