@@ -98,33 +98,30 @@ static void test_etag_and_names(void **state) {
     assert_false(pg_hub_wanted_file("original/model.safetensors"));
     assert_false(pg_hub_wanted_file("model-Q4_0.gguf"));
 
-    assert_true(pg_hub_gguf_matches("Llama-3.2-1B-Q4_0.gguf", "q4_0"));
-    assert_true(pg_hub_gguf_matches("m.Q8_0.gguf", "Q8_0"));
-    assert_true(pg_hub_gguf_matches("sub/m-Q4_K_M.gguf", "Q4_K_M"));
-    assert_true(pg_hub_gguf_matches("Q4_0.gguf", "Q4_0"));
-    assert_true(pg_hub_gguf_matches("m-q4_0-00001-of-00002.gguf", "Q4_0"));
-    assert_false(pg_hub_gguf_matches("m-Q4_0_4_4.gguf", "Q4_0"));
-    assert_false(pg_hub_gguf_matches("m-IQ4_XS.gguf", "Q4_XS"));
-    assert_false(pg_hub_gguf_matches("m-Q4_0.bin", "Q4_0"));
-    assert_false(pg_hub_gguf_matches("m-Q4_0.gguf", ""));
-    assert_true(pg_hub_gguf_matches("sub/m.gguf", "m.gguf"));
-    assert_true(pg_hub_gguf_matches("sub/m.gguf", "sub/m.gguf"));
-    assert_false(pg_hub_gguf_matches("sub/m.gguf", "x.gguf"));
+    static const struct {
+        const char *name, *tag;
+        bool match;
+    } GGUF[] = {
+        {"Llama-3.2-1B-Q4_0.gguf", "q4_0", true},
+        {"m.Q8_0.gguf", "Q8_0", true},
+        {"sub/m-Q4_K_M.gguf", "Q4_K_M", true},
+        {"Q4_0.gguf", "Q4_0", true},
+        {"m-q4_0-00001-of-00002.gguf", "Q4_0", true},
+        {"m-Q4_0_4_4.gguf", "Q4_0", false},
+        {"m-IQ4_XS.gguf", "Q4_XS", false},
+        {"m-Q4_0.bin", "Q4_0", false},
+        {"m-Q4_0.gguf", "", false},
+        {"sub/m.gguf", "m.gguf", true},
+        {"sub/m.gguf", "sub/m.gguf", true},
+        {"sub/m.gguf", "x.gguf", false},
+    };
+    for (size_t i = 0; i < sizeof GGUF / sizeof GGUF[0]; i++)
+        if (pg_hub_gguf_matches(GGUF[i].name, GGUF[i].tag) != GGUF[i].match)
+            fail_msg("gguf '%s' vs tag '%s': expected %s", GGUF[i].name, GGUF[i].tag,
+                     GGUF[i].match ? "a match" : "no match");
 }
 
 /* ---- the cache, offline */
-
-static void mkdirs(const char *p) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", p);
-    for (char *s = buf + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(buf, 0755);
-            *s = '/';
-        }
-    mkdir(buf, 0755);
-}
 
 /* Write TEXT to ROOT/REL, creating the directories. */
 static void put(const char *root, const char *rel, const char *text) {
@@ -132,9 +129,17 @@ static void put(const char *root, const char *rel, const char *text) {
     snprintf(p, sizeof p, "%s/%s", root, rel);
     char *slash = strrchr(p, '/');
     *slash = 0;
-    mkdirs(p);
+    pg_test_mkdirs(p);
     *slash = '/';
     pg_test_write_file(p, text, strlen(text));
+}
+
+/* put() of models--REPO/snapshots/COMMIT/FILE. */
+static void put_snap(const char *hub, const char *repo, const char *commit, const char *file,
+                     const char *text) {
+    char rel[1024];
+    snprintf(rel, sizeof rel, "models--%s/snapshots/%s/%s", repo, commit, file);
+    put(hub, rel, text);
 }
 
 static char *saved[6];
@@ -207,20 +212,16 @@ static void test_cache_offline(void **state) {
     /* refs/main -> a snapshot holding config.json only: incomplete */
     char rel[512];
     put(hub, "models--a--b/refs/main", "1111111111111111111111111111111111111111\n");
-    snprintf(rel, sizeof rel, "models--a--b/snapshots/%s/config.json", c1);
-    put(hub, rel, "{}");
+    put_snap(hub, "a--b", c1, "config.json", "{}");
     assert_int_equal(resolve("a/b", out, sizeof out, &gguf), PAGODA_ERR_NOT_FOUND);
     assert_non_null(strstr(pg_last_error(), "incomplete"));
     /* sharded weights: complete once every shard of the index is there */
-    snprintf(rel, sizeof rel, "models--a--b/snapshots/%s/model.safetensors.index.json", c1);
-    put(hub, rel,
-        "{\"weight_map\": {\"x\": \"model-00001-of-00002.safetensors\", "
-        "\"y\": \"model-00002-of-00002.safetensors\"}}");
-    snprintf(rel, sizeof rel, "models--a--b/snapshots/%s/model-00001-of-00002.safetensors", c1);
-    put(hub, rel, "");
+    put_snap(hub, "a--b", c1, "model.safetensors.index.json",
+             "{\"weight_map\": {\"x\": \"model-00001-of-00002.safetensors\", "
+             "\"y\": \"model-00002-of-00002.safetensors\"}}");
+    put_snap(hub, "a--b", c1, "model-00001-of-00002.safetensors", "");
     assert_int_equal(resolve("a/b", out, sizeof out, &gguf), PAGODA_ERR_NOT_FOUND);
-    snprintf(rel, sizeof rel, "models--a--b/snapshots/%s/model-00002-of-00002.safetensors", c1);
-    put(hub, rel, "");
+    put_snap(hub, "a--b", c1, "model-00002-of-00002.safetensors", "");
     assert_int_equal(resolve("a/b", out, sizeof out, &gguf), PAGODA_OK);
     snprintf(want, sizeof want, "%s/models--a--b/snapshots/%s", hub, c1);
     assert_string_equal(out, want);
@@ -228,10 +229,8 @@ static void test_cache_offline(void **state) {
 
     /* another revision: by its ref, and by the commit itself */
     put(hub, "models--a--b/refs/v1", c2);
-    snprintf(rel, sizeof rel, "models--a--b/snapshots/%s/config.json", c2);
-    put(hub, rel, "{}");
-    snprintf(rel, sizeof rel, "models--a--b/snapshots/%s/model.safetensors", c2);
-    put(hub, rel, "");
+    put_snap(hub, "a--b", c2, "config.json", "{}");
+    put_snap(hub, "a--b", c2, "model.safetensors", "");
     assert_int_equal(resolve("a/b@v1", out, sizeof out, &gguf), PAGODA_OK);
     snprintf(want, sizeof want, "%s/models--a--b/snapshots/%s", hub, c2);
     assert_string_equal(out, want);
@@ -242,10 +241,8 @@ static void test_cache_offline(void **state) {
 
     /* GGUF files: by quant tag, by name; no tag and two files: ambiguous */
     put(hub, "models--a--g/refs/main", c1);
-    snprintf(rel, sizeof rel, "models--a--g/snapshots/%s/m-Q4_0.gguf", c1);
-    put(hub, rel, "GGUF");
-    snprintf(rel, sizeof rel, "models--a--g/snapshots/%s/sub/m-Q8_0.gguf", c1);
-    put(hub, rel, "GGUF");
+    put_snap(hub, "a--g", c1, "m-Q4_0.gguf", "GGUF");
+    put_snap(hub, "a--g", c1, "sub/m-Q8_0.gguf", "GGUF");
     assert_int_equal(resolve("a/g:q4_0", out, sizeof out, &gguf), PAGODA_OK);
     snprintf(want, sizeof want, "%s/models--a--g/snapshots/%s/m-Q4_0.gguf", hub, c1);
     assert_string_equal(out, want);

@@ -13,6 +13,7 @@
 #include <nettle/sha2.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 
 #include "base/log.h"
 #include "model/hub_progress.h"
+#include "model/mapped_file.h"
 
 #define DEFAULT_ENDPOINT "https://huggingface.co"
 #define MAX_API_BYTES (64u << 20)
@@ -255,14 +257,6 @@ static void read_token(char *out, size_t cap) {
 
 /* ------------------------------------------------------------ files */
 
-static bool is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-static bool is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
 
 /* mkdir -p of the directory part of PATH (everything before the last '/'). */
 static pagoda_status mkdirs_for(const char *path) {
@@ -343,11 +337,11 @@ static int find_gguf_in(const char *dir, const char *rel, const char *tag, char 
         char p[PATH_MAX], r[PATH_MAX];
         if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p) continue;
         snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
-        if (is_dir(p)) {
+        if (pg_path_is_dir(p)) {
             if (depth < 2) count += find_gguf_in(p, r, tag, count ? NULL : first, cap, depth + 1);
             continue;
         }
-        if (!ends_with(e->d_name, ".gguf") || !is_file(p)) continue;
+        if (!ends_with(e->d_name, ".gguf") || !pg_path_is_file(p)) continue;
         if (*tag && !pg_hub_gguf_matches(r, tag)) continue;
         if (!count && first) snprintf(first, cap, "%s", p);
         count++;
@@ -364,23 +358,16 @@ static bool snapshot_complete(const char *snap, const char *tag, char *gguf_path
     char p[PATH_MAX];
     if (*tag) return find_gguf_in(snap, "", tag, gguf_path, cap, 0) == 1;
     pathf(p, sizeof p, "%s/config.json", snap);
-    if (!is_file(p)) { /* a repo of one GGUF */
+    if (!pg_path_is_file(p)) { /* a repo of one GGUF */
         return find_gguf_in(snap, "", "", gguf_path, cap, 0) == 1;
     }
     pathf(p, sizeof p, "%s/model.safetensors.index.json", snap);
-    FILE *f = fopen(p, "rb");
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = n > 0 && n < (64 << 20) ? malloc((size_t)n + 1) : NULL;
-        bool ok = buf && fread(buf, 1, (size_t)n, f) == (size_t)n;
-        fclose(f);
-        if (!ok) {
-            free(buf);
+    char *buf = NULL;
+    if (pg_path_is_file(p)) {
+        if (pg_read_small_file(p, MAX_API_BYTES, &buf, NULL)) {
+            pg_clear_error();
             return false;
         }
-        buf[n] = 0;
         cJSON *j = cJSON_Parse(buf);
         free(buf);
         cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
@@ -391,7 +378,7 @@ static bool snapshot_complete(const char *snap, const char *tag, char *gguf_path
                 break;
             }
             pathf(p, sizeof p, "%s/%s", snap, e->valuestring);
-            all = is_file(p);
+            all = pg_path_is_file(p);
         }
         cJSON_Delete(j);
         return all;
@@ -402,7 +389,7 @@ static bool snapshot_complete(const char *snap, const char *tag, char *gguf_path
     struct dirent *e;
     while (!any && (e = readdir(d))) {
         pathf(p, sizeof p, "%s/%s", snap, e->d_name);
-        any = ends_with(e->d_name, ".safetensors") && is_file(p);
+        any = ends_with(e->d_name, ".safetensors") && pg_path_is_file(p);
     }
     closedir(d);
     return any;
@@ -423,7 +410,7 @@ static void cached_commit(const hub_ctx *c, char *out, size_t cap) {
     }
     if (!strchr(rev, '/') && strcmp(rev, ".") && strcmp(rev, "..")) {
         pathf(p, sizeof p, "%s/snapshots/%s", c->repo_dir, rev);
-        if (is_dir(p)) {
+        if (pg_path_is_dir(p)) {
             snprintf(out, cap, "%s", rev);
             return;
         }
@@ -490,58 +477,43 @@ static void header_value(const char *line, size_t n, size_t name_len, char *out,
     out[k] = 0;
 }
 
+/* The response headers kept, by name (lower case, with the colon). */
+static const struct {
+    const char *name;
+    size_t off, cap; /* cap 0: a number (long long) */
+} HEADERS[] = {
+    {"x-repo-commit:", offsetof(http_headers, commit), sizeof(((http_headers *)0)->commit)},
+    {"x-linked-etag:", offsetof(http_headers, linked_etag),
+     sizeof(((http_headers *)0)->linked_etag)},
+    {"etag:", offsetof(http_headers, etag), sizeof(((http_headers *)0)->etag)},
+    {"location:", offsetof(http_headers, location), sizeof(((http_headers *)0)->location)},
+    {"x-error-code:", offsetof(http_headers, error_code), sizeof(((http_headers *)0)->error_code)},
+    {"x-error-message:", offsetof(http_headers, error_message),
+     sizeof(((http_headers *)0)->error_message)},
+    {"x-linked-size:", offsetof(http_headers, linked_size), 0},
+    {"content-length:", offsetof(http_headers, content_length), 0},
+};
+
 static size_t on_header(char *line, size_t size, size_t nitems, void *ud) {
     http_headers *h = ud;
     size_t n = size * nitems;
-    char num[32];
-#define IS(name) (n > sizeof(name) - 1 && !strncasecmp(line, name, sizeof(name) - 1))
     if (n > 5 && !strncmp(line, "HTTP/", 5)) { /* a new response (after a redirect) */
         memset(h, 0, sizeof *h);
         h->linked_size = h->content_length = -1;
-    } else if (IS("x-repo-commit:")) {
-        header_value(line, n, 14, h->commit, sizeof h->commit);
-    } else if (IS("x-linked-etag:")) {
-        header_value(line, n, 14, h->linked_etag, sizeof h->linked_etag);
-    } else if (IS("etag:")) {
-        header_value(line, n, 5, h->etag, sizeof h->etag);
-    } else if (IS("x-linked-size:")) {
-        header_value(line, n, 14, num, sizeof num);
-        h->linked_size = strtoll(num, NULL, 10);
-    } else if (IS("content-length:")) {
-        header_value(line, n, 15, num, sizeof num);
-        h->content_length = strtoll(num, NULL, 10);
-    } else if (IS("location:")) {
-        header_value(line, n, 9, h->location, sizeof h->location);
-    } else if (IS("x-error-code:")) {
-        header_value(line, n, 13, h->error_code, sizeof h->error_code);
-    } else if (IS("x-error-message:")) {
-        header_value(line, n, 16, h->error_message, sizeof h->error_message);
+        return n;
     }
-#undef IS
-    return n;
-}
-
-typedef struct membuf {
-    char *data;
-    size_t len, cap;
-} membuf;
-
-static size_t on_body_mem(char *p, size_t size, size_t nitems, void *ud) {
-    membuf *b = ud;
-    size_t n = size * nitems;
-    if (b->len + n + 1 > MAX_API_BYTES) return 0;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) return 0;
-        b->data = d;
-        b->cap = cap;
+    for (size_t i = 0; i < sizeof HEADERS / sizeof HEADERS[0]; i++) {
+        size_t k = strlen(HEADERS[i].name);
+        if (n <= k || strncasecmp(line, HEADERS[i].name, k)) continue;
+        char *field = (char *)h + HEADERS[i].off, num[32];
+        if (HEADERS[i].cap) {
+            header_value(line, n, k, field, HEADERS[i].cap);
+        } else {
+            header_value(line, n, k, num, sizeof num);
+            *(long long *)(void *)field = strtoll(num, NULL, 10);
+        }
+        break;
     }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    b->data[b->len] = 0;
     return n;
 }
 
@@ -625,31 +597,36 @@ static pagoda_status api_revision(hub_ctx *c, char *commit, size_t cap, cJSON **
              rev ? rev : "main");
     curl_free(rev);
     http_headers h;
-    membuf b = {0};
+    char *body = NULL;
+    size_t body_len = 0;
+    FILE *mem = open_memstream(&body, &body_len);
+    if (!mem) return pg_error(PAGODA_ERR_NOMEM, "out of memory");
     struct curl_slist *hdr = setup(c, url, &h, true);
-    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body_mem);
-    curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, mem); /* libcurl's default: fwrite */
+    curl_easy_setopt(c->curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)MAX_API_BYTES);
     curl_easy_setopt(c->curl, CURLOPT_TIMEOUT, 120L);
     CURLcode rc = curl_easy_perform(c->curl);
     curl_slist_free_all(hdr);
-    if (rc != CURLE_OK) {
-        free(b.data);
-        return net_error(c, rc, url);
+    bool mem_ok = fclose(mem) == 0;
+    if (rc != CURLE_OK || !mem_ok) {
+        free(body);
+        return rc != CURLE_OK ? net_error(c, rc, url)
+                              : pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", url);
     }
     curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &h.status);
     if (h.status != 200) {
-        if (!h.error_message[0] && b.data) { /* the hub's JSON {"error": "..."} */
-            cJSON *j = cJSON_Parse(b.data);
+        if (!h.error_message[0] && body) { /* the hub's JSON {"error": "..."} */
+            cJSON *j = cJSON_Parse(body);
             cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
             if (cJSON_IsString(e)) snprintf(h.error_message, sizeof h.error_message, "%s",
                                             e->valuestring);
             cJSON_Delete(j);
         }
-        free(b.data);
+        free(body);
         return http_error(c, &h, NULL);
     }
-    cJSON *j = b.data ? cJSON_Parse(b.data) : NULL;
-    free(b.data);
+    cJSON *j = body ? cJSON_Parse(body) : NULL;
+    free(body);
     cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "sha");
     cJSON *sib = cJSON_GetObjectItemCaseSensitive(j, "siblings");
     if (!cJSON_IsString(sha) || !is_hex(sha->valuestring, 40) || !cJSON_IsArray(sib)) {
@@ -916,7 +893,7 @@ static pagoda_status fetch_file(hub_ctx *c, const char *commit, const char *file
                                 int count) {
     char snap_file[PATH_MAX];
     snprintf(snap_file, sizeof snap_file, "%s/snapshots/%s/%s", c->repo_dir, commit, file);
-    if (is_file(snap_file)) return PAGODA_OK; /* a commit's files never change */
+    if (pg_path_is_file(snap_file)) return PAGODA_OK; /* a commit's files never change */
     char etag[160];
     long long size = -1;
     pagoda_status s = head_file(c, commit, file, etag, sizeof etag, &size);
@@ -935,7 +912,7 @@ static pagoda_status fetch_file(hub_ctx *c, const char *commit, const char *file
         PG_INFO("download: %s: waiting for another process downloading it", file);
         flock(lfd, LOCK_EX);
     }
-    if (!is_file(blob)) {
+    if (!pg_path_is_file(blob)) {
         pg_hub_progress *pr = pg_hub_progress_start(file, index, count, size);
         s = get_file(c, commit, file, tmp, size, pr);
         if (!s) s = verify_blob(c, file, tmp, etag, size);
@@ -1111,7 +1088,7 @@ pagoda_status pg_hub_resolve(const pg_hub_ref *ref, const pg_hub_options *opt, c
     bool cached = false;
     if (commit[0]) {
         snprintf(snap, sizeof snap, "%s/snapshots/%s", c->repo_dir, commit);
-        cached = is_dir(snap) && (opt && opt->n_include ? true
+        cached = pg_path_is_dir(snap) && (opt && opt->n_include ? true
                                                         : snapshot_complete(snap, ref->tag, gguf,
                                                                             sizeof gguf));
         if (opt && opt->n_include) gguf[0] = 0;

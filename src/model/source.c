@@ -46,14 +46,6 @@ struct pg_model_source {
 
 /* ------------------------------------------------------------ resolving */
 
-static bool is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-static bool is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
 static bool has_gguf_magic(const char *p) {
     FILE *f = fopen(p, "rb");
     if (!f) return false;
@@ -66,11 +58,11 @@ static bool has_gguf_magic(const char *p) {
 pagoda_status pg_model_resolve(const char *model, char *out, size_t cap, bool *is_gguf) {
     *is_gguf = false;
     if (!model || !*model) return pg_error(PAGODA_ERR_INVALID_ARG, "no model given");
-    if (is_file(model) || is_dir(model)) {
+    if (pg_path_is_file(model) || pg_path_is_dir(model)) {
         if (strlen(model) >= cap)
             return pg_error(PAGODA_ERR_INVALID_ARG, "%s: path too long", model);
         snprintf(out, cap, "%s", model);
-        *is_gguf = is_file(model);
+        *is_gguf = pg_path_is_file(model);
         if (*is_gguf && !has_gguf_magic(model)) {
             size_t n = strlen(model);
             if (n < 5 || strcmp(model + n - 5, ".gguf") != 0)
@@ -154,7 +146,7 @@ static pagoda_status read_json(const char *dir, const char *file, bool required,
                                size_t *len, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s", dir, file);
     *buf = NULL;
-    if (!required && !is_file(path)) return PAGODA_OK;
+    if (!required && !pg_path_is_file(path)) return PAGODA_OK;
     return pg_read_small_file(path, MAX_JSON_BYTES, buf, len);
 }
 
@@ -275,10 +267,10 @@ static pagoda_status open_hf(pg_model_source *src) {
     char index[PATH_MAX + 64];
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", src->path);
     snprintf(path, sizeof path, "%s/model.safetensors", src->path);
-    if (is_file(index)) {
+    if (pg_path_is_file(index)) {
         snprintf(src->weights_desc, sizeof src->weights_desc, "%s", index);
         s = open_sharded(src, index, &cap);
-    } else if (is_file(path)) {
+    } else if (pg_path_is_file(path)) {
         snprintf(src->weights_desc, sizeof src->weights_desc, "%s", path);
         src->shards = calloc(1, sizeof(pg_safetensors *));
         if (!src->shards) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);

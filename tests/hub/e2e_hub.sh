@@ -18,21 +18,10 @@ for i in "${!PAGODA[@]}"; do # absolute paths: one case runs in another director
   if [ -e "${PAGODA[$i]}" ]; then PAGODA[$i]=$(realpath "${PAGODA[$i]}"); fi
 done
 HERE=$(cd "$(dirname "$0")" && pwd)
-TMP=$(mktemp -d)
+. "$HERE/../server/lib.sh" # TMP, die, start_lib_server (the server's stderr: $TMP/err.N)
 MPID=""
-SPID=""
-cleanup() {
-  for p in "$SPID" "$MPID"; do
-    if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; fi
-  done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-die() {
-  echo "FAIL: $*" >&2
-  [ -f "$TMP/err" ] && { echo "--- last stderr:" >&2; tail -n 20 "$TMP/err" >&2; }
-  exit 1
-}
+trap 'if [ -n "$MPID" ]; then kill "$MPID" 2>/dev/null || true; fi; cleanup' EXIT
+ERR="$TMP/err.0"           # pagoda's stderr in the download cases (die prints it)
 
 ST="$ASSETS/llm/stories260K-hf"
 GG="$ASSETS/llm/llama2c"
@@ -68,22 +57,22 @@ python3 "$HERE/mock_hub.py" --root "$TMP/repos" --port-file "$TMP/port" --log "$
 MPID=$!
 for _ in $(seq 1 300); do [ -f "$TMP/port" ] && break; kill -0 "$MPID" || die "mock hub exited"; sleep 0.1; done
 [ -f "$TMP/port" ] || die "mock hub did not start"
-PORT=$(cat "$TMP/port")
+HUBPORT=$(cat "$TMP/port")
 
 unset HF_TOKEN HF_HUB_CACHE HUGGINGFACE_HUB_CACHE HF_HUB_OFFLINE HF_TOKEN_PATH XDG_CACHE_HOME
-export HF_ENDPOINT="http://127.0.0.1:$PORT/"   # a trailing slash is allowed
+export HF_ENDPOINT="http://127.0.0.1:$HUBPORT/"   # a trailing slash is allowed
 export HF_HOME="$TMP/hf"
 HUB="$HF_HOME/hub"
 
-# run_ok ARGS...: pagoda succeeds, stdout in $TMP/out, stderr in $TMP/err
-run_ok() { "${PAGODA[@]}" "$@" >"$TMP/out" 2>"$TMP/err" || die "pagoda $* failed"; }
+# run_ok ARGS...: pagoda succeeds, stdout in $TMP/out, stderr in $ERR
+run_ok() { "${PAGODA[@]}" "$@" >"$TMP/out" 2>"$ERR" || die "pagoda $* failed"; }
 # run_fail RC NEEDLE ARGS...: pagoda exits RC and stderr holds NEEDLE
 run_fail() {
   local want=$1 needle=$2 rc=0
   shift 2
-  "${PAGODA[@]}" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  "${PAGODA[@]}" "$@" >"$TMP/out" 2>"$ERR" || rc=$?
   [ "$rc" = "$want" ] || die "pagoda $*: exit $rc, expected $want"
-  grep -qF -- "$needle" "$TMP/err" || die "pagoda $*: stderr lacks '$needle'"
+  grep -qF -- "$needle" "$ERR" || die "pagoda $*: stderr lacks '$needle'"
 }
 sha256() { sha256sum "$1" | cut -d' ' -f1; }
 gitsha1() { python3 -c 'import hashlib,sys; d=open(sys.argv[1],"rb").read(); print(hashlib.sha1(b"blob %d\0" % len(d) + d).hexdigest())' "$1"; }
@@ -104,7 +93,7 @@ done
 [ -f "$HUB/.locks/models--tiny--stories/$SHA.lock" ] || die "no lock file"
 [ "$(log_count "GET /cdn/$SHA")" = 1 ] || die "the blob was not fetched once from the CDN"
 grep "/cdn/" "$TMP/log" | grep -q "auth=yes" && die "the CDN got an Authorization header"
-grep -q "download: \[5/5\] tokenizer_config.json: 323 B" "$TMP/err" || die "no progress line"
+grep -q "download: \[5/5\] tokenizer_config.json: 323 B" "$ERR" || die "no progress line"
 ls "$R/blobs" | grep -q incomplete && die ".incomplete left behind"
 
 echo "== download again: nothing transferred; --revision writes its ref"
@@ -134,7 +123,7 @@ run_fail 1 "revision 'nope' not found" download tiny/stories --revision nope
 run_fail 1 "no .gguf file matches 'Q8_0'" download tiny/gguf:Q8_0
 run_fail 1 "no .gguf file matches 'missing.gguf'" download tiny/gguf --gguf-file missing.gguf
 run_fail 1 "several .gguf files" download tiny/gguf
-grep -qF "stories260K-Q4_0.gguf" "$TMP/err" || die "the choices are not listed"
+grep -qF "stories260K-Q4_0.gguf" "$ERR" || die "the choices are not listed"
 run_fail 1 "matches --include *.bin" download tiny/stories --include '*.bin'
 run_fail 2 "not a Hugging Face repo id" download ../x
 run_fail 1 "repository not found" generate tiny/nothere --prompt x
@@ -154,12 +143,12 @@ grep -q $'\r\[1/1\] stories260K-Q4_0.gguf *\[#\{24\}\] 100%' "$TMP/tty" || die "
 
 echo "== plain progress lines when stderr is not a terminal"
 PAGODA_PROGRESS_INTERVAL=0.2 run_ok download tiny/slow
-grep -q "download: \[3/5\] model.safetensors: [0-9]*% ([0-9.]* KiB of 1020.5 KiB, " "$TMP/err" \
+grep -q "download: \[3/5\] model.safetensors: [0-9]*% ([0-9.]* KiB of 1020.5 KiB, " "$ERR" \
   || die "no periodic progress line"
 
 echo "== gated repo: 401 without and with a wrong token, 200 with the right one"
 run_fail 1 "gated or private" download tiny/gated
-grep -qF "set HF_TOKEN" "$TMP/err" || die "no HF_TOKEN hint"
+grep -qF "set HF_TOKEN" "$ERR" || die "no HF_TOKEN hint"
 HF_TOKEN=hf_wrong run_fail 1 "token (HF_TOKEN) was refused" download tiny/gated
 mkdir -p "$TMP/tok" && echo hf_right >"$TMP/tok/token"
 HF_TOKEN_PATH="$TMP/tok/token" run_ok download tiny/gated
@@ -169,7 +158,7 @@ grep -q "GET /api/models/tiny/gated/revision/main range=- auth=yes" "$TMP/log" |
 
 echo "== a transfer cut once: resumed with Range in the same run"
 run_ok download tiny/flaky
-grep -q "resuming" "$TMP/err" || die "no resume message"
+grep -q "resuming" "$ERR" || die "no resume message"
 grep -q "GET /cdn/$SHA range=bytes=[1-9][0-9]*- " "$TMP/log" || die "no Range request"
 cmp -s "$HUB/models--tiny--flaky/snapshots/$C1/model.safetensors" "$ST/model.safetensors" || die "resumed file differs"
 
@@ -196,24 +185,17 @@ run_fail 1 "checksum mismatch" generate tiny/corrupt --prompt x
 echo "== a local path wins over a repo id"
 mkdir -p "$TMP/cwd/tiny" && ln -s "$ST" "$TMP/cwd/tiny/nothere"
 (cd "$TMP/cwd" && HF_HUB_OFFLINE=1 "${PAGODA[@]}" generate tiny/nothere --prompt "Once upon a time" \
-  --temperature 0 --max-tokens 8 --json >"$TMP/out" 2>"$TMP/err") || die "local path not used"
+  --temperature 0 --max-tokens 8 --json >"$TMP/out" 2>"$ERR") || die "local path not used"
 cmp -s "$TMP/out" "$TMP/want" || die "local path output differs"
 
 echo "== pagoda serve org/name: downloads into an empty cache, then answers"
 export HF_HOME="$TMP/hf2"
-"${PAGODA[@]}" serve tiny/stories --port 0 >"$TMP/sout" 2>"$TMP/err" &
-SPID=$!
-for _ in $(seq 1 600); do
-  grep -q '^PORT=' "$TMP/sout" 2>/dev/null && break
-  kill -0 "$SPID" 2>/dev/null || die "server exited at start"
-  sleep 0.1
-done
-SPORT=$(sed -n 's/^PORT=//p' "$TMP/sout")
-[ -n "$SPORT" ] || die "server printed no port"
+MODEL=tiny/stories
+start_lib_server
 [ -L "$TMP/hf2/hub/models--tiny--stories/snapshots/$C1/model.safetensors" ] || die "serve did not download"
-curl -sf "http://127.0.0.1:$SPORT/v1/models" >"$TMP/models" || die "/v1/models"
+curl -sf "$URL/v1/models" >"$TMP/models" || die "/v1/models"
 grep -q '"id":"tiny/stories"' "$TMP/models" || die "served name: $(cat "$TMP/models")"
-curl -sf "http://127.0.0.1:$SPORT/v1/completions" -H 'Content-Type: application/json' \
+curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}' >"$TMP/comp" || die "completion"
 grep -q '"text":", there was a little girl"' "$TMP/comp" || die "completion text: $(cat "$TMP/comp")"
 kill -TERM "$SPID"

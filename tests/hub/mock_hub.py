@@ -143,24 +143,26 @@ class Handler(BaseHTTPRequestHandler):
             return self.serve_cdn(parts[2])
         self.error(404, "NotFound", "no such route")
 
-    def api_revision(self, repo_id, rev):
+    def find_commit(self, repo_id, rev):
+        """(repo, commit), or (None, None) after answering with the hub's error."""
         repo = self.find_repo(repo_id)
+        commit = repo.commit(rev) if repo else None
+        if repo and commit is None:
+            self.error(404, "RevisionNotFound", "Invalid rev id: " + rev)
+        return (repo, commit) if commit else (None, None)
+
+    def api_revision(self, repo_id, rev):
+        repo, commit = self.find_commit(repo_id, rev)
         if repo is None:
             return
-        commit = repo.commit(rev)
-        if commit is None:
-            return self.error(404, "RevisionNotFound", "Invalid rev id: " + rev)
         body = json.dumps({"id": repo_id, "sha": commit,
                            "siblings": [{"rfilename": n} for n in sorted(repo.files)]}).encode()
         self.send_plain(200, {"Content-Type": "application/json"}, body)
 
     def resolve(self, repo_id, rev, name):
-        repo = self.find_repo(repo_id)
+        repo, commit = self.find_commit(repo_id, rev)
         if repo is None:
             return
-        commit = repo.commit(rev)
-        if commit is None:
-            return self.error(404, "RevisionNotFound", "Invalid rev id: " + rev)
         f = repo.files.get(name)
         if f is None:
             return self.error(404, "EntryNotFound", "Entry not found")
