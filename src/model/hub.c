@@ -691,6 +691,79 @@ static pagoda_status head_file(hub_ctx *c, const char *commit, const char *file,
 
 /* ------------------------------------------------------------ one file */
 
+/* The running checksum of a blob as it is written: the sha256 an LFS etag
+ * is, or the git blob sha1 of a small file (sha1("blob <size>\0" + data),
+ * so the size must be known up front); none for other etags. */
+typedef struct blob_digest {
+    enum { DIGEST_NONE, DIGEST_SHA256, DIGEST_GIT_SHA1 } kind;
+    long long size;
+    struct sha256_ctx s256;
+    struct sha1_ctx s1;
+} blob_digest;
+
+static void digest_reset(blob_digest *d) {
+    if (d->kind == DIGEST_SHA256) {
+        sha256_init(&d->s256);
+    } else if (d->kind == DIGEST_GIT_SHA1) {
+        char head[48];
+        int k = snprintf(head, sizeof head, "blob %lld", d->size);
+        sha1_init(&d->s1);
+        sha1_update(&d->s1, (size_t)k + 1, (const uint8_t *)head); /* with the NUL */
+    }
+}
+
+/* ETAG (normalized, any case) and SIZE (-1 unknown) choose the checksum. */
+static void digest_init(blob_digest *d, const char *etag, long long size) {
+    memset(d, 0, sizeof *d);
+    d->size = size;
+    if (is_hex(etag, 64))
+        d->kind = DIGEST_SHA256;
+    else if (is_hex(etag, 40) && size >= 0)
+        d->kind = DIGEST_GIT_SHA1;
+    digest_reset(d);
+}
+
+static void digest_update(blob_digest *d, const void *p, size_t n) {
+    if (d->kind == DIGEST_SHA256)
+        sha256_update(&d->s256, n, p);
+    else if (d->kind == DIGEST_GIT_SHA1)
+        sha1_update(&d->s1, n, p);
+}
+
+/* Lower-case hex of the digest so far (it resets the context). */
+static void digest_hex(blob_digest *d, char *hex, size_t cap) {
+    uint8_t b[SHA256_DIGEST_SIZE];
+    size_t n = d->kind == DIGEST_SHA256 ? SHA256_DIGEST_SIZE : SHA1_DIGEST_SIZE;
+    if (d->kind == DIGEST_SHA256)
+        sha256_digest(&d->s256, SHA256_DIGEST_SIZE, b);
+    else
+        sha1_digest(&d->s1, SHA1_DIGEST_SIZE, b);
+    for (size_t i = 0; i < n && 2 * i + 2 < cap; i++)
+        snprintf(hex + 2 * i, 3, "%02x", b[i]);
+}
+
+/* Restart D over the bytes already in PATH (a partial download; none when
+ * it does not exist). */
+static pagoda_status digest_existing(blob_digest *d, const char *path) {
+    digest_reset(d);
+    if (d->kind == DIGEST_NONE) return PAGODA_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f) return PAGODA_OK;
+    enum { BUF = 1 << 20 };
+    uint8_t *buf = malloc(BUF);
+    if (!buf) {
+        fclose(f);
+        return pg_error(PAGODA_ERR_NOMEM, "out of memory");
+    }
+    size_t n;
+    while ((n = fread(buf, 1, BUF, f)) > 0)
+        digest_update(d, buf, n);
+    bool err = ferror(f);
+    fclose(f);
+    free(buf);
+    return err ? pg_error(PAGODA_ERR_IO, "%s: read error", path) : PAGODA_OK;
+}
+
 typedef struct transfer {
     FILE *f;
     long long offset; /* bytes already on disk when this attempt started */
@@ -698,6 +771,7 @@ typedef struct transfer {
     bool restarted;   /* a 200 answered our Range: start over */
     hub_ctx *c;
     pg_hub_progress *progress;
+    blob_digest *digest; /* of every byte in the file */
 } transfer;
 
 static size_t on_body_file(char *p, size_t size, size_t nitems, void *ud) {
@@ -708,6 +782,7 @@ static size_t on_body_file(char *p, size_t size, size_t nitems, void *ud) {
         curl_easy_getinfo(t->c->curl, CURLINFO_RESPONSE_CODE, &code);
         if (code == 200) { /* Range ignored: the whole file follows */
             if (fflush(t->f) || ftruncate(fileno(t->f), 0) || fseek(t->f, 0, SEEK_SET)) return 0;
+            digest_reset(t->digest);
             t->offset = 0;
             t->restarted = true;
         } else if (code != 206) {
@@ -719,6 +794,7 @@ static size_t on_body_file(char *p, size_t size, size_t nitems, void *ud) {
         if (code != 200) return n;
     }
     if (fwrite(p, 1, n, t->f) != n) return 0;
+    digest_update(t->digest, p, n);
     t->written += (long long)n;
     return n;
 }
@@ -733,54 +809,10 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     return 0;
 }
 
-/* sha256 (64 hex) or git blob sha1 (40 hex) of the file at PATH. */
-static pagoda_status file_digest(const char *path, bool git_sha1, char *hex, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pg_error(PAGODA_ERR_IO, "%s: %s", path, strerror(errno));
-    struct sha256_ctx s256;
-    struct sha1_ctx s1;
-    if (git_sha1) {
-        struct stat st;
-        fstat(fileno(f), &st);
-        char head[48];
-        int k = snprintf(head, sizeof head, "blob %lld", (long long)st.st_size);
-        sha1_init(&s1);
-        sha1_update(&s1, (size_t)k + 1, (const uint8_t *)head); /* with the NUL */
-    } else {
-        sha256_init(&s256);
-    }
-    enum { BUF = 1 << 20 };
-    uint8_t *buf = malloc(BUF);
-    if (!buf) {
-        fclose(f);
-        return pg_error(PAGODA_ERR_NOMEM, "out of memory");
-    }
-    size_t n;
-    while ((n = fread(buf, 1, BUF, f)) > 0) {
-        if (git_sha1)
-            sha1_update(&s1, n, buf);
-        else
-            sha256_update(&s256, n, buf);
-    }
-    bool err = ferror(f);
-    fclose(f);
-    uint8_t d[SHA256_DIGEST_SIZE];
-    size_t dn = git_sha1 ? SHA1_DIGEST_SIZE : SHA256_DIGEST_SIZE;
-    if (git_sha1)
-        sha1_digest(&s1, SHA1_DIGEST_SIZE, d);
-    else
-        sha256_digest(&s256, SHA256_DIGEST_SIZE, d);
-    free(buf);
-    if (err) return pg_error(PAGODA_ERR_IO, "%s: read error", path);
-    for (size_t i = 0; i < dn && 2 * i + 2 < cap; i++)
-        snprintf(hex + 2 * i, 3, "%02x", d[i]);
-    return PAGODA_OK;
-}
-
-/* Check a finished download against the etag (sha256 or git sha1, when it
- * is one) and the size; remove it if it does not match. */
-static pagoda_status verify_blob(hub_ctx *c, const char *file, const char *tmp, const char *etag,
-                                 long long size) {
+/* Check a finished download against the size and, when the etag is one, the
+ * checksum D computed while it was written; remove it if it does not match. */
+static pagoda_status verify_blob(hub_ctx *c, const char *file, const char *tmp, long long size,
+                                 const char *etag, blob_digest *d) {
     struct stat st;
     if (stat(tmp, &st)) return pg_error(PAGODA_ERR_IO, "%s: %s", tmp, strerror(errno));
     if (size >= 0 && (long long)st.st_size != size) {
@@ -790,35 +822,34 @@ static pagoda_status verify_blob(hub_ctx *c, const char *file, const char *tmp, 
                         "download was removed",
                         c->ref->repo, file, (long long)st.st_size, size);
     }
-    char lower[160];
+    if (d->kind == DIGEST_NONE) return PAGODA_OK; /* an opaque etag: the size was checked */
+    char want[160], hex[2 * SHA256_DIGEST_SIZE + 1] = "";
     size_t n = strlen(etag);
-    for (size_t i = 0; i <= n && i < sizeof lower; i++)
-        lower[i] = (char)tolower((unsigned char)etag[i]);
-    bool sha256 = is_hex(lower, 64), sha1 = is_hex(lower, 40);
-    if (!sha256 && !sha1) return PAGODA_OK; /* an opaque etag: the size was checked */
-    char hex[2 * SHA256_DIGEST_SIZE + 1] = "";
-    pagoda_status s = file_digest(tmp, sha1, hex, sizeof hex);
-    if (s) return s;
-    if (strcmp(hex, lower)) {
+    for (size_t i = 0; i <= n && i < sizeof want; i++)
+        want[i] = (char)tolower((unsigned char)etag[i]);
+    digest_hex(d, hex, sizeof hex);
+    if (strcmp(hex, want)) {
         unlink(tmp);
         return pg_error(PAGODA_ERR_FORMAT,
                         "model '%s': %s: checksum mismatch (%s %s expected, got %s); the "
                         "download was removed, nothing was added to the snapshot",
-                        c->ref->repo, file, sha256 ? "sha256" : "git sha1", lower, hex);
+                        c->ref->repo, file, d->kind == DIGEST_SHA256 ? "sha256" : "git sha1",
+                        want, hex);
     }
     return PAGODA_OK;
 }
 
 /* GET FILE into TMP (appending from its current size), following redirects. */
 static pagoda_status get_file(hub_ctx *c, const char *commit, const char *file, const char *tmp,
-                              long long size, pg_hub_progress *pr) {
+                              long long size, blob_digest *d, pg_hub_progress *pr) {
     char url[4096];
     resolve_url(c, commit, file, url, sizeof url);
-    pagoda_status s = PAGODA_OK;
+    pagoda_status s = digest_existing(d, tmp); /* a partial file from an earlier run */
+    if (s) return s;
     for (int attempt = 0; attempt < TRANSFER_ATTEMPTS; attempt++) {
         FILE *f = fopen(tmp, "ab");
         if (!f) return pg_error(PAGODA_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        transfer t = {.f = f, .c = c, .progress = pr};
+        transfer t = {.f = f, .c = c, .progress = pr, .digest = d};
         fseek(f, 0, SEEK_END);
         t.offset = ftell(f);
         if (size >= 0 && t.offset >= size) { /* all there: only the checks remain */
@@ -845,6 +876,7 @@ static pagoda_status get_file(hub_ctx *c, const char *commit, const char *file, 
         if (rc == CURLE_OK && h.status == 416 && t.offset > 0) {
             /* our partial file is not a prefix of this blob: start over */
             if (truncate(tmp, 0)) unlink(tmp);
+            digest_reset(d);
             s = pg_error(PAGODA_ERR_IO, "model '%s': %s: HTTP 416", c->ref->repo, file);
             continue;
         }
@@ -914,8 +946,10 @@ static pagoda_status fetch_file(hub_ctx *c, const char *commit, const char *file
     }
     if (!pg_path_is_file(blob)) {
         pg_hub_progress *pr = pg_hub_progress_start(file, index, count, size);
-        s = get_file(c, commit, file, tmp, size, pr);
-        if (!s) s = verify_blob(c, file, tmp, etag, size);
+        blob_digest d;
+        digest_init(&d, etag, size);
+        s = get_file(c, commit, file, tmp, size, &d, pr);
+        if (!s) s = verify_blob(c, file, tmp, size, etag, &d);
         if (!s && rename(tmp, blob))
             s = pg_error(PAGODA_ERR_IO, "cannot rename %s: %s", tmp, strerror(errno));
         pg_hub_progress_end(pr, s == PAGODA_OK);

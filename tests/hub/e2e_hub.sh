@@ -47,6 +47,7 @@ repo tiny/stories "\"revisions\": {\"main\": \"$C1\", \"v1.0\": \"$C2\"}, \"file
 repo tiny/gated "\"revisions\": {\"main\": \"$C1\"}, \"token\": \"hf_right\", \"files\": {$(stories_files)}"
 repo tiny/flaky "\"revisions\": {\"main\": \"$C1\"}, \"interrupt\": {\"model.safetensors\": 1}, \"files\": {$(stories_files)}"
 repo tiny/cut "\"revisions\": {\"main\": \"$C1\"}, \"interrupt\": {\"model.safetensors\": 3}, \"files\": {$(stories_files)}"
+repo tiny/norange "\"revisions\": {\"main\": \"$C1\"}, \"interrupt\": {\"model.safetensors\": 1}, \"no_range\": true, \"files\": {$(stories_files)}"
 repo tiny/corrupt "\"revisions\": {\"main\": \"$C1\"}, \"corrupt\": [\"model.safetensors\"], \"files\": {$(stories_files)}"
 repo tiny/slow "\"revisions\": {\"main\": \"$C1\"}, \"slow\": {\"model.safetensors\": 1.5}, \"files\": {$(stories_files)}"
 repo tiny/gguf "\"revisions\": {\"main\": \"$C3\"}, \"files\": {
@@ -161,6 +162,12 @@ run_ok download tiny/flaky
 grep -q "resuming" "$ERR" || die "no resume message"
 grep -q "GET /cdn/$SHA range=bytes=[1-9][0-9]*- " "$TMP/log" || die "no Range request"
 cmp -s "$HUB/models--tiny--flaky/snapshots/$C1/model.safetensors" "$ST/model.safetensors" || die "resumed file differs"
+
+echo "== a CDN that ignores Range: the whole body again, the partial file restarted"
+before=$(log_count "GET /cdn/$SHA range=bytes=")
+run_ok download tiny/norange
+[ "$(log_count "GET /cdn/$SHA range=bytes=")" -gt "$before" ] || die "no Range request"
+cmp -s "$HUB/models--tiny--norange/snapshots/$C1/model.safetensors" "$ST/model.safetensors" || die "restarted file differs"
 
 echo "== a transfer cut every time: the partial file stays, the next run resumes it"
 run_fail 1 "run again to resume" download tiny/cut

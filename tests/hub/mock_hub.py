@@ -8,7 +8,8 @@ repos described by ROOT/<org>/<name>/repo.json:
    "token": "hf_x",            # gated: 401 unless "Authorization: Bearer hf_x"
    "corrupt": ["model.safetensors"],   # served with one byte flipped
    "interrupt": {"model.safetensors": 2},  # the first N CDN GETs close mid-body
-   "slow": {"model.safetensors": 1.5}}     # CDN bodies spread over that many seconds
+   "slow": {"model.safetensors": 1.5},     # CDN bodies spread over that many seconds
+   "no_range": true}                       # the CDN ignores Range (200, whole body)
 
   GET  /api/models/{org}/{name}/revision/{rev}  -> {"id", "sha", "siblings"}
   HEAD|GET /{org}/{name}/resolve/{rev}/{file}   -> small files: 200 with ETag
@@ -49,6 +50,7 @@ class Repo:
         self.token = desc.get("token")
         self.corrupt = set(desc.get("corrupt", []))
         self.slow = desc.get("slow", {})
+        self.no_range = desc.get("no_range", False)
         self.files = {}
         for name, src in desc["files"].items():
             with open(src, "rb") as f:
@@ -183,7 +185,7 @@ class Handler(BaseHTTPRequestHandler):
         data = self.repos[repo_id].files[name]["data"]
         start = 0
         rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes=") and rng.endswith("-"):
+        if rng and rng.startswith("bytes=") and rng.endswith("-") and not self.repos[repo_id].no_range:
             start = int(rng[6:-1])
             if start >= len(data):
                 return self.send_plain(416, {"Content-Range": "bytes */%d" % len(data)})
