@@ -31,7 +31,7 @@ static void test_parse_ref(void **state) {
                                       "/name",    "org/a/b",   "org/..",    "../name",
                                       "o rg/n",   "org/name:", "org/name@", "org/name@:x",
                                       "org/n:a:b", "org/n:../x.gguf", "org/n:/x.gguf",
-                                      "./x",      "org/n@r@s"};
+                                      "./x",      "org/n@r@s", "org/n@../x", "org/n@/x", "org/n@a/"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (pg_hub_parse_ref(bad[i], &r)) fail_msg("'%s' parsed as a repo id", bad[i]);
     }

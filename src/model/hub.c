@@ -82,6 +82,8 @@ bool pg_hub_parse_ref(const char *model, pg_hub_ref *out) {
         memcpy(out->revision, rev, rev_len);
         for (size_t i = 0; i < rev_len; i++)
             if ((unsigned char)rev[i] < 0x20 || rev[i] == '@' || rev[i] == ' ') return false;
+        /* it names a file under refs/: no way out of it (git refuses these too) */
+        if (rev[0] == '/' || strstr(out->revision, "..") || rev[rev_len - 1] == '/') return false;
     } else {
         strcpy(out->revision, "main");
     }
@@ -889,12 +891,12 @@ static pagoda_status get_file(hub_ctx *c, const char *commit, const char *file, 
         long long have = stat(tmp, &st) == 0 ? (long long)st.st_size : 0;
         const char *why = c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc);
         if (attempt + 1 < TRANSFER_ATTEMPTS) {
-            PG_WARN("download: %s: transfer cut at byte %lld of %lld (%s); resuming", file, have,
-                    size, why);
+            PG_WARN("download: %s: transfer stopped at byte %lld of %lld (%s); resuming", file,
+                    have, size, why);
             continue;
         }
         s = pg_error(PAGODA_ERR_IO,
-                     "model '%s': %s: transfer cut at byte %lld of %lld (%s), %d times; the "
+                     "model '%s': %s: transfer stopped at byte %lld of %lld (%s), %d times; the "
                      "partial file is kept: run again to resume from there",
                      c->ref->repo, file, have, size, why, TRANSFER_ATTEMPTS);
     }
@@ -1087,17 +1089,13 @@ static pagoda_status download(hub_ctx *c, const pg_hub_options *opt, char *snap,
         s = fetch_file(c, commit, files[i], i + 1, count);
     if (!s && strcmp(c->ref->revision, commit)) {
         char ref[PATH_MAX];
-        pathf(ref, sizeof ref, "%s/refs/%s", c->repo_dir, c->ref->revision);
-        if (strstr(c->ref->revision, ".."))
-            s = pg_error(PAGODA_ERR_INVALID_ARG, "revision '%s': bad name", c->ref->revision);
-        else
-            s = write_text(ref, commit);
+        pathf(ref, sizeof ref, "%s/refs/%s", c->repo_dir, c->ref->revision); /* no "..": parse */
+        s = write_text(ref, commit);
     }
     if (!s) {
         snprintf(snap, snap_cap, "%s/snapshots/%s", c->repo_dir, commit);
         gguf_path[0] = 0;
         if (gguf) pathf(gguf_path, gguf_cap, "%s/%s", snap, gguf);
-        if (!opt || !opt->n_include) s = mkdirs_for(snap); /* nothing if it exists */
     }
     free(files);
     cJSON_Delete(info);

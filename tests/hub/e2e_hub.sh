@@ -128,6 +128,7 @@ grep -qF "stories260K-Q4_0.gguf" "$ERR" || die "the choices are not listed"
 run_fail 1 "matches --include *.bin" download tiny/stories --include '*.bin'
 run_fail 2 "not a Hugging Face repo id" download ../x
 run_fail 1 "repository not found" generate tiny/nothere --prompt x
+HF_ENDPOINT=http://127.0.0.1:1 run_fail 1 "set HF_HUB_OFFLINE=1 to use the cache only" download tiny/stories
 
 echo "== GGUF by quant tag and by file name"
 run_ok download tiny/gguf:q4_0
