@@ -27,11 +27,26 @@ static void test_parse_ref(void **state) {
     assert_string_equal(r.tag, "sub/m.gguf");
     assert_true(pg_hub_parse_ref("org/name@0123456789abcdef0123456789abcdef01234567", &r));
     assert_string_equal(r.revision, "0123456789abcdef0123456789abcdef01234567");
-    static const char *const bad[] = {"",         "name",      "/org/name", "org/",
-                                      "/name",    "org/a/b",   "org/..",    "../name",
-                                      "o rg/n",   "org/name:", "org/name@", "org/name@:x",
-                                      "org/n:a:b", "org/n:../x.gguf", "org/n:/x.gguf",
-                                      "./x",      "org/n@r@s", "org/n@../x", "org/n@/x", "org/n@a/"};
+    static const char *const bad[] = {"",
+                                      "name",
+                                      "/org/name",
+                                      "org/",
+                                      "/name",
+                                      "org/a/b",
+                                      "org/..",
+                                      "../name",
+                                      "o rg/n",
+                                      "org/name:",
+                                      "org/name@",
+                                      "org/name@:x",
+                                      "org/n:a:b",
+                                      "org/n:../x.gguf",
+                                      "org/n:/x.gguf",
+                                      "./x",
+                                      "org/n@r@s",
+                                      "org/n@../x",
+                                      "org/n@/x",
+                                      "org/n@a/"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (pg_hub_parse_ref(bad[i], &r)) fail_msg("'%s' parsed as a repo id", bad[i]);
     }
@@ -83,8 +98,8 @@ static void test_etag_and_names(void **state) {
     assert_true(pg_hub_safe_filename("config.json"));
     assert_true(pg_hub_safe_filename("sub/dir/m.gguf"));
     assert_true(pg_hub_safe_filename(".gitattributes"));
-    static const char *const unsafe[] = {"", "/etc/passwd", "../x", "a/../b", "a/./b",
-                                         "a//b", "a/", "a\\b", "a\nb", "..", "."};
+    static const char *const unsafe[] = {"",   "/etc/passwd", "../x", "a/../b", "a/./b", "a//b",
+                                         "a/", "a\\b",        "a\nb", "..",     "."};
     for (size_t i = 0; i < sizeof unsafe / sizeof unsafe[0]; i++)
         if (pg_hub_safe_filename(unsafe[i])) fail_msg("'%s' taken as safe", unsafe[i]);
 
@@ -143,8 +158,8 @@ static void put_snap(const char *hub, const char *repo, const char *commit, cons
 }
 
 static char *saved[6];
-static const char *const ENV_NAMES[6] = {"HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME",
-                                         "HF_HUB_OFFLINE", "HOME", "HUGGINGFACE_HUB_CACHE"};
+static const char *const ENV_NAMES[6] = {"HF_HUB_CACHE",   "HF_HOME", "XDG_CACHE_HOME",
+                                         "HF_HUB_OFFLINE", "HOME",    "HUGGINGFACE_HUB_CACHE"};
 static void env_save(void) {
     for (int i = 0; i < 6; i++)
         saved[i] = getenv(ENV_NAMES[i]) ? strdup(getenv(ENV_NAMES[i])) : NULL;
@@ -265,7 +280,7 @@ static void test_cache_offline(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_ref),     cmocka_unit_test(test_fold_options),
+        cmocka_unit_test(test_parse_ref),      cmocka_unit_test(test_fold_options),
         cmocka_unit_test(test_etag_and_names), cmocka_unit_test(test_cache_dir_env),
         cmocka_unit_test(test_cache_offline),
     };

@@ -12,25 +12,24 @@
 #define MAX_INCLUDE 64
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagoda download org/name[:QUANT] [--revision R] [--include PATTERN]...\n"
-            "                       [--gguf-file NAME]\n"
-            "Download a model from the Hugging Face hub into the HF cache shared with\n"
-            "huggingface_hub (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub)\n"
-            "and print its local path (the snapshot directory, or the GGUF file in it).\n"
-            "  org/name            the repo; \":QUANT\" (e.g. :Q4_0) picks the one .gguf file\n"
-            "                      whose name has that quant, \":FILE.gguf\" a file by name\n"
-            "  --revision R        branch, tag or commit (default main)\n"
-            "  --include PATTERN   the repo files matching a shell pattern ('*' also matches\n"
-            "                      '/'; repeatable) instead of the files a model needs:\n"
-            "                      config.json, generation_config.json, tokenizer files, chat\n"
-            "                      template, *.safetensors (+ index)\n"
-            "  --gguf-file NAME    the .gguf file to download (a repo of GGUF files)\n"
-            "Files already in the cache are not downloaded again; an interrupted download\n"
-            "resumes where it stopped. LFS files are checked against their sha256, others\n"
-            "against their git sha1. Environment: HF_ENDPOINT, HF_TOKEN (gated and private\n"
-            "repos), HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE=1 (cache only),\n"
-            "HF_HUB_DISABLE_PROGRESS_BARS=1.\n");
+    fprintf(f, "usage: pagoda download org/name[:QUANT] [--revision R] [--include PATTERN]...\n"
+               "                       [--gguf-file NAME]\n"
+               "Download a model from the Hugging Face hub into the HF cache shared with\n"
+               "huggingface_hub (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub)\n"
+               "and print its local path (the snapshot directory, or the GGUF file in it).\n"
+               "  org/name            the repo; \":QUANT\" (e.g. :Q4_0) picks the one .gguf file\n"
+               "                      whose name has that quant, \":FILE.gguf\" a file by name\n"
+               "  --revision R        branch, tag or commit (default main)\n"
+               "  --include PATTERN   the repo files matching a shell pattern ('*' also matches\n"
+               "                      '/'; repeatable) instead of the files a model needs:\n"
+               "                      config.json, generation_config.json, tokenizer files, chat\n"
+               "                      template, *.safetensors (+ index)\n"
+               "  --gguf-file NAME    the .gguf file to download (a repo of GGUF files)\n"
+               "Files already in the cache are not downloaded again; an interrupted download\n"
+               "resumes where it stopped. LFS files are checked against their sha256, others\n"
+               "against their git sha1. Environment: HF_ENDPOINT, HF_TOKEN (gated and private\n"
+               "repos), HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE=1 (cache only),\n"
+               "HF_HUB_DISABLE_PROGRESS_BARS=1.\n");
 }
 
 int pg_cmd_download(int argc, char **argv) {

@@ -32,7 +32,8 @@
 #define TRANSFER_ATTEMPTS 3 /* per file and run: a cut transfer resumes with Range */
 
 /* snprintf for paths and URLs: false when OUT was too small (truncated). */
-static bool pathf(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool pathf(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static bool pathf(char *out, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -118,8 +119,7 @@ pagoda_status pg_hub_fold_options(const char *model, const char *revision, const
         return pg_error(PAGODA_ERR_INVALID_ARG, "%s: --gguf-file %s names another file", model,
                         gguf_file);
     int k = snprintf(out, cap, "%s@%s%s%s", ref.repo, rev_given ? revision : ref.revision,
-                     (file_given || ref.tag[0]) ? ":" : "",
-                     file_given ? gguf_file : ref.tag);
+                     (file_given || ref.tag[0]) ? ":" : "", file_given ? gguf_file : ref.tag);
     if (k < 0 || (size_t)k >= cap)
         return pg_error(PAGODA_ERR_INVALID_ARG, "%s: name too long", model);
     pg_hub_ref check;
@@ -172,9 +172,9 @@ static bool ends_with(const char *s, const char *suffix) {
 
 bool pg_hub_wanted_file(const char *name) {
     static const char *const FILES[] = {
-        "config.json",          "generation_config.json",  "tokenizer.json",
+        "config.json",           "generation_config.json",  "tokenizer.json",
         "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-        "chat_template.json",   "preprocessor_config.json"};
+        "chat_template.json",    "preprocessor_config.json"};
     if (strchr(name, '/')) return false; /* the model is the repo's top level */
     for (size_t i = 0; i < sizeof FILES / sizeof FILES[0]; i++)
         if (!strcmp(name, FILES[i])) return true;
@@ -206,8 +206,7 @@ static bool env_true(const char *name) {
 }
 
 static void hf_home(char *out, size_t cap) {
-    const char *home = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"),
-               *uhome = getenv("HOME");
+    const char *home = getenv("HF_HOME"), *xdg = getenv("XDG_CACHE_HOME"), *uhome = getenv("HOME");
     if (home && *home)
         snprintf(out, cap, "%s", home);
     else if (xdg && *xdg)
@@ -258,7 +257,6 @@ static void read_token(char *out, size_t cap) {
 }
 
 /* ------------------------------------------------------------ files */
-
 
 /* mkdir -p of the directory part of PATH (everything before the last '/'). */
 static pagoda_status mkdirs_for(const char *path) {
@@ -318,7 +316,7 @@ static bool is_hex(const char *s, size_t n) {
 
 typedef struct hub_ctx {
     const pg_hub_ref *ref;
-    char cache[PATH_MAX - 512];  /* $HF_HUB_CACHE */
+    char cache[PATH_MAX - 512];    /* $HF_HUB_CACHE */
     char repo_dir[PATH_MAX - 256]; /* .../models--org--name */
     char endpoint[512];
     char token[512];
@@ -328,8 +326,8 @@ typedef struct hub_ctx {
 
 /* The repo's *.gguf files below DIR (depth <= 2) matching TAG, or every
  * one when TAG is "": count and the first match's path. */
-static int find_gguf_in(const char *dir, const char *rel, const char *tag, char *first,
-                        size_t cap, int depth) {
+static int find_gguf_in(const char *dir, const char *rel, const char *tag, char *first, size_t cap,
+                        int depth) {
     DIR *d = opendir(dir);
     if (!d) return 0;
     int count = 0;
@@ -456,7 +454,6 @@ static void curl_init(void) {
 
 typedef struct http_headers {
     long status;
-    char commit[64];
     char etag[160];
     char linked_etag[160];
     long long linked_size, content_length;
@@ -484,7 +481,6 @@ static const struct {
     const char *name;
     size_t off, cap; /* cap 0: a number (long long) */
 } HEADERS[] = {
-    {"x-repo-commit:", offsetof(http_headers, commit), sizeof(((http_headers *)0)->commit)},
     {"x-linked-etag:", offsetof(http_headers, linked_etag),
      sizeof(((http_headers *)0)->linked_etag)},
     {"etag:", offsetof(http_headers, etag), sizeof(((http_headers *)0)->etag)},
@@ -554,8 +550,9 @@ static struct curl_slist *setup(hub_ctx *c, const char *url, http_headers *h, bo
 }
 
 static pagoda_status net_error(hub_ctx *c, CURLcode rc, const char *url) {
-    return pg_error(PAGODA_ERR_IO, "model '%s': %s: %s (set HF_HUB_OFFLINE=1 to use the cache only)",
-                    c->ref->repo, url, c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc));
+    return pg_error(PAGODA_ERR_IO,
+                    "model '%s': %s: %s (set HF_HUB_OFFLINE=1 to use the cache only)", c->ref->repo,
+                    url, c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc));
 }
 
 /* One line for an HTTP error answer of the hub. */
@@ -581,7 +578,8 @@ static pagoda_status http_error(hub_ctx *c, const http_headers *h, const char *f
             return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': revision '%s' not found on %s%s",
                             repo, c->ref->revision, c->endpoint, hub_says);
         if (file && strcmp(h->error_code, "RepoNotFound"))
-            return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': file '%s' not found at revision "
+            return pg_error(PAGODA_ERR_NOT_FOUND,
+                            "model '%s': file '%s' not found at revision "
                             "'%s'%s",
                             repo, file, c->ref->revision, hub_says);
         return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': repository not found on %s%s", repo,
@@ -620,8 +618,8 @@ static pagoda_status api_revision(hub_ctx *c, char *commit, size_t cap, cJSON **
         if (!h.error_message[0] && body) { /* the hub's JSON {"error": "..."} */
             cJSON *j = cJSON_Parse(body);
             cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-            if (cJSON_IsString(e)) snprintf(h.error_message, sizeof h.error_message, "%s",
-                                            e->valuestring);
+            if (cJSON_IsString(e))
+                snprintf(h.error_message, sizeof h.error_message, "%s", e->valuestring);
             cJSON_Delete(j);
         }
         free(body);
@@ -770,7 +768,7 @@ typedef struct transfer {
     FILE *f;
     long long offset; /* bytes already on disk when this attempt started */
     long long written;
-    bool restarted;   /* a 200 answered our Range: start over */
+    bool restarted; /* a 200 answered our Range: start over */
     hub_ctx *c;
     pg_hub_progress *progress;
     blob_digest *digest; /* of every byte in the file */
@@ -835,8 +833,8 @@ static pagoda_status verify_blob(hub_ctx *c, const char *file, const char *tmp, 
         return pg_error(PAGODA_ERR_FORMAT,
                         "model '%s': %s: checksum mismatch (%s %s expected, got %s); the "
                         "download was removed, nothing was added to the snapshot",
-                        c->ref->repo, file, d->kind == DIGEST_SHA256 ? "sha256" : "git sha1",
-                        want, hex);
+                        c->ref->repo, file, d->kind == DIGEST_SHA256 ? "sha256" : "git sha1", want,
+                        hex);
     }
     return PAGODA_OK;
 }
@@ -936,8 +934,7 @@ static pagoda_status fetch_file(hub_ctx *c, const char *commit, const char *file
     snprintf(blob, sizeof blob, "%s/blobs/%s", c->repo_dir, etag);
     snprintf(tmp, sizeof tmp, "%s.incomplete", blob);
     const char *base = strrchr(c->repo_dir, '/');
-    pathf(lock, sizeof lock, "%s/.locks/%s/%s.lock", c->cache, base ? base + 1 : c->repo_dir,
-             etag);
+    pathf(lock, sizeof lock, "%s/.locks/%s/%s.lock", c->cache, base ? base + 1 : c->repo_dir, etag);
     if ((s = mkdirs_for(blob)) || (s = mkdirs_for(lock))) return s;
     /* huggingface_hub's FileLock takes the same flock on the same file */
     int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -1012,7 +1009,8 @@ static pagoda_status select_files(hub_ctx *c, const pg_hub_options *opt, cJSON *
                     break;
                 }
         if (!n_sel)
-            s = pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no file at revision '%s' matches "
+            s = pg_error(PAGODA_ERR_NOT_FOUND,
+                         "model '%s': no file at revision '%s' matches "
                          "--include %s%s",
                          c->ref->repo, c->ref->revision, opt->include[0],
                          opt->n_include > 1 ? " ..." : "");
@@ -1029,8 +1027,10 @@ static pagoda_status select_files(hub_ctx *c, const pg_hub_options *opt, cJSON *
                     used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
                                              used ? ", " : "", all[i]);
             if (!n_gguf)
-                s = pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no .gguf file in the repo for "
-                             "'%s'", c->ref->repo, c->ref->tag);
+                s = pg_error(PAGODA_ERR_NOT_FOUND,
+                             "model '%s': no .gguf file in the repo for "
+                             "'%s'",
+                             c->ref->repo, c->ref->tag);
             else if (c->ref->tag[0] && !n_match)
                 s = pg_error(PAGODA_ERR_NOT_FOUND,
                              "model '%s': no .gguf file matches '%s' (the repo has: %s)",
@@ -1052,7 +1052,8 @@ static pagoda_status select_files(hub_ctx *c, const pg_hub_options *opt, cJSON *
             s = pg_error(PAGODA_ERR_NOT_FOUND,
                          "model '%s': the repo has no %s at revision '%s' (use --include to "
                          "download other files)",
-                         c->ref->repo, has_config ? "*.safetensors or *.gguf weights" : "config.json",
+                         c->ref->repo,
+                         has_config ? "*.safetensors or *.gguf weights" : "config.json",
                          c->ref->revision);
     }
     free(all);
@@ -1077,14 +1078,14 @@ static pagoda_status download(hub_ctx *c, const pg_hub_options *opt, char *snap,
     cJSON *info = NULL;
     const char **files = NULL, *gguf = NULL;
     pagoda_status s = api_revision(c, commit, sizeof commit, &info);
-    if (!s) s = select_files(c, opt, cJSON_GetObjectItemCaseSensitive(info, "siblings"), &files,
-                             &gguf);
+    if (!s)
+        s = select_files(c, opt, cJSON_GetObjectItemCaseSensitive(info, "siblings"), &files, &gguf);
     int count = 0;
     while (!s && files[count])
         count++;
     if (!s)
-        PG_INFO("download: %s@%s (commit %.12s): %d file%s from %s", c->ref->repo,
-                c->ref->revision, commit, count, count == 1 ? "" : "s", c->endpoint);
+        PG_INFO("download: %s@%s (commit %.12s): %d file%s from %s", c->ref->repo, c->ref->revision,
+                commit, count, count == 1 ? "" : "s", c->endpoint);
     for (int i = 0; !s && i < count; i++)
         s = fetch_file(c, commit, files[i], i + 1, count);
     if (!s && strcmp(c->ref->revision, commit)) {
@@ -1117,13 +1118,12 @@ pagoda_status pg_hub_resolve(const pg_hub_ref *ref, const pg_hub_options *opt, c
     char commit[256], snap[PATH_MAX], gguf[PATH_MAX];
     pagoda_status s = PAGODA_OK;
     cached_commit(c, commit, sizeof commit);
-    bool cached = false;
+    bool cached = false, includes = opt && opt->n_include;
+    gguf[0] = 0;
     if (commit[0]) {
         snprintf(snap, sizeof snap, "%s/snapshots/%s", c->repo_dir, commit);
-        cached = pg_path_is_dir(snap) && (opt && opt->n_include ? true
-                                                        : snapshot_complete(snap, ref->tag, gguf,
-                                                                            sizeof gguf));
-        if (opt && opt->n_include) gguf[0] = 0;
+        cached = pg_path_is_dir(snap) &&
+                 (includes || snapshot_complete(snap, ref->tag, gguf, sizeof gguf));
     }
     if (cached && (offline || !opt || !opt->refresh)) {
         s = result_path(ref, snap, gguf, out, cap, is_gguf);

@@ -16,8 +16,8 @@
  *
  * Hub requests: GET {endpoint}/api/models/{repo}/revision/{revision}
  * (the commit "sha" and the "siblings" file list), HEAD
- * {endpoint}/{repo}/resolve/{commit}/{file} (X-Repo-Commit, X-Linked-Etag /
- * ETag, X-Linked-Size / Content-Length; relative redirects followed, the
+ * {endpoint}/{repo}/resolve/{commit}/{file} (X-Linked-Etag / ETag,
+ * X-Linked-Size / Content-Length; relative redirects followed, the
  * absolute one to the LFS CDN not), GET of the same URL following redirects
  * to the CDN. Authorization: Bearer $HF_TOKEN (never sent to another host).
  *

@@ -126,8 +126,8 @@ void pg_hub_progress_end(pg_hub_progress *p, bool ok) {
         long long got = p->done - (p->first > 0 ? p->first : 0);
         pg_hub_format_bytes(p->total > 0 ? p->total : p->done, size, sizeof size);
         pg_hub_format_bytes(el > 0 ? (long long)((double)got / el) : 0, rate, sizeof rate);
-        PG_INFO("download: [%d/%d] %s: %s in %.1f s (%s/s)", p->index, p->count, p->name, size,
-                el, rate);
+        PG_INFO("download: [%d/%d] %s: %s in %.1f s (%s/s)", p->index, p->count, p->name, size, el,
+                rate);
     }
     free(p);
 }
