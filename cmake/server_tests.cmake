@@ -83,6 +83,17 @@ if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ)
                      ${CMAKE_SOURCE_DIR}/tests/data/chat_simple.jinja ${PAGODA_SERVE_CMD})
     set_tests_properties(serve_openai_node_structured_llama3vocab PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
   endif()
+  # tool calls, reasoning and the request-field audit (tests/node/tools.test.mjs):
+  # a random Qwen3 with the real Qwen3 tokenizer and chat template (natively
+  # only: a 151k-token vocabulary's grammar trie is minutes under qemu; the
+  # parsers and grammars are unit-tested in both builds)
+  if(NOT CMAKE_CROSSCOMPILING)
+    add_test(NAME serve_openai_node_tools
+             COMMAND bash -c "${PAGODA_GEN_MODEL_CMD} --hf '${CMAKE_BINARY_DIR}/random-qwen3-tools' --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --ffn 128 --vocab 151936 --bos 151643 --eos 151645 --dtype bf16 --tokenizer '${PAGODA_ASSETS}/tokenizers/qwen3' >/dev/null && NODE_TEST=tools.test.mjs exec bash '${CMAKE_SOURCE_DIR}/tests/node/run.sh' \"$@\"" _
+                     ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node ${CMAKE_BINARY_DIR}/random-qwen3-tools
+                     "" ${PAGODA_SERVE_CMD})
+    set_tests_properties(serve_openai_node_tools PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  endif()
   # gpt-oss tool calls: the scripted model (tests/node/scripted_gpt_oss.py)
   find_package(Python3 COMPONENTS Interpreter)
   if(Python3_Interpreter_FOUND)

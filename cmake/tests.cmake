@@ -120,6 +120,13 @@ set_tests_properties(pagoda_bench_serve_refused PROPERTIES
 add_test(NAME pagoda_bench_serve_refused_fails COMMAND pagoda bench serve --base-url http://127.0.0.1:1
          --model m --prompt-as-ids --vocab-size 50 --num-prompts 2 --ready-check-timeout-sec 0)
 set_tests_properties(pagoda_bench_serve_refused_fails PROPERTIES WILL_FAIL TRUE)
+# `pagoda serve` output parser flags: unknown names are usage errors
+add_test(NAME pagoda_serve_bad_tool_parser COMMAND pagoda serve m --tool-call-parser pythonic)
+set_tests_properties(pagoda_serve_bad_tool_parser PROPERTIES PASS_REGULAR_EXPRESSION
+                     "bad value 'pythonic' for --tool-call-parser \\(want hermes, llama3_json, mistral or harmony\\)")
+add_test(NAME pagoda_serve_bad_reasoning_parser COMMAND pagoda serve m --reasoning-parser granite)
+set_tests_properties(pagoda_serve_bad_reasoning_parser PROPERTIES PASS_REGULAR_EXPRESSION
+                     "bad value 'granite' for --reasoning-parser \\(want qwen3 or deepseek_r1\\)")
 # `pagoda chat-template` end to end: a template file, and a model without one.
 add_test(NAME pagoda_chat_template COMMAND pagoda chat-template
          ${PAGODA_ASSETS}/chat-templates/Qwen-Qwen3-0.6B.jinja

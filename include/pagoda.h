@@ -195,6 +195,10 @@ typedef enum pagoda_grammar_kind {
     PAGODA_GRAMMAR_REGEX,           /* spec: a regex the whole output matches */
     PAGODA_GRAMMAR_CHOICE,          /* spec: a JSON array of strings; output is one of them */
     PAGODA_GRAMMAR_EBNF,            /* spec: GBNF-style EBNF with a rule named root */
+    PAGODA_GRAMMAR_EBNF_SCHEMAS,    /* spec: {"ebnf": EBNF text, "schemas": [JSON Schema, ...]}:
+                                       the EBNF's rules may use `schema-0`, `schema-1`, ...,
+                                       a JSON value of schema i (tool calls in a model's
+                                       call syntax) */
 } pagoda_grammar_kind;
 
 /* Compile (or find in the engine's cache of the last 64 distinct specs) a

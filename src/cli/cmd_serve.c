@@ -17,6 +17,7 @@
 #include "model/hub.h"
 #include "model/source.h"
 #include "pagoda.h"
+#include "server/output_parser.h"
 #include "server/server.h"
 
 static void serve_usage(FILE *f) {
@@ -38,6 +39,14 @@ static void serve_usage(FILE *f) {
         "  --served-model-name NAME     model name in the API (default: MODEL's base name; one\n"
         "                               MODEL only)\n"
         "  --chat-template FILE         Jinja chat template overriding the model's\n"
+        "  --enable-auto-tool-choice    parse tool calls for tool_choice \"auto\" (the default\n"
+        "                               when a chat has tools; without it: 400, as vLLM)\n"
+        "  --tool-call-parser NAME      hermes | llama3_json | mistral | harmony (default: from\n"
+        "                               the chat template: <tool_call>, Llama 3.1 JSON,\n"
+        "                               [TOOL_CALLS]; gpt-oss: harmony)\n"
+        "  --reasoning-parser NAME      qwen3 | deepseek_r1: <think>...</think> becomes\n"
+        "                               reasoning_content (default: qwen3 when the template\n"
+        "                               writes <think>)\n"
         "  --max-queue N                requests allowed to wait beyond --max-num-seqs; more\n"
         "                               get 503 + Retry-After (default 1024)\n"
         "  --max-request-bytes SIZE     largest request body (default 16MiB; larger: 413)\n"
@@ -136,7 +145,9 @@ int pg_cmd_serve(int argc, char **argv) {
                                          "--max-connections-per-ip",
                                          "--max-stream-buffer",
                                          "--max-audio-bytes",
-                                         "--max-audio-seconds"};
+                                         "--max-audio-seconds",
+                                         "--tool-call-parser",
+                                         "--reasoning-parser"};
     for (int i = 1; i < argc; i++) {
         int e = pg_engine_args_parse(CMD, argc, argv, &i, &eo);
         if (e < 0) return 2;
@@ -154,6 +165,10 @@ int pg_cmd_serve(int argc, char **argv) {
                 return 2;
             }
             models[n_models++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--enable-auto-tool-choice")) {
+            so.enable_auto_tool_choice = true;
             continue;
         }
         bool known = false;
@@ -211,6 +226,16 @@ int pg_cmd_serve(int argc, char **argv) {
             if (!*v || *end || !(sec > 0) || !(sec <= 1e7))
                 return pg_args_bad_value(CMD, a, v, "a number of seconds > 0");
             so.max_audio_seconds = sec;
+        } else if (!strcmp(a, "--tool-call-parser")) {
+            pg_tool_format tf;
+            if (!pg_tool_format_parse(v, &tf))
+                return pg_args_bad_value(CMD, a, v, "hermes, llama3_json, mistral or harmony");
+            so.tool_call_parser = v;
+        } else if (!strcmp(a, "--reasoning-parser")) {
+            pg_reasoning_format rf;
+            if (!pg_reasoning_format_parse(v, &rf))
+                return pg_args_bad_value(CMD, a, v, "qwen3 or deepseek_r1");
+            so.reasoning_parser = v;
         } else if (!strcmp(a, "--seed"))
             rc = parse_int(a, v, 0, LONG_MAX, &x), eo.seed = (uint64_t)x;
         if (rc) return rc;
