@@ -39,6 +39,22 @@ else()
                   "(run scripts/install-deps.sh)")
 endif()
 
+# Downloads from a mock Hugging Face hub (tests/hub/: a Python 3 stdlib HTTP
+# server with the hub's URL layout and headers): `pagoda download`, repo ids in
+# `generate` and `serve`. Native build only: the mock hub is host Python, and
+# the download code has no architecture-specific path (under qemu its ten
+# model loads would take minutes); test_hub covers the parsing and cache
+# logic in the Arm build.
+find_program(PAGODA_PYTHON3 python3)
+if(PAGODA_CURL AND PAGODA_PYTHON3 AND NOT CMAKE_CROSSCOMPILING)
+  add_test(NAME hub_download_e2e COMMAND bash ${CMAKE_SOURCE_DIR}/tests/hub/e2e_hub.sh
+           ${PAGODA_ASSETS} ${PAGODA_SERVE_CMD})
+  set_tests_properties(hub_download_e2e PROPERTIES TIMEOUT 600)
+elseif(NOT CMAKE_CROSSCOMPILING)
+  message(WARNING "curl or python3 not found: the hub download test (hub_download_e2e) is not "
+                  "registered (run scripts/install-deps.sh)")
+endif()
+
 # The official openai npm client against the server (tests/node/).
 find_program(PAGODA_NODE node)
 find_program(PAGODA_NPM npm)

@@ -102,6 +102,12 @@ typedef struct pagoda_engine_options {
      * whisper-base's encoder), so transcriptions never stall the decodes
      * they are batched with for long. At least one piece runs per step. */
     int32_t max_num_encoder_tokens;
+    /* MODEL is a Hugging Face repo id ("org/name"): the branch, tag or commit
+     * to use (vLLM's --revision; NULL = "main" or MODEL's "@REVISION"), and
+     * the .gguf file of the repo to load (NULL = MODEL's ":QUANT" tag or the
+     * safetensors model). Ignored, with a warning, for a local path. */
+    const char *revision;
+    const char *gguf_file;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;
@@ -109,7 +115,9 @@ typedef struct pagoda_engine pagoda_engine;
 /* Fill `opt` with the defaults above. */
 void pagoda_engine_options_default(pagoda_engine_options *opt);
 
-/* Load MODEL (HF directory, GGUF file or HF repo id in the local cache) and
+/* Load MODEL (HF directory, GGUF file, or a Hugging Face repo id
+ * "org/name[@REVISION][:QUANT]" taken from the local HF cache or downloaded
+ * into it; an existing path wins) and
  * its tokenizer, size the KV cache and workspace, start the thread pool.
  * Errors: IO / NOT_FOUND / FORMAT / UNSUPPORTED (model), INVALID_ARG
  * (options), NOMEM (KV cache). */

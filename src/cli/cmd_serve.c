@@ -15,6 +15,7 @@
 #include "cli/engine_args.h"
 #include "engine/kv_cache_spec.h"
 #include "kernels/env_report.h"
+#include "model/hub.h"
 #include "model/source.h"
 #include "pagoda.h"
 #include "server/output_parser.h"
@@ -24,8 +25,8 @@ static void serve_usage(FILE *f) {
     fprintf(
         f,
         "usage: pagoda serve MODEL [MODEL ...] [options]\n"
-        "  MODEL                        HF model directory, GGUF file or HF repo id (local "
-        "cache);\n"
+        "  MODEL                        HF model directory, GGUF file or hub repo id\n"
+        "                               org/name[:QUANT] (HF cache, downloaded if missing);\n"
         "                               several: one server for all (e.g. a chat model and a\n"
         "                               Whisper model), requests routed by their 'model'; the\n"
         "                               engine options apply to each model (--kv-cache-memory is\n"
@@ -103,10 +104,11 @@ static char *read_file(const char *path) {
 
 /* True when MODEL brings its own tokenizer: a GGUF file (its vocab) or a
  * directory with tokenizer.json. */
-static bool has_own_tokenizer(const char *model) {
-    char path[4096];
+static bool has_own_tokenizer(const char *model, const pagoda_engine_options *eo) {
+    char path[4096], spec[1024];
     bool gguf = false;
-    if (pg_model_resolve(model, path, sizeof path, &gguf) != PAGODA_OK) {
+    if (pg_hub_fold_options(model, eo->revision, eo->gguf_file, spec, sizeof spec) != PAGODA_OK ||
+        pg_model_resolve(spec, path, sizeof path, &gguf) != PAGODA_OK) {
         pg_clear_error();
         return true; /* let the engine report the model */
     }
@@ -277,7 +279,7 @@ int pg_cmd_serve(int argc, char **argv) {
         if (k > 0) mo.num_threads = 0;
         /* one --tokenizer for several models: it is meant for those without
          * their own (a Whisper checkpoint without tokenizer.json) */
-        if (n_models > 1 && mo.tokenizer && has_own_tokenizer(models[k])) {
+        if (n_models > 1 && mo.tokenizer && has_own_tokenizer(models[k], &mo)) {
             PG_INFO("serve: %s has its own tokenizer; --tokenizer is not applied to it", models[k]);
             mo.tokenizer = NULL;
         }

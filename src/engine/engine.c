@@ -9,7 +9,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/alloc.h"
@@ -24,6 +26,7 @@
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "model/hub.h"
 #include "model/model.h"
 #include "model/source.h"
 #include "pagoda.h"
@@ -264,9 +267,18 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
-    base_name(model, e->name, sizeof e->name);
+    /* a repo id is served under its name (vLLM's), a path under its base name */
+    pg_hub_ref ref;
+    struct stat mst;
+    if (stat(model, &mst) != 0 && pg_hub_parse_ref(model, &ref))
+        snprintf(e->name, sizeof e->name, "%s", model);
+    else
+        base_name(model, e->name, sizeof e->name);
 
-    if ((st = pg_model_source_open(model, &e->src)) != PAGODA_OK) goto fail;
+    char spec[1024];
+    if ((st = pg_hub_fold_options(model, o.revision, o.gguf_file, spec, sizeof spec)) != PAGODA_OK)
+        goto fail;
+    if ((st = pg_model_source_open(spec, &e->src)) != PAGODA_OK) goto fail;
     pg_model_options mo;
     pg_model_options_default(&mo);
     mo.max_context = o.max_model_len;
