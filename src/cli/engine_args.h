@@ -3,7 +3,7 @@
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
  * --block-size, --no-prefix-caching, --prefix-caching-hash-algo, --threads,
  * --quantization,
- * --quant-group-size, --quant-act-group, --dtype. */
+ * --quant-group-size, --quant-act-group, --dtype, --speculative-config. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
 
@@ -41,7 +41,11 @@
     "                              default; 32 = llama.cpp Q8_0's blocks: closer to the\n"         \
     "                              unquantized model); weights then use groups of N too\n"       \
     "  --max-num-encoder-tokens N  encoder-decoder models: encoder rows per step (default\n"     \
-    "                              1024)\n"
+    "                              1024)\n"                                                      \
+    "  --speculative-config JSON   speculative decoding, vLLM's: '{\"method\": \"ngram\",\n"      \
+    "                              \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4,\n"     \
+    "                              \"prompt_lookup_min\": 2}' (also disable_by_batch_size,\n"     \
+    "                              max_batch_tokens: drafts while decodes + drafts <= it, 16)\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with
