@@ -913,11 +913,9 @@ static void test_random_stress(void **state) {
     random_stress(NULL, 0, 41, 1000, true); /* 40 usable blocks = 160 tokens */
 }
 
-/* The same with hybrid models: full attention + sliding window (window 10
- * tokens), then also a recurrent-state group, all from one pool. */
-static void test_random_stress_hybrid_groups(void **state) {
-    (void)state;
-    pg_kv_cache_spec g[3] = {
+/* Hybrid models' groups: full attention + sliding window (window 10
+ * tokens), then a recurrent-state group, all from one pool. */
+static const pg_kv_cache_spec HYBRID_GROUPS[3] = {
         {.kind = PG_KV_FULL_ATTENTION,
          .block_size = 4,
          .num_layers = 1,
@@ -931,8 +929,14 @@ static void test_random_stress_hybrid_groups(void **state) {
          .head_size = 8,
          .dtype_bytes = 2,
          .u.sliding.window = 10},
-        {.kind = PG_KV_MAMBA, .block_size = 4, .num_layers = 1, .u.mamba.state_bytes = 128},
-    };
+    {.kind = PG_KV_MAMBA, .block_size = 4, .num_layers = 1, .u.mamba.state_bytes = 128},
+};
+
+/* The same with hybrid models: full + sliding window, then also the
+ * recurrent-state group. */
+static void test_random_stress_hybrid_groups(void **state) {
+    (void)state;
+    const pg_kv_cache_spec *g = HYBRID_GROUPS;
     random_stress(g, 2, 81, 400, true);
     /* a recurrent-state group cannot reuse prefixes: no hits for the model */
     random_stress(g, 3, 81, 300, false);
@@ -962,22 +966,7 @@ static void test_random_stress_speculative(void **state) {
                               .max_batch_tokens = 20,
                               .propose = guess_proposer};
     random_stress(NULL, 0, 41, 600, true);
-    pg_kv_cache_spec g[2] = {
-        {.kind = PG_KV_FULL_ATTENTION,
-         .block_size = 4,
-         .num_layers = 1,
-         .num_kv_heads = 1,
-         .head_size = 8,
-         .dtype_bytes = 2},
-        {.kind = PG_KV_SLIDING_WINDOW,
-         .block_size = 4,
-         .num_layers = 1,
-         .num_kv_heads = 1,
-         .head_size = 8,
-         .dtype_bytes = 2,
-         .u.sliding.window = 10},
-    };
-    random_stress(g, 2, 81, 300, true);
+    random_stress(HYBRID_GROUPS, 2, 81, 300, true); /* full + sliding window */
     g_spec = (pg_spec_config){0};
 }
 

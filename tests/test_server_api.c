@@ -832,6 +832,12 @@ static void test_utf8_dup(void **state) {
     free(s);
 }
 
+/* Every line of want[] appears in the metrics text t. */
+static void assert_metrics_have(const char *t, const char *const *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strstr(t, want[i])) fail_msg("metrics text lacks: %s\n%s", want[i], t);
+}
+
 static void test_metrics_text(void **state) {
     (void)state;
     pg_metrics m;
@@ -877,8 +883,7 @@ static void test_metrics_text(void **state) {
         "vllm:request_success_total{finished_reason=\"stop\",model_name=\"my\\\"model\"} 1\n",
         "vllm:request_success_total{finished_reason=\"length\",model_name=\"my\\\"model\"} 2\n",
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        if (!strstr(t, want[i])) fail_msg("metrics text lacks: %s\n%s", want[i], t);
+    assert_metrics_have(t, want, sizeof want / sizeof want[0]);
     /* every non-comment line is "name{labels} value" */
     for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
         if (line[0] == '#') continue;
@@ -927,8 +932,7 @@ static void test_spec_decode_metrics(void **state) {
         "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 9\n",
         "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"2\"} 3\n",
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        if (!strstr(t, want[i])) fail_msg("metrics text lacks: %s\n%s", want[i], t);
+    assert_metrics_have(t, want, sizeof want / sizeof want[0]);
     free(t);
     /* the interval: 4 drafts, 12 draft tokens, 6 accepted in 2 s */
     assert_true(pg_metrics_spec_line(&prev, &st, 2.0, line, sizeof line));
