@@ -372,11 +372,11 @@ typedef struct pagoda_stats {
     int32_t num_kv_blocks;
     int32_t num_free_kv_blocks;
     /* speculative decoding (vLLM's vllm:spec_decode_* counters) */
-    int32_t spec_num_positions;          /* num_speculative_tokens; 0 = off */
-    uint64_t spec_num_drafts;            /* request-steps that verified draft tokens */
-    uint64_t spec_num_draft_tokens;      /* draft tokens verified */
-    uint64_t spec_num_accepted_tokens;   /* of those, accepted */
-    uint64_t spec_accepted_per_pos[16];  /* accepted at draft position p < spec_num_positions */
+    int32_t spec_num_positions;         /* num_speculative_tokens; 0 = off */
+    uint64_t spec_num_drafts;           /* request-steps that verified draft tokens */
+    uint64_t spec_num_draft_tokens;     /* draft tokens verified */
+    uint64_t spec_num_accepted_tokens;  /* of those, accepted */
+    uint64_t spec_accepted_per_pos[16]; /* accepted at draft position p < spec_num_positions */
 } pagoda_stats;
 
 void pagoda_engine_get_stats(pagoda_engine *e, pagoda_stats *out);

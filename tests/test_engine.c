@@ -1221,7 +1221,8 @@ static void check_spec_exact(const char *model, bool expect_preemption) {
             o.kv_cache_memory = (uint64_t)(8u << 20) * 17u / (uint64_t)ref_blocks / 2u;
         spec_run(model, &o, c != 2, c >= 2 ? &orc : NULL, got, &st);
         for (int i = 0; i < SPEC_N; i++) {
-            if (ref[i].n != got[i].n || memcmp(ref[i].ids, got[i].ids, sizeof(int32_t) * (size_t)ref[i].n))
+            if (ref[i].n != got[i].n ||
+                memcmp(ref[i].ids, got[i].ids, sizeof(int32_t) * (size_t)ref[i].n))
                 print_message("case %d request %d: %d vs %d tokens\n", c, i, ref[i].n, got[i].n);
             assert_same_text(&ref[i], &got[i]);
         }

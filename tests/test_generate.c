@@ -165,7 +165,8 @@ static void test_speculative_config_keeps_greedy_output(void **state) {
     json[strcspn(json, "\n")] = 0; /* stderr's SpecDecoding line comes after */
     plain[strcspn(plain, "\n")] = 0;
     assert_string_equal(json, plain);
-    assert_non_null(strstr(json + strlen(json) + 1, "SpecDecoding metrics: Mean acceptance length"));
+    assert_non_null(
+        strstr(json + strlen(json) + 1, "SpecDecoding metrics: Mean acceptance length"));
     free(plain);
     free(spec);
 }
@@ -251,8 +252,12 @@ static void test_usage_errors_exit_2(void **state) {
     assert_non_null(strstr(out, "top_p"));
     free(out);
     /* engine options */
-    const char *bad_engine[] = {"--kv-cache-dtype fp8", "--block-size 20", "--kv-cache-memory 4XB",
-                                "--max-num-seqs 0",     "--dtype fp8",     "--dtype",
+    const char *bad_engine[] = {"--kv-cache-dtype fp8",
+                                "--block-size 20",
+                                "--kv-cache-memory 4XB",
+                                "--max-num-seqs 0",
+                                "--dtype fp8",
+                                "--dtype",
                                 "--speculative-config '{\"method\": \"eagle\"}'"};
     for (size_t i = 0; i < sizeof bad_engine / sizeof bad_engine[0]; i++) {
         snprintf(args, sizeof args, "%s --prompt hi %s", model_arg("llm/stories260K-hf"),

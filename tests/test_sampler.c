@@ -374,7 +374,8 @@ static void test_rejection_sampling_keeps_the_target_distribution(void **state) 
         }
         /* reproducible: a pure function of seed, position and draft */
         for (long i = 0; i < 200; i++)
-            assert_int_equal(verify_at(s, &p, 77 + i, x, 8, 5, 7), verify_at(s, &p, 77 + i, x, 8, 5, 7));
+            assert_int_equal(verify_at(s, &p, 77 + i, x, 8, 5, 7),
+                             verify_at(s, &p, 77 + i, x, 8, 5, 7));
     }
     /* greedy: the argmax whatever the draft (the caller compares) */
     pg_sampling_params g = pg_sampling_params_default();

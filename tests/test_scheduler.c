@@ -916,19 +916,19 @@ static void test_random_stress(void **state) {
 /* Hybrid models' groups: full attention + sliding window (window 10
  * tokens), then a recurrent-state group, all from one pool. */
 static const pg_kv_cache_spec HYBRID_GROUPS[3] = {
-        {.kind = PG_KV_FULL_ATTENTION,
-         .block_size = 4,
-         .num_layers = 1,
-         .num_kv_heads = 1,
-         .head_size = 8,
-         .dtype_bytes = 2},
-        {.kind = PG_KV_SLIDING_WINDOW,
-         .block_size = 4,
-         .num_layers = 1,
-         .num_kv_heads = 1,
-         .head_size = 8,
-         .dtype_bytes = 2,
-         .u.sliding.window = 10},
+    {.kind = PG_KV_FULL_ATTENTION,
+     .block_size = 4,
+     .num_layers = 1,
+     .num_kv_heads = 1,
+     .head_size = 8,
+     .dtype_bytes = 2},
+    {.kind = PG_KV_SLIDING_WINDOW,
+     .block_size = 4,
+     .num_layers = 1,
+     .num_kv_heads = 1,
+     .head_size = 8,
+     .dtype_bytes = 2,
+     .u.sliding.window = 10},
     {.kind = PG_KV_MAMBA, .block_size = 4, .num_layers = 1, .u.mamba.state_bytes = 128},
 };
 
@@ -941,7 +941,6 @@ static void test_random_stress_hybrid_groups(void **state) {
     /* a recurrent-state group cannot reuse prefixes: no hits for the model */
     random_stress(g, 3, 81, 300, false);
 }
-
 
 /* Speculative decoding: a proposer that guesses the model's next tokens
  * right 3 times in 4 (a wrong guess is a token the model never samples). */
@@ -962,9 +961,8 @@ static int32_t guess_proposer(void *ctx, const pg_request *r, int32_t k, int32_t
  * requests resuming, shared prompts) only ever bring accepted tokens. */
 static void test_random_stress_speculative(void **state) {
     (void)state;
-    g_spec = (pg_spec_config){.num_speculative_tokens = 4,
-                              .max_batch_tokens = 20,
-                              .propose = guess_proposer};
+    g_spec = (pg_spec_config){
+        .num_speculative_tokens = 4, .max_batch_tokens = 20, .propose = guess_proposer};
     random_stress(NULL, 0, 41, 600, true);
     random_stress(HYBRID_GROUPS, 2, 81, 300, true); /* full + sliding window */
     g_spec = (pg_spec_config){0};
@@ -991,9 +989,9 @@ static void test_speculative_ngram_and_adaptive_budget(void **state) {
     int32_t prompt[10];
     for (int32_t i = 0; i < 10; i++)
         prompt[i] = cycle_model(0, i);
-    assert_int_equal(h_add(&h, 0, (req_spec){.prompt_n = 10, .max_tokens = 40, .eos = -1,
-                                             .prompt = prompt}),
-                     PAGODA_OK);
+    assert_int_equal(
+        h_add(&h, 0, (req_spec){.prompt_n = 10, .max_tokens = 40, .eos = -1, .prompt = prompt}),
+        PAGODA_OK);
     pg_sched_output o;
     h_step_ex(&h, &o, NULL, 0); /* prefill */
     assert_int_equal(o.num_spec_total, 0);
@@ -1011,9 +1009,9 @@ static void test_speculative_ngram_and_adaptive_budget(void **state) {
         int32_t p2[10];
         for (int32_t i = 0; i < 10; i++)
             p2[i] = cycle_model(id, i);
-        assert_int_equal(h_add(&h, id, (req_spec){.prompt_n = 10, .max_tokens = 40, .eos = -1,
-                                                  .prompt = p2}),
-                         PAGODA_OK);
+        assert_int_equal(
+            h_add(&h, id, (req_spec){.prompt_n = 10, .max_tokens = 40, .eos = -1, .prompt = p2}),
+            PAGODA_OK);
     }
     h_step_ex(&h, &o, NULL, 0); /* request 0 decodes (3 drafts), 1..3 prefill */
     h_step_ex(&h, &o, NULL, 0); /* 4 running = disable_by_batch_size: no drafts */

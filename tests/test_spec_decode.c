@@ -52,27 +52,27 @@ static void test_ngram_proposer(void **state) {
 static void test_speculative_config_parse(void **state) {
     (void)state;
     pagoda_speculative_config c;
-    assert_int_equal(pagoda_speculative_config_parse(
-                         "{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
-                         "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}",
-                         &c),
-                     PAGODA_OK);
+    assert_int_equal(
+        pagoda_speculative_config_parse("{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                                        "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}",
+                                        &c),
+        PAGODA_OK);
     assert_int_equal(c.method, PAGODA_SPEC_NGRAM);
     assert_int_equal(c.num_speculative_tokens, 4);
     assert_int_equal(c.prompt_lookup_min, 2);
     assert_int_equal(c.prompt_lookup_max, 4);
     /* vLLM's defaults and older spelling */
-    assert_int_equal(
-        pagoda_speculative_config_parse("{\"model\": \"[ngram]\", \"num_speculative_tokens\": 3}", &c),
-        PAGODA_OK);
+    assert_int_equal(pagoda_speculative_config_parse(
+                         "{\"model\": \"[ngram]\", \"num_speculative_tokens\": 3}", &c),
+                     PAGODA_OK);
     assert_int_equal(c.prompt_lookup_min, 5);
     assert_int_equal(c.prompt_lookup_max, 5);
-    assert_int_equal(pagoda_speculative_config_parse(
-                         "{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
-                         "\"prompt_lookup_max\": 3, \"disable_by_batch_size\": 8, "
-                         "\"max_batch_tokens\": 32}",
-                         &c),
-                     PAGODA_OK);
+    assert_int_equal(
+        pagoda_speculative_config_parse("{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                                        "\"prompt_lookup_max\": 3, \"disable_by_batch_size\": 8, "
+                                        "\"max_batch_tokens\": 32}",
+                                        &c),
+        PAGODA_OK);
     assert_int_equal(c.prompt_lookup_min, 3);
     assert_int_equal(c.disable_by_batch_size, 8);
     assert_int_equal(c.max_batch_tokens, 32);

@@ -467,15 +467,16 @@ static int offline(int argc, char **argv, bool latency) {
     pagoda_stats spec1;
     pagoda_engine_get_stats(e, &spec1);
     char line[512];
-    if (rc == 0 && pg_metrics_spec_line(&spec0, &spec1, pg_bench_now() - spec_t0, line, sizeof line)) {
+    if (rc == 0 &&
+        pg_metrics_spec_line(&spec0, &spec1, pg_bench_now() - spec_t0, line, sizeof line)) {
         printf("%s\n", line);
         uint64_t d = spec1.spec_num_draft_tokens - spec0.spec_num_draft_tokens;
         uint64_t a = spec1.spec_num_accepted_tokens - spec0.spec_num_accepted_tokens;
         cJSON_AddNumberToObject(js, "spec_decode_draft_tokens", (double)d);
         cJSON_AddNumberToObject(js, "spec_decode_accepted_tokens", (double)a);
-        cJSON_AddNumberToObject(
-            js, "spec_decode_mean_acceptance_length",
-            1.0 + (double)a / (double)(spec1.spec_num_drafts - spec0.spec_num_drafts));
+        cJSON_AddNumberToObject(js, "spec_decode_mean_acceptance_length",
+                                1.0 + (double)a /
+                                          (double)(spec1.spec_num_drafts - spec0.spec_num_drafts));
     }
     if (rc == 0 && o.output_json) rc = write_json(o.output_json, js);
     cJSON_Delete(js);

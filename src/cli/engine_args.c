@@ -38,11 +38,21 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         return 1;
     }
     static const char *const with_value[] = {
-        "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
-        "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
-        "--threads",         "--quantization",   "--quant-group-size",
-        "--quant-act-group", "--dtype",        "--state-cache-memory",
-        "--tokenizer",       "--max-num-encoder-tokens", "--prefix-caching-hash-algo",
+        "--max-model-len",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--kv-cache-memory",
+        "--kv-cache-dtype",
+        "--block-size",
+        "--threads",
+        "--quantization",
+        "--quant-group-size",
+        "--quant-act-group",
+        "--dtype",
+        "--state-cache-memory",
+        "--tokenizer",
+        "--max-num-encoder-tokens",
+        "--prefix-caching-hash-algo",
         "--speculative-config",
     };
     bool known = false;

@@ -28,9 +28,9 @@
     "                              --dtype auto, F32 models keep F32)\n"                           \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \
-    "  --prefix-caching-hash-algo A  sha256 (default) | xxhash: block hash of the prefix\n"       \
-    "                              cache; xxhash is cheaper but clients can forge collisions\n"  \
-    "                              (trusted clients only; logs a warning)\n"                     \
+    "  --prefix-caching-hash-algo A  sha256 (default) | xxhash: block hash of the prefix\n"        \
+    "                              cache; xxhash is cheaper but clients can forge collisions\n"    \
+    "                              (trusted clients only; logs a warning)\n"                       \
     "  --state-cache-memory SIZE   hybrid models (Qwen3.5): recurrent-state snapshots for\n"       \
     "                              prefix caching, out of --kv-cache-memory (default a quarter)\n" \
     "  --threads N                 compute threads (default: one per physical core)\n"             \
@@ -39,12 +39,12 @@
     "                              32, 64, 128, ...)\n"                                            \
     "  --quant-act-group N         activation scales per token and group of N (0 = per token,\n"   \
     "                              default; 32 = llama.cpp Q8_0's blocks: closer to the\n"         \
-    "                              unquantized model); weights then use groups of N too\n"       \
-    "  --max-num-encoder-tokens N  encoder-decoder models: encoder rows per step (default\n"     \
-    "                              1024)\n"                                                      \
-    "  --speculative-config JSON   speculative decoding, vLLM's: '{\"method\": \"ngram\",\n"      \
+    "                              unquantized model); weights then use groups of N too\n"         \
+    "  --max-num-encoder-tokens N  encoder-decoder models: encoder rows per step (default\n"       \
+    "                              1024)\n"                                                        \
+    "  --speculative-config JSON   speculative decoding, vLLM's: '{\"method\": \"ngram\",\n"       \
     "                              \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4,\n"     \
-    "                              \"prompt_lookup_min\": 2}' (also disable_by_batch_size,\n"     \
+    "                              \"prompt_lookup_min\": 2}' (also disable_by_batch_size,\n"      \
     "                              max_batch_tokens: drafts while decodes + drafts <= it, 16)\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and

@@ -506,8 +506,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     e->probe_of = malloc((size_t)mns * sizeof(int32_t));
     e->enc_inputs = calloc((size_t)(e->max_num_encoding > 0 ? e->max_num_encoding : 1),
                            sizeof *e->enc_inputs);
-    if (!e->sampled || !e->n_sampled || !e->row_of || !e->sample_idx || !e->sample_req || !e->probe_of ||
-        !e->enc_inputs) {
+    if (!e->sampled || !e->n_sampled || !e->row_of || !e->sample_idx || !e->sample_req ||
+        !e->probe_of || !e->enc_inputs) {
         st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
@@ -521,11 +521,12 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
             o.enable_prefix_caching ? "on, " : "off",
             o.enable_prefix_caching ? pg_block_hash_algo_name(sc.kv.hash_algo) : "");
     if (e->spec_k > 0)
-        PG_INFO("engine: speculative decoding: ngram, %d tokens, prompt_lookup %d..%d, drafts while "
-                "a step's decode tokens + drafts <= %d%s",
-                e->spec_k, sc.spec.prompt_lookup_min, sc.spec.prompt_lookup_max,
-                sc.spec.max_batch_tokens,
-                sc.spec.disable_by_batch_size > 0 ? ", off at disable_by_batch_size" : "");
+        PG_INFO(
+            "engine: speculative decoding: ngram, %d tokens, prompt_lookup %d..%d, drafts while "
+            "a step's decode tokens + drafts <= %d%s",
+            e->spec_k, sc.spec.prompt_lookup_min, sc.spec.prompt_lookup_max,
+            sc.spec.max_batch_tokens,
+            sc.spec.disable_by_batch_size > 0 ? ", off at disable_by_batch_size" : "");
     *out = e;
     return PAGODA_OK;
 fail:

@@ -245,7 +245,8 @@ pagoda_status pg_runner_create(const pg_model *model, const pg_runner_config *cf
         }
     }
 
-    const size_t rows = S + PG_SCHED_MAX_PROBES + (size_t)(cfg->max_num_spec_rows > 0 ? cfg->max_num_spec_rows : 0);
+    const size_t rows =
+        S + PG_SCHED_MAX_PROBES + (size_t)(cfg->max_num_spec_rows > 0 ? cfg->max_num_spec_rows : 0);
     pg_step_limits lim = {.max_tokens = cfg->max_num_batched_tokens,
                           .max_seqs = (int32_t)rows, /* logit rows */
                           .max_model_len = cfg->max_model_len,

@@ -576,8 +576,8 @@ pagoda_status pg_sampler_verify(pg_sampler *s, const pg_sampling_params *p, cons
         tok = (int32_t)first_index_of(logits, v, m);
     else {
         const double u = pg_rng_uniform(rng, (uint64_t)n_output, PG_RNG_STREAM_SAMPLE);
-        const double ua = draft >= 0 ? pg_rng_uniform(rng, (uint64_t)n_output, PG_RNG_STREAM_SPEC)
-                                     : 0.0;
+        const double ua =
+            draft >= 0 ? pg_rng_uniform(rng, (uint64_t)n_output, PG_RNG_STREAM_SPEC) : 0.0;
         if (p->top_k > 0 && p->top_k < s->vocab)
             tok = sample_top_k(s, p, logits, m, (size_t)p->top_k, u, draft, ua);
         else

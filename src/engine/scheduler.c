@@ -856,7 +856,8 @@ static pagoda_status check_spec_tokens(const pg_scheduler *s, int32_t i, const i
                         "(1..%d)",
                         (long long)s->out.step, (unsigned long long)s->o_req_ids[i], cnt, D, D + 1);
     for (int32_t j = 0; j < cnt; j++)
-        if (tok[j] < 0 || (j < cnt - 1 && tok[j] != s->o_spec_ids[(size_t)i * PG_MAX_SPEC_TOKENS + j]))
+        if (tok[j] < 0 ||
+            (j < cnt - 1 && tok[j] != s->o_spec_ids[(size_t)i * PG_MAX_SPEC_TOKENS + j]))
             return pg_error(PAGODA_ERR_INVALID_ARG,
                             "scheduler: step %lld: request %llu: token %d of %d (%d) is %s",
                             (long long)s->out.step, (unsigned long long)s->o_req_ids[i], j, cnt,

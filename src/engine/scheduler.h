@@ -65,7 +65,7 @@ typedef int32_t (*pg_spec_propose_fn)(void *ctx, const pg_request *r, int32_t ma
                                       int32_t *out);
 
 typedef struct pg_spec_config {
-    int32_t num_speculative_tokens; /* drafts per request and step at most; 0 = off */
+    int32_t num_speculative_tokens;               /* drafts per request and step at most; 0 = off */
     int32_t prompt_lookup_min, prompt_lookup_max; /* n-gram lengths (vLLM's names) */
     int32_t max_batch_tokens;      /* decode tokens + drafts per step at most (adaptive rule) */
     int32_t disable_by_batch_size; /* no drafts while this many requests run; 0 = no limit */
@@ -189,10 +189,10 @@ typedef struct pg_sched_output {
 /* What happened to one request in update_from_output. */
 typedef struct pg_step_event {
     uint64_t req_id;
-    int32_t token;             /* the (last) new output token, -1 if none (aborted) */
-    const int32_t *tokens;     /* every new output token of this step, in order (speculative
-                                  decoding: accepted drafts, then one more), num_tokens of them;
-                                  valid until the next update_from_output */
+    int32_t token;         /* the (last) new output token, -1 if none (aborted) */
+    const int32_t *tokens; /* every new output token of this step, in order (speculative
+                              decoding: accepted drafts, then one more), num_tokens of them;
+                              valid until the next update_from_output */
     int32_t num_tokens;
     pg_finish_reason finish;   /* PG_FINISH_NONE while it continues */
     int32_t stop_token;        /* for PG_FINISH_STOP: the EOS/stop token, else -1 */

@@ -37,12 +37,12 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
                             "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4}')");
     }
     static const char *const keys[] = {"method",
-                                        "model",
-                                        "num_speculative_tokens",
-                                        "prompt_lookup_min",
-                                        "prompt_lookup_max",
-                                        "disable_by_batch_size",
-                                        "max_batch_tokens"};
+                                       "model",
+                                       "num_speculative_tokens",
+                                       "prompt_lookup_min",
+                                       "prompt_lookup_max",
+                                       "disable_by_batch_size",
+                                       "max_batch_tokens"};
     pagoda_status st = PAGODA_OK;
     for (const cJSON *it = o->child; it && !st; it = it->next) {
         bool known = false;
@@ -67,13 +67,15 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
                       m->valuestring);
     out->method = PAGODA_SPEC_NGRAM;
     bool have_k = false, have_min = false, have_max = false;
-    if (!st) st = get_int(o, "num_speculative_tokens", 1, PG_MAX_SPEC_TOKENS,
-                          &out->num_speculative_tokens, &have_k);
+    if (!st)
+        st = get_int(o, "num_speculative_tokens", 1, PG_MAX_SPEC_TOKENS,
+                     &out->num_speculative_tokens, &have_k);
     if (!st && !have_k)
         st = pg_error(PAGODA_ERR_INVALID_ARG, CMD ": \"num_speculative_tokens\" is missing");
     if (!st) st = get_int(o, "prompt_lookup_min", 1, 1 << 20, &out->prompt_lookup_min, &have_min);
     if (!st) st = get_int(o, "prompt_lookup_max", 1, 1 << 20, &out->prompt_lookup_max, &have_max);
-    if (!st) st = get_int(o, "disable_by_batch_size", 1, 1 << 20, &out->disable_by_batch_size, NULL);
+    if (!st)
+        st = get_int(o, "disable_by_batch_size", 1, 1 << 20, &out->disable_by_batch_size, NULL);
     if (!st) st = get_int(o, "max_batch_tokens", 1, 1 << 20, &out->max_batch_tokens, NULL);
     if (!st) { /* vLLM's defaults: each other, else 5 */
         if (!have_min && !have_max) out->prompt_lookup_min = out->prompt_lookup_max = 5;

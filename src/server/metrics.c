@@ -258,8 +258,9 @@ char *pg_metrics_render_models(const pg_metrics_model *models, size_t n) {
                       (unsigned long long)v);
         }
     }
-    if (spec) header(&b, "vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
-                     "Accepted tokens per draft position.");
+    if (spec)
+        header(&b, "vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
+               "Accepted tokens per draft position.");
     for (size_t i = 0; spec && i < n; i++)
         for (int p = 0; p < models[i].st->spec_num_positions && p < 16; p++)
             sb_printf(&b,
@@ -326,10 +327,10 @@ bool pg_metrics_spec_line(const pagoda_stats *prev, const pagoda_stats *cur, dou
                                 (double)drafted / seconds, (unsigned long long)accepted,
                                 (unsigned long long)drafted);
     for (int p = 0; p < cur->spec_num_positions && p < 16 && n < cap; p++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%.3f", p ? ", " : "",
-                              (double)(cur->spec_accepted_per_pos[p] -
-                                       prev->spec_accepted_per_pos[p]) /
-                                  (double)drafts);
+        n += (size_t)snprintf(
+            buf + n, cap - n, "%s%.3f", p ? ", " : "",
+            (double)(cur->spec_accepted_per_pos[p] - prev->spec_accepted_per_pos[p]) /
+                (double)drafts);
     if (n < cap)
         snprintf(buf + n, cap - n, ", Avg Draft acceptance rate: %.1f%%",
                  100.0 * (double)accepted / (double)drafted);
