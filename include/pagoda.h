@@ -57,6 +57,41 @@ typedef enum pagoda_prefix_hash_algo {
                                       forge collisions; single-tenant only (logs a warning) */
 } pagoda_prefix_hash_algo;
 
+/* Speculative decoding (vLLM's --speculative-config; docs/ARCHITECTURE.md
+ * "Speculative decoding"): a proposer guesses up to num_speculative_tokens
+ * tokens ahead, the model scores them all in the next step's batched
+ * forward, and the longest prefix the model agrees with is kept (greedy:
+ * exactly the tokens it would have produced; sampled: exact rejection
+ * sampling, so the output distribution is the model's). */
+typedef enum pagoda_spec_method {
+    PAGODA_SPEC_NONE = 0,
+    PAGODA_SPEC_NGRAM, /* prompt lookup over the request's own tokens (vLLM's "ngram") */
+} pagoda_spec_method;
+
+typedef struct pagoda_speculative_config {
+    pagoda_spec_method method;
+    int32_t num_speculative_tokens; /* drafts per request and step, 1..16 */
+    int32_t prompt_lookup_min;      /* ngram: shortest suffix n-gram matched, >= 1 */
+    int32_t prompt_lookup_max;      /* ngram: longest, >= prompt_lookup_min */
+    /* The adaptive rule: a step gets draft tokens only while its decode
+     * tokens plus drafts stay within this many (small steps stream the
+     * weights once whatever their size; large ones are compute-bound, where
+     * drafts only cost); 0 = the default, PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS. */
+    int32_t max_batch_tokens;
+    int32_t disable_by_batch_size; /* vLLM's: no drafts while this many requests run; 0 = none */
+} pagoda_speculative_config;
+
+#define PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS 16
+
+/* Parse vLLM's --speculative-config JSON object into *out:
+ * {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+ *  "prompt_lookup_min": 2} (also "model": "ngram" / "[ngram]", vLLM's older
+ * spelling; "disable_by_batch_size"; pagoda's "max_batch_tokens"). As vLLM:
+ * prompt_lookup_min / max default to each other, both absent to 5.
+ * Errors: PAGODA_ERR_INVALID_ARG naming the key and the bad value (not
+ * JSON, unknown key, unknown method, out of range). */
+pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculative_config *out);
+
 typedef struct pagoda_engine_options {
     int32_t max_model_len;          /* 0 = the model's max_position_embeddings */
     int32_t max_num_seqs;           /* running requests per step; 0 = default (256) */
@@ -108,6 +143,8 @@ typedef struct pagoda_engine_options {
      * safetensors model). Ignored, with a warning, for a local path. */
     const char *revision;
     const char *gguf_file;
+    /* Speculative decoding; method PAGODA_SPEC_NONE (the default) = off. */
+    pagoda_speculative_config speculative;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;
@@ -351,6 +388,12 @@ typedef struct pagoda_stats {
     uint64_t prefix_cache_hits;    /* tokens */
     int32_t num_kv_blocks;
     int32_t num_free_kv_blocks;
+    /* speculative decoding (vLLM's vllm:spec_decode_* counters) */
+    int32_t spec_num_positions;         /* num_speculative_tokens; 0 = off */
+    uint64_t spec_num_drafts;           /* request-steps that verified draft tokens */
+    uint64_t spec_num_draft_tokens;     /* draft tokens verified */
+    uint64_t spec_num_accepted_tokens;  /* of those, accepted */
+    uint64_t spec_accepted_per_pos[16]; /* accepted at draft position p < spec_num_positions */
 } pagoda_stats;
 
 void pagoda_engine_get_stats(pagoda_engine *e, pagoda_stats *out);

@@ -17,6 +17,7 @@
 #include "base/pool.h"
 #include "engine/detokenizer.h"
 #include "gen/gen_model.h"
+#include "engine/spec.h"
 #include "pagoda.h"
 #include "tokenizer/tokenizer.h"
 
@@ -1091,6 +1092,210 @@ static void test_seeded_sampling_is_batch_independent(void **state) {
     pagoda_engine_free(e);
 }
 
+/* ---- speculative decoding --------------------------------------------------------- */
+
+enum { SPEC_N = 6 };
+
+/* A perfect draft model (the target itself: the tokens a run without
+ * speculation produced) that gets every `wrong`-th output position wrong,
+ * so drafts are accepted, then rejected at known places. */
+typedef struct oracle {
+    const result *ref;
+    uint64_t ids[SPEC_N];
+    int wrong;
+} oracle;
+
+static int32_t oracle_propose(void *ctx, const pg_request *r, int32_t k, int32_t *out) {
+    const oracle *o = ctx;
+    for (int i = 0; i < SPEC_N; i++) {
+        if (o->ids[i] != r->id) continue;
+        int32_t pos = r->num_tokens - r->num_prompt_tokens, m = 0;
+        for (; m < k && pos + m < o->ref[i].n; m++) {
+            out[m] = o->ref[i].ids[pos + m];
+            if ((pos + m) % o->wrong == o->wrong - 1) out[m] = (out[m] + 1) % 256;
+        }
+        return m;
+    }
+    return 0;
+}
+
+/* "Repeat this passage" prompts: a passage, then its first half again. */
+static int spec_prompt(int i, int32_t *out) {
+    int len = 12 + 5 * i;
+    make_prompt(70 + i, len, out);
+    for (int k = 1; k < len / 2; k++)
+        out[len + k - 1] = out[k];
+    return len + len / 2 - 1;
+}
+
+/* Per request: a stop string and a stop token id taken from the output of
+ * a run without them (so they do end requests, inside a step's tokens). */
+static char g_spec_stop[SPEC_N][8];
+static const char *g_spec_stop_ptr[SPEC_N];
+static int32_t g_spec_stop_tok[SPEC_N];
+
+static pagoda_request spec_req(const pagoda_engine *e, const int32_t *ids, int n, int i) {
+    pagoda_request r = greedy_req(e, ids, (size_t)n, 30 + 3 * i);
+    r.sampling.ignore_eos = i % 2 == 0; /* EOS may come among accepted drafts */
+    if (g_spec_stop[i][0]) {
+        g_spec_stop_ptr[i] = g_spec_stop[i];
+        r.sampling.stop = &g_spec_stop_ptr[i];
+        r.sampling.n_stop = 1;
+    }
+    if (g_spec_stop_tok[i] >= 0) {
+        r.sampling.stop_token_ids = &g_spec_stop_tok[i];
+        r.sampling.n_stop_token_ids = 1;
+    }
+    return r;
+}
+
+/* Run the SPEC_N requests (all at once, or one at a time) with options o
+ * and, when orc is set, its proposer; res[i] per request. */
+static void spec_run(const char *model, pagoda_engine_options *o, bool together, oracle *orc,
+                     result *res, pagoda_stats *st) {
+    static int32_t prompts[SPEC_N][80];
+    int lens[SPEC_N];
+    for (int i = 0; i < SPEC_N; i++)
+        lens[i] = spec_prompt(i, prompts[i]);
+    pagoda_engine *e = open_engine(model, o);
+    if (orc) assert_int_equal(pg_engine_set_proposer(e, oracle_propose, orc), PAGODA_OK);
+    uint64_t ids[SPEC_N];
+    for (int i = 0; i < SPEC_N; i++) {
+        pagoda_request r = spec_req(e, prompts[i], lens[i], i);
+        assert_int_equal(pagoda_engine_add_request(e, &r, &ids[i], NULL), PAGODA_OK);
+        if (orc) orc->ids[i] = ids[i];
+        if (!together) run_all(e, &ids[i], &res[i], 1, NULL);
+    }
+    if (together) run_all(e, ids, res, SPEC_N, NULL);
+    pagoda_engine_get_stats(e, st);
+    pagoda_engine_free(e);
+}
+
+static void assert_same_text(const result *a, const result *b) {
+    assert_same(a, b, true);
+    assert_int_equal(a->finish, b->finish);
+    assert_int_equal(a->stop_token, b->stop_token);
+    assert_string_equal(a->stop_reason, b->stop_reason);
+    assert_int_equal(a->text_len, b->text_len);
+    assert_memory_equal(a->text, b->text, a->text_len);
+}
+
+/* Greedy outputs with speculation are bitwise those without (tokens,
+ * logprobs, text, finish), with the n-gram proposer and with the target as
+ * its own draft model (wrong every 5th / 3rd token), alone and batched,
+ * with small token budgets (chunked prefill; fewer drafts) and with
+ * preemption (a KV cache of a few blocks). */
+static void check_spec_exact(const char *model, bool expect_preemption) {
+    static result ref[SPEC_N], got[SPEC_N];
+    pagoda_engine_options o;
+    pagoda_engine_options_default(&o);
+    pagoda_stats st;
+    for (int i = 0; i < SPEC_N; i++) {
+        g_spec_stop[i][0] = 0;
+        g_spec_stop_tok[i] = -1;
+    }
+    spec_run(model, &o, true, NULL, ref, &st);
+    for (int i = 0; i < SPEC_N; i++) { /* stops from the middle of the outputs */
+        if (i % 3 == 1 && ref[i].text_len > 12)
+            memcpy(g_spec_stop[i], ref[i].text + ref[i].text_len / 2, 3);
+        if (i % 3 == 2 && ref[i].n > 20) g_spec_stop_tok[i] = ref[i].ids[ref[i].n / 2];
+    }
+    spec_run(model, &o, true, NULL, ref, &st);
+    assert_int_equal(st.spec_num_drafts, 0);
+    const int32_t ref_blocks = st.num_kv_blocks;
+    bool stopped = false;
+    for (int i = 0; i < SPEC_N; i++)
+        stopped |= ref[i].stop_reason[0] != 0 || ref[i].stop_token >= 0;
+    const pagoda_speculative_config ngram = {.method = PAGODA_SPEC_NGRAM,
+                                             .num_speculative_tokens = 4,
+                                             .prompt_lookup_min = 2,
+                                             .prompt_lookup_max = 4};
+    uint64_t drafted = 0, accepted = 0;
+    for (int c = 0; c < 5; c++) {
+        pagoda_engine_options_default(&o);
+        o.speculative = ngram;
+        oracle orc = {.ref = ref, .wrong = c == 3 ? 3 : 5};
+        if (c == 1 || c == 3) o.max_num_batched_tokens = o.max_num_seqs = 16;
+        if (c == 2) o.speculative.num_speculative_tokens = 3;
+        if (c == 4) /* 7 usable blocks (the reference had 8 MiB): preemption */
+            o.kv_cache_memory = (uint64_t)(8u << 20) * 17u / (uint64_t)ref_blocks / 2u;
+        spec_run(model, &o, c != 2, c >= 2 ? &orc : NULL, got, &st);
+        for (int i = 0; i < SPEC_N; i++) {
+            if (ref[i].n != got[i].n ||
+                memcmp(ref[i].ids, got[i].ids, sizeof(int32_t) * (size_t)ref[i].n))
+                print_message("case %d request %d: %d vs %d tokens\n", c, i, ref[i].n, got[i].n);
+            assert_same_text(&ref[i], &got[i]);
+        }
+        print_message("%s case %d: %llu drafts, %llu draft tokens, %llu accepted, %llu "
+                      "preemptions\n",
+                      model, c, (unsigned long long)st.spec_num_drafts,
+                      (unsigned long long)st.spec_num_draft_tokens,
+                      (unsigned long long)st.spec_num_accepted_tokens,
+                      (unsigned long long)st.num_preemptions);
+        if (c >= 2) { /* the oracle: drafts accepted and rejected */
+            assert_true(st.spec_num_accepted_tokens > 0);
+            assert_true(st.spec_num_accepted_tokens < st.spec_num_draft_tokens);
+        }
+        if (c == 4 && expect_preemption) assert_true(st.num_preemptions > 0);
+        drafted += st.spec_num_draft_tokens;
+        accepted += st.spec_num_accepted_tokens;
+    }
+    assert_true(accepted > 0 && accepted < drafted);
+    assert_true(stopped);
+}
+
+static void test_speculative_greedy_is_exact(void **state) {
+    (void)state;
+    char model[4200];
+    snprintf(model, sizeof model, "%s", pg_test_asset("llm/stories260K-hf"));
+    check_spec_exact(model, true);
+    check_spec_exact(g_qwen3_bf16, false);
+    check_spec_exact(g_mistral, false); /* sliding window: blocks outside it freed too */
+}
+
+/* Sampled requests with speculation (rejection sampling) stay a pure
+ * function of their seed: alone or among strangers, with drafts accepted
+ * and rejected, the same tokens; the distribution itself is checked in
+ * test_sampler.c (test_rejection_sampling_keeps_the_target_distribution). */
+static void test_speculative_sampling_is_seeded(void **state) {
+    (void)state;
+    static int32_t prompts[SPEC_N][80];
+    static result alone, batch[SPEC_N];
+    int lens[SPEC_N];
+    for (int i = 0; i < SPEC_N; i++)
+        lens[i] = spec_prompt(i, prompts[i]);
+    char model[4200];
+    snprintf(model, sizeof model, "%s", pg_test_asset("llm/stories260K-hf"));
+    pagoda_engine_options o;
+    pagoda_engine_options_default(&o);
+    o.speculative = (pagoda_speculative_config){.method = PAGODA_SPEC_NGRAM,
+                                                .num_speculative_tokens = 4,
+                                                .prompt_lookup_min = 1,
+                                                .prompt_lookup_max = 3};
+    pagoda_engine *e = open_engine(model, &o);
+    uint64_t id, ids[SPEC_N];
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < (pass ? SPEC_N : 1); i++) {
+            pagoda_request q = greedy_req(e, prompts[i], (size_t)lens[i], 60);
+            q.sampling.temperature = 0.7f;
+            q.sampling.top_k = 40;
+            q.sampling.seed = i == 0 ? 4321 : 17 + i;
+            assert_int_equal(pagoda_engine_add_request(e, &q, pass ? &ids[i] : &id, NULL),
+                             PAGODA_OK);
+            if (!pass) run_all(e, &id, &alone, 1, NULL);
+        }
+    run_all(e, ids, batch, SPEC_N, NULL);
+    assert_same(&alone, &batch[0], true);
+    pagoda_stats st;
+    pagoda_engine_get_stats(e, &st);
+    print_message("sampled: %llu draft tokens, %llu accepted\n",
+                  (unsigned long long)st.spec_num_draft_tokens,
+                  (unsigned long long)st.spec_num_accepted_tokens);
+    assert_true(st.spec_num_accepted_tokens > 0);
+    assert_true(st.spec_num_accepted_tokens < st.spec_num_draft_tokens);
+    pagoda_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories_reference_f32),
@@ -1116,6 +1321,8 @@ int main(void) {
         cmocka_unit_test(test_rejects_requests_that_cannot_fit),
         cmocka_unit_test(test_null_max_tokens_capped_by_kv_cache),
         cmocka_unit_test(test_seeded_sampling_is_batch_independent),
+        cmocka_unit_test(test_speculative_greedy_is_exact),
+        cmocka_unit_test(test_speculative_sampling_is_seeded),
     };
     if (getenv("PAGODA_TEST_FILTER")) cmocka_set_test_filter(getenv("PAGODA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, NULL);

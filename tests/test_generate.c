@@ -142,6 +142,35 @@ static void test_json_greedy_ids_and_text(void **state) {
     free(out);
 }
 
+/* --speculative-config (vLLM's): the greedy ids and text are those without
+ * it (here the llama2.c reference's 60 tokens, which repeat themselves, so
+ * n-gram drafts are accepted). */
+static void test_speculative_config_keeps_greedy_output(void **state) {
+    (void)state;
+    require_runnable();
+    char args[4400], *plain, *spec;
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 60 --json",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &plain), 0);
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 60 --json "
+             "--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+             "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}'",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &spec), 0);
+    assert_non_null(strstr(spec, "speculative decoding: ngram, 4 tokens"));
+    char *json = strstr(spec, "{\"prompt_token_ids\"");
+    assert_non_null(json);
+    json[strcspn(json, "\n")] = 0; /* stderr's SpecDecoding line comes after */
+    plain[strcspn(plain, "\n")] = 0;
+    assert_string_equal(json, plain);
+    assert_non_null(
+        strstr(json + strlen(json) + 1, "SpecDecoding metrics: Mean acceptance length"));
+    free(plain);
+    free(spec);
+}
+
 /* Issue #3: the BF16 checkpoint with --dtype float32 gives exactly the 256
  * greedy ids of its reference (numpy, f32 math on the BF16 weights); the
  * default (auto) rounds GEMM inputs to BF16 and agrees for the first 70
@@ -223,8 +252,13 @@ static void test_usage_errors_exit_2(void **state) {
     assert_non_null(strstr(out, "top_p"));
     free(out);
     /* engine options */
-    const char *bad_engine[] = {"--kv-cache-dtype fp8", "--block-size 20", "--kv-cache-memory 4XB",
-                                "--max-num-seqs 0",     "--dtype fp8",     "--dtype"};
+    const char *bad_engine[] = {"--kv-cache-dtype fp8",
+                                "--block-size 20",
+                                "--kv-cache-memory 4XB",
+                                "--max-num-seqs 0",
+                                "--dtype fp8",
+                                "--dtype",
+                                "--speculative-config '{\"method\": \"eagle\"}'"};
     for (size_t i = 0; i < sizeof bad_engine / sizeof bad_engine[0]; i++) {
         snprintf(args, sizeof args, "%s --prompt hi %s", model_arg("llm/stories260K-hf"),
                  bad_engine[i]);
@@ -639,6 +673,7 @@ int main(void) {
         cmocka_unit_test(test_seeded_sampling_is_reproducible),
         cmocka_unit_test(test_stops_at_eos_unless_ignored),
         cmocka_unit_test(test_usage_errors_exit_2),
+        cmocka_unit_test(test_speculative_config_keeps_greedy_output),
         cmocka_unit_test(test_runtime_errors_exit_1),
         cmocka_unit_test(test_prompts_file),
         cmocka_unit_test(test_prompts_file_runtime_failure_exits_1),

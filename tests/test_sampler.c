@@ -305,6 +305,94 @@ static void check_distribution(pg_sampler *s, const pg_sampling_params *p, const
     }
 }
 
+/* Speculative decoding's rejection sampling (pg_sampler_verify) against a
+ * one-hot draft: over 100k seeds, the verified token's frequencies match
+ * the target distribution (Pearson chi-squared, df 7 or the kept tokens'),
+ * whether the draft is the likeliest token, an unlikely one, or one the
+ * filters remove; the full-vocabulary and the top-k paths; the same seed,
+ * position and draft always give the same token. */
+static int32_t verify_at(pg_sampler *s, const pg_sampling_params *p, int64_t seed, const float *x,
+                         size_t v, size_t pos, int32_t draft) {
+    static int32_t zeros[64];
+    float work[16];
+    memcpy(work, x, v * sizeof(float));
+    pg_rng rng = pg_rng_from_seed(seed);
+    int32_t tok = -1;
+    pagoda_status st = pg_sampler_verify(s, p, &rng, work, NULL, 0, zeros, pos, draft, NULL, &tok);
+    if (st != PAGODA_OK) fail_msg("verify failed: %s", pg_last_error());
+    return tok;
+}
+
+static void test_rejection_sampling_keeps_the_target_distribution(void **state) {
+    (void)state;
+    const float x[8] = {1.0f, 0.0f, 2.0f, -1.0f, 0.5f, 1.5f, -0.3f, 0.7f};
+    pg_sampler *s = make_sampler(8);
+    const long n = 100000;
+    for (int cfg = 0; cfg < 2; cfg++) {
+        pg_sampling_params p = pg_sampling_params_default();
+        p.temperature = 0.8f;
+        double want[8], z = 0.0;
+        for (size_t i = 0; i < 8; i++)
+            want[i] = softmax_at(x, 8, p.temperature, i);
+        if (cfg == 1) { /* top-k 4 keeps ids 2, 5, 0, 7 */
+            p.top_k = 4;
+            want[1] = want[3] = want[4] = want[6] = 0.0;
+        }
+        for (size_t i = 0; i < 8; i++)
+            z += want[i];
+        const int32_t drafts[4] = {2, 7, 3, 6}; /* likeliest, middle, least, (filtered) */
+        for (int d = 0; d < 4; d++) {
+            long counts[8] = {0};
+            for (long i = 0; i < n; i++)
+                counts[verify_at(s, &p, 1000 + i, x, 8, (size_t)(i % 3), drafts[d])]++;
+            long kc[8];
+            double kp[8];
+            size_t k = 0;
+            for (size_t i = 0; i < 8; i++) {
+                if (want[i] == 0.0) {
+                    assert_int_equal(counts[i], 0); /* a filtered draft is always rejected */
+                    continue;
+                }
+                kc[k] = counts[i];
+                kp[k++] = want[i] / z;
+            }
+            double c = chi2(kc, kp, k, n);
+            print_message("top_k %d, draft %d (p %.3f): accepted %.3f, chi2 (df %zu) = %.2f\n",
+                          p.top_k, drafts[d], want[drafts[d]] / z, (double)counts[drafts[d]] / n,
+                          k - 1, c);
+            assert_true(c < CHI2_1E9[k - 1]);
+            /* always accepting the draft would be far off */
+            if (want[drafts[d]] > 0) {
+                size_t at = 0;
+                for (size_t i = 0; i < (size_t)drafts[d]; i++)
+                    at += want[i] > 0.0;
+                kc[at] = n;
+                for (size_t i = 0; i < k; i++)
+                    if (i != at) kc[i] = 0;
+                assert_true(chi2(kc, kp, k, n) > 1000.0);
+            }
+        }
+        /* reproducible: a pure function of seed, position and draft */
+        for (long i = 0; i < 200; i++)
+            assert_int_equal(verify_at(s, &p, 77 + i, x, 8, 5, 7),
+                             verify_at(s, &p, 77 + i, x, 8, 5, 7));
+    }
+    /* greedy: the argmax whatever the draft (the caller compares) */
+    pg_sampling_params g = pg_sampling_params_default();
+    g.temperature = 0.0f;
+    assert_int_equal(verify_at(s, &g, 1, x, 8, 0, 7), 2);
+    assert_int_equal(verify_at(s, &g, 1, x, 8, 0, 2), 2);
+    /* a draft outside the vocabulary is an error */
+    float work[8];
+    memcpy(work, x, sizeof work);
+    pg_rng rng = pg_rng_from_seed(1);
+    int32_t tok;
+    pg_sampling_params p = pg_sampling_params_default();
+    assert_int_equal(pg_sampler_verify(s, &p, &rng, work, NULL, 0, NULL, 0, 8, NULL, &tok),
+                     PAGODA_ERR_INVALID_ARG);
+    pg_sampler_free(s);
+}
+
 static void test_min_p_top_p_top_k_on_a_hand_made_distribution(void **state) {
     (void)state;
     const double pr[4] = {0.5, 0.3, 0.15, 0.05};
@@ -1026,6 +1114,7 @@ int main(void) {
         cmocka_unit_test(test_temperature_scales_the_distribution),
         cmocka_unit_test(test_top_k_1_is_greedy),
         cmocka_unit_test(test_min_p_top_p_top_k_on_a_hand_made_distribution),
+        cmocka_unit_test(test_rejection_sampling_keeps_the_target_distribution),
         cmocka_unit_test(test_tiny_top_p_is_argmax),
         cmocka_unit_test(test_fast_paths_match_a_full_sort_reference),
         cmocka_unit_test(test_penalties_hand_computed),

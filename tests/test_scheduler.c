@@ -36,7 +36,10 @@ typedef struct harness {
     int64_t preemptions, fresh_admissions, max_running;
     int32_t (*model)(uint64_t id, int32_t pos); /* token sampled for position pos */
     bool check_every_step;
+    int64_t spec_steps, spec_rejected; /* decodes with drafts, of them with a rejection */
 } harness;
+
+#define SPEC_STRIDE (PG_MAX_SPEC_TOKENS + 1)
 
 static int32_t model_hash(uint64_t id, int32_t pos) {
     uint64_t x = id * 0x9E3779B97F4A7C15ULL + (uint64_t)pos * 0xC2B2AE3D27D4EB4FULL;
@@ -47,6 +50,7 @@ static int32_t model_hash(uint64_t id, int32_t pos) {
 }
 
 static int32_t g_prefill_align; /* pg_sched_config.prefill_align of the next h_init */
+static pg_spec_config g_spec;   /* pg_sched_config.spec of the next h_init */
 
 /* groups: NULL for one full-attention group; group 0 must be full attention */
 static void h_init_groups(harness *h, int32_t budget, int32_t seqs, int32_t max_len, int32_t bs,
@@ -64,6 +68,7 @@ static void h_init_groups(harness *h, int32_t budget, int32_t seqs, int32_t max_
     h->cfg.kv.num_blocks = num_blocks;
     h->cfg.kv.enable_prefix_caching = caching;
     h->cfg.prefill_align = g_prefill_align;
+    h->cfg.spec = g_spec;
     assert_int_equal(pg_scheduler_create(&h->cfg, &h->s), PAGODA_OK);
     h->kv_n = num_blocks * bs;
     h->kv = malloc((size_t)h->kv_n * sizeof *h->kv);
@@ -181,11 +186,18 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
         shadow *x = &h->sh[o.req_ids[i]];
         assert_true(x->live);
         int32_t n = o.num_scheduled_tokens[i], c = o.num_computed_tokens[i];
+        const int32_t D = o.num_spec_tokens[i]; /* drafts after the last token */
+        const int32_t *drafts = o.spec_token_ids + (size_t)i * PG_MAX_SPEC_TOKENS;
         assert_true(n >= 1);
         assert_int_equal(o.query_start_loc[i + 1] - o.query_start_loc[i], n);
         assert_int_equal(o.seq_lens[i], c + n);
-        assert_true(c + n <= x->n);
-        assert_int_equal(o.samples[i], c + n == x->n);
+        assert_true(c + n - D <= x->n);
+        assert_int_equal(o.samples[i], c + n - D == x->n);
+        if (D > 0) { /* only decodes carry drafts, within the budgets */
+            assert_int_equal(n, D + 1);
+            assert_true(D <= h->cfg.spec.num_speculative_tokens);
+            assert_true(x->n + D < x->prompt_n + x->max_tokens);
+        }
         sum += n;
         if (o.is_new[i]) {
             assert_false(x->running);
@@ -226,8 +238,8 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
             for (int32_t t = 0; t < n; t++) {
                 int32_t k = o.query_start_loc[i] + t, pos = c + t;
                 assert_int_equal(o.positions[k], pos);
-                assert_int_equal(o.token_ids[k],
-                                 x->toks[pos]); /* recompute feeds prompt + outputs */
+                assert_int_equal(o.token_ids[k], /* recompute feeds prompt + outputs */
+                                 pos < x->n ? x->toks[pos] : drafts[pos - x->n]);
                 int32_t slot = o.slot_mapping[g * o.token_stride + k];
                 assert_int_equal(slot, table[pos / bs] * bs + pos % bs);
                 assert_true(table[pos / bs] > 0 && slot < h->kv_n);
@@ -242,13 +254,15 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
         for (int32_t id = 0; id < MAX_REQS; id++)
             if (h->sh[id].live) assert_false(h->sh[id].preempted_waiting);
     /* attention: every position each request reads holds the right token */
-    int32_t sampled[512];
+    static int32_t sampled[512 * SPEC_STRIDE], nsampled[512];
     assert_true(o.num_reqs <= 512);
     for (int32_t i = 0; i < o.num_reqs; i++) {
         const shadow *x = &h->sh[o.req_ids[i]];
         const int32_t *table = o.block_tables[i];
+        const int32_t *drafts = o.spec_token_ids + (size_t)i * PG_MAX_SPEC_TOKENS;
         for (int32_t pos = 0; pos < o.seq_lens[i]; pos++)
-            assert_int_equal(h->kv[table[pos / bs] * bs + pos % bs], x->toks[pos]);
+            assert_int_equal(h->kv[table[pos / bs] * bs + pos % bs],
+                             pos < x->n ? x->toks[pos] : drafts[pos - x->n]);
         for (int32_t g = 1; g < o.num_groups; g++) { /* sliding window: the window of the
                                                         chunk's first query on */
             const pg_kv_cache_spec *sp = &h->cfg.kv.groups[g];
@@ -257,17 +271,30 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
             int32_t from = o.num_computed_tokens[i] - sp->u.sliding.window + 1;
             for (int32_t pos = from > 0 ? from : 0; pos < o.seq_lens[i]; pos++) {
                 assert_true(tw[pos / bs] > 0);
-                assert_int_equal(h->kv[tw[pos / bs] * bs + pos % bs], x->toks[pos]);
+                assert_int_equal(h->kv[tw[pos / bs] * bs + pos % bs],
+                                 pos < x->n ? x->toks[pos] : drafts[pos - x->n]);
             }
         }
-        sampled[i] = o.samples[i] ? h->model(o.req_ids[i], o.seq_lens[i]) : -1;
+        /* the model's tokens after the last token and after each draft, kept
+         * while the drafts agree (greedy verification) */
+        const int32_t D = o.num_spec_tokens[i];
+        nsampled[i] = 0;
+        for (int32_t j = 0; o.samples[i] && j <= D; j++) {
+            int32_t t = h->model(o.req_ids[i], x->n + j);
+            sampled[i * SPEC_STRIDE + j] = t;
+            nsampled[i] = j + 1;
+            if (j == D || t != drafts[j]) break;
+        }
+        if (!o.samples[i]) sampled[i * SPEC_STRIDE] = -1;
     }
     if (out_copy) *out_copy = o;
     for (int32_t a = 0; a < n_aborts; a++)
         h_abort(h, aborts_in_flight[a]);
 
     pg_step_result res;
-    assert_int_equal(pg_scheduler_update_from_output(h->s, &o, sampled, &res), PAGODA_OK);
+    assert_int_equal(
+        pg_scheduler_update_from_output_spec(h->s, &o, sampled, nsampled, SPEC_STRIDE, &res),
+        PAGODA_OK);
     h->steps++;
     int32_t ev = 0;
     for (int32_t i = 0; i < o.num_reqs; i++) {
@@ -284,12 +311,21 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
         assert_true(ev < res.num_events);
         const pg_step_event *e = &res.events[ev++];
         assert_true(e->req_id == o.req_ids[i]);
-        assert_int_equal(e->token, sampled[i]);
-        x->toks[x->n++] = sampled[i];
+        /* tokens appended one by one; a finish among them ends the list */
+        pg_finish_reason want = PG_FINISH_NONE;
+        int32_t got = 0;
+        for (int32_t j = 0; j < nsampled[i] && want == PG_FINISH_NONE; j++) {
+            x->toks[x->n++] = sampled[i * SPEC_STRIDE + j];
+            want = expected_finish(h, x);
+            got++;
+        }
+        assert_int_equal(e->num_tokens, got);
+        for (int32_t j = 0; j < got; j++)
+            assert_int_equal(e->tokens[j], sampled[i * SPEC_STRIDE + j]);
+        assert_int_equal(e->token, x->toks[x->n - 1]);
         assert_int_equal(e->num_output_tokens, x->n - x->prompt_n);
-        pg_finish_reason want = expected_finish(h, x);
         assert_int_equal(e->finish, want);
-        if (want == PG_FINISH_STOP) assert_int_equal(e->stop_token, sampled[i]);
+        if (want == PG_FINISH_STOP) assert_int_equal(e->stop_token, x->toks[x->n - 1]);
         if (want != PG_FINISH_NONE) {
             x->live = false;
             x->running = false;
@@ -300,6 +336,15 @@ static int32_t h_step_ex(harness *h, pg_sched_output *out_copy, const uint64_t *
             const pg_request *r = pg_scheduler_get_request(h->s, o.req_ids[i]);
             assert_non_null(r);
             assert_int_equal(r->num_tokens, x->n);
+            assert_int_equal(r->num_computed_tokens, x->n - 1); /* rejected drafts rolled back */
+            if (o.num_spec_tokens[i] > 0) { /* blocks past the accepted tokens are freed */
+                int32_t nb;
+                pg_kvm_block_table(pg_scheduler_kvm(h->s), 0, r, &nb);
+                /* the computed tokens' blocks, at most one more for the pending token */
+                assert_true(nb >= (x->n - 1 + bs - 1) / bs && nb <= (x->n + bs - 1) / bs);
+                h->spec_steps++;
+                h->spec_rejected += nsampled[i] <= o.num_spec_tokens[i];
+            }
         }
     }
     assert_int_equal(ev, res.num_events);
@@ -845,9 +890,11 @@ static void random_stress(const pg_kv_cache_spec *groups, int32_t num_groups, in
         if (x->finish_step - x->arrive_step > worst_wait)
             worst_wait = x->finish_step - x->arrive_step;
     }
-    print_message("stress: %lld steps, %lld preemptions, %lld aborts, worst latency %lld steps\n",
+    print_message("stress: %lld steps, %lld preemptions, %lld aborts, worst latency %lld steps, "
+                  "%lld decodes with drafts (%lld with a rejection)\n",
                   (long long)h.steps, (long long)h.preemptions, (long long)aborted,
-                  (long long)worst_wait);
+                  (long long)worst_wait, (long long)h.spec_steps, (long long)h.spec_rejected);
+    if (h.cfg.spec.num_speculative_tokens > 0) assert_true(h.spec_rejected > 100);
     assert_true(h.preemptions > 0); /* the pool is small enough to force it */
     pg_sched_stats st;
     pg_scheduler_get_stats(h.s, &st);
@@ -866,31 +913,124 @@ static void test_random_stress(void **state) {
     random_stress(NULL, 0, 41, 1000, true); /* 40 usable blocks = 160 tokens */
 }
 
-/* The same with hybrid models: full attention + sliding window (window 10
- * tokens), then also a recurrent-state group, all from one pool. */
+/* Hybrid models' groups: full attention + sliding window (window 10
+ * tokens), then a recurrent-state group, all from one pool. */
+static const pg_kv_cache_spec HYBRID_GROUPS[3] = {
+    {.kind = PG_KV_FULL_ATTENTION,
+     .block_size = 4,
+     .num_layers = 1,
+     .num_kv_heads = 1,
+     .head_size = 8,
+     .dtype_bytes = 2},
+    {.kind = PG_KV_SLIDING_WINDOW,
+     .block_size = 4,
+     .num_layers = 1,
+     .num_kv_heads = 1,
+     .head_size = 8,
+     .dtype_bytes = 2,
+     .u.sliding.window = 10},
+    {.kind = PG_KV_MAMBA, .block_size = 4, .num_layers = 1, .u.mamba.state_bytes = 128},
+};
+
+/* The same with hybrid models: full + sliding window, then also the
+ * recurrent-state group. */
 static void test_random_stress_hybrid_groups(void **state) {
     (void)state;
-    pg_kv_cache_spec g[3] = {
-        {.kind = PG_KV_FULL_ATTENTION,
-         .block_size = 4,
-         .num_layers = 1,
-         .num_kv_heads = 1,
-         .head_size = 8,
-         .dtype_bytes = 2},
-        {.kind = PG_KV_SLIDING_WINDOW,
-         .block_size = 4,
-         .num_layers = 1,
-         .num_kv_heads = 1,
-         .head_size = 8,
-         .dtype_bytes = 2,
-         .u.sliding.window = 10},
-        {.kind = PG_KV_MAMBA, .block_size = 4, .num_layers = 1, .u.mamba.state_bytes = 128},
-    };
+    const pg_kv_cache_spec *g = HYBRID_GROUPS;
     random_stress(g, 2, 81, 400, true);
     /* a recurrent-state group cannot reuse prefixes: no hits for the model */
     random_stress(g, 3, 81, 300, false);
 }
 
+/* Speculative decoding: a proposer that guesses the model's next tokens
+ * right 3 times in 4 (a wrong guess is a token the model never samples). */
+static int32_t guess_proposer(void *ctx, const pg_request *r, int32_t k, int32_t *out) {
+    (void)ctx;
+    int32_t n = rand() % (k + 1);
+    for (int32_t j = 0; j < n; j++)
+        out[j] = rand() % 4 ? model_hash(r->id, r->num_tokens + j) : 5000 + rand() % 100;
+    return n;
+}
+
+/* The random stress workload (preemption, shared prefixes, EOS, aborts in
+ * flight) with draft tokens on every decode the adaptive budget allows:
+ * the harness checks every step that drafts are scheduled after the last
+ * token, that attention reads the accepted tokens where drafts were
+ * rejected (their slots rolled back and rewritten), that blocks past the
+ * accepted length are freed, and that prefix-cache hits (preempted
+ * requests resuming, shared prompts) only ever bring accepted tokens. */
+static void test_random_stress_speculative(void **state) {
+    (void)state;
+    g_spec = (pg_spec_config){
+        .num_speculative_tokens = 4, .max_batch_tokens = 20, .propose = guess_proposer};
+    random_stress(NULL, 0, 41, 600, true);
+    random_stress(HYBRID_GROUPS, 2, 81, 300, true); /* full + sliding window */
+    g_spec = (pg_spec_config){0};
+}
+
+/* The adaptive rule and the n-gram proposer: a request whose tokens repeat
+ * gets drafts copied from its own history while the step is small; with
+ * more decodes than max_batch_tokens - 1 allows, fewer drafts, and none at
+ * disable_by_batch_size running requests. Counters follow vLLM's. */
+static int32_t cycle_model(uint64_t id, int32_t pos) {
+    return 10 + (int32_t)(id % 3) + pos % 5; /* a 5-token cycle: n-gram guesses right */
+}
+
+static void test_speculative_ngram_and_adaptive_budget(void **state) {
+    (void)state;
+    g_spec = (pg_spec_config){.num_speculative_tokens = 3,
+                              .prompt_lookup_min = 2,
+                              .prompt_lookup_max = 4,
+                              .max_batch_tokens = 8,
+                              .disable_by_batch_size = 4};
+    harness h;
+    h_init(&h, 64, 8, 128, 4, 200, true);
+    h.model = cycle_model;
+    int32_t prompt[10];
+    for (int32_t i = 0; i < 10; i++)
+        prompt[i] = cycle_model(0, i);
+    assert_int_equal(
+        h_add(&h, 0, (req_spec){.prompt_n = 10, .max_tokens = 40, .eos = -1, .prompt = prompt}),
+        PAGODA_OK);
+    pg_sched_output o;
+    h_step_ex(&h, &o, NULL, 0); /* prefill */
+    assert_int_equal(o.num_spec_total, 0);
+    h_step_ex(&h, &o, NULL, 0); /* one decode: 3 drafts copied from the cycle, all accepted */
+    assert_int_equal(o.num_spec_tokens[0], 3);
+    assert_int_equal(o.num_tokens, 4);
+    pg_sched_stats st;
+    pg_scheduler_get_stats(h.s, &st);
+    assert_int_equal(st.spec.num_drafts, 1);
+    assert_int_equal(st.spec.num_draft_tokens, 3);
+    assert_int_equal(st.spec.num_accepted_tokens, 3);
+    assert_int_equal(st.spec.accepted_per_pos[2], 1);
+    /* three more requests: 4 decodes leave 8 - 4 = 4 draft tokens */
+    for (uint64_t id = 1; id <= 3; id++) {
+        int32_t p2[10];
+        for (int32_t i = 0; i < 10; i++)
+            p2[i] = cycle_model(id, i);
+        assert_int_equal(
+            h_add(&h, id, (req_spec){.prompt_n = 10, .max_tokens = 40, .eos = -1, .prompt = p2}),
+            PAGODA_OK);
+    }
+    h_step_ex(&h, &o, NULL, 0); /* request 0 decodes (3 drafts), 1..3 prefill */
+    h_step_ex(&h, &o, NULL, 0); /* 4 running = disable_by_batch_size: no drafts */
+    assert_int_equal(o.num_reqs, 4);
+    assert_int_equal(o.num_spec_total, 0);
+    h_abort(&h, 3);
+    h_step_ex(&h, &o, NULL, 0); /* 3 decodes: 8 - 3 = 5 drafts, in admission order */
+    assert_int_equal(o.num_spec_total, 5);
+    assert_int_equal(o.num_spec_tokens[0], 3);
+    assert_int_equal(o.num_spec_tokens[1], 2);
+    assert_int_equal(o.num_spec_tokens[2], 0);
+    h_run_to_end(&h, 100);
+    for (uint64_t id = 0; id < 3; id++) /* the model's tokens, whatever was drafted */
+        for (int32_t p = 0; p < 50; p++)
+            assert_int_equal(h.sh[id].toks[p], cycle_model(id, p));
+    assert_all_free(&h);
+    h_free(&h);
+    g_spec = (pg_spec_config){0};
+}
 
 /* Encoder-decoder requests: encoder pieces cost encoder_step_tokens of the
  * budget each (at least one piece per step), at most max_num_encoding
@@ -1035,6 +1175,8 @@ int main(void) {
         cmocka_unit_test(test_random_stress),
         cmocka_unit_test(test_encoder_pieces),
         cmocka_unit_test(test_random_stress_hybrid_groups),
+        cmocka_unit_test(test_random_stress_speculative),
+        cmocka_unit_test(test_speculative_ngram_and_adaptive_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

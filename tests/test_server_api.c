@@ -832,6 +832,12 @@ static void test_utf8_dup(void **state) {
     free(s);
 }
 
+/* Every line of want[] appears in the metrics text t. */
+static void assert_metrics_have(const char *t, const char *const *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strstr(t, want[i])) fail_msg("metrics text lacks: %s\n%s", want[i], t);
+}
+
 static void test_metrics_text(void **state) {
     (void)state;
     pg_metrics m;
@@ -877,8 +883,7 @@ static void test_metrics_text(void **state) {
         "vllm:request_success_total{finished_reason=\"stop\",model_name=\"my\\\"model\"} 1\n",
         "vllm:request_success_total{finished_reason=\"length\",model_name=\"my\\\"model\"} 2\n",
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        if (!strstr(t, want[i])) fail_msg("metrics text lacks: %s\n%s", want[i], t);
+    assert_metrics_have(t, want, sizeof want / sizeof want[0]);
     /* every non-comment line is "name{labels} value" */
     for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
         if (line[0] == '#') continue;
@@ -886,6 +891,56 @@ static void test_metrics_text(void **state) {
         assert_non_null(strstr(line, "} "));
     }
     free(t);
+    pg_metrics_destroy(&m);
+}
+
+/* Speculative decoding's metrics: vLLM's counters in /metrics only when the
+ * model speculates, and the SpecDecoding log line of an interval. */
+static void test_spec_decode_metrics(void **state) {
+    (void)state;
+    pg_metrics m;
+    pg_metrics_init(&m);
+    pagoda_stats st;
+    memset(&st, 0, sizeof st);
+    char *t = pg_metrics_render(&m, "m", &st);
+    assert_non_null(t);
+    assert_null(strstr(t, "spec_decode")); /* off: not exported */
+    free(t);
+    char line[512];
+    assert_false(pg_metrics_spec_line(NULL, &st, 1.0, line, sizeof line));
+    pagoda_stats prev = st;
+    prev.spec_num_positions = 3;
+    prev.spec_num_drafts = 10;
+    prev.spec_num_draft_tokens = 30;
+    prev.spec_num_accepted_tokens = 12;
+    prev.spec_accepted_per_pos[0] = 6;
+    prev.spec_accepted_per_pos[1] = 4;
+    prev.spec_accepted_per_pos[2] = 2;
+    st = prev;
+    st.spec_num_drafts += 4;
+    st.spec_num_draft_tokens += 12;
+    st.spec_num_accepted_tokens += 6;
+    st.spec_accepted_per_pos[0] += 3;
+    st.spec_accepted_per_pos[1] += 2;
+    st.spec_accepted_per_pos[2] += 1;
+    t = pg_metrics_render(&m, "m", &st);
+    const char *want[] = {
+        "# TYPE vllm:spec_decode_num_drafts counter\n",
+        "vllm:spec_decode_num_drafts_total{model_name=\"m\"} 14\n",
+        "vllm:spec_decode_num_draft_tokens_total{model_name=\"m\"} 42\n",
+        "vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 18\n",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 9\n",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"2\"} 3\n",
+    };
+    assert_metrics_have(t, want, sizeof want / sizeof want[0]);
+    free(t);
+    /* the interval: 4 drafts, 12 draft tokens, 6 accepted in 2 s */
+    assert_true(pg_metrics_spec_line(&prev, &st, 2.0, line, sizeof line));
+    assert_string_equal(line, "SpecDecoding metrics: Mean acceptance length: 2.50, Accepted "
+                              "throughput: 3.00 tokens/s, Drafted throughput: 6.00 tokens/s, "
+                              "Accepted: 6 tokens, Drafted: 12 tokens, Per-position acceptance "
+                              "rate: 0.750, 0.500, 0.250, Avg Draft acceptance rate: 50.0%");
+    assert_false(pg_metrics_spec_line(&st, &st, 2.0, line, sizeof line)); /* nothing new */
     pg_metrics_destroy(&m);
 }
 
@@ -941,6 +996,7 @@ int main(void) {
         cmocka_unit_test(test_sse_chunks),
         cmocka_unit_test(test_utf8_dup),
         cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_spec_decode_metrics),
         cmocka_unit_test(test_apply_chat_template),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,6 +30,7 @@
 #include "server/bench_dataset.h"
 #include "server/bench_metrics.h"
 #include "server/bench_schedule.h"
+#include "server/metrics.h"
 
 typedef struct offline_opts {
     const char *model;
@@ -39,6 +40,8 @@ typedef struct offline_opts {
     uint64_t seed;
     const char *output_json;
     bool bandwidth_bound;
+    bool copy;         /* --dataset-name copy: prompts that repeat a passage */
+    float temperature; /* --temperature (default 1, vLLM's benchmarks) */
     pagoda_engine_options eng;
 } offline_opts;
 
@@ -72,7 +75,12 @@ static void usage(FILE *f, bool latency) {
               "  --range-ratio R        lengths uniform in [L(1-R), L(1+R)] (default 0)\n"
               "  --prefix-len N         random tokens shared by every prompt (default 0)\n",
               f);
-    fputs("  --seed S               dataset seed (default 0)\n"
+    fputs("  --dataset-name D       random (vLLM's, default) or copy: the random prompt's\n"
+          "                         first half, then that half again up to --input-len\n"
+          "                         (\"repeat this passage\": a model that copies continues\n"
+          "                         it; the workload of n-gram speculative decoding)\n"
+          "  --temperature T        sampling temperature (default 1, vLLM's; 0 = greedy)\n"
+          "  --seed S               dataset seed (default 0)\n"
           "  --output-json FILE     write vLLM's result keys as JSON\n\n" PG_ENGINE_ARGS_HELP,
           f);
 }
@@ -80,7 +88,8 @@ static void usage(FILE *f, bool latency) {
 /* Returns 0, 2 (usage error, printed) or -1 (--help). */
 static int parse(int argc, char **argv, bool latency, offline_opts *o) {
     const char *cmd = latency ? "pagoda bench latency" : "pagoda bench throughput";
-    *o = (offline_opts){.input_len = latency ? 32 : 1024,
+    *o = (offline_opts){.temperature = 1.0f,
+                        .input_len = latency ? 32 : 1024,
                         .output_len = 128,
                         .batch_size = 8,
                         .num_iters = 30,
@@ -114,6 +123,7 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
                                              "--dataset-name",
                                              "--dataset",
                                              "--seed",
+                                             "--temperature",
                                              "--output-json"};
         static const char *const THROUGHPUT[] = {"--prefix-len", "--random-prefix-len",
                                                  "--range-ratio", "--random-range-ratio",
@@ -147,7 +157,14 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
             ok = parse_i32(v, 1, 100000000, &n32), want = "an integer in [1, 10^8]";
             o->num_prompts = n32;
         } else if (!strcmp(a, "--dataset-name") || !strcmp(a, "--dataset")) {
-            ok = !strcmp(v, "random"), want = "random, the only dataset";
+            o->copy = !strcmp(v, "copy");
+            ok = o->copy || !strcmp(v, "random"), want = "random or copy";
+        } else if (!strcmp(a, "--temperature")) {
+            char *end;
+            errno = 0;
+            double t = strtod(v, &end);
+            ok = *v && !*end && errno == 0 && t >= 0 && t <= 100, want = "a number in [0, 100]";
+            o->temperature = (float)t;
         } else if (!strcmp(a, "--batch-size"))
             ok = parse_i32(v, 1, 1 << 20, &o->batch_size), want = "an integer in [1, 2^20]";
         else if (!strcmp(a, "--num-iters"))
@@ -178,8 +195,8 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
  * (seconds) when not NULL; *decode_s (optional) = seconds from the moment
  * every request had its first token to the end. Returns elapsed seconds,
  * or < 0 on error. */
-static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n, double *latency,
-                        double *decode_s) {
+static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n, float temperature,
+                        double *latency, double *decode_s) {
     uint64_t *ids = malloc(n * sizeof *ids);
     if (!ids) return -1;
     double t0 = pg_bench_now();
@@ -188,7 +205,7 @@ static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n
         pagoda_request_defaults(e, &r);
         r.prompt_token_ids = reqs[i].prompt_ids;
         r.n_prompt_token_ids = (size_t)reqs[i].prompt_len;
-        r.sampling.temperature = 1.0f; /* vLLM's throughput.py: temperature 1, top_p 1 */
+        r.sampling.temperature = temperature; /* vLLM's throughput.py: 1, top_p 1 */
         r.sampling.top_p = 1.0f;
         r.sampling.top_k = 0;
         r.sampling.min_p = 0;
@@ -351,15 +368,23 @@ static int offline(int argc, char **argv, bool latency) {
         pagoda_engine_free(e);
         return 1;
     }
+    for (size_t i = 0; o.copy && i < n; i++) { /* the passage, then itself again */
+        int32_t *ids = reqs[i].prompt_ids, len = reqs[i].prompt_len, half = (len + 1) / 2;
+        for (int32_t k = half; k < len; k++)
+            ids[k] = ids[k - half];
+    }
     uint64_t prompt_tokens = 0, output_tokens = 0;
     for (size_t i = 0; i < n; i++) {
         prompt_tokens += (uint64_t)reqs[i].prompt_len;
         output_tokens += (uint64_t)reqs[i].output_len;
     }
     cJSON *js = cJSON_CreateObject();
+    pagoda_stats spec0; /* speculative decoding: the counters before the measured runs */
+    pagoda_engine_get_stats(e, &spec0);
+    double spec_t0 = pg_bench_now();
     if (!latency) {
         double *lat = calloc(n, sizeof *lat);
-        double el = lat ? run_batch(e, reqs, n, lat, NULL) : -1;
+        double el = lat ? run_batch(e, reqs, n, o.temperature, lat, NULL) : -1;
         if (el < 0) {
             fprintf(stderr, "pagoda bench throughput: %s\n", pagoda_last_error());
             rc = 1;
@@ -387,18 +412,25 @@ static int offline(int argc, char **argv, bool latency) {
     } else {
         int32_t iters = o.num_iters_warmup + o.num_iters;
         double *lat = calloc((size_t)o.num_iters, sizeof *lat);
+        double *tpot = calloc((size_t)o.num_iters, sizeof *tpot);
         bw_probe bw = {0};
         if (o.bandwidth_bound && bw_probe_init(&bw, (size_t)o.num_iters, o.output_len) != 0)
             rc = 1;
-        for (int32_t it = 0; lat && it < iters && rc == 0; it++) {
+        for (int32_t it = 0; lat && tpot && it < iters && rc == 0; it++) {
             bool measured = it >= o.num_iters_warmup;
+            if (it == o.num_iters_warmup) {
+                pagoda_engine_get_stats(e, &spec0);
+                spec_t0 = pg_bench_now();
+            }
             double before = measured && bw.buf ? bw_measure(&bw) : 0, decode_s = 0;
-            double el = run_batch(e, reqs, n, NULL, &decode_s);
+            double el = run_batch(e, reqs, n, o.temperature, NULL, &decode_s);
             if (el < 0) {
                 fprintf(stderr, "pagoda bench latency: %s\n", pagoda_last_error());
                 rc = 1;
             } else if (measured) {
                 lat[it - o.num_iters_warmup] = el;
+                tpot[it - o.num_iters_warmup] =
+                    o.output_len > 1 ? 1000.0 * decode_s / (o.output_len - 1) : 0;
                 if (bw.buf) bw_record(&bw, before, decode_s, bw_measure(&bw));
             }
         }
@@ -423,8 +455,28 @@ static int offline(int argc, char **argv, bool latency) {
                 cJSON_AddNumberToObject(pj, key, st.pct[i]);
             }
             cJSON_AddNumberToObject(js, "avg_latency", st.mean);
+            /* decode time per output token after the batch's last first token */
+            double mt = pg_bench_median(tpot, o.num_iters);
+            printf("Median TPOT: %.3f ms (decode after every first token / (output_len - 1))\n",
+                   mt);
+            cJSON_AddNumberToObject(js, "median_tpot_ms", mt);
         }
         free(lat);
+        free(tpot);
+    }
+    pagoda_stats spec1;
+    pagoda_engine_get_stats(e, &spec1);
+    char line[512];
+    if (rc == 0 &&
+        pg_metrics_spec_line(&spec0, &spec1, pg_bench_now() - spec_t0, line, sizeof line)) {
+        printf("%s\n", line);
+        uint64_t d = spec1.spec_num_draft_tokens - spec0.spec_num_draft_tokens;
+        uint64_t a = spec1.spec_num_accepted_tokens - spec0.spec_num_accepted_tokens;
+        cJSON_AddNumberToObject(js, "spec_decode_draft_tokens", (double)d);
+        cJSON_AddNumberToObject(js, "spec_decode_accepted_tokens", (double)a);
+        cJSON_AddNumberToObject(js, "spec_decode_mean_acceptance_length",
+                                1.0 + (double)a /
+                                          (double)(spec1.spec_num_drafts - spec0.spec_num_drafts));
     }
     if (rc == 0 && o.output_json) rc = write_json(o.output_json, js);
     cJSON_Delete(js);

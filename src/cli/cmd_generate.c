@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <utf8proc.h>
 
 #include "base/status.h"
@@ -27,6 +28,7 @@
 #include "cli/engine_args.h"
 #include "kernels/env_report.h"
 #include "pagoda.h"
+#include "server/metrics.h"
 
 typedef struct gen_options {
     const char *model;
@@ -537,6 +539,22 @@ static int run_prompts_file(pagoda_engine *e, const gen_options *o) {
     return rc;
 }
 
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* With speculative decoding: vLLM's SpecDecoding line for the whole run
+ * (stderr). */
+static void log_spec_decoding(pagoda_engine *e, double t0) {
+    pagoda_stats st;
+    pagoda_engine_get_stats(e, &st);
+    char line[512];
+    if (pg_metrics_spec_line(NULL, &st, now_seconds() - t0, line, sizeof line))
+        fprintf(stderr, "pagoda generate: %s\n", line);
+}
+
 int pg_cmd_generate(int argc, char **argv) {
     gen_options o;
     int rc = parse_args(argc, argv, &o);
@@ -548,11 +566,14 @@ int pg_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "pagoda generate: %s\n", pagoda_last_error());
         return exit_code(st);
     }
-    /* what in the environment costs speed, logged once; the second argument says whether
-     * speculative decoding is on: the spec-decode work passes its setting here */
-    pg_env_log_findings(pagoda_engine_resident_bytes(e), false);
+    /* what in the environment costs speed, logged once (the block-time finding
+     * depends on whether speculative decoding is on) */
+    pg_env_log_findings(pagoda_engine_resident_bytes(e),
+                        o.eng.speculative.method != PAGODA_SPEC_NONE);
+    const double t0 = now_seconds();
     if (o.prompts_file) {
         rc = run_prompts_file(e, &o);
+        log_spec_decoding(e, t0);
         pagoda_engine_free(e);
         return rc;
     }
@@ -608,6 +629,7 @@ int pg_cmd_generate(int argc, char **argv) {
     else
         fputc('\n', stdout);
     fflush(stdout);
+    log_spec_decoding(e, t0);
     job_free(&j);
     pagoda_engine_free(e);
     return 0;

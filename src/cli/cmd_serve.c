@@ -292,7 +292,7 @@ int pg_cmd_serve(int argc, char **argv) {
         uint64_t resident = 0;
         for (int k = 0; k < n_models; k++)
             resident += pagoda_engine_resident_bytes(engines[k]);
-        pg_env_log_findings(resident, false); /* false: spec decoding passes its setting */
+        pg_env_log_findings(resident, eo.speculative.method != PAGODA_SPEC_NONE);
     }
     pg_server *srv = NULL;
     if (!rc && pg_server_start_models(engines, (size_t)n_models, &so, &srv) != PAGODA_OK) {

@@ -38,12 +38,24 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         return 1;
     }
     static const char *const with_value[] = {
-        "--max-model-len",   "--max-num-seqs",   "--max-num-batched-tokens",
-        "--kv-cache-memory", "--kv-cache-dtype", "--block-size",
-        "--threads",         "--quantization",   "--quant-group-size",
-        "--quant-act-group", "--dtype",        "--state-cache-memory",
-        "--tokenizer",       "--max-num-encoder-tokens", "--prefix-caching-hash-algo",
-        "--revision",        "--gguf-file",
+        "--max-model-len",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--kv-cache-memory",
+        "--kv-cache-dtype",
+        "--block-size",
+        "--threads",
+        "--quantization",
+        "--quant-group-size",
+        "--quant-act-group",
+        "--dtype",
+        "--state-cache-memory",
+        "--tokenizer",
+        "--max-num-encoder-tokens",
+        "--prefix-caching-hash-algo",
+        "--speculative-config",
+        "--revision",
+        "--gguf-file",
     };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -53,6 +65,13 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
     if (!v) return -1;
     bool ok = true;
     const char *want = NULL;
+    if (!strcmp(a, "--speculative-config")) {
+        if (pagoda_speculative_config_parse(v, &o->speculative) != PAGODA_OK) {
+            fprintf(stderr, "%s: --speculative-config: %s\n", cmd, pagoda_last_error());
+            return -1;
+        }
+        return 1;
+    }
     if (!strcmp(a, "--max-model-len"))
         ok = parse_i32(v, 2, 1L << 30, &o->max_model_len), want = "an integer in [2, 2^30]";
     else if (!strcmp(a, "--max-num-seqs"))

@@ -4,7 +4,8 @@
  * --block-size, --no-prefix-caching, --prefix-caching-hash-algo, --threads,
  * --quantization,
  * --quant-group-size, --quant-act-group, --dtype, --tokenizer,
- * --max-num-encoder-tokens, and --revision / --gguf-file for a hub MODEL. */
+ * --max-num-encoder-tokens, --speculative-config, and --revision / --gguf-file
+ * for a hub MODEL. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
 
@@ -29,9 +30,9 @@
     "                              --dtype auto, F32 models keep F32)\n"                           \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \
-    "  --prefix-caching-hash-algo A  sha256 (default) | xxhash: block hash of the prefix\n"       \
-    "                              cache; xxhash is cheaper but clients can forge collisions\n"  \
-    "                              (trusted clients only; logs a warning)\n"                     \
+    "  --prefix-caching-hash-algo A  sha256 (default) | xxhash: block hash of the prefix\n"        \
+    "                              cache; xxhash is cheaper but clients can forge collisions\n"    \
+    "                              (trusted clients only; logs a warning)\n"                       \
     "  --state-cache-memory SIZE   hybrid models (Qwen3.5): recurrent-state snapshots for\n"       \
     "                              prefix caching, out of --kv-cache-memory (default a quarter)\n" \
     "  --threads N                 compute threads (default: one per physical core)\n"             \
@@ -44,7 +45,11 @@
     "  --max-num-encoder-tokens N  encoder-decoder models: encoder rows per step (default\n"     \
     "                              1024)\n"                                                     \
     "  --revision R                MODEL is a hub repo id: its branch, tag or commit (main)\n"  \
-    "  --gguf-file NAME            MODEL is a hub repo id: the .gguf file to use from it\n"
+    "  --gguf-file NAME            MODEL is a hub repo id: the .gguf file to use from it\n" \
+    "  --speculative-config JSON   speculative decoding, vLLM's: '{\"method\": \"ngram\",\n"       \
+    "                              \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4,\n"     \
+    "                              \"prompt_lookup_min\": 2}' (also disable_by_batch_size,\n"      \
+    "                              max_batch_tokens: drafts while decodes + drafts <= it, 16)\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with

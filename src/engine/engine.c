@@ -27,6 +27,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "model/hub.h"
+#include "engine/spec.h"
 #include "model/model.h"
 #include "model/source.h"
 #include "pagoda.h"
@@ -59,13 +60,15 @@ typedef struct ereq {
     pg_detok dt;
     double arrival, first_sched, first_token;
     int32_t n_cached;
-    /* this step */
-    int32_t new_token;
+    /* this step: up to num_speculative_tokens + 1 new tokens, their logprobs
+     * (lp_ids / lp_vals / top: lp_cap entries per token) */
+    int32_t new_tokens[PG_MAX_SPEC_TOKENS + 1];
     int n_new;
+    int32_t lp_cap;
     int32_t *lp_ids;
     float *lp_vals;
     pagoda_top_logprob *top;
-    pagoda_token_logprobs tlp;
+    pagoda_token_logprobs tlp[PG_MAX_SPEC_TOKENS + 1];
     char *error;
     /* encoder-decoder models: the encoder input, [rows][cols] f32 */
     float *enc_in;
@@ -110,7 +113,11 @@ struct pagoda_engine {
     ereq *reap; /* finished in the last step: freed at the next one */
     pagoda_output *outs;
     size_t n_outs, cap_outs;
-    int32_t *sampled, *row_of; /* [max_num_seqs] */
+    int32_t *sampled;          /* [max_num_seqs][spec_stride]: tokens of each scheduled request */
+    int32_t *n_sampled;        /* [max_num_seqs]: how many (speculative decoding: > 1) */
+    int32_t spec_stride;       /* 1 + num_speculative_tokens */
+    int32_t spec_k;            /* num_speculative_tokens; 0 = off */
+    int32_t *row_of;           /* [max_num_seqs] */
     int32_t *sample_idx;       /* [max_num_seqs] scheduled index of each request that samples */
     int32_t *probe_of;         /* [max_num_seqs] logits row of each request's probe, -1: none */
     /* encoder-decoder models: encoder pieces per request, input shape, and
@@ -231,6 +238,20 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
                         "engine: prefix_caching_hash_algo %d is neither SHA256 (%d) nor XXHASH (%d)",
                         (int)o->prefix_caching_hash_algo, (int)PAGODA_PREFIX_HASH_SHA256,
                         (int)PAGODA_PREFIX_HASH_XXHASH);
+    const pagoda_speculative_config *sp = &o->speculative;
+    if (sp->method != PAGODA_SPEC_NONE &&
+        (sp->method != PAGODA_SPEC_NGRAM || sp->num_speculative_tokens < 1 ||
+         sp->num_speculative_tokens > PG_MAX_SPEC_TOKENS || sp->prompt_lookup_min < 1 ||
+         sp->prompt_lookup_max < sp->prompt_lookup_min || sp->max_batch_tokens < 0 ||
+         sp->disable_by_batch_size < 0))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: speculative config: method %d (1 = ngram), "
+                        "num_speculative_tokens %d (1..%d), prompt_lookup_min %d (>= 1), "
+                        "prompt_lookup_max %d (>= min), max_batch_tokens %d, "
+                        "disable_by_batch_size %d (>= 0)",
+                        (int)sp->method, sp->num_speculative_tokens, PG_MAX_SPEC_TOKENS,
+                        sp->prompt_lookup_min, sp->prompt_lookup_max, sp->max_batch_tokens,
+                        sp->disable_by_batch_size);
     return PAGODA_OK;
 }
 
@@ -440,6 +461,23 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                                                                  : DEFAULT_MAX_NUM_ENCODER_TOKENS;
         sc.max_num_encoding = e->max_num_encoding;
     }
+    if (o.speculative.method != PAGODA_SPEC_NONE) {
+        const pagoda_speculative_config *sp = &o.speculative;
+        sc.spec.num_speculative_tokens = sp->num_speculative_tokens;
+        sc.spec.prompt_lookup_min = sp->prompt_lookup_min;
+        sc.spec.prompt_lookup_max = sp->prompt_lookup_max;
+        sc.spec.max_batch_tokens =
+            sp->max_batch_tokens > 0 ? sp->max_batch_tokens : PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS;
+        sc.spec.disable_by_batch_size = sp->disable_by_batch_size;
+        if (e->enc_steps > 0 || plan.state_bytes_per_seq > 0) {
+            PG_WARN("engine: speculative decoding is off for %s: its %s cannot be rolled back "
+                    "past rejected draft tokens",
+                    e->name, e->enc_steps > 0 ? "cross-attention cache" : "recurrent state");
+            sc.spec.num_speculative_tokens = 0;
+        }
+    }
+    e->spec_k = sc.spec.num_speculative_tokens;
+    e->spec_stride = 1 + e->spec_k;
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
     { /* the longest sequence the KV cache holds (caps max_tokens 0 = null) */
         pg_kvm *kvm = pg_scheduler_kvm(e->sched);
@@ -460,7 +498,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                            .max_num_seqs = mns,
                            .max_model_len = e->max_model_len,
                            .num_state_snapshots = n_snap,
-                           .max_num_encoding = e->max_num_encoding};
+                           .max_num_encoding = e->max_num_encoding,
+                           .max_num_spec_rows = e->spec_k > 0 ? sc.spec.max_batch_tokens : 0};
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
     e->n_samplers = pg_pool_size(pg_pool_default());
     if (e->n_samplers < 1) e->n_samplers = 1;
@@ -471,15 +510,16 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     }
     for (int i = 0; i < e->n_samplers; i++)
         if ((st = pg_sampler_create(e->vocab, &e->samplers[i])) != PAGODA_OK) goto fail;
-    e->sampled = malloc((size_t)mns * sizeof(int32_t));
+    e->sampled = malloc((size_t)mns * (size_t)e->spec_stride * sizeof(int32_t));
+    e->n_sampled = malloc((size_t)mns * sizeof(int32_t));
     e->row_of = malloc((size_t)mns * sizeof(int32_t));
     e->sample_idx = malloc((size_t)mns * sizeof(int32_t));
     e->sample_req = malloc((size_t)mns * sizeof(*e->sample_req));
     e->probe_of = malloc((size_t)mns * sizeof(int32_t));
     e->enc_inputs = calloc((size_t)(e->max_num_encoding > 0 ? e->max_num_encoding : 1),
                            sizeof *e->enc_inputs);
-    if (!e->sampled || !e->row_of || !e->sample_idx || !e->sample_req || !e->probe_of ||
-        !e->enc_inputs) {
+    if (!e->sampled || !e->n_sampled || !e->row_of || !e->sample_idx || !e->sample_req ||
+        !e->probe_of || !e->enc_inputs) {
         st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
@@ -492,6 +532,13 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
             (double)pg_runner_workspace_bytes(e->runner) / 1048576.0,
             o.enable_prefix_caching ? "on, " : "off",
             o.enable_prefix_caching ? pg_block_hash_algo_name(sc.kv.hash_algo) : "");
+    if (e->spec_k > 0)
+        PG_INFO(
+            "engine: speculative decoding: ngram, %d tokens, prompt_lookup %d..%d, drafts while "
+            "a step's decode tokens + drafts <= %d%s",
+            e->spec_k, sc.spec.prompt_lookup_min, sc.spec.prompt_lookup_max,
+            sc.spec.max_batch_tokens,
+            sc.spec.disable_by_batch_size > 0 ? ", off at disable_by_batch_size" : "");
     *out = e;
     return PAGODA_OK;
 fail:
@@ -527,6 +574,7 @@ void pagoda_engine_free(pagoda_engine *e) {
     free(e->aborts);
     free(e->outs);
     free(e->sampled);
+    free(e->n_sampled);
     free(e->row_of);
     free(e->sample_idx);
     free(e->sample_req);
@@ -838,11 +886,12 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     sp->n_logprobs = r->n_logprobs < 0 ? 0 : r->n_logprobs;
     sp->seed = s->seed;
     if ((st = pg_sampling_params_validate(sp, e->vocab)) != PAGODA_OK) goto fail;
-    if (r->n_logprobs >= 0) {
-        int32_t cap = r->n_logprobs > 0 ? r->n_logprobs : 1;
-        r->lp_ids = malloc((size_t)cap * sizeof(int32_t));
-        r->lp_vals = malloc((size_t)cap * sizeof(float));
-        r->top = malloc((size_t)cap * sizeof *r->top);
+    if (r->n_logprobs >= 0) { /* one set per token a step may produce */
+        int32_t cap = r->lp_cap = r->n_logprobs > 0 ? r->n_logprobs : 1;
+        size_t n = (size_t)cap * (size_t)e->spec_stride;
+        r->lp_ids = malloc(n * sizeof(int32_t));
+        r->lp_vals = malloc(n * sizeof(float));
+        r->top = malloc(n * sizeof *r->top);
         if (!r->lp_ids || !r->lp_vals || !r->top) goto nomem;
     }
     if (s->n_stop && !s->stop) {
@@ -981,9 +1030,9 @@ static pagoda_status emit(pagoda_engine *e, ereq *r, pagoda_finish_reason fin, i
     pagoda_output *o = new_output(e, r);
     if (!o) return pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
     if (r->n_new) {
-        o->new_token_ids = &r->new_token;
-        o->n_new_tokens = 1;
-        if (r->n_logprobs >= 0) o->logprobs = &r->tlp;
+        o->new_token_ids = r->new_tokens;
+        o->n_new_tokens = (size_t)r->n_new;
+        if (r->n_logprobs >= 0) o->logprobs = r->tlp;
     }
     const char *d;
     size_t n;
@@ -1041,7 +1090,9 @@ static pagoda_status apply_queue(pagoda_engine *e) {
                                .cache_salt = r->cache_salt,
                                .cache_salt_len = r->cache_salt ? strlen(r->cache_salt) : 0,
                                .encoder_steps = r->enc_in ? e->enc_steps : 0,
-                               .probe_len = r->probe_len};
+                               .probe_len = r->probe_len,
+                               /* one position at a time: no draft tokens */
+                               .no_spec = r->gm != NULL || r->lfn != NULL};
         if (pg_scheduler_add_request(e->sched, &p) == PAGODA_OK) {
             r->in_sched = true;
         } else if ((st = emit(e, r, PAGODA_FINISH_ERROR, -1, pg_last_error())) != PAGODA_OK) {
@@ -1061,8 +1112,8 @@ static pagoda_status apply_queue(pagoda_engine *e) {
 
 /* Before min_tokens outputs, EOS (unless ignore_eos) and the stop token ids
  * cannot be sampled (vLLM's MinTokensLogitsProcessor). */
-static void mask_min_tokens(const pagoda_engine *e, const ereq *r, float *logits) {
-    if (r->n_out >= r->min_tokens) return;
+static void mask_min_tokens(const pagoda_engine *e, const ereq *r, int32_t n_out, float *logits) {
+    if (n_out >= r->min_tokens) return;
     if (r->gm && pg_tmatch_complete(r->gm)) return; /* the grammar allows only the end */
     if (!r->ignore_eos && e->n_eos) logits[e->eos_ids[0]] = -INFINITY;
     for (int32_t i = 0; i < r->n_stop_ids; i++)
@@ -1070,14 +1121,37 @@ static void mask_min_tokens(const pagoda_engine *e, const ereq *r, float *logits
 }
 
 static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, float *logits,
-                                int32_t *tok);
+                                int32_t pos, int32_t draft, int32_t *tok);
 
 /* The requests of one step that sample (engine arrays sample_req/idx). */
 typedef struct sample_job {
     pagoda_engine *e;
+    const pg_sched_output *so;
     float *logits;
     int32_t n;
 } sample_job;
+
+/* Request r's tokens of this step into toks[], their count returned: one
+ * per logits row from `rows` while the model agrees with the drafts
+ * (greedy: the argmax equals the draft; sampled: pg_sampler_verify accepts
+ * it), the accepted drafts then the token after them (a correction or,
+ * when all D were accepted, the bonus token). The drafts sit in r's output
+ * history while later rows are sampled (penalties, draw positions), as
+ * they will if accepted. */
+static pagoda_status sample_request(pagoda_engine *e, pg_sampler *smp, ereq *r, float *rows,
+                                    int32_t D, const int32_t *drafts, int32_t *toks, int32_t *cnt) {
+    *cnt = 0;
+    for (int32_t j = 0; j <= D; j++) {
+        const int32_t draft = j < D ? drafts[j] : -1;
+        pagoda_status st =
+            sample_one(e, smp, r, rows + (size_t)j * (size_t)e->vocab, j, draft, &toks[j]);
+        if (st != PAGODA_OK) return st;
+        *cnt = j + 1;
+        if (toks[j] != draft) break;
+        r->out_ids[r->n_out + j] = draft; /* history of the next row (cap_out >= n_out + D + 1) */
+    }
+    return PAGODA_OK;
+}
 
 /* Sample requests [begin, end) of the job with pool thread tid's sampler;
  * a failure is kept on the request (its error), never returned. */
@@ -1089,8 +1163,13 @@ static void sample_range(void *ctx, size_t begin, size_t end, int tid) {
         ereq *r = e->sample_req[k];
         int32_t i = e->sample_idx[k];
         float *row = j->logits + (size_t)e->row_of[i] * (size_t)e->vocab;
-        if (sample_one(e, smp, r, row, &e->sampled[i]) != PAGODA_OK) {
-            e->sampled[i] = 0;
+        const int32_t D = j->so->num_spec_tokens[i];
+        int32_t *toks = e->sampled + (size_t)i * (size_t)e->spec_stride;
+        if (sample_request(e, smp, r, row, D,
+                           j->so->spec_token_ids + (size_t)i * PG_MAX_SPEC_TOKENS, toks,
+                           &e->n_sampled[i]) != PAGODA_OK) {
+            toks[0] = 0;
+            e->n_sampled[i] = 1;
             r->error = strdup(pg_last_error());
         }
     }
@@ -1114,8 +1193,10 @@ static pagoda_status apply_grammar(pagoda_engine *e, ereq *r, float *logits) {
     return PAGODA_OK;
 }
 
+/* Sample (verify `draft`, -1: none) r's token at output position
+ * n_out + pos from its logits row; its logprobs go to slot pos. */
 static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, float *logits,
-                                int32_t *tok) {
+                                int32_t pos, int32_t draft, int32_t *tok) {
     if (r->gm) {
         pagoda_status gst = apply_grammar(e, r, logits);
         if (gst != PAGODA_OK) return gst;
@@ -1123,22 +1204,22 @@ static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, floa
     if (r->lfn)
         r->lfn(r->lctx, r->step_tokens, (size_t)r->n_step_tokens, (size_t)r->n_prompt, false,
                logits, e->vocab);
-    mask_min_tokens(e, r, logits);
+    mask_min_tokens(e, r, r->n_out + pos, logits);
     pg_logprob_out lp = {0}, *lpp = NULL;
+    const size_t lo = (size_t)pos * (size_t)r->lp_cap;
     if (r->n_logprobs >= 0) {
-        lp = (pg_logprob_out){.top_ids = r->lp_ids,
-                              .top_logprobs = r->lp_vals,
-                              .cap = r->n_logprobs > 0 ? r->n_logprobs : 1};
+        lp = (pg_logprob_out){
+            .top_ids = r->lp_ids + lo, .top_logprobs = r->lp_vals + lo, .cap = r->lp_cap};
         lpp = &lp;
     }
     pagoda_status st =
-        pg_sampler_sample(smp, &r->sp, &r->rng, logits, r->prompt, (size_t)r->n_prompt, r->out_ids,
-                          (size_t)r->n_out, lpp, tok);
+        pg_sampler_verify(smp, &r->sp, &r->rng, logits, r->prompt, (size_t)r->n_prompt, r->out_ids,
+                          (size_t)(r->n_out + pos), draft, lpp, tok);
     if (st != PAGODA_OK || !lpp) return st;
     for (int32_t i = 0; i < lp.n_top; i++)
-        r->top[i] = (pagoda_top_logprob){r->lp_ids[i], r->lp_vals[i]};
-    r->tlp = (pagoda_token_logprobs){
-        .token = *tok, .logprob = lp.sampled_logprob, .top = r->top, .n_top = lp.n_top};
+        r->top[lo + (size_t)i] = (pagoda_top_logprob){r->lp_ids[lo + i], r->lp_vals[lo + i]};
+    r->tlp[pos] = (pagoda_token_logprobs){
+        .token = *tok, .logprob = lp.sampled_logprob, .top = r->top + lo, .n_top = lp.n_top};
     return PAGODA_OK;
 }
 
@@ -1170,6 +1251,12 @@ static void update_stats(pagoda_engine *e) {
     s->prefix_cache_hits = ss.kv.prefix_hits_tokens;
     s->num_kv_blocks = e->num_kv_blocks;
     s->num_free_kv_blocks = ss.kv.num_free_blocks;
+    s->spec_num_positions = e->spec_k;
+    s->spec_num_drafts = ss.spec.num_drafts;
+    s->spec_num_draft_tokens = ss.spec.num_draft_tokens;
+    s->spec_num_accepted_tokens = ss.spec.num_accepted_tokens;
+    for (int p = 0; p < 16 && p < PG_MAX_SPEC_TOKENS; p++)
+        s->spec_accepted_per_pos[p] = ss.spec.accepted_per_pos[p];
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -1220,9 +1307,10 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         pg_runner_execute(e->runner, &so, e->enc_inputs, &logits, e->row_of, e->probe_of);
     char ferr[256] = "";
     if (fst != PAGODA_OK) snprintf(ferr, sizeof ferr, "%s", pg_last_error());
-    sample_job sj = {.e = e, .logits = logits, .n = 0};
+    sample_job sj = {.e = e, .so = &so, .logits = logits, .n = 0};
     for (int32_t i = 0; i < so.num_reqs; i++) {
-        e->sampled[i] = 0;
+        e->sampled[(size_t)i * (size_t)e->spec_stride] = 0;
+        e->n_sampled[i] = 1;
         if (fst != PAGODA_OK) continue;
         ereq *r = NULL;
         if (e->probe_of[i] >= 0 && (r = find_locked(e, so.req_ids[i])) && r->lfn) {
@@ -1234,6 +1322,15 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         if (!so.samples[i]) continue;
         if (!r) r = find_locked(e, so.req_ids[i]);
         r->n_new = 0;
+        if (so.num_spec_tokens[i] > 0 && r->n_out + so.num_spec_tokens[i] + 1 > r->cap_out) {
+            /* room for the drafts in the output history (sample_request) */
+            int32_t cap = r->n_out + so.num_spec_tokens[i] + 1;
+            cap = cap * 2 < r->max_tokens ? cap * 2 : r->max_tokens > cap ? r->max_tokens : cap;
+            int32_t *g = realloc(r->out_ids, (size_t)cap * sizeof *g);
+            if (!g) return pg_error(PAGODA_ERR_NOMEM, "engine: output buffer of %d tokens", cap);
+            r->out_ids = g;
+            r->cap_out = cap;
+        }
         if (r->lfn) {
             const pg_request *pr = pg_scheduler_get_request(e->sched, r->id);
             r->step_tokens = pr ? pr->tokens : NULL;
@@ -1250,7 +1347,8 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
     else
         sample_range(&sj, 0, (size_t)sj.n, 0);
     pg_step_result res;
-    if ((st = pg_scheduler_update_from_output(e->sched, &so, e->sampled, &res)) != PAGODA_OK)
+    if ((st = pg_scheduler_update_from_output_spec(e->sched, &so, e->sampled, e->n_sampled,
+                                                   e->spec_stride, &res)) != PAGODA_OK)
         return st;
     if (fst != PAGODA_OK) { /* every scheduled request fails, the engine goes on */
         PG_ERROR("engine: step failed: %s", ferr);
@@ -1282,7 +1380,12 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
             continue;
         }
         r->n_new = 0;
-        if (ev->token >= 0) {
+        /* speculative decoding may bring several tokens: each is detokenized
+         * and checked for stop strings in turn; a stop string ends the
+         * request at the token that completes it (the later ones are
+         * dropped: the request is aborted in the scheduler below) */
+        for (int32_t j = 0; j < ev->num_tokens && !r->dt.stopped; j++) {
+            const int32_t tok = ev->tokens[j];
             if (r->n_out == r->cap_out) {
                 int32_t cap = r->cap_out * 2 < r->max_tokens ? r->cap_out * 2 : r->max_tokens;
                 int32_t *g = cap > r->n_out ? realloc(r->out_ids, (size_t)cap * sizeof *g) : NULL;
@@ -1292,15 +1395,16 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
                 r->out_ids = g;
                 r->cap_out = cap;
             }
-            r->out_ids[r->n_out++] = ev->token;
-            r->new_token = ev->token;
-            r->n_new = 1;
+            r->out_ids[r->n_out++] = tok;
+            r->new_tokens[r->n_new++] = tok;
             e->generation_tokens++;
             if (r->first_token == 0) r->first_token = t;
             /* the stop token that ends a request is not part of the text */
-            if (!(fin == PAGODA_FINISH_STOP && ev->stop_token >= 0) &&
-                (st = pg_detok_add(&r->dt, ev->token, r->n_out > r->min_tokens)) != PAGODA_OK)
+            const bool last = j == ev->num_tokens - 1;
+            if (!(last && fin == PAGODA_FINISH_STOP && ev->stop_token >= 0) &&
+                (st = pg_detok_add(&r->dt, tok, r->n_out > r->min_tokens)) != PAGODA_OK)
                 return st;
+            if (r->dt.stopped && !last) fin = PAGODA_FINISH_NONE; /* cut here (below) */
         }
         int32_t stop_token = fin == PAGODA_FINISH_STOP ? ev->stop_token : -1;
         if (fin == PAGODA_FINISH_NONE && r->dt.stopped) {
@@ -1312,6 +1416,10 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
     update_stats(e);
     if (n_outputs) *n_outputs = e->n_outs;
     return PAGODA_OK;
+}
+
+pagoda_status pg_engine_set_proposer(pagoda_engine *e, pg_spec_propose_fn fn, void *ctx) {
+    return pg_scheduler_set_proposer(e->sched, fn, ctx);
 }
 
 const pagoda_output *pagoda_engine_outputs(const pagoda_engine *e, size_t *n) {

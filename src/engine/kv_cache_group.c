@@ -210,6 +210,14 @@ void pg_kv_group_cache_full(pg_kv_group *g, pg_kv_block_table *t, const pg_block
     if (num_full > t->num_cached) t->num_cached = num_full;
 }
 
+void pg_kv_group_truncate(pg_kv_group *g, pg_kv_block_table *t, int32_t num_blocks) {
+    if (num_blocks < 0) num_blocks = 0;
+    for (int32_t i = t->n - 1; i >= num_blocks; i--)
+        pg_block_pool_free(g->pool, &t->ids[i], 1);
+    if (t->n > num_blocks) t->n = num_blocks;
+    if (t->num_cached > t->n) t->num_cached = t->n;
+}
+
 void pg_kv_group_free(pg_kv_group *g, pg_kv_block_table *t) {
     for (int32_t i = t->n - 1; i >= 0; i--)
         pg_block_pool_free(g->pool, &t->ids[i], 1);

@@ -74,6 +74,10 @@ pagoda_status pg_kv_group_append_new(pg_kv_group *g, pg_kv_block_table *t, int32
 /* Register t's full blocks [num_cached, num_full) under hashes[]. */
 void pg_kv_group_cache_full(pg_kv_group *g, pg_kv_block_table *t, const pg_block_hash *hashes,
                             int32_t num_full);
+/* Keep t's first num_blocks entries and free the rest, last first (the
+ * blocks past a speculative step's accepted tokens). No-op when t holds at
+ * most num_blocks. */
+void pg_kv_group_truncate(pg_kv_group *g, pg_kv_block_table *t, int32_t num_blocks);
 /* Free all of t's blocks, last block first, and empty it. */
 void pg_kv_group_free(pg_kv_group *g, pg_kv_block_table *t);
 

@@ -207,7 +207,7 @@ pagoda_status pg_kvm_allocate_slots(pg_kvm *m, pg_request *req, int32_t num_new_
     }
     if (num_new_tokens < 0) num_new_tokens = 0;
     int64_t total = (int64_t)req->num_computed_tokens + num_hit_tokens + num_new_tokens;
-    if (total > m->max_model_len || total > req->num_tokens)
+    if (total > m->max_model_len || total > (int64_t)req->num_tokens + req->num_spec_tokens)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "kv cache manager: request %llu: %lld tokens exceed its %d tokens or "
                         "max_model_len %d",
@@ -279,6 +279,17 @@ pagoda_status pg_kvm_allocate_slots(pg_kvm *m, pg_request *req, int32_t num_new_
     }
     if (hits) m->hit_req = NULL;
     return PAGODA_OK;
+}
+
+void pg_kvm_truncate(pg_kvm *m, pg_request *req, int32_t num_tokens) {
+    if (req->kv_slot < 0) return;
+    for (int32_t g = 0; g < m->num_groups; g++) {
+        pg_kv_group *grp = &m->groups[g];
+        if (grp->spec.kind != PG_KV_FULL_ATTENTION && grp->spec.kind != PG_KV_SLIDING_WINDOW)
+            continue;
+        pg_kv_group_truncate(grp, &grp->tables[req->kv_slot],
+                             grp->ops->num_table_blocks(grp, num_tokens));
+    }
 }
 
 void pg_kvm_free(pg_kvm *m, pg_request *req) {

@@ -85,7 +85,8 @@ pg_block_pool *pg_kvm_pool(pg_kvm *m);
 int32_t pg_kvm_find_cached_prefix(pg_kvm *m, const pg_request *req);
 
 /* Make room for req's next num_new_tokens tokens (the tokens computed in
- * this step), after num_hit_tokens from the preceding
+ * this step, with req->num_spec_tokens draft tokens past its last token
+ * allowed: speculative decoding), after num_hit_tokens from the preceding
  * pg_kvm_find_cached_prefix (0 = no reuse). On success the hit blocks are
  * referenced and appended, new blocks are appended, full blocks covering
  * num_computed + hits + num_new tokens are registered in the prefix cache,
@@ -98,6 +99,13 @@ int32_t pg_kvm_find_cached_prefix(pg_kvm *m, const pg_request *req);
  * max_model_len), PAGODA_ERR_INTERNAL on a broken invariant. */
 pagoda_status pg_kvm_allocate_slots(pg_kvm *m, pg_request *req, int32_t num_new_tokens,
                                     int32_t num_hit_tokens);
+
+/* Speculative decoding's rollback: keep only the blocks req needs for
+ * num_tokens tokens in every full-attention / sliding-window group and free
+ * the rest, last first (they hold rejected draft tokens only, so no prefix-
+ * cache hash names them). Recurrent-state and cross-attention groups are
+ * left alone. No-op when req holds nothing. */
+void pg_kvm_truncate(pg_kvm *m, pg_request *req, int32_t num_tokens);
 
 /* Free every block of req (each group's table last block first, so a
  * sequence's tail is evicted before its head) and release req->kv_slot.

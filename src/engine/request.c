@@ -99,6 +99,7 @@ pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
     r->encoder_done = 0;
     r->encoder_slot = -1;
     r->probe_len = p->probe_len > 0 && p->probe_len <= p->num_prompt_tokens ? p->probe_len : 0;
+    r->no_spec = p->no_spec;
     r->max_tokens = p->max_tokens;
     r->min_tokens = p->min_tokens;
     r->eos_token_id = p->eos_token_id;

@@ -16,6 +16,9 @@
 #include "engine/block_hash.h"
 
 #define PG_MAX_STOP_TOKENS 16
+/* Draft tokens one request may have verified per step at most (speculative
+ * decoding; vLLM's num_speculative_tokens). */
+#define PG_MAX_SPEC_TOKENS 16
 
 typedef enum pg_request_status {
     PG_REQ_WAITING = 0, /* queued, never admitted */
@@ -58,6 +61,9 @@ typedef struct pg_request_params {
      * Whisper's no-speech probability at <|startoftranscript|>); 0 = none,
      * else 1..num_prompt_tokens */
     int32_t probe_len;
+    /* never speculate for this request (structured outputs, logits
+     * processors: they see one position at a time) */
+    bool no_spec;
 } pg_request_params;
 
 typedef struct pg_request {
@@ -97,6 +103,12 @@ typedef struct pg_request {
      * the encoder state slot it holds while 0 < done < steps (-1: none) */
     int32_t encoder_steps, encoder_done, encoder_slot;
     int32_t probe_len; /* 0: none (see pg_request_params) */
+    /* speculative decoding: the draft tokens proposed to follow tokens[]
+     * (positions num_tokens ..), verified in the next decode step; never
+     * part of tokens[] or block_hashes[] until accepted */
+    int32_t spec_token_ids[PG_MAX_SPEC_TOKENS];
+    int32_t num_spec_tokens;
+    bool no_spec;
     /* scheduler bookkeeping */
     int64_t scheduled_step; /* last step that scheduled it, -1: never */
     bool abort_pending;     /* abort requested while its step was in flight */

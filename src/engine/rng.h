@@ -20,7 +20,7 @@
 /* Streams: independent sequences under one key (one per consumer). */
 enum {
     PG_RNG_STREAM_SAMPLE = 0, /* pg_sampler_sample: one uniform per output token */
-    PG_RNG_STREAM_SPEC = 1,   /* reserved: speculative decoding (rejection sampling) */
+    PG_RNG_STREAM_SPEC = 1,   /* speculative decoding: the acceptance test of a draft token */
 };
 
 typedef struct pg_rng {

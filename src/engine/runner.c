@@ -245,14 +245,16 @@ pagoda_status pg_runner_create(const pg_model *model, const pg_runner_config *cf
         }
     }
 
+    const size_t rows =
+        S + PG_SCHED_MAX_PROBES + (size_t)(cfg->max_num_spec_rows > 0 ? cfg->max_num_spec_rows : 0);
     pg_step_limits lim = {.max_tokens = cfg->max_num_batched_tokens,
-                          .max_seqs = cfg->max_num_seqs + PG_SCHED_MAX_PROBES, /* logit rows */
+                          .max_seqs = (int32_t)rows, /* logit rows */
                           .max_model_len = cfg->max_model_len,
                           .kv_dtype = cfg->kv_dtype,
                           .block_size = cfg->block_size};
     if ((st = pg_model_workspace_create(model, &lim, &r->ws)) != PAGODA_OK) goto fail;
-    r->logits = pg_malloc_aligned((S + PG_SCHED_MAX_PROBES) * (size_t)c->vocab_size * 4);
-    r->logit_rows = malloc((S + PG_SCHED_MAX_PROBES) * sizeof(int32_t));
+    r->logits = pg_malloc_aligned(rows * (size_t)c->vocab_size * 4);
+    r->logit_rows = malloc(rows * sizeof(int32_t));
     if (!r->logits || !r->logit_rows) goto nomem;
     *out = r;
     return PAGODA_OK;
@@ -330,11 +332,17 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
     if (est) return est;
     if (so->num_reqs == 0) return PAGODA_OK;
     int32_t n_logits = 0;
+    if (so->num_spec_total > (r->cfg.max_num_spec_rows > 0 ? r->cfg.max_num_spec_rows : 0))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "runner: %d draft tokens in a step, room for %d logits rows of drafts",
+                        so->num_spec_total, r->cfg.max_num_spec_rows);
     for (int32_t i = 0; i < so->num_reqs; i++) {
         row_of[i] = -1;
         if (so->samples[i]) {
+            const int32_t D = so->num_spec_tokens ? so->num_spec_tokens[i] : 0;
             row_of[i] = n_logits;
-            r->logit_rows[n_logits++] = so->query_start_loc[i + 1] - 1;
+            for (int32_t j = D; j >= 0; j--)
+                r->logit_rows[n_logits++] = so->query_start_loc[i + 1] - 1 - j;
         }
     }
     for (int32_t i = 0, np = 0; i < so->num_reqs; i++) { /* probes after the sampling rows */

@@ -68,6 +68,8 @@ typedef struct pg_runner_config {
     int32_t num_state_snapshots; /* prefix-cache snapshots of the recurrent states (0: none) */
     int32_t max_num_encoding;    /* encoder-decoder models: encoder state slots (the
                                     scheduler's max_num_encoding) */
+    int32_t max_num_spec_rows;   /* speculative decoding: draft tokens per step at most (their
+                                    logits rows come on top of max_num_seqs); 0 = none */
 } pg_runner_config;
 
 /* Allocate the paged KV tensors (num_blocks * block_size tokens each,
@@ -90,7 +92,9 @@ const pg_kv_plan *pg_runner_plan(const pg_runner *r);
  * so->num_reqs is 0). For every request i with so->samples[i],
  * *logits_out points at the vocab_size logits of its last scheduled token:
  * row r of the returned matrix where rows are the sampling requests in
- * batch order; row_of[i] = r or -1. Then come the probe rows
+ * batch order; row_of[i] = r or -1. A request with draft tokens
+ * (so->num_spec_tokens[i] = D > 0) gets D + 1 consecutive rows from
+ * row_of[i]: the logits after its last token, then after each draft. Then come the probe rows
  * (so->probe_rows): probe_of[i] = the row of i's probe or -1 (probe_of may
  * be NULL). Logits stay valid until the next step.
  * Errors: PAGODA_ERR_INVALID_ARG (groups differ from the plan), errors of

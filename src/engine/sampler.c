@@ -343,7 +343,7 @@ static int32_t draw_from(cand *c, size_t n, const float *prob, double u) {
 /* Steps 7-8 with top-k: the k best by heap, then min-p and top-p on that
  * best-first list. Returns the sampled id. */
 static int32_t sample_top_k(pg_sampler *s, const pg_sampling_params *p, const float *x, float m,
-                            size_t k, double u) {
+                            size_t k, double u, int32_t draft, double ua) {
     const float inv_t = 1.0f / p->temperature;
     float *prob = s->prob;
     cand *c = s->cand;
@@ -368,7 +368,17 @@ static int32_t sample_top_k(pg_sampler *s, const pg_sampling_params *p, const fl
             }
         }
     }
-    return draw_from(c, n, prob, u); /* n >= 1: the maximum has prob 1 */
+    if (draft >= 0) { /* rejection sampling against a one-hot draft (sampler.h) */
+        double kept = 0.0;
+        size_t at = n;
+        for (size_t j = 0; j < n; j++) {
+            kept += (double)prob[c[j].id];
+            if (c[j].id == draft) at = j;
+        }
+        if (at < n && ua * kept < (double)prob[draft]) return draft;
+        if (at < n) c[at] = c[--n]; /* the residual: the kept tokens but the draft */
+    }
+    return draw_from(c, n, prob, u); /* n >= 1: the maximum has prob 1 (or was the draft) */
 }
 
 /* bsum[b] = sum of p[b * DRAW_BLOCK ...] (eight partial sums in a fixed
@@ -418,7 +428,7 @@ static int32_t draw_blocked(const float *p, size_t v, const double *bsum, double
 
 /* Steps 7-8 over the whole vocabulary (no top-k). */
 static int32_t sample_full(pg_sampler *s, const pg_sampling_params *p, const float *x, float m,
-                           double u) {
+                           double u, int32_t draft, double ua) {
     const size_t v = (size_t)s->vocab;
     const float inv_t = 1.0f / p->temperature;
     const float min_p = p->min_p;
@@ -491,6 +501,11 @@ static int32_t sample_full(pg_sampler *s, const pg_sampling_params *p, const flo
     }
 draw:
     if (use_top_p) total = block_sums(prob, v, s->bsum);
+    if (draft >= 0) { /* rejection sampling against a one-hot draft (sampler.h) */
+        if (ua * total < (double)prob[draft]) return draft;
+        prob[draft] = 0.0f; /* the residual max(p - q, 0), renormalised by the draw */
+        total = block_sums(prob, v, s->bsum);
+    }
     return draw_blocked(prob, v, s->bsum, u * total);
 }
 
@@ -498,6 +513,14 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
                                 float *logits, const int32_t *prompt_ids, size_t n_prompt,
                                 const int32_t *output_ids, size_t n_output, pg_logprob_out *lp,
                                 int32_t *token_out) {
+    return pg_sampler_verify(s, p, rng, logits, prompt_ids, n_prompt, output_ids, n_output, -1, lp,
+                             token_out);
+}
+
+pagoda_status pg_sampler_verify(pg_sampler *s, const pg_sampling_params *p, const pg_rng *rng,
+                                float *logits, const int32_t *prompt_ids, size_t n_prompt,
+                                const int32_t *output_ids, size_t n_output, int32_t draft,
+                                pg_logprob_out *lp, int32_t *token_out) {
     pagoda_status st = pg_sampling_params_validate(p, s->vocab);
     if (st != PAGODA_OK) return st;
     if (!logits || !rng || !token_out)
@@ -509,6 +532,9 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
     if (lp && p->n_logprobs > 0 && (!lp->top_ids || !lp->top_logprobs))
         return pg_error(PAGODA_ERR_INVALID_ARG, "sampler: logprobs arrays are NULL");
     const size_t v = (size_t)s->vocab;
+    if (draft >= (int32_t)v)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "sampler: draft token %d outside [0, %zu)", draft,
+                        v);
 
     /* 1. sanitise (a read-only scan; the fix-up pass only when needed) */
     bool bad = false;
@@ -550,10 +576,12 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
         tok = (int32_t)first_index_of(logits, v, m);
     else {
         const double u = pg_rng_uniform(rng, (uint64_t)n_output, PG_RNG_STREAM_SAMPLE);
+        const double ua =
+            draft >= 0 ? pg_rng_uniform(rng, (uint64_t)n_output, PG_RNG_STREAM_SPEC) : 0.0;
         if (p->top_k > 0 && p->top_k < s->vocab)
-            tok = sample_top_k(s, p, logits, m, (size_t)p->top_k, u);
+            tok = sample_top_k(s, p, logits, m, (size_t)p->top_k, u, draft, ua);
         else
-            tok = sample_full(s, p, logits, m, u);
+            tok = sample_full(s, p, logits, m, u, draft, ua);
     }
 
     if (lp) {

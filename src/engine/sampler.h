@@ -129,4 +129,24 @@ pagoda_status pg_sampler_sample(pg_sampler *s, const pg_sampling_params *p, cons
                                 const int32_t *output_ids, size_t n_output, pg_logprob_out *lp,
                                 int32_t *token_out);
 
+/* Verify one draft token (speculative decoding) at output position
+ * n_output: as pg_sampler_sample, whose call this is with draft = -1, but
+ * when draft >= 0 the token comes from exact rejection sampling (Leviathan,
+ * Kalman, Matias 2023, "Fast inference from transformers via speculative
+ * decoding", Algorithm 1; vLLM's rejection_sampler.py) against a one-hot
+ * draft distribution q = [draft] (the n-gram proposer's): with p the
+ * target distribution after steps 1-7 (penalties, temperature, min-p,
+ * top-k, top-p; renormalised), the draft is accepted (*token_out = draft)
+ * when ua < p(draft) / q(draft) = p(draft), ua =
+ * pg_rng_uniform(rng, n_output, PG_RNG_STREAM_SPEC); otherwise the token is
+ * drawn as in step 8 (same uniform) from the residual norm(max(p - q, 0)) =
+ * p without the draft. So P(token = x) = p(x) for every x, and the result
+ * is a pure function of (logits, params, history, seed, position, draft).
+ * Greedy requests draw nothing: the argmax, which the caller compares with
+ * the draft. Errors: those of pg_sampler_sample; draft >= vocab_size. */
+pagoda_status pg_sampler_verify(pg_sampler *s, const pg_sampling_params *p, const pg_rng *rng,
+                                float *logits, const int32_t *prompt_ids, size_t n_prompt,
+                                const int32_t *output_ids, size_t n_output, int32_t draft,
+                                pg_logprob_out *lp, int32_t *token_out);
+
 #endif

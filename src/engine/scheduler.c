@@ -1,6 +1,7 @@
 /* Scheduler: continuous batching, chunked prefill, preemption by recompute.
  * See scheduler.h for the policy. */
 #include "engine/scheduler.h"
+#include "engine/ngram.h"
 #include "engine/state_cache.h"
 
 #include <stdlib.h>
@@ -74,6 +75,13 @@ struct pg_scheduler {
     uint64_t *fin[2]; /* finished ids: one reported in `out`, one accumulating */
     int32_t fin_cur, num_fin;
     pg_step_event *events;
+    int32_t *ev_tokens; /* [max_seqs][PG_MAX_SPEC_TOKENS + 1] the events' token lists */
+
+    /* speculative decoding */
+    pg_spec_config spec; /* num_speculative_tokens 0: off */
+    int32_t spec_left;   /* draft tokens this step may still schedule */
+    int32_t *o_num_spec, *o_spec_ids;
+    pg_spec_stats spec_stats;
 };
 
 /* ---- id map ---- */
@@ -222,8 +230,20 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
                         "scheduler: max_num_batched_tokens %d < max_num_seqs %d (every running "
                         "request needs a decode token per step)",
                         cfg->max_num_batched_tokens, cfg->max_num_seqs);
+    const pg_spec_config *sp = &cfg->spec;
+    if (sp->num_speculative_tokens < 0 || sp->num_speculative_tokens > PG_MAX_SPEC_TOKENS ||
+        (sp->num_speculative_tokens > 0 && !sp->propose &&
+         (sp->prompt_lookup_min < 1 || sp->prompt_lookup_max < sp->prompt_lookup_min)) ||
+        sp->max_batch_tokens < 0 || sp->disable_by_batch_size < 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: speculative decoding: num_speculative_tokens %d (0..%d), "
+                        "prompt_lookup_min %d (>= 1), prompt_lookup_max %d (>= min), "
+                        "max_batch_tokens %d, disable_by_batch_size %d (>= 0)",
+                        sp->num_speculative_tokens, PG_MAX_SPEC_TOKENS, sp->prompt_lookup_min,
+                        sp->prompt_lookup_max, sp->max_batch_tokens, sp->disable_by_batch_size);
     pg_scheduler *s = calloc(1, sizeof *s);
     if (!s) return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory");
+    s->spec = *sp;
     pg_kvm_config kc = cfg->kv;
     kc.max_model_len = cfg->max_model_len;
     kc.max_num_seqs = cfg->max_num_seqs;
@@ -241,8 +261,17 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->caching = kc.enable_prefix_caching;
     s->num_groups = pg_kvm_num_groups(s->kvm);
     s->cross_group = -1;
-    for (int32_t g = 0; g < s->num_groups; g++)
-        if (pg_kvm_group_spec(s->kvm, g)->kind == PG_KV_CROSS_ATTENTION) s->cross_group = g;
+    for (int32_t g = 0; g < s->num_groups; g++) {
+        const pg_kv_cache_kind kind = pg_kvm_group_spec(s->kvm, g)->kind;
+        if (kind == PG_KV_CROSS_ATTENTION) s->cross_group = g;
+        if ((kind == PG_KV_CROSS_ATTENTION || kind == PG_KV_MAMBA) &&
+            s->spec.num_speculative_tokens > 0) {
+            PG_WARN("scheduler: speculative decoding is off: the model has a %s KV cache group, "
+                    "whose state cannot be rolled back past rejected draft tokens",
+                    kind == PG_KV_MAMBA ? "recurrent-state" : "cross-attention");
+            s->spec.num_speculative_tokens = 0;
+        }
+    }
     s->enc_cost = cfg->encoder_step_tokens > 0 ? cfg->encoder_step_tokens : 1;
     s->enc_budget_max = cfg->max_num_encoder_tokens > 0 ? cfg->max_num_encoder_tokens
                                                         : cfg->max_num_batched_tokens;
@@ -276,6 +305,9 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->fin[0] = malloc(S * sizeof(uint64_t));
     s->fin[1] = malloc(S * sizeof(uint64_t));
     s->events = malloc(S * sizeof *s->events);
+    s->ev_tokens = malloc(S * (PG_MAX_SPEC_TOKENS + 1) * sizeof(int32_t));
+    s->o_num_spec = calloc(S, sizeof(int32_t));
+    s->o_spec_ids = calloc(S * PG_MAX_SPEC_TOKENS, sizeof(int32_t));
     size_t E = (size_t)(s->max_encoding > 0 ? s->max_encoding : 1);
     s->enc_free = malloc(E * sizeof(int32_t));
     s->enc_reqs = malloc(E * sizeof *s->enc_reqs);
@@ -298,7 +330,8 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
         !s->o_samples || !s->o_restore || !s->o_snap || !s->o_snap_len || !s->o_probe ||
         !s->snap_hash || !s->snap_decode || !s->o_tables || !s->o_num_blocks ||
         !s->o_num_new_blocks || !s->o_tokens || !s->o_positions || !s->o_slots || !s->o_preempted ||
-        !s->fin[0] || !s->fin[1] || !s->events || wq_reserve(s, 64) != PAGODA_OK) {
+        !s->fin[0] || !s->fin[1] || !s->events || !s->ev_tokens || !s->o_num_spec ||
+        !s->o_spec_ids || wq_reserve(s, 64) != PAGODA_OK) {
         pg_scheduler_destroy(s);
         return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for step buffers");
     }
@@ -321,6 +354,8 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     o->kv_slots = s->o_kv_slots;
     o->is_new = s->o_is_new;
     o->samples = s->o_samples;
+    o->num_spec_tokens = s->o_num_spec;
+    o->spec_token_ids = s->o_spec_ids;
     o->state_restore = s->o_restore;
     o->state_snap = s->o_snap;
     o->state_snap_len = s->o_snap_len;
@@ -379,6 +414,9 @@ void pg_scheduler_destroy(pg_scheduler *s) {
     free(s->fin[0]);
     free(s->fin[1]);
     free(s->events);
+    free(s->ev_tokens);
+    free(s->o_num_spec);
+    free(s->o_spec_ids);
     free(s->enc_free);
     free(s->enc_reqs);
     free(s->o_enc_ids);
@@ -461,6 +499,15 @@ pagoda_status pg_scheduler_abort(pg_scheduler *s, uint64_t id) {
     return PAGODA_OK;
 }
 
+pagoda_status pg_scheduler_set_proposer(pg_scheduler *s, pg_spec_propose_fn fn, void *ctx) {
+    if (s->spec.num_speculative_tokens <= 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: speculative decoding is off: no proposer to set");
+    s->spec.propose = fn;
+    s->spec.propose_ctx = ctx;
+    return PAGODA_OK;
+}
+
 const pg_request *pg_scheduler_get_request(const pg_scheduler *s, uint64_t id) {
     return id_find(s, id);
 }
@@ -476,6 +523,7 @@ void pg_scheduler_get_stats(const pg_scheduler *s, pg_sched_stats *out) {
     out->num_waiting = s->wq_len;
     out->num_steps = s->step;
     out->num_preemptions = s->num_preemptions;
+    out->spec = s->spec_stats;
     pg_kvm_get_stats(s->kvm, &out->kv);
 }
 
@@ -496,7 +544,12 @@ static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
     s->o_seq_lens[i] = c + n;
     s->o_kv_slots[i] = r->kv_slot;
     s->o_is_new[i] = is_new;
-    s->o_samples[i] = (c + n == r->num_tokens);
+    const int32_t D = r->num_spec_tokens; /* drafts: the last D query tokens */
+    s->o_num_spec[i] = D;
+    memcpy(s->o_spec_ids + (size_t)i * PG_MAX_SPEC_TOKENS, r->spec_token_ids,
+           (size_t)D * sizeof(int32_t));
+    o->num_spec_total += D;
+    s->o_samples[i] = (c + n - D == r->num_tokens);
     s->o_probe[i] = -1;
     if (r->probe_len > 0 && r->probe_len - 1 >= c && r->probe_len - 1 < c + n) {
         s->o_probe[i] = off + (r->probe_len - 1 - c);
@@ -522,7 +575,7 @@ static void emit(pg_scheduler *s, pg_request *r, int32_t n, bool is_new,
         }
     }
     for (int32_t t = 0; t < n; t++) {
-        s->o_tokens[off + t] = r->tokens[c + t];
+        s->o_tokens[off + t] = t < n - D ? r->tokens[c + t] : r->spec_token_ids[t - (n - D)];
         s->o_positions[off + t] = c + t;
     }
     for (int32_t g = 0; g < s->num_groups; g++) {
@@ -594,6 +647,24 @@ static int32_t probe_cut(const pg_scheduler *s, const pg_request *r, int32_t c, 
     return n;
 }
 
+/* Draft tokens for decode r in this step (r->spec_token_ids, count
+ * returned): at most num_speculative_tokens, the step's draft budget, the
+ * token budget after r's own token, and what r may still output after its
+ * pending token and the one sampled after the drafts (max_tokens and
+ * max_model_len). */
+static int32_t propose_drafts(pg_scheduler *s, pg_request *r) {
+    int32_t k = s->spec.num_speculative_tokens;
+    if (k > s->spec_left) k = s->spec_left;
+    if (k > s->budget - 1) k = s->budget - 1;
+    if (k > r->max_total_tokens - r->num_tokens - 1) k = r->max_total_tokens - r->num_tokens - 1;
+    if (k <= 0 || r->no_spec) return 0;
+    int32_t d = s->spec.propose
+                    ? s->spec.propose(s->spec.propose_ctx, r, k, r->spec_token_ids)
+                    : pg_ngram_propose(r->tokens, r->num_tokens, s->spec.prompt_lookup_min,
+                                       s->spec.prompt_lookup_max, k, r->spec_token_ids);
+    return d < 0 ? 0 : d > k ? k : d;
+}
+
 static int schedule_running(pg_scheduler *s, pg_request *r) {
     int32_t n = r->num_tokens - r->num_computed_tokens;
     if (n > s->budget) n = s->budget;
@@ -601,21 +672,29 @@ static int schedule_running(pg_scheduler *s, pg_request *r) {
     n = aligned_chunk(s, r, r->num_computed_tokens, n);
     n = probe_cut(s, r, r->num_computed_tokens, n);
     if (n == 0) return 1; /* waits for a step with room to the next boundary */
+    r->num_spec_tokens = 0;
+    if (n == 1 && s->spec_left > 0) r->num_spec_tokens = propose_drafts(s, r);
     int32_t prev[PG_KV_MAX_GROUPS];
     for (;;) {
         table_lengths(s, r, prev);
-        pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, n, 0);
+        pagoda_status st = pg_kvm_allocate_slots(s->kvm, r, n + r->num_spec_tokens, 0);
         if (st == PAGODA_OK) {
-            emit(s, r, n, false, prev);
+            s->spec_left -= r->num_spec_tokens;
+            emit(s, r, n + r->num_spec_tokens, false, prev);
             return 1;
         }
         if (st != PAGODA_ERR_LIMIT) return -(int)st;
+        if (r->num_spec_tokens > 0) { /* drafts are the first thing to give up */
+            r->num_spec_tokens = 0;
+            continue;
+        }
         /* out of blocks: preempt the newest running request not scheduled this step */
         int32_t v = s->num_running - 1;
         while (v >= 0 && s->running[v]->scheduled_step == s->step)
             v--;
         if (v < 0) return -(int)pg_error(PAGODA_ERR_INTERNAL, "scheduler: no preemption victim");
         pg_request *victim = s->running[v];
+        victim->num_spec_tokens = 0;
         preempt(s, v);
         if (victim == r) return 0;
     }
@@ -675,6 +754,7 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
     o->num_tokens = 0;
     o->num_preempted = 0;
     o->num_enc = 0;
+    o->num_spec_total = 0;
     s->o_qsl[0] = 0;
     /* report the finished ids gathered since the last step; gather into the other buffer */
     o->finished_ids = s->fin[s->fin_cur];
@@ -684,6 +764,17 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
     s->budget = s->max_tokens;
     s->probes_left = PG_SCHED_MAX_PROBES;
     s->enc_budget = s->enc_budget_max;
+    /* the adaptive rule (scheduler.h): drafts while decodes + drafts stay
+     * within max_batch_tokens, none at disable_by_batch_size running */
+    s->spec_left = 0;
+    if (s->spec.num_speculative_tokens > 0 &&
+        (s->spec.disable_by_batch_size == 0 || s->num_running < s->spec.disable_by_batch_size)) {
+        int32_t decodes = 0;
+        for (int32_t i = 0; i < s->num_running; i++)
+            decodes += s->running[i]->num_tokens - s->running[i]->num_computed_tokens == 1;
+        int32_t cap = s->spec.max_batch_tokens > 0 ? s->spec.max_batch_tokens : s->max_tokens;
+        s->spec_left = cap > decodes ? cap - decodes : 0;
+    }
 
     /* 1. decodes, then 2. prefill chunks of running requests */
     for (int pass = 0; pass < 2; pass++) {
@@ -751,6 +842,33 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
 
 pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_output *so,
                                               const int32_t *sampled, pg_step_result *res) {
+    return pg_scheduler_update_from_output_spec(s, so, sampled, NULL, 1, res);
+}
+
+/* Check request i's sampled tokens of a step with drafts (see
+ * update_from_output_spec). */
+static pagoda_status check_spec_tokens(const pg_scheduler *s, int32_t i, const int32_t *tok,
+                                       int32_t cnt) {
+    const int32_t D = s->o_num_spec[i];
+    if (cnt < 1 || cnt > D + 1)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: step %lld: request %llu got %d tokens for %d draft tokens "
+                        "(1..%d)",
+                        (long long)s->out.step, (unsigned long long)s->o_req_ids[i], cnt, D, D + 1);
+    for (int32_t j = 0; j < cnt; j++)
+        if (tok[j] < 0 ||
+            (j < cnt - 1 && tok[j] != s->o_spec_ids[(size_t)i * PG_MAX_SPEC_TOKENS + j]))
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "scheduler: step %lld: request %llu: token %d of %d (%d) is %s",
+                            (long long)s->out.step, (unsigned long long)s->o_req_ids[i], j, cnt,
+                            tok[j], tok[j] < 0 ? "negative" : "not the accepted draft token");
+    return PAGODA_OK;
+}
+
+pagoda_status pg_scheduler_update_from_output_spec(pg_scheduler *s, const pg_sched_output *so,
+                                                   const int32_t *sampled,
+                                                   const int32_t *num_sampled, int32_t stride,
+                                                   pg_step_result *res) {
     if (res) {
         res->num_events = 0;
         res->events = s->events;
@@ -765,11 +883,19 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
         return pg_error(PAGODA_ERR_INVALID_ARG, "scheduler: step %lld was already updated",
                         (long long)o->step);
     }
-    for (int32_t i = 0; i < o->num_reqs; i++)
-        if (s->o_samples[i] && !s->sched_reqs[i]->abort_pending && (!sampled || sampled[i] < 0))
+    if (stride < 1) stride = 1;
+    for (int32_t i = 0; i < o->num_reqs; i++) {
+        if (!s->o_samples[i] || s->sched_reqs[i]->abort_pending) continue;
+        if (!sampled || sampled[(size_t)i * stride] < 0)
             return pg_error(PAGODA_ERR_INVALID_ARG,
                             "scheduler: step %lld: no sampled token for request %llu (index %d)",
                             (long long)o->step, (unsigned long long)s->o_req_ids[i], i);
+        const int32_t cnt = num_sampled ? num_sampled[i] : 1;
+        if (s->o_num_spec[i] > 0 || cnt != 1) {
+            pagoda_status cst = check_spec_tokens(s, i, sampled + (size_t)i * stride, cnt);
+            if (cst) return cst;
+        }
+    }
     int32_t ne = 0;
     for (int32_t j = 0; j < o->num_enc; j++) { /* encoder pieces done */
         pg_request *r = s->enc_reqs[j];
@@ -794,28 +920,63 @@ pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_ou
                 r->state_snap_decode_hash = s->snap_hash[i];
             }
         }
-        r->num_computed_tokens += s->o_num_sched[i];
+        const int32_t D = s->o_num_spec[i];
+        const int32_t cnt = s->o_samples[i] && num_sampled ? num_sampled[i] : 1;
+        r->num_spec_tokens = 0; /* drafts are proposed anew for every step */
+        /* the rejected drafts' KV slots roll back: only the accepted count */
+        r->num_computed_tokens += s->o_num_sched[i] - (D > 0 ? D - (cnt - 1) : 0);
         if (r->abort_pending) {
-            s->events[ne++] =
-                (pg_step_event){r->id, -1, PG_FINISH_ABORT, -1, pg_request_num_output_tokens(r)};
+            s->events[ne++] = (pg_step_event){.req_id = r->id,
+                                              .token = -1,
+                                              .finish = PG_FINISH_ABORT,
+                                              .stop_token = -1,
+                                              .num_output_tokens = pg_request_num_output_tokens(r)};
             finish_request(s, r, PG_FINISH_ABORT);
             continue;
         }
         if (!s->o_samples[i]) continue;
-        int32_t tok = sampled[i];
-        pagoda_status st = pg_request_append_token(r, tok);
-        pg_finish_reason why = st ? PG_FINISH_LENGTH : pg_request_check_stop(r);
-        if (st) PG_ERROR("%s", pg_last_error());
-        s->events[ne++] =
-            (pg_step_event){r->id, st ? -1 : tok, why, why == PG_FINISH_STOP ? tok : -1,
-                            pg_request_num_output_tokens(r)};
-        if (why != PG_FINISH_NONE) finish_request(s, r, why);
+        if (D > 0) {
+            pg_spec_stats *ss = &s->spec_stats;
+            ss->num_drafts++;
+            ss->num_draft_tokens += (uint64_t)D;
+            ss->num_accepted_tokens += (uint64_t)(cnt - 1);
+            for (int32_t p = 0; p < cnt - 1; p++)
+                ss->accepted_per_pos[p]++;
+        }
+        const int32_t *toks = sampled + (size_t)i * stride;
+        int32_t *evt = s->ev_tokens + (size_t)ne * (PG_MAX_SPEC_TOKENS + 1);
+        int32_t nt = 0, last = -1;
+        pg_finish_reason why = PG_FINISH_NONE;
+        for (int32_t j = 0; j < cnt && why == PG_FINISH_NONE; j++) {
+            pagoda_status st = pg_request_append_token(r, toks[j]);
+            if (st) {
+                PG_ERROR("%s", pg_last_error());
+                why = PG_FINISH_LENGTH;
+                break;
+            }
+            evt[nt++] = last = toks[j];
+            why = pg_request_check_stop(r);
+        }
+        s->events[ne++] = (pg_step_event){.req_id = r->id,
+                                          .token = last,
+                                          .tokens = evt,
+                                          .num_tokens = nt,
+                                          .finish = why,
+                                          .stop_token = why == PG_FINISH_STOP ? last : -1,
+                                          .num_output_tokens = pg_request_num_output_tokens(r)};
+        if (why != PG_FINISH_NONE)
+            finish_request(s, r, why);
+        else if (D > 0) /* free the blocks that held only rejected drafts */
+            pg_kvm_truncate(s->kvm, r, r->num_tokens);
     }
     for (int32_t j = 0; j < o->num_enc; j++) { /* aborted during an encoder-only step */
         pg_request *r = id_find(s, s->o_enc_ids[j]);
         if (r && r->abort_pending) {
-            s->events[ne++] =
-                (pg_step_event){r->id, -1, PG_FINISH_ABORT, -1, pg_request_num_output_tokens(r)};
+            s->events[ne++] = (pg_step_event){.req_id = r->id,
+                                              .token = -1,
+                                              .finish = PG_FINISH_ABORT,
+                                              .stop_token = -1,
+                                              .num_output_tokens = pg_request_num_output_tokens(r)};
             finish_request(s, r, PG_FINISH_ABORT);
         }
     }

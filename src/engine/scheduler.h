@@ -38,6 +38,41 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
 
+/* Speculative decoding (vLLM v1's spec decode: the scheduler side of
+ * vllm/v1/core/sched/scheduler.py, spec_token_ids): a running request that
+ * decodes may carry draft tokens (pg_request.spec_token_ids) proposed to
+ * follow its last token. They are scheduled as extra query tokens of its
+ * decode (positions num_tokens ..; counted against the token budget; KV
+ * slots allocated for them) so the runner scores all of them in the step's
+ * one batched forward, with logits for every one of them and for the last
+ * token (num_spec_tokens[i] + 1 sampling rows). update_from_output_spec then
+ * takes the accepted drafts plus one more token: num_computed_tokens counts
+ * only what was accepted (the rejected drafts' KV slots are rolled back),
+ * blocks past the accepted length are freed, and block hashes (prefix cache)
+ * only ever cover accepted tokens (they are hashed when appended).
+ *
+ * Who proposes: pg_spec_config.propose (NULL: the n-gram proposer over the
+ * request's own tokens, engine/ngram.h). The adaptive rule: drafts go only
+ * to decodes while the step's decode tokens plus drafts stay within
+ * max_batch_tokens (a small step streams the weights once whatever its size,
+ * so extra query tokens are nearly free; a large one is compute-bound and
+ * drafts would only cost), in admission order, and none at all while
+ * disable_by_batch_size or more requests run (vLLM's
+ * speculative_disable_by_batch_size). Requests with no_spec, and models with
+ * recurrent-state or cross-attention groups (their state cannot be rolled
+ * back), never get drafts. */
+typedef int32_t (*pg_spec_propose_fn)(void *ctx, const pg_request *r, int32_t max_drafts,
+                                      int32_t *out);
+
+typedef struct pg_spec_config {
+    int32_t num_speculative_tokens;               /* drafts per request and step at most; 0 = off */
+    int32_t prompt_lookup_min, prompt_lookup_max; /* n-gram lengths (vLLM's names) */
+    int32_t max_batch_tokens;      /* decode tokens + drafts per step at most (adaptive rule) */
+    int32_t disable_by_batch_size; /* no drafts while this many requests run; 0 = no limit */
+    pg_spec_propose_fn propose;    /* NULL: n-gram */
+    void *propose_ctx;
+} pg_spec_config;
+
 /* Probe rows (pg_request_params.probe_len) per step at most: a chunk that
  * would hold one more ends before its probe position. */
 #define PG_SCHED_MAX_PROBES 8
@@ -67,6 +102,7 @@ typedef struct pg_sched_config {
     /* KV cache: num_blocks, block_size, enable_prefix_caching, groups. Its
      * max_model_len and max_num_seqs are taken from the fields above. */
     pg_kvm_config kv;
+    pg_spec_config spec; /* speculative decoding; zeroed = off */
 } pg_sched_config;
 
 /* Defaults: 2048 tokens, 128 seqs, max_model_len 4096, block size
@@ -99,6 +135,11 @@ typedef struct pg_sched_output {
                                             the runner (re)builds its per-request state */
     const uint8_t *samples;              /* 1: this step reaches i's last token, so the runner
                                             samples one token for i (else a prefill chunk: no token) */
+    const int32_t *num_spec_tokens;      /* draft tokens of i scheduled after its last token (the
+                                            last num_spec_tokens[i] of its query; 0: none): the
+                                            runner returns num_spec_tokens[i] + 1 logits rows */
+    const int32_t *spec_token_ids;       /* i's drafts at [i * PG_MAX_SPEC_TOKENS] */
+    int32_t num_spec_total;              /* sum of num_spec_tokens */
     /* hybrid models' state snapshots (engine/state_cache.h), per request i:
      * state_restore[i] >= 0: before the step, i's recurrent state is the
      * snapshot entry state_restore[i] (admitted on a prefix hit; else a
@@ -148,7 +189,11 @@ typedef struct pg_sched_output {
 /* What happened to one request in update_from_output. */
 typedef struct pg_step_event {
     uint64_t req_id;
-    int32_t token;             /* the new output token, -1 if none (aborted) */
+    int32_t token;         /* the (last) new output token, -1 if none (aborted) */
+    const int32_t *tokens; /* every new output token of this step, in order (speculative
+                              decoding: accepted drafts, then one more), num_tokens of them;
+                              valid until the next update_from_output */
+    int32_t num_tokens;
     pg_finish_reason finish;   /* PG_FINISH_NONE while it continues */
     int32_t stop_token;        /* for PG_FINISH_STOP: the EOS/stop token, else -1 */
     int32_t num_output_tokens; /* outputs so far, including this token */
@@ -159,11 +204,20 @@ typedef struct pg_step_result {
     const pg_step_event *events; /* valid until the next update_from_output */
 } pg_step_result;
 
+/* Speculative decoding counters (vLLM's SpecDecodingStats). */
+typedef struct pg_spec_stats {
+    uint64_t num_drafts;          /* request-steps that verified at least one draft token */
+    uint64_t num_draft_tokens;    /* draft tokens verified */
+    uint64_t num_accepted_tokens; /* of those, accepted */
+    uint64_t accepted_per_pos[PG_MAX_SPEC_TOKENS]; /* accepted at draft position p */
+} pg_spec_stats;
+
 typedef struct pg_sched_stats {
     int32_t num_running;
     int32_t num_waiting; /* includes preempted */
     int64_t num_steps;
     uint64_t num_preemptions;
+    pg_spec_stats spec;
     pg_kvm_stats kv;
 } pg_sched_stats;
 
@@ -211,6 +265,30 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out);
 pagoda_status pg_scheduler_update_from_output(pg_scheduler *s, const pg_sched_output *so,
                                               const int32_t *sampled_token_ids,
                                               pg_step_result *res);
+
+/* update_from_output for steps with draft tokens: request i (samples[i])
+ * got num_sampled[i] tokens at tokens[i * stride ..]: its first
+ * num_sampled[i] - 1 drafts, accepted (they must equal
+ * so->spec_token_ids of i), then the token sampled after them (a correction
+ * or the bonus token), so 1 <= num_sampled[i] <= num_spec_tokens[i] + 1.
+ * The tokens are appended one at a time with the finish checks after each
+ * (an EOS among the accepted drafts ends the request there; the rest is
+ * dropped). num_computed_tokens counts only the accepted positions; blocks
+ * past what the request's tokens need are freed (pg_kvm_truncate). Events
+ * list every appended token. num_sampled NULL: one token each, stride 1
+ * (= pg_scheduler_update_from_output). Errors: those of
+ * update_from_output, and PAGODA_ERR_INVALID_ARG for a count outside
+ * [1, num_spec_tokens + 1] or accepted tokens that differ from the drafts
+ * (nothing is applied then). */
+pagoda_status pg_scheduler_update_from_output_spec(pg_scheduler *s, const pg_sched_output *so,
+                                                   const int32_t *tokens,
+                                                   const int32_t *num_sampled, int32_t stride,
+                                                   pg_step_result *res);
+
+/* Replace the draft proposer (pg_spec_config.propose; NULL: n-gram) for
+ * the steps to come; speculative decoding must be on
+ * (num_speculative_tokens > 0), else PAGODA_ERR_INVALID_ARG. */
+pagoda_status pg_scheduler_set_proposer(pg_scheduler *s, pg_spec_propose_fn fn, void *ctx);
 
 /* A live (queued or running) request, NULL when unknown or finished.
  * Read-only view; valid until it finishes. */

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,40 @@ char *pg_metrics_render_models(const pg_metrics_model *models, size_t n) {
                 sb_printf(&b, "%s{model_name=\"%s\"} %.9g\n", STATS[k].name, label[i], v);
         }
     }
+    /* speculative decoding (vLLM's SpecDecodingProm), when a model uses it */
+    bool spec = false;
+    for (size_t i = 0; i < n; i++)
+        spec |= models[i].st->spec_num_positions > 0;
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } SPEC[] = {
+        {"vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+         offsetof(pagoda_stats, spec_num_drafts)},
+        {"vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+         offsetof(pagoda_stats, spec_num_draft_tokens)},
+        {"vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+         offsetof(pagoda_stats, spec_num_accepted_tokens)},
+    };
+    for (size_t k = 0; spec && k < sizeof SPEC / sizeof SPEC[0]; k++) {
+        header(&b, SPEC[k].name, "counter", SPEC[k].help);
+        for (size_t i = 0; i < n; i++) {
+            if (models[i].st->spec_num_positions <= 0) continue;
+            uint64_t v;
+            memcpy(&v, (const char *)models[i].st + SPEC[k].off, sizeof v);
+            sb_printf(&b, "%s_total{model_name=\"%s\"} %llu\n", SPEC[k].name, label[i],
+                      (unsigned long long)v);
+        }
+    }
+    if (spec)
+        header(&b, "vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
+               "Accepted tokens per draft position.");
+    for (size_t i = 0; spec && i < n; i++)
+        for (int p = 0; p < models[i].st->spec_num_positions && p < 16; p++)
+            sb_printf(&b,
+                      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\","
+                      "position=\"%d\"} %llu\n",
+                      label[i], p, (unsigned long long)models[i].st->spec_accepted_per_pos[p]);
     for (size_t i = 0; i < n; i++)
         pthread_mutex_lock(&models[i].m->mu);
     header(&b, "vllm:request_success", "counter", "Count of successfully processed requests.");
@@ -272,6 +307,34 @@ char *pg_metrics_render_models(const pg_metrics_model *models, size_t n) {
         return NULL;
     }
     return b.p;
+}
+
+bool pg_metrics_spec_line(const pagoda_stats *prev, const pagoda_stats *cur, double seconds,
+                          char *buf, size_t cap) {
+    static const pagoda_stats zero;
+    if (!prev) prev = &zero;
+    const uint64_t drafts = cur->spec_num_drafts - prev->spec_num_drafts;
+    const uint64_t drafted = cur->spec_num_draft_tokens - prev->spec_num_draft_tokens;
+    const uint64_t accepted = cur->spec_num_accepted_tokens - prev->spec_num_accepted_tokens;
+    if (cur->spec_num_positions <= 0 || drafts == 0 || drafted == 0 || cap == 0) return false;
+    if (seconds <= 0) seconds = 1e-9;
+    size_t n = (size_t)snprintf(buf, cap,
+                                "SpecDecoding metrics: Mean acceptance length: %.2f, Accepted "
+                                "throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, "
+                                "Accepted: %llu tokens, Drafted: %llu tokens, Per-position "
+                                "acceptance rate: ",
+                                1.0 + (double)accepted / (double)drafts, (double)accepted / seconds,
+                                (double)drafted / seconds, (unsigned long long)accepted,
+                                (unsigned long long)drafted);
+    for (int p = 0; p < cur->spec_num_positions && p < 16 && n < cap; p++)
+        n += (size_t)snprintf(
+            buf + n, cap - n, "%s%.3f", p ? ", " : "",
+            (double)(cur->spec_accepted_per_pos[p] - prev->spec_accepted_per_pos[p]) /
+                (double)drafts);
+    if (n < cap)
+        snprintf(buf + n, cap - n, ", Avg Draft acceptance rate: %.1f%%",
+                 100.0 * (double)accepted / (double)drafted);
+    return true;
 }
 
 char *pg_metrics_render(pg_metrics *m, const char *model_name, const pagoda_stats *st) {

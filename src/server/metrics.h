@@ -12,6 +12,7 @@
 #define PAGODA_SERVER_METRICS_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,18 @@ typedef struct pg_metrics_model {
     pg_metrics *m;
     const pagoda_stats *st;
 } pg_metrics_model;
+
+/* vLLM's speculative-decoding log line (v1/spec_decode/metrics.py,
+ * SpecDecodingLogging) over the interval from `prev` to `cur` (stats of one
+ * engine, `seconds` apart) into buf: "SpecDecoding metrics: Mean acceptance
+ * length: 2.80, Accepted throughput: ... tokens/s, Drafted throughput: ...
+ * tokens/s, Accepted: N tokens, Drafted: N tokens, Per-position acceptance
+ * rate: 0.900, 0.700, ..., Avg Draft acceptance rate: 61.2%". Mean
+ * acceptance length = 1 + accepted / drafts (tokens per verifying step).
+ * Returns false (buf untouched) when no draft was verified in the interval
+ * or speculation is off. */
+bool pg_metrics_spec_line(const pagoda_stats *prev, const pagoda_stats *cur, double seconds,
+                          char *buf, size_t cap);
 
 /* The exposition text (malloc'ed, NUL-terminated; NULL when out of memory)
  * for `n` >= 1 models: each metric family once (HELP, TYPE), then one sample

@@ -375,9 +375,30 @@ static void step_model(pg_server *s, srv_model *m) {
  * aborted (work_seq) or 100 ms pass. It runs until the HTTP threads are gone
  * (engine_stop), so a transcription waiting for its aborted window's last
  * output always gets it. */
+/* Every 10 s (vLLM's log interval) a model that verified draft tokens logs
+ * vLLM's SpecDecoding metrics line for the interval. */
+static void log_spec_stats(pg_server *s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    for (size_t k = 0; k < s->n_models; k++) {
+        srv_model *m = &s->models[k];
+        if (m->spec_logged_t == 0) m->spec_logged_t = now;
+        if (now - m->spec_logged_t < 10.0) continue;
+        pagoda_stats st;
+        pagoda_engine_get_stats(m->e, &st);
+        char line[512];
+        if (pg_metrics_spec_line(&m->spec_logged, &st, now - m->spec_logged_t, line, sizeof line))
+            PG_INFO("%s: %s", m->name, line);
+        m->spec_logged = st;
+        m->spec_logged_t = now;
+    }
+}
+
 static void *engine_main(void *arg) {
     pg_server *s = arg;
     while (!atomic_load(&s->engine_stop)) {
+        log_spec_stats(s);
         pthread_mutex_lock(&s->mu);
         uint64_t seen = s->work_seq;
         pthread_mutex_unlock(&s->mu);

@@ -47,6 +47,9 @@ typedef struct srv_model {
     bool speech;
     int32_t n_mels, n_frames; /* its encoder input */
     pg_metrics metrics;
+    /* speculative decoding's periodic log line: the stats at its last line */
+    pagoda_stats spec_logged;
+    double spec_logged_t;
     int64_t inflight; /* (mu) engine requests not finished; a transcription counts 1 */
 } srv_model;
 

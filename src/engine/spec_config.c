@@ -1,0 +1,92 @@
+/* vLLM's --speculative-config JSON (vllm/config/speculative.py,
+ * SpeculativeConfig: method, num_speculative_tokens, prompt_lookup_min /
+ * prompt_lookup_max, disable_by_batch_size) -> pagoda_speculative_config. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "engine/request.h"
+#include "pagoda.h"
+
+#define CMD "speculative config"
+
+/* An integer key in [lo, hi] (absent: *out unchanged, *have false). */
+static pagoda_status get_int(const cJSON *o, const char *key, int lo, int hi, int32_t *out,
+                             bool *have) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (have) *have = false;
+    if (!v || cJSON_IsNull(v)) return PAGODA_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
+        v->valuedouble > hi)
+        return pg_error(PAGODA_ERR_INVALID_ARG, CMD ": \"%s\" must be an integer in [%d, %d]", key,
+                        lo, hi);
+    *out = (int32_t)v->valuedouble;
+    if (have) *have = true;
+    return PAGODA_OK;
+}
+
+pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculative_config *out) {
+    memset(out, 0, sizeof *out);
+    if (!json) return pg_error(PAGODA_ERR_INVALID_ARG, CMD ": NULL");
+    cJSON *o = cJSON_Parse(json);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        CMD ": not a JSON object (e.g. '{\"method\": \"ngram\", "
+                            "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4}')");
+    }
+    static const char *const keys[] = {"method",
+                                       "model",
+                                       "num_speculative_tokens",
+                                       "prompt_lookup_min",
+                                       "prompt_lookup_max",
+                                       "disable_by_batch_size",
+                                       "max_batch_tokens"};
+    pagoda_status st = PAGODA_OK;
+    for (const cJSON *it = o->child; it && !st; it = it->next) {
+        bool known = false;
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            known |= !strcmp(it->string, keys[k]);
+        if (!known)
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          CMD ": unknown key \"%s\" (pagoda knows method, model, "
+                              "num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, "
+                              "disable_by_batch_size, max_batch_tokens)",
+                          it->string);
+    }
+    /* the method: "method", or vLLM's older "model": "ngram" / "[ngram]" */
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "method");
+    if (!m || cJSON_IsNull(m)) m = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (!st && (!m || !cJSON_IsString(m)))
+        st = pg_error(PAGODA_ERR_INVALID_ARG,
+                      CMD ": \"method\" is missing (pagoda implements \"ngram\")");
+    if (!st && strcmp(m->valuestring, "ngram") && strcmp(m->valuestring, "[ngram]"))
+        st = pg_error(PAGODA_ERR_INVALID_ARG,
+                      CMD ": method \"%.64s\" is not implemented (pagoda implements \"ngram\")",
+                      m->valuestring);
+    out->method = PAGODA_SPEC_NGRAM;
+    bool have_k = false, have_min = false, have_max = false;
+    if (!st)
+        st = get_int(o, "num_speculative_tokens", 1, PG_MAX_SPEC_TOKENS,
+                     &out->num_speculative_tokens, &have_k);
+    if (!st && !have_k)
+        st = pg_error(PAGODA_ERR_INVALID_ARG, CMD ": \"num_speculative_tokens\" is missing");
+    if (!st) st = get_int(o, "prompt_lookup_min", 1, 1 << 20, &out->prompt_lookup_min, &have_min);
+    if (!st) st = get_int(o, "prompt_lookup_max", 1, 1 << 20, &out->prompt_lookup_max, &have_max);
+    if (!st)
+        st = get_int(o, "disable_by_batch_size", 1, 1 << 20, &out->disable_by_batch_size, NULL);
+    if (!st) st = get_int(o, "max_batch_tokens", 1, 1 << 20, &out->max_batch_tokens, NULL);
+    if (!st) { /* vLLM's defaults: each other, else 5 */
+        if (!have_min && !have_max) out->prompt_lookup_min = out->prompt_lookup_max = 5;
+        if (have_min && !have_max) out->prompt_lookup_max = out->prompt_lookup_min;
+        if (!have_min && have_max) out->prompt_lookup_min = out->prompt_lookup_max;
+        if (out->prompt_lookup_max < out->prompt_lookup_min)
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          CMD ": prompt_lookup_max %d is below prompt_lookup_min %d",
+                          out->prompt_lookup_max, out->prompt_lookup_min);
+    }
+    cJSON_Delete(o);
+    if (st) memset(out, 0, sizeof *out);
+    return st;
+}
