@@ -127,18 +127,9 @@ void pg_ref_kq_gemm(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64
                                                  qa + g * PG_QK_K + 16 * s);
         }
         for (int64_t n = 0; n < N; n++) {
-            float y = ref_dot(t, Wg, n, K, qa, asg, bs);
-            if (ep == PG_GEMM_SWIGLU) {
-                float u = ref_dot(t, Wu, n, K, qa, asg, bs);
-                if (bias) y += bias[n], u += bias[N + n];
-                pg_kernels()->swiglu_f32(&C[m * ldc + n], &y, &u, 1);
-                continue;
-            }
-            if (bias) y += bias[n];
-            if (ep == PG_GEMM_RESIDUAL)
-                C[m * ldc + n] += y;
-            else
-                C[m * ldc + n] = y;
+            const float y = ref_dot(t, Wg, n, K, qa, asg, bs);
+            const float u = ep == PG_GEMM_SWIGLU ? ref_dot(t, Wu, n, K, qa, asg, bs) : 0.0f;
+            pg_ref_qgemm_store(&C[m * ldc + n], y, u, bias, N, n, ep);
         }
     }
     free(qa);

@@ -93,6 +93,13 @@ void pg_ref_gdn_recurrent_uk(int n, int dk, int nc, float *S, int64_t lds, const
 void pg_ref_gdn_mm_uk(int m, int n, int k, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float *c, int64_t ldc, float cscale);
 
+/* The quantized references' store of one output element c (row m, column
+ * n < N): y (+ bias[n]), then PG_GEMM_STORE c = y, PG_GEMM_RESIDUAL c += y,
+ * or PG_GEMM_SWIGLU c = swiglu(y + bias[n], u + bias[N + n]) by the process
+ * table's swiglu_f32 (as the driver's epilogue). bias may be NULL. */
+void pg_ref_qgemm_store(float *c, float y, float u, const float *bias, int64_t N, int64_t n,
+                        int ep);
+
 /* ---- MXFP4 GEMM (kernels/gemm.h "MXFP4", ref/mxfp4.c). */
 /* Scalar microkernel (dispatch.h, the pg_kernel_table.mxfp4 contract): mr
  * 4, nr 8, kg 4, vw 16, signed activations; E8M0 header bytes, codes. */
