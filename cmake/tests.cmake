@@ -21,7 +21,7 @@
 # (PAGODA_EXPECT_FEATURES, and PAGODA_EXPECT_SVE_VL_BYTES).
 set(PAGODA_SVE_VL_TESTS
     test_attention test_audio_mel test_compressed_tensors test_cpu test_dispatch
-    test_dtype test_gated_delta test_gemm test_gemm_grouped test_llama test_moe
+    test_dtype test_gated_delta test_gemm test_gemm_grouped test_kquant test_llama test_moe
     test_mxfp4 test_oracles test_ops test_qgemm test_quant_formats test_sampler
     test_vexp test_vops test_whisper)
 set(PAGODA_HOST_ONLY_TESTS test_audio_decode)

@@ -911,10 +911,11 @@ static void test_gguf_refused(void **state) {
     /* tensor info: name, u32 n_dims, ne[2], u32 type */
     memcpy(g_buf, orig, g_len);
     size_t at = find("blk.1.attn_q.weight") + strlen("blk.1.attn_q.weight") + 4 + 16;
-    uint32_t q4k = 12;
-    memcpy(g_buf + at, &q4k, 4);
+    uint32_t iq4xs = 23; /* a type pagoda does not read (Q4_K, 12, it does) */
+    memcpy(g_buf + at, &iq4xs, 4);
     expect_src_fail(PAGODA_ERR_UNSUPPORTED,
-                    "tensor 'blk.1.attn_q.weight' has unsupported tensor type Q4_K");
+                    "tensor 'blk.1.attn_q.weight' has unsupported tensor type IQ4_XS (pagoda "
+                    "reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4)");
     /* metadata that contradicts the weights */
     uint32_t v;
     memcpy(g_buf, orig, g_len);

@@ -1,5 +1,7 @@
 #include "base/dtype.h"
 
+#include "base/kquant.h"
+
 static const struct {
     const char *name;
     size_t block_elems, block_bytes;
@@ -9,6 +11,7 @@ static const struct {
     [PG_U8] = {"U8", 1, 1},     [PG_I16] = {"I16", 1, 2},    [PG_I32] = {"I32", 1, 4},
     [PG_I64] = {"I64", 1, 8},   [PG_F64] = {"F64", 1, 8},    [PG_BOOL] = {"BOOL", 1, 1},
     [PG_MXFP4] = {"MXFP4", 32, 17},
+    [PG_Q4_K] = {"Q4_K", 256, 144}, [PG_Q5_K] = {"Q5_K", 256, 176}, [PG_Q6_K] = {"Q6_K", 256, 210},
 };
 
 const int8_t pg_mxfp4_kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -126,6 +129,11 @@ void pg_dequant_row(pg_dtype t, const void *src, float *dst, size_t n) {
                 dst[b * 32 + j + 16] = (float)pg_mxfp4_kvalues[s[1 + j] >> 4] * d;
             }
         }
+        break;
+    case PG_Q4_K:
+    case PG_Q5_K:
+    case PG_Q6_K:
+        pg_kq_dequant_row(t, src, dst, (int64_t)n);
         break;
     default:
         memset(dst, 0, n * 4);

@@ -11,6 +11,8 @@
  *         block_mxfp4); w = kvalues_mxfp4[nibble] * 2^(e-128), the table
  *         holding twice the E2M1 values (pg_mxfp4_kvalues) and the scale
  *         halved to match (pg_e8m0_half_to_f32).
+ *   Q4_K / Q5_K / Q6_K: super-blocks of 256 weights with 6- or 8-bit
+ *         sub-block scales (144 / 176 / 210 bytes; base/kquant.h).
  * F16 is IEEE binary16; BF16 is the top 16 bits of an IEEE binary32. */
 #ifndef PAGODA_BASE_DTYPE_H
 #define PAGODA_BASE_DTYPE_H
@@ -33,12 +35,16 @@ typedef enum pg_dtype {
     PG_F64,
     PG_BOOL,
     PG_MXFP4,
+    PG_Q4_K, /* GGUF K-quants: super-blocks of 256 (base/kquant.h) */
+    PG_Q5_K,
+    PG_Q6_K,
     PG_DTYPE_COUNT
 } pg_dtype;
 
 /* "F32", "BF16", "Q4_0", ... */
 const char *pg_dtype_name(pg_dtype t);
-/* Elements per block (1 for plain types, 32 for Q8_0/Q4_0/MXFP4). */
+/* Elements per block (1 for plain types, 32 for Q8_0/Q4_0/MXFP4, 256 for
+ * the K-quants). */
 size_t pg_dtype_block_elems(pg_dtype t);
 /* Bytes per block (4 for F32, 34 for Q8_0, 18 for Q4_0, 17 for MXFP4). */
 size_t pg_dtype_block_bytes(pg_dtype t);
@@ -83,7 +89,8 @@ static inline float pg_e8m0_half_to_f32(uint8_t e) {
 
 /* Dequantize/convert one row of n elements of type t at src into f32 dst.
  * n must be a multiple of pg_dtype_block_elems(t). Supports F32, F16, BF16,
- * Q8_0, Q4_0, MXFP4 (exact: a table value times a power of two). Scalar
+ * Q8_0, Q4_0, MXFP4 (exact: a table value times a power of two), Q4_K,
+ * Q5_K, Q6_K (llama.cpp's formulas, base/kquant.h). Scalar
  * reference; kernels may provide faster versions. */
 void pg_dequant_row(pg_dtype t, const void *src, float *dst, size_t n);
 

@@ -83,6 +83,13 @@ static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, 
 #define MXUK_AVX2 quk("avx2", 4, 3, 16, 4, 1, 32, 0, 0, pg_avx2_mxfp4_uk, NULL)
 #define MXUK_DOTPROD quk("dotprod", 4, 4, 8, 4, 1, 16, 0, 0, pg_dotprod_mxfp4_uk, NULL)
 
+/* K-quant microkernels (dispatch.h, above pg_kernel_table): nr 32, one
+ * packed layout for every ISA. */
+#define KQUK(name, b, mr, fn) quk(name, b, mr, 32, 4, 1, 64, 0, 0, fn, NULL)
+#define KQ_SET(t, name, mr, P)                                                                     \
+    ((t)->q4_k = KQUK(name, 4, mr, P##_q4_k), (t)->q5_k = KQUK(name, 5, mr, P##_q5_k),            \
+     (t)->q6_k = KQUK(name, 6, mr, P##_q6_k))
+
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
 
@@ -113,6 +120,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
     t->qgemm_w8 = QUK_SCALAR(8);
     t->qgemm_w4 = QUK_SCALAR(4);
     t->mxfp4 = MXUK_SCALAR;
+    KQ_SET(t, "scalar", 4, pg_ref_kq_uk);
 #if defined(__x86_64__)
     if (level >= PG_ISA_AVX2 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx2_dot_f32, "avx2");
@@ -161,9 +169,11 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         SET(t, gdn, &GDN_AVX512, "avx512");
         t->gemm_bf16 = uk("avx512", 8, 32, 2, 1, pg_avx512_gemm_uk_bf16);
         t->gemm_f32 = uk("avx512", 6, 64, 1, 1, pg_avx512_gemm_uk_f32);
-        if (pg_cpu()->avx512_vnni)
+        if (pg_cpu()->avx512_vnni) {
             t->qgemm_w8 = QUK_AVX512VNNI(8), t->qgemm_w4 = QUK_AVX512VNNI(4),
             t->mxfp4 = MXUK_AVX512VNNI;
+            KQ_SET(t, "avx512vnni", 4, pg_avx512vnni_kq_uk);
+        }
     }
     /* avx512bf16: the BF16 GEMM and attention over a BF16 KV cache use
      * VDPBF16PS; the dot products keep f32 activations (never rounded to
@@ -212,7 +222,10 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         else if (pg_cpu()->asimd_dotprod)
             t->qgemm_w8 = QUK_DOTPROD(8), t->qgemm_w4 = QUK_DOTPROD(4);
         /* MXFP4: SDOT with a vqtbl1q_s8 code lookup (I8MM cores have it too) */
-        if (pg_cpu()->asimd_dotprod) t->mxfp4 = MXUK_DOTPROD;
+        if (pg_cpu()->asimd_dotprod) {
+            t->mxfp4 = MXUK_DOTPROD;
+            KQ_SET(t, "dotprod", 2, pg_dotprod_kq_uk); /* K-quants: SDOT, one layout */
+        }
     }
     if (level == PG_ISA_SVE) {
         SET(t, dot_f32, pg_sve_dot_f32, "sve");
@@ -251,6 +264,8 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "qgemm_w4a8", t->qgemm_w4.name, t->qgemm_w4.mr,
             t->qgemm_w4.nr);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "mxfp4", t->mxfp4.name, t->mxfp4.mr, t->mxfp4.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "q4_k/q5_k/q6_k", t->q4_k.name, t->q4_k.mr,
+            t->q4_k.nr);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */

@@ -3,7 +3,8 @@
  * grouped calls, decode prefetching and the call checks. Formats (packing,
  * input stage, tile, epilogue) are rows: gemm_float.c (BF16, F32),
  * qgemm.c (W8A8, W4A8 and the GGUF Q8_0 / Q4_0 blocks that become them),
- * gemm_mxfp4.c (MXFP4: GGUF and Hugging Face gpt-oss blocks).
+ * gemm_mxfp4.c (MXFP4: GGUF and Hugging Face gpt-oss blocks),
+ * gemm_kquant.c (GGUF Q4_K, Q5_K, Q6_K).
  * Nothing here is ISA-specific.
  *
  * Loops of one thread over a rectangle of the output (docs/ARCHITECTURE.md):
@@ -163,10 +164,11 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
                         (long long)N, (long long)K);
     if (t == PG_Q8_0 || t == PG_Q4_0) return pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t == PG_MXFP4) return pg_mxfp4_pack_gguf(Wg, Wu, N, K, kt, out);
+    if (t == PG_Q4_K || t == PG_Q5_K || t == PG_Q6_K) return pg_kq_pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t != PG_F32 && t != PG_F16 && t != PG_BF16)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0, "
-                        "MXFP4)",
+                        "MXFP4, Q4_K, Q5_K, Q6_K)",
                         pg_dtype_name(t));
     return pg_gemm_pack_float(t, Wg, Wu, N, K, kt, out);
 }

@@ -153,7 +153,31 @@ pagoda_status pg_gemm_pack_mxfp4(const uint8_t *blocks, const uint8_t *scales,
                                  int64_t K, const pg_kernel_table *kt, pg_pool *pool,
                                  pg_packed_weight **out);
 
-/* 8 or 4 for a quantized weight (4 for MXFP4), 0 otherwise. */
+/* ---- K-quants (GGUF Q4_K, Q5_K, Q6_K; base/kquant.h has the blocks)
+ *
+ * pg_gemm_pack(PG_Q4_K | PG_Q5_K | PG_Q6_K, rows, N, K, kt, &pw) and
+ * pg_gemm_pack_swiglu take [N, K/256] GGUF super-blocks (K a multiple of
+ * 256, else PAGODA_ERR_INVALID_ARG) and prepack them (over the default
+ * pool's threads) into panels of 32 columns with unsigned weights u (4, 5
+ * or 6 bits, nibble and high-bit planes), int8 sub-block scales sc and
+ * minimums m, F16 d and dm per super-block (kernels/gemm_kquant.c). Weights:
+ * x = d * sc[s] * u - dm * m[s] (Q6_K: m = sc, dm = 32 d).
+ * Activations: int8 per token and super-block of 256, a_s = max|A| / 127
+ *   (llama.cpp's block_q8_K), with the sums of every 16 quantized values,
+ *   computed in the input stage (with the fused RMSNorm of
+ *   pg_qgemm_rmsnorm).
+ * Arithmetic (pg_ref_kq_gemm in ref/kquant.c is the specification), per
+ *   super-block g in increasing order:
+ *   P = sum_s sc[s] * sum_{k in s} qa[k] u[k], Q = sum_s m[s] * sum_{k in s} qa[k]
+ *   (exact int32: the minimum term comes from the input stage's sums)
+ *   y = fmaf((float)P, d * a_s, y); y = fmaf(-(float)Q, dm * a_s, y)
+ *   then bias and the epilogue. Every kernel equals the reference bit for
+ *   bit; a row's result never depends on the others (batch invariance).
+ * pg_gemm_format_name gives "q4_k", "q5_k", "q6_k"; pg_gemm_quant_bits 4,
+ * 5, 6. */
+
+/* 8 or 4 for a quantized weight (4 for MXFP4; 4, 5, 6 for the K-quants), 0
+ * otherwise. */
 int pg_gemm_quant_bits(const pg_packed_weight *w);
 /* w itself when it is quantized (a pg_qpacked of kernels/qgemm.h: e.g. for
  * pg_qgemm_rmsnorm), or NULL for a float weight or NULL w. */
@@ -167,7 +191,7 @@ int pg_gemm_is_swiglu(const pg_packed_weight *w);
 size_t pg_gemm_packed_bytes(const pg_packed_weight *w);
 const char *pg_gemm_variant(const pg_packed_weight *w);
 /* The weight format (the driver's table row): "bf16", "f32", "w8a8", "w4a8",
- * "mxfp4". */
+ * "mxfp4", "q4_k", "q5_k", "q6_k". */
 const char *pg_gemm_format_name(const pg_packed_weight *w);
 
 /* Decode prefetch hint: next (NULL: none) is the packed weight a decode

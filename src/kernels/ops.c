@@ -102,7 +102,8 @@ double pg_rope_yarn_attention_factor(double factor) {
 
 bool pg_matmul_supports(pg_dtype wtype) {
     return wtype == PG_F32 || wtype == PG_F16 || wtype == PG_BF16 || wtype == PG_Q8_0 ||
-           wtype == PG_Q4_0 || wtype == PG_MXFP4;
+           wtype == PG_Q4_0 || wtype == PG_MXFP4 || wtype == PG_Q4_K || wtype == PG_Q5_K ||
+           wtype == PG_Q6_K;
 }
 
 typedef struct matmul_job {
@@ -123,7 +124,7 @@ static void matmul_range(void *ctx, size_t n0, size_t n1, int tid) {
     const pg_kernel_table *kt = job->kt;
     size_t K = job->K, N = job->N;
     float *scratch = NULL;
-    if (job->wtype == PG_Q8_0 || job->wtype == PG_Q4_0) {
+    if (job->wtype != PG_F32 && job->wtype != PG_F16 && job->wtype != PG_BF16) {
         scratch = malloc(K * sizeof(float));
         if (!scratch) {
             atomic_store(&job->failed, 1);

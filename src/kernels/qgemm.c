@@ -436,6 +436,7 @@ pagoda_status pg_qgemm_pack_pool(const pg_qweight *w, const pg_qweight *w_up,
  * W4 two, 17 c and 16 c with c = -8 * sum a (dispatch.h pg_qgemm_ukernel);
  * MXFP4 one, -12 * sum a (dispatch.h, above pg_kernel_table). */
 static int64_t acorr_per_group(const pg_qpacked *w) {
+    if (w->kq) return 8; /* K-quants: 16 int16 activation sums (gemm_kquant.c) */
     return w->bits == 4 && !w->mxfp4 ? 2 : 1;
 }
 

@@ -14,7 +14,7 @@
 
 /* ---- binding ------------------------------------------------------------------ */
 
-static const char *SUPPORTED_DTYPES = "F32, F16, BF16, Q8_0, Q4_0";
+static const char *SUPPORTED_DTYPES = "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K";
 
 void pg_weights_init(pg_weights *w, const pg_model_source *src) {
     memset(w, 0, sizeof *w);

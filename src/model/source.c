@@ -521,7 +521,9 @@ static pagoda_status open_gguf(pg_model_source *src) {
         const pg_gguf_tensor *gt = pg_gguf_tensor_at(src->gguf, i);
         if (gt->dtype == PG_DTYPE_COUNT)
             return pg_error(PAGODA_ERR_UNSUPPORTED,
-                            "%s: tensor '%s' has unsupported tensor type %s", src->path, gt->name,
+                            "%s: tensor '%s' has unsupported tensor type %s (pagoda reads F32, "
+                            "F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4)",
+                            src->path, gt->name,
                             pg_ggml_type_name(gt->ggml_type));
         if (src->cfg.rope_scaling == PG_ROPE_SCALING_LLAMA3 &&
             !strcmp(gt->name, "rope_freqs.weight"))

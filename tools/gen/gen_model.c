@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/kquant.h"
 #include "base/log.h"
 #include "model/arch.h"
 #include "model/compressed_tensors.h"
@@ -765,6 +766,99 @@ static void quantize_q4_0(const float *x, uint8_t *dst, int64_t n) {
         }
     }
 }
+/* ---- K-quants (layouts: base/kquant.h). Plain quantizers for test
+ * models (no llama.cpp importance search): Q4_K / Q5_K take each
+ * sub-block's range [min(0, lo), hi] in nmax steps, Q6_K its signed maximum
+ * in 31 steps; the sub-block scales are quantized against the largest
+ * (6 bits, 8 bits signed for Q6_K) with F16 super-block scales. */
+
+static float f16r(float x) {
+    return pg_f16_to_f32(pg_f32_to_f16(x));
+}
+
+static int clampi(int v, int lo, int hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void quantize_q45_k(const float *x, uint8_t *dst, int64_t n, int bits) {
+    const int nmax = (1 << bits) - 1;
+    const size_t bb = bits == 4 ? 144 : 176;
+    for (int64_t b = 0; b < n / 256; b++, x += 256, dst += bb) {
+        float scale[8], mins[8], smax = 0, mmax = 0;
+        for (int s = 0; s < 8; s++) {
+            float lo = 0, hi = 0;
+            for (int j = 0; j < 32; j++) {
+                lo = fminf(lo, x[32 * s + j]);
+                hi = fmaxf(hi, x[32 * s + j]);
+            }
+            scale[s] = (hi - lo) / (float)nmax;
+            mins[s] = -lo;
+            smax = fmaxf(smax, scale[s]);
+            mmax = fmaxf(mmax, mins[s]);
+        }
+        const float d = f16r(smax / 63.0f), dmin = f16r(mmax / 63.0f);
+        memset(dst, 0, bb);
+        uint16_t h = pg_f32_to_f16(d);
+        memcpy(dst, &h, 2);
+        h = pg_f32_to_f16(dmin);
+        memcpy(dst + 2, &h, 2);
+        uint8_t *sb = dst + 4, *qh = dst + 16, *qs = bits == 4 ? dst + 16 : dst + 48;
+        for (int s = 0; s < 8; s++) {
+            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), 0, 63) : 0;
+            const int m = dmin > 0 ? clampi((int)lrintf(mins[s] / dmin), 0, 63) : 0;
+            if (s < 4) {
+                sb[s] |= (uint8_t)sc;
+                sb[s + 4] |= (uint8_t)m;
+            } else {
+                sb[s + 4] = (uint8_t)((sc & 15) | (m & 15) << 4);
+                sb[s - 4] |= (uint8_t)((sc >> 4) << 6);
+                sb[s] |= (uint8_t)((m >> 4) << 6);
+            }
+            const float ds = d * (float)sc, ms = dmin * (float)m;
+            for (int j = 0; j < 32; j++) {
+                const int e = 32 * s + j;
+                const int u = ds > 0 ? clampi((int)lrintf((x[e] + ms) / ds), 0, nmax) : 0;
+                uint8_t *q = &qs[32 * (e / 64) + e % 32];
+                *q |= (uint8_t)(e % 64 < 32 ? (u & 15) : (u & 15) << 4);
+                if (bits == 5) qh[e % 32] |= (uint8_t)((u >> 4) << (2 * (e / 64) + (e % 64 >= 32)));
+            }
+        }
+    }
+}
+
+static void quantize_q6_k(const float *x, uint8_t *dst, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256, dst += 210) {
+        float scale[16], amax = 0;
+        for (int s = 0; s < 16; s++) {
+            float mx = 0, v = 0;
+            for (int j = 0; j < 16; j++)
+                if (fabsf(x[16 * s + j]) > mx) {
+                    mx = fabsf(x[16 * s + j]);
+                    v = x[16 * s + j];
+                }
+            scale[s] = v / -32.0f; /* the extreme maps to -32 exactly */
+            amax = fmaxf(amax, fabsf(scale[s]));
+        }
+        const float d = f16r(amax / 127.0f);
+        memset(dst, 0, 210);
+        uint16_t h = pg_f32_to_f16(d);
+        memcpy(dst + 208, &h, 2);
+        uint8_t *ql = dst, *qh = dst + 128;
+        for (int s = 0; s < 16; s++) {
+            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), -128, 127) : 0;
+            dst[192 + s] = (uint8_t)(int8_t)sc;
+            const float ds = d * (float)sc;
+            for (int j = 0; j < 16; j++) {
+                const int e = 16 * s + j;
+                const int u = ds != 0 ? clampi((int)lrintf(x[e] / ds), -32, 31) + 32 : 32;
+                const int hh = e / 128, jj = (e % 128) / 32, l = e % 32;
+                ql[64 * hh + l + 32 * (jj & 1)] |= (uint8_t)(jj < 2 ? (u & 15) : (u & 15) << 4);
+                qh[32 * hh + l] |= (uint8_t)((u >> 4) << (2 * jj));
+            }
+        }
+    }
+}
+
 /* Convert n floats to dtype t into dst; returns bytes. */
 static size_t convert(pg_dtype t, const float *x, void *dst, int64_t n) {
     switch (t) {
@@ -785,6 +879,13 @@ static size_t convert(pg_dtype t, const float *x, void *dst, int64_t n) {
     case PG_Q4_0:
         quantize_q4_0(x, dst, n);
         return (size_t)n / 32 * 18;
+    case PG_Q4_K:
+    case PG_Q5_K:
+        quantize_q45_k(x, dst, n, t == PG_Q4_K ? 4 : 5);
+        return pg_dtype_row_bytes(t, (size_t)n);
+    case PG_Q6_K:
+        quantize_q6_k(x, dst, n);
+        return (size_t)n / 256 * 210;
     default:
         return 0;
     }
@@ -1350,6 +1451,12 @@ static uint32_t file_type(pg_dtype t) {
         return 2;
     case PG_Q8_0:
         return 7;
+    case PG_Q4_K: /* MOSTLY_Q4_K_M / Q5_K_M / Q6_K */
+        return 15;
+    case PG_Q5_K:
+        return 17;
+    case PG_Q6_K:
+        return 18;
     case PG_BF16:
         return 32;
     default:
@@ -1407,12 +1514,20 @@ static void q35_gguf_keys(const pg_gen_model_options *o, pg_gguf_writer *w) {
     pg_gguf_writer_set_f32(w, "general.sampling.top_p", 0.9f);
 }
 
+/* The tensors llama-quantize's Q4_K_M / Q5_K_M keep at Q6_K (a
+ * simplification of llama.cpp's rules: all of them, not every other layer). */
+static bool kmix_q6(const char *name) {
+    return !strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight") ||
+           strstr(name, "attn_v.weight") || strstr(name, "ffn_down");
+}
+
 static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor *t, size_t nt,
                                 float *row, float *tmp, void *buf) {
     pg_dtype wd = o->gguf_dtype;
-    if (wd != PG_F32 && wd != PG_F16 && wd != PG_BF16 && wd != PG_Q8_0 && wd != PG_Q4_0)
+    const bool kq = pg_kq_is_kquant(wd);
+    if (wd != PG_F32 && wd != PG_F16 && wd != PG_BF16 && wd != PG_Q8_0 && wd != PG_Q4_0 && !kq)
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "GGUF output supports F32, F16, BF16, Q8_0, Q4_0, not %s",
+                        "GGUF output supports F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, not %s",
                         pg_dtype_name(wd));
     pg_gguf_writer *w;
     pagoda_status s = pg_gguf_writer_create(&w);
@@ -1427,7 +1542,7 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     pg_gguf_writer_set_u32(w, "general.file_type", file_type(wd));
     if (is_q35(o))
         q35_gguf_keys(o, w);
-    else if (wd == PG_Q8_0 || wd == PG_Q4_0)
+    else if (wd == PG_Q8_0 || wd == PG_Q4_0 || kq)
         pg_gguf_writer_set_u32(w, "general.quantization_version", 2);
         /* The "<arch>." keys convert_hf_to_gguf.py writes: TextModel's common
          * ones (Qwen3Model adds none; Qwen3MoeModel the expert ones), plus
@@ -1481,7 +1596,11 @@ keys_done:
         pg_dtype d = wd;
         if (t[i].gguf_f32)
             d = PG_F32;
-        else if ((d == PG_Q8_0 || d == PG_Q4_0) && t[i].cols % 32)
+        else if (kq && o->gguf_kmix && kmix_q6(t[i].gguf))
+            d = PG_Q6_K;
+        if (pg_kq_is_kquant(d) && t[i].cols % 256) /* llama-quantize falls back too */
+            d = PG_Q8_0;
+        if ((d == PG_Q8_0 || d == PG_Q4_0) && t[i].cols % 32)
             d = PG_F16;
         types[i] = d;
         if (t[i].n_experts && t[i].expert) continue; /* part of expert 0's 3-D tensor */

@@ -97,8 +97,11 @@ typedef struct pg_gen_model_options {
     int bos_token_id, eos_token_id;
     uint64_t seed;
     pg_dtype hf_dtype;     /* F32, F16, BF16 */
-    pg_dtype gguf_dtype;   /* F32, F16, BF16, Q8_0, Q4_0 (norms stay F32;
-                              rows not a multiple of 32 fall back to F16) */
+    pg_dtype gguf_dtype;   /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (norms stay
+                              F32; K-quant rows not a multiple of 256 fall back to Q8_0,
+                              rows not a multiple of 32 to F16) */
+    bool gguf_kmix;        /* K-quant files as llama-quantize's *_K_M: token_embd,
+                              output, attn_v and ffn_down in Q6_K */
     int shards;            /* 1: model.safetensors; N > 1: N shards + index */
     const char *hf_dir;    /* write the HF form here (created), or NULL */
     const char *gguf_path; /* write the GGUF form here, or NULL */

@@ -77,19 +77,9 @@ void pg_ref_mxfp4_gemm(const void *Wg, const void *Wu, int64_t N, int64_t K, con
         for (int64_t g = 0; g < nb; g++)
             pg_qgemm_quantize_row(A + m * lda + g * BLK, BLK, qa + g * BLK, &asg[g]);
         for (int64_t n = 0; n < N; n++) {
-            float y = ref_dot(Wg, n, K, qa, asg);
-            if (ep == PG_GEMM_SWIGLU) {
-                float u = ref_dot(Wu, n, K, qa, asg);
-                if (bias) y += bias[n], u += bias[N + n];
-                /* the process table's swiglu_f32, as the driver's epilogue */
-                pg_kernels()->swiglu_f32(&C[m * ldc + n], &y, &u, 1);
-                continue;
-            }
-            if (bias) y += bias[n];
-            if (ep == PG_GEMM_RESIDUAL)
-                C[m * ldc + n] += y;
-            else
-                C[m * ldc + n] = y;
+            const float y = ref_dot(Wg, n, K, qa, asg);
+            const float u = ep == PG_GEMM_SWIGLU ? ref_dot(Wu, n, K, qa, asg) : 0.0f;
+            pg_ref_qgemm_store(&C[m * ldc + n], y, u, bias, N, n, ep);
         }
     }
     free(qa);

@@ -66,7 +66,7 @@ void pg_ref_matmul_rows(float *out, const float *x, const void *w, pg_dtype wtyp
     size_t row_bytes = pg_dtype_row_bytes(wtype, K);
     for (size_t n = n0; n < n1; n++) {
         const void *wr = (const uint8_t *)w + n * row_bytes;
-        if (wtype == PG_Q8_0 || wtype == PG_Q4_0) pg_dequant_row(wtype, wr, scratch, K);
+        if (wtype != PG_F32 && wtype != PG_F16 && wtype != PG_BF16) pg_dequant_row(wtype, wr, scratch, K);
         float b = bias ? bias[n] : 0.0f;
         for (size_t m = 0; m < M; m++) {
             const float *xm = x + m * K;

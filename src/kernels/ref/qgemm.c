@@ -113,6 +113,21 @@ static float ref_qdot(const pg_qweight *w, int64_t n, const int8_t *qa, const fl
     return y;
 }
 
+void pg_ref_qgemm_store(float *c, float y, float u, const float *bias, int64_t N, int64_t n,
+                        int ep) {
+    if (ep == PG_GEMM_SWIGLU) {
+        if (bias) y += bias[n], u += bias[N + n];
+        /* the process table's swiglu_f32, as the driver's epilogue */
+        pg_kernels()->swiglu_f32(c, &y, &u, 1);
+        return;
+    }
+    if (bias) y += bias[n];
+    if (ep == PG_GEMM_RESIDUAL)
+        *c += y;
+    else
+        *c = y;
+}
+
 void pg_ref_qgemm(const pg_qweight *w, const pg_qweight *w_up, const float *A, int64_t M,
                   int64_t lda, float *C, int64_t ldc, const float *bias, int ep) {
     const int64_t N = w->N, K = w->K;
@@ -132,21 +147,13 @@ void pg_ref_qgemm(const pg_qweight *w, const pg_qweight *w_up, const float *A, i
             pg_qgemm_quantize_row(A + m * lda, K, qa, &as);
         const float *ag = per_group ? asg : NULL;
         for (int64_t n = 0; n < N; n++) {
-            float y = ref_qdot(w, n, qa, ag);
+            float y = ref_qdot(w, n, qa, ag), u = 0.0f;
             if (!per_group) y = y * as;
             if (ep == PG_GEMM_SWIGLU) {
-                float u = ref_qdot(w_up, n, qa, ag);
+                u = ref_qdot(w_up, n, qa, ag);
                 if (!per_group) u = u * as;
-                if (bias) y += bias[n], u += bias[N + n];
-                /* the process table's swiglu_f32, as the driver's epilogue */
-                pg_kernels()->swiglu_f32(&C[m * ldc + n], &y, &u, 1);
-                continue;
             }
-            if (bias) y += bias[n];
-            if (ep == PG_GEMM_RESIDUAL)
-                C[m * ldc + n] += y;
-            else
-                C[m * ldc + n] = y;
+            pg_ref_qgemm_store(&C[m * ldc + n], y, u, bias, N, n, ep);
         }
     }
     free(qa);

@@ -93,6 +93,13 @@ void pg_ref_gdn_recurrent_uk(int n, int dk, int nc, float *S, int64_t lds, const
 void pg_ref_gdn_mm_uk(int m, int n, int k, const float *a, int64_t lda, const float *b,
                       int64_t ldb, float *c, int64_t ldc, float cscale);
 
+/* The quantized references' store of one output element c (row m, column
+ * n < N): y (+ bias[n]), then PG_GEMM_STORE c = y, PG_GEMM_RESIDUAL c += y,
+ * or PG_GEMM_SWIGLU c = swiglu(y + bias[n], u + bias[N + n]) by the process
+ * table's swiglu_f32 (as the driver's epilogue). bias may be NULL. */
+void pg_ref_qgemm_store(float *c, float y, float u, const float *bias, int64_t N, int64_t n,
+                        int ep);
+
 /* ---- MXFP4 GEMM (kernels/gemm.h "MXFP4", ref/mxfp4.c). */
 /* Scalar microkernel (dispatch.h, the pg_kernel_table.mxfp4 contract): mr
  * 4, nr 8, kg 4, vw 16, signed activations; E8M0 header bytes, codes. */
@@ -108,5 +115,30 @@ void pg_ref_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t a_strid
  * epilogue ep (a pg_gemm_epilogue) exactly as pg_ref_qgemm. */
 void pg_ref_mxfp4_gemm(const void *Wg, const void *Wu, int64_t N, int64_t K, const float *A,
                        int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias, int ep);
+
+/* ---- K-quant GEMM (kernels/gemm.h "K-quants", ref/kquant.c). */
+/* Scalar microkernels (dispatch.h, the pg_kernel_table.q4_k / q5_k / q6_k
+ * contract) on the packed layout of gemm_kquant.c: mr 4, nr 32. */
+void pg_ref_kq_uk_q4_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                       const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                       const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_ref_kq_uk_q5_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                       const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                       const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_ref_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                       const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                       const void *w, float *c, int64_t ldc, int mr, int accumulate);
+/* The K-quant GEMM specification on GGUF rows of type t (Q4_K, Q5_K, Q6_K;
+ * Wg [N, K], Wu the up half for SwiGLU, else NULL; K a multiple of 256):
+ * per row m and super-block g, a_s = max|A[m, g]| / 127, qa = clamp(rint(A
+ * / a_s), -127, 127), bsum_t = the sum of qa over the 16 k of t; per
+ * column n with the decoded block (base/kquant.h: d, dm, sc, m, u, sub)
+ *   P = sum_s sc[s] * sum_{k in s} qa[k] u[k],  Q = sum_s m[s] * sum_{t in s} bsum_t
+ * (exact int32), y = fmaf((float)P, d * a_s, y), y = fmaf(-(float)Q, dm *
+ * a_s, y) in increasing g; then bias and the epilogue ep exactly as
+ * pg_ref_qgemm. */
+void pg_ref_kq_gemm(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
+                    const float *A, int64_t M, int64_t lda, float *C, int64_t ldc,
+                    const float *bias, int ep);
 
 #endif

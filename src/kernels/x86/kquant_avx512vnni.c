@@ -1,0 +1,169 @@
+/* K-quant GEMM microkernels with AVX512_VNNI (pg_kernel_table.q4_k / q5_k /
+ * q6_k, dispatch.h; spec pg_ref_kq_gemm, bitwise equal to pg_ref_kq_uk_*).
+ *
+ * Tile up to 4 rows x 32 columns on the packed layout of gemm_kquant.c. The
+ * weights u are unsigned (0..63), the activations signed: VPDPBUSD takes
+ * them as they are, four k per lane, no offset correction. Per sub-block
+ * (32 k for Q4_K / Q5_K, 16 for Q6_K) each row keeps two zmm of int32 sums
+ * (16 columns each), multiplied by the column's sub-block scale (VPMULLD)
+ * into the super-block sum P. The minimum term Q = sum_s m[s] * (activation
+ * sum of s) is 8 VPDPWSSD per row and vector: int16 pairs of (m, m) or
+ * (m[2p], m[2p+1]) times the input stage's int16 16-sums two at a time.
+ * At the super-block end, per row and vector: y = fma(P, d * a_s, y), y =
+ * fnmadd(Q, dm * a_s, y) (fnmadd(Q, s, y) = -(Q s) + y = fmaf(-Q, s, y)
+ * exactly), kept in c between super-blocks (L1: the tile is the driver's
+ * acc block).
+ *
+ * Unpacking a k-chunk (4 k x 32 columns): one 64-byte load, an AND and a
+ * shift + AND for the two nibble vectors; Q5_K / Q6_K OR in the high bits
+ * from their planes, one shift + VPTERNLOG per vector. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gemm_driver.h"
+#include "kernels/x86/x86.h"
+
+enum { MR = 4, NV = 2 };
+
+static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p) {
+    int32_t q4;
+    memcpy(&q4, p, 4);
+    return _mm512_set1_epi32(q4);
+}
+
+/* Move bits [sh0, sh0 + hb) of every byte of h to bits [4, 4 + hb). */
+static inline __attribute__((always_inline)) __m512i place_hi(__m512i h, int sh0) {
+    if (sh0 < 4) return _mm512_slli_epi16(h, (unsigned)(4 - sh0));
+    if (sh0 > 4) return _mm512_srli_epi16(h, (unsigned)(sh0 - 4));
+    return h;
+}
+
+/* u of k-chunk ch: columns 0-15 in wv[0], 16-31 in wv[1]. */
+static inline __attribute__((always_inline)) void weights(const char *nib, const int bits, int ch,
+                                                          __m512i wv[NV]) {
+    const __m512i lo = _mm512_set1_epi8(0x0F);
+    const __m512i x = _mm512_loadu_si512(nib + ch * 64);
+    wv[0] = _mm512_and_si512(x, lo);
+    wv[1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo);
+    if (bits > 4) {
+        const int hb = bits - 4, per = 4 / hb, v0 = 2 * (ch % per);
+        const __m512i hm = _mm512_set1_epi8((char)(((1 << hb) - 1) << 4));
+        const __m512i h = _mm512_loadu_si512(nib + PG_KQ_NIB_BYTES + (ch / per) * 64);
+        /* wv | (placed & hm): VPTERNLOG 0xF8 = A | (B & C) */
+        wv[0] = _mm512_ternarylogic_epi32(wv[0], place_hi(h, hb * v0), hm, 0xF8);
+        wv[1] = _mm512_ternarylogic_epi32(wv[1], place_hi(h, hb * (v0 + 1)), hm, 0xF8);
+    }
+}
+
+/* int16 pairs (lo, hi) of two int8 rows of 16 columns, widened. */
+static inline __attribute__((always_inline)) __m512i pairs(const int8_t *lo, const int8_t *hi) {
+    const __m512i l = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)lo));
+    const __m512i h = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)hi));
+    return _mm512_or_si512(_mm512_and_si512(l, _mm512_set1_epi32(0xFFFF)),
+                           _mm512_slli_epi32(h, 16));
+}
+
+static inline __attribute__((always_inline)) void
+tile(const int mr, const int bits, int64_t ng, const int8_t *a, int64_t as, const float *asc,
+     int64_t ass, const int32_t *ac, int64_t acs, const char *w, float *c, int64_t ldc,
+     int accumulate) {
+    const int sub = bits == 6 ? 16 : 32, S = 256 / sub, cps = sub / 4;
+    const size_t gbytes = pg_kq_group_bytes(bits);
+    for (int64_t g = 0; g < ng; g++) {
+        const char *grp = w + (size_t)g * gbytes;
+        const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
+        const int8_t *mm = bits == 6 ? sc : sc + S * PG_KQ_NR;
+        const char *nib = grp + PG_KQ_HDR;
+        const int8_t *ag = a + g * 256;
+        __m512i P[MR][NV];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++)
+            P[i][0] = P[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+        for (int s = 0; s < S; s++) {
+            __m512i I[MR][NV];
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++)
+                I[i][0] = I[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int cc = 0; cc < cps; cc++) {
+                const int ch = s * cps + cc;
+                __m512i wv[NV];
+                weights(nib, bits, ch, wv);
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) {
+                    const __m512i av = bcast4(ag + i * as + 4 * ch);
+                    I[i][0] = _mm512_dpbusd_epi32(I[i][0], wv[0], av);
+                    I[i][1] = _mm512_dpbusd_epi32(I[i][1], wv[1], av);
+                }
+            }
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) {
+                const __m512i scv = _mm512_cvtepi8_epi32(
+                    _mm_loadu_si128((const __m128i *)(sc + s * PG_KQ_NR + 16 * v)));
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++)
+                    P[i][v] = _mm512_add_epi32(P[i][v], _mm512_mullo_epi32(I[i][v], scv));
+            }
+        }
+        /* Q: 8 pairs of 16-sums per super-block */
+        __m512i Q[MR][NV];
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++)
+            Q[i][0] = Q[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+        for (int p = 0; p < 8; p++) {
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) {
+                const int8_t *m0 = mm + (sub == 32 ? p : 2 * p) * PG_KQ_NR + 16 * v;
+                const __m512i mp = pairs(m0, sub == 32 ? m0 : m0 + PG_KQ_NR);
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) {
+                    int32_t b2;
+                    memcpy(&b2, (const int16_t *)(ac + i * acs) + 16 * g + 2 * p, 4);
+                    Q[i][v] = _mm512_dpwssd_epi32(Q[i][v], mp, _mm512_set1_epi32(b2));
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + 32 * v)));
+            const __m512 dm = _mm512_cvtph_ps(
+                _mm256_loadu_si256((const __m256i *)(grp + 2 * PG_KQ_NR + 32 * v)));
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) {
+                const __m512 ai = _mm512_set1_ps(asc[i * ass + g]);
+                float *ci = c + i * ldc + 16 * v;
+                __m512 y = accumulate || g ? _mm512_loadu_ps(ci) : _mm512_setzero_ps();
+                y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[i][v]), _mm512_mul_ps(d, ai), y);
+                y = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(Q[i][v]), _mm512_mul_ps(dm, ai), y);
+                _mm512_storeu_ps(ci, y);
+            }
+        }
+    }
+}
+
+#define TILE(MR_, BITS) tile(MR_, BITS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate)
+#define KQ_UK(NAME, BITS)                                                                          \
+    void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
+              int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
+              int64_t ldc, int mr, int accumulate) {                                               \
+        (void)gk;                                                                                  \
+        switch (mr) {                                                                              \
+        case 1:                                                                                    \
+            TILE(1, BITS);                                                                         \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            TILE(2, BITS);                                                                         \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            TILE(3, BITS);                                                                         \
+            break;                                                                                 \
+        default:                                                                                   \
+            TILE(MR, BITS);                                                                        \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4)
+KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5)
+KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6)
