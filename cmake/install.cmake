@@ -17,6 +17,13 @@
 # Components (one Debian package each, `make package`): "pagoda" (command,
 # shared library, man page, docs) and "dev" -> pagoda-dev (header, static
 # library, the .so link, pagoda.pc).
+# GNUInstallDirs picks Debian's multiarch lib/<triplet> for prefix /usr only
+# when building natively; the cross build (the arm64 package) needs it too.
+if(CMAKE_CROSSCOMPILING AND CMAKE_LIBRARY_ARCHITECTURE AND EXISTS /etc/debian_version
+   AND CMAKE_INSTALL_PREFIX MATCHES "^/usr/?$" AND NOT DEFINED CMAKE_INSTALL_LIBDIR)
+  set(CMAKE_INSTALL_LIBDIR "lib/${CMAKE_LIBRARY_ARCHITECTURE}" CACHE PATH
+      "Object code libraries (lib/<multiarch triplet>: Debian, prefix /usr)")
+endif()
 include(GNUInstallDirs)
 
 # ---- libpagoda.so from pagoda_core's (position-independent) objects
