@@ -34,7 +34,10 @@ set_target_properties(pagoda_shared PROPERTIES
   LINK_DEPENDS ${CMAKE_SOURCE_DIR}/cmake/libpagoda.map)
 target_link_libraries(pagoda_shared PRIVATE ${_pagoda_core_libs})
 target_link_options(pagoda_shared PRIVATE
-  -Wl,--version-script=${CMAKE_SOURCE_DIR}/cmake/libpagoda.map -Wl,--no-undefined)
+  -Wl,--version-script=${CMAKE_SOURCE_DIR}/cmake/libpagoda.map)
+if(NOT PAGODA_SANITIZE)   # the sanitizer runtimes' symbols come from the executable
+  target_link_options(pagoda_shared PRIVATE -Wl,--no-undefined)
+endif()
 
 # ---- pkg-config files. pagoda.pc: the shared library (`pkg-config --static`
 # adds the modules libpagoda.a needs, and with them their own private

@@ -20,4 +20,4 @@ if command -v groff >/dev/null; then
   warn=$(groff -man -Tutf8 -ww -z "$page" 2>&1)
   [ -z "$warn" ] || { echo "FAIL: groff warnings: $warn" >&2; exit 1; }
 fi
-echo "man page names all $(echo $cmds | wc -w) commands: $cmds"
+echo "man page names all $(echo $cmds | wc -w) commands:" $cmds
