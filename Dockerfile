@@ -11,19 +11,23 @@
 #            Debian packages with CPack (`make package`); for another
 #            TARGETARCH (arm64 on an amd64 builder) it cross-compiles with
 #            Debian's aarch64 toolchain, as the project's own arm64 build does.
-#   prebuilt the packages of an earlier `make package`, from the context's
-#            build-pkg/packages/ (--build-arg PAGODA_DEBS=prebuilt; used by
-#            `make test-image`, which has no registry and no time to compile twice)
+#            With --build-arg PAGODA_DEBS=prebuilt it compiles nothing and
+#            takes the packages of an earlier `make package` from the
+#            context's packaging/debs/ instead (`make test-image` does, having
+#            no registry and no time to compile twice).
 #   runtime  Debian slim + `apt-get install ./pagoda_*.deb` (the package's
 #            Depends bring the runtime libraries) + a user `pagoda`.
+# (No stage is chosen by an ARG: buildah 1.28 skips a stage that only a
+# `FROM ${ARG}` names, and the build then fails.)
 ARG DEBIAN_IMAGE=debian:bookworm-slim
-ARG PAGODA_DEBS=build
 
 FROM --platform=$BUILDPLATFORM ${DEBIAN_IMAGE} AS build
 ARG TARGETARCH
 ARG BUILDARCH
+ARG PAGODA_DEBS=build
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
+COPY packaging/debs packaging/debs
 COPY CMakeLists.txt Makefile README.md ./
 COPY cmake cmake
 COPY docs docs
@@ -31,25 +35,23 @@ COPY include include
 COPY scripts scripts
 COPY src src
 RUN set -eu; \
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends make >/dev/null; \
-    if [ "${TARGETARCH:-$BUILDARCH}" = "${BUILDARCH:-$TARGETARCH}" ]; then \
+    mkdir -p /out; \
+    if [ "$PAGODA_DEBS" = prebuilt ]; then \
+      cp packaging/debs/*.deb /out/; \
+    elif [ "${TARGETARCH:-$BUILDARCH}" = "${BUILDARCH:-$TARGETARCH}" ]; then \
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends make >/dev/null; \
       make package-native; \
-      mkdir -p /out && cp build-pkg/packages/*.deb /out/; \
+      cp build-pkg/packages/*.deb /out/; \
     elif [ "$TARGETARCH" = arm64 ] && [ "$BUILDARCH" = amd64 ]; then \
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends make >/dev/null; \
       make package-arm64; \
-      mkdir -p /out && cp build-pkg-arm/packages/*.deb /out/; \
+      cp build-pkg-arm/packages/*.deb /out/; \
     else \
       echo "pagoda image: building for $TARGETARCH on $BUILDARCH is not supported" >&2; exit 1; \
     fi
 
-FROM scratch AS prebuilt
-COPY build-pkg/packages/ /out/
-
-FROM ${PAGODA_DEBS} AS debs
-
 FROM ${DEBIAN_IMAGE} AS runtime
-ARG TARGETARCH
-COPY --from=debs /out/ /tmp/debs/
+COPY --from=build /out/ /tmp/debs/
 RUN set -eu; \
     arch=$(dpkg --print-architecture); \
     apt-get update -qq; \

@@ -48,16 +48,18 @@ build: deps
 	  $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j$(JOBS) -- --no-print-directory
 
-# the command and the libraries only (what `make run` and `make install` need)
+# the command only (what `make run` needs; `make install` adds the libraries)
+SERVE_TARGETS ?= pagoda
 build-serve: deps-serve
 	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON $(SERVE_CONFIG) \
 	  $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build -j$(JOBS) --target pagoda pagoda_shared pagoda_core -- --no-print-directory
+	@cmake --build build -j$(JOBS) --target $(SERVE_TARGETS) -- --no-print-directory
 
 run: build-serve
 	./build/pagoda serve $(MODEL) $(if $(CHAT_TEMPLATE),--chat-template $(CHAT_TEMPLATE)) $(SERVE_FLAGS)
 
-install: build-serve
+install:
+	@$(MAKE) --no-print-directory build-serve SERVE_TARGETS="pagoda pagoda_shared pagoda_core"
 	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
 
 # Debian packages: build-pkg/packages/ (amd64), build-pkg-arm/packages/ (arm64)

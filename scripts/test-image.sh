@@ -4,9 +4,10 @@
 # tiny model and ask it with curl from outside.
 #
 # usage: test-image.sh [--build-only] PACKAGES_DIR MODEL_DIR [CACHE_DIR]
-#   PACKAGES_DIR  the packages of `make package-native`; the image installs
-#                 them (--build-arg PAGODA_DEBS=prebuilt: the Dockerfile's
-#                 "prebuilt" stage) instead of compiling pagoda a second time
+#   PACKAGES_DIR  the packages of `make package-native`, copied to the build
+#                 context's packaging/debs/ (removed afterwards); the image
+#                 installs them (--build-arg PAGODA_DEBS=prebuilt) instead of
+#                 compiling pagoda a second time
 #   MODEL_DIR     mounted read-only as the image's /models volume
 #   CACHE_DIR     holds the debootstrap root of scripts/test-package.sh
 #                 (debian-bookworm-ARCH/, made there if missing)
@@ -46,6 +47,7 @@ runtime=${PODMAN_RUNTIME-runc}
 tmp=$(mktemp -d)
 cleanup() {
   podman rm -f "$ctr" >/dev/null 2>&1 || true
+  rm -f "$src"/packaging/debs/*.deb
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -56,7 +58,8 @@ fail() {
 }
 command -v podman >/dev/null || fail "podman not found (scripts/install-deps.sh --containers)"
 ls "$pkgdir"/pagoda_*_"$arch".deb >/dev/null 2>&1 || fail "no pagoda_*_$arch.deb in $pkgdir"
-case "$pkgdir" in "$src"/build-pkg/packages) ;; *) fail "PACKAGES_DIR must be $src/build-pkg/packages (the build context's)" ;; esac
+rm -f "$src"/packaging/debs/*.deb
+cp "$pkgdir"/*.deb "$src/packaging/debs/"
 
 # ---- the base image, from the cached debootstrap root
 if ! podman image exists "$base_image"; then

@@ -45,8 +45,7 @@ int main(int argc, char **argv) {
         }
         const pagoda_output *out = pagoda_engine_outputs(e, &n);
         for (size_t i = 0; i < n; i++) {
-            if (out[i].id != id)
-                continue;
+            if (out[i].id != id) continue;
             fwrite(out[i].text_delta, 1, out[i].text_delta_len, stdout);
             if (out[i].finish_reason == PAGODA_FINISH_ERROR)
                 fprintf(stderr, "hello_pagoda: %s\n", out[i].error);
