@@ -1,6 +1,12 @@
 # Thin wrapper over CMake/CTest. Everything a person repeats is a target here.
 #   make          Release build, binary at build/pagoda
-#   make run      the OpenAI-compatible server on the default model (prints a curl command)
+#   make run      the OpenAI-compatible server on the default model (prints a curl command);
+#                 installs and builds only what serving needs (no test binaries)
+#   make install  install pagoda, libpagoda, pagoda.h, pagoda.pc, the man page
+#                 under PREFIX (default /usr/local), DESTDIR for staging
+#   make package  Debian packages (CPack): amd64 and, with the cross toolchain, arm64
+#   make test-package  install the amd64 .deb into a fresh Debian root and serve from it
+#   make image / make test-image  the container image (Dockerfile) / build + run + curl it
 #   make generate one offline generation on the default model
 #   make loadtest 64 streaming clients against `pagoda serve` for 60 s
 #   make test     every test: native, then the aarch64 build under qemu
@@ -16,21 +22,76 @@ SERVE_FLAGS ?=
 # README's chat request works (set CHAT_TEMPLATE= to serve without one)
 CHAT_TEMPLATE ?= $(if $(filter $(ASSETS)/llm/stories260K-hf,$(MODEL)),tests/data/chat_simple.jinja)
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
+PREFIX  ?= /usr/local
+DESTDIR ?=
+# `make run` / `make install` configure build/ without tests when it is new
+# (an existing build/ keeps its setting: `make build` turns them on)
+SERVE_CONFIG := $(if $(wildcard build/CMakeCache.txt),,-DPAGODA_BUILD_TESTS=OFF)
+PKG_FLAGS := -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON -DPAGODA_BUILD_TESTS=OFF \
+             -DCMAKE_INSTALL_PREFIX=/usr
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 
-.PHONY: all deps build run generate loadtest test test-native test-arm bench asan format lint clean
+.PHONY: all deps deps-serve build build-serve run install package package-native package-arm64 \
+        test-package image test-image generate loadtest test test-native test-arm bench asan \
+        format lint clean
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
 
+deps-serve:
+	@bash scripts/install-deps.sh --serve
+
 build: deps
-	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON -DPAGODA_BUILD_TESTS=ON \
+	  $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j$(JOBS) -- --no-print-directory
 
-run: build
+# the command only (what `make run` needs; `make install` adds the libraries)
+SERVE_TARGETS ?= pagoda
+build-serve: deps-serve
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON $(SERVE_CONFIG) \
+	  $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j$(JOBS) --target $(SERVE_TARGETS) -- --no-print-directory
+
+run: build-serve
 	./build/pagoda serve $(MODEL) $(if $(CHAT_TEMPLATE),--chat-template $(CHAT_TEMPLATE)) $(SERVE_FLAGS)
+
+install:
+	@$(MAKE) --no-print-directory build-serve SERVE_TARGETS="pagoda pagoda_shared pagoda_core"
+	DESTDIR=$(DESTDIR) cmake --install build --prefix $(PREFIX)
+
+# Debian packages: build-pkg/packages/ (amd64), build-pkg-arm/packages/ (arm64)
+package: package-native $(if $(filter x86_64,$(shell uname -m)),package-arm64)
+
+package-native: deps-serve
+	@cmake -S . -B build-pkg $(PKG_FLAGS) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-pkg -j$(JOBS) -- --no-print-directory
+	cd build-pkg && cpack -G DEB
+	@for d in build-pkg/packages/*.deb; do echo "== $$d"; dpkg-deb -f $$d Package Architecture Depends; done
+
+package-arm64:
+	@bash scripts/install-deps.sh --serve-arm64
+	@cmake -S . -B build-pkg-arm $(PKG_FLAGS) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+	  $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-pkg-arm -j$(JOBS) -- --no-print-directory
+	cd build-pkg-arm && cpack -G DEB
+	@for d in build-pkg-arm/packages/*.deb; do echo "== $$d"; dpkg-deb -f $$d Package Architecture Depends; done
+
+# heavy, not part of `make test`: a fresh Debian root per run (cached base in CACHE_DIR)
+CACHE_DIR ?= /work/cache
+test-package: package-native
+	@bash scripts/install-deps.sh --containers
+	bash scripts/test-package.sh build-pkg/packages $(MODEL) $(CACHE_DIR)
+
+image: package-native
+	@bash scripts/install-deps.sh --containers
+	bash scripts/test-image.sh --build-only build-pkg/packages $(MODEL) $(CACHE_DIR)
+
+test-image: package-native
+	@bash scripts/install-deps.sh --containers
+	bash scripts/test-image.sh build-pkg/packages $(MODEL) $(CACHE_DIR)
 
 generate: build
 	./build/pagoda generate $(MODEL) --prompt "Once upon a time" --max-tokens 200
@@ -71,4 +132,4 @@ lint: build
 	  --inline-suppr -I include -I src -I tools --suppress=missingIncludeSystem src tools/gen
 
 clean:
-	rm -rf build build-arm build-asan
+	rm -rf build build-arm build-asan build-pkg build-pkg-arm

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/status.h" /* pagoda_status, PAGODA_OK, PAGODA_ERR_* */
+#include "pagoda/status.h" /* pagoda_status, PAGODA_OK, PAGODA_ERR_* */
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,9 +1,38 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pagoda's build, tests and benchmarks need.
 # Idempotent and quiet: runs `apt-get update` only when something is missing.
-# Native (amd64/arm64 host) packages, the aarch64 cross toolchain + qemu-user,
-# and the arm64 multiarch -dev packages the cross-built tests link against.
+#
+#   install-deps.sh            everything: native (amd64/arm64 host) packages,
+#                              the aarch64 cross toolchain + qemu-user, and the
+#                              arm64 multiarch -dev packages the cross-built
+#                              tests link against (`make test`, `make package`)
+#   install-deps.sh --serve    only what building the `pagoda` command and its
+#                              libraries needs (`make run`, `make install`):
+#                              no cmocka, linters, cross toolchain or qemu
+#   install-deps.sh --serve-arm64  --serve's libraries for arm64 and the
+#                              aarch64 cross compiler (`make package-arm64`)
+#   install-deps.sh --containers  the tools of `make test-package` and
+#                              `make test-image`: debootstrap, buildah, podman
 set -euo pipefail
+
+mode=${1:-all}
+case "$mode" in
+  all | --all) mode=all ;;
+  --serve | --serve-arm64 | --containers) mode=${mode#--} ;;
+  *) echo "usage: install-deps.sh [--serve | --serve-arm64 | --containers]" >&2; exit 2 ;;
+esac
+
+# The library and the command (CMakeLists.txt's pkg_check_modules); curl for
+# the request `make run` prints, file for CPack's dpkg-shlibdeps step.
+SERVE_LIBS=(
+  libmimalloc-dev libpcre2-dev libutf8proc-dev libcjson-dev libmicrohttpd-dev
+  nettle-dev libxxhash-dev libcurl4-openssl-dev zlib1g-dev
+  libsndfile1-dev libsoxr-dev libavformat-dev libavcodec-dev libavutil-dev
+)
+SERVE_PKGS=(build-essential cmake pkg-config file curl "${SERVE_LIBS[@]}")
+# `make test-package` (a Debian root by debootstrap, chroot + unshare) and
+# `make test-image` (buildah builds the Dockerfile, podman runs it).
+CONTAINER_PKGS=(debootstrap buildah podman uidmap fuse-overlayfs slirp4netns curl)
 
 NATIVE_PKGS=(
   build-essential cmake pkg-config
@@ -18,6 +47,7 @@ NATIVE_PKGS=(
   ffmpeg                   # tests/test_audio_decode.c converts the test WAVs to mp3/m4a/webm/...
   zlib1g-dev               # src/speech/: Whisper's compression ratio (zlib, as utils.py)
   clang-format clang-tidy cppcheck
+  file groff-base          # `make package`: CPack's dpkg-shlibdeps step; the man page test
 )
 CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
 ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64
@@ -31,13 +61,26 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 missing=()
-want=("${NATIVE_PKGS[@]}")
-if [ "$(uname -m)" = "x86_64" ]; then
-  want+=("${CROSS_PKGS[@]}" "${ARM64_PKGS[@]}")
+# dpkg must know the arm64 architecture before :arm64 packages install
+add_arm64() {
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     $SUDO dpkg --add-architecture arm64
     missing+=(__update__)
   fi
+}
+case "$mode" in
+  serve) want=("${SERVE_PKGS[@]}") ;;
+  serve-arm64)
+    want=("${SERVE_PKGS[@]}" gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
+          libc6-dev:arm64)
+    for p in "${SERVE_LIBS[@]}"; do want+=("$p:arm64"); done
+    add_arm64 ;;
+  containers) want=("${CONTAINER_PKGS[@]}") ;;
+  *) want=("${NATIVE_PKGS[@]}") ;;
+esac
+if [ "$mode" = all ] && [ "$(uname -m)" = "x86_64" ]; then
+  want+=("${CROSS_PKGS[@]}" "${ARM64_PKGS[@]}")
+  add_arm64
 fi
 for p in "${want[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -10,18 +10,7 @@
 
 #include <stddef.h>
 
-typedef enum pagoda_status {
-    PAGODA_OK = 0,
-    PAGODA_ERR_NOMEM,       /* allocation failed */
-    PAGODA_ERR_IO,          /* open/read/mmap failed */
-    PAGODA_ERR_FORMAT,      /* corrupt or malformed file / input */
-    PAGODA_ERR_UNSUPPORTED, /* valid but not supported (dtype, architecture, ...) */
-    PAGODA_ERR_INVALID_ARG, /* bad argument or option value */
-    PAGODA_ERR_NOT_FOUND,   /* missing file, tensor, key, ... */
-    PAGODA_ERR_LIMIT,       /* a configured limit exceeded (context, queue, ...) */
-    PAGODA_ERR_INTERNAL,    /* a bug: invariant broken */
-    PAGODA_ERR_COUNT_
-} pagoda_status;
+#include "pagoda/status.h" /* pagoda_status, PAGODA_OK, PAGODA_ERR_* (public) */
 
 /* Short name of a status code, e.g. "format error". Never NULL. */
 const char *pg_status_name(pagoda_status s);
