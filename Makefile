@@ -6,6 +6,8 @@
 #   make test     every test: native, then the aarch64 build under qemu
 #   make bench    build and run the benchmarks + `pagoda bench kernels` (numbers -> docs/PERFORMANCE.md)
 #   make asan     ASan+UBSan build running the unit tests
+#   make fuzz     libFuzzer targets (clang, build-fuzz/), each run FUZZ_SECONDS (default 10);
+#                 FUZZ_TARGETS="fuzz_gguf ..." picks some (docs/FUZZING.md)
 #   make format   clang-format in place;  make lint: clang-tidy + cppcheck
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 ASSETS  ?= $(or $(PAGODA_ASSETS),$(abspath ../shared/assets))
@@ -16,9 +18,11 @@ SERVE_FLAGS ?=
 # README's chat request works (set CHAT_TEMPLATE= to serve without one)
 CHAT_TEMPLATE ?= $(if $(filter $(ASSETS)/llm/stories260K-hf,$(MODEL)),tests/data/chat_simple.jinja)
 CTEST_FLAGS ?= --output-on-failure -j$(JOBS)
+FUZZ_SECONDS ?= 10
+FUZZ_TARGETS ?=
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 
-.PHONY: all deps build run generate loadtest test test-native test-arm bench asan format lint clean
+.PHONY: all deps build run generate loadtest test test-native test-arm bench asan fuzz format lint clean
 
 all: build
 
@@ -62,8 +66,11 @@ asan: deps
 	@cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS)
 
+fuzz: deps
+	@FUZZ_JOBS=$(JOBS) bash scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 format:
-	@find src include tests tools bench -name '*.[ch]' -print0 | xargs -0 clang-format -i
+	@find src include tests tools bench fuzz -name '*.[ch]' -print0 | xargs -0 clang-format -i
 
 lint: build
 	@find src tools/gen -name '*.c' -not -path '*/arm/*' -print0 | xargs -0 clang-tidy -p build --quiet 2>/dev/null
@@ -71,4 +78,4 @@ lint: build
 	  --inline-suppr -I include -I src -I tools --suppress=missingIncludeSystem src tools/gen
 
 clean:
-	rm -rf build build-arm build-asan
+	rm -rf build build-arm build-asan build-fuzz

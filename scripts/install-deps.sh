@@ -18,6 +18,7 @@ NATIVE_PKGS=(
   ffmpeg                   # tests/test_audio_decode.c converts the test WAVs to mp3/m4a/webm/...
   zlib1g-dev               # src/speech/: Whisper's compression ratio (zlib, as utils.py)
   clang-format clang-tidy cppcheck
+  clang libclang-rt-14-dev # `make fuzz`: libFuzzer + ASan/UBSan runtimes for clang 14 (native only)
 )
 CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
 ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64
