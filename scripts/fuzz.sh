@@ -13,7 +13,9 @@
 # timeout-*, oom-*). Exit status: 0 when no target found anything, 1
 # otherwise (the failing targets and their artifacts are listed).
 # FUZZ_FLAGS adds libFuzzer flags (e.g. "-runs=1000"); FUZZ_NICE (default 0)
-# is the nice level of the fuzzers.
+# is the nice level of the fuzzers; FUZZ_WERROR=OFF builds without -Werror.
+# Each summary line gives the target's executions, CPU seconds and libFuzzer's
+# last status line (cov, ft, corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}

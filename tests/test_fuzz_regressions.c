@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "model/hf_config.h"
 #include "server/bench_client.h"
 
 /* Path of tests/data/fuzz/<name> (static buffer). */
@@ -59,10 +60,46 @@ static void test_bench_usage_count_out_of_int32_range(void **state) {
     pg_bench_event_free(&ev);
 }
 
+/* generation_config.json parsed while the vocabulary size is not known
+ * (pg_hf_generation_parse allows vocab_size 0) converted an eos_token_id of
+ * 2821474836480 to int: undefined behaviour (UBSan: "outside the range of
+ * representable values of type 'int'"; INT_MIN on x86, INT_MAX on Arm,
+ * which then became a stop token). Ids past INT32_MAX are now ignored with
+ * the out-of-vocabulary warning. Input: tests/data/fuzz/
+ * hf_config_eos_id_past_int32, config.json NUL generation_config.json as
+ * fuzz_hf_config splits it. */
+static void test_hf_generation_eos_id_past_int32(void **state) {
+    (void)state;
+    size_t len;
+    char *in = pg_test_read_file(fuzz_input("hf_config_eos_id_past_int32"), &len);
+    size_t cfg_len = strlen(in); /* the input's first NUL ends config.json */
+    assert_true(cfg_len < len);
+    pg_model_config cfg;
+    pg_model_config_init(&cfg);
+    assert_int_not_equal(pg_hf_config_parse(in, cfg_len, "config.json", &cfg), PAGODA_OK);
+    pg_generation_defaults gen;
+    pg_generation_defaults_init(&gen);
+    const char *g = in + cfg_len + 1;
+    pagoda_status st =
+        pg_hf_generation_parse(g, len - cfg_len - 1, "generation_config.json", &gen, &cfg);
+    assert_int_equal(st, PAGODA_OK);
+    for (int i = 0; i < 8 && cfg.eos_token_ids[i] >= 0; i++)
+        assert_true(cfg.eos_token_ids[i] != INT_MAX && cfg.eos_token_ids[i] < 100000);
+    free(in);
+
+    static const char both[] = "{\"eos_token_id\": [3000000000, 2, 2147483648, 2147483647]}";
+    pg_model_config_init(&cfg);
+    pg_generation_defaults_init(&gen);
+    assert_int_equal(pg_hf_generation_parse(both, sizeof both - 1, "g.json", &gen, &cfg), PAGODA_OK);
+    assert_int_equal(cfg.eos_token_ids[0], 2);
+    assert_int_equal(cfg.eos_token_ids[1], INT_MAX); /* the largest int id is kept */
+    assert_int_equal(cfg.eos_token_ids[2], -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_usage_count_out_of_int32_range),
+        cmocka_unit_test(test_hf_generation_eos_id_past_int32),
     };
-    (void)fuzz_input;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
