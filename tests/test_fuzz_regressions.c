@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "model/hf_config.h"
 #include "server/bench_client.h"
+#include "tokenizer/tokenizer.h"
 
 /* Path of tests/data/fuzz/<name> (static buffer). */
 static const char *fuzz_input(const char *name) {
@@ -96,10 +97,50 @@ static void test_hf_generation_eos_id_past_int32(void **state) {
     assert_int_equal(cfg.eos_token_ids[2], -1);
 }
 
+/* An added token whose id is also a vocab entry with shorter text: the
+ * added token's content pointer was swapped for the vocab string while its
+ * length stayed the added content's, so encoding read past the string
+ * (ASan: heap-buffer-overflow in pg_tokenizer_encode's memcmp; `make asan`
+ * runs this test). Input: tests/data/fuzz/tokenizer_added_token_shares_vocab_id,
+ * tokenizer.json NUL tokenizer_config.json as fuzz_tokenizer_json splits it;
+ * the text is the one fz_use_tokenizer encodes. */
+static void test_tokenizer_added_token_shares_vocab_id(void **state) {
+    (void)state;
+    size_t len;
+    char *in = pg_test_read_file(fuzz_input("tokenizer_added_token_shares_vocab_id"), &len);
+    size_t tok_len = strlen(in);
+    assert_true(tok_len < len);
+    const char *dir = pg_test_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    pg_test_write_file(path, in, tok_len);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    pg_test_write_file(path, in + tok_len + 1, len - tok_len - 1);
+    pg_tokenizer *tok = NULL;
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_OK);
+    static const char text[] = "Hello world! <s></s><|endoftext|> \xe4\xbd\xa0\xe5\xa5\xbd "
+                               "\xf0\x9f\x98\x80 caf\xc3\xa9 123  \t\n";
+    int32_t ids[512];
+    size_t n;
+    for (int special = 0; special < 2; special++)
+        assert_int_equal(pg_tokenizer_encode(tok, text, sizeof text - 1, special, ids, 512, &n),
+                         PAGODA_OK);
+    /* the added token's own text still encodes to its id */
+    int32_t eot = pg_tokenizer_token_to_id(tok, "<|endoftext|>", 13);
+    if (eot >= 0) {
+        assert_int_equal(pg_tokenizer_encode(tok, "<|endoftext|>", 13, true, ids, 512, &n),
+                         PAGODA_OK);
+        assert_true(n >= 1);
+    }
+    pg_tokenizer_free(tok);
+    free(in);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_usage_count_out_of_int32_range),
         cmocka_unit_test(test_hf_generation_eos_id_past_int32),
+        cmocka_unit_test(test_tokenizer_added_token_shares_vocab_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
