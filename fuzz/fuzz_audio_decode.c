@@ -20,8 +20,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const char *const names[] = {"a.wav", "a.mp3", "a.flac", "a.ogg", "a.webm",
-                                        "a.m4a", "a.opus", "a",     NULL};
+    static const char *const names[] = {"a.wav", "a.mp3",  "a.flac", "a.ogg", "a.webm",
+                                        "a.m4a", "a.opus", "a",      NULL};
     if (size < 1) return 0;
     const char *name = names[data[0] % (sizeof names / sizeof *names)];
     pg_audio a = {0};

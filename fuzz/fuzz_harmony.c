@@ -57,7 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *whole = run(text, len, len ? len : 1);
     char *split = run(text, len, chunk);
     if (whole && split && strcmp(whole, split) != 0) {
-        fprintf(stderr, "harmony: split at %zu bytes changes the message:\n  whole: %s\n  split: %s\n",
+        fprintf(stderr,
+                "harmony: split at %zu bytes changes the message:\n  whole: %s\n  split: %s\n",
                 chunk, whole, split);
         abort();
     }

@@ -61,8 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const pg_chat_special_tokens sp = {"<s>", "</s>", "<pad>", "<unk>"};
             struct tm now = {.tm_year = 126, .tm_mon = 11, .tm_mday = 2, .tm_hour = 7};
             char *out = NULL;
-            if (pg_chat_template_render_at(t, prepared, g_tools, g_kwargs, true, &sp, &now,
-                                           &out) == PAGODA_OK) {
+            if (pg_chat_template_render_at(t, prepared, g_tools, g_kwargs, true, &sp, &now, &out) ==
+                PAGODA_OK) {
                 pg_chat_continue_final_message(out, prepared);
                 free(out);
             }

@@ -1,6 +1,8 @@
-/* libFuzzer target: a JSON Schema (response_format json_schema, structured_outputs.json, guided_json) compiled by src/grammar and matched byte by
- * byte and token by token (fz_grammar.h: the input is the spec, optionally
- * followed by a NUL byte and a sample output). Seeds: scripts/fuzz.sh.
+/* libFuzzer target: a JSON Schema (response_format json_schema, structured_outputs.json,
+ * guided_json)
+ * compiled by src/grammar and matched byte by byte and token by token
+ * (fz_grammar.h: the input is the spec, optionally followed by a NUL byte
+ * and a sample output). Seeds: scripts/fuzz.sh.
  * Dictionary: fuzz/json_schema.dict
  */
 #include "fz_grammar.h"

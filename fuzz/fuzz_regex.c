@@ -1,6 +1,7 @@
-/* libFuzzer target: a regular expression (structured_outputs.regex, guided_regex) compiled by src/grammar and matched byte by
- * byte and token by token (fz_grammar.h: the input is the spec, optionally
- * followed by a NUL byte and a sample output). Seeds: scripts/fuzz.sh.
+/* libFuzzer target: a regular expression (structured_outputs.regex, guided_regex)
+ * compiled by src/grammar and matched byte by byte and token by token
+ * (fz_grammar.h: the input is the spec, optionally followed by a NUL byte
+ * and a sample output). Seeds: scripts/fuzz.sh.
  * Dictionary: fuzz/regex.dict
  */
 #include "fz_grammar.h"

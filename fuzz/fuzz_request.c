@@ -103,7 +103,8 @@ static void tokenize_prompts(const pg_api_request *r, pg_api_error *err) {
             char *text = NULL;
             size_t len = 0;
             bool in_vocab = true;
-            for (size_t i = 0; i < pr->n_ids; i++) in_vocab &= pr->ids[i] < vocab;
+            for (size_t i = 0; i < pr->n_ids; i++)
+                in_vocab &= pr->ids[i] < vocab;
             if (in_vocab &&
                 pagoda_detokenize(g_engine, pr->ids, pr->n_ids, false, &text, &len) == PAGODA_OK)
                 pagoda_free(text);
@@ -128,8 +129,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (endpoint <= 1) {
         pagoda_sampling defaults;
         pagoda_sampling_defaults(g_engine, &defaults);
-        st = pg_api_parse(endpoint == 0 ? PG_API_COMPLETION : PG_API_CHAT, body, len, &defaults,
-                          &r, &err);
+        st = pg_api_parse(endpoint == 0 ? PG_API_COMPLETION : PG_API_CHAT, body, len, &defaults, &r,
+                          &err);
     } else if (endpoint == 2) {
         st = pg_api_parse_tokenize(body, len, &r, &err);
     } else {

@@ -13,9 +13,9 @@
 static pg_vocab_trie *g_trie;
 #define N_BYTES 256
 
-static const char *const k_words[] = {"{\"", "\":", "\",", "\"}", "true", "false", "null", "  ",
-                                      "\n", "ab", "abc", "12", "-1", "0.5e3", "\xc3\xa9",
-                                      "\xe4\xbd\xa0", "[]", "{}", "\\u00", "aaaa"};
+static const char *const k_words[] = {
+    "{\"", "\":", "\",", "\"}",   "true",     "false",        "null", "  ", "\n",    "ab",
+    "abc", "12",  "-1",  "0.5e3", "\xc3\xa9", "\xe4\xbd\xa0", "[]",   "{}", "\\u00", "aaaa"};
 
 static const pg_vocab_trie *trie(void) {
     if (g_trie) return g_trie;

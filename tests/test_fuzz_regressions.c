@@ -91,7 +91,8 @@ static void test_hf_generation_eos_id_past_int32(void **state) {
     static const char both[] = "{\"eos_token_id\": [3000000000, 2, 2147483648, 2147483647]}";
     pg_model_config_init(&cfg);
     pg_generation_defaults_init(&gen);
-    assert_int_equal(pg_hf_generation_parse(both, sizeof both - 1, "g.json", &gen, &cfg), PAGODA_OK);
+    assert_int_equal(pg_hf_generation_parse(both, sizeof both - 1, "g.json", &gen, &cfg),
+                     PAGODA_OK);
     assert_int_equal(cfg.eos_token_ids[0], 2);
     assert_int_equal(cfg.eos_token_ids[1], INT_MAX); /* the largest int id is kept */
     assert_int_equal(cfg.eos_token_ids[2], -1);

@@ -122,8 +122,7 @@ static pagoda_status usage_count(const cJSON *usage, const char *key, int32_t *o
     double d = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
     if (!(d >= 0 && d <= (double)INT32_MAX) || d != floor(d)) {
         char *txt = cJSON_PrintUnformatted(v);
-        pagoda_status st = pg_error(PAGODA_ERR_FORMAT,
-                                    "usage.%s is not a token count: %.40s", key,
+        pagoda_status st = pg_error(PAGODA_ERR_FORMAT, "usage.%s is not a token count: %.40s", key,
                                     txt ? txt : "?");
         cJSON_free(txt);
         return st;
