@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "model/compressed_tensors.h"
 #include "model/hf_config.h"
 #include "server/bench_client.h"
 #include "tokenizer/tokenizer.h"
@@ -137,11 +138,43 @@ static void test_tokenizer_added_token_shares_vocab_id(void **state) {
     free(in);
 }
 
+/* compressed-tensors quantization_config: num_bits and group_size were cast
+ * from the JSON double before the range check (UBSan: 3e+118 is outside
+ * the range of 'long'), and a fractional group_size such as 32.5 passed as
+ * 32. Now both are compared as doubles and refused naming the value.
+ * Input: tests/data/fuzz/ct_config_group_size_past_int64 (its config.json
+ * part, as fuzz_hf_config feeds it). */
+static void test_ct_config_group_size_past_int64(void **state) {
+    (void)state;
+    size_t len;
+    char *in = pg_test_read_file(fuzz_input("ct_config_group_size_past_int64"), &len);
+    pg_ct_config ct;
+    memset(&ct, 0, sizeof ct);
+    /* UNSUPPORTED (the value) or FORMAT (elsewhere): never OK, never UB */
+    if (pg_ct_config_parse(in, strlen(in), "config.json", &ct) == PAGODA_OK) pg_ct_config_free(&ct);
+    free(in);
+    static const char *const bad[] = {"3e118", "32.5", "-32", "1e19"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char cfg[512];
+        snprintf(cfg, sizeof cfg,
+                 "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\","
+                 "\"format\": \"pack-quantized\", \"config_groups\": {\"g\": {\"targets\":"
+                 " [\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"int\","
+                 "\"symmetric\": true, \"strategy\": \"group\", \"group_size\": %s}}}}}",
+                 bad[i]);
+        memset(&ct, 0, sizeof ct);
+        assert_int_equal(pg_ct_config_parse(cfg, strlen(cfg), "config.json", &ct),
+                         PAGODA_ERR_UNSUPPORTED);
+        assert_non_null(strstr(pg_last_error(), "group_size"));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_usage_count_out_of_int32_range),
         cmocka_unit_test(test_hf_generation_eos_id_past_int32),
         cmocka_unit_test(test_tokenizer_added_token_shares_vocab_id),
+        cmocka_unit_test(test_ct_config_group_size_past_int64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
