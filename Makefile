@@ -12,6 +12,8 @@
 #   make test     every test: native, then the aarch64 build under qemu
 #   make bench    build and run the benchmarks + `pagoda bench kernels` (numbers -> docs/PERFORMANCE.md)
 #   make asan     ASan+UBSan build running the unit tests
+#   make fuzz     libFuzzer targets (clang, build-fuzz/), each run FUZZ_SECONDS (default 10);
+#                 FUZZ_TARGETS="fuzz_gguf ..." picks some (docs/FUZZING.md)
 #   make format   clang-format in place;  make lint: clang-tidy + cppcheck
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 ASSETS  ?= $(or $(PAGODA_ASSETS),$(abspath ../shared/assets))
@@ -29,11 +31,13 @@ DESTDIR ?=
 SERVE_CONFIG := $(if $(wildcard build/CMakeCache.txt),,-DPAGODA_BUILD_TESTS=OFF)
 PKG_FLAGS := -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON -DPAGODA_BUILD_TESTS=OFF \
              -DCMAKE_INSTALL_PREFIX=/usr
+FUZZ_SECONDS ?= 10
+FUZZ_TARGETS ?=
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 
 .PHONY: all deps deps-serve build build-serve run install package package-native package-arm64 \
         test-package image test-image generate loadtest test test-native test-arm bench asan \
-        format lint clean
+        fuzz format lint clean
 
 all: build
 
@@ -123,8 +127,11 @@ asan: deps
 	@cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS)
 
+fuzz: deps
+	@FUZZ_JOBS=$(JOBS) bash scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 format:
-	@find src include tests tools bench -name '*.[ch]' -print0 | xargs -0 clang-format -i
+	@find src include tests tools bench fuzz -name '*.[ch]' -print0 | xargs -0 clang-format -i
 
 lint: build
 	@find src tools/gen -name '*.c' -not -path '*/arm/*' -print0 | xargs -0 clang-tidy -p build --quiet 2>/dev/null
@@ -132,4 +139,4 @@ lint: build
 	  --inline-suppr -I include -I src -I tools --suppress=missingIncludeSystem src tools/gen
 
 clean:
-	rm -rf build build-arm build-asan build-pkg build-pkg-arm
+	rm -rf build build-arm build-asan build-pkg build-pkg-arm build-fuzz

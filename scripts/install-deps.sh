@@ -48,6 +48,7 @@ NATIVE_PKGS=(
   zlib1g-dev               # src/speech/: Whisper's compression ratio (zlib, as utils.py)
   clang-format clang-tidy cppcheck
   file groff-base          # `make package`: CPack's dpkg-shlibdeps step; the man page test
+  clang libclang-rt-14-dev # `make fuzz`: libFuzzer + ASan/UBSan runtimes for clang 14 (native only)
 )
 CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
 ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64

@@ -139,7 +139,7 @@ static void detect_x86(pg_cpu_info *c) {
     c->amx_bf16 = tbf16 && c->os_amx;
 
     /* Brand string: 48 bytes from leaves 0x80000002..4, padded with spaces. */
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
         unsigned regs[12];
         for (unsigned i = 0; i < 3; i++)
             __cpuid(0x80000002u + i, regs[4 * i], regs[4 * i + 1], regs[4 * i + 2],

@@ -6,6 +6,7 @@
 #include "model/compressed_tensors.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,24 +109,27 @@ pagoda_status pg_ct_config_parse(const char *json, size_t len, const char *path,
     }
     if ((st = check_args(w, path, "weights"))) goto done;
     const cJSON *nb = item(w, "num_bits");
-    int bits = cJSON_IsNumber(nb) ? (int)nb->valuedouble : 0;
-    if (bits != 8 && bits != 4) {
+    /* compared as a double: a cast of 3e118 is undefined (fuzz_hf_config) */
+    double bits_d = cJSON_IsNumber(nb) ? nb->valuedouble : 0;
+    if (bits_d != 8 && bits_d != 4) {
         st = pg_error(PAGODA_ERR_UNSUPPORTED,
-                      "%s: quantization_config weights num_bits %d (need 8 or 4)", path, bits);
+                      "%s: quantization_config weights num_bits %g (need 8 or 4)", path, bits_d);
         goto done;
     }
+    int bits = (int)bits_d;
     const char *strategy = str(w, "strategy");
     int64_t group = 0;
     if (strategy && !strcmp(strategy, "group")) {
         const cJSON *gs = item(w, "group_size");
-        group = cJSON_IsNumber(gs) ? (int64_t)gs->valuedouble : 0;
-        if (group < 32 || group % 32) {
+        double gd = cJSON_IsNumber(gs) ? gs->valuedouble : 0;
+        if (!(gd >= 32 && gd <= 1073741824.0) || gd != floor(gd) || (int64_t)gd % 32) {
             st = pg_error(PAGODA_ERR_UNSUPPORTED,
-                          "%s: quantization_config weights group_size %lld (need a multiple of "
+                          "%s: quantization_config weights group_size %g (need a multiple of "
                           "32)",
-                          path, (long long)group);
+                          path, gd);
             goto done;
         }
+        group = (int64_t)gd;
     } else if (!strategy || strcmp(strategy, "channel")) {
         st = pg_error(PAGODA_ERR_UNSUPPORTED,
                       "%s: quantization_config weights strategy '%s' (need channel or group)", path,

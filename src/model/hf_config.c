@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,7 +137,9 @@ pagoda_status pg_hf_get_moe(const cJSON *o, const char *path, bool norm_topk_def
  * outside it can never be generated or embedded, and transformers / vLLM
  * accept such a file, so it is ignored with a warning naming the key. */
 static bool special_id_ok(const char *path, const char *key, double v, const pg_model_config *cfg) {
-    if (v >= 0 && (cfg->vocab_size <= 0 || v < cfg->vocab_size)) return true;
+    /* ids are ints: with the vocabulary not known yet, 3e9 must not reach
+     * the (int) conversion (undefined behaviour; found by fuzz_hf_config) */
+    if (v >= 0 && v <= INT32_MAX && (cfg->vocab_size <= 0 || v < cfg->vocab_size)) return true;
     PG_WARN("%s: %s %.0f is outside the vocabulary (vocab_size %d, ids 0..%d); pagoda ignores it "
             "(%s). Fix: set it to the token's id (tokenizer_config.json / tokenizer.json name the "
             "special tokens)",

@@ -114,32 +114,84 @@ static const char *error_message(const cJSON *j, bool *is_error) {
     return NULL;
 }
 
-static bool on_event(void *ctx, const char *data, size_t len) {
-    slot *s = ctx;
-    if (len == 6 && !memcmp(data, "[DONE]", 6)) return true;
+/* usage.<key>: -1 when absent or null; an integer in [0, INT32_MAX] */
+static pagoda_status usage_count(const cJSON *usage, const char *key, int32_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(usage, key);
+    *out = -1;
+    if (!v || cJSON_IsNull(v)) return PAGODA_OK;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+    if (!(d >= 0 && d <= (double)INT32_MAX) || d != floor(d)) {
+        char *txt = cJSON_PrintUnformatted(v);
+        pagoda_status st = pg_error(PAGODA_ERR_FORMAT, "usage.%s is not a token count: %.40s", key,
+                                    txt ? txt : "?");
+        cJSON_free(txt);
+        return st;
+    }
+    *out = (int32_t)d;
+    return PAGODA_OK;
+}
+
+pagoda_status pg_bench_event_parse(const char *data, size_t len, bool chat, pg_bench_event *ev) {
+    memset(ev, 0, sizeof *ev);
+    ev->completion_tokens = ev->prompt_tokens = -1;
+    if (len == 6 && !memcmp(data, "[DONE]", 6)) {
+        ev->kind = PG_BENCH_EVENT_DONE;
+        return PAGODA_OK;
+    }
     cJSON *j = cJSON_ParseWithLength(data, len);
     if (!j || !cJSON_IsObject(j)) {
-        slot_fail(s, "malformed JSON in the event stream: %.80s", data);
         cJSON_Delete(j);
-        return false;
+        return pg_error(PAGODA_ERR_FORMAT, "malformed JSON in the event stream: %.*s",
+                        (int)(len < 80 ? len : 80), data);
     }
     bool is_error;
     const char *emsg = error_message(j, &is_error);
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(j, "choices");
+    pagoda_status st = PAGODA_OK;
     if (is_error) {
-        slot_fail(s, "server error in stream: %s", emsg);
+        ev->kind = PG_BENCH_EVENT_ERROR;
+        ev->text = emsg;
+    } else if (cJSON_IsArray(choices) && cJSON_GetArraySize(choices) > 0) {
+        const cJSON *c0 = cJSON_GetArrayItem(choices, 0);
+        const cJSON *txt = chat ? cJSON_GetObjectItemCaseSensitive(
+                                      cJSON_GetObjectItemCaseSensitive(c0, "delta"), "content")
+                                : cJSON_GetObjectItemCaseSensitive(c0, "text");
+        ev->kind = PG_BENCH_EVENT_CHOICE;
+        ev->text = cJSON_IsString(txt) ? txt->valuestring : NULL;
+    } else {
+        const cJSON *usage = cJSON_GetObjectItemCaseSensitive(j, "usage");
+        ev->kind = PG_BENCH_EVENT_OTHER;
+        st = usage_count(usage, "completion_tokens", &ev->completion_tokens);
+        if (!st) st = usage_count(usage, "prompt_tokens", &ev->prompt_tokens);
+    }
+    if (st) {
         cJSON_Delete(j);
+        memset(ev, 0, sizeof *ev);
+        return st;
+    }
+    ev->json = j;
+    return PAGODA_OK;
+}
+
+void pg_bench_event_free(pg_bench_event *ev) {
+    cJSON_Delete(ev->json);
+    memset(ev, 0, sizeof *ev);
+}
+
+static bool on_event(void *ctx, const char *data, size_t len) {
+    slot *s = ctx;
+    pg_bench_event ev;
+    if (pg_bench_event_parse(data, len, s->chat, &ev) != PAGODA_OK) {
+        slot_fail(s, "%s", pg_last_error());
         return false;
     }
-    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(j, "choices");
-    if (cJSON_IsArray(choices) && cJSON_GetArraySize(choices) > 0) {
-        const cJSON *c0 = cJSON_GetArrayItem(choices, 0);
-        const cJSON *txt;
-        if (s->chat) {
-            const cJSON *delta = cJSON_GetObjectItemCaseSensitive(c0, "delta");
-            txt = cJSON_GetObjectItemCaseSensitive(delta, "content");
-        } else {
-            txt = cJSON_GetObjectItemCaseSensitive(c0, "text");
-        }
+    if (ev.kind == PG_BENCH_EVENT_DONE) return true;
+    if (ev.kind == PG_BENCH_EVENT_ERROR) {
+        slot_fail(s, "server error in stream: %s", ev.text);
+        pg_bench_event_free(&ev);
+        return false;
+    }
+    if (ev.kind == PG_BENCH_EVENT_CHOICE) {
         if (!s->got_first) {
             s->got_first = true;
             s->ttft = s->now - s->st;
@@ -149,7 +201,7 @@ static bool on_event(void *ctx, const char *data, size_t len) {
                 double *g = realloc(s->itl, c * sizeof *g);
                 if (!g) {
                     slot_fail(s, "out of memory recording %zu inter-token gaps", c);
-                    cJSON_Delete(j);
+                    pg_bench_event_free(&ev);
                     return false;
                 }
                 s->itl = g;
@@ -159,24 +211,20 @@ static bool on_event(void *ctx, const char *data, size_t len) {
         }
         s->last_ts = s->now;
         s->n_chunks++;
-        if (cJSON_IsString(txt) &&
-            !gbuf_add(&s->text, txt->valuestring, strlen(txt->valuestring))) {
+        if (ev.text && !gbuf_add(&s->text, ev.text, strlen(ev.text))) {
             slot_fail(s, "out of memory for the generated text");
-            cJSON_Delete(j);
+            pg_bench_event_free(&ev);
             return false;
         }
     } else {
-        const cJSON *usage = cJSON_GetObjectItemCaseSensitive(j, "usage");
-        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
-        if (cJSON_IsNumber(ct)) s->usage_tokens = (int32_t)ct->valuedouble;
-        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
-        if (cJSON_IsNumber(pt)) s->usage_prompt_tokens = (int32_t)pt->valuedouble;
+        if (ev.completion_tokens >= 0) s->usage_tokens = ev.completion_tokens;
+        if (ev.prompt_tokens >= 0) s->usage_prompt_tokens = ev.prompt_tokens;
     }
     /* vLLM's chat client moves its "most recent" timestamp on every data
      * event (the usage event included); its completions client only on
      * choice-carrying ones. */
     if (s->chat && s->got_first) s->last_ts = s->now;
-    cJSON_Delete(j);
+    pg_bench_event_free(&ev);
     return true;
 }
 

@@ -71,6 +71,35 @@ void pg_bench_req_result_free(pg_bench_req_result *r);
 pagoda_status pg_bench_fetch_model(const char *base_url, const char *api_key, double timeout_s,
                                    char **model);
 
+/* One data event of an OpenAI stream, read as the client reads it. */
+typedef enum pg_bench_event_kind {
+    PG_BENCH_EVENT_DONE,   /* "[DONE]" */
+    PG_BENCH_EVENT_ERROR,  /* an error object: message */
+    PG_BENCH_EVENT_CHOICE, /* a non-empty `choices`: text (may be NULL) */
+    PG_BENCH_EVENT_OTHER,  /* anything else (the usage event): the token counts */
+} pg_bench_event_kind;
+
+typedef struct pg_bench_event {
+    pg_bench_event_kind kind;
+    /* ERROR: the message; CHOICE: choices[0].text (completions) or
+     * choices[0].delta.content (chat) when a string, else NULL. Points into
+     * `json`. */
+    const char *text;
+    /* OTHER: usage.completion_tokens / usage.prompt_tokens, -1 when absent */
+    int32_t completion_tokens, prompt_tokens;
+    struct cJSON *json; /* owner of text (pg_bench_event_free) */
+} pg_bench_event;
+
+/* Read one SSE data payload (`len` bytes) of a completions (chat false) or
+ * chat stream, as vLLM's client does: "[DONE]"; an error object
+ * ({"error": {"message"}}, {"error": "..."}, {"object": "error", "message"});
+ * a chunk with choices; or a chunk without (usage). Errors:
+ * PAGODA_ERR_FORMAT "malformed JSON in the event stream: <data>" (not a
+ * JSON object), "usage.completion_tokens is not a token count: <value>"
+ * (usage counts must be integers in [0, 2^31-1]). Nothing to free on error. */
+pagoda_status pg_bench_event_parse(const char *data, size_t len, bool chat, pg_bench_event *ev);
+void pg_bench_event_free(pg_bench_event *ev);
+
 /* True when `endpoint` names the chat API ("/chat/completions" suffix). */
 bool pg_bench_endpoint_is_chat(const char *endpoint);
 

@@ -27,7 +27,14 @@
 #define JJ_MAX_DEPTH 200                  /* parser nesting and macro recursion */
 #define JJ_MAX_OUTPUT ((size_t)16 << 20)  /* bytes of rendered text */
 #define JJ_MAX_ARENA ((size_t)256 << 20)  /* bytes of values per render */
-#define JJ_MAX_STEPS 5000000ull           /* evaluation steps per render */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+/* `make fuzz` (docs/FUZZING.md): a tenth of the steps, so that an input
+ * that reaches the limit takes a fraction of a second under ASan instead
+ * of seconds (tests/test_jinja.c checks the real limit) */
+#define JJ_MAX_STEPS 500000ull
+#else
+#define JJ_MAX_STEPS 5000000ull /* evaluation steps per render */
+#endif
 
 /* Stack bytes the interpreter may use below its entry point: at most 1 MiB
  * and at most half of what the calling thread's stack has left (measured

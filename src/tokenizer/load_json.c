@@ -402,7 +402,15 @@ static pagoda_status load_model(pg_tokenizer *t, const lctx *L, const cJSON *mod
         if (!d) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", L->path);
         t->tokens[i] = d;
     }
-    for (int i = 0; i < t->n_added; i++) t->added[i].content = t->tokens[t->added[i].id];
+    /* each added token keeps its own content: its id may also be a vocab
+     * entry (or another added token's) with other text, and a->len is this
+     * content's length (sharing tokens[id] read past a shorter string:
+     * found by fuzz_tokenizer_json) */
+    for (int i = 0; i < t->n_added; i++) {
+        tok_added *a = &t->added[i];
+        a->content = pg_tok_strdup(t, a->content, a->len);
+        if (!a->content) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", L->path);
+    }
 
     t->byte_fallback = jbool(model, "byte_fallback", false);
     t->ignore_merges = jbool(model, "ignore_merges", false);

@@ -1576,7 +1576,7 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
         pg_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_fast"), 32.0f);
         pg_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_beta_slow"), 1.0f);
     }
-keys_done:
+keys_done:; /* a label cannot precede a declaration before C23 (clang) */
 #undef KEY
     bool llama3 = o->rope_scaling == PG_ROPE_SCALING_LLAMA3;
     /* Llama-3 RoPE scaling is written the way llama.cpp's converter writes it:

@@ -1,0 +1,180 @@
+/* Regression tests for what fuzzing found (docs/FUZZING.md): one test per
+ * bug, named after what broke, feeding the exact input (inline, or from
+ * tests/data/fuzz/<name> when it is binary or long) to the function the
+ * libFuzzer target drives, and checking the clear error that replaced the
+ * crash, hang or undefined behaviour. */
+#include "testutil.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "model/compressed_tensors.h"
+#include "model/hf_config.h"
+#include "server/bench_client.h"
+#include "tokenizer/tokenizer.h"
+
+/* Path of tests/data/fuzz/<name> (static buffer). */
+static const char *fuzz_input(const char *name) {
+    static char path[1024];
+    const char *src = getenv("PAGODA_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/tests/data/fuzz/%s", src ? src : "..", name);
+    return path;
+}
+
+/* The bench client cast usage.completion_tokens (a JSON double) to int32_t:
+ * undefined behaviour for 1e30 (UBSan: "outside the range of representable
+ * values"), garbage counts for negative or fractional values. Now a count
+ * must be an integer in [0, 2^31-1] and anything else fails the request
+ * with a message naming the field. (fuzz_bench_sse) */
+static void test_bench_usage_count_out_of_int32_range(void **state) {
+    (void)state;
+    static const char *const bad[] = {
+        "{\"usage\":{\"completion_tokens\":1e30}}",
+        "{\"usage\":{\"completion_tokens\":-1e30}}",
+        "{\"usage\":{\"completion_tokens\":2147483648}}",
+        "{\"usage\":{\"completion_tokens\":-1}}",
+        "{\"usage\":{\"completion_tokens\":1.5}}",
+        "{\"usage\":{\"completion_tokens\":\"7\"}}",
+        "{\"usage\":{\"completion_tokens\":3,\"prompt_tokens\":1e300}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pg_bench_event ev;
+        assert_int_equal(pg_bench_event_parse(bad[i], strlen(bad[i]), false, &ev),
+                         PAGODA_ERR_FORMAT);
+        assert_non_null(strstr(pg_last_error(), "is not a token count"));
+        assert_null(ev.json);
+    }
+    static const char ok[] = "{\"choices\":[],\"usage\":{\"completion_tokens\":2147483647,"
+                             "\"prompt_tokens\":5.0}}";
+    pg_bench_event ev;
+    assert_int_equal(pg_bench_event_parse(ok, sizeof ok - 1, true, &ev), PAGODA_OK);
+    assert_int_equal(ev.kind, PG_BENCH_EVENT_OTHER);
+    assert_int_equal(ev.completion_tokens, INT32_MAX);
+    assert_int_equal(ev.prompt_tokens, 5);
+    pg_bench_event_free(&ev);
+    static const char none[] = "{\"usage\":null}";
+    assert_int_equal(pg_bench_event_parse(none, sizeof none - 1, true, &ev), PAGODA_OK);
+    assert_int_equal(ev.completion_tokens, -1);
+    assert_int_equal(ev.prompt_tokens, -1);
+    pg_bench_event_free(&ev);
+}
+
+/* generation_config.json parsed while the vocabulary size is not known
+ * (pg_hf_generation_parse allows vocab_size 0) converted an eos_token_id of
+ * 2821474836480 to int: undefined behaviour (UBSan: "outside the range of
+ * representable values of type 'int'"; INT_MIN on x86, INT_MAX on Arm,
+ * which then became a stop token). Ids past INT32_MAX are now ignored with
+ * the out-of-vocabulary warning. Input: tests/data/fuzz/
+ * hf_config_eos_id_past_int32, config.json NUL generation_config.json as
+ * fuzz_hf_config splits it. */
+static void test_hf_generation_eos_id_past_int32(void **state) {
+    (void)state;
+    size_t len;
+    char *in = pg_test_read_file(fuzz_input("hf_config_eos_id_past_int32"), &len);
+    size_t cfg_len = strlen(in); /* the input's first NUL ends config.json */
+    assert_true(cfg_len < len);
+    pg_model_config cfg;
+    pg_model_config_init(&cfg);
+    assert_int_not_equal(pg_hf_config_parse(in, cfg_len, "config.json", &cfg), PAGODA_OK);
+    pg_generation_defaults gen;
+    pg_generation_defaults_init(&gen);
+    const char *g = in + cfg_len + 1;
+    pagoda_status st =
+        pg_hf_generation_parse(g, len - cfg_len - 1, "generation_config.json", &gen, &cfg);
+    assert_int_equal(st, PAGODA_OK);
+    for (int i = 0; i < 8 && cfg.eos_token_ids[i] >= 0; i++)
+        assert_true(cfg.eos_token_ids[i] != INT_MAX && cfg.eos_token_ids[i] < 100000);
+    free(in);
+
+    static const char both[] = "{\"eos_token_id\": [3000000000, 2, 2147483648, 2147483647]}";
+    pg_model_config_init(&cfg);
+    pg_generation_defaults_init(&gen);
+    assert_int_equal(pg_hf_generation_parse(both, sizeof both - 1, "g.json", &gen, &cfg),
+                     PAGODA_OK);
+    assert_int_equal(cfg.eos_token_ids[0], 2);
+    assert_int_equal(cfg.eos_token_ids[1], INT_MAX); /* the largest int id is kept */
+    assert_int_equal(cfg.eos_token_ids[2], -1);
+}
+
+/* An added token whose id is also a vocab entry with shorter text: the
+ * added token's content pointer was swapped for the vocab string while its
+ * length stayed the added content's, so encoding read past the string
+ * (ASan: heap-buffer-overflow in pg_tokenizer_encode's memcmp; `make asan`
+ * runs this test). Input: tests/data/fuzz/tokenizer_added_token_shares_vocab_id,
+ * tokenizer.json NUL tokenizer_config.json as fuzz_tokenizer_json splits it;
+ * the text is the one fz_use_tokenizer encodes. */
+static void test_tokenizer_added_token_shares_vocab_id(void **state) {
+    (void)state;
+    size_t len;
+    char *in = pg_test_read_file(fuzz_input("tokenizer_added_token_shares_vocab_id"), &len);
+    size_t tok_len = strlen(in);
+    assert_true(tok_len < len);
+    const char *dir = pg_test_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    pg_test_write_file(path, in, tok_len);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    pg_test_write_file(path, in + tok_len + 1, len - tok_len - 1);
+    pg_tokenizer *tok = NULL;
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_OK);
+    static const char text[] = "Hello world! <s></s><|endoftext|> \xe4\xbd\xa0\xe5\xa5\xbd "
+                               "\xf0\x9f\x98\x80 caf\xc3\xa9 123  \t\n";
+    int32_t ids[512];
+    size_t n;
+    for (int special = 0; special < 2; special++)
+        assert_int_equal(pg_tokenizer_encode(tok, text, sizeof text - 1, special, ids, 512, &n),
+                         PAGODA_OK);
+    /* the added token's own text still encodes to its id */
+    int32_t eot = pg_tokenizer_token_to_id(tok, "<|endoftext|>", 13);
+    if (eot >= 0) {
+        assert_int_equal(pg_tokenizer_encode(tok, "<|endoftext|>", 13, true, ids, 512, &n),
+                         PAGODA_OK);
+        assert_true(n >= 1);
+    }
+    pg_tokenizer_free(tok);
+    free(in);
+}
+
+/* compressed-tensors quantization_config: num_bits and group_size were cast
+ * from the JSON double before the range check (UBSan: 3e+118 is outside
+ * the range of 'long'), and a fractional group_size such as 32.5 passed as
+ * 32. Now both are compared as doubles and refused naming the value.
+ * Input: tests/data/fuzz/ct_config_group_size_past_int64 (its config.json
+ * part, as fuzz_hf_config feeds it). */
+static void test_ct_config_group_size_past_int64(void **state) {
+    (void)state;
+    size_t len;
+    char *in = pg_test_read_file(fuzz_input("ct_config_group_size_past_int64"), &len);
+    pg_ct_config ct;
+    memset(&ct, 0, sizeof ct);
+    /* UNSUPPORTED (the value) or FORMAT (elsewhere): never OK, never UB */
+    if (pg_ct_config_parse(in, strlen(in), "config.json", &ct) == PAGODA_OK) pg_ct_config_free(&ct);
+    free(in);
+    static const char *const bad[] = {"3e118", "32.5", "-32", "1e19"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char cfg[512];
+        snprintf(cfg, sizeof cfg,
+                 "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\","
+                 "\"format\": \"pack-quantized\", \"config_groups\": {\"g\": {\"targets\":"
+                 " [\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"int\","
+                 "\"symmetric\": true, \"strategy\": \"group\", \"group_size\": %s}}}}}",
+                 bad[i]);
+        memset(&ct, 0, sizeof ct);
+        assert_int_equal(pg_ct_config_parse(cfg, strlen(cfg), "config.json", &ct),
+                         PAGODA_ERR_UNSUPPORTED);
+        assert_non_null(strstr(pg_last_error(), "group_size"));
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bench_usage_count_out_of_int32_range),
+        cmocka_unit_test(test_hf_generation_eos_id_past_int32),
+        cmocka_unit_test(test_tokenizer_added_token_shares_vocab_id),
+        cmocka_unit_test(test_ct_config_group_size_past_int64),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
