@@ -180,9 +180,9 @@ static void test_hermes_malformed(void **state) {
     (void)state;
     static const char *const bad[] = {
         "<tool_call>\n{not json}\n</tool_call>",
-        "<tool_call>{\"arguments\": {}}</tool_call>",                    /* no name */
-        "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>",    /* args not an object */
-        "<tool_call>{\"name\": \"f\", \"argu",                           /* cut off */
+        "<tool_call>{\"arguments\": {}}</tool_call>",                 /* no name */
+        "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>", /* args not an object */
+        "<tool_call>{\"name\": \"f\", \"argu",                        /* cut off */
         "<tool_call>",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -464,10 +464,13 @@ static void test_detect(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hermes),    cmocka_unit_test(test_hermes_malformed),
+        cmocka_unit_test(test_hermes),
+        cmocka_unit_test(test_hermes_malformed),
         cmocka_unit_test(test_hermes_streams_arguments),
-        cmocka_unit_test(test_reasoning), cmocka_unit_test(test_llama3_json),
-        cmocka_unit_test(test_mistral),   cmocka_unit_test(test_random_fragments),
+        cmocka_unit_test(test_reasoning),
+        cmocka_unit_test(test_llama3_json),
+        cmocka_unit_test(test_mistral),
+        cmocka_unit_test(test_random_fragments),
         cmocka_unit_test(test_detect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -343,8 +343,9 @@ static void test_encode_flags_add_vs_parse(void **state) {
                                                PG_ENCODE_ADD_SPECIAL | PG_ENCODE_PARSE_SPECIAL,
                                                both, 16, &nb),
                      PAGODA_OK);
-    assert_int_equal(pg_tokenizer_encode_flags(tok, text, len, PG_ENCODE_PARSE_SPECIAL, parse, 16, &np),
-                     PAGODA_OK);
+    assert_int_equal(
+        pg_tokenizer_encode_flags(tok, text, len, PG_ENCODE_PARSE_SPECIAL, parse, 16, &np),
+        PAGODA_OK);
     assert_int_equal(pg_tokenizer_encode_flags(tok, text, len, PG_ENCODE_ADD_SPECIAL, add, 16, &na),
                      PAGODA_OK);
     assert_int_equal(pg_tokenizer_encode_flags(tok, text, len, 0, none, 16, &nn), PAGODA_OK);
@@ -357,10 +358,12 @@ static void test_encode_flags_add_vs_parse(void **state) {
     assert_memory_equal(parse, both + 1, np * sizeof *parse);
     /* add only: BOS, then "<s>" as plain text (no second BOS) */
     assert_int_equal(add[0], bos);
-    for (size_t i = 1; i < na; i++) assert_int_not_equal(add[i], bos);
+    for (size_t i = 1; i < na; i++)
+        assert_int_not_equal(add[i], bos);
     /* neither: plain text, no BOS anywhere */
     assert_int_equal(nn, na - 1);
-    for (size_t i = 0; i < nn; i++) assert_int_not_equal(none[i], bos);
+    for (size_t i = 0; i < nn; i++)
+        assert_int_not_equal(none[i], bos);
     /* pg_tokenizer_encode(add_special) = both flags or none */
     int32_t old[16];
     size_t no;

@@ -54,8 +54,8 @@ static pagoda_status chat_cache_build(const pagoda_engine *e, const char *templa
     pagoda_status st = pg_chat_config_load(path, template_override ? "/dev/null" : NULL, &c->cfg);
     if (!st && template_override && !(c->override = strdup(template_override)))
         st = pg_error(PAGODA_ERR_NOMEM, "chat template: out of memory");
-    if (!st) st = pg_chat_template_compile(template_override ? template_override : c->cfg.source,
-                                           &c->t);
+    if (!st)
+        st = pg_chat_template_compile(template_override ? template_override : c->cfg.source, &c->t);
     if (st) {
         pg_chat_cache_free(c);
         return st;

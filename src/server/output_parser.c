@@ -217,14 +217,15 @@ static void degrade(pg_oparse *p, const char *prefix, const char *raw, size_t n,
  * -1: s is a prefix of one, more text decides. */
 static int hermes_head(const char *s, size_t n, size_t *name_at, size_t *name_len,
                        size_t *args_at) {
-    static const char *const parts[] = {"{", "\"name\"", ":", "\"", NULL, ",",
-                                        "\"arguments\"", ":", "{"};
+    static const char *const parts[] = {"{", "\"name\"",      ":", "\"", NULL,
+                                        ",", "\"arguments\"", ":", "{"};
     size_t i = 0;
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
         i = skip_ws(s, n, i);
         if (k == 4) { /* the name, a plain string (no escapes) */
             *name_at = i;
-            while (i < n && s[i] != '"' && s[i] != '\\' && (unsigned char)s[i] >= 0x20) i++;
+            while (i < n && s[i] != '"' && s[i] != '\\' && (unsigned char)s[i] >= 0x20)
+                i++;
             if (i == n) return i - *name_at > MAX_NAME ? 0 : -1;
             if (s[i] != '"' || i == *name_at || i - *name_at > MAX_NAME) return 0;
             *name_len = i - *name_at;
@@ -271,8 +272,11 @@ static void stream_args(pg_oparse *p) {
         pg_strbuf_add(&out, &c, 1);
     }
     if (out.len) {
-        pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_ARGS, .text = out.p, .len = out.len,
-                               .index = p->n_calls - 1, .channel = ""};
+        pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_ARGS,
+                               .text = out.p,
+                               .len = out.len,
+                               .index = p->n_calls - 1,
+                               .channel = ""};
         p->emit(p->user, &ev);
         pg_strbuf_add(&p->args, out.p, out.len);
     }
@@ -301,8 +305,8 @@ static int stream_hermes(pg_oparse *p, bool final) {
             return 1;
         }
         p->ws.len = 0;
-        pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_CALL_BEGIN, .name = name,
-                               .index = p->n_calls++, .channel = ""};
+        pg_harmony_event ev = {
+            .kind = PG_HARMONY_TOOL_CALL_BEGIN, .name = name, .index = p->n_calls++, .channel = ""};
         p->emit(p->user, &ev);
         free(name);
         pg_strbuf_consume(b, args_at);
@@ -324,8 +328,10 @@ static int stream_hermes(pg_oparse *p, bool final) {
         ok = cJSON_IsObject(v);
         cJSON_Delete(v);
     }
-    pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_CALL_END, .index = p->n_calls - 1,
-                           .end = PG_HARMONY_END_CALL, .channel = ""};
+    pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_CALL_END,
+                           .index = p->n_calls - 1,
+                           .end = PG_HARMONY_END_CALL,
+                           .channel = ""};
     p->emit(p->user, &ev);
     if (!ok) {
         issue(p, "hermes: a streamed <tool_call> did not end as a valid call");
