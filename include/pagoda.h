@@ -405,6 +405,15 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_stats *out);
  * buffers are malloc'ed; free with pagoda_free. */
 pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t len,
                               bool add_special, int32_t **ids, size_t *n);
+/* pagoda_tokenize with the two jobs of add_special apart (pg_tokenizer_encode_flags):
+ * PAGODA_TOKENIZE_ADD_SPECIAL adds BOS/EOS, PAGODA_TOKENIZE_PARSE_SPECIAL
+ * turns special-token text into its token. add_special = both. A rendered
+ * chat prompt is tokenized with PARSE_SPECIAL alone (vLLM's
+ * add_special_tokens=False: the template already wrote BOS). */
+#define PAGODA_TOKENIZE_ADD_SPECIAL 1u
+#define PAGODA_TOKENIZE_PARSE_SPECIAL 2u
+pagoda_status pagoda_tokenize_flags(const pagoda_engine *e, const char *text, size_t len,
+                                    unsigned flags, int32_t **ids, size_t *n);
 pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,
                                 bool skip_special, char **text, size_t *len);
 void pagoda_free(void *p);

@@ -10,12 +10,12 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "server/bench_dataset.h"
-#include "server/bench_metrics.h"
-#include "server/bench_report.h"
-#include "server/bench_schedule.h"
-#include "server/bench_sse.h"
-#include "server/bench_tokenizer.h"
+#include "bench/bench_dataset.h"
+#include "bench/bench_metrics.h"
+#include "bench/bench_report.h"
+#include "bench/bench_schedule.h"
+#include "bench/bench_sse.h"
+#include "bench/bench_tokenizer.h"
 
 #define EPS 1e-9
 

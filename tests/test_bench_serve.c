@@ -24,8 +24,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include "server/bench_serve.h"
-#include "server/bench_tokenizer.h"
+#include "bench/bench_serve.h"
+#include "bench/bench_tokenizer.h"
 
 /* ------------------------------------------------------------------ */
 /* the fake server                                                      */

@@ -450,6 +450,40 @@ static void test_bad_dtype_is_rejected(void **state) {
     assert_non_null(strstr(pagoda_last_error(), "dtype 9"));
 }
 
+/* The chat template is compiled once per engine (pg_chat_cache): the first
+ * override is cached, another override still renders with its own text, and
+ * the cached one keeps working after it; no template at all is an error
+ * each time, not a cached one. */
+static void test_chat_template_compiled_once(void **state) {
+    (void)state;
+    pagoda_engine *e = open_engine(g_tiny, NULL);
+    const char *a = "{% for m in messages %}A:{{ m.content }}{% endfor %}";
+    const char *b = "{% for m in messages %}B:{{ m.content }}{% endfor %}";
+    const char *msgs = "[{\"role\": \"user\", \"content\": \"hi\"}]";
+    char *out = NULL;
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(pagoda_apply_chat_template(e, msgs, NULL, NULL, false, a, &out),
+                         PAGODA_OK);
+        assert_string_equal(out, "A:hi");
+        pagoda_free(out);
+        assert_int_equal(pagoda_apply_chat_template(e, msgs, NULL, NULL, false, b, &out),
+                         PAGODA_OK);
+        assert_string_equal(out, "B:hi");
+        pagoda_free(out);
+        /* the tiny model has no template of its own */
+        assert_int_not_equal(pagoda_apply_chat_template(e, msgs, NULL, NULL, false, NULL, &out),
+                             PAGODA_OK);
+        assert_null(out);
+    }
+    /* a bad template is an error, and does not replace the cached one */
+    assert_int_equal(pagoda_apply_chat_template(e, msgs, NULL, NULL, false, "{% if %}", &out),
+                     PAGODA_ERR_FORMAT);
+    assert_int_equal(pagoda_apply_chat_template(e, msgs, NULL, NULL, false, a, &out), PAGODA_OK);
+    assert_string_equal(out, "A:hi");
+    pagoda_free(out);
+    pagoda_engine_free(e);
+}
+
 /* ---- batch invariance ---------------------------------------------------------- */
 
 static void check_batch_invariance(const char *model, pagoda_dtype dtype) {
@@ -1305,6 +1339,7 @@ int main(void) {
         cmocka_unit_test(test_float16_runs_as_bfloat16),
         cmocka_unit_test(test_prompt_with_more_ids_than_bytes),
         cmocka_unit_test(test_bad_dtype_is_rejected),
+        cmocka_unit_test(test_chat_template_compiled_once),
         cmocka_unit_test(test_batch_invariance_f32),
         cmocka_unit_test(test_batch_invariance_bf16),
         cmocka_unit_test(test_batch_invariance_other_dtypes),

@@ -180,10 +180,9 @@ static void test_hermes_malformed(void **state) {
     (void)state;
     static const char *const bad[] = {
         "<tool_call>\n{not json}\n</tool_call>",
-        "<tool_call>{\"arguments\": {}}</tool_call>",                    /* no name */
-        "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>",    /* args not an object */
-        "<tool_call>{\"name\": \"f\", \"arguments\": {}} x</tool_call>", /* text after */
-        "<tool_call>{\"name\": \"f\", \"argu",                           /* cut off */
+        "<tool_call>{\"arguments\": {}}</tool_call>",                 /* no name */
+        "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>", /* args not an object */
+        "<tool_call>{\"name\": \"f\", \"argu",                        /* cut off */
         "<tool_call>",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -196,12 +195,57 @@ static void test_hermes_malformed(void **state) {
         assert_string_equal(pg_hchat_finish_name(h, PAGODA_FINISH_STOP), "stop");
         pg_hchat_free(h);
     }
+    /* a streamed call cannot be taken back: text after its arguments is
+     * content, with an issue, the call stays (vLLM's hermes streaming) */
+    const char *after = "<tool_call>{\"name\": \"f\", \"arguments\": {}} x</tool_call>";
+    cJSON *ma = message(&HERMES, after);
+    assert_call(ma, 0, "f", "{}");
+    assert_string_equal(str_of(ma, "content"), " x</tool_call>");
+    cJSON_Delete(ma);
+    pg_hchat *ha = run(&HERMES, after, 0);
+    assert_int_equal(pg_hchat_issues(ha), 1);
+    pg_hchat_free(ha);
+    /* cut off inside the arguments (max_tokens): the call as far as it got */
+    ma = message(&HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1,");
+    assert_call(ma, 0, "f", "{\"a\":[1,");
+    cJSON_Delete(ma);
     /* a good call after a bad one still counts */
     cJSON *m = message(&HERMES, "<tool_call>oops</tool_call><tool_call>{\"name\": \"g\", "
                                 "\"arguments\": {}}</tool_call>");
     assert_string_equal(str_of(m, "content"), "<tool_call>oops</tool_call>");
     assert_call(m, 0, "g", "{}");
     cJSON_Delete(m);
+}
+
+/* Tool-call arguments stream while they are generated: after the head
+ * `{"name": "get_weather", "arguments": {"ci` the stream already carries
+ * the call's index, id, type, name and the first argument bytes. */
+static void test_hermes_streams_arguments(void **state) {
+    (void)state;
+    pg_hchat *h = NULL;
+    assert_int_equal(pg_hchat_create_text(7, &HERMES, &h), PAGODA_OK);
+    const char *head = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci";
+    assert_int_equal(pg_hchat_feed(h, head, strlen(head)), PAGODA_OK);
+    cJSON *ds = pg_hchat_take_deltas(h);
+    char *t = cJSON_PrintUnformatted(ds);
+    assert_non_null(strstr(t, "\"name\":\"get_weather\""));
+    assert_non_null(strstr(t, "\"type\":\"function\""));
+    assert_non_null(strstr(t, "\"arguments\":\"{\\\"ci\""));
+    cJSON_free(t);
+    cJSON_Delete(ds);
+    const char *rest = "ty\": \"Paris\"}}\n</tool_call>";
+    assert_int_equal(pg_hchat_feed(h, rest, strlen(rest)), PAGODA_OK);
+    assert_int_equal(pg_hchat_finish(h), PAGODA_OK);
+    ds = pg_hchat_take_deltas(h);
+    t = cJSON_PrintUnformatted(ds);
+    /* later pieces: index and arguments only */
+    assert_null(strstr(t, "\"name\""));
+    assert_non_null(strstr(t, "\"arguments\":\"ty\\\":\\\"Paris\\\"}\""));
+    cJSON_free(t);
+    cJSON_Delete(ds);
+    assert_string_equal(pg_hchat_finish_name(h, PAGODA_FINISH_STOP), "tool_calls");
+    assert_int_equal(pg_hchat_issues(h), 0);
+    pg_hchat_free(h);
 }
 
 static void test_reasoning(void **state) {
@@ -420,9 +464,13 @@ static void test_detect(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hermes),    cmocka_unit_test(test_hermes_malformed),
-        cmocka_unit_test(test_reasoning), cmocka_unit_test(test_llama3_json),
-        cmocka_unit_test(test_mistral),   cmocka_unit_test(test_random_fragments),
+        cmocka_unit_test(test_hermes),
+        cmocka_unit_test(test_hermes_malformed),
+        cmocka_unit_test(test_hermes_streams_arguments),
+        cmocka_unit_test(test_reasoning),
+        cmocka_unit_test(test_llama3_json),
+        cmocka_unit_test(test_mistral),
+        cmocka_unit_test(test_random_fragments),
         cmocka_unit_test(test_detect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

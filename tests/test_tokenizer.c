@@ -325,6 +325,57 @@ static void test_special_tokens_add_special(void **state) {
     pg_tokenizer_free(tok);
 }
 
+/* The two jobs of add_special apart (pg_tokenizer_encode_flags): BOS is
+ * added only with ADD_SPECIAL, "<s>" text becomes BOS only with
+ * PARSE_SPECIAL; a rendered chat prompt uses PARSE_SPECIAL alone, so it keeps
+ * exactly the BOS its template wrote. */
+static void test_encode_flags_add_vs_parse(void **state) {
+    (void)state;
+    pg_tokenizer *tok = NULL;
+    assert_int_equal(pg_tokenizer_load(pg_test_asset("llm/stories260K-hf"), &tok), PAGODA_OK);
+    int32_t bos = pg_tokenizer_token_to_id(tok, "<s>", 3);
+    assert_true(bos >= 0);
+    const char *text = "<s>Once";
+    size_t len = strlen(text);
+    int32_t both[16], parse[16], add[16], none[16];
+    size_t nb, np, na, nn;
+    assert_int_equal(pg_tokenizer_encode_flags(tok, text, len,
+                                               PG_ENCODE_ADD_SPECIAL | PG_ENCODE_PARSE_SPECIAL,
+                                               both, 16, &nb),
+                     PAGODA_OK);
+    assert_int_equal(
+        pg_tokenizer_encode_flags(tok, text, len, PG_ENCODE_PARSE_SPECIAL, parse, 16, &np),
+        PAGODA_OK);
+    assert_int_equal(pg_tokenizer_encode_flags(tok, text, len, PG_ENCODE_ADD_SPECIAL, add, 16, &na),
+                     PAGODA_OK);
+    assert_int_equal(pg_tokenizer_encode_flags(tok, text, len, 0, none, 16, &nn), PAGODA_OK);
+    /* both: added BOS, then "<s>" parsed to BOS */
+    assert_true(nb >= 3);
+    assert_int_equal(both[0], bos);
+    assert_int_equal(both[1], bos);
+    /* parse only: the template's BOS, nothing added */
+    assert_int_equal(np, nb - 1);
+    assert_memory_equal(parse, both + 1, np * sizeof *parse);
+    /* add only: BOS, then "<s>" as plain text (no second BOS) */
+    assert_int_equal(add[0], bos);
+    for (size_t i = 1; i < na; i++)
+        assert_int_not_equal(add[i], bos);
+    /* neither: plain text, no BOS anywhere */
+    assert_int_equal(nn, na - 1);
+    for (size_t i = 0; i < nn; i++)
+        assert_int_not_equal(none[i], bos);
+    /* pg_tokenizer_encode(add_special) = both flags or none */
+    int32_t old[16];
+    size_t no;
+    assert_int_equal(pg_tokenizer_encode(tok, text, len, true, old, 16, &no), PAGODA_OK);
+    assert_int_equal(no, nb);
+    assert_memory_equal(old, both, nb * sizeof *old);
+    assert_int_equal(pg_tokenizer_encode(tok, text, len, false, old, 16, &no), PAGODA_OK);
+    assert_int_equal(no, nn);
+    assert_memory_equal(old, none, nn * sizeof *old);
+    pg_tokenizer_free(tok);
+}
+
 static void test_token_bytes_byte_level(void **state) {
     (void)state;
     pg_tokenizer *tok = NULL;
@@ -685,6 +736,7 @@ int main(void) {
         cmocka_unit_test(test_mpt_gguf),
         cmocka_unit_test(test_refact_gguf),
         cmocka_unit_test(test_stories260k_json),
+        cmocka_unit_test(test_encode_flags_add_vs_parse),
         cmocka_unit_test(test_stories260k_suite_json),
         cmocka_unit_test(test_oracles_json),
         cmocka_unit_test(test_stories260k_suite_gguf),

@@ -1,6 +1,6 @@
 /* `pagoda bench serve`: online-serving benchmark client for any
  * OpenAI-compatible server, with vLLM's metric definitions and output
- * (src/server/bench_serve.h does the work; this file parses options). */
+ * (src/bench/bench_serve.h does the work; this file parses options). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -13,8 +13,8 @@
 #include "base/status.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "server/bench_serve.h"
-#include "server/bench_tokenizer.h"
+#include "bench/bench_serve.h"
+#include "bench/bench_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 /* ---- options ---- */

@@ -27,9 +27,9 @@
 #include "base/pool.h"
 #include "bench/harness.h"
 #include "pagoda.h"
-#include "server/bench_dataset.h"
-#include "server/bench_metrics.h"
-#include "server/bench_schedule.h"
+#include "bench/bench_dataset.h"
+#include "bench/bench_metrics.h"
+#include "bench/bench_schedule.h"
 #include "server/metrics.h"
 
 typedef struct offline_opts {

@@ -127,6 +127,7 @@ struct pagoda_engine {
     struct ereq **sample_req;  /* [max_num_seqs] that request */
     uint64_t prompt_tokens, generation_tokens;
     pg_grammars *grammars; /* structured outputs: vocab trie + compiled constraints */
+    pg_chat_cache *chat;   /* chat template compiled on first use (chat.c), under mu */
 };
 
 const char *pagoda_last_error(void) {
@@ -586,6 +587,7 @@ void pagoda_engine_free(pagoda_engine *e) {
     pg_runner_free(e->runner);
     pg_scheduler_destroy(e->sched);
     pg_grammars_free(e->grammars);
+    pg_chat_cache_free(e->chat);
     pg_tokenizer_free(e->tok);
     pg_model_free(e->model);
     pg_model_source_free(e->src);
@@ -646,6 +648,15 @@ void pagoda_grammar_free(pagoda_grammar *g) {
 
 const char *pg_engine_model_path(const pagoda_engine *e) {
     return pg_model_source_path(e->src);
+}
+
+pg_chat_cache *pg_engine_chat_cache(const pagoda_engine *e, pg_chat_cache *install) {
+    pagoda_engine *m = (pagoda_engine *)e; /* the cache is filled once, then read-only */
+    pthread_mutex_lock(&m->mu);
+    if (!m->chat) m->chat = install;
+    pg_chat_cache *c = m->chat;
+    pthread_mutex_unlock(&m->mu);
+    return c;
 }
 
 /* ---- requests ----------------------------------------------------------------- */
@@ -1464,6 +1475,16 @@ void pagoda_engine_get_stats(pagoda_engine *e, pagoda_stats *out) {
 
 pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t len,
                               bool add_special, int32_t **ids, size_t *n) {
+    return pagoda_tokenize_flags(
+        e, text, len, add_special ? PAGODA_TOKENIZE_ADD_SPECIAL | PAGODA_TOKENIZE_PARSE_SPECIAL : 0,
+        ids, n);
+}
+
+pagoda_status pagoda_tokenize_flags(const pagoda_engine *e, const char *text, size_t len,
+                                    unsigned flags, int32_t **ids, size_t *n) {
+    _Static_assert(PAGODA_TOKENIZE_ADD_SPECIAL == PG_ENCODE_ADD_SPECIAL &&
+                       PAGODA_TOKENIZE_PARSE_SPECIAL == PG_ENCODE_PARSE_SPECIAL,
+                   "tokenize flags");
     *ids = NULL;
     *n = 0;
     /* usually fewer ids than bytes, but not always (SentencePiece byte
@@ -1473,7 +1494,7 @@ pagoda_status pagoda_tokenize(const pagoda_engine *e, const char *text, size_t l
     for (int pass = 0; pass < 2; pass++) {
         int32_t *buf = malloc(cap * sizeof *buf);
         if (!buf) return pg_error(PAGODA_ERR_NOMEM, "tokenize: out of memory");
-        pagoda_status st = pg_tokenizer_encode(e->tok, text, len, add_special, buf, cap, n);
+        pagoda_status st = pg_tokenizer_encode_flags(e->tok, text, len, flags, buf, cap, n);
         if (st != PAGODA_OK) {
             free(buf);
             *n = 0;

@@ -36,6 +36,10 @@ struct pg_oparse {
     int n_calls, issues;
     bool strip; /* drop whitespace before the content after </think> */
     bool finished, oom;
+    /* hermes call whose arguments are being streamed (see stream_hermes) */
+    bool streaming, args_done, in_str, esc;
+    int depth;
+    pg_strbuf args; /* the compacted arguments sent so far */
 };
 
 static bool is_ws(char c) {
@@ -206,10 +210,148 @@ static void degrade(pg_oparse *p, const char *prefix, const char *raw, size_t n,
     content(p, raw, n);
 }
 
+/* Does s[0..n) start a hermes call as the models write it,
+ * `{"name": "NAME", "arguments": {` (any whitespace between)? 1: yes, with
+ * the name at s[*name_at..+*name_len) and the arguments' '{' at s[*args_at];
+ * 0: not (or not in this order: the whole call is then parsed at its end);
+ * -1: s is a prefix of one, more text decides. */
+static int hermes_head(const char *s, size_t n, size_t *name_at, size_t *name_len,
+                       size_t *args_at) {
+    static const char *const parts[] = {"{", "\"name\"",      ":", "\"", NULL,
+                                        ",", "\"arguments\"", ":", "{"};
+    size_t i = 0;
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        i = skip_ws(s, n, i);
+        if (k == 4) { /* the name, a plain string (no escapes) */
+            *name_at = i;
+            while (i < n && s[i] != '"' && s[i] != '\\' && (unsigned char)s[i] >= 0x20)
+                i++;
+            if (i == n) return i - *name_at > MAX_NAME ? 0 : -1;
+            if (s[i] != '"' || i == *name_at || i - *name_at > MAX_NAME) return 0;
+            *name_len = i - *name_at;
+            i++;
+            continue;
+        }
+        size_t t = strlen(parts[k]);
+        if (n - i < t) return is_prefix_of(s + i, n - i, parts[k]) ? -1 : 0;
+        if (memcmp(s + i, parts[k], t)) return 0;
+        if (k == 8) {
+            *args_at = i;
+            return 1;
+        }
+        i += t;
+    }
+    return 0;
+}
+
+/* Send the arguments text of a streamed hermes call from buf, compacted
+ * (whitespace outside strings dropped, as the whole-call path prints them),
+ * up to the end of the arguments object; consumed as sent. */
+static void stream_args(pg_oparse *p) {
+    pg_strbuf *b = &p->buf;
+    pg_strbuf out = {0};
+    size_t i = 0;
+    for (; i < b->len && !p->args_done; i++) {
+        char c = b->p[i];
+        if (p->in_str) {
+            if (p->esc)
+                p->esc = false;
+            else if (c == '\\')
+                p->esc = true;
+            else if (c == '"')
+                p->in_str = false;
+        } else if (is_ws(c)) {
+            continue;
+        } else if (c == '"') {
+            p->in_str = true;
+        } else if (c == '{' || c == '[') {
+            p->depth++;
+        } else if ((c == '}' || c == ']') && --p->depth == 0) {
+            p->args_done = true;
+        }
+        pg_strbuf_add(&out, &c, 1);
+    }
+    if (out.len) {
+        pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_ARGS,
+                               .text = out.p,
+                               .len = out.len,
+                               .index = p->n_calls - 1,
+                               .channel = ""};
+        p->emit(p->user, &ev);
+        pg_strbuf_add(&p->args, out.p, out.len);
+    }
+    if (out.oom) p->oom = true;
+    pg_strbuf_free(&out);
+    pg_strbuf_consume(b, i);
+}
+
+/* A hermes call streamed as it is generated (OpenAI's deltas: the call's
+ * index, id, type and name first, then pieces of function.arguments), as
+ * vLLM's hermes parser does, once its text starts the usual way
+ * (hermes_head). A streamed call cannot be taken back: when the text after
+ * its arguments is not `}` and </tool_call> (or the output ends inside the
+ * arguments), the call stays, with an ISSUE, and that text is content.
+ * Returns 0 when the call is not streamed (the whole-call path takes it at
+ * its end), 1 when it ended, 2 when more text is needed. */
+static int stream_hermes(pg_oparse *p, bool final) {
+    pg_strbuf *b = &p->buf;
+    if (!p->streaming) {
+        size_t name_at = 0, name_len = 0, args_at = 0;
+        int h = hermes_head(b->p, b->len, &name_at, &name_len, &args_at);
+        if (h <= 0) return 0; /* not streamable (yet): the whole-call path decides */
+        char *name = strndup(b->p + name_at, name_len);
+        if (!name) {
+            p->oom = true;
+            return 1;
+        }
+        p->ws.len = 0;
+        pg_harmony_event ev = {
+            .kind = PG_HARMONY_TOOL_CALL_BEGIN, .name = name, .index = p->n_calls++, .channel = ""};
+        p->emit(p->user, &ev);
+        free(name);
+        pg_strbuf_consume(b, args_at);
+        p->streaming = true;
+        p->args_done = p->in_str = p->esc = false;
+        p->depth = 0;
+        p->args.len = 0;
+    }
+    if (!p->args_done) stream_args(p);
+    if (!p->args_done && !final) return 2;
+    /* after the arguments: `}` then </tool_call> (or the end of output) */
+    const char *e = find(b->p, b->len, HERMES_CLOSE);
+    if (!e && !final) return 2;
+    size_t body = e ? (size_t)(e - b->p) : b->len;
+    size_t i = skip_ws(b->p, body, 0);
+    bool ok = p->args_done && i < body && b->p[i] == '}' && skip_ws(b->p, body, i + 1) == body;
+    if (ok) {
+        cJSON *v = cJSON_ParseWithLength(p->args.p, p->args.len);
+        ok = cJSON_IsObject(v);
+        cJSON_Delete(v);
+    }
+    pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_CALL_END,
+                           .index = p->n_calls - 1,
+                           .end = PG_HARMONY_END_CALL,
+                           .channel = ""};
+    p->emit(p->user, &ev);
+    if (!ok) {
+        issue(p, "hermes: a streamed <tool_call> did not end as a valid call");
+        if (i < body && b->p[i] == '}' && p->args_done) i++; /* the call's own '}' */
+        content(p, b->p + i, body - i);
+        if (e) content(p, HERMES_CLOSE, strlen(HERMES_CLOSE));
+    }
+    pg_strbuf_consume(b, e ? body + strlen(HERMES_CLOSE) : body);
+    p->streaming = false;
+    p->st = ST_CONTENT;
+    return 1;
+}
+
 /* Progress in ST_CALL. Returns false when more text is needed. */
 static bool step_call(pg_oparse *p, bool final) {
     pg_strbuf *b = &p->buf;
     if (p->o.tools == PG_TOOLS_HERMES) {
+        int r = stream_hermes(p, final);
+        if (r) return r == 1;
+
         const char *e = find(b->p, b->len, HERMES_CLOSE);
         if (!e && !final) return false;
         size_t body = e ? (size_t)(e - b->p) : b->len;
@@ -423,11 +565,12 @@ void pg_oparse_free(pg_oparse *p) {
     if (!p) return;
     pg_strbuf_free(&p->buf);
     pg_strbuf_free(&p->ws);
+    pg_strbuf_free(&p->args);
     free(p);
 }
 
 static pagoda_status status_of(pg_oparse *p) {
-    if (p->buf.oom || p->ws.oom) p->oom = true;
+    if (p->buf.oom || p->ws.oom || p->args.oom) p->oom = true;
     return p->oom ? pg_error(PAGODA_ERR_NOMEM, "output parser: out of memory") : PAGODA_OK;
 }
 

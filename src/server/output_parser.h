@@ -33,9 +33,14 @@
  * comes). Malformed output (bad JSON, a call without a name, arguments that
  * are not an object) is delivered as content with an ISSUE event: never an
  * error. A possible partial tag at the end of a feed is held back, so any
- * split gives the same events' text. A call is delivered whole when its
- * text is complete (begin, one arguments delta, end), which keeps a stream
- * equal to the non-streamed message even when a call turns out malformed.
+ * split gives the same events' text. A hermes call that starts the usual
+ * way, {"name": N, "arguments": {, is streamed: begin (with the name) at
+ * once, then the arguments (compacted: whitespace outside strings dropped)
+ * in pieces as they are generated, end after </tool_call>; such a call is
+ * not taken back if it turns out malformed (an ISSUE, the text after its
+ * arguments as content), as with vLLM's streaming hermes parser. Other calls
+ * are delivered whole when their text is complete (begin, one arguments
+ * delta, end). Either way a stream equals the non-streamed message.
  *
  * Pure: no engine; unit-tested in tests/test_output_parser.c. */
 #ifndef PAGODA_SERVER_OUTPUT_PARSER_H

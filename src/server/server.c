@@ -434,16 +434,11 @@ static char *detok(pagoda_engine *e, const int32_t *ids, size_t n, bool skip_spe
 }
 
 /* Tokenize a rendered chat prompt as vLLM does (add_special_tokens=False
- * with special-token text matched): pagoda_tokenize with add_special only
- * matches special tokens when it also adds BOS/EOS, so those are removed. */
+ * with special-token text matched: the template wrote BOS itself). */
 static pagoda_status encode_rendered(const srv_model *s, const char *text, size_t len,
                                      int32_t **ids, size_t *n) {
-    if (pagoda_tokenize(s->e, text, len, true, ids, n) != PAGODA_OK) return PAGODA_ERR_INVALID_ARG;
-    if (s->n_special_ids >= 1 && *n >= 1 && (*ids)[0] == s->special_ids[0]) {
-        memmove(*ids, *ids + 1, (*n - 1) * sizeof **ids);
-        (*n)--;
-    }
-    if (s->n_special_ids == 2 && *n >= 1 && (*ids)[*n - 1] == s->special_ids[1]) (*n)--;
+    if (pagoda_tokenize_flags(s->e, text, len, PAGODA_TOKENIZE_PARSE_SPECIAL, ids, n) != PAGODA_OK)
+        return PAGODA_ERR_INVALID_ARG;
     return PAGODA_OK;
 }
 
@@ -1476,15 +1471,7 @@ static void model_init(pg_server *s, srv_model *m, pagoda_engine *e, const pg_se
     m->max_model_len = pagoda_engine_max_model_len(e);
     m->speech = pagoda_engine_encoder_input_shape(e, &m->n_mels, &m->n_frames);
     pg_metrics_init(&m->metrics);
-    if (m->speech) return; /* no chats: no special-token or harmony handling */
-    int32_t *sp = NULL;
-    size_t nsp = 0;
-    if (pagoda_tokenize(e, "", 0, true, &sp, &nsp) == PAGODA_OK) {
-        m->n_special_ids = nsp < 2 ? nsp : 2;
-        for (size_t i = 0; i < m->n_special_ids; i++)
-            m->special_ids[i] = sp[i];
-        pagoda_free(sp);
-    }
+    if (m->speech) return; /* no chats: no harmony handling */
     detect_harmony(m, opt);
     detect_output_formats(m, opt);
 }

@@ -30,8 +30,6 @@ typedef struct srv_model {
     pagoda_engine *e;
     char *name; /* the `model` of the API */
     int32_t max_model_len;
-    int32_t special_ids[2]; /* what tokenize("", add_special) adds: BOS [, EOS] */
-    size_t n_special_ids;
     /* Chats in OpenAI's harmony format (gpt-oss): rendered by
      * pg_harmony_render, generation stops at <|return|> / <|call|>. */
     bool harmony;

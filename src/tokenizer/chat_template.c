@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 #include "tokenizer/tokenizer.h"
 
 struct pg_chat_template {

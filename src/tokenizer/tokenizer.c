@@ -977,6 +977,15 @@ static bool is_word_char(uint8_t ch) { return ch == '_' || isalnum(ch) || ch >= 
 
 pagoda_status pg_tokenizer_encode(const pg_tokenizer *t, const char *text, size_t len,
                                   bool add_special, int32_t *ids, size_t cap, size_t *n_out) {
+    return pg_tokenizer_encode_flags(
+        t, text, len, add_special ? PG_ENCODE_ADD_SPECIAL | PG_ENCODE_PARSE_SPECIAL : 0, ids, cap,
+        n_out);
+}
+
+pagoda_status pg_tokenizer_encode_flags(const pg_tokenizer *t, const char *text, size_t len,
+                                        unsigned flags, int32_t *ids, size_t cap, size_t *n_out) {
+    const bool add_special = flags & PG_ENCODE_ADD_SPECIAL;
+    const bool parse_special = flags & PG_ENCODE_PARSE_SPECIAL;
     if (!t || (!text && len) || !n_out || (!ids && cap))
         return pg_error(PAGODA_ERR_INVALID_ARG, "tokenizer: encode: NULL argument");
     *n_out = 0;
@@ -995,7 +1004,7 @@ pagoda_status pg_tokenizer_encode(const pg_tokenizer *t, const char *text, size_
         const tok_added *hit = NULL;
         for (int k = 0; k < t->n_added; k++) {
             const tok_added *a = &t->added[k];
-            if (!a->len || (a->special && !add_special)) continue;
+            if (!a->len || (a->special && !parse_special)) continue;
             if (a->len > len - i || memcmp(text + i, a->content, a->len)) continue;
             if (a->single_word && ((i > 0 && is_word_char((uint8_t)text[i - 1])) ||
                                    (i + a->len < len && is_word_char((uint8_t)text[i + a->len]))))

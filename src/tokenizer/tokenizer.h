@@ -58,6 +58,20 @@ void pg_tokenizer_free(pg_tokenizer *tok);
 pagoda_status pg_tokenizer_encode(const pg_tokenizer *tok, const char *text, size_t len,
                                   bool add_special, int32_t *ids, size_t cap, size_t *n_out);
 
+/* What an encode does besides splitting the text into tokens; the two are
+ * separate in HF too (add_special_tokens vs split_special_tokens):
+ * PG_ENCODE_ADD_SPECIAL: add BOS/EOS as the tokenizer's post-processor /
+ *   add_bos_token says (HF add_special_tokens=True).
+ * PG_ENCODE_PARSE_SPECIAL: special-token text in the input ("<|im_start|>")
+ *   becomes that token (HF split_special_tokens=False); without it the text
+ *   is encoded as plain text. A rendered chat prompt wants PARSE_SPECIAL
+ *   alone (vLLM: add_special_tokens=False for chat). */
+enum { PG_ENCODE_ADD_SPECIAL = 1u, PG_ENCODE_PARSE_SPECIAL = 2u };
+
+/* pg_tokenizer_encode with the PG_ENCODE_* `flags` (add_special = both). */
+pagoda_status pg_tokenizer_encode_flags(const pg_tokenizer *tok, const char *text, size_t len,
+                                        unsigned flags, int32_t *ids, size_t cap, size_t *n_out);
+
 /* Decode ids to exact bytes (byte-fallback and byte-level tokens become the
  * original bytes; SentencePiece's leading-space rule as HF applies it).
  * skip_special drops special/control tokens. Writes up to cap-1 bytes plus

@@ -12,9 +12,9 @@
 #include <stdio.h>
 
 #include "base/status.h"
-#include "server/bench_client.h"
-#include "server/bench_dataset.h"
-#include "server/bench_metrics.h"
+#include "bench/bench_client.h"
+#include "bench/bench_dataset.h"
+#include "bench/bench_metrics.h"
 
 /* Which latency metrics get a section in the table / keys in the JSON. */
 enum {

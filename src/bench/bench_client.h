@@ -23,7 +23,7 @@
 
 #include "base/status.h"
 #include "bench/harness.h" /* pg_bench_now */
-#include "server/bench_dataset.h"
+#include "bench/bench_dataset.h"
 
 typedef struct pg_bench_client_cfg {
     const char *base_url; /* "http://127.0.0.1:8000" */

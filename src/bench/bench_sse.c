@@ -1,5 +1,5 @@
 /* Incremental SSE parser: see bench_sse.h (WHATWG event-stream rules). */
-#include "server/bench_sse.h"
+#include "bench/bench_sse.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Arrival schedule and seeded random numbers: see bench_schedule.h. */
-#include "server/bench_schedule.h"
+#include "bench/bench_schedule.h"
 
 #include <math.h>
 

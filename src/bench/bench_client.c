@@ -1,5 +1,5 @@
 /* `pagoda bench serve` HTTP client over curl_multi: see bench_client.h. */
-#include "server/bench_client.h"
+#include "bench/bench_client.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/bench_sse.h"
+#include "bench/bench_sse.h"
 
 #define ERRBODY_MAX 2048 /* bytes of a non-200 body kept for the message */
 

@@ -1,12 +1,12 @@
 /* `pagoda bench serve` as a library call: see bench_serve.h. */
-#include "server/bench_serve.h"
+#include "bench/bench_serve.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "server/bench_schedule.h"
+#include "bench/bench_schedule.h"
 
 void pg_bench_serve_defaults(pg_bench_serve_opts *o) {
     memset(o, 0, sizeof *o);

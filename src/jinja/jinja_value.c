@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 
 jv jv_none(void) { return (jv){.t = JV_NONE}; }
 jv jv_undef(const char *name) {

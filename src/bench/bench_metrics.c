@@ -1,5 +1,5 @@
 /* Serving-benchmark metrics: see bench_metrics.h (vLLM's calculate_metrics). */
-#include "server/bench_metrics.h"
+#include "bench/bench_metrics.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #ifndef PAGODA_TOKENIZER_JINJA_INTERNAL_H
 #define PAGODA_TOKENIZER_JINJA_INTERNAL_H
 
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 
 #define JJ_MAX_MACRO_DEPTH 100 /* nested macro calls */
 #define JJ_MAX_EVAL_DEPTH 1000 /* nested expression/statement evaluation */

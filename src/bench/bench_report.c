@@ -1,5 +1,5 @@
 /* Reporting for `pagoda bench serve`: see bench_report.h. */
-#include "server/bench_report.h"
+#include "bench/bench_report.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

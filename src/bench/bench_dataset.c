@@ -1,5 +1,5 @@
 /* The `random` benchmark dataset: see bench_dataset.h (vLLM RandomDataset). */
-#include "server/bench_dataset.h"
+#include "bench/bench_dataset.h"
 
 #include <math.h>
 #include <stdlib.h>

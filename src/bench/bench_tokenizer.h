@@ -7,7 +7,7 @@
 #ifndef PAGODA_SERVER_BENCH_TOKENIZER_H
 #define PAGODA_SERVER_BENCH_TOKENIZER_H
 
-#include "server/bench_dataset.h"
+#include "bench/bench_dataset.h"
 #include "tokenizer/tokenizer.h"
 
 /* A view of `tok` (borrowed: it must outlive the returned value). */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 
 size_t jj_stack_budget(void) {
     static _Thread_local size_t cached;

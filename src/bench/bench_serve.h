@@ -8,10 +8,10 @@
 
 #include <stdio.h>
 
-#include "server/bench_client.h"
-#include "server/bench_dataset.h"
-#include "server/bench_metrics.h"
-#include "server/bench_report.h"
+#include "bench/bench_client.h"
+#include "bench/bench_dataset.h"
+#include "bench/bench_metrics.h"
+#include "bench/bench_report.h"
 
 typedef struct pg_bench_serve_opts {
     pg_bench_client_cfg client; /* client.model NULL: first of GET /v1/models */

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <utf8proc.h>
 
-#include "tokenizer/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 #define MAX_RANGE 100000
 

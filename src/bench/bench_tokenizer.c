@@ -1,5 +1,5 @@
 /* pg_tokenizer behind the benchmark's tokenizer interface: see bench_tokenizer.h. */
-#include "server/bench_tokenizer.h"
+#include "bench/bench_tokenizer.h"
 
 #include <stdlib.h>
 

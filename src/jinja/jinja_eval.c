@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/jinja_internal.h"
+#include "jinja/jinja_internal.h"
 
 void jj_fail(jj_ctx *c, const char *fmt, ...) {
     char msg[768];

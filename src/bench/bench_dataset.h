@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "server/bench_schedule.h"
+#include "bench/bench_schedule.h"
 
 /* The tokenizer operations the benchmark needs (an adapter over
  * src/tokenizer/tokenizer.h, or a toy one in tests). encode/decode return
