@@ -1,5 +1,5 @@
 /* libFuzzer target: the `pagoda bench serve` client's Server-Sent Events
- * parser (src/server/bench_sse.c), which reads whatever the server under
+ * parser (src/bench/bench_sse.c), which reads whatever the server under
  * test sends. The first input byte gives a chunk size (1..256), the rest is
  * the stream. It is parsed twice, whole and in chunks of that size (as
  * libcurl may split it anywhere, also inside a CRLF), each event's data also
@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "fz_util.h"
-#include "server/bench_client.h"
-#include "server/bench_sse.h"
+#include "bench/bench_client.h"
+#include "bench/bench_sse.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;

@@ -13,7 +13,7 @@
 #include "base/status.h"
 #include "model/compressed_tensors.h"
 #include "model/hf_config.h"
-#include "server/bench_client.h"
+#include "bench/bench_client.h"
 #include "tokenizer/tokenizer.h"
 
 /* Path of tests/data/fuzz/<name> (static buffer). */
