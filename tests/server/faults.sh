@@ -6,6 +6,7 @@
 #     equals the same request run alone on an unloaded server (batch
 #     invariance); vllm:num_preemptions_total shows it happened; KV usage is
 #     back to 0 afterwards.
+#  (a body a little over --max-request-bytes is read, then answered 413)
 #  b. (SIGTERM under load: tests/server/shutdown.sh)
 #  c. (--kv-cache-memory above the machine: cmake/tests.cmake,
 #     pagoda_kv_cache_memory_too_big)
@@ -54,6 +55,20 @@ for _ in $(seq 1 50); do [ "$(metric vllm:kv_cache_usage_perc)" = 0 ] && break; 
 [ "$(metric vllm:kv_cache_usage_perc)" = 0 ] || die "KV blocks in use after the load"
 kill -TERM "$SPID"; wait "$SPID" || die "server exit code $?"; SPID=""
 echo "ok: KV exhaustion: $NREQ requests, $PRE preemptions, every output equal to its unloaded run"
+
+# ---- a body a little over --max-request-bytes is read before the 413: a
+# server that answered during the upload and closed made clients see a
+# connection reset instead of the 413 (the soak's "oversized: fetch failed")
+start_lib_server --max-request-bytes 4KiB
+exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n' >&3
+if IFS= read -r -t 1 line <&3; then die "answered before the body was sent: $line"; fi
+head -c 5000 /dev/zero | tr '\0' ' ' >&3
+IFS= read -r -t 10 line <&3 || die "no answer after the body"
+case "$line" in "HTTP/1.1 413"*) ;; *) die "a body over the limit: $line" ;; esac
+exec 3>&-
+kill -TERM "$SPID"; wait "$SPID" || die "server exit code $?"; SPID=""
+echo "ok: a body a little over the limit is read, then answered 413"
 
 # ---- d: a model file truncated before the start, and while mapped
 COPY="$TMP/model"
