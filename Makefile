@@ -71,8 +71,10 @@ bench: build
 # elsewhere: the node/openai-client tests (the same server paths as
 # serve_e2e_curl, which does run; minutes each under ASan) and the audio
 # decoder tests (FFmpeg/libsndfile are not instrumented: they exercise
-# Debian's code, not ours). Suppressions: none (any finding fails).
-ASAN_EXCLUDE ?= ^serve_openai_node|^test_audio_decode$$
+# Debian's code, not ours) and test_cli_bench_kernels (benchmark loops over
+# kernels that test_gemm, test_qgemm, test_attention, ... check; 5 minutes
+# under ASan). Suppressions: none (any finding fails).
+ASAN_EXCLUDE ?= ^serve_openai_node|^test_audio_decode$$|^test_cli_bench_kernels$$
 asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
 	  -DPAGODA_SANITIZE=ON -DPAGODA_WERROR=ON $(CMAKE_FLAGS) >/dev/null
@@ -85,7 +87,7 @@ asan: deps
 # (MHD's connection threads, the engine thread, the connection guard) in
 # process and end to end. Suppressions (tests/tsan.supp) each say why the
 # report is a false positive.
-TSAN_TESTS ?= ^(test_pool|test_engine|test_server_conn|test_server_audio|test_server_gpt_oss|serve_e2e_curl|serve_shutdown)$$
+TSAN_TESTS ?= ^(test_pool|test_engine|test_server_conn|test_server_audio|test_server_gpt_oss|serve_shutdown|serve_load_10s)$$
 TSAN_TARGETS ?= pagoda test_pool test_engine test_server_conn test_server_audio test_server_gpt_oss
 tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \

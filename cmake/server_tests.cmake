@@ -28,9 +28,9 @@ if(PAGODA_CURL AND PAGODA_JQ)
     add_test(NAME serve_load_10s COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/load.sh
              ${PAGODA_SERVE_MODEL} 10 ${PAGODA_SERVE_CMD})
     set_tests_properties(serve_load_10s PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
-    if(PAGODA_SANITIZE)
-      # ASan's quarantine holds freed memory (RSS grows by design); LeakSanitizer
-      # checks the server at exit instead.
+    if(PAGODA_SANITIZE OR PAGODA_TSAN)
+      # ASan's quarantine holds freed memory and TSan's shadow memory grows
+      # (RSS grows by design); LeakSanitizer checks the server at exit instead.
       set_tests_properties(serve_load_10s PROPERTIES ENVIRONMENT "PAGODA_LOAD_SKIP_RSS=1")
     endif()
     # graceful shutdown under load: SIGTERM drains, --shutdown-timeout aborts
@@ -51,7 +51,7 @@ if(PAGODA_CURL AND PAGODA_JQ)
       add_test(NAME serve_soak_20s COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/soak.sh
                ${PAGODA_SERVE_MODEL} 20 "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
       set_tests_properties(serve_soak_20s PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
-      if(PAGODA_SANITIZE)
+      if(PAGODA_SANITIZE OR PAGODA_TSAN)
         set_tests_properties(serve_soak_20s PROPERTIES ENVIRONMENT "SOAK_SKIP_RSS=1")
       endif()
     endif()

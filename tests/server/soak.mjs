@@ -213,7 +213,8 @@ async function withHangCheck(kind) {
     if (r === 'hung') failures.push(`${kind}: no outcome within ${HANG_S} s`);
   } catch (e) {
     stats[kind].lost++;
-    failures.push(`${kind}: ${e.message ?? e}`);
+    const cause = e.cause ? ` (${e.cause.code ?? ''} ${e.cause.message ?? e.cause})` : '';
+    failures.push(`${kind}: ${e.message ?? e}${cause} at ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   } finally {
     clearTimeout(timer);
   }
