@@ -33,15 +33,17 @@ plain() {
     --data-binary "{\"prompt\": \"The little dog\", \"max_tokens\": $2, \"ignore_eos\": true, \"temperature\": 0}" \
     >"$TMP/p.$1.code" || echo "curl-$?" >"$TMP/p.$1.code"
 }
-# wait_streaming N: until N streams have their first event
-wait_streaming() {
-  for _ in $(seq 1 600); do
-    local n
-    n=$(grep -l '^data: {' "$TMP"/s.[0-9]* 2>/dev/null | grep -vc '\.rc$' || true)
+# wait_inflight N: until the engine holds N requests (running + waiting), so
+# that every request was admitted before the signal (a request admitted
+# after it gets 503 or a refused connection, by design)
+wait_inflight() {
+  local n=0
+  for _ in $(seq 1 1200); do
+    n=$(curl -s "$URL/metrics" | awk '/^vllm:num_requests_(running|waiting)\{/ {s += $2} END {print s + 0}')
     [ "$n" -ge "$1" ] && return 0
     sleep 0.1
   done
-  die "only $n of $1 streams started"
+  die "only $n of $1 requests in flight"
 }
 # stream_ends I REASON: stream I finished with REASON, then usage, then [DONE]
 stream_ends() {
@@ -74,7 +76,7 @@ start_lib_server --shutdown-timeout 600 --max-num-seqs 64 --keep-alive-timeout 6
 open_keepalive
 for i in $(seq 1 24); do stream "$i" 100 & done
 for i in $(seq 1 8); do plain "$i" 100 & done
-wait_streaming 8
+wait_inflight 32
 kill -TERM "$SPID"
 for _ in $(seq 1 50); do grep -q 'not accepting new requests' "$TMP/err.$N" && break; sleep 0.1; done
 grep -q 'SIGTERM received: not accepting new requests; [0-9]* in flight' "$TMP/err.$N" ||
@@ -103,7 +105,7 @@ rm -f "$TMP"/s.* "$TMP"/p.*
 start_lib_server --shutdown-timeout 1 --max-num-seqs 1
 for i in $(seq 1 6); do stream "$i" 480 & done
 for i in $(seq 1 3); do plain "$i" 480 & done
-wait_streaming 1
+wait_inflight 9
 kill -TERM "$SPID"
 wait $(jobs -p | grep -v "^$SPID$")
 stop_and_check_exit SIGTERM
@@ -123,7 +125,7 @@ echo "ok: --shutdown-timeout 1 ends the rest with finish_reason abort ($aborted 
 rm -f "$TMP"/s.* "$TMP"/p.*
 start_lib_server --max-num-seqs 2
 for i in $(seq 1 4); do stream "$i" 480 & done
-wait_streaming 1
+wait_inflight 4
 kill -INT "$SPID"
 wait $(jobs -p | grep -v "^$SPID$")
 stop_and_check_exit SIGINT
