@@ -61,6 +61,22 @@ else()
                   "(run scripts/install-deps.sh)")
 endif()
 
+# Downloads from a mock Hugging Face hub (tests/hub/: a Python 3 stdlib HTTP
+# server with the hub's URL layout and headers): `pagoda download`, repo ids in
+# `generate` and `serve`. Native build only: the mock hub is host Python, and
+# the download code has no architecture-specific path (under qemu its ten
+# model loads would take minutes); test_hub covers the parsing and cache
+# logic in the Arm build.
+find_program(PAGODA_PYTHON3 python3)
+if(PAGODA_CURL AND PAGODA_PYTHON3 AND NOT CMAKE_CROSSCOMPILING)
+  add_test(NAME hub_download_e2e COMMAND bash ${CMAKE_SOURCE_DIR}/tests/hub/e2e_hub.sh
+           ${PAGODA_ASSETS} ${PAGODA_SERVE_CMD})
+  set_tests_properties(hub_download_e2e PROPERTIES TIMEOUT 600)
+elseif(NOT CMAKE_CROSSCOMPILING)
+  message(WARNING "curl or python3 not found: the hub download test (hub_download_e2e) is not "
+                  "registered (run scripts/install-deps.sh)")
+endif()
+
 # The official openai npm client against the server (tests/node/).
 find_program(PAGODA_NODE node)
 find_program(PAGODA_NPM npm)
@@ -88,6 +104,17 @@ if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ)
                      ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node ${CMAKE_BINARY_DIR}/random-llama3vocab
                      ${CMAKE_SOURCE_DIR}/tests/data/chat_simple.jinja ${PAGODA_SERVE_CMD})
     set_tests_properties(serve_openai_node_structured_llama3vocab PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  endif()
+  # tool calls, reasoning and the request-field audit (tests/node/tools.test.mjs):
+  # a random Qwen3 with the real Qwen3 tokenizer and chat template (natively
+  # only: a 151k-token vocabulary's grammar trie is minutes under qemu; the
+  # parsers and grammars are unit-tested in both builds)
+  if(NOT CMAKE_CROSSCOMPILING)
+    add_test(NAME serve_openai_node_tools
+             COMMAND bash -c "${PAGODA_GEN_MODEL_CMD} --hf '${CMAKE_BINARY_DIR}/random-qwen3-tools' --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --ffn 128 --vocab 151936 --bos 151643 --eos 151645 --dtype bf16 --tokenizer '${PAGODA_ASSETS}/tokenizers/qwen3' >/dev/null && NODE_TEST=tools.test.mjs exec bash '${CMAKE_SOURCE_DIR}/tests/node/run.sh' \"$@\"" _
+                     ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node ${CMAKE_BINARY_DIR}/random-qwen3-tools
+                     "" ${PAGODA_SERVE_CMD})
+    set_tests_properties(serve_openai_node_tools PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
   endif()
   # gpt-oss tool calls: the scripted model (tests/node/scripted_gpt_oss.py)
   find_package(Python3 COMPONENTS Interpreter)

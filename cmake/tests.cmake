@@ -68,6 +68,11 @@ add_test(NAME pagoda_env COMMAND pagoda env)
 add_test(NAME pagoda_env_forced_scalar COMMAND pagoda env)
 set_tests_properties(pagoda_env_forced_scalar PROPERTIES ENVIRONMENT "PAGODA_ISA=scalar"
                      PASS_REGULAR_EXPRESSION "chosen +scalar\n")
+# The findings section names the forced level, its cost and the fix (every
+# build machine has a SIMD level above scalar).
+add_test(NAME pagoda_env_finding_forced_isa COMMAND pagoda env)
+set_tests_properties(pagoda_env_finding_forced_isa PROPERTIES ENVIRONMENT "PAGODA_ISA=scalar"
+  PASS_REGULAR_EXPRESSION "\nfindings\n(.*\n)?  - kernels run at ISA level scalar \\(PAGODA_ISA\\) while this CPU supports [a-z0-9]+\n      cost: no SIMD[^\n]*\n      fix:  unset PAGODA_ISA")
 add_test(NAME pagoda_env_bad_isa COMMAND pagoda env)
 set_tests_properties(pagoda_env_bad_isa PROPERTIES ENVIRONMENT "PAGODA_ISA=bogus"
                      PASS_REGULAR_EXPRESSION "pagoda env: PAGODA_ISA=bogus: unknown ISA level")
@@ -120,6 +125,13 @@ set_tests_properties(pagoda_bench_serve_refused PROPERTIES
 add_test(NAME pagoda_bench_serve_refused_fails COMMAND pagoda bench serve --base-url http://127.0.0.1:1
          --model m --prompt-as-ids --vocab-size 50 --num-prompts 2 --ready-check-timeout-sec 0)
 set_tests_properties(pagoda_bench_serve_refused_fails PROPERTIES WILL_FAIL TRUE)
+# `pagoda serve` output parser flags: unknown names are usage errors
+add_test(NAME pagoda_serve_bad_tool_parser COMMAND pagoda serve m --tool-call-parser pythonic)
+set_tests_properties(pagoda_serve_bad_tool_parser PROPERTIES PASS_REGULAR_EXPRESSION
+                     "bad value 'pythonic' for --tool-call-parser \\(want hermes, llama3_json, mistral or harmony\\)")
+add_test(NAME pagoda_serve_bad_reasoning_parser COMMAND pagoda serve m --reasoning-parser granite)
+set_tests_properties(pagoda_serve_bad_reasoning_parser PROPERTIES PASS_REGULAR_EXPRESSION
+                     "bad value 'granite' for --reasoning-parser \\(want qwen3 or deepseek_r1\\)")
 # `pagoda chat-template` end to end: a template file, and a model without one.
 add_test(NAME pagoda_chat_template COMMAND pagoda chat-template
          ${PAGODA_ASSETS}/chat-templates/Qwen-Qwen3-0.6B.jinja

@@ -102,6 +102,12 @@ typedef struct pagoda_engine_options {
      * whisper-base's encoder), so transcriptions never stall the decodes
      * they are batched with for long. At least one piece runs per step. */
     int32_t max_num_encoder_tokens;
+    /* MODEL is a Hugging Face repo id ("org/name"): the branch, tag or commit
+     * to use (vLLM's --revision; NULL = "main" or MODEL's "@REVISION"), and
+     * the .gguf file of the repo to load (NULL = MODEL's ":QUANT" tag or the
+     * safetensors model). Ignored, with a warning, for a local path. */
+    const char *revision;
+    const char *gguf_file;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;
@@ -109,7 +115,9 @@ typedef struct pagoda_engine pagoda_engine;
 /* Fill `opt` with the defaults above. */
 void pagoda_engine_options_default(pagoda_engine_options *opt);
 
-/* Load MODEL (HF directory, GGUF file or HF repo id in the local cache) and
+/* Load MODEL (HF directory, GGUF file, or a Hugging Face repo id
+ * "org/name[@REVISION][:QUANT]" taken from the local HF cache or downloaded
+ * into it; an existing path wins) and
  * its tokenizer, size the KV cache and workspace, start the thread pool.
  * Errors: IO / NOT_FOUND / FORMAT / UNSUPPORTED (model), INVALID_ARG
  * (options), NOMEM (KV cache). */
@@ -124,6 +132,11 @@ int32_t pagoda_engine_vocab_size(const pagoda_engine *e);
  * (packed/quantized linear layers, lm_head, norms; not the KV cache): read
  * bandwidth / this = the decode bandwidth bound in steps per second. */
 size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e);
+/* Bytes the engine keeps resident: the weights a step streams (as above),
+ * the KV cache (paged K/V and recurrent-state slots) and the
+ * workspace. The environment check compares it with the memory of the NUMA
+ * node(s) the threads run on. */
+uint64_t pagoda_engine_resident_bytes(const pagoda_engine *e);
 
 /* ---------------------------------------------------------------- requests */
 
@@ -187,6 +200,10 @@ typedef enum pagoda_grammar_kind {
     PAGODA_GRAMMAR_REGEX,           /* spec: a regex the whole output matches */
     PAGODA_GRAMMAR_CHOICE,          /* spec: a JSON array of strings; output is one of them */
     PAGODA_GRAMMAR_EBNF,            /* spec: GBNF-style EBNF with a rule named root */
+    PAGODA_GRAMMAR_EBNF_SCHEMAS,    /* spec: {"ebnf": EBNF text, "schemas": [JSON Schema, ...]}:
+                                       the EBNF's rules may use `schema-0`, `schema-1`, ...,
+                                       a JSON value of schema i (tool calls in a model's
+                                       call syntax) */
 } pagoda_grammar_kind;
 
 /* Compile (or find in the engine's cache of the last 64 distinct specs) a

@@ -11,8 +11,8 @@ NATIVE_PKGS=(
   libmicrohttpd-dev
   nettle-dev libxxhash-dev  # prefix-cache block hashes: SHA-256 (default), XXH3-128
   curl jq                  # end-to-end tests of `pagoda serve`
-  python3                  # tests/node/scripted_gpt_oss.py (the gpt-oss tool-call test model)
-  libcurl4-openssl-dev     # `pagoda bench serve` HTTP client (curl_multi)
+  python3                  # tests/node/scripted_gpt_oss.py (gpt-oss tool calls), tests/hub/mock_hub.py (mock HF hub)
+  libcurl4-openssl-dev     # `pagoda bench serve` HTTP client (curl_multi), hub downloads
   libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
   libsndfile1-dev libsoxr-dev libavformat-dev libavcodec-dev libavutil-dev  # audio decoding (src/audio/)
   ffmpeg                   # tests/test_audio_decode.c converts the test WAVs to mp3/m4a/webm/...

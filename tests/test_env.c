@@ -1,4 +1,5 @@
-/* The `pagoda env` report (pg_env_report) and its performance warnings. */
+/* The `pagoda env` report (pg_env_report); its findings section is tested
+ * by tests/test_env_check.c. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -62,67 +63,15 @@ static void test_report_names_detected_features(void **state) {
         assert_true(has_line(r, "sve vector len", num));
     }
     const char *sections[] = {"\ncpu\n",    "\nisa features\n", "\nisa level\n", "\nkernels\n",
-                              "\nmemory\n", "\nthreads\n",      "\nwarnings\n"};
+                              "\nmemory\n", "\nthreads\n",      "\nfindings\n"};
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
         assert_non_null(strstr(r, sections[i]));
     free(r);
 }
 
-/* Warnings for synthetic machines. */
-static char *warnings(const pg_cpu_info *c, const pg_kernel_table *t, int *count) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_non_null(f);
-    *count = pg_env_warnings(c, t, f);
-    fclose(f);
-    return buf;
-}
-
-static pg_cpu_info healthy(void) {
-    pg_cpu_info c;
-    memset(&c, 0, sizeof c);
-    c.logical_cpus = c.online_cpus = c.physical_cores = 8;
-    c.smt_per_core = 1;
-    c.numa_nodes = 1;
-    strcpy(c.thp_mode, "madvise");
-    c.best_isa = pg_cpu()->best_isa;
-    return c;
-}
-
-static void test_warnings(void **state) {
-    (void)state;
-    const pg_kernel_table *best = pg_kernels_for_isa(pg_isa_name(pg_cpu()->best_isa));
-    assert_non_null(best);
-    int n;
-    pg_cpu_info c = healthy();
-    char *w = warnings(&c, best, &n);
-    if (c.best_isa != PG_ISA_SCALAR) assert_int_equal(n, 0);
-    free(w);
-
-    c.smt_per_core = 2;
-    c.logical_cpus = c.online_cpus = 16;
-    strcpy(c.thp_mode, "never");
-    c.numa_nodes = 2;
-    w = warnings(&c, best, &n);
-    assert_true(n >= 3);
-    assert_non_null(strstr(w, "SMT siblings share cores"));
-    assert_non_null(strstr(w, "THP disabled"));
-    assert_non_null(strstr(w, "2 NUMA nodes"));
-    free(w);
-
-    c = healthy();
-    c.logical_cpus = 2;
-    w = warnings(&c, pg_kernels_for_isa("scalar"), &n);
-    assert_non_null(strstr(w, "only 2 of 8 online CPUs"));
-    if (c.best_isa != PG_ISA_SCALAR) assert_non_null(strstr(w, "limited to scalar by PAGODA_ISA"));
-    free(w);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_report_names_detected_features),
-        cmocka_unit_test(test_warnings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

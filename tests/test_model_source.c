@@ -172,18 +172,6 @@ static void test_gguf_q4_0_vs_hf(void **state) {
 
 /* ---- HF cache */
 
-static void mkdirs(const char *p) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", p);
-    for (char *s = buf + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(buf, 0755);
-            *s = '/';
-        }
-    mkdir(buf, 0755);
-}
-
 static void copy_file(const char *from, const char *to) {
     size_t n;
     char *d = pg_test_read_file(from, &n);
@@ -196,7 +184,7 @@ static void test_hf_cache(void **state) {
     char root[4096], snap[4200], p[4400];
     snprintf(root, sizeof root, "%s", pg_test_tmpdir());
     snprintf(snap, sizeof snap, "%s/hub/models--tiny--stories/snapshots/abc123", root);
-    mkdirs(snap);
+    pg_test_mkdirs(snap);
     static const char *const files[] = {"config.json", "generation_config.json",
                                         "model.safetensors", "tokenizer_config.json"};
     for (int i = 0; i < 4; i++) {
@@ -208,15 +196,17 @@ static void test_hf_cache(void **state) {
     }
     /* a decoy snapshot that refs/main does not name */
     snprintf(p, sizeof p, "%s/hub/models--tiny--stories/snapshots/zzz", root);
-    mkdirs(p);
+    pg_test_mkdirs(p);
     snprintf(p, sizeof p, "%s/hub/models--tiny--stories/refs", root);
-    mkdirs(p);
+    pg_test_mkdirs(p);
     snprintf(p, sizeof p, "%s/hub/models--tiny--stories/refs/main", root);
     pg_test_write_file(p, "abc123\n", 7);
 
     char *old_home = getenv("HF_HOME") ? strdup(getenv("HF_HOME")) : NULL;
     char *old_hub = getenv("HF_HUB_CACHE") ? strdup(getenv("HF_HUB_CACHE")) : NULL;
     unsetenv("HF_HUB_CACHE");
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HF_HUB_OFFLINE", "1", 1); /* the cache only: no hub is reachable here */
     setenv("HF_HOME", root, 1);
     char out[4096];
     bool is_gguf = true;
@@ -244,7 +234,7 @@ static void test_hf_cache(void **state) {
     char home[4096], link[4400], target[4400];
     snprintf(home, sizeof home, "%s", pg_test_tmpdir());
     snprintf(link, sizeof link, "%s/.cache/huggingface", home);
-    mkdirs(link);
+    pg_test_mkdirs(link);
     snprintf(link, sizeof link, "%s/.cache/huggingface/hub", home);
     snprintf(target, sizeof target, "%s/hub", root);
     assert_int_equal(symlink(target, link), 0);
@@ -266,6 +256,7 @@ static void test_hf_cache(void **state) {
         unsetenv("HF_HUB_CACHE");
     free(old_home);
     free(old_hub);
+    unsetenv("HF_HUB_OFFLINE");
 }
 
 /* ---- configs */

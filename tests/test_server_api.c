@@ -541,7 +541,7 @@ static void test_chat_parse(void **state) {
         " {\"role\": \"tool\", \"content\": \"42\"}],"
         " \"max_completion_tokens\": 9, \"logprobs\": true, \"top_logprobs\": 2,"
         " \"chat_template_kwargs\": {\"enable_thinking\": false}, \"add_generation_prompt\": false,"
-        " \"tools\": [{\"type\": \"function\"}]}";
+        " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}";
     assert_int_equal(parse(PG_API_CHAT, body, &r, &e), PAGODA_OK);
     assert_non_null(r.messages_json);
     cJSON *m = cJSON_Parse(r.messages_json);

@@ -51,7 +51,7 @@ void pg_bench_shape_llama_1b(pg_bench_model_shape *s);
 /* Shapes of MODEL from its config only (no weights are read): a Hugging Face
  * directory's config.json (pg_hf_config_parse), a config.json file itself,
  * a GGUF file's metadata (pg_model_source_open: mmap, nothing copied), or an
- * "org/name" repo id in the local HF cache. Errors: those of
+ * "org/name" repo id (HF cache, downloaded when missing). Errors: those of
  * pg_model_resolve, pg_read_small_file, pg_hf_config_parse and
  * pg_model_source_open (one line naming the file). */
 pagoda_status pg_bench_shape_from_model(const char *model, pg_bench_model_shape *s);

@@ -1,5 +1,5 @@
 /* `pagoda env`: environment report (CPU, ISA features, chosen kernels,
- * memory, threads, performance warnings); see src/kernels/env_report.h. */
+ * memory, threads, environment check findings); see src/kernels/env_report.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,9 @@ int pg_cmd_env(int argc, char **argv) {
             printf(
                 "usage: pagoda env\n\nPrints the detected CPU, ISA features, the kernel variants "
                 "chosen (PAGODA_ISA may force a lower level), memory, huge pages, thread "
-                "settings, performance warnings and the model architectures pagoda runs.\n");
+                "settings, the findings of the environment check (what in this setup costs "
+                "speed, how much, and the fix; README \"Troubleshooting performance\") and the "
+                "model architectures pagoda runs.\n");
             return 0;
         }
         if (pg_args_is_option(argv[i])) return pg_args_unknown("pagoda env", argv[i]);

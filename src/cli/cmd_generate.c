@@ -25,6 +25,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "kernels/env_report.h"
 #include "pagoda.h"
 
 typedef struct gen_options {
@@ -48,8 +49,9 @@ static const char USAGE[] =
     "usage: pagoda generate MODEL --prompt TEXT [options]\n"
     "       pagoda generate MODEL --prompts-file FILE.jsonl [options]\n"
     "\n"
-    "MODEL is a Hugging Face model directory, a GGUF file or an org/name repo id\n"
-    "found in the local Hugging Face cache.\n"
+    "MODEL is a Hugging Face model directory, a GGUF file or a hub repo id\n"
+    "org/name[@REVISION][:QUANT] (from the Hugging Face cache, downloaded into it\n"
+    "first when missing; see `pagoda download --help`).\n"
     "\n"
     "options:\n"
     "  --prompt TEXT        text to continue (encoded with BOS as the tokenizer says)\n"
@@ -549,6 +551,9 @@ int pg_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "pagoda generate: %s\n", pagoda_last_error());
         return exit_code(st);
     }
+    /* what in the environment costs speed, logged once; the second argument says whether
+     * speculative decoding is on: the spec-decode work passes its setting here */
+    pg_env_log_findings(pagoda_engine_resident_bytes(e), false);
     if (o.prompts_file) {
         rc = run_prompts_file(e, &o);
         pagoda_engine_free(e);

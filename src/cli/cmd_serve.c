@@ -15,16 +15,19 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "engine/kv_cache_spec.h"
+#include "kernels/env_report.h"
+#include "model/hub.h"
 #include "model/source.h"
 #include "pagoda.h"
+#include "server/output_parser.h"
 #include "server/server.h"
 
 static void serve_usage(FILE *f) {
     fprintf(
         f,
         "usage: pagoda serve MODEL [MODEL ...] [options]\n"
-        "  MODEL                        HF model directory, GGUF file or HF repo id (local "
-        "cache);\n"
+        "  MODEL                        HF model directory, GGUF file or hub repo id\n"
+        "                               org/name[:QUANT] (HF cache, downloaded if missing);\n"
         "                               several: one server for all (e.g. a chat model and a\n"
         "                               Whisper model), requests routed by their 'model'; the\n"
         "                               engine options apply to each model (--kv-cache-memory is\n"
@@ -38,6 +41,14 @@ static void serve_usage(FILE *f) {
         "  --served-model-name NAME     model name in the API (default: MODEL's base name; one\n"
         "                               MODEL only)\n"
         "  --chat-template FILE         Jinja chat template overriding the model's\n"
+        "  --enable-auto-tool-choice    parse tool calls for tool_choice \"auto\" (the default\n"
+        "                               when a chat has tools; without it: 400, as vLLM)\n"
+        "  --tool-call-parser NAME      hermes | llama3_json | mistral | harmony (default: from\n"
+        "                               the chat template: <tool_call>, Llama 3.1 JSON,\n"
+        "                               [TOOL_CALLS]; gpt-oss: harmony)\n"
+        "  --reasoning-parser NAME      qwen3 | deepseek_r1: <think>...</think> becomes\n"
+        "                               reasoning_content (default: qwen3 when the template\n"
+        "                               writes <think>)\n"
         "  --max-queue N                requests allowed to wait beyond --max-num-seqs; more\n"
         "                               get 503 + Retry-After (default 1024)\n"
         "  --max-request-bytes SIZE     largest request body (default 16MiB; larger: 413)\n"
@@ -98,10 +109,11 @@ static char *read_file(const char *path) {
 
 /* True when MODEL brings its own tokenizer: a GGUF file (its vocab) or a
  * directory with tokenizer.json. */
-static bool has_own_tokenizer(const char *model) {
-    char path[4096];
+static bool has_own_tokenizer(const char *model, const pagoda_engine_options *eo) {
+    char path[4096], spec[1024];
     bool gguf = false;
-    if (pg_model_resolve(model, path, sizeof path, &gguf) != PAGODA_OK) {
+    if (pg_hub_fold_options(model, eo->revision, eo->gguf_file, spec, sizeof spec) != PAGODA_OK ||
+        pg_model_resolve(spec, path, sizeof path, &gguf) != PAGODA_OK) {
         pg_clear_error();
         return true; /* let the engine report the model */
     }
@@ -183,6 +195,8 @@ int pg_cmd_serve(int argc, char **argv) {
                                          "--max-stream-buffer",
                                          "--max-audio-bytes",
                                          "--max-audio-seconds",
+                                         "--tool-call-parser",
+                                         "--reasoning-parser",
                                          "--shutdown-timeout"};
     for (int i = 1; i < argc; i++) {
         int e = pg_engine_args_parse(CMD, argc, argv, &i, &eo);
@@ -201,6 +215,10 @@ int pg_cmd_serve(int argc, char **argv) {
                 return 2;
             }
             models[n_models++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--enable-auto-tool-choice")) {
+            so.enable_auto_tool_choice = true;
             continue;
         }
         bool known = false;
@@ -264,6 +282,16 @@ int pg_cmd_serve(int argc, char **argv) {
             if (!*v || *end || !(sec >= 0) || !(sec <= 1e7))
                 return pg_args_bad_value(CMD, a, v, "a number of seconds >= 0");
             shutdown_timeout = sec;
+        } else if (!strcmp(a, "--tool-call-parser")) {
+            pg_tool_format tf;
+            if (!pg_tool_format_parse(v, &tf))
+                return pg_args_bad_value(CMD, a, v, "hermes, llama3_json, mistral or harmony");
+            so.tool_call_parser = v;
+        } else if (!strcmp(a, "--reasoning-parser")) {
+            pg_reasoning_format rf;
+            if (!pg_reasoning_format_parse(v, &rf))
+                return pg_args_bad_value(CMD, a, v, "qwen3 or deepseek_r1");
+            so.reasoning_parser = v;
         } else if (!strcmp(a, "--seed"))
             rc = parse_int(a, v, 0, LONG_MAX, &x), eo.seed = (uint64_t)x;
         if (rc) return rc;
@@ -306,7 +334,7 @@ int pg_cmd_serve(int argc, char **argv) {
         if (k > 0) mo.num_threads = 0;
         /* one --tokenizer for several models: it is meant for those without
          * their own (a Whisper checkpoint without tokenizer.json) */
-        if (n_models > 1 && mo.tokenizer && has_own_tokenizer(models[k])) {
+        if (n_models > 1 && mo.tokenizer && has_own_tokenizer(models[k], &mo)) {
             PG_INFO("serve: %s has its own tokenizer; --tokenizer is not applied to it", models[k]);
             mo.tokenizer = NULL;
         }
@@ -314,6 +342,12 @@ int pg_cmd_serve(int argc, char **argv) {
             fprintf(stderr, "pagoda serve: %s: %s\n", models[k], pagoda_last_error());
             rc = 1;
         }
+    }
+    if (!rc) { /* what in the environment costs speed, logged once for all models */
+        uint64_t resident = 0;
+        for (int k = 0; k < n_models; k++)
+            resident += pagoda_engine_resident_bytes(engines[k]);
+        pg_env_log_findings(resident, false); /* false: spec decoding passes its setting */
     }
     pg_server *srv = NULL;
     if (!rc && pg_server_start_models(engines, (size_t)n_models, &so, &srv) != PAGODA_OK) {

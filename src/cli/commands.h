@@ -18,6 +18,8 @@ int pg_cmd_tokenize(int argc, char **argv);
 int pg_cmd_detokenize(int argc, char **argv);
 int pg_cmd_generate(int argc, char **argv);
 int pg_cmd_serve(int argc, char **argv);
+/* `pagoda download org/name` (cmd_download.c): fetch a model from the HF hub. */
+int pg_cmd_download(int argc, char **argv);
 /* `pagoda transcribe MODEL FILE` (cmd_transcribe.c): Whisper speech to text. */
 int pg_cmd_transcribe(int argc, char **argv);
 

@@ -43,6 +43,7 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         "--threads",         "--quantization",   "--quant-group-size",
         "--quant-act-group", "--dtype",        "--state-cache-memory",
         "--tokenizer",       "--max-num-encoder-tokens", "--prefix-caching-hash-algo",
+        "--revision",        "--gguf-file",
     };
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
@@ -84,6 +85,12 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
     } else if (!strcmp(a, "--tokenizer")) {
         ok = *v != 0, want = "a tokenizer.json, a directory holding one, or a .tiktoken file";
         o->tokenizer = v;
+    } else if (!strcmp(a, "--revision")) {
+        ok = *v != 0, want = "a branch, tag or commit of the hub repo";
+        o->revision = v;
+    } else if (!strcmp(a, "--gguf-file")) {
+        ok = *v != 0, want = "a .gguf file name in the hub repo";
+        o->gguf_file = v;
     } else if (!strcmp(a, "--max-num-encoder-tokens")) {
         ok = parse_i32(v, 1, 1L << 24, &o->max_num_encoder_tokens),
         want = "an integer in [1, 2^24]";

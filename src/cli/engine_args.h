@@ -3,7 +3,8 @@
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
  * --block-size, --no-prefix-caching, --prefix-caching-hash-algo, --threads,
  * --quantization,
- * --quant-group-size, --quant-act-group, --dtype. */
+ * --quant-group-size, --quant-act-group, --dtype, --tokenizer,
+ * --max-num-encoder-tokens, and --revision / --gguf-file for a hub MODEL. */
 #ifndef PAGODA_CLI_ENGINE_ARGS_H
 #define PAGODA_CLI_ENGINE_ARGS_H
 
@@ -41,7 +42,9 @@
     "                              default; 32 = llama.cpp Q8_0's blocks: closer to the\n"         \
     "                              unquantized model); weights then use groups of N too\n"       \
     "  --max-num-encoder-tokens N  encoder-decoder models: encoder rows per step (default\n"     \
-    "                              1024)\n"
+    "                              1024)\n"                                                     \
+    "  --revision R                MODEL is a hub repo id: its branch, tag or commit (main)\n"  \
+    "  --gguf-file NAME            MODEL is a hub repo id: the .gguf file to use from it\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with

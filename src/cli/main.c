@@ -20,6 +20,7 @@ static const pg_command COMMANDS[] = {
     {"generate", pg_cmd_generate, "generate text for one prompt (offline, batch of one)"},
     {"transcribe", pg_cmd_transcribe, "speech to text with a Whisper model (MODEL FILE [--language L] ...)"},
     {"serve", pg_cmd_serve, "OpenAI-compatible HTTP server (MODEL [--port 8000] ...)"},
+    {"download", pg_cmd_download, "download a model from the Hugging Face hub (org/name[:QUANT])"},
     {"bench", pg_cmd_bench, "benchmarks: `bench serve` measures an OpenAI-compatible server"},
 };
 
@@ -29,8 +30,9 @@ static void usage(FILE *f) {
         fprintf(f, "  %-12s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
     char archs[1024];
     fprintf(f,
-            "\nMODEL: a Hugging Face directory, a GGUF file or a cached org/name of one of\n"
-            "these architectures: %s\n",
+            "\nMODEL: a Hugging Face directory, a GGUF file or a hub repo id org/name[:QUANT]\n"
+            "(from the HF cache, downloaded first if missing) of one of these\n"
+            "architectures: %s\n",
             pg_model_supported(archs, sizeof archs));
     fprintf(f, "\n`pagoda <command> --help` describes a command's options.\n");
 }

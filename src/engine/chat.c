@@ -42,15 +42,23 @@ pagoda_status pagoda_apply_chat_template(const pagoda_engine *e, const char *mes
     if (st) return st;
     const char *source = template_override ? template_override : cfg.source;
     cJSON *messages = NULL, *tools = NULL, *kwargs = NULL;
+    cJSON *prepared = NULL;
     pg_chat_template *t = NULL;
+    /* messages as vLLM hands them to the template: content in the form the
+     * template reads (a string, or text parts), null content of an
+     * assistant's tool call as "", tool call arguments given as JSON text
+     * parsed (templates tojson them) */
     if (!(st = parse_json("messages", messages_json, 1, &messages)) &&
         !(st = parse_json("tools", tools_json, 1, &tools)) &&
         !(st = parse_json("chat_template_kwargs", kwargs_json, 0, &kwargs)) &&
-        !(st = pg_chat_template_compile(source, &t))) {
+        !(st = pg_chat_template_compile(source, &t)) &&
+        !(st = pg_chat_messages_prepare(messages, pg_chat_template_iterates_content(t),
+                                        &prepared))) {
         pg_chat_special_tokens sp = pg_chat_config_tokens(&cfg);
-        st = pg_chat_template_render(t, messages, tools, kwargs, add_generation_prompt, &sp, out);
+        st = pg_chat_template_render(t, prepared, tools, kwargs, add_generation_prompt, &sp, out);
     }
     pg_chat_template_free(t);
+    cJSON_Delete(prepared);
     cJSON_Delete(messages);
     cJSON_Delete(tools);
     cJSON_Delete(kwargs);

@@ -9,7 +9,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/alloc.h"
@@ -24,6 +26,7 @@
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "model/hub.h"
 #include "model/model.h"
 #include "model/source.h"
 #include "pagoda.h"
@@ -288,9 +291,18 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
-    base_name(model, e->name, sizeof e->name);
+    /* a repo id is served under its name (vLLM's), a path under its base name */
+    pg_hub_ref ref;
+    struct stat mst;
+    if (stat(model, &mst) != 0 && pg_hub_parse_ref(model, &ref))
+        snprintf(e->name, sizeof e->name, "%s", model);
+    else
+        base_name(model, e->name, sizeof e->name);
 
-    if ((st = pg_model_source_open(model, &e->src)) != PAGODA_OK) goto fail;
+    char spec[1024];
+    if ((st = pg_hub_fold_options(model, o.revision, o.gguf_file, spec, sizeof spec)) != PAGODA_OK)
+        goto fail;
+    if ((st = pg_model_source_open(spec, &e->src)) != PAGODA_OK) goto fail;
     pg_model_options mo;
     pg_model_options_default(&mo);
     mo.max_context = o.max_model_len;
@@ -571,6 +583,10 @@ int32_t pagoda_engine_vocab_size(const pagoda_engine *e) {
 }
 size_t pagoda_engine_weight_bytes_per_step(const pagoda_engine *e) {
     return pg_model_weight_bytes_per_step(e->model);
+}
+uint64_t pagoda_engine_resident_bytes(const pagoda_engine *e) {
+    return (uint64_t)pg_model_weight_bytes_per_step(e->model) + pg_runner_kv_bytes(e->runner) +
+           pg_runner_workspace_bytes(e->runner);
 }
 bool pagoda_engine_encoder_input_shape(const pagoda_engine *e, int32_t *n_mels,
                                        int32_t *n_frames) {

@@ -79,6 +79,24 @@ pagoda_status pg_grammar_build(pagoda_grammar_kind kind, const char *spec, size_
         return pg_gram_from_regex(spec, len, out);
     case PAGODA_GRAMMAR_EBNF:
         return pg_gram_from_ebnf(spec, len, out);
+    case PAGODA_GRAMMAR_EBNF_SCHEMAS: {
+        cJSON *o = cJSON_ParseWithLength(spec, len);
+        const cJSON *eb = cJSON_GetObjectItemCaseSensitive(o, "ebnf");
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(o, "schemas");
+        pagoda_status st;
+        if (!cJSON_IsString(eb) || !cJSON_IsArray(sc)) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "ebnf+schemas: expected {\"ebnf\": text, \"schemas\": [schemas]}");
+        } else {
+            char *sct = cJSON_PrintUnformatted(sc);
+            st = sct ? pg_gram_from_ebnf_schemas(eb->valuestring, strlen(eb->valuestring), sct,
+                                                 strlen(sct), out)
+                     : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+            cJSON_free(sct);
+        }
+        cJSON_Delete(o);
+        return st;
+    }
     case PAGODA_GRAMMAR_CHOICE: {
         cJSON *a = cJSON_ParseWithLength(spec, len);
         if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0) {

@@ -39,6 +39,15 @@ pagoda_status pg_gram_from_choice(const char *const *items, const size_t *lens, 
  * keywords); json text of the schema. Unsupported keywords are an
  * UNSUPPORTED error naming the keyword (never ignored). */
 pagoda_status pg_gram_from_json_schema(const char *json, size_t len, pg_gram **out);
+/* EBNF text (root rule "root") whose rules may use `schema-0`,
+ * `schema-1`, ...: a JSON value valid against item i of `schemas` (a JSON
+ * list of JSON Schemas; each as pg_gram_from_json_schema, same keywords and
+ * errors; a $ref resolves within its own schema). The EBNF must not define
+ * rules named like the generated ones (`schema-N`, `json-*`, `NAME-N`).
+ * Used for tool calls: each function's arguments inside a model family's
+ * call syntax. */
+pagoda_status pg_gram_from_ebnf_schemas(const char *ebnf, size_t elen, const char *schemas,
+                                        size_t slen, pg_gram **out);
 /* Any JSON object (OpenAI's response_format json_object). */
 pagoda_status pg_gram_json_object(pg_gram **out);
 void pg_gram_free(pg_gram *g);

@@ -1000,6 +1000,26 @@ static bool has_any(const cJSON *s, const char *const *keys) {
     return false;
 }
 
+/* v is of JSON Schema type t (a name, or an array of names; NULL: any). */
+static bool value_has_type(const cJSON *v, const cJSON *t) {
+    if (!t) return true;
+    if (cJSON_IsArray(t)) {
+        for (const cJSON *x = t->child; x; x = x->next)
+            if (value_has_type(v, x)) return true;
+        return false;
+    }
+    if (!cJSON_IsString(t)) return false;
+    const char *n = t->valuestring;
+    if (!strcmp(n, "string")) return cJSON_IsString(v);
+    if (!strcmp(n, "number")) return cJSON_IsNumber(v);
+    if (!strcmp(n, "integer")) return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
+    if (!strcmp(n, "boolean")) return cJSON_IsBool(v);
+    if (!strcmp(n, "null")) return cJSON_IsNull(v);
+    if (!strcmp(n, "object")) return cJSON_IsObject(v);
+    if (!strcmp(n, "array")) return cJSON_IsArray(v);
+    return false;
+}
+
 static void body(conv *c, const cJSON *s) {
     if (cJSON_IsTrue(s)) {
         sb_put(&c->out, "json-value", 10);
@@ -1022,25 +1042,33 @@ static void body(conv *c, const cJSON *s) {
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (cn || en) {
-        /* the values themselves; other keywords must not narrow them */
-        if (type || any || one || all) {
+        /* the values themselves; other keywords must not narrow them, but a
+         * `type` next to them keeps the values of that type (tool schemas
+         * write {"type": "string", "enum": [...]}) */
+        if (any || one || all) {
             cfail(c, PAGODA_ERR_UNSUPPORTED,
-                  "'%s' combined with type/anyOf/oneOf/allOf is not supported",
-                  cn ? "const" : "enum");
+                  "'%s' combined with anyOf/oneOf/allOf is not supported", cn ? "const" : "enum");
             return;
         }
-        if (cn) {
-            gen_literal_value(c, cn);
+        if (type && !cJSON_IsString(type) && !cJSON_IsArray(type)) {
+            cfail(c, PAGODA_ERR_INVALID_ARG, "'type' must be a string or an array of strings");
             return;
         }
-        if (!cJSON_IsArray(en) || cJSON_GetArraySize(en) == 0) {
+        if (en && (!cJSON_IsArray(en) || cJSON_GetArraySize(en) == 0)) {
             cfail(c, PAGODA_ERR_INVALID_ARG, "'enum' must be a non-empty array");
             return;
         }
-        sb_put(&c->out, "( ", 2);
-        for (const cJSON *x = en->child; x; x = x->next) {
-            if (x != en->child) sb_put(&c->out, " | ", 3);
+        int kept = 0;
+        for (const cJSON *x = cn ? cn : en->child; x; x = cn ? NULL : x->next) {
+            if (!value_has_type(x, type)) continue;
+            sb_put(&c->out, kept ? " | " : "( ", kept ? 3 : 2);
+            kept++;
             gen_literal_value(c, x);
+        }
+        if (!kept) {
+            cfail(c, PAGODA_ERR_UNSUPPORTED, "no value of '%s' has the schema's 'type'",
+                  cn ? "const" : "enum");
+            return;
         }
         sb_put(&c->out, " )", 2);
         return;
@@ -1127,10 +1155,12 @@ static void body(conv *c, const cJSON *s) {
     if (nt > 1) sb_put(&c->out, " )", 2);
 }
 
-static pagoda_status finish_ir(conv *c, const char *root_body_rule, gx_builder *bp) {
+/* The generated rules into the builder, after `heads` (lines naming the
+ * schemas' values: "root ::= s-0\n" for a whole-output schema). */
+static pagoda_status finish_ir(conv *c, const char *heads, gx_builder *bp) {
     gx_builder b = *bp;
     sbuf text = {0};
-    sb_printf(&text, "root ::= %s\n", root_body_rule);
+    sb_put(&text, heads, strlen(heads));
     sb_put(&text, VALUE_RULES, strlen(VALUE_RULES));
     if (c->rules.p) sb_put(&text, c->rules.p, c->rules.n);
     if (text.oom || c->rules.oom) {
@@ -1164,7 +1194,9 @@ static pagoda_status finish_ir(conv *c, const char *root_body_rule, gx_builder *
 static pagoda_status finish(conv *c, const char *root_body_rule, pg_gram **out) {
     gx_builder b;
     gx_init(&b);
-    pagoda_status st = finish_ir(c, root_body_rule, &b);
+    char head[64];
+    snprintf(head, sizeof head, "root ::= %s\n", root_body_rule);
+    pagoda_status st = finish_ir(c, head, &b);
     if (st == PAGODA_OK) st = g_compile(&b, "root", out);
     gx_free(&b);
     return st;
@@ -1207,7 +1239,9 @@ pagoda_status gx_json_schema(gx_builder *b, const char *json, size_t len) {
     char name[32];
     gen(&c, root, name);
     pagoda_status st = c.st;
-    if (st == PAGODA_OK) st = finish_ir(&c, name, b);
+    char head[64];
+    snprintf(head, sizeof head, "root ::= %s\n", name);
+    if (st == PAGODA_OK) st = finish_ir(&c, head, b);
     conv_free(&c);
     cJSON_Delete(root);
     return st;
@@ -1215,7 +1249,7 @@ pagoda_status gx_json_schema(gx_builder *b, const char *json, size_t len) {
 
 pagoda_status gx_json_object(gx_builder *b) {
     conv c = {0};
-    pagoda_status st = finish_ir(&c, "json-object", b);
+    pagoda_status st = finish_ir(&c, "root ::= json-object\n", b);
     conv_free(&c);
     return st;
 }
@@ -1224,5 +1258,37 @@ pagoda_status pg_gram_json_object(pg_gram **out) {
     conv c = {0};
     pagoda_status st = finish(&c, "json-object", out);
     conv_free(&c);
+    return st;
+}
+
+pagoda_status pg_gram_from_ebnf_schemas(const char *ebnf, size_t elen, const char *schemas,
+                                        size_t slen, pg_gram **out) {
+    *out = NULL;
+    cJSON *list = cJSON_ParseWithLength(schemas, slen);
+    if (!cJSON_IsArray(list)) {
+        cJSON_Delete(list);
+        return pg_error(PAGODA_ERR_INVALID_ARG, "json_schema: expected a list of schemas");
+    }
+    conv c = {0};
+    sbuf heads = {0};
+    int i = 0;
+    for (cJSON *s = list->child; s && c.st == PAGODA_OK; s = s->next, i++) {
+        char name[32];
+        c.root = s; /* $ref targets resolve within their own schema */
+        gen(&c, s, name);
+        sb_printf(&heads, "schema-%d ::= %s\n", i, name);
+    }
+    pagoda_status st = c.st;
+    if (st == PAGODA_OK && (c.out.oom || c.rules.oom || heads.oom))
+        st = pg_error(PAGODA_ERR_NOMEM, "json_schema: out of memory");
+    gx_builder b;
+    gx_init(&b);
+    if (st == PAGODA_OK) st = finish_ir(&c, heads.p ? heads.p : "", &b);
+    if (st == PAGODA_OK) st = gx_parse_ebnf(&b, ebnf, elen);
+    if (st == PAGODA_OK) st = g_compile(&b, "root", out);
+    gx_free(&b);
+    free(heads.p);
+    conv_free(&c);
+    cJSON_Delete(list);
     return st;
 }

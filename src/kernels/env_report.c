@@ -1,10 +1,12 @@
 /* `pagoda env` report (see env_report.h). */
 #include "kernels/env_report.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/affinity.h"
 #include "base/pool.h"
 
 /* "48 KiB", "1.0 MiB", "15.6 GiB"; "unknown" for 0. */
@@ -22,41 +24,34 @@ static const char *fmt_bytes(char *buf, size_t cap, uint64_t v) {
     return buf;
 }
 
-int pg_env_warnings(const pg_cpu_info *c, const pg_kernel_table *t, FILE *f) {
-    int n = 0;
-    if (c->smt_per_core > 1) {
-        fprintf(f,
-                "  - SMT siblings share cores (%d threads per core): use one thread per physical "
-                "core (%d), not per logical CPU\n",
-                c->smt_per_core, c->physical_cores);
-        n++;
+int pg_env_findings(uint64_t model_bytes, bool speculation, pg_envchk_finding *out, int cap) {
+    static int allowed[PG_CPU_MAX], cpus[PG_POOL_MAX_THREADS];
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    pg_envchk_input in = {.cpu = pg_cpu(), .speculation = speculation, .model_bytes = model_bytes};
+    int level = pg_isa_parse(pg_kernels()->isa);
+    in.isa_chosen = level >= 0 ? (pg_isa)level : in.cpu->best_isa;
+    if (pg_cpu_allowed(allowed, PG_CPU_MAX, &in.n_allowed) == PAGODA_OK) in.allowed = allowed;
+    pg_pool *pool = pg_pool_default();
+    if (pool) {
+        in.n_threads = pg_pool_size(pool);
+        for (int i = 0; i < in.n_threads && i < PG_POOL_MAX_THREADS; i++)
+            cpus[i] = pg_pool_cpu(pool, i);
+        in.thread_cpus = cpus;
+        in.blocktime_us = pg_pool_blocktime_us(pool);
+    } else {
+        in.n_threads = 1;
+        in.blocktime_us = PG_POOL_BLOCKTIME_DEFAULT_US;
     }
-    if (c->numa_nodes > 1) {
-        fprintf(f,
-                "  - %d NUMA nodes: bind threads and memory to one node (numactl) or split "
-                "the model across nodes\n",
-                c->numa_nodes);
-        n++;
-    }
-    if (c->logical_cpus < c->online_cpus) {
-        fprintf(f, "  - this process may use only %d of %d online CPUs (affinity mask)\n",
-                c->logical_cpus, c->online_cpus);
-        n++;
-    }
-    if (!strcmp(c->thp_mode, "never")) {
-        fprintf(f, "  - THP disabled (transparent_hugepage=never): weights and KV cache use 4 KiB "
-                   "pages; set it to madvise or always\n");
-        n++;
-    }
-    if (t && strcmp(t->isa, pg_isa_name(c->best_isa)) != 0) {
-        fprintf(f, "  - kernels limited to %s by PAGODA_ISA; this CPU supports %s\n", t->isa,
-                pg_isa_name(c->best_isa));
-        n++;
-    }
-    if (c->best_isa == PG_ISA_SCALAR) {
-        fprintf(f, "  - no supported SIMD level: scalar kernels only (slow)\n");
-        n++;
-    }
+    int n = pg_envchk_run(&in, out, cap);
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+int pg_env_log_findings(uint64_t model_bytes, bool speculation) {
+    pg_envchk_finding f[PG_ENVCHK_COUNT];
+    int n = pg_env_findings(model_bytes, speculation, f, PG_ENVCHK_COUNT);
+    pg_envchk_log(f, n);
     return n;
 }
 
@@ -109,6 +104,7 @@ void pg_env_report(FILE *f) {
     else
         fprintf(f, "  %-16s %s\n", "thread pool", "(could not be created)");
 
-    fprintf(f, "\nwarnings\n");
-    if (pg_env_warnings(c, t, f) == 0) fprintf(f, "  none\n");
+    fprintf(f, "\nfindings\n");
+    pg_envchk_finding found[PG_ENVCHK_COUNT];
+    pg_envchk_print(found, pg_env_findings(0, false, found, PG_ENVCHK_COUNT), f);
 }

@@ -191,3 +191,13 @@ void pg_mapped_release(const void *p, size_t n) {
     uintptr_t a0 = (a + page - 1) / page * page, e0 = e / page * page;
     if (e0 > a0) (void)madvise((void *)a0, e0 - a0, MADV_DONTNEED);
 }
+
+bool pg_path_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool pg_path_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}

@@ -4,6 +4,7 @@
 #ifndef PAGODA_MODEL_MAPPED_FILE_H
 #define PAGODA_MODEL_MAPPED_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,5 +53,9 @@ void pg_mapped_release(const void *p, size_t n);
  * buffer; *len gets the size (may be NULL). Files above max_bytes are
  * refused with PAGODA_ERR_LIMIT. Errors as pg_mapped_file_open. */
 pagoda_status pg_read_small_file(const char *path, size_t max_bytes, char **out, size_t *len);
+
+/* True when PATH exists (links followed) and is a directory / a regular file. */
+bool pg_path_is_dir(const char *path);
+bool pg_path_is_file(const char *path);
 
 #endif

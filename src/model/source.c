@@ -19,6 +19,7 @@
 #include "model/compressed_tensors.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
+#include "model/hub.h"
 #include "model/mapped_file.h"
 #include "model/safetensors.h"
 
@@ -45,14 +46,6 @@ struct pg_model_source {
 
 /* ------------------------------------------------------------ resolving */
 
-static bool is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-static bool is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
 static bool has_gguf_magic(const char *p) {
     FILE *f = fopen(p, "rb");
     if (!f) return false;
@@ -62,78 +55,14 @@ static bool has_gguf_magic(const char *p) {
     return ok;
 }
 
-static pagoda_status resolve_hf_cache(const char *repo, char *out, size_t cap) {
-    const char *slash = strchr(repo, '/');
-    if (!slash || slash == repo || !slash[1] || strchr(slash + 1, '/') || strstr(repo, ".."))
-        return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no such file or directory", repo);
-    char root[PATH_MAX];
-    const char *hub = getenv("HF_HUB_CACHE"), *home = getenv("HF_HOME"), *uhome = getenv("HOME");
-    if (hub && *hub)
-        snprintf(root, sizeof root, "%s", hub);
-    else if (home && *home)
-        snprintf(root, sizeof root, "%s/hub", home);
-    else
-        snprintf(root, sizeof root, "%s/.cache/huggingface/hub", uhome && *uhome ? uhome : ".");
-    char base[PATH_MAX];
-    int n = snprintf(base, sizeof base, "%s/models--%.*s--%s", root, (int)(slash - repo), repo,
-                     slash + 1);
-    if (n < 0 || (size_t)n >= sizeof base)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "model '%s': cache path too long", repo);
-    if (!is_dir(base))
-        return pg_error(PAGODA_ERR_NOT_FOUND,
-                        "model '%s': not a path and not in the Hugging Face cache (%s)", repo,
-                        base);
-    char rev[256] = "";
-    char refp[PATH_MAX + 16];
-    snprintf(refp, sizeof refp, "%s/refs/main", base);
-    FILE *f = fopen(refp, "r");
-    if (f) {
-        size_t k = fread(rev, 1, sizeof rev - 1, f);
-        fclose(f);
-        rev[k] = 0;
-        while (k && (rev[k - 1] == '\n' || rev[k - 1] == '\r' || rev[k - 1] == ' '))
-            rev[--k] = 0;
-        if (strchr(rev, '/') || !strcmp(rev, "..") || !strcmp(rev, ".")) rev[0] = 0;
-    }
-    char snaps[PATH_MAX + 16];
-    snprintf(snaps, sizeof snaps, "%s/snapshots", base);
-    if (!rev[0]) { /* newest snapshot */
-        DIR *d = opendir(snaps);
-        time_t best = 0;
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (e->d_name[0] == '.') continue;
-                char p[PATH_MAX + 300];
-                snprintf(p, sizeof p, "%s/%s", snaps, e->d_name);
-                struct stat st;
-                if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && (!rev[0] || st.st_mtime > best) &&
-                    strlen(e->d_name) < sizeof rev) {
-                    best = st.st_mtime;
-                    snprintf(rev, sizeof rev, "%s", e->d_name);
-                }
-            }
-            closedir(d);
-        }
-    }
-    if (!rev[0])
-        return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': no snapshot in %s", repo, snaps);
-    n = snprintf(out, cap, "%s/%s", snaps, rev);
-    if (n < 0 || (size_t)n >= cap)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "model '%s': path too long", repo);
-    if (!is_dir(out))
-        return pg_error(PAGODA_ERR_NOT_FOUND, "model '%s': snapshot %s missing", repo, out);
-    return PAGODA_OK;
-}
-
 pagoda_status pg_model_resolve(const char *model, char *out, size_t cap, bool *is_gguf) {
     *is_gguf = false;
     if (!model || !*model) return pg_error(PAGODA_ERR_INVALID_ARG, "no model given");
-    if (is_file(model) || is_dir(model)) {
+    if (pg_path_is_file(model) || pg_path_is_dir(model)) {
         if (strlen(model) >= cap)
             return pg_error(PAGODA_ERR_INVALID_ARG, "%s: path too long", model);
         snprintf(out, cap, "%s", model);
-        *is_gguf = is_file(model);
+        *is_gguf = pg_path_is_file(model);
         if (*is_gguf && !has_gguf_magic(model)) {
             size_t n = strlen(model);
             if (n < 5 || strcmp(model + n - 5, ".gguf") != 0)
@@ -142,9 +71,10 @@ pagoda_status pg_model_resolve(const char *model, char *out, size_t cap, bool *i
         }
         return PAGODA_OK;
     }
-    if (model[0] == '/' || model[0] == '.')
+    pg_hub_ref ref;
+    if (model[0] == '/' || model[0] == '.' || !pg_hub_parse_ref(model, &ref))
         return pg_error(PAGODA_ERR_NOT_FOUND, "%s: no such file or directory", model);
-    return resolve_hf_cache(model, out, cap);
+    return pg_hub_resolve(&ref, NULL, out, cap, is_gguf);
 }
 
 /* ------------------------------------------------------------ tensors */
@@ -216,7 +146,7 @@ static pagoda_status read_json(const char *dir, const char *file, bool required,
                                size_t *len, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s", dir, file);
     *buf = NULL;
-    if (!required && !is_file(path)) return PAGODA_OK;
+    if (!required && !pg_path_is_file(path)) return PAGODA_OK;
     return pg_read_small_file(path, MAX_JSON_BYTES, buf, len);
 }
 
@@ -337,10 +267,10 @@ static pagoda_status open_hf(pg_model_source *src) {
     char index[PATH_MAX + 64];
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", src->path);
     snprintf(path, sizeof path, "%s/model.safetensors", src->path);
-    if (is_file(index)) {
+    if (pg_path_is_file(index)) {
         snprintf(src->weights_desc, sizeof src->weights_desc, "%s", index);
         s = open_sharded(src, index, &cap);
-    } else if (is_file(path)) {
+    } else if (pg_path_is_file(path)) {
         snprintf(src->weights_desc, sizeof src->weights_desc, "%s", path);
         src->shards = calloc(1, sizeof(pg_safetensors *));
         if (!src->shards) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);

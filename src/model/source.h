@@ -122,9 +122,9 @@ typedef struct pg_generation_defaults {
 
 typedef struct pg_model_source pg_model_source;
 
-/* Open MODEL: a HF directory, a GGUF file, or a HF repo id ("org/name")
- * resolved through the local HF cache ($HF_HOME/hub or
- * ~/.cache/huggingface/hub, models--org--name/snapshots/<rev>/).
+/* Open MODEL: a HF directory, a GGUF file, or a HF repo id
+ * ("org/name[@REVISION][:QUANT|:FILE.gguf]") resolved through the local HF
+ * cache and downloaded from the hub when the cache lacks it (model/hub.h).
  * Files are mmap'ed; tensor data is never copied. Validates every tensor
  * (dtype known, shape matches byte size, data inside the file, no overlaps)
  * and that the config agrees with the weights' shapes.
@@ -161,13 +161,15 @@ const struct pg_ct_config *pg_model_source_ct(const pg_model_source *src);
 struct pg_gguf;
 const struct pg_gguf *pg_model_source_gguf(const pg_model_source *src);
 
-/* Resolve MODEL as pg_model_source_open does, without loading it: an
- * existing path is returned as is; "org/name" maps to the HF cache snapshot
- * directory ($HF_HUB_CACHE, else $HF_HOME/hub, else
- * ~/.cache/huggingface/hub; models--org--name/snapshots/<refs/main or the
- * newest snapshot>). *is_gguf tells a GGUF file (by its magic) from a
- * directory. Errors: PAGODA_ERR_NOT_FOUND, PAGODA_ERR_INVALID_ARG (path too
- * long for `cap`). */
+/* Resolve MODEL as pg_model_source_open does, without loading it: the one
+ * place model names become paths. A path that exists always wins and is
+ * returned as is; otherwise a repo id ("org/name[@REVISION][:TAG]") maps to
+ * its HF cache snapshot (pg_hub_resolve: models--org--name/snapshots/<the
+ * commit of refs/REVISION>, or the GGUF file in it), downloaded from the hub
+ * first when the cache lacks a complete one and HF_HUB_OFFLINE is not set.
+ * *is_gguf tells a GGUF file (by its magic) from a directory. Errors:
+ * PAGODA_ERR_NOT_FOUND, PAGODA_ERR_INVALID_ARG (path too long for `cap`),
+ * and those of pg_hub_resolve. */
 pagoda_status pg_model_resolve(const char *model, char *out, size_t cap, bool *is_gguf);
 
 /* Extra tensors a source may carry beyond the list at the top of this file:

@@ -7,51 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
+#include "server/output_parser.h"
 #include "tokenizer/harmony.h"
-
-/* A growable byte string (not NUL-terminated until sbuf_cstr). */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-static bool sbuf_add(sbuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return true;
-}
 
 /* Model text: a NUL byte (valid UTF-8, but the end of a C string for cJSON)
  * becomes U+FFFD, so the message and the deltas keep all the text. */
-static bool sbuf_add_text(sbuf *b, const char *s, size_t n) {
+static bool sbuf_add_text(pg_strbuf *b, const char *s, size_t n) {
     for (;;) {
         const char *z = memchr(s, 0, n);
-        if (!z) return sbuf_add(b, s, n);
+        if (!z) return pg_strbuf_add(b, s, n);
         size_t k = (size_t)(z - s);
-        if (!sbuf_add(b, s, k) || !sbuf_add(b, "\xEF\xBF\xBD", 3)) return false;
+        if (!pg_strbuf_add(b, s, k) || !pg_strbuf_add(b, "\xEF\xBF\xBD", 3)) return false;
         s += k + 1;
         n -= k + 1;
     }
 }
 
-static const char *sbuf_cstr(const sbuf *b) {
-    return b->p ? b->p : "";
-}
-
 typedef struct hcall {
     char id[32];
     char *name;
-    sbuf args;
+    pg_strbuf args;
 } hcall;
 
 /* A pending stream delta: consecutive pieces of one kind are joined. */
@@ -60,18 +36,21 @@ typedef enum dkind { D_REASONING, D_CONTENT, D_CALL_BEGIN, D_CALL_ARGS } dkind;
 typedef struct hdelta {
     dkind kind;
     int index; /* D_CALL_*: the call */
-    sbuf text;
+    pg_strbuf text;
 } hdelta;
 
 struct pg_hchat {
-    pg_harmony_parser *parser;
+    pg_harmony_parser *parser; /* harmony output, or */
+    pg_oparse *text;           /* reasoning tags / a family's tool-call syntax */
     uint64_t seed;
-    sbuf reasoning, content;
+    pg_strbuf reasoning, content;
     hcall *calls;
     size_t n_calls, cap_calls;
     hdelta *pend;
     size_t n_pend, cap_pend;
-    bool called; /* a call ended with <|call|> */
+    bool called;       /* a call ended with <|call|> */
+    size_t max_calls;  /* 0 = any number (parallel_tool_calls false: 1) */
+    bool no_reasoning; /* include_reasoning false */
     bool finished;
     bool oom;
 };
@@ -116,6 +95,7 @@ static void on_event(void *user, const pg_harmony_event *ev) {
     pg_hchat *h = user;
     switch (ev->kind) {
     case PG_HARMONY_REASONING:
+        if (h->no_reasoning) break;
         if (!sbuf_add_text(&h->reasoning, ev->text, ev->len)) h->oom = true;
         add_piece(h, D_REASONING, -1, ev->text, ev->len);
         break;
@@ -124,6 +104,7 @@ static void on_event(void *user, const pg_harmony_event *ev) {
         add_piece(h, D_CONTENT, -1, ev->text, ev->len);
         break;
     case PG_HARMONY_TOOL_CALL_BEGIN: {
+        if (h->max_calls && h->n_calls >= h->max_calls) break; /* its args and end find no call */
         if (h->n_calls == h->cap_calls) {
             size_t cap = h->cap_calls ? h->cap_calls * 2 : 4;
             hcall *v = realloc(h->calls, cap * sizeof *v);
@@ -166,18 +147,33 @@ static void on_event(void *user, const pg_harmony_event *ev) {
     }
 }
 
-pagoda_status pg_hchat_create(uint64_t seed, pg_hchat **out) {
+/* A mapper over the harmony parser (opts NULL) or a plain-text one. */
+static pagoda_status hchat_new(uint64_t seed, const pg_oparse_opts *opts, pg_hchat **out) {
     *out = NULL;
     pg_hchat *h = calloc(1, sizeof *h);
     if (!h) return pg_error(PAGODA_ERR_NOMEM, "server: out of memory");
     h->seed = seed;
-    pagoda_status st = pg_harmony_parser_create(on_event, h, &h->parser);
+    pagoda_status st = opts ? pg_oparse_create(opts, on_event, h, &h->text)
+                            : pg_harmony_parser_create(on_event, h, &h->parser);
     if (st) {
         free(h);
         return st;
     }
     *out = h;
     return PAGODA_OK;
+}
+
+pagoda_status pg_hchat_create(uint64_t seed, pg_hchat **out) {
+    return hchat_new(seed, NULL, out);
+}
+
+pagoda_status pg_hchat_create_text(uint64_t seed, const pg_oparse_opts *opts, pg_hchat **out) {
+    return hchat_new(seed, opts, out);
+}
+
+void pg_hchat_limit(pg_hchat *h, size_t max_calls, bool include_reasoning) {
+    h->max_calls = max_calls;
+    h->no_reasoning = !include_reasoning;
 }
 
 static void pend_clear(pg_hchat *h) {
@@ -189,6 +185,7 @@ static void pend_clear(pg_hchat *h) {
 void pg_hchat_free(pg_hchat *h) {
     if (!h) return;
     pg_harmony_parser_free(h->parser);
+    pg_oparse_free(h->text);
     free(h->reasoning.p);
     free(h->content.p);
     for (size_t i = 0; i < h->n_calls; i++) {
@@ -209,13 +206,14 @@ static pagoda_status oom_status(const pg_hchat *h, pagoda_status st) {
 
 pagoda_status pg_hchat_feed(pg_hchat *h, const char *text, size_t len) {
     if (h->finished || len == 0) return oom_status(h, PAGODA_OK);
-    return oom_status(h, pg_harmony_parser_feed(h->parser, text, len));
+    return oom_status(h, h->text ? pg_oparse_feed(h->text, text, len)
+                                 : pg_harmony_parser_feed(h->parser, text, len));
 }
 
 pagoda_status pg_hchat_finish(pg_hchat *h) {
     if (h->finished) return oom_status(h, PAGODA_OK);
     h->finished = true;
-    return oom_status(h, pg_harmony_parser_finish(h->parser));
+    return oom_status(h, h->text ? pg_oparse_finish(h->text) : pg_harmony_parser_finish(h->parser));
 }
 
 bool pg_hchat_is_end_token(const char *text, size_t len) {
@@ -250,15 +248,15 @@ cJSON *pg_hchat_take_deltas(pg_hchat *h) {
         if (!o) break;
         cJSON_AddItemToArray(arr, o);
         if (d->kind == D_REASONING) {
-            cJSON_AddStringToObject(o, "reasoning_content", sbuf_cstr(&d->text));
+            cJSON_AddStringToObject(o, "reasoning_content", pg_strbuf_cstr(&d->text));
         } else if (d->kind == D_CONTENT) {
-            cJSON_AddStringToObject(o, "content", sbuf_cstr(&d->text));
+            cJSON_AddStringToObject(o, "content", pg_strbuf_cstr(&d->text));
         } else {
             const hcall *c = call_at(h, d->index);
             cJSON *tc = cJSON_AddArrayToObject(o, "tool_calls");
             if (c && tc)
                 cJSON_AddItemToArray(
-                    tc, call_json(c, d->index, d->kind == D_CALL_BEGIN, sbuf_cstr(&d->text)));
+                    tc, call_json(c, d->index, d->kind == D_CALL_BEGIN, pg_strbuf_cstr(&d->text)));
         }
     }
     pend_clear(h);
@@ -270,18 +268,18 @@ cJSON *pg_hchat_message(const pg_hchat *h) {
     if (!m) return NULL;
     cJSON_AddStringToObject(m, "role", "assistant");
     if (h->content.len || h->n_calls == 0)
-        cJSON_AddStringToObject(m, "content", sbuf_cstr(&h->content));
+        cJSON_AddStringToObject(m, "content", pg_strbuf_cstr(&h->content));
     else
         cJSON_AddNullToObject(m, "content");
     if (h->reasoning.len)
-        cJSON_AddStringToObject(m, "reasoning_content", sbuf_cstr(&h->reasoning));
+        cJSON_AddStringToObject(m, "reasoning_content", pg_strbuf_cstr(&h->reasoning));
     else
         cJSON_AddNullToObject(m, "reasoning_content");
     if (h->n_calls) {
         cJSON *tc = cJSON_AddArrayToObject(m, "tool_calls");
         for (size_t i = 0; tc && i < h->n_calls; i++)
-            cJSON_AddItemToArray(tc,
-                                 call_json(&h->calls[i], -1, true, sbuf_cstr(&h->calls[i].args)));
+            cJSON_AddItemToArray(
+                tc, call_json(&h->calls[i], -1, true, pg_strbuf_cstr(&h->calls[i].args)));
     }
     return m;
 }
@@ -307,5 +305,5 @@ size_t pg_hchat_num_calls(const pg_hchat *h) {
 }
 
 int pg_hchat_issues(const pg_hchat *h) {
-    return pg_harmony_parser_issues(h->parser);
+    return h->text ? pg_oparse_issues(h->text) : pg_harmony_parser_issues(h->parser);
 }

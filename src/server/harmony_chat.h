@@ -1,6 +1,8 @@
-/* One chat choice of a harmony model (gpt-oss) as OpenAI sees it: the
- * model's output text (special tokens kept) goes through a harmony parser
- * (src/tokenizer/harmony.h) and comes out as the assistant message's
+/* One chat choice as OpenAI sees it, for harmony models (gpt-oss) and for
+ * the plain-text formats of server/output_parser.h (<think> reasoning,
+ * hermes / llama3_json / mistral tool calls): the model's output text goes
+ * through a parser (src/tokenizer/harmony.h, or pg_oparse: both emit
+ * pg_harmony_event) and comes out as the assistant message's
  * `reasoning_content` (analysis channel; vLLM's field name), `content`
  * (final channel, commentary preambles, malformed text) and `tool_calls`
  * (commentary messages to functions.NAME), with finish_reason "tool_calls"
@@ -21,6 +23,7 @@
 #include <stdint.h>
 
 #include "pagoda.h"
+#include "server/output_parser.h"
 
 struct cJSON;
 
@@ -30,7 +33,17 @@ typedef struct pg_hchat pg_hchat;
  * digits, a mix of seed and the call's index: unique per server start when
  * the server seeds it per job and choice). Errors: NOMEM. */
 pagoda_status pg_hchat_create(uint64_t seed, pg_hchat **out);
+/* The same for plain-text output: reasoning tags and a tool-call syntax
+ * per `opts` (server/output_parser.h). Errors: INVALID_ARG (harmony
+ * tools: use pg_hchat_create), NOMEM. */
+pagoda_status pg_hchat_create_text(uint64_t seed, const pg_oparse_opts *opts, pg_hchat **out);
 void pg_hchat_free(pg_hchat *h);
+
+/* Request options: at most max_calls tool calls (0 = any; OpenAI's
+ * parallel_tool_calls false: 1; later calls are dropped), and no
+ * reasoning_content when include_reasoning is false (vLLM's field). Call
+ * before the first feed. */
+void pg_hchat_limit(pg_hchat *h, size_t max_calls, bool include_reasoning);
 
 /* Feed the next `len` bytes of model output (any split). Errors: NOMEM
  * (the mapper is then unusable). */
@@ -66,7 +79,8 @@ struct cJSON *pg_hchat_message(const pg_hchat *h);
 
 /* The choice's finish_reason: "tool_calls" when the engine stopped (STOP)
  * and a call ended with <|call|>; else the engine's ("stop", "length",
- * "abort", "error"); NULL while running. */
+ * "abort", "error"); NULL while running. Plain-text formats: every parsed
+ * call counts as ended with <|call|>. */
 const char *pg_hchat_finish_name(const pg_hchat *h, pagoda_finish_reason r);
 
 /* Tool calls so far, and how many issues (malformed output) the parser saw. */

@@ -244,6 +244,101 @@ static pagoda_status parse_prompts(const parse_ctx *p, pg_api_request *r) {
     return PAGODA_OK;
 }
 
+/* OpenAI's function names: ^[a-zA-Z0-9_-]{1,64}$ */
+static bool valid_function_name(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* tools, tool_choice, parallel_tool_calls (OpenAI; vLLM's check_tool_usage). */
+static pagoda_status parse_tools(const parse_ctx *p, pg_api_request *r) {
+    const cJSON *tools = field(p, "tools");
+    if (tools) {
+        if (!cJSON_IsArray(tools))
+            return pg_api_fail(p->err, 400, "tools", "'tools' must be a list");
+        int i = 0;
+        for (const cJSON *t = tools->child; t; t = t->next, i++) {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+            const cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
+            if (!cJSON_IsObject(t) || !cJSON_IsString(type) ||
+                strcmp(type->valuestring, "function") != 0)
+                return pg_api_fail(p->err, 400, "tools",
+                                   "tools[%d] must be {\"type\": \"function\", \"function\": "
+                                   "{...}} (only function tools are supported)",
+                                   i);
+            if (!cJSON_IsObject(fn) || !cJSON_IsString(name))
+                return pg_api_fail(p->err, 400, "tools", "tools[%d].function.name is required", i);
+            if (!valid_function_name(name->valuestring))
+                return pg_api_fail(p->err, 400, "tools",
+                                   "tools[%d].function.name '%.80s' must be 1 to 64 letters, "
+                                   "digits, underscores or dashes",
+                                   i, name->valuestring);
+            if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+                return pg_api_fail(p->err, 400, "tools",
+                                   "tools[%d].function.parameters must be a JSON Schema object", i);
+            if (desc && !cJSON_IsNull(desc) && !cJSON_IsString(desc))
+                return pg_api_fail(p->err, 400, "tools",
+                                   "tools[%d].function.description must be a string", i);
+        }
+        r->n_tools = i;
+        r->tools_json = cJSON_PrintUnformatted(tools);
+        if (!r->tools_json) return pg_api_fail(p->err, 500, "tools", "out of memory");
+    }
+    r->tool_choice = r->n_tools ? PG_TOOL_CHOICE_AUTO : PG_TOOL_CHOICE_NONE;
+    const cJSON *tc = field(p, "tool_choice");
+    if (tc) {
+        if (!tools)
+            return pg_api_fail(p->err, 400, "tool_choice",
+                               "When using `tool_choice`, `tools` must be set.");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
+        if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) {
+            r->tool_choice = PG_TOOL_CHOICE_NONE;
+        } else if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "auto")) {
+            r->tool_choice = PG_TOOL_CHOICE_AUTO;
+        } else if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "required")) {
+            r->tool_choice = PG_TOOL_CHOICE_REQUIRED;
+        } else if (cJSON_IsObject(tc) && cJSON_IsString(type) &&
+                   !strcmp(type->valuestring, "function") && cJSON_IsString(name)) {
+            bool found = false;
+            for (const cJSON *t = tools->child; t && !found; t = t->next)
+                found = !strcmp(
+                    cJSON_GetObjectItem(cJSON_GetObjectItem(t, "function"), "name")->valuestring,
+                    name->valuestring);
+            if (!found)
+                return pg_api_fail(p->err, 400, "tool_choice",
+                                   "Tool '%.80s' has not been passed in `tools`.",
+                                   name->valuestring);
+            r->tool_choice = PG_TOOL_CHOICE_NAMED;
+            r->tool_choice_name = strdup(name->valuestring);
+            if (!r->tool_choice_name) return pg_api_fail(p->err, 500, NULL, "out of memory");
+        } else {
+            return pg_api_fail(p->err, 400, "tool_choice",
+                               "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                               "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
+        if (r->tool_choice != PG_TOOL_CHOICE_NONE && r->n_tools == 0)
+            return pg_api_fail(p->err, 400, "tool_choice",
+                               "'tool_choice' needs at least one tool in `tools`");
+    }
+    r->parallel_tool_calls = true;
+    pagoda_status st = get_bool(p, "parallel_tool_calls", &r->parallel_tool_calls);
+    if (st) return st;
+    r->include_reasoning = true;
+    return get_bool(p, "include_reasoning", &r->include_reasoning);
+}
+
 static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
     const cJSON *f = field(p, "messages");
     if (!f) return pg_api_fail(p->err, 400, "messages", "'messages' is required");
@@ -299,28 +394,30 @@ static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
     }
     r->messages_json = cJSON_PrintUnformatted(f);
     if (!r->messages_json) return pg_api_fail(p->err, 500, "messages", "out of memory");
-    const cJSON *tools = field(p, "tools");
-    if (tools) {
-        if (!cJSON_IsArray(tools))
-            return pg_api_fail(p->err, 400, "tools", "'tools' must be a list");
-        r->tools_json = cJSON_PrintUnformatted(tools);
-    }
-    const cJSON *kw = field(p, "chat_template_kwargs");
-    if (kw) {
-        if (!cJSON_IsObject(kw))
-            return pg_api_fail(p->err, 400, "chat_template_kwargs",
-                               "'chat_template_kwargs' must be an object");
-        r->kwargs_json = cJSON_PrintUnformatted(kw);
-    }
-    pagoda_status st = get_bool(p, "add_generation_prompt", &r->add_generation_prompt);
+    pagoda_status st = parse_tools(p, r);
     if (st) return st;
-    /* vLLM: Literal["low", "medium", "high"]; used by harmony models */
+    const cJSON *kw = field(p, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw))
+        return pg_api_fail(p->err, 400, "chat_template_kwargs",
+                           "'chat_template_kwargs' must be an object");
+    if ((st = get_bool(p, "add_generation_prompt", &r->add_generation_prompt))) return st;
+    /* vLLM: Literal["low", "medium", "high"]; harmony models render it, other
+     * templates see it as the variable `reasoning_effort` (vLLM's template
+     * kwargs), unless chat_template_kwargs sets that */
     if ((st = get_string(p, "reasoning_effort", &r->reasoning_effort))) return st;
     if (r->reasoning_effort && strcmp(r->reasoning_effort, "low") != 0 &&
         strcmp(r->reasoning_effort, "medium") != 0 && strcmp(r->reasoning_effort, "high") != 0)
         return pg_api_fail(p->err, 400, "reasoning_effort",
                            "'reasoning_effort' must be one of low, medium, high, got '%s'",
                            r->reasoning_effort);
+    if (kw || r->reasoning_effort) {
+        cJSON *k = kw ? cJSON_Duplicate(kw, true) : cJSON_CreateObject();
+        if (k && r->reasoning_effort && !cJSON_GetObjectItemCaseSensitive(k, "reasoning_effort"))
+            cJSON_AddStringToObject(k, "reasoning_effort", r->reasoning_effort);
+        r->kwargs_json = k ? cJSON_PrintUnformatted(k) : NULL;
+        cJSON_Delete(k);
+        if (!r->kwargs_json) return pg_api_fail(p->err, 500, NULL, "out of memory");
+    }
     if ((st = get_bool(p, "continue_final_message", &r->continue_final_message))) return st;
     if (!r->continue_final_message) return PAGODA_OK;
     if (r->add_generation_prompt)
@@ -548,6 +645,100 @@ static pagoda_status parse_logprobs(const parse_ctx *p, pg_api_request *r) {
     return PAGODA_OK;
 }
 
+/* Known OpenAI / vLLM request fields pagoda does not implement: accepted
+ * only with a value that asks for nothing (their default, given by its
+ * compact JSON text; several separated by '|'), else a 400 naming the
+ * field. Sources: the OpenAI API reference (Chat Completions, Completions)
+ * and vLLM's protocol.py (ChatCompletionRequest, CompletionRequest).
+ * Fields that only label a request (metadata, prompt_cache_key,
+ * safety_identifier, user, request_id) are accepted with any value. */
+#define FOR_CHAT 1
+#define FOR_COMPLETION 2
+#define FOR_BOTH 3
+static const struct unsupported_field {
+    const char *name;
+    int kinds;
+    const char *allowed; /* JSON texts of accepted values ("" = none) */
+    const char *why;
+} UNSUPPORTED[] = {
+    {"audio", FOR_CHAT, "", "audio output is not supported"},
+    {"modalities", FOR_CHAT, "[\"text\"]", "only text output is supported"},
+    {"functions", FOR_CHAT, "", "the deprecated functions API is not supported: use 'tools'"},
+    {"function_call", FOR_CHAT, "",
+     "the deprecated functions API is not supported: use 'tool_choice'"},
+    {"prediction", FOR_CHAT, "", "predicted outputs are not supported"},
+    {"web_search_options", FOR_CHAT, "", "web search is not supported"},
+    {"verbosity", FOR_CHAT, "", "output verbosity is not supported"},
+    {"store", FOR_CHAT, "false", "stored completions are not supported"},
+    {"service_tier", FOR_BOTH, "\"auto\"|\"default\"", "there is one service tier"},
+    {"prompt_cache_retention", FOR_CHAT, "\"in_memory\"|\"in-memory\"",
+     "the prefix cache lives in memory only"},
+    {"echo", FOR_CHAT, "false", "echo of the last message is not supported"},
+    {"add_special_tokens", FOR_CHAT, "false",
+     "chats are tokenized as rendered by the chat template"},
+    {"documents", FOR_CHAT, "[]", "documents for the chat template are not supported"},
+    {"chat_template", FOR_CHAT, "",
+     "per-request chat templates are not supported: start the "
+     "server with --chat-template"},
+    {"mm_processor_kwargs", FOR_CHAT, "{}", "multimodal inputs are not supported"},
+    {"media_io_kwargs", FOR_CHAT, "{}", "multimodal inputs are not supported"},
+    {"best_of", FOR_BOTH, "1", "best_of is not supported (as in vLLM V1)"},
+    {"use_beam_search", FOR_BOTH, "false", "beam search is not supported"},
+    {"length_penalty", FOR_BOTH, "1", "length_penalty only applies to beam search"},
+    {"spaces_between_special_tokens", FOR_BOTH, "true",
+     "special tokens are always detokenized with the tokenizer's own spacing"},
+    {"truncate_prompt_tokens", FOR_BOTH, "", "prompt truncation is not supported"},
+    {"prompt_logprobs", FOR_BOTH, "", "prompt logprobs are not supported"},
+    {"allowed_token_ids", FOR_BOTH, "", "allowed_token_ids is not supported: use logit_bias"},
+    {"bad_words", FOR_BOTH, "[]", "bad_words is not supported"},
+    {"logits_processors", FOR_BOTH, "[]", "custom logits processors are not supported"},
+    {"return_tokens_as_token_ids", FOR_BOTH, "false", "tokens as token ids are not supported"},
+    {"return_token_ids", FOR_BOTH, "false", "returning token ids is not supported"},
+    {"priority", FOR_BOTH, "0", "priority scheduling is not supported"},
+    {"kv_transfer_params", FOR_BOTH, "", "disaggregated prefill is not supported"},
+    {"vllm_xargs", FOR_BOTH, "", "vllm_xargs is not supported"},
+    {"thinking_token_budget", FOR_BOTH, "", "a thinking token budget is not supported"},
+    {"prompt_embeds", FOR_COMPLETION, "", "prompt embeddings are not supported"},
+};
+
+static bool allowed_value(const cJSON *v, const char *allowed) {
+    if (!allowed[0]) return false;
+    char *t = cJSON_PrintUnformatted(v);
+    if (!t) return false;
+    bool ok = false;
+    size_t n = strlen(t);
+    for (const char *a = allowed; *a && !ok;) {
+        const char *bar = strchr(a, '|');
+        size_t k = bar ? (size_t)(bar - a) : strlen(a);
+        ok = k == n && memcmp(a, t, n) == 0;
+        a += k + (bar ? 1 : 0);
+    }
+    cJSON_free(t);
+    return ok;
+}
+
+static pagoda_status check_unsupported(const parse_ctx *p, pg_api_kind kind) {
+    int k = kind == PG_API_CHAT ? FOR_CHAT : FOR_COMPLETION;
+    for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof UNSUPPORTED[0]; i++) {
+        const struct unsupported_field *u = &UNSUPPORTED[i];
+        const cJSON *v = field(p, u->name);
+        if (!(u->kinds & k) || !v || allowed_value(v, u->allowed)) continue;
+        /* best_of equal to n asks for nothing more */
+        if (!strcmp(u->name, "best_of") && is_int(v) && field(p, "n") && is_int(field(p, "n")) &&
+            v->valuedouble == field(p, "n")->valuedouble)
+            continue;
+        return pg_api_fail(p->err, 400, u->name, "'%s' is not supported: %s%s%s", u->name, u->why,
+                           u->allowed[0] ? "; accepted value: " : "", u->allowed);
+    }
+    const cJSON *so = field(p, "stream_options");
+    const cJSON *cu = so ? cJSON_GetObjectItemCaseSensitive(so, "continuous_usage_stats") : NULL;
+    if (cu && !cJSON_IsNull(cu) && !cJSON_IsFalse(cu))
+        return pg_api_fail(p->err, 400, "stream_options",
+                           "'stream_options.continuous_usage_stats' is not supported: usage "
+                           "comes in the last event (include_usage)");
+    return PAGODA_OK;
+}
+
 /* Strictly check, then parse a request body that must be a JSON object.
  * NULL with `err` set (400, or 500 when out of memory) on failure. */
 static cJSON *parse_body(const char *body, size_t len, pg_api_error *err) {
@@ -606,8 +797,14 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
     if (!root) return PAGODA_ERR_INVALID_ARG;
     parse_ctx p = {root, err, body, len};
     pagoda_status st = PAGODA_OK;
+    if ((st = check_unsupported(&p, kind))) goto done;
     if ((st = get_string(&p, "model", &out->model))) goto done;
     if ((st = get_string(&p, "user", &out->user))) goto done;
+    if ((st = get_string(&p, "request_id", &out->request_id))) goto done;
+    if (out->request_id && (!out->request_id[0] || strlen(out->request_id) > 96)) {
+        st = pg_api_fail(err, 400, "request_id", "'request_id' must be 1 to 96 bytes");
+        goto done;
+    }
     /* vLLM (protocol.py check_cache_salt_support): a non-empty string */
     const cJSON *salt = field(&p, "cache_salt");
     if (salt && (!cJSON_IsString(salt) || !*salt->valuestring)) {
@@ -665,10 +862,12 @@ void pg_api_request_free(pg_api_request *r) {
     free(r->prompts);
     cJSON_free(r->messages_json);
     cJSON_free(r->tools_json);
+    free(r->tool_choice_name);
     cJSON_free(r->kwargs_json);
     free(r->final_text);
     free(r->reasoning_effort);
     free(r->user);
+    free(r->request_id);
     free(r->cache_salt);
     free(r->logit_bias);
     free(r->stop_token_ids);

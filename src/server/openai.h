@@ -51,6 +51,15 @@ typedef struct pg_api_prompt {
     size_t n_ids;
 } pg_api_prompt;
 
+/* tool_choice of a chat request (OpenAI): "none", "auto", "required" or
+ * {"type": "function", "function": {"name": ...}}. */
+typedef enum pg_tool_choice {
+    PG_TOOL_CHOICE_NONE = 0,
+    PG_TOOL_CHOICE_AUTO,
+    PG_TOOL_CHOICE_REQUIRED,
+    PG_TOOL_CHOICE_NAMED,
+} pg_tool_choice;
+
 /* A parsed and validated /v1/completions or /v1/chat/completions body. */
 typedef struct pg_api_request {
     pg_api_kind kind;
@@ -59,6 +68,11 @@ typedef struct pg_api_request {
     size_t n_prompts;
     char *messages_json;         /* chat: the messages array re-serialized */
     char *tools_json;            /* chat: tools array or NULL */
+    int n_tools;                 /* chat: items of tools */
+    pg_tool_choice tool_choice;  /* chat: default AUTO with tools, NONE without */
+    char *tool_choice_name;      /* NAMED: the function */
+    bool parallel_tool_calls;    /* default true; false: at most one call */
+    bool include_reasoning;      /* vLLM, default true; false: no reasoning_content */
     char *kwargs_json;           /* chat: chat_template_kwargs object or NULL */
     bool add_generation_prompt;  /* chat, default true */
     bool continue_final_message; /* chat (vLLM): the prompt ends inside the final
@@ -73,6 +87,7 @@ typedef struct pg_api_request {
     bool echo;          /* completions: prepend the prompt text */
     int32_t logprobs;   /* -1 none; completions: top-N; chat: top_logprobs */
     char *user;
+    char *request_id; /* vLLM: the response id becomes "chatcmpl-" / "cmpl-" + it */
     char *cache_salt; /* vLLM's cache_salt: a non-empty string or NULL (absent) */
     pagoda_sampling sampling; /* arrays below are owned by the request */
     pagoda_logit_bias *logit_bias;
@@ -100,7 +115,12 @@ typedef struct pg_api_request {
  * `cache_salt` (both endpoints, vLLM's field) must be a non-empty string:
  * requests share prefix-cache blocks only with requests of the same salt.
  * Chat: continue_final_message needs add_generation_prompt false (its
- * default is true, as in vLLM) and an assistant message last. */
+ * default is true, as in vLLM) and an assistant message last. `tools`
+ * items are {"type": "function", "function": {"name" (OpenAI's
+ * [a-zA-Z0-9_-]{1,64}), "description", "parameters" (an object), "strict"}};
+ * tool_choice is "none" | "auto" | "required" | {"type": "function",
+ * "function": {"name"}} naming one of the tools, and needs tools (vLLM's
+ * "When using `tool_choice`, `tools` must be set."). */
 pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
                            const pagoda_sampling *defaults, pg_api_request *out, pg_api_error *err);
 void pg_api_request_free(pg_api_request *r);

@@ -24,6 +24,7 @@
 #include "tokenizer/harmony.h"
 #include "server/conn_guard.h"
 #include "server/harmony_chat.h"
+#include "server/tool_calls.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/server_internal.h"
@@ -201,8 +202,9 @@ static void job_log(const job *j) {
     for (size_t i = 0; i < j->n_choices; i++)
         if (j->choices[i].harmony) issues += pg_hchat_issues(j->choices[i].harmony);
     if (issues)
-        PG_DEBUG("%s: %d harmony format issue%s in the output (delivered as content)", j->id,
-                 issues, issues == 1 ? "" : "s");
+        PG_DEBUG("%s: %d output format issue%s (malformed reasoning / tool calls delivered as "
+                 "content)",
+                 j->id, issues, issues == 1 ? "" : "s");
 }
 
 /* True when the peer closed its end of the connection. */
@@ -572,13 +574,22 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
     j->subs = calloc(j->n_choices, sizeof *j->subs);
     if (!j->choices || !j->subs) return pg_api_fail(err, 500, NULL, "out of memory");
     bool harmony = m->harmony && r->kind == PG_API_CHAT;
+    /* plain-text chats: reasoning tags and (when asked) the tool-call syntax */
+    pg_oparse_opts po = {m->reasoning, false, j->parse_tools ? m->tool_format : PG_TOOLS_NONE};
+    bool text_parse = !harmony && r->kind == PG_API_CHAT &&
+                      (po.reasoning != PG_REASONING_NONE || po.tools != PG_TOOLS_NONE);
+    if (text_parse && r->n_prompts)
+        po.in_reasoning = pg_oparse_prompt_in_reasoning(r->prompts[0].text, r->prompts[0].text_len);
     for (size_t c = 0; c < j->n_choices; c++) {
         j->choices[c].stop_token = -1;
         pg_api_choice_append(&j->choices[c], "", 0);
-        /* one harmony parser per choice; call ids keyed by the job and choice */
-        if (harmony &&
-            pg_hchat_create(pg_srv_mix64(j->id_num ^ pg_srv_mix64(c)), &j->choices[c].harmony))
+        /* one output parser per choice; call ids keyed by the job and choice */
+        uint64_t seed = pg_srv_mix64(j->id_num ^ pg_srv_mix64(c));
+        pg_hchat **h = &j->choices[c].harmony;
+        if ((harmony && pg_hchat_create(seed, h)) ||
+            (text_parse && pg_hchat_create_text(seed, &po, h)))
             return pg_api_fail(err, 500, NULL, "out of memory");
+        if (*h) pg_hchat_limit(*h, r->parallel_tool_calls ? 0 : 1, r->include_reasoning);
         if (r->echo) {
             const pg_api_prompt *pr = &r->prompts[c / per];
             if (pr->text) {
@@ -792,6 +803,38 @@ static pagoda_status harmony_sampling(const srv_model *s, pg_api_request *r) {
     return PAGODA_OK;
 }
 
+/* A chat's tools (server/tool_calls.h): whether calls are parsed, and for
+ * tool_choice "required" / a named function the grammar that forces one. */
+static pagoda_status tools_setup(const srv_model *m, job *j, pg_api_error *err) {
+    pg_api_request *r = &j->req;
+    if (pg_tools_check(r, m->tool_format, m->harmony, m->srv->auto_tools, &j->parse_tools, err))
+        return PAGODA_ERR_INVALID_ARG;
+    /* the call markers may be special tokens (Mistral's [TOOL_CALLS], Hermes
+     * 2 Pro's <tool_call>): keep them in the text, as vLLM's hermes and
+     * mistral parsers do (adjust_request) */
+    if (j->parse_tools && (m->tool_format == PG_TOOLS_MISTRAL || m->tool_format == PG_TOOLS_HERMES))
+        r->sampling.skip_special_tokens = false;
+    if (!j->parse_tools || m->harmony ||
+        (r->tool_choice != PG_TOOL_CHOICE_REQUIRED && r->tool_choice != PG_TOOL_CHOICE_NAMED))
+        return PAGODA_OK;
+    if (j->grammar)
+        return pg_api_fail(err, 400, "tool_choice",
+                           "tool_choice \"required\" or a named function cannot be combined with "
+                           "a structured output (response_format, structured_outputs, guided_*)");
+    char *spec = NULL;
+    if (pg_tools_grammar_spec(r, m->tool_format, m->mistral_v11, &spec, err))
+        return PAGODA_ERR_INVALID_ARG;
+    pagoda_status st =
+        pagoda_grammar_compile(m->e, PAGODA_GRAMMAR_EBNF_SCHEMAS, spec, 0, &j->grammar);
+    free(spec);
+    if (st == PAGODA_ERR_NOMEM) return pg_api_fail(err, 500, NULL, "out of memory");
+    if (st)
+        return pg_api_fail(err, 400, "tools",
+                           "cannot force a call of these tools: a function's parameters: %s",
+                           pagoda_last_error());
+    return PAGODA_OK;
+}
+
 static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     pg_server *s = cc->srv;
     pg_api_error err;
@@ -832,7 +875,14 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
         job_free(j);
         return pg_srv_send_error(c, &err);
     }
+    if (kind == PG_API_CHAT && tools_setup(m, j, &err)) {
+        job_free(j);
+        return pg_srv_send_error(c, &err);
+    }
     pg_srv_new_id(s, kind == PG_API_CHAT ? "chatcmpl" : "cmpl", j->id, sizeof j->id, &j->id_num);
+    if (j->req.request_id) /* vLLM: the caller's id (call ids stay random) */
+        snprintf(j->id, sizeof j->id, "%s-%s", kind == PG_API_CHAT ? "chatcmpl" : "cmpl",
+                 j->req.request_id);
     if (kind == PG_API_CHAT && m->harmony && harmony_sampling(m, &j->req)) {
         job_free(j);
         return fail(c, 500, NULL, "out of memory");
@@ -1409,6 +1459,33 @@ static void detect_harmony(srv_model *s, const pg_server_options *opt) {
             s->name, s->harmony_stop_ids[0], s->harmony_stop_ids[1]);
 }
 
+/* Reasoning tags and tool-call syntax of a (non-harmony) model's chats:
+ * --tool-call-parser / --reasoning-parser, else read from its chat template. */
+static void detect_output_formats(srv_model *s, const pg_server_options *opt) {
+    if (s->harmony) {
+        s->tool_format = PG_TOOLS_HARMONY;
+        return;
+    }
+    char *tpl = NULL;
+    if (pagoda_chat_template_source(s->e, opt->chat_template, &tpl) == PAGODA_OK)
+        pg_oparse_detect(tpl, &s->tool_format, &s->reasoning, &s->mistral_v11);
+    else
+        pg_clear_error();
+    pagoda_free(tpl);
+    if (opt->tool_call_parser) pg_tool_format_parse(opt->tool_call_parser, &s->tool_format);
+    if (opt->reasoning_parser) pg_reasoning_format_parse(opt->reasoning_parser, &s->reasoning);
+    if (s->tool_format == PG_TOOLS_HARMONY) {
+        PG_WARN("http: %s: --tool-call-parser harmony needs a harmony (gpt-oss) model; no tool "
+                "calls are parsed",
+                s->name);
+        s->tool_format = PG_TOOLS_NONE;
+    }
+    if (s->tool_format != PG_TOOLS_NONE || s->reasoning != PG_REASONING_NONE)
+        PG_INFO("http: %s: chat output parsers: tool calls %s%s, reasoning %s", s->name,
+                pg_tool_format_name(s->tool_format), s->mistral_v11 ? " (v11 syntax)" : "",
+                pg_reasoning_format_name(s->reasoning));
+}
+
 /* What the server keeps of model k (name already set). */
 static void model_init(pg_server *s, srv_model *m, pagoda_engine *e, const pg_server_options *opt) {
     m->srv = s;
@@ -1426,6 +1503,7 @@ static void model_init(pg_server *s, srv_model *m, pagoda_engine *e, const pg_se
         pagoda_free(sp);
     }
     detect_harmony(m, opt);
+    detect_output_formats(m, opt);
 }
 
 pagoda_status pg_server_start(pagoda_engine *e, const pg_server_options *opt, pg_server **out) {
@@ -1451,6 +1529,7 @@ pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_eng
     }
     s->api_key = opt->api_key && opt->api_key[0] ? strdup(opt->api_key) : NULL;
     s->chat_template = opt->chat_template ? strdup(opt->chat_template) : NULL;
+    s->auto_tools = opt->enable_auto_tool_choice;
     for (size_t k = 0; k < n_engines; k++) {
         const char *name =
             opt->served_model_name ? opt->served_model_name : pagoda_engine_model_name(engines[k]);

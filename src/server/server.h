@@ -31,10 +31,16 @@ typedef struct pg_server_options {
     const char *api_key;           /* NULL = no authentication */
     const char *served_model_name; /* NULL = pagoda_engine_model_name() */
     const char *chat_template;     /* template source overriding the model's, or NULL */
-    int max_num_seqs;              /* the engine's, for the queue limit (0 = 256) */
-    int max_queue;                 /* engine requests allowed to wait beyond max_num_seqs;
-                                      more get 503 + Retry-After. < 0 = default 1024 */
-    size_t max_body_bytes;         /* larger request bodies get 413; 0 = 16 MiB */
+    /* Chat output parsing (server/output_parser.h; vLLM's flags). NULL =
+     * picked from each model's chat template. */
+    const char *tool_call_parser; /* "hermes", "llama3_json", "mistral", "harmony" / "openai" */
+    const char *reasoning_parser; /* "qwen3", "deepseek_r1" */
+    bool enable_auto_tool_choice; /* tool_choice "auto" (the default with tools) parses calls;
+                                     without it such requests are 400s, as vLLM */
+    int max_num_seqs;             /* the engine's, for the queue limit (0 = 256) */
+    int max_queue;                /* engine requests allowed to wait beyond max_num_seqs;
+                                     more get 503 + Retry-After. < 0 = default 1024 */
+    size_t max_body_bytes;        /* larger request bodies get 413; 0 = 16 MiB */
     /* Hostile or broken clients (see conn_guard.h). */
     int request_timeout;        /* s: headers + body must arrive within it, and a client that
                                    reads nothing of a response for this long is dropped;

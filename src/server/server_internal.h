@@ -16,6 +16,7 @@
 #include "server/conn_guard.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/output_parser.h"
 #include "server/server.h"
 
 #define PG_SRV_WAIT_SLICE_MS 200
@@ -35,6 +36,12 @@ typedef struct srv_model {
      * pg_harmony_render, generation stops at <|return|> / <|call|>. */
     bool harmony;
     int32_t harmony_stop_ids[2]; /* <|return|>, <|call|> */
+    /* Chat output parsing (server/output_parser.h): the tool-call syntax
+     * (HARMONY for harmony models) and reasoning tags, from the chat
+     * template or --tool-call-parser / --reasoning-parser. */
+    pg_tool_format tool_format;
+    bool mistral_v11; /* [TOOL_CALLS]NAME[ARGS]... rather than a JSON list */
+    pg_reasoning_format reasoning;
     /* Encoder-decoder speech model (Whisper): serves the audio endpoints
      * only; completions and chats are 400s naming it. */
     bool speech;
@@ -50,6 +57,7 @@ struct pg_server {
     size_t n_models;
     char *api_key;
     char *chat_template;
+    bool auto_tools; /* --enable-auto-tool-choice */
     size_t max_body;
     size_t max_stream_buffer;
     size_t max_audio_bytes;
@@ -94,9 +102,11 @@ struct job {
     srv_model *m;
     job *prev, *next;
     pg_api_request req;
-    pagoda_grammar *grammar; /* structured output (server/structured.h) or NULL */
-    char id[48];
-    uint64_t id_num; /* the random number behind `id` (seeds tool call ids) */
+    pagoda_grammar *grammar; /* structured output (server/structured.h), a forced tool call
+                                (server/tool_calls.h) or NULL */
+    bool parse_tools;        /* chat: tool calls are parsed from the output */
+    char id[112];            /* "chatcmpl-" + 32 hex digits, or + the request's request_id */
+    uint64_t id_num;         /* the random number behind `id` (seeds tool call ids) */
     pg_api_meta meta;
     size_t n_choices, n_done;
     pg_api_choice *choices;

@@ -3,7 +3,9 @@
 
 #include <ftw.h>
 #include <limits.h>
+#include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -69,6 +71,18 @@ void pg_test_write_file(const char *path, const void *data, size_t len) {
     if (!f) fail_msg("cannot create %s", path);
     if (fwrite(data, 1, len, f) != len) fail_msg("short write on %s", path);
     fclose(f);
+}
+
+void pg_test_mkdirs(const char *path) {
+    char buf[4096];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf) fail_msg("path too long");
+    for (char *s = buf + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            mkdir(buf, 0755);
+            *s = '/';
+        }
+    if (mkdir(buf, 0755) && errno != EEXIST) fail_msg("cannot create %s", path);
 }
 
 const char *pg_test_pagoda_bin(void) {

@@ -34,6 +34,9 @@ const char *pg_test_tmpdir(void);
  * size. Fails the test if the file cannot be read. */
 char *pg_test_read_file(const char *path, size_t *len);
 
+/* mkdir -p `path`, failing the test if it cannot be made. */
+void pg_test_mkdirs(const char *path);
+
 /* Write `len` bytes to `path`, failing the test on error. */
 void pg_test_write_file(const char *path, const void *data, size_t len);
 

@@ -4,16 +4,14 @@
 // harmony tool call) answers, and the client reads message.tool_calls /
 // streamed tool-call deltas with finish_reason "tool_calls".
 // Env as openai.test.mjs (PAGODA_CMD, PAGODA_SERVE_MODEL = the scripted model).
-import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
+import { startServer, stopServer } from './serve.mjs';
 
-const CMD = JSON.parse(process.env.PAGODA_CMD ?? '["pagoda"]');
 const MODEL_DIR = process.env.PAGODA_SERVE_MODEL;
 
 let server;
-let stderr = '';
 let client;
 
 const tools = [{
@@ -30,27 +28,13 @@ const messages = [
 ];
 
 before(async () => {
-  const proc = spawn(CMD[0], [...CMD.slice(1), 'serve', MODEL_DIR, '--port', '0'],
-    { stdio: ['ignore', 'pipe', 'pipe'] });
-  proc.stderr.on('data', (d) => { stderr += d; });
-  const port = await new Promise((resolve, reject) => {
-    let out = '';
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/^PORT=(\d+)$/m);
-      if (m) resolve(Number(m[1]));
-    });
-    proc.on('exit', (code) => reject(new Error(`server exited (${code}): ${stderr}`)));
-  });
-  server = proc;
-  client = new OpenAI({ apiKey: 'unused', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 120000 });
+  const started = await startServer([MODEL_DIR]);
+  server = started.proc;
+  client = new OpenAI({ apiKey: 'unused', baseURL: started.baseURL, maxRetries: 0, timeout: 120000 });
 });
 
 after(async () => {
-  if (!server) return;
-  const done = new Promise((r) => server.once('exit', r));
-  server.kill('SIGTERM');
-  await done;
+  if (server) await stopServer(server);
 });
 
 describe('gpt-oss tool calls (harmony) with the openai client', () => {

@@ -15,7 +15,7 @@ for a in "$@"; do if [ -e "$a" ]; then ARGS+=("$(realpath "$a")"); else ARGS+=("
 set -- "${ARGS[@]}"
 mkdir -p "$WORK"
 NODE_TEST=${NODE_TEST:-openai.test.mjs}
-cp "$SRC/package.json" "$SRC/$NODE_TEST" "$WORK/"
+cp "$SRC/package.json" "$SRC/$NODE_TEST" "$SRC/serve.mjs" "$WORK/"
 if ! cmp -s "$SRC/package-lock.json" "$WORK/package-lock.json" || [ ! -d "$WORK/node_modules/openai" ]; then
   cp "$SRC/package-lock.json" "$WORK/"
   (cd "$WORK" && npm ci --no-audit --no-fund --loglevel=error)

@@ -1,0 +1,511 @@
+/* Reasoning and tool-call parsers of plain-text chat output (see
+ * output_parser.h). */
+#include "server/output_parser.h"
+
+#include "base/strbuf.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+#define HERMES_OPEN "<tool_call>"
+#define HERMES_CLOSE "</tool_call>"
+#define MISTRAL_OPEN "[TOOL_CALLS]"
+#define MISTRAL_ARGS "[ARGS]"
+#define PYTHON_TAG "<|python_tag|>"
+#define MAX_NAME 256 /* bytes of a v11 Mistral function name before we give up */
+
+typedef enum pstate {
+    ST_THINK_START, /* output start: an opening <think> may come */
+    ST_REASON,      /* inside <think> */
+    ST_CONTENT,     /* content; a call may start */
+    ST_CALL,        /* inside a call's text */
+    ST_AFTER_L3,    /* llama3_json: after a call, ";" and another may follow */
+    ST_PLAIN,       /* content to the end (llama3_json output that is no call) */
+} pstate;
+
+struct pg_oparse {
+    pg_oparse_opts o;
+    pg_harmony_emit_fn emit;
+    void *user;
+    pstate st;
+    pg_strbuf buf; /* text not processed yet */
+    pg_strbuf ws;  /* trailing whitespace of content, held back */
+    int n_calls, issues;
+    bool strip; /* drop whitespace before the content after </think> */
+    bool finished, oom;
+};
+
+static bool is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    while (i < n && is_ws(s[i]))
+        i++;
+    return i;
+}
+
+static const char *find(const char *s, size_t n, const char *tag) {
+    size_t t = strlen(tag);
+    for (size_t i = 0; i + t <= n; i++)
+        if (s[i] == tag[0] && memcmp(s + i, tag, t) == 0) return s + i;
+    return NULL;
+}
+
+/* Length of the longest suffix of s[0..n) that is a proper prefix of tag. */
+static size_t partial_suffix(const char *s, size_t n, const char *tag) {
+    size_t t = strlen(tag);
+    for (size_t k = t - 1 < n ? t - 1 : n; k > 0; k--)
+        if (memcmp(s + n - k, tag, k) == 0) return k;
+    return 0;
+}
+
+/* s[0..n) is a proper prefix of tag. */
+static bool is_prefix_of(const char *s, size_t n, const char *tag) {
+    return n < strlen(tag) && memcmp(s, tag, n) == 0;
+}
+
+static void emit_text(pg_oparse *p, pg_harmony_event_kind kind, const char *s, size_t n) {
+    if (!n) return;
+    pg_harmony_event ev = {.kind = kind, .text = s, .len = n, .channel = ""};
+    p->emit(p->user, &ev);
+}
+
+static void issue(pg_oparse *p, const char *what) {
+    p->issues++;
+    emit_text(p, PG_HARMONY_ISSUE, what, strlen(what));
+}
+
+/* Content; with tools, trailing whitespace waits for more content (dropped
+ * when a call comes next or ends the output). */
+static void content(pg_oparse *p, const char *s, size_t n) {
+    if (!n) return;
+    if (p->o.tools == PG_TOOLS_NONE) {
+        emit_text(p, PG_HARMONY_CONTENT, s, n);
+        return;
+    }
+    size_t e = n;
+    while (e > 0 && is_ws(s[e - 1]))
+        e--;
+    if (e > 0) {
+        emit_text(p, PG_HARMONY_CONTENT, p->ws.p, p->ws.len);
+        p->ws.len = 0;
+        emit_text(p, PG_HARMONY_CONTENT, s, e);
+    }
+    pg_strbuf_add(&p->ws, s + e, n - e);
+}
+
+static void emit_call(pg_oparse *p, const char *name, const char *args) {
+    p->ws.len = 0;
+    int idx = p->n_calls++;
+    pg_harmony_event ev = {
+        .kind = PG_HARMONY_TOOL_CALL_BEGIN, .name = name, .index = idx, .channel = ""};
+    p->emit(p->user, &ev);
+    ev.kind = PG_HARMONY_TOOL_ARGS;
+    ev.text = args;
+    ev.len = strlen(args);
+    if (ev.len) p->emit(p->user, &ev);
+    ev.kind = PG_HARMONY_TOOL_CALL_END;
+    ev.end = PG_HARMONY_END_CALL;
+    p->emit(p->user, &ev);
+}
+
+/* The arguments text of a call: an object printed compactly (vLLM's
+ * json.dumps), a string taken as given; absent: "{}". NULL: not valid. */
+static char *args_text(const cJSON *a) {
+    if (!a) return strdup("{}");
+    if (cJSON_IsObject(a)) return cJSON_PrintUnformatted(a);
+    if (cJSON_IsString(a)) {
+        cJSON *o = cJSON_Parse(a->valuestring);
+        bool ok = cJSON_IsObject(o);
+        cJSON_Delete(o);
+        return ok ? strdup(a->valuestring) : NULL;
+    }
+    return NULL;
+}
+
+/* One {"name", args_key...} object as a call; false when it is not one. */
+static bool object_call(pg_oparse *p, const cJSON *o, bool llama) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    if (!cJSON_IsObject(o) || !cJSON_IsString(name) || !name->valuestring[0]) return false;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arguments");
+    if (llama && !a) a = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+    if (llama && !a) return false;
+    char *args = args_text(a);
+    if (!args) return false;
+    emit_call(p, name->valuestring, args);
+    cJSON_free(args);
+    return true;
+}
+
+/* Objects of `v` (one object, or a list of them for mistral) as calls, all
+ * or none (checked first). */
+static bool value_calls(pg_oparse *p, const cJSON *v, bool llama) {
+    if (cJSON_IsArray(v)) {
+        if (!cJSON_GetArraySize(v)) return false;
+        for (const cJSON *it = v->child; it; it = it->next) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(it, "arguments");
+            if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !name->valuestring[0] ||
+                (a && !cJSON_IsObject(a) && !cJSON_IsString(a)))
+                return false;
+        }
+        for (const cJSON *it = v->child; it; it = it->next)
+            if (!object_call(p, it, llama)) return false;
+        return true;
+    }
+    return object_call(p, v, llama);
+}
+
+/* End of the JSON object/array starting at s[0] ('{' or '['): its length,
+ * 0 while incomplete. Strings and escapes are skipped; the value is parsed
+ * (and so validated) afterwards. */
+static size_t json_extent(const char *s, size_t n) {
+    int depth = 0;
+    bool str = false, esc = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (str) {
+            if (esc)
+                esc = false;
+            else if (c == '\\')
+                esc = true;
+            else if (c == '"')
+                str = false;
+            continue;
+        }
+        if (c == '"')
+            str = true;
+        else if (c == '{' || c == '[')
+            depth++;
+        else if ((c == '}' || c == ']') && --depth == 0)
+            return i + 1;
+    }
+    return 0;
+}
+
+/* s[0..n) as one JSON value with nothing but whitespace around it (as
+ * Python's json.loads, which vLLM's parsers use), else NULL. */
+static cJSON *parse_n(const char *s, size_t n) {
+    const char *end = NULL;
+    cJSON *v = cJSON_ParseWithLengthOpts(s, n, &end, false);
+    if (v && skip_ws(s, n, (size_t)(end - s)) != n) {
+        cJSON_Delete(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* Malformed call text: content (all of `raw`), and an issue. */
+static void degrade(pg_oparse *p, const char *prefix, const char *raw, size_t n, const char *why) {
+    issue(p, why);
+    if (prefix) content(p, prefix, strlen(prefix));
+    content(p, raw, n);
+}
+
+/* Progress in ST_CALL. Returns false when more text is needed. */
+static bool step_call(pg_oparse *p, bool final) {
+    pg_strbuf *b = &p->buf;
+    if (p->o.tools == PG_TOOLS_HERMES) {
+        const char *e = find(b->p, b->len, HERMES_CLOSE);
+        if (!e && !final) return false;
+        size_t body = e ? (size_t)(e - b->p) : b->len;
+        cJSON *v = parse_n(b->p, body);
+        bool ok = v && object_call(p, v, false);
+        cJSON_Delete(v);
+        if (!ok) {
+            degrade(p, HERMES_OPEN, b->p, body, "hermes: <tool_call> without a valid call");
+            if (e) content(p, HERMES_CLOSE, strlen(HERMES_CLOSE));
+        }
+        pg_strbuf_consume(b, e ? body + strlen(HERMES_CLOSE) : body);
+        p->st = ST_CONTENT;
+        return true;
+    }
+    size_t i = skip_ws(b->p, b->len, 0);
+    if (i == b->len) {
+        if (!final) return false;
+        if (p->o.tools == PG_TOOLS_MISTRAL) degrade(p, MISTRAL_OPEN, "", 0, "mistral: no call");
+        content(p, b->p, b->len);
+        pg_strbuf_consume(b, b->len);
+        p->st = ST_PLAIN;
+        return true;
+    }
+    if (p->o.tools == PG_TOOLS_LLAMA3_JSON || b->p[i] == '[') {
+        bool llama = p->o.tools == PG_TOOLS_LLAMA3_JSON;
+        size_t n = json_extent(b->p + i, b->len - i);
+        if (!n && !final) return false;
+        cJSON *v = n ? parse_n(b->p + i, n) : NULL;
+        bool ok = v && value_calls(p, v, llama);
+        cJSON_Delete(v);
+        if (!ok) { /* the rest of the output is content */
+            degrade(p, llama ? NULL : MISTRAL_OPEN, b->p, b->len,
+                    llama ? "llama3_json: output is not a call" : "mistral: not a list of calls");
+            pg_strbuf_consume(b, b->len);
+            p->st = ST_PLAIN;
+            return true;
+        }
+        pg_strbuf_consume(b, i + n);
+        p->st = llama ? ST_AFTER_L3 : ST_CONTENT;
+        return true;
+    }
+    /* mistral v11: NAME[ARGS]{...} */
+    const char *a = find(b->p + i, b->len - i, MISTRAL_ARGS);
+    size_t name_end = a ? (size_t)(a - b->p) : b->len;
+    bool bad_name = name_end - i > MAX_NAME;
+    for (size_t k = i; k < name_end && !bad_name; k++)
+        bad_name = is_ws(b->p[k]) || b->p[k] == '{' || b->p[k] == '"';
+    if (!a && !bad_name && !final) return false;
+    size_t j = a ? skip_ws(b->p, b->len, name_end + strlen(MISTRAL_ARGS)) : b->len;
+    size_t n = 0;
+    if (a && !bad_name && j < b->len && b->p[j] == '{') {
+        n = json_extent(b->p + j, b->len - j);
+        if (!n && !final) return false;
+    } else if (a && !bad_name && j == b->len && !final) {
+        return false;
+    }
+    cJSON *v = n ? parse_n(b->p + j, n) : NULL;
+    bool ok = cJSON_IsObject(v) && name_end > i && !bad_name;
+    if (ok) {
+        char *name = strndup(b->p + i, name_end - i);
+        char *args = cJSON_PrintUnformatted(v);
+        if (name && args)
+            emit_call(p, name, args);
+        else
+            p->oom = true;
+        free(name);
+        cJSON_free(args);
+    }
+    cJSON_Delete(v);
+    if (!ok) {
+        degrade(p, MISTRAL_OPEN, b->p, b->len, "mistral: [TOOL_CALLS] without a valid call");
+        pg_strbuf_consume(b, b->len);
+        p->st = ST_PLAIN;
+        return true;
+    }
+    pg_strbuf_consume(b, j + n);
+    p->st = ST_CONTENT;
+    return true;
+}
+
+/* Process as much of buf as possible; final: no more text comes. */
+static void run(pg_oparse *p, bool final) {
+    pg_strbuf *b = &p->buf;
+    for (;;) {
+        if (p->oom) return;
+        switch (p->st) {
+        case ST_THINK_START: {
+            size_t i = skip_ws(b->p, b->len, 0);
+            if (b->len - i >= strlen(THINK_OPEN) &&
+                !memcmp(b->p + i, THINK_OPEN, strlen(THINK_OPEN))) {
+                pg_strbuf_consume(b, i + strlen(THINK_OPEN));
+                p->st = ST_REASON;
+                continue;
+            }
+            if (!final && is_prefix_of(b->p + i, b->len - i, THINK_OPEN)) return;
+            p->st = p->o.in_reasoning ? ST_REASON : ST_CONTENT;
+            continue;
+        }
+        case ST_REASON: {
+            const char *e = find(b->p, b->len, THINK_CLOSE);
+            if (e) {
+                size_t k = (size_t)(e - b->p);
+                emit_text(p, PG_HARMONY_REASONING, b->p, k);
+                pg_strbuf_consume(b, k + strlen(THINK_CLOSE));
+                p->st = ST_CONTENT;
+                p->strip = true;
+                continue;
+            }
+            size_t keep = final ? 0 : partial_suffix(b->p, b->len, THINK_CLOSE);
+            emit_text(p, PG_HARMONY_REASONING, b->p, b->len - keep);
+            pg_strbuf_consume(b, b->len - keep);
+            return;
+        }
+        case ST_CONTENT: {
+            if (p->strip) { /* "</think>\n\n": the answer starts after the blank lines */
+                size_t i = skip_ws(b->p, b->len, 0);
+                pg_strbuf_consume(b, i);
+                if (!b->len && !final) return;
+                p->strip = false;
+            }
+            const char *tag = p->o.tools == PG_TOOLS_HERMES    ? HERMES_OPEN
+                              : p->o.tools == PG_TOOLS_MISTRAL ? MISTRAL_OPEN
+                                                               : NULL;
+            if (p->o.tools == PG_TOOLS_LLAMA3_JSON) { /* a call only at the start */
+                size_t i = skip_ws(b->p, b->len, 0);
+                if (i == b->len && !final) return;
+                if (!final && is_prefix_of(b->p + i, b->len - i, PYTHON_TAG)) return;
+                size_t t = b->len - i >= strlen(PYTHON_TAG) &&
+                                   !memcmp(b->p + i, PYTHON_TAG, strlen(PYTHON_TAG))
+                               ? strlen(PYTHON_TAG)
+                               : 0;
+                size_t k = skip_ws(b->p, b->len, i + t);
+                if (k < b->len && b->p[k] == '{') {
+                    pg_strbuf_consume(b, k);
+                    p->st = ST_CALL;
+                    continue;
+                }
+                if (k == b->len && t && !final) return;
+                p->st = ST_PLAIN;
+                continue;
+            }
+            if (!tag) {
+                content(p, b->p, b->len);
+                pg_strbuf_consume(b, b->len);
+                return;
+            }
+            const char *e = find(b->p, b->len, tag);
+            if (e) {
+                size_t k = (size_t)(e - b->p);
+                content(p, b->p, k);
+                pg_strbuf_consume(b, k + strlen(tag));
+                p->st = ST_CALL;
+                continue;
+            }
+            size_t keep = final ? 0 : partial_suffix(b->p, b->len, tag);
+            content(p, b->p, b->len - keep);
+            pg_strbuf_consume(b, b->len - keep);
+            return;
+        }
+        case ST_CALL:
+            if (!step_call(p, final)) return;
+            if (final && !b->len) return;
+            continue;
+        case ST_AFTER_L3: {
+            size_t i = skip_ws(b->p, b->len, 0);
+            if (i < b->len && b->p[i] == ';') {
+                pg_strbuf_consume(b, i + 1);
+                continue;
+            }
+            if (i < b->len && b->p[i] == '{') {
+                pg_strbuf_consume(b, i);
+                p->st = ST_CALL;
+                continue;
+            }
+            pg_strbuf_consume(b, i); /* whitespace after a call */
+            if (!b->len) return;
+            p->st = ST_PLAIN;
+            continue;
+        }
+        case ST_PLAIN:
+            content(p, b->p, b->len);
+            pg_strbuf_consume(b, b->len);
+            return;
+        }
+    }
+}
+
+pagoda_status pg_oparse_create(const pg_oparse_opts *opts, pg_harmony_emit_fn emit, void *user,
+                               pg_oparse **out) {
+    *out = NULL;
+    if (opts->tools == PG_TOOLS_HARMONY)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "output parser: harmony output has its own parser");
+    pg_oparse *p = calloc(1, sizeof *p);
+    if (!p) return pg_error(PAGODA_ERR_NOMEM, "output parser: out of memory");
+    p->o = *opts;
+    if (p->o.reasoning == PG_REASONING_DEEPSEEK_R1) p->o.in_reasoning = true;
+    if (p->o.reasoning == PG_REASONING_NONE) p->o.in_reasoning = false;
+    p->emit = emit;
+    p->user = user;
+    /* both buffers exist from the start (searched even when empty) */
+    if (!pg_strbuf_add(&p->buf, "", 0) || !pg_strbuf_add(&p->ws, "", 0)) {
+        pg_oparse_free(p);
+        return pg_error(PAGODA_ERR_NOMEM, "output parser: out of memory");
+    }
+    p->st = p->o.reasoning != PG_REASONING_NONE ? ST_THINK_START : ST_CONTENT;
+    *out = p;
+    return PAGODA_OK;
+}
+
+void pg_oparse_free(pg_oparse *p) {
+    if (!p) return;
+    pg_strbuf_free(&p->buf);
+    pg_strbuf_free(&p->ws);
+    free(p);
+}
+
+static pagoda_status status_of(pg_oparse *p) {
+    if (p->buf.oom || p->ws.oom) p->oom = true;
+    return p->oom ? pg_error(PAGODA_ERR_NOMEM, "output parser: out of memory") : PAGODA_OK;
+}
+
+pagoda_status pg_oparse_feed(pg_oparse *p, const char *text, size_t len) {
+    if (p->finished || p->oom || !len) return status_of(p);
+    if (pg_strbuf_add(&p->buf, text, len)) run(p, false);
+    return status_of(p);
+}
+
+pagoda_status pg_oparse_finish(pg_oparse *p) {
+    if (p->finished || p->oom) return status_of(p);
+    p->finished = true;
+    run(p, true);
+    if (p->n_calls == 0) emit_text(p, PG_HARMONY_CONTENT, p->ws.p, p->ws.len);
+    p->ws.len = 0;
+    return status_of(p);
+}
+
+int pg_oparse_issues(const pg_oparse *p) {
+    return p->issues;
+}
+
+bool pg_reasoning_format_parse(const char *name, pg_reasoning_format *out) {
+    if (!strcmp(name, "qwen3"))
+        *out = PG_REASONING_QWEN3;
+    else if (!strcmp(name, "deepseek_r1"))
+        *out = PG_REASONING_DEEPSEEK_R1;
+    else
+        return false;
+    return true;
+}
+
+bool pg_tool_format_parse(const char *name, pg_tool_format *out) {
+    if (!strcmp(name, "hermes"))
+        *out = PG_TOOLS_HERMES;
+    else if (!strcmp(name, "llama3_json"))
+        *out = PG_TOOLS_LLAMA3_JSON;
+    else if (!strcmp(name, "mistral"))
+        *out = PG_TOOLS_MISTRAL;
+    else if (!strcmp(name, "harmony") || !strcmp(name, "openai"))
+        *out = PG_TOOLS_HARMONY;
+    else
+        return false;
+    return true;
+}
+
+const char *pg_tool_format_name(pg_tool_format f) {
+    static const char *const names[] = {"none", "hermes", "llama3_json", "mistral", "harmony"};
+    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "none";
+}
+
+const char *pg_reasoning_format_name(pg_reasoning_format f) {
+    static const char *const names[] = {"none", "qwen3", "deepseek_r1"};
+    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "none";
+}
+
+void pg_oparse_detect(const char *t, pg_tool_format *tools, pg_reasoning_format *reasoning,
+                      bool *mistral_v11) {
+    *tools = PG_TOOLS_NONE;
+    *reasoning = PG_REASONING_NONE;
+    *mistral_v11 = false;
+    if (!t) return;
+    size_t n = strlen(t);
+    if (find(t, n, HERMES_OPEN))
+        *tools = PG_TOOLS_HERMES;
+    else if (find(t, n, MISTRAL_OPEN)) {
+        *tools = PG_TOOLS_MISTRAL;
+        *mistral_v11 = find(t, n, MISTRAL_ARGS) != NULL;
+    } else if (find(t, n, PYTHON_TAG) || find(t, n, "Given the following functions"))
+        *tools = PG_TOOLS_LLAMA3_JSON;
+    if (find(t, n, THINK_OPEN)) *reasoning = PG_REASONING_QWEN3;
+}
+
+bool pg_oparse_prompt_in_reasoning(const char *s, size_t n) {
+    const char *last = NULL;
+    for (const char *q = s; (q = find(q, n - (size_t)(q - s), THINK_OPEN)); q++)
+        last = q;
+    if (!last) return false;
+    size_t off = (size_t)(last - s);
+    return !find(last, n - off, THINK_CLOSE);
+}
