@@ -8,10 +8,12 @@
 #   make test-package  install the amd64 .deb into a fresh Debian root and serve from it
 #   make image / make test-image  the container image (Dockerfile) / build + run + curl it
 #   make generate one offline generation on the default model
-#   make loadtest 64 streaming clients against `pagoda serve` for 60 s
+#   make loadtest 64 streaming clients against `pagoda serve` for 60 s, then the fault soak for 60 s
+#   make soak     the fault soak (disconnects, slow readers, n>1, ...) for SOAK_SECONDS (600)
 #   make test     every test: native, then the aarch64 build under qemu
 #   make bench    build and run the benchmarks + `pagoda bench kernels` (numbers -> docs/PERFORMANCE.md)
-#   make asan     ASan+UBSan build running the unit tests
+#   make asan     ASan+UBSan build running the unit tests (CI: ~6 min on 2 cores)
+#   make tsan     ThreadSanitizer build running the pool, engine and server threading tests
 #   make fuzz     libFuzzer targets (clang, build-fuzz/), each run FUZZ_SECONDS (default 10);
 #                 FUZZ_TARGETS="fuzz_gguf ..." picks some (docs/FUZZING.md)
 #   make format   clang-format in place;  make lint: clang-tidy + cppcheck
@@ -36,7 +38,7 @@ FUZZ_TARGETS ?=
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 
 .PHONY: all deps deps-serve build build-serve run install package package-native package-arm64 \
-        test-package image test-image generate loadtest test test-native test-arm bench asan \
+        test-package image test-image generate loadtest soak test test-native test-arm bench asan tsan \
         fuzz format lint clean
 
 all: build
@@ -102,6 +104,12 @@ generate: build
 
 loadtest: build
 	bash tests/server/load.sh $(MODEL) 60 ./build/pagoda
+	bash tests/server/soak.sh $(MODEL) 60 "$(CHAT_TEMPLATE)" ./build/pagoda
+
+# the fault soak of issue 21 for SOAK_SECONDS (default 10 minutes)
+SOAK_SECONDS ?= 600
+soak: build
+	bash tests/server/soak.sh $(MODEL) $(SOAK_SECONDS) "$(CHAT_TEMPLATE)" ./build/pagoda
 
 test: test-native test-arm
 
@@ -122,10 +130,40 @@ bench: build
 	@cmake --build build --target benchmarks -j$(JOBS)
 	@bash bench/run.sh
 
+# Sanitizer builds are Debug at -O1: -O0 code made the kernel-heavy tests several
+# times slower under ASan, and -O1 keeps every check (no inlining across the
+# checks that matter). ASAN_EXCLUDE are left out to fit CI's time, each covered
+# elsewhere: the node/openai-client tests (the same server paths as
+# serve_e2e_curl, which does run; minutes each under ASan) and the audio
+# decoder tests (FFmpeg/libsndfile are not instrumented: they exercise
+# Debian's code, not ours) and test_cli_bench_kernels (benchmark loops over
+# kernels that test_gemm, test_qgemm, test_attention, ... check; 5 minutes
+# under ASan). Suppressions: none (any finding fails).
+ASAN_EXCLUDE ?= ^serve_openai_node|^test_audio_decode$$|^test_cli_bench_kernels$$
 asan: deps
-	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPAGODA_SANITIZE=ON -DPAGODA_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
+	  -DPAGODA_SANITIZE=ON -DPAGODA_WERROR=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-asan -j$(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest $(CTEST_FLAGS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest $(CTEST_FLAGS) -E '$(ASAN_EXCLUDE)'
+
+# ThreadSanitizer on the code with threads of its own: the thread pool, the
+# engine (stepped from one thread, requests added from others), the server
+# (MHD's connection threads, the engine thread, the connection guard) in
+# process and end to end. Suppressions (tests/tsan.supp) each say why the
+# report is a false positive. Not here yet: test_server_conn, whose
+# fd-limit cases open 200 and 600 connections (one MHD thread each) and give
+# /health 10-30 s: under TSan on a loaded 2-core machine they timed out (its
+# other cases passed; the server's threads are covered by the load and
+# shutdown tests here).
+TSAN_TESTS ?= ^(test_pool|test_engine|test_server_audio|test_server_gpt_oss|serve_shutdown|serve_load_10s)$$
+TSAN_TARGETS ?= pagoda test_pool test_engine test_server_audio test_server_gpt_oss
+tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
+	  -DPAGODA_TSAN=ON -DPAGODA_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-tsan -j$(JOBS) --target $(TSAN_TARGETS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ctest $(CTEST_FLAGS) -R '$(TSAN_TESTS)'
 
 fuzz: deps
 	@FUZZ_JOBS=$(JOBS) bash scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
@@ -139,4 +177,4 @@ lint: build
 	  --inline-suppr -I include -I src -I tools --suppress=missingIncludeSystem src tools/gen
 
 clean:
-	rm -rf build build-arm build-asan build-pkg build-pkg-arm build-fuzz
+	rm -rf build build-arm build-asan build-tsan build-pkg build-pkg-arm build-fuzz

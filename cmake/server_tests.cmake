@@ -28,10 +28,32 @@ if(PAGODA_CURL AND PAGODA_JQ)
     add_test(NAME serve_load_10s COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/load.sh
              ${PAGODA_SERVE_MODEL} 10 ${PAGODA_SERVE_CMD})
     set_tests_properties(serve_load_10s PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
-    if(PAGODA_SANITIZE)
-      # ASan's quarantine holds freed memory (RSS grows by design); LeakSanitizer
-      # checks the server at exit instead.
+    if(PAGODA_SANITIZE OR PAGODA_TSAN)
+      # ASan's quarantine holds freed memory and TSan's shadow memory grows
+      # (RSS grows by design); LeakSanitizer checks the server at exit instead.
       set_tests_properties(serve_load_10s PROPERTIES ENVIRONMENT "PAGODA_LOAD_SKIP_RSS=1")
+    endif()
+    # graceful shutdown under load: SIGTERM drains, --shutdown-timeout aborts
+    # the rest with finish_reason "abort" (native only: timing-based)
+    add_test(NAME serve_shutdown COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/shutdown.sh
+             ${PAGODA_SERVE_MODEL} ${PAGODA_SERVE_CMD})
+    set_tests_properties(serve_shutdown PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+    # faults: KV exhaustion (preemption keeps greedy outputs equal to an
+    # unloaded run), a model file truncated before the start and while mapped
+    add_test(NAME serve_faults COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/faults.sh
+             ${PAGODA_SERVE_MODEL} ${PAGODA_SERVE_CMD})
+    set_tests_properties(serve_faults PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+    # the fault soak (tests/server/soak.mjs, Node's fetch, no npm): 64 clients
+    # with disconnects, slow readers, n > 1, logprobs, cancellations and
+    # oversized requests for 20 s; `make soak` runs it for 10 minutes
+    find_program(PAGODA_NODE_SOAK node)
+    if(PAGODA_NODE_SOAK)
+      add_test(NAME serve_soak_20s COMMAND bash ${CMAKE_SOURCE_DIR}/tests/server/soak.sh
+               ${PAGODA_SERVE_MODEL} 20 "${PAGODA_SERVE_TEMPLATE}" ${PAGODA_SERVE_CMD})
+      set_tests_properties(serve_soak_20s PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+      if(PAGODA_SANITIZE OR PAGODA_TSAN)
+        set_tests_properties(serve_soak_20s PROPERTIES ENVIRONMENT "SOAK_SKIP_RSS=1")
+      endif()
     endif()
   endif()
 else()

@@ -173,3 +173,14 @@ if(PAGODA_HAVE_AUDIO_DECODE)
   add_test(NAME pagoda_transcribe_bad_format_fails COMMAND pagoda transcribe ${_tr_args} --response-format xml)
   set_tests_properties(pagoda_transcribe_bad_format_fails PROPERTIES WILL_FAIL TRUE)
 endif()
+
+# A --kv-cache-memory larger than the machine fails at start with the numbers
+# (no machine this runs on has 1024 TiB; its pages would only be touched
+# under load, so without the check the server starts and is OOM-killed later).
+add_test(NAME pagoda_kv_cache_memory_too_big COMMAND pagoda generate
+         ${PAGODA_ASSETS}/llm/stories260K-hf --prompt "Once" --max-tokens 1 --kv-cache-memory 1024TiB)
+set_tests_properties(pagoda_kv_cache_memory_too_big PROPERTIES PASS_REGULAR_EXPRESSION
+  "kv_cache_memory 1048576.00 GiB is more than this machine's memory \\(MemTotal [0-9.]+ GiB, MemAvailable [0-9.]+ GiB\\): lower --kv-cache-memory")
+add_test(NAME pagoda_kv_cache_memory_too_big_fails COMMAND pagoda generate
+         ${PAGODA_ASSETS}/llm/stories260K-hf --prompt "Once" --max-tokens 1 --kv-cache-memory 1024TiB)
+set_tests_properties(pagoda_kv_cache_memory_too_big_fails PROPERTIES WILL_FAIL TRUE)

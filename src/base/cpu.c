@@ -373,6 +373,13 @@ static void cpu_init(void) {
     pg_cpu_detect(&g_cpu);
 }
 
+void pg_mem_info(uint64_t *total, uint64_t *available) {
+    pg_cpu_info c = {0};
+    detect_memory(&c);
+    *total = c.mem_total;
+    *available = c.mem_available;
+}
+
 const pg_cpu_info *pg_cpu(void) {
     pthread_once(&g_cpu_once, cpu_init);
     return &g_cpu;

@@ -100,6 +100,10 @@ const pg_cpu_info *pg_cpu(void);
  * for tests. */
 void pg_cpu_detect(pg_cpu_info *out);
 
+/* MemTotal and MemAvailable of /proc/meminfo read now (bytes; both 0 when
+ * it is unreadable): pg_cpu()'s figures are those of the first call. */
+void pg_mem_info(uint64_t *total, uint64_t *available);
+
 /* Level name: "scalar", "avx2", "avx512", "avx512bf16", "neon", "sve". */
 const char *pg_isa_name(pg_isa isa);
 

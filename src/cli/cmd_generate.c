@@ -248,7 +248,10 @@ static bool append(job *j, const pagoda_output *o) {
         j->out_ids = g;
         j->cap_out = cap;
     }
-    memcpy(j->out_ids + j->n_out, o->new_token_ids, o->n_new_tokens * sizeof(int32_t));
+    /* an output without tokens (a failed request) may carry NULL arrays:
+     * memcpy with a NULL pointer is undefined even for 0 bytes (UBSan) */
+    if (o->n_new_tokens)
+        memcpy(j->out_ids + j->n_out, o->new_token_ids, o->n_new_tokens * sizeof(int32_t));
     j->n_out += o->n_new_tokens;
     if (j->text_len + o->text_delta_len + 1 > j->text_cap) {
         size_t cap = (j->text_len + o->text_delta_len + 1) * 2;
@@ -257,7 +260,7 @@ static bool append(job *j, const pagoda_output *o) {
         j->text = g;
         j->text_cap = cap;
     }
-    memcpy(j->text + j->text_len, o->text_delta, o->text_delta_len);
+    if (o->text_delta_len) memcpy(j->text + j->text_len, o->text_delta, o->text_delta_len);
     j->text_len += o->text_delta_len;
     return true;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -64,6 +65,10 @@ static void serve_usage(FILE *f) {
         "                               larger: 413)\n"
         "  --max-audio-seconds S        longest audio /v1/audio/* take, decoded (default 1800;\n"
         "                               longer: 400)\n"
+        "  --shutdown-timeout S         on SIGTERM/SIGINT: stop accepting, let requests in\n"
+        "                               flight finish for up to S seconds, then end them with\n"
+        "                               finish_reason \"abort\" (default 0, as vLLM: at once;\n"
+        "                               a second signal cuts the wait short)\n"
         "  --seed N                     base seed for requests without one\n"
         "\n" PG_ENGINE_ARGS_HELP);
 }
@@ -121,11 +126,54 @@ static bool has_own_tokenizer(const char *model, const pagoda_engine_options *eo
 
 #define MAX_MODELS 16
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Wait (at most until `deadline`, monotonic seconds) for the server's
+ * requests in flight to end; false when a stop signal came first. */
+static bool wait_idle(pg_server *srv, const sigset_t *sigs, double deadline) {
+    while (pg_server_active(srv) > 0 && now_s() < deadline) {
+        struct timespec slice = {0, 50 * 1000000L};
+        if (sigtimedwait(sigs, NULL, &slice) > 0) return false;
+    }
+    return true;
+}
+
+/* Graceful shutdown on the first SIGTERM/SIGINT (issue 20; vLLM's
+ * --shutdown-timeout): stop accepting, let requests in flight finish for
+ * up to `timeout` s (a second signal ends the wait), then abort the rest
+ * (finish_reason "abort", their responses completed) and give the
+ * connections a few seconds to write those final events. */
+static void drain(pg_server *srv, const sigset_t *sigs, int sig, double timeout) {
+    pg_server_drain(srv);
+    int64_t active = pg_server_active(srv);
+    PG_INFO("serve: %s received: not accepting new requests; %lld in flight, waiting up to %g s "
+            "for them (--shutdown-timeout)",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)active, timeout);
+    double t0 = now_s();
+    bool waited = active == 0 || wait_idle(srv, sigs, t0 + timeout);
+    if (!waited) PG_INFO("serve: second stop signal: not waiting any longer");
+    int64_t aborted = pg_server_abort_active(srv);
+    if (aborted)
+        PG_INFO("serve: %lld request%s still running after %.1f s: ended with finish_reason "
+                "\"abort\"",
+                (long long)aborted, aborted == 1 ? "" : "s", now_s() - t0);
+    /* the final events are small; a client that does not read them within
+     * this grace is cut off by pg_server_stop */
+    if (!wait_idle(srv, sigs, now_s() + 5.0) || pg_server_active(srv) > 0)
+        PG_WARN("serve: %lld request%s not answered in full; closing their connections",
+                (long long)pg_server_active(srv), pg_server_active(srv) == 1 ? "" : "s");
+}
+
 int pg_cmd_serve(int argc, char **argv) {
     const char *models[MAX_MODELS];
     int n_models = 0;
     const char *tmpl_file = NULL;
     pg_server_options so = {0};
+    double shutdown_timeout = 0; /* vLLM's default: abort in-flight requests at once */
     so.host = "127.0.0.1";
     so.port = 8000;
     so.max_queue = -1;
@@ -148,7 +196,8 @@ int pg_cmd_serve(int argc, char **argv) {
                                          "--max-audio-bytes",
                                          "--max-audio-seconds",
                                          "--tool-call-parser",
-                                         "--reasoning-parser"};
+                                         "--reasoning-parser",
+                                         "--shutdown-timeout"};
     for (int i = 1; i < argc; i++) {
         int e = pg_engine_args_parse(CMD, argc, argv, &i, &eo);
         if (e < 0) return 2;
@@ -227,6 +276,12 @@ int pg_cmd_serve(int argc, char **argv) {
             if (!*v || *end || !(sec > 0) || !(sec <= 1e7))
                 return pg_args_bad_value(CMD, a, v, "a number of seconds > 0");
             so.max_audio_seconds = sec;
+        } else if (!strcmp(a, "--shutdown-timeout")) {
+            char *end = NULL;
+            double sec = strtod(v, &end);
+            if (!*v || *end || !(sec >= 0) || !(sec <= 1e7))
+                return pg_args_bad_value(CMD, a, v, "a number of seconds >= 0");
+            shutdown_timeout = sec;
         } else if (!strcmp(a, "--tool-call-parser")) {
             pg_tool_format tf;
             if (!pg_tool_format_parse(v, &tf))
@@ -334,8 +389,11 @@ int pg_cmd_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    PG_INFO("serve: %s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    drain(srv, &sigs, sig, shutdown_timeout);
+    pg_server_log_summary(srv);
     pg_server_stop(srv);
+    fflush(stdout);
+    fflush(stderr);
     for (int k = 0; k < n_models; k++)
         pagoda_engine_free(engines[k]);
     free(tmpl);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "model/mapped_file.h"
 #include "model/model.h"
 
 typedef struct pg_command {
@@ -49,6 +50,9 @@ int main(int argc, char **argv) {
         printf("pagoda %s\n", PAGODA_VERSION);
         return 0;
     }
+    /* a model file truncated while mapped: a clear message and exit 74, not
+     * a SIGBUS core dump (model/mapped_file.h) */
+    pg_mapped_fault_handler_install();
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
     fprintf(stderr, "pagoda: unknown command '%s'\n\n", argv[1]);

@@ -165,6 +165,30 @@ void pagoda_engine_options_default(pagoda_engine_options *o) {
 
 /* KV cache dtype: as asked, else the compute dtype's, else (dtype auto)
  * F32 for F32 checkpoints and BF16 for the rest. */
+/* The KV cache must fit in this machine: an asked kv_cache_memory above
+ * MemTotal is refused (whatever part of it the engine would use), and so is
+ * a cache whose pages (`need` bytes, after capping to what max_num_seqs can
+ * use) exceed MemAvailable now, after the weights are loaded: its pages are
+ * touched lazily, so it would start and then be OOM-killed under load.
+ * 0 = not checked. Errors: PAGODA_ERR_LIMIT with the numbers. */
+static pagoda_status check_kv_fits(uint64_t asked, uint64_t need) {
+    uint64_t total = 0, avail = 0;
+    pg_mem_info(&total, &avail);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (total && asked > total)
+        return pg_error(PAGODA_ERR_LIMIT,
+                        "engine: kv_cache_memory %.2f GiB is more than this machine's memory "
+                        "(MemTotal %.2f GiB, MemAvailable %.2f GiB): lower --kv-cache-memory",
+                        (double)asked / gib, (double)total / gib, (double)avail / gib);
+    if (avail && need > avail)
+        return pg_error(PAGODA_ERR_LIMIT,
+                        "engine: the KV cache needs %.2f GiB but only %.2f GiB are available "
+                        "(MemAvailable after loading the weights; MemTotal %.2f GiB): lower "
+                        "--kv-cache-memory or --max-num-seqs",
+                        (double)need / gib, (double)avail / gib, (double)total / gib);
+    return PAGODA_OK;
+}
+
 static pg_dtype kv_dtype_for(const pagoda_engine_options *o, const pg_model *m) {
     if (o->kv_cache_dtype == PAGODA_KV_F32) return PG_F32;
     if (o->kv_cache_dtype == PAGODA_KV_BF16) return PG_BF16;
@@ -373,6 +397,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     uint64_t mem =
         o.kv_cache_memory ? o.kv_cache_memory : pg_kv_default_memory_bytes(pg_cpu()->mem_available);
     pg_kv_plan plan;
+    if ((st = check_kv_fits(o.kv_cache_memory, 0)) != PAGODA_OK) goto fail;
     if ((st = pg_runner_plan_kv(e->model, kvt, e->block_size, &plan)) != PAGODA_OK) goto fail;
     /* recurrent states: max_num_seqs slots come off the top; the rest is paged K/V */
     uint64_t state_mem = plan.state_bytes_per_seq * (uint64_t)mns;
@@ -424,6 +449,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     }
     if (num_blocks > useful) num_blocks = (int32_t)useful;
     e->num_kv_blocks = num_blocks - 1;
+    if ((st = check_kv_fits(0, (uint64_t)num_blocks * (uint64_t)e->block_size *
+                                    (plan.kv_bytes_per_token ? plan.kv_bytes_per_token : 1) +
+                                state_mem + snap_mem)) != PAGODA_OK)
+        goto fail;
 
     pg_sched_config sc;
     pg_sched_config_default(&sc);

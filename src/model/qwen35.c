@@ -661,8 +661,11 @@ static pagoda_status split_fused_experts(const pg_tensor *t, const char *prefix,
             v.nbytes = gate_up ? per / 2 : per;
             v.data = (const uint8_t *)t->data + (size_t)e * per + (size_t)half * v.nbytes;
             char name[320];
-            snprintf(name, sizeof name, "%s.mlp.experts.%lld.%s.weight", prefix, (long long)e,
-                     !gate_up ? "down_proj" : half ? "up_proj" : "gate_proj");
+            int w = snprintf(name, sizeof name, "%s.mlp.experts.%lld.%s.weight", prefix,
+                             (long long)e, !gate_up ? "down_proj" : half ? "up_proj" : "gate_proj");
+            if (w < 0 || (size_t)w >= sizeof name)
+                return pg_error(PAGODA_ERR_FORMAT, "%s: tensor '%s': name too long", path,
+                                t->name);
             st = pg_tensor_sink_add(sink, &v, name);
         }
     }

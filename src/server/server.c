@@ -86,6 +86,25 @@ enum MHD_Result pg_srv_send_error(struct MHD_Connection *c, const pg_api_error *
     return pg_srv_send_text(c, (unsigned)err->status, "application/json", js, strlen(js), hdr, val);
 }
 
+/* 503 while draining, with `Connection: close` so that a kept-alive client
+ * opens its next connection elsewhere (this server no longer listens). */
+static enum MHD_Result send_shutting_down(struct MHD_Connection *c) {
+    pg_api_error err;
+    pg_api_fail(&err, 503, NULL, "server shutting down: not accepting new requests");
+    char *js = pg_api_error_json(&err);
+    if (!js) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(js), js, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(js);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c, 503, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *param,
                             const char *msg) {
     pg_api_error err;
@@ -248,6 +267,9 @@ static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
     srv_model *m = j->m;
     pg_api_choice *ch = &j->choices[i];
     sub *sb = &j->subs[i];
+    /* aborted by the server (shutdown, stream overflow): what the step in
+     * flight still produced must not follow the finish event */
+    if (sb->done) return;
     if (o->text_delta_len) pg_api_choice_append(ch, o->text_delta, o->text_delta_len);
     j->unsent += o->text_delta_len;
     if (o->logprobs && j->req.logprobs >= 0) {
@@ -306,11 +328,13 @@ static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
     }
 }
 
-/* Abort what is still running of a streamed job (mu held): its KV blocks
- * are freed at the next step and the stream ends with an error. */
-static void job_abort_locked(job *j) {
+/* Abort what is still running of a job (mu held): its KV blocks are freed
+ * at the next step and each unfinished choice gets finish_reason "abort".
+ * overflow: a streamed job's stream then ends with an error (the client is
+ * not reading); else the job ends normally (final events, [DONE]). */
+static void job_abort_locked(job *j, bool overflow) {
     srv_model *m = j->m;
-    j->overflow = true;
+    if (overflow) j->overflow = true;
     double now = pg_srv_now();
     for (size_t i = 0; i < j->n_choices; i++) {
         sub *sb = &j->subs[i];
@@ -330,7 +354,7 @@ static void job_overflow_locked(pg_server *s, job *j, size_t pending) {
     PG_WARN("%s: the client is not reading its stream: %zu bytes of output pending (limit %zu, "
             "--max-stream-buffer); request aborted",
             j->id, pending, s->max_stream_buffer);
-    job_abort_locked(j);
+    job_abort_locked(j, true);
 }
 
 /* Step model m's engine once and hand its outputs to the waiting jobs. */
@@ -596,6 +620,10 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         }
     }
     pthread_mutex_lock(&s->mu);
+    if (atomic_load(&s->aborting)) { /* read before the drain began, parsed after its timeout */
+        pthread_mutex_unlock(&s->mu);
+        return pg_api_fail(err, 503, NULL, "server shutting down: not accepting new requests");
+    }
     if (m->inflight + (int64_t)j->n_choices > s->inflight_limit) {
         int64_t inflight = m->inflight;
         pthread_mutex_unlock(&s->mu);
@@ -625,6 +653,7 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         j->subs[c].last_token = n[c / per] ? ids[c / per][n[c / per] - 1] : -1;
     }
     m->inflight += (int64_t)j->n_choices;
+    s->n_active++; /* until on_completed */
     pg_srv_job_register_locked(j);
     pthread_mutex_unlock(&s->mu);
     return PAGODA_OK;
@@ -692,7 +721,7 @@ static void stream_collect(job *j) {
         if (ch->harmony) {
             if (!stream_harmony(j, i)) {
                 PG_ERROR("%s: out of memory streaming choice %zu", j->id, i);
-                job_abort_locked(j);
+                job_abort_locked(j, true);
                 return;
             }
             continue;
@@ -885,7 +914,7 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
         job_free(j);
         return pg_srv_send_error(c, &err);
     }
-    cc->job = j;
+    cc->job = j; /* counted in n_active by submit */
     if (j->req.stream) {
         struct MHD_Response *r =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, NULL);
@@ -1212,6 +1241,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return pg_srv_send_text(c, 405, "application/json", js, strlen(js),
                                     MHD_HTTP_HEADER_ALLOW, allow);
         }
+        /* graceful shutdown: the listening socket is closed; a request on a
+         * connection already open is told to go elsewhere (/metrics still
+         * answers, for the last scrape) */
+        if (atomic_load(&s->draining) && rt->ep != EP_METRICS) return send_shutting_down(c);
         if (rt->auth && !auth_ok(s, c)) {
             pg_api_error err;
             pg_api_fail(&err, 401, NULL,
@@ -1224,11 +1257,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t limit = body_limit(s, rt->ep);
         bool audio = rt->ep == EP_TRANSCRIPTIONS || rt->ep == EP_TRANSLATIONS;
         unsigned long long clv = cl ? strtoull(cl, NULL, 10) : 0;
-        /* an audio upload a little over the limit is read and answered 413
-         * at its end: clients (undici, the openai npm client) report a
-         * connection error, not the 413, when the server closes during their
-         * upload; the request read deadline bounds the time it takes */
-        if (cl && clv > limit && (!audio || clv / 4 > limit)) {
+        /* a body a little over the limit is read (and dropped) and answered
+         * 413 at its end: a server that answers early and closes while the
+         * client still uploads leaves unread data in the socket, the close
+         * sends a reset, and clients (undici, the openai npm client, curl at
+         * times) report a connection error instead of the 413 (the fault
+         * soak saw it for JSON bodies too). The request read deadline bounds
+         * the time this takes; a declared body over 4x the limit is refused
+         * at once. */
+        if (cl && clv > limit && clv / 4 > limit) {
             char msg[200];
             if (limit == s->max_body)
                 snprintf(msg, sizeof msg,
@@ -1334,6 +1371,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         }
         job_log(cc->job);
         job_free(cc->job);
+        pg_srv_active_add(s, -1);
     }
     free(cc->body);
     free(cc);
@@ -1489,6 +1527,7 @@ pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_eng
                         "server: served_model_name names one model, not %zu", n_engines);
     pg_server *s = calloc(1, sizeof *s);
     if (!s) return pg_error(PAGODA_ERR_NOMEM, "server: out of memory");
+    s->listen_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     s->models = calloc(n_engines, sizeof *s->models);
@@ -1536,6 +1575,9 @@ pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_eng
     s->max_queue = opt->max_queue >= 0 ? opt->max_queue : 1024;
     s->inflight_limit = s->max_num_seqs + s->max_queue;
     atomic_init(&s->stopping, false);
+    atomic_init(&s->draining, false);
+    atomic_init(&s->aborting, false);
+    s->listen_fd = -1;
     atomic_init(&s->engine_stop, false);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -1564,8 +1606,9 @@ pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_eng
     /* poll(), not select(): select() takes no descriptor >= FD_SETSIZE (1024),
      * and each connection holds two (its socket and conn_guard's dup), so
      * select() capped the server at ~500 connections whatever the limit */
+    /* MHD_USE_ITC: needed by MHD_quiesce_daemon (graceful shutdown) */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     /* MHD_OPTION_CONNECTION_TIMEOUT is an idle timeout: it drops clients
      * that stop reading a response; the guard bounds the request read. */
@@ -1618,6 +1661,63 @@ int pg_server_port(const pg_server *s) {
     return s->port;
 }
 
+void pg_srv_active_add(pg_server *s, int64_t d) {
+    pthread_mutex_lock(&s->mu);
+    s->n_active += d;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void pg_server_drain(pg_server *s) {
+    if (atomic_exchange(&s->draining, true)) return;
+    /* MHD stops polling the listening socket; shutting it down makes the
+     * kernel refuse new connections (and reset those in its accept queue)
+     * while the descriptor stays valid until MHD_stop_daemon, as MHD asks */
+    MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+    if (fd != MHD_INVALID_SOCKET) {
+        s->listen_fd = fd;
+        shutdown(fd, SHUT_RDWR);
+    } else {
+        PG_WARN("http: could not stop listening; new connections get 503 until the server stops");
+    }
+}
+
+int64_t pg_server_active(pg_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int64_t n = s->n_active;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void pg_server_log_summary(pg_server *s) {
+    for (size_t k = 0; k < s->n_models; k++) {
+        pg_metrics *m = &s->models[k].metrics;
+        pthread_mutex_lock(&m->mu);
+        uint64_t st = m->success_stop, len = m->success_length, ab = m->success_abort,
+                 er = m->success_error;
+        pthread_mutex_unlock(&m->mu);
+        PG_INFO("serve: %s: %llu requests finished (stop %llu, length %llu, abort %llu, error "
+                "%llu)",
+                s->models[k].name, (unsigned long long)(st + len + ab + er),
+                (unsigned long long)st, (unsigned long long)len, (unsigned long long)ab,
+                (unsigned long long)er);
+    }
+}
+
+int64_t pg_server_abort_active(pg_server *s) {
+    atomic_store(&s->aborting, true); /* transcriptions abort their window and answer 503 */
+    int64_t n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (job *j = s->jobs; j; j = j->next) {
+        if (j->window || j->n_done == j->n_choices) continue;
+        job_abort_locked(j, false);
+        pthread_cond_broadcast(&j->cv);
+        n++;
+    }
+    pg_srv_wake_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 void pg_server_stop(pg_server *s) {
     if (!s) return;
     atomic_store(&s->stopping, true);
@@ -1625,6 +1725,7 @@ void pg_server_stop(pg_server *s) {
      * transcription ends by aborting its window and waiting for its last
      * output */
     if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->listen_fd >= 0) close(s->listen_fd);
     pg_guard_free(s->guard);
     pthread_mutex_lock(&s->mu);
     atomic_store(&s->engine_stop, true);

@@ -90,6 +90,34 @@ bool pg_server_model_is_speech(const pg_server *s, size_t k);
 /* The bound TCP port (the ephemeral one when port 0 was asked). */
 int pg_server_port(const pg_server *s);
 
+/* Graceful shutdown (SIGTERM), step 1: stop taking new work. The listening
+ * socket is shut down, so new connections are refused (a load balancer
+ * tries another replica at once, as with uvicorn under vLLM); a request
+ * arriving on a connection already open gets 503 with `Connection: close`
+ * (/health too; /metrics still answers). Requests in flight go on.
+ * Idempotent; call from any thread. */
+void pg_server_drain(pg_server *s);
+
+/* Generation and transcription requests in flight: admitted and not yet
+ * answered in full (a stream counts until its last byte is handed to the
+ * socket or the client is gone). */
+int64_t pg_server_active(pg_server *s);
+
+/* Graceful shutdown, step 2 (the shutdown timeout passed): abort every
+ * generation in flight. Its unfinished choices end with finish_reason
+ * "abort" and the response completes normally: a stream gets a final chunk
+ * per choice, the usage chunk if asked and `data: [DONE]`; a non-streamed
+ * request a 200 response with that finish reason. A transcription in
+ * flight aborts its window and answers 503 (a stream: an error event).
+ * Returns the number of generation requests aborted. Wait for
+ * pg_server_active to reach 0 (the final events being written), then call
+ * pg_server_stop. */
+int64_t pg_server_abort_active(pg_server *s);
+
+/* Log each model's request totals by finish reason (the counters of
+ * vllm:request_success_total), e.g. before pg_server_stop at shutdown. */
+void pg_server_log_summary(pg_server *s);
+
 /* Stop accepting, abort what is in flight, join every thread, free. */
 void pg_server_stop(pg_server *s);
 

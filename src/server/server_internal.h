@@ -74,6 +74,10 @@ struct pg_server {
     uint64_t work_seq;       /* bumped (mu) whenever a request is added or aborted */
     job *jobs;               /* registered jobs (doubly linked) */
     atomic_bool stopping;    /* no new work; waits end */
+    atomic_bool draining;    /* graceful shutdown: new requests get 503, the rest go on */
+    atomic_bool aborting;    /* the shutdown timeout passed: in-flight requests are aborted */
+    int listen_fd;           /* the quiesced listening socket (closed after MHD stops), or -1 */
+    int64_t n_active;        /* (mu) generation / transcription requests not answered in full */
     atomic_bool engine_stop; /* the engine thread exits (after the HTTP threads) */
     pthread_t engine_thread;
     bool engine_started;
@@ -162,6 +166,14 @@ typedef struct conn {
 } conn;
 
 /* ---- shared helpers (server.c) ---- */
+
+/* True once waits must end: the server is stopping, or the shutdown
+ * timeout passed and in-flight requests are being aborted. */
+static inline bool pg_srv_cut(pg_server *s) {
+    return atomic_load(&s->stopping) || atomic_load(&s->aborting);
+}
+/* A request (generation or transcription) began / was answered in full. */
+void pg_srv_active_add(pg_server *s, int64_t d);
 
 double pg_srv_now(void);
 uint64_t pg_srv_mix64(uint64_t x);

@@ -185,7 +185,7 @@ static pagoda_status window_run(void *ctx, const pagoda_request *req, int32_t *t
     w->fd = -1;
     snprintf(w->id, sizeof w->id, "%s", t->id);
     pthread_mutex_lock(&s->mu);
-    if (atomic_load(&s->stopping) || atomic_load(&t->cancel)) {
+    if (pg_srv_cut(s) || atomic_load(&t->cancel)) {
         pthread_mutex_unlock(&s->mu);
         window_free(w);
         return pg_error(PAGODA_ERR_IO, "%s: request aborted", t->id);
@@ -201,7 +201,7 @@ static pagoda_status window_run(void *ctx, const pagoda_request *req, int32_t *t
     pg_srv_job_register_locked(w);
     bool aborted = false;
     while (!w->final) {
-        if (!aborted && (atomic_load(&s->stopping) || atomic_load(&t->cancel) ||
+        if (!aborted && (pg_srv_cut(s) || atomic_load(&t->cancel) ||
                          (t->window_fd >= 0 && pg_srv_peer_gone(t->window_fd)))) {
             atomic_store(&t->cancel, true);
             pagoda_engine_abort(m->e, w->subs[0].eid);
@@ -257,7 +257,7 @@ static void decode_error(const tjob *t, pagoda_status st, pg_api_error *err) {
 /* The HTTP answer to a failed pg_transcribe. */
 static void transcribe_error(const tjob *t, pagoda_status st, pg_api_error *err) {
     const char *msg = pagoda_last_error();
-    if (atomic_load(&t->srv->stopping) && st == PAGODA_ERR_IO)
+    if (pg_srv_cut(t->srv) && st == PAGODA_ERR_IO)
         pg_api_fail(err, 503, NULL, "server shutting down");
     else if (st == PAGODA_ERR_INVALID_ARG || st == PAGODA_ERR_LIMIT)
         pg_api_fail(err, 400, strstr(msg, "language") ? "language" : NULL, "%s", msg);
@@ -381,7 +381,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             pthread_mutex_unlock(&s->mu);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
-        if (atomic_load(&s->stopping) || pg_srv_peer_gone(t->conn_fd)) {
+        if (pg_srv_cut(s) || pg_srv_peer_gone(t->conn_fd)) {
             atomic_store(&t->cancel, true);
             pthread_mutex_unlock(&s->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -403,7 +403,7 @@ static enum MHD_Result run_plain(tjob *t, struct MHD_Connection *c) {
     pg_srv_restart_idle_timer(t->srv, c);
     if (st != PAGODA_OK) {
         pg_transcript_free(tr);
-        if (atomic_load(&t->cancel) && !atomic_load(&t->srv->stopping)) {
+        if (atomic_load(&t->cancel) && !pg_srv_cut(t->srv)) {
             t->outcome = "aborted";
             return MHD_NO; /* the client is gone */
         }
@@ -462,6 +462,7 @@ enum MHD_Result pg_srv_audio_handle(conn *cc, struct MHD_Connection *c) {
     tjob *t = calloc(1, sizeof *t);
     if (!t) return MHD_NO;
     cc->tjob = t;
+    pg_srv_active_add(s, 1);
     t->srv = s;
     t->t_start = pg_srv_now();
     t->task = cc->ep == EP_TRANSLATIONS ? PG_SPEECH_TRANSLATE : PG_SPEECH_TRANSCRIBE;
@@ -519,7 +520,7 @@ void pg_srv_audio_completed(conn *cc, enum MHD_RequestTerminationCode toe) {
         if (t->m && t->audio.n_samples > 0) {
             const char *outcome = t->outcome;
             if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && strcmp(outcome, "ok") != 0)
-                outcome = atomic_load(&t->srv->stopping) ? "aborted (server shutting down)"
+                outcome = pg_srv_cut(t->srv) ? "aborted (server shutting down)"
                                                          : "aborted (client went away)";
             PG_INFO("%s: %s of %.1f s of audio by %s: %d window%s, %d segment%s, %.1f ms, %s",
                     t->id, t->task == PG_SPEECH_TRANSLATE ? "translation" : "transcription",
@@ -527,6 +528,7 @@ void pg_srv_audio_completed(conn *cc, enum MHD_RequestTerminationCode toe) {
                     t->n_windows == 1 ? "" : "s", t->n_segments, t->n_segments == 1 ? "" : "s",
                     (pg_srv_now() - t->t_start) * 1e3, outcome);
         }
+        pg_srv_active_add(t->srv, -1);
         pg_audio_free(&t->audio);
         free(t->out);
         free(t);
