@@ -9,6 +9,18 @@
 
 #define MAX_NFA_STATES (1 << 20)
 #define MAX_DFA_NODES (1 << 18)
+/* Work budget of one grammar's subset construction, in elementary steps
+ * (NFA states scanned per node, 512 per character-class edge scanned, states
+ * reached by closures): about 1 s of CPU here. The node limit bounds memory,
+ * not time: a 9-byte regex such as `.*a.{12}` (each UTF-8 `.` is several byte
+ * paths, and the DFA remembers the last 13 positions) reached 151k nodes and
+ * 5 s of CPU below it. The largest grammar of tests/test_grammar.c takes 9M
+ * steps, those of `pagoda bench grammar` 1.4M. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define MAX_WORK (16ull << 20) /* a sixteenth: ~1 s under ASan (make fuzz) */
+#else
+#define MAX_WORK (256ull << 20)
+#endif
 
 enum { E_EPS, E_CLS, E_REF };
 
@@ -131,7 +143,8 @@ typedef struct dfa_build {
     int32_t *ht;
     uint32_t ht_mask;
     int32_t base; /* first node of the current rule */
-    bool oom, too_big;
+    uint64_t work; /* steps so far (MAX_WORK) */
+    bool oom, too_big, too_slow;
 } dfa_build;
 
 static uint64_t hash_set(const int32_t *s, int32_t n) {
@@ -319,6 +332,10 @@ static pagoda_status compile_rule(dfa_build *d, const gx_builder *b, int32_t rul
         goto done;
     }
     for (int32_t node = start; node < d->n; node++) {
+        if (d->work > MAX_WORK) {
+            d->too_slow = true;
+            goto fail;
+        }
         int32_t l = node - d->base;
         /* copy: d->sets may move while interning */
         int32_t sn = d->set_len[l];
@@ -327,6 +344,7 @@ static pagoda_status compile_rule(dfa_build *d, const gx_builder *b, int32_t rul
         memcpy(set, d->sets + d->set_off[l], (size_t)sn * sizeof *set);
         d->final[node] = 0;
         d->rule[node] = rule;
+        d->work += (uint64_t)sn + 256;
         for (int32_t i = 0; i < sn; i++)
             if (set[i] == end) d->final[node] = 1;
         /* bytes */
@@ -336,6 +354,7 @@ static pagoda_status compile_rule(dfa_build *d, const gx_builder *b, int32_t rul
                 const nedge *e = &a.e[j.ix[k]];
                 if (e->kind != E_CLS) continue;
                 const uint64_t *c = b->cls[e->arg];
+                d->work += 512; /* this scan and the fill below */
                 for (int by = 0; by < 256; by++)
                     if (c[by >> 6] >> (by & 63) & 1) bucket_n[by + 1]++;
             }
@@ -384,6 +403,7 @@ static pagoda_status compile_rule(dfa_build *d, const gx_builder *b, int32_t rul
             }
             epoch++;
             m = closure(&a, &j, tmp, m, mark, epoch++, stack);
+            d->work += (uint64_t)m;
             int32_t t = intern_set(d, tmp, m, &is_new);
             if (t < 0) {
                 free(set);
@@ -438,7 +458,13 @@ static pagoda_status compile_rule(dfa_build *d, const gx_builder *b, int32_t rul
     }
     goto done;
 fail:
-    if (d->too_big)
+    if (d->too_slow)
+        st = pg_error(PAGODA_ERR_LIMIT,
+                      "grammar: too complex to compile (more than %llu automaton steps, rule "
+                      "'%s'): bounded repetitions of '.' or of wide character classes multiply "
+                      "the states; use fewer or narrower ones",
+                      (unsigned long long)MAX_WORK, b->rules[rule].name);
+    else if (d->too_big)
         st = pg_error(PAGODA_ERR_LIMIT, "grammar: more than %d automaton nodes (rule '%s')",
                       MAX_DFA_NODES, b->rules[rule].name);
     else
