@@ -20,15 +20,20 @@
 #     path of ours that take minutes under emulation: audio decoding through
 #     libav*/libsndfile; command-line parsing (~150 starts of the `pagoda`
 #     binary, each ~0.5 s of emulated dynamic linking); the grammar engine
-#     (integer automata and tries over a 128k vocabulary). They run in the
-#     native build only.
+#     (integer automata and tries over a 128k vocabulary); Whisper's decoding
+#     loop, encoder scheduling and `pagoda transcribe` (test_speech,
+#     test_whisper_engine, test_speech_cli: 150-400 s each under qemu, where
+#     the Whisper model's Arm kernels are checked against the oracle by
+#     test_whisper and the audio endpoints by test_server_audio). They run in
+#     the native build only.
 # Those runs also tell tests what the emulated CPU must show
 # (PAGODA_EXPECT_FEATURES, and PAGODA_EXPECT_SVE_VL_BYTES).
 set(PAGODA_SVE_VL_TESTS
     test_attention test_cpu test_dispatch test_dtype test_gated_delta test_gemm
     test_gemm_grouped test_kquant test_moe test_mxfp4 test_ops test_qgemm test_vexp
     test_vops)
-set(PAGODA_HOST_ONLY_TESTS test_audio_decode test_cli_args test_grammar)
+set(PAGODA_HOST_ONLY_TESTS test_audio_decode test_cli_args test_grammar test_speech test_speech_cli
+    test_whisper_engine)
 # Features qemu-aarch64 -cpu max must show (names as in `pagoda env`).
 set(PAGODA_QEMU_MAX_FEATURES "asimd,fp16,dotprod,i8mm,bf16,sve,sve2,lse")
 
@@ -154,7 +159,9 @@ set_tests_properties(pagoda_chat_template_missing_fails PROPERTIES WILL_FAIL TRU
 # `pagoda transcribe` end to end on the whisper-tiny-random oracle (random
 # weights: only the shape of each response format is checked; the text is
 # checked against the oracle's ids by tests/test_speech.c).
-if(PAGODA_HAVE_AUDIO_DECODE)
+# (native build only: five Whisper transcriptions, ~45 s each under qemu;
+# test_whisper and test_server_audio cover Whisper in the Arm build)
+if(PAGODA_HAVE_AUDIO_DECODE AND NOT CMAKE_CROSSCOMPILING)
   set(_tr_args ${PAGODA_ASSETS}/oracles/whisper-tiny-random/hf ${PAGODA_ASSETS}/whisper/jfk.wav
       --tokenizer ${PAGODA_ASSETS}/whisper/multilingual.tiktoken --dtype float32 --kv-cache-memory 8MiB
       --language en --temperature 0.3 --seed 3)

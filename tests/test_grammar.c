@@ -654,6 +654,10 @@ static void test_errors(void **state) {
     EB("root ::= \"a\"{3,2}", PAGODA_ERR_INVALID_ARG, "n < m");
     EB("start ::= \"a\"", PAGODA_ERR_INVALID_ARG, "'root'");
     EB("root ::= [a-", PAGODA_ERR_INVALID_ARG, "line 1");
+    /* found by fuzz_ebnf (CI's run): eight hex digits overflowed int32 before
+     * the range check (UBSan: signed integer overflow) */
+    EB("root ::= \"\\UFFFFFFFF\"", PAGODA_ERR_INVALID_ARG, "U+10FFFF");
+    EB("root ::= [\\U9999999A]", PAGODA_ERR_INVALID_ARG, "U+10FFFF");
 #define RX(text, code, word) expect_error(pg_gram_from_regex(text, strlen(text), &g), code, word)
     RX("(a)\\1", PAGODA_ERR_UNSUPPORTED, "backreferences");
     RX("a(?=b)", PAGODA_ERR_UNSUPPORTED, "lookaround");

@@ -144,6 +144,7 @@ static int32_t char_at(ps *p, bool *raw_byte) {
     for (int k = 0; k < digits; k++) {
         int h = p->i < p->n ? hexval(p->s[p->i]) : -1;
         if (h < 0) return fail(p, "bad hex escape");
+        if (v > 0x10FFFF) return fail(p, "code point above U+10FFFF"); /* before it overflows */
         v = v * 16 + h;
         p->i++;
     }

@@ -1121,8 +1121,8 @@ pagoda_status pg_hub_resolve(const pg_hub_ref *ref, const pg_hub_options *opt, c
     bool cached = false, includes = opt && opt->n_include;
     gguf[0] = 0;
     if (commit[0]) {
-        snprintf(snap, sizeof snap, "%s/snapshots/%s", c->repo_dir, commit);
-        cached = pg_path_is_dir(snap) &&
+        int w = snprintf(snap, sizeof snap, "%s/snapshots/%s", c->repo_dir, commit);
+        cached = w > 0 && (size_t)w < sizeof snap && pg_path_is_dir(snap) &&
                  (includes || snapshot_complete(snap, ref->tag, gguf, sizeof gguf));
     }
     if (cached && (offline || !opt || !opt->refresh)) {
