@@ -470,9 +470,12 @@ static void test_unsupported_type(void **state) {
     /* name, then n_dims (u32), dims (u64 each), type (u32) */
     uint32_t nd;
     memcpy(&nd, at + strlen(name), 4);
-    uint32_t *type = (uint32_t *)(at + strlen(name) + 4 + 8 * nd);
-    assert_int_equal(*type, 12);
-    *type = 23;
+    char *type_at = at + strlen(name) + 4 + 8 * nd; /* unaligned: memcpy */
+    uint32_t type;
+    memcpy(&type, type_at, 4);
+    assert_int_equal(type, 12);
+    type = 23;
+    memcpy(type_at, &type, 4);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(bytes, 1, len, f), len);
