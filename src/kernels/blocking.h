@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "base/pool.h"
@@ -53,12 +54,16 @@ typedef struct pg_next_weight {
  * between two GEMMs of a decode step (~10 us) take; env PAGODA_PF_NEXT_KB
  * overrides it (0 turns it off). */
 static inline size_t pg_next_weight_budget(void) {
-    static size_t budget = (size_t)-1;
-    if (budget == (size_t)-1) {
+    /* read lazily by every pool thread: an atomic (relaxed: every thread
+     * computes the same value), not a plain static (a data race; TSan) */
+    static _Atomic size_t budget = (size_t)-1;
+    size_t b = atomic_load_explicit(&budget, memory_order_relaxed);
+    if (b == (size_t)-1) {
         const char *e = getenv("PAGODA_PF_NEXT_KB");
-        budget = (size_t)(e ? atol(e) : 256) * 1024;
+        b = (size_t)(e ? atol(e) : 256) * 1024;
+        atomic_store_explicit(&budget, b, memory_order_relaxed);
     }
-    return budget;
+    return b;
 }
 
 /* Prefetch (to L2) the first bytes of thread tid's share of n, split over
