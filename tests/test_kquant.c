@@ -37,26 +37,6 @@ static const char *const ISAS[] = {"scalar", "avx2", "avx512", "avx512bf16", "ne
 enum { N_ISAS = sizeof ISAS / sizeof ISAS[0] };
 static const pg_dtype TYPES[] = {PG_Q4_K, PG_Q5_K, PG_Q6_K};
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd_u64(void) {
-    g_rng ^= g_rng >> 12;
-    g_rng ^= g_rng << 25;
-    g_rng ^= g_rng >> 27;
-    return g_rng * 0x2545f4914f6cdd1dull;
-}
-static float rnd(void) { /* [-1, 1) */
-    return (float)((double)(rnd_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static pg_pool *make_pool(int n) {
-    pg_pool_options o = pg_pool_options_default();
-    o.n_threads = n;
-    o.pin = 0;
-    o.blocktime_us = 0;
-    pg_pool *p = NULL;
-    assert_int_equal(pg_pool_create(&o, &p), PAGODA_OK);
-    return p;
-}
 
 static void put16(uint8_t *p, float f) {
     uint16_t h = pg_f32_to_f16(f);
@@ -70,14 +50,14 @@ static uint8_t *make_rows(pg_dtype t, int64_t N, int64_t K) {
     uint8_t *w = malloc(nb * bb);
     assert_non_null(w);
     for (size_t i = 0; i < nb * bb; i++)
-        w[i] = (uint8_t)rnd_u64();
+        w[i] = (uint8_t)pg_test_rnd_u64();
     for (size_t b = 0; b < nb; b++) {
         uint8_t *blk = w + b * bb;
         if (t == PG_Q6_K) {
-            put16(blk + 208, 0.0005f + 0.002f * fabsf(rnd()));
+            put16(blk + 208, 0.0005f + 0.002f * fabsf(pg_test_rnd()));
         } else {
-            put16(blk, 0.001f + 0.004f * fabsf(rnd()));
-            put16(blk + 2, 0.001f + 0.004f * fabsf(rnd()));
+            put16(blk, 0.001f + 0.004f * fabsf(pg_test_rnd()));
+            put16(blk + 2, 0.001f + 0.004f * fabsf(pg_test_rnd()));
         }
     }
     return w;
@@ -245,7 +225,7 @@ static void run_vs_ref(pg_dtype t, const pg_kernel_table *kt, pg_pool *pool, int
 
 static void test_tables_vs_reference(void **state) {
     (void)state;
-    pg_pool *pool2 = make_pool(2);
+    pg_pool *pool2 = pg_test_pool(2);
     const int64_t Ms[] = {1, 2, 5, 13, 40};
     for (int ti = 0; ti < 3; ti++) {
         const pg_dtype t = TYPES[ti];
@@ -258,12 +238,12 @@ static void test_tables_vs_reference(void **state) {
             float *bias = malloc((size_t)(2 * N) * sizeof(float));
             assert_true(A && C0 && bias);
             for (int64_t i = 0; i < M2 * lda; i++)
-                A[i] = rnd() * (i % 7 == 0 ? 4.0f : 1.0f);
+                A[i] = pg_test_rnd() * (i % 7 == 0 ? 4.0f : 1.0f);
             memset(A + lda, 0, 256 * sizeof(float)); /* an all-zero super-block */
             for (int64_t i = 0; i < M2 * ldc; i++)
-                C0[i] = rnd();
+                C0[i] = pg_test_rnd();
             for (int64_t i = 0; i < 2 * N; i++)
-                bias[i] = rnd();
+                bias[i] = pg_test_rnd();
             for (int l = 0; l < N_ISAS; l++) {
                 const pg_kernel_table *kt = pg_kernels_for_isa(ISAS[l]);
                 if (!kt) continue;
@@ -295,7 +275,7 @@ static void test_spec_vs_dequantized(void **state) {
         uint8_t *w = make_rows(t, N, K);
         float A[3 * 512], C[3 * 20], row[512];
         for (int i = 0; i < M * K; i++)
-            A[i] = rnd();
+            A[i] = pg_test_rnd();
         pg_ref_kq_gemm(t, w, NULL, N, K, A, M, K, C, N, NULL, PG_GEMM_STORE);
         for (int64_t n = 0; n < N; n++) {
             pg_dequant_row(t, w + (size_t)n * pg_dtype_row_bytes(t, K), row, K);
@@ -333,9 +313,9 @@ static void test_fused_rmsnorm_and_batch_invariance(void **state) {
               *c2 = malloc((size_t)(M * N) * 4), *c3 = malloc((size_t)N * 4);
         assert_true(X && xn && nw && c1 && c2 && c3);
         for (int64_t i = 0; i < M * K; i++)
-            X[i] = rnd() * 3.0f;
+            X[i] = pg_test_rnd() * 3.0f;
         for (int64_t i = 0; i < K; i++)
-            nw[i] = 1.0f + 0.5f * rnd();
+            nw[i] = 1.0f + 0.5f * pg_test_rnd();
         kt->rmsnorm_f32(xn, X, nw, (size_t)M, (size_t)K, 1e-5f);
         void *scratch = scratch_for(pw, M, 1);
         assert_int_equal(pg_gemm(pw, xn, M, K, c1, N, NULL, PG_GEMM_STORE, NULL, scratch),
@@ -412,7 +392,7 @@ static void test_models(void **state) {
     enum { T = 48 };
     int32_t tok[T];
     for (int i = 0; i < T; i++)
-        tok[i] = (int32_t)(rnd_u64() % 512);
+        tok[i] = (int32_t)(pg_test_rnd_u64() % 512);
     float *lg[4];
     for (int i = 0; i < 4; i++) {
         snprintf(path[i], sizeof path[i], "%s/m-%s.gguf", dir, types[i]);

@@ -1,6 +1,8 @@
 #define _GNU_SOURCE /* nftw */
 #include "testutil.h"
 
+#include "base/pool.h"
+
 #include <ftw.h>
 #include <limits.h>
 #include <errno.h>
@@ -109,4 +111,27 @@ int pg_test_run_command(const char *cmd, char **out) {
     int status = pclose(p);
     *out = buf;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static uint64_t g_test_rng = 0x9e3779b97f4a7c15ull;
+
+uint64_t pg_test_rnd_u64(void) {
+    g_test_rng ^= g_test_rng >> 12;
+    g_test_rng ^= g_test_rng << 25;
+    g_test_rng ^= g_test_rng >> 27;
+    return g_test_rng * 0x2545f4914f6cdd1dull;
+}
+
+float pg_test_rnd(void) {
+    return (float)((double)(pg_test_rnd_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+pg_pool *pg_test_pool(int n) {
+    pg_pool_options o = pg_pool_options_default();
+    o.n_threads = n;
+    o.pin = 0;
+    o.blocktime_us = 0;
+    pg_pool *p = NULL;
+    assert_int_equal(pg_pool_create(&o, &p), PAGODA_OK);
+    return p;
 }

@@ -40,4 +40,13 @@ void pg_test_mkdirs(const char *path);
 /* Write `len` bytes to `path`, failing the test on error. */
 void pg_test_write_file(const char *path, const void *data, size_t len);
 
+/* Deterministic xorshift64* stream shared by the kernel tests (one global
+ * state, seeded at start): uniform u64, and floats in [-1, 1). */
+uint64_t pg_test_rnd_u64(void);
+float pg_test_rnd(void);
+
+/* A thread pool of n unpinned threads with block time 0 (asserts it was
+ * created); release with pg_pool_free. */
+struct pg_pool *pg_test_pool(int n);
+
 #endif
