@@ -79,8 +79,27 @@ static int32_t argmax(const float *x, int32_t n) {
 
 typedef struct run_result {
     double max_diff;  /* max |logit - oracle| over every position */
+    double mean_diff; /* mean |logit - oracle| over the same logits */
     int32_t n_greedy; /* leading greedy ids equal to the oracle's */
+    /* teacher-forced over the oracle's greedy ids (fed whatever we pick):
+     * per step, how far the oracle's id is below our top logit */
+    float deficit[64];
 } run_result;
+
+/* Teacher-forced steps whose oracle id is within `tie` of our top logit. */
+static int32_t tf_within(const run_result *r, const oracle *o, double tie) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < o->n_greedy; i++)
+        n += r->deficit[i] <= tie;
+    return n;
+}
+
+static double tf_max_deficit(const run_result *r, const oracle *o) {
+    double m = 0;
+    for (int32_t i = 0; i < o->n_greedy; i++)
+        m = r->deficit[i] > m ? r->deficit[i] : m;
+    return m;
+}
 
 /* Prefill logits of every prompt position, then greedy decoding one token
  * per step, through the batched forward. */
@@ -94,7 +113,8 @@ static run_result run_path(const char *path, pg_dtype compute, pg_dtype kv_dtype
     assert_string_equal(pg_model_arch_name(m), arch);
     const int32_t V = pg_model_get_config(m)->vocab_size;
     assert_int_equal(V, o->vocab);
-    run_result r = {0, 0};
+    run_result r = {0};
+    size_t n_diff = 0;
     float *all = malloc((size_t)o->n_prompt * V * sizeof(float)), *last = malloc(V * sizeof(float));
     assert_true(all && last);
     if (kv_dtype == PG_F32) {
@@ -102,6 +122,7 @@ static run_result run_path(const char *path, pg_dtype compute, pg_dtype kv_dtype
         for (size_t i = 0; i < (size_t)o->n_prompt * V; i++) {
             double d = fabs((double)all[i] - (double)o->logits[i]);
             if (d > r.max_diff) r.max_diff = d;
+            r.mean_diff += d, n_diff++;
         }
     }
     pg_test_seq *s = pg_test_seq_create(m, o->n_prompt + o->n_greedy, 16, kv_dtype);
@@ -110,7 +131,24 @@ static run_result run_path(const char *path, pg_dtype compute, pg_dtype kv_dtype
         for (int32_t v = 0; v < V; v++) {
             double d = fabs((double)last[v] - (double)o->logits[(size_t)(o->n_prompt - 1) * V + v]);
             if (d > r.max_diff) r.max_diff = d;
+            r.mean_diff += d, n_diff++;
         }
+    }
+    r.mean_diff /= (double)n_diff;
+    /* teacher-forced: a near tie our rounding breaks the other way shows as
+     * a small deficit at that step, not as every later step differing */
+    {
+        pg_test_seq *tf = pg_test_seq_create(m, o->n_prompt + o->n_greedy, 16, kv_dtype);
+        float *lt = malloc(V * sizeof(float));
+        assert_non_null(lt);
+        assert_int_equal(pg_test_seq_forward(tf, o->prompt, o->n_prompt, lt), PAGODA_OK);
+        for (int32_t i = 0; i < o->n_greedy; i++) {
+            r.deficit[i] = lt[argmax(lt, V)] - lt[o->greedy[i]];
+            if (i + 1 < o->n_greedy)
+                assert_int_equal(pg_test_seq_forward(tf, &o->greedy[i], 1, lt), PAGODA_OK);
+        }
+        free(lt);
+        pg_test_seq_free(tf);
     }
     bool same = true;
     for (int32_t i = 0; i < o->n_greedy; i++) {
@@ -169,18 +207,26 @@ static void test_qwen3_dense_matches_llama_cpp(void **state) {
     check_exact("qwen3-dense-tiny", "qwen3");
 }
 
-/* The default path: BF16 GEMM (activations rounded to BF16 per GEMM) and a
- * BF16 KV cache, against llama.cpp's F16-KV oracle. Measured: max |dlogit|
- * 2.4e-2 at the last prompt row (logits up to ~6), greedy 32/32. */
+/* The default path: BF16 weights and a BF16 KV cache, against llama.cpp's
+ * F16-KV oracle. Its rounding depends on the ISA (AVX512_BF16 / Arm BF16
+ * round the activations to BF16 per GEMM; AVX2, AVX-512 without BF16 and
+ * the scalar path keep them F32), so a near tie may break either way and
+ * free-running greedy ids then differ from there on (AVX2: step 3, where
+ * the oracle's top two are 0.0088 apart). Pinned instead: max |dlogit| at
+ * the last prompt row < 4e-2 (measured 2.4e-2 / 2.5e-2, logits up to ~6),
+ * and teacher-forced over the oracle's 32 ids, each within 4e-2 of our top
+ * logit (measured: all 32 are our argmax but that one tie). */
 static void test_qwen3_dense_default_bf16_drift(void **state) {
     (void)state;
     oracle o;
     load_oracle("qwen3-dense-tiny", "expected_kvf16.json", &o);
     run_result r = run("qwen3-dense-tiny", "hf", PG_DTYPE_COUNT, PG_BF16, "qwen3", &o);
-    print_message("qwen3-dense-tiny hf (BF16 GEMM, BF16 KV): max |dlogit| %.3g, greedy %d/%d\n",
-                  r.max_diff, r.n_greedy, o.n_greedy);
+    print_message("qwen3-dense-tiny hf (BF16 GEMM, BF16 KV): max |dlogit| %.3g, greedy %d/%d, "
+                  "teacher-forced within 4e-2: %d/%d (max deficit %.3g)\n",
+                  r.max_diff, r.n_greedy, o.n_greedy, tf_within(&r, &o, 4e-2), o.n_greedy,
+                  tf_max_deficit(&r, &o));
     assert_true(r.max_diff < 4e-2);
-    assert_int_equal(r.n_greedy, o.n_greedy);
+    assert_int_equal(tf_within(&r, &o, 4e-2), o.n_greedy);
     free(o.logits);
 }
 
@@ -335,17 +381,29 @@ static void test_qwen3_moe_matches_llama_cpp(void **state) {
     check_exact("qwen3-moe-tiny", "qwen3_moe");
 }
 
-/* The default path on the MoE oracle. Measured: max |dlogit| at the last
- * prompt row and greedy agreement pinned below. */
+/* The default path on the MoE oracle. The router is F32, but its inputs
+ * carry the BF16 rounding, and this random model's top-2 choices are often
+ * near ties (probability gaps down to 2.6e-4 on this prompt): which ones
+ * flip depends on the ISA's rounding (see the dense case above), and one
+ * flipped expert moves that token's logits by up to ~0.8. Measured (last
+ * prompt row; teacher-forced over the 32 oracle ids): AVX512_BF16 max
+ * |dlogit| 2.6e-2, all 32 our argmax; AVX2 / AVX-512 / scalar 0.18 with a
+ * flip on that row, 26 of 32 our argmax, 28 within 5e-2, worst 0.80. A
+ * broken kernel moves every logit by far more (mean |dlogit| is pinned), a
+ * broken router every token. */
 static void test_qwen3_moe_default_bf16_drift(void **state) {
     (void)state;
     oracle o;
     load_oracle("qwen3-moe-tiny", "expected_kvf16.json", &o);
     run_result r = run("qwen3-moe-tiny", "hf", PG_DTYPE_COUNT, PG_BF16, "qwen3_moe", &o);
-    print_message("qwen3-moe-tiny hf (BF16 GEMM, BF16 KV): max |dlogit| %.3g, greedy %d/%d\n",
-                  r.max_diff, r.n_greedy, o.n_greedy);
-    assert_true(r.max_diff < 4e-2);
-    assert_int_equal(r.n_greedy, o.n_greedy);
+    print_message("qwen3-moe-tiny hf (BF16 GEMM, BF16 KV): max |dlogit| %.3g (mean %.3g), greedy "
+                  "%d/%d, teacher-forced within 5e-2: %d/%d (max deficit %.3g)\n",
+                  r.max_diff, r.mean_diff, r.n_greedy, o.n_greedy, tf_within(&r, &o, 5e-2),
+                  o.n_greedy, tf_max_deficit(&r, &o));
+    assert_true(r.max_diff < 0.3);
+    assert_true(r.mean_diff < 0.1); /* measured 6.5e-3; 5.0e-2 with the flip */
+    assert_true(tf_within(&r, &o, 5e-2) >= o.n_greedy - 6);
+    assert_true(tf_max_deficit(&r, &o) < 1.5);
     free(o.logits);
 }
 
