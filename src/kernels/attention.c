@@ -256,21 +256,22 @@ static void run_partition(const ctx *c, const unit *u, int32_t part, const wsp *
         const int32_t b0 = si * sb;
         const int nk = kend - b0 < sb ? kend - b0 : sb;
         /* blocks wholly before kstart (a sliding window's start inside the
-         * super-block) may be null in the block table: alias the first
-         * visible tile there; the window mask removes their scores */
-        const int first = kstart > b0 ? (kstart - b0) / bs : 0;
+         * super-block) may be null in the block table and are not read: the
+         * micro-kernels start at the first visible tile (column `skip` of the
+         * score rows). Reading them with a zero weight would not do: a
+         * never-written slot may hold a NaN, and 0 * NaN poisons the sum. */
+        const int first = kstart > b0 ? (kstart - b0) / bs : 0, skip = first * bs;
         for (int t = first; t * bs < nk; t++) {
             const size_t off =
                 ((size_t)table[b0 / bs + t] * (size_t)kv->num_kv_heads + (size_t)u->kvh) * tile;
             kt[t] = (const char *)kv->k + off;
             vt[t] = (const char *)kv->v + off;
         }
-        for (int t = 0; t < first; t++)
-            kt[t] = kt[first], vt[t] = vt[first];
-        c->uk->qk(w->q, hd, rows, kt, bs, nk, hd, p->scale, w->s, sb);
+        float *s = w->s + skip; /* scores of keys b0 + skip ... b0 + nk - 1 */
+        c->uk->qk(w->q, hd, rows, kt + first, bs, nk - skip, hd, p->scale, s, sb);
         if (p->softcap > 0)
             for (int r = 0; r < rows; r++)
-                for (int j = 0; j < nk; j++) {
+                for (int j = skip; j < nk; j++) {
                     float *x = &w->s[(size_t)r * sb + j];
                     *x = p->softcap * tanhf(*x / p->softcap);
                 }
@@ -281,14 +282,14 @@ static void run_partition(const ctx *c, const unit *u, int32_t part, const wsp *
             for (int r = 0; r < rows; r++) {
                 int32_t pos = pos0 + r / G;
                 float *sr = w->s + (size_t)r * sb;
-                for (int j = pos + 1 - b0 > 0 ? pos + 1 - b0 : 0; j < nk; j++)
+                for (int j = pos + 1 - b0 > skip ? pos + 1 - b0 : skip; j < nk; j++)
                     sr[j] = -INFINITY;
                 if (p->sliding_window > 0)
-                    for (int j = 0; j < nk && b0 + j <= pos - p->sliding_window; j++)
+                    for (int j = skip; j < nk && b0 + j <= pos - p->sliding_window; j++)
                         sr[j] = -INFINITY;
             }
-        c->uk->softmax(w->s, sb, rows, nk, m, l, acc, hd, hd);
-        c->uk->pv(w->s, sb, rows, vt, bs, nk, hd, acc, hd);
+        c->uk->softmax(s, sb, rows, nk - skip, m, l, acc, hd, hd);
+        c->uk->pv(s, sb, rows, vt + first, bs, nk - skip, hd, acc, hd);
     }
 }
 

@@ -56,8 +56,10 @@ pg_test_seq *pg_test_seq_create(const pg_model *m, int32_t max_len, int32_t max_
         else if (c->kind == PG_LAYER_CACHE_STATE)
             total += ((size_t)c->state_bytes + 63) / 64 * 64;
     }
-    /* zeroed as the engine's KV memory is (gpt-oss decode is known to read
-     * never-written slots of this memory; see the note in test_oracles.c) */
+    /* Recurrent states start at zero; the K/V halves are filled with NaN
+     * (all-ones bits) below: attention must never read a slot it has not
+     * written (a zero weight times a NaN poisons the sum), whatever the
+     * memory held before. */
     s->mem = pg_calloc_aligned(1, total ? total : 64);
     assert_non_null(s->mem);
     size_t off = 0;
@@ -72,6 +74,7 @@ pg_test_seq *pg_test_seq_create(const pg_model *m, int32_t max_len, int32_t max_
                                      .num_kv_heads = c->num_kv_heads,
                                      .block_size = BS,
                                      .head_dim = c->head_dim};
+            memset((char *)s->mem + off, 0xff, 2 * half);
             off += 2 * half;
             s->lc[l].kv = &s->kv[l];
             s->lc[l].slot_mapping = s->slot;
