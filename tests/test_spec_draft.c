@@ -87,8 +87,7 @@ static int setup(void **state) {
 enum { NREQ = 8 };
 
 static pagoda_speculative_config draft_config(const char *model, int k) {
-    pagoda_speculative_config c = {.method = PAGODA_SPEC_DRAFT_MODEL,
-                                   .num_speculative_tokens = k};
+    pagoda_speculative_config c = {.method = PAGODA_SPEC_DRAFT_MODEL, .num_speculative_tokens = k};
     size_t n = strlen(model);
     assert_true(n < sizeof c.model);
     memcpy(c.model, model, n + 1);
@@ -382,8 +381,9 @@ static void test_draft_config(void **state) {
     assert_string_equal(c.model, "d");
     expect_parse_error("{\"method\": \"draft_model\", \"num_speculative_tokens\": 2}",
                        "needs \"model\"");
-    expect_parse_error("{\"method\": \"draft_model\", \"model\": \"\", \"num_speculative_tokens\": 2}",
-                       "non-empty string");
+    expect_parse_error(
+        "{\"method\": \"draft_model\", \"model\": \"\", \"num_speculative_tokens\": 2}",
+        "non-empty string");
     expect_parse_error("{\"method\": \"draft_model\", \"model\": 3, \"num_speculative_tokens\": 2}",
                        "non-empty string");
     expect_parse_error("{\"method\": \"draft\", \"model\": \"d\", \"num_speculative_tokens\": 2}",
@@ -400,8 +400,7 @@ static void test_draft_config(void **state) {
     memcpy(longp + 1111, "\", \"num_speculative_tokens\": 2}", 32);
     expect_parse_error(longp, "longer than");
     /* the engine checks a config built by hand too */
-    c = (pagoda_speculative_config){.method = PAGODA_SPEC_DRAFT_MODEL,
-                                    .num_speculative_tokens = 2};
+    c = (pagoda_speculative_config){.method = PAGODA_SPEC_DRAFT_MODEL, .num_speculative_tokens = 2};
     expect_create_error(&c, "needs the draft model's path");
     c = draft_config(g_small, 0);
     expect_create_error(&c, "num_speculative_tokens 0");

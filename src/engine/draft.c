@@ -15,13 +15,13 @@
  * cache manager and the tokens its KV holds. */
 typedef struct dstate {
     bool used;
-    pg_request rq;  /* id, kv_slot, num_computed_tokens (KV held), num_tokens (for the kvm) */
-    int32_t *toks;  /* [max_model_len]: the tokens whose KV is computed, then queued ones */
-    int32_t len;    /* target length the drafts follow (the request's num_tokens) */
-    int32_t want;   /* drafts wanted this step */
-    int32_t got;    /* drafts made for `len` */
+    pg_request rq; /* id, kv_slot, num_computed_tokens (KV held), num_tokens (for the kvm) */
+    int32_t *toks; /* [max_model_len]: the tokens whose KV is computed, then queued ones */
+    int32_t len;   /* target length the drafts follow (the request's num_tokens) */
+    int32_t want;  /* drafts wanted this step */
+    int32_t got;   /* drafts made for `len` */
     int32_t drafts[PG_MAX_SPEC_TOKENS];
-    int64_t stamp;  /* last prepare that used it (eviction: the oldest goes) */
+    int64_t stamp; /* last prepare that used it (eviction: the oldest goes) */
 } dstate;
 
 struct pg_draft {
@@ -86,8 +86,8 @@ static pagoda_status check_vocab(const char *path, const pg_model *m, const pg_t
 }
 
 pagoda_status pg_draft_load(const char *path, const pg_model_options *mo,
-                            const pg_tokenizer *target_tok, int32_t target_vocab,
-                            pg_dtype kv_dtype, int32_t block_size, pg_draft **out) {
+                            const pg_tokenizer *target_tok, int32_t target_vocab, pg_dtype kv_dtype,
+                            int32_t block_size, pg_draft **out) {
     *out = NULL;
     pg_draft *d = calloc(1, sizeof *d);
     if (!d) return pg_error(PAGODA_ERR_NOMEM, "speculative config: out of memory");

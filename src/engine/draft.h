@@ -48,8 +48,8 @@ typedef struct pg_draft pg_draft;
  * (vocabulary mismatch, naming the first differing id), PAGODA_ERR_UNSUPPORTED
  * (recurrent-state or cross-attention layers). */
 pagoda_status pg_draft_load(const char *path, const pg_model_options *mo,
-                            const pg_tokenizer *target_tok, int32_t target_vocab,
-                            pg_dtype kv_dtype, int32_t block_size, pg_draft **out);
+                            const pg_tokenizer *target_tok, int32_t target_vocab, pg_dtype kv_dtype,
+                            int32_t block_size, pg_draft **out);
 
 /* K and V bytes of one token over all the draft's layers (its KV memory is
  * num_blocks * block_size times this). */

@@ -91,7 +91,7 @@ struct pagoda_engine {
     pg_tokenizer *tok;
     pg_scheduler *sched;
     pg_runner *runner;
-    pg_draft *draft; /* speculative decoding's draft model (NULL: none) */
+    pg_draft *draft;       /* speculative decoding's draft model (NULL: none) */
     pg_sampler **samplers; /* one per pool thread: requests sample in parallel */
     int n_samplers;
     char name[256];

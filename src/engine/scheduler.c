@@ -806,7 +806,8 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
             left -= k;
         }
         if (n > 0) {
-            pagoda_status pst = s->spec.prepare(s->spec.propose_ctx, s->spec_cand, s->spec_cand_k, n);
+            pagoda_status pst =
+                s->spec.prepare(s->spec.propose_ctx, s->spec_cand, s->spec_cand_k, n);
             if (pst) return pst;
         }
     }

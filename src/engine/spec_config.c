@@ -65,7 +65,8 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
     if (!st && path && (!cJSON_IsString(path) || !path->valuestring[0]))
         st = pg_error(PAGODA_ERR_INVALID_ARG, CMD ": \"model\" must be a non-empty string");
     bool path_is_ngram =
-        !st && path && (!strcmp(path->valuestring, "ngram") || !strcmp(path->valuestring, "[ngram]"));
+        !st && path &&
+        (!strcmp(path->valuestring, "ngram") || !strcmp(path->valuestring, "[ngram]"));
     const char *method = NULL;
     if (!st && m && !cJSON_IsNull(m)) {
         if (!cJSON_IsString(m))
