@@ -66,6 +66,9 @@ typedef enum pagoda_prefix_hash_algo {
 typedef enum pagoda_spec_method {
     PAGODA_SPEC_NONE = 0,
     PAGODA_SPEC_NGRAM, /* prompt lookup over the request's own tokens (vLLM's "ngram") */
+    /* a smaller model of the same vocabulary proposes greedily (vLLM's
+     * "draft_model"; engine/draft.h): its own paged KV cache */
+    PAGODA_SPEC_DRAFT_MODEL,
 } pagoda_spec_method;
 
 typedef struct pagoda_speculative_config {
@@ -79,6 +82,9 @@ typedef struct pagoda_speculative_config {
      * drafts only cost); 0 = the default, PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS. */
     int32_t max_batch_tokens;
     int32_t disable_by_batch_size; /* vLLM's: no drafts while this many requests run; 0 = none */
+    /* draft_model: the draft's path (HF directory or GGUF file; any
+     * registered architecture whose tokenizer is the target's) */
+    char model[1024];
 } pagoda_speculative_config;
 
 #define PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS 16
@@ -86,10 +92,13 @@ typedef struct pagoda_speculative_config {
 /* Parse vLLM's --speculative-config JSON object into *out:
  * {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
  *  "prompt_lookup_min": 2} (also "model": "ngram" / "[ngram]", vLLM's older
- * spelling; "disable_by_batch_size"; pagoda's "max_batch_tokens"). As vLLM:
- * prompt_lookup_min / max default to each other, both absent to 5.
+ * spelling; "disable_by_batch_size"; pagoda's "max_batch_tokens"), or
+ * {"method": "draft_model", "model": PATH, "num_speculative_tokens": 4}
+ * ("method" absent with a "model" path: draft_model, as vLLM infers it).
+ * As vLLM: prompt_lookup_min / max default to each other, both absent to 5.
  * Errors: PAGODA_ERR_INVALID_ARG naming the key and the bad value (not
- * JSON, unknown key, unknown method, out of range). */
+ * JSON, unknown key, unknown method, out of range, draft_model without a
+ * "model" path or with prompt_lookup keys). */
 pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculative_config *out);
 
 typedef struct pagoda_engine_options {

@@ -144,7 +144,7 @@ static void test_json_greedy_ids_and_text(void **state) {
 
 /* --speculative-config (vLLM's): the greedy ids and text are those without
  * it (here the llama2.c reference's 60 tokens, which repeat themselves, so
- * n-gram drafts are accepted). */
+ * n-gram drafts are accepted), with the n-gram proposer and a draft model. */
 static void test_speculative_config_keeps_greedy_output(void **state) {
     (void)state;
     require_runnable();
@@ -167,6 +167,20 @@ static void test_speculative_config_keeps_greedy_output(void **state) {
     assert_string_equal(json, plain);
     assert_non_null(
         strstr(json + strlen(json) + 1, "SpecDecoding metrics: Mean acceptance length"));
+    free(spec);
+    /* a draft model (the target itself: every draft accepted) */
+    snprintf(args, sizeof args,
+             "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 60 --json "
+             "--speculative-config '{\"method\": \"draft_model\", \"model\": \"%s\", "
+             "\"num_speculative_tokens\": 3}'",
+             model_arg("llm/stories260K-hf"), pg_test_asset("llm/stories260K-hf"));
+    assert_int_equal(run(args, true, &spec), 0);
+    assert_non_null(strstr(spec, "speculative decoding: draft model"));
+    json = strstr(spec, "{\"prompt_token_ids\"");
+    assert_non_null(json);
+    json[strcspn(json, "\n")] = 0;
+    assert_string_equal(json, plain);
+    assert_non_null(strstr(json + strlen(json) + 1, "Avg Draft acceptance rate: 100.0%"));
     free(plain);
     free(spec);
 }

@@ -1032,6 +1032,74 @@ static void test_speculative_ngram_and_adaptive_budget(void **state) {
     g_spec = (pg_spec_config){0};
 }
 
+/* The prepare hook (the draft model's batching point): once per step that
+ * may carry drafts, before any propose, with the decodes in admission order
+ * and each one's cap under the step's draft budget; not called while no
+ * draft may be given. */
+static uint64_t g_prep_ids[8];
+static int32_t g_prep_k[8], g_prep_n, g_prep_calls;
+static pagoda_status record_prepare(void *ctx, pg_request *const *reqs, const int32_t *k,
+                                    int32_t n) {
+    (void)ctx;
+    g_prep_calls++;
+    g_prep_n = n;
+    for (int32_t i = 0; i < n && i < 8; i++) {
+        g_prep_ids[i] = reqs[i]->id;
+        g_prep_k[i] = k[i];
+    }
+    return PAGODA_OK;
+}
+
+static void test_speculative_prepare_hook(void **state) {
+    (void)state;
+    g_spec = (pg_spec_config){.num_speculative_tokens = 3,
+                              .prompt_lookup_min = 2,
+                              .prompt_lookup_max = 4,
+                              .max_batch_tokens = 8,
+                              .disable_by_batch_size = 4,
+                              .prepare = record_prepare};
+    g_prep_calls = 0;
+    harness h;
+    h_init(&h, 64, 8, 128, 4, 200, true);
+    h.model = cycle_model;
+    for (uint64_t id = 0; id < 3; id++) {
+        int32_t p[10];
+        for (int32_t i = 0; i < 10; i++)
+            p[i] = cycle_model(id, i);
+        assert_int_equal(
+            h_add(&h, id, (req_spec){.prompt_n = 10, .max_tokens = 40, .eos = -1, .prompt = p}),
+            PAGODA_OK);
+    }
+    pg_sched_output o;
+    h_step_ex(&h, &o, NULL, 0); /* prefills: no decode, no call */
+    assert_int_equal(g_prep_calls, 0);
+    h_step_ex(&h, &o, NULL, 0); /* 3 decodes: 8 - 3 = 5 drafts: 3, then 2 */
+    assert_int_equal(g_prep_calls, 1);
+    assert_int_equal(g_prep_n, 2);
+    assert_int_equal(g_prep_ids[0], 0);
+    assert_int_equal(g_prep_k[0], 3);
+    assert_int_equal(g_prep_ids[1], 1);
+    assert_int_equal(g_prep_k[1], 2);
+    assert_int_equal(o.num_spec_tokens[0], 3);
+    assert_int_equal(o.num_spec_tokens[1], 2);
+    assert_int_equal(o.num_spec_tokens[2], 0);
+    int32_t p[10];
+    for (int32_t i = 0; i < 10; i++)
+        p[i] = cycle_model(3, i);
+    assert_int_equal(
+        h_add(&h, 3, (req_spec){.prompt_n = 10, .max_tokens = 40, .eos = -1, .prompt = p}),
+        PAGODA_OK);
+    h_step_ex(&h, &o, NULL, 0); /* 3 decodes + a prefill */
+    assert_int_equal(g_prep_calls, 2);
+    h_step_ex(&h, &o, NULL, 0); /* 4 running = disable_by_batch_size: no call */
+    assert_int_equal(g_prep_calls, 2);
+    assert_int_equal(o.num_spec_total, 0);
+    h_run_to_end(&h, 100);
+    assert_all_free(&h);
+    h_free(&h);
+    g_spec = (pg_spec_config){0};
+}
+
 /* Encoder-decoder requests: encoder pieces cost encoder_step_tokens of the
  * budget each (at least one piece per step), at most max_num_encoding
  * requests encode at once, the decoder prompt follows in the step that
@@ -1177,6 +1245,7 @@ int main(void) {
         cmocka_unit_test(test_random_stress_hybrid_groups),
         cmocka_unit_test(test_random_stress_speculative),
         cmocka_unit_test(test_speculative_ngram_and_adaptive_budget),
+        cmocka_unit_test(test_speculative_prepare_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

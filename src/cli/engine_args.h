@@ -49,7 +49,10 @@
     "  --speculative-config JSON   speculative decoding, vLLM's: '{\"method\": \"ngram\",\n"       \
     "                              \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4,\n"     \
     "                              \"prompt_lookup_min\": 2}' (also disable_by_batch_size,\n"      \
-    "                              max_batch_tokens: drafts while decodes + drafts <= it, 16)\n"
+    "                              max_batch_tokens: drafts while decodes + drafts <= it, 16),\n" \
+    "                              or '{\"method\": \"draft_model\", \"model\": PATH,\n"           \
+    "                              \"num_speculative_tokens\": 4}' (a draft model of the same\n"   \
+    "                              tokenizer; its KV cache on top of --kv-cache-memory)\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with

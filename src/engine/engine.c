@@ -21,6 +21,7 @@
 #include "engine/grammars.h"
 #include "engine/chat.h"
 #include "engine/detokenizer.h"
+#include "engine/draft.h"
 #include "engine/kv_cache_spec.h"
 #include "engine/rng.h"
 #include "engine/runner.h"
@@ -90,6 +91,7 @@ struct pagoda_engine {
     pg_tokenizer *tok;
     pg_scheduler *sched;
     pg_runner *runner;
+    pg_draft *draft;       /* speculative decoding's draft model (NULL: none) */
     pg_sampler **samplers; /* one per pool thread: requests sample in parallel */
     int n_samplers;
     char name[256];
@@ -264,13 +266,21 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
                         (int)o->prefix_caching_hash_algo, (int)PAGODA_PREFIX_HASH_SHA256,
                         (int)PAGODA_PREFIX_HASH_XXHASH);
     const pagoda_speculative_config *sp = &o->speculative;
-    if (sp->method != PAGODA_SPEC_NONE &&
-        (sp->method != PAGODA_SPEC_NGRAM || sp->num_speculative_tokens < 1 ||
-         sp->num_speculative_tokens > PG_MAX_SPEC_TOKENS || sp->prompt_lookup_min < 1 ||
-         sp->prompt_lookup_max < sp->prompt_lookup_min || sp->max_batch_tokens < 0 ||
-         sp->disable_by_batch_size < 0))
+    if (sp->method == PAGODA_SPEC_DRAFT_MODEL && !memchr(sp->model, 0, sizeof sp->model))
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "engine: speculative config: method %d (1 = ngram), "
+                        "engine: speculative config: the draft model path is not terminated");
+    if (sp->method == PAGODA_SPEC_DRAFT_MODEL && !sp->model[0])
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: speculative config: method draft_model needs the draft model's "
+                        "path (\"model\")");
+    const bool ngram = sp->method == PAGODA_SPEC_NGRAM;
+    if (sp->method != PAGODA_SPEC_NONE &&
+        ((!ngram && sp->method != PAGODA_SPEC_DRAFT_MODEL) || sp->num_speculative_tokens < 1 ||
+         sp->num_speculative_tokens > PG_MAX_SPEC_TOKENS ||
+         (ngram && (sp->prompt_lookup_min < 1 || sp->prompt_lookup_max < sp->prompt_lookup_min)) ||
+         sp->max_batch_tokens < 0 || sp->disable_by_batch_size < 0))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "engine: speculative config: method %d (1 = ngram, 2 = draft_model), "
                         "num_speculative_tokens %d (1..%d), prompt_lookup_min %d (>= 1), "
                         "prompt_lookup_max %d (>= min), max_batch_tokens %d, "
                         "disable_by_batch_size %d (>= 0)",
@@ -508,6 +518,31 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     }
     e->spec_k = sc.spec.num_speculative_tokens;
     e->spec_stride = 1 + e->spec_k;
+    int32_t draft_blocks = 0;
+    if (e->spec_k > 0 && o.speculative.method == PAGODA_SPEC_DRAFT_MODEL) {
+        /* the draft's own paged KV: as many tokens as the target's pool plus
+         * one block per request for the drafts past the accepted length,
+         * never more than max_num_seqs full-length requests use */
+        if ((st = pg_draft_load(o.speculative.model, &mo, e->tok, e->vocab, kvt, e->block_size,
+                                &e->draft)) != PAGODA_OK)
+            goto fail;
+        int64_t dn = (int64_t)num_blocks + mns;
+        int64_t duse = 1 + (int64_t)mns * ((e->max_model_len + e->block_size - 1) / e->block_size);
+        if (dn > duse) dn = duse;
+        draft_blocks = (int32_t)dn;
+        const uint64_t dbytes = (uint64_t)draft_blocks * (uint64_t)e->block_size *
+                                pg_draft_kv_bytes_per_token(e->draft);
+        if ((st = check_kv_fits(0, (uint64_t)num_blocks * (uint64_t)e->block_size *
+                                           (plan.kv_bytes_per_token ? plan.kv_bytes_per_token : 1) +
+                                       state_mem + snap_mem + dbytes)) != PAGODA_OK)
+            goto fail;
+        if ((st = pg_draft_start(e->draft, draft_blocks, mns, e->max_model_len, mnbt, e->spec_k)) !=
+            PAGODA_OK)
+            goto fail;
+        sc.spec.propose = pg_draft_propose;
+        sc.spec.propose_ctx = e->draft;
+        sc.spec.prepare = pg_draft_prepare;
+    }
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
     { /* the longest sequence the KV cache holds (caps max_tokens 0 = null) */
         pg_kvm *kvm = pg_scheduler_kvm(e->sched);
@@ -562,7 +597,16 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
             (double)pg_runner_workspace_bytes(e->runner) / 1048576.0,
             o.enable_prefix_caching ? "on, " : "off",
             o.enable_prefix_caching ? pg_block_hash_algo_name(sc.kv.hash_algo) : "");
-    if (e->spec_k > 0)
+    if (e->draft)
+        PG_INFO("engine: speculative decoding: draft model %s (%s), %d tokens, greedy drafts; "
+                "draft KV %d blocks x %d tokens (%.1f MiB, on top of the target's), workspace "
+                "%.1f MiB; drafts while a step's decode tokens + drafts <= %d%s",
+                o.speculative.model, pg_draft_arch_name(e->draft), e->spec_k,
+                pg_draft_num_blocks(e->draft), e->block_size,
+                (double)pg_draft_kv_bytes(e->draft) / 1048576.0,
+                (double)pg_draft_workspace_bytes(e->draft) / 1048576.0, sc.spec.max_batch_tokens,
+                sc.spec.disable_by_batch_size > 0 ? ", off at disable_by_batch_size" : "");
+    else if (e->spec_k > 0)
         PG_INFO(
             "engine: speculative decoding: ngram, %d tokens, prompt_lookup %d..%d, drafts while "
             "a step's decode tokens + drafts <= %d%s",
@@ -615,6 +659,7 @@ void pagoda_engine_free(pagoda_engine *e) {
     free(e->samplers);
     pg_runner_free(e->runner);
     pg_scheduler_destroy(e->sched);
+    pg_draft_free(e->draft);
     pg_grammars_free(e->grammars);
     pg_chat_cache_free(e->chat);
     pg_tokenizer_free(e->tok);
@@ -1313,6 +1358,7 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
 
     pg_sched_output so;
     if ((st = pg_scheduler_schedule(e->sched, &so)) != PAGODA_OK) return st;
+    if (e->draft) pg_draft_release(e->draft, so.finished_ids, so.num_finished);
     if (so.num_reqs == 0 && so.num_enc == 0) {
         update_stats(e);
         if (n_outputs) *n_outputs = e->n_outs;
@@ -1459,7 +1505,13 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
 }
 
 pagoda_status pg_engine_set_proposer(pagoda_engine *e, pg_spec_propose_fn fn, void *ctx) {
-    return pg_scheduler_set_proposer(e->sched, fn, ctx);
+    pagoda_status st = pg_scheduler_set_proposer(e->sched, fn, ctx);
+    if (!st) st = pg_scheduler_set_prepare(e->sched, NULL); /* the draft model's, if any */
+    return st;
+}
+
+struct pg_draft *pg_engine_draft(pagoda_engine *e) {
+    return e->draft;
 }
 
 const pagoda_output *pagoda_engine_outputs(const pagoda_engine *e, size_t *n) {

@@ -82,6 +82,8 @@ struct pg_scheduler {
     int32_t spec_left;   /* draft tokens this step may still schedule */
     int32_t *o_num_spec, *o_spec_ids;
     pg_spec_stats spec_stats;
+    pg_request **spec_cand; /* [max_seqs]: the prepare hook's requests */
+    int32_t *spec_cand_k;   /* [max_seqs]: and their draft caps */
 };
 
 /* ---- id map ---- */
@@ -308,6 +310,8 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     s->ev_tokens = malloc(S * (PG_MAX_SPEC_TOKENS + 1) * sizeof(int32_t));
     s->o_num_spec = calloc(S, sizeof(int32_t));
     s->o_spec_ids = calloc(S * PG_MAX_SPEC_TOKENS, sizeof(int32_t));
+    s->spec_cand = calloc(S, sizeof *s->spec_cand);
+    s->spec_cand_k = calloc(S, sizeof(int32_t));
     size_t E = (size_t)(s->max_encoding > 0 ? s->max_encoding : 1);
     s->enc_free = malloc(E * sizeof(int32_t));
     s->enc_reqs = malloc(E * sizeof *s->enc_reqs);
@@ -331,7 +335,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
         !s->snap_hash || !s->snap_decode || !s->o_tables || !s->o_num_blocks ||
         !s->o_num_new_blocks || !s->o_tokens || !s->o_positions || !s->o_slots || !s->o_preempted ||
         !s->fin[0] || !s->fin[1] || !s->events || !s->ev_tokens || !s->o_num_spec ||
-        !s->o_spec_ids || wq_reserve(s, 64) != PAGODA_OK) {
+        !s->o_spec_ids || !s->spec_cand || !s->spec_cand_k || wq_reserve(s, 64) != PAGODA_OK) {
         pg_scheduler_destroy(s);
         return pg_error(PAGODA_ERR_NOMEM, "scheduler: out of memory for step buffers");
     }
@@ -417,6 +421,8 @@ void pg_scheduler_destroy(pg_scheduler *s) {
     free(s->ev_tokens);
     free(s->o_num_spec);
     free(s->o_spec_ids);
+    free(s->spec_cand);
+    free(s->spec_cand_k);
     free(s->enc_free);
     free(s->enc_reqs);
     free(s->o_enc_ids);
@@ -505,6 +511,14 @@ pagoda_status pg_scheduler_set_proposer(pg_scheduler *s, pg_spec_propose_fn fn, 
                         "scheduler: speculative decoding is off: no proposer to set");
     s->spec.propose = fn;
     s->spec.propose_ctx = ctx;
+    return PAGODA_OK;
+}
+
+pagoda_status pg_scheduler_set_prepare(pg_scheduler *s, pg_spec_prepare_fn fn) {
+    if (s->spec.num_speculative_tokens <= 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "scheduler: speculative decoding is off: no prepare hook to set");
+    s->spec.prepare = fn;
     return PAGODA_OK;
 }
 
@@ -774,6 +788,28 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
             decodes += s->running[i]->num_tokens - s->running[i]->num_computed_tokens == 1;
         int32_t cap = s->spec.max_batch_tokens > 0 ? s->spec.max_batch_tokens : s->max_tokens;
         s->spec_left = cap > decodes ? cap - decodes : 0;
+    }
+    if (s->spec.prepare && s->spec_left > 0) { /* the decodes propose_drafts may serve */
+        int32_t n = 0, left = s->spec_left;
+        for (int32_t i = 0; i < s->num_running && left > 0; i++) {
+            pg_request *r = s->running[i];
+            if (r->num_tokens - r->num_computed_tokens != 1 || r->no_spec ||
+                r->encoder_done < r->encoder_steps)
+                continue;
+            int32_t k = s->spec.num_speculative_tokens;
+            if (k > left) k = left;
+            if (k > r->max_total_tokens - r->num_tokens - 1)
+                k = r->max_total_tokens - r->num_tokens - 1;
+            if (k <= 0) continue;
+            s->spec_cand[n] = r;
+            s->spec_cand_k[n++] = k;
+            left -= k;
+        }
+        if (n > 0) {
+            pagoda_status pst =
+                s->spec.prepare(s->spec.propose_ctx, s->spec_cand, s->spec_cand_k, n);
+            if (pst) return pst;
+        }
     }
 
     /* 1. decodes, then 2. prefill chunks of running requests */

@@ -63,6 +63,15 @@
  * back), never get drafts. */
 typedef int32_t (*pg_spec_propose_fn)(void *ctx, const pg_request *r, int32_t max_drafts,
                                       int32_t *out);
+/* Called once per step before any propose, when the step may carry drafts:
+ * reqs[0..n) are the running decodes (one pending token, not no_spec) that
+ * may get drafts, in the order propose will see them, and max_drafts[i] the
+ * drafts i may get at most (num_speculative_tokens, what it may still
+ * output, and the step's draft budget given to those before it). A proposer
+ * that batches its work (the draft model, engine/draft.h) computes all of
+ * it here. An error fails the step. */
+typedef pagoda_status (*pg_spec_prepare_fn)(void *ctx, pg_request *const *reqs,
+                                            const int32_t *max_drafts, int32_t n);
 
 typedef struct pg_spec_config {
     int32_t num_speculative_tokens;               /* drafts per request and step at most; 0 = off */
@@ -71,6 +80,7 @@ typedef struct pg_spec_config {
     int32_t disable_by_batch_size; /* no drafts while this many requests run; 0 = no limit */
     pg_spec_propose_fn propose;    /* NULL: n-gram */
     void *propose_ctx;
+    pg_spec_prepare_fn prepare; /* NULL: none; gets propose_ctx */
 } pg_spec_config;
 
 /* Probe rows (pg_request_params.probe_len) per step at most: a chunk that
@@ -286,9 +296,11 @@ pagoda_status pg_scheduler_update_from_output_spec(pg_scheduler *s, const pg_sch
                                                    pg_step_result *res);
 
 /* Replace the draft proposer (pg_spec_config.propose; NULL: n-gram) for
- * the steps to come; speculative decoding must be on
- * (num_speculative_tokens > 0), else PAGODA_ERR_INVALID_ARG. */
+ * the steps to come, and its prepare hook (NULL: none); speculative
+ * decoding must be on (num_speculative_tokens > 0), else
+ * PAGODA_ERR_INVALID_ARG. */
 pagoda_status pg_scheduler_set_proposer(pg_scheduler *s, pg_spec_propose_fn fn, void *ctx);
+pagoda_status pg_scheduler_set_prepare(pg_scheduler *s, pg_spec_prepare_fn fn);
 
 /* A live (queued or running) request, NULL when unknown or finished.
  * Read-only view; valid until it finishes. */

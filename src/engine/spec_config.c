@@ -1,8 +1,10 @@
 /* vLLM's --speculative-config JSON (vllm/config/speculative.py,
  * SpeculativeConfig: method, num_speculative_tokens, prompt_lookup_min /
- * prompt_lookup_max, disable_by_batch_size) -> pagoda_speculative_config. */
+ * prompt_lookup_max, disable_by_batch_size; draft_model with its "model"
+ * path) -> pagoda_speculative_config. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/status.h"
@@ -55,17 +57,57 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
                               "disable_by_batch_size, max_batch_tokens)",
                           it->string);
     }
-    /* the method: "method", or vLLM's older "model": "ngram" / "[ngram]" */
+    /* the method: "method"; else vLLM's older "model": "ngram" / "[ngram]";
+     * else a "model" path alone means draft_model (vLLM infers it) */
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "method");
-    if (!m || cJSON_IsNull(m)) m = cJSON_GetObjectItemCaseSensitive(o, "model");
-    if (!st && (!m || !cJSON_IsString(m)))
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (path && cJSON_IsNull(path)) path = NULL;
+    if (!st && path && (!cJSON_IsString(path) || !path->valuestring[0]))
+        st = pg_error(PAGODA_ERR_INVALID_ARG, CMD ": \"model\" must be a non-empty string");
+    bool path_is_ngram =
+        !st && path &&
+        (!strcmp(path->valuestring, "ngram") || !strcmp(path->valuestring, "[ngram]"));
+    const char *method = NULL;
+    if (!st && m && !cJSON_IsNull(m)) {
+        if (!cJSON_IsString(m))
+            st = pg_error(PAGODA_ERR_INVALID_ARG, CMD ": \"method\" must be a string");
+        else
+            method = m->valuestring;
+    } else if (!st && path) {
+        method = path_is_ngram ? "ngram" : "draft_model";
+    }
+    if (!st && !method)
         st = pg_error(PAGODA_ERR_INVALID_ARG,
-                      CMD ": \"method\" is missing (pagoda implements \"ngram\")");
-    if (!st && strcmp(m->valuestring, "ngram") && strcmp(m->valuestring, "[ngram]"))
+                      CMD ": \"method\" is missing (pagoda implements \"ngram\" and "
+                          "\"draft_model\")");
+    if (!st && !strcmp(method, "ngram")) {
+        out->method = PAGODA_SPEC_NGRAM;
+        if (path && !path_is_ngram)
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          CMD ": method \"ngram\" takes no \"model\" (got \"%.64s\"; a draft "
+                              "model is method \"draft_model\")",
+                          path->valuestring);
+    } else if (!st && !strcmp(method, "draft_model")) {
+        out->method = PAGODA_SPEC_DRAFT_MODEL;
+        if (!path || path_is_ngram)
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          CMD ": method \"draft_model\" needs \"model\": the draft model's path");
+        else if (strlen(path->valuestring) >= sizeof out->model)
+            st = pg_error(PAGODA_ERR_INVALID_ARG, CMD ": \"model\" is longer than %zu bytes",
+                          sizeof out->model - 1);
+        else
+            snprintf(out->model, sizeof out->model, "%s", path->valuestring);
+        if (!st && (cJSON_GetObjectItemCaseSensitive(o, "prompt_lookup_min") ||
+                    cJSON_GetObjectItemCaseSensitive(o, "prompt_lookup_max")))
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          CMD ": prompt_lookup_min / prompt_lookup_max are ngram keys, not "
+                              "draft_model ones");
+    } else if (!st) {
         st = pg_error(PAGODA_ERR_INVALID_ARG,
-                      CMD ": method \"%.64s\" is not implemented (pagoda implements \"ngram\")",
-                      m->valuestring);
-    out->method = PAGODA_SPEC_NGRAM;
+                      CMD ": method \"%.64s\" is not implemented (pagoda implements \"ngram\" "
+                          "and \"draft_model\")",
+                      method);
+    }
     bool have_k = false, have_min = false, have_max = false;
     if (!st)
         st = get_int(o, "num_speculative_tokens", 1, PG_MAX_SPEC_TOKENS,
@@ -77,7 +119,7 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
     if (!st)
         st = get_int(o, "disable_by_batch_size", 1, 1 << 20, &out->disable_by_batch_size, NULL);
     if (!st) st = get_int(o, "max_batch_tokens", 1, 1 << 20, &out->max_batch_tokens, NULL);
-    if (!st) { /* vLLM's defaults: each other, else 5 */
+    if (!st && out->method == PAGODA_SPEC_NGRAM) { /* vLLM's defaults: each other, else 5 */
         if (!have_min && !have_max) out->prompt_lookup_min = out->prompt_lookup_max = 5;
         if (have_min && !have_max) out->prompt_lookup_max = out->prompt_lookup_min;
         if (!have_min && have_max) out->prompt_lookup_min = out->prompt_lookup_max;

@@ -1,0 +1,442 @@
+/* Draft-model proposer (see draft.h). */
+#include "engine/draft.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "model/source.h"
+
+/* One target request's draft state: a shadow request in the draft's KV
+ * cache manager and the tokens its KV holds. */
+typedef struct dstate {
+    bool used;
+    pg_request rq; /* id, kv_slot, num_computed_tokens (KV held), num_tokens (for the kvm) */
+    int32_t *toks; /* [max_model_len]: the tokens whose KV is computed, then queued ones */
+    int32_t len;   /* target length the drafts follow (the request's num_tokens) */
+    int32_t want;  /* drafts wanted this step */
+    int32_t got;   /* drafts made for `len` */
+    int32_t drafts[PG_MAX_SPEC_TOKENS];
+    int64_t stamp; /* last prepare that used it (eviction: the oldest goes) */
+} dstate;
+
+struct pg_draft {
+    pg_model_source *src;
+    pg_model *model;
+    pg_kv_plan plan;
+    pg_dtype kv_dtype;
+    int32_t block_size, vocab, model_len;
+    /* after start */
+    pg_kvm *kvm;
+    pg_runner *runner;
+    int32_t S, T, k, G; /* max seqs, max tokens per forward, drafts, groups */
+    dstate *st;
+    int64_t stamp;
+    /* one forward's batch */
+    dstate **act; /* [S] states drafting this step */
+    dstate **bat; /* [S] states in the current forward */
+    uint64_t *o_ids;
+    int32_t *o_nsched, *o_ncomp, *o_qsl, *o_seq, *o_slots_kv, *o_row, *o_tok, *o_pos, *o_slot;
+    int32_t *o_nblk, *o_nnew;
+    uint8_t *o_new, *o_samp;
+    const int32_t **o_tab;
+};
+
+/* ---- load ---- */
+
+static pagoda_status check_vocab(const char *path, const pg_model *m, const pg_tokenizer *ttok,
+                                 int32_t target_vocab) {
+    const int32_t dv = pg_model_get_config(m)->vocab_size;
+    if (dv != target_vocab)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "speculative config: the draft model %s has vocab_size %d, the target %d: "
+                        "a draft must share the target's vocabulary",
+                        path, dv, target_vocab);
+    pg_tokenizer *dtok = NULL;
+    pagoda_status st = pg_tokenizer_load_for_vocab(path, dv, &dtok);
+    if (st) return st;
+    const int32_t nd = pg_tokenizer_vocab_size(dtok), nt = pg_tokenizer_vocab_size(ttok);
+    if (nd != nt) {
+        pg_tokenizer_free(dtok);
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "speculative config: the draft model's tokenizer (%s) has %d tokens, the "
+                        "target's %d: a draft must share the target's tokenizer",
+                        path, nd, nt);
+    }
+    for (int32_t i = 0; i < nt; i++) {
+        size_t la = 0, lb = 0;
+        const char *a = pg_tokenizer_token_text(ttok, i, &la);
+        const char *b = pg_tokenizer_token_text(dtok, i, &lb);
+        if (!a != !b || la != lb || (a && memcmp(a, b, la))) {
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "speculative config: the draft model's tokenizer (%s) differs from the "
+                          "target's at id %d ('%.*s' vs '%.*s'): a draft must share the target's "
+                          "tokenizer",
+                          path, i, (int)(lb > 40 ? 40 : lb), b ? b : "", (int)(la > 40 ? 40 : la),
+                          a ? a : "");
+            break;
+        }
+    }
+    pg_tokenizer_free(dtok);
+    return st;
+}
+
+pagoda_status pg_draft_load(const char *path, const pg_model_options *mo,
+                            const pg_tokenizer *target_tok, int32_t target_vocab, pg_dtype kv_dtype,
+                            int32_t block_size, pg_draft **out) {
+    *out = NULL;
+    pg_draft *d = calloc(1, sizeof *d);
+    if (!d) return pg_error(PAGODA_ERR_NOMEM, "speculative config: out of memory");
+    pagoda_status st = pg_model_source_open(path, &d->src);
+    if (!st) st = pg_model_load(d->src, mo, &d->model);
+    if (!st) st = check_vocab(path, d->model, target_tok, target_vocab);
+    if (!st) st = pg_runner_plan_kv(d->model, kv_dtype, block_size, &d->plan);
+    if (!st)
+        for (int32_t g = 0; g < d->plan.num_groups && !st; g++)
+            if (d->plan.groups[g].kind == PG_KV_MAMBA ||
+                d->plan.groups[g].kind == PG_KV_CROSS_ATTENTION || pg_model_encoder_steps(d->model))
+                st = pg_error(PAGODA_ERR_UNSUPPORTED,
+                              "speculative config: the draft model %s (%s) has a %s KV cache "
+                              "group, which cannot be rolled back past rejected drafts",
+                              path, pg_model_arch_name(d->model),
+                              pg_kv_cache_kind_name(d->plan.groups[g].kind));
+    if (st) {
+        pg_draft_free(d);
+        return st;
+    }
+    d->kv_dtype = kv_dtype;
+    d->block_size = block_size;
+    d->vocab = target_vocab;
+    d->model_len = pg_model_max_context(d->model);
+    *out = d;
+    return PAGODA_OK;
+}
+
+uint64_t pg_draft_kv_bytes_per_token(const pg_draft *d) {
+    return d->plan.kv_bytes_per_token;
+}
+
+const char *pg_draft_arch_name(const pg_draft *d) {
+    return pg_model_arch_name(d->model);
+}
+
+pagoda_status pg_draft_start(pg_draft *d, int32_t num_blocks, int32_t max_num_seqs,
+                             int32_t max_model_len, int32_t max_num_batched_tokens, int32_t k) {
+    if (d->kvm || num_blocks < 2 || max_num_seqs < 1 || max_model_len < 2 ||
+        max_num_batched_tokens < max_num_seqs || k < 1 || k > PG_MAX_SPEC_TOKENS)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "draft: start: %d blocks, %d seqs, max_model_len %d, %d tokens, k %d",
+                        num_blocks, max_num_seqs, max_model_len, max_num_batched_tokens, k);
+    if (max_model_len > d->model_len) max_model_len = d->model_len;
+    const int32_t S = max_num_seqs, T = max_num_batched_tokens, G = d->plan.num_groups;
+    pg_kvm_config kc = {.num_blocks = num_blocks,
+                        .block_size = d->block_size,
+                        .max_model_len = max_model_len,
+                        .max_num_seqs = S,
+                        .enable_prefix_caching = false,
+                        .num_groups = G};
+    memcpy(kc.groups, d->plan.groups, sizeof kc.groups);
+    pagoda_status st = pg_kvm_create(&kc, &d->kvm);
+    if (st) return st;
+    pg_runner_config rc = {.num_blocks = num_blocks,
+                           .block_size = d->block_size,
+                           .kv_dtype = d->kv_dtype,
+                           .max_num_batched_tokens = T,
+                           .max_num_seqs = S,
+                           .max_model_len = max_model_len};
+    if ((st = pg_runner_create(d->model, &rc, &d->runner))) return st;
+    d->S = S;
+    d->T = T;
+    d->k = k;
+    d->G = G;
+    d->model_len = max_model_len;
+    d->st = calloc((size_t)S, sizeof *d->st);
+    d->act = calloc((size_t)S, sizeof *d->act);
+    d->bat = calloc((size_t)S, sizeof *d->bat);
+    d->o_ids = calloc((size_t)S, sizeof *d->o_ids);
+    d->o_nsched = calloc((size_t)S, sizeof(int32_t));
+    d->o_ncomp = calloc((size_t)S, sizeof(int32_t));
+    d->o_qsl = calloc((size_t)S + 1, sizeof(int32_t));
+    d->o_seq = calloc((size_t)S, sizeof(int32_t));
+    d->o_slots_kv = calloc((size_t)S, sizeof(int32_t));
+    d->o_row = calloc((size_t)S, sizeof(int32_t));
+    d->o_new = calloc((size_t)S, 1);
+    d->o_samp = calloc((size_t)S, 1);
+    d->o_tok = calloc((size_t)T, sizeof(int32_t));
+    d->o_pos = calloc((size_t)T, sizeof(int32_t));
+    d->o_slot = calloc((size_t)G * (size_t)T, sizeof(int32_t));
+    d->o_nblk = calloc((size_t)G * (size_t)S, sizeof(int32_t));
+    d->o_nnew = calloc((size_t)G * (size_t)S, sizeof(int32_t));
+    d->o_tab = calloc((size_t)G * (size_t)S, sizeof *d->o_tab);
+    if (!d->st || !d->act || !d->bat || !d->o_ids || !d->o_nsched || !d->o_ncomp || !d->o_qsl ||
+        !d->o_seq || !d->o_slots_kv || !d->o_row || !d->o_new || !d->o_samp || !d->o_tok ||
+        !d->o_pos || !d->o_slot || !d->o_nblk || !d->o_nnew || !d->o_tab)
+        return pg_error(PAGODA_ERR_NOMEM, "draft: out of memory");
+    for (int32_t i = 0; i < S; i++) {
+        d->st[i].toks = malloc((size_t)max_model_len * sizeof(int32_t));
+        if (!d->st[i].toks) return pg_error(PAGODA_ERR_NOMEM, "draft: out of memory");
+        d->st[i].rq.kv_slot = -1;
+    }
+    return PAGODA_OK;
+}
+
+void pg_draft_free(pg_draft *d) {
+    if (!d) return;
+    for (int32_t i = 0; d->st && i < d->S; i++)
+        free(d->st[i].toks);
+    free(d->st);
+    free(d->act);
+    free(d->bat);
+    free(d->o_ids);
+    free(d->o_nsched);
+    free(d->o_ncomp);
+    free(d->o_qsl);
+    free(d->o_seq);
+    free(d->o_slots_kv);
+    free(d->o_row);
+    free(d->o_new);
+    free(d->o_samp);
+    free(d->o_tok);
+    free(d->o_pos);
+    free(d->o_slot);
+    free(d->o_nblk);
+    free(d->o_nnew);
+    free(d->o_tab);
+    pg_runner_free(d->runner);
+    pg_kvm_destroy(d->kvm);
+    pg_model_free(d->model);
+    pg_model_source_free(d->src);
+    free(d);
+}
+
+size_t pg_draft_kv_bytes(const pg_draft *d) {
+    return d->runner ? pg_runner_kv_bytes(d->runner) : 0;
+}
+size_t pg_draft_workspace_bytes(const pg_draft *d) {
+    return d->runner ? pg_runner_workspace_bytes(d->runner) : 0;
+}
+int32_t pg_draft_num_blocks(const pg_draft *d) {
+    return d->kvm ? pg_kvm_num_usable_blocks(d->kvm) : 0;
+}
+
+/* ---- per-request state ---- */
+
+static dstate *find(const pg_draft *d, uint64_t id) {
+    for (int32_t i = 0; i < d->S; i++)
+        if (d->st[i].used && d->st[i].rq.id == id) return &d->st[i];
+    return NULL;
+}
+
+static void drop(pg_draft *d, dstate *s) {
+    pg_kvm_free(d->kvm, &s->rq);
+    int32_t *toks = s->toks;
+    memset(s, 0, sizeof *s);
+    s->toks = toks;
+    s->rq.kv_slot = -1;
+    s->rq.state_restore = -1;
+}
+
+/* A state for id: its own, else a free one, else the least recently used
+ * one not used in this prepare (there is one: at most S requests a step). */
+static dstate *acquire(pg_draft *d, uint64_t id) {
+    dstate *s = find(d, id), *lru = NULL;
+    if (s) return s;
+    for (int32_t i = 0; i < d->S && !s; i++)
+        if (!d->st[i].used) s = &d->st[i];
+    for (int32_t i = 0; i < d->S && !s; i++)
+        if (d->st[i].stamp != d->stamp && (!lru || d->st[i].stamp < lru->stamp)) lru = &d->st[i];
+    if (!s && lru) {
+        drop(d, lru);
+        s = lru;
+    }
+    if (!s) return NULL;
+    s->used = true;
+    s->rq.id = id;
+    s->rq.kv_slot = -1;
+    s->rq.state_restore = -1;
+    s->rq.block_size = d->block_size;
+    return s;
+}
+
+void pg_draft_release(pg_draft *d, const uint64_t *ids, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        dstate *s = find(d, ids[i]);
+        if (s) drop(d, s);
+    }
+}
+
+int32_t pg_draft_num_computed(const pg_draft *d, uint64_t id) {
+    const dstate *s = find(d, id);
+    return s ? s->rq.num_computed_tokens : -1;
+}
+
+pagoda_status pg_draft_check(const pg_draft *d) {
+    return pg_kvm_check(d->kvm);
+}
+
+/* ---- forwards ---- */
+
+/* Reserve KV for q more tokens of s (s->toks already holds them). false:
+ * the pool is full (s is dropped). */
+static bool reserve(pg_draft *d, dstate *s, int32_t q, int32_t *prev) {
+    for (int32_t g = 0; g < d->G; g++)
+        pg_kvm_block_table(d->kvm, g, &s->rq, &prev[g]);
+    s->rq.num_tokens = s->rq.num_computed_tokens + q;
+    s->rq.num_spec_tokens = 0;
+    if (pg_kvm_allocate_slots(d->kvm, &s->rq, q, 0) == PAGODA_OK) return true;
+    drop(d, s);
+    return false;
+}
+
+/* Add s with q query tokens (s->toks[computed .. computed + q)) to the batch
+ * being built (*nr requests, *nt tokens so far). */
+static void add(pg_draft *d, dstate *s, int32_t q, bool sample, const int32_t *prev, int32_t *nr,
+                int32_t *nt) {
+    const int32_t i = (*nr)++, off = *nt, c = s->rq.num_computed_tokens, bs = d->block_size;
+    d->bat[i] = s;
+    d->o_ids[i] = s->rq.id;
+    d->o_nsched[i] = q;
+    d->o_ncomp[i] = c;
+    d->o_qsl[i + 1] = off + q;
+    d->o_seq[i] = c + q;
+    d->o_slots_kv[i] = s->rq.kv_slot;
+    d->o_new[i] = c == 0;
+    d->o_samp[i] = sample;
+    for (int32_t t = 0; t < q; t++) {
+        d->o_tok[off + t] = s->toks[c + t];
+        d->o_pos[off + t] = c + t;
+    }
+    for (int32_t g = 0; g < d->G; g++) {
+        int32_t nb;
+        const int32_t *table = pg_kvm_block_table(d->kvm, g, &s->rq, &nb);
+        const size_t gi = (size_t)g * (size_t)d->S + (size_t)i;
+        d->o_tab[gi] = table;
+        d->o_nblk[gi] = nb;
+        d->o_nnew[gi] = nb - prev[g];
+        int32_t *slots = d->o_slot + (size_t)g * (size_t)d->T + off;
+        for (int32_t t = 0; t < q; t++)
+            slots[t] = table[(c + t) / bs] * bs + (c + t) % bs;
+    }
+    *nt += q;
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Run the batch of nr requests / nt tokens; each sampling request's argmax
+ * becomes its next draft. */
+static pagoda_status run(pg_draft *d, int32_t nr, int32_t nt) {
+    if (nr == 0) return PAGODA_OK;
+    pg_sched_output so = {.num_reqs = nr,
+                          .num_tokens = nt,
+                          .num_groups = d->G,
+                          .block_size = d->block_size,
+                          .req_stride = d->S,
+                          .token_stride = d->T,
+                          .req_ids = d->o_ids,
+                          .num_scheduled_tokens = d->o_nsched,
+                          .num_computed_tokens = d->o_ncomp,
+                          .query_start_loc = d->o_qsl,
+                          .seq_lens = d->o_seq,
+                          .kv_slots = d->o_slots_kv,
+                          .is_new = d->o_new,
+                          .samples = d->o_samp,
+                          .block_tables = d->o_tab,
+                          .num_blocks = d->o_nblk,
+                          .num_new_blocks = d->o_nnew,
+                          .token_ids = d->o_tok,
+                          .positions = d->o_pos,
+                          .slot_mapping = d->o_slot,
+                          .enc_cross_group = -1};
+    float *logits = NULL;
+    pagoda_status st = pg_runner_execute(d->runner, &so, NULL, &logits, d->o_row, NULL);
+    if (st) return st;
+    for (int32_t i = 0; i < nr; i++) {
+        dstate *s = d->bat[i];
+        s->rq.num_computed_tokens += d->o_nsched[i];
+        if (!d->o_samp[i]) continue;
+        const int32_t t = argmax(logits + (size_t)d->o_row[i] * (size_t)d->vocab, d->vocab);
+        s->drafts[s->got++] = t;
+        /* the next forward's query is this draft */
+        if (s->got < s->want) s->toks[s->rq.num_computed_tokens] = t;
+    }
+    return PAGODA_OK;
+}
+
+pagoda_status pg_draft_prepare(void *ctx, pg_request *const *reqs, const int32_t *max_drafts,
+                               int32_t n) {
+    pg_draft *d = ctx;
+    d->stamp++;
+    int32_t na = 0;
+    /* 1. roll back to the prefix each request still has; queue the rest */
+    for (int32_t i = 0; i < n && i < d->S; i++) {
+        const pg_request *r = reqs[i];
+        int32_t want = max_drafts[i];
+        /* the draft's positions end at its max_model_len */
+        if (want > d->model_len - r->num_tokens) want = d->model_len - r->num_tokens;
+        dstate *s = want > 0 ? acquire(d, r->id) : find(d, r->id);
+        if (!s) continue;
+        s->stamp = d->stamp;
+        s->got = 0;
+        s->want = want > 0 ? want : 0;
+        s->len = r->num_tokens;
+        if (s->want == 0) continue;
+        int32_t keep = s->rq.num_computed_tokens;
+        if (keep > r->num_tokens - 1) keep = r->num_tokens - 1;
+        int32_t L = 0;
+        while (L < keep && s->toks[L] == r->tokens[L])
+            L++;
+        if (L < s->rq.num_computed_tokens) {
+            pg_kvm_truncate(d->kvm, &s->rq, L);
+            s->rq.num_computed_tokens = L;
+        }
+        memcpy(s->toks + L, r->tokens + L, (size_t)(r->num_tokens - L) * sizeof(int32_t));
+        d->act[na++] = s;
+    }
+    /* 2. catch up: every request's unseen tokens, the last one sampling */
+    for (;;) {
+        int32_t nr = 0, nt = 0, prev[PG_KV_MAX_GROUPS];
+        for (int32_t i = 0; i < na && nt < d->T; i++) {
+            dstate *s = d->act[i];
+            if (!s->used || s->got > 0) continue;
+            int32_t pending = s->len - s->rq.num_computed_tokens, q = pending;
+            if (q > d->T - nt) q = d->T - nt;
+            if (q <= 0 || !reserve(d, s, q, prev)) continue;
+            add(d, s, q, q == pending, prev, &nr, &nt);
+        }
+        if (nr == 0) break;
+        pagoda_status st = run(d, nr, nt);
+        if (st) return st;
+    }
+    /* 3. one forward per further draft position */
+    for (int32_t j = 1; j < d->k; j++) {
+        int32_t nr = 0, nt = 0, prev[PG_KV_MAX_GROUPS];
+        for (int32_t i = 0; i < na; i++) {
+            dstate *s = d->act[i];
+            if (!s->used || s->got != j || s->got >= s->want) continue;
+            if (!reserve(d, s, 1, prev)) continue;
+            add(d, s, 1, true, prev, &nr, &nt);
+        }
+        if (nr == 0) break;
+        pagoda_status st = run(d, nr, nt);
+        if (st) return st;
+    }
+    return PAGODA_OK;
+}
+
+int32_t pg_draft_propose(void *ctx, const pg_request *r, int32_t max_drafts, int32_t *out) {
+    pg_draft *d = ctx;
+    const dstate *s = find(d, r->id);
+    if (!s || s->len != r->num_tokens || s->stamp != d->stamp) return 0;
+    int32_t m = s->got < max_drafts ? s->got : max_drafts;
+    if (m > 0) memcpy(out, s->drafts, (size_t)m * sizeof(int32_t));
+    return m;
+}
