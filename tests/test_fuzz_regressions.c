@@ -197,6 +197,67 @@ static void test_regex_compile_work_budget(void **state) {
     free(in);
 }
 
+/* The grammar compiler returned its LIMIT error for a rule whose Thompson
+ * NFA passed 2^20 states ("too large") without freeing the NFA's edges:
+ * a leak per refused request (LeakSanitizer under fuzz_ebnf; make asan runs
+ * this test). The error stays; the edges are freed. */
+static void test_grammar_nfa_too_large_leak(void **state) {
+    (void)state;
+    static const char *const ebnf[] = {
+        "root ::= (((\"ab\"){1000}){1000})", /* 2M NFA states */
+        "root ::= x\nx ::= ([0-9]{2000}){600}",  /* in another rule than the first */
+    };
+    for (size_t i = 0; i < sizeof ebnf / sizeof ebnf[0]; i++) {
+        pg_gram *g = NULL;
+        pagoda_status st = pg_gram_from_ebnf(ebnf[i], strlen(ebnf[i]), &g);
+        if (st != PAGODA_ERR_LIMIT || !strstr(pg_last_error(), "too large"))
+            fail_msg("%s: status %d, '%s'", ebnf[i], (int)st, pg_last_error());
+        assert_null(g);
+    }
+}
+
+/* A compressed-tensors "re:" pattern with stacked bounded repetitions made
+ * glibc's regcomp run for minutes (it expands each bound into copies:
+ * ((a{1,100}){1,100}){1,100} is a million), once per tensor name, from a
+ * config.json (found by reading name_matches while fuzz_hf_config ran).
+ * Such patterns are refused when the config is parsed, naming the pattern;
+ * the patterns real checkpoints use still load. */
+static void test_ct_regex_stacked_quantifiers(void **state) {
+    (void)state;
+    /* in JSON: a backslash is written twice */
+    static const char *const bad[] = {
+        "((a{1,100}){1,100}){1,100}", "(a+)+", "a**", "(x|b{2,})*", "a{2}{3}",
+        "(.{1,255}){1,255}", "a{256}", "a{1,1000}", "((((((((((((((((((((((((((((((((("
+                                                     "a)))))))))))))))))))))))))))))))))",
+        "([[:alpha:]]+)+", "(\\\\.[0-9]+)*"};
+    static const char *const good[] = {".*mlp\\\\.down_proj$", ".*(q|k|v)_proj$",
+                                       "model\\\\.layers\\\\.[0-9]+\\\\.self_attn.*",
+                                       "(.*\\\\.)?lm_head", "a{0,1}b?", "[+*{]+x",
+                                       "lm_head\\\\{2\\\\}*"};
+    for (int pass = 0; pass < 2; pass++) {
+        const char *const *list = pass ? good : bad;
+        size_t n = pass ? sizeof good / sizeof *good : sizeof bad / sizeof *bad;
+        for (size_t i = 0; i < n; i++) {
+            char cfg[1024];
+            snprintf(cfg, sizeof cfg,
+                     "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\","
+                     "\"format\": \"pack-quantized\", \"ignore\": [\"lm_head\", \"re:%s\"],"
+                     "\"config_groups\": {\"g\": {\"targets\": [\"Linear\"], \"weights\":"
+                     " {\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true,"
+                     "\"strategy\": \"group\", \"group_size\": 32}}}}}",
+                     list[i]);
+            pg_ct_config ct;
+            memset(&ct, 0, sizeof ct);
+            pagoda_status st = pg_ct_config_parse(cfg, strlen(cfg), "config.json", &ct);
+            if (pass == 0 && (st != PAGODA_ERR_UNSUPPORTED || !strstr(pg_last_error(), "refused")))
+                fail_msg("'%s' not refused: %d '%s'", list[i], (int)st, pg_last_error());
+            if (pass == 1 && st != PAGODA_OK)
+                fail_msg("'%s' refused: '%s'", list[i], pg_last_error());
+            if (st == PAGODA_OK) pg_ct_config_free(&ct);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_usage_count_out_of_int32_range),
@@ -204,6 +265,8 @@ int main(void) {
         cmocka_unit_test(test_tokenizer_added_token_shares_vocab_id),
         cmocka_unit_test(test_ct_config_group_size_past_int64),
         cmocka_unit_test(test_regex_compile_work_budget),
+        cmocka_unit_test(test_grammar_nfa_too_large_leak),
+        cmocka_unit_test(test_ct_regex_stacked_quantifiers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
