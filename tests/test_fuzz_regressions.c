@@ -16,6 +16,7 @@
 #include "model/hf_config.h"
 #include "bench/bench_client.h"
 #include "grammar/gram.h"
+#include "grammar/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 /* Path of tests/data/fuzz/<name> (static buffer). */
@@ -258,6 +259,52 @@ static void test_ct_regex_stacked_quantifiers(void **state) {
     }
 }
 
+/* An ambiguous grammar doubled the matcher's live stacks with every byte:
+ * x ::= "a" y | "a" z | "", y ::= x "b", z ::= x "c" keeps every b/c
+ * sequence open after n a's (2^n stacks: the DFA merges alternatives of
+ * one rule, not pushes of two), so fuzz_ebnf hung feeding 64 bytes. Each matcher
+ * operation (a byte fed, the allowed set, a token accepted, a mask) now
+ * has a work budget (G_WORK_BUDGET) and past it fails with LIMIT through
+ * the matcher's error path; the engine fails the request with it. */
+static void test_grammar_matcher_work_budget(void **state) {
+    (void)state;
+    const char *ebnf = "root ::= x\nx ::= \"a\" y | \"a\" z | \"\"\n"
+                       "y ::= x \"b\"\nz ::= x \"c\"";
+    pg_gram *g = NULL;
+    assert_int_equal(pg_gram_from_ebnf(ebnf, strlen(ebnf), &g), PAGODA_OK);
+    pg_gstate *gs = NULL;
+    assert_int_equal(pg_gstate_create(g, &gs), PAGODA_OK);
+    int fed = 0;
+    pg_clear_error();
+    while (fed < 64 && pg_gstate_feed(gs, (const uint8_t *)"a", 1))
+        fed++;
+    assert_true(fed < 40); /* 2^40 stacks would never finish */
+    assert_non_null(strstr(pg_last_error(), "needs more than"));
+    pg_gstate_free(gs);
+    /* the token matcher: one token of 24 a's at once */
+    static const char *const toks[] = {"a", "b", "c", "aaaaaaaaaaaaaaaaaaaaaaaa"};
+    const char *tp[4];
+    size_t lens[4];
+    for (int i = 0; i < 4; i++) {
+        tp[i] = toks[i];
+        lens[i] = strlen(toks[i]);
+    }
+    pg_vocab_trie *v = NULL;
+    assert_int_equal(pg_vocab_trie_create(tp, lens, 4, &v), PAGODA_OK);
+    pg_tgram *tg = NULL;
+    assert_int_equal(pg_tgram_create(g, v, &tg), PAGODA_OK); /* owns g */
+    pg_tmatch *tm = NULL;
+    assert_int_equal(pg_tmatch_create(tg, NULL, 0, &tm), PAGODA_OK);
+    assert_false(pg_tmatch_accept(tm, 3));
+    assert_int_equal(pg_tmatch_status(tm), PAGODA_ERR_LIMIT);
+    assert_non_null(strstr(pg_last_error(), "needs more than"));
+    assert_true(pg_tmatch_accept(tm, 0)); /* the state was left as it was */
+    assert_int_equal(pg_tmatch_status(tm), PAGODA_OK);
+    pg_tmatch_free(tm);
+    pg_tgram_release(tg);
+    pg_vocab_trie_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_usage_count_out_of_int32_range),
@@ -267,6 +314,7 @@ int main(void) {
         cmocka_unit_test(test_regex_compile_work_budget),
         cmocka_unit_test(test_grammar_nfa_too_large_leak),
         cmocka_unit_test(test_ct_regex_stacked_quantifiers),
+        cmocka_unit_test(test_grammar_matcher_work_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
