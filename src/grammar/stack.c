@@ -220,4 +220,3 @@ void g_start(const pg_gram *g, g_stacks *st, g_set *out) {
     }
     g_expand(g, st, t, out);
 }
-
