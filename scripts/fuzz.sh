@@ -71,13 +71,12 @@ run_one() {
   # -timeout: one input running $TIMEOUT s (default 25) is a hang (a slow
   # input under a loaded machine takes several seconds); -rss_limit_mb: 2 GiB
   # is a blow-up (the limits in the code are far lower); -max_len: 1 MiB
-  # inputs. -interrupted_exit_code=0: our SIGINT at the CPU budget is no
-  # finding (libFuzzer prints its final stats on SIGINT).
+  # inputs.
   nice -n "$NICE" "$BUILD/$t" $dict -max_total_time="$SECS" -timeout="$TIMEOUT" \
-    -rss_limit_mb=2048 -max_len=1048576 -print_final_stats=1 -interrupted_exit_code=0 \
+    -rss_limit_mb=2048 -max_len=1048576 -print_final_stats=1 \
     -artifact_prefix="$art/" ${FUZZ_FLAGS:-} \
     "$corpus" "$BUILD/seeds/$t" >"$BUILD/logs/$t.log" 2>&1 &
-  local pid=$!
+  local pid=$! stopped=0
   if [ -n "$CPU_SECS" ]; then
     # user + system ticks of the fuzzer (fields 14, 15 of /proc/PID/stat)
     local hz used
@@ -89,12 +88,19 @@ run_one() {
       used=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
       if [ "${used:-0}" -ge $((CPU_SECS * hz)) ]; then
         kill -INT "$pid" 2>/dev/null || true
+        stopped=1
         break
       fi
       sleep 1
     done
   fi
   wait "$pid" || rc=$?
+  # our SIGINT at the CPU budget is no finding: libFuzzer (14) prints its
+  # final stats and exits 72 ("run interrupted"), a code no finding uses
+  if [ "$stopped" = 1 ] && [ "$rc" -eq 72 ] &&
+    grep -q 'libFuzzer: run interrupted' "$BUILD/logs/$t.log"; then
+    rc=0
+  fi
   # CPU seconds the fuzzer used (this shell's reaped children, clock ticks)
   ticks=$(awk '{print $16 + $17}' "/proc/$me/stat" 2>/dev/null || echo 0)
   local cpu=$((ticks / $(getconf CLK_TCK)))
