@@ -102,8 +102,7 @@ static void headers(const uint8_t *data, size_t size) {
                   !strpbrk(h.location, " \t\r\n"),
               "a Location on the same host");
     if (h.content_range[0] && pg_hub_parse_content_range(h.content_range, &start, &end, &total))
-        check(start >= 0 && start <= end && (total < 0 || end < total),
-              "a Content-Range in order");
+        check(start >= 0 && start <= end && (total < 0 || end < total), "a Content-Range in order");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -205,8 +205,8 @@ static void test_regex_compile_work_budget(void **state) {
 static void test_grammar_nfa_too_large_leak(void **state) {
     (void)state;
     static const char *const ebnf[] = {
-        "root ::= (((\"ab\"){1000}){1000})", /* 2M NFA states */
-        "root ::= x\nx ::= ([0-9]{2000}){600}",  /* in another rule than the first */
+        "root ::= (((\"ab\"){1000}){1000})",    /* 2M NFA states */
+        "root ::= x\nx ::= ([0-9]{2000}){600}", /* in another rule than the first */
     };
     for (size_t i = 0; i < sizeof ebnf / sizeof ebnf[0]; i++) {
         pg_gram *g = NULL;
@@ -227,14 +227,21 @@ static void test_ct_regex_stacked_quantifiers(void **state) {
     (void)state;
     /* in JSON: a backslash is written twice */
     static const char *const bad[] = {
-        "((a{1,100}){1,100}){1,100}", "(a+)+", "a**", "(x|b{2,})*", "a{2}{3}",
-        "(.{1,255}){1,255}", "a{256}", "a{1,1000}", "((((((((((((((((((((((((((((((((("
-                                                     "a)))))))))))))))))))))))))))))))))",
-        "([[:alpha:]]+)+", "(\\\\.[0-9]+)*"};
-    static const char *const good[] = {".*mlp\\\\.down_proj$", ".*(q|k|v)_proj$",
-                                       "model\\\\.layers\\\\.[0-9]+\\\\.self_attn.*",
-                                       "(.*\\\\.)?lm_head", "a{0,1}b?", "[+*{]+x",
-                                       "lm_head\\\\{2\\\\}*"};
+        "((a{1,100}){1,100}){1,100}",
+        "(a+)+",
+        "a**",
+        "(x|b{2,})*",
+        "a{2}{3}",
+        "(.{1,255}){1,255}",
+        "a{256}",
+        "a{1,1000}",
+        "(((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))",
+        "([[:alpha:]]+)+",
+        "(\\\\.[0-9]+)*"};
+    static const char *const good[] = {
+        ".*mlp\\\\.down_proj$", ".*(q|k|v)_proj$", "model\\\\.layers\\\\.[0-9]+\\\\.self_attn.*",
+        "(.*\\\\.)?lm_head",    "a{0,1}b?",        "[+*{]+x",
+        "lm_head\\\\{2\\\\}*"};
     for (int pass = 0; pass < 2; pass++) {
         const char *const *list = pass ? good : bad;
         size_t n = pass ? sizeof good / sizeof *good : sizeof bad / sizeof *bad;

@@ -20,7 +20,7 @@ static void test_commit_ids(void **state) {
     (void)state;
     assert_true(pg_hub_is_commit(C40));
     assert_true(pg_hub_is_commit("0123456789ABCDEF0123456789ABCDEF01234567"));
-    assert_false(pg_hub_is_commit(C40 "8"));                                  /* 41 */
+    assert_false(pg_hub_is_commit(C40 "8"));                                   /* 41 */
     assert_false(pg_hub_is_commit("0123456789abcdef0123456789abcdef0123456")); /* 39 */
     assert_false(pg_hub_is_commit("0123456789abcdef0123456789abcdef0123456g"));
     assert_false(pg_hub_is_commit("../../../../../../../../../../etc/passwdx"));
@@ -99,8 +99,16 @@ static void test_sizes(void **state) {
     assert_int_equal(v, 0);
     assert_true(pg_hub_parse_size("999999999999999999", &v)); /* 18 digits */
     assert_true(v == 999999999999999999LL);
-    static const char *const bad[] = {"",   "-1", "+1",  " 1", "1 ", "0x10", "1e3",
-                                      "1.", "a",  "9223372036854775808",
+    static const char *const bad[] = {"",
+                                      "-1",
+                                      "+1",
+                                      " 1",
+                                      "1 ",
+                                      "0x10",
+                                      "1e3",
+                                      "1.",
+                                      "a",
+                                      "9223372036854775808",
                                       "1000000000000000000"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (pg_hub_parse_size(bad[i], &v)) fail_msg("'%s' accepted", bad[i]);
@@ -177,11 +185,22 @@ static void test_content_range(void **state) {
     assert_true(pg_hub_parse_content_range("bytes 100-199/*", &a, &b, &t));
     assert_true(a == 100 && b == 199 && t == -1);
     assert_true(pg_hub_parse_content_range("Bytes 5-9/10", &a, &b, &t));
-    static const char *const bad[] = {
-        "",           "bytes",        "bytes 1-2",       "bytes 2-1/10", "bytes 0-10/10",
-        "bytes -1/2", "bytes 0-/10",  "bytes */10",      "bytes 0-1/",   "bytes 0-1/10 ",
-        "items 0-1/2", "bytes 0-1/1x", "bytes 0 -1/2",   "bytes 0-1/-2",
-        "bytes 0-1/99999999999999999999", "bytes 1000000000000000000-1000000000000000001/*"};
+    static const char *const bad[] = {"",
+                                      "bytes",
+                                      "bytes 1-2",
+                                      "bytes 2-1/10",
+                                      "bytes 0-10/10",
+                                      "bytes -1/2",
+                                      "bytes 0-/10",
+                                      "bytes */10",
+                                      "bytes 0-1/",
+                                      "bytes 0-1/10 ",
+                                      "items 0-1/2",
+                                      "bytes 0-1/1x",
+                                      "bytes 0 -1/2",
+                                      "bytes 0-1/-2",
+                                      "bytes 0-1/99999999999999999999",
+                                      "bytes 1000000000000000000-1000000000000000001/*"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (pg_hub_parse_content_range(bad[i], &a, &b, &t)) fail_msg("'%s' accepted", bad[i]);
 }
@@ -234,9 +253,16 @@ static void test_locations(void **state) {
     (void)state;
     assert_true(pg_hub_relative_location("/org/name/resolve/main/x"));
     assert_true(pg_hub_relative_location("/a?b=c%20d"));
-    static const char *const bad[] = {"",           "//evil.example/x", "/\\evil.example/x",
-                                      "https://cdn.example/x", "x/y", "/a b", "/a\tb",
-                                      "/a\x7f",     "/a\xc3\xa9",       NULL};
+    static const char *const bad[] = {"",
+                                      "//evil.example/x",
+                                      "/\\evil.example/x",
+                                      "https://cdn.example/x",
+                                      "x/y",
+                                      "/a b",
+                                      "/a\tb",
+                                      "/a\x7f",
+                                      "/a\xc3\xa9",
+                                      NULL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (pg_hub_relative_location(bad[i])) fail_msg("case %zu accepted", i);
     char long_loc[2100];
@@ -299,8 +325,8 @@ static void test_names(void **state) {
     assert_false(pg_hub_normalize_etag("\"a\x7f\"", e, sizeof e));
     assert_true(pg_hub_safe_filename("a/b.c"));
     assert_true(pg_hub_safe_filename("..a/b..")); /* dots inside names are fine */
-    static const char *const bad[] = {"", "/a", "a/../b", "..", "a/..", "./a", "a//b",
-                                      "a/", "a\\b", "a\x7f", "a\nb", NULL};
+    static const char *const bad[] = {"",     "/a", "a/../b", "..",    "a/..", "./a",
+                                      "a//b", "a/", "a\\b",   "a\x7f", "a\nb", NULL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (pg_hub_safe_filename(bad[i])) fail_msg("case %zu accepted", i);
 }

@@ -383,7 +383,7 @@ struct pg_tmatch {
     walk w;
     int32_t *stop;
     int32_t n_stop;
-    bool stopped; /* a stop token was accepted */
+    bool stopped;      /* a stop token was accepted */
     pagoda_status err; /* of the last accept / fill_mask: OK, NOMEM or LIMIT */
 };
 
@@ -454,8 +454,8 @@ bool pg_tmatch_accept(pg_tmatch *m, int32_t tok) {
         g_set *o = &m->w.s[d];
         g_advance(m->t->g, &m->st, in, v->bytes[k][d - 1], o);
         if (o->oom) {
-            m->err = m->st.over ? limit_error()
-                                : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+            m->err =
+                m->st.over ? limit_error() : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
             return false;
         }
         if (o->n == 0 && !o->accept) return false;
@@ -550,8 +550,8 @@ int32_t pg_tmatch_fill_mask(pg_tmatch *m, uint64_t *bits) {
             counted_bits = true;
         }
         if (c->n_unc && !walk_uncertain(m, ids[i], c, bits, &n_allowed)) {
-            m->err = m->st.over ? limit_error()
-                                : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+            m->err =
+                m->st.over ? limit_error() : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
             n_allowed = 0;
             goto out;
         }

@@ -571,8 +571,7 @@ static pagoda_status head_file(hub_ctx *c, const char *commit, const char *file,
         curl_slist_free_all(hdr);
         if (rc != CURLE_OK) return net_error(c, rc, url);
         curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &h.status);
-        if (h.status >= 300 && h.status < 400 && pg_hub_relative_location(h.location) &&
-            hop < 5) {
+        if (h.status >= 300 && h.status < 400 && pg_hub_relative_location(h.location) && hop < 5) {
             char *slash = strstr(url, "://");
             slash = slash ? strchr(slash + 3, '/') : NULL;
             if (!slash) break;
@@ -674,7 +673,7 @@ typedef struct transfer {
     bool restarted; /* a 200 answered our Range: start over */
     hub_ctx *c;
     pg_hub_progress *progress;
-    blob_digest *digest; /* of every byte in the file */
+    blob_digest *digest;   /* of every byte in the file */
     const http_headers *h; /* of the answer (Content-Range of a 206) */
     long long size;        /* the file's size announced by HEAD, -1 unknown */
     char bad_range[300];   /* why a 206 was refused ("" none) */

@@ -35,8 +35,8 @@ bool pg_hub_normalize_etag(const char *value, char *out, size_t cap) {
     }
     if (!n || n >= cap || (n <= 2 && value[0] == '.')) return false;
     for (size_t i = 0; i < n; i++)
-        if ((unsigned char)value[i] < 0x21 || (unsigned char)value[i] == 0x7f ||
-            value[i] == '/' || value[i] == '\\' || value[i] == '"')
+        if ((unsigned char)value[i] < 0x21 || (unsigned char)value[i] == 0x7f || value[i] == '/' ||
+            value[i] == '\\' || value[i] == '"')
             return false;
     memcpy(out, value, n);
     out[n] = 0;
@@ -81,7 +81,8 @@ pagoda_status pg_hub_parse_info(const char *body, size_t len, pg_hub_info *out) 
     cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "sha");
     cJSON *sib = cJSON_GetObjectItemCaseSensitive(j, "siblings");
     if (!cJSON_IsString(sha) || !pg_hub_is_commit(sha->valuestring)) {
-        st = pg_error(PAGODA_ERR_FORMAT, "the revision info has no commit \"sha\" of 40 hex digits");
+        st =
+            pg_error(PAGODA_ERR_FORMAT, "the revision info has no commit \"sha\" of 40 hex digits");
         goto done;
     }
     if (!cJSON_IsArray(sib)) {
@@ -98,8 +99,8 @@ pagoda_status pg_hub_parse_info(const char *body, size_t len, pg_hub_info *out) 
     int i = 0;
     for (cJSON *e = sib->child; e; e = e->next, i++) {
         if (!cJSON_IsObject(e)) {
-            st = pg_error(PAGODA_ERR_FORMAT, "the revision info's siblings[%d] is not an object",
-                          i);
+            st =
+                pg_error(PAGODA_ERR_FORMAT, "the revision info's siblings[%d] is not an object", i);
             goto done;
         }
         cJSON *r = cJSON_GetObjectItemCaseSensitive(e, "rfilename");
@@ -240,8 +241,7 @@ void pg_hub_header_line(pg_hub_headers *h, const char *line, size_t n) {
     }
 }
 
-bool pg_hub_parse_content_range(const char *v, long long *start, long long *end,
-                                long long *total) {
+bool pg_hub_parse_content_range(const char *v, long long *start, long long *end, long long *total) {
     if (strncasecmp(v, "bytes ", 6)) return false;
     v += 6;
     char a[24], b[24], c[24];
@@ -288,8 +288,7 @@ bool pg_hub_check_partial(const pg_hub_headers *h, long long offset, long long s
         return false;
     }
     if (total >= 0 && end + 1 != total) {
-        snprintf(why, cap, "Content-Range '%s' stops before the end of the file",
-                 h->content_range);
+        snprintf(why, cap, "Content-Range '%s' stops before the end of the file", h->content_range);
         return false;
     }
     if (size >= 0 && ((total >= 0 && total != size) || end + 1 != size)) {

@@ -71,7 +71,7 @@ typedef struct pg_hub_headers {
     char error_code[64];
     char error_message[256];
     long long linked_size, content_length; /* -1: absent */
-    char bad[64]; /* "" or the name of the first malformed header */
+    char bad[64];                          /* "" or the name of the first malformed header */
 } pg_hub_headers;
 
 /* Empty: no status, numbers -1, strings "". */
@@ -92,8 +92,7 @@ bool pg_hub_parse_size(const char *s, long long *out);
 /* "bytes START-END/TOTAL" (TOTAL "*": unknown, *total = -1). START <= END,
  * END < TOTAL when known; sizes as pg_hub_parse_size. The unsatisfied form
  * "bytes * /TOTAL" (written without the space) is not accepted. */
-bool pg_hub_parse_content_range(const char *v, long long *start, long long *end,
-                                long long *total);
+bool pg_hub_parse_content_range(const char *v, long long *start, long long *end, long long *total);
 
 /* A 206 answer to "Range: bytes=OFFSET-" for a file of SIZE bytes (-1:
  * unknown): Content-Range present and well formed, START == OFFSET, END the
