@@ -15,7 +15,8 @@
 #   make asan     ASan+UBSan build running the unit tests (CI: ~6 min on 2 cores)
 #   make tsan     ThreadSanitizer build running the pool, engine and server threading tests
 #   make fuzz     libFuzzer targets (clang, build-fuzz/), each run FUZZ_SECONDS (default 10);
-#                 FUZZ_TARGETS="fuzz_gguf ..." picks some (docs/FUZZING.md)
+#                 FUZZ_TARGETS="fuzz_gguf ..." picks some; FUZZ_CPU_SECONDS=N a CPU-time
+#                 budget per target instead; FUZZ_TIMEOUT per input (docs/FUZZING.md)
 #   make format   clang-format in place;  make lint: clang-tidy + cppcheck
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 ASSETS  ?= $(or $(PAGODA_ASSETS),$(abspath ../shared/assets))
@@ -33,7 +34,8 @@ DESTDIR ?=
 SERVE_CONFIG := $(if $(wildcard build/CMakeCache.txt),,-DPAGODA_BUILD_TESTS=OFF)
 PKG_FLAGS := -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON -DPAGODA_BUILD_TESTS=OFF \
              -DCMAKE_INSTALL_PREFIX=/usr
-FUZZ_SECONDS ?= 10
+# FUZZ_SECONDS: wall seconds per target (10; a cap of 30 x FUZZ_CPU_SECONDS when that is set)
+FUZZ_SECONDS ?= $(if $(FUZZ_CPU_SECONDS),$(shell expr 30 \* $(FUZZ_CPU_SECONDS)),10)
 FUZZ_TARGETS ?=
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 

@@ -276,6 +276,27 @@ def seeds_streams():
         b"<|return|>")
 
 
+def seeds_hub():
+    c40 = b"0123456789abcdef0123456789abcdef01234567"
+    put("fuzz_hub", "info", b"\x00" + json.dumps(
+        {"sha": c40.decode(), "siblings": [{"rfilename": n} for n in
+         ["config.json", "model.safetensors", "sub/m-Q4_0.gguf", "../x", "/etc/passwd"]]}).encode())
+    put("fuzz_hub", "error", b"\x02" + b'{"error":"Repository not found"}')
+    le = lambda v: v.to_bytes(8, "little")
+    put("fuzz_hub", "head-lfs", b"\x01" + le(0) + le(1 << 63) +
+        b"HTTP/1.1 302 Found\r\nX-Repo-Commit: " + c40 + b"\r\nX-Linked-Etag: \"" + c40 + c40[:24] +
+        b"\"\r\nX-Linked-Size: 123456\r\nLocation: https://cdn.example/x\r\n"
+        b"Content-Length: 1089\r\n\r\n")
+    put("fuzz_hub", "head-small", b"\x03" + le(0) + le(42) +
+        b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /api/resolve/x\r\n\r\n"
+        b"HTTP/2 200\r\nETag: W/\"" + c40 + b"\"\r\nContent-Length: 42\r\n\r\n")
+    put("fuzz_hub", "resume", b"\x01" + le(100) + le(1000) +
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 100-999/1000\r\n"
+        b"Content-Length: 900\r\n\r\n")
+    put("fuzz_hub", "resume-star", b"\x01" + le(7) + le(1 << 63) +
+        b"HTTP/1.1 206\r\nContent-Range: bytes 7-99/*\r\n\r\n")
+
+
 def seeds_grammars():
     schemas = [
         ({"type": "object", "properties": {"name": {"type": "string", "minLength": 1,
@@ -351,5 +372,6 @@ seeds_tokenizers()
 seeds_templates()
 seeds_requests()
 seeds_streams()
+seeds_hub()
 seeds_grammars()
 seeds_audio()

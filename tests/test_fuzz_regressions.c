@@ -16,6 +16,7 @@
 #include "model/hf_config.h"
 #include "bench/bench_client.h"
 #include "grammar/gram.h"
+#include "grammar/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 /* Path of tests/data/fuzz/<name> (static buffer). */
@@ -197,6 +198,120 @@ static void test_regex_compile_work_budget(void **state) {
     free(in);
 }
 
+/* The grammar compiler returned its LIMIT error for a rule whose Thompson
+ * NFA passed 2^20 states ("too large") without freeing the NFA's edges:
+ * a leak per refused request (LeakSanitizer under fuzz_ebnf; make asan runs
+ * this test). The error stays; the edges are freed. */
+static void test_grammar_nfa_too_large_leak(void **state) {
+    (void)state;
+    static const char *const ebnf[] = {
+        "root ::= (((\"ab\"){1000}){1000})",    /* 2M NFA states */
+        "root ::= x\nx ::= ([0-9]{2000}){600}", /* in another rule than the first */
+    };
+    for (size_t i = 0; i < sizeof ebnf / sizeof ebnf[0]; i++) {
+        pg_gram *g = NULL;
+        pagoda_status st = pg_gram_from_ebnf(ebnf[i], strlen(ebnf[i]), &g);
+        if (st != PAGODA_ERR_LIMIT || !strstr(pg_last_error(), "too large"))
+            fail_msg("%s: status %d, '%s'", ebnf[i], (int)st, pg_last_error());
+        assert_null(g);
+    }
+}
+
+/* A compressed-tensors "re:" pattern with stacked bounded repetitions made
+ * glibc's regcomp run for minutes (it expands each bound into copies:
+ * ((a{1,100}){1,100}){1,100} is a million), once per tensor name, from a
+ * config.json (found by reading name_matches while fuzz_hf_config ran).
+ * Such patterns are refused when the config is parsed, naming the pattern;
+ * the patterns real checkpoints use still load. */
+static void test_ct_regex_stacked_quantifiers(void **state) {
+    (void)state;
+    /* in JSON: a backslash is written twice */
+    static const char *const bad[] = {
+        "((a{1,100}){1,100}){1,100}",
+        "(a+)+",
+        "a**",
+        "(x|b{2,})*",
+        "a{2}{3}",
+        "(.{1,255}){1,255}",
+        "a{256}",
+        "a{1,1000}",
+        "(((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))",
+        "([[:alpha:]]+)+",
+        "(\\\\.[0-9]+)*"};
+    static const char *const good[] = {
+        ".*mlp\\\\.down_proj$", ".*(q|k|v)_proj$", "model\\\\.layers\\\\.[0-9]+\\\\.self_attn.*",
+        "(.*\\\\.)?lm_head",    "a{0,1}b?",        "[+*{]+x",
+        "lm_head\\\\{2\\\\}*"};
+    for (int pass = 0; pass < 2; pass++) {
+        const char *const *list = pass ? good : bad;
+        size_t n = pass ? sizeof good / sizeof *good : sizeof bad / sizeof *bad;
+        for (size_t i = 0; i < n; i++) {
+            char cfg[1024];
+            snprintf(cfg, sizeof cfg,
+                     "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\","
+                     "\"format\": \"pack-quantized\", \"ignore\": [\"lm_head\", \"re:%s\"],"
+                     "\"config_groups\": {\"g\": {\"targets\": [\"Linear\"], \"weights\":"
+                     " {\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true,"
+                     "\"strategy\": \"group\", \"group_size\": 32}}}}}",
+                     list[i]);
+            pg_ct_config ct;
+            memset(&ct, 0, sizeof ct);
+            pagoda_status st = pg_ct_config_parse(cfg, strlen(cfg), "config.json", &ct);
+            if (pass == 0 && (st != PAGODA_ERR_UNSUPPORTED || !strstr(pg_last_error(), "refused")))
+                fail_msg("'%s' not refused: %d '%s'", list[i], (int)st, pg_last_error());
+            if (pass == 1 && st != PAGODA_OK)
+                fail_msg("'%s' refused: '%s'", list[i], pg_last_error());
+            if (st == PAGODA_OK) pg_ct_config_free(&ct);
+        }
+    }
+}
+
+/* An ambiguous grammar doubled the matcher's live stacks with every byte:
+ * x ::= "a" y | "a" z | "", y ::= x "b", z ::= x "c" keeps every b/c
+ * sequence open after n a's (2^n stacks: the DFA merges alternatives of
+ * one rule, not pushes of two), so fuzz_ebnf hung feeding 64 bytes. Each matcher
+ * operation (a byte fed, the allowed set, a token accepted, a mask) now
+ * has a work budget (G_WORK_BUDGET) and past it fails with LIMIT through
+ * the matcher's error path; the engine fails the request with it. */
+static void test_grammar_matcher_work_budget(void **state) {
+    (void)state;
+    const char *ebnf = "root ::= x\nx ::= \"a\" y | \"a\" z | \"\"\n"
+                       "y ::= x \"b\"\nz ::= x \"c\"";
+    pg_gram *g = NULL;
+    assert_int_equal(pg_gram_from_ebnf(ebnf, strlen(ebnf), &g), PAGODA_OK);
+    pg_gstate *gs = NULL;
+    assert_int_equal(pg_gstate_create(g, &gs), PAGODA_OK);
+    int fed = 0;
+    pg_clear_error();
+    while (fed < 64 && pg_gstate_feed(gs, (const uint8_t *)"a", 1))
+        fed++;
+    assert_true(fed < 40); /* 2^40 stacks would never finish */
+    assert_non_null(strstr(pg_last_error(), "needs more than"));
+    pg_gstate_free(gs);
+    /* the token matcher: one token of 24 a's at once */
+    static const char *const toks[] = {"a", "b", "c", "aaaaaaaaaaaaaaaaaaaaaaaa"};
+    const char *tp[4];
+    size_t lens[4];
+    for (int i = 0; i < 4; i++) {
+        tp[i] = toks[i];
+        lens[i] = strlen(toks[i]);
+    }
+    pg_vocab_trie *v = NULL;
+    assert_int_equal(pg_vocab_trie_create(tp, lens, 4, &v), PAGODA_OK);
+    pg_tgram *tg = NULL;
+    assert_int_equal(pg_tgram_create(g, v, &tg), PAGODA_OK); /* owns g */
+    pg_tmatch *tm = NULL;
+    assert_int_equal(pg_tmatch_create(tg, NULL, 0, &tm), PAGODA_OK);
+    assert_false(pg_tmatch_accept(tm, 3));
+    assert_int_equal(pg_tmatch_status(tm), PAGODA_ERR_LIMIT);
+    assert_non_null(strstr(pg_last_error(), "needs more than"));
+    assert_true(pg_tmatch_accept(tm, 0)); /* the state was left as it was */
+    assert_int_equal(pg_tmatch_status(tm), PAGODA_OK);
+    pg_tmatch_free(tm);
+    pg_tgram_release(tg);
+    pg_vocab_trie_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_usage_count_out_of_int32_range),
@@ -204,6 +319,9 @@ int main(void) {
         cmocka_unit_test(test_tokenizer_added_token_shares_vocab_id),
         cmocka_unit_test(test_ct_config_group_size_past_int64),
         cmocka_unit_test(test_regex_compile_work_budget),
+        cmocka_unit_test(test_grammar_nfa_too_large_leak),
+        cmocka_unit_test(test_ct_regex_stacked_quantifiers),
+        cmocka_unit_test(test_grammar_matcher_work_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1265,13 +1265,15 @@ static void sample_range(void *ctx, size_t begin, size_t end, int tid) {
  * and mask the logits to the tokens that keep the output a valid prefix. */
 static pagoda_status apply_grammar(pagoda_engine *e, ereq *r, float *logits) {
     for (; r->gm_fed < r->n_out; r->gm_fed++)
-        if (!pg_tmatch_accept(r->gm, r->out_ids[r->gm_fed]))
+        if (!pg_tmatch_accept(r->gm, r->out_ids[r->gm_fed])) {
+            if (pg_tmatch_status(r->gm)) return pg_tmatch_status(r->gm); /* NOMEM, LIMIT */
             return pg_error(PAGODA_ERR_INTERNAL,
                             "grammar: output token %d at position %d does not continue a valid "
                             "prefix", r->out_ids[r->gm_fed], r->gm_fed);
+        }
     pg_clear_error();
     if (pg_tmatch_apply(r->gm, logits, e->vocab) == 0)
-        return pg_last_error()[0] ? PAGODA_ERR_NOMEM
+        return pg_tmatch_status(r->gm) ? pg_tmatch_status(r->gm)
                                   : pg_error(PAGODA_ERR_INVALID_ARG,
                                              "grammar: no token of the vocabulary continues the "
                                              "output after %d tokens", r->n_out);

@@ -281,9 +281,11 @@ static pagoda_status compile_rule(dfa_build *d, const gx_builder *b, int32_t rul
     nfa a = {.b = b};
     int32_t s0 = nstate(&a);
     int32_t end = frag(&a, b->rules[rule].expr, s0, 0);
-    if (a.too_big)
+    if (a.too_big) {
+        free(a.e);
         return pg_error(PAGODA_ERR_LIMIT, "grammar: rule '%s' is too large (repetition bounds?)",
                         b->rules[rule].name);
+    }
     if (a.oom) {
         free(a.e);
         return pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");

@@ -62,14 +62,17 @@ typedef struct pg_gstate pg_gstate; /* a matcher: stacks table + current state *
 pagoda_status pg_gstate_create(const pg_gram *g, pg_gstate **out);
 void pg_gstate_free(pg_gstate *m);
 /* Feed bytes: true and the state advanced when s[0..n) keeps the input a
- * valid prefix; false and the state unchanged otherwise. */
+ * valid prefix; false and the state unchanged otherwise. Also false, with
+ * pg_last_error set (LIMIT), when one byte needs more than the matcher's
+ * work budget (an ambiguous grammar, gram_internal.h G_WORK_BUDGET). */
 bool pg_gstate_feed(pg_gstate *m, const uint8_t *s, size_t n);
 /* The input so far is a complete sentence of the grammar. */
 bool pg_gstate_accepting(const pg_gstate *m);
 /* Nothing more can be appended (accepting and no byte continues). */
 bool pg_gstate_finished(const pg_gstate *m);
 /* The bytes that may come next: bit c of out[c / 64] set when feeding byte
- * c keeps the input a valid prefix. */
+ * c keeps the input a valid prefix (a byte past the work budget is not
+ * allowed, and pg_last_error says LIMIT). */
 void pg_gstate_allowed(pg_gstate *m, uint64_t out[4]);
 /* Back to the start state. */
 void pg_gstate_reset(pg_gstate *m);

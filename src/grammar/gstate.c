@@ -10,6 +10,14 @@ struct pg_gstate {
     g_set cur, tmp;
 };
 
+static pagoda_status limit_error(void) {
+    return pg_error(PAGODA_ERR_LIMIT,
+                    "grammar: matching one byte or token needs more than %llu steps (an "
+                    "ambiguous grammar: alternatives that only differ later keep multiplying "
+                    "the parses)",
+                    (unsigned long long)G_WORK_BUDGET);
+}
+
 pagoda_status pg_gstate_create(const pg_gram *g, pg_gstate **out) {
     pg_gstate *m = calloc(1, sizeof *m);
     if (!m || !g_stacks_init(&m->st)) {
@@ -19,8 +27,10 @@ pagoda_status pg_gstate_create(const pg_gram *g, pg_gstate **out) {
     m->g = g;
     pg_gstate_reset(m);
     if (m->cur.oom) {
+        pagoda_status st =
+            m->st.over ? limit_error() : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
         pg_gstate_free(m);
-        return pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+        return st;
     }
     *out = m;
     return PAGODA_OK;
@@ -36,6 +46,7 @@ void pg_gstate_free(pg_gstate *m) {
 
 void pg_gstate_reset(pg_gstate *m) {
     g_stacks_clear(&m->st);
+    g_budget_start(&m->st, G_WORK_BUDGET);
     g_start(m->g, &m->st, &m->cur);
 }
 
@@ -47,7 +58,9 @@ bool pg_gstate_feed(pg_gstate *m, const uint8_t *s, size_t n) {
     bool ok = true;
     for (size_t i = 0; i < n && ok; i++) {
         g_set *o = in == &a ? &b : &a;
+        g_budget_start(&m->st, G_WORK_BUDGET);
         g_advance(m->g, &m->st, in, s[i], o);
+        if (m->st.over) limit_error();
         ok = !o->oom && (o->n > 0 || o->accept);
         in = o;
     }
@@ -74,8 +87,13 @@ bool pg_gstate_finished(const pg_gstate *m) {
 
 void pg_gstate_allowed(pg_gstate *m, uint64_t out[4]) {
     memset(out, 0, 4 * sizeof *out);
+    g_budget_start(&m->st, G_WORK_BUDGET); /* one budget for the 256 bytes */
     for (int c = 0; c < 256; c++) {
         g_advance(m->g, &m->st, &m->cur, (uint8_t)c, &m->tmp);
+        if (m->st.over) {
+            limit_error();
+            break;
+        }
         if (!m->tmp.oom && (m->tmp.n > 0 || m->tmp.accept)) out[c >> 6] |= 1ull << (c & 63);
     }
 }

@@ -122,10 +122,16 @@ void g_expand(const pg_gram *g, g_stacks *st, int32_t s0, g_set *out) {
     st->mark[s0] = st->epoch;
     work[wn++] = s0;
     while (wn) {
+        if (st->budget && (st->work += 1) > st->budget) {
+            st->over = true;
+            out->oom = true;
+            break;
+        }
         int32_t s = work[--wn];
         int32_t node = st->node[s], parent = st->parent[s];
         if (g->has_bytes[node]) set_push(out, s);
         int32_t want[2], nw = 0; /* at most: pushes (many) + a return (1) */
+        st->work += (uint64_t)(g->ref_off[node + 1] - g->ref_off[node]);
         for (int32_t k = g->ref_off[node]; k < g->ref_off[node + 1]; k++) {
             const g_ref *r = &g->refs[k];
             int32_t p = parent;
@@ -188,6 +194,11 @@ void g_expand(const pg_gram *g, g_stacks *st, int32_t s0, g_set *out) {
 void g_advance(const pg_gram *g, g_stacks *st, const g_set *in, uint8_t c, g_set *out) {
     g_begin(st, out);
     for (int32_t i = 0; i < in->n; i++) {
+        if (st->budget && (st->work += 1) > st->budget) st->over = true;
+        if (st->over) {
+            out->oom = true;
+            return;
+        }
         int32_t s = in->ids[i];
         int32_t nx = g->next[(size_t)st->node[s] * 256 + c];
         if (nx < 0) continue;

@@ -268,8 +268,16 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Classify every token from `node` with the unknown context below. */
-static tcache *compute_cache(const pg_tgram *t, int32_t node) {
+static pagoda_status limit_error(void) {
+    return pg_error(PAGODA_ERR_LIMIT,
+                    "grammar: matching one token needs more than %llu steps (an ambiguous "
+                    "grammar: alternatives that only differ later keep multiplying the parses)",
+                    (unsigned long long)G_WORK_BUDGET);
+}
+
+/* Classify every token from `node` with the unknown context below
+ * (NULL and *err: NOMEM, or LIMIT past the work budget; pg_last_error set). */
+static tcache *compute_cache(const pg_tgram *t, int32_t node, pagoda_status *err) {
     const pg_vocab_trie *v = t->v;
     const pg_gram *g = t->g;
     tcache *c = calloc(1, sizeof *c);
@@ -281,6 +289,7 @@ static tcache *compute_cache(const pg_tgram *t, int32_t node) {
         return NULL;
     }
     if (!walk_init(&w, v->max_len)) goto fail;
+    g_budget_start(&st, G_WORK_BUDGET);
     g_begin(&st, &w.s[0]);
     int32_t s0 = g_stacks_intern(&st, node, G_SENTINEL);
     if (s0 < 0) goto fail;
@@ -342,6 +351,7 @@ static tcache *compute_cache(const pg_tgram *t, int32_t node) {
     g_stacks_free(&st);
     return c;
 fail:
+    *err = st.over ? limit_error() : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
     free(acc.p);
     free(unc.p);
     walk_free(&w);
@@ -350,10 +360,10 @@ fail:
     return NULL;
 }
 
-static const tcache *get_cache(pg_tgram *t, int32_t node) {
+static const tcache *get_cache(pg_tgram *t, int32_t node, pagoda_status *err) {
     tcache *c = atomic_load_explicit(&t->cache[node], memory_order_acquire);
     if (c) return c;
-    c = compute_cache(t, node);
+    c = compute_cache(t, node, err);
     if (!c) return NULL;
     tcache *expect = NULL;
     if (!atomic_compare_exchange_strong_explicit(&t->cache[node], &expect, c, memory_order_acq_rel,
@@ -373,7 +383,8 @@ struct pg_tmatch {
     walk w;
     int32_t *stop;
     int32_t n_stop;
-    bool stopped; /* a stop token was accepted */
+    bool stopped;      /* a stop token was accepted */
+    pagoda_status err; /* of the last accept / fill_mask: OK, NOMEM or LIMIT */
 };
 
 pagoda_status pg_tmatch_create(pg_tgram *t, const int32_t *stop_ids, int32_t n_stop,
@@ -390,10 +401,13 @@ pagoda_status pg_tmatch_create(pg_tgram *t, const int32_t *stop_ids, int32_t n_s
     m->n_stop = n_stop;
     m->t = t;
     pg_tgram_retain(t);
+    g_budget_start(&m->st, G_WORK_BUDGET);
     g_start(t->g, &m->st, &m->cur);
     if (m->cur.oom) {
+        pagoda_status st =
+            m->st.over ? limit_error() : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
         pg_tmatch_free(m);
-        return pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+        return st;
     }
     *out = m;
     return PAGODA_OK;
@@ -409,6 +423,10 @@ void pg_tmatch_free(pg_tmatch *m) {
     free(m);
 }
 
+pagoda_status pg_tmatch_status(const pg_tmatch *m) {
+    return m->err;
+}
+
 bool pg_tmatch_complete(const pg_tmatch *m) {
     return m->stopped || m->cur.accept;
 }
@@ -421,6 +439,7 @@ static bool is_stop(const pg_tmatch *m, int32_t tok) {
 
 bool pg_tmatch_accept(pg_tmatch *m, int32_t tok) {
     const pg_vocab_trie *v = m->t->v;
+    m->err = PAGODA_OK;
     if (m->stopped) return false;
     if (is_stop(m, tok)) {
         if (!m->cur.accept) return false;
@@ -430,10 +449,16 @@ bool pg_tmatch_accept(pg_tmatch *m, int32_t tok) {
     if (tok < 0 || tok >= v->n_vocab || v->pos_of[tok] < 0) return false;
     int32_t k = v->pos_of[tok];
     g_set *in = &m->cur;
+    g_budget_start(&m->st, G_WORK_BUDGET);
     for (int32_t d = 1; d <= v->len[k]; d++) {
         g_set *o = &m->w.s[d];
         g_advance(m->t->g, &m->st, in, v->bytes[k][d - 1], o);
-        if (o->oom || (o->n == 0 && !o->accept)) return false;
+        if (o->oom) {
+            m->err =
+                m->st.over ? limit_error() : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+            return false;
+        }
+        if (o->n == 0 && !o->accept) return false;
         in = o;
     }
     /* swap the final set into cur */
@@ -495,20 +520,21 @@ int32_t pg_tmatch_fill_mask(pg_tmatch *m, uint64_t *bits) {
     pg_tgram *t = m->t;
     memset(bits, 0, (size_t)t->words * sizeof *bits);
     int32_t n_allowed = 0;
+    m->err = PAGODA_OK;
     if (m->stopped) return 0;
+    g_budget_start(&m->st, G_WORK_BUDGET);
     /* copy the stack ids: walks reuse the matcher's scratch sets */
     int32_t n = m->cur.n;
     int32_t buf[64], *ids = n <= 64 ? buf : malloc((size_t)n * sizeof *ids);
     if (!ids) {
-        pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+        m->err = pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
         return 0;
     }
     if (n) memcpy(ids, m->cur.ids, (size_t)n * sizeof *ids);
     bool counted_bits = false;
     for (int32_t i = 0; i < n; i++) {
-        const tcache *c = get_cache(t, m->st.node[ids[i]]);
-        if (!c) {
-            pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+        const tcache *c = get_cache(t, m->st.node[ids[i]], &m->err);
+        if (!c) { /* compute_cache set the error */
             n_allowed = 0;
             goto out;
         }
@@ -524,7 +550,8 @@ int32_t pg_tmatch_fill_mask(pg_tmatch *m, uint64_t *bits) {
             counted_bits = true;
         }
         if (c->n_unc && !walk_uncertain(m, ids[i], c, bits, &n_allowed)) {
-            pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+            m->err =
+                m->st.over ? limit_error() : pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
             n_allowed = 0;
             goto out;
         }
@@ -547,7 +574,7 @@ int32_t pg_tmatch_apply(pg_tmatch *m, float *logits, int32_t vocab) {
     uint64_t stackbits[2048];
     uint64_t *bits = t->words <= 2048 ? stackbits : malloc((size_t)t->words * sizeof *bits);
     if (!bits) {
-        pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
+        m->err = pg_error(PAGODA_ERR_NOMEM, "grammar: out of memory");
         return 0;
     }
     int32_t n = pg_tmatch_fill_mask(m, bits);

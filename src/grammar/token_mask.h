@@ -57,15 +57,21 @@ pagoda_status pg_tmatch_create(pg_tgram *t, const int32_t *stop_ids, int32_t n_s
 void pg_tmatch_free(pg_tmatch *m);
 
 /* Advance by one token: false (state unchanged) when the token is not
- * allowed. A stop token is allowed when complete and leaves the state. */
+ * allowed. A stop token is allowed when complete and leaves the state.
+ * Also false when matching failed (pg_tmatch_status: NOMEM, or LIMIT when
+ * the token needed more than G_WORK_BUDGET steps; pg_last_error set). */
 bool pg_tmatch_accept(pg_tmatch *m, int32_t token);
+/* The error of the last pg_tmatch_accept / fill_mask / apply: PAGODA_OK,
+ * NOMEM, or LIMIT (the per-operation work budget of the matcher ran out:
+ * an ambiguous grammar, see gram_internal.h). */
+pagoda_status pg_tmatch_status(const pg_tmatch *m);
 /* The output so far is a complete sentence. */
 bool pg_tmatch_complete(const pg_tmatch *m);
 
 /* The allowed tokens of this step as bits[ceil(n/64)] (bit i of word i/64
  * = token i allowed), n the trie's vocabulary size. Returns the number of
- * allowed tokens. Errors are reported as 0 allowed plus pg_last_error
- * (NOMEM only). */
+ * allowed tokens. Errors are reported as 0 allowed plus pg_tmatch_status
+ * and pg_last_error (NOMEM, or LIMIT: the work budget of one mask). */
 int32_t pg_tmatch_fill_mask(pg_tmatch *m, uint64_t *bits);
 /* Fill the mask and set logits[i] = -INFINITY for every token i < vocab not
  * allowed (ids >= the trie's size are always banned). Returns the number

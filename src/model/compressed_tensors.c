@@ -53,6 +53,104 @@ static pagoda_status check_args(const cJSON *a, const char *path, const char *wh
     return PAGODA_OK;
 }
 
+/* A "re:" pattern regcomp(3) compiles in reasonable time: glibc expands
+ * bounded repetitions into copies, so stacked quantifiers multiply (a
+ * 26-byte `((a{1,100}){1,100}){1,100}` ran for minutes in regcomp, and the
+ * pattern is compiled again for every tensor name). Refused: a quantifier
+ * applied to something already quantified (`a**`, `(a+)+`, `(x|b{2,})*`; a
+ * single `?` on a group, as in `(\.b+)?`, is allowed), bounds above 255,
+ * nesting deeper than 32 groups, patterns longer than 1024 bytes. False with
+ * the reason in WHY; the syntax itself is left to regcomp. */
+static bool ere_bounded(const char *re, char *why, size_t cap) {
+    enum { MAX_DEPTH = 32 };
+    size_t len = strlen(re);
+    if (len > 1024) {
+        snprintf(why, cap, "longer than 1024 bytes");
+        return false;
+    }
+    bool has_q[MAX_DEPTH + 1] = {false}; /* per open group: holds a quantifier */
+    int depth = 0;
+    int prev = 0; /* what a quantifier would apply to: 0 nothing, 1 an atom, 2 a quantified one */
+    for (size_t i = 0; i < len; i++) {
+        char c = re[i];
+        if (c == '\\') {
+            if (re[i + 1]) i++;
+            prev = 1;
+        } else if (c == '[') { /* a bracket expression: to its closing ']' */
+            size_t j = i + 1;
+            if (re[j] == '^') j++;
+            if (re[j] == ']') j++;
+            while (re[j] && re[j] != ']') {
+                if (re[j] == '[' && (re[j + 1] == ':' || re[j + 1] == '.' || re[j + 1] == '=')) {
+                    const char *e = strstr(re + j + 2, (char[]){re[j + 1], ']', 0});
+                    j = e ? (size_t)(e - re) + 2 : len;
+                    continue;
+                }
+                j++;
+            }
+            i = j < len ? j : len - 1;
+            prev = 1;
+        } else if (c == '(') {
+            if (++depth > MAX_DEPTH) {
+                snprintf(why, cap, "groups nested deeper than %d", MAX_DEPTH);
+                return false;
+            }
+            has_q[depth] = false;
+            prev = 0;
+        } else if (c == ')') {
+            bool q = depth > 0 && has_q[depth];
+            if (depth > 0) depth--;
+            if (q && depth > 0) has_q[depth] = true;
+            prev = q ? 2 : 1;
+        } else if (c == '|') {
+            prev = 0;
+        } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+            bool repeat = c != '?';
+            size_t end = i;
+            if (c == '{') {
+                long lo = -1, hi = -1;
+                char *e;
+                lo = strtol(re + i + 1, &e, 10);
+                if (e == re + i + 1 || lo < 0) { /* not a bound: regcomp decides */
+                    prev = 1;
+                    continue;
+                }
+                hi = lo;
+                if (*e == ',') {
+                    char *f;
+                    hi = strtol(e + 1, &f, 10);
+                    if (f == e + 1) hi = -1; /* {m,} */
+                    e = f;
+                }
+                if (*e != '}') {
+                    prev = 1;
+                    continue;
+                }
+                end = (size_t)(e - re);
+                if (lo > 255 || hi > 255) {
+                    snprintf(why, cap, "repetition bound above 255 in '%.*s'", (int)(end - i + 1),
+                             re + i);
+                    return false;
+                }
+                repeat = hi != 0 && hi != 1;
+            }
+            if (prev == 2 && repeat) {
+                snprintf(why, cap,
+                         "stacked quantifiers at byte %zu (a repetition of something already "
+                         "repeated, such as (a+)+ or a{2}{3}: it multiplies the automaton)",
+                         i);
+                return false;
+            }
+            if (depth > 0) has_q[depth] = true;
+            prev = 2;
+            i = end;
+        } else {
+            prev = 1;
+        }
+    }
+    return true;
+}
+
 /* Copy a JSON list of strings (NULL: empty) into *list / *n. */
 static pagoda_status str_list(const cJSON *arr, const char *path, const char *what, char ***list,
                               int *n) {
@@ -70,6 +168,11 @@ static pagoda_status str_list(const cJSON *arr, const char *path, const char *wh
         if (!cJSON_IsString(e))
             return pg_error(PAGODA_ERR_FORMAT, "%s: quantization_config %s holds a non-string",
                             path, what);
+        char why[200];
+        if (!strncmp(e->valuestring, "re:", 3) && !ere_bounded(e->valuestring + 3, why, sizeof why))
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "%s: quantization_config %s pattern '%.80s%s' refused: %s", path, what,
+                            e->valuestring, strlen(e->valuestring) > 80 ? "..." : "", why);
         (*list)[*n] = strdup(e->valuestring);
         if (!(*list)[*n]) return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", path);
         (*n)++;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "model/hub_parse.h"
 #include "model/hub_progress.h"
 #include "model/mapped_file.h"
 
@@ -126,43 +127,6 @@ pagoda_status pg_hub_fold_options(const char *model, const char *revision, const
     if (!pg_hub_parse_ref(out, &check))
         return pg_error(PAGODA_ERR_INVALID_ARG, "%s: bad --revision or --gguf-file", out);
     return PAGODA_OK;
-}
-
-bool pg_hub_normalize_etag(const char *value, char *out, size_t cap) {
-    while (*value == ' ' || *value == '\t')
-        value++;
-    if ((value[0] == 'W' || value[0] == 'w') && value[1] == '/') value += 2;
-    size_t n = strlen(value);
-    while (n && (value[n - 1] == ' ' || value[n - 1] == '\t' || value[n - 1] == '\r' ||
-                 value[n - 1] == '\n'))
-        n--;
-    if (n >= 2 && value[0] == '"' && value[n - 1] == '"') {
-        value++;
-        n -= 2;
-    }
-    if (!n || n >= cap || (n <= 2 && value[0] == '.')) return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)value[i] < 0x21 || value[i] == '/' || value[i] == '\\' ||
-            value[i] == '"')
-            return false;
-    memcpy(out, value, n);
-    out[n] = 0;
-    return true;
-}
-
-bool pg_hub_safe_filename(const char *name) {
-    if (!name || !*name || name[0] == '/' || strlen(name) >= 1024) return false;
-    for (const char *p = name; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == '\\') return false;
-    const char *c = name;
-    while (*c) {
-        size_t n = strcspn(c, "/");
-        if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
-            return false;
-        c += n;
-        if (*c == '/') c++;
-    }
-    return name[strlen(name) - 1] != '/';
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -452,66 +416,11 @@ static void curl_init(void) {
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-typedef struct http_headers {
-    long status;
-    char etag[160];
-    char linked_etag[160];
-    long long linked_size, content_length;
-    char location[2048];
-    char error_code[64];
-    char error_message[256];
-} http_headers;
-
-static void header_value(const char *line, size_t n, size_t name_len, char *out, size_t cap) {
-    const char *v = line + name_len;
-    size_t k = n - name_len;
-    while (k && (*v == ' ' || *v == '\t')) {
-        v++;
-        k--;
-    }
-    while (k && (v[k - 1] == '\r' || v[k - 1] == '\n' || v[k - 1] == ' '))
-        k--;
-    if (k >= cap) k = cap - 1;
-    memcpy(out, v, k);
-    out[k] = 0;
-}
-
-/* The response headers kept, by name (lower case, with the colon). */
-static const struct {
-    const char *name;
-    size_t off, cap; /* cap 0: a number (long long) */
-} HEADERS[] = {
-    {"x-linked-etag:", offsetof(http_headers, linked_etag),
-     sizeof(((http_headers *)0)->linked_etag)},
-    {"etag:", offsetof(http_headers, etag), sizeof(((http_headers *)0)->etag)},
-    {"location:", offsetof(http_headers, location), sizeof(((http_headers *)0)->location)},
-    {"x-error-code:", offsetof(http_headers, error_code), sizeof(((http_headers *)0)->error_code)},
-    {"x-error-message:", offsetof(http_headers, error_message),
-     sizeof(((http_headers *)0)->error_message)},
-    {"x-linked-size:", offsetof(http_headers, linked_size), 0},
-    {"content-length:", offsetof(http_headers, content_length), 0},
-};
+typedef pg_hub_headers http_headers;
 
 static size_t on_header(char *line, size_t size, size_t nitems, void *ud) {
-    http_headers *h = ud;
     size_t n = size * nitems;
-    if (n > 5 && !strncmp(line, "HTTP/", 5)) { /* a new response (after a redirect) */
-        memset(h, 0, sizeof *h);
-        h->linked_size = h->content_length = -1;
-        return n;
-    }
-    for (size_t i = 0; i < sizeof HEADERS / sizeof HEADERS[0]; i++) {
-        size_t k = strlen(HEADERS[i].name);
-        if (n <= k || strncasecmp(line, HEADERS[i].name, k)) continue;
-        char *field = (char *)h + HEADERS[i].off, num[32];
-        if (HEADERS[i].cap) {
-            header_value(line, n, k, field, HEADERS[i].cap);
-        } else {
-            header_value(line, n, k, num, sizeof num);
-            *(long long *)(void *)field = strtoll(num, NULL, 10);
-        }
-        break;
-    }
+    pg_hub_header_line(ud, line, n);
     return n;
 }
 
@@ -519,8 +428,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ud) {
 static struct curl_slist *setup(hub_ctx *c, const char *url, http_headers *h, bool follow) {
     CURL *k = c->curl;
     curl_easy_reset(k);
-    memset(h, 0, sizeof *h);
-    h->linked_size = h->content_length = -1;
+    pg_hub_headers_reset(h);
     c->errbuf[0] = 0;
     curl_easy_setopt(k, CURLOPT_URL, url);
     curl_easy_setopt(k, CURLOPT_ERRORBUFFER, c->errbuf);
@@ -589,8 +497,9 @@ static pagoda_status http_error(hub_ctx *c, const http_headers *h, const char *f
                     file ? file : "", file ? ": " : "", h->status, hub_says);
 }
 
-/* GET the revision info: commit and file list. */
-static pagoda_status api_revision(hub_ctx *c, char *commit, size_t cap, cJSON **siblings_root) {
+/* GET the revision info: commit and file list (hub_parse.h). */
+static pagoda_status api_revision(hub_ctx *c, pg_hub_info *info) {
+    memset(info, 0, sizeof *info);
     char *rev = curl_easy_escape(c->curl, c->ref->revision, 0);
     char url[2048];
     snprintf(url, sizeof url, "%s/api/models/%s/revision/%s", c->endpoint, c->ref->repo,
@@ -615,28 +524,22 @@ static pagoda_status api_revision(hub_ctx *c, char *commit, size_t cap, cJSON **
     }
     curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &h.status);
     if (h.status != 200) {
-        if (!h.error_message[0] && body) { /* the hub's JSON {"error": "..."} */
-            cJSON *j = cJSON_Parse(body);
-            cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-            if (cJSON_IsString(e))
-                snprintf(h.error_message, sizeof h.error_message, "%s", e->valuestring);
-            cJSON_Delete(j);
-        }
+        if (!h.error_message[0]) /* the hub's JSON {"error": "..."} */
+            pg_hub_parse_error_body(body, body_len, h.error_message, sizeof h.error_message);
         free(body);
         return http_error(c, &h, NULL);
     }
-    cJSON *j = body ? cJSON_Parse(body) : NULL;
+    pagoda_status s = pg_hub_parse_info(body, body_len, info);
     free(body);
-    cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "sha");
-    cJSON *sib = cJSON_GetObjectItemCaseSensitive(j, "siblings");
-    if (!cJSON_IsString(sha) || !is_hex(sha->valuestring, 40) || !cJSON_IsArray(sib)) {
-        cJSON_Delete(j);
-        return pg_error(PAGODA_ERR_FORMAT,
-                        "model '%s': %s: the hub's answer has no commit \"sha\" or \"siblings\"",
-                        c->ref->repo, url);
+    if (s) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", pg_last_error());
+        return pg_error(s, "model '%s': %s: bad answer from the hub: %s", c->ref->repo, url, why);
     }
-    snprintf(commit, cap, "%s", sha->valuestring);
-    *siblings_root = j;
+    if (info->n_unsafe)
+        PG_WARN("model '%s': skipped %d file name%s of the revision info that are not safe "
+                "relative paths",
+                c->ref->repo, info->n_unsafe, info->n_unsafe == 1 ? "" : "s");
     return PAGODA_OK;
 }
 
@@ -668,7 +571,7 @@ static pagoda_status head_file(hub_ctx *c, const char *commit, const char *file,
         curl_slist_free_all(hdr);
         if (rc != CURLE_OK) return net_error(c, rc, url);
         curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &h.status);
-        if (h.status >= 300 && h.status < 400 && h.location[0] == '/' && hop < 5) {
+        if (h.status >= 300 && h.status < 400 && pg_hub_relative_location(h.location) && hop < 5) {
             char *slash = strstr(url, "://");
             slash = slash ? strchr(slash + 3, '/') : NULL;
             if (!slash) break;
@@ -681,11 +584,10 @@ static pagoda_status head_file(hub_ctx *c, const char *commit, const char *file,
         break;
     }
     if (h.status >= 400 || h.status < 200) return http_error(c, &h, file);
-    const char *raw = h.linked_etag[0] ? h.linked_etag : h.etag;
-    if (!pg_hub_normalize_etag(raw, etag, cap))
-        return pg_error(PAGODA_ERR_FORMAT, "model '%s': %s: the hub sent no usable ETag ('%s')",
-                        c->ref->repo, file, raw);
-    *size = h.linked_size >= 0 ? h.linked_size : (h.status == 200 ? h.content_length : -1);
+    char why[300];
+    if (!pg_hub_head_result(&h, commit, etag, cap, size, why, sizeof why))
+        return pg_error(PAGODA_ERR_FORMAT, "model '%s': %s: bad answer from the hub: %s",
+                        c->ref->repo, file, why);
     return PAGODA_OK;
 }
 
@@ -771,7 +673,10 @@ typedef struct transfer {
     bool restarted; /* a 200 answered our Range: start over */
     hub_ctx *c;
     pg_hub_progress *progress;
-    blob_digest *digest; /* of every byte in the file */
+    blob_digest *digest;   /* of every byte in the file */
+    const http_headers *h; /* of the answer (Content-Range of a 206) */
+    long long size;        /* the file's size announced by HEAD, -1 unknown */
+    char bad_range[300];   /* why a 206 was refused ("" none) */
 } transfer;
 
 static size_t on_body_file(char *p, size_t size, size_t nitems, void *ud) {
@@ -787,6 +692,9 @@ static size_t on_body_file(char *p, size_t size, size_t nitems, void *ud) {
             t->restarted = true;
         } else if (code != 206) {
             return n; /* an error page: not written, the status is checked after */
+        } else if (!pg_hub_check_partial(t->h, t->offset, t->size, t->bad_range,
+                                         sizeof t->bad_range)) {
+            return 0; /* not the rest of our file: stop (CURLE_WRITE_ERROR) */
         }
     } else if (t->written == 0 && t->offset == 0) {
         long code = 0;
@@ -849,14 +757,14 @@ static pagoda_status get_file(hub_ctx *c, const char *commit, const char *file, 
     for (int attempt = 0; attempt < TRANSFER_ATTEMPTS; attempt++) {
         FILE *f = fopen(tmp, "ab");
         if (!f) return pg_error(PAGODA_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        transfer t = {.f = f, .c = c, .progress = pr, .digest = d};
+        http_headers h;
+        transfer t = {.f = f, .c = c, .progress = pr, .digest = d, .h = &h, .size = size};
         fseek(f, 0, SEEK_END);
         t.offset = ftell(f);
         if (size >= 0 && t.offset >= size) { /* all there: only the checks remain */
             fclose(f);
             return PAGODA_OK;
         }
-        http_headers h;
         struct curl_slist *hdr = setup(c, url, &h, true);
         char range[64];
         if (t.offset > 0) {
@@ -879,6 +787,13 @@ static pagoda_status get_file(hub_ctx *c, const char *commit, const char *file, 
             digest_reset(d);
             s = pg_error(PAGODA_ERR_IO, "model '%s': %s: HTTP 416", c->ref->repo, file);
             continue;
+        }
+        if (t.bad_range[0]) { /* a partial answer that does not continue our file */
+            if (truncate(tmp, 0)) unlink(tmp);
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "model '%s': %s: bad answer from the hub to a resumed download: %s; "
+                            "the partial file was removed",
+                            c->ref->repo, file, t.bad_range);
         }
         if (rc == CURLE_OK && h.status != 200 && h.status != 206) return http_error(c, &h, file);
         if (rc == CURLE_OK && wrote_ok) return PAGODA_OK;
@@ -965,11 +880,11 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 /* The repo files to fetch, into a NULL-terminated array of names owned by
- * SIB (`*gguf` set to the GGUF when the model is one). */
-static pagoda_status select_files(hub_ctx *c, const pg_hub_options *opt, cJSON *sib,
+ * INFO (`*gguf` set to the GGUF when the model is one). */
+static pagoda_status select_files(hub_ctx *c, const pg_hub_options *opt, const pg_hub_info *info,
                                   const char ***out, const char **gguf) {
     *gguf = NULL;
-    int n = cJSON_GetArraySize(sib);
+    int n = info->n_files;
     const char **all = calloc((size_t)n + 1, sizeof *all);
     const char **sel = calloc((size_t)n + 1, sizeof *sel);
     if (!all || !sel) {
@@ -979,14 +894,8 @@ static pagoda_status select_files(hub_ctx *c, const pg_hub_options *opt, cJSON *
     }
     int n_all = 0, n_sel = 0, n_st = 0, n_gguf = 0, n_match = 0;
     const char *match = NULL, *only_gguf = NULL;
-    for (cJSON *e = sib->child; e; e = e->next) {
-        cJSON *r = cJSON_GetObjectItemCaseSensitive(e, "rfilename");
-        if (!cJSON_IsString(r)) continue;
-        const char *name = r->valuestring;
-        if (!pg_hub_safe_filename(name)) {
-            PG_WARN("model '%s': skipping the unsafe file name '%s'", c->ref->repo, name);
-            continue;
-        }
+    for (int i = 0; i < n; i++) {
+        const char *name = info->files[i]; /* safe names only (pg_hub_parse_info) */
         all[n_all++] = name;
         if (ends_with(name, ".safetensors") && !strchr(name, '/')) n_st++;
         if (ends_with(name, ".gguf")) {
@@ -1074,12 +983,11 @@ static pagoda_status download(hub_ctx *c, const pg_hub_options *opt, char *snap,
         return pg_error(PAGODA_ERR_INTERNAL, "curl_global_init: %s",
                         curl_easy_strerror(curl_init_rc));
     if (!(c->curl = curl_easy_init())) return pg_error(PAGODA_ERR_NOMEM, "curl_easy_init failed");
-    char commit[64];
-    cJSON *info = NULL;
+    pg_hub_info info;
     const char **files = NULL, *gguf = NULL;
-    pagoda_status s = api_revision(c, commit, sizeof commit, &info);
-    if (!s)
-        s = select_files(c, opt, cJSON_GetObjectItemCaseSensitive(info, "siblings"), &files, &gguf);
+    pagoda_status s = api_revision(c, &info);
+    const char *commit = info.commit;
+    if (!s) s = select_files(c, opt, &info, &files, &gguf);
     int count = 0;
     while (!s && files[count])
         count++;
@@ -1099,7 +1007,7 @@ static pagoda_status download(hub_ctx *c, const pg_hub_options *opt, char *snap,
         if (gguf) pathf(gguf_path, gguf_cap, "%s/%s", snap, gguf);
     }
     free(files);
-    cJSON_Delete(info);
+    pg_hub_info_free(&info);
     curl_easy_cleanup(c->curl);
     c->curl = NULL;
     return s;

@@ -20,6 +20,7 @@
  * X-Linked-Size / Content-Length; relative redirects followed, the
  * absolute one to the LFS CDN not), GET of the same URL following redirects
  * to the CDN. Authorization: Bearer $HF_TOKEN (never sent to another host).
+ * The answers are parsed and checked by model/hub_parse.h.
  *
  * Environment (huggingface_hub's): HF_ENDPOINT (default https://huggingface.co),
  * HF_HOME (default $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface),
@@ -33,6 +34,7 @@
 #include <stddef.h>
 
 #include "base/status.h"
+#include "model/hub_parse.h"
 
 /* A model on the hub: "org/name[@REVISION][:TAG]". TAG is a GGUF quant
  * ("Q4_0": the one .gguf file whose name contains it, case-insensitively) or
@@ -92,12 +94,7 @@ pagoda_status pg_hub_resolve(const pg_hub_ref *ref, const pg_hub_options *opt, c
                              size_t cap, bool *is_gguf);
 
 /* Helpers exposed for tests. */
-/* ETag header value without W/ and quotes; false if nothing remains or it
- * holds '/' or control characters (it becomes a file name). */
-bool pg_hub_normalize_etag(const char *value, char *out, size_t cap);
-/* True when NAME is a safe relative repo path: no leading '/', no "." or
- * ".." component, no backslash or control character. */
-bool pg_hub_safe_filename(const char *name);
+/* pg_hub_normalize_etag, pg_hub_safe_filename: model/hub_parse.h. */
 /* True when a safetensors model needs repo file NAME (the list above). */
 bool pg_hub_wanted_file(const char *name);
 /* True when a .gguf NAME matches TAG: the file name itself (with or without
