@@ -41,7 +41,6 @@ enum { N_ISAS = sizeof ISAS / sizeof ISAS[0] };
 static const pg_dtype TYPES[] = {PG_Q4_K, PG_Q5_K, PG_Q6_K, PG_Q2_K, PG_Q3_K};
 enum { N_TYPES = sizeof TYPES / sizeof TYPES[0] };
 
-
 static void put16(uint8_t *p, float f) {
     uint16_t h = pg_f32_to_f16(f);
     memcpy(p, &h, 2);
@@ -532,15 +531,14 @@ static void test_iq4_tables_vs_reference(void **state) {
                         pg_pool *pool = th ? pool2 : NULL;
                         const pg_gemm_epilogue ep = sw ? PG_GEMM_SWIGLU : PG_GEMM_STORE;
                         void *scratch = scratch_for(pw, M, th ? 2 : 1);
-                        assert_int_equal(pg_gemm(pw, A, M, K, got, N, sw ? NULL : bias, ep, pool,
-                                                 scratch),
-                                         PAGODA_OK);
-                        pg_ref_qgemm(&w, sw ? &wu : NULL, A, M, K, want, N, sw ? NULL : bias,
-                                     ep);
+                        assert_int_equal(
+                            pg_gemm(pw, A, M, K, got, N, sw ? NULL : bias, ep, pool, scratch),
+                            PAGODA_OK);
+                        pg_ref_qgemm(&w, sw ? &wu : NULL, A, M, K, want, N, sw ? NULL : bias, ep);
                         char what[128];
                         snprintf(what, sizeof what, "%s %s (%s) M=%lld swiglu=%d threads=%d",
-                                 pg_dtype_name(t), kt->isa, pg_gemm_variant(pw), (long long)M,
-                                 sw, th + 1);
+                                 pg_dtype_name(t), kt->isa, pg_gemm_variant(pw), (long long)M, sw,
+                                 th + 1);
                         check_bits(got, want, M * N, what);
                         pg_free(scratch);
                     }
@@ -615,9 +613,9 @@ static void gen(const char *path, const char *dtype) {
         const char *n;
         pg_dtype t;
         bool mix;
-    } T[] = {{"f32", PG_F32, false},      {"q4_k", PG_Q4_K, false},    {"q4_k_m", PG_Q4_K, true},
-             {"q5_k_m", PG_Q5_K, true},   {"q6_k", PG_Q6_K, false},    {"q2_k", PG_Q2_K, false},
-             {"q3_k_m", PG_Q3_K, true},   {"iq4_nl", PG_IQ4_NL, false}, {"iq4_xs", PG_IQ4_XS, false}};
+    } T[] = {{"f32", PG_F32, false},    {"q4_k", PG_Q4_K, false},     {"q4_k_m", PG_Q4_K, true},
+             {"q5_k_m", PG_Q5_K, true}, {"q6_k", PG_Q6_K, false},     {"q2_k", PG_Q2_K, false},
+             {"q3_k_m", PG_Q3_K, true}, {"iq4_nl", PG_IQ4_NL, false}, {"iq4_xs", PG_IQ4_XS, false}};
     size_t i = 0;
     while (strcmp(T[i].n, dtype))
         i++;
@@ -631,7 +629,8 @@ static void test_models(void **state) {
     const char *dir = pg_test_tmpdir();
     enum { NT = 8 };
     char path[NT][512];
-    const char *types[NT] = {"f32", "q4_k_m", "q5_k_m", "q6_k", "q2_k", "q3_k_m", "iq4_nl", "iq4_xs"};
+    const char *types[NT] = {"f32",  "q4_k_m", "q5_k_m", "q6_k",
+                             "q2_k", "q3_k_m", "iq4_nl", "iq4_xs"};
     /* plain rounding, no importance search: bounds a few times llama.cpp's;
      * the new types measured 0.232 / 0.040 / 0.0186 / 0.0201 with every
      * table (scalar, avx2, avx512vnni: within 1e-4) */

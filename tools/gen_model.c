@@ -98,11 +98,10 @@ static int parse_dtype(const char *s, pg_dtype *out) {
     static const struct {
         const char *n;
         pg_dtype t;
-    } T[] = {
-        {"f32", PG_F32},   {"f16", PG_F16},   {"bf16", PG_BF16},   {"q8_0", PG_Q8_0},
-        {"q4_0", PG_Q4_0}, {"q4_k", PG_Q4_K}, {"q5_k", PG_Q5_K}, {"q6_k", PG_Q6_K},
-        {"q2_k", PG_Q2_K},   {"q3_k", PG_Q3_K},   {"iq4_nl", PG_IQ4_NL}, {"iq4_xs", PG_IQ4_XS},
-        {"q3_k_m", PG_Q3_K}, {"q4_k_m", PG_Q4_K}, {"q5_k_m", PG_Q5_K}};
+    } T[] = {{"f32", PG_F32},     {"f16", PG_F16},     {"bf16", PG_BF16},     {"q8_0", PG_Q8_0},
+             {"q4_0", PG_Q4_0},   {"q4_k", PG_Q4_K},   {"q5_k", PG_Q5_K},     {"q6_k", PG_Q6_K},
+             {"q2_k", PG_Q2_K},   {"q3_k", PG_Q3_K},   {"iq4_nl", PG_IQ4_NL}, {"iq4_xs", PG_IQ4_XS},
+             {"q3_k_m", PG_Q3_K}, {"q4_k_m", PG_Q4_K}, {"q5_k_m", PG_Q5_K}};
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
         if (!strcasecmp(s, T[i].n)) {
             *out = T[i].t;

@@ -4,14 +4,17 @@
 #include <string.h>
 
 const int8_t pg_iq4nl_kvalues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                      1,    13,   25,  38,  53,  69,  89,  113};
+                                     1,    13,   25,  38,  53,  69,  89,  113};
 
 int pg_kq_is_kquant(pg_dtype t) {
     return t == PG_Q4_K || t == PG_Q5_K || t == PG_Q6_K || t == PG_Q2_K || t == PG_Q3_K;
 }
 
 int pg_kq_bits(pg_dtype t) {
-    return t == PG_Q4_K || t == PG_Q2_K || t == PG_Q3_K ? 4 : t == PG_Q5_K ? 5 : t == PG_Q6_K ? 6 : 0;
+    return t == PG_Q4_K || t == PG_Q2_K || t == PG_Q3_K ? 4
+           : t == PG_Q5_K                               ? 5
+           : t == PG_Q6_K                               ? 6
+                                                        : 0;
 }
 
 int pg_kq_sub(pg_dtype t) {

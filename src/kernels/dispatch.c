@@ -87,8 +87,8 @@ static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, 
  * packed layout for every ISA. */
 #define KQUK(name, b, mr, fn) quk(name, b, mr, 32, 4, 1, 64, 0, 0, fn, NULL)
 #define KQ_SET(t, name, mr, P)                                                                     \
-    ((t)->q4_k = KQUK(name, 4, mr, P##_q4_k), (t)->q5_k = KQUK(name, 5, mr, P##_q5_k),            \
-     (t)->q6_k = KQUK(name, 6, mr, P##_q6_k), (t)->q2_k = KQUK(name, 4, mr, P##_q2_k),            \
+    ((t)->q4_k = KQUK(name, 4, mr, P##_q4_k), (t)->q5_k = KQUK(name, 5, mr, P##_q5_k),             \
+     (t)->q6_k = KQUK(name, 6, mr, P##_q6_k), (t)->q2_k = KQUK(name, 4, mr, P##_q2_k),             \
      (t)->q3_k = KQUK(name, 4, mr, P##_q3_k))
 
 /* Set an entry and record which variant filled it. */
@@ -265,8 +265,7 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "qgemm_w4a8", t->qgemm_w4.name, t->qgemm_w4.mr,
             t->qgemm_w4.nr);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "mxfp4", t->mxfp4.name, t->mxfp4.mr, t->mxfp4.nr);
-    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "q2_k..q6_k", t->q4_k.name, t->q4_k.mr,
-            t->q4_k.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "q2_k..q6_k", t->q4_k.name, t->q4_k.mr, t->q4_k.nr);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */

@@ -107,8 +107,8 @@ typedef struct pg_qgemm_ukernel {
  *
  * A K-quant microkernel (q2_k .. q6_k; kernels/gemm.h "K-quants") is a
  * pg_qgemm_ukernel with nr 32, ar 1, gk 256 (one super-block per group) and
- * `bits` 4 / 5 / 6 (Q2_K and Q3_K: 4, their u widened to nibbles), on the packed layout of gemm_kquant.c (the same for
- * every ISA). Per super-block g, row i, column j it computes the exact
+ * `bits` 4 / 5 / 6 (Q2_K and Q3_K: 4, their u widened to nibbles), on the packed layout of
+ * gemm_kquant.c (the same for every ISA). Per super-block g, row i, column j it computes the exact
  * int32 P = sum_s sc[s][j] * sum_{k in s} a[i][k] * u[j][k] and Q = sum_s
  * m[s][j] * (activation sums of sub-block s), then
  *     c[i][j] = fmaf((float)P, d[j] * as[i*as_stride + g], c[i][j])

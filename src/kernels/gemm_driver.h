@@ -46,7 +46,7 @@ struct pg_packed_weight {
     pg_qgemm_ukernel quk;
     int bits, act_group, scale_f16;
     int mxfp4; /* MXFP4 (gemm_mxfp4.c): E8M0 header bytes, E2M1 codes; bits 4, act_group 1 */
-    int kq; /* K-quant (gemm_kquant.c): its pg_dtype (Q2_K .. Q6_K), else 0 */
+    int kq;    /* K-quant (gemm_kquant.c): its pg_dtype (Q2_K .. Q6_K), else 0 */
     int64_t group, gk; /* scale group (0: per channel); k per packed group */
     size_t hbytes;     /* group header: [comp,] scales */
 };

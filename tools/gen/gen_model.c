@@ -1681,11 +1681,11 @@ static void q35_gguf_keys(const pg_gen_model_options *o, pg_gguf_writer *w) {
 static pg_dtype kmix_type(pg_dtype wd, const char *name) {
     const bool vd = strstr(name, "attn_v.weight") || strstr(name, "ffn_down");
     if (wd == PG_Q3_K)
-        return !strcmp(name, "output.weight")          ? PG_Q6_K
+        return !strcmp(name, "output.weight")             ? PG_Q6_K
                : vd || strstr(name, "attn_output.weight") ? PG_Q4_K
-                                                         : wd;
+                                                          : wd;
     return !strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight") || vd ? PG_Q6_K
-                                                                                       : wd;
+                                                                                      : wd;
 }
 
 static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor *t, size_t nt,
@@ -1770,8 +1770,7 @@ keys_done:; /* a label cannot precede a declaration before C23 (clang) */
         if (d == PG_IQ4_XS && t[i].cols % 256) d = PG_IQ4_NL; /* as llama-quantize */
         if (pg_kq_is_kquant(d) && t[i].cols % 256) /* llama-quantize falls back too */
             d = PG_Q8_0;
-        if ((d == PG_Q8_0 || d == PG_Q4_0 || d == PG_IQ4_NL) && t[i].cols % 32)
-            d = PG_F16;
+        if ((d == PG_Q8_0 || d == PG_Q4_0 || d == PG_IQ4_NL) && t[i].cols % 32) d = PG_F16;
         types[i] = d;
         if (t[i].n_experts && t[i].expert) continue; /* part of expert 0's 3-D tensor */
         int64_t ne[3] = {t[i].cols, t[i].rows, t[i].n_experts};

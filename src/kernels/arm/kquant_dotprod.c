@@ -33,9 +33,9 @@ static inline __attribute__((always_inline)) float32x4_t f16x4(const char *p) {
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a, int64_t as, const float *asc,
-     int64_t ass, const int32_t *ac, int64_t acs, const char *w, float *c, int64_t ldc,
-     int accumulate) {
+tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
+     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
+     float *c, int64_t ldc, int accumulate) {
     const int S = 256 / sub, cps = sub / 4, hb = bits - 4;
     const int per = hb ? 4 / hb : 1;
     const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
@@ -116,17 +116,17 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
     }
 }
 
-#define KQ_UK(NAME, BITS, SUB, MIN)                                                                        \
+#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         if (mr == 1)                                                                               \
-            tile(1, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,           \
+            tile(1, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, \
                  accumulate);                                                                      \
         else                                                                                       \
-            tile(MR, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,          \
-                 accumulate);                                                                      \
+            tile(MR, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,     \
+                 ldc, accumulate);                                                                 \
     }
 KQ_UK(pg_dotprod_kq_uk_q2_k, 4, 16, 1)
 KQ_UK(pg_dotprod_kq_uk_q3_k, 4, 16, 0)

@@ -39,9 +39,10 @@ static float kq_step(float y, int32_t P, int32_t Q, float d, float dm, float as)
     return fmaf(-(float)Q, dm * as, y);
 }
 
-static void ref_kq_uk(int bits, int sub, int has_min, int64_t ngroups, const void *a, int64_t a_stride,
-                      const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
-                      const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+static void ref_kq_uk(int bits, int sub, int has_min, int64_t ngroups, const void *a,
+                      int64_t a_stride, const float *as, int64_t as_stride, const int32_t *ac,
+                      int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                      int accumulate) {
     const int S = PG_QK_K / sub;
     const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
     const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
@@ -73,7 +74,7 @@ static void ref_kq_uk(int bits, int sub, int has_min, int64_t ngroups, const voi
     }
 }
 
-#define REF_KQ(NAME, BITS, SUB, MIN)                                                                  \
+#define REF_KQ(NAME, BITS, SUB, MIN)                                                               \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \

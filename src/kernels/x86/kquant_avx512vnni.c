@@ -64,9 +64,9 @@ static inline __attribute__((always_inline)) __m512i pairs(const int8_t *lo, con
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a, int64_t as, const float *asc,
-     int64_t ass, const int32_t *ac, int64_t acs, const char *w, float *c, int64_t ldc,
-     int accumulate) {
+tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
+     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
+     float *c, int64_t ldc, int accumulate) {
     const int S = 256 / sub, cps = sub / 4;
     const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
     const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
@@ -145,24 +145,25 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
 }
 
 #define TILE(MR_, BITS, SUB, MIN)                                                                  \
-    tile(MR_, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate)
-#define KQ_UK(NAME, BITS, SUB, MIN)                                                                        \
+    tile(MR_, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+         accumulate)
+#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         switch (mr) {                                                                              \
         case 1:                                                                                    \
-            TILE(1, BITS, SUB, MIN);                                                                      \
+            TILE(1, BITS, SUB, MIN);                                                               \
             break;                                                                                 \
         case 2:                                                                                    \
-            TILE(2, BITS, SUB, MIN);                                                                      \
+            TILE(2, BITS, SUB, MIN);                                                               \
             break;                                                                                 \
         case 3:                                                                                    \
-            TILE(3, BITS, SUB, MIN);                                                                      \
+            TILE(3, BITS, SUB, MIN);                                                               \
             break;                                                                                 \
         default:                                                                                   \
-            TILE(MR, BITS, SUB, MIN);                                                                     \
+            TILE(MR, BITS, SUB, MIN);                                                              \
             break;                                                                                 \
         }                                                                                          \
     }
