@@ -911,11 +911,12 @@ static void test_gguf_refused(void **state) {
     /* tensor info: name, u32 n_dims, ne[2], u32 type */
     memcpy(g_buf, orig, g_len);
     size_t at = find("blk.1.attn_q.weight") + strlen("blk.1.attn_q.weight") + 4 + 16;
-    uint32_t iq4xs = 23; /* a type pagoda does not read (Q4_K, 12, it does) */
-    memcpy(g_buf + at, &iq4xs, 4);
+    uint32_t iq3s = 21; /* a type pagoda does not read (Q4_K, 12, it does) */
+    memcpy(g_buf + at, &iq3s, 4);
     expect_src_fail(PAGODA_ERR_UNSUPPORTED,
-                    "tensor 'blk.1.attn_q.weight' has unsupported tensor type IQ4_XS (pagoda "
-                    "reads F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4)");
+                    "tensor 'blk.1.attn_q.weight' has unsupported tensor type IQ3_S (pagoda "
+                    "reads F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+                    "IQ4_XS, MXFP4)");
     /* metadata that contradicts the weights */
     uint32_t v;
     memcpy(g_buf, orig, g_len);

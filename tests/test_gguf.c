@@ -95,7 +95,8 @@ static void test_type_table(void **state) {
     assert_null(pg_ggml_type_name(4));
     assert_null(pg_ggml_type_name(1000));
     assert_int_equal(pg_ggml_type_to_dtype(12), PG_Q4_K);
-    assert_int_equal(pg_ggml_type_to_dtype(23), PG_DTYPE_COUNT); /* IQ4_XS */
+    assert_int_equal(pg_ggml_type_to_dtype(23), PG_IQ4_XS);
+    assert_int_equal(pg_ggml_type_to_dtype(21), PG_DTYPE_COUNT); /* IQ3_S */
     assert_int_equal(pg_dtype_to_ggml_type(PG_Q8_0), 8);
     assert_int_equal(pg_dtype_to_ggml_type(PG_BF16), 30);
     assert_int_equal(pg_dtype_to_ggml_type(PG_BOOL), UINT32_MAX);

@@ -66,9 +66,11 @@ static void usage(void) {
           "                       --rope-high F --rope-orig N; defaults 32 / 1 / 4 / 8192)\n"
           "  --rope-theta F --rms-eps F --std F --seed N --bos N --eos N\n"
           "  --dtype T            f32|f16|bf16 for both forms (q8_0|q4_0: GGUF only)\n"
-          "  --gguf-dtype T       override for the GGUF form: f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|\n"
-          "                       q6_k|q4_k_m|q5_k_m (*_k_m: token_embd, output, attn_v and\n"
-          "                       ffn_down in Q6_K, as llama-quantize's mixtures)\n"
+          "  --gguf-dtype T       override for the GGUF form: f32|f16|bf16|q8_0|q4_0|q2_k|q3_k|\n"
+          "                       q4_k|q5_k|q6_k|iq4_nl|iq4_xs|q3_k_m|q4_k_m|q5_k_m (*_k_m:\n"
+          "                       llama-quantize-like mixtures: q4/q5 keep token_embd, output,\n"
+          "                       attn_v, ffn_down in Q6_K; q3_k_m output in Q6_K and attn_v,\n"
+          "                       attn_output, ffn_down in Q4_K)\n"
           "  --shards N           write N safetensors shards + index\n"
           "  --tokenizer DIR      copy tokenizer.json / tokenizer_config.json into the HF dir\n"
           "  --gguf-vocab FILE    copy tokenizer.* metadata of FILE into the GGUF\n"
@@ -86,14 +88,20 @@ static void usage(void) {
           stderr);
 }
 
+/* q3_k_m, q4_k_m, q5_k_m: a mixture (gen_model.h gguf_kmix). */
+static bool is_kmix(const char *v) {
+    const size_t n = strlen(v);
+    return n > 2 && !strcasecmp(v + n - 2, "_m");
+}
+
 static int parse_dtype(const char *s, pg_dtype *out) {
     static const struct {
         const char *n;
         pg_dtype t;
-    } T[] = {
-        {"f32", PG_F32},   {"f16", PG_F16},   {"bf16", PG_BF16},   {"q8_0", PG_Q8_0},
-        {"q4_0", PG_Q4_0}, {"q4_k", PG_Q4_K}, {"q5_k", PG_Q5_K}, {"q6_k", PG_Q6_K},
-        {"q4_k_m", PG_Q4_K}, {"q5_k_m", PG_Q5_K}};
+    } T[] = {{"f32", PG_F32},     {"f16", PG_F16},     {"bf16", PG_BF16},     {"q8_0", PG_Q8_0},
+             {"q4_0", PG_Q4_0},   {"q4_k", PG_Q4_K},   {"q5_k", PG_Q5_K},     {"q6_k", PG_Q6_K},
+             {"q2_k", PG_Q2_K},   {"q3_k", PG_Q3_K},   {"iq4_nl", PG_IQ4_NL}, {"iq4_xs", PG_IQ4_XS},
+             {"q3_k_m", PG_Q3_K}, {"q4_k_m", PG_Q4_K}, {"q5_k_m", PG_Q5_K}};
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
         if (!strcasecmp(s, T[i].n)) {
             *out = T[i].t;
@@ -292,14 +300,14 @@ int main(int argc, char **argv) {
             }
             if (!strcmp(a, "--gguf-dtype")) {
                 o.gguf_dtype = t;
-                o.gguf_kmix = strlen(v) == 6; /* q4_k_m, q5_k_m */
+                o.gguf_kmix = is_kmix(v); /* q3_k_m, q4_k_m, q5_k_m */
                 gguf_dtype_set = true;
             } else {
                 if (t == PG_F32 || t == PG_F16 || t == PG_BF16)
                     o.hf_dtype = t;
                 else
                     hf_quant = v;
-                if (!gguf_dtype_set) o.gguf_dtype = t, o.gguf_kmix = strlen(v) == 6;
+                if (!gguf_dtype_set) o.gguf_dtype = t, o.gguf_kmix = is_kmix(v);
             }
         } else {
             fprintf(stderr, "gen_model: unknown option %s\n", a);

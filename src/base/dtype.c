@@ -12,6 +12,8 @@ static const struct {
     [PG_I64] = {"I64", 1, 8},   [PG_F64] = {"F64", 1, 8},    [PG_BOOL] = {"BOOL", 1, 1},
     [PG_MXFP4] = {"MXFP4", 32, 17},
     [PG_Q4_K] = {"Q4_K", 256, 144}, [PG_Q5_K] = {"Q5_K", 256, 176}, [PG_Q6_K] = {"Q6_K", 256, 210},
+    [PG_Q2_K] = {"Q2_K", 256, 84},  [PG_Q3_K] = {"Q3_K", 256, 110}, [PG_IQ4_NL] = {"IQ4_NL", 32, 18},
+    [PG_IQ4_XS] = {"IQ4_XS", 256, 136},
 };
 
 const int8_t pg_mxfp4_kvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -133,6 +135,10 @@ void pg_dequant_row(pg_dtype t, const void *src, float *dst, size_t n) {
     case PG_Q4_K:
     case PG_Q5_K:
     case PG_Q6_K:
+    case PG_Q2_K:
+    case PG_Q3_K:
+    case PG_IQ4_NL:
+    case PG_IQ4_XS:
         pg_kq_dequant_row(t, src, dst, (int64_t)n);
         break;
     default:

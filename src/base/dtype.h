@@ -13,6 +13,10 @@
  *         halved to match (pg_e8m0_half_to_f32).
  *   Q4_K / Q5_K / Q6_K: super-blocks of 256 weights with 6- or 8-bit
  *         sub-block scales (144 / 176 / 210 bytes; base/kquant.h).
+ *   Q2_K / Q3_K: super-blocks of 256 with 4-bit scales and minimums / 6-bit
+ *         signed scales (84 / 110 bytes); IQ4_NL (blocks of 32, 18 bytes)
+ *         and IQ4_XS (super-blocks of 256, 136 bytes): 4-bit indices into
+ *         the non-linear codebook pg_iq4nl_kvalues (base/kquant.h).
  * F16 is IEEE binary16; BF16 is the top 16 bits of an IEEE binary32. */
 #ifndef PAGODA_BASE_DTYPE_H
 #define PAGODA_BASE_DTYPE_H
@@ -38,6 +42,10 @@ typedef enum pg_dtype {
     PG_Q4_K, /* GGUF K-quants: super-blocks of 256 (base/kquant.h) */
     PG_Q5_K,
     PG_Q6_K,
+    PG_Q2_K,   /* 84 bytes per 256 (base/kquant.h) */
+    PG_Q3_K,   /* 110 bytes per 256 (base/kquant.h) */
+    PG_IQ4_NL, /* 18 bytes per 32: F16 d, 16 bytes of codebook nibbles (base/kquant.h) */
+    PG_IQ4_XS, /* 136 bytes per 256 (base/kquant.h) */
     PG_DTYPE_COUNT
 } pg_dtype;
 
@@ -90,7 +98,8 @@ static inline float pg_e8m0_half_to_f32(uint8_t e) {
 /* Dequantize/convert one row of n elements of type t at src into f32 dst.
  * n must be a multiple of pg_dtype_block_elems(t). Supports F32, F16, BF16,
  * Q8_0, Q4_0, MXFP4 (exact: a table value times a power of two), Q4_K,
- * Q5_K, Q6_K (llama.cpp's formulas, base/kquant.h). Scalar
+ * Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS (llama.cpp's formulas,
+ * base/kquant.h). Scalar
  * reference; kernels may provide faster versions. */
 void pg_dequant_row(pg_dtype t, const void *src, float *dst, size_t n);
 

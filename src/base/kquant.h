@@ -1,6 +1,7 @@
-/* GGUF K-quant super-blocks (ggml types Q4_K 12, Q5_K 13, Q6_K 14):
- * decoding one block of 256 weights into the integer form every pagoda
- * kernel works from.
+/* GGUF K-quant super-blocks (ggml types Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13,
+ * Q6_K 14): decoding one block of 256 weights into the integer form every
+ * pagoda kernel works from; and the IQ4 codebook types (IQ4_NL 20, IQ4_XS
+ * 23), which the GEMM takes as int8 codebook values (kernels/qgemm.h).
  *
  * Bit layouts (llama.cpp ggml/src/ggml-common.h block_q*_K and
  * ggml-quants.c dequantize_row_q*_K; read for the facts, our own code):
@@ -17,10 +18,30 @@
  *     of 16 (scale scales[e / 16]). Element e = 128 h + 32 j + l (j 0..3):
  *     low 4 bits from ql[64 h + l + 32 (j & 1)] (low nibble for j < 2, high
  *     for j >= 2), high 2 bits from qh[32 h + l] >> 2 j. x = d sc (q - 32).
+ *   Q2_K (84 bytes): scales[16], qs[64], F16 d, F16 dmin. 16 sub-blocks of
+ *     16; byte scales[s]: sc = low nibble, m = high nibble. Element e = 128 h
+ *     + 32 j + l (l 0..31): q = (qs[32 h + l] >> 2 j) & 3. x = (d sc) q -
+ *     (dmin m).
+ *   Q3_K (110 bytes): hmask[32], qs[64], scales[12], F16 d. 16 sub-blocks
+ *     of 16 with 6-bit scales ls (s < 8: low 4 bits scales[s] & 15, else
+ *     scales[s - 8] >> 4; high 2 bits (scales[8 + s % 4] >> 2 (s / 4)) & 3).
+ *     Element e = 128 h + 32 j + l: low 2 bits (qs[32 h + l] >> 2 j) & 3,
+ *     high bit hb = bit 4 h + j of hmask[l]; q = low - (hb ? 0 : 4) (-4..3).
+ *     x = (d (ls - 32)) q.
+ *   IQ4_NL (18 bytes per 32): F16 d, qs[16] (byte j: element j low nibble,
+ *     j + 16 high, as Q4_0). x = d kvalues[nibble].
+ *   IQ4_XS (136 bytes): F16 d, uint16 scales_h, scales_l[4], qs[128]. 8
+ *     sub-blocks of 32 with 6-bit ls = (scales_l[s / 2] >> 4 (s % 2)) & 15 |
+ *     ((scales_h >> 2 s) & 3) << 4; sub-block s's bytes qs[16 s + j] hold
+ *     element 32 s + j (low nibble) and 32 s + j + 16 (high).
+ *     x = (d (ls - 32)) kvalues[nibble].
+ *   kvalues = kvalues_iq4nl (ggml-common.h; pg_iq4nl_kvalues).
  *
  * The integer form: x[e] = d * sc[s] * u[e] - dm * m[s], s = e / sub, with
  * u unsigned (0..15 Q4_K, 0..31 Q5_K, 0..63 Q6_K). Q6_K maps to it with u =
- * q, m = sc and dm = 32 d (exact as an F16 unless it overflows). So a dot
+ * q, m = sc and dm = 32 d (exact as an F16 unless it overflows); Q2_K is it
+ * with u = q (0..3), dm = dmin; Q3_K with u = q + 4 (0..7), sc = m = ls - 32
+ * and dm = 4 d. So a dot
  * product with int8 activations qa (per-256 scale a_s) is
  *   a_s * (d * sum_s sc[s] * sum_{e in s} qa u  -  dm * sum_s m[s] * sum_{e in s} qa),
  * the second sum needing only the activations' per-sub-block sums. */
@@ -35,24 +56,38 @@ enum { PG_QK_K = 256 };
 
 typedef struct pg_kq_block {
     uint16_t d, dm; /* F16 bits */
-    int sub;        /* elements per sub-block: 32 (Q4_K, Q5_K) or 16 (Q6_K) */
+    int sub;        /* elements per sub-block: 32 (Q4_K, Q5_K) or 16 (Q2_K, Q3_K, Q6_K) */
     int8_t sc[16], m[16];
     uint8_t u[PG_QK_K];
 } pg_kq_block;
 
-/* True for the K-quant types this decoder reads (Q4_K, Q5_K, Q6_K). */
+/* llama.cpp's kvalues_iq4nl: the 16 codebook values of IQ4_NL / IQ4_XS. */
+extern const int8_t pg_iq4nl_kvalues[16];
+
+/* True for the K-quant types this decoder reads (Q2_K, Q3_K, Q4_K, Q5_K,
+ * Q6_K). */
 int pg_kq_is_kquant(pg_dtype t);
-/* Bits of u: 4, 5 or 6 (0 for other types). */
+/* Bits of u as the GEMM packs it: 4 (Q2_K, Q3_K and Q4_K: one nibble
+ * each), 5 or 6 (0 for other types). */
 int pg_kq_bits(pg_dtype t);
+/* Elements per sub-block: 32 (Q4_K, Q5_K), 16 (Q2_K, Q3_K, Q6_K); 0 else. */
+int pg_kq_sub(pg_dtype t);
+/* 1 when the minimums m are their own values (Q2_K, Q4_K, Q5_K), 0 when m
+ * = sc (Q3_K, Q6_K) or t is not a K-quant. */
+int pg_kq_has_min(pg_dtype t);
 
 /* Decode one block of type t at blk. Returns 0, or -1 when dm is not an
- * exact F16 (Q6_K with |32 d| beyond the F16 range), or -2 for a type that
- * is not a K-quant. */
+ * exact F16 (Q6_K / Q3_K with |32 d| / |4 d| beyond the F16 range), or -2
+ * for a type that is not a K-quant. */
 int pg_kq_decode(pg_dtype t, const void *blk, pg_kq_block *out);
 
-/* Dequantize n elements (a multiple of 256) of K-quant rows with llama.cpp's
- * float formulas (dequantize_row_q*_K: Q4_K / Q5_K (d sc) q - (dmin m), Q6_K
- * (d sc) (q - 32), each product rounded to f32). */
+/* Dequantize n elements (a multiple of the block) of K-quant or IQ4 rows
+ * with llama.cpp's float formulas (dequantize_row_*: Q4_K / Q5_K / Q2_K
+ * (d sc) q - (dmin m), Q6_K (d sc) (q - 32), Q3_K (d (ls - 32)) q, IQ4_NL
+ * d kv, IQ4_XS (d (ls - 32)) kv, each product rounded to f32). */
 void pg_kq_dequant_row(pg_dtype t, const void *src, float *dst, int64_t n);
+
+/* The 6-bit scale ls (0..63) of IQ4_XS sub-block s (0..7) of block blk. */
+int pg_iq4xs_scale(const void *blk, int s);
 
 #endif

@@ -87,8 +87,9 @@ static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, 
  * packed layout for every ISA. */
 #define KQUK(name, b, mr, fn) quk(name, b, mr, 32, 4, 1, 64, 0, 0, fn, NULL)
 #define KQ_SET(t, name, mr, P)                                                                     \
-    ((t)->q4_k = KQUK(name, 4, mr, P##_q4_k), (t)->q5_k = KQUK(name, 5, mr, P##_q5_k),            \
-     (t)->q6_k = KQUK(name, 6, mr, P##_q6_k))
+    ((t)->q4_k = KQUK(name, 4, mr, P##_q4_k), (t)->q5_k = KQUK(name, 5, mr, P##_q5_k),             \
+     (t)->q6_k = KQUK(name, 6, mr, P##_q6_k), (t)->q2_k = KQUK(name, 4, mr, P##_q2_k),             \
+     (t)->q3_k = KQUK(name, 4, mr, P##_q3_k))
 
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))
@@ -148,6 +149,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         else
             t->qgemm_w8 = QUK_AVX2(8), t->qgemm_w4 = QUK_AVX2(4);
         t->mxfp4 = MXUK_AVX2;
+        KQ_SET(t, "avx2", 2, pg_avx2_kq_uk); /* VPMADDUBSW; avx512vnni replaces it below */
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");
@@ -264,8 +266,7 @@ void pg_kernels_describe(const pg_kernel_table *t, FILE *f, const char *prefix) 
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "qgemm_w4a8", t->qgemm_w4.name, t->qgemm_w4.mr,
             t->qgemm_w4.nr);
     fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "mxfp4", t->mxfp4.name, t->mxfp4.mr, t->mxfp4.nr);
-    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "q4_k/q5_k/q6_k", t->q4_k.name, t->q4_k.mr,
-            t->q4_k.nr);
+    fprintf(f, "  %s%-16s %s (%dx%d)\n", p, "q2_k..q6_k", t->q4_k.name, t->q4_k.mr, t->q4_k.nr);
 }
 
 /* Tables of every level this CPU supports (others stay zeroed). */

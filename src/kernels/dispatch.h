@@ -105,10 +105,10 @@ typedef struct pg_qgemm_ukernel {
  * activations over block g) from the input stage; others use kv itself.
  * run_hs is NULL. Spec: pg_ref_mxfp4_gemm (ref/mxfp4.c).
  *
- * A K-quant microkernel (q4_k / q5_k / q6_k; kernels/gemm.h "K-quants") is a
+ * A K-quant microkernel (q2_k .. q6_k; kernels/gemm.h "K-quants") is a
  * pg_qgemm_ukernel with nr 32, ar 1, gk 256 (one super-block per group) and
- * `bits` 4 / 5 / 6, on the packed layout of gemm_kquant.c (the same for
- * every ISA). Per super-block g, row i, column j it computes the exact
+ * `bits` 4 / 5 / 6 (Q2_K and Q3_K: 4, their u widened to nibbles), on the packed layout of
+ * gemm_kquant.c (the same for every ISA). Per super-block g, row i, column j it computes the exact
  * int32 P = sum_s sc[s][j] * sum_{k in s} a[i][k] * u[j][k] and Q = sum_s
  * m[s][j] * (activation sums of sub-block s), then
  *     c[i][j] = fmaf((float)P, d[j] * as[i*as_stride + g], c[i][j])
@@ -165,9 +165,10 @@ typedef struct pg_kernel_table {
     /* MXFP4 weights (E2M1 codes, E8M0 block scales) times int8 activations
      * with per-(token, block) scales (see the comment above the table). */
     pg_qgemm_ukernel mxfp4;
-    /* GGUF K-quant weights (Q4_K, Q5_K, Q6_K) times int8 activations with
-     * per-(token, 256) scales and 16-sums (see the comment above the table). */
-    pg_qgemm_ukernel q4_k, q5_k, q6_k;
+    /* GGUF K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) times int8
+     * activations with per-(token, 256) scales and 16-sums (see the comment
+     * above the table). */
+    pg_qgemm_ukernel q2_k, q3_k, q4_k, q5_k, q6_k;
     /* The quantized GEMM's activation input stage (kernels/qgemm.h; specs
      * pg_ref_amax_f32 / pg_ref_quant_i8 in ref/ref.h, every variant equal
      * bit for bit): amax_f32 = max |x[i]| over n >= 0 floats (0 for n 0;

@@ -4,7 +4,7 @@
  * input stage, tile, epilogue) are rows: gemm_float.c (BF16, F32),
  * qgemm.c (W8A8, W4A8 and the GGUF Q8_0 / Q4_0 blocks that become them),
  * gemm_mxfp4.c (MXFP4: GGUF and Hugging Face gpt-oss blocks),
- * gemm_kquant.c (GGUF Q4_K, Q5_K, Q6_K).
+ * gemm_kquant.c (GGUF Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
  * Nothing here is ISA-specific.
  *
  * Loops of one thread over a rectangle of the output (docs/ARCHITECTURE.md):
@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/kquant.h"
 #include "base/log.h"
 #include "kernels/gemm_driver.h"
 #include "kernels/qgemm.h"
@@ -79,7 +80,9 @@ pagoda_status pg_gemm_pack_qweight_pool(const pg_qweight *w, const pg_qweight *w
     return pg_qgemm_pack_pool(w, w_up, q_uk(kt, w->bits), pool, out);
 }
 
-/* GGUF Q8_0 / Q4_0 rows (gate, and up for a SwiGLU pair) -> W8A8 / W4A8. */
+/* GGUF Q8_0 / Q4_0 rows (gate, and up for a SwiGLU pair) -> W8A8 / W4A8;
+ * IQ4_NL / IQ4_XS -> W8A8 with groups of 32 (their codebook values,
+ * qgemm.h pg_qgemm_from_gguf). */
 static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
                                const pg_kernel_table *kt, pg_packed_weight **out) {
     const int halves = Wu ? 2 : 1;
@@ -92,7 +95,7 @@ static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64
         int8_t *qh = q + h * N * K;
         float *sh = s + h * N * (K / 32);
         st = pg_qgemm_from_gguf(t, h ? Wu : Wg, N, K, qh, sh);
-        w[h] = (pg_qweight){t == PG_Q8_0 ? 8 : 4, 32, N, K, qh, sh, 1};
+        w[h] = (pg_qweight){t == PG_Q4_0 ? 4 : 8, 32, N, K, qh, sh, 1};
     }
     if (!st) st = pg_gemm_pack_qweight(&w[0], Wu ? &w[1] : NULL, kt, out);
     pg_free(q);
@@ -162,13 +165,14 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
     if (N < 1 || K < 1)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: N=%lld K=%lld must be >= 1",
                         (long long)N, (long long)K);
-    if (t == PG_Q8_0 || t == PG_Q4_0) return pack_gguf(t, Wg, Wu, N, K, kt, out);
+    if (t == PG_Q8_0 || t == PG_Q4_0 || t == PG_IQ4_NL || t == PG_IQ4_XS)
+        return pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t == PG_MXFP4) return pg_mxfp4_pack_gguf(Wg, Wu, N, K, kt, out);
-    if (t == PG_Q4_K || t == PG_Q5_K || t == PG_Q6_K) return pg_kq_pack_gguf(t, Wg, Wu, N, K, kt, out);
+    if (pg_kq_is_kquant(t)) return pg_kq_pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t != PG_F32 && t != PG_F16 && t != PG_BF16)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0, "
-                        "MXFP4, Q4_K, Q5_K, Q6_K)",
+                        "MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
                         pg_dtype_name(t));
     return pg_gemm_pack_float(t, Wg, Wu, N, K, kt, out);
 }

@@ -67,7 +67,8 @@ typedef struct pg_packed_weight pg_packed_weight;
  * GEMM of table kt (NULL = pg_kernels()). The result keeps no pointer to W:
  * the caller may unmap the source afterwards. F32 -> packed F32 panels;
  * F16/BF16 -> packed BF16 panels. Errors: PAGODA_ERR_INVALID_ARG (N or K
- * < 1, NULL W, K not a multiple of 32 for Q8_0 / Q4_0 / MXFP4),
+ * < 1, NULL W, K not a multiple of 32 for Q8_0 / Q4_0 / MXFP4 / IQ4_NL or
+ * of 256 for the K-quants / IQ4_XS),
  * PAGODA_ERR_UNSUPPORTED (other dtype), PAGODA_ERR_NOMEM. */
 pagoda_status pg_gemm_pack(pg_dtype src_dtype, const void *W, int64_t N, int64_t K,
                            const pg_kernel_table *kt, pg_packed_weight **out);
@@ -153,15 +154,17 @@ pagoda_status pg_gemm_pack_mxfp4(const uint8_t *blocks, const uint8_t *scales,
                                  int64_t K, const pg_kernel_table *kt, pg_pool *pool,
                                  pg_packed_weight **out);
 
-/* ---- K-quants (GGUF Q4_K, Q5_K, Q6_K; base/kquant.h has the blocks)
+/* ---- K-quants (GGUF Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; base/kquant.h has the
+ * blocks)
  *
- * pg_gemm_pack(PG_Q4_K | PG_Q5_K | PG_Q6_K, rows, N, K, kt, &pw) and
- * pg_gemm_pack_swiglu take [N, K/256] GGUF super-blocks (K a multiple of
+ * pg_gemm_pack(PG_Q2_K | PG_Q3_K | PG_Q4_K | PG_Q5_K | PG_Q6_K, rows, N, K,
+ * kt, &pw) and pg_gemm_pack_swiglu take [N, K/256] GGUF super-blocks (K a multiple of
  * 256, else PAGODA_ERR_INVALID_ARG) and prepack them (over the default
  * pool's threads) into panels of 32 columns with unsigned weights u (4, 5
  * or 6 bits, nibble and high-bit planes), int8 sub-block scales sc and
  * minimums m, F16 d and dm per super-block (kernels/gemm_kquant.c). Weights:
- * x = d * sc[s] * u - dm * m[s] (Q6_K: m = sc, dm = 32 d).
+ * x = d * sc[s] * u - dm * m[s] (Q6_K: m = sc, dm = 32 d; Q3_K: m = sc = ls -
+ * 32, dm = 4 d, u = q + 4; Q2_K / Q3_K u widened to nibbles).
  * Activations: int8 per token and super-block of 256, a_s = max|A| / 127
  *   (llama.cpp's block_q8_K), with the sums of every 16 quantized values,
  *   computed in the input stage (with the fused RMSNorm of
@@ -173,8 +176,10 @@ pagoda_status pg_gemm_pack_mxfp4(const uint8_t *blocks, const uint8_t *scales,
  *   y = fmaf((float)P, d * a_s, y); y = fmaf(-(float)Q, dm * a_s, y)
  *   then bias and the epilogue. Every kernel equals the reference bit for
  *   bit; a row's result never depends on the others (batch invariance).
- * pg_gemm_format_name gives "q4_k", "q5_k", "q6_k"; pg_gemm_quant_bits 4,
- * 5, 6. */
+ * pg_gemm_format_name gives "q2_k", "q3_k", "q4_k", "q5_k", "q6_k";
+ * pg_gemm_quant_bits the packed bits 4, 4, 4, 5, 6.
+ * GGUF IQ4_NL / IQ4_XS rows given to pg_gemm_pack become W8A8 with groups
+ * of 32 ("w8a8", 8 bits; kernels/qgemm.h pg_qgemm_from_gguf). */
 
 /* 8 or 4 for a quantized weight (4 for MXFP4; 4, 5, 6 for the K-quants), 0
  * otherwise. */
@@ -191,7 +196,7 @@ int pg_gemm_is_swiglu(const pg_packed_weight *w);
 size_t pg_gemm_packed_bytes(const pg_packed_weight *w);
 const char *pg_gemm_variant(const pg_packed_weight *w);
 /* The weight format (the driver's table row): "bf16", "f32", "w8a8", "w4a8",
- * "mxfp4", "q4_k", "q5_k", "q6_k". */
+ * "mxfp4", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k". */
 const char *pg_gemm_format_name(const pg_packed_weight *w);
 
 /* Decode prefetch hint: next (NULL: none) is the packed weight a decode

@@ -1,17 +1,21 @@
-/* The K-quant weight formats of the GEMM driver (gemm_driver.h): GGUF Q4_K,
- * Q5_K and Q6_K rows packed at load into panels of 32 columns, int8
+/* The K-quant weight formats of the GEMM driver (gemm_driver.h): GGUF Q2_K,
+ * Q3_K, Q4_K, Q5_K and Q6_K rows packed at load into panels of 32 columns, int8
  * activations with one scale per token and super-block of 256 and the
  * activation sums of every 16 k (llama.cpp's block_q8_K: scale, int8 values,
  * bsums), computed in the input stage. Arithmetic and layout: gemm.h
  * "K-quants"; spec pg_ref_kq_gemm (ref/kquant.c); block decoding
  * base/kquant.h. The plan, tile call and epilogues are the int8 formats'
- * (qgemm.c pg_qfmt_*); the microkernels are the table's q4_k / q5_k / q6_k
- * entries (dispatch.h).
+ * (qgemm.c pg_qfmt_*); the microkernels are the table's q2_k .. q6_k
+ * entries (dispatch.h). Q2_K (2-bit u) and Q3_K (3-bit u) are widened to
+ * the 4-bit lanes of Q4_K: one packed super-block of 32 columns is 5248
+ * bytes for Q2_K (5.1 bits per weight against the file's 2.625) and 4736
+ * for Q3_K (4.6 against 3.4375), so they read as many bytes per weight as
+ * Q4_K, not fewer.
  *
  * Packed super-block of one panel (PG_KQ_* in gemm_driver.h), for
  * every ISA:
  *   uint16 d[32], dm[32]                 F16 per column
- *   int8 sc[S][32], then m[S][32]        S = 256 / sub (Q6_K: m = sc, not stored)
+ *   int8 sc[S][32], then m[S][32]        S = 256 / sub (Q6_K, Q3_K: m = sc, not stored)
  *   nibbles: 64 k-chunks of 4 k, 64 bytes each: byte 4 c + kk holds column c
  *     (low nibble) and column c + 16 (high nibble) at k = 4 chunk + kk
  *   high bits (Q5_K 1, Q6_K 2 per weight): per 4 / hb chunks one 64-byte
@@ -27,20 +31,33 @@
 
 const pg_qgemm_ukernel *pg_kq_ukernel(const pg_kernel_table *kt, pg_dtype t) {
     if (!kt) kt = pg_kernels();
-    return t == PG_Q4_K ? &kt->q4_k : t == PG_Q5_K ? &kt->q5_k : t == PG_Q6_K ? &kt->q6_k : NULL;
+    switch (t) {
+    case PG_Q2_K:
+        return &kt->q2_k;
+    case PG_Q3_K:
+        return &kt->q3_k;
+    case PG_Q4_K:
+        return &kt->q4_k;
+    case PG_Q5_K:
+        return &kt->q5_k;
+    case PG_Q6_K:
+        return &kt->q6_k;
+    default:
+        return NULL;
+    }
 }
 
 /* Write the decoded block b as column c of one packed super-block grp. */
-static void put_block(uint8_t *grp, int bits, int c, const pg_kq_block *b) {
+static void put_block(uint8_t *grp, int bits, int has_min, int c, const pg_kq_block *b) {
     const int S = PG_QK_K / b->sub, hb = bits - 4;
     memcpy(grp + 2 * c, &b->d, 2);
     memcpy(grp + PG_KQ_NR * 2 + 2 * c, &b->dm, 2);
     int8_t *sc = (int8_t *)grp + PG_KQ_SC_OFF;
     for (int s = 0; s < S; s++) {
         sc[s * PG_KQ_NR + c] = b->sc[s];
-        if (bits != 6) sc[(S + s) * PG_KQ_NR + c] = b->m[s];
+        if (has_min) sc[(S + s) * PG_KQ_NR + c] = b->m[s];
     }
-    uint8_t *nib = grp + PG_KQ_HDR, *hi = nib + PG_KQ_NIB_BYTES;
+    uint8_t *nib = grp + pg_kq_hdr_bytes(b->sub, has_min), *hi = nib + PG_KQ_NIB_BYTES;
     const int half = c / 16, cc = c % 16;
     for (int k = 0; k < PG_QK_K; k++) {
         const int ch = k / 4, at = cc * 4 + k % 4;
@@ -75,7 +92,8 @@ static void pack_panels(void *ctx, size_t begin, size_t end, int tid) {
         for (int64_t n = n0; n < n0 + PG_KQ_NR && n < pw->N; n++)
             for (int64_t g = 0; g < nb; g++) {
                 if (pg_kq_decode(t, j->h[h] + (size_t)(n * nb + g) * bb, &b)) j->bad = 1;
-                put_block(panel + (size_t)g * pw->gbytes, pw->bits, (int)(n - n0), &b);
+                put_block(panel + (size_t)g * pw->gbytes, pw->bits, pg_kq_has_min(t), (int)(n - n0),
+                          &b);
             }
     }
 }
@@ -94,9 +112,11 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
     pg_packed_weight *pw = pg_gemm_weight_new();
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
     pw->quk = *uk;
-    pw->fmt = t == PG_Q4_K ? &pg_gemm_format_q4_k
+    pw->fmt = t == PG_Q4_K   ? &pg_gemm_format_q4_k
               : t == PG_Q5_K ? &pg_gemm_format_q5_k
-                             : &pg_gemm_format_q6_k;
+              : t == PG_Q6_K ? &pg_gemm_format_q6_k
+              : t == PG_Q2_K ? &pg_gemm_format_q2_k
+                             : &pg_gemm_format_q3_k;
     pw->kq = (int)t;
     pw->mr = uk->mr;
     pw->nr = PG_KQ_NR;
@@ -111,8 +131,8 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
     pw->kgroups = K / PG_QK_K;
     const int64_t np = pg_ceil_div64(N, PG_KQ_NR);
     pw->npanels = pw->swiglu ? 2 * np : np;
-    pw->hbytes = PG_KQ_HDR;
-    pw->gbytes = pg_kq_group_bytes(pw->bits);
+    pw->hbytes = pg_kq_hdr_bytes(pg_kq_sub(t), pg_kq_has_min(t));
+    pw->gbytes = pg_kq_group_bytes(pw->bits, pg_kq_sub(t), pg_kq_has_min(t));
     pw->panel_bytes = (size_t)pw->kgroups * pw->gbytes;
     pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
     pw->data = pg_alloc_huge(pw->bytes); /* zero-filled: missing columns stay 0 */
@@ -129,8 +149,8 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
     if (j.bad) {
         pg_gemm_free(pw);
         return pg_error(PAGODA_ERR_UNSUPPORTED,
-                        "gemm: pack: a %s block's scale 32 d is beyond the F16 range",
-                        pg_dtype_name(t));
+                        "gemm: pack: a %s block's scale %s is beyond the F16 range",
+                        pg_dtype_name(t), t == PG_Q3_K ? "4 d" : "32 d");
     }
     *out = pw;
     return PAGODA_OK;
@@ -179,3 +199,5 @@ static void kq_plan(const pg_packed_weight *w, int64_t M, int gathered, pg_gemm_
 const pg_gemm_format pg_gemm_format_q4_k = KQ_FORMAT("q4_k");
 const pg_gemm_format pg_gemm_format_q5_k = KQ_FORMAT("q5_k");
 const pg_gemm_format pg_gemm_format_q6_k = KQ_FORMAT("q6_k");
+const pg_gemm_format pg_gemm_format_q2_k = KQ_FORMAT("q2_k");
+const pg_gemm_format pg_gemm_format_q3_k = KQ_FORMAT("q3_k");

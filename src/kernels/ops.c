@@ -103,7 +103,8 @@ double pg_rope_yarn_attention_factor(double factor) {
 bool pg_matmul_supports(pg_dtype wtype) {
     return wtype == PG_F32 || wtype == PG_F16 || wtype == PG_BF16 || wtype == PG_Q8_0 ||
            wtype == PG_Q4_0 || wtype == PG_MXFP4 || wtype == PG_Q4_K || wtype == PG_Q5_K ||
-           wtype == PG_Q6_K;
+           wtype == PG_Q6_K || wtype == PG_Q2_K || wtype == PG_Q3_K || wtype == PG_IQ4_NL ||
+           wtype == PG_IQ4_XS;
 }
 
 typedef struct matmul_job {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/kquant.h"
 #include "base/log.h"
 #include "kernels/gemm_driver.h"
 #include "kernels/ref/ref.h"
@@ -185,12 +186,29 @@ void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, 
 
 pagoda_status pg_qgemm_from_gguf(pg_dtype t, const void *data, int64_t N, int64_t K, int8_t *q,
                                  float *scale) {
-    if ((t != PG_Q8_0 && t != PG_Q4_0) || !data || !q || !scale || N < 1 || K < 1 || K % 32)
+    const int64_t blk = t == PG_IQ4_XS ? 256 : 32;
+    if ((t != PG_Q8_0 && t != PG_Q4_0 && t != PG_IQ4_NL && t != PG_IQ4_XS) || !data || !q ||
+        !scale || N < 1 || K < 1 || K % blk)
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "qgemm: from_gguf: need Q8_0/Q4_0 rows with K a multiple of 32 (%s, "
-                        "N=%lld, K=%lld)",
+                        "qgemm: from_gguf: need Q8_0/Q4_0/IQ4_NL rows with K a multiple of 32 or "
+                        "IQ4_XS rows with K a multiple of 256 (%s, N=%lld, K=%lld)",
                         pg_dtype_name(t), (long long)N, (long long)K);
     const uint8_t *p = data;
+    const int8_t *kv = pg_iq4nl_kvalues;
+    if (t == PG_IQ4_XS) {
+        for (int64_t b = 0; b < N * K / 256; b++, p += 136) {
+            const float d = pg_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+            for (int s = 0; s < 8; s++) {
+                int8_t *o = q + b * 256 + 32 * s;
+                scale[b * 8 + s] = d * (float)(pg_iq4xs_scale(p, s) - 32); /* exact */
+                for (int j = 0; j < 16; j++) {
+                    o[j] = kv[p[8 + 16 * s + j] & 15];
+                    o[j + 16] = kv[p[8 + 16 * s + j] >> 4];
+                }
+            }
+        }
+        return PAGODA_OK;
+    }
     const int64_t nb = N * K / 32;
     for (int64_t b = 0; b < nb; b++) {
         uint16_t h = (uint16_t)(p[0] | p[1] << 8);
@@ -200,9 +218,11 @@ pagoda_status pg_qgemm_from_gguf(pg_dtype t, const void *data, int64_t N, int64_
             memcpy(o, p + 2, 32);
             p += 34;
         } else {
+            const int off = t == PG_Q4_0 ? 8 : 0;
             for (int j = 0; j < 16; j++) {
-                o[j] = (int8_t)((p[2 + j] & 0xF) - 8);
-                o[j + 16] = (int8_t)((p[2 + j] >> 4) - 8);
+                const int lo = p[2 + j] & 0xF, hi = p[2 + j] >> 4;
+                o[j] = (int8_t)(t == PG_Q4_0 ? lo - off : kv[lo]);
+                o[j + 16] = (int8_t)(t == PG_Q4_0 ? hi - off : kv[hi]);
             }
             p += 18;
         }

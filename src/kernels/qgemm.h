@@ -135,8 +135,12 @@ void pg_qgemm_quantize_row(const float *a, int64_t K, int8_t *q, float *scale);
 void pg_qgemm_quantize_weight(pg_dtype src, const void *W, int64_t K, int bits, int64_t group,
                               int64_t n0, int64_t n1, int8_t *q, float *scale);
 
-/* GGUF rows (Q8_0 or Q4_0, [N, K], K a multiple of 32) -> unpacked q and
- * scale (group 32). Caller's buffers: q N*K, scale N*K/32. */
+/* GGUF rows (Q8_0, Q4_0 or IQ4_NL, [N, K], K a multiple of 32; or IQ4_XS,
+ * K a multiple of 256) -> unpacked q and scale (group 32). IQ4_NL / IQ4_XS:
+ * q = kvalues_iq4nl[nibble] (base/kquant.h), scale d / d (ls - 32) (exact
+ * in f32: an F16 times a 6-bit integer), so q * scale is llama.cpp's
+ * dequantized value bit for bit. Caller's buffers: q N*K, scale N*K/32.
+ * Errors: PAGODA_ERR_INVALID_ARG (another type, NULL, bad N / K). */
 pagoda_status pg_qgemm_from_gguf(pg_dtype t, const void *data, int64_t N, int64_t K, int8_t *q,
                                  float *scale);
 

@@ -42,12 +42,20 @@ pg_dtype pg_ggml_type_to_dtype(uint32_t t) {
         return PG_Q4_0;
     case 8:
         return PG_Q8_0;
+    case 10:
+        return PG_Q2_K;
+    case 11:
+        return PG_Q3_K;
     case 12:
         return PG_Q4_K;
     case 13:
         return PG_Q5_K;
     case 14:
         return PG_Q6_K;
+    case 20:
+        return PG_IQ4_NL;
+    case 23:
+        return PG_IQ4_XS;
     case 24:
         return PG_I8;
     case 25:

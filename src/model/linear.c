@@ -14,7 +14,8 @@
 
 /* ---- binding ------------------------------------------------------------------ */
 
-static const char *SUPPORTED_DTYPES = "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K";
+static const char *SUPPORTED_DTYPES =
+    "F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
 
 void pg_weights_init(pg_weights *w, const pg_model_source *src) {
     memset(w, 0, sizeof *w);

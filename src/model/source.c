@@ -522,9 +522,9 @@ static pagoda_status open_gguf(pg_model_source *src) {
         if (gt->dtype == PG_DTYPE_COUNT)
             return pg_error(PAGODA_ERR_UNSUPPORTED,
                             "%s: tensor '%s' has unsupported tensor type %s (pagoda reads F32, "
-                            "F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, MXFP4)",
-                            src->path, gt->name,
-                            pg_ggml_type_name(gt->ggml_type));
+                            "F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, "
+                            "MXFP4)",
+                            src->path, gt->name, pg_ggml_type_name(gt->ggml_type));
         if (src->cfg.rope_scaling == PG_ROPE_SCALING_LLAMA3 &&
             !strcmp(gt->name, "rope_freqs.weight"))
             continue; /* the config's llama3 parameters already describe it */

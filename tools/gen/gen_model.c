@@ -859,6 +859,145 @@ static void quantize_q6_k(const float *x, uint8_t *dst, int64_t n) {
     }
 }
 
+/* Q2_K: each sub-block of 16 takes [min(0, lo), hi] in 3 steps; the scales
+ * and minimums are quantized to 4 bits against the largest (F16 d, dmin). */
+static void quantize_q2_k(const float *x, uint8_t *dst, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256, dst += 84) {
+        float scale[16], mins[16], smax = 0, mmax = 0;
+        for (int s = 0; s < 16; s++) {
+            float lo = 0, hi = 0;
+            for (int j = 0; j < 16; j++) {
+                lo = fminf(lo, x[16 * s + j]);
+                hi = fmaxf(hi, x[16 * s + j]);
+            }
+            scale[s] = (hi - lo) / 3.0f;
+            mins[s] = -lo;
+            smax = fmaxf(smax, scale[s]);
+            mmax = fmaxf(mmax, mins[s]);
+        }
+        const float d = f16r(smax / 15.0f), dmin = f16r(mmax / 15.0f);
+        memset(dst, 0, 84);
+        uint16_t h = pg_f32_to_f16(d);
+        memcpy(dst + 80, &h, 2);
+        h = pg_f32_to_f16(dmin);
+        memcpy(dst + 82, &h, 2);
+        uint8_t *qs = dst + 16;
+        for (int s = 0; s < 16; s++) {
+            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), 0, 15) : 0;
+            const int m = dmin > 0 ? clampi((int)lrintf(mins[s] / dmin), 0, 15) : 0;
+            dst[s] = (uint8_t)(sc | m << 4);
+            const float ds = d * (float)sc, ms = dmin * (float)m;
+            for (int j = 0; j < 16; j++) {
+                const int e = 16 * s + j;
+                const int u = ds > 0 ? clampi((int)lrintf((x[e] + ms) / ds), 0, 3) : 0;
+                qs[32 * (e / 128) + e % 32] |= (uint8_t)(u << (2 * ((e % 128) / 32)));
+            }
+        }
+    }
+}
+
+/* Q3_K: each sub-block of 16 maps its extreme to -4 (sign kept), the
+ * scales quantized to 6 bits signed against the largest (F16 d). */
+static void quantize_q3_k(const float *x, uint8_t *dst, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256, dst += 110) {
+        float scale[16], amax = 0;
+        for (int s = 0; s < 16; s++) {
+            float mx = 0, v = 0;
+            for (int j = 0; j < 16; j++)
+                if (fabsf(x[16 * s + j]) > mx) {
+                    mx = fabsf(x[16 * s + j]);
+                    v = x[16 * s + j];
+                }
+            scale[s] = v / -4.0f;
+            amax = fmaxf(amax, fabsf(scale[s]));
+        }
+        const float d = f16r(amax / 31.0f);
+        memset(dst, 0, 110);
+        uint16_t h = pg_f32_to_f16(d);
+        memcpy(dst + 108, &h, 2);
+        uint8_t *hm = dst, *qs = dst + 32, *sb = dst + 96;
+        for (int s = 0; s < 16; s++) {
+            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), -32, 31) : 0;
+            const int ls = sc + 32;
+            sb[s % 8] |= (uint8_t)((ls & 15) << (s < 8 ? 0 : 4));
+            sb[8 + s % 4] |= (uint8_t)((ls >> 4) << (2 * (s / 4)));
+            const float ds = d * (float)sc;
+            for (int j = 0; j < 16; j++) {
+                const int e = 16 * s + j, hh = e / 128, jj = (e % 128) / 32, l = e % 32;
+                const int u = ds != 0 ? clampi((int)lrintf(x[e] / ds), -4, 3) + 4 : 4;
+                qs[32 * hh + l] |= (uint8_t)((u & 3) << (2 * jj));
+                hm[l] |= (uint8_t)((u >> 2) << (4 * hh + jj));
+            }
+        }
+    }
+}
+
+/* The codebook index nearest to v (kvalues_iq4nl is increasing). */
+static int iq4_nearest(float v) {
+    int best = 0;
+    for (int i = 1; i < 16; i++)
+        if (fabsf(v - (float)pg_iq4nl_kvalues[i]) < fabsf(v - (float)pg_iq4nl_kvalues[best]))
+            best = i;
+    return best;
+}
+
+/* The scale of 32 values x against the codebook: the extreme maps to -127
+ * (sign kept), then one least-squares refit for the chosen indices. */
+static float iq4_scale(const float *x) {
+    float mx = 0, v = 0;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > mx) mx = fabsf(x[j]), v = x[j];
+    if (mx == 0) return 0;
+    const float d = v / -127.0f;
+    double num = 0, den = 0;
+    for (int j = 0; j < 32; j++) {
+        const float k = (float)pg_iq4nl_kvalues[iq4_nearest(x[j] / d)];
+        num += (double)x[j] * k;
+        den += (double)k * k;
+    }
+    return den > 0 ? (float)(num / den) : d;
+}
+
+static void quantize_iq4_nl(const float *x, uint8_t *dst, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++, x += 32, dst += 18) {
+        const float d = f16r(iq4_scale(x));
+        const uint16_t h = pg_f32_to_f16(d);
+        memcpy(dst, &h, 2);
+        for (int j = 0; j < 16; j++) {
+            const int lo = d != 0 ? iq4_nearest(x[j] / d) : 8;
+            const int hi = d != 0 ? iq4_nearest(x[j + 16] / d) : 8;
+            dst[2 + j] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
+static void quantize_iq4_xs(const float *x, uint8_t *dst, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256, dst += 136) {
+        float scale[8], amax = 0;
+        for (int s = 0; s < 8; s++) {
+            scale[s] = iq4_scale(x + 32 * s);
+            amax = fmaxf(amax, fabsf(scale[s]));
+        }
+        const float d = f16r(amax / 31.0f);
+        memset(dst, 0, 136);
+        uint16_t h = pg_f32_to_f16(d), sh = 0;
+        memcpy(dst, &h, 2);
+        for (int s = 0; s < 8; s++) {
+            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), -32, 31) : 0;
+            const int ls = sc + 32;
+            dst[4 + s / 2] |= (uint8_t)((ls & 15) << (4 * (s % 2)));
+            sh |= (uint16_t)((ls >> 4) << (2 * s));
+            const float dl = d * (float)sc;
+            for (int j = 0; j < 16; j++) {
+                const int lo = dl != 0 ? iq4_nearest(x[32 * s + j] / dl) : 8;
+                const int hi = dl != 0 ? iq4_nearest(x[32 * s + j + 16] / dl) : 8;
+                dst[8 + 16 * s + j] = (uint8_t)(lo | hi << 4);
+            }
+        }
+        memcpy(dst + 2, &sh, 2);
+    }
+}
+
 /* Convert n floats to dtype t into dst; returns bytes. */
 static size_t convert(pg_dtype t, const float *x, void *dst, int64_t n) {
     switch (t) {
@@ -886,6 +1025,18 @@ static size_t convert(pg_dtype t, const float *x, void *dst, int64_t n) {
     case PG_Q6_K:
         quantize_q6_k(x, dst, n);
         return (size_t)n / 256 * 210;
+    case PG_Q2_K:
+        quantize_q2_k(x, dst, n);
+        return (size_t)n / 256 * 84;
+    case PG_Q3_K:
+        quantize_q3_k(x, dst, n);
+        return (size_t)n / 256 * 110;
+    case PG_IQ4_NL:
+        quantize_iq4_nl(x, dst, n);
+        return (size_t)n / 32 * 18;
+    case PG_IQ4_XS:
+        quantize_iq4_xs(x, dst, n);
+        return (size_t)n / 256 * 136;
     default:
         return 0;
     }
@@ -1457,6 +1608,14 @@ static uint32_t file_type(pg_dtype t) {
         return 17;
     case PG_Q6_K:
         return 18;
+    case PG_Q2_K:
+        return 10;
+    case PG_Q3_K: /* MOSTLY_Q3_K_M */
+        return 12;
+    case PG_IQ4_NL:
+        return 25;
+    case PG_IQ4_XS:
+        return 30;
     case PG_BF16:
         return 32;
     default:
@@ -1514,20 +1673,30 @@ static void q35_gguf_keys(const pg_gen_model_options *o, pg_gguf_writer *w) {
     pg_gguf_writer_set_f32(w, "general.sampling.top_p", 0.9f);
 }
 
-/* The tensors llama-quantize's Q4_K_M / Q5_K_M keep at Q6_K (a
- * simplification of llama.cpp's rules: all of them, not every other layer). */
-static bool kmix_q6(const char *name) {
-    return !strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight") ||
-           strstr(name, "attn_v.weight") || strstr(name, "ffn_down");
+/* The type of tensor `name` in a *_K_M mixture of base type wd, a
+ * simplification of llama-quantize's rules (all layers alike): Q4_K_M /
+ * Q5_K_M keep token_embd, output, attn_v and ffn_down at Q6_K; Q3_K_M keeps
+ * output at Q6_K and attn_v, attn_output and ffn_down at Q4_K (token_embd
+ * stays Q3_K). */
+static pg_dtype kmix_type(pg_dtype wd, const char *name) {
+    const bool vd = strstr(name, "attn_v.weight") || strstr(name, "ffn_down");
+    if (wd == PG_Q3_K)
+        return !strcmp(name, "output.weight")             ? PG_Q6_K
+               : vd || strstr(name, "attn_output.weight") ? PG_Q4_K
+                                                          : wd;
+    return !strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight") || vd ? PG_Q6_K
+                                                                                      : wd;
 }
 
 static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor *t, size_t nt,
                                 float *row, float *tmp, void *buf) {
     pg_dtype wd = o->gguf_dtype;
-    const bool kq = pg_kq_is_kquant(wd);
-    if (wd != PG_F32 && wd != PG_F16 && wd != PG_BF16 && wd != PG_Q8_0 && wd != PG_Q4_0 && !kq)
+    const bool kq = pg_kq_is_kquant(wd), iq = wd == PG_IQ4_NL || wd == PG_IQ4_XS;
+    if (wd != PG_F32 && wd != PG_F16 && wd != PG_BF16 && wd != PG_Q8_0 && wd != PG_Q4_0 && !kq &&
+        !iq)
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "GGUF output supports F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, not %s",
+                        "GGUF output supports F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, "
+                        "Q6_K, IQ4_NL, IQ4_XS, not %s",
                         pg_dtype_name(wd));
     pg_gguf_writer *w;
     pagoda_status s = pg_gguf_writer_create(&w);
@@ -1542,7 +1711,7 @@ static pagoda_status write_gguf(const pg_gen_model_options *o, const gen_tensor 
     pg_gguf_writer_set_u32(w, "general.file_type", file_type(wd));
     if (is_q35(o))
         q35_gguf_keys(o, w);
-    else if (wd == PG_Q8_0 || wd == PG_Q4_0 || kq)
+    else if (wd == PG_Q8_0 || wd == PG_Q4_0 || kq || iq)
         pg_gguf_writer_set_u32(w, "general.quantization_version", 2);
         /* The "<arch>." keys convert_hf_to_gguf.py writes: TextModel's common
          * ones (Qwen3Model adds none; Qwen3MoeModel the expert ones), plus
@@ -1596,12 +1765,12 @@ keys_done:; /* a label cannot precede a declaration before C23 (clang) */
         pg_dtype d = wd;
         if (t[i].gguf_f32)
             d = PG_F32;
-        else if (kq && o->gguf_kmix && kmix_q6(t[i].gguf))
-            d = PG_Q6_K;
+        else if (kq && o->gguf_kmix)
+            d = kmix_type(wd, t[i].gguf);
+        if (d == PG_IQ4_XS && t[i].cols % 256) d = PG_IQ4_NL; /* as llama-quantize */
         if (pg_kq_is_kquant(d) && t[i].cols % 256) /* llama-quantize falls back too */
             d = PG_Q8_0;
-        if ((d == PG_Q8_0 || d == PG_Q4_0) && t[i].cols % 32)
-            d = PG_F16;
+        if ((d == PG_Q8_0 || d == PG_Q4_0 || d == PG_IQ4_NL) && t[i].cols % 32) d = PG_F16;
         types[i] = d;
         if (t[i].n_experts && t[i].expert) continue; /* part of expert 0's 3-D tensor */
         int64_t ne[3] = {t[i].cols, t[i].rows, t[i].n_experts};

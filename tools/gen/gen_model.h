@@ -97,11 +97,13 @@ typedef struct pg_gen_model_options {
     int bos_token_id, eos_token_id;
     uint64_t seed;
     pg_dtype hf_dtype;     /* F32, F16, BF16 */
-    pg_dtype gguf_dtype;   /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (norms stay
-                              F32; K-quant rows not a multiple of 256 fall back to Q8_0,
-                              rows not a multiple of 32 to F16) */
-    bool gguf_kmix;        /* K-quant files as llama-quantize's *_K_M: token_embd,
-                              output, attn_v and ffn_down in Q6_K */
+    pg_dtype gguf_dtype;   /* F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+                              IQ4_NL, IQ4_XS (norms stay F32; IQ4_XS rows not a multiple
+                              of 256 fall back to IQ4_NL, K-quant ones to Q8_0, rows not
+                              a multiple of 32 to F16) */
+    bool gguf_kmix;        /* K-quant files as llama-quantize's *_K_M: Q4_K / Q5_K with
+                              token_embd, output, attn_v and ffn_down in Q6_K; Q3_K with
+                              output in Q6_K, attn_v, attn_output and ffn_down in Q4_K */
     int shards;            /* 1: model.safetensors; N > 1: N shards + index */
     const char *hf_dir;    /* write the HF form here (created), or NULL */
     const char *gguf_path; /* write the GGUF form here, or NULL */

@@ -118,9 +118,15 @@ void pg_neon_gdn_recurrent(int n, int dk, int nc, float *S, int64_t lds, const f
 void pg_neon_gdn_mm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
                     float *c, int64_t ldc, float cscale);
 
-/* K-quant microkernels (pg_kernel_table.q4_k / q5_k / q6_k, dispatch.h;
+/* K-quant microkernels (pg_kernel_table.q2_k .. q6_k, dispatch.h;
  * bitwise equal to pg_ref_kq_uk_*). kquant_dotprod.c: 2x32 on the shared
  * packed layout, SDOT by lane, MLA by the sub-block scales. */
+void pg_dotprod_kq_uk_q2_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_dotprod_kq_uk_q3_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_dotprod_kq_uk_q4_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                            const float *as, int64_t as_stride, const int32_t *ac,
                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,

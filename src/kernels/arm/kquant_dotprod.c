@@ -1,5 +1,5 @@
-/* K-quant GEMM microkernels with SDOT (FEAT_DotProd) (pg_kernel_table.q4_k /
- * q5_k / q6_k, dispatch.h; spec pg_ref_kq_gemm, bitwise equal to
+/* K-quant GEMM microkernels with SDOT (FEAT_DotProd) (pg_kernel_table.q2_k
+ * .. q6_k, dispatch.h; spec pg_ref_kq_gemm, bitwise equal to
  * pg_ref_kq_uk_*).
  *
  * Up to 2 rows x 32 columns on the packed layout of gemm_kquant.c (shared
@@ -33,19 +33,20 @@ static inline __attribute__((always_inline)) float32x4_t f16x4(const char *p) {
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, int64_t ng, const int8_t *a, int64_t as, const float *asc,
-     int64_t ass, const int32_t *ac, int64_t acs, const char *w, float *c, int64_t ldc,
-     int accumulate) {
-    const int sub = bits == 6 ? 16 : 32, S = 256 / sub, cps = sub / 4, hb = bits - 4;
+tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
+     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
+     float *c, int64_t ldc, int accumulate) {
+    const int S = 256 / sub, cps = sub / 4, hb = bits - 4;
     const int per = hb ? 4 / hb : 1;
-    const size_t gbytes = pg_kq_group_bytes(bits);
+    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
+    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
     const uint8x16_t lo = vdupq_n_u8(0x0F);
     const uint8x16_t hm = vdupq_n_u8((uint8_t)(((1 << hb) - 1) << 4));
     for (int64_t g = 0; g < ng; g++) {
         const char *grp = w + (size_t)g * gbytes;
         const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-        const int8_t *mm = bits == 6 ? sc : sc + S * PG_KQ_NR;
-        const uint8_t *nib = (const uint8_t *)grp + PG_KQ_HDR;
+        const int8_t *mm = has_min ? sc + S * PG_KQ_NR : sc;
+        const uint8_t *nib = (const uint8_t *)grp + hdr;
         const int8_t *ag = a + g * 256;
         for (int h = 0; h < 2; h++) {
             int32x4_t P[MR][NQ], I[MR][NQ];
@@ -115,18 +116,20 @@ tile(const int mr, const int bits, int64_t ng, const int8_t *a, int64_t as, cons
     }
 }
 
-#define KQ_UK(NAME, BITS)                                                                          \
+#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         if (mr == 1)                                                                               \
-            tile(1, BITS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,           \
+            tile(1, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, \
                  accumulate);                                                                      \
         else                                                                                       \
-            tile(MR, BITS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,          \
-                 accumulate);                                                                      \
+            tile(MR, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,     \
+                 ldc, accumulate);                                                                 \
     }
-KQ_UK(pg_dotprod_kq_uk_q4_k, 4)
-KQ_UK(pg_dotprod_kq_uk_q5_k, 5)
-KQ_UK(pg_dotprod_kq_uk_q6_k, 6)
+KQ_UK(pg_dotprod_kq_uk_q2_k, 4, 16, 1)
+KQ_UK(pg_dotprod_kq_uk_q3_k, 4, 16, 0)
+KQ_UK(pg_dotprod_kq_uk_q4_k, 4, 32, 1)
+KQ_UK(pg_dotprod_kq_uk_q5_k, 5, 32, 1)
+KQ_UK(pg_dotprod_kq_uk_q6_k, 6, 16, 0)

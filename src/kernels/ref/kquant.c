@@ -16,9 +16,9 @@
 #include "kernels/ref/ref.h"
 
 /* u of column j at k of one packed super-block grp (gemm_kquant.c layout). */
-static int packed_u(const uint8_t *grp, int bits, int k, int j) {
+static int packed_u(const uint8_t *grp, size_t hdr, int bits, int k, int j) {
     const int ch = k / 4, half = j / 16, at = (j % 16) * 4 + k % 4, hb = bits - 4;
-    const uint8_t *nib = grp + PG_KQ_HDR;
+    const uint8_t *nib = grp + hdr;
     int u = half ? nib[ch * 64 + at] >> 4 : nib[ch * 64 + at] & 15;
     if (hb) {
         const int per = 4 / hb, v = 2 * (ch % per) + half;
@@ -39,11 +39,13 @@ static float kq_step(float y, int32_t P, int32_t Q, float d, float dm, float as)
     return fmaf(-(float)Q, dm * as, y);
 }
 
-static void ref_kq_uk(int bits, int sub, int64_t ngroups, const void *a, int64_t a_stride,
-                      const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
-                      const void *w, float *c, int64_t ldc, int mr, int accumulate) {
+static void ref_kq_uk(int bits, int sub, int has_min, int64_t ngroups, const void *a,
+                      int64_t a_stride, const float *as, int64_t as_stride, const int32_t *ac,
+                      int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                      int accumulate) {
     const int S = PG_QK_K / sub;
-    const size_t gbytes = pg_kq_group_bytes(bits);
+    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
+    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
     for (int i = 0; i < mr; i++) {
         const int8_t *ar = (const int8_t *)a + i * a_stride;
         const int16_t *bs = (const int16_t *)(ac + i * ac_stride);
@@ -52,12 +54,12 @@ static void ref_kq_uk(int bits, int sub, int64_t ngroups, const void *a, int64_t
             for (int64_t g = 0; g < ngroups; g++) {
                 const uint8_t *grp = (const uint8_t *)w + (size_t)g * gbytes;
                 const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-                const int8_t *m = bits == 6 ? sc : sc + S * PG_KQ_NR;
+                const int8_t *m = has_min ? sc + S * PG_KQ_NR : sc;
                 int32_t P = 0, Q = 0;
                 for (int s = 0; s < S; s++) {
                     int32_t isum = 0, bsum = 0;
                     for (int k = s * sub; k < (s + 1) * sub; k++)
-                        isum += (int32_t)ar[g * PG_QK_K + k] * packed_u(grp, bits, k, j);
+                        isum += (int32_t)ar[g * PG_QK_K + k] * packed_u(grp, hdr, bits, k, j);
                     for (int t = s * sub / 16; t < (s + 1) * sub / 16; t++)
                         bsum += bs[g * 16 + t];
                     P += sc[s * PG_KQ_NR + j] * isum;
@@ -72,17 +74,19 @@ static void ref_kq_uk(int bits, int sub, int64_t ngroups, const void *a, int64_t
     }
 }
 
-#define REF_KQ(NAME, BITS, SUB)                                                                    \
+#define REF_KQ(NAME, BITS, SUB, MIN)                                                               \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
-        ref_kq_uk(BITS, SUB, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, mr,    \
-                  accumulate);                                                                     \
+        ref_kq_uk(BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,   \
+                  mr, accumulate);                                                                 \
     }
-REF_KQ(pg_ref_kq_uk_q4_k, 4, 32)
-REF_KQ(pg_ref_kq_uk_q5_k, 5, 32)
-REF_KQ(pg_ref_kq_uk_q6_k, 6, 16)
+REF_KQ(pg_ref_kq_uk_q2_k, 4, 16, 1)
+REF_KQ(pg_ref_kq_uk_q3_k, 4, 16, 0)
+REF_KQ(pg_ref_kq_uk_q4_k, 4, 32, 1)
+REF_KQ(pg_ref_kq_uk_q5_k, 5, 32, 1)
+REF_KQ(pg_ref_kq_uk_q6_k, 6, 16, 0)
 
 /* Row n of a GGUF K-quant weight: one output element from the int8
  * activations qa (K), their per-256 scales asg and 16-sums bs. */

@@ -117,8 +117,14 @@ void pg_ref_mxfp4_gemm(const void *Wg, const void *Wu, int64_t N, int64_t K, con
                        int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias, int ep);
 
 /* ---- K-quant GEMM (kernels/gemm.h "K-quants", ref/kquant.c). */
-/* Scalar microkernels (dispatch.h, the pg_kernel_table.q4_k / q5_k / q6_k
+/* Scalar microkernels (dispatch.h, the pg_kernel_table.q2_k .. q6_k
  * contract) on the packed layout of gemm_kquant.c: mr 4, nr 32. */
+void pg_ref_kq_uk_q2_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                       const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                       const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_ref_kq_uk_q3_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                       const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                       const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_ref_kq_uk_q4_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                        const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                        const void *w, float *c, int64_t ldc, int mr, int accumulate);
@@ -128,7 +134,7 @@ void pg_ref_kq_uk_q5_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_str
 void pg_ref_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                        const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                        const void *w, float *c, int64_t ldc, int mr, int accumulate);
-/* The K-quant GEMM specification on GGUF rows of type t (Q4_K, Q5_K, Q6_K;
+/* The K-quant GEMM specification on GGUF rows of type t (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K;
  * Wg [N, K], Wu the up half for SwiGLU, else NULL; K a multiple of 256):
  * per row m and super-block g, a_s = max|A[m, g]| / 127, qa = clamp(rint(A
  * / a_s), -127, 127), bsum_t = the sum of qa over the 16 k of t; per

@@ -1,10 +1,10 @@
-/* K-quant GEMM microkernels with AVX512_VNNI (pg_kernel_table.q4_k / q5_k /
- * q6_k, dispatch.h; spec pg_ref_kq_gemm, bitwise equal to pg_ref_kq_uk_*).
+/* K-quant GEMM microkernels with AVX512_VNNI (pg_kernel_table.q2_k .. q6_k,
+ * dispatch.h; spec pg_ref_kq_gemm, bitwise equal to pg_ref_kq_uk_*).
  *
  * Tile up to 4 rows x 32 columns on the packed layout of gemm_kquant.c. The
  * weights u are unsigned (0..63), the activations signed: VPDPBUSD takes
  * them as they are, four k per lane, no offset correction. Per sub-block
- * (32 k for Q4_K / Q5_K, 16 for Q6_K) each row keeps two zmm of int32 sums
+ * (32 k for Q4_K / Q5_K, 16 for Q2_K / Q3_K / Q6_K) each row keeps two zmm of int32 sums
  * (16 columns each), multiplied by the column's sub-block scale (VPMULLD)
  * into the super-block sum P. The minimum term Q = sum_s m[s] * (activation
  * sum of s) is 8 VPDPWSSD per row and vector: int16 pairs of (m, m) or
@@ -64,16 +64,17 @@ static inline __attribute__((always_inline)) __m512i pairs(const int8_t *lo, con
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, int64_t ng, const int8_t *a, int64_t as, const float *asc,
-     int64_t ass, const int32_t *ac, int64_t acs, const char *w, float *c, int64_t ldc,
-     int accumulate) {
-    const int sub = bits == 6 ? 16 : 32, S = 256 / sub, cps = sub / 4;
-    const size_t gbytes = pg_kq_group_bytes(bits);
+tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
+     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
+     float *c, int64_t ldc, int accumulate) {
+    const int S = 256 / sub, cps = sub / 4;
+    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
+    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
     for (int64_t g = 0; g < ng; g++) {
         const char *grp = w + (size_t)g * gbytes;
         const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-        const int8_t *mm = bits == 6 ? sc : sc + S * PG_KQ_NR;
-        const char *nib = grp + PG_KQ_HDR;
+        const int8_t *mm = has_min ? sc + S * PG_KQ_NR : sc;
+        const char *nib = grp + hdr;
         const int8_t *ag = a + g * 256;
         __m512i P[MR][NV];
 #pragma GCC unroll 4
@@ -143,27 +144,31 @@ tile(const int mr, const int bits, int64_t ng, const int8_t *a, int64_t as, cons
     }
 }
 
-#define TILE(MR_, BITS) tile(MR_, BITS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, accumulate)
-#define KQ_UK(NAME, BITS)                                                                          \
+#define TILE(MR_, BITS, SUB, MIN)                                                                  \
+    tile(MR_, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+         accumulate)
+#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         switch (mr) {                                                                              \
         case 1:                                                                                    \
-            TILE(1, BITS);                                                                         \
+            TILE(1, BITS, SUB, MIN);                                                               \
             break;                                                                                 \
         case 2:                                                                                    \
-            TILE(2, BITS);                                                                         \
+            TILE(2, BITS, SUB, MIN);                                                               \
             break;                                                                                 \
         case 3:                                                                                    \
-            TILE(3, BITS);                                                                         \
+            TILE(3, BITS, SUB, MIN);                                                               \
             break;                                                                                 \
         default:                                                                                   \
-            TILE(MR, BITS);                                                                        \
+            TILE(MR, BITS, SUB, MIN);                                                              \
             break;                                                                                 \
         }                                                                                          \
     }
-KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4)
-KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5)
-KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6)
+KQ_UK(pg_avx512vnni_kq_uk_q2_k, 4, 16, 1)
+KQ_UK(pg_avx512vnni_kq_uk_q3_k, 4, 16, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4, 32, 1)
+KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5, 32, 1)
+KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6, 16, 0)

@@ -1,0 +1,161 @@
+/* K-quant GEMM microkernels for AVX2 (pg_kernel_table.q2_k .. q6_k,
+ * dispatch.h; spec pg_ref_kq_gemm, bitwise equal to pg_ref_kq_uk_*). Used
+ * by the avx2 table, and by the avx512 ones on CPUs without AVX512_VNNI.
+ *
+ * Tile up to 2 rows x 32 columns on the packed layout of gemm_kquant.c
+ * (shared with avx512vnni and Arm), run as two halves of 16 columns (the
+ * low nibbles of a 64-byte k-chunk, then the high ones), each two ymm of 8
+ * columns x 4 k. VPMADDUBSW multiplies the unsigned weights u (<= 63) by
+ * the signed activations (|a| <= 127) into int16 pairs (at most 2 * 63 *
+ * 127 = 16002: never saturates) and VPMADDWD by ones widens them to the
+ * exact int32 sum of four products (what VPDPBUSD does in one step). Per
+ * sub-block the int32 sums times the column's scale (VPMULLD) go into P;
+ * the minimum term Q is VPMADDWD of int16 (m, m) / (m0, m1) pairs with two
+ * of the input stage's 16-sums at a time. Per super-block, row and vector:
+ * y = fma(P, d * a_s, y), y = fnmadd(Q, dm * a_s, y), as the spec's fmaf.
+ * High bits (Q5_K, Q6_K): a 16-bit shift of their plane and AND / OR. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gemm_driver.h"
+#include "kernels/x86/x86.h"
+
+enum { MR = 2, NQ = 2 };
+
+/* Move bits [sh0, sh0 + hb) of every byte of h to bits [4, 4 + hb) (the
+ * bits that cross a byte boundary land outside the mask applied after). */
+static inline __attribute__((always_inline)) __m256i place_hi(__m256i h, int sh0) {
+    if (sh0 < 4) return _mm256_slli_epi16(h, 4 - sh0);
+    if (sh0 > 4) return _mm256_srli_epi16(h, sh0 - 4);
+    return h;
+}
+
+/* int16 pairs (lo, hi) of two int8 rows of 8 columns, widened. */
+static inline __attribute__((always_inline)) __m256i pairs(const int8_t *lo, const int8_t *hi) {
+    const __m256i l = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)lo));
+    const __m256i h = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)hi));
+    return _mm256_or_si256(_mm256_and_si256(l, _mm256_set1_epi32(0xFFFF)),
+                           _mm256_slli_epi32(h, 16));
+}
+
+static inline __attribute__((always_inline)) void
+tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
+     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
+     float *c, int64_t ldc, int accumulate) {
+    const int S = 256 / sub, cps = sub / 4, hb = bits - 4;
+    const int per = hb ? 4 / hb : 1;
+    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
+    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
+    const __m256i lo = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i hm = _mm256_set1_epi8((char)(((1 << hb) - 1) << 4));
+    for (int64_t g = 0; g < ng; g++) {
+        const char *grp = w + (size_t)g * gbytes;
+        const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
+        const int8_t *mm = has_min ? sc + S * PG_KQ_NR : sc;
+        const char *nib = grp + hdr;
+        const int8_t *ag = a + g * 256;
+#pragma GCC unroll 1
+        for (int h = 0; h < 2; h++) {
+            __m256i P[MR][NQ], I[MR][NQ];
+#pragma GCC unroll 2
+            for (int i = 0; i < mr; i++)
+                P[i][0] = P[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (int s = 0; s < S; s++) {
+#pragma GCC unroll 2
+                for (int i = 0; i < mr; i++)
+                    I[i][0] = I[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int cc = 0; cc < cps; cc++) {
+                    const int ch = s * cps + cc;
+                    __m256i wq[NQ];
+#pragma GCC unroll 2
+                    for (int q = 0; q < NQ; q++) {
+                        const __m256i x =
+                            _mm256_loadu_si256((const __m256i *)(nib + ch * 64 + 32 * q));
+                        __m256i u = h ? _mm256_and_si256(_mm256_srli_epi16(x, 4), lo)
+                                      : _mm256_and_si256(x, lo);
+                        if (hb) {
+                            const __m256i hp = _mm256_loadu_si256((
+                                const __m256i *)(nib + PG_KQ_NIB_BYTES + (ch / per) * 64 + 32 * q));
+                            const int sh0 = hb * (2 * (ch % per) + h);
+                            u = _mm256_or_si256(u, _mm256_and_si256(place_hi(hp, sh0), hm));
+                        }
+                        wq[q] = u;
+                    }
+#pragma GCC unroll 2
+                    for (int i = 0; i < mr; i++) {
+                        int32_t a4;
+                        memcpy(&a4, ag + i * as + 4 * ch, 4);
+                        const __m256i av = _mm256_set1_epi32(a4);
+#pragma GCC unroll 2
+                        for (int q = 0; q < NQ; q++)
+                            I[i][q] = _mm256_add_epi32(
+                                I[i][q], _mm256_madd_epi16(_mm256_maddubs_epi16(wq[q], av), ones));
+                    }
+                }
+#pragma GCC unroll 2
+                for (int q = 0; q < NQ; q++) {
+                    const __m256i scv = _mm256_cvtepi8_epi32(
+                        _mm_loadl_epi64((const __m128i *)(sc + s * PG_KQ_NR + 16 * h + 8 * q)));
+#pragma GCC unroll 2
+                    for (int i = 0; i < mr; i++)
+                        P[i][q] = _mm256_add_epi32(P[i][q], _mm256_mullo_epi32(I[i][q], scv));
+                }
+            }
+            /* Q into I: 8 pairs of 16-sums per super-block */
+#pragma GCC unroll 2
+            for (int i = 0; i < mr; i++)
+                I[i][0] = I[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (int p = 0; p < 8; p++) {
+#pragma GCC unroll 2
+                for (int q = 0; q < NQ; q++) {
+                    const int8_t *m0 = mm + (sub == 32 ? p : 2 * p) * PG_KQ_NR + 16 * h + 8 * q;
+                    const __m256i mp = pairs(m0, sub == 32 ? m0 : m0 + PG_KQ_NR);
+#pragma GCC unroll 2
+                    for (int i = 0; i < mr; i++) {
+                        int32_t b2;
+                        memcpy(&b2, (const int16_t *)(ac + i * acs) + 16 * g + 2 * p, 4);
+                        I[i][q] =
+                            _mm256_add_epi32(I[i][q], _mm256_madd_epi16(mp, _mm256_set1_epi32(b2)));
+                    }
+                }
+            }
+#pragma GCC unroll 2
+            for (int q = 0; q < NQ; q++) {
+                const int col = 16 * h + 8 * q;
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(grp + 2 * col)));
+                const __m256 dm = _mm256_cvtph_ps(
+                    _mm_loadu_si128((const __m128i *)(grp + 2 * PG_KQ_NR + 2 * col)));
+#pragma GCC unroll 2
+                for (int i = 0; i < mr; i++) {
+                    const __m256 ai = _mm256_set1_ps(asc[i * ass + g]);
+                    float *ci = c + i * ldc + col;
+                    __m256 y = accumulate || g ? _mm256_loadu_ps(ci) : _mm256_setzero_ps();
+                    y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P[i][q]), _mm256_mul_ps(d, ai), y);
+                    y = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(I[i][q]), _mm256_mul_ps(dm, ai), y);
+                    _mm256_storeu_ps(ci, y);
+                }
+            }
+        }
+    }
+}
+
+#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
+    void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
+              int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
+              int64_t ldc, int mr, int accumulate) {                                               \
+        (void)gk;                                                                                  \
+        if (mr == 1)                                                                               \
+            tile(1, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, \
+                 accumulate);                                                                      \
+        else                                                                                       \
+            tile(MR, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,     \
+                 ldc, accumulate);                                                                 \
+    }
+KQ_UK(pg_avx2_kq_uk_q2_k, 4, 16, 1)
+KQ_UK(pg_avx2_kq_uk_q3_k, 4, 16, 0)
+KQ_UK(pg_avx2_kq_uk_q4_k, 4, 32, 1)
+KQ_UK(pg_avx2_kq_uk_q5_k, 5, 32, 1)
+KQ_UK(pg_avx2_kq_uk_q6_k, 6, 16, 0)
