@@ -156,6 +156,15 @@ static void test_shm_rank0_leaves(void **state) {
     if (st != PAGODA_OK) fail_msg("free: %s", pg_last_error());
 }
 
+/* test_comm does not link src/dist/comm_mpi.c: the stub answers. */
+static void test_mpi_unsupported(void **state) {
+    (void)state;
+    pg_comm *c = (pg_comm *)&c;
+    assert_int_equal(pg_comm_create_mpi(&c), PAGODA_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_non_null(strstr(pg_last_error(), "built without MPI"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_self),          cmocka_unit_test(test_shm_1),
@@ -163,6 +172,7 @@ int main(void) {
         cmocka_unit_test(test_shm_4),         cmocka_unit_test(test_shm_bad_size),
         cmocka_unit_test(test_shm_mismatch),  cmocka_unit_test(test_shm_dead_rank),
         cmocka_unit_test(test_shm_killed_rank), cmocka_unit_test(test_shm_rank0_leaves),
+        cmocka_unit_test(test_mpi_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
