@@ -119,7 +119,8 @@ int pg_numa_node_cpus(const pg_numa_node *node, int *cpus, int cap) {
     return n;
 }
 
-pagoda_status pg_numa_bind_rank(const pg_numa_topology *t, int index, int strict) {
+pagoda_status pg_numa_bind_rank(const pg_numa_topology *t, int index, int strict, int *policy_set) {
+    if (policy_set) *policy_set = 0;
     if (index < 0 || index >= t->n_nodes)
         return pg_error(PAGODA_ERR_INVALID_ARG, "numa: node index %d outside 0..%d", index,
                         t->n_nodes - 1);
@@ -141,13 +142,16 @@ pagoda_status pg_numa_bind_rank(const pg_numa_topology *t, int index, int strict
     unsigned long mask = 1ul << node->id;
     long rc = syscall(SYS_set_mempolicy, strict ? PG_MPOL_BIND : PG_MPOL_PREFERRED, &mask,
                       (unsigned long)(sizeof mask * 8 + 1));
+    if (rc != 0 && errno == ENOSYS) return PAGODA_OK;
     if (rc != 0)
         return pg_error(PAGODA_ERR_IO, "numa: set_mempolicy(%s, node %d): %s",
                         strict ? "MPOL_BIND" : "MPOL_PREFERRED", node->id, strerror(errno));
+    if (policy_set) *policy_set = 1;
     return PAGODA_OK;
 }
 
-pagoda_status pg_numa_mbind(void *addr, size_t bytes, int node_id) {
+pagoda_status pg_numa_mbind(void *addr, size_t bytes, int node_id, int *moved) {
+    if (moved) *moved = 0;
     if (node_id < 0 || node_id >= PG_NUMA_MAX_NODES)
         return pg_error(PAGODA_ERR_INVALID_ARG, "numa: node id %d outside 0..%d", node_id,
                         PG_NUMA_MAX_NODES - 1);
@@ -159,8 +163,10 @@ pagoda_status pg_numa_mbind(void *addr, size_t bytes, int node_id) {
     unsigned long mask = 1ul << node_id;
     long rc = syscall(SYS_mbind, (void *)lo, (unsigned long)(hi - lo), PG_MPOL_PREFERRED, &mask,
                       (unsigned long)(sizeof mask * 8 + 1), PG_MPOL_MF_MOVE);
+    if (rc != 0 && errno == ENOSYS) return PAGODA_OK;
     if (rc != 0)
         return pg_error(PAGODA_ERR_IO, "numa: mbind(%zu bytes, node %d): %s", bytes, node_id,
                         strerror(errno));
+    if (moved) *moved = 1;
     return PAGODA_OK;
 }

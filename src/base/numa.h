@@ -50,18 +50,23 @@ int pg_numa_node_cpus(const pg_numa_node *node, int *cpus, int cap);
  * created afterwards use (pg_cpu_restrict), then set the thread's memory
  * policy (set_mempolicy, inherited by threads created afterwards) to
  * MPOL_BIND on the node when `strict` (allocations fail rather than spill)
- * or MPOL_PREFERRED (spill to other nodes when it is full). Call it early in
- * each rank, before loading weights and creating pools. Errors:
+ * or MPOL_PREFERRED (spill to other nodes when it is full). *policy_set
+ * (may be NULL) gets 1, or 0 when the kernel has no memory policies (ENOSYS:
+ * built without CONFIG_NUMA, or qemu-user, which does not emulate the call):
+ * the CPUs are still bound. Call it early in each rank, before loading
+ * weights and creating pools. Errors:
  * PAGODA_ERR_INVALID_ARG (index out of range, a node without CPUs),
  * PAGODA_ERR_INTERNAL (the kernel refused the CPUs), PAGODA_ERR_IO (the
  * memory policy call failed; the message names the errno). */
-pagoda_status pg_numa_bind_rank(const pg_numa_topology *t, int index, int strict);
+pagoda_status pg_numa_bind_rank(const pg_numa_topology *t, int index, int strict, int *policy_set);
 
 /* Move / allocate the pages of [addr, addr + bytes) on node `node_id` (an
  * id, not an index) with mbind(MPOL_PREFERRED, MPOL_MF_MOVE): for memory
  * allocated before the rank was bound (e.g. mapped weights). addr is rounded
- * down and the length up to pages. Errors: PAGODA_ERR_INVALID_ARG (node_id
- * outside 0..PG_NUMA_MAX_NODES-1), PAGODA_ERR_IO (mbind failed). */
-pagoda_status pg_numa_mbind(void *addr, size_t bytes, int node_id);
+ * down and the length up to pages. *moved (may be NULL) gets 1, or 0 when
+ * the kernel has no memory policies (ENOSYS, as pg_numa_bind_rank). Errors:
+ * PAGODA_ERR_INVALID_ARG (node_id outside 0..PG_NUMA_MAX_NODES-1),
+ * PAGODA_ERR_IO (mbind failed). */
+pagoda_status pg_numa_mbind(void *addr, size_t bytes, int node_id, int *moved);
 
 #endif
