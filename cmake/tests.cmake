@@ -24,8 +24,10 @@
 #     loop, encoder scheduling and `pagoda transcribe` (test_speech,
 #     test_whisper_engine, test_speech_cli: 150-400 s each under qemu, where
 #     the Whisper model's Arm kernels are checked against the oracle by
-#     test_whisper and the audio endpoints by test_server_audio). They run in
-#     the native build only.
+#     test_whisper and the audio endpoints by test_server_audio); and the
+#     data-parallel nginx test (cmake/server_tests.cmake registers it for
+#     native builds only: two servers + nginx, no Arm code path of ours).
+#     They run in the native build only.
 # Those runs also tell tests what the emulated CPU must show
 # (PAGODA_EXPECT_FEATURES, and PAGODA_EXPECT_SVE_VL_BYTES).
 set(PAGODA_SVE_VL_TESTS
@@ -33,7 +35,7 @@ set(PAGODA_SVE_VL_TESTS
     test_gemm_grouped test_kquant test_moe test_mxfp4 test_ops test_qgemm test_vexp
     test_vops)
 set(PAGODA_HOST_ONLY_TESTS test_audio_decode test_cli_args test_grammar test_speech test_speech_cli
-    test_whisper_engine)
+    test_whisper_engine serve_data_parallel_nginx)
 # Features qemu-aarch64 -cpu max must show (names as in `pagoda env`).
 set(PAGODA_QEMU_MAX_FEATURES "asimd,fp16,dotprod,i8mm,bf16,sve,sve2,lse")
 
@@ -228,4 +230,21 @@ if(PAGODA_HAVE_MPI)
     # (mpirun exits non-zero when any rank does)
     set_tests_properties(comm_mpi_np${np} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
   endforeach()
+  # `pagoda bench allreduce` under mpirun, and a -tp that disagrees with it
+  add_test(NAME pagoda_bench_allreduce_mpi COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
+           --oversubscribe -np 2 $<TARGET_FILE:pagoda> bench allreduce --floats 16,2048 --repeats 3 --iters 20)
+  set_tests_properties(pagoda_bench_allreduce_mpi PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}"
+                       PASS_REGULAR_EXPRESSION "backend mpi, 2 ranks.*\n +2048 +20 +[0-9.]+ ")
+  add_test(NAME pagoda_bench_allreduce_mpi_bad_tp COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
+           --oversubscribe -np 2 $<TARGET_FILE:pagoda> bench allreduce -tp 3 --floats 16)
+  set_tests_properties(pagoda_bench_allreduce_mpi_bad_tp PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}"
+                       PASS_REGULAR_EXPRESSION "pagoda bench allreduce: -tp 3 but mpirun started 2 ranks")
 endif()
+# `pagoda bench allreduce` over shared memory (forked ranks; also under qemu)
+add_test(NAME pagoda_bench_allreduce_shm COMMAND pagoda bench allreduce --tensor-parallel-size 3
+         --floats 16,2048 --repeats 3 --iters 20)
+set_tests_properties(pagoda_bench_allreduce_shm PROPERTIES
+                     PASS_REGULAR_EXPRESSION "backend shm, 3 ranks.*\n +2048 +20 +[0-9.]+ ")
+add_test(NAME pagoda_bench_allreduce_bad_tp COMMAND pagoda bench allreduce -tp 65)
+set_tests_properties(pagoda_bench_allreduce_bad_tp PROPERTIES
+                     PASS_REGULAR_EXPRESSION "bad value '65' for -tp \\(want an integer in \\[1, 64\\]\\)")
