@@ -32,7 +32,7 @@ DESTDIR ?=
 # (an existing build/ keeps its setting: `make build` turns them on)
 SERVE_CONFIG := $(if $(wildcard build/CMakeCache.txt),,-DPAGODA_BUILD_TESTS=OFF)
 PKG_FLAGS := -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON -DPAGODA_BUILD_TESTS=OFF \
-             -DCMAKE_INSTALL_PREFIX=/usr
+             -DCMAKE_INSTALL_PREFIX=/usr -DPAGODA_MPI=OFF
 FUZZ_SECONDS ?= 10
 FUZZ_TARGETS ?=
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
