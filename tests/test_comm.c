@@ -58,10 +58,18 @@ static void run_shm(int size, size_t max_floats, size_t max_bytes) {
     if (st != PAGODA_OK) fail_msg("free: %s", pg_last_error());
 }
 
-static void test_shm_2(void **state) { (void)state, run_shm(2, 4096, 256); }
-static void test_shm_3(void **state) { (void)state, run_shm(3, 1001, 100); }
-static void test_shm_4(void **state) { (void)state, run_shm(4, 4096, 4096); }
-static void test_shm_1(void **state) { (void)state, run_shm(1, 64, 64); }
+static void test_shm_2(void **state) {
+    (void)state, run_shm(2, 4096, 256);
+}
+static void test_shm_3(void **state) {
+    (void)state, run_shm(3, 1001, 100);
+}
+static void test_shm_4(void **state) {
+    (void)state, run_shm(4, 4096, 4096);
+}
+static void test_shm_1(void **state) {
+    (void)state, run_shm(1, 64, 64);
+}
 
 static void test_shm_bad_size(void **state) {
     (void)state;
@@ -148,7 +156,9 @@ static void test_shm_rank0_leaves(void **state) {
     if (pg_comm_rank(c) == 1) {
         pagoda_status st = pg_comm_barrier(c);
         int ok = st == PAGODA_ERR_IO && strstr(pg_last_error(), "rank 0 left");
-        if (!ok) fprintf(stderr, "rank 1: barrier after rank 0 left: %d '%s'\n", (int)st, pg_last_error());
+        if (!ok)
+            fprintf(stderr, "rank 1: barrier after rank 0 left: %d '%s'\n", (int)st,
+                    pg_last_error());
         pg_comm_free(c);
         _exit(ok ? 0 : 1);
     }
@@ -167,11 +177,16 @@ static void test_mpi_unsupported(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_self),          cmocka_unit_test(test_shm_1),
-        cmocka_unit_test(test_shm_2),         cmocka_unit_test(test_shm_3),
-        cmocka_unit_test(test_shm_4),         cmocka_unit_test(test_shm_bad_size),
-        cmocka_unit_test(test_shm_mismatch),  cmocka_unit_test(test_shm_dead_rank),
-        cmocka_unit_test(test_shm_killed_rank), cmocka_unit_test(test_shm_rank0_leaves),
+        cmocka_unit_test(test_self),
+        cmocka_unit_test(test_shm_1),
+        cmocka_unit_test(test_shm_2),
+        cmocka_unit_test(test_shm_3),
+        cmocka_unit_test(test_shm_4),
+        cmocka_unit_test(test_shm_bad_size),
+        cmocka_unit_test(test_shm_mismatch),
+        cmocka_unit_test(test_shm_dead_rank),
+        cmocka_unit_test(test_shm_killed_rank),
+        cmocka_unit_test(test_shm_rank0_leaves),
         cmocka_unit_test(test_mpi_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -41,7 +41,7 @@ static const char *fake_tree(void) {
     snprintf(rel, sizeof rel, "%s/node2/cpulist", n), put(root, rel, "\n");
     snprintf(rel, sizeof rel, "%s/node2/meminfo", n), put(root, rel, "Node 2 MemTotal: 2048 kB\n");
     snprintf(rel, sizeof rel, "%s/node1/cpulist", n), put(root, rel, "4-7,12\n");
-    snprintf(rel, sizeof rel, "%s/possible", n), put(root, rel, "0-10\n");   /* not a node */
+    snprintf(rel, sizeof rel, "%s/possible", n), put(root, rel, "0-10\n"); /* not a node */
     snprintf(rel, sizeof rel, "%s/has_cpu", n), put(root, rel, "0-1,10\n");
     return root;
 }
@@ -66,7 +66,8 @@ static void test_read(void **state) {
     assert_int_equal(pg_numa_node_cpus(&t.nodes[1], cpus, 2), 2);
     /* ranks round-robin over the nodes with CPUs (index 2 has none) */
     int want[] = {0, 1, 3, 0, 1};
-    for (int r = 0; r < 5; r++) assert_int_equal(pg_numa_node_for_rank(&t, r, 5), want[r]);
+    for (int r = 0; r < 5; r++)
+        assert_int_equal(pg_numa_node_for_rank(&t, r, 5), want[r]);
     assert_int_equal(pg_numa_node_for_rank(&t, -1, 5), -1);
 }
 
@@ -129,14 +130,15 @@ static int bind_child(const char *root, int cpu) {
     if (!emulated) {
         int mode = -1;
         unsigned long mask[2] = {0, 0};
-        if (syscall(SYS_get_mempolicy, &mode, mask, 128ul, NULL, 0ul) != 0 || mode != 1 /* PREFERRED */ ||
-            mask[0] != 1)
+        if (syscall(SYS_get_mempolicy, &mode, mask, 128ul, NULL, 0ul) != 0 ||
+            mode != 1 /* PREFERRED */ || mask[0] != 1)
             return 17;
     }
     int cpus[PG_CPU_MAX], n = 0;
     if (pg_cpu_allowed(cpus, PG_CPU_MAX, &n) != PAGODA_OK || n != 1 || cpus[0] != cpu) return 12;
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1 || !CPU_ISSET(cpu, &set))
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1 ||
+        !CPU_ISSET(cpu, &set))
         return 13;
     /* memory of the bound rank: a mapping moved to its node */
     size_t bytes = 1 << 16;
@@ -196,8 +198,8 @@ static void test_bind_refused(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_read),  cmocka_unit_test(test_env_root),
-        cmocka_unit_test(test_errors), cmocka_unit_test(test_bind),
+        cmocka_unit_test(test_read),         cmocka_unit_test(test_env_root),
+        cmocka_unit_test(test_errors),       cmocka_unit_test(test_bind),
         cmocka_unit_test(test_bind_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

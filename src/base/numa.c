@@ -57,7 +57,9 @@ pagoda_status pg_numa_read(const char *sysfs_root, pg_numa_topology *t) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/devices/system/node", root);
     DIR *d = opendir(dir);
-    if (!d) return pg_error(PAGODA_ERR_UNSUPPORTED, "numa: no node directory %s: %s", dir, strerror(errno));
+    if (!d)
+        return pg_error(PAGODA_ERR_UNSUPPORTED, "numa: no node directory %s: %s", dir,
+                        strerror(errno));
     struct dirent *e;
     pagoda_status st = PAGODA_OK;
     while ((e = readdir(d)) != NULL) {
@@ -67,7 +69,8 @@ pagoda_status pg_numa_read(const char *sysfs_root, pg_numa_topology *t) {
         long id = strtol(nm + 4, &end, 10);
         if (*end || id < 0 || id > 1 << 20) continue;
         if (t->n_nodes == PG_NUMA_MAX_NODES) {
-            st = pg_error(PAGODA_ERR_LIMIT, "numa: %s has more than %d nodes", dir, PG_NUMA_MAX_NODES);
+            st = pg_error(PAGODA_ERR_LIMIT, "numa: %s has more than %d nodes", dir,
+                          PG_NUMA_MAX_NODES);
             break;
         }
         pg_numa_node *n = &t->nodes[t->n_nodes];
@@ -83,7 +86,8 @@ pagoda_status pg_numa_read(const char *sysfs_root, pg_numa_topology *t) {
                 st = pg_error(PAGODA_ERR_FORMAT, "numa: %s", why);
                 break;
             }
-            for (int i = 0; i < nc; i++) n->cpu_mask[cpus[i] / 64] |= 1ull << (cpus[i] % 64);
+            for (int i = 0; i < nc; i++)
+                n->cpu_mask[cpus[i] / 64] |= 1ull << (cpus[i] % 64);
             n->n_cpus = nc;
         }
         snprintf(path, sizeof path, "%s/%s/meminfo", dir, nm);
@@ -104,7 +108,8 @@ pagoda_status pg_numa_read(const char *sysfs_root, pg_numa_topology *t) {
 int pg_numa_node_for_rank(const pg_numa_topology *t, int rank, int size) {
     (void)size;
     int k = 0;
-    for (int i = 0; i < t->n_nodes; i++) k += t->nodes[i].n_cpus > 0;
+    for (int i = 0; i < t->n_nodes; i++)
+        k += t->nodes[i].n_cpus > 0;
     if (k == 0 || rank < 0) return -1;
     int want = rank % k;
     for (int i = 0; i < t->n_nodes; i++)
@@ -159,7 +164,8 @@ pagoda_status pg_numa_mbind(void *addr, size_t bytes, int node_id, int *moved) {
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0) page = 4096;
     uintptr_t lo = (uintptr_t)addr / (uintptr_t)page * (uintptr_t)page;
-    uintptr_t hi = ((uintptr_t)addr + bytes + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi =
+        ((uintptr_t)addr + bytes + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
     unsigned long mask = 1ul << node_id;
     long rc = syscall(SYS_mbind, (void *)lo, (unsigned long)(hi - lo), PG_MPOL_PREFERRED, &mask,
                       (unsigned long)(sizeof mask * 8 + 1), PG_MPOL_MF_MOVE);

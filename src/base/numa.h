@@ -18,14 +18,14 @@
 #define PG_NUMA_MAX_NODES 64
 
 typedef struct pg_numa_node {
-    int id;                               /* the N of node<N> */
-    int n_cpus;                           /* CPUs in cpulist (0: a memory-only node) */
-    uint64_t cpu_mask[PG_CPU_MAX / 64];   /* bit c set: logical CPU c is on this node */
-    uint64_t mem_bytes;                   /* MemTotal of the node's meminfo (0: unknown) */
+    int id;                             /* the N of node<N> */
+    int n_cpus;                         /* CPUs in cpulist (0: a memory-only node) */
+    uint64_t cpu_mask[PG_CPU_MAX / 64]; /* bit c set: logical CPU c is on this node */
+    uint64_t mem_bytes;                 /* MemTotal of the node's meminfo (0: unknown) */
 } pg_numa_node;
 
 typedef struct pg_numa_topology {
-    int n_nodes;                          /* nodes found, ascending id */
+    int n_nodes; /* nodes found, ascending id */
     pg_numa_node nodes[PG_NUMA_MAX_NODES];
 } pg_numa_topology;
 

@@ -20,16 +20,17 @@
 #define MAX_COUNTS 32
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagoda bench allreduce [options]\n"
-            "       mpirun -np N pagoda bench allreduce [options]\n\n"
-            "All-reduce latency (sum of F32 vectors in rank order) between tensor-parallel ranks.\n"
-            "Without mpirun the ranks are processes of this host over shared memory.\n\n"
-            "  -tp N, --tensor-parallel-size N  ranks (2; 2..64); under mpirun the world size\n"
-            "  --floats N[,N...]  vector lengths (default: 64,256,1024,2048,4096,16384,65536,262144;\n"
-            "                     2048 and 4096 are the hidden sizes of Llama-3.2-1B / 8B)\n"
-            "  --repeats R        timed runs per length, median reported (9)\n"
-            "  --iters I          all-reduces per run (0 = about 2^22 floats' worth, 10..2000)\n");
+    fprintf(
+        f,
+        "usage: pagoda bench allreduce [options]\n"
+        "       mpirun -np N pagoda bench allreduce [options]\n\n"
+        "All-reduce latency (sum of F32 vectors in rank order) between tensor-parallel ranks.\n"
+        "Without mpirun the ranks are processes of this host over shared memory.\n\n"
+        "  -tp N, --tensor-parallel-size N  ranks (2; 2..64); under mpirun the world size\n"
+        "  --floats N[,N...]  vector lengths (default: 64,256,1024,2048,4096,16384,65536,262144;\n"
+        "                     2048 and 4096 are the hidden sizes of Llama-3.2-1B / 8B)\n"
+        "  --repeats R        timed runs per length, median reported (9)\n"
+        "  --iters I          all-reduces per run (0 = about 2^22 floats' worth, 10..2000)\n");
 }
 
 static int parse_counts(const char *v, size_t *counts, int *n) {
@@ -62,18 +63,22 @@ int pg_cmd_bench_allreduce(int argc, char **argv) {
         const char *v = pg_args_value(CMD, argc, argv, &i);
         if (!v) return 2;
         if (!strcmp(a, "-tp") || !strcmp(a, "--tensor-parallel-size")) {
-            if (!pg_args_long(v, 1, 64, &tp)) return pg_args_bad_value(CMD, a, v, "an integer in [1, 64]");
+            if (!pg_args_long(v, 1, 64, &tp))
+                return pg_args_bad_value(CMD, a, v, "an integer in [1, 64]");
         } else if (!strcmp(a, "--floats")) {
             if (!parse_counts(v, counts, &n_counts))
-                return pg_args_bad_value(CMD, a, v, "up to 32 comma-separated integers in [1, 67108864]");
+                return pg_args_bad_value(CMD, a, v,
+                                         "up to 32 comma-separated integers in [1, 67108864]");
         } else if (!strcmp(a, "--repeats")) {
-            if (!pg_args_long(v, 1, 1000, &repeats)) return pg_args_bad_value(CMD, a, v, "an integer in [1, 1000]");
+            if (!pg_args_long(v, 1, 1000, &repeats))
+                return pg_args_bad_value(CMD, a, v, "an integer in [1, 1000]");
         } else if (!pg_args_long(v, 0, 1000000, &iters)) {
             return pg_args_bad_value(CMD, a, v, "an integer in [0, 1000000]");
         }
     }
     size_t max_n = 0;
-    for (int k = 0; k < n_counts; k++) max_n = counts[k] > max_n ? counts[k] : max_n;
+    for (int k = 0; k < n_counts; k++)
+        max_n = counts[k] > max_n ? counts[k] : max_n;
 
     pg_comm *c = NULL;
     pagoda_status st;
@@ -81,7 +86,8 @@ int pg_cmd_bench_allreduce(int argc, char **argv) {
         st = pg_comm_create_mpi(&c);
         if (st == PAGODA_OK && tp && tp != pg_comm_size(c)) {
             if (pg_comm_rank(c) == 0)
-                fprintf(stderr, "%s: -tp %lld but mpirun started %d ranks\n", CMD, tp, pg_comm_size(c));
+                fprintf(stderr, "%s: -tp %lld but mpirun started %d ranks\n", CMD, tp,
+                        pg_comm_size(c));
             pg_comm_free(c);
             return 2;
         }
@@ -95,7 +101,8 @@ int pg_cmd_bench_allreduce(int argc, char **argv) {
     int rank = pg_comm_rank(c), size = pg_comm_size(c);
     if (rank == 0) {
         printf("command: pagoda bench");
-        for (int i = 0; i < argc; i++) printf(" %s", argv[i]);
+        for (int i = 0; i < argc; i++)
+            printf(" %s", argv[i]);
         printf("\nbackend %s, %d ranks, %lld runs per length (median and min per all-reduce)\n",
                pg_comm_kind_name(pg_comm_get_kind(c)), size, repeats);
         printf("%10s %8s %12s %12s %12s\n", "floats", "iters", "median us", "min us", "GB/s");
@@ -108,7 +115,8 @@ int pg_cmd_bench_allreduce(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    for (size_t i = 0; i < max_n; i++) buf[i] = (float)((i * 7 + (size_t)rank) % 13) * 0.01f;
+    for (size_t i = 0; i < max_n; i++)
+        buf[i] = (float)((i * 7 + (size_t)rank) % 13) * 0.01f;
     for (int k = 0; k < n_counts && !rc; k++) {
         size_t n = counts[k];
         long long it = iters ? iters : (long long)((1 << 22) / n);
@@ -128,14 +136,16 @@ int pg_cmd_bench_allreduce(int argc, char **argv) {
                     break;
                 }
             t[r] = (pg_bench_now() - t0) / (double)it;
-            for (size_t i = 0; i < n; i++) buf[i] *= 1e-3f; /* keep the values finite */
+            for (size_t i = 0; i < n; i++)
+                buf[i] *= 1e-3f; /* keep the values finite */
         }
         if (rc) {
             fprintf(stderr, "%s: rank %d: %s\n", CMD, rank, pg_last_error());
             break;
         }
         double mn = t[0];
-        for (long long r = 1; r < repeats; r++) mn = t[r] < mn ? t[r] : mn;
+        for (long long r = 1; r < repeats; r++)
+            mn = t[r] < mn ? t[r] : mn;
         double med = pg_bench_median(t, (int)repeats);
         if (rank == 0)
             printf("%10zu %8lld %12.2f %12.2f %12.3f\n", n, it, med * 1e6, mn * 1e6,

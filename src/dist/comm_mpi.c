@@ -38,17 +38,21 @@ typedef struct mpi_impl {
     MPI_Comm comm;
     int we_initialized; /* MPI_Init_thread was called here: finalize on free */
     int broken;
-    call_hdr *hdrs;     /* [size] */
-    float *gather;      /* [size * cap] */
+    call_hdr *hdrs; /* [size] */
+    float *gather;  /* [size * cap] */
     size_t cap;
 } mpi_impl;
 
 static const char *op_name(int op) {
     switch (op) {
-    case OP_ALLREDUCE: return "allreduce";
-    case OP_BROADCAST: return "broadcast";
-    case OP_ALLGATHER: return "allgather";
-    case OP_BARRIER: return "barrier";
+    case OP_ALLREDUCE:
+        return "allreduce";
+    case OP_BROADCAST:
+        return "broadcast";
+    case OP_ALLGATHER:
+        return "allgather";
+    case OP_BARRIER:
+        return "barrier";
     }
     return "?";
 }
@@ -67,7 +71,8 @@ static pagoda_status begin(pg_comm *c, int op, size_t n, int root) {
     if (m->broken)
         return pg_error(PAGODA_ERR_IO, "comm: rank %d: unusable after an earlier error", c->rank);
     call_hdr me = {op, root, n};
-    int rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, m->hdrs, (int)sizeof me, MPI_BYTE, m->comm);
+    int rc =
+        MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, m->hdrs, (int)sizeof me, MPI_BYTE, m->comm);
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allgather of call headers");
     for (int r = 0; r < c->size; r++) {
         const call_hdr *o = &m->hdrs[r];
@@ -94,7 +99,8 @@ static pagoda_status mpi_allreduce(pg_comm *c, float *buf, size_t n) {
         float *g = realloc(m->gather, n * (size_t)c->size * sizeof(float));
         if (!g) {
             m->broken = 1;
-            return pg_error(PAGODA_ERR_NOMEM, "comm: out of memory (%zu floats)", n * (size_t)c->size);
+            return pg_error(PAGODA_ERR_NOMEM, "comm: out of memory (%zu floats)",
+                            n * (size_t)c->size);
         }
         m->gather = g, m->cap = n;
     }
@@ -103,7 +109,8 @@ static pagoda_status mpi_allreduce(pg_comm *c, float *buf, size_t n) {
     memcpy(buf, m->gather, n * sizeof(float));
     for (int r = 1; r < c->size; r++) {
         const float *x = m->gather + (size_t)r * n;
-        for (size_t i = 0; i < n; i++) buf[i] += x[i];
+        for (size_t i = 0; i < n; i++)
+            buf[i] += x[i];
     }
     return PAGODA_OK;
 }
@@ -130,7 +137,9 @@ static pagoda_status mpi_allgather(pg_comm *c, const void *send, size_t bytes, v
 }
 
 /* The header exchange needs every rank's contribution: a barrier. */
-static pagoda_status mpi_barrier(pg_comm *c) { return begin(c, OP_BARRIER, 0, 0); }
+static pagoda_status mpi_barrier(pg_comm *c) {
+    return begin(c, OP_BARRIER, 0, 0);
+}
 
 static pagoda_status mpi_destroy(pg_comm *c) {
     mpi_impl *m = c->impl;
@@ -149,7 +158,8 @@ pagoda_status pg_comm_create_mpi(pg_comm **out) {
     *out = NULL;
     int inited = 0, finalized = 0, we = 0;
     MPI_Finalized(&finalized);
-    if (finalized) return pg_error(PAGODA_ERR_IO, "comm: MPI was already finalized in this process");
+    if (finalized)
+        return pg_error(PAGODA_ERR_IO, "comm: MPI was already finalized in this process");
     MPI_Initialized(&inited);
     if (!inited) {
         int provided = 0;

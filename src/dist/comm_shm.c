@@ -56,10 +56,14 @@ enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER };
 
 static const char *op_name(int op) {
     switch (op) {
-    case OP_ALLREDUCE: return "allreduce";
-    case OP_BROADCAST: return "broadcast";
-    case OP_ALLGATHER: return "allgather";
-    case OP_BARRIER: return "barrier";
+    case OP_ALLREDUCE:
+        return "allreduce";
+    case OP_BROADCAST:
+        return "broadcast";
+    case OP_ALLGATHER:
+        return "allgather";
+    case OP_BARRIER:
+        return "barrier";
     }
     return "?";
 }
@@ -86,19 +90,21 @@ typedef struct shm_impl {
     void *map;
     size_t map_bytes;
     shm_hdr *hdr;
-    shm_slot *slot;   /* [size] */
-    char *data;       /* [size][slot_bytes] */
-    float *result;    /* [max_floats] */
+    shm_slot *slot; /* [size] */
+    char *data;     /* [size][slot_bytes] */
+    float *result;  /* [max_floats] */
     size_t slot_bytes, max_floats, max_bytes;
-    uint64_t phase;   /* this rank's arrivals so far */
-    int64_t spin_ns;  /* block time before sleeping */
-    int broken;       /* an error left the ranks out of step */
-    pid_t pid[SHM_MAX_RANKS];    /* rank 0: the children's pids */
-    int status[SHM_MAX_RANKS];   /* rank 0: wait status of a reaped child */
+    uint64_t phase;            /* this rank's arrivals so far */
+    int64_t spin_ns;           /* block time before sleeping */
+    int broken;                /* an error left the ranks out of step */
+    pid_t pid[SHM_MAX_RANKS];  /* rank 0: the children's pids */
+    int status[SHM_MAX_RANKS]; /* rank 0: wait status of a reaped child */
     char reaped[SHM_MAX_RANKS];
 } shm_impl;
 
-static size_t round_up(size_t x) { return (x + SHM_ALIGN - 1) / SHM_ALIGN * SHM_ALIGN; }
+static size_t round_up(size_t x) {
+    return (x + SHM_ALIGN - 1) / SHM_ALIGN * SHM_ALIGN;
+}
 
 static void futex_wake_all(_Atomic uint32_t *w) {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -124,7 +130,9 @@ static void notify(shm_impl *s) {
     if (atomic_load(&s->hdr->waiters) > 0) futex_wake_all(&s->hdr->futex);
 }
 
-static char *slot_data(shm_impl *s, int r) { return s->data + (size_t)r * s->slot_bytes; }
+static char *slot_data(shm_impl *s, int r) {
+    return s->data + (size_t)r * s->slot_bytes;
+}
 
 /* Rank 0: reap child r if it exited. Returns 1 if it did (now or before). */
 static int child_exited(shm_impl *s, int r) {
@@ -261,7 +269,8 @@ static pagoda_status shm_allreduce(pg_comm *c, float *buf, size_t n) {
     memcpy(s->result + lo, x0 + lo, (hi - lo) * sizeof(float));
     for (int r = 1; r < c->size; r++) {
         const float *x = (const float *)slot_data(s, r);
-        for (size_t i = lo; i < hi; i++) s->result[i] += x[i];
+        for (size_t i = lo; i < hi; i++)
+            s->result[i] += x[i];
     }
     if ((st = end(c)) != PAGODA_OK) return st;
     memcpy(buf, s->result, n * sizeof(float));
@@ -288,11 +297,14 @@ static pagoda_status shm_allgather(pg_comm *c, const void *send, size_t bytes, v
     memcpy(slot_data(s, c->rank), send, bytes);
     pagoda_status st = begin(c, OP_ALLGATHER, bytes, 0);
     if (st != PAGODA_OK) return st;
-    for (int r = 0; r < c->size; r++) memcpy((char *)recv + (size_t)r * bytes, slot_data(s, r), bytes);
+    for (int r = 0; r < c->size; r++)
+        memcpy((char *)recv + (size_t)r * bytes, slot_data(s, r), bytes);
     return end(c);
 }
 
-static pagoda_status shm_barrier(pg_comm *c) { return begin(c, OP_BARRIER, 0, 0); }
+static pagoda_status shm_barrier(pg_comm *c) {
+    return begin(c, OP_BARRIER, 0, 0);
+}
 
 static pagoda_status describe_exit(int r, int st) {
     if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
@@ -315,7 +327,8 @@ static pagoda_status shm_destroy(pg_comm *c) {
             if (!s->reaped[r]) {
                 int st = 0;
                 pid_t p;
-                do p = waitpid(s->pid[r], &st, 0);
+                do
+                    p = waitpid(s->pid[r], &st, 0);
                 while (p < 0 && errno == EINTR);
                 s->reaped[r] = 1;
                 s->status[r] = p == s->pid[r] ? st : 0;
@@ -339,12 +352,12 @@ pagoda_status pg_comm_create_shm(int size, size_t max_floats, size_t max_bytes, 
                         SHM_MAX_RANKS);
     if (max_floats > SIZE_MAX / 8 / SHM_MAX_RANKS || max_bytes > SIZE_MAX / 8 / SHM_MAX_RANKS)
         return pg_error(PAGODA_ERR_INVALID_ARG, "comm: shm buffer limits too large");
-    size_t slot_bytes = round_up(max_floats * sizeof(float) > max_bytes ? max_floats * sizeof(float)
-                                                                        : max_bytes);
+    size_t slot_bytes =
+        round_up(max_floats * sizeof(float) > max_bytes ? max_floats * sizeof(float) : max_bytes);
     size_t hdr_bytes = round_up(sizeof(shm_hdr));
     size_t slots_bytes = round_up(sizeof(shm_slot) * (size_t)size);
-    size_t map_bytes = hdr_bytes + slots_bytes + slot_bytes * (size_t)size +
-                       round_up(max_floats * sizeof(float));
+    size_t map_bytes =
+        hdr_bytes + slots_bytes + slot_bytes * (size_t)size + round_up(max_floats * sizeof(float));
     shm_impl *s = calloc(1, sizeof *s);
     pg_comm *c = calloc(1, sizeof *c);
     if (!s || !c) {
@@ -355,7 +368,8 @@ pagoda_status pg_comm_create_shm(int size, size_t max_floats, size_t max_bytes, 
     if (map == MAP_FAILED) {
         int e = errno;
         free(s), free(c);
-        return pg_error(PAGODA_ERR_IO, "comm: mapping %zu shared bytes: %s", map_bytes, strerror(e));
+        return pg_error(PAGODA_ERR_IO, "comm: mapping %zu shared bytes: %s", map_bytes,
+                        strerror(e));
     }
     /* a fresh anonymous mapping is zero: phases 0, no faults */
     s->map = map, s->map_bytes = map_bytes;
@@ -390,7 +404,8 @@ pagoda_status pg_comm_create_shm(int size, size_t max_floats, size_t max_bytes, 
             /* the children started so far see rank 0 leave and return */
             atomic_store(&s->hdr->left, 1);
             notify(s);
-            for (int q = 1; q < r; q++) waitpid(s->pid[q], NULL, 0);
+            for (int q = 1; q < r; q++)
+                waitpid(s->pid[q], NULL, 0);
             munmap(map, map_bytes);
             free(s), free(c);
             return pg_error(PAGODA_ERR_IO, "comm: fork of rank %d: %s", r, strerror(e));

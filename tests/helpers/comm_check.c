@@ -30,7 +30,8 @@ static void fill(float *x, size_t n, int rank, uint32_t tag) {
 }
 
 static void fill_bytes(unsigned char *b, size_t n, int rank, uint32_t tag) {
-    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(rank * 131 + i * 7 + tag * 13 + (i >> 8));
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(rank * 131 + i * 7 + tag * 13 + (i >> 8));
 }
 
 /* The rank-order reference: ref = x_0 + x_1 + ... + x_{size-1}, left to right. */
@@ -38,7 +39,8 @@ static void reference(float *ref, float *tmp, size_t n, int size, uint32_t tag) 
     fill(ref, n, 0, tag);
     for (int r = 1; r < size; r++) {
         fill(tmp, n, r, tag);
-        for (size_t i = 0; i < n; i++) ref[i] += tmp[i];
+        for (size_t i = 0; i < n; i++)
+            ref[i] += tmp[i];
     }
 }
 
@@ -52,7 +54,8 @@ static int check_allreduce(pg_comm *c, size_t n, uint32_t tag, float *buf, float
     reference(ref, tmp, n, size, tag);
     for (size_t i = 0; i < n; i++)
         if (memcmp(&buf[i], &ref[i], sizeof(float)) != 0)
-            return fail(err, cap, "rank %d: allreduce n=%zu: element %zu is %.9g, rank order gives %.9g",
+            return fail(err, cap,
+                        "rank %d: allreduce n=%zu: element %zu is %.9g, rank order gives %.9g",
                         rank, n, i, (double)buf[i], (double)ref[i]);
     return 0;
 }
@@ -67,7 +70,8 @@ static int check_broadcast(pg_comm *c, size_t bytes, int root, uint32_t tag, uns
         return fail(err, cap, "rank %d: broadcast %zu bytes from %d: %s", rank, bytes, root,
                     pg_last_error());
     if (memcmp(buf, want, bytes) != 0)
-        return fail(err, cap, "rank %d: broadcast %zu bytes from %d: wrong bytes", rank, bytes, root);
+        return fail(err, cap, "rank %d: broadcast %zu bytes from %d: wrong bytes", rank, bytes,
+                    root);
     return 0;
 }
 
@@ -105,18 +109,24 @@ int pg_comm_check_collectives(pg_comm *c, size_t max_floats, size_t max_bytes, c
     const size_t ns[] = {1, 2, 7, 64, 1000, nf};
     for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
         if (ns[k] > nf) continue;
-        if (!bad) bad = check_allreduce(c, ns[k], (uint32_t)k, buf, ref, tmp, err, cap);
-        else pg_comm_allreduce_sum_f32(c, buf, ns[k]);
+        if (!bad)
+            bad = check_allreduce(c, ns[k], (uint32_t)k, buf, ref, tmp, err, cap);
+        else
+            pg_comm_allreduce_sum_f32(c, buf, ns[k]);
     }
     const size_t bs[] = {1, 13, nb};
     for (int root = 0; root < size; root++)
         for (size_t k = 0; k < 3; k++) {
-            if (!bad) bad = check_broadcast(c, bs[k], root, (uint32_t)(root * 3 + k), b1, b3, err, cap);
-            else pg_comm_broadcast(c, b1, bs[k], root);
+            if (!bad)
+                bad = check_broadcast(c, bs[k], root, (uint32_t)(root * 3 + k), b1, b3, err, cap);
+            else
+                pg_comm_broadcast(c, b1, bs[k], root);
         }
     for (size_t k = 0; k < 3; k++) {
-        if (!bad) bad = check_allgather(c, bs[k], (uint32_t)(100 + k), b1, b2, b3, err, cap);
-        else pg_comm_allgather(c, b1, bs[k], b2);
+        if (!bad)
+            bad = check_allgather(c, bs[k], (uint32_t)(100 + k), b1, b2, b3, err, cap);
+        else
+            pg_comm_allgather(c, b1, bs[k], b2);
     }
     if (pg_comm_barrier(c) != PAGODA_OK && !bad)
         bad = fail(err, cap, "rank %d: barrier: %s", rank, pg_last_error());
@@ -127,12 +137,16 @@ int pg_comm_check_collectives(pg_comm *c, size_t max_floats, size_t max_bytes, c
         switch (it % 4) {
         case 0:
         case 1:
-            if (!bad) bad = check_allreduce(c, n, tag, buf, ref, tmp, err, cap);
-            else pg_comm_allreduce_sum_f32(c, buf, n);
+            if (!bad)
+                bad = check_allreduce(c, n, tag, buf, ref, tmp, err, cap);
+            else
+                pg_comm_allreduce_sum_f32(c, buf, n);
             break;
         case 2:
-            if (!bad) bad = check_broadcast(c, n, it % size, tag, b1, b3, err, cap);
-            else pg_comm_broadcast(c, b1, n, it % size);
+            if (!bad)
+                bad = check_broadcast(c, n, it % size, tag, b1, b3, err, cap);
+            else
+                pg_comm_broadcast(c, b1, n, it % size);
             break;
         default:
             if (pg_comm_barrier(c) != PAGODA_OK && !bad)
@@ -143,8 +157,9 @@ int pg_comm_check_collectives(pg_comm *c, size_t max_floats, size_t max_bytes, c
     if (max_floats && !bad) {
         pagoda_status st = pg_comm_allreduce_sum_f32(c, buf, max_floats + 1);
         if (st != PAGODA_ERR_INVALID_ARG)
-            bad = fail(err, cap, "rank %d: allreduce of max_floats + 1: status %d, want INVALID_ARG",
-                       rank, (int)st);
+            bad =
+                fail(err, cap, "rank %d: allreduce of max_floats + 1: status %d, want INVALID_ARG",
+                     rank, (int)st);
         else if (!strstr(pg_last_error(), "above the limit"))
             bad = fail(err, cap, "rank %d: allreduce above the limit: message '%s'", rank,
                        pg_last_error());
@@ -152,7 +167,8 @@ int pg_comm_check_collectives(pg_comm *c, size_t max_floats, size_t max_bytes, c
     if (max_bytes && !bad && pg_comm_broadcast(c, b1, max_bytes + 1, 0) != PAGODA_ERR_INVALID_ARG)
         bad = fail(err, cap, "rank %d: broadcast of max_bytes + 1 not refused", rank);
     if (!bad && pg_comm_broadcast(c, b1, 1, size) != PAGODA_ERR_INVALID_ARG)
-        bad = fail(err, cap, "rank %d: broadcast from root %d (of %d) not refused", rank, size, size);
+        bad =
+            fail(err, cap, "rank %d: broadcast from root %d (of %d) not refused", rank, size, size);
     /* and still usable afterwards */
     if (pg_comm_barrier(c) != PAGODA_OK && !bad)
         bad = fail(err, cap, "rank %d: barrier after refusals: %s", rank, pg_last_error());

@@ -13,7 +13,8 @@
 
 int main(void) {
     if (!pg_comm_under_mpi()) {
-        fprintf(stderr, "comm_mpi_check: not started by mpirun (no OMPI_COMM_WORLD_SIZE / PMI_SIZE)\n");
+        fprintf(stderr,
+                "comm_mpi_check: not started by mpirun (no OMPI_COMM_WORLD_SIZE / PMI_SIZE)\n");
         return 1;
     }
     pg_comm *c = NULL;
