@@ -12,6 +12,7 @@
  * failure (CTest's timeout). */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +70,16 @@ static void test_shm_4(void **state) {
 }
 static void test_shm_1(void **state) {
     (void)state, run_shm(1, 64, 64);
+}
+
+/* Block time 0: every wait sleeps on the futex at once, so the back-to-back
+ * calls exercise the wake-up path (a lost wake-up would cost 100 ms slices,
+ * not a hang, but a wrong futex protocol would show as bad bits or a hang). */
+static void test_shm_4_futex(void **state) {
+    (void)state;
+    setenv("PAGODA_BLOCKTIME_US", "0", 1);
+    run_shm(4, 512, 64);
+    unsetenv("PAGODA_BLOCKTIME_US");
 }
 
 static void test_shm_bad_size(void **state) {
@@ -182,6 +193,7 @@ int main(void) {
         cmocka_unit_test(test_shm_2),
         cmocka_unit_test(test_shm_3),
         cmocka_unit_test(test_shm_4),
+        cmocka_unit_test(test_shm_4_futex),
         cmocka_unit_test(test_shm_bad_size),
         cmocka_unit_test(test_shm_mismatch),
         cmocka_unit_test(test_shm_dead_rank),
