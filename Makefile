@@ -33,7 +33,7 @@ DESTDIR ?=
 # (an existing build/ keeps its setting: `make build` turns them on)
 SERVE_CONFIG := $(if $(wildcard build/CMakeCache.txt),,-DPAGODA_BUILD_TESTS=OFF)
 PKG_FLAGS := -DCMAKE_BUILD_TYPE=Release -DPAGODA_WERROR=ON -DPAGODA_BUILD_TESTS=OFF \
-             -DCMAKE_INSTALL_PREFIX=/usr
+             -DCMAKE_INSTALL_PREFIX=/usr -DPAGODA_MPI=OFF
 # FUZZ_SECONDS: wall seconds per target (10; a cap of 30 x FUZZ_CPU_SECONDS when that is set)
 FUZZ_SECONDS ?= $(if $(FUZZ_CPU_SECONDS),$(shell expr 30 \* $(FUZZ_CPU_SECONDS)),10)
 FUZZ_TARGETS ?=
@@ -143,9 +143,10 @@ bench: build
 # under ASan); Whisper's decoding loop and encoder scheduling (test_speech,
 # test_whisper_engine, pagoda_transcribe_*: minutes under ASan; test_whisper
 # and test_server_audio run the same model code here) and the mock-hub
-# download test (host Python server; test_hub runs). Suppressions: none (any
-# finding fails).
-ASAN_EXCLUDE ?= ^serve_openai_node|^test_audio_decode$$|^test_cli_bench_kernels$$|^test_whisper_engine$$|^test_speech$$|^pagoda_transcribe_|^hub_download_e2e$$
+# download test (host Python server; test_hub runs); the data-parallel nginx
+# test (two replicas + nginx: the server paths of serve_e2e_curl, the rest is
+# nginx's code). Suppressions: none (any finding fails).
+ASAN_EXCLUDE ?= ^serve_data_parallel_nginx$$|^serve_openai_node|^test_audio_decode$$|^test_cli_bench_kernels$$|^test_whisper_engine$$|^test_speech$$|^pagoda_transcribe_|^hub_download_e2e$$
 asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
 	  -DPAGODA_SANITIZE=ON -DPAGODA_WERROR=ON $(CMAKE_FLAGS) >/dev/null

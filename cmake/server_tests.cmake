@@ -155,3 +155,19 @@ elseif(PAGODA_NODE AND PAGODA_NPM AND NOT CMAKE_CROSSCOMPILING)
   message(WARNING "the audio endpoints' openai-client test (serve_openai_node_audio) is not "
                   "registered: it needs audio decoding and ffmpeg/ffprobe")
 endif()
+
+# Data parallelism: 2 replicas behind nginx with deploy/nginx/pagoda-dp.conf
+# (streaming unbuffered, failover, 502 when all are down). Native only (two
+# servers and nginx under qemu add minutes and no Arm code path), not under
+# ASan (Makefile ASAN_EXCLUDE: the server paths are serve_e2e_curl's).
+find_program(PAGODA_NGINX nginx PATHS /usr/sbin /sbin)
+find_program(PAGODA_PYTHON3 python3)
+if(PAGODA_NGINX AND PAGODA_CURL AND PAGODA_JQ AND PAGODA_PYTHON3 AND NOT CMAKE_CROSSCOMPILING)
+  add_test(NAME serve_data_parallel_nginx COMMAND ${CMAKE_COMMAND} -E env NGINX=${PAGODA_NGINX}
+           bash ${CMAKE_SOURCE_DIR}/tests/server/data_parallel_nginx.sh ${PAGODA_SERVE_MODEL}
+           "${PAGODA_SERVE_TEMPLATE}" ${CMAKE_SOURCE_DIR}/deploy/nginx/pagoda-dp.conf ${PAGODA_SERVE_CMD})
+  set_tests_properties(serve_data_parallel_nginx PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
+elseif(NOT CMAKE_CROSSCOMPILING)
+  message(WARNING "nginx, curl, jq or python3 not found: serve_data_parallel_nginx is not registered "
+                  "(scripts/install-deps.sh)")
+endif()

@@ -24,8 +24,10 @@
 #     loop, encoder scheduling and `pagoda transcribe` (test_speech,
 #     test_whisper_engine, test_speech_cli: 150-400 s each under qemu, where
 #     the Whisper model's Arm kernels are checked against the oracle by
-#     test_whisper and the audio endpoints by test_server_audio). They run in
-#     the native build only.
+#     test_whisper and the audio endpoints by test_server_audio); and the
+#     data-parallel nginx test (cmake/server_tests.cmake registers it for
+#     native builds only: two servers + nginx, no Arm code path of ours).
+#     They run in the native build only.
 # Those runs also tell tests what the emulated CPU must show
 # (PAGODA_EXPECT_FEATURES, and PAGODA_EXPECT_SVE_VL_BYTES).
 set(PAGODA_SVE_VL_TESTS
@@ -33,7 +35,7 @@ set(PAGODA_SVE_VL_TESTS
     test_gemm_grouped test_kquant test_moe test_mxfp4 test_ops test_qgemm test_vexp
     test_vops)
 set(PAGODA_HOST_ONLY_TESTS test_audio_decode test_cli_args test_grammar test_speech test_speech_cli
-    test_whisper_engine)
+    test_whisper_engine serve_data_parallel_nginx)
 # Features qemu-aarch64 -cpu max must show (names as in `pagoda env`).
 set(PAGODA_QEMU_MAX_FEATURES "asimd,fp16,dotprod,i8mm,bf16,sve,sve2,lse")
 
@@ -210,3 +212,44 @@ set_tests_properties(pagoda_kv_cache_memory_too_big PROPERTIES PASS_REGULAR_EXPR
 add_test(NAME pagoda_kv_cache_memory_too_big_fails COMMAND pagoda generate
          ${PAGODA_ASSETS}/llm/stories260K-hf --prompt "Once" --max-tokens 1 --kv-cache-memory 1024TiB)
 set_tests_properties(pagoda_kv_cache_memory_too_big_fails PROPERTIES WILL_FAIL TRUE)
+
+# The MPI backend (src/dist/comm_mpi.c) under mpirun with 2 and 3 ranks on
+# loopback: tests/mpi/comm_mpi_check.c runs the checks of test_comm
+# (tests/helpers/comm_check.c). Native builds with MPI only. CI runs as root
+# (--allow-run-as-root) on few cores (--oversubscribe); shared memory and
+# self transports only, CMA single-copy off (containers forbid ptrace).
+if(PAGODA_HAVE_MPI)
+  add_executable(comm_mpi_check ${CMAKE_SOURCE_DIR}/tests/mpi/comm_mpi_check.c
+                 ${CMAKE_SOURCE_DIR}/tests/helpers/comm_check.c)
+  target_include_directories(comm_mpi_check PRIVATE ${CMAKE_SOURCE_DIR}/tests/helpers)
+  target_link_libraries(comm_mpi_check PRIVATE pagoda_mpi pagoda_core)
+  set(PAGODA_MPI_TEST_ENV "OMPI_MCA_btl=self,vader;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMPI_MCA_plm_rsh_agent=false;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_hwloc_base_binding_policy=none")
+  if(PAGODA_SANITIZE)
+    # Open MPI keeps allocations of its initialisation past MPI_Finalize (not
+    # ours): LeakSanitizer would report them; ASan's other checks stay on.
+    set(PAGODA_MPI_TEST_ENV "${PAGODA_MPI_TEST_ENV};ASAN_OPTIONS=detect_leaks=0")
+  endif()
+  foreach(np 2 3)
+    add_test(NAME comm_mpi_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
+             -np ${np} $<TARGET_FILE:comm_mpi_check>)
+    # (mpirun exits non-zero when any rank does)
+    set_tests_properties(comm_mpi_np${np} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
+  endforeach()
+  # `pagoda bench allreduce` under mpirun, and a -tp that disagrees with it
+  add_test(NAME pagoda_bench_allreduce_mpi COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
+           --oversubscribe -np 2 $<TARGET_FILE:pagoda> bench allreduce --floats 16,2048 --repeats 3 --iters 20)
+  set_tests_properties(pagoda_bench_allreduce_mpi PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}"
+                       PASS_REGULAR_EXPRESSION "backend mpi, 2 ranks.*\n +2048 +20 +[0-9.]+ ")
+  add_test(NAME pagoda_bench_allreduce_mpi_bad_tp COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root
+           --oversubscribe -np 2 $<TARGET_FILE:pagoda> bench allreduce -tp 3 --floats 16)
+  set_tests_properties(pagoda_bench_allreduce_mpi_bad_tp PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}"
+                       PASS_REGULAR_EXPRESSION "pagoda bench allreduce: -tp 3 but mpirun started 2 ranks")
+endif()
+# `pagoda bench allreduce` over shared memory (forked ranks; also under qemu)
+add_test(NAME pagoda_bench_allreduce_shm COMMAND pagoda bench allreduce --tensor-parallel-size 3
+         --floats 16,2048 --repeats 3 --iters 20)
+set_tests_properties(pagoda_bench_allreduce_shm PROPERTIES
+                     PASS_REGULAR_EXPRESSION "backend shm, 3 ranks.*\n +2048 +20 +[0-9.]+ ")
+add_test(NAME pagoda_bench_allreduce_bad_tp COMMAND pagoda bench allreduce -tp 65)
+set_tests_properties(pagoda_bench_allreduce_bad_tp PROPERTIES
+                     PASS_REGULAR_EXPRESSION "bad value '65' for -tp \\(want an integer in \\[1, 64\\]\\)")
