@@ -33,7 +33,7 @@ set(PAGODA_SVE_VL_TESTS
     test_gemm_grouped test_kquant test_moe test_mxfp4 test_ops test_qgemm test_vexp
     test_vops)
 set(PAGODA_HOST_ONLY_TESTS test_audio_decode test_cli_args test_grammar test_speech test_speech_cli
-    test_whisper_engine)
+    test_whisper_engine test_tp)
 # Features qemu-aarch64 -cpu max must show (names as in `pagoda env`).
 set(PAGODA_QEMU_MAX_FEATURES "asimd,fp16,dotprod,i8mm,bf16,sve,sve2,lse")
 
@@ -77,7 +77,7 @@ endforeach()
 # references run again with the kernels forced down to AVX2 (PAGODA_ISA), so
 # an AVX-512 host checks the AVX2 paths' numerics too (on an AVX2 host these
 # repeat the default run).
-set(PAGODA_ISA_AVX2_TESTS test_oracles test_quant_formats test_llama test_whisper)
+set(PAGODA_ISA_AVX2_TESTS test_oracles test_quant_formats test_llama test_whisper test_tp)
 if(PAGODA_ARCH STREQUAL "x86_64" AND NOT CMAKE_CROSSCOMPILING)
   foreach(name ${PAGODA_ISA_AVX2_TESTS})
     add_test(NAME ${name}_avx2 COMMAND ${name})
