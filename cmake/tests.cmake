@@ -210,3 +210,22 @@ set_tests_properties(pagoda_kv_cache_memory_too_big PROPERTIES PASS_REGULAR_EXPR
 add_test(NAME pagoda_kv_cache_memory_too_big_fails COMMAND pagoda generate
          ${PAGODA_ASSETS}/llm/stories260K-hf --prompt "Once" --max-tokens 1 --kv-cache-memory 1024TiB)
 set_tests_properties(pagoda_kv_cache_memory_too_big_fails PROPERTIES WILL_FAIL TRUE)
+
+# The MPI backend (src/dist/comm_mpi.c) under mpirun with 2 and 3 ranks on
+# loopback: tests/mpi/comm_mpi_check.c runs the checks of test_comm
+# (tests/helpers/comm_check.c). Native builds with MPI only. CI runs as root
+# (--allow-run-as-root) on few cores (--oversubscribe); shared memory and
+# self transports only, CMA single-copy off (containers forbid ptrace).
+if(PAGODA_HAVE_MPI)
+  add_executable(comm_mpi_check ${CMAKE_SOURCE_DIR}/tests/mpi/comm_mpi_check.c
+                 ${CMAKE_SOURCE_DIR}/tests/helpers/comm_check.c)
+  target_include_directories(comm_mpi_check PRIVATE ${CMAKE_SOURCE_DIR}/tests/helpers)
+  target_link_libraries(comm_mpi_check PRIVATE pagoda_mpi pagoda_core)
+  set(PAGODA_MPI_TEST_ENV "OMPI_MCA_btl=self,vader;OMPI_MCA_btl_vader_single_copy_mechanism=none;OMPI_MCA_plm_rsh_agent=false;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_hwloc_base_binding_policy=none")
+  foreach(np 2 3)
+    add_test(NAME comm_mpi_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
+             -np ${np} $<TARGET_FILE:comm_mpi_check>)
+    # (mpirun exits non-zero when any rank does)
+    set_tests_properties(comm_mpi_np${np} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
+  endforeach()
+endif()

@@ -58,6 +58,15 @@ pagoda_status pg_comm_free(pg_comm *c) {
     return st;
 }
 
+/* Without MPI (PAGODA_MPI off or MPI not found, or a program not linking
+ * src/dist/comm_mpi.c): comm_mpi.c's strong definition replaces this one. */
+__attribute__((weak)) pagoda_status pg_comm_create_mpi(pg_comm **out) {
+    *out = NULL;
+    return pg_error(PAGODA_ERR_UNSUPPORTED,
+                    "comm: this pagoda was built without MPI (configure with Open MPI installed: "
+                    "libopenmpi-dev, -DPAGODA_MPI=ON)");
+}
+
 /* ---- SELF: one rank ---------------------------------------------------------------- */
 
 static pagoda_status self_allreduce(pg_comm *c, float *buf, size_t n) {
