@@ -229,3 +229,31 @@ if(PAGODA_HAVE_MPI)
     set_tests_properties(comm_mpi_np${np} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
   endforeach()
 endif()
+
+# Tensor parallelism through the command (tests/tp/tp_e2e.sh; issue 22):
+# -tp 2 on forked ranks and under mpirun -np 2 print the -tp 1 greedy text of
+# stories260K, mismatched MPI ranks are refused, a killed rank ends the
+# server with a non-zero status naming it. Native builds (they fork / start
+# mpirun; the model code they run is test_tp's, which runs everywhere it
+# builds natively).
+if(NOT CMAKE_CROSSCOMPILING)
+  set(_tp_model ${PAGODA_ASSETS}/llm/stories260K-hf)
+  set(_tp_sh ${CMAKE_SOURCE_DIR}/tests/tp/tp_e2e.sh)
+  add_test(NAME tp_generate_shm COMMAND bash ${_tp_sh} generate_shm $<TARGET_FILE:pagoda> ${_tp_model})
+  add_test(NAME tp_rank_dies COMMAND bash ${_tp_sh} rank_dies $<TARGET_FILE:pagoda> ${_tp_model})
+  set_tests_properties(tp_generate_shm tp_rank_dies PROPERTIES TIMEOUT 300)
+  add_test(NAME tp_heads_not_divisible COMMAND pagoda generate ${_tp_model} --prompt "Once"
+           --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
+  set_tests_properties(tp_heads_not_divisible PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION
+    "pagoda generate: [^\n]*tensor-parallel size 3 must divide num_attention_heads 8 and num_key_value_heads 4")
+  add_test(NAME tp_heads_not_divisible_fails COMMAND pagoda generate ${_tp_model} --prompt "Once"
+           --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
+  set_tests_properties(tp_heads_not_divisible_fails PROPERTIES TIMEOUT 120 WILL_FAIL TRUE)
+  if(PAGODA_HAVE_MPI)
+    foreach(mode generate_mpi mismatch_mpi)
+      add_test(NAME tp_${mode} COMMAND bash ${_tp_sh} ${mode} $<TARGET_FILE:pagoda> ${_tp_model}
+               ${MPIEXEC_EXECUTABLE})
+      set_tests_properties(tp_${mode} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
+    endforeach()
+  endif()
+endif()

@@ -773,8 +773,14 @@ void pagoda_engine_free(pagoda_engine *e) {
         pg_sampler_free(e->samplers[i]);
     free(e->samplers);
     pg_runner_free(e->runner);
-    if (e->comm && pg_comm_free(e->comm) != PAGODA_OK)
-        PG_WARN("engine: tensor-parallel ranks: %s", pg_last_error());
+    if (e->comm) { /* keeps the caller's error message (a failed create's) */
+        char saved[512];
+        snprintf(saved, sizeof saved, "%s", pg_last_error());
+        if (pg_comm_free(e->comm) != PAGODA_OK) {
+            PG_WARN("engine: tensor-parallel ranks: %s", pg_last_error());
+            pg_error(PAGODA_ERR_IO, "%s", saved);
+        }
+    }
     pg_scheduler_destroy(e->sched);
     pg_grammars_free(e->grammars);
     pg_chat_cache_free(e->chat);
