@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/affinity.h"
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/log.h"
@@ -382,6 +383,28 @@ static void tp_worker(pg_model_source *src, const pg_model_options *mo, pg_comm 
     _exit(st == PAGODA_OK ? 0 : 1);
 }
 
+/* Rank r of n: its share of the CPUs the pool would use (PAGODA_CPUS, else
+ * one per physical core): `threads` CPUs from r * threads (threads 0: the
+ * list divided by n), as a cpulist in buf for pg_pool_options.cpus; false
+ * (unpinned, the pool's own choice) when the ranks' shares do not fit. */
+static bool tp_rank_cpus(int r, int n, int *threads, char *buf, size_t cap) {
+    static int allowed[PG_CPU_MAX], list[PG_CPU_MAX];
+    int n_allowed = 0, n_list = 0;
+    if (pg_cpu_allowed(allowed, PG_CPU_MAX, &n_allowed) != PAGODA_OK) return false;
+    const char *env = getenv("PAGODA_CPUS");
+    if (env && *env) {
+        if (pg_cpulist_parse("PAGODA_CPUS", env, list, PG_CPU_MAX, &n_list) != PAGODA_OK)
+            return false;
+    } else {
+        n_list = pg_cpu_physical_cores(NULL, allowed, n_allowed, list);
+    }
+    int k = *threads > 0 ? *threads : n_list / n;
+    if (k < 1 || (int64_t)k * n > n_list) return false;
+    *threads = k;
+    pg_cpulist_format(list + (size_t)r * (size_t)k, k, buf, cap);
+    return true;
+}
+
 /* Rank 0 lost a rank mid-run: say so and end the process (requests cannot
  * complete, and the server must not hang). */
 static void tp_fatal(const char *err) {
@@ -414,6 +437,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     if (st != PAGODA_OK) return st;
     pg_model_source *tp_src = NULL;
     pg_comm *comm = NULL;
+    char tp_cpus[1024] = "";
     if (o.tensor_parallel_size > 1) {
         /* fork (or join the MPI ranks) before any thread starts; each rank
          * opens the source and packs only its shard */
@@ -425,9 +449,19 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
             pg_model_source_free(tp_src);
             return st;
         }
-        if (o.num_threads == 0) { /* the cores shared by the ranks */
-            int cores = pg_cpu()->physical_cores > 0 ? pg_cpu()->physical_cores : 1;
-            o.num_threads = cores / o.tensor_parallel_size > 0 ? cores / o.tensor_parallel_size : 1;
+        /* each rank's threads on its own share of the cores */
+        int k = o.num_threads;
+        if (tp_rank_cpus(pg_comm_rank(comm), pg_comm_size(comm), &k, tp_cpus, sizeof tp_cpus)) {
+            o.num_threads = k;
+        } else {
+            tp_cpus[0] = 0;
+            if (o.num_threads == 0) {
+                int cores = pg_cpu()->physical_cores > 0 ? pg_cpu()->physical_cores : 1;
+                o.num_threads = cores / o.tensor_parallel_size > 0 ? cores / o.tensor_parallel_size : 1;
+            }
+            PG_WARN("engine: %d ranks x %d threads do not fit the CPUs one per core: threads "
+                    "not pinned",
+                    o.tensor_parallel_size, o.num_threads);
         }
         if ((st = tp_check_ranks(comm, pg_model_source_config(tp_src), &o)) != PAGODA_OK) {
             if (pg_comm_rank(comm) != 0) {
@@ -443,6 +477,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     if (o.num_threads > 0) {
         pg_pool_options po = pg_pool_options_default();
         po.n_threads = o.num_threads;
+        if (tp_cpus[0]) po.cpus = tp_cpus; /* this rank's share */
         if (pg_pool_default_configure(&po) != PAGODA_OK)
             PG_WARN("engine: --threads %d not applied (%s)", o.num_threads, pg_last_error());
     }
@@ -685,9 +720,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     if (e->comm) { /* the other ranks' runners get this config (num_blocks included) */
         if ((st = pg_comm_broadcast(e->comm, &rc, sizeof rc, 0)) != PAGODA_OK) goto fail;
         rc.comm = e->comm;
-        PG_INFO("engine: tensor parallelism over %d ranks (%s), %d threads each",
+        PG_INFO("engine: tensor parallelism over %d ranks (%s), %d threads each (rank 0 on CPUs "
+                "%s)",
                 pg_comm_size(e->comm), pg_comm_kind_name(pg_comm_get_kind(e->comm)),
-                o.num_threads);
+                o.num_threads, tp_cpus[0] ? tp_cpus : "unpinned");
     }
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
     e->n_samplers = pg_pool_size(pg_pool_default());
