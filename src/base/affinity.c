@@ -195,6 +195,29 @@ int pg_cpu_physical_cores(const char *sysfs, const int *cpus, int n, int *out) {
     return kept;
 }
 
+pagoda_status pg_cpu_restrict(const int *cpus, int n) {
+    if (n < 1) return pg_error(PAGODA_ERR_INVALID_ARG, "restrict: empty CPU set");
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int i = 0; i < n; i++) {
+        if (cpus[i] < 0 || cpus[i] >= PG_CPU_MAX || cpus[i] >= CPU_SETSIZE)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "restrict: CPU %d is out of range (max %d)",
+                            cpus[i], PG_CPU_MAX - 1);
+        CPU_SET(cpus[i], &set);
+    }
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+        char list[256];
+        return pg_error(PAGODA_ERR_INTERNAL, "restrict: cannot bind to CPUs %s: %s",
+                        pg_cpulist_format(cpus, n, list, sizeof list), strerror(errno));
+    }
+    /* the kernel drops offline / disallowed CPUs: keep what it applied */
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        g_startup_set = set;
+        g_startup_ok = 1;
+    }
+    return PAGODA_OK;
+}
+
 pagoda_status pg_cpu_pin_self(int cpu) {
     if (cpu < 0 || cpu >= PG_CPU_MAX || cpu >= CPU_SETSIZE)
         return pg_error(PAGODA_ERR_INVALID_ARG, "pin: CPU %d is out of range (max %d)", cpu,

@@ -48,6 +48,15 @@ pagoda_status pg_cpu_allowed(int *cpus, int cap, int *n);
  * topology files cannot be read counts as its own core. */
 int pg_cpu_physical_cores(const char *sysfs, const int *cpus, int n, int *out);
 
+/* Restrict the calling thread to cpus[0..n) (sched_setaffinity; threads it
+ * creates later inherit the mask) and make that set what pg_cpu_allowed
+ * returns from now on, so thread pools created afterwards place their
+ * workers inside it. Used to bind a tensor-parallel rank to its NUMA node
+ * (base/numa.h); call it before creating pools. Errors: PAGODA_ERR_INVALID_ARG
+ * (n < 1 or a CPU id out of range), PAGODA_ERR_INTERNAL if the kernel refuses
+ * (no CPU of the set is online and allowed). */
+pagoda_status pg_cpu_restrict(const int *cpus, int n);
+
 /* Pin the calling thread to logical CPU `cpu`. Errors: PAGODA_ERR_INVALID_ARG
  * if cpu is out of range; PAGODA_ERR_INTERNAL if the kernel refuses (the CPU
  * is offline or outside the allowed set). */

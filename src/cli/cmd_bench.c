@@ -317,12 +317,13 @@ static int cmd_serve(int argc, char **argv) {
 int pg_cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: pagoda bench serve|throughput|latency|kernels|grammar [options]\n\n"
+        fprintf(f, "usage: pagoda bench serve|throughput|latency|kernels|grammar|allreduce [options]\n\n"
                    "  serve        benchmark a running OpenAI-compatible server (vLLM's metrics)\n"
                    "  throughput   offline: all requests at once through the engine\n"
                    "  latency      offline: one batch run to completion, repeatedly\n"
                    "  kernels      kernel microbenchmarks: peaks, GEMM, attention\n"
-                   "  grammar      structured-output token masks per request per step\n\n"
+                   "  grammar      structured-output token masks per request per step\n"
+                   "  allreduce    tensor-parallel all-reduce latency (shared memory or MPI)\n\n"
                    "`pagoda bench <name> --help` lists the options.\n");
         return argc < 2 ? 2 : 0;
     }
@@ -331,9 +332,10 @@ int pg_cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "latency")) return pg_cmd_bench_latency(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kernels")) return pg_cmd_bench_kernels(argc - 1, argv + 1);
     if (!strcmp(argv[1], "grammar")) return pg_cmd_bench_grammar(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "allreduce")) return pg_cmd_bench_allreduce(argc - 1, argv + 1);
     fprintf(stderr,
             "pagoda bench: unknown benchmark '%s' (available: serve, throughput, latency, "
-            "kernels, grammar)\n",
+            "kernels, grammar, allreduce)\n",
             argv[1]);
     return 2;
 }

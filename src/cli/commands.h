@@ -13,6 +13,8 @@ int pg_cmd_bench_latency(int argc, char **argv);
 int pg_cmd_bench_kernels(int argc, char **argv);
 /* `pagoda bench grammar` (cmd_bench_grammar.c): structured-output mask cost. */
 int pg_cmd_bench_grammar(int argc, char **argv);
+/* `pagoda bench allreduce` (cmd_bench_allreduce.c): tensor-parallel all-reduce latency. */
+int pg_cmd_bench_allreduce(int argc, char **argv);
 int pg_cmd_chat_template(int argc, char **argv);
 int pg_cmd_tokenize(int argc, char **argv);
 int pg_cmd_detokenize(int argc, char **argv);

@@ -10,9 +10,11 @@
  *
  * Every collective is one or two phases. A phase: each rank publishes its
  * slot (data and call), increments its arrival count and wakes the waiters;
- * then waits until every rank's count reached its own (spin briefly, then
- * FUTEX_WAIT in 100 ms slices; after each slice the peers' liveness is
- * checked). All-reduce: phase 1 publishes each rank's buffer, rank r sums
+ * then waits until every rank's count reached its own: it spins for the
+ * block time (the thread pool's: PAGODA_BLOCKTIME_US, default
+ * PG_POOL_BLOCKTIME_DEFAULT_US; after 50 us with sched_yield between polls),
+ * then sleeps with FUTEX_WAIT in 100 ms slices, checking the peers'
+ * liveness after each slice. All-reduce: phase 1 publishes each rank's buffer, rank r sums
  * slice r of the elements over ranks 0, 1, ..., size-1 in that order into
  * `result`; phase 2 ends the reads of the data slots; every rank copies
  * `result` (identical bits everywhere). The next collective's first phase
@@ -27,6 +29,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,13 +42,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/pool.h"
 #include "base/status.h"
 #include "dist/comm.h"
 #include "dist/comm_impl.h"
 
 #define SHM_MAX_RANKS 64
 #define SHM_ALIGN 64
-#define SHM_SPIN 2000          /* polls before sleeping on the futex */
+#define SHM_YIELD_NS 50000     /* spin with sched_yield after 50 us (as the pool) */
 #define SHM_SLICE_NS 100000000 /* 100 ms futex waits between liveness checks */
 
 enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER };
@@ -87,6 +91,7 @@ typedef struct shm_impl {
     float *result;    /* [max_floats] */
     size_t slot_bytes, max_floats, max_bytes;
     uint64_t phase;   /* this rank's arrivals so far */
+    int64_t spin_ns;  /* block time before sleeping */
     int broken;       /* an error left the ranks out of step */
     pid_t pid[SHM_MAX_RANKS];    /* rank 0: the children's pids */
     int status[SHM_MAX_RANKS];   /* rank 0: wait status of a reaped child */
@@ -105,6 +110,12 @@ static void cpu_relax(void) {
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Bump the futex word and wake sleepers (after publishing something). */
@@ -167,9 +178,17 @@ static pagoda_status phase(pg_comm *c) {
     uint64_t ph = ++s->phase;
     atomic_store_explicit(&s->slot[c->rank].phase, ph, memory_order_seq_cst);
     notify(s);
-    for (int i = 0; i < SHM_SPIN; i++) {
-        if (all_arrived(s, c->size, ph)) return PAGODA_OK;
-        cpu_relax();
+    if (all_arrived(s, c->size, ph)) return PAGODA_OK;
+    if (s->spin_ns > 0) {
+        int64_t t0 = now_ns(), t = t0;
+        for (int i = 1; t - t0 < s->spin_ns; i++) {
+            if (all_arrived(s, c->size, ph)) return PAGODA_OK;
+            cpu_relax();
+            if ((i & 63) == 0) {
+                t = now_ns();
+                if (t - t0 > SHM_YIELD_NS) sched_yield();
+            }
+        }
     }
     for (;;) {
         atomic_fetch_add(&s->hdr->waiters, 1);
@@ -346,6 +365,14 @@ pagoda_status pg_comm_create_shm(int size, size_t max_floats, size_t max_bytes, 
     s->result = (float *)(s->data + slot_bytes * (size_t)size);
     s->slot_bytes = slot_bytes, s->max_floats = max_floats, s->max_bytes = max_bytes;
     s->hdr->pid0 = getpid();
+    long long us = PG_POOL_BLOCKTIME_DEFAULT_US;
+    const char *bt = getenv("PAGODA_BLOCKTIME_US");
+    if (bt && *bt) {
+        char *end;
+        long long v = strtoll(bt, &end, 10);
+        if (!*end && v >= 0 && v <= 10000000) us = v; /* the pool reports a bad value */
+    }
+    s->spin_ns = us * 1000;
     *c = (pg_comm){.kind = PG_COMM_SHM, .rank = 0, .size = size, .ops = &SHM_OPS, .impl = s};
 
     fflush(NULL); /* buffered output is not written twice by the children */
