@@ -19,6 +19,7 @@
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/log.h"
+#include "base/numa.h"
 #include "base/pool.h"
 #include "dist/comm.h"
 #include "engine/grammars.h"
@@ -405,6 +406,40 @@ static bool tp_rank_cpus(int r, int n, int *threads, char *buf, size_t cap) {
     return true;
 }
 
+/* This process's rank among the ranks on its host, and their number: the
+ * communicator's (forked ranks), or Open MPI's local rank under mpirun. */
+static void tp_local_rank(const pg_comm *c, int *r, int *n) {
+    *r = pg_comm_rank(c);
+    *n = pg_comm_size(c);
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK"), *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (pg_comm_get_kind(c) == PG_COMM_MPI && lr && ls && atoi(ls) > 0) {
+        *r = atoi(lr);
+        *n = atoi(ls);
+    }
+}
+
+/* One rank per NUMA node when the host has at least as many nodes with CPUs
+ * as local ranks: bind this rank's threads and memory to its node
+ * (preferred policy) and return true; false on a machine with fewer nodes
+ * (then the ranks share the node's cores, tp_rank_cpus). */
+static bool tp_bind_numa(int r, int n) {
+    static pg_numa_topology t;
+    if (pg_numa_read(NULL, &t) != PAGODA_OK) return false;
+    int with_cpus = 0;
+    for (int i = 0; i < t.n_nodes; i++)
+        with_cpus += t.nodes[i].n_cpus > 0;
+    if (with_cpus < n || n < 2) return false;
+    const int idx = pg_numa_node_for_rank(&t, r, n);
+    int set = 0;
+    if (idx < 0 || pg_numa_bind_rank(&t, idx, 0, &set) != PAGODA_OK) {
+        PG_WARN("engine: tensor-parallel rank %d: NUMA binding failed: %s", r, pg_last_error());
+        return false;
+    }
+    PG_INFO("engine: tensor-parallel local rank %d on NUMA node %d (%d CPUs, memory policy %s)", r,
+            t.nodes[idx].id, t.nodes[idx].n_cpus, set ? "preferred" : "unavailable");
+    return true;
+}
+
 /* Rank 0 lost a rank mid-run: say so and end the process (requests cannot
  * complete, and the server must not hang). */
 static void tp_fatal(const char *err) {
@@ -437,7 +472,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     if (st != PAGODA_OK) return st;
     pg_model_source *tp_src = NULL;
     pg_comm *comm = NULL;
-    char tp_cpus[1024] = "";
+    char tp_cpus[1024] = "", tp_where[1100] = "unpinned CPUs";
     if (o.tensor_parallel_size > 1) {
         /* fork (or join the MPI ranks) before any thread starts; each rank
          * opens the source and packs only its shard */
@@ -449,10 +484,15 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
             pg_model_source_free(tp_src);
             return st;
         }
-        /* each rank's threads on its own share of the cores */
-        int k = o.num_threads;
-        if (tp_rank_cpus(pg_comm_rank(comm), pg_comm_size(comm), &k, tp_cpus, sizeof tp_cpus)) {
+        /* each rank's threads on its own NUMA node, else its own share of
+         * the node's cores */
+        int k = o.num_threads, lr, ln;
+        tp_local_rank(comm, &lr, &ln);
+        if (tp_bind_numa(lr, ln)) {
+            snprintf(tp_where, sizeof tp_where, "its NUMA node"); /* the pool takes the node's CPUs */
+        } else if (tp_rank_cpus(lr, ln, &k, tp_cpus, sizeof tp_cpus)) {
             o.num_threads = k;
+            snprintf(tp_where, sizeof tp_where, "CPUs %s", tp_cpus);
         } else {
             tp_cpus[0] = 0;
             if (o.num_threads == 0) {
@@ -720,10 +760,9 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     if (e->comm) { /* the other ranks' runners get this config (num_blocks included) */
         if ((st = pg_comm_broadcast(e->comm, &rc, sizeof rc, 0)) != PAGODA_OK) goto fail;
         rc.comm = e->comm;
-        PG_INFO("engine: tensor parallelism over %d ranks (%s), %d threads each (rank 0 on CPUs "
-                "%s)",
+        PG_INFO("engine: tensor parallelism over %d ranks (%s), %d threads each (rank 0 on %s)",
                 pg_comm_size(e->comm), pg_comm_kind_name(pg_comm_get_kind(e->comm)),
-                o.num_threads, tp_cpus[0] ? tp_cpus : "unpinned");
+                o.num_threads, tp_where);
     }
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
     e->n_samplers = pg_pool_size(pg_pool_default());
