@@ -289,7 +289,8 @@ out:
 /* Run j on `size` ranks (forked; the parent is rank 0 unless size is 1, when
  * a single child runs it), their outputs into out[0 .. size). */
 static void run_ranks(const job *j, int size, rank_out *out) {
-    shm_region *r = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    shm_region *r =
+        mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(r != MAP_FAILED);
     memset(out, 0, (size_t)size * sizeof *out);
     r->size = size;
@@ -495,12 +496,9 @@ static void test_gguf_quantized_shard_loads(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_gguf_quantized_shard_loads),
-        cmocka_unit_test(test_stories260k_tp2),
-        cmocka_unit_test(test_qwen3_dense_tp2),
-        cmocka_unit_test(test_qwen3_moe_tp2),
-        cmocka_unit_test(test_gpt_oss_tp2),
+        cmocka_unit_test(test_errors),          cmocka_unit_test(test_gguf_quantized_shard_loads),
+        cmocka_unit_test(test_stories260k_tp2), cmocka_unit_test(test_qwen3_dense_tp2),
+        cmocka_unit_test(test_qwen3_moe_tp2),   cmocka_unit_test(test_gpt_oss_tp2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

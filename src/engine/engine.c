@@ -285,7 +285,6 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
     return PAGODA_OK;
 }
 
-
 /* ---- tensor parallelism (docs/ARCHITECTURE.md "Tensor parallelism") ------------------ */
 
 /* FNV-1a over what every rank must agree on: the model's shape and the
@@ -300,15 +299,30 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 static uint64_t tp_hash(const pg_model_config *c, const pagoda_engine_options *o) {
     uint64_t h = 1469598103934665603ull;
     h = fnv(h, c->architecture, strlen(c->architecture));
-    const int32_t v[] = {c->vocab_size, c->hidden_size, c->intermediate_size,
-                         c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads,
-                         c->head_dim, c->num_experts, c->num_experts_per_tok,
-                         c->moe_intermediate_size, c->max_position_embeddings,
-                         (int32_t)c->torch_dtype, o->max_model_len, o->max_num_seqs,
-                         o->max_num_batched_tokens, (int32_t)o->kv_cache_dtype, o->block_size,
-                         o->quantization, o->quant_group_size, o->quant_act_group,
-                         (int32_t)o->dtype, o->tensor_parallel_size,
-                         (int32_t)o->speculative.method, o->speculative.num_speculative_tokens};
+    const int32_t v[] = {c->vocab_size,
+                         c->hidden_size,
+                         c->intermediate_size,
+                         c->num_hidden_layers,
+                         c->num_attention_heads,
+                         c->num_key_value_heads,
+                         c->head_dim,
+                         c->num_experts,
+                         c->num_experts_per_tok,
+                         c->moe_intermediate_size,
+                         c->max_position_embeddings,
+                         (int32_t)c->torch_dtype,
+                         o->max_model_len,
+                         o->max_num_seqs,
+                         o->max_num_batched_tokens,
+                         (int32_t)o->kv_cache_dtype,
+                         o->block_size,
+                         o->quantization,
+                         o->quant_group_size,
+                         o->quant_act_group,
+                         (int32_t)o->dtype,
+                         o->tensor_parallel_size,
+                         (int32_t)o->speculative.method,
+                         o->speculative.num_speculative_tokens};
     h = fnv(h, v, sizeof v);
     return fnv(h, &o->kv_cache_memory, sizeof o->kv_cache_memory);
 }
@@ -411,7 +425,8 @@ static bool tp_rank_cpus(int r, int n, int *threads, char *buf, size_t cap) {
 static void tp_local_rank(const pg_comm *c, int *r, int *n) {
     *r = pg_comm_rank(c);
     *n = pg_comm_size(c);
-    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK"), *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK"),
+               *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (pg_comm_get_kind(c) == PG_COMM_MPI && lr && ls && atoi(ls) > 0) {
         *r = atoi(lr);
         *n = atoi(ls);
@@ -488,8 +503,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
          * the node's cores */
         int k = o.num_threads, lr, ln;
         tp_local_rank(comm, &lr, &ln);
-        if (tp_bind_numa(lr, ln)) {
-            snprintf(tp_where, sizeof tp_where, "its NUMA node"); /* the pool takes the node's CPUs */
+        if (tp_bind_numa(lr, ln)) { /* the pool then takes the node's CPUs */
+            snprintf(tp_where, sizeof tp_where, "its NUMA node");
         } else if (tp_rank_cpus(lr, ln, &k, tp_cpus, sizeof tp_cpus)) {
             o.num_threads = k;
             snprintf(tp_where, sizeof tp_where, "CPUs %s", tp_cpus);
@@ -497,7 +512,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
             tp_cpus[0] = 0;
             if (o.num_threads == 0) {
                 int cores = pg_cpu()->physical_cores > 0 ? pg_cpu()->physical_cores : 1;
-                o.num_threads = cores / o.tensor_parallel_size > 0 ? cores / o.tensor_parallel_size : 1;
+                o.num_threads =
+                    cores / o.tensor_parallel_size > 0 ? cores / o.tensor_parallel_size : 1;
             }
             PG_WARN("engine: %d ranks x %d threads do not fit the CPUs one per core: threads "
                     "not pinned",
@@ -761,8 +777,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         if ((st = pg_comm_broadcast(e->comm, &rc, sizeof rc, 0)) != PAGODA_OK) goto fail;
         rc.comm = e->comm;
         PG_INFO("engine: tensor parallelism over %d ranks (%s), %d threads each (rank 0 on %s)",
-                pg_comm_size(e->comm), pg_comm_kind_name(pg_comm_get_kind(e->comm)),
-                o.num_threads, tp_where);
+                pg_comm_size(e->comm), pg_comm_kind_name(pg_comm_get_kind(e->comm)), o.num_threads,
+                tp_where);
     }
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
     e->n_samplers = pg_pool_size(pg_pool_default());

@@ -41,8 +41,8 @@ struct pg_runner {
     float *logits;       /* [max_num_seqs][vocab] */
     int32_t *logit_rows; /* [max_num_seqs] */
     /* tensor parallelism (cfg.comm of size > 1) */
-    int32_t *tp_buf; /* a step's description (see tp_pack) */
-    size_t tp_cap;   /* int32s */
+    int32_t *tp_buf;           /* a step's description (see tp_send) */
+    size_t tp_cap;             /* int32s */
     const int32_t **tp_tables; /* follower: [num_groups][max_num_seqs] into tp_buf */
     bool tp_failed;
 };
@@ -128,9 +128,9 @@ pagoda_status pg_runner_follow(pg_runner *r) {
     if (!tp_on(r) || pg_comm_rank(r->cfg.comm) == 0)
         return pg_error(PAGODA_ERR_INVALID_ARG, "runner: follow on a rank that is not > 0");
     for (int32_t l = 0; l < r->num_layers; l++)
-        if (r->layer_group[l] >= 0 && (r->plan.groups[r->layer_group[l]].kind == PG_KV_MAMBA ||
-                                       r->plan.groups[r->layer_group[l]].kind ==
-                                           PG_KV_CROSS_ATTENTION))
+        if (r->layer_group[l] >= 0 &&
+            (r->plan.groups[r->layer_group[l]].kind == PG_KV_MAMBA ||
+             r->plan.groups[r->layer_group[l]].kind == PG_KV_CROSS_ATTENTION))
             return pg_error(PAGODA_ERR_UNSUPPORTED,
                             "runner: tensor parallelism with recurrent-state or cross-attention "
                             "layers");
@@ -142,10 +142,9 @@ pagoda_status pg_runner_follow(pg_runner *r) {
         pagoda_status st = pg_comm_broadcast(r->cfg.comm, &h, sizeof h, 0);
         if (st != PAGODA_OK) return st;
         if (h.kind == TP_STOP) return PAGODA_OK;
-        if (h.kind != TP_STEP || h.num_tokens < 1 ||
-            h.num_tokens > r->cfg.max_num_batched_tokens || h.num_seqs < 1 ||
-            (size_t)h.num_seqs > S || h.num_logits < 0 || h.num_groups != (int32_t)G ||
-            h.width < 1 || h.width > (1 << 24))
+        if (h.kind != TP_STEP || h.num_tokens < 1 || h.num_tokens > r->cfg.max_num_batched_tokens ||
+            h.num_seqs < 1 || (size_t)h.num_seqs > S || h.num_logits < 0 ||
+            h.num_groups != (int32_t)G || h.width < 1 || h.width > (1 << 24))
             return pg_error(PAGODA_ERR_INVALID_ARG,
                             "runner: malformed tensor-parallel step (%d tokens, %d requests, %d "
                             "groups)",
@@ -153,7 +152,8 @@ pagoda_status pg_runner_follow(pg_runner *r) {
         const size_t n = tp_payload(&h), T = (size_t)h.num_tokens, Sq = (size_t)h.num_seqs;
         if ((st = tp_reserve(r, n)) || (st = tp_bcast(r->cfg.comm, r->tp_buf, n * 4))) return st;
         const int32_t *p = r->tp_buf;
-        pg_batch b = {.num_tokens = h.num_tokens, .num_seqs = h.num_seqs, .num_logits = h.num_logits};
+        pg_batch b = {
+            .num_tokens = h.num_tokens, .num_seqs = h.num_seqs, .num_logits = h.num_logits};
         b.token_ids = p, p += T;
         b.positions = p, p += T;
         b.query_start_loc = p, p += Sq + 1;

@@ -244,8 +244,8 @@ pagoda_status pg_linear_src_rows(pg_linear_src *s, int64_t r0, int64_t n, const 
     return PAGODA_OK;
 }
 
-pagoda_status pg_linear_src_cols(const pg_linear_policy *p, pg_linear_src *s, int64_t c0,
-                                 int64_t n, bool drop_bias, const char *what) {
+pagoda_status pg_linear_src_cols(const pg_linear_policy *p, pg_linear_src *s, int64_t c0, int64_t n,
+                                 bool drop_bias, const char *what) {
     pagoda_status st = shard_check(s, c0, n, s->n_in, what);
     if (st != PAGODA_OK) return st;
     const int64_t blk = (int64_t)pg_dtype_block_elems(s->dtype);

@@ -120,8 +120,8 @@ pagoda_status pg_linear_src_rows(pg_linear_src *s, int64_t r0, int64_t n, const 
  * the split. Errors: PAGODA_ERR_UNSUPPORTED (a split off a block or group
  * boundary, naming both; compressed-tensors layer), PAGODA_ERR_INVALID_ARG
  * (range), PAGODA_ERR_NOMEM. */
-pagoda_status pg_linear_src_cols(const pg_linear_policy *p, pg_linear_src *s, int64_t c0,
-                                 int64_t n, bool drop_bias, const char *what);
+pagoda_status pg_linear_src_cols(const pg_linear_policy *p, pg_linear_src *s, int64_t c0, int64_t n,
+                                 bool drop_bias, const char *what);
 /* Free a column shard's copy (no-op otherwise). */
 void pg_linear_src_release(pg_linear_src *s);
 

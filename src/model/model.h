@@ -134,9 +134,10 @@ typedef struct pg_model_workspace pg_model_workspace;
  * Errors: PAGODA_ERR_UNSUPPORTED (architecture: the message lists the
  * supported ones; weight dtype; option; tp_size > 1 for an architecture or
  * checkpoint without tensor parallelism, heads / intermediate sizes that do
- * not divide by tp_size, a row-parallel split off a quantization group), PAGODA_ERR_NOT_FOUND (missing
- * tensor), PAGODA_ERR_FORMAT (shape vs config), PAGODA_ERR_INVALID_ARG
- * (options: bits, groups), PAGODA_ERR_NOMEM. */
+ * not divide by tp_size, a row-parallel split off a quantization group),
+ * PAGODA_ERR_NOT_FOUND (missing tensor), PAGODA_ERR_FORMAT (shape vs
+ * config), PAGODA_ERR_INVALID_ARG (options: bits, groups; a communicator
+ * that does not match tp_rank / tp_size), PAGODA_ERR_NOMEM. */
 pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *o, pg_model **out);
 void pg_model_free(pg_model *m);
 
