@@ -37,7 +37,11 @@ generate_shm | generate_mpi)
     "$PAGODA" "${GEN[@]}" -tp 2 >"$TMP/tp.out" 2>"$TMP/tp.err" || die "-tp 2 failed"
     kind=shm
   else
-    "${MPI[@]}" -np 2 "$PAGODA" "${GEN[@]}" --tensor-parallel-size 2 >"$TMP/tp.out" \
+    # (an ASan build: no leak report at exit, Open MPI's unloaded plugins
+    # leave ~120 KB LeakSanitizer cannot attribute; pagoda's own paths are
+    # leak-checked by generate_shm; memory errors are still checked here)
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+      "${MPI[@]}" -np 2 "$PAGODA" "${GEN[@]}" --tensor-parallel-size 2 >"$TMP/tp.out" \
       2>"$TMP/tp.err" || die "mpirun -np 2 failed"
     kind=mpi
   fi
