@@ -36,6 +36,7 @@ set(PAGODA_SVE_VL_TESTS
     test_vops)
 set(PAGODA_HOST_ONLY_TESTS test_audio_decode test_cli_args test_grammar test_speech test_speech_cli
     test_whisper_engine serve_data_parallel_nginx)
+    test_whisper_engine test_tp)
 # Features qemu-aarch64 -cpu max must show (names as in `pagoda env`).
 set(PAGODA_QEMU_MAX_FEATURES "asimd,fp16,dotprod,i8mm,bf16,sve,sve2,lse")
 
@@ -79,7 +80,7 @@ endforeach()
 # references run again with the kernels forced down to AVX2 (PAGODA_ISA), so
 # an AVX-512 host checks the AVX2 paths' numerics too (on an AVX2 host these
 # repeat the default run).
-set(PAGODA_ISA_AVX2_TESTS test_oracles test_quant_formats test_llama test_whisper)
+set(PAGODA_ISA_AVX2_TESTS test_oracles test_quant_formats test_llama test_whisper test_tp)
 if(PAGODA_ARCH STREQUAL "x86_64" AND NOT CMAKE_CROSSCOMPILING)
   foreach(name ${PAGODA_ISA_AVX2_TESTS})
     add_test(NAME ${name}_avx2 COMMAND ${name})
@@ -253,3 +254,31 @@ set_tests_properties(pagoda_bench_allreduce_shm PROPERTIES
 add_test(NAME pagoda_bench_allreduce_bad_tp COMMAND pagoda bench allreduce -tp 65)
 set_tests_properties(pagoda_bench_allreduce_bad_tp PROPERTIES
                      PASS_REGULAR_EXPRESSION "bad value '65' for -tp \\(want an integer in \\[1, 64\\]\\)")
+
+# Tensor parallelism through the command (tests/tp/tp_e2e.sh; issue 22):
+# -tp 2 on forked ranks and under mpirun -np 2 print the -tp 1 greedy text of
+# stories260K, mismatched MPI ranks are refused, a killed rank ends the
+# server with a non-zero status naming it. Native builds (they fork / start
+# mpirun; the model code they run is test_tp's, which runs everywhere it
+# builds natively).
+if(NOT CMAKE_CROSSCOMPILING)
+  set(_tp_model ${PAGODA_ASSETS}/llm/stories260K-hf)
+  set(_tp_sh ${CMAKE_SOURCE_DIR}/tests/tp/tp_e2e.sh)
+  add_test(NAME tp_generate_shm COMMAND bash ${_tp_sh} generate_shm $<TARGET_FILE:pagoda> ${_tp_model})
+  add_test(NAME tp_rank_dies COMMAND bash ${_tp_sh} rank_dies $<TARGET_FILE:pagoda> ${_tp_model})
+  set_tests_properties(tp_generate_shm tp_rank_dies PROPERTIES TIMEOUT 300)
+  add_test(NAME tp_heads_not_divisible COMMAND pagoda generate ${_tp_model} --prompt "Once"
+           --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
+  set_tests_properties(tp_heads_not_divisible PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION
+    "pagoda generate: [^\n]*tensor-parallel size 3 must divide num_attention_heads 8 and num_key_value_heads 4")
+  add_test(NAME tp_heads_not_divisible_fails COMMAND pagoda generate ${_tp_model} --prompt "Once"
+           --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
+  set_tests_properties(tp_heads_not_divisible_fails PROPERTIES TIMEOUT 120 WILL_FAIL TRUE)
+  if(PAGODA_HAVE_MPI)
+    foreach(mode generate_mpi mismatch_mpi)
+      add_test(NAME tp_${mode} COMMAND bash ${_tp_sh} ${mode} $<TARGET_FILE:pagoda> ${_tp_model}
+               ${MPIEXEC_EXECUTABLE})
+      set_tests_properties(tp_${mode} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
+    endforeach()
+  endif()
+endif()

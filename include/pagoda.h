@@ -154,6 +154,18 @@ typedef struct pagoda_engine_options {
     const char *gguf_file;
     /* Speculative decoding; method PAGODA_SPEC_NONE (the default) = off. */
     pagoda_speculative_config speculative;
+    /* Tensor parallelism (vLLM's --tensor-parallel-size; docs/ARCHITECTURE.md
+     * "Tensor parallelism"): the model's heads and MLP columns split over
+     * this many ranks, each keeping the KV cache of its heads; 0 / 1 = off.
+     * Under mpirun (OMPI_COMM_WORLD_SIZE / PMI_SIZE set) the ranks are the
+     * MPI processes (their number must equal it); otherwise
+     * pagoda_engine_create forks the other ranks on this host (shared-memory
+     * all-reduce). The calling process is rank 0 and runs the scheduler,
+     * sampler and server; on MPI ranks other than 0 pagoda_engine_create
+     * serves as a worker and exits the process when rank 0 stops. A rank
+     * that dies makes the engine log the error and exit the process with
+     * status 1. */
+    int32_t tensor_parallel_size;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;

@@ -45,6 +45,8 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         "--kv-cache-dtype",
         "--block-size",
         "--threads",
+        "--tensor-parallel-size",
+        "-tp",
         "--quantization",
         "--quant-group-size",
         "--quant-act-group",
@@ -115,6 +117,8 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         want = "an integer in [1, 2^24]";
     } else if (!strcmp(a, "--threads"))
         ok = parse_i32(v, 1, 1024, &o->num_threads), want = "an integer in [1, 1024]";
+    else if (!strcmp(a, "--tensor-parallel-size") || !strcmp(a, "-tp"))
+        ok = parse_i32(v, 1, 64, &o->tensor_parallel_size), want = "an integer in [1, 64]";
     else if (!strcmp(a, "--prefix-caching-hash-algo")) {
         /* vLLM's option and values (its *_cbor variants serialize a Python
          * tuple and mean nothing here) */

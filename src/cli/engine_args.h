@@ -35,7 +35,10 @@
     "                              (trusted clients only; logs a warning)\n"                       \
     "  --state-cache-memory SIZE   hybrid models (Qwen3.5): recurrent-state snapshots for\n"       \
     "                              prefix caching, out of --kv-cache-memory (default a quarter)\n" \
-    "  --threads N                 compute threads (default: one per physical core)\n"             \
+    "  --threads N                 compute threads (default: one per physical core; with -tp,\n"    \
+    "                              per rank: the cores divided by the ranks)\n"                    \
+    "  -tp, --tensor-parallel-size N  split the model over N ranks (forked on this host, or\n"    \
+    "                              the MPI processes under mpirun); default 1\n"                   \
     "  --quantization Q            w8a8 | w4a8: quantize F32/F16/BF16 linear weights at load\n"    \
     "  --quant-group-size N        scale group for --quantization (0 = per channel, default;\n"    \
     "                              32, 64, 128, ...)\n"                                            \

@@ -13,11 +13,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "base/affinity.h"
 #include "base/alloc.h"
 #include "base/cpu.h"
 #include "base/log.h"
+#include "base/numa.h"
 #include "base/pool.h"
+#include "dist/comm.h"
 #include "engine/grammars.h"
 #include "engine/chat.h"
 #include "engine/detokenizer.h"
@@ -88,6 +92,7 @@ typedef struct ereq {
 struct pagoda_engine {
     pg_model_source *src;
     pg_model *model;
+    pg_comm *comm; /* tensor parallelism (rank 0), or NULL */
     pg_tokenizer *tok;
     pg_scheduler *sched;
     pg_runner *runner;
@@ -290,6 +295,184 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
     return PAGODA_OK;
 }
 
+/* ---- tensor parallelism (docs/ARCHITECTURE.md "Tensor parallelism") ------------------ */
+
+/* FNV-1a over what every rank must agree on: the model's shape and the
+ * options that shape the shards, KV cache and steps. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t tp_hash(const pg_model_config *c, const pagoda_engine_options *o) {
+    uint64_t h = 1469598103934665603ull;
+    h = fnv(h, c->architecture, strlen(c->architecture));
+    const int32_t v[] = {c->vocab_size,
+                         c->hidden_size,
+                         c->intermediate_size,
+                         c->num_hidden_layers,
+                         c->num_attention_heads,
+                         c->num_key_value_heads,
+                         c->head_dim,
+                         c->num_experts,
+                         c->num_experts_per_tok,
+                         c->moe_intermediate_size,
+                         c->max_position_embeddings,
+                         (int32_t)c->torch_dtype,
+                         o->max_model_len,
+                         o->max_num_seqs,
+                         o->max_num_batched_tokens,
+                         (int32_t)o->kv_cache_dtype,
+                         o->block_size,
+                         o->quantization,
+                         o->quant_group_size,
+                         o->quant_act_group,
+                         (int32_t)o->dtype,
+                         o->tensor_parallel_size,
+                         (int32_t)o->speculative.method,
+                         o->speculative.num_speculative_tokens};
+    h = fnv(h, v, sizeof v);
+    return fnv(h, &o->kv_cache_memory, sizeof o->kv_cache_memory);
+}
+
+/* Every rank's hash against rank 0's: a rank started with another model,
+ * config or options is a clear error on every rank. */
+static pagoda_status tp_check_ranks(pg_comm *c, const pg_model_config *cfg,
+                                    const pagoda_engine_options *o) {
+    const int n = pg_comm_size(c);
+    uint64_t mine = tp_hash(cfg, o), *all = calloc((size_t)n, sizeof *all);
+    if (!all) return pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+    pagoda_status st = pg_comm_allgather(c, &mine, sizeof mine, all);
+    for (int r = 1; st == PAGODA_OK && r < n; r++)
+        if (all[r] != all[0])
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          "engine: tensor-parallel rank %d was started with a different model, "
+                          "config or options than rank 0 (hash %016llx vs %016llx): start every "
+                          "rank with the same command",
+                          r, (unsigned long long)all[r], (unsigned long long)all[0]);
+    free(all);
+    return st;
+}
+
+/* The communicator of o->tensor_parallel_size ranks: the MPI processes under
+ * mpirun, else forked processes on this host (before the thread pool
+ * exists: a fork keeps only the calling thread). Returns in every rank. */
+static pagoda_status tp_comm_create(const pagoda_engine_options *o, const pg_model_config *c,
+                                    pg_comm **out) {
+    *out = NULL;
+    const int n = o->tensor_parallel_size;
+    pagoda_status st;
+    if (pg_comm_under_mpi()) {
+        if ((st = pg_comm_create_mpi(out)) != PAGODA_OK) return st;
+        if (pg_comm_size(*out) != n) {
+            int got = pg_comm_size(*out);
+            pg_comm_free(*out);
+            *out = NULL;
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "engine: --tensor-parallel-size %d but mpirun started %d processes", n,
+                            got);
+        }
+        return PAGODA_OK;
+    }
+    const int64_t T =
+        o->max_num_batched_tokens ? o->max_num_batched_tokens : DEFAULT_MAX_NUM_BATCHED_TOKENS;
+    pg_pool_default_shutdown();
+    return pg_comm_create_shm(n, (size_t)T * (size_t)c->hidden_size, PG_RUNNER_TP_CHUNK_BYTES, out);
+}
+
+/* A rank > 0: load this rank's shard, take rank 0's runner config, run its
+ * steps until rank 0 stops; then leave the process (status 0 on rank 0's
+ * stop, 1 with the error logged otherwise). */
+static void tp_worker(pg_model_source *src, const pg_model_options *mo, pg_comm *c) {
+    const int rank = pg_comm_rank(c);
+    pg_model *m = NULL;
+    pg_runner *r = NULL;
+    pg_runner_config rc;
+    pagoda_status st = pg_model_load(src, mo, &m);
+    if (st == PAGODA_OK) st = pg_comm_broadcast(c, &rc, sizeof rc, 0);
+    if (st == PAGODA_OK) {
+        rc.comm = c;
+        st = pg_runner_create(m, &rc, &r);
+    }
+    if (st == PAGODA_OK) st = pg_runner_follow(r);
+    if (st != PAGODA_OK)
+        PG_ERROR("engine: tensor-parallel rank %d: %s", rank, pg_last_error());
+    else
+        pg_runner_free(r);
+    pg_model_free(m);
+    pg_model_source_free(src);
+    pg_comm_free(c);
+    fflush(NULL);
+    _exit(st == PAGODA_OK ? 0 : 1);
+}
+
+/* Rank r of n: its share of the CPUs the pool would use (PAGODA_CPUS, else
+ * one per physical core): `threads` CPUs from r * threads (threads 0: the
+ * list divided by n), as a cpulist in buf for pg_pool_options.cpus; false
+ * (unpinned, the pool's own choice) when the ranks' shares do not fit. */
+static bool tp_rank_cpus(int r, int n, int *threads, char *buf, size_t cap) {
+    static int allowed[PG_CPU_MAX], list[PG_CPU_MAX];
+    int n_allowed = 0, n_list = 0;
+    if (pg_cpu_allowed(allowed, PG_CPU_MAX, &n_allowed) != PAGODA_OK) return false;
+    const char *env = getenv("PAGODA_CPUS");
+    if (env && *env) {
+        if (pg_cpulist_parse("PAGODA_CPUS", env, list, PG_CPU_MAX, &n_list) != PAGODA_OK)
+            return false;
+    } else {
+        n_list = pg_cpu_physical_cores(NULL, allowed, n_allowed, list);
+    }
+    int k = *threads > 0 ? *threads : n_list / n;
+    if (k < 1 || (int64_t)k * n > n_list) return false;
+    *threads = k;
+    pg_cpulist_format(list + (size_t)r * (size_t)k, k, buf, cap);
+    return true;
+}
+
+/* This process's rank among the ranks on its host, and their number: the
+ * communicator's (forked ranks), or Open MPI's local rank under mpirun. */
+static void tp_local_rank(const pg_comm *c, int *r, int *n) {
+    *r = pg_comm_rank(c);
+    *n = pg_comm_size(c);
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK"),
+               *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (pg_comm_get_kind(c) == PG_COMM_MPI && lr && ls && atoi(ls) > 0) {
+        *r = atoi(lr);
+        *n = atoi(ls);
+    }
+}
+
+/* One rank per NUMA node when the host has at least as many nodes with CPUs
+ * as local ranks: bind this rank's threads and memory to its node
+ * (preferred policy) and return true; false on a machine with fewer nodes
+ * (then the ranks share the node's cores, tp_rank_cpus). */
+static bool tp_bind_numa(int r, int n) {
+    static pg_numa_topology t;
+    if (pg_numa_read(NULL, &t) != PAGODA_OK) return false;
+    int with_cpus = 0;
+    for (int i = 0; i < t.n_nodes; i++)
+        with_cpus += t.nodes[i].n_cpus > 0;
+    if (with_cpus < n || n < 2) return false;
+    const int idx = pg_numa_node_for_rank(&t, r, n);
+    int set = 0;
+    if (idx < 0 || pg_numa_bind_rank(&t, idx, 0, &set) != PAGODA_OK) {
+        PG_WARN("engine: tensor-parallel rank %d: NUMA binding failed: %s", r, pg_last_error());
+        return false;
+    }
+    PG_INFO("engine: tensor-parallel local rank %d on NUMA node %d (%d CPUs, memory policy %s)", r,
+            t.nodes[idx].id, t.nodes[idx].n_cpus, set ? "preferred" : "unavailable");
+    return true;
+}
+
+/* Rank 0 lost a rank mid-run: say so and end the process (requests cannot
+ * complete, and the server must not hang). */
+static void tp_fatal(const char *err) {
+    PG_ERROR("engine: tensor parallelism failed: %s; exiting", err);
+    fflush(NULL);
+    _exit(1);
+}
+
 static void base_name(const char *path, char *out, size_t cap) {
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/')
@@ -312,9 +495,55 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         pagoda_engine_options_default(&o);
     pagoda_status st = check_options(&o);
     if (st != PAGODA_OK) return st;
+    pg_model_source *tp_src = NULL;
+    pg_comm *comm = NULL;
+    char tp_cpus[1024] = "", tp_where[1100] = "unpinned CPUs";
+    if (o.tensor_parallel_size > 1) {
+        /* fork (or join the MPI ranks) before any thread starts; each rank
+         * opens the source and packs only its shard */
+        char tspec[1024];
+        if ((st = pg_hub_fold_options(model, o.revision, o.gguf_file, tspec, sizeof tspec)) ||
+            (st = pg_model_source_open(tspec, &tp_src)))
+            return st;
+        if ((st = tp_comm_create(&o, pg_model_source_config(tp_src), &comm))) {
+            pg_model_source_free(tp_src);
+            return st;
+        }
+        /* each rank's threads on its own NUMA node, else its own share of
+         * the node's cores */
+        int k = o.num_threads, lr, ln;
+        tp_local_rank(comm, &lr, &ln);
+        if (tp_bind_numa(lr, ln)) { /* the pool then takes the node's CPUs */
+            snprintf(tp_where, sizeof tp_where, "its NUMA node");
+        } else if (tp_rank_cpus(lr, ln, &k, tp_cpus, sizeof tp_cpus)) {
+            o.num_threads = k;
+            snprintf(tp_where, sizeof tp_where, "CPUs %s", tp_cpus);
+        } else {
+            tp_cpus[0] = 0;
+            if (o.num_threads == 0) {
+                int cores = pg_cpu()->physical_cores > 0 ? pg_cpu()->physical_cores : 1;
+                o.num_threads =
+                    cores / o.tensor_parallel_size > 0 ? cores / o.tensor_parallel_size : 1;
+            }
+            PG_WARN("engine: %d ranks x %d threads do not fit the CPUs one per core: threads "
+                    "not pinned",
+                    o.tensor_parallel_size, o.num_threads);
+        }
+        if ((st = tp_check_ranks(comm, pg_model_source_config(tp_src), &o)) != PAGODA_OK) {
+            if (pg_comm_rank(comm) != 0) {
+                PG_ERROR("%s", pg_last_error());
+                fflush(NULL);
+                _exit(1);
+            }
+            pg_model_source_free(tp_src);
+            pg_comm_free(comm);
+            return st;
+        }
+    }
     if (o.num_threads > 0) {
         pg_pool_options po = pg_pool_options_default();
         po.n_threads = o.num_threads;
+        if (tp_cpus[0]) po.cpus = tp_cpus; /* this rank's share */
         if (pg_pool_default_configure(&po) != PAGODA_OK)
             PG_WARN("engine: --threads %d not applied (%s)", o.num_threads, pg_last_error());
     }
@@ -323,6 +552,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
+    e->comm = comm;
+    e->src = tp_src;
     /* a repo id is served under its name (vLLM's), a path under its base name */
     pg_hub_ref ref;
     struct stat mst;
@@ -334,7 +565,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     char spec[1024];
     if ((st = pg_hub_fold_options(model, o.revision, o.gguf_file, spec, sizeof spec)) != PAGODA_OK)
         goto fail;
-    if ((st = pg_model_source_open(spec, &e->src)) != PAGODA_OK) goto fail;
+    if (!e->src && (st = pg_model_source_open(spec, &e->src)) != PAGODA_OK) goto fail;
     pg_model_options mo;
     pg_model_options_default(&mo);
     mo.max_context = o.max_model_len;
@@ -342,6 +573,18 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     mo.quant_bits = o.quantization;
     mo.quant_group = o.quant_group_size;
     mo.quant_act_group = o.quant_act_group;
+    if (comm) {
+        mo.tp_rank = pg_comm_rank(comm);
+        mo.tp_size = pg_comm_size(comm);
+        mo.comm = comm;
+        if (mo.tp_rank != 0) { /* never returns */
+            pg_model_source *wsrc = e->src;
+            e->src = NULL;
+            e->comm = NULL;
+            pagoda_engine_free(e);
+            tp_worker(wsrc, &mo, comm);
+        }
+    }
     if ((st = pg_model_load(e->src, &mo, &e->model)) != PAGODA_OK) goto fail;
     /* a tiktoken file gets the model's number of Whisper languages (large-v3: 100) */
     if ((st = pg_tokenizer_load_for_vocab(o.tokenizer && *o.tokenizer ? o.tokenizer
@@ -565,6 +808,13 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                            .num_state_snapshots = n_snap,
                            .max_num_encoding = e->max_num_encoding,
                            .max_num_spec_rows = e->spec_k > 0 ? sc.spec.max_batch_tokens : 0};
+    if (e->comm) { /* the other ranks' runners get this config (num_blocks included) */
+        if ((st = pg_comm_broadcast(e->comm, &rc, sizeof rc, 0)) != PAGODA_OK) goto fail;
+        rc.comm = e->comm;
+        PG_INFO("engine: tensor parallelism over %d ranks (%s), %d threads each (rank 0 on %s)",
+                pg_comm_size(e->comm), pg_comm_kind_name(pg_comm_get_kind(e->comm)), o.num_threads,
+                tp_where);
+    }
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
     e->n_samplers = pg_pool_size(pg_pool_default());
     if (e->n_samplers < 1) e->n_samplers = 1;
@@ -658,6 +908,14 @@ void pagoda_engine_free(pagoda_engine *e) {
         pg_sampler_free(e->samplers[i]);
     free(e->samplers);
     pg_runner_free(e->runner);
+    if (e->comm) { /* keeps the caller's error message (a failed create's) */
+        char saved[512];
+        snprintf(saved, sizeof saved, "%s", pg_last_error());
+        if (pg_comm_free(e->comm) != PAGODA_OK) {
+            PG_WARN("engine: tensor-parallel ranks: %s", pg_last_error());
+            pg_error(PAGODA_ERR_IO, "%s", saved);
+        }
+    }
     pg_scheduler_destroy(e->sched);
     pg_draft_free(e->draft);
     pg_grammars_free(e->grammars);
@@ -1395,6 +1653,7 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         pg_runner_execute(e->runner, &so, e->enc_inputs, &logits, e->row_of, e->probe_of);
     char ferr[256] = "";
     if (fst != PAGODA_OK) snprintf(ferr, sizeof ferr, "%s", pg_last_error());
+    if (fst != PAGODA_OK && e->comm && pg_runner_comm_failed(e->runner)) tp_fatal(ferr);
     sample_job sj = {.e = e, .so = &so, .logits = logits, .n = 0};
     for (int32_t i = 0; i < so.num_reqs; i++) {
         e->sampled[(size_t)i * (size_t)e->spec_stride] = 0;

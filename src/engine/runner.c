@@ -6,6 +6,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "dist/comm.h"
 
 struct pg_runner {
     const pg_model *model;
@@ -39,7 +40,144 @@ struct pg_runner {
     pg_model_workspace *ws;
     float *logits;       /* [max_num_seqs][vocab] */
     int32_t *logit_rows; /* [max_num_seqs] */
+    /* tensor parallelism (cfg.comm of size > 1) */
+    int32_t *tp_buf;           /* a step's description (see tp_send) */
+    size_t tp_cap;             /* int32s */
+    const int32_t **tp_tables; /* follower: [num_groups][max_num_seqs] into tp_buf */
+    bool tp_failed;
 };
+
+/* ---- tensor parallelism: the step rank 0 broadcasts ---------------------------------- */
+
+enum { TP_STOP = 0, TP_STEP = 1 };
+
+/* The step header, then its int32 payload: token_ids [T], positions [T],
+ * query_start_loc [S + 1], seq_lens [S], logit_rows [NL], then per group g
+ * slot_mapping [T] and S block tables of W ids (W = the step's most blocks
+ * of a request: ceil(max seq_len / block_size)). */
+typedef struct tp_hdr {
+    int32_t kind, num_tokens, num_seqs, num_logits, num_groups, width;
+} tp_hdr;
+
+static bool tp_on(const pg_runner *r) {
+    return r->cfg.comm && pg_comm_size(r->cfg.comm) > 1;
+}
+
+static size_t tp_payload(const tp_hdr *h) {
+    const size_t T = (size_t)h->num_tokens, S = (size_t)h->num_seqs;
+    return 2 * T + 2 * S + 1 + (size_t)h->num_logits +
+           (size_t)h->num_groups * (T + S * (size_t)h->width);
+}
+
+static pagoda_status tp_reserve(pg_runner *r, size_t n) {
+    if (n <= r->tp_cap) return PAGODA_OK;
+    int32_t *b = realloc(r->tp_buf, n * sizeof(int32_t));
+    if (!b) return pg_error(PAGODA_ERR_NOMEM, "runner: out of memory for a step description");
+    r->tp_buf = b;
+    r->tp_cap = n;
+    return PAGODA_OK;
+}
+
+/* buf [bytes] of rank 0 to every rank, in broadcasts of at most the chunk. */
+static pagoda_status tp_bcast(pg_comm *c, void *buf, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += PG_RUNNER_TP_CHUNK_BYTES) {
+        size_t n = bytes - off < PG_RUNNER_TP_CHUNK_BYTES ? bytes - off : PG_RUNNER_TP_CHUNK_BYTES;
+        pagoda_status st = pg_comm_broadcast(c, (char *)buf + off, n, 0);
+        if (st != PAGODA_OK) return st;
+    }
+    return PAGODA_OK;
+}
+
+/* Rank 0: describe the batch b (tables of so) and broadcast it. */
+static pagoda_status tp_send(pg_runner *r, const pg_sched_output *so, const pg_batch *b) {
+    const int32_t bs = r->cfg.block_size, G = so->num_groups;
+    int32_t W = 1;
+    for (int32_t i = 0; i < b->num_seqs; i++) {
+        int32_t w = (b->seq_lens[i] + bs - 1) / bs;
+        if (w > W) W = w;
+    }
+    tp_hdr h = {TP_STEP, b->num_tokens, b->num_seqs, b->num_logits, G, W};
+    const size_t n = tp_payload(&h), T = (size_t)h.num_tokens, S = (size_t)h.num_seqs;
+    pagoda_status st = tp_reserve(r, n);
+    if (st != PAGODA_OK) return st;
+    int32_t *p = r->tp_buf;
+    memcpy(p, b->token_ids, T * 4), p += T;
+    memcpy(p, b->positions, T * 4), p += T;
+    memcpy(p, b->query_start_loc, (S + 1) * 4), p += S + 1;
+    memcpy(p, b->seq_lens, S * 4), p += S;
+    memcpy(p, b->logit_rows, (size_t)h.num_logits * 4), p += h.num_logits;
+    for (int32_t g = 0; g < G; g++) {
+        memcpy(p, so->slot_mapping + (size_t)g * (size_t)so->token_stride, T * 4), p += T;
+        const int32_t *const *tab = so->block_tables + (size_t)g * (size_t)so->req_stride;
+        for (size_t i = 0; i < S; i++, p += W) {
+            const int32_t w = (b->seq_lens[i] + bs - 1) / bs;
+            memcpy(p, tab[i], (size_t)w * 4);
+            for (int32_t k = w; k < W; k++)
+                p[k] = 0; /* the null block: never read */
+        }
+    }
+    if ((st = pg_comm_broadcast(r->cfg.comm, &h, sizeof h, 0)) != PAGODA_OK) return st;
+    return tp_bcast(r->cfg.comm, r->tp_buf, n * sizeof(int32_t));
+}
+
+bool pg_runner_comm_failed(const pg_runner *r) {
+    return r->tp_failed;
+}
+
+pagoda_status pg_runner_follow(pg_runner *r) {
+    if (!tp_on(r) || pg_comm_rank(r->cfg.comm) == 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "runner: follow on a rank that is not > 0");
+    for (int32_t l = 0; l < r->num_layers; l++)
+        if (r->layer_group[l] >= 0 &&
+            (r->plan.groups[r->layer_group[l]].kind == PG_KV_MAMBA ||
+             r->plan.groups[r->layer_group[l]].kind == PG_KV_CROSS_ATTENTION))
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "runner: tensor parallelism with recurrent-state or cross-attention "
+                            "layers");
+    const size_t S = (size_t)r->cfg.max_num_seqs, G = (size_t)r->plan.num_groups;
+    r->tp_tables = malloc((G ? G : 1) * S * sizeof *r->tp_tables);
+    if (!r->tp_tables) return pg_error(PAGODA_ERR_NOMEM, "runner: out of memory");
+    for (;;) {
+        tp_hdr h;
+        pagoda_status st = pg_comm_broadcast(r->cfg.comm, &h, sizeof h, 0);
+        if (st != PAGODA_OK) return st;
+        if (h.kind == TP_STOP) return PAGODA_OK;
+        if (h.kind != TP_STEP || h.num_tokens < 1 || h.num_tokens > r->cfg.max_num_batched_tokens ||
+            h.num_seqs < 1 || (size_t)h.num_seqs > S || h.num_logits < 0 ||
+            h.num_groups != (int32_t)G || h.width < 1 || h.width > (1 << 24))
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "runner: malformed tensor-parallel step (%d tokens, %d requests, %d "
+                            "groups)",
+                            h.num_tokens, h.num_seqs, h.num_groups);
+        const size_t n = tp_payload(&h), T = (size_t)h.num_tokens, Sq = (size_t)h.num_seqs;
+        if ((st = tp_reserve(r, n)) || (st = tp_bcast(r->cfg.comm, r->tp_buf, n * 4))) return st;
+        const int32_t *p = r->tp_buf;
+        pg_batch b = {
+            .num_tokens = h.num_tokens, .num_seqs = h.num_seqs, .num_logits = h.num_logits};
+        b.token_ids = p, p += T;
+        b.positions = p, p += T;
+        b.query_start_loc = p, p += Sq + 1;
+        b.seq_lens = p, p += Sq;
+        b.logit_rows = p, p += h.num_logits;
+        const int32_t *slots = p;
+        for (size_t g = 0; g < G; g++) {
+            p += T;
+            for (size_t i = 0; i < Sq; i++, p += h.width)
+                r->tp_tables[g * S + i] = p;
+        }
+        for (int32_t l = 0; l < r->num_layers; l++) {
+            const int32_t g = r->layer_group[l];
+            pg_layer_cache *lc = &r->lc[l];
+            memset(lc, 0, sizeof *lc);
+            if (g < 0) continue;
+            lc->kv = &r->tensors[r->layer_slot[l]];
+            lc->slot_mapping = slots + (size_t)g * (T + Sq * (size_t)h.width);
+            lc->block_tables = r->tp_tables + (size_t)g * S;
+        }
+        b.layers = r->lc;
+        if ((st = pg_model_forward(r->model, r->ws, &b, r->logits)) != PAGODA_OK) return st;
+    }
+}
 
 static bool same_group(const pg_layer_cache_spec *a, const pg_kv_cache_spec *g) {
     switch (a->kind) {
@@ -267,6 +405,13 @@ fail:
 
 void pg_runner_free(pg_runner *r) {
     if (!r) return;
+    if (tp_on(r) && pg_comm_rank(r->cfg.comm) == 0 && !r->tp_failed) {
+        tp_hdr h = {.kind = TP_STOP};
+        if (pg_comm_broadcast(r->cfg.comm, &h, sizeof h, 0) != PAGODA_OK)
+            PG_WARN("runner: stopping the tensor-parallel ranks: %s", pg_last_error());
+    }
+    free(r->tp_buf);
+    free(r->tp_tables);
     if (r->kv_mem) pg_free_huge(r->kv_mem, r->kv_mem_bytes);
     if (r->state_mem) pg_free_huge(r->state_mem, r->state_mem_bytes);
     if (r->snap_mem) pg_free_huge(r->snap_mem, r->snap_mem_bytes);
@@ -406,5 +551,14 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
                   .num_logits = n_logits,
                   .layers = r->lc};
     *logits_out = r->logits;
+    if (tp_on(r)) {
+        if (so->num_enc > 0 || r->num_state_layers > 0)
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "runner: tensor parallelism with encoder or recurrent-state layers");
+        pagoda_status st = tp_send(r, so, &b);
+        if (st == PAGODA_OK) st = pg_model_forward(r->model, r->ws, &b, r->logits);
+        if (st == PAGODA_ERR_IO) r->tp_failed = true;
+        return st;
+    }
     return pg_model_forward(r->model, r->ws, &b, r->logits);
 }

@@ -29,6 +29,7 @@
 #ifndef PAGODA_ENGINE_RUNNER_H
 #define PAGODA_ENGINE_RUNNER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,7 +71,19 @@ typedef struct pg_runner_config {
                                     scheduler's max_num_encoding) */
     int32_t max_num_spec_rows;   /* speculative decoding: draft tokens per step at most (their
                                     logits rows come on top of max_num_seqs); 0 = none */
+    /* Tensor parallelism (NULL or size 1: none): on rank 0, pg_runner_execute
+     * broadcasts each step's plain data (token ids, positions,
+     * query_start_loc, seq_lens, logit rows, every group's slot mapping and
+     * block tables) before its forward and pg_runner_free tells the other
+     * ranks to stop; ranks > 0 run pg_runner_follow. Every rank's runner
+     * has the same config (num_blocks included); its KV tensors hold its
+     * heads only. Attention groups only (no state / cross groups). */
+    struct pg_comm *comm;
 } pg_runner_config;
+
+/* A step description travels in broadcasts of at most this many bytes (the
+ * shared-memory backend's max_bytes). */
+#define PG_RUNNER_TP_CHUNK_BYTES ((size_t)1 << 20)
 
 /* Allocate the paged KV tensors (num_blocks * block_size tokens each,
  * zeroed), the state slots and the workspace; `model` must outlive the
@@ -102,5 +115,17 @@ const pg_kv_plan *pg_runner_plan(const pg_runner *r);
 pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
                                 const float *const *enc_inputs, float **logits_out,
                                 int32_t *row_of, int32_t *probe_of);
+
+/* Rank > 0 of a tensor-parallel runner (cfg.comm): receive each step rank
+ * 0's pg_runner_execute broadcasts and run the forward on this rank's shard
+ * (its logits are discarded: rank 0 samples), until rank 0's pg_runner_free
+ * says stop. Returns PAGODA_OK on that stop; PAGODA_ERR_IO when rank 0 (or a
+ * peer) is gone, PAGODA_ERR_INVALID_ARG (not a follower, a malformed step),
+ * errors of pg_model_forward. */
+pagoda_status pg_runner_follow(pg_runner *r);
+
+/* True when the last pg_runner_execute failed in a collective (a rank died
+ * or left): the tensor-parallel group is unusable. */
+bool pg_runner_comm_failed(const pg_runner *r);
 
 #endif

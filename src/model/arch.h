@@ -155,6 +155,8 @@ typedef struct pg_arch {
                        pg_tensor_sink *sink, pagoda_status *st);
     /* Bind and pack (see pg_model_load). */
     pagoda_status (*create)(const pg_model_source *src, const pg_model_options *o, pg_model **out);
+    /* create honours pg_model_options.tp_size > 1 (loads its shard) */
+    bool tensor_parallel;
 } pg_arch;
 
 /* The part every architecture's model struct starts with. */

@@ -8,11 +8,32 @@
 
 #include "base/log.h"
 #include "base/pool.h"
+#include "dist/comm.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
 
 /* ---- weights ---------------------------------------------------------------------- */
+
+/* Tensor parallelism (p->tp_size > 1): this rank's rows of a column-parallel
+ * layer (q/k/v, gate/up: output features [rank * n / size, ...)) and its
+ * columns of a row-parallel one (o_proj, down_proj: input features, the
+ * bias kept by rank 0 only). The caller checked that n divides by size. */
+static bool tp_on(const pg_linear_policy *p) {
+    return p->tp_size > 1;
+}
+
+static pagoda_status tp_rows(const pg_linear_policy *p, pg_linear_src *s, const char *what) {
+    if (!tp_on(p)) return PAGODA_OK;
+    const int64_t n = s->n_out / p->tp_size;
+    return pg_linear_src_rows(s, n * p->tp_rank, n, what);
+}
+
+static pagoda_status tp_cols(const pg_linear_policy *p, pg_linear_src *s, const char *what) {
+    if (!tp_on(p)) return PAGODA_OK;
+    const int64_t n = s->n_in / p->tp_size;
+    return pg_linear_src_cols(p, s, n * p->tp_rank, n, p->tp_rank != 0, what);
+}
 
 pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const pg_model_config *c,
                                int l, unsigned flags, int32_t window, pg_dec_attn *a) {
@@ -48,8 +69,17 @@ pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const p
     char what[2][48];
     snprintf(what[0], sizeof what[0], "layer %d q/k/v_proj", l);
     snprintf(what[1], sizeof what[1], "layer %d o_proj", l);
-    if ((st = pg_linear_pack(p, qkv, 3, true, what[0], &a->qkv)) ||
-        (st = pg_linear_pack(p, &op, 1, true, what[1], &a->o))) {
+    /* tensor parallelism: this rank's query heads and KV heads, the matching
+     * o_proj columns; the sinks of its heads */
+    const int32_t R = tp_on(p) ? p->tp_size : 1;
+    if ((st = tp_rows(p, &q, what[0])) || (st = tp_rows(p, &k, what[0])) ||
+        (st = tp_rows(p, &v, what[0])) || (st = tp_cols(p, &o, what[1])))
+        return st;
+    if (a->ap.sinks && R > 1) a->ap.sinks += p->tp_rank * (c->num_attention_heads / R);
+    st = pg_linear_pack(p, qkv, 3, true, what[0], &a->qkv);
+    if (st == PAGODA_OK) st = pg_linear_pack(p, &op, 1, true, what[1], &a->o);
+    pg_linear_src_release(&o);
+    if (st != PAGODA_OK) {
         pg_dec_attn_free(a);
         return st;
     }
@@ -60,8 +90,8 @@ pagoda_status pg_dec_attn_load(pg_weights *w, const pg_linear_policy *p, const p
                                             : pg_rope_yarn_attention_factor(c->rope_factor);
     a->out_gate = (flags & PG_DEC_ATTN_GATE) != 0;
     const float *sinks = a->ap.sinks;
-    a->ap = (pg_attn_params){.n_heads = c->num_attention_heads,
-                             .n_kv_heads = c->num_key_value_heads,
+    a->ap = (pg_attn_params){.n_heads = c->num_attention_heads / R,
+                             .n_kv_heads = c->num_key_value_heads / R,
                              .head_dim = c->head_dim,
                              .scale = (float)(m * m / sqrt((double)c->head_dim)),
                              .sliding_window = window,
@@ -86,8 +116,13 @@ pagoda_status pg_dec_mlp_load(pg_weights *w, const pg_linear_policy *p, const pg
     char what[2][48];
     snprintf(what[0], sizeof what[0], "layer %d gate/up_proj", l);
     snprintf(what[1], sizeof what[1], "layer %d down_proj", l);
-    if ((st = pg_linear_pack_swiglu(p, &g, &u, what[0], &f->gate_up)) ||
-        (st = pg_linear_pack(p, &dp, 1, true, what[1], &f->down))) {
+    if ((st = tp_rows(p, &g, what[0])) || (st = tp_rows(p, &u, what[0])) ||
+        (st = tp_cols(p, &d, what[1])))
+        return st;
+    st = pg_linear_pack_swiglu(p, &g, &u, what[0], &f->gate_up);
+    if (st == PAGODA_OK) st = pg_linear_pack(p, &dp, 1, true, what[1], &f->down);
+    pg_linear_src_release(&d);
+    if (st != PAGODA_OK) {
         pg_dec_mlp_free(f);
         return st;
     }
@@ -133,6 +168,12 @@ pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg
     pg_linear_src sg = {0};
     char what[64];
     f->shared = (flags & PG_DEC_MOE_SHARED) != 0;
+    if (f->shared && tp_on(p)) {
+        pg_dec_moe_free(f);
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: MoE with a shared expert is not supported under tensor parallelism",
+                        pg_model_source_path(w->src));
+    }
     if (f->shared) {
         const int64_t Is = c->shared_expert_intermediate_size;
         const pg_tensor *gt;
@@ -175,10 +216,16 @@ pagoda_status pg_dec_moe_load(pg_weights *w, const pg_linear_policy *p, const pg
             (st = pg_weights_linear(w, I, H, oai, &u, "%s.%d.%s.%lld.up_proj", pre, l, ex, ee)) ||
             (st = pg_weights_linear(w, H, I, oai, &d, "%s.%d.%s.%lld.down_proj", pre, l, ex, ee)))
             break;
+        /* tensor parallelism: every rank keeps its slice of every expert's
+         * intermediate dimension (balanced whatever the routing) */
         snprintf(what, sizeof what, "layer %d expert %lld gate/up_proj", l, ee);
-        if ((st = pg_linear_pack_swiglu(p, &g, &u, what, &f->gate_up[e]))) break;
+        if ((st = tp_rows(p, &g, what)) || (st = tp_rows(p, &u, what)) ||
+            (st = pg_linear_pack_swiglu(p, &g, &u, what, &f->gate_up[e])))
+            break;
         snprintf(what, sizeof what, "layer %d expert %lld down_proj", l, ee);
+        if ((st = tp_cols(p, &d, what))) break;
         st = pg_linear_pack(p, &dp, 1, true, what, &f->down[e]);
+        pg_linear_src_release(&d);
     }
     if (st != PAGODA_OK) pg_dec_moe_free(f);
     return st;
@@ -441,6 +488,19 @@ pagoda_status pg_dec_check_batch(const pg_dec_ws *ws, const pg_batch *b, int32_t
 
 /* ---- blocks ----------------------------------------------------------------------------- */
 
+/* Tensor parallelism: before a row-parallel layer adds its partial output
+ * into the residual x [T, H], ranks other than 0 clear x (rank 0 keeps the
+ * residual and adds the bias), so the all-reduce after it sums x + p_0 +
+ * p_1 + ... in rank order, the same bits on every rank (comm.h). */
+static void tp_partial_begin(const pg_dec_ws *ws, int64_t T, size_t H) {
+    if (ws->tp_size > 1 && ws->tp_rank != 0) memset(ws->x, 0, (size_t)T * H * sizeof(float));
+}
+
+static pagoda_status tp_reduce(const pg_dec_ws *ws, int64_t T, size_t H) {
+    if (ws->tp_size <= 1) return PAGODA_OK;
+    return pg_comm_allreduce_sum_f32(ws->comm, ws->x, (size_t)T * H);
+}
+
 void pg_dec_embed(const pg_tensor *e, const pg_batch *b, pg_dec_ws *ws) {
     size_t H = (size_t)e->shape[1];
     size_t row_bytes = pg_dtype_row_bytes(e->dtype, H);
@@ -550,8 +610,11 @@ pagoda_status pg_dec_attn_forward(const pg_dec_attn *a, const pg_rope_spec *rope
         else
             gate_apply_rows(&gj, 0, (size_t)T, 0);
     }
-    return pg_linear_forward(&a->o, ws->attn, T, ws->x, a->o.n_out, PG_GEMM_RESIDUAL, pool,
-                             ws->gemm_scratch);
+    tp_partial_begin(ws, T, (size_t)a->o.n_out);
+    if ((st = pg_linear_forward(&a->o, ws->attn, T, ws->x, a->o.n_out, PG_GEMM_RESIDUAL, pool,
+                                ws->gemm_scratch)))
+        return st;
+    return tp_reduce(ws, T, (size_t)a->o.n_out);
 }
 
 pagoda_status pg_dec_mlp_forward(const pg_dec_mlp *f, float eps, const pg_batch *b, pg_dec_ws *ws) {
@@ -561,8 +624,11 @@ pagoda_status pg_dec_mlp_forward(const pg_dec_mlp *f, float eps, const pg_batch 
         pg_linear_forward_rmsnorm(&f->gate_up, ws->x, T, f->norm, eps, ws->xb, ws->act,
                                   f->gate_up.n_out, PG_GEMM_SWIGLU, pool, ws->gemm_scratch);
     if (st != PAGODA_OK) return st;
-    return pg_linear_forward(&f->down, ws->act, T, ws->x, f->down.n_out, PG_GEMM_RESIDUAL, pool,
-                             ws->gemm_scratch);
+    tp_partial_begin(ws, T, (size_t)f->down.n_out);
+    if ((st = pg_linear_forward(&f->down, ws->act, T, ws->x, f->down.n_out, PG_GEMM_RESIDUAL, pool,
+                                ws->gemm_scratch)))
+        return st;
+    return tp_reduce(ws, T, (size_t)f->down.n_out);
 }
 
 /* Routing of tokens [begin, end): softmax over the experts (f32, the
@@ -688,13 +754,15 @@ pagoda_status pg_dec_moe_forward(const pg_dec_moe *f, float eps, const pg_batch 
                                   .bias = f->down[e].bias,
                                   .ep = PG_GEMM_STORE};
     if ((st = pg_gemm_grouped(pr, E, pool, ws->gemm_scratch))) return st;
-    /* x[t] += sum over ranks k, in order, of w * out */
+    /* x[t] += sum over ranks k, in order, of w * out (tensor parallelism:
+     * this rank's part of each expert's output, all-reduced below) */
+    tp_partial_begin(ws, T, H);
     combine_job cj = {ws, K, H};
     if (pool && (size_t)T * (size_t)K * H >= 65536)
         pg_pool_parallel_for(pool, (size_t)T, 4, combine_rows, &cj);
     else
         combine_rows(&cj, 0, (size_t)T, 0);
-    if (!f->shared) return PAGODA_OK;
+    if (!f->shared) return tp_reduce(ws, T, H); /* (shared experts: refused under TP) */
     /* the shared expert on every token: act = SwiGLU(h), out = act Wd^T into
      * moe_out's first T rows, x += sigmoid(gate logit) * out */
     if ((st = pg_linear_forward(&f->sh_gate_up, ws->xb, T, ws->act, f->sh_gate_up.n_out,

@@ -138,6 +138,12 @@ typedef struct pg_dec_ws {
     struct pg_gemm_problem *moe_prob; /* [experts] one grouped GEMM's problems */
     float *moe_act;    /* [T * k, moe ffn] */
     float *moe_out;    /* [T * k, hidden] */
+    /* tensor parallelism (set by the model after pg_dec_ws_create; size 0 /
+     * 1: none): the blocks all-reduce x over comm after attention's o_proj
+     * and after the MLP / MoE (rank 0 keeps the residual, the others add
+     * their partial into a cleared x) */
+    struct pg_comm *comm;
+    int32_t tp_rank, tp_size;
 } pg_dec_ws;
 
 typedef struct pg_dec_dims {
@@ -165,7 +171,10 @@ pagoda_status pg_dec_check_batch(const pg_dec_ws *ws, const pg_batch *b, int32_t
 
 /* ws->x[t] = row token_ids[t] of embed [vocab, hidden] (any GEMM dtype), f32. */
 void pg_dec_embed(const pg_tensor *embed, const pg_batch *b, pg_dec_ws *ws);
-/* x += o(attention(RoPE(q), RoPE(k), v)) for layer cache lc. */
+/* x += o(attention(RoPE(q), RoPE(k), v)) for layer cache lc. Under
+ * tensor parallelism (ws->tp_size > 1) the blocks below run this rank's
+ * heads / columns and all-reduce x (comm errors: PAGODA_ERR_IO naming the
+ * rank). */
 pagoda_status pg_dec_attn_forward(const pg_dec_attn *a, const pg_rope_spec *rope, float eps,
                                   const pg_batch *b, const pg_layer_cache *lc, pg_dec_ws *ws);
 /* x += down(silu(gate(h)) * up(h)), h = RMSNorm(x). */

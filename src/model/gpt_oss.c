@@ -325,4 +325,5 @@ const pg_arch pg_arch_gpt_oss = {
     .parse_gguf = parse_gguf,
     .hf_rewrite = hf_rewrite,
     .create = create,
+    .tensor_parallel = true,
 };

@@ -218,6 +218,72 @@ pagoda_status pg_linear_policy_init(pg_linear_policy *p, pg_dtype compute, int b
     return PAGODA_OK;
 }
 
+/* ---- tensor-parallel shards ------------------------------------------------------ */
+
+static bool is_float(pg_dtype t);
+
+static pagoda_status shard_check(const pg_linear_src *s, int64_t a, int64_t n, int64_t dim,
+                                 const char *what) {
+    if (s->ct)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "model: %s: compressed-tensors checkpoints are not supported under tensor "
+                        "parallelism",
+                        what);
+    if (a < 0 || n < 1 || a + n > dim)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: %s: shard [%lld, %lld) outside [0, %lld)",
+                        what, (long long)a, (long long)(a + n), (long long)dim);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_linear_src_rows(pg_linear_src *s, int64_t r0, int64_t n, const char *what) {
+    pagoda_status st = shard_check(s, r0, n, s->n_out, what);
+    if (st != PAGODA_OK) return st;
+    const size_t row = pg_dtype_row_bytes(s->dtype, (size_t)s->n_in);
+    s->w = (const uint8_t *)s->w + (size_t)r0 * row;
+    if (s->bias) s->bias += r0;
+    s->n_out = n;
+    return PAGODA_OK;
+}
+
+pagoda_status pg_linear_src_cols(const pg_linear_policy *p, pg_linear_src *s, int64_t c0, int64_t n,
+                                 bool drop_bias, const char *what) {
+    pagoda_status st = shard_check(s, c0, n, s->n_in, what);
+    if (st != PAGODA_OK) return st;
+    const int64_t blk = (int64_t)pg_dtype_block_elems(s->dtype);
+    if (c0 % blk || n % blk)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "model: %s: the row-parallel split at columns [%lld, %lld) is not on a %s "
+                        "block boundary (%lld): choose a tensor-parallel size that divides the "
+                        "blocks",
+                        what, (long long)c0, (long long)(c0 + n), pg_dtype_name(s->dtype),
+                        (long long)blk);
+    const int64_t g = p->group > p->act_group ? p->group : p->act_group;
+    if (p->bits && g > 0 && is_float(s->dtype) && (c0 % g || n % g))
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "model: %s: the row-parallel split at columns [%lld, %lld) is not on a "
+                        "quantization group boundary (group %lld): choose a tensor-parallel size "
+                        "or group that divides them",
+                        what, (long long)c0, (long long)(c0 + n), (long long)g);
+    const size_t src_row = pg_dtype_row_bytes(s->dtype, (size_t)s->n_in);
+    const size_t off = pg_dtype_row_bytes(s->dtype, (size_t)c0);
+    const size_t row = pg_dtype_row_bytes(s->dtype, (size_t)n);
+    uint8_t *buf = malloc((size_t)s->n_out * row);
+    if (!buf) return pg_error(PAGODA_ERR_NOMEM, "model: %s: out of memory for its shard", what);
+    for (int64_t r = 0; r < s->n_out; r++)
+        memcpy(buf + (size_t)r * row, (const uint8_t *)s->w + (size_t)r * src_row + off, row);
+    pg_linear_src_release(s);
+    s->owned = buf;
+    s->w = buf;
+    s->n_in = n;
+    if (drop_bias) s->bias = NULL;
+    return PAGODA_OK;
+}
+
+void pg_linear_src_release(pg_linear_src *s) {
+    free(s->owned);
+    s->owned = NULL;
+}
+
 /* ---- packing ---------------------------------------------------------------------- */
 
 static bool is_float(pg_dtype t) {

@@ -67,6 +67,7 @@ typedef struct pg_linear_src {
     int64_t n_out, n_in;
     bool ct; /* compressed-tensors quantized layer (ct_w) */
     pg_ct_layer ct_w;
+    void *owned; /* a column shard's copy that w points into (pg_linear_src_release), or NULL */
 } pg_linear_src;
 
 /* Linear layer "<prefix>.weight" [n_out, n_in] (+ "<prefix>.bias" when
@@ -87,6 +88,7 @@ typedef struct pg_linear_policy {
     int64_t lm_head_group;  /* its group */
     bool lm_head_act;       /* its activations per (token, group) */
     const pg_ct_config *ct; /* the checkpoint's compressed-tensors config, or NULL */
+    int32_t tp_rank, tp_size; /* tensor parallelism: the shard loaded (size 0 / 1: all) */
 } pg_linear_policy;
 
 /* The policy for model options: bits 0/8/4, group 0 or a multiple of 32,
@@ -100,6 +102,28 @@ typedef struct pg_linear_policy {
  * checkpoint). */
 pagoda_status pg_linear_policy_init(pg_linear_policy *p, pg_dtype compute, int bits, int64_t group,
                                     int64_t act_group, const pg_ct_config *ct);
+
+/* ---- tensor-parallel shards of a source layer (issue 22) --------------------- */
+
+/* Keep rows [r0, r0 + n) of s [n_out, n_in] (a column-parallel shard: this
+ * rank's output features) and of its bias; s->w and s->bias then point
+ * into the source rows (no copy). `what` names the layer in errors.
+ * Errors: PAGODA_ERR_INVALID_ARG (range outside [0, n_out)),
+ * PAGODA_ERR_UNSUPPORTED (compressed-tensors layer). */
+pagoda_status pg_linear_src_rows(pg_linear_src *s, int64_t r0, int64_t n, const char *what);
+/* Keep columns [c0, c0 + n) of s [n_out, n_in] (a row-parallel shard: this
+ * rank's input features) as a copy owned by s (free it with
+ * pg_linear_src_release once packed); the bias is dropped when drop_bias
+ * (a row-parallel layer's bias is added by one rank only). Block-quantized
+ * rows (Q8_0 / Q4_0 / MXFP4: 32, K-quants: 256) and the policy's
+ * load-time quantization groups (p->group, p->act_group) must not straddle
+ * the split. Errors: PAGODA_ERR_UNSUPPORTED (a split off a block or group
+ * boundary, naming both; compressed-tensors layer), PAGODA_ERR_INVALID_ARG
+ * (range), PAGODA_ERR_NOMEM. */
+pagoda_status pg_linear_src_cols(const pg_linear_policy *p, pg_linear_src *s, int64_t c0, int64_t n,
+                                 bool drop_bias, const char *what);
+/* Free a column shard's copy (no-op otherwise). */
+void pg_linear_src_release(pg_linear_src *s);
 
 /* ---- packed linear layers ------------------------------------------------------- */
 

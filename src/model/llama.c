@@ -23,6 +23,8 @@ typedef struct llama {
     pg_linear lm_head; /* lm_head.weight, or a packed copy of the tied embedding */
     float *rope_inv_freq;
     pg_rope_spec rope;
+    struct pg_comm *comm; /* tensor parallelism: rank tp_rank of tp_size (1: none) */
+    int32_t tp_rank, tp_size;
 } llama;
 
 /* ---- forward: the named steps ------------------------------------------------------ */
@@ -50,6 +52,7 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     const llama *m = (const llama *)base;
     const pg_model_config *c = &base->cfg;
     int L = c->num_hidden_layers, n = 0;
+    const int32_t R = m->tp_size; /* this rank's heads */
     size_t cap = 1;
     for (int l = 0; l < L; l++)
         cap += 5 + 2 * (size_t)m->layers[l].moe.n_experts;
@@ -57,10 +60,10 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     if (!ls) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
     pg_dec_dims d = {.hidden = c->hidden_size,
                      .qkv_width = m->layers[0].attn.qkv.n_out,
-                     .attn_width = (int64_t)c->num_attention_heads * c->head_dim,
+                     .attn_width = (int64_t)c->num_attention_heads / R * c->head_dim,
                      .act_width = 1,
-                     .n_heads = c->num_attention_heads,
-                     .n_kv_heads = c->num_key_value_heads,
+                     .n_heads = c->num_attention_heads / R,
+                     .n_kv_heads = c->num_key_value_heads / R,
                      .head_dim = c->head_dim};
     pg_pool *pool = pg_pool_default();
     const int nt = pool ? pg_pool_size(pool) : 1;
@@ -82,12 +85,18 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
         } else {
             ls[n++] = &Y->mlp.gate_up;
             ls[n++] = &Y->mlp.down;
-            d.act_width = c->intermediate_size;
+            d.act_width = Y->mlp.gate_up.n_out;
         }
     }
     ls[n++] = &m->lm_head;
     pagoda_status st = pg_dec_ws_create(&d, lim, ls, n, 1, (pg_dec_ws **)out);
     free(ls);
+    if (st == PAGODA_OK) {
+        pg_dec_ws *ws = *out;
+        ws->comm = m->comm;
+        ws->tp_rank = m->tp_rank;
+        ws->tp_size = m->tp_size;
+    }
     return st;
 }
 
@@ -164,7 +173,7 @@ static pagoda_status load_weights(llama *m, const pg_linear_policy *p, unsigned 
             return st;
         m->base.cache[l] = (pg_layer_cache_spec){
             .kind = window > 0 ? PG_LAYER_CACHE_SLIDING : PG_LAYER_CACHE_FULL,
-            .num_kv_heads = c->num_key_value_heads,
+            .num_kv_heads = c->num_key_value_heads / (p->tp_size > 1 ? p->tp_size : 1),
             .head_dim = c->head_dim,
             .window = window};
         if (p->bits)
@@ -206,6 +215,38 @@ static pagoda_status load_weights(llama *m, const pg_linear_policy *p, unsigned 
     return PAGODA_OK;
 }
 
+/* Tensor parallelism over R ranks: every rank keeps whole heads (no KV-head
+ * replication) and an equal slice of every intermediate dimension. */
+static pagoda_status tp_check(const pg_model_source *src, const pg_model_config *c,
+                              const pg_linear_policy *p, int32_t R, unsigned flags) {
+    const char *path = pg_model_source_path(src);
+    if (c->num_attention_heads % R || c->num_key_value_heads % R)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: tensor-parallel size %d must divide num_attention_heads %d and "
+                        "num_key_value_heads %d (KV-head replication is not supported)",
+                        path, R, c->num_attention_heads, c->num_key_value_heads);
+    bool dense = false, moe = false;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        bool is_moe = (flags & PG_DEC_MOE) && pg_model_config_layer_moe(c, l);
+        moe |= is_moe;
+        dense |= !is_moe;
+    }
+    if (dense && c->intermediate_size % R)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: tensor-parallel size %d must divide intermediate_size %d", path, R,
+                        c->intermediate_size);
+    if (moe && c->moe_intermediate_size % R)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: tensor-parallel size %d must divide moe_intermediate_size %d", path, R,
+                        c->moe_intermediate_size);
+    if (p->ct)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: compressed-tensors checkpoints are not supported under tensor "
+                        "parallelism",
+                        path);
+    return PAGODA_OK;
+}
+
 pagoda_status pg_llama_create(const pg_model_source *src, const pg_model_options *o, unsigned flags,
                               pg_model **out) {
     *out = NULL;
@@ -216,8 +257,14 @@ pagoda_status pg_llama_create(const pg_model_source *src, const pg_model_options
     st = pg_linear_policy_init(&p, o->compute, o->quant_bits, o->quant_group, o->quant_act_group,
                                pg_model_source_ct(src));
     if (st != PAGODA_OK) return st;
+    if (o->tp_size > 1 && (st = tp_check(src, c, &p, o->tp_size, flags))) return st;
+    p.tp_rank = o->tp_size > 1 ? o->tp_rank : 0;
+    p.tp_size = o->tp_size > 1 ? o->tp_size : 1;
     llama *m = calloc(1, sizeof *m);
     if (!m) return pg_error(PAGODA_ERR_NOMEM, "llama: out of memory");
+    m->comm = o->comm;
+    m->tp_rank = p.tp_rank;
+    m->tp_size = p.tp_size;
     pg_weights_init(&m->w, src);
     if ((st = pg_model_base_init(&m->base, &LLAMA_OPS, src, o, c->num_hidden_layers)) ||
         (st = load_weights(m, &p, flags)) || (st = pg_dec_rope_init(src, c, &m->rope_inv_freq))) {
@@ -287,4 +334,5 @@ const pg_arch pg_arch_llama = {
     .gguf_rope_interleaved = true,
     .tensors = pg_llama_tensors,
     .create = create,
+    .tensor_parallel = true,
 };

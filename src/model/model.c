@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "dist/comm.h"
 #include "model/arch.h"
 
 struct pg_model_workspace {
@@ -29,6 +30,18 @@ pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *
         return pg_error(
             PAGODA_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)",
             pg_model_source_path(src), c->architecture, pg_model_supported(list, sizeof list));
+    }
+    if (o->tp_size > 1 || o->tp_rank != 0) {
+        if (o->tp_size < 1 || o->tp_rank < 0 || o->tp_rank >= o->tp_size || !o->comm ||
+            pg_comm_rank(o->comm) != o->tp_rank || pg_comm_size(o->comm) != o->tp_size)
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "model: tensor-parallel rank %d of %d does not match its communicator",
+                            o->tp_rank, o->tp_size);
+        if (!a->tensor_parallel)
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "%s: tensor parallelism (--tensor-parallel-size %d) is not supported "
+                            "for %s (supported: llama, qwen3, qwen3_moe, gpt_oss)",
+                            pg_model_source_path(src), o->tp_size, a->name);
     }
     return a->create(src, o, out);
 }

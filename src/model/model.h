@@ -100,9 +100,19 @@ typedef struct pg_model_options {
     int quant_bits;          /* 0, or 8 / 4: quantize float linear weights at load (W8A8 / W4A8) */
     int64_t quant_group;     /* weight group (0 = per channel; multiple of 32) */
     int64_t quant_act_group; /* activation scales per (token, group of this size); 0 = per token */
+    /* Tensor parallelism (issue 22; docs/ARCHITECTURE.md "Tensor
+     * parallelism"): this process is rank tp_rank of tp_size and loads only
+     * its shard: attention heads and MLP / expert intermediate columns
+     * [rank * n / size, (rank + 1) * n / size) (column-parallel q/k/v and
+     * gate/up, row-parallel o_proj and down_proj), embedding, norms, router
+     * and lm_head replicated; forward all-reduces the residual over comm
+     * after attention and after the MLP. tp_size 0 or 1: the whole model
+     * (comm unused). comm must have rank tp_rank and size tp_size. */
+    int32_t tp_rank, tp_size;
+    struct pg_comm *comm;
 } pg_model_options;
 
-/* max_context 0, compute auto, no quantization. */
+/* max_context 0, compute auto, no quantization, one rank. */
 void pg_model_options_default(pg_model_options *o);
 
 /* The step sizes a workspace is made for. */
@@ -122,9 +132,12 @@ typedef struct pg_model_workspace pg_model_workspace;
  * from the registry), bind and check every tensor and pack the linear
  * layers under `o` (NULL = defaults). `src` must outlive the model.
  * Errors: PAGODA_ERR_UNSUPPORTED (architecture: the message lists the
- * supported ones; weight dtype; option), PAGODA_ERR_NOT_FOUND (missing
- * tensor), PAGODA_ERR_FORMAT (shape vs config), PAGODA_ERR_INVALID_ARG
- * (options: bits, groups), PAGODA_ERR_NOMEM. */
+ * supported ones; weight dtype; option; tp_size > 1 for an architecture or
+ * checkpoint without tensor parallelism, heads / intermediate sizes that do
+ * not divide by tp_size, a row-parallel split off a quantization group),
+ * PAGODA_ERR_NOT_FOUND (missing tensor), PAGODA_ERR_FORMAT (shape vs
+ * config), PAGODA_ERR_INVALID_ARG (options: bits, groups; a communicator
+ * that does not match tp_rank / tp_size), PAGODA_ERR_NOMEM. */
 pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *o, pg_model **out);
 void pg_model_free(pg_model *m);
 

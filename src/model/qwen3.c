@@ -55,4 +55,5 @@ const pg_arch pg_arch_qwen3 = {
     .extra_tensors = QWEN3_EXTRA,
     .parse_hf = pg_qwen3_parse_hf,
     .create = create,
+    .tensor_parallel = true,
 };

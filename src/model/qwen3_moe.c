@@ -86,4 +86,5 @@ const pg_arch pg_arch_qwen3_moe = {
     .parse_hf = parse_hf,
     .parse_gguf = parse_gguf,
     .create = create,
+    .tensor_parallel = true,
 };
