@@ -107,10 +107,6 @@ typedef struct chat {
     long long seed;
     cJSON *messages; /* the conversation, OpenAI format */
     bool tty_in, tty_out;
-    /* test hook (tests/test_chat.c): hold an answer after this many content
-     * chunks until Ctrl-C, so a test can interrupt an answer in mid-stream
-     * on any machine (0 = off; env PAGODA_CHAT_TEST_HOLD_AFTER) */
-    long hold_after;
     /* libedit */
     EditLine *el;
     History *hist;
@@ -125,20 +121,8 @@ typedef struct stream {
     char pend[16]; /* a tag's possible beginning held back */
     size_t npend;
     bool reasoning_shown; /* some reasoning was printed (a newline ends it) */
-    long chunks;
-    bool held;
     pg_strbuf content; /* the answer without reasoning */
 } stream;
-
-static void hold_for_test(stream *s) {
-    if (!s->c->hold_after || s->held || ++s->chunks < s->c->hold_after) return;
-    s->held = true;
-    /* at most 120 s: a test that never sends Ctrl-C must not hang forever */
-    for (int i = 0; i < 12000 && !g_sigint; i++) {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
 
 static void emit(stream *s, bool reasoning, const char *t, size_t n) {
     if (!n) return;
@@ -160,7 +144,6 @@ static void emit(stream *s, bool reasoning, const char *t, size_t n) {
         pg_strbuf_add(&s->content, t, n);
     }
     fflush(stdout);
-    if (!reasoning) hold_for_test(s);
 }
 
 /* Feed answer text that may contain <think>...</think> (local mode; a
@@ -634,8 +617,13 @@ static int getc_fn(EditLine *el, wchar_t *out) {
 static int read_line(chat *c, char **line) {
     *line = NULL;
     if (c->el) {
+        /* the terminal in libedit's mode before the prompt shows (libedit
+         * itself switches at its first read): keys typed right after the
+         * prompt are neither echoed by the kernel nor lost to a Ctrl-C */
+        el_set(c->el, EL_PREP_TERM, 1);
         int n = 0;
         const char *l = el_gets(c->el, &n);
+        el_set(c->el, EL_PREP_TERM, 0); /* back to the terminal's own mode (Ctrl-C signals) */
         if (!l || n <= 0) {
             if (g_sigint) return -1;
             return 0;
@@ -884,8 +872,6 @@ int pg_cmd_chat(int argc, char **argv) {
               .api_key = o.api_key,
               .tty_in = isatty(STDIN_FILENO),
               .tty_out = isatty(STDOUT_FILENO)};
-    const char *hold = getenv("PAGODA_CHAT_TEST_HOLD_AFTER");
-    if (hold) c.hold_after = atol(hold);
     c.messages = cJSON_CreateArray();
     if (o.system) set_system(&c, o.system);
 

@@ -383,7 +383,6 @@ int pg_cmd_serve(int argc, char **argv) {
     if (strcmp(shown, url_host))
         printf("pagoda serve: %s is every address of this machine; from here: http://%s:%d\n",
                bound, shown, port);
-    if (chat_name) printf("pagoda serve: web chat: http://%s:%d/\n", shown, port);
     printf("PORT=%d\n", port);
     const char *auth1 = so.api_key ? "-H 'Authorization: Bearer " : "";
     const char *auth2 = so.api_key ? so.api_key : "", *auth3 = so.api_key ? "' " : "";
