@@ -92,8 +92,8 @@ static void term_start(term *t, const char *args) {
     t->buf = malloc(t->cap);
     assert_non_null(t->buf);
     char cmd[16384];
-    snprintf(cmd, sizeof cmd, "exec %s '%s' chat %s", pg_test_exec_wrapper(),
-             pg_test_pagoda_bin(), args);
+    snprintf(cmd, sizeof cmd, "exec %s '%s' chat %s", pg_test_exec_wrapper(), pg_test_pagoda_bin(),
+             args);
     struct winsize ws = {.ws_row = 24, .ws_col = 80};
     pid_t pid = forkpty(&t->fd, NULL, NULL, &ws);
     assert_true(pid >= 0);
@@ -227,8 +227,8 @@ static int run_piped(const char *args, const char *input, char **out) {
 
 static const char *local_args(void) {
     static char buf[9000];
-    snprintf(buf, sizeof buf, "'%s' --chat-template '%s' --temperature 0 --max-tokens 24",
-             model(), template_file());
+    snprintf(buf, sizeof buf, "'%s' --chat-template '%s' --temperature 0 --max-tokens 24", model(),
+             template_file());
     return buf;
 }
 
@@ -390,8 +390,7 @@ static void test_url_mode(void **state) {
     assert_non_null(strstr(banner, want));
     assert_true(port > 0);
     free(banner);
-    snprintf(args, sizeof args, "--url http://127.0.0.1:%d --temperature 0 --max-tokens 24",
-             port);
+    snprintf(args, sizeof args, "--url http://127.0.0.1:%d --temperature 0 --max-tokens 24", port);
     term t;
     term_start(&t, args);
     term_expect(&t, ">>> ");
@@ -404,8 +403,10 @@ static void test_url_mode(void **state) {
     free(ref);
     /* piped, with a /v1 suffix and the model named */
     char piped[9100], *out;
-    snprintf(piped, sizeof piped, "--url http://127.0.0.1:%d/v1/ --model stories260K-hf "
-             "--temperature 0 --max-tokens 24", port);
+    snprintf(piped, sizeof piped,
+             "--url http://127.0.0.1:%d/v1/ --model stories260K-hf "
+             "--temperature 0 --max-tokens 24",
+             port);
     assert_int_equal(run_piped(piped, "Hello there\n", &out), 0);
     char *ref2 = piped_answer();
     assert_true(strlen(out) == strlen(ref2) + 1 && !strncmp(out, ref2, strlen(ref2)));
@@ -421,8 +422,7 @@ static void test_url_mode(void **state) {
     assert_non_null(strstr(err, "the server answered 404"));
     free(err);
     /* Ctrl-C while the server streams */
-    snprintf(args, sizeof args, "--url http://127.0.0.1:%d --temperature 0 --max-tokens 24",
-             port);
+    snprintf(args, sizeof args, "--url http://127.0.0.1:%d --temperature 0 --max-tokens 24", port);
     check_ctrl_c(args);
     untrack(srv);
     int st = pg_test_serve_stop(srv);

@@ -121,7 +121,7 @@ typedef struct stream {
     char pend[16]; /* a tag's possible beginning held back */
     size_t npend;
     bool reasoning_shown; /* some reasoning was printed (a newline ends it) */
-    pg_strbuf content; /* the answer without reasoning */
+    pg_strbuf content;    /* the answer without reasoning */
 } stream;
 
 static void emit(stream *s, bool reasoning, const char *t, size_t n) {
@@ -219,8 +219,8 @@ static bool reply_local(chat *c, stream *s, bool *stopped) {
     int ctx = pagoda_engine_max_model_len(c->engine);
     if (n == 0 || n + 1 > (size_t)ctx) {
         fprintf(stderr,
-                CMD ": the conversation is %zu tokens; the context is %d (/reset starts over)\n",
-                n, ctx);
+                CMD ": the conversation is %zu tokens; the context is %d (/reset starts over)\n", n,
+                ctx);
         goto out;
     }
     pagoda_request req;
@@ -229,8 +229,8 @@ static bool reply_local(chat *c, stream *s, bool *stopped) {
     if (!isnan(c->top_p)) req.sampling.top_p = c->top_p;
     req.sampling.seed = c->seed;
     long room = ctx - (long)n;
-    req.sampling.max_tokens = (int32_t)(c->max_tokens > 0 && c->max_tokens < room ? c->max_tokens
-                                                                                  : room);
+    req.sampling.max_tokens =
+        (int32_t)(c->max_tokens > 0 && c->max_tokens < room ? c->max_tokens : room);
     req.prompt_token_ids = ids;
     req.n_prompt_token_ids = n;
     uint64_t id;
@@ -273,9 +273,9 @@ out:
 typedef struct http_reply {
     CURL *curl;
     long status;
-    pg_strbuf line;  /* the SSE line being read */
-    pg_strbuf body;  /* a non-200 response */
-    char *error;     /* an error event's message */
+    pg_strbuf line; /* the SSE line being read */
+    pg_strbuf body; /* a non-200 response */
+    char *error;    /* an error event's message */
     stream *s;
     bool done;
 } http_reply;
@@ -595,9 +595,11 @@ static int getc_fn(EditLine *el, wchar_t *out) {
         if (k < 0) return -1;
         if (k == 0) return 0;
         if (have++ == 0)
-            need = b[0] < 0x80 ? 1 : (b[0] & 0xE0) == 0xC0 ? 2 : (b[0] & 0xF0) == 0xE0 ? 3
-                                                             : (b[0] & 0xF8) == 0xF0 ? 4
-                                                                                     : 1;
+            need = b[0] < 0x80             ? 1
+                   : (b[0] & 0xE0) == 0xC0 ? 2
+                   : (b[0] & 0xF0) == 0xE0 ? 3
+                   : (b[0] & 0xF8) == 0xF0 ? 4
+                                           : 1;
         else if ((b[have - 1] & 0xC0) != 0x80)
             return *out = 0xFFFD, 1; /* a broken sequence */
     }
@@ -727,9 +729,9 @@ static int parse_args(int argc, char **argv, chat_options *o) {
     *o = (chat_options){.temperature = NAN, .top_p = NAN, .seed = -1};
     o->api_key = getenv("PAGODA_API_KEY");
     pagoda_engine_options_default(&o->eng);
-    static const char *const VALUED[] = {"--url",       "--model",         "--api-key",
-                                         "--system",    "--chat-template", "--max-tokens",
-                                         "--temperature", "--top-p",       "--seed"};
+    static const char *const VALUED[] = {"--url",         "--model",         "--api-key",
+                                         "--system",      "--chat-template", "--max-tokens",
+                                         "--temperature", "--top-p",         "--seed"};
     for (int i = 1; i < argc; i++) {
         int e = pg_engine_args_parse(CMD, argc, argv, &i, &o->eng);
         if (e < 0) return 2;
@@ -791,7 +793,7 @@ static int parse_args(int argc, char **argv, chat_options *o) {
     }
     if (o->url && o->tmpl_file) {
         fprintf(stderr, CMD ": --chat-template is for a local MODEL (the server applies its "
-                        "own; `pagoda serve --chat-template`)\n");
+                            "own; `pagoda serve --chat-template`)\n");
         return 2;
     }
     if (o->model && o->served_model) {
@@ -894,8 +896,8 @@ int pg_cmd_chat(int argc, char **argv) {
             rc = 1;
             goto out;
         }
-        if (c.tty_out) fprintf(stderr, "pagoda chat: %s at %s (/help for commands)\n", c.model,
-                               c.base);
+        if (c.tty_out)
+            fprintf(stderr, "pagoda chat: %s at %s (/help for commands)\n", c.model, c.base);
     } else {
         if (o.tmpl_file && !(c.tmpl = slurp(o.tmpl_file))) {
             fprintf(stderr, CMD ": --chat-template: cannot read '%s': %s\n", o.tmpl_file,
@@ -910,8 +912,7 @@ int pg_cmd_chat(int argc, char **argv) {
         }
         char *probe = NULL; /* a model without a template: say so before the first question */
         if (pagoda_chat_template_source(c.engine, c.tmpl, &probe) != PAGODA_OK) {
-            fprintf(stderr, CMD ": %s has no chat template; pass --chat-template FILE\n",
-                    o.model);
+            fprintf(stderr, CMD ": %s has no chat template; pass --chat-template FILE\n", o.model);
             rc = 1;
             goto out;
         }
