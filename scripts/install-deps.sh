@@ -43,7 +43,6 @@ NATIVE_PKGS=(
   python3                  # tests/node/scripted_gpt_oss.py (gpt-oss tool calls), tests/hub/mock_hub.py (mock HF hub)
   libcurl4-openssl-dev     # `pagoda bench serve` HTTP client (curl_multi), hub downloads
   libedit-dev              # `pagoda chat` line editing
-  chromium                 # tests/node/webchat.test.mjs: the web chat page in headless Chromium
   libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
   libsndfile1-dev libsoxr-dev libavformat-dev libavcodec-dev libavutil-dev  # audio decoding (src/audio/)
   ffmpeg                   # tests/test_audio_decode.c converts the test WAVs to mp3/m4a/webm/...
