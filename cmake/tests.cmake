@@ -35,7 +35,7 @@ set(PAGODA_SVE_VL_TESTS
     test_gemm_grouped test_kquant test_moe test_mxfp4 test_ops test_qgemm test_vexp
     test_vops)
 set(PAGODA_HOST_ONLY_TESTS test_audio_decode test_cli_args test_grammar test_speech test_speech_cli
-    test_whisper_engine test_tp)
+    test_whisper_engine test_tp test_chat)
 # Features qemu-aarch64 -cpu max must show (names as in `pagoda env`).
 set(PAGODA_QEMU_MAX_FEATURES "asimd,fp16,dotprod,i8mm,bf16,sve,sve2,lse")
 

@@ -26,7 +26,7 @@ esac
 # the request `make run` prints, file for CPack's dpkg-shlibdeps step.
 SERVE_LIBS=(
   libmimalloc-dev libpcre2-dev libutf8proc-dev libcjson-dev libmicrohttpd-dev
-  nettle-dev libxxhash-dev libcurl4-openssl-dev zlib1g-dev
+  nettle-dev libxxhash-dev libcurl4-openssl-dev zlib1g-dev libedit-dev
   libsndfile1-dev libsoxr-dev libavformat-dev libavcodec-dev libavutil-dev
 )
 SERVE_PKGS=(build-essential cmake pkg-config file curl "${SERVE_LIBS[@]}")
@@ -42,6 +42,7 @@ NATIVE_PKGS=(
   curl jq                  # end-to-end tests of `pagoda serve`
   python3                  # tests/node/scripted_gpt_oss.py (gpt-oss tool calls), tests/hub/mock_hub.py (mock HF hub)
   libcurl4-openssl-dev     # `pagoda bench serve` HTTP client (curl_multi), hub downloads
+  libedit-dev              # `pagoda chat` line editing
   libomp-dev               # LLVM OpenMP, peer in the fork-join benchmark
   libsndfile1-dev libsoxr-dev libavformat-dev libavcodec-dev libavutil-dev  # audio decoding (src/audio/)
   ffmpeg                   # tests/test_audio_decode.c converts the test WAVs to mp3/m4a/webm/...
@@ -58,7 +59,7 @@ ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64
             libmicrohttpd-dev:arm64 libcurl4-openssl-dev:arm64
             nettle-dev:arm64 libxxhash-dev:arm64
             libsndfile1-dev:arm64 libsoxr-dev:arm64 libavformat-dev:arm64
-            libavcodec-dev:arm64 libavutil-dev:arm64 zlib1g-dev:arm64)
+            libavcodec-dev:arm64 libavutil-dev:arm64 zlib1g-dev:arm64 libedit-dev:arm64)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -290,6 +290,26 @@ static void test_usage_errors_exit_2(void **state) {
     free(out);
 }
 
+/* --prompt - reads the prompt from standard input: the same greedy text as
+ * the prompt given on the command line. */
+static void test_prompt_from_stdin(void **state) {
+    (void)state;
+    require_runnable();
+    char args[9000], *a, *b;
+    snprintf(args, sizeof args, "%s --prompt 'Once upon a time' --temperature 0 --max-tokens 20",
+             model_arg("llm/stories260K-hf"));
+    assert_int_equal(run(args, false, &a), 0);
+    char in[4200];
+    snprintf(in, sizeof in, "%s/prompt.txt", pg_test_tmpdir());
+    pg_test_write_file(in, "Once upon a time", 16);
+    snprintf(args, sizeof args, "%s --prompt - --temperature 0 --max-tokens 20 <'%s'",
+             model_arg("llm/stories260K-hf"), in);
+    assert_int_equal(run(args, false, &b), 0);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+}
+
 static void test_runtime_errors_exit_1(void **state) {
     (void)state;
     require_runnable();
@@ -688,6 +708,7 @@ int main(void) {
         cmocka_unit_test(test_stops_at_eos_unless_ignored),
         cmocka_unit_test(test_usage_errors_exit_2),
         cmocka_unit_test(test_speculative_config_keeps_greedy_output),
+        cmocka_unit_test(test_prompt_from_stdin),
         cmocka_unit_test(test_runtime_errors_exit_1),
         cmocka_unit_test(test_prompts_file),
         cmocka_unit_test(test_prompts_file_runtime_failure_exits_1),

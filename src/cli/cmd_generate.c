@@ -33,6 +33,7 @@
 typedef struct gen_options {
     const char *model;
     const char *prompt;
+    char *prompt_owned; /* --prompt -: standard input's text */
     long max_tokens;                 /* -1 = up to the context (or generation_config's
                                         max_new_tokens) */
     float temperature, top_p, min_p; /* NAN = not given */
@@ -56,7 +57,8 @@ static const char USAGE[] =
     "first when missing; see `pagoda download --help`).\n"
     "\n"
     "options:\n"
-    "  --prompt TEXT        text to continue (encoded with BOS as the tokenizer says)\n"
+    "  --prompt TEXT        text to continue (encoded with BOS as the tokenizer says);\n"
+    "                       '-' reads it from standard input (to its end, as is)\n"
     "  --max-tokens N       at most N new tokens (default: up to the context length)\n"
     "  --temperature T      0 = greedy (default: generation_config.json, else 1)\n"
     "  --top-p P            nucleus sampling, (0, 1] (default: generation_config, else 1)\n"
@@ -97,6 +99,32 @@ static bool parse_float(const char *s, float *out) {
 static const char *const VALUED[] = {"--prompt", "--max-tokens",  "--temperature", "--top-p",
                                      "--top-k",  "--min-p",       "--seed",        "--min-tokens",
                                      "--stop",   "--prompts-file"};
+
+/* All of standard input, NUL-terminated, in a malloc'ed buffer (*len bytes
+ * before the NUL); NULL on a read error or out of memory. */
+static char *read_stdin(size_t *len) {
+    size_t cap = 1 << 16, n = 0, r;
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    while ((r = fread(b + n, 1, cap - n - 1, stdin)) > 0) {
+        n += r;
+        if (n + 1 == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) {
+                free(b);
+                return NULL;
+            }
+            b = nb;
+        }
+    }
+    if (ferror(stdin)) {
+        free(b);
+        return NULL;
+    }
+    b[n] = 0;
+    *len = n;
+    return b;
+}
 
 /* Returns 0 on success, 2 on a usage error (message printed), -1 for --help. */
 static int parse_args(int argc, char **argv, gen_options *o) {
@@ -177,6 +205,22 @@ static int parse_args(int argc, char **argv, gen_options *o) {
     if (o->prompt && o->prompts_file) {
         fprintf(stderr, CMD ": give --prompt or --prompts-file, not both\n");
         return 2;
+    }
+    if (!strcmp(o->prompt ? o->prompt : "", "-")) {
+        size_t n = 0;
+        if (!(o->prompt_owned = read_stdin(&n))) {
+            fprintf(stderr, CMD ": --prompt -: cannot read standard input\n");
+            return 1;
+        }
+        if (n == 0 || strlen(o->prompt_owned) != n) {
+            fprintf(stderr, CMD ": --prompt -: standard input is %s\n",
+                    n == 0 ? "empty (give some text; the server rejects an empty prompt too)"
+                           : "not text (it has a NUL byte)");
+            free(o->prompt_owned);
+            o->prompt_owned = NULL;
+            return 2;
+        }
+        o->prompt = o->prompt_owned;
     }
     return pg_engine_args_check(CMD, &o->eng);
 }
@@ -558,10 +602,21 @@ static void log_spec_decoding(pagoda_engine *e, double t0) {
         fprintf(stderr, "pagoda generate: %s\n", line);
 }
 
+static int generate(gen_options *o);
+
 int pg_cmd_generate(int argc, char **argv) {
     gen_options o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
+    if (!rc) rc = generate(&o);
+    else if (rc < 0)
+        rc = 0;
+    free(o.prompt_owned);
+    return rc;
+}
+
+static int generate(gen_options *op) {
+    const gen_options o = *op;
+    int rc;
 
     pagoda_engine *e;
     pagoda_status st = pagoda_engine_create(o.model, &o.eng, &e);

@@ -360,8 +360,15 @@ int pg_cmd_serve(int argc, char **argv) {
         free(tmpl);
         return rc;
     }
-    const char *shown =
-        strchr(so.host, ':') ? "[::1]" : (!strcmp(so.host, "0.0.0.0") ? "127.0.0.1" : so.host);
+    /* the banner names the address really bound (0.0.0.0 / :: included);
+     * the example requests use one a client on this machine can reach */
+    char bound[64], url_host[80];
+    pg_server_bound_address(srv, bound, sizeof bound);
+    bool v6 = strchr(bound, ':') != NULL;
+    snprintf(url_host, sizeof url_host, v6 ? "[%s]" : "%s", bound);
+    const char *shown = !strcmp(bound, "0.0.0.0") ? "127.0.0.1"
+                        : !strcmp(bound, "::")    ? "[::1]"
+                                                  : url_host;
     int port = pg_server_port(srv);
     const char *chat_name = NULL, *speech_name = NULL;
     for (int k = 0; k < n_models; k++) {
@@ -371,8 +378,11 @@ int pg_cmd_serve(int argc, char **argv) {
         if (!speech && !chat_name) chat_name = name;
         printf("pagoda serve: %s (%s, max_model_len %d) listening on http://%s:%d\n", name,
                speech ? "speech to text" : "text generation",
-               pagoda_engine_max_model_len(engines[k]), shown, port);
+               pagoda_engine_max_model_len(engines[k]), url_host, port);
     }
+    if (strcmp(shown, url_host))
+        printf("pagoda serve: %s is every address of this machine; from here: http://%s:%d\n",
+               bound, shown, port);
     printf("PORT=%d\n", port);
     const char *auth1 = so.api_key ? "-H 'Authorization: Bearer " : "";
     const char *auth2 = so.api_key ? so.api_key : "", *auth3 = so.api_key ? "' " : "";

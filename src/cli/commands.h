@@ -19,6 +19,8 @@ int pg_cmd_chat_template(int argc, char **argv);
 int pg_cmd_tokenize(int argc, char **argv);
 int pg_cmd_detokenize(int argc, char **argv);
 int pg_cmd_generate(int argc, char **argv);
+/* `pagoda chat MODEL | --url URL` (cmd_chat.c): interactive terminal chat. */
+int pg_cmd_chat(int argc, char **argv);
 int pg_cmd_serve(int argc, char **argv);
 /* `pagoda download org/name` (cmd_download.c): fetch a model from the HF hub. */
 int pg_cmd_download(int argc, char **argv);

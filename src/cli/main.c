@@ -17,6 +17,7 @@ static const pg_command COMMANDS[] = {
     {"chat-template", pg_cmd_chat_template, "render a conversation with a model's chat template"},
     {"tokenize", pg_cmd_tokenize, "print the token ids of a text (TOKENIZER --text TEXT)"},
     {"detokenize", pg_cmd_detokenize, "print the text of token ids (TOKENIZER --ids 1,2,3)"},
+    {"chat", pg_cmd_chat, "interactive chat in the terminal (MODEL, or --url of a server)"},
     {"generate", pg_cmd_generate, "generate text for one prompt (offline, batch of one)"},
     {"transcribe", pg_cmd_transcribe, "speech to text with a Whisper model (MODEL FILE [--language L] ...)"},
     {"serve", pg_cmd_serve, "OpenAI-compatible HTTP server (MODEL [--port 8000] ...)"},

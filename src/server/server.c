@@ -1661,6 +1661,24 @@ int pg_server_port(const pg_server *s) {
     return s->port;
 }
 
+bool pg_server_bound_address(const pg_server *s, char *buf, size_t cap) {
+    if (cap) snprintf(buf, cap, "?");
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_LISTEN_FD);
+    if (!di || di->listen_fd == MHD_INVALID_SOCKET) return false;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(di->listen_fd, (struct sockaddr *)&ss, &len) != 0) return false;
+    char tmp[INET6_ADDRSTRLEN];
+    const void *a = ss.ss_family == AF_INET6
+                        ? (const void *)&((const struct sockaddr_in6 *)&ss)->sin6_addr
+                        : (const void *)&((const struct sockaddr_in *)&ss)->sin_addr;
+    if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) return false;
+    if (!inet_ntop(ss.ss_family, a, tmp, sizeof tmp)) return false;
+    if (strlen(tmp) >= cap) return false;
+    memcpy(buf, tmp, strlen(tmp) + 1);
+    return true;
+}
+
 void pg_srv_active_add(pg_server *s, int64_t d) {
     pthread_mutex_lock(&s->mu);
     s->n_active += d;

@@ -90,6 +90,13 @@ bool pg_server_model_is_speech(const pg_server *s, size_t k);
 /* The bound TCP port (the ephemeral one when port 0 was asked). */
 int pg_server_port(const pg_server *s);
 
+/* The address the listening socket is really bound to, as the kernel
+ * reports it (getsockname): "127.0.0.1", "0.0.0.0" (all IPv4 addresses),
+ * "::1", "::" ... written NUL-terminated into buf (cap >= 46 bytes is
+ * always enough; INET6_ADDRSTRLEN). Returns false (buf = "?") when the
+ * socket cannot be queried. */
+bool pg_server_bound_address(const pg_server *s, char *buf, size_t cap);
+
 /* Graceful shutdown (SIGTERM), step 1: stop taking new work. The listening
  * socket is shut down, so new connections are refused (a load balancer
  * tries another replica at once, as with uvicorn under vLLM); a request

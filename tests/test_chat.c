@@ -1,0 +1,457 @@
+/* `pagoda chat` end to end through a pseudo-terminal (forkpty): what a user
+ * at a terminal does (send a message and see the answer, /system, /reset,
+ * /save and /load, history with the up arrow, Ctrl-C on a typed line and at
+ * the prompt, Ctrl-D), the same in --url mode against a `pagoda serve`
+ * started here, and the piped (non-terminal) mode scripts use.
+ *
+ * Nothing here depends on timing: every wait polls for an expected output
+ * with a deadline (minutes: only a hung chat ever reaches it), and a child
+ * still running when a test ends (or fails) is killed by the teardown.
+ * (Ctrl-C in the middle of an answer is not tested here yet: see
+ * docs/ARCHITECTURE.md.) Answers are greedy (temperature 0) on stories260K
+ * with a plain chat template, so the terminal's answer can be compared
+ * with the piped mode's for the same conversation. */
+#include "testutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve_proc.h"
+
+#define DEADLINE_S 180.0 /* any single wait; reached only by a hang */
+
+static char g_dir[4096]; /* this run's temporary directory */
+
+static pid_t g_children[8];
+static int g_nchildren;
+
+static void track(pid_t pid) {
+    if (g_nchildren < 8) g_children[g_nchildren++] = pid;
+}
+
+static void untrack(pid_t pid) {
+    for (int i = 0; i < g_nchildren; i++)
+        if (g_children[i] == pid) g_children[i] = g_children[--g_nchildren];
+}
+
+/* Kill whatever a test left running (also after a failed assertion). */
+static int teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < g_nchildren; i++) {
+        kill(g_children[i], SIGKILL);
+        waitpid(g_children[i], NULL, 0);
+    }
+    g_nchildren = 0;
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *model(void) {
+    static char buf[4200];
+    snprintf(buf, sizeof buf, "%s", pg_test_asset("llm/stories260K-hf"));
+    return buf;
+}
+
+static const char *template_file(void) {
+    static char buf[4200];
+    const char *src = getenv("PAGODA_SOURCE_DIR");
+    snprintf(buf, sizeof buf, "%s/tests/data/chat_simple.jinja", src && *src ? src : "..");
+    return buf;
+}
+
+/* ---- a chat on a pseudo-terminal ------------------------------------------ */
+
+typedef struct term {
+    pid_t pid;
+    int fd;
+    char *buf; /* everything the terminal showed */
+    size_t len, cap;
+    size_t mark; /* expect() searches from here */
+} term;
+
+/* Start `pagoda chat ARGS` on a new pty (80x24, TERM=xterm). */
+static void term_start(term *t, const char *args) {
+    memset(t, 0, sizeof *t);
+    t->cap = 1 << 16;
+    t->buf = malloc(t->cap);
+    assert_non_null(t->buf);
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "exec %s '%s' chat %s", pg_test_exec_wrapper(), pg_test_pagoda_bin(),
+             args);
+    struct winsize ws = {.ws_row = 24, .ws_col = 80};
+    pid_t pid = forkpty(&t->fd, NULL, NULL, &ws);
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("TERM", "xterm", 1);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    t->pid = pid;
+    track(pid);
+    fcntl(t->fd, F_SETFL, fcntl(t->fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Read what is there (waiting up to ms); false at the pty's end. */
+static bool term_pump(term *t, int ms) {
+    struct pollfd p = {.fd = t->fd, .events = POLLIN};
+    if (poll(&p, 1, ms) <= 0) return true;
+    if (t->len + 4096 + 1 > t->cap) {
+        t->buf = realloc(t->buf, t->cap *= 2);
+        assert_non_null(t->buf);
+    }
+    ssize_t n = read(t->fd, t->buf + t->len, 4096);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+    if (n <= 0) return false; /* EIO: the child closed the terminal */
+    t->len += (size_t)n;
+    t->buf[t->len] = 0;
+    return true;
+}
+
+/* Wait until `needle` shows after the mark; the mark moves past it. Returns
+ * the offset where it starts. */
+static size_t term_expect(term *t, const char *needle) {
+    double end = now_s() + DEADLINE_S;
+    for (;;) {
+        if (t->len) {
+            t->buf[t->len] = 0;
+            const char *hit = strstr(t->buf + t->mark, needle);
+            if (hit) {
+                size_t at = (size_t)(hit - t->buf);
+                t->mark = at + strlen(needle);
+                return at;
+            }
+        }
+        if (now_s() > end || !term_pump(t, 100)) {
+            if (t->len) t->buf[t->len] = 0;
+            fail_msg("the chat did not show \"%s\"; the terminal shows:\n%s", needle,
+                     t->len ? t->buf + t->mark : "(nothing)");
+        }
+    }
+}
+
+static void term_send(term *t, const char *s) {
+    size_t n = strlen(s);
+    while (n) {
+        ssize_t k = write(t->fd, s, n);
+        if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
+            term_pump(t, 10);
+            continue;
+        }
+        assert_true(k > 0);
+        s += k, n -= (size_t)k;
+    }
+}
+
+/* Wait for the chat to exit (reading its output meanwhile); its exit code. */
+static int term_wait(term *t) {
+    double end = now_s() + DEADLINE_S;
+    int st;
+    while (waitpid(t->pid, &st, WNOHANG) != t->pid) {
+        if (now_s() > end) {
+            if (t->len) t->buf[t->len] = 0;
+            fail_msg("the chat did not exit; the terminal shows:\n%s",
+                     t->len ? t->buf + t->mark : "(nothing)");
+        }
+        term_pump(t, 50);
+    }
+    untrack(t->pid);
+    while (term_pump(t, 0) && t->len) { /* drain what is left */
+        struct pollfd p = {.fd = t->fd, .events = POLLIN};
+        if (poll(&p, 1, 0) <= 0) break;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void term_close(term *t) {
+    close(t->fd);
+    free(t->buf);
+}
+
+/* The text shown between offsets [a, b) with the terminal's "\r\n" as "\n". */
+static char *shown(const term *t, size_t a, size_t b) {
+    char *s = malloc(b - a + 1), *o = s;
+    assert_non_null(s);
+    for (size_t i = a; i < b; i++)
+        if (!(t->buf[i] == '\r' && i + 1 < b && t->buf[i + 1] == '\n')) *o++ = t->buf[i];
+    *o = 0;
+    return s;
+}
+
+/* Send a message and return its answer as the terminal showed it (the text
+ * between the echoed line and the next prompt). */
+static char *ask(term *t, const char *msg) {
+    char line[1024];
+    snprintf(line, sizeof line, "%s\r", msg);
+    term_send(t, line);
+    size_t from = t->mark;
+    size_t b = term_expect(t, "\r\n>>> ");
+    /* the answer starts after the last echo of the line before the prompt */
+    snprintf(line, sizeof line, "%s\r\n", msg);
+    size_t n = strlen(line), a = SIZE_MAX;
+    for (size_t i = from; i + n <= b; i++)
+        if (!memcmp(t->buf + i, line, n)) a = i + n;
+    if (a == SIZE_MAX) fail_msg("the chat did not echo \"%s\":\n%s", msg, t->buf + from);
+    return shown(t, a, b);
+}
+
+/* ---- the piped mode --------------------------------------------------------- */
+
+/* `pagoda chat ARGS` with `input` on a pipe as standard input; its stdout
+ * in *out, the exit code returned. */
+static int run_piped(const char *args, const char *input, char **out) {
+    const char *dir = g_dir;
+    char in[4300], cmd[16384];
+    snprintf(in, sizeof in, "%s/input.txt", dir);
+    pg_test_write_file(in, input, strlen(input));
+    /* `cat |`: standard input is a pipe, not a file */
+    snprintf(cmd, sizeof cmd, "cat '%s' | %s '%s' chat %s 2>'%s/err.txt'", in,
+             pg_test_exec_wrapper(), pg_test_pagoda_bin(), args, dir);
+    return pg_test_run_command(cmd, out);
+}
+
+static const char *local_args(void) {
+    static char buf[9000];
+    snprintf(buf, sizeof buf, "'%s' --chat-template '%s' --temperature 0 --max-tokens 24", model(),
+             template_file());
+    return buf;
+}
+
+/* The piped answer to "Hello there" (the reference for the terminal runs). */
+static char *piped_answer(void) {
+    char *out;
+    assert_int_equal(run_piped(local_args(), "Hello there\n", &out), 0);
+    size_t n = strlen(out);
+    assert_true(n > 1 && out[n - 1] == '\n');
+    out[n - 1] = 0; /* the newline after the answer */
+    return out;
+}
+
+static void test_piped_mode(void **state) {
+    (void)state;
+    char *ref = piped_answer();
+    char path[4400], input[9000];
+    snprintf(path, sizeof path, "%s/conv.json", g_dir);
+    /* a continued line, a """ block, commands; the file has what was said */
+    snprintf(input, sizeof input,
+             "Hello there\n/system Be brief.\nsecond \\\nline\n\"\"\"\nblock one\nblock two\n"
+             "\"\"\"\n/bogus\n/save %s\n",
+             path);
+    char *out;
+    assert_int_equal(run_piped(local_args(), input, &out), 0);
+    assert_true(!strncmp(out, ref, strlen(ref))); /* the first answer as alone */
+    assert_non_null(strstr(out, "(system prompt set)\n"));
+    assert_non_null(strstr(out, "(saved 7 messages to "));
+    char *conv = pg_test_read_file(path, NULL);
+    assert_non_null(strstr(conv, "\"content\":\t\"Be brief.\""));
+    assert_non_null(strstr(conv, "\"content\":\t\"Hello there\""));
+    assert_non_null(strstr(conv, "\"content\":\t\"second \\nline\""));
+    assert_non_null(strstr(conv, "\"content\":\t\"block one\\nblock two\""));
+    assert_true(strstr(conv, "\"system\"") < strstr(conv, "\"Hello there\""));
+    free(conv);
+    free(out);
+    /* /load of a broken file: a message, the chat goes on */
+    char bad[4400];
+    snprintf(bad, sizeof bad, "%s/bad.json", g_dir);
+    pg_test_write_file(bad, "{\"role\": 1}", 11);
+    snprintf(input, sizeof input, "/load %s\n/load %s\nHello there\n", bad, path);
+    char cmd_args[9100];
+    snprintf(cmd_args, sizeof cmd_args, "%s", local_args());
+    assert_int_equal(run_piped(cmd_args, input, &out), 0);
+    assert_non_null(strstr(out, "(loaded 7 messages from "));
+    char errp[4400];
+    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
+    char *err = pg_test_read_file(errp, NULL);
+    assert_non_null(strstr(err, "is not a JSON array of messages"));
+    free(err);
+    free(out);
+    free(ref);
+}
+
+/* A model without a chat template: a clear error before any question. */
+static void test_no_template(void **state) {
+    (void)state;
+    char args[4400], *out;
+    snprintf(args, sizeof args, "'%s'", model());
+    assert_int_equal(run_piped(args, "Hello\n", &out), 1);
+    free(out);
+    char errp[4400];
+    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
+    char *err = pg_test_read_file(errp, NULL);
+    assert_non_null(strstr(err, "has no chat template; pass --chat-template FILE"));
+    free(err);
+}
+
+/* ---- the terminal ------------------------------------------------------------- */
+
+static void test_terminal_chat(void **state) {
+    (void)state;
+    char *ref = piped_answer();
+    term t;
+    term_start(&t, local_args());
+    term_expect(&t, ">>> ");
+    char *a = ask(&t, "Hello there");
+    assert_string_equal(a, ref);
+    free(a);
+    /* /system, then /save: system, user, assistant */
+    char path[4400], path2[4400], cmd[9000];
+    snprintf(path, sizeof path, "%s/t.json", g_dir);
+    snprintf(path2, sizeof path2, "%s/t2.json", g_dir);
+    term_send(&t, "/system Be brief.\r");
+    term_expect(&t, "(system prompt set)");
+    snprintf(cmd, sizeof cmd, "/save %s\r", path);
+    term_send(&t, cmd);
+    term_expect(&t, "(saved 3 messages to ");
+    /* history: the up arrow brings "/save ..." back, twice up "Hello there" */
+    term_expect(&t, ">>> ");
+    term_send(&t, "\x1b[A\x1b[A\x1b[A\r");
+    term_expect(&t, "Hello there");
+    term_expect(&t, "\r\n>>> ");
+    /* /reset keeps the system prompt; /load brings the three messages back */
+    term_send(&t, "/reset\r");
+    term_expect(&t, "(conversation cleared; the system prompt stays)");
+    snprintf(cmd, sizeof cmd, "/save %s\r", path2);
+    term_send(&t, cmd);
+    term_expect(&t, "(saved 1 messages to ");
+    snprintf(cmd, sizeof cmd, "/load %s\r", path);
+    term_send(&t, cmd);
+    term_expect(&t, "(loaded 3 messages from ");
+    snprintf(cmd, sizeof cmd, "/save %s\r", path2);
+    term_send(&t, cmd);
+    term_expect(&t, "(saved 3 messages to ");
+    term_expect(&t, ">>> ");
+    char *c1 = pg_test_read_file(path, NULL), *c2 = pg_test_read_file(path2, NULL);
+    assert_string_equal(c1, c2);
+    assert_non_null(strstr(c1, "\"role\":\t\"system\""));
+    free(c1);
+    free(c2);
+    /* Ctrl-D at the empty prompt: exit 0 */
+    term_send(&t, "\x04");
+    assert_int_equal(term_wait(&t), 0);
+    term_close(&t);
+    free(ref);
+}
+
+/* Ctrl-C on a line with text discards it and the prompt returns; Ctrl-C
+ * at the empty prompt exits. */
+static void check_ctrl_c(const char *args) {
+    term t;
+    term_start(&t, args);
+    term_expect(&t, ">>> ");
+    /* typed text and Ctrl-C: the line is discarded, the chat stays */
+    term_send(&t, "never sent");
+    term_expect(&t, "never sent");
+    term_send(&t, "\x03");
+    term_expect(&t, "^C\r\n>>> ");
+    term_send(&t, "/help\r");
+    term_expect(&t, "/system TEXT");
+    term_expect(&t, ">>> ");
+    /* Ctrl-C at the empty prompt: exit 0 */
+    term_send(&t, "\x03");
+    assert_int_equal(term_wait(&t), 0);
+    term_close(&t);
+}
+
+static void test_ctrl_c(void **state) {
+    (void)state;
+    check_ctrl_c(local_args());
+}
+
+/* --url: the same conversation through a `pagoda serve` of the same model
+ * and template gives the same greedy answer; Ctrl-C stops a streamed one. */
+static void test_url_mode(void **state) {
+    (void)state;
+    char *ref = piped_answer();
+    char args[9000], out_path[4400];
+    snprintf(out_path, sizeof out_path, "%s/serve.out", g_dir);
+    snprintf(args, sizeof args, "'%s' --chat-template '%s' --max-num-seqs 4 --host 0.0.0.0",
+             model(), template_file());
+    int port = 0;
+    pid_t srv = pg_test_serve_start(args, out_path, &port);
+    track(srv);
+    /* the banner names the address really bound and the real port */
+    char *banner = pg_test_read_file(out_path, NULL), want[128];
+    snprintf(want, sizeof want, "listening on http://0.0.0.0:%d\n", port);
+    assert_non_null(strstr(banner, want));
+    assert_true(port > 0);
+    free(banner);
+    snprintf(args, sizeof args, "--url http://127.0.0.1:%d --temperature 0 --max-tokens 24", port);
+    term t;
+    term_start(&t, args);
+    term_expect(&t, ">>> ");
+    char *a = ask(&t, "Hello there");
+    assert_string_equal(a, ref);
+    free(a);
+    term_send(&t, "/exit\r");
+    assert_int_equal(term_wait(&t), 0);
+    term_close(&t);
+    free(ref);
+    /* piped, with a /v1 suffix and the model named */
+    char piped[9100], *out;
+    snprintf(piped, sizeof piped,
+             "--url http://127.0.0.1:%d/v1/ --model stories260K-hf "
+             "--temperature 0 --max-tokens 24",
+             port);
+    assert_int_equal(run_piped(piped, "Hello there\n", &out), 0);
+    char *ref2 = piped_answer();
+    assert_true(strlen(out) == strlen(ref2) + 1 && !strncmp(out, ref2, strlen(ref2)));
+    free(out);
+    free(ref2);
+    /* an unknown model: the server's message, exit 1 for a script */
+    snprintf(piped, sizeof piped, "--url http://127.0.0.1:%d --model nope", port);
+    assert_int_equal(run_piped(piped, "Hello there\n", &out), 1);
+    free(out);
+    char errp[4400];
+    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
+    char *err = pg_test_read_file(errp, NULL);
+    assert_non_null(strstr(err, "the server answered 404"));
+    free(err);
+    /* Ctrl-C while the server streams */
+    snprintf(args, sizeof args, "--url http://127.0.0.1:%d --temperature 0 --max-tokens 24", port);
+    check_ctrl_c(args);
+    untrack(srv);
+    int st = pg_test_serve_stop(srv);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Nothing listening: a clear error, exit 1. */
+static void test_url_unreachable(void **state) {
+    (void)state;
+    char *out;
+    assert_int_equal(run_piped("--url http://127.0.0.1:1", "Hello\n", &out), 1);
+    free(out);
+    char errp[4400];
+    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
+    char *err = pg_test_read_file(errp, NULL);
+    assert_non_null(strstr(err, "cannot reach http://127.0.0.1:1/v1"));
+    free(err);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(g_dir, sizeof g_dir, "%s", pg_test_tmpdir());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_piped_mode, teardown),
+        cmocka_unit_test_teardown(test_no_template, teardown),
+        cmocka_unit_test_teardown(test_terminal_chat, teardown),
+        cmocka_unit_test_teardown(test_ctrl_c, teardown),
+        cmocka_unit_test_teardown(test_url_mode, teardown),
+        cmocka_unit_test_teardown(test_url_unreachable, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
