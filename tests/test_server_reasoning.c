@@ -6,15 +6,17 @@
  * ephemeral port; requests go through testutil's pg_test_http_post.
  *
  * The random model is steered deterministically by the request itself
- * (greedy): logit_bias <think> +50, "~" +40, </think> +30 and
- * repetition_penalty 2 (a positive logit of a token already in the prompt
- * or output is halved). Inside the reasoning nothing is masked, so the
- * model writes <think> (50), "~" (40 > 50/2), </think> (30 > 40/2, 50/2),
- * each step winning by >= 5 logits over the biased rivals and by ~30 over
- * the unbiased tokens (the model's own logits are far smaller), on every
- * ISA. After </think> the grammar allows neither "~" nor the tags, so the
- * model writes the grammar's output. Before this feature the grammar
- * applied from the first token: no reasoning, and these tests fail. */
+ * (greedy): logit_bias <think> +100, "~" +100, </think> +50 and
+ * repetition_penalty 10 (a positive logit of a token already in the prompt
+ * or output is divided by 10). Inside the reasoning nothing is masked, so
+ * the model writes <think> (the only biased token the first mask allows),
+ * "~" (100 against 50 and 100/10), </think> (50 against 100/10 twice): each
+ * step wins by >= 40 logits over the biased rivals and by ~50 over the
+ * unbiased tokens, while this model's own logits spread over a few units
+ * (top-20 logprobs within ~3.5 of each other), on every ISA. After </think>
+ * the grammar allows neither "~" nor the tags, so the model writes the
+ * grammar's output. Before this feature the grammar applied from the first
+ * token: no reasoning, and these tests fail. */
 #define _GNU_SOURCE
 #include "testutil.h"
 
@@ -108,11 +110,11 @@ static int teardown(void **state) {
 static char *body(bool bias_think, bool stream, const char *extra) {
     char *b = NULL;
     char think[32] = "";
-    if (bias_think) snprintf(think, sizeof think, "\"%d\":50,", g_think);
+    if (bias_think) snprintf(think, sizeof think, "\"%d\":100,", g_think);
     if (asprintf(&b,
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Give me a number.\"}],"
-                 "\"temperature\":0,\"max_tokens\":96,\"repetition_penalty\":2,\"stream\":%s,"
-                 "\"logit_bias\":{%s\"%d\":40,\"%d\":30},%s}",
+                 "\"temperature\":0,\"max_tokens\":96,\"repetition_penalty\":10,\"stream\":%s,"
+                 "\"logit_bias\":{%s\"%d\":100,\"%d\":50},%s}",
                  stream ? "true" : "false", think, g_tilde, g_end, extra) < 0)
         fail_msg("out of memory");
     return b;
