@@ -924,11 +924,11 @@ static void test_engine_constrained(void **state) {
  * output position, how many logits are finite and whether the reasoning
  * tokens are, and forces the scripted token at that position (-1: none). */
 typedef struct phase_probe {
-    int32_t think, end;     /* <think>, </think> */
-    int32_t script[8];      /* forced tokens at output positions 0..7 */
-    int32_t finite[64];     /* per output position (the first 64) */
+    int32_t think, end; /* <think>, </think> */
+    int32_t script[8];  /* forced tokens at output positions 0..7 */
+    int32_t finite[64]; /* per output position (the first 64) */
     bool think_ok[64], end_ok[64];
-    int32_t n;              /* positions seen */
+    int32_t n; /* positions seen */
 } phase_probe;
 
 static void phase_fn(void *ctx, const int32_t *ids, size_t n_tokens, size_t n_prompt,
@@ -957,8 +957,9 @@ static void phase_fn(void *ctx, const int32_t *ids, size_t n_tokens, size_t n_pr
 static int32_t one_token(pagoda_engine *e, const char *text) {
     int32_t *ids;
     size_t n;
-    assert_int_equal(pagoda_tokenize_flags(e, text, strlen(text), PAGODA_TOKENIZE_PARSE_SPECIAL, &ids, &n),
-                     PAGODA_OK);
+    assert_int_equal(
+        pagoda_tokenize_flags(e, text, strlen(text), PAGODA_TOKENIZE_PARSE_SPECIAL, &ids, &n),
+        PAGODA_OK);
     if (n != 1) fail_msg("\"%s\" is %zu tokens, want 1", text, n);
     int32_t t = ids[0];
     pagoda_free(ids);
@@ -995,7 +996,8 @@ static void run_requests(pagoda_engine *e, pagoda_request *r, int n, char **text
 /* text = expect_prefix + a JSON object {"n": integer} (the grammar's output). */
 static void check_after(const char *text, const char *expect_prefix) {
     size_t n = strlen(expect_prefix);
-    if (strncmp(text, expect_prefix, n)) fail_msg("\"%s\" does not start with \"%s\"", text, expect_prefix);
+    if (strncmp(text, expect_prefix, n))
+        fail_msg("\"%s\" does not start with \"%s\"", text, expect_prefix);
     cJSON *v = cJSON_Parse(text + n);
     if (!v || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(v, "n")))
         fail_msg("not the schema's JSON after \"%s\": \"%s\"", expect_prefix, text + n);
@@ -1024,8 +1026,9 @@ static void test_engine_after_reasoning(void **state) {
     assert_false(pagoda_grammar_allows_prefix(g, "<think>", 0));
     assert_true(pagoda_grammar_allows_prefix(g, "{\"n\": 1", 0));
     pagoda_grammar *rg;
-    assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_REGEX, "<think>[a-z]+</think>[0-9]",
-                                            0, &rg), PAGODA_OK);
+    assert_int_equal(
+        pagoda_grammar_compile(e, PAGODA_GRAMMAR_REGEX, "<think>[a-z]+</think>[0-9]", 0, &rg),
+        PAGODA_OK);
     assert_true(pagoda_grammar_allows_prefix(rg, "<think>", 0));
     assert_false(pagoda_grammar_allows_prefix(rg, "</think>", 0));
     pagoda_grammar_free(rg);

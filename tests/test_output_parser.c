@@ -455,9 +455,8 @@ static void test_detect(void **state) {
                      PG_GRAMMAR_AFTER_OPEN);
     assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, plain, strlen(plain), false),
                      PG_GRAMMAR_AFTER_MAY_OPEN);
-    assert_int_equal(
-        pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, closed, strlen(closed), false),
-        PG_GRAMMAR_WHOLE); /* enable_thinking false */
+    assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, closed, strlen(closed), false),
+                     PG_GRAMMAR_WHOLE); /* enable_thinking false */
     assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, plain, strlen(plain), true),
                      PG_GRAMMAR_WHOLE); /* the grammar writes <think> itself */
     assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, open, strlen(open), true),

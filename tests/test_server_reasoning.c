@@ -232,8 +232,8 @@ static void test_grammar_writes_think(void **state) {
     cJSON *r = chat(b);
     const cJSON *m = message(r);
     const char *reasoning = str_of(m, "reasoning_content"), *content = str_of(m, "content");
-    if (!reasoning || !content || strspn(reasoning, "abcdefghijklmnopqrstuvwxyz") !=
-                                      strlen(reasoning) || !*reasoning ||
+    if (!reasoning || !content ||
+        strspn(reasoning, "abcdefghijklmnopqrstuvwxyz") != strlen(reasoning) || !*reasoning ||
         strspn(content, "0123456789") != strlen(content) || !*content)
         fail_msg("reasoning_content \"%s\", content \"%s\"", reasoning ? reasoning : "null",
                  content ? content : "null");

@@ -1539,7 +1539,6 @@ static void detect_output_formats(srv_model *s, const pg_server_options *opt) {
     }
 }
 
-
 /* What the server keeps of model k (name already set). */
 static void model_init(pg_server *s, srv_model *m, pagoda_engine *e, const pg_server_options *opt) {
     m->srv = s;

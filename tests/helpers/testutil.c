@@ -189,7 +189,8 @@ int pg_test_http_post(int port, const char *path, const char *body, char **out) 
     close(fd);
     buf[len] = 0;
     int status = -1;
-    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) fail_msg("%s: not an HTTP reply: %s", path, buf);
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        fail_msg("%s: not an HTTP reply: %s", path, buf);
     const char *b = strstr(buf, "\r\n\r\n");
     if (!b) fail_msg("%s: reply without a body: %s", path, buf);
     *out = strdup(b + 4);
