@@ -273,6 +273,12 @@ pagoda_status pagoda_grammar_compile(pagoda_engine *e, pagoda_grammar_kind kind,
                                      const char *spec, size_t len, pagoda_grammar **out);
 /* Drop the caller's reference (requests hold their own). NULL is a no-op. */
 void pagoda_grammar_free(pagoda_grammar *g);
+/* True when some output the grammar accepts starts with the bytes
+ * text[0..len) (len 0 = strlen), e.g. whether a grammar itself writes a
+ * "<think>" block (the server then leaves the reasoning to the grammar).
+ * Byte-level: independent of how the vocabulary splits the text. False for
+ * NULL g or when out of memory. Any thread. */
+bool pagoda_grammar_allows_prefix(const pagoda_grammar *g, const char *text, size_t len);
 
 typedef struct pagoda_request {
     const char *prompt;         /* UTF-8 text, or NULL when prompt_token_ids is given */
@@ -311,6 +317,29 @@ typedef struct pagoda_request {
      * stop_token_ids are allowed exactly when the output is complete, and
      * min_tokens never bans them then. */
     const pagoda_grammar *grammar;
+    /* Reasoning models (<think>...</think>; vLLM's structured outputs with a
+     * reasoning parser): with grammar_after_reasoning and a grammar, the
+     * grammar constrains only the output after the reasoning. Token ids in
+     * [0, vocab): reasoning_start_id (e.g. <think>) and reasoning_end_id
+     * (</think>). Phases, a pure function of the output tokens so far:
+     *  - reasoning_open (the prompt already ends inside the reasoning, or
+     *    the format has the output start as reasoning: DeepSeek-R1): the
+     *    output starts in the reasoning;
+     *  - else the model may open it: the first token is one the grammar
+     *    allows or reasoning_start_id, which opens the reasoning (any other
+     *    first token starts the grammar's output: no reasoning then);
+     *  - inside the reasoning nothing is masked (EOS and stop tokens
+     *    included, min_tokens as usual); the first reasoning_end_id closes
+     *    it and the grammar applies from the next token on.
+     * Only the single ids are recognised (reasoning text spelled in other
+     * tokens is reasoning text). reasoning_start_id is unused (may be -1)
+     * with reasoning_open. Without a grammar these fields are ignored.
+     * Errors (pagoda_engine_add_request): INVALID_ARG for an id outside the
+     * vocabulary. */
+    bool grammar_after_reasoning;
+    bool reasoning_open;
+    int32_t reasoning_start_id;
+    int32_t reasoning_end_id;
 } pagoda_request;
 
 /* Zero `r`, then add_special_tokens = true and pagoda_sampling_defaults(e).

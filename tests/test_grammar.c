@@ -918,6 +918,225 @@ static void test_engine_constrained(void **state) {
     pagoda_engine_free(e);
 }
 
+/* ---- grammar_after_reasoning: the phases seen by a logits processor */
+
+/* A logits processor (called after the grammar's mask) that records, per
+ * output position, how many logits are finite and whether the reasoning
+ * tokens are, and forces the scripted token at that position (-1: none). */
+typedef struct phase_probe {
+    int32_t think, end; /* <think>, </think> */
+    int32_t script[8];  /* forced tokens at output positions 0..7 */
+    int32_t finite[64]; /* per output position (the first 64) */
+    bool think_ok[64], end_ok[64];
+    int32_t n; /* positions seen */
+} phase_probe;
+
+static void phase_fn(void *ctx, const int32_t *ids, size_t n_tokens, size_t n_prompt,
+                     bool is_prompt, float *logits, int32_t n_vocab) {
+    (void)ids;
+    phase_probe *p = ctx;
+    if (is_prompt) return;
+    size_t pos = n_tokens - n_prompt;
+    if (pos < 64) {
+        int32_t f = 0;
+        for (int32_t i = 0; i < n_vocab; i++)
+            f += isfinite(logits[i]) != 0;
+        p->finite[pos] = f;
+        p->think_ok[pos] = isfinite(logits[p->think]);
+        p->end_ok[pos] = isfinite(logits[p->end]);
+        if ((int32_t)pos + 1 > p->n) p->n = (int32_t)pos + 1;
+    }
+    if (pos < 8 && p->script[pos] >= 0) {
+        int32_t t = p->script[pos];
+        if (!isfinite(logits[t])) fail_msg("scripted token %d is masked at position %zu", t, pos);
+        for (int32_t i = 0; i < n_vocab; i++)
+            if (i != t) logits[i] = -INFINITY;
+    }
+}
+
+static int32_t one_token(pagoda_engine *e, const char *text) {
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(
+        pagoda_tokenize_flags(e, text, strlen(text), PAGODA_TOKENIZE_PARSE_SPECIAL, &ids, &n),
+        PAGODA_OK);
+    if (n != 1) fail_msg("\"%s\" is %zu tokens, want 1", text, n);
+    int32_t t = ids[0];
+    pagoda_free(ids);
+    return t;
+}
+
+/* Run requests r[0..n) together (greedy) and return their texts. */
+static void run_requests(pagoda_engine *e, pagoda_request *r, int n, char **texts) {
+    uint64_t ids[8];
+    size_t lens[8] = {0};
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(pagoda_engine_add_request(e, &r[i], &ids[i], NULL), PAGODA_OK);
+        texts[i] = calloc(1, 1);
+    }
+    while (pagoda_engine_has_unfinished(e)) {
+        size_t k;
+        assert_int_equal(pagoda_engine_step(e, &k), PAGODA_OK);
+        const pagoda_output *out = pagoda_engine_outputs(e, &k);
+        for (size_t o = 0; o < k; o++) {
+            int i = 0;
+            while (ids[i] != out[o].id)
+                i++;
+            if (out[o].finish_reason == PAGODA_FINISH_ERROR) fail_msg("%s", out[o].error);
+            if (out[o].finish_reason == PAGODA_FINISH_LENGTH)
+                fail_msg("request %d hit max_tokens: %s", i, texts[i]);
+            texts[i] = realloc(texts[i], lens[i] + out[o].text_delta_len + 1);
+            memcpy(texts[i] + lens[i], out[o].text_delta, out[o].text_delta_len);
+            lens[i] += out[o].text_delta_len;
+            texts[i][lens[i]] = 0;
+        }
+    }
+}
+
+/* text = expect_prefix + a JSON object {"n": integer} (the grammar's output). */
+static void check_after(const char *text, const char *expect_prefix) {
+    size_t n = strlen(expect_prefix);
+    if (strncmp(text, expect_prefix, n))
+        fail_msg("\"%s\" does not start with \"%s\"", text, expect_prefix);
+    cJSON *v = cJSON_Parse(text + n);
+    if (!v || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(v, "n")))
+        fail_msg("not the schema's JSON after \"%s\": \"%s\"", expect_prefix, text + n);
+    cJSON_Delete(v);
+}
+
+static void test_engine_after_reasoning(void **state) {
+    (void)state;
+    pagoda_engine_options opt;
+    pagoda_engine_options_default(&opt);
+    opt.num_threads = 2;
+    opt.kv_cache_memory = 16u << 20;
+    opt.max_model_len = 512;
+    pagoda_engine *e;
+    /* a random-weight Qwen3 whose tokenizer has <think> / </think> */
+    if (pagoda_engine_create(pg_test_asset("oracles/qwen3-dense-tiny/hf"), &opt, &e) != PAGODA_OK)
+        fail_msg("%s", pagoda_last_error());
+    const int32_t V = pagoda_engine_vocab_size(e);
+    const int32_t think = one_token(e, "<think>"), end = one_token(e, "</think>");
+    const int32_t tx = one_token(e, "x"), ty = one_token(e, "y"), tbrace = one_token(e, "{");
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},"
+                         "\"required\":[\"n\"]}";
+    pagoda_grammar *g;
+    assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, schema, 0, &g),
+                     PAGODA_OK);
+    assert_false(pagoda_grammar_allows_prefix(g, "<think>", 0));
+    assert_true(pagoda_grammar_allows_prefix(g, "{\"n\": 1", 0));
+    pagoda_grammar *rg;
+    assert_int_equal(
+        pagoda_grammar_compile(e, PAGODA_GRAMMAR_REGEX, "<think>[a-z]+</think>[0-9]", 0, &rg),
+        PAGODA_OK);
+    assert_true(pagoda_grammar_allows_prefix(rg, "<think>", 0));
+    assert_false(pagoda_grammar_allows_prefix(rg, "</think>", 0));
+    pagoda_grammar_free(rg);
+
+    enum { PLAIN, OPENS, NO_OPEN, OPEN, N };
+    phase_probe pr[N];
+    pagoda_request r[N];
+    for (int i = 0; i < N; i++) {
+        memset(&pr[i], 0, sizeof pr[i]);
+        pr[i].think = think;
+        pr[i].end = end;
+        for (int k = 0; k < 8; k++)
+            pr[i].script[k] = -1;
+        pagoda_request_defaults(e, &r[i]);
+        r[i].prompt = "Give me a number.";
+        r[i].sampling.temperature = 0.0f;
+        r[i].sampling.max_tokens = 256;
+        r[i].grammar = g;
+        r[i].logits_fn = phase_fn;
+        r[i].logits_ctx = &pr[i];
+        r[i].grammar_after_reasoning = i != PLAIN;
+        r[i].reasoning_open = i == OPEN;
+        r[i].reasoning_start_id = think;
+        r[i].reasoning_end_id = end;
+    }
+    /* the model opens the reasoning, writes "xy" (not JSON), closes it */
+    memcpy(pr[OPENS].script, (int32_t[4]){think, tx, ty, end}, sizeof(int32_t[4]));
+    /* the model starts the grammar's output at once: no reasoning after */
+    pr[NO_OPEN].script[0] = tbrace;
+    /* the prompt ended inside <think>: "<think>x" is reasoning text, then </think> */
+    memcpy(pr[OPEN].script, (int32_t[3]){think, tx, end}, sizeof(int32_t[3]));
+
+    char *alone[N], *batch[N];
+    for (int i = 0; i < N; i++)
+        run_requests(e, &r[i], 1, &alone[i]);
+    phase_probe first[N];
+    memcpy(first, pr, sizeof pr);
+    run_requests(e, r, N, batch); /* the same together: batch-invariant */
+    for (int i = 0; i < N; i++) {
+        assert_string_equal(alone[i], batch[i]);
+        assert_memory_equal(first[i].finite, pr[i].finite, sizeof pr[i].finite);
+        free(batch[i]);
+    }
+
+    /* the grammar alone: its first mask (a JSON object starts with "{") */
+    const int32_t m0 = pr[PLAIN].finite[0];
+    assert_true(m0 > 0 && m0 < V);
+    assert_false(pr[PLAIN].think_ok[0]);
+    check_after(alone[PLAIN], "");
+
+    /* may open: the grammar's first tokens and <think>; inside the
+     * reasoning nothing is masked; after </think> the grammar's first mask */
+    assert_int_equal(pr[OPENS].finite[0], m0 + 1);
+    assert_true(pr[OPENS].think_ok[0]);
+    assert_false(pr[OPENS].end_ok[0]);
+    for (int k = 1; k <= 3; k++)
+        assert_int_equal(pr[OPENS].finite[k], V);
+    assert_int_equal(pr[OPENS].finite[4], m0);
+    for (int k = 4; k < pr[OPENS].n && k < 64; k++) {
+        assert_true(pr[OPENS].finite[k] < V);
+        assert_false(pr[OPENS].think_ok[k]);
+        assert_false(pr[OPENS].end_ok[k]);
+    }
+    check_after(alone[OPENS], "<think>xy</think>");
+
+    /* may open, but the first token is the grammar's: constrained from then on */
+    assert_int_equal(pr[NO_OPEN].finite[0], m0 + 1);
+    for (int k = 1; k < pr[NO_OPEN].n && k < 64; k++) {
+        assert_true(pr[NO_OPEN].finite[k] < V);
+        assert_false(pr[NO_OPEN].think_ok[k]);
+    }
+    check_after(alone[NO_OPEN], "");
+
+    /* reasoning_open: unconstrained from the first token (<think> is text
+     * there) to </think>, the grammar from the token after it */
+    for (int k = 0; k <= 2; k++)
+        assert_int_equal(pr[OPEN].finite[k], V);
+    assert_int_equal(pr[OPEN].finite[3], m0);
+    check_after(alone[OPEN], "<think>x</think>");
+    for (int i = 0; i < N; i++)
+        free(alone[i]);
+
+    /* errors: the reasoning ids must be in the vocabulary (the start id
+     * only when the model may open the reasoning) */
+    pagoda_request bad;
+    pagoda_request_defaults(e, &bad);
+    bad.prompt = "x";
+    bad.grammar = g;
+    bad.grammar_after_reasoning = true;
+    bad.reasoning_start_id = think;
+    uint64_t id;
+    assert_int_equal(pagoda_engine_add_request(e, &bad, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "reasoning_end_id -1"));
+    bad.reasoning_end_id = end;
+    bad.reasoning_start_id = V;
+    assert_int_equal(pagoda_engine_add_request(e, &bad, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "reasoning_start_id"));
+    bad.reasoning_open = true; /* the start id is not used then */
+    bad.sampling.max_tokens = 1;
+    assert_int_equal(pagoda_engine_add_request(e, &bad, &id, NULL), PAGODA_OK);
+    while (pagoda_engine_has_unfinished(e)) {
+        size_t k;
+        assert_int_equal(pagoda_engine_step(e, &k), PAGODA_OK);
+    }
+    pagoda_grammar_free(g);
+    pagoda_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ebnf_vs_reference),
@@ -928,6 +1147,7 @@ int main(void) {
         cmocka_unit_test(test_masks_llama3),
         cmocka_unit_test(test_masks_sentencepiece),
         cmocka_unit_test(test_engine_constrained),
+        cmocka_unit_test(test_engine_after_reasoning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -449,6 +449,23 @@ static void test_detect(void **state) {
     assert_true(pg_oparse_prompt_in_reasoning(open, strlen(open)));
     assert_false(pg_oparse_prompt_in_reasoning(closed, strlen(closed)));
     assert_false(pg_oparse_prompt_in_reasoning("plain", 5));
+    /* where a grammar applies on a reasoning model */
+    const char *plain = "<|im_start|>assistant\n";
+    assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, open, strlen(open), false),
+                     PG_GRAMMAR_AFTER_OPEN);
+    assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, plain, strlen(plain), false),
+                     PG_GRAMMAR_AFTER_MAY_OPEN);
+    assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, closed, strlen(closed), false),
+                     PG_GRAMMAR_WHOLE); /* enable_thinking false */
+    assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, plain, strlen(plain), true),
+                     PG_GRAMMAR_WHOLE); /* the grammar writes <think> itself */
+    assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_QWEN3, open, strlen(open), true),
+                     PG_GRAMMAR_WHOLE);
+    assert_int_equal(
+        pg_oparse_grammar_reasoning(PG_REASONING_DEEPSEEK_R1, plain, strlen(plain), false),
+        PG_GRAMMAR_AFTER_OPEN);
+    assert_int_equal(pg_oparse_grammar_reasoning(PG_REASONING_NONE, open, strlen(open), false),
+                     PG_GRAMMAR_WHOLE);
 
     pg_tool_format tf;
     pg_reasoning_format rf;

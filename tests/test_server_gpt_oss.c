@@ -12,18 +12,11 @@
 #define _GNU_SOURCE
 #include "testutil.h"
 
-#include <arpa/inet.h>
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "pagoda.h"
 #include "server/server.h"
@@ -41,12 +34,6 @@ static const char *TOOLS =
 static const char *MESSAGES =
     "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"What is "
     "the weather in Paris?\"}]";
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int setup(void **state) {
     (void)state;
@@ -78,54 +65,10 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* POST `body` to `path` as HTTP/1.0 (no chunked encoding: the server closes
- * the connection at the end). Returns the status; *out gets the body. */
+/* POST `body` to `path` (testutil's pg_test_http_post). Returns the status;
+ * *out gets the body. */
 static int post(const char *path, const char *body, char **out) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)g_port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) fail_msg("connect: %s", strerror(errno));
-    char head[256];
-    snprintf(head, sizeof head,
-             "POST %s HTTP/1.0\r\nHost: t\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\n\r\n",
-             path, strlen(body));
-    const char *parts[2] = {head, body};
-    for (int i = 0; i < 2; i++)
-        for (size_t n = strlen(parts[i]), off = 0; off < n;) {
-            ssize_t k = send(fd, parts[i] + off, n - off, MSG_NOSIGNAL);
-            if (k <= 0) fail_msg("send: %s", strerror(errno));
-            off += (size_t)k;
-        }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    assert_non_null(buf);
-    double end = now_s() + 120;
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (now_s() > end) fail_msg("no complete reply within 120 s");
-        if (poll(&p, 1, 100) <= 0) continue;
-        if (len == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap + 1);
-            assert_non_null(buf);
-        }
-        ssize_t k = recv(fd, buf + len, cap - len, 0);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    close(fd);
-    buf[len] = 0;
-    int status = -1;
-    assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", &status), 1);
-    const char *b = strstr(buf, "\r\n\r\n");
-    assert_non_null(b);
-    *out = strdup(b + 4);
-    free(buf);
-    return status;
+    return pg_test_http_post(g_port, path, body, out);
 }
 
 static cJSON *post_json(const char *path, const char *body, int want_status) {

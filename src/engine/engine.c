@@ -87,7 +87,18 @@ typedef struct ereq {
     /* structured output: the matcher and how many outputs it has consumed */
     pg_tmatch *gm;
     int32_t gm_fed;
+    /* grammar_after_reasoning: the phase (gm_phase), how many outputs were
+     * scanned for the reasoning tokens (gm_scan), and those tokens' ids;
+     * GM_GRAMMAR without it (gm_fed then starts at 0) */
+    int8_t gm_phase;
+    int32_t gm_scan;
+    int32_t rs_id, re_id;
 } ereq;
+
+/* Where a constrained request's output stands (pagoda_request's
+ * grammar_after_reasoning): the first token may open the reasoning, inside
+ * the reasoning (nothing masked), or under the grammar from gm_fed on. */
+enum { GM_MAY_OPEN = 0, GM_REASONING, GM_GRAMMAR };
 
 struct pagoda_engine {
     pg_model_source *src;
@@ -978,6 +989,16 @@ void pagoda_grammar_free(pagoda_grammar *g) {
     if (g) pg_tgram_release((pg_tgram *)g);
 }
 
+bool pagoda_grammar_allows_prefix(const pagoda_grammar *g, const char *text, size_t len) {
+    if (!g || !text) return false;
+    if (!len) len = strlen(text);
+    pg_gstate *m;
+    if (pg_gstate_create(pg_tgram_gram((const pg_tgram *)g), &m) != PAGODA_OK) return false;
+    bool ok = pg_gstate_feed(m, (const uint8_t *)text, len);
+    pg_gstate_free(m);
+    return ok;
+}
+
 const char *pg_engine_model_path(const pagoda_engine *e) {
     return pg_model_source_path(e->src);
 }
@@ -1015,6 +1036,8 @@ void pagoda_request_defaults(const pagoda_engine *e, pagoda_request *r) {
     memset(r, 0, sizeof *r);
     r->add_special_tokens = true;
     r->prompt_logits_pos = -1;
+    r->reasoning_start_id = -1;
+    r->reasoning_end_id = -1;
     pagoda_sampling_defaults(e, &r->sampling);
 }
 
@@ -1202,6 +1225,21 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
             stops[ns++] = r->stop_ids[i];
         if ((st = pg_tmatch_create((pg_tgram *)q->grammar, stops, ns, &r->gm)) != PAGODA_OK)
             goto fail;
+        r->gm_phase = GM_GRAMMAR;
+        if (q->grammar_after_reasoning) {
+            const int32_t rs = q->reasoning_start_id, re = q->reasoning_end_id;
+            if (re < 0 || re >= e->vocab || (!q->reasoning_open && (rs < 0 || rs >= e->vocab))) {
+                st = pg_error(PAGODA_ERR_INVALID_ARG,
+                              "request: grammar_after_reasoning: reasoning_%s_id %d is outside "
+                              "the vocabulary [0, %d)",
+                              re < 0 || re >= e->vocab ? "end" : "start",
+                              re < 0 || re >= e->vocab ? re : rs, e->vocab);
+                goto fail;
+            }
+            r->gm_phase = q->reasoning_open ? GM_REASONING : GM_MAY_OPEN;
+            r->rs_id = rs;
+            r->re_id = re;
+        }
     }
     /* sampling */
     pg_sampling_params *sp = &r->sp;
@@ -1457,7 +1495,8 @@ static pagoda_status apply_queue(pagoda_engine *e) {
  * cannot be sampled (vLLM's MinTokensLogitsProcessor). */
 static void mask_min_tokens(const pagoda_engine *e, const ereq *r, int32_t n_out, float *logits) {
     if (n_out >= r->min_tokens) return;
-    if (r->gm && pg_tmatch_complete(r->gm)) return; /* the grammar allows only the end */
+    if (r->gm && r->gm_phase != GM_REASONING && pg_tmatch_complete(r->gm))
+        return; /* the grammar allows only the end */
     if (!r->ignore_eos && e->n_eos) logits[e->eos_ids[0]] = -INFINITY;
     for (int32_t i = 0; i < r->n_stop_ids; i++)
         logits[r->stop_ids[i]] = -INFINITY;
@@ -1518,11 +1557,36 @@ static void sample_range(void *ctx, size_t begin, size_t end, int tid) {
     }
 }
 
+/* grammar_after_reasoning: advance r's phase over the outputs not yet
+ * scanned. The first output decides between the reasoning (reasoning_start
+ * id) and the grammar (anything else, fed from position 0); the first
+ * reasoning_end id closes the reasoning and the grammar is fed from the
+ * token after it. Outputs survive preemption, so this is a pure function of
+ * the request's tokens. */
+static void advance_phase(ereq *r) {
+    for (; r->gm_phase != GM_GRAMMAR && r->gm_scan < r->n_out; r->gm_scan++) {
+        const int32_t t = r->out_ids[r->gm_scan];
+        if (r->gm_phase == GM_MAY_OPEN) {
+            r->gm_phase = t == r->rs_id ? GM_REASONING : GM_GRAMMAR;
+            r->gm_fed = r->gm_scan; /* the grammar's output starts with t */
+        } else if (t == r->re_id) {
+            r->gm_phase = GM_GRAMMAR;
+            r->gm_fed = r->gm_scan + 1;
+        }
+    }
+}
+
 /* Structured output: feed the matcher the outputs it has not seen (they
  * survive preemption, so this is a pure function of the request's tokens)
- * and mask the logits to the tokens that keep the output a valid prefix. */
+ * and mask the logits to the tokens that keep the output a valid prefix.
+ * With grammar_after_reasoning: nothing is masked inside the reasoning, and
+ * the first token may also be reasoning_start_id (GM_MAY_OPEN). */
 static pagoda_status apply_grammar(pagoda_engine *e, ereq *r, float *logits) {
-    for (; r->gm_fed < r->n_out; r->gm_fed++)
+    advance_phase(r);
+    if (r->gm_phase == GM_REASONING) return PAGODA_OK;
+    const bool may_open = r->gm_phase == GM_MAY_OPEN;
+    const float open_logit = may_open ? logits[r->rs_id] : 0.0f;
+    for (; !may_open && r->gm_fed < r->n_out; r->gm_fed++)
         if (!pg_tmatch_accept(r->gm, r->out_ids[r->gm_fed])) {
             if (pg_tmatch_status(r->gm)) return pg_tmatch_status(r->gm); /* NOMEM, LIMIT */
             return pg_error(PAGODA_ERR_INTERNAL,
@@ -1530,7 +1594,12 @@ static pagoda_status apply_grammar(pagoda_engine *e, ereq *r, float *logits) {
                             "prefix", r->out_ids[r->gm_fed], r->gm_fed);
         }
     pg_clear_error();
-    if (pg_tmatch_apply(r->gm, logits, e->vocab) == 0)
+    int32_t allowed = pg_tmatch_apply(r->gm, logits, e->vocab);
+    if (may_open && !pg_tmatch_status(r->gm)) { /* or open the reasoning */
+        allowed += logits[r->rs_id] == -INFINITY;
+        logits[r->rs_id] = open_logit;
+    }
+    if (allowed == 0)
         return pg_tmatch_status(r->gm) ? pg_tmatch_status(r->gm)
                                   : pg_error(PAGODA_ERR_INVALID_ARG,
                                              "grammar: no token of the vocabulary continues the "

@@ -652,3 +652,16 @@ bool pg_oparse_prompt_in_reasoning(const char *s, size_t n) {
     size_t off = (size_t)(last - s);
     return !find(last, n - off, THINK_CLOSE);
 }
+
+pg_grammar_reasoning pg_oparse_grammar_reasoning(pg_reasoning_format f, const char *prompt,
+                                                 size_t len, bool grammar_writes_think) {
+    if (f == PG_REASONING_NONE || grammar_writes_think) return PG_GRAMMAR_WHOLE;
+    if (f == PG_REASONING_DEEPSEEK_R1) return PG_GRAMMAR_AFTER_OPEN;
+    if (pg_oparse_prompt_in_reasoning(prompt, len)) return PG_GRAMMAR_AFTER_OPEN;
+    size_t n = len, t = strlen(THINK_CLOSE);
+    while (n && (prompt[n - 1] == ' ' || prompt[n - 1] == '\n' || prompt[n - 1] == '\t' ||
+                 prompt[n - 1] == '\r'))
+        n--;
+    if (n >= t && !memcmp(prompt + n - t, THINK_CLOSE, t)) return PG_GRAMMAR_WHOLE;
+    return PG_GRAMMAR_AFTER_MAY_OPEN;
+}

@@ -110,4 +110,37 @@ void pg_oparse_detect(const char *template_text, pg_tool_format *tools,
  * has no </think> after it): the output starts as reasoning. */
 bool pg_oparse_prompt_in_reasoning(const char *prompt, size_t len);
 
+/* Where a chat's grammar (response_format / structured_outputs / guided_*,
+ * or the grammar forcing a tool call) applies on a reasoning model
+ * (pagoda_request.grammar_after_reasoning): */
+typedef enum pg_grammar_reasoning {
+    PG_GRAMMAR_WHOLE = 0,     /* to the whole output (today's behaviour) */
+    PG_GRAMMAR_AFTER_OPEN,    /* the output starts as reasoning: after its </think> */
+    PG_GRAMMAR_AFTER_MAY_OPEN /* the first token may be <think>: after its </think>;
+                                 any other first token starts the grammar's output */
+} pg_grammar_reasoning;
+
+/* The rule, for reasoning format f, the rendered prompt[0..len), and
+ * whether the grammar itself may start with a "<think>" block
+ * (grammar_writes_think: pagoda_grammar_allows_prefix after no or one
+ * whitespace character):
+ *  - NONE: WHOLE (nothing to split);
+ *  - grammar_writes_think: WHOLE. The request spells the reasoning block
+ *    itself (e.g. a regex "<think>[a-z]+</think>..."), so the grammar owns
+ *    the whole output: letting the model open <think> instead would take
+ *    the reasoning out of the grammar and then apply the grammar from its
+ *    start after </think>, asking for a second <think> block;
+ *  - deepseek_r1: AFTER_OPEN (the parser reads the output as reasoning up
+ *    to </think> whether or not the prompt opened it: R1's template does);
+ *  - qwen3: AFTER_OPEN when the prompt ends inside <think> (thinking
+ *    templates: Qwen3-2507, R1-Distill); WHOLE when it ends with a closed
+ *    block, </think> and whitespace (Qwen3's enable_thinking false: the
+ *    model was told not to think); else AFTER_MAY_OPEN (Qwen3's template
+ *    leaves opening <think> to the model).
+ * Only the start of a grammar is checked: one that writes "</think>" after
+ * other text (on a prompt ending inside <think>) is applied after the
+ * model's own </think>. Pure. */
+pg_grammar_reasoning pg_oparse_grammar_reasoning(pg_reasoning_format f, const char *prompt,
+                                                 size_t len, bool grammar_writes_think);
+
 #endif

@@ -578,6 +578,16 @@ static void free_ids(int32_t **ids, size_t *n, size_t count) {
     free(n);
 }
 
+/* A chat grammar that itself starts with a "<think>" block (after no or one
+ * whitespace character, as the qwen3 parser allows): it owns the reasoning
+ * (pg_oparse_grammar_reasoning). */
+static bool grammar_writes_think(const pagoda_grammar *g) {
+    static const char *const starts[] = {"<think>", " <think>", "\n<think>", "\t<think>"};
+    for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++)
+        if (pagoda_grammar_allows_prefix(g, starts[i], 0)) return true;
+    return false;
+}
+
 /* Add the job's engine requests and register it; 503 when the queue is full. */
 static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err) {
     pg_server *s = j->srv;
@@ -596,6 +606,11 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
                       (po.reasoning != PG_REASONING_NONE || po.tools != PG_TOOLS_NONE);
     if (text_parse && r->n_prompts)
         po.in_reasoning = pg_oparse_prompt_in_reasoning(r->prompts[0].text, r->prompts[0].text_len);
+    /* a reasoning model's grammar applies after the reasoning */
+    pg_grammar_reasoning gr = PG_GRAMMAR_WHOLE;
+    if (text_parse && j->grammar && r->n_prompts && m->think_ids[0] >= 0)
+        gr = pg_oparse_grammar_reasoning(m->reasoning, r->prompts[0].text, r->prompts[0].text_len,
+                                         grammar_writes_think(j->grammar));
     for (size_t c = 0; c < j->n_choices; c++) {
         j->choices[c].stop_token = -1;
         pg_api_choice_append(&j->choices[c], "", 0);
@@ -639,6 +654,10 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         req.add_special_tokens = false;
         req.sampling = r->sampling;
         req.grammar = j->grammar;
+        req.grammar_after_reasoning = gr != PG_GRAMMAR_WHOLE;
+        req.reasoning_open = gr == PG_GRAMMAR_AFTER_OPEN;
+        req.reasoning_start_id = m->think_ids[0];
+        req.reasoning_end_id = m->think_ids[1];
         req.cache_salt = r->cache_salt;
         if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
             req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
@@ -1478,6 +1497,7 @@ static void detect_harmony(srv_model *s, const pg_server_options *opt) {
 /* Reasoning tags and tool-call syntax of a (non-harmony) model's chats:
  * --tool-call-parser / --reasoning-parser, else read from its chat template. */
 static void detect_output_formats(srv_model *s, const pg_server_options *opt) {
+    s->think_ids[0] = s->think_ids[1] = -1;
     if (s->harmony) {
         s->tool_format = PG_TOOLS_HARMONY;
         return;
@@ -1500,6 +1520,23 @@ static void detect_output_formats(srv_model *s, const pg_server_options *opt) {
         PG_INFO("http: %s: chat output parsers: tool calls %s%s, reasoning %s", s->name,
                 pg_tool_format_name(s->tool_format), s->mistral_v11 ? " (v11 syntax)" : "",
                 pg_reasoning_format_name(s->reasoning));
+    if (s->reasoning == PG_REASONING_NONE) return;
+    static const char *const tags[2] = {"<think>", "</think>"};
+    for (int k = 0; k < 2; k++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (pagoda_tokenize_flags(s->e, tags[k], strlen(tags[k]), PAGODA_TOKENIZE_PARSE_SPECIAL,
+                                  &ids, &n) == PAGODA_OK &&
+            n == 1)
+            s->think_ids[k] = ids[0];
+        pagoda_free(ids);
+    }
+    if (s->think_ids[0] < 0 || s->think_ids[1] < 0) {
+        PG_WARN("http: %s: <think> / </think> are not single tokens: structured outputs and "
+                "forced tool calls constrain the reasoning too",
+                s->name);
+        s->think_ids[0] = s->think_ids[1] = -1;
+    }
 }
 
 /* What the server keeps of model k (name already set). */

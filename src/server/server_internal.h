@@ -40,6 +40,10 @@ typedef struct srv_model {
     pg_tool_format tool_format;
     bool mistral_v11; /* [TOOL_CALLS]NAME[ARGS]... rather than a JSON list */
     pg_reasoning_format reasoning;
+    /* The single tokens <think> and </think> with a reasoning format (-1:
+     * not single tokens; a chat's grammar then constrains the whole
+     * output), for pagoda_request.grammar_after_reasoning. */
+    int32_t think_ids[2];
     /* Encoder-decoder speech model (Whisper): serves the audio endpoints
      * only; completions and chats are 400s naming it. */
     bool speech;

@@ -11,6 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 const char *pg_test_asset(const char *rel) {
     static char buf[PATH_MAX];
@@ -134,4 +140,61 @@ pg_pool *pg_test_pool(int n) {
     pg_pool *p = NULL;
     assert_int_equal(pg_pool_create(&o, &p), PAGODA_OK);
     return p;
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int pg_test_http_post(int port, const char *path, const char *body, char **out) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a))
+        fail_msg("connect to port %d: %s", port, strerror(errno));
+    char head[512];
+    snprintf(head, sizeof head,
+             "POST %s HTTP/1.0\r\nHost: t\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n",
+             path, strlen(body));
+    const char *parts[2] = {head, body};
+    for (int i = 0; i < 2; i++)
+        for (size_t n = strlen(parts[i]), off = 0; off < n;) {
+            ssize_t k = send(fd, parts[i] + off, n - off, MSG_NOSIGNAL);
+            if (k <= 0) fail_msg("send: %s", strerror(errno));
+            off += (size_t)k;
+        }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    assert_non_null(buf);
+    double end = mono_s() + 600;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (mono_s() > end) fail_msg("%s: no complete reply within 600 s", path);
+        if (poll(&p, 1, 100) <= 0) continue;
+        if (len == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+            assert_non_null(buf);
+        }
+        ssize_t k = recv(fd, buf + len, cap - len, 0);
+        if (k <= 0) break;
+        len += (size_t)k;
+    }
+    close(fd);
+    buf[len] = 0;
+    int status = -1;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        fail_msg("%s: not an HTTP reply: %s", path, buf);
+    const char *b = strstr(buf, "\r\n\r\n");
+    if (!b) fail_msg("%s: reply without a body: %s", path, buf);
+    *out = strdup(b + 4);
+    assert_non_null(*out);
+    free(buf);
+    return status;
 }

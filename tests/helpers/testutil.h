@@ -40,6 +40,15 @@ void pg_test_mkdirs(const char *path);
 /* Write `len` bytes to `path`, failing the test on error. */
 void pg_test_write_file(const char *path, const void *data, size_t len);
 
+/* POST `body` (JSON) to `path` on the HTTP server at 127.0.0.1:port as
+ * HTTP/1.0 (no chunked encoding: the server closes the connection at the
+ * end) and read the whole reply. Returns the status code; *out gets the
+ * reply body (malloc'ed, NUL-terminated; an SSE stream as sent). Fails the
+ * test when the connection fails or no complete reply came within 600 s (a
+ * guard against a hung server, far above any reply's time; the reply is
+ * read by polling in 100 ms slices). */
+int pg_test_http_post(int port, const char *path, const char *body, char **out);
+
 /* Deterministic xorshift64* stream shared by the kernel tests (one global
  * state, seeded at start): uniform u64, and floats in [-1, 1). */
 uint64_t pg_test_rnd_u64(void);
