@@ -145,6 +145,12 @@ typedef struct pagoda_engine_options {
     const char *gguf_file;
     /* Speculative decoding; method PAGODA_SPEC_NONE (the default) = off. */
     pagoda_speculative_config speculative;
+    /* true: neither read nor write the packed-weight cache (default false:
+     * the first load writes the packed weights to $PAGODA_CACHE_DIR, else
+     * $XDG_CACHE_HOME/pagoda, else ~/.cache/pagoda, and a repeat load maps
+     * them; PAGODA_PACK_CACHE=0 also disables it; docs/ARCHITECTURE.md
+     * "Packed-weight cache"). */
+    bool no_pack_cache;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;

@@ -332,6 +332,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     mo.quant_bits = o.quantization;
     mo.quant_group = o.quant_group_size;
     mo.quant_act_group = o.quant_act_group;
+    mo.no_pack_cache = o.no_pack_cache;
     if ((st = pg_model_load(e->src, &mo, &e->model)) != PAGODA_OK) goto fail;
     /* a tiktoken file gets the model's number of Whisper languages (large-v3: 100) */
     if ((st = pg_tokenizer_load_for_vocab(o.tokenizer && *o.tokenizer ? o.tokenizer

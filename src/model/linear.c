@@ -11,6 +11,7 @@
 #include "kernels/ops.h"
 #include "kernels/qgemm.h"
 #include "model/mapped_file.h"
+#include "model/pack_cache.h"
 
 /* ---- binding ------------------------------------------------------------------ */
 
@@ -350,6 +351,28 @@ static pagoda_status ct_mixed(const char *what) {
                     what);
 }
 
+/* ---- the packed-weight cache (model/pack_cache.h): every packed weight of
+ * a load is taken from the session's file in load order, or packed and
+ * recorded for writing. */
+
+static bool cache_take(int64_t N, int64_t K, bool swiglu, pg_packed_weight **out) {
+    pg_pack_cache *c = pg_pack_cache_current();
+    if (!pg_pack_cache_take(c, N, K, swiglu, out)) return false;
+    pg_pack_cache_put(c, *out);
+    return true;
+}
+
+/* After packing: record w, and drop the source's pages of the layers it
+ * was packed from (they are not read again; a tied embedding's rows are
+ * paged in again when looked up). */
+static void packed(pg_packed_weight *w, const pg_linear_src *const *ls, int n) {
+    pg_pack_cache_put(pg_pack_cache_current(), w);
+    for (int i = 0; i < n; i++)
+        if (!ls[i]->ct && ls[i]->w)
+            pg_mapped_release(ls[i]->w, (size_t)ls[i]->n_out *
+                                            pg_dtype_row_bytes(ls[i]->dtype, (size_t)ls[i]->n_in));
+}
+
 /* Stacked float / GGUF rows of parts[a..b) (same dtype) in one buffer. */
 static pagoda_status pack_run(const pg_linear_policy *p, const pg_linear_src *const *parts, int a,
                               int b, bool quantize, pg_packed_weight **out) {
@@ -401,7 +424,14 @@ pagoda_status pg_linear_pack(const pg_linear_policy *p, const pg_linear_src *con
         while (b < n && (all_ct || parts[b]->dtype == parts[a]->dtype))
             b++;
         out->col[out->n_parts] = col;
-        st = pack_run(p, parts, a, b, quantize, &out->part[out->n_parts]);
+        int64_t rows = 0;
+        for (int i = a; i < b; i++)
+            rows += parts[i]->n_out;
+        pg_packed_weight **pw = &out->part[out->n_parts];
+        if (!cache_take(rows, out->n_in, false, pw)) {
+            st = pack_run(p, parts, a, b, quantize, pw);
+            if (st == PAGODA_OK) packed(*pw, parts + a, b - a);
+        }
         out->n_parts++;
         for (int i = a; i < b; i++)
             col += parts[i]->n_out;
@@ -439,9 +469,14 @@ pagoda_status pg_linear_pack_swiglu(const pg_linear_policy *p, const pg_linear_s
     out->swiglu = true;
     out->n_parts = 1;
     out->col[1] = gate->n_out;
-    pagoda_status st = gate->ct ? ct_pack(p->ct, &gate, 1, up, &out->part[0])
-                                : pack_w(p, p->bits, p->group, p->act_group != 0, gate->dtype,
-                                         gate->w, up->w, gate->n_out, gate->n_in, &out->part[0]);
+    pagoda_status st = PAGODA_OK;
+    if (!cache_take(gate->n_out, gate->n_in, true, &out->part[0])) {
+        st = gate->ct ? ct_pack(p->ct, &gate, 1, up, &out->part[0])
+                      : pack_w(p, p->bits, p->group, p->act_group != 0, gate->dtype, gate->w,
+                               up->w, gate->n_out, gate->n_in, &out->part[0]);
+        const pg_linear_src *both[2] = {gate, up};
+        if (st == PAGODA_OK) packed(out->part[0], both, 2);
+    }
     if (st == PAGODA_OK && gate->bias) { /* [2 n_out]: the gate's, then the up's (gemm.h) */
         out->bias = pg_malloc_aligned((size_t)(2 * out->n_out) * sizeof(float));
         if (!out->bias) st = pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
@@ -463,8 +498,12 @@ pagoda_status pg_linear_pack_lm_head(const pg_linear_policy *p, const pg_linear_
     out->n_in = h->n_in;
     out->n_parts = 1;
     out->col[1] = h->n_out;
-    pagoda_status st = pack_w(p, p->lm_head_bits, p->lm_head_group, p->lm_head_act, h->dtype, h->w,
-                              NULL, h->n_out, h->n_in, &out->part[0]);
+    pagoda_status st = PAGODA_OK;
+    if (!cache_take(h->n_out, h->n_in, false, &out->part[0])) {
+        st = pack_w(p, p->lm_head_bits, p->lm_head_group, p->lm_head_act, h->dtype, h->w, NULL,
+                    h->n_out, h->n_in, &out->part[0]);
+        if (st == PAGODA_OK) packed(out->part[0], &h, 1);
+    }
     if (st != PAGODA_OK) pg_linear_free(out);
     return st;
 }

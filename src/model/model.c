@@ -4,6 +4,7 @@
 
 #include "base/log.h"
 #include "model/arch.h"
+#include "model/pack_cache.h"
 
 struct pg_model_workspace {
     const pg_model *model;
@@ -30,7 +31,12 @@ pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *
             PAGODA_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)",
             pg_model_source_path(src), c->architecture, pg_model_supported(list, sizeof list));
     }
-    return a->create(src, o, out);
+    /* the packed-weight cache session: linear.c takes or records every
+     * packed weight of this load (model/pack_cache.h) */
+    pg_pack_cache *pc = pg_pack_cache_begin(src, o);
+    pagoda_status st = a->create(src, o, out);
+    pg_pack_cache_end(pc, st == PAGODA_OK);
+    return st;
 }
 
 void pg_model_free(pg_model *m) {

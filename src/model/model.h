@@ -100,6 +100,9 @@ typedef struct pg_model_options {
     int quant_bits;          /* 0, or 8 / 4: quantize float linear weights at load (W8A8 / W4A8) */
     int64_t quant_group;     /* weight group (0 = per channel; multiple of 32) */
     int64_t quant_act_group; /* activation scales per (token, group of this size); 0 = per token */
+    /* true: do not read or write the packed-weight cache (model/pack_cache.h;
+     * PAGODA_PACK_CACHE=0 does the same) */
+    bool no_pack_cache;
 } pg_model_options;
 
 /* max_context 0, compute auto, no quantization. */
