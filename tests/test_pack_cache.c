@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/pool.h"
 #include "gen/gen_model.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm.h"
@@ -587,6 +588,85 @@ static void test_adopt_errors(void **state) {
     free(W);
 }
 
+/* ---- the command line ------------------------------------------------------------ */
+
+/* `pagoda generate` with PAGODA_CACHE_DIR=dir (and extra args); returns the
+ * stdout (greedy text). */
+static char *run_generate(const char *dir, const char *extra) {
+    char cmd[16384], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "PAGODA_CACHE_DIR='%s' %s '%s' generate '%s' --prompt 'Once upon a time' "
+             "--temperature 0 --max-tokens 12 %s 2>/dev/null",
+             dir, pg_test_exec_wrapper(), pg_test_pagoda_bin(), pg_test_asset("llm/stories260K-hf"),
+             extra);
+    assert_int_equal(pg_test_run_command(cmd, &out), 0);
+    return out;
+}
+
+/* The CLI writes the cache where PAGODA_CACHE_DIR says, maps it on the next
+ * start (same text), and --no-pack-cache writes nothing. */
+static void test_cli(void **state) {
+    (void)state;
+    const char *dir = fresh_cache("cli");
+    char *a = run_generate(dir, "");
+    assert_int_equal(count_files(dir, NULL, 0), 1);
+    char *b = run_generate(dir, "");
+    assert_int_equal(count_files(dir, NULL, 0), 1);
+    assert_string_equal(a, b);
+    const char *off = fresh_cache("cli-off");
+    char *c = run_generate(off, "--no-pack-cache");
+    assert_int_equal(count_files(off, NULL, 0), 0);
+    assert_string_equal(a, c);
+    assert_true(strlen(a) > 0);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* ---- threaded packing ------------------------------------------------------------ */
+
+/* The packed bytes of the q8 model's weights and of float / GGUF weights
+ * packed over a default pool of `threads` threads (unpinned). */
+static void use_default_pool(int threads) {
+    pg_pool_default_shutdown();
+    pg_pool_options po = pg_pool_options_default();
+    po.n_threads = threads;
+    po.pin = 0;
+    assert_int_equal(pg_pool_default_configure(&po), PAGODA_OK);
+    assert_int_equal(pg_pool_size(pg_pool_default()), threads);
+}
+
+/* A cache file written with packing over 1 thread equals, byte for byte,
+ * one written over 4 (every format's packing splits rows or panels over
+ * the default pool), for float, GGUF and load-time quantized models. */
+static void test_threaded_packing_identical(void **state) {
+    (void)state;
+    const char *paths[] = {g_f32, g_bf16, g_q8, g_q4, g_q4k, g_q5k, g_f32};
+    for (int i = 0; i < 7; i++) {
+        pg_model_options o;
+        pg_model_options_default(&o);
+        if (i == 6) o.quant_bits = 8, o.quant_group = 32;
+        char *files[2];
+        size_t lens[2];
+        for (int k = 0; k < 2; k++) {
+            use_default_pool(k ? 4 : 1);
+            char name[32];
+            snprintf(name, sizeof name, "threads-%d-%d", i, k);
+            const char *dir = fresh_cache(name);
+            free(load_logits(paths[i], &o, PG_PACK_CACHE_WRITTEN));
+            char file[4400];
+            assert_int_equal(count_files(dir, file, sizeof file), 1);
+            files[k] = pg_test_read_file(file, &lens[k]);
+        }
+        assert_int_equal(lens[0], lens[1]);
+        if (memcmp(files[0], files[1], lens[0]) != 0)
+            fail_msg("%s (%d): packing over 4 threads differs from 1", paths[i], i);
+        free(files[0]);
+        free(files[1]);
+    }
+    pg_pool_default_shutdown();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adopt_formats),
@@ -601,6 +681,8 @@ int main(void) {
         cmocka_unit_test(test_damaged_files_rewritten),
         cmocka_unit_test(test_unwritable_dir),
         cmocka_unit_test(test_disabled),
+        cmocka_unit_test(test_threaded_packing_identical),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -233,7 +233,7 @@ static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64
         st = pg_qgemm_from_gguf(t, h ? Wu : Wg, N, K, qh, sh);
         w[h] = (pg_qweight){t == PG_Q8_0 ? 8 : 4, 32, N, K, qh, sh, 1};
     }
-    if (!st) st = pg_gemm_pack_qweight(&w[0], Wu ? &w[1] : NULL, kt, out);
+    if (!st) st = pg_gemm_pack_qweight_pool(&w[0], Wu ? &w[1] : NULL, kt, pg_pool_default(), out);
     pg_free(q);
     pg_free(s);
     return st;

@@ -66,7 +66,8 @@ typedef struct pg_packed_weight pg_packed_weight;
 /* Pack W [N, K] (src_dtype F32, F16 or BF16, row-major, contiguous) for the
  * GEMM of table kt (NULL = pg_kernels()). The result keeps no pointer to W:
  * the caller may unmap the source afterwards. F32 -> packed F32 panels;
- * F16/BF16 -> packed BF16 panels. Errors: PAGODA_ERR_INVALID_ARG (N or K
+ * F16/BF16 -> packed BF16 panels. Packing runs over the default pool's
+ * threads (pg_pool_default; the bytes do not depend on the split). Errors: PAGODA_ERR_INVALID_ARG (N or K
  * < 1, NULL W, K not a multiple of 32 for Q8_0 / Q4_0 / MXFP4),
  * PAGODA_ERR_UNSUPPORTED (other dtype), PAGODA_ERR_NOMEM. */
 pagoda_status pg_gemm_pack(pg_dtype src_dtype, const void *W, int64_t N, int64_t K,

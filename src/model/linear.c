@@ -10,6 +10,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "kernels/qgemm.h"
+#include "model/hub_progress.h"
 #include "model/mapped_file.h"
 #include "model/pack_cache.h"
 
@@ -355,6 +356,33 @@ static pagoda_status ct_mixed(const char *what) {
  * a load is taken from the session's file in load order, or packed and
  * recorded for writing. */
 
+static _Thread_local pg_hub_progress *t_progress;
+static _Thread_local long long t_progress_done;
+
+void pg_linear_progress_begin(const char *name, long long total_bytes) {
+    pg_hub_progress_end(t_progress, false);
+    const char *slash = strrchr(name, '/');
+    if (slash && slash[1]) name = slash + 1;
+    t_progress = pg_hub_progress_start_task("load", name, 1, 1, total_bytes);
+    t_progress_done = 0;
+    pg_hub_progress_update(t_progress, 0, -1);
+}
+
+void pg_linear_progress_end(bool ok) {
+    if (ok && t_progress) pg_hub_progress_update(t_progress, t_progress_done, t_progress_done);
+    pg_hub_progress_end(t_progress, ok);
+    t_progress = NULL;
+}
+
+/* The source bytes of ls[0..n) are packed (or taken from the cache). */
+static void progress(const pg_linear_src *const *ls, int n) {
+    if (!t_progress) return;
+    for (int i = 0; i < n; i++)
+        t_progress_done += (long long)ls[i]->n_out *
+                           (long long)pg_dtype_row_bytes(ls[i]->dtype, (size_t)ls[i]->n_in);
+    pg_hub_progress_update(t_progress, t_progress_done, -1);
+}
+
 static bool cache_take(int64_t N, int64_t K, bool swiglu, pg_packed_weight **out) {
     pg_pack_cache *c = pg_pack_cache_current();
     if (!pg_pack_cache_take(c, N, K, swiglu, out)) return false;
@@ -432,6 +460,7 @@ pagoda_status pg_linear_pack(const pg_linear_policy *p, const pg_linear_src *con
             st = pack_run(p, parts, a, b, quantize, pw);
             if (st == PAGODA_OK) packed(*pw, parts + a, b - a);
         }
+        if (st == PAGODA_OK) progress(parts + a, b - a);
         out->n_parts++;
         for (int i = a; i < b; i++)
             col += parts[i]->n_out;
@@ -477,6 +506,8 @@ pagoda_status pg_linear_pack_swiglu(const pg_linear_policy *p, const pg_linear_s
         const pg_linear_src *both[2] = {gate, up};
         if (st == PAGODA_OK) packed(out->part[0], both, 2);
     }
+    const pg_linear_src *both[2] = {gate, up};
+    if (st == PAGODA_OK) progress(both, 2);
     if (st == PAGODA_OK && gate->bias) { /* [2 n_out]: the gate's, then the up's (gemm.h) */
         out->bias = pg_malloc_aligned((size_t)(2 * out->n_out) * sizeof(float));
         if (!out->bias) st = pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
@@ -504,6 +535,7 @@ pagoda_status pg_linear_pack_lm_head(const pg_linear_policy *p, const pg_linear_
                     h->n_out, h->n_in, &out->part[0]);
         if (st == PAGODA_OK) packed(out->part[0], &h, 1);
     }
+    if (st == PAGODA_OK) progress(&h, 1);
     if (st != PAGODA_OK) pg_linear_free(out);
     return st;
 }
