@@ -499,14 +499,13 @@ pagoda_status pg_linear_pack_swiglu(const pg_linear_policy *p, const pg_linear_s
     out->n_parts = 1;
     out->col[1] = gate->n_out;
     pagoda_status st = PAGODA_OK;
+    const pg_linear_src *both[2] = {gate, up};
     if (!cache_take(gate->n_out, gate->n_in, true, &out->part[0])) {
         st = gate->ct ? ct_pack(p->ct, &gate, 1, up, &out->part[0])
                       : pack_w(p, p->bits, p->group, p->act_group != 0, gate->dtype, gate->w,
                                up->w, gate->n_out, gate->n_in, &out->part[0]);
-        const pg_linear_src *both[2] = {gate, up};
         if (st == PAGODA_OK) packed(out->part[0], both, 2);
     }
-    const pg_linear_src *both[2] = {gate, up};
     if (st == PAGODA_OK) progress(both, 2);
     if (st == PAGODA_OK && gate->bias) { /* [2 n_out]: the gate's, then the up's (gemm.h) */
         out->bias = pg_malloc_aligned((size_t)(2 * out->n_out) * sizeof(float));

@@ -34,13 +34,13 @@ pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *
     }
     /* the packed-weight cache session: linear.c takes or records every
      * packed weight of this load (model/pack_cache.h) */
-    pg_pack_cache *pc = pg_pack_cache_begin(src, o);
     long long total = 0;
     for (size_t i = 0; i < pg_model_source_n_tensors(src); i++) {
         const pg_tensor *t = pg_model_source_tensor_at(src, i);
         if (t->ndim == 2 || t->ndim == 3) total += (long long)t->nbytes; /* linear weights */
     }
     pg_linear_progress_begin(pg_model_source_path(src), total);
+    pg_pack_cache *pc = pg_pack_cache_begin(src, o); /* (verifying a file counts as loading) */
     pagoda_status st = a->create(src, o, out);
     pg_pack_cache_end(pc, st == PAGODA_OK);
     pg_linear_progress_end(st == PAGODA_OK);

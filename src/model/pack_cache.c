@@ -299,6 +299,10 @@ static pc_map *open_file(const pg_pack_cache *c, const char **why, size_t *n_out
         *why = "cannot be mapped";
         return NULL;
     }
+    /* best effort: huge pages where the file system has them (fewer TLB
+     * misses when decode streams the weights), read-ahead for the check */
+    (void)madvise(base, size, MADV_HUGEPAGE);
+    (void)madvise(base, size, MADV_WILLNEED);
     const uint8_t *p = base;
     pc_header h;
     memcpy(&h, p, sizeof h);
