@@ -6,7 +6,10 @@
 # the packing cost, not the disk); "repeat" maps the file the previous run
 # wrote; "off" is --no-pack-cache (what every start cost before the cache).
 #
-#   bench/pack_cache_start.sh PAGODA_BIN MODEL [TOKENIZER] [RUNS]
+#   bench/pack_cache_start.sh PAGODA_BIN MODEL [TOKENIZER] [RUNS] [SLOW_RUNS]
+#
+# SLOW_RUNS (default RUNS): runs of "off" and "first" (minutes each on a
+# loaded machine).
 #
 # Models: build/gen_model --preset llama-3.2-1b --hf DIR --tokenizer
 # $PAGODA_ASSETS/tokenizers/llama3 (BF16 HF) and build/gen_model --preset
@@ -17,6 +20,7 @@ bin=$1
 model=$2
 tok=${3:-}
 runs=${4:-3}
+slow_runs=${5:-$runs}
 cache=$(mktemp -d /tmp/pagoda-pack-bench-XXXXXX)
 trap 'rm -rf "$cache"' EXIT
 export PAGODA_CACHE_DIR=$cache
@@ -31,7 +35,9 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 for mode in off first repeat; do
     t=() r=()
-    for i in $(seq "$runs"); do
+    n=$runs
+    [ "$mode" != repeat ] && n=$slow_runs
+    for i in $(seq "$n"); do
         case $mode in
             off) out=$(one "${args[@]}" --no-pack-cache) ;;
             first) rm -f "$cache"/*.pgpack; out=$(one "${args[@]}") ;;
