@@ -295,8 +295,9 @@ static void test_key_components(void **state) {
         if (!strcmp(ks[i], k0)) fail_msg("key variant %d equals the base key", i);
         for (int j = 0; j < i; j++)
             if (!strcmp(ks[i], ks[j])) fail_msg("key variants %d and %d are equal", i, j);
-        free(ks[i]);
     }
+    for (int i = 0; i < n; i++)
+        free(ks[i]);
     /* the source file's mtime */
     char file[4400];
     snprintf(file, sizeof file, "%s", g_q8);
