@@ -207,8 +207,9 @@ const char *pg_gemm_format_name(const pg_packed_weight *w);
  * scales) and that the geometry is consistent; the weight then computes
  * exactly what the weight that was described did. release(ctx) is called
  * once by pg_gemm_free (release may be NULL). Every format of the driver
- * (bf16, f32, w8a8, w4a8, mxfp4, q4_k, q5_k, q6_k) is serializable. Errors
- * of pg_gemm_adopt: PAGODA_ERR_FORMAT (unknown format, inconsistent
+ * (bf16, f32, w8a8, w4a8, mxfp4, q4_k, q5_k, q6_k) is serializable (word 0,
+ * the format, is -1 for a format missing from the list: add new driver
+ * formats to SERIAL_FORMATS in gemm.c). Errors of pg_gemm_adopt: PAGODA_ERR_FORMAT (unknown format, inconsistent
  * geometry, bytes differ), PAGODA_ERR_UNSUPPORTED (the table's microkernel
  * differs), PAGODA_ERR_NOMEM; release is not called on error. */
 #define PG_GEMM_DESC_WORDS 24

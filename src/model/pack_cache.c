@@ -513,6 +513,10 @@ static const char *write_file(pg_pack_cache *c) {
     for (size_t i = 0; i < n; i++) {
         int64_t *e = table + i * PC_ENTRY_WORDS;
         pg_gemm_describe(c->recs[i], e);
+        if (e[0] < 0) { /* a driver format pg_gemm_describe does not know */
+            free(table);
+            return "a weight format the cache cannot store";
+        }
         const size_t bytes = pg_gemm_packed_bytes(c->recs[i]);
         e[PG_GEMM_DESC_WORDS] = (int64_t)at;
         e[PG_GEMM_DESC_WORDS + 1] = (int64_t)bytes;
