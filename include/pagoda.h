@@ -166,6 +166,12 @@ typedef struct pagoda_engine_options {
      * that dies makes the engine log the error and exit the process with
      * status 1. */
     int32_t tensor_parallel_size;
+    /* true: neither read nor write the packed-weight cache (default false:
+     * the first load writes the packed weights to $PAGODA_CACHE_DIR, else
+     * $XDG_CACHE_HOME/pagoda, else ~/.cache/pagoda, and a repeat load maps
+     * them; PAGODA_PACK_CACHE=0 also disables it; docs/ARCHITECTURE.md
+     * "Packed-weight cache"). */
+    bool no_pack_cache;
 } pagoda_engine_options;
 
 typedef struct pagoda_engine pagoda_engine;

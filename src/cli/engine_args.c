@@ -37,6 +37,10 @@ int pg_engine_args_parse(const char *cmd, int argc, char **argv, int *i, pagoda_
         o->enable_prefix_caching = false;
         return 1;
     }
+    if (!strcmp(a, "--no-pack-cache")) {
+        o->no_pack_cache = true;
+        return 1;
+    }
     static const char *const with_value[] = {
         "--max-model-len",
         "--max-num-seqs",

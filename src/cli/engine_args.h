@@ -1,7 +1,7 @@
 /* Engine options shared by `pagoda generate` and `pagoda bench
  * throughput|latency`: --max-model-len, --max-num-seqs,
  * --max-num-batched-tokens, --kv-cache-memory, --kv-cache-dtype,
- * --block-size, --no-prefix-caching, --prefix-caching-hash-algo, --threads,
+ * --block-size, --no-prefix-caching, --prefix-caching-hash-algo, --no-pack-cache, --threads,
  * --quantization,
  * --quant-group-size, --quant-act-group, --dtype, --tokenizer,
  * --max-num-encoder-tokens, --speculative-config, and --revision / --gguf-file
@@ -30,6 +30,8 @@
     "                              --dtype auto, F32 models keep F32)\n"                           \
     "  --block-size N              tokens per KV block, multiple of 16 (default 16)\n"             \
     "  --no-prefix-caching         turn automatic prefix caching off\n"                            \
+    "  --no-pack-cache             neither read nor write the packed-weight cache\n"               \
+    "                              ($PAGODA_CACHE_DIR, else ~/.cache/pagoda)\n"                    \
     "  --prefix-caching-hash-algo A  sha256 (default) | xxhash: block hash of the prefix\n"        \
     "                              cache; xxhash is cheaper but clients can forge collisions\n"    \
     "                              (trusted clients only; logs a warning)\n"                       \

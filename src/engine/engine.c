@@ -584,6 +584,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     mo.quant_bits = o.quantization;
     mo.quant_group = o.quant_group_size;
     mo.quant_act_group = o.quant_act_group;
+    mo.no_pack_cache = o.no_pack_cache;
     if (comm) {
         mo.tp_rank = pg_comm_rank(comm);
         mo.tp_size = pg_comm_size(comm);

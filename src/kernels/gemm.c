@@ -55,8 +55,148 @@ const pg_packed_weight *pg_gemm_qpacked(const pg_packed_weight *w) {
 
 void pg_gemm_free(pg_packed_weight *w) {
     if (!w) return;
-    pg_free_huge(w->data, w->bytes);
+    if (w->borrowed) {
+        if (w->release) w->release(w->release_ctx);
+    } else {
+        pg_free_huge(w->data, w->bytes);
+    }
     pg_free(w);
+}
+
+/* ---- serialized weights (gemm.h "serialized packed weights") */
+
+static const pg_gemm_format *const SERIAL_FORMATS[] = {
+    &pg_gemm_format_bf16, &pg_gemm_format_f32,  &pg_gemm_format_w8a8, &pg_gemm_format_w4a8,
+    &pg_gemm_format_mxfp4, &pg_gemm_format_q4_k, &pg_gemm_format_q5_k, &pg_gemm_format_q6_k,
+    &pg_gemm_format_q2_k, &pg_gemm_format_q3_k,
+};
+enum { N_SERIAL_FORMATS = sizeof SERIAL_FORMATS / sizeof SERIAL_FORMATS[0] };
+
+/* Word indices of the description. */
+enum {
+    D_FMT, D_SWIGLU, D_N, D_K, D_KGROUPS, D_NPANELS, D_MR, D_NR, D_AR, D_GBYTES, D_PANEL,
+    D_BYTES, D_BF16, D_ELEM, D_BITS, D_ACT_GROUP, D_SCALE_F16, D_MXFP4, D_KQ, D_GROUP, D_GK,
+    D_HBYTES, D_UK_KG, D_UK_FLAGS,
+};
+
+/* The table's microkernel for a format (float: *fu, quantized: *qu). */
+static void serial_ukernel(const pg_kernel_table *kt, int fmt, int kq, const pg_gemm_ukernel **fu,
+                           const pg_qgemm_ukernel **qu) {
+    *fu = NULL;
+    *qu = NULL;
+    const pg_gemm_format *f = SERIAL_FORMATS[fmt];
+    if (f == &pg_gemm_format_bf16) *fu = &kt->gemm_bf16;
+    else if (f == &pg_gemm_format_f32) *fu = &kt->gemm_f32;
+    else if (f == &pg_gemm_format_w8a8) *qu = &kt->qgemm_w8;
+    else if (f == &pg_gemm_format_w4a8) *qu = &kt->qgemm_w4;
+    else if (f == &pg_gemm_format_mxfp4) *qu = &kt->mxfp4;
+    else *qu = pg_kq_ukernel(kt, (pg_dtype)kq);
+}
+
+/* vw, a_u8, w_u8 and run_hs presence of a quantized microkernel as one word. */
+static int64_t q_flags(const pg_qgemm_ukernel *u) {
+    return (int64_t)u->vw | (int64_t)u->a_u8 << 16 | (int64_t)u->w_u8 << 17 |
+           (int64_t)(u->run_hs != NULL) << 18 | (int64_t)u->bits << 20;
+}
+
+void pg_gemm_describe(const pg_packed_weight *w, int64_t d[PG_GEMM_DESC_WORDS]) {
+    memset(d, 0, PG_GEMM_DESC_WORDS * sizeof d[0]);
+    d[D_FMT] = -1;
+    for (int i = 0; i < N_SERIAL_FORMATS; i++)
+        if (w->fmt == SERIAL_FORMATS[i]) d[D_FMT] = i;
+    d[D_SWIGLU] = w->swiglu;
+    d[D_N] = w->N;
+    d[D_K] = w->K;
+    d[D_KGROUPS] = w->kgroups;
+    d[D_NPANELS] = w->npanels;
+    d[D_MR] = w->mr;
+    d[D_NR] = w->nr;
+    d[D_AR] = w->ar;
+    d[D_GBYTES] = (int64_t)w->gbytes;
+    d[D_PANEL] = (int64_t)w->panel_bytes;
+    d[D_BYTES] = (int64_t)w->bytes;
+    d[D_BF16] = w->bf16;
+    d[D_ELEM] = (int64_t)w->elem;
+    d[D_BITS] = w->bits;
+    d[D_ACT_GROUP] = w->act_group;
+    d[D_SCALE_F16] = w->scale_f16;
+    d[D_MXFP4] = w->mxfp4;
+    d[D_KQ] = w->kq;
+    d[D_GROUP] = w->group;
+    d[D_GK] = w->gk;
+    d[D_HBYTES] = (int64_t)w->hbytes;
+    d[D_UK_KG] = w->bits ? w->quk.kg : w->fuk.kg;
+    d[D_UK_FLAGS] = w->bits ? q_flags(&w->quk) : 0;
+}
+
+const void *pg_gemm_data(const pg_packed_weight *w) {
+    return w->data;
+}
+
+pagoda_status pg_gemm_adopt(const int64_t d[PG_GEMM_DESC_WORDS], const void *data, size_t bytes,
+                            const pg_kernel_table *kt, void (*release)(void *ctx), void *ctx,
+                            pg_packed_weight **out) {
+    *out = NULL;
+    if (!kt) kt = pg_kernels();
+    if (d[D_FMT] < 0 || d[D_FMT] >= N_SERIAL_FORMATS)
+        return pg_error(PAGODA_ERR_FORMAT, "gemm: adopt: unknown format %lld", (long long)d[D_FMT]);
+    for (int i = D_SWIGLU; i < PG_GEMM_DESC_WORDS; i++)
+        if (d[i] < 0) return pg_error(PAGODA_ERR_FORMAT, "gemm: adopt: negative field %d", i);
+    if (d[D_N] < 1 || d[D_K] < 1 || d[D_NR] < 1 || d[D_NR] > 1024 || d[D_KGROUPS] < 1 ||
+        d[D_NPANELS] != (d[D_SWIGLU] ? 2 : 1) * pg_ceil_div64(d[D_N], d[D_NR]) ||
+        d[D_PANEL] != d[D_KGROUPS] * d[D_GBYTES] || d[D_BYTES] != d[D_NPANELS] * d[D_PANEL] ||
+        (uint64_t)d[D_BYTES] != (uint64_t)bytes || !data || ((uintptr_t)data & 63))
+        return pg_error(PAGODA_ERR_FORMAT, "gemm: adopt: inconsistent packed-weight geometry");
+    const pg_gemm_ukernel *fu;
+    const pg_qgemm_ukernel *qu;
+    serial_ukernel(kt, (int)d[D_FMT], (int)d[D_KQ], &fu, &qu);
+    int same;
+    if (fu)
+        same = !d[D_BITS] && fu->run && fu->mr == d[D_MR] && fu->nr == d[D_NR] &&
+               fu->ar == d[D_AR] && fu->kg == d[D_UK_KG] &&
+               d[D_KGROUPS] == pg_ceil_div64(d[D_K], fu->kg);
+    else
+        same = qu && qu->run && d[D_BITS] && qu->mr == d[D_MR] && qu->nr == d[D_NR] &&
+               qu->ar == d[D_AR] && qu->kg == d[D_UK_KG] && q_flags(qu) == d[D_UK_FLAGS] &&
+               (!d[D_SCALE_F16] || qu->run_hs);
+    if (!same)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "gemm: adopt: the %s weight was packed for another microkernel than "
+                        "table %s's",
+                        SERIAL_FORMATS[d[D_FMT]]->name, kt->isa);
+    pg_packed_weight *w = pg_gemm_weight_new();
+    if (!w) return pg_error(PAGODA_ERR_NOMEM, "gemm: adopt: out of memory");
+    w->fmt = SERIAL_FORMATS[d[D_FMT]];
+    w->swiglu = (int)d[D_SWIGLU];
+    w->N = d[D_N];
+    w->K = d[D_K];
+    w->kgroups = d[D_KGROUPS];
+    w->npanels = d[D_NPANELS];
+    w->mr = (int)d[D_MR];
+    w->nr = (int)d[D_NR];
+    w->ar = (int)d[D_AR];
+    w->gbytes = (size_t)d[D_GBYTES];
+    w->panel_bytes = (size_t)d[D_PANEL];
+    w->bytes = (size_t)d[D_BYTES];
+    w->data = (void *)(uintptr_t)data; /* read only: nothing writes packed panels */
+    w->kt = kt;
+    if (fu) w->fuk = *fu;
+    if (qu) w->quk = *qu;
+    w->bf16 = (int)d[D_BF16];
+    w->elem = (size_t)d[D_ELEM];
+    w->bits = (int)d[D_BITS];
+    w->act_group = (int)d[D_ACT_GROUP];
+    w->scale_f16 = (int)d[D_SCALE_F16];
+    w->mxfp4 = (int)d[D_MXFP4];
+    w->kq = (int)d[D_KQ];
+    w->group = d[D_GROUP];
+    w->gk = d[D_GK];
+    w->hbytes = (size_t)d[D_HBYTES];
+    w->borrowed = 1;
+    w->release = release;
+    w->release_ctx = ctx;
+    *out = w;
+    return PAGODA_OK;
 }
 
 /* ---- packing entry points (the formats pack) */
@@ -97,7 +237,7 @@ static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64
         st = pg_qgemm_from_gguf(t, h ? Wu : Wg, N, K, qh, sh);
         w[h] = (pg_qweight){t == PG_Q4_0 ? 4 : 8, 32, N, K, qh, sh, 1};
     }
-    if (!st) st = pg_gemm_pack_qweight(&w[0], Wu ? &w[1] : NULL, kt, out);
+    if (!st) st = pg_gemm_pack_qweight_pool(&w[0], Wu ? &w[1] : NULL, kt, pg_pool_default(), out);
     pg_free(q);
     pg_free(s);
     return st;

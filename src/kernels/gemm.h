@@ -66,9 +66,10 @@ typedef struct pg_packed_weight pg_packed_weight;
 /* Pack W [N, K] (src_dtype F32, F16 or BF16, row-major, contiguous) for the
  * GEMM of table kt (NULL = pg_kernels()). The result keeps no pointer to W:
  * the caller may unmap the source afterwards. F32 -> packed F32 panels;
- * F16/BF16 -> packed BF16 panels. Errors: PAGODA_ERR_INVALID_ARG (N or K
- * < 1, NULL W, K not a multiple of 32 for Q8_0 / Q4_0 / MXFP4 / IQ4_NL or
- * of 256 for the K-quants / IQ4_XS),
+ * F16/BF16 -> packed BF16 panels. Packing runs over the default pool's
+ * threads (pg_pool_default; the bytes do not depend on the split). Errors:
+ * PAGODA_ERR_INVALID_ARG (N or K < 1, NULL W, K not a multiple of 32 for
+ * Q8_0 / Q4_0 / MXFP4 / IQ4_NL or of 256 for the K-quants / IQ4_XS),
  * PAGODA_ERR_UNSUPPORTED (other dtype), PAGODA_ERR_NOMEM. */
 pagoda_status pg_gemm_pack(pg_dtype src_dtype, const void *W, int64_t N, int64_t K,
                            const pg_kernel_table *kt, pg_packed_weight **out);
@@ -198,6 +199,30 @@ const char *pg_gemm_variant(const pg_packed_weight *w);
 /* The weight format (the driver's table row): "bf16", "f32", "w8a8", "w4a8",
  * "mxfp4", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k". */
 const char *pg_gemm_format_name(const pg_packed_weight *w);
+
+/* ---- serialized packed weights (the packed-weight cache, model/pack_cache.h)
+ *
+ * A packed weight is its layout, PG_GEMM_DESC_WORDS int64 words (format,
+ * shape, panel geometry, the microkernel's tile shape), and its data bytes
+ * (pg_gemm_data, pg_gemm_packed_bytes). pg_gemm_describe fills the words;
+ * pg_gemm_adopt rebuilds a weight from them over borrowed data (e.g. a
+ * read-only file mapping, at least 64-byte aligned) for table kt (NULL =
+ * pg_kernels()), checking that the table's microkernel for the format has
+ * the same name and tile shape (mr, nr, kg, ar, vw, a_u8, w_u8, F16
+ * scales) and that the geometry is consistent; the weight then computes
+ * exactly what the weight that was described did. release(ctx) is called
+ * once by pg_gemm_free (release may be NULL). Every format of the driver
+ * (bf16, f32, w8a8, w4a8, mxfp4, q4_k, q5_k, q6_k) is serializable (word 0,
+ * the format, is -1 for a format missing from the list: add new driver
+ * formats to SERIAL_FORMATS in gemm.c). Errors of pg_gemm_adopt: PAGODA_ERR_FORMAT (unknown format, inconsistent
+ * geometry, bytes differ), PAGODA_ERR_UNSUPPORTED (the table's microkernel
+ * differs), PAGODA_ERR_NOMEM; release is not called on error. */
+#define PG_GEMM_DESC_WORDS 24
+void pg_gemm_describe(const pg_packed_weight *w, int64_t desc[PG_GEMM_DESC_WORDS]);
+const void *pg_gemm_data(const pg_packed_weight *w);
+pagoda_status pg_gemm_adopt(const int64_t desc[PG_GEMM_DESC_WORDS], const void *data, size_t bytes,
+                            const pg_kernel_table *kt, void (*release)(void *ctx), void *ctx,
+                            pg_packed_weight **out);
 
 /* Decode prefetch hint: next (NULL: none) is the packed weight a decode
  * step's forward multiplies after w (qkv -> o -> gate/up -> down -> the next

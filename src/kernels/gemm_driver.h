@@ -49,6 +49,11 @@ struct pg_packed_weight {
     int kq;    /* K-quant (gemm_kquant.c): its pg_dtype (Q2_K .. Q6_K), else 0 */
     int64_t group, gk; /* scale group (0: per channel); k per packed group */
     size_t hbytes;     /* group header: [comp,] scales */
+    /* data borrowed from a mapping (pg_gemm_adopt): pg_gemm_free calls
+     * release(release_ctx) instead of freeing it */
+    int borrowed;
+    void (*release)(void *ctx);
+    void *release_ctx;
 };
 
 /* One call's blocking and scratch: the driver's loop sizes, and the

@@ -41,6 +41,28 @@ static void pack_row(const pg_packed_weight *pw, pg_dtype t, const void *src, in
     }
 }
 
+typedef struct float_pack_job {
+    const pg_packed_weight *pw;
+    pg_dtype t;
+    const void *src[2]; /* gate, up (NULL: not a pair) */
+} float_pack_job;
+
+/* Rows [begin, end) of both halves into their panels. */
+static void pack_rows(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const float_pack_job *j = ctx;
+    const pg_packed_weight *pw = j->pw;
+    const int nr = pw->fuk.nr;
+    for (int half = 0; half < (pw->swiglu ? 2 : 1); half++) {
+        for (int64_t n = (int64_t)begin; n < (int64_t)end; n++) {
+            int64_t p = n / nr;
+            if (pw->swiglu) p = 2 * p + half;
+            char *panel = (char *)pw->data + (size_t)p * pw->panel_bytes;
+            pack_row(pw, j->t, j->src[half], n, panel, (int)(n % nr));
+        }
+    }
+}
+
 /* Pack F32 / F16 / BF16 rows (gate and, for a SwiGLU pair, up). */
 pagoda_status pg_gemm_pack_float(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
                                  const pg_kernel_table *kt, pg_packed_weight **out) {
@@ -72,16 +94,14 @@ pagoda_status pg_gemm_pack_float(pg_dtype t, const void *Wg, const void *Wu, int
         pg_free(pw);
         return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: cannot allocate %zu bytes", pw->bytes);
     }
-    const int nr = pw->fuk.nr;
-    for (int half = 0; half < (pw->swiglu ? 2 : 1); half++) {
-        const void *src = half ? Wu : Wg;
-        for (int64_t n = 0; n < N; n++) {
-            int64_t p = n / nr;
-            if (pw->swiglu) p = 2 * p + half;
-            char *panel = (char *)pw->data + (size_t)p * pw->panel_bytes;
-            pack_row(pw, t, src, n, panel, (int)(n % nr));
-        }
-    }
+    /* rows over the default pool's threads: each row fills its own column
+     * of one panel, so the bytes do not depend on the split */
+    float_pack_job j = {pw, t, {Wg, Wu}};
+    pg_pool *pool = pg_pool_default();
+    if (pool && pg_pool_size(pool) > 1 && N * K >= 65536)
+        pg_pool_parallel_for(pool, (size_t)N, 16, pack_rows, &j);
+    else
+        pack_rows(&j, 0, (size_t)N, 0);
     *out = pw;
     return PAGODA_OK;
 }

@@ -13,6 +13,7 @@
 #define BAR_WIDTH 24
 
 struct pg_hub_progress {
+    const char *task;
     char name[64];
     int index, count;
     long long total, done, first; /* first: bytes on disk at start (a resume) */
@@ -48,8 +49,14 @@ static bool env_true(const char *name) {
 }
 
 pg_hub_progress *pg_hub_progress_start(const char *name, int index, int count, long long total) {
+    return pg_hub_progress_start_task("download", name, index, count, total);
+}
+
+pg_hub_progress *pg_hub_progress_start_task(const char *task, const char *name, int index,
+                                            int count, long long total) {
     pg_hub_progress *p = calloc(1, sizeof *p);
     if (!p) return NULL;
+    p->task = task;
     size_t n = strlen(name);
     /* keep the end of a long name: it tells the shards apart */
     snprintf(p->name, sizeof p->name, "%s%s", n >= sizeof p->name ? "..." : "",
@@ -61,7 +68,8 @@ pg_hub_progress *pg_hub_progress_start(const char *name, int index, int count, l
     p->t0 = p->last_draw = now_s();
     const char *term = getenv("TERM");
     bool quiet = env_true("HF_HUB_DISABLE_PROGRESS_BARS");
-    p->bar = !quiet && isatty(STDERR_FILENO) && !(term && !strcmp(term, "dumb"));
+    p->bar = !quiet && pg_log_get_level() <= PG_LOG_INFO && isatty(STDERR_FILENO) &&
+             !(term && !strcmp(term, "dumb"));
     p->periodic = !quiet && !p->bar;
     const char *iv = getenv("PAGODA_PROGRESS_INTERVAL");
     char *end = NULL;
@@ -95,10 +103,10 @@ static void draw(pg_hub_progress *p, double t) {
         fflush(stderr);
         p->drawn = true;
     } else if (p->total > 0) {
-        PG_INFO("download: [%d/%d] %s: %d%% (%s of %s, %s/s)", p->index, p->count, p->name, pct,
-                done, total, rate);
+        PG_INFO("%s: [%d/%d] %s: %d%% (%s of %s, %s/s)", p->task, p->index, p->count, p->name,
+                pct, done, total, rate);
     } else {
-        PG_INFO("download: [%d/%d] %s: %s (%s/s)", p->index, p->count, p->name, done, rate);
+        PG_INFO("%s: [%d/%d] %s: %s (%s/s)", p->task, p->index, p->count, p->name, done, rate);
     }
 }
 
@@ -126,8 +134,8 @@ void pg_hub_progress_end(pg_hub_progress *p, bool ok) {
         long long got = p->done - (p->first > 0 ? p->first : 0);
         pg_hub_format_bytes(p->total > 0 ? p->total : p->done, size, sizeof size);
         pg_hub_format_bytes(el > 0 ? (long long)((double)got / el) : 0, rate, sizeof rate);
-        PG_INFO("download: [%d/%d] %s: %s in %.1f s (%s/s)", p->index, p->count, p->name, size, el,
-                rate);
+        PG_INFO("%s: [%d/%d] %s: %s in %.1f s (%s/s)", p->task, p->index, p->count, p->name, size,
+                el, rate);
     }
     free(p);
 }

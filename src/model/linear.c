@@ -10,7 +10,9 @@
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 #include "kernels/qgemm.h"
+#include "model/hub_progress.h"
 #include "model/mapped_file.h"
+#include "model/pack_cache.h"
 
 /* ---- binding ------------------------------------------------------------------ */
 
@@ -417,6 +419,55 @@ static pagoda_status ct_mixed(const char *what) {
                     what);
 }
 
+/* ---- the packed-weight cache (model/pack_cache.h): every packed weight of
+ * a load is taken from the session's file in load order, or packed and
+ * recorded for writing. */
+
+static _Thread_local pg_hub_progress *t_progress;
+static _Thread_local long long t_progress_done;
+
+void pg_linear_progress_begin(const char *name, long long total_bytes) {
+    pg_hub_progress_end(t_progress, false);
+    const char *slash = strrchr(name, '/');
+    if (slash && slash[1]) name = slash + 1;
+    t_progress = pg_hub_progress_start_task("load", name, 1, 1, total_bytes);
+    t_progress_done = 0;
+    pg_hub_progress_update(t_progress, 0, -1);
+}
+
+void pg_linear_progress_end(bool ok) {
+    if (ok && t_progress) pg_hub_progress_update(t_progress, t_progress_done, t_progress_done);
+    pg_hub_progress_end(t_progress, ok);
+    t_progress = NULL;
+}
+
+/* The source bytes of ls[0..n) are packed (or taken from the cache). */
+static void progress(const pg_linear_src *const *ls, int n) {
+    if (!t_progress) return;
+    for (int i = 0; i < n; i++)
+        t_progress_done += (long long)ls[i]->n_out *
+                           (long long)pg_dtype_row_bytes(ls[i]->dtype, (size_t)ls[i]->n_in);
+    pg_hub_progress_update(t_progress, t_progress_done, -1);
+}
+
+static bool cache_take(int64_t N, int64_t K, bool swiglu, pg_packed_weight **out) {
+    pg_pack_cache *c = pg_pack_cache_current();
+    if (!pg_pack_cache_take(c, N, K, swiglu, out)) return false;
+    pg_pack_cache_put(c, *out);
+    return true;
+}
+
+/* After packing: record w, and drop the source's pages of the layers it
+ * was packed from (they are not read again; a tied embedding's rows are
+ * paged in again when looked up). */
+static void packed(pg_packed_weight *w, const pg_linear_src *const *ls, int n) {
+    pg_pack_cache_put(pg_pack_cache_current(), w);
+    for (int i = 0; i < n; i++)
+        if (!ls[i]->ct && ls[i]->w)
+            pg_mapped_release(ls[i]->w, (size_t)ls[i]->n_out *
+                                            pg_dtype_row_bytes(ls[i]->dtype, (size_t)ls[i]->n_in));
+}
+
 /* Stacked float / GGUF rows of parts[a..b) (same dtype) in one buffer. */
 static pagoda_status pack_run(const pg_linear_policy *p, const pg_linear_src *const *parts, int a,
                               int b, bool quantize, pg_packed_weight **out) {
@@ -468,7 +519,15 @@ pagoda_status pg_linear_pack(const pg_linear_policy *p, const pg_linear_src *con
         while (b < n && (all_ct || parts[b]->dtype == parts[a]->dtype))
             b++;
         out->col[out->n_parts] = col;
-        st = pack_run(p, parts, a, b, quantize, &out->part[out->n_parts]);
+        int64_t rows = 0;
+        for (int i = a; i < b; i++)
+            rows += parts[i]->n_out;
+        pg_packed_weight **pw = &out->part[out->n_parts];
+        if (!cache_take(rows, out->n_in, false, pw)) {
+            st = pack_run(p, parts, a, b, quantize, pw);
+            if (st == PAGODA_OK) packed(*pw, parts + a, b - a);
+        }
+        if (st == PAGODA_OK) progress(parts + a, b - a);
         out->n_parts++;
         for (int i = a; i < b; i++)
             col += parts[i]->n_out;
@@ -506,9 +565,15 @@ pagoda_status pg_linear_pack_swiglu(const pg_linear_policy *p, const pg_linear_s
     out->swiglu = true;
     out->n_parts = 1;
     out->col[1] = gate->n_out;
-    pagoda_status st = gate->ct ? ct_pack(p->ct, &gate, 1, up, &out->part[0])
-                                : pack_w(p, p->bits, p->group, p->act_group != 0, gate->dtype,
-                                         gate->w, up->w, gate->n_out, gate->n_in, &out->part[0]);
+    pagoda_status st = PAGODA_OK;
+    const pg_linear_src *both[2] = {gate, up};
+    if (!cache_take(gate->n_out, gate->n_in, true, &out->part[0])) {
+        st = gate->ct ? ct_pack(p->ct, &gate, 1, up, &out->part[0])
+                      : pack_w(p, p->bits, p->group, p->act_group != 0, gate->dtype, gate->w,
+                               up->w, gate->n_out, gate->n_in, &out->part[0]);
+        if (st == PAGODA_OK) packed(out->part[0], both, 2);
+    }
+    if (st == PAGODA_OK) progress(both, 2);
     if (st == PAGODA_OK && gate->bias) { /* [2 n_out]: the gate's, then the up's (gemm.h) */
         out->bias = pg_malloc_aligned((size_t)(2 * out->n_out) * sizeof(float));
         if (!out->bias) st = pg_error(PAGODA_ERR_NOMEM, "model: out of memory");
@@ -530,8 +595,13 @@ pagoda_status pg_linear_pack_lm_head(const pg_linear_policy *p, const pg_linear_
     out->n_in = h->n_in;
     out->n_parts = 1;
     out->col[1] = h->n_out;
-    pagoda_status st = pack_w(p, p->lm_head_bits, p->lm_head_group, p->lm_head_act, h->dtype, h->w,
-                              NULL, h->n_out, h->n_in, &out->part[0]);
+    pagoda_status st = PAGODA_OK;
+    if (!cache_take(h->n_out, h->n_in, false, &out->part[0])) {
+        st = pack_w(p, p->lm_head_bits, p->lm_head_group, p->lm_head_act, h->dtype, h->w, NULL,
+                    h->n_out, h->n_in, &out->part[0]);
+        if (st == PAGODA_OK) packed(out->part[0], &h, 1);
+    }
+    if (st == PAGODA_OK) progress(&h, 1);
     if (st != PAGODA_OK) pg_linear_free(out);
     return st;
 }

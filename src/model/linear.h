@@ -156,6 +156,14 @@ pagoda_status pg_linear_pack_lm_head(const pg_linear_policy *p, const pg_linear_
                                      pg_linear *out);
 void pg_linear_free(pg_linear *l);
 
+/* Progress of this thread's model load (model/hub_progress.h, task
+ * "load"): begin with the bytes of the source's tensors (name: the model
+ * file or directory's last component); every linear weight packed or taken
+ * from the packed-weight cache then adds its source bytes; end prints the
+ * final line when ok. No-ops without a begin. */
+void pg_linear_progress_begin(const char *name, long long total_bytes);
+void pg_linear_progress_end(bool ok);
+
 /* Link the decode prefetch hints (pg_gemm_set_next) of ls[0..n) in forward
  * order, the last one to the first (the next step's). NULL entries skipped. */
 void pg_linear_chain(pg_linear *const *ls, int n);

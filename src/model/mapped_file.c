@@ -184,10 +184,21 @@ pagoda_status pg_read_small_file(const char *path, size_t max_bytes, char **out,
     return PAGODA_OK;
 }
 
+/* True when [a, e) lies inside one watched file mapping. */
+static bool in_mapping(uintptr_t a, uintptr_t e) {
+    for (int i = 0; i < WATCH_SLOTS; i++) {
+        uintptr_t st = atomic_load(&g_watch[i].start);
+        size_t sz = atomic_load(&g_watch[i].size);
+        if (st != 0 && st != UINTPTR_MAX && a >= st && e <= st + sz) return true;
+    }
+    return false;
+}
+
 void pg_mapped_release(const void *p, size_t n) {
     long ps = sysconf(_SC_PAGESIZE);
     if (!p || ps <= 0) return;
     uintptr_t a = (uintptr_t)p, e = a + n, page = (uintptr_t)ps;
+    if (!in_mapping(a, e)) return; /* heap memory (derived tensors): MADV_DONTNEED would zero it */
     uintptr_t a0 = (a + page - 1) / page * page, e0 = e / page * page;
     if (e0 > a0) (void)madvise((void *)a0, e0 - a0, MADV_DONTNEED);
 }

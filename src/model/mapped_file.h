@@ -46,7 +46,9 @@ int pg_mapped_fault_handler_install(void);
 /* Drop the resident pages wholly inside [p, p + n) of a mapping
  * (madvise MADV_DONTNEED): for weights that were repacked and will not be
  * read again. Reading them later still works (the file is paged in again).
- * Best effort: errors are ignored. */
+ * Only ranges inside a file mapping watched by pg_mapped_file_open are
+ * released (never heap memory, which MADV_DONTNEED would zero). Best
+ * effort: errors are ignored. */
 void pg_mapped_release(const void *p, size_t n);
 
 /* Read a small whole file (JSON configs) into a malloc'ed NUL-terminated

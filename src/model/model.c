@@ -5,6 +5,8 @@
 #include "base/log.h"
 #include "dist/comm.h"
 #include "model/arch.h"
+#include "model/linear.h"
+#include "model/pack_cache.h"
 
 struct pg_model_workspace {
     const pg_model *model;
@@ -43,7 +45,19 @@ pagoda_status pg_model_load(const pg_model_source *src, const pg_model_options *
                             "for %s (supported: llama, qwen3, qwen3_moe, gpt_oss)",
                             pg_model_source_path(src), o->tp_size, a->name);
     }
-    return a->create(src, o, out);
+    /* the packed-weight cache session: linear.c takes or records every
+     * packed weight of this load (model/pack_cache.h) */
+    long long total = 0;
+    for (size_t i = 0; i < pg_model_source_n_tensors(src); i++) {
+        const pg_tensor *t = pg_model_source_tensor_at(src, i);
+        if (t->ndim == 2 || t->ndim == 3) total += (long long)t->nbytes; /* linear weights */
+    }
+    pg_linear_progress_begin(pg_model_source_path(src), total);
+    pg_pack_cache *pc = pg_pack_cache_begin(src, o); /* (verifying a file counts as loading) */
+    pagoda_status st = a->create(src, o, out);
+    pg_pack_cache_end(pc, st == PAGODA_OK);
+    pg_linear_progress_end(st == PAGODA_OK);
+    return st;
 }
 
 void pg_model_free(pg_model *m) {

@@ -110,6 +110,9 @@ typedef struct pg_model_options {
      * (comm unused). comm must have rank tp_rank and size tp_size. */
     int32_t tp_rank, tp_size;
     struct pg_comm *comm;
+    /* true: do not read or write the packed-weight cache (model/pack_cache.h;
+     * PAGODA_PACK_CACHE=0 does the same) */
+    bool no_pack_cache;
 } pg_model_options;
 
 /* max_context 0, compute auto, no quantization, one rank. */
