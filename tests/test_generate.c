@@ -628,7 +628,7 @@ static void test_bench_throughput_and_latency(void **state) {
     cJSON_Delete(j);
     free(text);
     snprintf(args, sizeof args,
-             "bench latency %s --batch-size 2 --input-len 4 --output-len 4 --num-iters-warmup 1 "
+             "bench latency %s --batch-size 2 --input-len 40 --output-len 4 --num-iters-warmup 1 "
              "--num-iters 3 --output-json '%s'",
              model_arg("llm/stories260K-hf"), path);
     assert_int_equal(run_cmd(args, &out), 0);
@@ -640,6 +640,10 @@ static void test_bench_throughput_and_latency(void **state) {
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "latencies")), 3);
     assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "percentiles"), "99"));
     assert_true(cJSON_GetObjectItem(j, "avg_latency")->valuedouble > 0);
+    /* every iteration prefills its own prompts (40 tokens: two full KV
+     * blocks the prefix cache would serve if a prompt repeated) */
+    assert_non_null(cJSON_GetObjectItem(j, "prefix_cache_hit_tokens"));
+    assert_int_equal(cJSON_GetObjectItem(j, "prefix_cache_hit_tokens")->valueint, 0);
     cJSON_Delete(j);
     free(text);
     snprintf(args, sizeof args, "bench throughput %s --num-prompts 0",

@@ -339,6 +339,20 @@ static void bw_probe_free(bw_probe *p) {
     free(p->decode_s);
 }
 
+/* n random prompts (the rng continues from call to call, so each call's
+ * prompts are new); with copy, each prompt's second half repeats its first
+ * (the passage, then itself again: what n-gram speculation feeds on). */
+static pagoda_status make_requests(const pg_bench_random_cfg *cfg, size_t n, pg_bench_rng *rng,
+                                   bool copy, pg_bench_request **out) {
+    pagoda_status st = pg_bench_random_dataset(cfg, NULL, n, rng, out);
+    for (size_t i = 0; st == PAGODA_OK && copy && i < n; i++) {
+        int32_t *ids = (*out)[i].prompt_ids, len = (*out)[i].prompt_len, half = (len + 1) / 2;
+        for (int32_t k = half; k < len; k++)
+            ids[k] = ids[k - half];
+    }
+    return st;
+}
+
 static const double PCTS[] = {10, 25, 50, 75, 90, 99};
 #define N_PCTS (sizeof PCTS / sizeof PCTS[0])
 
@@ -363,15 +377,10 @@ static int offline(int argc, char **argv, bool latency) {
     pg_bench_rng rng;
     pg_bench_rng_seed(&rng, o.seed);
     pg_bench_request *reqs = NULL;
-    if (pg_bench_random_dataset(&rc_, NULL, n, &rng, &reqs) != PAGODA_OK) {
+    if (make_requests(&rc_, n, &rng, o.copy, &reqs) != PAGODA_OK) {
         fprintf(stderr, "pagoda bench: %s\n", pagoda_last_error());
         pagoda_engine_free(e);
         return 1;
-    }
-    for (size_t i = 0; o.copy && i < n; i++) { /* the passage, then itself again */
-        int32_t *ids = reqs[i].prompt_ids, len = reqs[i].prompt_len, half = (len + 1) / 2;
-        for (int32_t k = half; k < len; k++)
-            ids[k] = ids[k - half];
     }
     uint64_t prompt_tokens = 0, output_tokens = 0;
     for (size_t i = 0; i < n; i++) {
@@ -418,6 +427,15 @@ static int offline(int argc, char **argv, bool latency) {
             rc = 1;
         for (int32_t it = 0; lat && tpot && it < iters && rc == 0; it++) {
             bool measured = it >= o.num_iters_warmup;
+            if (it > 0) { /* fresh prompts: an iteration never prefills from the prefix cache */
+                pg_bench_requests_free(reqs, n);
+                reqs = NULL;
+                if (make_requests(&rc_, n, &rng, o.copy, &reqs) != PAGODA_OK) {
+                    fprintf(stderr, "pagoda bench latency: %s\n", pagoda_last_error());
+                    rc = 1;
+                    break;
+                }
+            }
             if (it == o.num_iters_warmup) {
                 pagoda_engine_get_stats(e, &spec0);
                 spec_t0 = pg_bench_now();
@@ -466,6 +484,14 @@ static int offline(int argc, char **argv, bool latency) {
     }
     pagoda_stats spec1;
     pagoda_engine_get_stats(e, &spec1);
+    if (rc == 0 && latency) { /* 0 unless prompts repeat (they do not: see the loop) */
+        uint64_t hit = spec1.prefix_cache_hits - spec0.prefix_cache_hits;
+        cJSON_AddNumberToObject(js, "prefix_cache_hit_tokens", (double)hit);
+        if (hit)
+            printf("Prefix cache: %llu prompt tokens of the measured iterations were served from "
+                   "the cache (not prefilled)\n",
+                   (unsigned long long)hit);
+    }
     char line[512];
     if (rc == 0 &&
         pg_metrics_spec_line(&spec0, &spec1, pg_bench_now() - spec_t0, line, sizeof line)) {
