@@ -69,6 +69,8 @@ static void serve_usage(FILE *f) {
         "                               flight finish for up to S seconds, then end them with\n"
         "                               finish_reason \"abort\" (default 0, as vLLM: at once;\n"
         "                               a second signal cuts the wait short)\n"
+        "  --no-webui                   do not serve the web chat page at / (default: served;\n"
+        "                               open http://HOST:PORT/ in a browser)\n"
         "  --seed N                     base seed for requests without one\n"
         "\n" PG_ENGINE_ARGS_HELP);
 }
@@ -219,6 +221,10 @@ int pg_cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--enable-auto-tool-choice")) {
             so.enable_auto_tool_choice = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-webui")) {
+            so.disable_webui = true;
             continue;
         }
         bool known = false;
@@ -384,6 +390,8 @@ int pg_cmd_serve(int argc, char **argv) {
         printf("pagoda serve: %s is every address of this machine; from here: http://%s:%d\n",
                bound, shown, port);
     printf("PORT=%d\n", port);
+    if (!so.disable_webui && chat_name)
+        printf("web chat: open http://%s:%d/ in a browser\n", shown, port);
     const char *auth1 = so.api_key ? "-H 'Authorization: Bearer " : "";
     const char *auth2 = so.api_key ? so.api_key : "", *auth3 = so.api_key ? "' " : "";
     printf("try:\n");

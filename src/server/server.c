@@ -25,6 +25,7 @@
 #include "server/conn_guard.h"
 #include "server/harmony_chat.h"
 #include "server/tool_calls.h"
+#include "server/webui.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/server_internal.h"
@@ -1232,6 +1233,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cc) return MHD_NO;
         cc->srv = s;
         *con_cls = cc;
+        /* the web chat page: static, no API key (its own calls send one) */
+        const pg_webui_asset *page = s->webui ? pg_webui_find(url) : NULL;
+        if (page) {
+            cc->early_done = true;
+            if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+                pg_api_error err;
+                pg_api_fail(&err, 405, NULL, "method %.16s is not allowed on %.200s", method, url);
+                char *js = pg_api_error_json(&err);
+                if (!js) return MHD_NO;
+                return pg_srv_send_text(c, 405, "application/json", js, strlen(js),
+                                        MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+            }
+            if (atomic_load(&s->draining)) return send_shutting_down(c);
+            return pg_webui_send(c, page);
+        }
         const route *rt = NULL;
         const char *allow = NULL;
         bool path_known = false;
@@ -1575,6 +1591,7 @@ pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_eng
     s->api_key = opt->api_key && opt->api_key[0] ? strdup(opt->api_key) : NULL;
     s->chat_template = opt->chat_template ? strdup(opt->chat_template) : NULL;
     s->auto_tools = opt->enable_auto_tool_choice;
+    s->webui = !opt->disable_webui;
     for (size_t k = 0; k < n_engines; k++) {
         const char *name =
             opt->served_model_name ? opt->served_model_name : pagoda_engine_model_name(engines[k]);

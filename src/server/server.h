@@ -35,6 +35,8 @@ typedef struct pg_server_options {
      * picked from each model's chat template. */
     const char *tool_call_parser; /* "hermes", "llama3_json", "mistral", "harmony" / "openai" */
     const char *reasoning_parser; /* "qwen3", "deepseek_r1" */
+    bool disable_webui;           /* true: no web chat page at / (`--no-webui`; default: served,
+                                     server/webui.h) */
     bool enable_auto_tool_choice; /* tool_choice "auto" (the default with tools) parses calls;
                                      without it such requests are 400s, as vLLM */
     int max_num_seqs;             /* the engine's, for the queue limit (0 = 256) */

@@ -63,6 +63,7 @@ struct pg_server {
     char *api_key;
     char *chat_template;
     bool auto_tools; /* --enable-auto-tool-choice */
+    bool webui;      /* the web chat page at / (server/webui.h); off: --no-webui */
     size_t max_body;
     size_t max_stream_buffer;
     size_t max_audio_bytes;

@@ -1,0 +1,315 @@
+/* pagoda web chat (served at / by `pagoda serve`; docs/ARCHITECTURE.md
+ * "Web chat page"). Vanilla JS, no dependencies, no external URLs.
+ *
+ * Talks to the same server's OpenAI endpoints: GET /v1/models for the model
+ * name and context length, POST /v1/chat/completions with "stream": true,
+ * read as server-sent events through fetch + ReadableStream. Stop aborts
+ * the fetch (AbortController): the browser closes the connection and the
+ * server aborts the request and frees its KV blocks. Model text is shown
+ * through markdown.js (escapes first) or textContent, never as raw HTML.
+ * The conversation and the settings live in localStorage. */
+(function () {
+  'use strict';
+
+  const STORE_CHAT = 'pagoda.webui.conversation';
+  const STORE_SETTINGS = 'pagoda.webui.settings';
+  const DEFAULTS = { system: '', temperature: 0.7, top_p: 1, max_tokens: '', api_key: '' };
+  const md = window.pagodaMarkdown;
+
+  const $ = (id) => document.getElementById(id);
+  const els = {
+    messages: $('messages'), input: $('input'), send: $('send'), stop: $('stop'),
+    composer: $('composer'), error: $('error'), model: $('model-info'), clear: $('clear'),
+    settings: $('settings'), toggle: $('settings-toggle'), system: $('set-system'),
+    temperature: $('set-temperature'), topP: $('set-top-p'), maxTokens: $('set-max-tokens'),
+    apiKey: $('set-api-key'),
+  };
+
+  let conversation = load(STORE_CHAT, []);
+  if (!Array.isArray(conversation)) conversation = [];
+  let settings = Object.assign({}, DEFAULTS, load(STORE_SETTINGS, {}));
+  let modelId = null;
+  let controller = null;
+
+  function load(key, fallback) {
+    try {
+      const v = localStorage.getItem(key);
+      return v ? JSON.parse(v) : fallback;
+    } catch (e) {
+      return fallback;
+    }
+  }
+
+  function save() {
+    try {
+      localStorage.setItem(STORE_CHAT, JSON.stringify(conversation));
+      localStorage.setItem(STORE_SETTINGS, JSON.stringify(settings));
+    } catch (e) {
+      showError('could not save the conversation in this browser: ' + e.message);
+    }
+  }
+
+  function showError(text) {
+    els.error.textContent = text;
+    els.error.hidden = !text;
+  }
+
+  function headers() {
+    const h = { 'Content-Type': 'application/json' };
+    if (settings.api_key) h.Authorization = 'Bearer ' + settings.api_key;
+    return h;
+  }
+
+  /* The error text of a failed response: the OpenAI error object's message. */
+  async function responseError(res) {
+    let text = '';
+    try {
+      text = await res.text();
+      const j = JSON.parse(text);
+      if (j && j.error && j.error.message) text = j.error.message;
+    } catch (e) { /* not JSON: keep the text */ }
+    return 'HTTP ' + res.status + (text ? ': ' + text : '');
+  }
+
+  /* ---- rendering ---- */
+
+  function messageNode(msg) {
+    const div = document.createElement('div');
+    div.className = 'msg ' + msg.role;
+    const role = document.createElement('div');
+    role.className = 'role';
+    role.textContent = msg.role;
+    div.appendChild(role);
+    if (msg.role === 'assistant') {
+      const det = document.createElement('details');
+      det.className = 'reasoning';
+      const sum = document.createElement('summary');
+      sum.textContent = 'Reasoning';
+      const rt = document.createElement('div');
+      rt.className = 'reasoning-text';
+      det.append(sum, rt);
+      div.appendChild(det);
+    }
+    const content = document.createElement('div');
+    content.className = 'content';
+    div.appendChild(content);
+    const note = document.createElement('div');
+    note.className = 'note';
+    div.appendChild(note);
+    updateNode(div, msg);
+    return div;
+  }
+
+  function updateNode(div, msg) {
+    const content = div.querySelector('.content');
+    if (msg.role === 'assistant') {
+      content.innerHTML = md.renderMarkdown(msg.content || ''); /* escapes first */
+      const det = div.querySelector('details.reasoning');
+      det.hidden = !msg.reasoning;
+      det.querySelector('.reasoning-text').textContent = msg.reasoning || '';
+    } else {
+      content.textContent = msg.content;
+    }
+    div.querySelector('.note').textContent = msg.note || '';
+  }
+
+  function renderAll() {
+    els.messages.replaceChildren(...conversation.map(messageNode));
+    els.messages.scrollTop = els.messages.scrollHeight;
+  }
+
+  function setBusy(busy) {
+    els.send.hidden = busy;
+    els.stop.hidden = !busy;
+    els.send.disabled = busy;
+    els.input.disabled = busy;
+    document.body.classList.toggle('busy', busy);
+    if (!busy) els.input.focus();
+  }
+
+  /* ---- settings ---- */
+
+  function showSettings() {
+    els.system.value = settings.system;
+    els.temperature.value = settings.temperature;
+    els.topP.value = settings.top_p;
+    els.maxTokens.value = settings.max_tokens;
+    els.apiKey.value = settings.api_key;
+  }
+
+  function readSettings() {
+    settings.system = els.system.value;
+    settings.temperature = els.temperature.value;
+    settings.top_p = els.topP.value;
+    settings.max_tokens = els.maxTokens.value;
+    settings.api_key = els.apiKey.value.trim();
+    save();
+  }
+
+  /* ---- talking to the server ---- */
+
+  async function loadModel() {
+    try {
+      const res = await fetch('/v1/models', { headers: headers() });
+      if (!res.ok) {
+        els.model.textContent = 'model list unavailable';
+        showError('/v1/models: ' + (await responseError(res)));
+        return;
+      }
+      const j = await res.json();
+      const m = j.data && j.data.find((x) => !x.id.includes('whisper')) || (j.data || [])[0];
+      if (!m) {
+        els.model.textContent = 'no model served';
+        return;
+      }
+      modelId = m.id;
+      els.model.textContent = m.id + (m.max_model_len ? ' \u00b7 context ' + m.max_model_len : '');
+    } catch (e) {
+      els.model.textContent = 'server unreachable';
+      showError('cannot reach the server: ' + e.message);
+    }
+  }
+
+  function requestBody() {
+    const messages = [];
+    if (settings.system.trim()) messages.push({ role: 'system', content: settings.system });
+    for (const m of conversation) {
+      if (m.role === 'user' || (m.role === 'assistant' && m.content))
+        messages.push({ role: m.role, content: m.content });
+    }
+    const body = { messages, stream: true };
+    if (modelId) body.model = modelId;
+    const num = (v) => (v === '' || v === null || v === undefined ? NaN : Number(v));
+    if (!isNaN(num(settings.temperature))) body.temperature = num(settings.temperature);
+    if (!isNaN(num(settings.top_p))) body.top_p = num(settings.top_p);
+    if (!isNaN(num(settings.max_tokens))) body.max_tokens = Math.trunc(num(settings.max_tokens));
+    return body;
+  }
+
+  /* Read server-sent events from a fetch response body: calls onData for the
+   * payload of every `data:` line, until `[DONE]` or the end. */
+  async function readEvents(res, onData) {
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl).replace(/\r$/, '');
+        buf = buf.slice(nl + 1);
+        if (!line.startsWith('data:')) continue;
+        const data = line.slice(5).trim();
+        if (data === '[DONE]') return;
+        onData(data);
+      }
+    }
+  }
+
+  async function send(text) {
+    showError('');
+    conversation.push({ role: 'user', content: text });
+    const reply = { role: 'assistant', content: '', reasoning: '', pending: true };
+    conversation.push(reply);
+    save();
+    renderAll();
+    const node = els.messages.lastElementChild;
+    controller = new AbortController();
+    setBusy(true);
+    let pending = false;
+    const redraw = () => {
+      if (pending) return;
+      pending = true;
+      requestAnimationFrame(() => {
+        pending = false;
+        updateNode(node, reply);
+        save(); /* a reload mid-answer keeps what came so far */
+        els.messages.scrollTop = els.messages.scrollHeight;
+      });
+    };
+    try {
+      const res = await fetch('/v1/chat/completions', {
+        method: 'POST', headers: headers(), body: JSON.stringify(requestBody()),
+        signal: controller.signal,
+      });
+      if (!res.ok) throw new Error(await responseError(res));
+      await readEvents(res, (data) => {
+        const j = JSON.parse(data);
+        if (j.error) throw new Error(j.error.message || 'error from the server');
+        const ch = j.choices && j.choices[0];
+        if (!ch) return;
+        const d = ch.delta || {};
+        if (d.reasoning_content) reply.reasoning += d.reasoning_content;
+        if (d.content) reply.content += d.content;
+        if (ch.finish_reason === 'length') reply.note = 'stopped at max_tokens / the context length';
+        else if (ch.finish_reason === 'abort') reply.note = 'aborted by the server';
+        redraw();
+      });
+    } catch (e) {
+      if (e.name === 'AbortError') {
+        reply.note = 'stopped';
+      } else {
+        reply.note = 'failed';
+        showError(e.message);
+      }
+    } finally {
+      controller = null;
+      delete reply.pending;
+      /* a failed turn with no answer is dropped from the history: the user
+       * message goes back into the input box to be edited or sent again */
+      if (!reply.content && !reply.reasoning && reply.note === 'failed') {
+        conversation.splice(conversation.length - 2, 2);
+        els.input.value = text;
+      }
+      save();
+      renderAll();
+      setBusy(false);
+    }
+  }
+
+  /* ---- events ---- */
+
+  els.composer.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const text = els.input.value;
+    if (!text.trim() || controller) return;
+    els.input.value = '';
+    send(text);
+  });
+  els.input.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
+      ev.preventDefault();
+      els.composer.requestSubmit();
+    }
+  });
+  els.stop.addEventListener('click', () => {
+    if (controller) controller.abort();
+  });
+  els.clear.addEventListener('click', () => {
+    if (controller) controller.abort();
+    conversation = [];
+    showError('');
+    save();
+    renderAll();
+  });
+  els.toggle.addEventListener('click', () => {
+    const open = els.settings.hidden;
+    els.settings.hidden = !open;
+    els.toggle.setAttribute('aria-expanded', String(open));
+  });
+  for (const el of [els.system, els.temperature, els.topP, els.maxTokens, els.apiKey])
+    el.addEventListener('change', readSettings);
+
+  /* an answer cut by a reload is kept as far as it came */
+  for (const m of conversation)
+    if (m.role === 'assistant' && m.pending) {
+      delete m.pending;
+      m.note = 'interrupted';
+    }
+  showSettings();
+  renderAll();
+  setBusy(false);
+  loadModel();
+})();
