@@ -7,15 +7,21 @@
  * Nothing here depends on timing: every wait polls for an expected output
  * with a deadline (minutes: only a hung chat ever reaches it), and a child
  * still running when a test ends (or fails) is killed by the teardown.
- * (Ctrl-C in the middle of an answer is not tested here yet: see
- * docs/ARCHITECTURE.md.) Answers are greedy (temperature 0) on stories260K
+ * Ctrl-C in the middle of an answer is tested against a scripted SSE
+ * server in this process whose answer never ends (a chunk every 5 ms until
+ * the client goes away), so the answer is always still streaming when the
+ * test, having seen its first words, presses Ctrl-C. Answers are greedy (temperature 0) on stories260K
  * with a plain chat template, so the terminal's answer can be compared
  * with the piped mode's for the same conversation. */
+#define _GNU_SOURCE
 #include "testutil.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pty.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -23,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -429,6 +436,196 @@ static void test_url_mode(void **state) {
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* ---- a scripted OpenAI server for Ctrl-C mid-answer ---------------------------- */
+
+/* Answers GET /v1/models with one model "scripted", the first POST
+ * /v1/chat/completions with an SSE stream that never ends ("tick " every
+ * 5 ms until the client disconnects, which it records), and later ones with
+ * the short answer "fine." and [DONE]. One connection at a time. */
+typedef struct scripted {
+    int lfd, port;
+    pthread_t th;
+    pthread_mutex_t mu;
+    int chats;         /* chat requests seen */
+    bool client_gone;  /* the endless stream's client closed the connection */
+    long chunks;       /* chunks of the endless stream sent */
+    char *first_body;  /* the first chat request's body */
+} scripted;
+
+static bool send_all(int fd, const char *s, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k <= 0) return false;
+        s += k, n -= (size_t)k;
+    }
+    return true;
+}
+
+/* Headers and body of one request; false when the client closed first. */
+static bool read_request(int fd, char *buf, size_t cap, char **body) {
+    size_t len = 0;
+    char *end = NULL;
+    while (!end) {
+        ssize_t k = recv(fd, buf + len, cap - 1 - len, 0);
+        if (k <= 0) return false;
+        len += (size_t)k;
+        buf[len] = 0;
+        end = strstr(buf, "\r\n\r\n");
+        if (!end && len + 1 >= cap) return false;
+    }
+    const char *cl = strcasestr(buf, "\r\nContent-Length:");
+    size_t want = cl ? strtoul(cl + 17, NULL, 10) : 0, have = len - (size_t)(end + 4 - buf);
+    while (have < want && len + 1 < cap) {
+        ssize_t k = recv(fd, buf + len, cap - 1 - len, 0);
+        if (k <= 0) return false;
+        len += (size_t)k, have += (size_t)k;
+    }
+    buf[len] = 0;
+    *body = end + 4;
+    return true;
+}
+
+static void *scripted_main(void *arg) {
+    scripted *f = arg;
+    static char buf[1 << 16];
+    for (;;) {
+        int fd = accept(f->lfd, NULL, NULL);
+        if (fd < 0) return NULL; /* shut down */
+        char *body;
+        if (!read_request(fd, buf, sizeof buf, &body)) {
+            close(fd);
+            continue;
+        }
+        if (!strncmp(buf, "GET /v1/models", 14)) {
+            const char *js = "{\"object\":\"list\",\"data\":[{\"id\":\"scripted\",\"object\":\"model\"}]}";
+            char head[256];
+            snprintf(head, sizeof head,
+                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                     "%zu\r\nConnection: close\r\n\r\n",
+                     strlen(js));
+            if (send_all(fd, head, strlen(head))) send_all(fd, js, strlen(js));
+            close(fd);
+            continue;
+        }
+        pthread_mutex_lock(&f->mu);
+        int n = ++f->chats;
+        if (n == 1) f->first_body = strdup(body);
+        pthread_mutex_unlock(&f->mu);
+        const char *head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                           "Cache-Control: no-cache\r\nConnection: close\r\n\r\n";
+        send_all(fd, head, strlen(head));
+        if (n == 1) {
+            const char *ev = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tick \"}}]}\n\n";
+            /* until the client goes away (bounded: 20 minutes of chunks) */
+            for (long i = 0; i < 240000; i++) {
+                if (!send_all(fd, ev, strlen(ev))) break;
+                pthread_mutex_lock(&f->mu);
+                f->chunks++;
+                pthread_mutex_unlock(&f->mu);
+                struct pollfd p = {.fd = fd, .events = POLLIN};
+                if (poll(&p, 1, 5) > 0) {
+                    char c;
+                    if (recv(fd, &c, 1, MSG_DONTWAIT) <= 0) break; /* closed (or reset) */
+                }
+            }
+            pthread_mutex_lock(&f->mu);
+            f->client_gone = true;
+            pthread_mutex_unlock(&f->mu);
+        } else {
+            const char *ev = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"fine.\"}}]}\n\n"
+                             "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}"
+                             "\n\ndata: [DONE]\n\n";
+            send_all(fd, ev, strlen(ev));
+        }
+        close(fd);
+    }
+}
+
+static void scripted_start(scripted *f) {
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(f->lfd >= 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(f->lfd, 8), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &al), 0);
+    f->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&f->th, NULL, scripted_main, f), 0);
+}
+
+static void scripted_stop(scripted *f) {
+    shutdown(f->lfd, SHUT_RDWR);
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+    pthread_mutex_destroy(&f->mu);
+    free(f->first_body);
+}
+
+/* Ctrl-C while an answer streams: the answer stops (" [stopped]"), the
+ * transfer is cut (the server sees the client go), the prompt returns and
+ * takes the next message; then `exit_key` (Ctrl-C or Ctrl-D) at the empty
+ * prompt ends the chat with exit code 0. */
+static void check_ctrl_c_mid_answer(const char *exit_key) {
+    scripted f;
+    scripted_start(&f);
+    char args[256], path[4400], cmd[4500];
+    snprintf(args, sizeof args, "--url http://127.0.0.1:%d", f.port);
+    term t;
+    term_start(&t, args);
+    term_expect(&t, ">>> ");
+    term_send(&t, "Tell me everything\r");
+    term_expect(&t, "tick tick tick "); /* the answer streams */
+    term_send(&t, "\x03");
+    term_expect(&t, " [stopped]\r\n");
+    term_expect(&t, ">>> ");
+    /* the transfer was cut: the server saw its client go */
+    double end = now_s() + DEADLINE_S;
+    for (;;) {
+        pthread_mutex_lock(&f.mu);
+        bool gone = f.client_gone;
+        long chunks = f.chunks;
+        pthread_mutex_unlock(&f.mu);
+        if (gone) {
+            assert_true(chunks >= 3);
+            break;
+        }
+        if (now_s() > end) fail_msg("the scripted server still streams after Ctrl-C");
+        term_pump(&t, 20);
+    }
+    /* the chat goes on: the next message is answered; the conversation
+     * holds the stopped answer as far as it came */
+    char *a = ask(&t, "And now?");
+    assert_string_equal(a, "fine.");
+    free(a);
+    snprintf(path, sizeof path, "%s/stopped.json", g_dir);
+    snprintf(cmd, sizeof cmd, "/save %s\r", path);
+    term_send(&t, cmd);
+    term_expect(&t, "(saved 4 messages to ");
+    term_expect(&t, ">>> ");
+    char *conv = pg_test_read_file(path, NULL);
+    assert_non_null(strstr(conv, "\"content\":\t\"tick tick tick "));
+    assert_non_null(strstr(conv, "\"content\":\t\"fine.\""));
+    free(conv);
+    pthread_mutex_lock(&f.mu);
+    assert_int_equal(f.chats, 2);
+    assert_non_null(strstr(f.first_body, "\"stream\":true"));
+    pthread_mutex_unlock(&f.mu);
+    term_send(&t, exit_key);
+    assert_int_equal(term_wait(&t), 0);
+    term_close(&t);
+    scripted_stop(&f);
+}
+
+static void test_ctrl_c_mid_answer(void **state) {
+    (void)state;
+    check_ctrl_c_mid_answer("\x03"); /* a second Ctrl-C, at the empty prompt */
+    check_ctrl_c_mid_answer("\x04"); /* Ctrl-D */
+}
+
 /* Nothing listening: a clear error, exit 1. */
 static void test_url_unreachable(void **state) {
     (void)state;
@@ -451,6 +648,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_terminal_chat, teardown),
         cmocka_unit_test_teardown(test_ctrl_c, teardown),
         cmocka_unit_test_teardown(test_url_mode, teardown),
+        cmocka_unit_test_teardown(test_ctrl_c_mid_answer, teardown),
         cmocka_unit_test_teardown(test_url_unreachable, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
