@@ -125,6 +125,22 @@ if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ)
                      ${CMAKE_BINARY_DIR}/scripted-gpt-oss "" ${PAGODA_SERVE_CMD})
     set_tests_properties(serve_openai_node_harmony PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
   endif()
+  # the web chat page at / in headless Chromium (tests/node/webui.test.mjs,
+  # playwright-core driving Debian's chromium). Native only (a browser under
+  # qemu adds nothing: the page is the same bytes, the server paths are
+  # serve_e2e_curl's); not under ASan (Makefile ASAN_EXCLUDE).
+  find_program(PAGODA_CHROMIUM chromium)
+  if(PAGODA_CHROMIUM AND NOT CMAKE_CROSSCOMPILING)
+    add_test(NAME serve_webui_chromium
+             COMMAND ${CMAKE_COMMAND} -E env NODE_TEST=webui.test.mjs CHROMIUM=${PAGODA_CHROMIUM}
+                     bash ${CMAKE_SOURCE_DIR}/tests/node/run.sh ${CMAKE_SOURCE_DIR}/tests/node
+                     ${CMAKE_BINARY_DIR}/node ${PAGODA_SERVE_MODEL}
+                     ${CMAKE_SOURCE_DIR}/tests/data/chat_simple.jinja ${PAGODA_SERVE_CMD})
+    set_tests_properties(serve_webui_chromium PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)
+  elseif(NOT CMAKE_CROSSCOMPILING)
+    message(WARNING "chromium not found: the web chat page's browser test (serve_webui_chromium) "
+                    "is not registered (scripts/install-deps.sh)")
+  endif()
 else()
   message(WARNING "node/npm (or jq) not found: the openai-client test of `pagoda serve` "
                  "(tests/node) is not registered; install Node.js >= 20 to run it")

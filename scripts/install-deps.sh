@@ -52,6 +52,7 @@ NATIVE_PKGS=(
   clang libclang-rt-14-dev # `make fuzz`: libFuzzer + ASan/UBSan runtimes for clang 14 (native only)
   libopenmpi-dev openmpi-bin  # tensor parallelism across hosts (src/dist/comm_mpi.c; -DPAGODA_MPI=OFF to leave out), comm_mpi_np* tests
   nginx                    # serve_data_parallel_nginx: 2 replicas behind deploy/nginx/pagoda-dp.conf
+  chromium                 # serve_webui_chromium: the web chat page in headless Chromium (playwright-core)
 )
 CROSS_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user binutils-aarch64-linux-gnu)
 ARM64_PKGS=(libcmocka-dev:arm64 libmimalloc-dev:arm64 libpcre2-dev:arm64

@@ -28,7 +28,7 @@
     s = s.replace(/\[([^\]\n]+)\]\((https?:\/\/[^\s()]+)\)/g,
       (m, label, url) => '<a href="' + url + '" rel="noopener noreferrer" target="_blank">' + label + '</a>');
     s = s.replace(/\*\*([^*\n]+)\*\*/g, '<strong>$1</strong>');
-    s = s.replace(/__([^_\n]+)__/g, '<strong>$1</strong>');
+    s = s.replace(/(^|[^\w])__([^_\n]+)__(?!\w)/g, '$1<strong>$2</strong>'); /* not intraword */
     s = s.replace(/(^|[^*\w])\*([^*\s][^*\n]*?)\*(?!\w)/g, '$1<em>$2</em>');
     s = s.replace(/(^|[^_\w])_([^_\s][^_\n]*?)_(?!\w)/g, '$1<em>$2</em>');
     return s;
