@@ -10,9 +10,9 @@
  * Ctrl-C in the middle of an answer is tested against a scripted SSE
  * server in this process whose answer never ends (a chunk every 5 ms until
  * the client goes away), so the answer is always still streaming when the
- * test, having seen its first words, presses Ctrl-C. Answers are greedy (temperature 0) on stories260K
- * with a plain chat template, so the terminal's answer can be compared
- * with the piped mode's for the same conversation. */
+ * test, having seen its first words, presses Ctrl-C. Answers are greedy (temperature 0) on
+ * stories260K with a plain chat template, so the terminal's answer can be compared with the piped
+ * mode's for the same conversation. */
 #define _GNU_SOURCE
 #include "testutil.h"
 
@@ -446,10 +446,10 @@ typedef struct scripted {
     int lfd, port;
     pthread_t th;
     pthread_mutex_t mu;
-    int chats;         /* chat requests seen */
-    bool client_gone;  /* the endless stream's client closed the connection */
-    long chunks;       /* chunks of the endless stream sent */
-    char *first_body;  /* the first chat request's body */
+    int chats;        /* chat requests seen */
+    bool client_gone; /* the endless stream's client closed the connection */
+    long chunks;      /* chunks of the endless stream sent */
+    char *first_body; /* the first chat request's body */
 } scripted;
 
 static bool send_all(int fd, const char *s, size_t n) {
@@ -497,7 +497,8 @@ static void *scripted_main(void *arg) {
             continue;
         }
         if (!strncmp(buf, "GET /v1/models", 14)) {
-            const char *js = "{\"object\":\"list\",\"data\":[{\"id\":\"scripted\",\"object\":\"model\"}]}";
+            const char *js =
+                "{\"object\":\"list\",\"data\":[{\"id\":\"scripted\",\"object\":\"model\"}]}";
             char head[256];
             snprintf(head, sizeof head,
                      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
@@ -515,7 +516,8 @@ static void *scripted_main(void *arg) {
                            "Cache-Control: no-cache\r\nConnection: close\r\n\r\n";
         send_all(fd, head, strlen(head));
         if (n == 1) {
-            const char *ev = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tick \"}}]}\n\n";
+            const char *ev =
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tick \"}}]}\n\n";
             /* until the client goes away (bounded: 20 minutes of chunks) */
             for (long i = 0; i < 240000; i++) {
                 if (!send_all(fd, ev, strlen(ev))) break;
@@ -532,9 +534,10 @@ static void *scripted_main(void *arg) {
             f->client_gone = true;
             pthread_mutex_unlock(&f->mu);
         } else {
-            const char *ev = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"fine.\"}}]}\n\n"
-                             "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}"
-                             "\n\ndata: [DONE]\n\n";
+            const char *ev =
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"fine.\"}}]}\n\n"
+                "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}"
+                "\n\ndata: [DONE]\n\n";
             send_all(fd, ev, strlen(ev));
         }
         close(fd);
@@ -620,6 +623,71 @@ static void check_ctrl_c_mid_answer(const char *exit_key) {
     scripted_stop(&f);
 }
 
+/* Local mode: Ctrl-C once the first words of a long answer (no
+ * --max-tokens: up to the context, ~480 tokens) are on the terminal stops
+ * it (pagoda_engine_abort) and the chat goes on. A real model's answer has
+ * an end, so on a very slow or stalled test process the answer may be over
+ * before the Ctrl-C lands: the Ctrl-C then hits the empty prompt and the
+ * chat exits. That attempt is retried (up to 5); it is never counted as a
+ * pass, so a Ctrl-C that does not stop answers fails the test. */
+static void test_ctrl_c_mid_answer_local(void **state) {
+    (void)state;
+    char *ref = piped_answer(); /* the greedy answer's first 24 tokens */
+    char start[16];
+    snprintf(start, sizeof start, "%.10s", ref);
+    char args[9000];
+    snprintf(args, sizeof args, "'%s' --chat-template '%s' --temperature 0", model(),
+             template_file());
+    bool stopped = false;
+    for (int attempt = 0; attempt < 5 && !stopped; attempt++) {
+        term t;
+        term_start(&t, args);
+        term_expect(&t, ">>> ");
+        term_send(&t, "Hello there\r");
+        term_expect(&t, "Hello there\r\n");
+        size_t from = term_expect(&t, start); /* the answer streams */
+        term_send(&t, "\x03");
+        double end = now_s() + DEADLINE_S;
+        int st;
+        for (;;) {
+            const char *hit = strstr(t.buf + t.mark, " [stopped]\r\n");
+            if (hit) {
+                /* a strict prefix of the answer was shown */
+                char *partial = shown(&t, from, (size_t)(hit - t.buf));
+                char *nl = strstr(partial, "^C");
+                if (nl) *nl = 0; /* the terminal's echo of Ctrl-C */
+                assert_true(strlen(partial) >= strlen(start));
+                if (strlen(ref) > strlen(partial))
+                    assert_true(!strncmp(ref, partial, strlen(partial)));
+                else
+                    assert_true(!strncmp(ref, partial, strlen(ref)));
+                free(partial);
+                stopped = true;
+                break;
+            }
+            if (waitpid(t.pid, &st, WNOHANG) == t.pid) { /* the answer had ended: retry */
+                untrack(t.pid);
+                assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+                fprintf(stderr, "attempt %d: the answer ended before Ctrl-C; again\n", attempt);
+                break;
+            }
+            if (now_s() > end) fail_msg("no [stopped] after Ctrl-C:\n%s", t.buf + t.mark);
+            term_pump(&t, 50);
+        }
+        if (stopped) {
+            term_expect(&t, ">>> ");
+            term_send(&t, "/help\r");
+            term_expect(&t, "/system TEXT");
+            term_expect(&t, ">>> ");
+            term_send(&t, "\x04");
+            assert_int_equal(term_wait(&t), 0);
+        }
+        term_close(&t);
+    }
+    assert_true(stopped);
+    free(ref);
+}
+
 static void test_ctrl_c_mid_answer(void **state) {
     (void)state;
     check_ctrl_c_mid_answer("\x03"); /* a second Ctrl-C, at the empty prompt */
@@ -649,6 +717,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_ctrl_c, teardown),
         cmocka_unit_test_teardown(test_url_mode, teardown),
         cmocka_unit_test_teardown(test_ctrl_c_mid_answer, teardown),
+        cmocka_unit_test_teardown(test_ctrl_c_mid_answer_local, teardown),
         cmocka_unit_test_teardown(test_url_unreachable, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

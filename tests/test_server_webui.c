@@ -95,9 +95,9 @@ static reply request(int port, const char *method, const char *path, const char 
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a)) fail_msg("connect: %s", strerror(errno));
     char head[1024];
-    int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n%s%s\r\n",
-                     method, path, extra ? extra : "",
-                     strcmp(method, "POST") ? "" : "Content-Length: 0\r\n");
+    int n = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n%s%s\r\n", method, path,
+                     extra ? extra : "", strcmp(method, "POST") ? "" : "Content-Length: 0\r\n");
     assert_true(send(fd, head, (size_t)n, MSG_NOSIGNAL) == n);
     size_t cap = 1 << 20, len = 0;
     char *buf = calloc(1, cap + 1);
@@ -190,7 +190,8 @@ static void test_assets_served_with_headers(void **state) {
             expect_header(&r2, "ETag", etag);
             free(r2.raw);
         }
-        reply r3 = request(port, "GET", EXPECTED[i].path, "If-None-Match: \"0123456789abcdef\"\r\n");
+        reply r3 =
+            request(port, "GET", EXPECTED[i].path, "If-None-Match: \"0123456789abcdef\"\r\n");
         assert_int_equal(r3.status, 200);
         assert_int_equal(r3.body_len, flen);
         free(r3.raw);

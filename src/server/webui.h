@@ -25,9 +25,9 @@ extern const size_t pg_webui_n_assets;
 /* The Content-Security-Policy every asset is sent with: scripts, styles,
  * images and fetches from the page's own origin only; no inline script, no
  * plugins, no framing, no form posts, no <base>. */
-#define PG_WEBUI_CSP                                                                              \
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "                   \
-    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "                \
+#define PG_WEBUI_CSP                                                                               \
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "                    \
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; "                 \
     "frame-ancestors 'none'"
 
 /* The asset at URL path `url` (exact match, query string already removed
