@@ -10,9 +10,11 @@
  * Ctrl-C in the middle of an answer is tested against a scripted SSE
  * server in this process whose answer never ends (a chunk every 5 ms until
  * the client goes away), so the answer is always still streaming when the
- * test, having seen its first words, presses Ctrl-C. Answers are greedy (temperature 0) on
- * stories260K with a plain chat template, so the terminal's answer can be compared with the piped
- * mode's for the same conversation. */
+ * test, having seen its first words, presses Ctrl-C; in local mode on an
+ * answer run to the context (see test_ctrl_c_mid_answer_local). Answers
+ * are greedy (temperature 0) on stories260K with a plain chat template, so
+ * the terminal's answer can be compared with the piped mode's for the same
+ * conversation. */
 #define _GNU_SOURCE
 #include "testutil.h"
 
