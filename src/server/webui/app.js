@@ -157,7 +157,10 @@
         return;
       }
       const j = await res.json();
-      const m = j.data && j.data.find((x) => !x.id.includes('whisper')) || (j.data || [])[0];
+      /* the first model that chats (a server may also serve a Whisper model) */
+      const list = Array.isArray(j.data) ? j.data : [];
+      const m = list.find((x) => Array.isArray(x.capabilities) && x.capabilities.includes('chat')) ||
+        list.find((x) => x.task !== 'transcription') || list[0];
       if (!m) {
         els.model.textContent = 'no model served';
         return;
