@@ -148,6 +148,28 @@ test('Markdown renders; <script> and <img onerror> in model output stay text', a
   assert.equal(await page.locator('#messages .msg').count(), 0);
 });
 
+test('the Markdown renderer: blocks, inline markup, only http(s) links, always escaped', async () => {
+  const cases = [
+    ['# Title\n\ntext', '<h1>Title</h1>\n<p>text</p>'],
+    ['- a\n- b\n\n2. x\n3. y', '<ul><li>a</li><li>b</li></ul>\n<ol start="2"><li>x</li><li>y</li></ol>'],
+    ['> quoted', '<blockquote><p>quoted</p></blockquote>'],
+    ['line one\nline two', '<p>line one<br>line two</p>'],
+    ['```\nunclosed <b>', '<pre><code>unclosed &lt;b&gt;</code></pre>'],
+    ['```js\na\n```', '<pre><code class="language-js">a</code></pre>'],
+    ['**b** *i* `c<d>`', '<p><strong>b</strong> <em>i</em> <code>c&lt;d&gt;</code></p>'],
+    ['[ok](https://example.org/x)', '<p><a href="https://example.org/x" rel="noopener noreferrer" target="_blank">ok</a></p>'],
+    ['[bad](javascript:alert(1))', '<p>[bad](javascript:alert(1))</p>'],
+    ['[q](https://e.org/"onmouseover="x)', '<p><a href="https://e.org/&quot;onmouseover=&quot;x" rel="noopener noreferrer" target="_blank">q</a></p>'],
+    ['a_b_c and x.__y__z', '<p>a_b_c and x.__y__z</p>'],
+    ['<svg onload=alert(1)> & \'', '<p>&lt;svg onload=alert(1)&gt; &amp; &#39;</p>'],
+    ['---', '<hr>'],
+  ];
+  for (const [src, want] of cases) {
+    const got = await page.evaluate((t) => window.pagodaMarkdown.renderMarkdown(t), src);
+    assert.equal(got, want, src);
+  }
+});
+
 test('stop mid-answer: the server aborts the request, the page takes the next message', async (t) => {
   await page.click('#clear');
   await setSettings({ maxTokens: 400, temperature: 0 });
