@@ -265,7 +265,9 @@ if(NOT CMAKE_CROSSCOMPILING)
   set(_tp_sh ${CMAKE_SOURCE_DIR}/tests/tp/tp_e2e.sh)
   add_test(NAME tp_generate_shm COMMAND bash ${_tp_sh} generate_shm $<TARGET_FILE:pagoda> ${_tp_model})
   add_test(NAME tp_rank_dies COMMAND bash ${_tp_sh} rank_dies $<TARGET_FILE:pagoda> ${_tp_model})
-  set_tests_properties(tp_generate_shm tp_rank_dies PROPERTIES TIMEOUT 300)
+  # a draft model under -tp 2 (its all-reduces had no partner: "mismatched collectives")
+  add_test(NAME tp_spec_draft_shm COMMAND bash ${_tp_sh} spec_draft_shm $<TARGET_FILE:pagoda> ${_tp_model})
+  set_tests_properties(tp_generate_shm tp_rank_dies tp_spec_draft_shm PROPERTIES TIMEOUT 300)
   add_test(NAME tp_heads_not_divisible COMMAND pagoda generate ${_tp_model} --prompt "Once"
            --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
   set_tests_properties(tp_heads_not_divisible PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION
@@ -274,10 +276,15 @@ if(NOT CMAKE_CROSSCOMPILING)
            --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
   set_tests_properties(tp_heads_not_divisible_fails PROPERTIES TIMEOUT 120 WILL_FAIL TRUE)
   if(PAGODA_HAVE_MPI)
-    foreach(mode generate_mpi mismatch_mpi)
+    foreach(mode generate_mpi mismatch_mpi no_tp_mpi)
       add_test(NAME tp_${mode} COMMAND bash ${_tp_sh} ${mode} $<TARGET_FILE:pagoda> ${_tp_model}
                ${MPIEXEC_EXECUTABLE})
       set_tests_properties(tp_${mode} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
     endforeach()
+    # ranks given two models of one shape but other weights: refused
+    add_test(NAME tp_mismatch_weights_mpi COMMAND bash ${_tp_sh} mismatch_weights_mpi
+             $<TARGET_FILE:pagoda> ${_tp_model} ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:gen_model>)
+    set_tests_properties(tp_mismatch_weights_mpi PROPERTIES TIMEOUT 300
+                         ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
   endif()
 endif()
