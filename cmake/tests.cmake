@@ -250,6 +250,10 @@ add_test(NAME pagoda_bench_allreduce_shm COMMAND pagoda bench allreduce --tensor
          --floats 16,2048 --repeats 3 --iters 20)
 set_tests_properties(pagoda_bench_allreduce_shm PROPERTIES
                      PASS_REGULAR_EXPRESSION "backend shm, 3 ranks.*\n +2048 +20 +[0-9.]+ ")
+# an empty item in --floats was skipped (1,,2 measured 1 and 2)
+add_test(NAME pagoda_bench_allreduce_bad_floats COMMAND pagoda bench allreduce --floats 1,,2)
+set_tests_properties(pagoda_bench_allreduce_bad_floats PROPERTIES
+                     PASS_REGULAR_EXPRESSION "bad value '1,,2' for --floats")
 add_test(NAME pagoda_bench_allreduce_bad_tp COMMAND pagoda bench allreduce -tp 65)
 set_tests_properties(pagoda_bench_allreduce_bad_tp PROPERTIES
                      PASS_REGULAR_EXPRESSION "bad value '65' for -tp \\(want an integer in \\[1, 64\\]\\)")
