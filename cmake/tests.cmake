@@ -271,7 +271,11 @@ if(NOT CMAKE_CROSSCOMPILING)
   add_test(NAME tp_rank_dies COMMAND bash ${_tp_sh} rank_dies $<TARGET_FILE:pagoda> ${_tp_model})
   # a draft model under -tp 2 (its all-reduces had no partner: "mismatched collectives")
   add_test(NAME tp_spec_draft_shm COMMAND bash ${_tp_sh} spec_draft_shm $<TARGET_FILE:pagoda> ${_tp_model})
-  set_tests_properties(tp_generate_shm tp_rank_dies tp_spec_draft_shm PROPERTIES TIMEOUT 300)
+  # a rank killed while the server is idle: it exits by itself (it answered
+  # /health 200 until a request came)
+  add_test(NAME tp_rank_dies_idle COMMAND bash ${_tp_sh} rank_dies_idle $<TARGET_FILE:pagoda> ${_tp_model})
+  set_tests_properties(tp_generate_shm tp_rank_dies tp_rank_dies_idle tp_spec_draft_shm PROPERTIES
+                       TIMEOUT 300)
   add_test(NAME tp_heads_not_divisible COMMAND pagoda generate ${_tp_model} --prompt "Once"
            --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
   set_tests_properties(tp_heads_not_divisible PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION

@@ -1920,6 +1920,12 @@ bool pagoda_engine_wait_for_work(pagoda_engine *e, int timeout_ms) {
     return any;
 }
 
+pagoda_status pagoda_engine_check_ranks(pagoda_engine *e) {
+    if (!e->comm) return PAGODA_OK;
+    if (pg_comm_check_peers(e->comm) != PAGODA_OK) tp_fatal(pg_last_error());
+    return PAGODA_OK;
+}
+
 void pagoda_engine_get_stats(pagoda_engine *e, pagoda_stats *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->stats;

@@ -18,6 +18,8 @@
 #   tp_e2e.sh rank_dies PAGODA MODEL             `serve -tp 2`, rank 1 killed, one
 #                                                request: the server exits non-zero
 #                                                naming rank 1 (bounded wait)
+#   tp_e2e.sh rank_dies_idle PAGODA MODEL        the same with no request: the idle
+#                                                server notices and exits by itself
 # Waits poll (0.1 s) up to a bound; nothing depends on timing otherwise.
 set -uo pipefail
 MODE=$1
@@ -125,7 +127,7 @@ mismatch_weights_mpi)
     die "the same model on both ranks refused"
   echo "OK: refused"
   ;;
-rank_dies)
+rank_dies | rank_dies_idle)
   "$PAGODA" serve "$MODEL" --port 0 -tp 2 --kv-cache-memory 16MiB >"$TMP/s.out" 2>"$TMP/s.err" &
   SPID=$!
   for _ in $(seq 1 1200); do
@@ -143,8 +145,11 @@ rank_dies)
   done
   [ -n "$kid" ] || die "no forked rank under the server (pid $SPID)"
   kill -KILL "$kid"
-  curl -s -m 120 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"prompt": "Once upon a time", "max_tokens": 8}' >/dev/null 2>&1
+  # rank_dies_idle: no request; the idle server must notice by itself
+  if [ "$MODE" = rank_dies ]; then
+    curl -s -m 120 "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
+      -d '{"prompt": "Once upon a time", "max_tokens": 8}' >/dev/null 2>&1
+  fi
   for _ in $(seq 1 1200); do
     kill -0 "$SPID" 2>/dev/null || break
     sleep 0.1
