@@ -250,6 +250,10 @@ add_test(NAME pagoda_bench_allreduce_shm COMMAND pagoda bench allreduce --tensor
          --floats 16,2048 --repeats 3 --iters 20)
 set_tests_properties(pagoda_bench_allreduce_shm PROPERTIES
                      PASS_REGULAR_EXPRESSION "backend shm, 3 ranks.*\n +2048 +20 +[0-9.]+ ")
+# an empty item in --floats was skipped (1,,2 measured 1 and 2)
+add_test(NAME pagoda_bench_allreduce_bad_floats COMMAND pagoda bench allreduce --floats 1,,2)
+set_tests_properties(pagoda_bench_allreduce_bad_floats PROPERTIES
+                     PASS_REGULAR_EXPRESSION "bad value '1,,2' for --floats")
 add_test(NAME pagoda_bench_allreduce_bad_tp COMMAND pagoda bench allreduce -tp 65)
 set_tests_properties(pagoda_bench_allreduce_bad_tp PROPERTIES
                      PASS_REGULAR_EXPRESSION "bad value '65' for -tp \\(want an integer in \\[1, 64\\]\\)")
@@ -265,7 +269,13 @@ if(NOT CMAKE_CROSSCOMPILING)
   set(_tp_sh ${CMAKE_SOURCE_DIR}/tests/tp/tp_e2e.sh)
   add_test(NAME tp_generate_shm COMMAND bash ${_tp_sh} generate_shm $<TARGET_FILE:pagoda> ${_tp_model})
   add_test(NAME tp_rank_dies COMMAND bash ${_tp_sh} rank_dies $<TARGET_FILE:pagoda> ${_tp_model})
-  set_tests_properties(tp_generate_shm tp_rank_dies PROPERTIES TIMEOUT 300)
+  # a draft model under -tp 2 (its all-reduces had no partner: "mismatched collectives")
+  add_test(NAME tp_spec_draft_shm COMMAND bash ${_tp_sh} spec_draft_shm $<TARGET_FILE:pagoda> ${_tp_model})
+  # a rank killed while the server is idle: it exits by itself (it answered
+  # /health 200 until a request came)
+  add_test(NAME tp_rank_dies_idle COMMAND bash ${_tp_sh} rank_dies_idle $<TARGET_FILE:pagoda> ${_tp_model})
+  set_tests_properties(tp_generate_shm tp_rank_dies tp_rank_dies_idle tp_spec_draft_shm PROPERTIES
+                       TIMEOUT 300)
   add_test(NAME tp_heads_not_divisible COMMAND pagoda generate ${_tp_model} --prompt "Once"
            --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
   set_tests_properties(tp_heads_not_divisible PROPERTIES TIMEOUT 120 PASS_REGULAR_EXPRESSION
@@ -274,10 +284,15 @@ if(NOT CMAKE_CROSSCOMPILING)
            --max-tokens 1 --kv-cache-memory 16MiB -tp 3)
   set_tests_properties(tp_heads_not_divisible_fails PROPERTIES TIMEOUT 120 WILL_FAIL TRUE)
   if(PAGODA_HAVE_MPI)
-    foreach(mode generate_mpi mismatch_mpi)
+    foreach(mode generate_mpi mismatch_mpi no_tp_mpi)
       add_test(NAME tp_${mode} COMMAND bash ${_tp_sh} ${mode} $<TARGET_FILE:pagoda> ${_tp_model}
                ${MPIEXEC_EXECUTABLE})
       set_tests_properties(tp_${mode} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
     endforeach()
+    # ranks given two models of one shape but other weights: refused
+    add_test(NAME tp_mismatch_weights_mpi COMMAND bash ${_tp_sh} mismatch_weights_mpi
+             $<TARGET_FILE:pagoda> ${_tp_model} ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:gen_model>)
+    set_tests_properties(tp_mismatch_weights_mpi PROPERTIES TIMEOUT 300
+                         ENVIRONMENT "${PAGODA_MPI_TEST_ENV}")
   endif()
 endif()

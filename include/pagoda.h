@@ -431,6 +431,16 @@ bool pagoda_engine_has_unfinished(const pagoda_engine *e);
  * passes; returns true if there is work. Lets a server loop sleep when idle. */
 bool pagoda_engine_wait_for_work(pagoda_engine *e, int timeout_ms);
 
+/* Tensor parallelism (tensor_parallel_size > 1): check, without
+ * communicating, that every rank is alive; call it from the engine thread
+ * between steps, e.g. while idle. A rank known to be gone (a forked rank
+ * that exited or was killed) ends the process with status 1 after logging
+ * "tensor parallelism failed: comm: rank N exited; exiting", as a step that
+ * loses a rank does: a server must not go on answering /health with a
+ * replica that cannot serve. Returns PAGODA_OK otherwise (always without
+ * tensor parallelism, and under mpirun, which ends the job itself). */
+pagoda_status pagoda_engine_check_ranks(pagoda_engine *e);
+
 /* ----------------------------------------------------------------- metrics */
 
 typedef struct pagoda_stats {

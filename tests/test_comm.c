@@ -158,6 +158,33 @@ static void test_shm_killed_rank(void **state) {
     assert_non_null(strstr(pg_last_error(), "comm: rank 1 killed by signal 9"));
 }
 
+/* pg_comm_check_peers between collectives (an idle server): OK while the
+ * child lives, PAGODA_ERR_IO naming it once it was killed -- polled, no
+ * collective involved; SELF always OK. */
+static void test_shm_check_peers(void **state) {
+    (void)state;
+    pg_comm *c = NULL;
+    assert_int_equal(pg_comm_create_self(&c), PAGODA_OK);
+    assert_int_equal(pg_comm_check_peers(c), PAGODA_OK);
+    pg_comm_free(c);
+    assert_int_equal(pg_comm_create_shm(2, 64, 64, &c), PAGODA_OK);
+    if (pg_comm_rank(c) == 1) {
+        pg_comm_barrier(c);
+        raise(SIGKILL);
+        _exit(0);
+    }
+    assert_int_equal(pg_comm_barrier(c), PAGODA_OK);
+    pagoda_status st = PAGODA_OK;
+    for (int i = 0; i < 100000 && st == PAGODA_OK; i++) { /* until the kill lands */
+        st = pg_comm_check_peers(c);
+        if (st == PAGODA_OK) usleep(1000);
+    }
+    assert_int_equal(st, PAGODA_ERR_IO);
+    assert_string_equal(pg_last_error(), "comm: rank 1 exited");
+    assert_int_equal(pg_comm_check_peers(c), PAGODA_ERR_IO); /* stays gone */
+    assert_int_equal(pg_comm_free(c), PAGODA_ERR_IO);
+}
+
 /* Rank 0 frees its communicator while rank 1 waits in a barrier: rank 1
  * returns PAGODA_ERR_IO (it would otherwise wait forever) and exits 0. */
 static void test_shm_rank0_leaves(void **state) {
@@ -199,6 +226,7 @@ int main(void) {
         cmocka_unit_test(test_shm_dead_rank),
         cmocka_unit_test(test_shm_killed_rank),
         cmocka_unit_test(test_shm_rank0_leaves),
+        cmocka_unit_test(test_shm_check_peers),
         cmocka_unit_test(test_mpi_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -122,7 +122,7 @@ static pagoda_status tc_destroy(pg_comm *c) {
 }
 
 static const pg_comm_ops TEST_OPS = {tc_allreduce, tc_broadcast, tc_allgather, tc_barrier,
-                                     tc_destroy};
+                                     tc_destroy, NULL};
 
 static pg_comm *test_comm(shm_region *r, int rank, int size) {
     pg_comm *c = calloc(1, sizeof *c);

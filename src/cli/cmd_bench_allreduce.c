@@ -26,23 +26,31 @@ static void usage(FILE *f) {
         "       mpirun -np N pagoda bench allreduce [options]\n\n"
         "All-reduce latency (sum of F32 vectors in rank order) between tensor-parallel ranks.\n"
         "Without mpirun the ranks are processes of this host over shared memory.\n\n"
-        "  -tp N, --tensor-parallel-size N  ranks (2; 2..64); under mpirun the world size\n"
+        "  -tp N, --tensor-parallel-size N  ranks (default 2; 1..64); under mpirun the world\n"
+        "                     size (then -tp, if given, must equal it)\n"
         "  --floats N[,N...]  vector lengths (default: 64,256,1024,2048,4096,16384,65536,262144;\n"
         "                     2048 and 4096 are the hidden sizes of Llama-3.2-1B / 8B)\n"
         "  --repeats R        timed runs per length, median reported (9)\n"
         "  --iters I          all-reduces per run (0 = about 2^22 floats' worth, 10..2000)\n");
 }
 
+/* "N[,N...]": every item an integer in [1, 2^26], no empty item, at most
+ * MAX_COUNTS; 0 on anything else. */
 static int parse_counts(const char *v, size_t *counts, int *n) {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", v);
     *n = 0;
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (const char *p = v;;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char item[32];
         long long x;
-        if (*n == MAX_COUNTS || !pg_args_long(t, 1, 1 << 26, &x)) return 0;
+        if (len == 0 || len >= sizeof item || *n == MAX_COUNTS) return 0;
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (!pg_args_long(item, 1, 1 << 26, &x)) return 0;
         counts[(*n)++] = (size_t)x;
+        if (!e) return 1;
+        p = e + 1;
     }
-    return *n > 0;
 }
 
 int pg_cmd_bench_allreduce(int argc, char **argv) {

@@ -38,6 +38,10 @@ pagoda_status pg_comm_allreduce_sum_f32(pg_comm *c, float *buf, size_t n) {
     return c->ops->allreduce_sum_f32(c, buf, n);
 }
 
+pagoda_status pg_comm_check_peers(pg_comm *c) {
+    return c->ops->check_peers ? c->ops->check_peers(c) : PAGODA_OK;
+}
+
 pagoda_status pg_comm_broadcast(pg_comm *c, void *buf, size_t bytes, int root) {
     pagoda_status st = check_root(c, root);
     if (st != PAGODA_OK || bytes == 0) return st;
@@ -88,7 +92,7 @@ static pagoda_status self_barrier(pg_comm *c) {
 }
 
 static const pg_comm_ops SELF_OPS = {self_allreduce, self_broadcast, self_allgather, self_barrier,
-                                     NULL};
+                                     NULL, NULL};
 
 pagoda_status pg_comm_create_self(pg_comm **out) {
     pg_comm *c = calloc(1, sizeof *c);

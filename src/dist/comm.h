@@ -80,6 +80,14 @@ pagoda_status pg_comm_allgather(pg_comm *c, const void *send, size_t bytes, void
 /* Returns when every rank has called it. Errors: PAGODA_ERR_IO. */
 pagoda_status pg_comm_barrier(pg_comm *c);
 
+/* Is every peer still there? A local check, no communication (call it
+ * between collectives, from the thread that uses c, e.g. while idle):
+ * PAGODA_ERR_IO "comm: rank N exited" when a peer is known to be gone. SHM:
+ * rank 0 reaps its children with waitpid(WNOHANG), the others compare
+ * getppid() with rank 0's pid, both read the flags peers published. MPI and
+ * SELF: always PAGODA_OK (mpirun notices a rank that dies and ends the job). */
+pagoda_status pg_comm_check_peers(pg_comm *c);
+
 /* Leaves the communicator and frees it. For SHM, rank 0 waits for its
  * children (which free theirs and then _exit) and returns PAGODA_ERR_IO
  * naming a child that exited abnormally; other ranks return PAGODA_OK.

@@ -11,6 +11,7 @@ typedef struct pg_comm_ops {
     pagoda_status (*allgather)(pg_comm *c, const void *send, size_t bytes, void *recv);
     pagoda_status (*barrier)(pg_comm *c);
     pagoda_status (*destroy)(pg_comm *c); /* frees impl, not c */
+    pagoda_status (*check_peers)(pg_comm *c); /* NULL: nothing to check locally */
 } pg_comm_ops;
 
 struct pg_comm {

@@ -151,8 +151,9 @@ static pagoda_status mpi_destroy(pg_comm *c) {
     return PAGODA_OK;
 }
 
+/* no local liveness check: mpirun notices a rank that dies and ends the job */
 static const pg_comm_ops MPI_OPS = {mpi_allreduce, mpi_broadcast, mpi_allgather, mpi_barrier,
-                                    mpi_destroy};
+                                    mpi_destroy, NULL};
 
 pagoda_status pg_comm_create_mpi(pg_comm **out) {
     *out = NULL;

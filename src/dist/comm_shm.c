@@ -342,8 +342,15 @@ static pagoda_status shm_destroy(pg_comm *c) {
     return ret;
 }
 
+/* Between collectives: the flags a peer published, then this rank's own
+ * check (rank 0 reaps its children, the others watch rank 0). */
+static pagoda_status shm_check_peers(pg_comm *c) {
+    pagoda_status st = check_flags(c);
+    return st != PAGODA_OK ? st : check_peers(c);
+}
+
 static const pg_comm_ops SHM_OPS = {shm_allreduce, shm_broadcast, shm_allgather, shm_barrier,
-                                    shm_destroy};
+                                    shm_destroy, shm_check_peers};
 
 pagoda_status pg_comm_create_shm(int size, size_t max_floats, size_t max_bytes, pg_comm **out) {
     *out = NULL;

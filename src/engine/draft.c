@@ -91,8 +91,15 @@ pagoda_status pg_draft_load(const char *path, const pg_model_options *mo,
     *out = NULL;
     pg_draft *d = calloc(1, sizeof *d);
     if (!d) return pg_error(PAGODA_ERR_NOMEM, "speculative config: out of memory");
+    /* the draft is never sharded: under tensor parallelism it runs whole on
+     * rank 0, between the target's steps (the other ranks only follow the
+     * target's forward, so a sharded draft's all-reduces had no partner) */
+    pg_model_options dmo = *mo;
+    dmo.tp_rank = 0;
+    dmo.tp_size = 1;
+    dmo.comm = NULL;
     pagoda_status st = pg_model_source_open(path, &d->src);
-    if (!st) st = pg_model_load(d->src, mo, &d->model);
+    if (!st) st = pg_model_load(d->src, &dmo, &d->model);
     if (!st) st = check_vocab(path, d->model, target_tok, target_vocab);
     if (!st) st = pg_runner_plan_kv(d->model, kv_dtype, block_size, &d->plan);
     if (!st)

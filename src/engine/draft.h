@@ -43,6 +43,8 @@ typedef struct pg_draft pg_draft;
  * the target's max_model_len, clamped to the draft's positions) and check
  * its vocabulary against the target's: the same vocab_size (embedding rows)
  * and a tokenizer with the same tokens (count and every token's text).
+ * The draft is loaded whole whatever mo's tensor-parallel fields say: under
+ * tensor parallelism rank 0 runs it alone, between the target's steps.
  * kv_dtype: PG_F32 / PG_BF16 for its KV cache; block_size: tokens per block.
  * Errors: those of the model source / loader / tokenizer, PAGODA_ERR_INVALID_ARG
  * (vocabulary mismatch, naming the first differing id), PAGODA_ERR_UNSUPPORTED

@@ -317,9 +317,15 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-static uint64_t tp_hash(const pg_model_config *c, const pagoda_engine_options *o) {
+static uint64_t tp_hash(const pg_model_source *src, const pagoda_engine_options *o) {
+    const pg_model_config *c = pg_model_source_config(src);
     uint64_t h = 1469598103934665603ull;
+    h = fnv(h, PAGODA_VERSION, strlen(PAGODA_VERSION));
     h = fnv(h, c->architecture, strlen(c->architecture));
+    /* the weights themselves: two checkpoints of one shape (a model and its
+     * fine-tune) would each give the ranks a slice of another model */
+    const uint64_t w = pg_model_source_tensor_hash(src);
+    h = fnv(h, &w, sizeof w);
     const int32_t v[] = {c->vocab_size,
                          c->hidden_size,
                          c->intermediate_size,
@@ -348,12 +354,13 @@ static uint64_t tp_hash(const pg_model_config *c, const pagoda_engine_options *o
     return fnv(h, &o->kv_cache_memory, sizeof o->kv_cache_memory);
 }
 
-/* Every rank's hash against rank 0's: a rank started with another model,
- * config or options is a clear error on every rank. */
-static pagoda_status tp_check_ranks(pg_comm *c, const pg_model_config *cfg,
+/* Every rank's hash against rank 0's: a rank started with another model
+ * (shape or weights), config, options or pagoda version is a clear error on
+ * every rank. */
+static pagoda_status tp_check_ranks(pg_comm *c, const pg_model_source *src,
                                     const pagoda_engine_options *o) {
     const int n = pg_comm_size(c);
-    uint64_t mine = tp_hash(cfg, o), *all = calloc((size_t)n, sizeof *all);
+    uint64_t mine = tp_hash(src, o), *all = calloc((size_t)n, sizeof *all);
     if (!all) return pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
     pagoda_status st = pg_comm_allgather(c, &mine, sizeof mine, all);
     for (int r = 1; st == PAGODA_OK && r < n; r++)
@@ -454,6 +461,28 @@ static void tp_local_rank(const pg_comm *c, int *r, int *n) {
     }
 }
 
+/* True when mpirun bound this process to its own CPUs at launch (Open MPI
+ * sets OMPI_MCA_orte_bound_at_launch=1; by default it binds each rank to a
+ * core when -np <= 2, to a package above): the allowed set is then this
+ * rank's share already, not the host's to split between the local ranks.
+ * Warns once when the local ranks together get fewer CPUs than the process
+ * may see on the host (online CPUs), with the mpirun options that fix it. */
+static bool tp_mpi_bound(const pg_comm *c, int local_size) {
+    const char *b = getenv("OMPI_MCA_orte_bound_at_launch");
+    if (pg_comm_get_kind(c) != PG_COMM_MPI || !b || strcmp(b, "1") != 0) return false;
+    static int allowed[PG_CPU_MAX];
+    int n_allowed = 0;
+    if (pg_cpu_allowed(allowed, PG_CPU_MAX, &n_allowed) != PAGODA_OK || n_allowed < 1) return false;
+    const int online = pg_cpu()->online_cpus;
+    if (pg_comm_rank(c) == 0 && (int64_t)n_allowed * local_size < online)
+        PG_WARN("engine: mpirun bound each tensor-parallel rank to %d CPU%s of this host's %d "
+                "(Open MPI binds a rank to one core when -np <= 2): %d CPUs stay idle. Fix: "
+                "mpirun --bind-to none (pagoda gives each local rank an equal share of the "
+                "cores) or --map-by numa --bind-to numa",
+                n_allowed, n_allowed == 1 ? "" : "s", online, online - n_allowed * local_size);
+    return true;
+}
+
 /* One rank per NUMA node when the host has at least as many nodes with CPUs
  * as local ranks: bind this rank's threads and memory to its node
  * (preferred policy) and return true; false on a machine with fewer nodes
@@ -509,6 +538,17 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
     pg_model_source *tp_src = NULL;
     pg_comm *comm = NULL;
     char tp_cpus[1024] = "", tp_where[1100] = "unpinned CPUs";
+    if (o.tensor_parallel_size <= 1 && pg_comm_under_mpi()) {
+        /* `mpirun -np N pagoda serve MODEL` without -tp: N whole copies */
+        const char *ws = getenv("OMPI_COMM_WORLD_SIZE");
+        if (!ws || !*ws) ws = getenv("PMI_SIZE");
+        const long n = strtol(ws, NULL, 10);
+        if (n > 1)
+            PG_WARN("engine: started by mpirun with %ld processes but --tensor-parallel-size 1: "
+                    "every process runs its own whole copy of the model (pass -tp %ld to split "
+                    "it over them)",
+                    n, n);
+    }
     if (o.tensor_parallel_size > 1) {
         /* fork (or join the MPI ranks) before any thread starts; each rank
          * opens the source and packs only its shard */
@@ -526,6 +566,10 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         tp_local_rank(comm, &lr, &ln);
         if (tp_bind_numa(lr, ln)) { /* the pool then takes the node's CPUs */
             snprintf(tp_where, sizeof tp_where, "its NUMA node");
+        } else if (tp_mpi_bound(comm, ln) && tp_rank_cpus(0, 1, &k, tp_cpus, sizeof tp_cpus)) {
+            /* mpirun's binding: this rank's CPUs are all it may use */
+            o.num_threads = k;
+            snprintf(tp_where, sizeof tp_where, "CPUs %s (bound by mpirun)", tp_cpus);
         } else if (tp_rank_cpus(lr, ln, &k, tp_cpus, sizeof tp_cpus)) {
             o.num_threads = k;
             snprintf(tp_where, sizeof tp_where, "CPUs %s", tp_cpus);
@@ -540,7 +584,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                     "not pinned",
                     o.tensor_parallel_size, o.num_threads);
         }
-        if ((st = tp_check_ranks(comm, pg_model_source_config(tp_src), &o)) != PAGODA_OK) {
+        if ((st = tp_check_ranks(comm, tp_src, &o)) != PAGODA_OK) {
             if (pg_comm_rank(comm) != 0) {
                 PG_ERROR("%s", pg_last_error());
                 fflush(NULL);
@@ -824,8 +868,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         if ((st = pg_comm_broadcast(e->comm, &rc, sizeof rc, 0)) != PAGODA_OK) goto fail;
         rc.comm = e->comm;
         PG_INFO("engine: tensor parallelism over %d ranks (%s), %d threads each (rank 0 on %s)",
-                pg_comm_size(e->comm), pg_comm_kind_name(pg_comm_get_kind(e->comm)), o.num_threads,
-                tp_where);
+                pg_comm_size(e->comm), pg_comm_kind_name(pg_comm_get_kind(e->comm)),
+                pg_pool_size(pg_pool_default()), tp_where);
     }
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
     e->n_samplers = pg_pool_size(pg_pool_default());
@@ -1874,6 +1918,12 @@ bool pagoda_engine_wait_for_work(pagoda_engine *e, int timeout_ms) {
     bool any = e->n_live > 0 || e->n_aborts > 0;
     pthread_mutex_unlock(&e->mu);
     return any;
+}
+
+pagoda_status pagoda_engine_check_ranks(pagoda_engine *e) {
+    if (!e->comm) return PAGODA_OK;
+    if (pg_comm_check_peers(e->comm) != PAGODA_OK) tp_fatal(pg_last_error());
+    return PAGODA_OK;
 }
 
 void pagoda_engine_get_stats(pagoda_engine *e, pagoda_stats *out) {

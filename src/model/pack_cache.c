@@ -147,31 +147,6 @@ static void key_files(sbuf *b, const char *path) {
     free(names);
 }
 
-/* XXH3-64 over the tensor table: names, dtypes, shapes, sizes and the
- * first and last 64 bytes of each tensor's data. */
-static uint64_t tensor_table_hash(const pg_model_source *src) {
-    XXH3_state_t *h = XXH3_createState();
-    if (!h) return 0;
-    XXH3_64bits_reset(h);
-    size_t n = pg_model_source_n_tensors(src);
-    for (size_t i = 0; i < n; i++) {
-        const pg_tensor *t = pg_model_source_tensor_at(src, i);
-        int64_t meta[3 + PG_MAX_DIMS] = {(int64_t)t->dtype, t->ndim, (int64_t)t->nbytes};
-        for (int d = 0; d < t->ndim && d < PG_MAX_DIMS; d++)
-            meta[3 + d] = t->shape[d];
-        XXH3_64bits_update(h, t->name, strlen(t->name) + 1);
-        XXH3_64bits_update(h, meta, sizeof meta);
-        if (t->data && t->nbytes) {
-            size_t s = t->nbytes < 64 ? t->nbytes : 64;
-            XXH3_64bits_update(h, t->data, s);
-            XXH3_64bits_update(h, (const char *)t->data + t->nbytes - s, s);
-        }
-    }
-    uint64_t r = XXH3_64bits_digest(h);
-    XXH3_freeState(h);
-    return r;
-}
-
 static void key_fuk(sbuf *b, const char *what, const pg_gemm_ukernel *u) {
     sb_add(b, "uk %s %s mr %d nr %d kg %d ar %d\n", what, u->name ? u->name : "-", u->mr, u->nr,
            u->kg, u->ar);
@@ -192,7 +167,7 @@ char *pg_pack_cache_key(const pg_model_source *src, const pg_model_options *o,
     sb_add(&b, "source %s\n", pg_model_source_path(src));
     key_files(&b, pg_model_source_path(src));
     sb_add(&b, "tensors %zu xxh3 %016llx\n", pg_model_source_n_tensors(src),
-           (unsigned long long)tensor_table_hash(src));
+           (unsigned long long)pg_model_source_tensor_hash(src));
     sb_add(&b, "isa %s\n", kt->isa);
     key_fuk(&b, "bf16", &kt->gemm_bf16);
     key_fuk(&b, "f32", &kt->gemm_f32);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/log.h"
@@ -900,4 +901,27 @@ const struct pg_ct_config *pg_model_source_ct(const pg_model_source *src) {
 }
 const struct pg_gguf *pg_model_source_gguf(const pg_model_source *src) {
     return src->gguf;
+}
+
+uint64_t pg_model_source_tensor_hash(const pg_model_source *src) {
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return 0;
+    XXH3_64bits_reset(h);
+    size_t n = pg_model_source_n_tensors(src);
+    for (size_t i = 0; i < n; i++) {
+        const pg_tensor *t = pg_model_source_tensor_at(src, i);
+        int64_t meta[3 + PG_MAX_DIMS] = {(int64_t)t->dtype, t->ndim, (int64_t)t->nbytes};
+        for (int d = 0; d < t->ndim && d < PG_MAX_DIMS; d++)
+            meta[3 + d] = t->shape[d];
+        XXH3_64bits_update(h, t->name, strlen(t->name) + 1);
+        XXH3_64bits_update(h, meta, sizeof meta);
+        if (t->data && t->nbytes) {
+            size_t s = t->nbytes < 64 ? t->nbytes : 64;
+            XXH3_64bits_update(h, t->data, s);
+            XXH3_64bits_update(h, (const char *)t->data + t->nbytes - s, s);
+        }
+    }
+    uint64_t r = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return r;
 }

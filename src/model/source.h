@@ -139,6 +139,14 @@ const pg_generation_defaults *pg_model_source_generation(const pg_model_source *
 const pg_tensor *pg_model_source_tensor(const pg_model_source *src, const char *name);
 size_t pg_model_source_n_tensors(const pg_model_source *src);
 const pg_tensor *pg_model_source_tensor_at(const pg_model_source *src, size_t i);
+/* A 64-bit fingerprint of the weights: XXH3-64 over every tensor's name,
+ * dtype, shape and size and the first and last 64 bytes of its data (reads
+ * two pages per tensor, never the whole file). Two checkpoints of one shape
+ * (a model and its fine-tune) differ in it; the same files on two hosts give
+ * the same value. Used as the packed-weight cache's key and by tensor
+ * parallelism to refuse ranks started with other weights. 0 when out of
+ * memory. */
+uint64_t pg_model_source_tensor_hash(const pg_model_source *src);
 /* Path of the GGUF file or HF directory actually opened. */
 const char *pg_model_source_path(const pg_model_source *src);
 /* True for GGUF sources; the tokenizer then comes from the GGUF vocab. */

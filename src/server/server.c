@@ -439,6 +439,10 @@ static void *engine_main(void *arg) {
         if (s->work_seq == seen && !atomic_load(&s->engine_stop))
             pg_srv_timed_wait(&s->work_cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
+        /* idle: a tensor-parallel rank lost meanwhile ends the server now,
+         * not at the next request (which would fail) */
+        for (size_t k = 0; k < s->n_models; k++)
+            pagoda_engine_check_ranks(s->models[k].e);
     }
     return NULL;
 }
