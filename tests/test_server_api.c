@@ -654,7 +654,7 @@ static void test_error_json(void **state) {
 }
 
 static pg_api_logprob mk_lp(const char *t, float v, int ntop) {
-    pg_api_logprob lp = {strdup(t), v, NULL, 0};
+    pg_api_logprob lp = {strdup(t), v, NULL, 0, -1, -1};
     if (ntop) {
         lp.top = calloc((size_t)ntop, sizeof *lp.top);
         lp.n_top = ntop;

@@ -50,21 +50,6 @@ char *pg_api_error_json(const pg_api_error *err) {
     return s;
 }
 
-const char *pg_api_finish_name(pagoda_finish_reason r) {
-    switch (r) {
-    case PAGODA_FINISH_STOP:
-        return "stop";
-    case PAGODA_FINISH_LENGTH:
-        return "length";
-    case PAGODA_FINISH_ABORT:
-        return "abort";
-    case PAGODA_FINISH_ERROR:
-        return "error";
-    default:
-        return NULL;
-    }
-}
-
 /* ------------------------------------------------------------ field access */
 
 typedef struct parse_ctx {
@@ -1210,7 +1195,7 @@ static void add_finish_name(cJSON *c, const char *fr, const char *stop_reason, i
 
 static void add_finish(cJSON *c, pagoda_finish_reason finish, const char *stop_reason,
                        int32_t stop_token) {
-    add_finish_name(c, pg_api_finish_name(finish), stop_reason,
+    add_finish_name(c, pagoda_finish_reason_name(finish), stop_reason,
                     finish == PAGODA_FINISH_STOP ? stop_token : -1);
 }
 
