@@ -676,6 +676,12 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         req.reasoning_open = gr == PG_GRAMMAR_AFTER_OPEN;
         req.reasoning_start_id = m->think_ids[0];
         req.reasoning_end_id = m->think_ids[1];
+        if (harmony && j->grammar) { /* analysis / commentary free, the final message constrained */
+            req.grammar_after_reasoning = true;
+            req.reasoning_open = true;
+            req.reasoning_end_ids = m->harmony_final_ids;
+            req.n_reasoning_end_ids = m->n_harmony_final_ids;
+        }
         req.cache_salt = r->cache_salt;
         if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
             req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
@@ -991,7 +997,8 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     if (pg_api_check_capacity((kind == PG_API_CHAT ? 1 : j->req.n_prompts) * (size_t)j->req.n,
                               s->max_num_seqs, s->max_queue, &err) ||
         pg_structured_from_body(m->e, cc->body ? cc->body : "", cc->len,
-                                m->harmony && kind == PG_API_CHAT, &j->grammar, &err)) {
+                                m->harmony && kind == PG_API_CHAT && !m->n_harmony_final_ids,
+                                &j->grammar, &err)) {
         job_free(j);
         return pg_srv_send_error(c, &err);
     }
@@ -1579,6 +1586,22 @@ static void detect_harmony(srv_model *s, const pg_server_options *opt) {
     PG_INFO("http: %s: chats in the harmony format (reasoning_content, tool_calls; stop tokens "
             "%d, %d)",
             s->name, s->harmony_stop_ids[0], s->harmony_stop_ids[1]);
+    /* structured outputs constrain the final message: after these tokens */
+    static const char final_head[] = "<|channel|>final<|message|>";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (pagoda_tokenize_flags(s->e, final_head, strlen(final_head), PAGODA_TOKENIZE_PARSE_SPECIAL,
+                              &ids, &n) == PAGODA_OK &&
+        n >= 1 && n <= PAGODA_MAX_REASONING_END_IDS) {
+        memcpy(s->harmony_final_ids, ids, n * sizeof *ids);
+        s->n_harmony_final_ids = n;
+    } else {
+        pg_clear_error();
+        PG_WARN("http: %s: \"%s\" is not 1..%d tokens: structured outputs are not supported "
+                "for its chats",
+                s->name, final_head, PAGODA_MAX_REASONING_END_IDS);
+    }
+    pagoda_free(ids);
 }
 
 /* Reasoning tags and tool-call syntax of a (non-harmony) model's chats:
