@@ -357,6 +357,8 @@ describe('request fields: unsupported ones are 400s naming them', () => {
     ['use_beam_search', true], ['best_of', 3], ['prompt_logprobs', 1], ['echo', true],
     ['logits_processors', ['x']], ['priority', 5], ['allowed_token_ids', [1, 2]],
     ['service_tier', 'flex'], ['chat_template', '{{ messages }}'], ['length_penalty', 0.5],
+    ['max_repetition_pattern_size', 4], ['min_repetition_pattern_size', 2],
+    ['repetition_min_count', 3], ['metadata', { a: 1 }], ['prompt_cache_key', 7],
   ];
   test('chat', async () => {
     const model = (await client.models.list()).data[0].id;
@@ -369,7 +371,8 @@ describe('request fields: unsupported ones are 400s naming them', () => {
     const r = await client.chat.completions.create({ model, messages, max_tokens: 2,
       store: false, modalities: ['text'], service_tier: 'auto', use_beam_search: false,
       best_of: 1, metadata: { a: 'b' }, user: 'u', prompt_cache_key: 'k',
-      safety_identifier: 's', request_id: 'abc123', spaces_between_special_tokens: true });
+      safety_identifier: 's', request_id: 'abc123', spaces_between_special_tokens: true,
+      max_repetition_pattern_size: 0, repetition_min_count: 0 });
     assert.equal(r.id, 'chatcmpl-abc123');
   });
 
