@@ -702,20 +702,26 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
     return PAGODA_OK;
 }
 
-/* Append a malloc'ed SSE event (consumed; NULL = none) to the byte buffer
- * *buf of *len bytes. False when out of memory. */
+/* Append src[0..n) to the byte buffer *buf of *len bytes. False when out
+ * of memory (the buffer is unchanged). */
+static bool buf_add(char **buf, size_t *len, const char *src, size_t n) {
+    if (!n) return true;
+    char *nb = realloc(*buf, *len + n);
+    if (!nb) return false;
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result): a byte buffer, not a string
+    memcpy(nb + *len, src, n);
+    *buf = nb;
+    *len += n;
+    return true;
+}
+
+/* Append a malloc'ed SSE event (consumed; NULL = none) to *buf. False when
+ * out of memory. */
 static bool buf_push(char **buf, size_t *len, char *ev) {
     if (!ev) return true;
-    size_t n = strlen(ev);
-    char *nb = realloc(*buf, *len + n);
-    if (nb) {
-        // NOLINTNEXTLINE(bugprone-not-null-terminated-result): a byte buffer, not a string
-        memcpy(nb + *len, ev, n);
-        *buf = nb;
-        *len += n;
-    }
+    bool ok = buf_add(buf, len, ev, strlen(ev));
     free(ev);
-    return nb != NULL;
+    return ok;
 }
 
 /* What one choice has new since the last drain: taken under mu
@@ -828,25 +834,13 @@ static void stream_collect(job *j) {
         drain_free(&d[i]);
     free(d);
     pthread_mutex_lock(&s->mu);
+    ok = ok && buf_add(&j->out, &j->out_len, buf, len);
+    free(buf);
     if (!ok) {
-        free(buf);
         PG_ERROR("%s: out of memory streaming its output", j->id);
         job_abort_locked(j, true);
         return;
     }
-    if (len) {
-        char *nb = realloc(j->out, j->out_len + len);
-        if (!nb) {
-            free(buf);
-            PG_ERROR("%s: out of memory streaming its output", j->id);
-            job_abort_locked(j, true);
-            return;
-        }
-        memcpy(nb + j->out_len, buf, len);
-        j->out = nb;
-        j->out_len += len;
-    }
-    free(buf);
     if (j->n_done == j->n_choices && !j->done_sent) {
         bool all = true;
         for (size_t i = 0; i < j->n_choices; i++)
