@@ -121,7 +121,7 @@ if(PAGODA_NODE AND PAGODA_NPM AND PAGODA_JQ)
   find_package(Python3 COMPONENTS Interpreter)
   if(Python3_Interpreter_FOUND)
     add_test(NAME serve_openai_node_harmony
-             COMMAND bash -c "${Python3_EXECUTABLE} '${CMAKE_SOURCE_DIR}/tests/node/scripted_gpt_oss.py' '${PAGODA_ASSETS}/oracles/gpt-oss-tiny/hf' '${CMAKE_BINARY_DIR}/scripted-gpt-oss' && NODE_TEST=harmony.test.mjs exec bash '${CMAKE_SOURCE_DIR}/tests/node/run.sh' \"$@\"" _
+             COMMAND bash -c "${Python3_EXECUTABLE} '${CMAKE_SOURCE_DIR}/tests/node/scripted_gpt_oss.py' '${PAGODA_ASSETS}/oracles/gpt-oss-tiny/hf' '${CMAKE_BINARY_DIR}/scripted-gpt-oss' && ${Python3_EXECUTABLE} '${CMAKE_SOURCE_DIR}/tests/node/scripted_gpt_oss.py' '${PAGODA_ASSETS}/oracles/gpt-oss-tiny/hf' '${CMAKE_BINARY_DIR}/scripted-gpt-oss-final' final && PAGODA_FINAL_MODEL='${CMAKE_BINARY_DIR}/scripted-gpt-oss-final' NODE_TEST=harmony.test.mjs exec bash '${CMAKE_SOURCE_DIR}/tests/node/run.sh' \"$@\"" _
                      ${CMAKE_SOURCE_DIR}/tests/node ${CMAKE_BINARY_DIR}/node
                      ${CMAKE_BINARY_DIR}/scripted-gpt-oss "" ${PAGODA_SERVE_CMD})
     set_tests_properties(serve_openai_node_harmony PROPERTIES TIMEOUT 900 RUN_SERIAL TRUE)

@@ -346,7 +346,20 @@ typedef struct pagoda_request {
     bool reasoning_open;
     int32_t reasoning_start_id;
     int32_t reasoning_end_id;
+    /* With grammar_after_reasoning and reasoning_open: the reasoning ends
+     * after the first occurrence of this token sequence in the output
+     * (copied; 1..PAGODA_MAX_REASONING_END_IDS ids in [0, vocab)) instead of
+     * at reasoning_end_id, which is then unused (may be -1). For harmony
+     * (gpt-oss) chats: the tokens of "<|channel|>final<|message|>", so the
+     * analysis and commentary channels stay free and the grammar constrains
+     * the final message. NULL / 0 = reasoning_end_id. Errors
+     * (pagoda_engine_add_request): INVALID_ARG for a longer sequence, an id
+     * outside the vocabulary, or a sequence without reasoning_open. */
+    const int32_t *reasoning_end_ids;
+    size_t n_reasoning_end_ids;
 } pagoda_request;
+
+#define PAGODA_MAX_REASONING_END_IDS 8
 
 /* Zero `r`, then add_special_tokens = true and pagoda_sampling_defaults(e).
  * (Added by the engine work: a zeroed pagoda_request has

@@ -1137,6 +1137,102 @@ static void test_engine_after_reasoning(void **state) {
     pagoda_engine_free(e);
 }
 
+/* reasoning_end_ids (harmony's "<|channel|>final<|message|>"): with the
+ * output starting free (reasoning_open), the grammar applies after the
+ * first occurrence of the whole sequence; its tokens alone, or a part of
+ * it, change nothing. Here the sequence is "y" "</think>" on the Qwen3
+ * tokenizer (the engine knows only ids). */
+static void test_engine_after_sequence(void **state) {
+    (void)state;
+    pagoda_engine_options opt;
+    pagoda_engine_options_default(&opt);
+    opt.num_threads = 2;
+    opt.kv_cache_memory = 16u << 20;
+    opt.max_model_len = 512;
+    pagoda_engine *e;
+    if (pagoda_engine_create(pg_test_asset("oracles/qwen3-dense-tiny/hf"), &opt, &e) != PAGODA_OK)
+        fail_msg("%s", pagoda_last_error());
+    const int32_t V = pagoda_engine_vocab_size(e);
+    const int32_t think = one_token(e, "<think>"), end = one_token(e, "</think>");
+    const int32_t tx = one_token(e, "x"), ty = one_token(e, "y");
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},"
+                         "\"required\":[\"n\"]}";
+    pagoda_grammar *g;
+    assert_int_equal(pagoda_grammar_compile(e, PAGODA_GRAMMAR_JSON_SCHEMA, schema, 0, &g),
+                     PAGODA_OK);
+    const int32_t seq[2] = {ty, end};
+    enum { PLAIN, SEQ, N };
+    phase_probe pr[N];
+    pagoda_request r[N];
+    for (int i = 0; i < N; i++) {
+        memset(&pr[i], 0, sizeof pr[i]);
+        pr[i].think = think;
+        pr[i].end = end;
+        for (int k = 0; k < 8; k++)
+            pr[i].script[k] = -1;
+        pagoda_request_defaults(e, &r[i]);
+        r[i].prompt = "Give me a number.";
+        r[i].sampling.temperature = 0.0f;
+        r[i].sampling.max_tokens = 256;
+        r[i].grammar = g;
+        r[i].logits_fn = phase_fn;
+        r[i].logits_ctx = &pr[i];
+    }
+    r[SEQ].grammar_after_reasoning = true;
+    r[SEQ].reasoning_open = true;
+    r[SEQ].reasoning_start_id = -1;
+    r[SEQ].reasoning_end_id = -1; /* unused with a sequence */
+    r[SEQ].reasoning_end_ids = seq;
+    r[SEQ].n_reasoning_end_ids = 2;
+    /* "</think>" alone, "y" then "x": not the sequence; "y" "</think>" is */
+    memcpy(pr[SEQ].script, (int32_t[6]){tx, end, ty, tx, ty, end}, sizeof(int32_t[6]));
+    char *alone[N], *batch[N];
+    for (int i = 0; i < N; i++)
+        run_requests(e, &r[i], 1, &alone[i]);
+    phase_probe first[N];
+    memcpy(first, pr, sizeof pr);
+    run_requests(e, r, N, batch); /* batch-invariant */
+    for (int i = 0; i < N; i++) {
+        assert_string_equal(alone[i], batch[i]);
+        assert_memory_equal(first[i].finite, pr[i].finite, sizeof pr[i].finite);
+        free(batch[i]);
+    }
+    const int32_t m0 = pr[PLAIN].finite[0];
+    assert_true(m0 > 0 && m0 < V);
+    check_after(alone[PLAIN], "");
+    for (int k = 0; k < 6; k++)
+        assert_int_equal(pr[SEQ].finite[k], V);
+    assert_int_equal(pr[SEQ].finite[6], m0);
+    for (int k = 6; k < pr[SEQ].n && k < 64; k++)
+        assert_true(pr[SEQ].finite[k] < V);
+    check_after(alone[SEQ], "x</think>yxy</think>");
+    for (int i = 0; i < N; i++)
+        free(alone[i]);
+
+    /* errors: too long, outside the vocabulary, without reasoning_open */
+    pagoda_request bad = r[SEQ];
+    bad.logits_fn = NULL;
+    bad.logits_ctx = NULL;
+    const int32_t nine[9] = {tx, tx, tx, tx, tx, tx, tx, tx, tx};
+    bad.reasoning_end_ids = nine;
+    bad.n_reasoning_end_ids = 9;
+    uint64_t id;
+    assert_int_equal(pagoda_engine_add_request(e, &bad, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "reasoning_end_ids: 9 ids"));
+    const int32_t out_of[2] = {ty, V};
+    bad.reasoning_end_ids = out_of;
+    bad.n_reasoning_end_ids = 2;
+    assert_int_equal(pagoda_engine_add_request(e, &bad, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "reasoning_end_ids[1]"));
+    bad.reasoning_end_ids = seq;
+    bad.reasoning_open = false;
+    bad.reasoning_start_id = think;
+    assert_int_equal(pagoda_engine_add_request(e, &bad, &id, NULL), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pagoda_last_error(), "only with reasoning_open"));
+    pagoda_grammar_free(g);
+    pagoda_engine_free(e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ebnf_vs_reference),
@@ -1148,6 +1244,7 @@ int main(void) {
         cmocka_unit_test(test_masks_sentencepiece),
         cmocka_unit_test(test_engine_constrained),
         cmocka_unit_test(test_engine_after_reasoning),
+        cmocka_unit_test(test_engine_after_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

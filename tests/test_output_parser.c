@@ -312,7 +312,7 @@ static void test_llama3_json(void **state) {
     static const char *const plain[] = {
         "Hello {\"name\": \"a\", \"parameters\": {}}", /* not at the start */
         "{\"foo\": 1} and more",                       /* not a call */
-        "{\"name\": \"a\", \"parameters\": {",         /* cut off */
+        "{\"name\": \"a\", \"param",                    /* cut off before the arguments */
         "   ",
     };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
@@ -325,6 +325,28 @@ static void test_llama3_json(void **state) {
     m = message(&LLAMA3, "{\"name\": \"a\", \"parameters\": {}} then words");
     assert_call(m, 0, "a", "{}");
     assert_string_equal(str_of(m, "content"), "then words");
+    cJSON_Delete(m);
+    /* a streamed call cannot be taken back: cut off inside its arguments
+     * (max_tokens) it stays as far as it got, with an issue */
+    const char *cut = "{\"name\": \"a\", \"parameters\": {\"x\": [1,";
+    m = message(&LLAMA3, cut);
+    assert_call(m, 0, "a", "{\"x\":[1,");
+    cJSON_Delete(m);
+    pg_hchat *h = run(&LLAMA3, cut, 0);
+    assert_int_equal(pg_hchat_issues(h), 1);
+    pg_hchat_free(h);
+    /* text where the call's closing '}' belongs: content, with an issue */
+    const char *open = "{\"name\": \"a\", \"parameters\": {\"x\": 1} oops";
+    m = message(&LLAMA3, open);
+    assert_call(m, 0, "a", "{\"x\":1}");
+    assert_string_equal(str_of(m, "content"), "oops");
+    cJSON_Delete(m);
+    h = run(&LLAMA3, open, 0);
+    assert_int_equal(pg_hchat_issues(h), 1);
+    pg_hchat_free(h);
+    /* keys in another order, arguments as a string: taken whole */
+    m = message(&LLAMA3, "{\"parameters\": {\"k\": 2}, \"name\": \"b\"}");
+    assert_call(m, 0, "b", "{\"k\":2}");
     cJSON_Delete(m);
 }
 
@@ -356,6 +378,88 @@ static void test_mistral(void **state) {
         assert_string_equal(str_of(m, "content"), bad[i]);
         cJSON_Delete(m);
     }
+    /* list items after a streamed one: a usual one streams too, one with
+     * its keys in another order is taken whole; text after ']' is content */
+    m = message(&MISTRAL, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, "
+                          "{\"arguments\": {\"k\": 2}, \"name\": \"b\"}, {\"name\": \"c\", "
+                          "\"arguments\": {\"s\": \"}]\"}}] done");
+    assert_int_equal(n_calls(m), 3);
+    assert_call(m, 0, "a", "{}");
+    assert_call(m, 1, "b", "{\"k\":2}");
+    assert_call(m, 2, "c", "{\"s\":\"}]\"}");
+    assert_string_equal(str_of(m, "content"), " done");
+    cJSON_Delete(m);
+    /* streamed calls stay: the list going on with junk is content, with an
+     * issue; the output ending after an item keeps the calls */
+    const char *junk = "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}} x";
+    m = message(&MISTRAL, junk);
+    assert_call(m, 0, "a", "{\"x\":1}");
+    assert_string_equal(str_of(m, "content"), "x");
+    cJSON_Delete(m);
+    pg_hchat *h = run(&MISTRAL, junk, 0);
+    assert_int_equal(pg_hchat_issues(h), 1);
+    pg_hchat_free(h);
+    m = message(&MISTRAL, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}");
+    assert_call(m, 0, "a", "{\"x\":1}");
+    cJSON_Delete(m);
+    /* v11 cut off inside the arguments: the call as far as it got */
+    const char *cut = "[TOOL_CALLS]f[ARGS]{\"a\": \"b";
+    m = message(&MISTRAL, cut);
+    assert_call(m, 0, "f", "{\"a\":\"b");
+    cJSON_Delete(m);
+    h = run(&MISTRAL, cut, 0);
+    assert_int_equal(pg_hchat_issues(h), 1);
+    pg_hchat_free(h);
+}
+
+/* The deltas after feeding `head` of a call in format `o`: they carry the
+ * call's id, type, name `name` and the first argument bytes `args0`
+ * (escaped as in the JSON text); after `rest`, later pieces carry the
+ * index and arguments only, and `args1` is among them. */
+static void check_streams(const pg_oparse_opts *o, const char *head, const char *name,
+                          const char *args0, const char *rest, const char *args1) {
+    pg_hchat *h = NULL;
+    assert_int_equal(pg_hchat_create_text(7, o, &h), PAGODA_OK);
+    assert_int_equal(pg_hchat_feed(h, head, strlen(head)), PAGODA_OK);
+    cJSON *ds = pg_hchat_take_deltas(h);
+    char *t = cJSON_PrintUnformatted(ds);
+    char want[256];
+    snprintf(want, sizeof want, "\"name\":\"%s\"", name);
+    assert_non_null(strstr(t, want));
+    assert_non_null(strstr(t, "\"type\":\"function\""));
+    assert_non_null(strstr(t, "\"id\":\"call_"));
+    snprintf(want, sizeof want, "\"arguments\":\"%s\"", args0);
+    assert_non_null(strstr(t, want));
+    cJSON_free(t);
+    cJSON_Delete(ds);
+    assert_int_equal(pg_hchat_feed(h, rest, strlen(rest)), PAGODA_OK);
+    assert_int_equal(pg_hchat_finish(h), PAGODA_OK);
+    ds = pg_hchat_take_deltas(h);
+    t = cJSON_PrintUnformatted(ds);
+    assert_null(strstr(t, "\"name\""));
+    snprintf(want, sizeof want, "\"arguments\":\"%s\"", args1);
+    assert_non_null(strstr(t, want));
+    cJSON_free(t);
+    cJSON_Delete(ds);
+    assert_string_equal(pg_hchat_finish_name(h, PAGODA_FINISH_STOP), "tool_calls");
+    assert_int_equal(pg_hchat_issues(h), 0);
+    pg_hchat_free(h);
+}
+
+/* llama3_json and both mistral syntaxes stream their arguments as hermes
+ * does: id and name first, then argument pieces while they are generated. */
+static void test_llama3_mistral_stream_arguments(void **state) {
+    (void)state;
+    check_streams(&LLAMA3, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"ci",
+                  "get_weather", "{\\\"ci", "ty\": \"Paris\"}}", "ty\\\":\\\"Paris\\\"}");
+    check_streams(&MISTRAL, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"ci",
+                  "get_weather", "{\\\"ci", "ty\": \"Paris\"}}]", "ty\\\":\\\"Paris\\\"}");
+    check_streams(&MISTRAL, "[TOOL_CALLS]get_weather[ARGS]{\"ci", "get_weather", "{\\\"ci",
+                  "ty\": \"Paris\"}", "ty\\\":\\\"Paris\\\"}");
+    /* a second list item streams as the model writes it */
+    check_streams(&MISTRAL, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", "
+                  "\"arguments\": {\"x",
+                  "b", "{\\\"x", "\": 1}}]", "\\\":1}");
 }
 
 /* Random strings of tag fragments: never an error, and any split gives the
@@ -487,6 +591,7 @@ int main(void) {
         cmocka_unit_test(test_reasoning),
         cmocka_unit_test(test_llama3_json),
         cmocka_unit_test(test_mistral),
+        cmocka_unit_test(test_llama3_mistral_stream_arguments),
         cmocka_unit_test(test_random_fragments),
         cmocka_unit_test(test_detect),
     };

@@ -598,6 +598,72 @@ static void test_chat_parse(void **state) {
     expect_bad(PG_API_CHAT,
                "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools",
                NULL);
+    /* assistant-message fields no template renders are 400s naming them;
+     * null is "none" */
+    static const char *const unrendered[][2] = {
+        {"\"audio\": {\"id\": \"audio_1\"}", "messages[1].audio"},
+        {"\"function_call\": {\"name\": \"f\", \"arguments\": \"{}\"}", "messages[1].function_call"},
+        {"\"refusal\": \"I cannot\"", "messages[1].refusal"},
+    };
+    for (size_t i = 0; i < sizeof unrendered / sizeof unrendered[0]; i++) {
+        char b[512];
+        snprintf(b, sizeof b,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": "
+                 "\"assistant\", \"content\": \"y\", %s}, {\"role\": \"user\", \"content\": "
+                 "\"z\"}]}",
+                 unrendered[i][0]);
+        expect_bad(PG_API_CHAT, b, "messages", unrendered[i][1]);
+    }
+    assert_int_equal(parse(PG_API_CHAT,
+                           "{\"messages\": [{\"role\": \"assistant\", \"content\": \"y\", "
+                           "\"audio\": null, \"refusal\": null, \"function_call\": null}]}",
+                           &r, &e),
+                     PAGODA_OK);
+    pg_api_request_free(&r);
+}
+
+/* Known OpenAI / vLLM fields pagoda does not implement are 400s naming
+ * them unless their value asks for nothing; label fields have their type
+ * checked. */
+static void test_known_fields(void **state) {
+    (void)state;
+    static const char *const pattern[] = {"max_repetition_pattern_size",
+                                          "min_repetition_pattern_size", "repetition_min_count"};
+    for (size_t i = 0; i < sizeof pattern / sizeof pattern[0]; i++) {
+        char b[256];
+        for (int k = 0; k < 2; k++) {
+            pg_api_kind kind = k ? PG_API_CHAT : PG_API_COMPLETION;
+            const char *base = k ? "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]"
+                                 : "\"prompt\": \"x\"";
+            snprintf(b, sizeof b, "{%s, \"%s\": 3}", base, pattern[i]);
+            expect_bad(kind, b, pattern[i], "repeated token patterns");
+            snprintf(b, sizeof b, "{%s, \"%s\": 0}", base, pattern[i]);
+            pg_api_request r;
+            pg_api_error e;
+            assert_int_equal(parse(kind, b, &r, &e), PAGODA_OK);
+            pg_api_request_free(&r);
+        }
+    }
+    expect_bad(PG_API_CHAT,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"metadata\": 5}",
+               "metadata", "object of string values");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"x\", \"metadata\": {\"a\": 1}}", "metadata",
+               "object of string values");
+    expect_bad(PG_API_COMPLETION, "{\"prompt\": \"x\", \"prompt_cache_key\": 5}",
+               "prompt_cache_key", "string");
+    expect_bad(PG_API_CHAT,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+               "\"safety_identifier\": []}",
+               "safety_identifier", "string");
+    pg_api_request r;
+    pg_api_error e;
+    assert_int_equal(parse(PG_API_CHAT,
+                           "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                           "\"metadata\": {\"a\": \"b\"}, \"prompt_cache_key\": \"k\", "
+                           "\"safety_identifier\": \"s\"}",
+                           &r, &e),
+                     PAGODA_OK);
+    pg_api_request_free(&r);
 }
 
 static void test_check_length(void **state) {
@@ -654,7 +720,7 @@ static void test_error_json(void **state) {
 }
 
 static pg_api_logprob mk_lp(const char *t, float v, int ntop) {
-    pg_api_logprob lp = {strdup(t), v, NULL, 0};
+    pg_api_logprob lp = {strdup(t), v, NULL, 0, -1, -1};
     if (ntop) {
         lp.top = calloc((size_t)ntop, sizeof *lp.top);
         lp.n_top = ntop;
@@ -989,6 +1055,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_bodies),
         cmocka_unit_test(test_ranges),
         cmocka_unit_test(test_chat_parse),
+        cmocka_unit_test(test_known_fields),
         cmocka_unit_test(test_check_length),
         cmocka_unit_test(test_error_json),
         cmocka_unit_test(test_response_completion),

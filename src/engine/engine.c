@@ -93,6 +93,10 @@ typedef struct ereq {
     int8_t gm_phase;
     int32_t gm_scan;
     int32_t rs_id, re_id;
+    /* reasoning_end_ids: the sequence that ends the reasoning (n_re_seq 0:
+     * re_id alone) */
+    int32_t re_seq[PAGODA_MAX_REASONING_END_IDS];
+    int32_t n_re_seq;
 } ereq;
 
 /* Where a constrained request's output stands (pagoda_request's
@@ -1273,7 +1277,28 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
         r->gm_phase = GM_GRAMMAR;
         if (q->grammar_after_reasoning) {
             const int32_t rs = q->reasoning_start_id, re = q->reasoning_end_id;
-            if (re < 0 || re >= e->vocab || (!q->reasoning_open && (rs < 0 || rs >= e->vocab))) {
+            const size_t nq = q->reasoning_end_ids ? q->n_reasoning_end_ids : 0;
+            if (nq > PAGODA_MAX_REASONING_END_IDS || (nq && !q->reasoning_open)) {
+                st = pg_error(PAGODA_ERR_INVALID_ARG,
+                              "request: grammar_after_reasoning: reasoning_end_ids: %zu ids "
+                              "(1..%d, and only with reasoning_open)",
+                              nq, PAGODA_MAX_REASONING_END_IDS);
+                goto fail;
+            }
+            for (size_t i = 0; i < nq; i++) {
+                const int32_t t = q->reasoning_end_ids[i];
+                if (t < 0 || t >= e->vocab) {
+                    st = pg_error(PAGODA_ERR_INVALID_ARG,
+                                  "request: grammar_after_reasoning: reasoning_end_ids[%zu] = %d "
+                                  "is outside the vocabulary [0, %d)",
+                                  i, t, e->vocab);
+                    goto fail;
+                }
+                r->re_seq[i] = t;
+            }
+            r->n_re_seq = (int32_t)nq;
+            if ((!nq && (re < 0 || re >= e->vocab)) ||
+                (!q->reasoning_open && (rs < 0 || rs >= e->vocab))) {
                 st = pg_error(PAGODA_ERR_INVALID_ARG,
                               "request: grammar_after_reasoning: reasoning_%s_id %d is outside "
                               "the vocabulary [0, %d)",
@@ -1602,11 +1627,19 @@ static void sample_range(void *ctx, size_t begin, size_t end, int tid) {
     }
 }
 
+/* The first n outputs of r end with its reasoning_end_ids sequence. */
+static bool ends_with_seq(const ereq *r, int32_t n) {
+    if (n < r->n_re_seq) return false;
+    for (int32_t i = 0; i < r->n_re_seq; i++)
+        if (r->out_ids[n - r->n_re_seq + i] != r->re_seq[i]) return false;
+    return true;
+}
+
 /* grammar_after_reasoning: advance r's phase over the outputs not yet
  * scanned. The first output decides between the reasoning (reasoning_start
  * id) and the grammar (anything else, fed from position 0); the first
- * reasoning_end id closes the reasoning and the grammar is fed from the
- * token after it. Outputs survive preemption, so this is a pure function of
+ * reasoning_end id (or the end of the first reasoning_end_ids sequence)
+ * closes the reasoning and the grammar is fed from the token after it. Outputs survive preemption, so this is a pure function of
  * the request's tokens. */
 static void advance_phase(ereq *r) {
     for (; r->gm_phase != GM_GRAMMAR && r->gm_scan < r->n_out; r->gm_scan++) {
@@ -1614,7 +1647,7 @@ static void advance_phase(ereq *r) {
         if (r->gm_phase == GM_MAY_OPEN) {
             r->gm_phase = t == r->rs_id ? GM_REASONING : GM_GRAMMAR;
             r->gm_fed = r->gm_scan; /* the grammar's output starts with t */
-        } else if (t == r->re_id) {
+        } else if (r->n_re_seq ? ends_with_seq(r, r->gm_scan + 1) : t == r->re_id) {
             r->gm_phase = GM_GRAMMAR;
             r->gm_fed = r->gm_scan + 1;
         }

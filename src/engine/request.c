@@ -4,19 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *pg_finish_reason_name(pg_finish_reason r) {
-    switch (r) {
-    case PG_FINISH_STOP:
-        return "stop";
-    case PG_FINISH_LENGTH:
-        return "length";
-    case PG_FINISH_ABORT:
-        return "abort";
-    default:
-        return "none";
-    }
-}
-
 static void hash_new_blocks(pg_request *r) {
     if (!r->hash_blocks) return;
     int32_t bs = r->block_size;

@@ -34,7 +34,8 @@ typedef enum pg_finish_reason {
     PG_FINISH_ABORT,  /* aborted by the client/server */
 } pg_finish_reason;
 
-const char *pg_finish_reason_name(pg_finish_reason r); /* "stop", "length", "abort", "none" */
+/* (Named for users by pagoda_finish_reason_name, the one namer: the engine
+ * maps these to pagoda_finish_reason.) */
 
 /* What a client asks for (token level). */
 typedef struct pg_request_params {

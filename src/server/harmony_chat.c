@@ -286,18 +286,7 @@ cJSON *pg_hchat_message(const pg_hchat *h) {
 
 const char *pg_hchat_finish_name(const pg_hchat *h, pagoda_finish_reason r) {
     if (r == PAGODA_FINISH_STOP && h && h->called) return "tool_calls";
-    switch (r) {
-    case PAGODA_FINISH_STOP:
-        return "stop";
-    case PAGODA_FINISH_LENGTH:
-        return "length";
-    case PAGODA_FINISH_ABORT:
-        return "abort";
-    case PAGODA_FINISH_ERROR:
-        return "error";
-    default:
-        return NULL;
-    }
+    return pagoda_finish_reason_name(r);
 }
 
 size_t pg_hchat_num_calls(const pg_hchat *h) {

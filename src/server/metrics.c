@@ -270,7 +270,8 @@ char *pg_metrics_render_models(const pg_metrics_model *models, size_t n) {
     for (size_t i = 0; i < n; i++)
         pthread_mutex_lock(&models[i].m->mu);
     header(&b, "vllm:request_success", "counter", "Count of successfully processed requests.");
-    static const char *const reasons[] = {"stop", "length", "abort", "error"};
+    static const pagoda_finish_reason reasons[] = {PAGODA_FINISH_STOP, PAGODA_FINISH_LENGTH,
+                                                   PAGODA_FINISH_ABORT, PAGODA_FINISH_ERROR};
     for (size_t i = 0; i < n; i++) {
         const pg_metrics *m = models[i].m;
         const uint64_t vals[] = {m->success_stop, m->success_length, m->success_abort,
@@ -279,7 +280,8 @@ char *pg_metrics_render_models(const pg_metrics_model *models, size_t n) {
             sb_printf(&b,
                       "vllm:request_success_total{finished_reason=\"%s\",model_name=\"%s\"} "
                       "%llu\n",
-                      reasons[r], label[i], (unsigned long long)vals[r]);
+                      pagoda_finish_reason_name(reasons[r]), label[i],
+                      (unsigned long long)vals[r]);
     }
     static const struct {
         const char *name, *help;

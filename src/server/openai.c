@@ -50,21 +50,6 @@ char *pg_api_error_json(const pg_api_error *err) {
     return s;
 }
 
-const char *pg_api_finish_name(pagoda_finish_reason r) {
-    switch (r) {
-    case PAGODA_FINISH_STOP:
-        return "stop";
-    case PAGODA_FINISH_LENGTH:
-        return "length";
-    case PAGODA_FINISH_ABORT:
-        return "abort";
-    case PAGODA_FINISH_ERROR:
-        return "error";
-    default:
-        return NULL;
-    }
-}
-
 /* ------------------------------------------------------------ field access */
 
 typedef struct parse_ctx {
@@ -361,6 +346,21 @@ static pagoda_status parse_messages(const parse_ctx *p, pg_api_request *r) {
                                "messages[%zu].role '%s' is not one of system, user, assistant, "
                                "tool, developer",
                                i, role->valuestring);
+        /* OpenAI's assistant-message fields no template renders: a
+         * previous audio answer, the deprecated function_call, a refusal */
+        static const struct {
+            const char *key, *why;
+        } unrendered[] = {
+            {"audio", "audio output is not supported"},
+            {"function_call", "the deprecated functions API is not supported: use 'tool_calls'"},
+            {"refusal", "chat templates do not render refusals: send the text as 'content'"},
+        };
+        for (size_t k = 0; k < sizeof unrendered / sizeof unrendered[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, unrendered[k].key);
+            if (v && !cJSON_IsNull(v))
+                return pg_api_fail(p->err, 400, "messages", "messages[%zu].%s is not supported: %s",
+                                   i, unrendered[k].key, unrendered[k].why);
+        }
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
             if (!cJSON_IsArray(content))
@@ -650,8 +650,9 @@ static pagoda_status parse_logprobs(const parse_ctx *p, pg_api_request *r) {
  * compact JSON text; several separated by '|'), else a 400 naming the
  * field. Sources: the OpenAI API reference (Chat Completions, Completions)
  * and vLLM's protocol.py (ChatCompletionRequest, CompletionRequest).
- * Fields that only label a request (metadata, prompt_cache_key,
- * safety_identifier, user, request_id) are accepted with any value. */
+ * Fields that only label a request (metadata: an object of strings;
+ * prompt_cache_key, safety_identifier, user, request_id: strings) are
+ * accepted with any value of their type. */
 #define FOR_CHAT 1
 #define FOR_COMPLETION 2
 #define FOR_BOTH 3
@@ -698,6 +699,12 @@ static const struct unsupported_field {
     {"kv_transfer_params", FOR_BOTH, "", "disaggregated prefill is not supported"},
     {"vllm_xargs", FOR_BOTH, "", "vllm_xargs is not supported"},
     {"thinking_token_budget", FOR_BOTH, "", "a thinking token budget is not supported"},
+    {"max_repetition_pattern_size", FOR_BOTH, "0",
+     "stopping on repeated token patterns is not supported"},
+    {"min_repetition_pattern_size", FOR_BOTH, "0",
+     "stopping on repeated token patterns is not supported"},
+    {"repetition_min_count", FOR_BOTH, "0",
+     "stopping on repeated token patterns is not supported"},
     {"prompt_embeds", FOR_COMPLETION, "", "prompt embeddings are not supported"},
 };
 
@@ -729,6 +736,22 @@ static pagoda_status check_unsupported(const parse_ctx *p, pg_api_kind kind) {
             continue;
         return pg_api_fail(p->err, 400, u->name, "'%s' is not supported: %s%s%s", u->name, u->why,
                            u->allowed[0] ? "; accepted value: " : "", u->allowed);
+    }
+    /* labels: their type is checked, their value only echoed or ignored */
+    const cJSON *md = field(p, "metadata");
+    if (md && !cJSON_IsNull(md)) {
+        bool ok = cJSON_IsObject(md);
+        for (const cJSON *it = ok ? md->child : NULL; it; it = it->next)
+            ok &= cJSON_IsString(it) != 0;
+        if (!ok)
+            return pg_api_fail(p->err, 400, "metadata",
+                               "'metadata' must be an object of string values");
+    }
+    static const char *const labels[] = {"prompt_cache_key", "safety_identifier"};
+    for (size_t i = 0; i < sizeof labels / sizeof labels[0]; i++) {
+        const cJSON *v = field(p, labels[i]);
+        if (v && !cJSON_IsNull(v) && !cJSON_IsString(v))
+            return pg_api_fail(p->err, 400, labels[i], "'%s' must be a string", labels[i]);
     }
     const cJSON *so = field(p, "stream_options");
     const cJSON *cu = so ? cJSON_GetObjectItemCaseSensitive(so, "continuous_usage_stats") : NULL;
@@ -1210,7 +1233,7 @@ static void add_finish_name(cJSON *c, const char *fr, const char *stop_reason, i
 
 static void add_finish(cJSON *c, pagoda_finish_reason finish, const char *stop_reason,
                        int32_t stop_token) {
-    add_finish_name(c, pg_api_finish_name(finish), stop_reason,
+    add_finish_name(c, pagoda_finish_reason_name(finish), stop_reason,
                     finish == PAGODA_FINISH_STOP ? stop_token : -1);
 }
 

@@ -167,11 +167,14 @@ pagoda_status pg_api_check_length(int32_t n_prompt, int32_t max_tokens, int32_t 
 
 /* --------------------------------------------------------------- results */
 
-/* One generated position with its logprobs (token texts are UTF-8-safe:
- * invalid bytes are replaced by U+FFFD). */
+/* One generated position with its logprobs. The engine thread records the
+ * token ids only (text NULL); the connection's thread decodes the texts
+ * (UTF-8-safe: invalid bytes are replaced by U+FFFD) before the entry is
+ * written out, in the context of `prev`, the token before it. */
 typedef struct pg_api_top {
     char *text;
     float logprob;
+    int32_t token;
 } pg_api_top;
 
 typedef struct pg_api_logprob {
@@ -179,6 +182,7 @@ typedef struct pg_api_logprob {
     float logprob;
     pg_api_top *top;
     int32_t n_top;
+    int32_t token, prev; /* the sampled token and the one before it (-1: none) */
 } pg_api_logprob;
 
 struct pg_hchat;
@@ -254,7 +258,7 @@ char *pg_api_usage_sse(const pg_api_meta *m, const pg_api_usage *u);
 
 #define PG_API_SSE_DONE "data: [DONE]\n\n"
 
-/* finish_reason text of a result: "stop", "length", "abort", "error". */
-const char *pg_api_finish_name(pagoda_finish_reason r);
+/* finish_reason texts come from pagoda_finish_reason_name (the one namer;
+ * pg_hchat_finish_name adds "tool_calls" for a chat that called a tool). */
 
 #endif

@@ -36,10 +36,14 @@ struct pg_oparse {
     int n_calls, issues;
     bool strip; /* drop whitespace before the content after </think> */
     bool finished, oom;
-    /* hermes call whose arguments are being streamed (see stream_hermes) */
+    /* a call whose arguments are being streamed (see stream_open) */
     bool streaming, args_done, in_str, esc;
+    bool v11; /* the streamed call is mistral's NAME[ARGS]{...} */
     int depth;
     pg_strbuf args; /* the compacted arguments sent so far */
+    /* mistral's [TOOL_CALLS][...] list once its first item streamed:
+     * LIST_ITEM an item comes next, LIST_SEP a ',' or ']' */
+    enum { LIST_NONE = 0, LIST_ITEM, LIST_SEP } list;
 };
 
 static bool is_ws(char c) {
@@ -210,18 +214,32 @@ static void degrade(pg_oparse *p, const char *prefix, const char *raw, size_t n,
     content(p, raw, n);
 }
 
-/* Does s[0..n) start a hermes call as the models write it,
- * `{"name": "NAME", "arguments": {` (any whitespace between)? 1: yes, with
- * the name at s[*name_at..+*name_len) and the arguments' '{' at s[*args_at];
- * 0: not (or not in this order: the whole call is then parsed at its end);
- * -1: s is a prefix of one, more text decides. */
-static int hermes_head(const char *s, size_t n, size_t *name_at, size_t *name_len,
-                       size_t *args_at) {
+/* Does s[0..n) start a call object as the models write it,
+ * `{"name": "NAME", "arguments": {` (any whitespace between; llama: the key
+ * may be "parameters" too)? 1: yes, with the name at s[*name_at..+*name_len)
+ * and the arguments' '{' at s[*args_at]; 0: not (or not in this order: the
+ * whole call is then parsed at its end); -1: s is a prefix of one, more
+ * text decides. */
+static int call_head(const char *s, size_t n, bool llama, size_t *name_at, size_t *name_len,
+                     size_t *args_at) {
     static const char *const parts[] = {"{", "\"name\"",      ":", "\"", NULL,
                                         ",", "\"arguments\"", ":", "{"};
     size_t i = 0;
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
         i = skip_ws(s, n, i);
+        if (k == 6 && llama) { /* "arguments" or "parameters" */
+            static const char *const keys[] = {"\"arguments\"", "\"parameters\""};
+            bool partial = false, hit = false;
+            for (size_t q = 0; q < 2 && !hit; q++) {
+                size_t t = strlen(keys[q]);
+                if (n - i < t)
+                    partial |= is_prefix_of(s + i, n - i, keys[q]);
+                else if (!memcmp(s + i, keys[q], t))
+                    hit = true, i += t;
+            }
+            if (hit) continue;
+            return partial ? -1 : 0;
+        }
         if (k == 4) { /* the name, a plain string (no escapes) */
             *name_at = i;
             while (i < n && s[i] != '"' && s[i] != '\\' && (unsigned char)s[i] >= 0x20)
@@ -285,64 +303,169 @@ static void stream_args(pg_oparse *p) {
     pg_strbuf_consume(b, i);
 }
 
-/* A hermes call streamed as it is generated (OpenAI's deltas: the call's
- * index, id, type and name first, then pieces of function.arguments), as
- * vLLM's hermes parser does, once its text starts the usual way
- * (hermes_head). A streamed call cannot be taken back: when the text after
- * its arguments is not `}` and </tool_call> (or the output ends inside the
- * arguments), the call stays, with an ISSUE, and that text is content.
+/* Start streaming a call (OpenAI's deltas: the call's index, id, type and
+ * name first, then pieces of function.arguments, as vLLM's streaming
+ * parsers do): its name is buf[name_at..+name_len), its arguments' '{' at
+ * buf[args_at]; buf is consumed up to that '{'. */
+static void stream_open(pg_oparse *p, size_t name_at, size_t name_len, size_t args_at) {
+    pg_strbuf *b = &p->buf;
+    char *name = strndup(b->p + name_at, name_len);
+    if (!name) {
+        p->oom = true;
+        return;
+    }
+    p->ws.len = 0;
+    pg_harmony_event ev = {
+        .kind = PG_HARMONY_TOOL_CALL_BEGIN, .name = name, .index = p->n_calls++, .channel = ""};
+    p->emit(p->user, &ev);
+    free(name);
+    pg_strbuf_consume(b, args_at);
+    p->streaming = true;
+    p->args_done = p->in_str = p->esc = p->v11 = false;
+    p->depth = 0;
+    p->args.len = 0;
+}
+
+/* Stream the arguments that arrived; true once they are complete (or the
+ * output ended: final). */
+static bool stream_more(pg_oparse *p, bool final) {
+    if (!p->args_done) stream_args(p);
+    return p->args_done || final;
+}
+
+/* End the streamed call. A streamed call cannot be taken back: `ok` false
+ * (its text did not end as a valid call) adds an ISSUE, the call stays. */
+static void stream_close(pg_oparse *p, bool ok, const char *why) {
+    pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_CALL_END,
+                           .index = p->n_calls - 1,
+                           .end = PG_HARMONY_END_CALL,
+                           .channel = ""};
+    p->emit(p->user, &ev);
+    p->streaming = false;
+    if (!ok) issue(p, why);
+}
+
+/* The streamed arguments are a JSON object. */
+static bool args_valid(const pg_oparse *p) {
+    cJSON *v = cJSON_ParseWithLength(p->args.p, p->args.len);
+    bool ok = cJSON_IsObject(v);
+    cJSON_Delete(v);
+    return ok;
+}
+
+/* A hermes call streamed as it is generated once its text starts the usual
+ * way (call_head). When the text after its arguments is not `}` and
+ * </tool_call> (or the output ends inside the arguments), the call stays,
+ * with an ISSUE, and that text is content.
  * Returns 0 when the call is not streamed (the whole-call path takes it at
  * its end), 1 when it ended, 2 when more text is needed. */
 static int stream_hermes(pg_oparse *p, bool final) {
     pg_strbuf *b = &p->buf;
     if (!p->streaming) {
         size_t name_at = 0, name_len = 0, args_at = 0;
-        int h = hermes_head(b->p, b->len, &name_at, &name_len, &args_at);
+        int h = call_head(b->p, b->len, false, &name_at, &name_len, &args_at);
         if (h <= 0) return 0; /* not streamable (yet): the whole-call path decides */
-        char *name = strndup(b->p + name_at, name_len);
-        if (!name) {
-            p->oom = true;
-            return 1;
-        }
-        p->ws.len = 0;
-        pg_harmony_event ev = {
-            .kind = PG_HARMONY_TOOL_CALL_BEGIN, .name = name, .index = p->n_calls++, .channel = ""};
-        p->emit(p->user, &ev);
-        free(name);
-        pg_strbuf_consume(b, args_at);
-        p->streaming = true;
-        p->args_done = p->in_str = p->esc = false;
-        p->depth = 0;
-        p->args.len = 0;
+        stream_open(p, name_at, name_len, args_at);
+        if (p->oom) return 1;
     }
-    if (!p->args_done) stream_args(p);
-    if (!p->args_done && !final) return 2;
+    if (!stream_more(p, final)) return 2;
     /* after the arguments: `}` then </tool_call> (or the end of output) */
     const char *e = find(b->p, b->len, HERMES_CLOSE);
     if (!e && !final) return 2;
     size_t body = e ? (size_t)(e - b->p) : b->len;
     size_t i = skip_ws(b->p, body, 0);
-    bool ok = p->args_done && i < body && b->p[i] == '}' && skip_ws(b->p, body, i + 1) == body;
-    if (ok) {
-        cJSON *v = cJSON_ParseWithLength(p->args.p, p->args.len);
-        ok = cJSON_IsObject(v);
-        cJSON_Delete(v);
-    }
-    pg_harmony_event ev = {.kind = PG_HARMONY_TOOL_CALL_END,
-                           .index = p->n_calls - 1,
-                           .end = PG_HARMONY_END_CALL,
-                           .channel = ""};
-    p->emit(p->user, &ev);
+    bool ok = p->args_done && i < body && b->p[i] == '}' && skip_ws(b->p, body, i + 1) == body &&
+              args_valid(p);
+    stream_close(p, ok, "hermes: a streamed <tool_call> did not end as a valid call");
     if (!ok) {
-        issue(p, "hermes: a streamed <tool_call> did not end as a valid call");
         if (i < body && b->p[i] == '}' && p->args_done) i++; /* the call's own '}' */
         content(p, b->p + i, body - i);
         if (e) content(p, HERMES_CLOSE, strlen(HERMES_CLOSE));
     }
     pg_strbuf_consume(b, e ? body + strlen(HERMES_CLOSE) : body);
-    p->streaming = false;
     p->st = ST_CONTENT;
     return 1;
+}
+
+/* The end of a streamed llama3_json call or mistral list item: `}` after
+ * the arguments; then state `next` (llama: ST_AFTER_L3; mistral: LIST_SEP).
+ * Otherwise the call stays with an ISSUE and the rest of the output is
+ * content. False when more text is needed. */
+static bool stream_object_tail(pg_oparse *p, bool final, const char *why) {
+    pg_strbuf *b = &p->buf;
+    if (!stream_more(p, final)) return false;
+    size_t k = skip_ws(b->p, b->len, 0);
+    if (k == b->len && !final) return false;
+    bool closed = p->args_done && k < b->len && b->p[k] == '}';
+    bool ok = closed && args_valid(p);
+    stream_close(p, ok, why);
+    if (closed) k++; /* the call's own '}' */
+    if (ok) {
+        pg_strbuf_consume(b, k);
+        if (p->o.tools == PG_TOOLS_LLAMA3_JSON)
+            p->st = ST_AFTER_L3;
+        else
+            p->list = LIST_SEP;
+        return true;
+    }
+    content(p, b->p + k, b->len - k);
+    pg_strbuf_consume(b, b->len);
+    p->list = LIST_NONE;
+    p->st = ST_PLAIN;
+    return true;
+}
+
+/* mistral's [TOOL_CALLS][...] list after its first item was streamed
+ * (p->list set): the next item (streamed when it starts the usual way,
+ * else taken whole) or the ',' / ']' after one. False when more text is
+ * needed. */
+static bool step_mistral_list(pg_oparse *p, bool final) {
+    pg_strbuf *b = &p->buf;
+    if (p->streaming)
+        return stream_object_tail(p, final, "mistral: a streamed call did not end as a valid call");
+    size_t k = skip_ws(b->p, b->len, 0);
+    if (k == b->len && !final) return false;
+    if (p->list == LIST_SEP) {
+        if (k < b->len && (b->p[k] == ',' || b->p[k] == ']')) {
+            p->list = b->p[k] == ',' ? LIST_ITEM : LIST_NONE;
+            if (p->list == LIST_NONE) p->st = ST_CONTENT;
+            pg_strbuf_consume(b, k + 1);
+            return true;
+        }
+        p->list = LIST_NONE;
+        if (k == b->len) { /* the output ended after an item: the calls stand */
+            p->st = ST_CONTENT;
+            return true;
+        }
+        issue(p, "mistral: the list of calls did not continue with ',' or ']'");
+        content(p, b->p + k, b->len - k);
+        pg_strbuf_consume(b, b->len);
+        p->st = ST_PLAIN;
+        return true;
+    }
+    size_t name_at = 0, name_len = 0, args_at = 0;
+    int h = call_head(b->p + k, b->len - k, false, &name_at, &name_len, &args_at);
+    if (h < 0 && !final) return false;
+    if (h == 1) {
+        stream_open(p, k + name_at, name_len, k + args_at);
+        return true;
+    }
+    size_t n = k < b->len && b->p[k] == '{' ? json_extent(b->p + k, b->len - k) : 0;
+    if (!n && !final && k < b->len && b->p[k] == '{') return false;
+    cJSON *v = n ? parse_n(b->p + k, n) : NULL;
+    bool ok = v && object_call(p, v, false);
+    cJSON_Delete(v);
+    if (ok) {
+        pg_strbuf_consume(b, k + n);
+        p->list = LIST_SEP;
+        return true;
+    }
+    issue(p, "mistral: an item of the list of calls is not a call");
+    content(p, b->p + k, b->len - k);
+    pg_strbuf_consume(b, b->len);
+    p->list = LIST_NONE;
+    p->st = ST_PLAIN;
+    return true;
 }
 
 /* Progress in ST_CALL. Returns false when more text is needed. */
@@ -366,6 +489,16 @@ static bool step_call(pg_oparse *p, bool final) {
         p->st = ST_CONTENT;
         return true;
     }
+    if (p->o.tools == PG_TOOLS_MISTRAL && p->streaming && p->v11) {
+        if (!stream_more(p, final)) return false;
+        stream_close(p, p->args_done && args_valid(p),
+                     "mistral: streamed [ARGS] did not end as a valid object");
+        p->st = ST_CONTENT;
+        return true;
+    }
+    if (p->o.tools == PG_TOOLS_MISTRAL && p->list) return step_mistral_list(p, final);
+    if (p->o.tools == PG_TOOLS_LLAMA3_JSON && p->streaming)
+        return stream_object_tail(p, final, "llama3_json: a streamed call did not end as a call");
     size_t i = skip_ws(b->p, b->len, 0);
     if (i == b->len) {
         if (!final) return false;
@@ -377,6 +510,17 @@ static bool step_call(pg_oparse *p, bool final) {
     }
     if (p->o.tools == PG_TOOLS_LLAMA3_JSON || b->p[i] == '[') {
         bool llama = p->o.tools == PG_TOOLS_LLAMA3_JSON;
+        /* a call (llama) or the list's first item that starts the usual way
+         * is streamed; else the whole value is parsed at its end */
+        size_t at = llama ? i : skip_ws(b->p, b->len, i + 1);
+        size_t name_at = 0, name_len = 0, args_at = 0;
+        int h = call_head(b->p + at, b->len - at, llama, &name_at, &name_len, &args_at);
+        if (h < 0 && !final) return false;
+        if (h == 1) {
+            if (!llama) p->list = LIST_ITEM;
+            stream_open(p, at + name_at, name_len, at + args_at);
+            return true;
+        }
         size_t n = json_extent(b->p + i, b->len - i);
         if (!n && !final) return false;
         cJSON *v = n ? parse_n(b->p + i, n) : NULL;
@@ -401,6 +545,11 @@ static bool step_call(pg_oparse *p, bool final) {
         bad_name = is_ws(b->p[k]) || b->p[k] == '{' || b->p[k] == '"';
     if (!a && !bad_name && !final) return false;
     size_t j = a ? skip_ws(b->p, b->len, name_end + strlen(MISTRAL_ARGS)) : b->len;
+    if (a && !bad_name && name_end > i && j < b->len && b->p[j] == '{') {
+        stream_open(p, i, name_end - i, j); /* NAME[ARGS]{ streams */
+        p->v11 = true;
+        return true;
+    }
     size_t n = 0;
     if (a && !bad_name && j < b->len && b->p[j] == '{') {
         n = json_extent(b->p + j, b->len - j);

@@ -33,14 +33,21 @@
  * comes). Malformed output (bad JSON, a call without a name, arguments that
  * are not an object) is delivered as content with an ISSUE event: never an
  * error. A possible partial tag at the end of a feed is held back, so any
- * split gives the same events' text. A hermes call that starts the usual
- * way, {"name": N, "arguments": {, is streamed: begin (with the name) at
- * once, then the arguments (compacted: whitespace outside strings dropped)
- * in pieces as they are generated, end after </tool_call>; such a call is
- * not taken back if it turns out malformed (an ISSUE, the text after its
- * arguments as content), as with vLLM's streaming hermes parser. Other calls
- * are delivered whole when their text is complete (begin, one arguments
- * delta, end). Either way a stream equals the non-streamed message.
+ * split gives the same events' text. A call that starts the usual way is
+ * streamed (OpenAI's incremental tool-call deltas): hermes
+ * {"name": N, "arguments": {, llama3_json the same with "parameters" or
+ * "arguments", each item of mistral's [TOOL_CALLS][...] list written that
+ * way, and mistral v11's N[ARGS]{. Begin (with the name) comes at once,
+ * then the arguments (compacted: whitespace outside strings dropped) in
+ * pieces as they are generated, end after the call's text (hermes:
+ * </tool_call>; llama3_json and list items: the object's '}'; v11: the
+ * arguments' '}'). Such a call is not taken back if it turns out malformed
+ * (an ISSUE, the text after its arguments as content; a list that goes on
+ * with something other than ',' or ']': the rest is content), as with
+ * vLLM's streaming parsers. Other calls (keys in another order, arguments
+ * as a JSON string) are delivered whole when their text is complete
+ * (begin, one arguments delta, end). Either way a stream equals the
+ * non-streamed message.
  *
  * Pure: no engine; unit-tested in tests/test_output_parser.c. */
 #ifndef PAGODA_SERVER_OUTPUT_PARSER_H

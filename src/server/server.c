@@ -190,8 +190,8 @@ static void job_log(const job *j) {
         if (j->subs[i].first_token > 0 &&
             (ttft < 0 || j->subs[i].first_token - j->subs[i].arrival < ttft))
             ttft = j->subs[i].first_token - j->subs[i].arrival;
-        if (pg_api_finish_name(j->choices[i].finish))
-            fin = pg_api_finish_name(j->choices[i].finish);
+        if (pagoda_finish_reason_name(j->choices[i].finish))
+            fin = pagoda_finish_reason_name(j->choices[i].finish);
     }
     PG_INFO(
         "%s: %zu choice%s, prompt %lld tokens, output %lld tokens, ttft %.1f ms, total %.1f ms, "
@@ -263,6 +263,25 @@ static char *token_text(pagoda_engine *e, int32_t prev, int32_t tok) {
     return s;
 }
 
+/* Decode the token texts of logprob entries lp[0..n) that have none yet
+ * (the engine thread records ids only). Connection side, mu not held:
+ * the entries must be the caller's (a copy, or a finished choice's). An
+ * entry whose text cannot be decoded gets "" (out of memory). */
+static void logprob_texts(pagoda_engine *e, pg_api_logprob *lp, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        if (!lp[k].text) lp[k].text = token_text(e, lp[k].prev, lp[k].token);
+        for (int32_t t = 0; t < lp[k].n_top; t++)
+            if (!lp[k].top[t].text)
+                lp[k].top[t].text = token_text(e, lp[k].prev, lp[k].top[t].token);
+    }
+}
+
+/* Bytes a logprob entry with n_top alternatives adds to a stream before its
+ * texts are decoded (the --max-stream-buffer estimate: ~16 bytes a text). */
+static size_t logprob_pending_bytes(int32_t n_top) {
+    return sizeof(pg_api_logprob) + (size_t)n_top * sizeof(pg_api_top) + 16 * (size_t)(1 + n_top);
+}
+
 /* Copy one engine output into its choice (mu held). */
 static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
     srv_model *m = j->m;
@@ -276,18 +295,17 @@ static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
     if (o->logprobs && j->req.logprobs >= 0) {
         for (size_t k = 0; k < o->n_new_tokens; k++) {
             const pagoda_token_logprobs *tl = &o->logprobs[k];
-            pg_api_logprob lp = {token_text(m->e, sb->last_token, tl->token), tl->logprob, NULL, 0};
+            /* ids only: the texts are decoded on the connection's side */
+            pg_api_logprob lp = {NULL, tl->logprob, NULL, 0, tl->token, sb->last_token};
             int32_t nt = tl->n_top < j->req.logprobs ? tl->n_top : j->req.logprobs;
             if (nt > 0 && (lp.top = calloc((size_t)nt, sizeof *lp.top))) {
                 lp.n_top = nt;
                 for (int32_t t = 0; t < nt; t++) {
-                    lp.top[t].text = token_text(m->e, sb->last_token, tl->top[t].token);
+                    lp.top[t].token = tl->top[t].token;
                     lp.top[t].logprob = tl->top[t].logprob;
                 }
             }
-            j->unsent += sizeof lp + (lp.text ? strlen(lp.text) : 0);
-            for (int32_t t = 0; t < lp.n_top; t++)
-                j->unsent += sizeof *lp.top + (lp.top[t].text ? strlen(lp.top[t].text) : 0);
+            j->unsent += logprob_pending_bytes(lp.n_top);
             pg_api_choice_add_logprob(ch, &lp);
             sb->last_token = tl->token;
         }
@@ -663,6 +681,12 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         req.reasoning_open = gr == PG_GRAMMAR_AFTER_OPEN;
         req.reasoning_start_id = m->think_ids[0];
         req.reasoning_end_id = m->think_ids[1];
+        if (harmony && j->grammar) { /* analysis / commentary free, the final message constrained */
+            req.grammar_after_reasoning = true;
+            req.reasoning_open = true;
+            req.reasoning_end_ids = m->harmony_final_ids;
+            req.n_reasoning_end_ids = m->n_harmony_final_ids;
+        }
         req.cache_salt = r->cache_salt;
         if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
             req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
@@ -683,83 +707,144 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
     return PAGODA_OK;
 }
 
-/* Append a malloc'ed SSE event to the job's out buffer (mu held). */
-static void out_push(job *j, char *ev) {
-    if (!ev) return;
-    size_t n = strlen(ev);
-    char *nb = realloc(j->out, j->out_len + n);
-    if (nb) {
-        // NOLINTNEXTLINE(bugprone-not-null-terminated-result): a byte buffer, not a string
-        memcpy(nb + j->out_len, ev, n);
-        j->out = nb;
-        j->out_len += n;
-    }
-    free(ev);
-}
-
-/* A harmony choice's new output as chunks (mu held): the parser's deltas
- * (reasoning_content / content / tool_calls), the logprobs of the new tokens
- * on the last one, then an empty delta with the finish_reason. False when
- * out of memory. */
-static bool stream_harmony(job *j, size_t i) {
-    pg_api_choice *ch = &j->choices[i];
-    sub *sb = &j->subs[i];
-    size_t nt = ch->len - sb->sent_text, nl = ch->n_lp - sb->sent_lp;
-    bool fin = sb->done && !sb->finish_sent;
-    if (!nt && !nl && !fin) return true;
-    pagoda_status st = pg_hchat_feed(ch->harmony, ch->text + sb->sent_text, nt);
-    if (!st && fin) st = pg_hchat_finish(ch->harmony);
-    sb->sent_text = ch->len;
-    cJSON *ds = st ? NULL : pg_hchat_take_deltas(ch->harmony);
-    if (!ds) return false;
-    int nd = cJSON_GetArraySize(ds);
-    const pg_api_logprob *lp = ch->lp ? ch->lp + sb->sent_lp : NULL;
-    for (int k = 0; k < nd; k++) {
-        bool last = k == nd - 1;
-        out_push(j, pg_api_chat_delta_sse(&j->meta, (int32_t)i, cJSON_DetachItemFromArray(ds, 0),
-                                          last ? lp : NULL, last ? nl : 0, NULL, NULL, -1));
-    }
-    cJSON_Delete(ds);
-    if (fin || (nd == 0 && nl))
-        out_push(j, pg_api_chat_delta_sse(
-                        &j->meta, (int32_t)i, NULL, nd == 0 ? lp : NULL, nd == 0 ? nl : 0,
-                        fin ? pg_hchat_finish_name(ch->harmony, ch->finish) : NULL,
-                        fin ? ch->stop_reason : NULL, -1));
-    sb->sent_lp = ch->n_lp;
-    if (fin) sb->finish_sent = true;
+/* Append src[0..n) to the byte buffer *buf of *len bytes. False when out
+ * of memory (the buffer is unchanged). */
+static bool buf_add(char **buf, size_t *len, const char *src, size_t n) {
+    if (!n) return true;
+    char *nb = realloc(*buf, *len + n);
+    if (!nb) return false;
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result): a byte buffer, not a string
+    memcpy(nb + *len, src, n);
+    *buf = nb;
+    *len += n;
     return true;
 }
 
-/* Turn what arrived since the last call into SSE events (mu held). */
+/* Append a malloc'ed SSE event (consumed; NULL = none) to *buf. False when
+ * out of memory. */
+static bool buf_push(char **buf, size_t *len, char *ev) {
+    if (!ev) return true;
+    bool ok = buf_add(buf, len, ev, strlen(ev));
+    free(ev);
+    return ok;
+}
+
+/* What one choice has new since the last drain: taken under mu
+ * (drain_take), turned into events without it (drain_format). */
+typedef struct drain {
+    char *text;         /* copy of the new output text (NULL: none) */
+    size_t len, offset; /* its bytes, and its offset in the choice's text */
+    pg_api_logprob *lp; /* copies of the new entries: texts their own, top arrays shared */
+    size_t n_lp;
+    bool role, fin; /* send the chat's role chunk / the finish */
+    pagoda_finish_reason finish;
+    const char *stop_reason; /* the choice's: set before `done`, then unchanged */
+} drain;
+
+/* mu held: take choice i's news into d and mark it sent. False when out of
+ * memory. */
+static bool drain_take(job *j, size_t i, drain *d) {
+    pg_api_choice *ch = &j->choices[i];
+    sub *sb = &j->subs[i];
+    size_t nt = ch->len - sb->sent_text, nl = ch->n_lp - sb->sent_lp;
+    memset(d, 0, sizeof *d);
+    if (nt && !(d->text = malloc(nt))) return false;
+    if (nl && !(d->lp = malloc(nl * sizeof *d->lp))) return false;
+    if (nt) memcpy(d->text, ch->text + sb->sent_text, nt);
+    if (nl) memcpy(d->lp, ch->lp + sb->sent_lp, nl * sizeof *d->lp);
+    d->len = nt;
+    d->offset = sb->sent_text;
+    d->n_lp = nl;
+    d->role = j->meta.kind == PG_API_CHAT && !sb->role_sent;
+    d->fin = sb->done && !sb->finish_sent;
+    d->finish = ch->finish;
+    d->stop_reason = ch->stop_reason;
+    sb->role_sent = true;
+    sb->sent_text = ch->len;
+    sb->sent_lp = ch->n_lp;
+    if (d->fin) sb->finish_sent = true;
+    return true;
+}
+
+static void drain_free(drain *d) {
+    for (size_t k = 0; k < d->n_lp; k++)
+        free(d->lp[k].text); /* the top arrays stay the choice's */
+    free(d->lp);
+    free(d->text);
+}
+
+/* A harmony / parsed chat choice's news as chunks: the parser's deltas
+ * (reasoning_content / content / tool_calls), the logprobs of the new
+ * tokens on the last one, then an empty delta with the finish_reason. */
+static bool format_parsed(job *j, size_t i, const drain *d, char **buf, size_t *len) {
+    pg_hchat *h = j->choices[i].harmony;
+    pagoda_status st = pg_hchat_feed(h, d->text ? d->text : "", d->len);
+    if (!st && d->fin) st = pg_hchat_finish(h);
+    cJSON *ds = st ? NULL : pg_hchat_take_deltas(h);
+    if (!ds) return false;
+    int nd = cJSON_GetArraySize(ds);
+    bool ok = true;
+    for (int k = 0; k < nd; k++) {
+        bool last = k == nd - 1;
+        ok &= buf_push(buf, len,
+                       pg_api_chat_delta_sse(&j->meta, (int32_t)i, cJSON_DetachItemFromArray(ds, 0),
+                                             last ? d->lp : NULL, last ? d->n_lp : 0, NULL, NULL,
+                                             -1));
+    }
+    cJSON_Delete(ds);
+    if (d->fin || (nd == 0 && d->n_lp))
+        ok &= buf_push(buf, len,
+                       pg_api_chat_delta_sse(&j->meta, (int32_t)i, NULL, nd == 0 ? d->lp : NULL,
+                                             nd == 0 ? d->n_lp : 0,
+                                             d->fin ? pg_hchat_finish_name(h, d->finish) : NULL,
+                                             d->fin ? d->stop_reason : NULL, -1));
+    return ok;
+}
+
+/* mu not held: choice i's drained news as SSE events appended to *buf
+ * (logprob texts decoded, output parsers run). False when out of memory. */
+static bool drain_format(job *j, size_t i, drain *d, char **buf, size_t *len) {
+    bool ok = true;
+    if (d->role)
+        ok &= buf_push(buf, len,
+                       pg_api_chunk_sse(&j->meta, (int32_t)i, true, "", 0, NULL, 0, 0,
+                                        PAGODA_FINISH_NONE, NULL));
+    if (!d->len && !d->n_lp && !d->fin) return ok;
+    logprob_texts(j->m->e, d->lp, d->n_lp);
+    if (j->choices[i].harmony) return ok && format_parsed(j, i, d, buf, len);
+    return ok && buf_push(buf, len,
+                          pg_api_chunk_sse(&j->meta, (int32_t)i, false, d->text ? d->text : "",
+                                           d->len, d->lp, d->n_lp, d->offset,
+                                           d->fin ? d->finish : PAGODA_FINISH_NONE,
+                                           d->fin ? d->stop_reason : NULL));
+}
+
+/* Turn what arrived since the last call into SSE events on j->out. Called
+ * with mu held; drops it while the logprob texts are decoded, the output
+ * parsers run and the events are written (the engine thread goes on
+ * stepping meanwhile), and holds it again on return. */
 static void stream_collect(job *j) {
+    pg_server *s = j->srv;
     j->unsent = 0;
-    for (size_t i = 0; i < j->n_choices; i++) {
-        pg_api_choice *ch = &j->choices[i];
-        sub *sb = &j->subs[i];
-        bool role = j->meta.kind == PG_API_CHAT && !sb->role_sent;
-        if (role) {
-            out_push(j, pg_api_chunk_sse(&j->meta, (int32_t)i, true, "", 0, NULL, 0, 0,
-                                         PAGODA_FINISH_NONE, NULL));
-            sb->role_sent = true;
-        }
-        if (ch->harmony) {
-            if (!stream_harmony(j, i)) {
-                PG_ERROR("%s: out of memory streaming choice %zu", j->id, i);
-                job_abort_locked(j, true);
-                return;
-            }
-            continue;
-        }
-        size_t nt = ch->len - sb->sent_text, nl = ch->n_lp - sb->sent_lp;
-        bool fin = sb->done && !sb->finish_sent;
-        if (!nt && !nl && !fin) continue;
-        out_push(j, pg_api_chunk_sse(&j->meta, (int32_t)i, false, ch->text + sb->sent_text, nt,
-                                     ch->lp ? ch->lp + sb->sent_lp : NULL, nl, sb->sent_text,
-                                     fin ? ch->finish : PAGODA_FINISH_NONE,
-                                     fin ? ch->stop_reason : NULL));
-        sb->sent_text = ch->len;
-        sb->sent_lp = ch->n_lp;
-        if (fin) sb->finish_sent = true;
+    drain *d = calloc(j->n_choices ? j->n_choices : 1, sizeof *d);
+    bool ok = d != NULL;
+    for (size_t i = 0; ok && i < j->n_choices; i++)
+        ok = drain_take(j, i, &d[i]);
+    pthread_mutex_unlock(&s->mu);
+    char *buf = NULL;
+    size_t len = 0;
+    for (size_t i = 0; ok && i < j->n_choices; i++)
+        ok = drain_format(j, i, &d[i], &buf, &len);
+    for (size_t i = 0; d && i < j->n_choices; i++)
+        drain_free(&d[i]);
+    free(d);
+    pthread_mutex_lock(&s->mu);
+    ok = ok && buf_add(&j->out, &j->out_len, buf, len);
+    free(buf);
+    if (!ok) {
+        PG_ERROR("%s: out of memory streaming its output", j->id);
+        job_abort_locked(j, true);
+        return;
     }
     if (j->n_done == j->n_choices && !j->done_sent) {
         bool all = true;
@@ -768,10 +853,10 @@ static void stream_collect(job *j) {
         if (!all) return;
         if (j->req.include_usage && !j->usage_sent) {
             pg_api_usage u = pg_api_usage_of(j->choices, j->n_choices, j->req.n);
-            out_push(j, pg_api_usage_sse(&j->meta, &u));
+            buf_push(&j->out, &j->out_len, pg_api_usage_sse(&j->meta, &u));
             j->usage_sent = true;
         }
-        out_push(j, strdup(PG_API_SSE_DONE));
+        buf_push(&j->out, &j->out_len, strdup(PG_API_SSE_DONE));
         j->done_sent = true;
     }
 }
@@ -911,7 +996,8 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     if (pg_api_check_capacity((kind == PG_API_CHAT ? 1 : j->req.n_prompts) * (size_t)j->req.n,
                               s->max_num_seqs, s->max_queue, &err) ||
         pg_structured_from_body(m->e, cc->body ? cc->body : "", cc->len,
-                                m->harmony && kind == PG_API_CHAT, &j->grammar, &err)) {
+                                m->harmony && kind == PG_API_CHAT && !m->n_harmony_final_ids,
+                                &j->grammar, &err)) {
         job_free(j);
         return pg_srv_send_error(c, &err);
     }
@@ -959,24 +1045,26 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
         }
     }
     bool complete = j->n_done == j->n_choices;
-    const char *error = NULL;
-    for (size_t i = 0; i < j->n_choices && complete; i++)
-        if (j->choices[i].finish == PAGODA_FINISH_ERROR)
-            error = "generation failed (see the server log)";
-    for (size_t i = 0; i < j->n_choices && complete && !error; i++) {
-        pg_hchat *h = j->choices[i].harmony;
-        if (h && (pg_hchat_feed(h, j->choices[i].text, j->choices[i].len) || pg_hchat_finish(h)))
-            error = "out of memory";
-    }
-    char *js = complete && !error
-                   ? pg_api_response_json(&j->meta, j->choices, j->n_choices, j->req.n)
-                   : NULL;
     pthread_mutex_unlock(&s->mu);
     if (gone) return MHD_NO;
     pg_srv_restart_idle_timer(s, c);
     if (!complete) return fail(c, 503, NULL, "server shutting down");
+    /* Every choice finished: the engine thread writes nothing more to the
+     * job (apply_output skips done choices), so the logprob texts, output
+     * parsers and JSON are done here without mu. */
+    const char *error = NULL;
+    for (size_t i = 0; i < j->n_choices; i++)
+        if (j->choices[i].finish == PAGODA_FINISH_ERROR)
+            error = "generation failed (see the server log)";
+    for (size_t i = 0; i < j->n_choices && !error; i++) {
+        pg_api_choice *ch = &j->choices[i];
+        logprob_texts(m->e, ch->lp, ch->n_lp);
+        if (ch->harmony && (pg_hchat_feed(ch->harmony, ch->text, ch->len) ||
+                            pg_hchat_finish(ch->harmony)))
+            error = "out of memory";
+    }
     if (error) return fail(c, 500, NULL, error);
-    return send_json(c, 200, js);
+    return send_json(c, 200, pg_api_response_json(&j->meta, j->choices, j->n_choices, j->req.n));
 }
 
 /* ------------------------------------------------------------ other endpoints */
@@ -1512,6 +1600,22 @@ static void detect_harmony(srv_model *s, const pg_server_options *opt) {
     PG_INFO("http: %s: chats in the harmony format (reasoning_content, tool_calls; stop tokens "
             "%d, %d)",
             s->name, s->harmony_stop_ids[0], s->harmony_stop_ids[1]);
+    /* structured outputs constrain the final message: after these tokens */
+    static const char final_head[] = "<|channel|>final<|message|>";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (pagoda_tokenize_flags(s->e, final_head, strlen(final_head), PAGODA_TOKENIZE_PARSE_SPECIAL,
+                              &ids, &n) == PAGODA_OK &&
+        n >= 1 && n <= PAGODA_MAX_REASONING_END_IDS) {
+        memcpy(s->harmony_final_ids, ids, n * sizeof *ids);
+        s->n_harmony_final_ids = n;
+    } else {
+        pg_clear_error();
+        PG_WARN("http: %s: \"%s\" is not 1..%d tokens: structured outputs are not supported "
+                "for its chats",
+                s->name, final_head, PAGODA_MAX_REASONING_END_IDS);
+    }
+    pagoda_free(ids);
 }
 
 /* Reasoning tags and tool-call syntax of a (non-harmony) model's chats:

@@ -34,6 +34,11 @@ typedef struct srv_model {
      * pg_harmony_render, generation stops at <|return|> / <|call|>. */
     bool harmony;
     int32_t harmony_stop_ids[2]; /* <|return|>, <|call|> */
+    /* the tokens of "<|channel|>final<|message|>": a harmony chat's grammar
+     * (structured outputs) applies after them (pagoda_request's
+     * reasoning_end_ids); 0 ids: structured outputs are 400s */
+    int32_t harmony_final_ids[PAGODA_MAX_REASONING_END_IDS];
+    size_t n_harmony_final_ids;
     /* Chat output parsing (server/output_parser.h): the tool-call syntax
      * (HARMONY for harmony models) and reasoning tags, from the chat
      * template or --tool-call-parser / --reasoning-parser. */

@@ -156,8 +156,8 @@ pagoda_status pg_structured_from_body(pagoda_engine *e, const char *body, size_t
         st = set(&w, PAGODA_GRAMMAR_JSON_OBJECT, NULL, NULL, "guided_json_object", err);
     if (!st && w.count && harmony)
         st = pg_api_fail(err, 400, w.field,
-                         "structured outputs ('%s') are not supported with harmony-format "
-                         "(gpt-oss) chats yet",
+                         "structured outputs ('%s') are not supported for this harmony-format "
+                         "(gpt-oss) model: its tokenizer cannot spell the final channel's head",
                          w.field);
     if (!st && w.count) {
         pagoda_status cs =

@@ -18,8 +18,11 @@
 
 /* body: the request body (already checked strict JSON by pg_api_parse).
  * *out: NULL when the request has no constraint, else a reference the
- * caller frees with pagoda_grammar_free. harmony: the server answers this
- * model in the harmony format, which constraints do not support yet (400).
+ * caller frees with pagoda_grammar_free. harmony: a harmony-format chat
+ * whose final message cannot be constrained (the model's tokenizer lacks
+ * the channel tokens): a constraint is a 400 naming the field. (Harmony
+ * chats of gpt-oss constrain the final channel's content, after
+ * "<|channel|>final<|message|>": pagoda_request.reasoning_end_ids.)
  * Errors: PAGODA_ERR_INVALID_ARG with err filled (400). */
 pagoda_status pg_structured_from_body(pagoda_engine *e, const char *body, size_t len, bool harmony,
                                       pagoda_grammar **out, pg_api_error *err);

@@ -3,7 +3,7 @@
 fixed harmony tool call, so the server's tool-call path can be tested end to
 end with the official openai client (a random model never writes one).
 
-usage: scripted_gpt_oss.py SRC_HF_DIR OUT_DIR
+usage: scripted_gpt_oss.py SRC_HF_DIR OUT_DIR [final]
 
 SRC_HF_DIR is the gpt-oss-tiny oracle (../shared/assets/oracles/gpt-oss-tiny/hf):
 its config and byte-level BPE tokenizer are kept; four non-special added
@@ -17,7 +17,13 @@ logit 0, so after any prompt the model writes
   <|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>
   {"city": "Paris"}<|call|>
 
-and stops (<|call|> ends a harmony turn). Standard library only.
+and stops (<|call|> ends a harmony turn). With `final` the model answers
+in the final channel instead,
+
+  <|channel|>final<|message|>{"city": "Paris"}<|return|>
+
+(structured outputs constrain the content after <|channel|>final<|message|>).
+Standard library only.
 """
 import json
 import os
@@ -26,10 +32,13 @@ import struct
 import sys
 
 PIECES = ["commentary", " to=functions.get_weather", "json", '{"city": "Paris"}']
+FINAL_PIECES = ["final", '{"city": "Paris"}']
 
 
 def main():
     src, out = sys.argv[1], sys.argv[2]
+    final = len(sys.argv) > 3 and sys.argv[3] == "final"
+    pieces = FINAL_PIECES if final else PIECES
     os.makedirs(out, exist_ok=True)
     cfg = json.load(open(os.path.join(src, "config.json")))
     cfg["num_hidden_layers"] = 1
@@ -42,7 +51,7 @@ def main():
     special = {t["content"]: t["id"] for t in tok["added_tokens"]}
     next_id = max([t["id"] for t in tok["added_tokens"]] + list(tok["model"]["vocab"].values())) + 1
     ids = {}
-    for p in PIECES:
+    for p in pieces:
         ids[p] = next_id
         tok["added_tokens"].append({"id": next_id, "content": p, "single_word": False,
                                     "lstrip": False, "rstrip": False, "normalized": False,
@@ -50,9 +59,13 @@ def main():
         next_id += 1
     json.dump(tok, open(os.path.join(out, "tokenizer.json"), "w"))
     space = tok["model"]["vocab"]["\u0120"]  # byte-level BPE's " "
-    script = [special["<|channel|>"], ids["commentary"], ids[" to=functions.get_weather"], space,
-              special["<|constrain|>"], ids["json"], special["<|message|>"],
-              ids['{"city": "Paris"}'], special["<|call|>"]]
+    if final:
+        script = [special["<|channel|>"], ids["final"], special["<|message|>"],
+                  ids['{"city": "Paris"}'], special["<|return|>"]]
+    else:
+        script = [special["<|channel|>"], ids["commentary"], ids[" to=functions.get_weather"],
+                  space, special["<|constrain|>"], ids["json"], special["<|message|>"],
+                  ids['{"city": "Paris"}'], special["<|call|>"]]
     assert len(set(script)) == len(script)
 
     V, H = cfg["vocab_size"], cfg["hidden_size"]

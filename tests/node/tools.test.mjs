@@ -10,7 +10,9 @@
 // output that only looks like a call comes back as content; reasoning is
 // split from forced "<think>..</think>.." output. A second server without
 // --enable-auto-tool-choice gives vLLM's 400 for "auto", and with
-// --tool-call-parser llama3_json forces calls in that syntax.
+// --tool-call-parser llama3_json forces calls in that syntax; a third with
+// --tool-call-parser mistral forces [TOOL_CALLS] lists. Both stream their
+// arguments in pieces (id and name first), as the hermes parser does.
 // Env: PAGODA_CMD, PAGODA_SERVE_MODEL (the generated model, see
 // cmake/server_tests.cmake).
 import assert from 'node:assert/strict';
@@ -24,7 +26,8 @@ const TOOL_CALL_TOKEN = 151657; // Qwen3's <tool_call>
 
 const servers = [];
 let client; // --enable-auto-tool-choice
-let plain;  // without it
+let plain;  // without it, --tool-call-parser llama3_json
+let mistral; // --tool-call-parser mistral
 let baseURL;
 const ajv = new Ajv2020({ strict: false, allErrors: true });
 
@@ -77,6 +80,8 @@ before(async () => {
   plain = new OpenAI({ apiKey: 'unused', baseURL: await start(['--tool-call-parser',
     'llama3_json']), maxRetries: 0,
     timeout: 300000 });
+  mistral = new OpenAI({ apiKey: 'unused', baseURL: await start(['--tool-call-parser',
+    'mistral']), maxRetries: 0, timeout: 300000 });
 });
 
 after(async () => {
@@ -99,8 +104,8 @@ function checkCalls(calls) {
 
 // A streamed chat reassembled per choice: content, reasoning, tool calls
 // (OpenAI's deltas: index, id, type and name first, then arguments).
-async function streamed(params) {
-  const stream = await client.chat.completions.create({ ...params, stream: true });
+async function streamed(params, via = client) {
+  const stream = await via.chat.completions.create({ ...params, stream: true });
   const out = [];
   for await (const chunk of stream) {
     for (const ch of chunk.choices) {
@@ -224,6 +229,45 @@ describe('tool calls with the openai client (random Qwen3, hermes syntax)', () =
     assert.match(text, /^\{"name": "ping", "parameters": \{\s*\}\}/);
   });
 
+  // A streamed call is begun (id, name) as soon as its head is written and
+  // its arguments follow as they are generated: cut by max_tokens inside
+  // its arguments, the call is there with the arguments so far, in both
+  // response shapes (a whole-call parser would return the text as content).
+  test('llama3_json and mistral calls stream their arguments', async () => {
+    for (const [name, via, head] of [['llama3_json', plain, '"parameters": '],
+      ['mistral', mistral, '"arguments": ']]) {
+      const model = (await via.models.list()).data[0].id;
+      const params = { model, messages, tools, seed: 5, temperature: 1, max_tokens: 200,
+        ...noThink, tool_choice: { type: 'function', function: { name: 'get_weather' } } };
+      const full = await via.chat.completions.create({ ...params, logprobs: true });
+      const c = full.choices[0];
+      assert.equal(c.finish_reason, 'tool_calls', name);
+      checkCalls(c.message.tool_calls);
+      const s = await streamed(params, via);
+      assert.deepEqual(shape(s[0].calls), shape(c.message.tool_calls), name);
+      assert.equal(s[0].finish, 'tool_calls', name);
+      // the token that writes the arguments' '{', and one more
+      const toks = c.logprobs.content.map((t) => t.token);
+      const text = toks.join('');
+      if (name === 'mistral') assert.match(text, /^\[TOOL_CALLS\]\s*\[\s*\{"name": "get_weather"/);
+      else assert.match(text, /^\{"name": "get_weather"/);
+      const open = text.indexOf(head) + head.length;
+      let k = 0;
+      for (let len = 0; len <= open; k++) len += toks[k].length;
+      const cut = await via.chat.completions.create({ ...params, max_tokens: k + 1 });
+      const cc = cut.choices[0];
+      assert.equal(cc.finish_reason, 'length', name);
+      assert.ok(cc.message.tool_calls?.length === 1, `${name}: ${JSON.stringify(cc.message)}`);
+      assert.equal(cc.message.tool_calls[0].function.name, 'get_weather');
+      const part = cc.message.tool_calls[0].function.arguments;
+      const whole = c.message.tool_calls[0].function.arguments;
+      assert.ok(part.startsWith('{') && part.length < whole.length && whole.startsWith(part),
+        `${name}: ${part} of ${whole}`);
+      const sc = await streamed({ ...params, max_tokens: k + 1 }, via);
+      assert.deepEqual(shape(sc[0].calls), shape(cc.message.tool_calls), name);
+    }
+  });
+
   test('tool errors name their field', async () => {
     const model = (await client.models.list()).data[0].id;
     const cases = [
@@ -313,6 +357,8 @@ describe('request fields: unsupported ones are 400s naming them', () => {
     ['use_beam_search', true], ['best_of', 3], ['prompt_logprobs', 1], ['echo', true],
     ['logits_processors', ['x']], ['priority', 5], ['allowed_token_ids', [1, 2]],
     ['service_tier', 'flex'], ['chat_template', '{{ messages }}'], ['length_penalty', 0.5],
+    ['max_repetition_pattern_size', 4], ['min_repetition_pattern_size', 2],
+    ['repetition_min_count', 3], ['metadata', { a: 1 }], ['prompt_cache_key', 7],
   ];
   test('chat', async () => {
     const model = (await client.models.list()).data[0].id;
@@ -325,7 +371,8 @@ describe('request fields: unsupported ones are 400s naming them', () => {
     const r = await client.chat.completions.create({ model, messages, max_tokens: 2,
       store: false, modalities: ['text'], service_tier: 'auto', use_beam_search: false,
       best_of: 1, metadata: { a: 'b' }, user: 'u', prompt_cache_key: 'k',
-      safety_identifier: 's', request_id: 'abc123', spaces_between_special_tokens: true });
+      safety_identifier: 's', request_id: 'abc123', spaces_between_special_tokens: true,
+      max_repetition_pattern_size: 0, repetition_min_count: 0 });
     assert.equal(r.id, 'chatcmpl-abc123');
   });
 
