@@ -1136,10 +1136,10 @@ static void test_speculative_adaptive_k(void **state) {
         int32_t prompt[10];
         for (int32_t i = 0; i < 10; i++)
             prompt[i] = cycle_model(0, i);
-        assert_int_equal(h_add(&h, 0,
-                               (req_spec){.prompt_n = 10, .max_tokens = 200, .eos = -1,
-                                          .prompt = prompt}),
-                         PAGODA_OK);
+        assert_int_equal(
+            h_add(&h, 0,
+                  (req_spec){.prompt_n = 10, .max_tokens = 200, .eos = -1, .prompt = prompt}),
+            PAGODA_OK);
         pg_sched_output o;
         h_step_ex(&h, &o, NULL, 0); /* prefill */
         /* never agreeing: K at first, then fewer; the first 12 steps pay

@@ -78,17 +78,17 @@ static void test_speculative_config_parse(void **state) {
     assert_int_equal(c.max_batch_tokens, 32);
     assert_true(c.min_draft_gain == 0.0f); /* absent: the default */
     /* the acceptance-adaptive K's threshold; 0 turns it off (< 0 in the struct) */
-    assert_int_equal(pagoda_speculative_config_parse(
-                         "{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
-                         "\"min_draft_gain\": 0.35}",
-                         &c),
-                     PAGODA_OK);
+    assert_int_equal(
+        pagoda_speculative_config_parse("{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                                        "\"min_draft_gain\": 0.35}",
+                                        &c),
+        PAGODA_OK);
     assert_true(c.min_draft_gain == 0.35f);
-    assert_int_equal(pagoda_speculative_config_parse(
-                         "{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
-                         "\"min_draft_gain\": 0}",
-                         &c),
-                     PAGODA_OK);
+    assert_int_equal(
+        pagoda_speculative_config_parse("{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                                        "\"min_draft_gain\": 0}",
+                                        &c),
+        PAGODA_OK);
     assert_true(c.min_draft_gain < 0.0f);
     static const struct {
         const char *json, *msg;

@@ -666,8 +666,8 @@ static int32_t probe_cut(const pg_scheduler *s, const pg_request *r, int32_t c, 
 static int32_t spec_history_cap(const pg_scheduler *s, const pg_request *r) {
     const int32_t K = s->spec.num_speculative_tokens;
     if (s->spec.min_draft_gain < 0.0f || r->spec_rej == 0.0f) return K;
-    const float gain = s->spec.min_draft_gain > 0.0f ? s->spec.min_draft_gain
-                                                     : PG_SPEC_DEFAULT_MIN_DRAFT_GAIN;
+    const float gain =
+        s->spec.min_draft_gain > 0.0f ? s->spec.min_draft_gain : PG_SPEC_DEFAULT_MIN_DRAFT_GAIN;
     const float a = (r->spec_acc + 1.0f) / (r->spec_acc + r->spec_rej + 1.0f);
     int32_t k = 0;
     for (float y = a; k < K && y >= gain; y *= a)
