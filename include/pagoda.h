@@ -82,6 +82,12 @@ typedef struct pagoda_speculative_config {
      * drafts only cost); 0 = the default, PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS. */
     int32_t max_batch_tokens;
     int32_t disable_by_batch_size; /* vLLM's: no drafts while this many requests run; 0 = none */
+    /* Acceptance-adaptive K (engine/scheduler.h): a request gets its k-th
+     * draft only while a^k >= min_draft_gain, a its recent per-token
+     * acceptance rate, and none (but a probe now and then) once its drafts
+     * stop agreeing; 0 = the default (0.2), < 0 = off (always
+     * num_speculative_tokens). JSON "min_draft_gain" in [0, 1], 0 = off. */
+    float min_draft_gain;
     /* draft_model: the draft's path (HF directory or GGUF file; any
      * registered architecture whose tokenizer is the target's) */
     char model[1024];
@@ -92,7 +98,8 @@ typedef struct pagoda_speculative_config {
 /* Parse vLLM's --speculative-config JSON object into *out:
  * {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
  *  "prompt_lookup_min": 2} (also "model": "ngram" / "[ngram]", vLLM's older
- * spelling; "disable_by_batch_size"; pagoda's "max_batch_tokens"), or
+ * spelling; "disable_by_batch_size"; pagoda's "max_batch_tokens" and
+ * "min_draft_gain"), or
  * {"method": "draft_model", "model": PATH, "num_speculative_tokens": 4}
  * ("method" absent with a "model" path: draft_model, as vLLM infers it).
  * As vLLM: prompt_lookup_min / max default to each other, both absent to 5.

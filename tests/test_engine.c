@@ -1216,9 +1216,10 @@ static void assert_same_text(const result *a, const result *b) {
 
 /* Greedy outputs with speculation are bitwise those without (tokens,
  * logprobs, text, finish), with the n-gram proposer and with the target as
- * its own draft model (wrong every 5th / 3rd token), alone and batched,
- * with small token budgets (chunked prefill; fewer drafts) and with
- * preemption (a KV cache of a few blocks). */
+ * its own draft model (wrong every 5th / 3rd token, or always: the
+ * acceptance-adaptive K then gives fewer drafts than outputs), alone and
+ * batched, with small token budgets (chunked prefill; fewer drafts) and
+ * with preemption (a KV cache of a few blocks). */
 static void check_spec_exact(const char *model, bool expect_preemption) {
     static result ref[SPEC_N], got[SPEC_N];
     pagoda_engine_options o;
@@ -1245,15 +1246,16 @@ static void check_spec_exact(const char *model, bool expect_preemption) {
                                              .prompt_lookup_min = 2,
                                              .prompt_lookup_max = 4};
     uint64_t drafted = 0, accepted = 0;
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < 6; c++) {
         pagoda_engine_options_default(&o);
         o.speculative = ngram;
-        oracle orc = {.ref = ref, .wrong = c == 3 ? 3 : 5};
+        /* case 5: a draft that never agrees (acceptance-adaptive K) */
+        oracle orc = {.ref = ref, .wrong = c == 3 ? 3 : c == 5 ? 1 : 5};
         if (c == 1 || c == 3) o.max_num_batched_tokens = o.max_num_seqs = 16;
         if (c == 2) o.speculative.num_speculative_tokens = 3;
         if (c == 4) /* 7 usable blocks (the reference had 8 MiB): preemption */
             o.kv_cache_memory = (uint64_t)(8u << 20) * 17u / (uint64_t)ref_blocks / 2u;
-        spec_run(model, &o, c != 2, c >= 2 ? &orc : NULL, got, &st);
+        spec_run(model, &o, c != 2 && c != 5, c >= 2 ? &orc : NULL, got, &st);
         for (int i = 0; i < SPEC_N; i++) {
             if (ref[i].n != got[i].n ||
                 memcmp(ref[i].ids, got[i].ids, sizeof(int32_t) * (size_t)ref[i].n))
@@ -1266,9 +1268,17 @@ static void check_spec_exact(const char *model, bool expect_preemption) {
                       (unsigned long long)st.spec_num_draft_tokens,
                       (unsigned long long)st.spec_num_accepted_tokens,
                       (unsigned long long)st.num_preemptions);
-        if (c >= 2) { /* the oracle: drafts accepted and rejected */
+        if (c >= 2 && c < 5) { /* the oracle: drafts accepted and rejected */
             assert_true(st.spec_num_accepted_tokens > 0);
             assert_true(st.spec_num_accepted_tokens < st.spec_num_draft_tokens);
+        }
+        if (c == 5) { /* alone, never accepted: fewer drafts than outputs, not K per decode */
+            uint64_t outs = 0;
+            for (int i = 0; i < SPEC_N; i++)
+                outs += (uint64_t)got[i].n;
+            assert_int_equal(st.spec_num_accepted_tokens, 0);
+            assert_true(st.spec_num_draft_tokens > 0);
+            assert_true(st.spec_num_draft_tokens < outs);
         }
         if (c == 4 && expect_preemption) assert_true(st.num_preemptions > 0);
         drafted += st.spec_num_draft_tokens;

@@ -1100,6 +1100,86 @@ static void test_speculative_prepare_hook(void **state) {
     g_spec = (pg_spec_config){0};
 }
 
+/* Acceptance-adaptive K (scheduler.h): a proposer whose drafts the model
+ * never samples (5000 + ...) loses its drafts within a few steps and then
+ * pays only for rare probes whose waits double; once it guesses right
+ * again, a probe is accepted and the cap climbs back to K. Without the
+ * rule (min_draft_gain < 0) every decode gets K drafts. The tokens are the
+ * model's throughout. */
+static bool g_guess_right;
+static int32_t switch_proposer(void *ctx, const pg_request *r, int32_t k, int32_t *out) {
+    (void)ctx;
+    for (int32_t j = 0; j < k; j++)
+        out[j] = g_guess_right ? cycle_model(r->id, r->num_tokens + j) : 5000 + j;
+    return k;
+}
+
+/* One decode step of the single request of h: its draft count. */
+static int32_t adaptive_step(harness *h) {
+    pg_sched_output o;
+    h_step_ex(h, &o, NULL, 0);
+    assert_int_equal(o.num_reqs, 1);
+    return o.num_spec_tokens[0];
+}
+
+static void test_speculative_adaptive_k(void **state) {
+    (void)state;
+    for (int off = 0; off < 2; off++) {
+        g_spec = (pg_spec_config){.num_speculative_tokens = 4,
+                                  .max_batch_tokens = 8,
+                                  .propose = switch_proposer,
+                                  .min_draft_gain = off ? -1.0f : 0.0f};
+        g_guess_right = false;
+        harness h;
+        h_init(&h, 64, 8, 256, 4, 200, true);
+        h.model = cycle_model;
+        int32_t prompt[10];
+        for (int32_t i = 0; i < 10; i++)
+            prompt[i] = cycle_model(0, i);
+        assert_int_equal(
+            h_add(&h, 0,
+                  (req_spec){.prompt_n = 10, .max_tokens = 200, .eos = -1, .prompt = prompt}),
+            PAGODA_OK);
+        pg_sched_output o;
+        h_step_ex(&h, &o, NULL, 0); /* prefill */
+        /* never agreeing: K at first, then fewer; the first 12 steps pay
+         * less than half of 12 K drafts, the next 60 at most 6 probes */
+        int32_t drafts = 0, first = adaptive_step(&h);
+        assert_int_equal(first, 4);
+        for (int i = 1; i < 12; i++)
+            drafts += adaptive_step(&h);
+        if (off) {
+            assert_int_equal(drafts, 11 * 4);
+        } else {
+            assert_true(drafts < 11 * 4 / 2);
+        }
+        drafts = 0;
+        for (int i = 0; i < 60; i++)
+            drafts += adaptive_step(&h);
+        print_message("adaptive K %s: %d drafts in 60 never-agreeing steps\n", off ? "off" : "on",
+                      drafts);
+        if (off) {
+            assert_int_equal(drafts, 60 * 4);
+        } else {
+            assert_true(drafts >= 1 && drafts <= 6);
+        }
+        /* agreeing again: within 70 steps (a probe's wait is at most
+         * PG_SPEC_MAX_WAIT) the request is back to 4 drafts a step */
+        g_guess_right = true;
+        int i = 0, d = 0;
+        for (; i < 70 && d < 4; i++)
+            d = adaptive_step(&h);
+        assert_int_equal(d, 4);
+        if (off) assert_int_equal(i, 1);
+        h_run_to_end(&h, 200);
+        for (int32_t p = 0; p < 210; p++) /* the model's tokens, whatever was drafted */
+            assert_int_equal(h.sh[0].toks[p], cycle_model(0, p));
+        assert_all_free(&h);
+        h_free(&h);
+    }
+    g_spec = (pg_spec_config){0};
+}
+
 /* Encoder-decoder requests: encoder pieces cost encoder_step_tokens of the
  * budget each (at least one piece per step), at most max_num_encoding
  * requests encode at once, the decoder prompt follows in the step that
@@ -1246,6 +1326,7 @@ int main(void) {
         cmocka_unit_test(test_random_stress_speculative),
         cmocka_unit_test(test_speculative_ngram_and_adaptive_budget),
         cmocka_unit_test(test_speculative_prepare_hook),
+        cmocka_unit_test(test_speculative_adaptive_k),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

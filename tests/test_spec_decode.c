@@ -76,6 +76,20 @@ static void test_speculative_config_parse(void **state) {
     assert_int_equal(c.prompt_lookup_min, 3);
     assert_int_equal(c.disable_by_batch_size, 8);
     assert_int_equal(c.max_batch_tokens, 32);
+    assert_true(c.min_draft_gain == 0.0f); /* absent: the default */
+    /* the acceptance-adaptive K's threshold; 0 turns it off (< 0 in the struct) */
+    assert_int_equal(
+        pagoda_speculative_config_parse("{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                                        "\"min_draft_gain\": 0.35}",
+                                        &c),
+        PAGODA_OK);
+    assert_true(c.min_draft_gain == 0.35f);
+    assert_int_equal(
+        pagoda_speculative_config_parse("{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                                        "\"min_draft_gain\": 0}",
+                                        &c),
+        PAGODA_OK);
+    assert_true(c.min_draft_gain < 0.0f);
     static const struct {
         const char *json, *msg;
     } bad[] = {
@@ -90,6 +104,10 @@ static void test_speculative_config_parse(void **state) {
          "below prompt_lookup_min"},
         {"{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"draft_tensor_parallel\": 1}",
          "unknown key \"draft_tensor_parallel\""},
+        {"{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"min_draft_gain\": 1.5}",
+         "\"min_draft_gain\" must be a number in [0, 1]"},
+        {"{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"min_draft_gain\": \"x\"}",
+         "\"min_draft_gain\" must be a number in [0, 1]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(pagoda_speculative_config_parse(bad[i].json, &c), PAGODA_ERR_INVALID_ARG);

@@ -812,6 +812,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         sc.spec.max_batch_tokens =
             sp->max_batch_tokens > 0 ? sp->max_batch_tokens : PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS;
         sc.spec.disable_by_batch_size = sp->disable_by_batch_size;
+        sc.spec.min_draft_gain = sp->min_draft_gain;
         if (e->enc_steps > 0 || plan.state_bytes_per_seq > 0) {
             PG_WARN("engine: speculative decoding is off for %s: its %s cannot be rolled back "
                     "past rejected draft tokens",

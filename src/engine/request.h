@@ -110,6 +110,12 @@ typedef struct pg_request {
     int32_t spec_token_ids[PG_MAX_SPEC_TOKENS];
     int32_t num_spec_tokens;
     bool no_spec;
+    /* acceptance-adaptive draft count (scheduler.h, "Acceptance-adaptive
+     * K"): decayed counts of accepted drafts and of rejections over its
+     * verifying steps, and, while they give a cap of 0, the decode steps
+     * still to pass before one probe draft and the wait after a failed one */
+    float spec_acc, spec_rej;
+    int32_t spec_wait, spec_backoff;
     /* scheduler bookkeeping */
     int64_t scheduled_step; /* last step that scheduled it, -1: never */
     bool abort_pending;     /* abort requested while its step was in flight */

@@ -661,13 +661,55 @@ static int32_t probe_cut(const pg_scheduler *s, const pg_request *r, int32_t c, 
     return n;
 }
 
+/* The drafts r's acceptance history allows (scheduler.h,
+ * "Acceptance-adaptive K"), 0..num_speculative_tokens, before the probe. */
+static int32_t spec_history_cap(const pg_scheduler *s, const pg_request *r) {
+    const int32_t K = s->spec.num_speculative_tokens;
+    if (s->spec.min_draft_gain < 0.0f || r->spec_rej == 0.0f) return K;
+    const float gain =
+        s->spec.min_draft_gain > 0.0f ? s->spec.min_draft_gain : PG_SPEC_DEFAULT_MIN_DRAFT_GAIN;
+    const float a = (r->spec_acc + 1.0f) / (r->spec_acc + r->spec_rej + 1.0f);
+    int32_t k = 0;
+    for (float y = a; k < K && y >= gain; y *= a)
+        k++;
+    return k;
+}
+
+/* The drafts decode r may get in this step: its history's cap, or 1 (a
+ * probe) once a cap of 0 has waited out spec_wait decode steps. */
+static int32_t spec_cap(const pg_scheduler *s, const pg_request *r) {
+    const int32_t k = spec_history_cap(s, r);
+    return k == 0 && r->spec_wait == 0 ? 1 : k;
+}
+
+/* Fold r's step into its acceptance history: a verifying step (D > 0
+ * drafts, A accepted) updates the counts, a decode step without drafts
+ * counts down the wait. */
+static void spec_account(const pg_scheduler *s, pg_request *r, int32_t D, int32_t A) {
+    if (s->spec.num_speculative_tokens <= 0 || s->spec.min_draft_gain < 0.0f) return;
+    if (D == 0) {
+        if (r->spec_wait > 0) r->spec_wait--;
+        return;
+    }
+    r->spec_acc = r->spec_acc * PG_SPEC_DECAY + (float)A;
+    r->spec_rej = r->spec_rej * PG_SPEC_DECAY + (A < D ? 1.0f : 0.0f);
+    r->spec_wait = 0;
+    if (A > 0) {
+        r->spec_backoff = 0;
+    } else if (spec_history_cap(s, r) == 0) { /* a miss at a cap of 0: wait, longer each time */
+        r->spec_backoff = r->spec_backoff ? r->spec_backoff * 2 : 2;
+        if (r->spec_backoff > PG_SPEC_MAX_WAIT) r->spec_backoff = PG_SPEC_MAX_WAIT;
+        r->spec_wait = r->spec_backoff;
+    }
+}
+
 /* Draft tokens for decode r in this step (r->spec_token_ids, count
- * returned): at most num_speculative_tokens, the step's draft budget, the
+ * returned): at most its adaptive cap (spec_cap), the step's draft budget, the
  * token budget after r's own token, and what r may still output after its
  * pending token and the one sampled after the drafts (max_tokens and
  * max_model_len). */
 static int32_t propose_drafts(pg_scheduler *s, pg_request *r) {
-    int32_t k = s->spec.num_speculative_tokens;
+    int32_t k = spec_cap(s, r);
     if (k > s->spec_left) k = s->spec_left;
     if (k > s->budget - 1) k = s->budget - 1;
     if (k > r->max_total_tokens - r->num_tokens - 1) k = r->max_total_tokens - r->num_tokens - 1;
@@ -796,7 +838,7 @@ pagoda_status pg_scheduler_schedule(pg_scheduler *s, pg_sched_output *out) {
             if (r->num_tokens - r->num_computed_tokens != 1 || r->no_spec ||
                 r->encoder_done < r->encoder_steps)
                 continue;
-            int32_t k = s->spec.num_speculative_tokens;
+            int32_t k = spec_cap(s, r);
             if (k > left) k = left;
             if (k > r->max_total_tokens - r->num_tokens - 1)
                 k = r->max_total_tokens - r->num_tokens - 1;
@@ -971,6 +1013,7 @@ pagoda_status pg_scheduler_update_from_output_spec(pg_scheduler *s, const pg_sch
             continue;
         }
         if (!s->o_samples[i]) continue;
+        if (s->o_num_sched[i] - D == 1) spec_account(s, r, D, cnt - 1); /* a decode */
         if (D > 0) {
             pg_spec_stats *ss = &s->spec_stats;
             ss->num_drafts++;

@@ -60,7 +60,30 @@
  * disable_by_batch_size or more requests run (vLLM's
  * speculative_disable_by_batch_size). Requests with no_spec, and models with
  * recurrent-state or cross-attention groups (their state cannot be rolled
- * back), never get drafts. */
+ * back), never get drafts.
+ *
+ * Acceptance-adaptive K (per request, on top of the rule above): each
+ * verifying step with D drafts of which A were accepted adds A accepted and
+ * (A < D) one rejection to the request's counts, both first multiplied by
+ * PG_SPEC_DECAY (0.8: the last ~5 verifying steps weigh most). Its
+ * per-token acceptance estimate is a = (acc + 1) / (acc + rej + 1) (the
+ * maximum-likelihood rate of a geometric run of acceptances, with one
+ * accepted draft as prior so a single miss does not end speculation), and
+ * its draft cap the largest k <= num_speculative_tokens with a^k >=
+ * min_draft_gain: the k-th draft is used with probability a^k, so it is
+ * proposed only while that expected yield beats its cost (one more query
+ * token to verify plus, for a draft model, one more draft forward, in units
+ * of a decode step). A request with no rejection yet gets
+ * num_speculative_tokens. When the cap falls to 0 (a draft that never
+ * agrees) the request decodes without drafts for spec_wait steps, then
+ * gets a probe of 1 draft; a failed probe doubles the wait (2, 4, .. up
+ * to PG_SPEC_MAX_WAIT steps), an accepted one raises a and so the cap
+ * again (all of K once the estimate recovers). Greedy outputs do not depend
+ * on the cap (a draft only saves a step), sampled ones keep the target's
+ * distribution, and the cap depends only on the request's own history. */
+#define PG_SPEC_DECAY 0.8f
+#define PG_SPEC_DEFAULT_MIN_DRAFT_GAIN 0.2f
+#define PG_SPEC_MAX_WAIT 64
 typedef int32_t (*pg_spec_propose_fn)(void *ctx, const pg_request *r, int32_t max_drafts,
                                       int32_t *out);
 /* Called once per step before any propose, when the step may carry drafts:
@@ -81,6 +104,10 @@ typedef struct pg_spec_config {
     pg_spec_propose_fn propose;    /* NULL: n-gram */
     void *propose_ctx;
     pg_spec_prepare_fn prepare; /* NULL: none; gets propose_ctx */
+    /* acceptance-adaptive K (above): the expected yield a draft position
+     * must reach; 0: PG_SPEC_DEFAULT_MIN_DRAFT_GAIN; < 0: off (every
+     * request may get num_speculative_tokens drafts) */
+    float min_draft_gain;
 } pg_spec_config;
 
 /* Probe rows (pg_request_params.probe_len) per step at most: a chunk that

@@ -1,7 +1,8 @@
 /* vLLM's --speculative-config JSON (vllm/config/speculative.py,
  * SpeculativeConfig: method, num_speculative_tokens, prompt_lookup_min /
  * prompt_lookup_max, disable_by_batch_size; draft_model with its "model"
- * path) -> pagoda_speculative_config. */
+ * path; pagoda's max_batch_tokens and min_draft_gain) ->
+ * pagoda_speculative_config. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -44,7 +45,8 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
                                        "prompt_lookup_min",
                                        "prompt_lookup_max",
                                        "disable_by_batch_size",
-                                       "max_batch_tokens"};
+                                       "max_batch_tokens",
+                                       "min_draft_gain"};
     pagoda_status st = PAGODA_OK;
     for (const cJSON *it = o->child; it && !st; it = it->next) {
         bool known = false;
@@ -54,7 +56,7 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
             st = pg_error(PAGODA_ERR_INVALID_ARG,
                           CMD ": unknown key \"%s\" (pagoda knows method, model, "
                               "num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, "
-                              "disable_by_batch_size, max_batch_tokens)",
+                              "disable_by_batch_size, max_batch_tokens, min_draft_gain)",
                           it->string);
     }
     /* the method: "method"; else vLLM's older "model": "ngram" / "[ngram]";
@@ -119,6 +121,14 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
     if (!st)
         st = get_int(o, "disable_by_batch_size", 1, 1 << 20, &out->disable_by_batch_size, NULL);
     if (!st) st = get_int(o, "max_batch_tokens", 1, 1 << 20, &out->max_batch_tokens, NULL);
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "min_draft_gain");
+    if (!st && g && !cJSON_IsNull(g)) { /* 0 turns the adaptive K off: -1 in the struct */
+        if (!cJSON_IsNumber(g) || !(g->valuedouble >= 0.0 && g->valuedouble <= 1.0))
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          CMD ": \"min_draft_gain\" must be a number in [0, 1] (0: off)");
+        else
+            out->min_draft_gain = g->valuedouble > 0.0 ? (float)g->valuedouble : -1.0f;
+    }
     if (!st && out->method == PAGODA_SPEC_NGRAM) { /* vLLM's defaults: each other, else 5 */
         if (!have_min && !have_max) out->prompt_lookup_min = out->prompt_lookup_max = 5;
         if (have_min && !have_max) out->prompt_lookup_max = out->prompt_lookup_min;
