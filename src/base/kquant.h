@@ -44,7 +44,11 @@
  * and dm = 4 d. So a dot
  * product with int8 activations qa (per-256 scale a_s) is
  *   a_s * (d * sum_s sc[s] * sum_{e in s} qa u  -  dm * sum_s m[s] * sum_{e in s} qa),
- * the second sum needing only the activations' per-sub-block sums. */
+ * the second sum needing only the activations' per-sub-block sums.
+ * IQ4_XS is the codebook variant of it: u is the nibble, sc = ls - 32, and
+ * the product is a_s * d * sum_s sc[s] * sum_{e in s} qa kv[u] (kv signed:
+ * no minimum term; a kernel whose dot takes unsigned weights uses kv + 128
+ * and subtracts 128 * sum_s sc[s] * sum_{e in s} qa, exact in int32). */
 #ifndef PAGODA_BASE_KQUANT_H
 #define PAGODA_BASE_KQUANT_H
 
@@ -67,18 +71,26 @@ extern const int8_t pg_iq4nl_kvalues[16];
 /* True for the K-quant types this decoder reads (Q2_K, Q3_K, Q4_K, Q5_K,
  * Q6_K). */
 int pg_kq_is_kquant(pg_dtype t);
-/* Bits of u as the GEMM packs it: 4 (Q2_K, Q3_K and Q4_K: one nibble
- * each), 5 or 6 (0 for other types). */
+/* True for the types the K-quant GEMM rows pack (kernels/gemm_kquant.c):
+ * the K-quants and IQ4_XS. */
+int pg_kq_in_gemm(pg_dtype t);
+/* 1 when u is an index into pg_iq4nl_kvalues (IQ4_XS: the weight is d sc
+ * kv[u], no minimum term), else 0. */
+int pg_kq_codebook(pg_dtype t);
+/* Bits of u as the GEMM packs it: 4 (Q2_K, Q3_K, Q4_K and IQ4_XS: one
+ * nibble each), 5 or 6 (0 for other types). */
 int pg_kq_bits(pg_dtype t);
-/* Elements per sub-block: 32 (Q4_K, Q5_K), 16 (Q2_K, Q3_K, Q6_K); 0 else. */
+/* Elements per sub-block: 32 (Q4_K, Q5_K, IQ4_XS), 16 (Q2_K, Q3_K, Q6_K);
+ * 0 else. */
 int pg_kq_sub(pg_dtype t);
 /* 1 when the minimums m are their own values (Q2_K, Q4_K, Q5_K), 0 when m
- * = sc (Q3_K, Q6_K) or t is not a K-quant. */
+ * = sc (Q3_K, Q6_K, IQ4_XS) or t is not a K-quant. */
 int pg_kq_has_min(pg_dtype t);
 
-/* Decode one block of type t at blk. Returns 0, or -1 when dm is not an
- * exact F16 (Q6_K / Q3_K with |32 d| / |4 d| beyond the F16 range), or -2
- * for a type that is not a K-quant. */
+/* Decode one block of type t (a K-quant or IQ4_XS) at blk. IQ4_XS: u =
+ * the 4-bit codebook index, sc = m = ls - 32, dm = 0 (x = d sc kv[u]).
+ * Returns 0, or -1 when dm is not an exact F16 (Q6_K / Q3_K with |32 d| /
+ * |4 d| beyond the F16 range), or -2 for another type. */
 int pg_kq_decode(pg_dtype t, const void *blk, pg_kq_block *out);
 
 /* Dequantize n elements (a multiple of the block) of K-quant or IQ4 rows

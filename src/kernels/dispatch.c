@@ -89,7 +89,7 @@ static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, 
 #define KQ_SET(t, name, mr, P)                                                                     \
     ((t)->q4_k = KQUK(name, 4, mr, P##_q4_k), (t)->q5_k = KQUK(name, 5, mr, P##_q5_k),             \
      (t)->q6_k = KQUK(name, 6, mr, P##_q6_k), (t)->q2_k = KQUK(name, 4, mr, P##_q2_k),             \
-     (t)->q3_k = KQUK(name, 4, mr, P##_q3_k))
+     (t)->q3_k = KQUK(name, 4, mr, P##_q3_k), (t)->iq4_xs = KQUK(name, 4, mr, P##_iq4_xs))
 
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))

@@ -68,7 +68,7 @@ void pg_gemm_free(pg_packed_weight *w) {
 static const pg_gemm_format *const SERIAL_FORMATS[] = {
     &pg_gemm_format_bf16, &pg_gemm_format_f32,  &pg_gemm_format_w8a8, &pg_gemm_format_w4a8,
     &pg_gemm_format_mxfp4, &pg_gemm_format_q4_k, &pg_gemm_format_q5_k, &pg_gemm_format_q6_k,
-    &pg_gemm_format_q2_k, &pg_gemm_format_q3_k,
+    &pg_gemm_format_q2_k, &pg_gemm_format_q3_k, &pg_gemm_format_iq4_xs,
 };
 enum { N_SERIAL_FORMATS = sizeof SERIAL_FORMATS / sizeof SERIAL_FORMATS[0] };
 
@@ -221,8 +221,8 @@ pagoda_status pg_gemm_pack_qweight_pool(const pg_qweight *w, const pg_qweight *w
 }
 
 /* GGUF Q8_0 / Q4_0 rows (gate, and up for a SwiGLU pair) -> W8A8 / W4A8;
- * IQ4_NL / IQ4_XS -> W8A8 with groups of 32 (their codebook values,
- * qgemm.h pg_qgemm_from_gguf). */
+ * IQ4_NL -> W8A8 with groups of 32 (its codebook values, qgemm.h
+ * pg_qgemm_from_gguf). IQ4_XS is a K-quant row (gemm_kquant.c). */
 static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
                                const pg_kernel_table *kt, pg_packed_weight **out) {
     const int halves = Wu ? 2 : 1;
@@ -305,10 +305,10 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
     if (N < 1 || K < 1)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: N=%lld K=%lld must be >= 1",
                         (long long)N, (long long)K);
-    if (t == PG_Q8_0 || t == PG_Q4_0 || t == PG_IQ4_NL || t == PG_IQ4_XS)
+    if (t == PG_Q8_0 || t == PG_Q4_0 || t == PG_IQ4_NL)
         return pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t == PG_MXFP4) return pg_mxfp4_pack_gguf(Wg, Wu, N, K, kt, out);
-    if (pg_kq_is_kquant(t)) return pg_kq_pack_gguf(t, Wg, Wu, N, K, kt, out);
+    if (pg_kq_in_gemm(t)) return pg_kq_pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t != PG_F32 && t != PG_F16 && t != PG_BF16)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0, "

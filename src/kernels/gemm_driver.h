@@ -139,12 +139,13 @@ extern const pg_gemm_format pg_gemm_format_bf16, pg_gemm_format_f32;
 extern const pg_gemm_format pg_gemm_format_w8a8, pg_gemm_format_w4a8;
 extern const pg_gemm_format pg_gemm_format_mxfp4;
 extern const pg_gemm_format pg_gemm_format_q4_k, pg_gemm_format_q5_k, pg_gemm_format_q6_k;
-extern const pg_gemm_format pg_gemm_format_q2_k, pg_gemm_format_q3_k;
+extern const pg_gemm_format pg_gemm_format_q2_k, pg_gemm_format_q3_k, pg_gemm_format_iq4_xs;
 
 /* The K-quant panel layout (gemm_kquant.c; the same for every ISA): 32
  * columns; per super-block of 256 k a header (F16 d[32], F16 dm[32], int8
  * sc[S][32], then m[S][32] when the type has its own minimums: Q2_K, Q4_K,
- * Q5_K; pg_kq_hdr_bytes: 640 bytes, 1152 for Q2_K), the nibble plane
+ * Q5_K; pg_kq_hdr_bytes: 640 bytes, 1152 for Q2_K, 384 for IQ4_XS whose dm
+ * is 0), the nibble plane
  * (PG_KQ_NIB_BYTES) and (bits - 4) KiB of high-bit planes. S = 256 / sub. */
 enum { PG_KQ_NR = 32, PG_KQ_SC_OFF = 128, PG_KQ_NIB_BYTES = 4096 };
 static inline size_t pg_kq_hdr_bytes(int sub, int has_min) {
@@ -153,9 +154,10 @@ static inline size_t pg_kq_hdr_bytes(int sub, int has_min) {
 static inline size_t pg_kq_group_bytes(int bits, int sub, int has_min) {
     return pg_kq_hdr_bytes(sub, has_min) + 1024 * (size_t)bits;
 }
-/* The table's microkernel for K-quant type t (NULL: not a K-quant). */
+/* The table's microkernel for K-quant type t or IQ4_XS (NULL: another
+ * type). */
 const pg_qgemm_ukernel *pg_kq_ukernel(const pg_kernel_table *kt, pg_dtype t);
-/* Pack GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows [N, K] (Wu: the up half of a SwiGLU
+/* Pack GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS rows [N, K] (Wu: the up half of a SwiGLU
  * pair, else NULL) for table kt, over the default pool's threads (the
  * bytes do not depend on the split). Errors: PAGODA_ERR_INVALID_ARG (K not a
  * multiple of 256), PAGODA_ERR_UNSUPPORTED (a Q6_K / Q3_K scale whose 32 d /

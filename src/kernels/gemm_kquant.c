@@ -10,7 +10,11 @@
  * the 4-bit lanes of Q4_K: one packed super-block of 32 columns is 5248
  * bytes for Q2_K (5.1 bits per weight against the file's 2.625) and 4736
  * for Q3_K (4.6 against 3.4375), so they read as many bytes per weight as
- * Q4_K, not fewer.
+ * Q4_K, not fewer. IQ4_XS (codebook nibbles, 6-bit scales ls - 32 per 32,
+ * F16 d per 256) is the sixth row: u is the nibble, sc = ls - 32, dm = 0,
+ * no m; the microkernels map nibbles to codebook values in registers (the
+ * table's iq4_xs entry). 4480 bytes per super-block of 32 columns: 4.375
+ * bits per weight against the file's 4.25.
  *
  * Packed super-block of one panel (PG_KQ_* in gemm_driver.h), for
  * every ISA:
@@ -42,6 +46,8 @@ const pg_qgemm_ukernel *pg_kq_ukernel(const pg_kernel_table *kt, pg_dtype t) {
         return &kt->q5_k;
     case PG_Q6_K:
         return &kt->q6_k;
+    case PG_IQ4_XS:
+        return &kt->iq4_xs;
     default:
         return NULL;
     }
@@ -63,7 +69,8 @@ static void put_block(uint8_t *grp, int bits, int has_min, int c, const pg_kq_bl
         const int ch = k / 4, at = cc * 4 + k % 4;
         uint8_t *byte = &nib[ch * 64 + at];
         const int u = b->u[k];
-        *byte = half ? (uint8_t)((*byte & 0x0F) | (u & 15) << 4) : (uint8_t)((*byte & 0xF0) | (u & 15));
+        *byte =
+            half ? (uint8_t)((*byte & 0x0F) | (u & 15) << 4) : (uint8_t)((*byte & 0xF0) | (u & 15));
         if (hb) {
             const int per = 4 / hb, v = 2 * (ch % per) + half;
             hi[(ch / per) * 64 + at] |= (uint8_t)((u >> 4) << (hb * v));
@@ -107,8 +114,7 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
                         (long long)K);
     const pg_qgemm_ukernel *uk = pg_kq_ukernel(kt, t);
     if (!uk || !uk->run || uk->nr != PG_KQ_NR)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: no %s microkernel",
-                        pg_dtype_name(t));
+        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: no %s microkernel", pg_dtype_name(t));
     pg_packed_weight *pw = pg_gemm_weight_new();
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
     pw->quk = *uk;
@@ -116,7 +122,8 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
               : t == PG_Q5_K ? &pg_gemm_format_q5_k
               : t == PG_Q6_K ? &pg_gemm_format_q6_k
               : t == PG_Q2_K ? &pg_gemm_format_q2_k
-                             : &pg_gemm_format_q3_k;
+              : t == PG_Q3_K ? &pg_gemm_format_q3_k
+                             : &pg_gemm_format_iq4_xs;
     pw->kq = (int)t;
     pw->mr = uk->mr;
     pw->nr = PG_KQ_NR;
@@ -192,7 +199,7 @@ static void kq_plan(const pg_packed_weight *w, int64_t M, int gathered, pg_gemm_
 /* One row per type (the same stages; the name tells them apart). */
 #define KQ_FORMAT(NAME)                                                                            \
     {                                                                                              \
-        .name = NAME, .plan = kq_plan, .input = kq_input, .has_input = pg_qfmt_has_input,         \
+        .name = NAME, .plan = kq_plan, .input = kq_input, .has_input = pg_qfmt_has_input,          \
         .pf_limit = pg_qfmt_pf_limit, .tile = pg_qfmt_tile, .epilogue = pg_qfmt_epilogue,          \
         .balanced_tiles = 1, .fused_rmsnorm = 1, .variant = pg_qfmt_variant,                       \
     }
@@ -201,3 +208,4 @@ const pg_gemm_format pg_gemm_format_q5_k = KQ_FORMAT("q5_k");
 const pg_gemm_format pg_gemm_format_q6_k = KQ_FORMAT("q6_k");
 const pg_gemm_format pg_gemm_format_q2_k = KQ_FORMAT("q2_k");
 const pg_gemm_format pg_gemm_format_q3_k = KQ_FORMAT("q3_k");
+const pg_gemm_format pg_gemm_format_iq4_xs = KQ_FORMAT("iq4_xs");

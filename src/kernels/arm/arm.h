@@ -139,5 +139,11 @@ void pg_dotprod_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_t a
                            const float *as, int64_t as_stride, const int32_t *ac,
                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
                            int accumulate);
+/* IQ4_XS (pg_kernel_table.iq4_xs): nibbles to codebook values by TBL
+ * (vqtbl1q_s8), then SDOT as the others. */
+void pg_dotprod_kq_uk_iq4_xs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                             const float *as, int64_t as_stride, const int32_t *ac,
+                             int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                             int accumulate);
 
 #endif

@@ -117,8 +117,8 @@ void pg_ref_mxfp4_gemm(const void *Wg, const void *Wu, int64_t N, int64_t K, con
                        int64_t M, int64_t lda, float *C, int64_t ldc, const float *bias, int ep);
 
 /* ---- K-quant GEMM (kernels/gemm.h "K-quants", ref/kquant.c). */
-/* Scalar microkernels (dispatch.h, the pg_kernel_table.q2_k .. q6_k
- * contract) on the packed layout of gemm_kquant.c: mr 4, nr 32. */
+/* Scalar microkernels (dispatch.h, the pg_kernel_table.q2_k .. q6_k and
+ * iq4_xs contract) on the packed layout of gemm_kquant.c: mr 4, nr 32. */
 void pg_ref_kq_uk_q2_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                        const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                        const void *w, float *c, int64_t ldc, int mr, int accumulate);
@@ -134,15 +134,19 @@ void pg_ref_kq_uk_q5_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_str
 void pg_ref_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                        const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                        const void *w, float *c, int64_t ldc, int mr, int accumulate);
-/* The K-quant GEMM specification on GGUF rows of type t (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K;
+void pg_ref_kq_uk_iq4_xs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
+/* The K-quant GEMM specification on GGUF rows of type t (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS;
  * Wg [N, K], Wu the up half for SwiGLU, else NULL; K a multiple of 256):
  * per row m and super-block g, a_s = max|A[m, g]| / 127, qa = clamp(rint(A
  * / a_s), -127, 127), bsum_t = the sum of qa over the 16 k of t; per
  * column n with the decoded block (base/kquant.h: d, dm, sc, m, u, sub)
  *   P = sum_s sc[s] * sum_{k in s} qa[k] u[k],  Q = sum_s m[s] * sum_{t in s} bsum_t
  * (exact int32), y = fmaf((float)P, d * a_s, y), y = fmaf(-(float)Q, dm *
- * a_s, y) in increasing g; then bias and the epilogue ep exactly as
- * pg_ref_qgemm. */
+ * a_s, y) in increasing g; IQ4_XS: u[k] replaced by the codebook value
+ * pg_iq4nl_kvalues[u[k]] and no Q step. Then bias and the epilogue ep
+ * exactly as pg_ref_qgemm. */
 void pg_ref_kq_gemm(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
                     const float *A, int64_t M, int64_t lda, float *C, int64_t ldc,
                     const float *bias, int ep);

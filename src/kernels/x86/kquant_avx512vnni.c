@@ -16,10 +16,16 @@
  *
  * Unpacking a k-chunk (4 k x 32 columns): one 64-byte load, an AND and a
  * shift + AND for the two nibble vectors; Q5_K / Q6_K OR in the high bits
- * from their planes, one shift + VPTERNLOG per vector. */
+ * from their planes, one shift + VPTERNLOG per vector.
+ *
+ * IQ4_XS (cb): VPSHUFB (AVX512BW) maps the nibbles to kv + 128 (1..241,
+ * unsigned), so VPDPBUSD gives sum qa (kv + 128); its scaled sum P' and the
+ * minimum term Q of m = sc give the exact P = P' - 128 Q (int32: |P'| <
+ * 8 * 32 * 32 * 241 * 127), and y = fma(P, d * a_s, y) alone. */
 #include <immintrin.h>
 #include <string.h>
 
+#include "base/kquant.h"
 #include "kernels/gemm_driver.h"
 #include "kernels/x86/x86.h"
 
@@ -39,12 +45,20 @@ static inline __attribute__((always_inline)) __m512i place_hi(__m512i h, int sh0
 }
 
 /* u of k-chunk ch: columns 0-15 in wv[0], 16-31 in wv[1]. */
-static inline __attribute__((always_inline)) void weights(const char *nib, const int bits, int ch,
-                                                          __m512i wv[NV]) {
+static inline __attribute__((always_inline)) void weights(const char *nib, const int bits,
+                                                          const int cb, int ch, __m512i wv[NV]) {
     const __m512i lo = _mm512_set1_epi8(0x0F);
     const __m512i x = _mm512_loadu_si512(nib + ch * 64);
     wv[0] = _mm512_and_si512(x, lo);
     wv[1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo);
+    if (cb) {
+        /* kv + 128 as unsigned bytes: flipping the sign bit adds 128 */
+        const __m512i kv = _mm512_xor_si512(
+            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)pg_iq4nl_kvalues)),
+            _mm512_set1_epi8((char)0x80));
+        wv[0] = _mm512_shuffle_epi8(kv, wv[0]);
+        wv[1] = _mm512_shuffle_epi8(kv, wv[1]);
+    }
     if (bits > 4) {
         const int hb = bits - 4, per = 4 / hb, v0 = 2 * (ch % per);
         const __m512i hm = _mm512_set1_epi8((char)(((1 << hb) - 1) << 4));
@@ -64,9 +78,9 @@ static inline __attribute__((always_inline)) __m512i pairs(const int8_t *lo, con
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
-     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
-     float *c, int64_t ldc, int accumulate) {
+tile(const int mr, const int bits, const int sub, const int has_min, const int cb, int64_t ng,
+     const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs,
+     const char *w, float *c, int64_t ldc, int accumulate) {
     const int S = 256 / sub, cps = sub / 4;
     const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
     const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
@@ -90,7 +104,7 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
             for (int cc = 0; cc < cps; cc++) {
                 const int ch = s * cps + cc;
                 __m512i wv[NV];
-                weights(nib, bits, ch, wv);
+                weights(nib, bits, cb, ch, wv);
 #pragma GCC unroll 4
                 for (int i = 0; i < mr; i++) {
                     const __m512i av = bcast4(ag + i * as + 4 * ch);
@@ -129,46 +143,52 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
 #pragma GCC unroll 2
         for (int v = 0; v < NV; v++) {
             const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + 32 * v)));
-            const __m512 dm = _mm512_cvtph_ps(
-                _mm256_loadu_si256((const __m256i *)(grp + 2 * PG_KQ_NR + 32 * v)));
+            const __m512 dm =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + 2 * PG_KQ_NR + 32 * v)));
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
                 const __m512 ai = _mm512_set1_ps(asc[i * ass + g]);
                 float *ci = c + i * ldc + 16 * v;
                 __m512 y = accumulate || g ? _mm512_loadu_ps(ci) : _mm512_setzero_ps();
-                y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[i][v]), _mm512_mul_ps(d, ai), y);
-                y = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(Q[i][v]), _mm512_mul_ps(dm, ai), y);
+                if (cb) {
+                    const __m512i p = _mm512_sub_epi32(P[i][v], _mm512_slli_epi32(Q[i][v], 7));
+                    y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(d, ai), y);
+                } else {
+                    y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[i][v]), _mm512_mul_ps(d, ai), y);
+                    y = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(Q[i][v]), _mm512_mul_ps(dm, ai), y);
+                }
                 _mm512_storeu_ps(ci, y);
             }
         }
     }
 }
 
-#define TILE(MR_, BITS, SUB, MIN)                                                                  \
-    tile(MR_, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
+#define TILE(MR_, BITS, SUB, MIN, CB)                                                              \
+    tile(MR_, BITS, SUB, MIN, CB, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,   \
          accumulate)
-#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
+#define KQ_UK(NAME, BITS, SUB, MIN, CB)                                                            \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         switch (mr) {                                                                              \
         case 1:                                                                                    \
-            TILE(1, BITS, SUB, MIN);                                                               \
+            TILE(1, BITS, SUB, MIN, CB);                                                           \
             break;                                                                                 \
         case 2:                                                                                    \
-            TILE(2, BITS, SUB, MIN);                                                               \
+            TILE(2, BITS, SUB, MIN, CB);                                                           \
             break;                                                                                 \
         case 3:                                                                                    \
-            TILE(3, BITS, SUB, MIN);                                                               \
+            TILE(3, BITS, SUB, MIN, CB);                                                           \
             break;                                                                                 \
         default:                                                                                   \
-            TILE(MR, BITS, SUB, MIN);                                                              \
+            TILE(MR, BITS, SUB, MIN, CB);                                                          \
             break;                                                                                 \
         }                                                                                          \
     }
-KQ_UK(pg_avx512vnni_kq_uk_q2_k, 4, 16, 1)
-KQ_UK(pg_avx512vnni_kq_uk_q3_k, 4, 16, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4, 32, 1)
-KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5, 32, 1)
-KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6, 16, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q2_k, 4, 16, 1, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q3_k, 4, 16, 0, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4, 32, 1, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5, 32, 1, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6, 16, 0, 0)
+KQ_UK(pg_avx512vnni_kq_uk_iq4_xs, 4, 32, 0, 1)

@@ -184,6 +184,11 @@ void pg_avx2_kq_uk_q5_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_st
 void pg_avx2_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
+/* IQ4_XS (pg_kernel_table.iq4_xs): nibbles to codebook values by VPSHUFB,
+ * then VPMADDUBSW on |kv| and the activations with kv's sign (VPSIGNB). */
+void pg_avx2_kq_uk_iq4_xs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                          const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                          const void *w, float *c, int64_t ldc, int mr, int accumulate);
 /* K-quant microkernels (pg_kernel_table.q2_k .. q6_k, dispatch.h;
  * bitwise equal to pg_ref_kq_uk_*). kquant_avx512vnni.c: 4x32, VPDPBUSD on
  * the unsigned u, VPMULLD by the sub-block scales, VPDPWSSD for the minimum
@@ -208,5 +213,11 @@ void pg_avx512vnni_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_
                               const float *as, int64_t as_stride, const int32_t *ac,
                               int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
                               int accumulate);
+/* IQ4_XS (pg_kernel_table.iq4_xs): nibbles to kv + 128 by VPSHUFB (BW),
+ * VPDPBUSD, then minus 128 times the scaled activation sums. */
+void pg_avx512vnni_kq_uk_iq4_xs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                                const float *as, int64_t as_stride, const int32_t *ac,
+                                int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                                int accumulate);
 
 #endif
