@@ -1,7 +1,7 @@
-/* GGUF K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS (the codebook
- * K-quant row) in the GEMM driver (kernels/gemm.h "K-quants",
- * base/kquant.h) and IQ4_NL (W8A8 groups of 32, kernels/qgemm.h): the
- * dtypes and GGUF
+/* GGUF K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS / IQ4_NL (the
+ * codebook K-quant rows) in the GEMM driver (kernels/gemm.h "K-quants",
+ * base/kquant.h), IQ4_NL with K not a multiple of 256 as W8A8 groups of
+ * 32 (kernels/qgemm.h): the dtypes and GGUF
  * type ids, dequantization bit for bit against a second implementation
  * written from llama.cpp's loop structure (dequantize_row_*) on random and
  * hand-built extreme blocks, every kernel table this machine (or qemu) runs
@@ -39,7 +39,7 @@
 
 static const char *const ISAS[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon", "sve"};
 enum { N_ISAS = sizeof ISAS / sizeof ISAS[0] };
-static const pg_dtype TYPES[] = {PG_Q4_K, PG_Q5_K, PG_Q6_K, PG_Q2_K, PG_Q3_K, PG_IQ4_XS};
+static const pg_dtype TYPES[] = {PG_Q4_K, PG_Q5_K, PG_Q6_K, PG_Q2_K, PG_Q3_K, PG_IQ4_XS, PG_IQ4_NL};
 enum { N_TYPES = sizeof TYPES / sizeof TYPES[0] };
 
 static void put16(uint8_t *p, float f) {
@@ -48,10 +48,10 @@ static void put16(uint8_t *p, float f) {
 }
 
 /* Random GGUF rows [N, K] of type t: random quants and scale bytes, d and
- * dmin positive F16 of a few thousandths (IQ4_XS: d of either sign; any
- * bytes are a valid block). */
+ * dmin positive F16 of a few thousandths (IQ4_XS, IQ4_NL: d of either
+ * sign; any bytes are a valid block). */
 static uint8_t *make_rows(pg_dtype t, int64_t N, int64_t K) {
-    const size_t bb = pg_dtype_block_bytes(t), nb = (size_t)(N * K / 256);
+    const size_t bb = pg_dtype_block_bytes(t), nb = (size_t)(N * K) / pg_dtype_block_elems(t);
     uint8_t *w = malloc(nb * bb);
     assert_non_null(w);
     for (size_t i = 0; i < nb * bb; i++)
@@ -65,7 +65,7 @@ static uint8_t *make_rows(pg_dtype t, int64_t N, int64_t K) {
         } else if (t == PG_Q2_K) {
             put16(blk + 80, 0.001f + 0.004f * fabsf(pg_test_rnd()));
             put16(blk + 82, 0.001f + 0.004f * fabsf(pg_test_rnd()));
-        } else if (t == PG_IQ4_XS) {
+        } else if (t == PG_IQ4_XS || t == PG_IQ4_NL) {
             put16(blk, 0.0002f + 0.001f * pg_test_rnd());
         } else {
             put16(blk, 0.001f + 0.004f * fabsf(pg_test_rnd()));
@@ -263,7 +263,7 @@ static void test_dtype_and_dequant(void **state) {
         assert_int_equal(pg_ggml_type_to_dtype(ids[i]), t);
         assert_int_equal(pg_dtype_to_ggml_type(t), ids[i]);
         assert_true(pg_matmul_supports(t));
-        enum { NB = 12 };
+        enum { NB = 16 };
         uint8_t *w = make_blocks(t, NB);
         float got[NB * 256], want[NB * 256];
         const size_t n = NB * be;
@@ -289,11 +289,12 @@ static void test_dtype_and_dequant(void **state) {
             free(w);
             continue;
         }
-        /* the integer form reproduces the same values (every block whose dm
-         * is an F16; the 1000.0 one is not for Q3_K / Q6_K) */
-        for (int b = 0; b < NB; b++) {
+        /* the integer form reproduces the same values (every super-block
+         * whose dm is an F16; the 1000.0 one is not for Q3_K / Q6_K; IQ4_NL:
+         * eight blocks as one) */
+        for (int b = 0; b < (int)(n / 256); b++) {
             pg_kq_block kb;
-            const int r = pg_kq_decode(t, w + (size_t)b * bytes[i], &kb);
+            const int r = pg_kq_decode(t, w + (size_t)b * pg_kq_super_bytes(t), &kb);
             if (r) {
                 assert_true((t == PG_Q6_K || t == PG_Q3_K) && b == NB - 3);
                 continue;
@@ -302,8 +303,10 @@ static void test_dtype_and_dequant(void **state) {
             const int cb = pg_kq_codebook(t);
             if (cb) assert_int_equal(kb.dm, 0);
             for (int k = 0; k < 256; k++) {
-                const double p = (double)pg_f16_to_f32(kb.d) * kb.sc[k / kb.sub] *
-                                 (cb ? KV_IQ4NL[kb.u[k]] : kb.u[k]),
+                const double dsc = pg_kq_fscale(t)
+                                       ? (double)pg_f16_to_f32(kb.ds[k / kb.sub])
+                                       : (double)pg_f16_to_f32(kb.d) * kb.sc[k / kb.sub];
+                const double p = dsc * (cb ? KV_IQ4NL[kb.u[k]] : kb.u[k]),
                              q = (double)pg_f16_to_f32(kb.dm) * kb.m[k / kb.sub];
                 assert_true(kb.u[k] < 1 << pg_kq_bits(t));
                 if (!pg_kq_has_min(t)) assert_int_equal(kb.m[k / kb.sub], kb.sc[k / kb.sub]);
@@ -324,7 +327,7 @@ static void test_dtype_and_dequant(void **state) {
     put16(blk + 108, 16000.0f);
     assert_int_equal(pg_kq_decode(PG_Q3_K, blk, &kb), 0);
     assert_int_equal(pg_kq_decode(PG_Q8_0, blk, &kb), -2);
-    assert_int_equal(pg_kq_decode(PG_IQ4_NL, blk, &kb), -2);
+    assert_int_equal(pg_kq_decode(PG_F16, blk, &kb), -2);
 }
 
 /* ---- every table vs the specification */
@@ -497,10 +500,11 @@ static void test_fused_rmsnorm_and_batch_invariance(void **state) {
     }
 }
 
-/* IQ4_NL runs as W8A8 with groups of 32 (codebook values, scales d): every
- * table's pg_gemm on the GGUF rows equals the reference pg_ref_qgemm on the
- * unpacked weight bit for bit (store with bias, SwiGLU; M = 1, 3, 13; 1 and
- * 2 threads). IQ4_XS is a K-quant row (test_tables_vs_reference). */
+/* IQ4_NL rows with K not a multiple of 256 run as W8A8 with groups of 32
+ * (codebook values, scales d): every table's pg_gemm on the GGUF rows
+ * equals the reference pg_ref_qgemm on the unpacked weight bit for bit
+ * (store with bias, SwiGLU; M = 1, 3, 13; 1 and 2 threads). IQ4_XS and the
+ * other IQ4_NL rows are K-quant rows (test_tables_vs_reference). */
 static void test_iq4_tables_vs_reference(void **state) {
     (void)state;
     pg_pool *pool2 = pg_test_pool(2);

@@ -2,7 +2,7 @@
  * weights under it (kernels/gemm.h pg_gemm_describe / pg_gemm_adopt):
  *   - a first load writes the file, a second maps it and computes bitwise
  *     the logits of a load without the cache, for every weight format
- *     (F32 / BF16 HF, GGUF Q8_0, Q4_0, Q4_K + Q6_K, Q5_K, IQ4_XS, MXFP4, W8A8 / W4A8
+ *     (F32 / BF16 HF, GGUF Q8_0, Q4_0, Q4_K + Q6_K, Q5_K, IQ4_XS, IQ4_NL, MXFP4, W8A8 / W4A8
  *     quantization at load), each file holding the expected formats;
  *   - every key component (source identity, options, lm_head policy, kernel
  *     table, tensor-parallel shard) changes the key; a changed option or a
@@ -36,7 +36,20 @@
 static char g_base[4096];
 
 /* Format indices of the file's table (kernels/gemm.c SERIAL_FORMATS). */
-enum { F_BF16, F_F32, F_W8A8, F_W4A8, F_MXFP4, F_Q4K, F_Q5K, F_Q6K, F_Q2K, F_Q3K, F_IQ4XS };
+enum {
+    F_BF16,
+    F_F32,
+    F_W8A8,
+    F_W4A8,
+    F_MXFP4,
+    F_Q4K,
+    F_Q5K,
+    F_Q6K,
+    F_Q2K,
+    F_Q3K,
+    F_IQ4XS,
+    F_IQ4NL
+};
 
 static const int32_t TOKENS[] = {1, 17, 42, 5, 99, 3, 250, 7};
 enum { T = 8 };
@@ -87,7 +100,7 @@ static unsigned file_formats(const char *file) {
     for (uint64_t i = 0; i < n; i++) {
         int64_t fmt;
         memcpy(&fmt, b + table_off + i * (PG_GEMM_DESC_WORDS + 3) * 8, 8);
-        assert_true(fmt >= 0 && fmt <= F_IQ4XS);
+        assert_true(fmt >= 0 && fmt <= F_IQ4NL);
         set |= 1u << fmt;
     }
     free(b);
@@ -154,7 +167,7 @@ static void roundtrip(const char *name, const char *path, const pg_model_options
 /* ---- models ------------------------------------------------------------------ */
 
 static char g_f32[4200], g_bf16[4200], g_q8[4200], g_q4[4200], g_q4k[4200], g_q5k[4200],
-    g_iq4xs[4200];
+    g_iq4xs[4200], g_iq4nl[4200];
 
 static void gen(const char *hf, const char *gguf, pg_dtype hf_dtype, pg_dtype gguf_dtype,
                 int hidden, bool kmix, uint64_t seed) {
@@ -181,11 +194,13 @@ static int setup(void **state) {
     snprintf(g_q4k, sizeof g_q4k, "%s/q4k.gguf", g_base);
     snprintf(g_q5k, sizeof g_q5k, "%s/q5k.gguf", g_base);
     snprintf(g_iq4xs, sizeof g_iq4xs, "%s/iq4xs.gguf", g_base);
+    snprintf(g_iq4nl, sizeof g_iq4nl, "%s/iq4nl.gguf", g_base);
     gen(g_f32, g_q8, PG_F32, PG_Q8_0, 64, false, 1);
     gen(g_bf16, g_q4, PG_BF16, PG_Q4_0, 64, false, 2);
     gen(NULL, g_q4k, PG_F32, PG_Q4_K, 256, true, 3);
     gen(NULL, g_q5k, PG_F32, PG_Q5_K, 256, false, 4);
     gen(NULL, g_iq4xs, PG_F32, PG_IQ4_XS, 256, false, 5);
+    gen(NULL, g_iq4nl, PG_F32, PG_IQ4_NL, 256, false, 6);
     unsetenv("PAGODA_PACK_CACHE");
     unsetenv("PAGODA_QUANT_LM_HEAD");
     return 0;
@@ -207,8 +222,9 @@ static void test_roundtrip_gguf(void **state) {
     roundtrip("q4k", g_q4k, NULL, 1u << F_Q4K | 1u << F_Q6K);
     /* Q5_K layers; the 512-row embedding's rows of 256 are Q5_K too */
     roundtrip("q5k", g_q5k, NULL, 1u << F_Q5K);
-    /* IQ4_XS: the codebook K-quant row */
+    /* IQ4_XS, IQ4_NL: the codebook K-quant rows */
     roundtrip("iq4xs", g_iq4xs, NULL, 1u << F_IQ4XS);
+    roundtrip("iq4nl", g_iq4nl, NULL, 1u << F_IQ4NL);
 }
 
 /* gpt-oss's mixture of experts (grouped expert GEMMs, router) */

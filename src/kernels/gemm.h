@@ -181,9 +181,13 @@ pagoda_status pg_gemm_pack_mxfp4(const uint8_t *blocks, const uint8_t *scales,
  *   weight is pg_iq4nl_kvalues[u], sc = ls - 32, no Q step:
  *   P = sum_s sc[s] sum_{k in s} qa[k] kv[u[k]], y = fmaf((float)P, d * a_s, y).
  * pg_gemm_format_name gives "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
- * "iq4_xs"; pg_gemm_quant_bits the packed bits 4, 4, 4, 5, 6, 4.
- * GGUF IQ4_NL rows given to pg_gemm_pack become W8A8 with groups of 32
- * ("w8a8", 8 bits; kernels/qgemm.h pg_qgemm_from_gguf). */
+ * "iq4_xs", "iq4_nl"; pg_gemm_quant_bits the packed bits 4, 4, 4, 5, 6, 4,
+ * 4. GGUF IQ4_NL with K a multiple of 256 is the codebook row with a float
+ * scale per sub-block (eight blocks of 32 as one super-block): per
+ * sub-block s in order, y = fmaf((float)sum_{k in s} qa[k] kv[u[k]],
+ * ds[s] * a_s, y). IQ4_NL rows with another K (a multiple of 32) become
+ * W8A8 with groups of 32 ("w8a8", 8 bits; kernels/qgemm.h
+ * pg_qgemm_from_gguf). */
 
 /* 8 or 4 for a quantized weight (4 for MXFP4; 4, 5, 6 for the K-quants), 0
  * otherwise. */

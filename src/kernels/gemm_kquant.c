@@ -14,7 +14,10 @@
  * F16 d per 256) is the sixth row: u is the nibble, sc = ls - 32, dm = 0,
  * no m; the microkernels map nibbles to codebook values in registers (the
  * table's iq4_xs entry). 4480 bytes per super-block of 32 columns: 4.375
- * bits per weight against the file's 4.25.
+ * bits per weight against the file's 4.25. IQ4_NL (rows with K a multiple
+ * of 256) is the seventh: eight blocks of 32 as one super-block, its header
+ * the blocks' F16 scales ds[8][32] (no d, dm, sc), 4608 bytes: 4.5 bits per
+ * weight, the file's.
  *
  * Packed super-block of one panel (PG_KQ_* in gemm_driver.h), for
  * every ISA:
@@ -48,22 +51,30 @@ const pg_qgemm_ukernel *pg_kq_ukernel(const pg_kernel_table *kt, pg_dtype t) {
         return &kt->q6_k;
     case PG_IQ4_XS:
         return &kt->iq4_xs;
+    case PG_IQ4_NL:
+        return &kt->iq4_nl;
     default:
         return NULL;
     }
 }
 
-/* Write the decoded block b as column c of one packed super-block grp. */
-static void put_block(uint8_t *grp, int bits, int has_min, int c, const pg_kq_block *b) {
+/* Write the decoded block b as column c of one packed super-block grp (fs:
+ * the header is b's per-sub-block F16 scales). */
+static void put_block(uint8_t *grp, int bits, int has_min, int fs, int c, const pg_kq_block *b) {
     const int S = PG_QK_K / b->sub, hb = bits - 4;
-    memcpy(grp + 2 * c, &b->d, 2);
-    memcpy(grp + PG_KQ_NR * 2 + 2 * c, &b->dm, 2);
-    int8_t *sc = (int8_t *)grp + PG_KQ_SC_OFF;
-    for (int s = 0; s < S; s++) {
-        sc[s * PG_KQ_NR + c] = b->sc[s];
-        if (has_min) sc[(S + s) * PG_KQ_NR + c] = b->m[s];
+    if (fs) {
+        for (int s = 0; s < S; s++)
+            memcpy(grp + 2 * (s * PG_KQ_NR + c), &b->ds[s], 2);
+    } else {
+        memcpy(grp + 2 * c, &b->d, 2);
+        memcpy(grp + PG_KQ_NR * 2 + 2 * c, &b->dm, 2);
+        int8_t *sc = (int8_t *)grp + PG_KQ_SC_OFF;
+        for (int s = 0; s < S; s++) {
+            sc[s * PG_KQ_NR + c] = b->sc[s];
+            if (has_min) sc[(S + s) * PG_KQ_NR + c] = b->m[s];
+        }
     }
-    uint8_t *nib = grp + pg_kq_hdr_bytes(b->sub, has_min), *hi = nib + PG_KQ_NIB_BYTES;
+    uint8_t *nib = grp + pg_kq_hdr_bytes(b->sub, has_min, fs), *hi = nib + PG_KQ_NIB_BYTES;
     const int half = c / 16, cc = c % 16;
     for (int k = 0; k < PG_QK_K; k++) {
         const int ch = k / 4, at = cc * 4 + k % 4;
@@ -90,7 +101,7 @@ static void pack_panels(void *ctx, size_t begin, size_t end, int tid) {
     const pg_packed_weight *pw = j->pw;
     const pg_dtype t = (pg_dtype)pw->kq;
     const int64_t nb = pw->kgroups;
-    const size_t bb = pg_dtype_block_bytes(t);
+    const size_t bb = pg_kq_super_bytes(t);
     pg_kq_block b;
     for (int64_t p = (int64_t)begin; p < (int64_t)end; p++) {
         const int h = pw->swiglu ? (int)(p % 2) : 0;
@@ -99,8 +110,8 @@ static void pack_panels(void *ctx, size_t begin, size_t end, int tid) {
         for (int64_t n = n0; n < n0 + PG_KQ_NR && n < pw->N; n++)
             for (int64_t g = 0; g < nb; g++) {
                 if (pg_kq_decode(t, j->h[h] + (size_t)(n * nb + g) * bb, &b)) j->bad = 1;
-                put_block(panel + (size_t)g * pw->gbytes, pw->bits, pg_kq_has_min(t), (int)(n - n0),
-                          &b);
+                put_block(panel + (size_t)g * pw->gbytes, pw->bits, pg_kq_has_min(t),
+                          pg_kq_fscale(t), (int)(n - n0), &b);
             }
     }
 }
@@ -118,12 +129,13 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
     pg_packed_weight *pw = pg_gemm_weight_new();
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
     pw->quk = *uk;
-    pw->fmt = t == PG_Q4_K   ? &pg_gemm_format_q4_k
-              : t == PG_Q5_K ? &pg_gemm_format_q5_k
-              : t == PG_Q6_K ? &pg_gemm_format_q6_k
-              : t == PG_Q2_K ? &pg_gemm_format_q2_k
-              : t == PG_Q3_K ? &pg_gemm_format_q3_k
-                             : &pg_gemm_format_iq4_xs;
+    pw->fmt = t == PG_Q4_K     ? &pg_gemm_format_q4_k
+              : t == PG_Q5_K   ? &pg_gemm_format_q5_k
+              : t == PG_Q6_K   ? &pg_gemm_format_q6_k
+              : t == PG_Q2_K   ? &pg_gemm_format_q2_k
+              : t == PG_Q3_K   ? &pg_gemm_format_q3_k
+              : t == PG_IQ4_XS ? &pg_gemm_format_iq4_xs
+                               : &pg_gemm_format_iq4_nl;
     pw->kq = (int)t;
     pw->mr = uk->mr;
     pw->nr = PG_KQ_NR;
@@ -138,8 +150,8 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
     pw->kgroups = K / PG_QK_K;
     const int64_t np = pg_ceil_div64(N, PG_KQ_NR);
     pw->npanels = pw->swiglu ? 2 * np : np;
-    pw->hbytes = pg_kq_hdr_bytes(pg_kq_sub(t), pg_kq_has_min(t));
-    pw->gbytes = pg_kq_group_bytes(pw->bits, pg_kq_sub(t), pg_kq_has_min(t));
+    pw->hbytes = pg_kq_hdr_bytes(pg_kq_sub(t), pg_kq_has_min(t), pg_kq_fscale(t));
+    pw->gbytes = pg_kq_group_bytes(pw->bits, pg_kq_sub(t), pg_kq_has_min(t), pg_kq_fscale(t));
     pw->panel_bytes = (size_t)pw->kgroups * pw->gbytes;
     pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
     pw->data = pg_alloc_huge(pw->bytes); /* zero-filled: missing columns stay 0 */
@@ -209,3 +221,4 @@ const pg_gemm_format pg_gemm_format_q6_k = KQ_FORMAT("q6_k");
 const pg_gemm_format pg_gemm_format_q2_k = KQ_FORMAT("q2_k");
 const pg_gemm_format pg_gemm_format_q3_k = KQ_FORMAT("q3_k");
 const pg_gemm_format pg_gemm_format_iq4_xs = KQ_FORMAT("iq4_xs");
+const pg_gemm_format pg_gemm_format_iq4_nl = KQ_FORMAT("iq4_nl");

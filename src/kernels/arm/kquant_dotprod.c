@@ -13,7 +13,9 @@
  * (activation sum of s) by MLA with a scalar; then y = fma(P, d a_s, y), y
  * = fms(Q, dm a_s, y) per super-block (FMLA / FMLS: fused, as the spec's
  * fmaf). IQ4_XS (cb): TBL (vqtbl1q_s8) maps the nibbles to the signed
- * codebook values, which SDOT takes as they are; no minimum term. */
+ * codebook values, which SDOT takes as they are; no minimum term. IQ4_NL
+ * (fs): each sub-block's sums go straight to the outputs, y = fma(I, ds *
+ * a_s, y) with the sub-block's F16 scales ds. */
 #include <arm_neon.h>
 #include <string.h>
 
@@ -35,13 +37,13 @@ static inline __attribute__((always_inline)) float32x4_t f16x4(const char *p) {
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, const int cb, int64_t ng,
-     const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs,
-     const char *w, float *c, int64_t ldc, int accumulate) {
+tile(const int mr, const int bits, const int sub, const int has_min, const int cb, const int fs,
+     int64_t ng, const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac,
+     int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
     const int S = 256 / sub, cps = sub / 4, hb = bits - 4;
     const int per = hb ? 4 / hb : 1;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
+    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min, fs);
+    const size_t hdr = pg_kq_hdr_bytes(sub, has_min, fs);
     const uint8x16_t lo = vdupq_n_u8(0x0F);
     const uint8x16_t hm = vdupq_n_u8((uint8_t)(((1 << hb) - 1) << 4));
     const int8x16_t kv = vld1q_s8(pg_iq4nl_kvalues);
@@ -53,9 +55,14 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
         const int8_t *ag = a + g * 256;
         for (int h = 0; h < 2; h++) {
             int32x4_t P[MR][NQ], I[MR][NQ];
+            float32x4_t Y[MR][NQ]; /* fs: the outputs, one FMLA per sub-block */
             for (int i = 0; i < mr; i++)
-                for (int q = 0; q < NQ; q++)
+                for (int q = 0; q < NQ; q++) {
                     P[i][q] = vdupq_n_s32(0);
+                    if (fs)
+                        Y[i][q] = accumulate || g ? vld1q_f32(c + i * ldc + 16 * h + 4 * q)
+                                                  : vdupq_n_f32(0.0f);
+                }
             for (int s = 0; s < S; s++) {
                 for (int i = 0; i < mr; i++)
                     for (int q = 0; q < NQ; q++)
@@ -82,13 +89,28 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
                             I[i][q] = vdotq_s32(I[i][q], wq[q], av);
                     }
                 }
+                if (fs) {
+                    for (int q = 0; q < NQ; q++) {
+                        const float32x4_t ds = f16x4(grp + 2 * (s * PG_KQ_NR + 16 * h + 4 * q));
+                        for (int i = 0; i < mr; i++)
+                            Y[i][q] = vfmaq_f32(Y[i][q], vcvtq_f32_s32(I[i][q]),
+                                                vmulq_n_f32(ds, asc[i * ass + g]));
+                    }
+                    continue;
+                }
                 for (int q = 0; q < NQ; q++) {
                     const int32x4_t scv = widen4(sc + s * PG_KQ_NR + 16 * h + 4 * q);
                     for (int i = 0; i < mr; i++)
                         P[i][q] = vmlaq_s32(P[i][q], I[i][q], scv);
                 }
             }
-            /* Q into I (none for the codebook type) */
+            if (fs) {
+                for (int i = 0; i < mr; i++)
+                    for (int q = 0; q < NQ; q++)
+                        vst1q_f32(c + i * ldc + 16 * h + 4 * q, Y[i][q]);
+                continue;
+            }
+            /* Q into I (none for the codebook types) */
             for (int i = 0; i < mr; i++)
                 for (int q = 0; q < NQ; q++)
                     I[i][q] = vdupq_n_s32(0);
@@ -120,21 +142,22 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
     }
 }
 
-#define KQ_UK(NAME, BITS, SUB, MIN, CB)                                                            \
+#define KQ_UK(NAME, BITS, SUB, MIN, CB, FS)                                                        \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         if (mr == 1)                                                                               \
-            tile(1, BITS, SUB, MIN, CB, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,  \
-                 ldc, accumulate);                                                                 \
+            tile(1, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, \
+                 c, ldc, accumulate);                                                              \
         else                                                                                       \
-            tile(MR, BITS, SUB, MIN, CB, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, \
-                 ldc, accumulate);                                                                 \
+            tile(MR, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride,   \
+                 w, c, ldc, accumulate);                                                           \
     }
-KQ_UK(pg_dotprod_kq_uk_q2_k, 4, 16, 1, 0)
-KQ_UK(pg_dotprod_kq_uk_q3_k, 4, 16, 0, 0)
-KQ_UK(pg_dotprod_kq_uk_q4_k, 4, 32, 1, 0)
-KQ_UK(pg_dotprod_kq_uk_q5_k, 5, 32, 1, 0)
-KQ_UK(pg_dotprod_kq_uk_q6_k, 6, 16, 0, 0)
-KQ_UK(pg_dotprod_kq_uk_iq4_xs, 4, 32, 0, 1)
+KQ_UK(pg_dotprod_kq_uk_q2_k, 4, 16, 1, 0, 0)
+KQ_UK(pg_dotprod_kq_uk_q3_k, 4, 16, 0, 0, 0)
+KQ_UK(pg_dotprod_kq_uk_q4_k, 4, 32, 1, 0, 0)
+KQ_UK(pg_dotprod_kq_uk_q5_k, 5, 32, 1, 0, 0)
+KQ_UK(pg_dotprod_kq_uk_q6_k, 6, 16, 0, 0, 0)
+KQ_UK(pg_dotprod_kq_uk_iq4_xs, 4, 32, 0, 1, 0)
+KQ_UK(pg_dotprod_kq_uk_iq4_nl, 4, 32, 0, 1, 1)

@@ -46,13 +46,13 @@ static int weight_of(int u, int cb) {
     return cb ? pg_iq4nl_kvalues[u] : u;
 }
 
-static void ref_kq_uk(int bits, int sub, int has_min, int cb, int64_t ngroups, const void *a,
-                      int64_t a_stride, const float *as, int64_t as_stride, const int32_t *ac,
-                      int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
-                      int accumulate) {
+static void ref_kq_uk(int bits, int sub, int has_min, int cb, int fs, int64_t ngroups,
+                      const void *a, int64_t a_stride, const float *as, int64_t as_stride,
+                      const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc,
+                      int mr, int accumulate) {
     const int S = PG_QK_K / sub;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
+    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min, fs);
+    const size_t hdr = pg_kq_hdr_bytes(sub, has_min, fs);
     for (int i = 0; i < mr; i++) {
         const int8_t *ar = (const int8_t *)a + i * a_stride;
         const int16_t *bs = (const int16_t *)(ac + i * ac_stride);
@@ -68,11 +68,17 @@ static void ref_kq_uk(int bits, int sub, int has_min, int cb, int64_t ngroups, c
                     for (int k = s * sub; k < (s + 1) * sub; k++)
                         isum += (int32_t)ar[g * PG_QK_K + k] *
                                 weight_of(packed_u(grp, hdr, bits, k, j), cb);
+                    if (fs) { /* IQ4_NL: the sub-block's own F16 scale */
+                        const float ds = pg_f16_to_f32(rd16(grp + 2 * (s * PG_KQ_NR + j)));
+                        y = fmaf((float)isum, ds * as[i * as_stride + g], y);
+                        continue;
+                    }
                     for (int t = s * sub / 16; t < (s + 1) * sub / 16; t++)
                         bsum += bs[g * 16 + t];
                     P += sc[s * PG_KQ_NR + j] * isum;
                     Q += m[s * PG_KQ_NR + j] * bsum;
                 }
+                if (fs) continue;
                 y = kq_step(y, P, Q, pg_f16_to_f32(rd16(grp + 2 * j)),
                             pg_f16_to_f32(rd16(grp + 2 * PG_KQ_NR + 2 * j)), as[i * as_stride + g],
                             cb);
@@ -82,28 +88,29 @@ static void ref_kq_uk(int bits, int sub, int has_min, int cb, int64_t ngroups, c
     }
 }
 
-#define REF_KQ(NAME, BITS, SUB, MIN, CB)                                                           \
+#define REF_KQ(NAME, BITS, SUB, MIN, CB, FS)                                                       \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
-        ref_kq_uk(BITS, SUB, MIN, CB, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,    \
-                  ldc, mr, accumulate);                                                            \
+        ref_kq_uk(BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w,   \
+                  c, ldc, mr, accumulate);                                                         \
     }
-REF_KQ(pg_ref_kq_uk_q2_k, 4, 16, 1, 0)
-REF_KQ(pg_ref_kq_uk_q3_k, 4, 16, 0, 0)
-REF_KQ(pg_ref_kq_uk_q4_k, 4, 32, 1, 0)
-REF_KQ(pg_ref_kq_uk_q5_k, 5, 32, 1, 0)
-REF_KQ(pg_ref_kq_uk_q6_k, 6, 16, 0, 0)
-REF_KQ(pg_ref_kq_uk_iq4_xs, 4, 32, 0, 1)
+REF_KQ(pg_ref_kq_uk_q2_k, 4, 16, 1, 0, 0)
+REF_KQ(pg_ref_kq_uk_q3_k, 4, 16, 0, 0, 0)
+REF_KQ(pg_ref_kq_uk_q4_k, 4, 32, 1, 0, 0)
+REF_KQ(pg_ref_kq_uk_q5_k, 5, 32, 1, 0, 0)
+REF_KQ(pg_ref_kq_uk_q6_k, 6, 16, 0, 0, 0)
+REF_KQ(pg_ref_kq_uk_iq4_xs, 4, 32, 0, 1, 0)
+REF_KQ(pg_ref_kq_uk_iq4_nl, 4, 32, 0, 1, 1)
 
 /* Row n of a GGUF K-quant weight: one output element from the int8
  * activations qa (K), their per-256 scales asg and 16-sums bs. */
 static float ref_dot(pg_dtype t, const uint8_t *W, int64_t n, int64_t K, const int8_t *qa,
                      const float *asg, const int32_t *bs) {
     const int64_t nb = K / PG_QK_K;
-    const size_t bb = pg_dtype_block_bytes(t);
-    const int cb = pg_kq_codebook(t);
+    const size_t bb = pg_kq_super_bytes(t);
+    const int cb = pg_kq_codebook(t), fs = pg_kq_fscale(t);
     pg_kq_block b;
     float y = 0.0f;
     for (int64_t g = 0; g < nb; g++) {
@@ -113,12 +120,16 @@ static float ref_dot(pg_dtype t, const uint8_t *W, int64_t n, int64_t K, const i
             int32_t isum = 0, bsum = 0;
             for (int k = s * b.sub; k < (s + 1) * b.sub; k++)
                 isum += (int32_t)qa[g * PG_QK_K + k] * weight_of(b.u[k], cb);
+            if (fs) {
+                y = fmaf((float)isum, pg_f16_to_f32(b.ds[s]) * asg[g], y);
+                continue;
+            }
             for (int q = s * b.sub / 16; q < (s + 1) * b.sub / 16; q++)
                 bsum += bs[g * 16 + q];
             P += b.sc[s] * isum;
             Q += b.m[s] * bsum;
         }
-        y = kq_step(y, P, Q, pg_f16_to_f32(b.d), pg_f16_to_f32(b.dm), asg[g], cb);
+        if (!fs) y = kq_step(y, P, Q, pg_f16_to_f32(b.d), pg_f16_to_f32(b.dm), asg[g], cb);
     }
     return y;
 }

@@ -17,7 +17,9 @@
  * IQ4_XS (cb): VPSHUFB maps the nibbles to the signed codebook values kv,
  * and VPMADDUBSW takes |kv| (<= 127) against the activations with kv's
  * sign (VPSIGNB): the same exact sums of qa * kv (at most 2 * 127 * 127 =
- * 32258 per int16 pair), no minimum term. */
+ * 32258 per int16 pair), no minimum term. IQ4_NL (fs) as IQ4_XS, but each
+ * sub-block's int32 sums go straight to the outputs: y = fma(I, ds * a_s,
+ * y) with the sub-block's F16 scales ds. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -70,13 +72,13 @@ static inline __attribute__((always_inline)) void min_term(const int mr, const i
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, const int cb, int64_t ng,
-     const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs,
-     const char *w, float *c, int64_t ldc, int accumulate) {
+tile(const int mr, const int bits, const int sub, const int has_min, const int cb, const int fs,
+     int64_t ng, const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac,
+     int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
     const int S = 256 / sub, cps = sub / 4, hb = bits - 4;
     const int per = hb ? 4 / hb : 1;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
+    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min, fs);
+    const size_t hdr = pg_kq_hdr_bytes(sub, has_min, fs);
     const __m256i lo = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i hm = _mm256_set1_epi8((char)(((1 << hb) - 1) << 4));
     const __m256i kv =
@@ -90,9 +92,16 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
 #pragma GCC unroll 1
         for (int h = 0; h < 2; h++) {
             __m256i P[MR][NQ], I[MR][NQ];
+            __m256 Y[MR][NQ]; /* fs: the outputs, one FMA per sub-block */
 #pragma GCC unroll 2
-            for (int i = 0; i < mr; i++)
+            for (int i = 0; i < mr; i++) {
                 P[i][0] = P[i][1] = _mm256_setzero_si256();
+                if (fs)
+#pragma GCC unroll 2
+                    for (int q = 0; q < NQ; q++)
+                        Y[i][q] = accumulate || g ? _mm256_loadu_ps(c + i * ldc + 16 * h + 8 * q)
+                                                  : _mm256_setzero_ps();
+            }
 #pragma GCC unroll 1
             for (int s = 0; s < S; s++) {
 #pragma GCC unroll 2
@@ -135,13 +144,31 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
                     }
                 }
 #pragma GCC unroll 2
-                for (int q = 0; q < NQ; q++) {
+                for (int q = 0; q < NQ && fs; q++) {
+                    const __m256 ds = _mm256_cvtph_ps(_mm_loadu_si128(
+                        (const __m128i *)(grp + 2 * (s * PG_KQ_NR + 16 * h + 8 * q))));
+#pragma GCC unroll 2
+                    for (int i = 0; i < mr; i++)
+                        Y[i][q] = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(I[i][q]),
+                            _mm256_mul_ps(ds, _mm256_set1_ps(asc[i * ass + g])), Y[i][q]);
+                }
+#pragma GCC unroll 2
+                for (int q = 0; q < NQ && !fs; q++) {
                     const __m256i scv = _mm256_cvtepi8_epi32(
                         _mm_loadl_epi64((const __m128i *)(sc + s * PG_KQ_NR + 16 * h + 8 * q)));
 #pragma GCC unroll 2
                     for (int i = 0; i < mr; i++)
                         P[i][q] = _mm256_add_epi32(P[i][q], _mm256_mullo_epi32(I[i][q], scv));
                 }
+            }
+            if (fs) {
+#pragma GCC unroll 2
+                for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+                    for (int q = 0; q < NQ; q++)
+                        _mm256_storeu_ps(c + i * ldc + 16 * h + 8 * q, Y[i][q]);
+                continue;
             }
             if (!cb) min_term(mr, sub, mm, ac, acs, g, h, I);
 #pragma GCC unroll 2
@@ -165,21 +192,22 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
     }
 }
 
-#define KQ_UK(NAME, BITS, SUB, MIN, CB)                                                            \
+#define KQ_UK(NAME, BITS, SUB, MIN, CB, FS)                                                        \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         if (mr == 1)                                                                               \
-            tile(1, BITS, SUB, MIN, CB, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,  \
-                 ldc, accumulate);                                                                 \
+            tile(1, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, \
+                 c, ldc, accumulate);                                                              \
         else                                                                                       \
-            tile(MR, BITS, SUB, MIN, CB, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, \
-                 ldc, accumulate);                                                                 \
+            tile(MR, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride,   \
+                 w, c, ldc, accumulate);                                                           \
     }
-KQ_UK(pg_avx2_kq_uk_q2_k, 4, 16, 1, 0)
-KQ_UK(pg_avx2_kq_uk_q3_k, 4, 16, 0, 0)
-KQ_UK(pg_avx2_kq_uk_q4_k, 4, 32, 1, 0)
-KQ_UK(pg_avx2_kq_uk_q5_k, 5, 32, 1, 0)
-KQ_UK(pg_avx2_kq_uk_q6_k, 6, 16, 0, 0)
-KQ_UK(pg_avx2_kq_uk_iq4_xs, 4, 32, 0, 1)
+KQ_UK(pg_avx2_kq_uk_q2_k, 4, 16, 1, 0, 0)
+KQ_UK(pg_avx2_kq_uk_q3_k, 4, 16, 0, 0, 0)
+KQ_UK(pg_avx2_kq_uk_q4_k, 4, 32, 1, 0, 0)
+KQ_UK(pg_avx2_kq_uk_q5_k, 5, 32, 1, 0, 0)
+KQ_UK(pg_avx2_kq_uk_q6_k, 6, 16, 0, 0, 0)
+KQ_UK(pg_avx2_kq_uk_iq4_xs, 4, 32, 0, 1, 0)
+KQ_UK(pg_avx2_kq_uk_iq4_nl, 4, 32, 0, 1, 1)

@@ -21,7 +21,9 @@
  * IQ4_XS (cb): VPSHUFB (AVX512BW) maps the nibbles to kv + 128 (1..241,
  * unsigned), so VPDPBUSD gives sum qa (kv + 128); its scaled sum P' and the
  * minimum term Q of m = sc give the exact P = P' - 128 Q (int32: |P'| <
- * 8 * 32 * 32 * 241 * 127), and y = fma(P, d * a_s, y) alone. */
+ * 8 * 32 * 32 * 241 * 127), and y = fma(P, d * a_s, y) alone. IQ4_NL
+ * (fs): per sub-block, its sum minus 128 times its activation sum (two
+ * 16-sums) goes straight to the outputs, y = fma(I, ds * a_s, y). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -78,12 +80,12 @@ static inline __attribute__((always_inline)) __m512i pairs(const int8_t *lo, con
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, const int cb, int64_t ng,
-     const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs,
-     const char *w, float *c, int64_t ldc, int accumulate) {
+tile(const int mr, const int bits, const int sub, const int has_min, const int cb, const int fs,
+     int64_t ng, const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac,
+     int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
     const int S = 256 / sub, cps = sub / 4;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
+    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min, fs);
+    const size_t hdr = pg_kq_hdr_bytes(sub, has_min, fs);
     for (int64_t g = 0; g < ng; g++) {
         const char *grp = w + (size_t)g * gbytes;
         const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
@@ -91,9 +93,15 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
         const char *nib = grp + hdr;
         const int8_t *ag = a + g * 256;
         __m512i P[MR][NV];
+        __m512 Y[MR][NV]; /* fs: the outputs, one FMA per sub-block */
 #pragma GCC unroll 4
-        for (int i = 0; i < mr; i++)
+        for (int i = 0; i < mr; i++) {
             P[i][0] = P[i][1] = _mm512_setzero_si512();
+            if (fs) {
+                Y[i][0] = accumulate || g ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+                Y[i][1] = accumulate || g ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+            }
+        }
 #pragma GCC unroll 1
         for (int s = 0; s < S; s++) {
             __m512i I[MR][NV];
@@ -112,6 +120,24 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
                     I[i][1] = _mm512_dpbusd_epi32(I[i][1], wv[1], av);
                 }
             }
+            if (fs) {
+                /* sum qa kv = sum qa (kv + 128) - 128 * (the sub-block's two 16-sums) */
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) {
+                    const int16_t *bs = (const int16_t *)(ac + i * acs) + 16 * g + 2 * s;
+                    const __m512i off = _mm512_set1_epi32(((int32_t)bs[0] + bs[1]) * 128);
+                    const __m512 ai = _mm512_set1_ps(asc[i * ass + g]);
+#pragma GCC unroll 2
+                    for (int v = 0; v < NV; v++) {
+                        const __m512 ds = _mm512_cvtph_ps(_mm256_loadu_si256(
+                            (const __m256i *)(grp + 2 * (s * PG_KQ_NR + 16 * v))));
+                        Y[i][v] =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I[i][v], off)),
+                                            _mm512_mul_ps(ds, ai), Y[i][v]);
+                    }
+                }
+                continue;
+            }
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) {
                 const __m512i scv = _mm512_cvtepi8_epi32(
@@ -120,6 +146,14 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
                 for (int i = 0; i < mr; i++)
                     P[i][v] = _mm512_add_epi32(P[i][v], _mm512_mullo_epi32(I[i][v], scv));
             }
+        }
+        if (fs) {
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) {
+                _mm512_storeu_ps(c + i * ldc, Y[i][0]);
+                _mm512_storeu_ps(c + i * ldc + 16, Y[i][1]);
+            }
+            continue;
         }
         /* Q: 8 pairs of 16-sums per super-block */
         __m512i Q[MR][NV];
@@ -163,32 +197,33 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
     }
 }
 
-#define TILE(MR_, BITS, SUB, MIN, CB)                                                              \
-    tile(MR_, BITS, SUB, MIN, CB, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,   \
-         accumulate)
-#define KQ_UK(NAME, BITS, SUB, MIN, CB)                                                            \
+#define TILE(MR_, BITS, SUB, MIN, CB, FS)                                                          \
+    tile(MR_, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,    \
+         ldc, accumulate)
+#define KQ_UK(NAME, BITS, SUB, MIN, CB, FS)                                                        \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         switch (mr) {                                                                              \
         case 1:                                                                                    \
-            TILE(1, BITS, SUB, MIN, CB);                                                           \
+            TILE(1, BITS, SUB, MIN, CB, FS);                                                       \
             break;                                                                                 \
         case 2:                                                                                    \
-            TILE(2, BITS, SUB, MIN, CB);                                                           \
+            TILE(2, BITS, SUB, MIN, CB, FS);                                                       \
             break;                                                                                 \
         case 3:                                                                                    \
-            TILE(3, BITS, SUB, MIN, CB);                                                           \
+            TILE(3, BITS, SUB, MIN, CB, FS);                                                       \
             break;                                                                                 \
         default:                                                                                   \
-            TILE(MR, BITS, SUB, MIN, CB);                                                          \
+            TILE(MR, BITS, SUB, MIN, CB, FS);                                                      \
             break;                                                                                 \
         }                                                                                          \
     }
-KQ_UK(pg_avx512vnni_kq_uk_q2_k, 4, 16, 1, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q3_k, 4, 16, 0, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4, 32, 1, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5, 32, 1, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6, 16, 0, 0)
-KQ_UK(pg_avx512vnni_kq_uk_iq4_xs, 4, 32, 0, 1)
+KQ_UK(pg_avx512vnni_kq_uk_q2_k, 4, 16, 1, 0, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q3_k, 4, 16, 0, 0, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4, 32, 1, 0, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5, 32, 1, 0, 0)
+KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6, 16, 0, 0, 0)
+KQ_UK(pg_avx512vnni_kq_uk_iq4_xs, 4, 32, 0, 1, 0)
+KQ_UK(pg_avx512vnni_kq_uk_iq4_nl, 4, 32, 0, 1, 1)
