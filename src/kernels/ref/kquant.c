@@ -13,13 +13,14 @@
 #include "base/kquant.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_driver.h"
+#include "kernels/kquant_uk.h"
 #include "kernels/qgemm.h"
 #include "kernels/ref/ref.h"
 
-/* u of column j at k of one packed super-block grp (gemm_kquant.c layout). */
-static int packed_u(const uint8_t *grp, size_t hdr, int bits, int k, int j) {
+/* u of column j at k of one packed super-block's nibble plane nib
+ * (gemm_kquant.c layout). */
+static int packed_u(const uint8_t *nib, int bits, int k, int j) {
     const int ch = k / 4, half = j / 16, at = (j % 16) * 4 + k % 4, hb = bits - 4;
-    const uint8_t *nib = grp + hdr;
     int u = half ? nib[ch * 64 + at] >> 4 : nib[ch * 64 + at] & 15;
     if (hb) {
         const int per = 4 / hb, v = 2 * (ch % per) + half;
@@ -50,24 +51,23 @@ static void ref_kq_uk(int bits, int sub, int has_min, int cb, int fs, int64_t ng
                       const void *a, int64_t a_stride, const float *as, int64_t as_stride,
                       const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc,
                       int mr, int accumulate) {
-    const int S = PG_QK_K / sub;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min, fs);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min, fs);
+    const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
+    const int S = sh.S;
     for (int i = 0; i < mr; i++) {
         const int8_t *ar = (const int8_t *)a + i * a_stride;
         const int16_t *bs = (const int16_t *)(ac + i * ac_stride);
         for (int j = 0; j < PG_KQ_NR; j++) {
             float y = accumulate ? c[i * ldc + j] : 0.0f;
             for (int64_t g = 0; g < ngroups; g++) {
-                const uint8_t *grp = (const uint8_t *)w + (size_t)g * gbytes;
-                const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-                const int8_t *m = has_min ? sc + S * PG_KQ_NR : sc;
+                const pg_kq_view gv = pg_kq_view_at(w, g, &sh, has_min);
+                const uint8_t *grp = (const uint8_t *)gv.grp;
+                const int8_t *sc = gv.sc, *m = gv.m;
                 int32_t P = 0, Q = 0;
                 for (int s = 0; s < S; s++) {
                     int32_t isum = 0, bsum = 0;
                     for (int k = s * sub; k < (s + 1) * sub; k++)
                         isum += (int32_t)ar[g * PG_QK_K + k] *
-                                weight_of(packed_u(grp, hdr, bits, k, j), cb);
+                                weight_of(packed_u(gv.nib, bits, k, j), cb);
                     if (fs) { /* IQ4_NL: the sub-block's own F16 scale */
                         const float ds = pg_f16_to_f32(rd16(grp + 2 * (s * PG_KQ_NR + j)));
                         y = fmaf((float)isum, ds * as[i * as_stride + g], y);
@@ -96,13 +96,7 @@ static void ref_kq_uk(int bits, int sub, int has_min, int cb, int fs, int64_t ng
         ref_kq_uk(BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w,   \
                   c, ldc, mr, accumulate);                                                         \
     }
-REF_KQ(pg_ref_kq_uk_q2_k, 4, 16, 1, 0, 0)
-REF_KQ(pg_ref_kq_uk_q3_k, 4, 16, 0, 0, 0)
-REF_KQ(pg_ref_kq_uk_q4_k, 4, 32, 1, 0, 0)
-REF_KQ(pg_ref_kq_uk_q5_k, 5, 32, 1, 0, 0)
-REF_KQ(pg_ref_kq_uk_q6_k, 6, 16, 0, 0, 0)
-REF_KQ(pg_ref_kq_uk_iq4_xs, 4, 32, 0, 1, 0)
-REF_KQ(pg_ref_kq_uk_iq4_nl, 4, 32, 0, 1, 1)
+PG_KQ_ROWS(REF_KQ, pg_ref_kq_uk)
 
 /* Row n of a GGUF K-quant weight: one output element from the int8
  * activations qa (K), their per-256 scales asg and 16-sums bs. */

@@ -25,6 +25,7 @@
 
 #include "base/kquant.h"
 #include "kernels/gemm_driver.h"
+#include "kernels/kquant_uk.h"
 #include "kernels/x86/x86.h"
 
 enum { MR = 2, NQ = 2 };
@@ -75,19 +76,17 @@ static inline __attribute__((always_inline)) void
 tile(const int mr, const int bits, const int sub, const int has_min, const int cb, const int fs,
      int64_t ng, const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac,
      int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
-    const int S = 256 / sub, cps = sub / 4, hb = bits - 4;
-    const int per = hb ? 4 / hb : 1;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min, fs);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min, fs);
+    const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
+    const int S = sh.S, cps = sh.cps, hb = sh.hb, per = sh.per;
     const __m256i lo = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i hm = _mm256_set1_epi8((char)(((1 << hb) - 1) << 4));
     const __m256i kv =
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pg_iq4nl_kvalues));
     for (int64_t g = 0; g < ng; g++) {
-        const char *grp = w + (size_t)g * gbytes;
-        const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-        const int8_t *mm = has_min ? sc + S * PG_KQ_NR : sc;
-        const char *nib = grp + hdr;
+        const pg_kq_view gv = pg_kq_view_at(w, g, &sh, has_min);
+        const char *grp = gv.grp;
+        const int8_t *sc = gv.sc, *mm = gv.m;
+        const uint8_t *nib = gv.nib;
         const int8_t *ag = a + g * 256;
 #pragma GCC unroll 1
         for (int h = 0; h < 2; h++) {
@@ -204,10 +203,4 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
             tile(MR, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride,   \
                  w, c, ldc, accumulate);                                                           \
     }
-KQ_UK(pg_avx2_kq_uk_q2_k, 4, 16, 1, 0, 0)
-KQ_UK(pg_avx2_kq_uk_q3_k, 4, 16, 0, 0, 0)
-KQ_UK(pg_avx2_kq_uk_q4_k, 4, 32, 1, 0, 0)
-KQ_UK(pg_avx2_kq_uk_q5_k, 5, 32, 1, 0, 0)
-KQ_UK(pg_avx2_kq_uk_q6_k, 6, 16, 0, 0, 0)
-KQ_UK(pg_avx2_kq_uk_iq4_xs, 4, 32, 0, 1, 0)
-KQ_UK(pg_avx2_kq_uk_iq4_nl, 4, 32, 0, 1, 1)
+PG_KQ_ROWS(KQ_UK, pg_avx2_kq_uk)

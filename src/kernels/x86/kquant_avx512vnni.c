@@ -29,6 +29,7 @@
 
 #include "base/kquant.h"
 #include "kernels/gemm_driver.h"
+#include "kernels/kquant_uk.h"
 #include "kernels/x86/x86.h"
 
 enum { MR = 4, NV = 2 };
@@ -83,14 +84,13 @@ static inline __attribute__((always_inline)) void
 tile(const int mr, const int bits, const int sub, const int has_min, const int cb, const int fs,
      int64_t ng, const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac,
      int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
-    const int S = 256 / sub, cps = sub / 4;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min, fs);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min, fs);
+    const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
+    const int S = sh.S, cps = sh.cps;
     for (int64_t g = 0; g < ng; g++) {
-        const char *grp = w + (size_t)g * gbytes;
-        const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-        const int8_t *mm = has_min ? sc + S * PG_KQ_NR : sc;
-        const char *nib = grp + hdr;
+        const pg_kq_view gv = pg_kq_view_at(w, g, &sh, has_min);
+        const char *grp = gv.grp;
+        const int8_t *sc = gv.sc, *mm = gv.m;
+        const char *nib = (const char *)gv.nib;
         const int8_t *ag = a + g * 256;
         __m512i P[MR][NV];
         __m512 Y[MR][NV]; /* fs: the outputs, one FMA per sub-block */
@@ -220,10 +220,4 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
             break;                                                                                 \
         }                                                                                          \
     }
-KQ_UK(pg_avx512vnni_kq_uk_q2_k, 4, 16, 1, 0, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q3_k, 4, 16, 0, 0, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4, 32, 1, 0, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5, 32, 1, 0, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6, 16, 0, 0, 0)
-KQ_UK(pg_avx512vnni_kq_uk_iq4_xs, 4, 32, 0, 1, 0)
-KQ_UK(pg_avx512vnni_kq_uk_iq4_nl, 4, 32, 0, 1, 1)
+PG_KQ_ROWS(KQ_UK, pg_avx512vnni_kq_uk)
