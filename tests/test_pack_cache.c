@@ -609,6 +609,40 @@ static void test_adopt_errors(void **state) {
     pg_free(copy);
     pg_gemm_free(w);
     free(W);
+    /* a K-quant row's description must name its own type and super-block
+     * bytes: an IQ4_XS weight adopted as Q4_K (description word 18, the
+     * type) or with other group bytes (word 9, and the sizes after it) */
+    enum { KN = 40, KB = 136 };
+    uint8_t *rows = malloc(KN * KB);
+    for (int i = 0; i < KN * KB; i++)
+        rows[i] = (uint8_t)pg_test_rnd_u64();
+    for (int r = 0; r < KN; r++) {
+        const uint16_t h = pg_f32_to_f16(0.001f);
+        memcpy(rows + r * KB, &h, 2);
+    }
+    assert_int_equal(pg_gemm_pack(PG_IQ4_XS, rows, KN, 256, NULL, &w), PAGODA_OK);
+    assert_string_equal(pg_gemm_format_name(w), "iq4_xs");
+    pg_gemm_describe(w, d);
+    bytes = pg_gemm_packed_bytes(w);
+    copy = pg_malloc_aligned(bytes);
+    memcpy(copy, pg_gemm_data(w), bytes);
+    memcpy(e, d, sizeof e);
+    e[18] = PG_Q4_K;
+    assert_int_equal(pg_gemm_adopt(e, copy, bytes, NULL, NULL, NULL, &bad), PAGODA_ERR_UNSUPPORTED);
+    assert_null(bad);
+    memcpy(e, d, sizeof e);
+    e[9] -= 64; /* group bytes, panel bytes and total kept consistent */
+    e[10] = e[4] * e[9];
+    e[11] = e[5] * e[10];
+    assert_int_equal(pg_gemm_adopt(e, copy, (size_t)e[11], NULL, NULL, NULL, &bad),
+                     PAGODA_ERR_UNSUPPORTED);
+    assert_null(bad);
+    pg_packed_weight *good = NULL;
+    assert_int_equal(pg_gemm_adopt(d, copy, bytes, NULL, NULL, NULL, &good), PAGODA_OK);
+    pg_gemm_free(good);
+    pg_free(copy);
+    pg_gemm_free(w);
+    free(rows);
 }
 
 /* ---- the command line ------------------------------------------------------------ */

@@ -100,6 +100,15 @@ enum {
     D_UK_FLAGS,
 };
 
+/* A K-quant description's super-block bytes and bits are its type's (the
+ * microkernel reads that many per group whatever the description says). */
+static int kq_group_ok(const int64_t *d) {
+    const pg_dtype t = (pg_dtype)d[D_KQ];
+    return pg_kq_in_gemm(t) && d[D_BITS] == pg_kq_bits(t) &&
+           (uint64_t)d[D_GBYTES] ==
+               pg_kq_group_bytes(pg_kq_bits(t), pg_kq_sub(t), pg_kq_has_min(t), pg_kq_fscale(t));
+}
+
 /* The table's microkernel for a format (float: *fu, quantized: *qu). */
 static void serial_ukernel(const pg_kernel_table *kt, int fmt, int kq, const pg_gemm_ukernel **fu,
                            const pg_qgemm_ukernel **qu) {
@@ -116,7 +125,7 @@ static void serial_ukernel(const pg_kernel_table *kt, int fmt, int kq, const pg_
         *qu = &kt->qgemm_w4;
     else if (f == &pg_gemm_format_mxfp4)
         *qu = &kt->mxfp4;
-    else
+    else if (pg_kq_format((pg_dtype)kq) == f) /* only the K-quant row of that type */
         *qu = pg_kq_ukernel(kt, (pg_dtype)kq);
 }
 
@@ -185,7 +194,7 @@ pagoda_status pg_gemm_adopt(const int64_t d[PG_GEMM_DESC_WORDS], const void *dat
     else
         same = qu && qu->run && d[D_BITS] && qu->mr == d[D_MR] && qu->nr == d[D_NR] &&
                qu->ar == d[D_AR] && qu->kg == d[D_UK_KG] && q_flags(qu) == d[D_UK_FLAGS] &&
-               (!d[D_SCALE_F16] || qu->run_hs);
+               (!d[D_SCALE_F16] || qu->run_hs) && (!d[D_KQ] || kq_group_ok(d));
     if (!same)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "gemm: adopt: the %s weight was packed for another microkernel than "

@@ -159,6 +159,8 @@ static inline size_t pg_kq_group_bytes(int bits, int sub, int has_min, int fs) {
 /* The table's microkernel for K-quant type t, IQ4_XS or IQ4_NL (NULL:
  * another type). */
 const pg_qgemm_ukernel *pg_kq_ukernel(const pg_kernel_table *kt, pg_dtype t);
+/* The driver row of K-quant type t, IQ4_XS or IQ4_NL (NULL: another type). */
+const pg_gemm_format *pg_kq_format(pg_dtype t);
 /* Pack GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / IQ4_NL rows [N, K] (Wu: the up half of a
  * SwiGLU pair, else NULL) for table kt, over the default pool's threads (the bytes do not depend on
  * the split). Errors: PAGODA_ERR_INVALID_ARG (K not a multiple of 256), PAGODA_ERR_UNSUPPORTED (a

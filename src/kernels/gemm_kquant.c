@@ -58,6 +58,27 @@ const pg_qgemm_ukernel *pg_kq_ukernel(const pg_kernel_table *kt, pg_dtype t) {
     }
 }
 
+const pg_gemm_format *pg_kq_format(pg_dtype t) {
+    switch (t) {
+    case PG_Q2_K:
+        return &pg_gemm_format_q2_k;
+    case PG_Q3_K:
+        return &pg_gemm_format_q3_k;
+    case PG_Q4_K:
+        return &pg_gemm_format_q4_k;
+    case PG_Q5_K:
+        return &pg_gemm_format_q5_k;
+    case PG_Q6_K:
+        return &pg_gemm_format_q6_k;
+    case PG_IQ4_XS:
+        return &pg_gemm_format_iq4_xs;
+    case PG_IQ4_NL:
+        return &pg_gemm_format_iq4_nl;
+    default:
+        return NULL;
+    }
+}
+
 /* Write the decoded block b as column c of one packed super-block grp (fs:
  * the header is b's per-sub-block F16 scales). */
 static void put_block(uint8_t *grp, int bits, int has_min, int fs, int c, const pg_kq_block *b) {
@@ -129,13 +150,7 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
     pg_packed_weight *pw = pg_gemm_weight_new();
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
     pw->quk = *uk;
-    pw->fmt = t == PG_Q4_K     ? &pg_gemm_format_q4_k
-              : t == PG_Q5_K   ? &pg_gemm_format_q5_k
-              : t == PG_Q6_K   ? &pg_gemm_format_q6_k
-              : t == PG_Q2_K   ? &pg_gemm_format_q2_k
-              : t == PG_Q3_K   ? &pg_gemm_format_q3_k
-              : t == PG_IQ4_XS ? &pg_gemm_format_iq4_xs
-                               : &pg_gemm_format_iq4_nl;
+    pw->fmt = pg_kq_format(t);
     pw->kq = (int)t;
     pw->mr = uk->mr;
     pw->nr = PG_KQ_NR;
