@@ -1,6 +1,7 @@
-/* GGUF K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) in the GEMM driver
- * (kernels/gemm.h "K-quants", base/kquant.h) and the IQ4 codebook types
- * (IQ4_NL, IQ4_XS: W8A8 groups of 32, kernels/qgemm.h): the dtypes and GGUF
+/* GGUF K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS / IQ4_NL (the
+ * codebook K-quant rows) in the GEMM driver (kernels/gemm.h "K-quants",
+ * base/kquant.h), IQ4_NL with K not a multiple of 256 as W8A8 groups of
+ * 32 (kernels/qgemm.h): the dtypes and GGUF
  * type ids, dequantization bit for bit against a second implementation
  * written from llama.cpp's loop structure (dequantize_row_*) on random and
  * hand-built extreme blocks, every kernel table this machine (or qemu) runs
@@ -38,7 +39,7 @@
 
 static const char *const ISAS[] = {"scalar", "avx2", "avx512", "avx512bf16", "neon", "sve"};
 enum { N_ISAS = sizeof ISAS / sizeof ISAS[0] };
-static const pg_dtype TYPES[] = {PG_Q4_K, PG_Q5_K, PG_Q6_K, PG_Q2_K, PG_Q3_K};
+static const pg_dtype TYPES[] = {PG_Q4_K, PG_Q5_K, PG_Q6_K, PG_Q2_K, PG_Q3_K, PG_IQ4_XS, PG_IQ4_NL};
 enum { N_TYPES = sizeof TYPES / sizeof TYPES[0] };
 
 static void put16(uint8_t *p, float f) {
@@ -47,9 +48,10 @@ static void put16(uint8_t *p, float f) {
 }
 
 /* Random GGUF rows [N, K] of type t: random quants and scale bytes, d and
- * dmin positive F16 of a few thousandths (any bytes are a valid block). */
+ * dmin positive F16 of a few thousandths (IQ4_XS, IQ4_NL: d of either
+ * sign; any bytes are a valid block). */
 static uint8_t *make_rows(pg_dtype t, int64_t N, int64_t K) {
-    const size_t bb = pg_dtype_block_bytes(t), nb = (size_t)(N * K / 256);
+    const size_t bb = pg_dtype_block_bytes(t), nb = (size_t)(N * K) / pg_dtype_block_elems(t);
     uint8_t *w = malloc(nb * bb);
     assert_non_null(w);
     for (size_t i = 0; i < nb * bb; i++)
@@ -63,6 +65,8 @@ static uint8_t *make_rows(pg_dtype t, int64_t N, int64_t K) {
         } else if (t == PG_Q2_K) {
             put16(blk + 80, 0.001f + 0.004f * fabsf(pg_test_rnd()));
             put16(blk + 82, 0.001f + 0.004f * fabsf(pg_test_rnd()));
+        } else if (t == PG_IQ4_XS || t == PG_IQ4_NL) {
+            put16(blk, 0.0002f + 0.001f * pg_test_rnd());
         } else {
             put16(blk, 0.001f + 0.004f * fabsf(pg_test_rnd()));
             put16(blk + 2, 0.001f + 0.004f * fabsf(pg_test_rnd()));
@@ -259,7 +263,7 @@ static void test_dtype_and_dequant(void **state) {
         assert_int_equal(pg_ggml_type_to_dtype(ids[i]), t);
         assert_int_equal(pg_dtype_to_ggml_type(t), ids[i]);
         assert_true(pg_matmul_supports(t));
-        enum { NB = 12 };
+        enum { NB = 16 };
         uint8_t *w = make_blocks(t, NB);
         float got[NB * 256], want[NB * 256];
         const size_t n = NB * be;
@@ -280,21 +284,29 @@ static void test_dtype_and_dequant(void **state) {
                 const float v = sc[k / 32] * (float)q[k];
                 assert_memory_equal(&v, &want[k], 4);
             }
+        }
+        if (!pg_kq_in_gemm(t)) {
             free(w);
             continue;
         }
-        /* the integer form reproduces the same values (every block whose dm
-         * is an F16; the 1000.0 one is not for Q3_K / Q6_K) */
-        for (int b = 0; b < NB; b++) {
+        /* the integer form reproduces the same values (every super-block
+         * whose dm is an F16; the 1000.0 one is not for Q3_K / Q6_K; IQ4_NL:
+         * eight blocks as one) */
+        for (int b = 0; b < (int)(n / 256); b++) {
             pg_kq_block kb;
-            const int r = pg_kq_decode(t, w + (size_t)b * bytes[i], &kb);
+            const int r = pg_kq_decode(t, w + (size_t)b * pg_kq_super_bytes(t), &kb);
             if (r) {
                 assert_true((t == PG_Q6_K || t == PG_Q3_K) && b == NB - 3);
                 continue;
             }
             assert_int_equal(kb.sub, pg_kq_sub(t));
+            const int cb = pg_kq_codebook(t);
+            if (cb) assert_int_equal(kb.dm, 0);
             for (int k = 0; k < 256; k++) {
-                const double p = (double)pg_f16_to_f32(kb.d) * kb.sc[k / kb.sub] * kb.u[k],
+                const double dsc = pg_kq_fscale(t)
+                                       ? (double)pg_f16_to_f32(kb.ds[k / kb.sub])
+                                       : (double)pg_f16_to_f32(kb.d) * kb.sc[k / kb.sub];
+                const double p = dsc * (cb ? KV_IQ4NL[kb.u[k]] : kb.u[k]),
                              q = (double)pg_f16_to_f32(kb.dm) * kb.m[k / kb.sub];
                 assert_true(kb.u[k] < 1 << pg_kq_bits(t));
                 if (!pg_kq_has_min(t)) assert_int_equal(kb.m[k / kb.sub], kb.sc[k / kb.sub]);
@@ -315,7 +327,7 @@ static void test_dtype_and_dequant(void **state) {
     put16(blk + 108, 16000.0f);
     assert_int_equal(pg_kq_decode(PG_Q3_K, blk, &kb), 0);
     assert_int_equal(pg_kq_decode(PG_Q8_0, blk, &kb), -2);
-    assert_int_equal(pg_kq_decode(PG_IQ4_XS, blk, &kb), -2);
+    assert_int_equal(pg_kq_decode(PG_F16, blk, &kb), -2);
 }
 
 /* ---- every table vs the specification */
@@ -343,8 +355,9 @@ static void run_vs_ref(pg_dtype t, const pg_kernel_table *kt, pg_pool *pool, int
         assert_int_equal(pg_gemm_pack_swiglu(t, wg, wu, N, K, kt, &pw), PAGODA_OK);
     else
         assert_int_equal(pg_gemm_pack(t, wg, N, K, kt, &pw), PAGODA_OK);
-    char lower[8];
-    snprintf(lower, sizeof lower, "q%c_k", pg_dtype_name(t)[1]);
+    char lower[8] = {0}; /* the format's name: the dtype's in lower case */
+    for (const char *p = pg_dtype_name(t); *p && p - pg_dtype_name(t) < 7; p++)
+        lower[p - pg_dtype_name(t)] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
     assert_string_equal(pg_gemm_format_name(pw), lower);
     assert_int_equal(pg_gemm_quant_bits(pw), pg_kq_bits(t));
     const int64_t ldc = N + 3, lda = K + 1;
@@ -432,8 +445,8 @@ static void test_spec_vs_dequantized(void **state) {
                 }
                 /* each activation is off by at most half a step, 1/254 of its block's max */
                 if (fabs(C[m * N + n] - y) > mag / 200.0 + 1e-6) {
-                    fprintf(stderr, "%s m=%lld n=%lld: %.6g vs %.6g (mag %.3g)\n",
-                            pg_dtype_name(t), (long long)m, (long long)n, C[m * N + n], y, mag);
+                    fprintf(stderr, "%s m=%lld n=%lld: %.6g vs %.6g (mag %.3g)\n", pg_dtype_name(t),
+                            (long long)m, (long long)n, C[m * N + n], y, mag);
                     fail();
                 }
             }
@@ -487,15 +500,16 @@ static void test_fused_rmsnorm_and_batch_invariance(void **state) {
     }
 }
 
-/* IQ4_NL / IQ4_XS run as W8A8 with groups of 32 (codebook values, scales
- * d or d (ls - 32)): every table's pg_gemm on the GGUF rows equals the
- * reference pg_ref_qgemm on the unpacked weight bit for bit (store with
- * bias, SwiGLU; M = 1, 3, 13; 1 and 2 threads). */
+/* IQ4_NL rows with K not a multiple of 256 run as W8A8 with groups of 32
+ * (codebook values, scales d): every table's pg_gemm on the GGUF rows
+ * equals the reference pg_ref_qgemm on the unpacked weight bit for bit
+ * (store with bias, SwiGLU; M = 1, 3, 13; 1 and 2 threads). IQ4_XS and the
+ * other IQ4_NL rows are K-quant rows (test_tables_vs_reference). */
 static void test_iq4_tables_vs_reference(void **state) {
     (void)state;
     pg_pool *pool2 = pg_test_pool(2);
-    const pg_dtype types[] = {PG_IQ4_NL, PG_IQ4_XS};
-    for (int ti = 0; ti < 2; ti++) {
+    const pg_dtype types[] = {PG_IQ4_NL};
+    for (int ti = 0; ti < 1; ti++) {
         const pg_dtype t = types[ti];
         const int64_t N = 37, K = t == PG_IQ4_NL ? 96 : 512, M2 = 13;
         const size_t rb = pg_dtype_row_bytes(t, (size_t)K);

@@ -2,7 +2,7 @@
  * weights under it (kernels/gemm.h pg_gemm_describe / pg_gemm_adopt):
  *   - a first load writes the file, a second maps it and computes bitwise
  *     the logits of a load without the cache, for every weight format
- *     (F32 / BF16 HF, GGUF Q8_0, Q4_0, Q4_K + Q6_K, Q5_K, MXFP4, W8A8 / W4A8
+ *     (F32 / BF16 HF, GGUF Q8_0, Q4_0, Q4_K + Q6_K, Q5_K, IQ4_XS, IQ4_NL, MXFP4, W8A8 / W4A8
  *     quantization at load), each file holding the expected formats;
  *   - every key component (source identity, options, lm_head policy, kernel
  *     table, tensor-parallel shard) changes the key; a changed option or a
@@ -36,7 +36,20 @@
 static char g_base[4096];
 
 /* Format indices of the file's table (kernels/gemm.c SERIAL_FORMATS). */
-enum { F_BF16, F_F32, F_W8A8, F_W4A8, F_MXFP4, F_Q4K, F_Q5K, F_Q6K };
+enum {
+    F_BF16,
+    F_F32,
+    F_W8A8,
+    F_W4A8,
+    F_MXFP4,
+    F_Q4K,
+    F_Q5K,
+    F_Q6K,
+    F_Q2K,
+    F_Q3K,
+    F_IQ4XS,
+    F_IQ4NL
+};
 
 static const int32_t TOKENS[] = {1, 17, 42, 5, 99, 3, 250, 7};
 enum { T = 8 };
@@ -87,7 +100,7 @@ static unsigned file_formats(const char *file) {
     for (uint64_t i = 0; i < n; i++) {
         int64_t fmt;
         memcpy(&fmt, b + table_off + i * (PG_GEMM_DESC_WORDS + 3) * 8, 8);
-        assert_true(fmt >= 0 && fmt < 10);
+        assert_true(fmt >= 0 && fmt <= F_IQ4NL);
         set |= 1u << fmt;
     }
     free(b);
@@ -95,8 +108,7 @@ static unsigned file_formats(const char *file) {
 }
 
 /* Load path under o, check the outcome, return the logits [T, vocab]. */
-static float *load_logits(const char *path, const pg_model_options *o,
-                          pg_pack_cache_outcome want) {
+static float *load_logits(const char *path, const pg_model_options *o, pg_pack_cache_outcome want) {
     pg_model_source *src;
     pg_model *m = pg_test_load(path, o, &src);
     assert_int_equal(pg_pack_cache_last_outcome(), want);
@@ -154,7 +166,8 @@ static void roundtrip(const char *name, const char *path, const pg_model_options
 
 /* ---- models ------------------------------------------------------------------ */
 
-static char g_f32[4200], g_bf16[4200], g_q8[4200], g_q4[4200], g_q4k[4200], g_q5k[4200];
+static char g_f32[4200], g_bf16[4200], g_q8[4200], g_q4[4200], g_q4k[4200], g_q5k[4200],
+    g_iq4xs[4200], g_iq4nl[4200];
 
 static void gen(const char *hf, const char *gguf, pg_dtype hf_dtype, pg_dtype gguf_dtype,
                 int hidden, bool kmix, uint64_t seed) {
@@ -180,10 +193,14 @@ static int setup(void **state) {
     snprintf(g_q4, sizeof g_q4, "%s/q4.gguf", g_base);
     snprintf(g_q4k, sizeof g_q4k, "%s/q4k.gguf", g_base);
     snprintf(g_q5k, sizeof g_q5k, "%s/q5k.gguf", g_base);
+    snprintf(g_iq4xs, sizeof g_iq4xs, "%s/iq4xs.gguf", g_base);
+    snprintf(g_iq4nl, sizeof g_iq4nl, "%s/iq4nl.gguf", g_base);
     gen(g_f32, g_q8, PG_F32, PG_Q8_0, 64, false, 1);
     gen(g_bf16, g_q4, PG_BF16, PG_Q4_0, 64, false, 2);
     gen(NULL, g_q4k, PG_F32, PG_Q4_K, 256, true, 3);
     gen(NULL, g_q5k, PG_F32, PG_Q5_K, 256, false, 4);
+    gen(NULL, g_iq4xs, PG_F32, PG_IQ4_XS, 256, false, 5);
+    gen(NULL, g_iq4nl, PG_F32, PG_IQ4_NL, 256, false, 6);
     unsetenv("PAGODA_PACK_CACHE");
     unsetenv("PAGODA_QUANT_LM_HEAD");
     return 0;
@@ -205,6 +222,9 @@ static void test_roundtrip_gguf(void **state) {
     roundtrip("q4k", g_q4k, NULL, 1u << F_Q4K | 1u << F_Q6K);
     /* Q5_K layers; the 512-row embedding's rows of 256 are Q5_K too */
     roundtrip("q5k", g_q5k, NULL, 1u << F_Q5K);
+    /* IQ4_XS, IQ4_NL: the codebook K-quant rows */
+    roundtrip("iq4xs", g_iq4xs, NULL, 1u << F_IQ4XS);
+    roundtrip("iq4nl", g_iq4nl, NULL, 1u << F_IQ4NL);
 }
 
 /* gpt-oss's mixture of experts (grouped expert GEMMs, router) */
@@ -303,7 +323,8 @@ static void test_key_components(void **state) {
     snprintf(file, sizeof file, "%s", g_q8);
     assert_int_equal(pg_model_source_open(file, &src), PAGODA_OK);
     char *a = pg_pack_cache_key(src, &o, NULL, 0, 1);
-    struct timespec ts[2] = {{.tv_sec = 1000000000, .tv_nsec = 0}, {.tv_sec = 1000000000, .tv_nsec = 0}};
+    struct timespec ts[2] = {{.tv_sec = 1000000000, .tv_nsec = 0},
+                             {.tv_sec = 1000000000, .tv_nsec = 0}};
     assert_int_equal(utimensat(AT_FDCWD, file, ts, 0), 0);
     char *b = pg_pack_cache_key(src, &o, NULL, 0, 1);
     assert_string_not_equal(a, b);
@@ -484,7 +505,8 @@ static void check_adopt(pg_packed_weight *w, const float *A, int64_t M) {
     assert_int_equal(pg_gemm_adopt(d, copy, bytes, NULL, on_release, NULL, &a), PAGODA_OK);
     assert_string_equal(pg_gemm_format_name(a), pg_gemm_format_name(w));
     void *scratch = pg_malloc_aligned(pg_gemm_scratch_size(w, M, 1));
-    float *c1 = malloc((size_t)(M * N) * sizeof(float)), *c2 = malloc((size_t)(M * N) * sizeof(float));
+    float *c1 = malloc((size_t)(M * N) * sizeof(float)),
+          *c2 = malloc((size_t)(M * N) * sizeof(float));
     const pg_gemm_epilogue ep = pg_gemm_is_swiglu(w) ? PG_GEMM_SWIGLU : PG_GEMM_STORE;
     assert_int_equal(pg_gemm(w, A, M, K, c1, N, NULL, ep, NULL, scratch), PAGODA_OK);
     assert_int_equal(pg_gemm(a, A, M, K, c2, N, NULL, ep, NULL, scratch), PAGODA_OK);
@@ -587,6 +609,40 @@ static void test_adopt_errors(void **state) {
     pg_free(copy);
     pg_gemm_free(w);
     free(W);
+    /* a K-quant row's description must name its own type and super-block
+     * bytes: an IQ4_XS weight adopted as Q4_K (description word 18, the
+     * type) or with other group bytes (word 9, and the sizes after it) */
+    enum { KN = 40, KB = 136 };
+    uint8_t *rows = malloc(KN * KB);
+    for (int i = 0; i < KN * KB; i++)
+        rows[i] = (uint8_t)pg_test_rnd_u64();
+    for (int r = 0; r < KN; r++) {
+        const uint16_t h = pg_f32_to_f16(0.001f);
+        memcpy(rows + r * KB, &h, 2);
+    }
+    assert_int_equal(pg_gemm_pack(PG_IQ4_XS, rows, KN, 256, NULL, &w), PAGODA_OK);
+    assert_string_equal(pg_gemm_format_name(w), "iq4_xs");
+    pg_gemm_describe(w, d);
+    bytes = pg_gemm_packed_bytes(w);
+    copy = pg_malloc_aligned(bytes);
+    memcpy(copy, pg_gemm_data(w), bytes);
+    memcpy(e, d, sizeof e);
+    e[18] = PG_Q4_K;
+    assert_int_equal(pg_gemm_adopt(e, copy, bytes, NULL, NULL, NULL, &bad), PAGODA_ERR_UNSUPPORTED);
+    assert_null(bad);
+    memcpy(e, d, sizeof e);
+    e[9] -= 64; /* group bytes, panel bytes and total kept consistent */
+    e[10] = e[4] * e[9];
+    e[11] = e[5] * e[10];
+    assert_int_equal(pg_gemm_adopt(e, copy, (size_t)e[11], NULL, NULL, NULL, &bad),
+                     PAGODA_ERR_UNSUPPORTED);
+    assert_null(bad);
+    pg_packed_weight *good = NULL;
+    assert_int_equal(pg_gemm_adopt(d, copy, bytes, NULL, NULL, NULL, &good), PAGODA_OK);
+    pg_gemm_free(good);
+    pg_free(copy);
+    pg_gemm_free(w);
+    free(rows);
 }
 
 /* ---- the command line ------------------------------------------------------------ */

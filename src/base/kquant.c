@@ -10,15 +10,32 @@ int pg_kq_is_kquant(pg_dtype t) {
     return t == PG_Q4_K || t == PG_Q5_K || t == PG_Q6_K || t == PG_Q2_K || t == PG_Q3_K;
 }
 
+int pg_kq_in_gemm(pg_dtype t) {
+    return pg_kq_is_kquant(t) || t == PG_IQ4_XS || t == PG_IQ4_NL;
+}
+
+int pg_kq_codebook(pg_dtype t) {
+    return t == PG_IQ4_XS || t == PG_IQ4_NL;
+}
+
+int pg_kq_fscale(pg_dtype t) {
+    return t == PG_IQ4_NL;
+}
+
+size_t pg_kq_super_bytes(pg_dtype t) {
+    if (!pg_kq_in_gemm(t)) return 0;
+    return PG_QK_K / pg_dtype_block_elems(t) * pg_dtype_block_bytes(t);
+}
+
 int pg_kq_bits(pg_dtype t) {
-    return t == PG_Q4_K || t == PG_Q2_K || t == PG_Q3_K ? 4
-           : t == PG_Q5_K                               ? 5
-           : t == PG_Q6_K                               ? 6
-                                                        : 0;
+    return t == PG_Q4_K || t == PG_Q2_K || t == PG_Q3_K || t == PG_IQ4_XS || t == PG_IQ4_NL ? 4
+           : t == PG_Q5_K                                                                   ? 5
+           : t == PG_Q6_K                                                                   ? 6
+                                                                                            : 0;
 }
 
 int pg_kq_sub(pg_dtype t) {
-    return t == PG_Q4_K || t == PG_Q5_K ? 32 : pg_kq_is_kquant(t) ? 16 : 0;
+    return t == PG_Q4_K || t == PG_Q5_K || pg_kq_codebook(t) ? 32 : pg_kq_is_kquant(t) ? 16 : 0;
 }
 
 int pg_kq_has_min(pg_dtype t) {
@@ -115,6 +132,33 @@ int pg_kq_decode(pg_dtype t, const void *blk, pg_kq_block *out) {
             out->u[e] = (uint8_t)(lo | hb << 2); /* q + 4 */
         }
         return scaled_dm(out, 4.0f);
+    }
+    if (t == PG_IQ4_XS) {
+        const uint8_t *qs = b + 8;
+        out->d = rd16(b);
+        out->dm = 0;
+        out->sub = 32;
+        for (int s = 0; s < 8; s++) {
+            out->sc[s] = out->m[s] = (int8_t)(pg_iq4xs_scale(b, s) - 32);
+            for (int j = 0; j < 16; j++) {
+                out->u[32 * s + j] = qs[16 * s + j] & 15;
+                out->u[32 * s + j + 16] = qs[16 * s + j] >> 4;
+            }
+        }
+        return 0;
+    }
+    if (t == PG_IQ4_NL) {
+        memset(out, 0, sizeof *out);
+        out->sub = 32;
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *blk32 = b + 18 * s;
+            out->ds[s] = rd16(blk32);
+            for (int j = 0; j < 16; j++) {
+                out->u[32 * s + j] = blk32[2 + j] & 15;
+                out->u[32 * s + j + 16] = blk32[2 + j] >> 4;
+            }
+        }
+        return 0;
     }
     return -2;
 }

@@ -44,10 +44,17 @@
  * and dm = 4 d. So a dot
  * product with int8 activations qa (per-256 scale a_s) is
  *   a_s * (d * sum_s sc[s] * sum_{e in s} qa u  -  dm * sum_s m[s] * sum_{e in s} qa),
- * the second sum needing only the activations' per-sub-block sums. */
+ * the second sum needing only the activations' per-sub-block sums.
+ * IQ4_XS is the codebook variant of it: u is the nibble, sc = ls - 32, and
+ * the product is a_s * d * sum_s sc[s] * sum_{e in s} qa kv[u] (kv signed:
+ * no minimum term; a kernel whose dot takes unsigned weights uses kv + 128
+ * and subtracts 128 * sum_s sc[s] * sum_{e in s} qa, exact in int32).
+ * IQ4_NL, eight blocks taken as one super-block, keeps a float scale per
+ * sub-block: the product is sum_s a_s ds[s] sum_{e in s} qa kv[u]. */
 #ifndef PAGODA_BASE_KQUANT_H
 #define PAGODA_BASE_KQUANT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/dtype.h"
@@ -56,6 +63,7 @@ enum { PG_QK_K = 256 };
 
 typedef struct pg_kq_block {
     uint16_t d, dm; /* F16 bits */
+    uint16_t ds[8]; /* IQ4_NL: the F16 scale of each sub-block (block of 32); else unused */
     int sub;        /* elements per sub-block: 32 (Q4_K, Q5_K) or 16 (Q2_K, Q3_K, Q6_K) */
     int8_t sc[16], m[16];
     uint8_t u[PG_QK_K];
@@ -67,18 +75,35 @@ extern const int8_t pg_iq4nl_kvalues[16];
 /* True for the K-quant types this decoder reads (Q2_K, Q3_K, Q4_K, Q5_K,
  * Q6_K). */
 int pg_kq_is_kquant(pg_dtype t);
-/* Bits of u as the GEMM packs it: 4 (Q2_K, Q3_K and Q4_K: one nibble
- * each), 5 or 6 (0 for other types). */
+/* True for the types the K-quant GEMM rows pack (kernels/gemm_kquant.c):
+ * the K-quants, IQ4_XS and IQ4_NL (eight blocks of 32 as one super-block
+ * of 256; rows with K a multiple of 256). */
+int pg_kq_in_gemm(pg_dtype t);
+/* 1 when u is an index into pg_iq4nl_kvalues (IQ4_XS: the weight is d sc
+ * kv[u]; IQ4_NL: ds[s] kv[u]; no minimum term), else 0. */
+int pg_kq_codebook(pg_dtype t);
+/* 1 when each sub-block has its own F16 scale ds[s] instead of d sc[s]
+ * (IQ4_NL), else 0. */
+int pg_kq_fscale(pg_dtype t);
+/* Bytes of one super-block of 256 weights of t (IQ4_NL: eight blocks,
+ * 144), 0 for a type pg_kq_in_gemm rejects. */
+size_t pg_kq_super_bytes(pg_dtype t);
+/* Bits of u as the GEMM packs it: 4 (Q2_K, Q3_K, Q4_K, IQ4_XS and IQ4_NL:
+ * one nibble each), 5 or 6 (0 for other types). */
 int pg_kq_bits(pg_dtype t);
-/* Elements per sub-block: 32 (Q4_K, Q5_K), 16 (Q2_K, Q3_K, Q6_K); 0 else. */
+/* Elements per sub-block: 32 (Q4_K, Q5_K, IQ4_XS, IQ4_NL), 16 (Q2_K, Q3_K,
+ * Q6_K); 0 else. */
 int pg_kq_sub(pg_dtype t);
 /* 1 when the minimums m are their own values (Q2_K, Q4_K, Q5_K), 0 when m
- * = sc (Q3_K, Q6_K) or t is not a K-quant. */
+ * = sc (Q3_K, Q6_K, IQ4_XS), for IQ4_NL or when t is not a K-quant. */
 int pg_kq_has_min(pg_dtype t);
 
-/* Decode one block of type t at blk. Returns 0, or -1 when dm is not an
- * exact F16 (Q6_K / Q3_K with |32 d| / |4 d| beyond the F16 range), or -2
- * for a type that is not a K-quant. */
+/* Decode one super-block of type t (a K-quant, IQ4_XS, or eight IQ4_NL
+ * blocks) at blk. IQ4_XS: u = the 4-bit codebook index, sc = m = ls - 32,
+ * dm = 0 (x = d sc kv[u]). IQ4_NL: u as IQ4_XS, ds[s] = block s's d, d =
+ * dm = 0 and sc = m = 0 (x = ds[s] kv[u]). Returns 0, or -1 when dm is not
+ * an exact F16 (Q6_K / Q3_K with |32 d| / |4 d| beyond the F16 range), or
+ * -2 for another type. */
 int pg_kq_decode(pg_dtype t, const void *blk, pg_kq_block *out);
 
 /* Dequantize n elements (a multiple of the block) of K-quant or IQ4 rows

@@ -69,12 +69,18 @@ static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, 
     pg_qgemm_ukernel u = {name, mr, nr, kg, ar, vw, a_u8, bits, w_u8, run, run_hs};
     return u;
 }
-#define QUK_SCALAR(b) quk("scalar", b, 4, 8, 4, 1, 16, 0, 0, pg_ref_qgemm_uk_w##b, pg_ref_qgemm_uk_w##b##_hs)
-#define QUK_AVX512VNNI(b) quk("avx512vnni", b, 6, 32, 4, 1, 64, 0, 1, pg_avx512vnni_qgemm_uk_w##b, pg_avx512vnni_qgemm_uk_w##b##_hs)
-#define QUK_AVX2(b) quk("avx2", b, 3, 16, 4, 1, 32, 0, 0, pg_avx2_qgemm_uk_w##b, pg_avx2_qgemm_uk_w##b##_hs)
+#define QUK_SCALAR(b)                                                                              \
+    quk("scalar", b, 4, 8, 4, 1, 16, 0, 0, pg_ref_qgemm_uk_w##b, pg_ref_qgemm_uk_w##b##_hs)
+#define QUK_AVX512VNNI(b)                                                                          \
+    quk("avx512vnni", b, 6, 32, 4, 1, 64, 0, 1, pg_avx512vnni_qgemm_uk_w##b,                       \
+        pg_avx512vnni_qgemm_uk_w##b##_hs)
+#define QUK_AVX2(b)                                                                                \
+    quk("avx2", b, 3, 16, 4, 1, 32, 0, 0, pg_avx2_qgemm_uk_w##b, pg_avx2_qgemm_uk_w##b##_hs)
 #define QUK_AVXVNNI(b) quk("avxvnni", b, 3, 16, 4, 1, 32, 1, 0, pg_avxvnni_qgemm_uk_w##b, NULL)
-#define QUK_DOTPROD(b) quk("dotprod", b, 4, 8, 4, 1, 16, 0, 0, pg_dotprod_qgemm_uk_w##b, pg_dotprod_qgemm_uk_w##b##_hs)
-#define QUK_I8MM(b) quk("i8mm", b, 4, 8, 8, 2, 16, 0, 0, pg_i8mm_qgemm_uk_w##b, pg_i8mm_qgemm_uk_w##b##_hs)
+#define QUK_DOTPROD(b)                                                                             \
+    quk("dotprod", b, 4, 8, 4, 1, 16, 0, 0, pg_dotprod_qgemm_uk_w##b, pg_dotprod_qgemm_uk_w##b##_hs)
+#define QUK_I8MM(b)                                                                                \
+    quk("i8mm", b, 4, 8, 8, 2, 16, 0, 0, pg_i8mm_qgemm_uk_w##b, pg_i8mm_qgemm_uk_w##b##_hs)
 
 /* MXFP4 microkernels (dispatch.h, above pg_kernel_table): bits 4, no F16
  * form; avx512vnni feeds offset codes (w_u8). */
@@ -89,7 +95,8 @@ static pg_qgemm_ukernel quk(const char *name, int bits, int mr, int nr, int kg, 
 #define KQ_SET(t, name, mr, P)                                                                     \
     ((t)->q4_k = KQUK(name, 4, mr, P##_q4_k), (t)->q5_k = KQUK(name, 5, mr, P##_q5_k),             \
      (t)->q6_k = KQUK(name, 6, mr, P##_q6_k), (t)->q2_k = KQUK(name, 4, mr, P##_q2_k),             \
-     (t)->q3_k = KQUK(name, 4, mr, P##_q3_k))
+     (t)->q3_k = KQUK(name, 4, mr, P##_q3_k), (t)->iq4_xs = KQUK(name, 4, mr, P##_iq4_xs),         \
+     (t)->iq4_nl = KQUK(name, 4, mr, P##_iq4_nl))
 
 /* Set an entry and record which variant filled it. */
 #define SET(t, entry, fn, name) ((t)->entry = (fn), (t)->variant.entry = (name))

@@ -115,7 +115,13 @@ typedef struct pg_qgemm_ukernel {
  *     c[i][j] = fmaf(-(float)Q, dm[j] * as[i*as_stride + g], c[i][j])
  * The activation sums come from the input stage as int16, 16 per
  * super-block (one per 16 k): row i's at (const int16_t *)(ac + i *
- * ac_stride) + 16 g. Spec: pg_ref_kq_gemm (ref/kquant.c). */
+ * ac_stride) + 16 g. iq4_xs is the same contract with bits 4, u a
+ * codebook index: a[i][k] * u[j][k] becomes a[i][k] * pg_iq4nl_kvalues[u]
+ * and there is no Q step (base/kquant.h); iq4_nl is iq4_xs with an F16
+ * scale ds[s][j] per sub-block in place of d and sc: per sub-block s in
+ * order c[i][j] = fmaf((float)(sum_{k in s} a[i][k] kv[u[j][k]]), ds[s][j] *
+ * as[i*as_stride + g], c[i][j]). Spec: pg_ref_kq_gemm
+ * (ref/kquant.c). */
 
 typedef struct pg_kernel_table {
     const char
@@ -168,7 +174,7 @@ typedef struct pg_kernel_table {
     /* GGUF K-quant weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) times int8
      * activations with per-(token, 256) scales and 16-sums (see the comment
      * above the table). */
-    pg_qgemm_ukernel q2_k, q3_k, q4_k, q5_k, q6_k;
+    pg_qgemm_ukernel q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, iq4_nl;
     /* The quantized GEMM's activation input stage (kernels/qgemm.h; specs
      * pg_ref_amax_f32 / pg_ref_quant_i8 in ref/ref.h, every variant equal
      * bit for bit): amax_f32 = max |x[i]| over n >= 0 floats (0 for n 0;

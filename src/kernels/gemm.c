@@ -66,18 +66,48 @@ void pg_gemm_free(pg_packed_weight *w) {
 /* ---- serialized weights (gemm.h "serialized packed weights") */
 
 static const pg_gemm_format *const SERIAL_FORMATS[] = {
-    &pg_gemm_format_bf16, &pg_gemm_format_f32,  &pg_gemm_format_w8a8, &pg_gemm_format_w4a8,
-    &pg_gemm_format_mxfp4, &pg_gemm_format_q4_k, &pg_gemm_format_q5_k, &pg_gemm_format_q6_k,
-    &pg_gemm_format_q2_k, &pg_gemm_format_q3_k,
+    &pg_gemm_format_bf16,  &pg_gemm_format_f32,  &pg_gemm_format_w8a8,   &pg_gemm_format_w4a8,
+    &pg_gemm_format_mxfp4, &pg_gemm_format_q4_k, &pg_gemm_format_q5_k,   &pg_gemm_format_q6_k,
+    &pg_gemm_format_q2_k,  &pg_gemm_format_q3_k, &pg_gemm_format_iq4_xs, &pg_gemm_format_iq4_nl,
 };
 enum { N_SERIAL_FORMATS = sizeof SERIAL_FORMATS / sizeof SERIAL_FORMATS[0] };
 
 /* Word indices of the description. */
 enum {
-    D_FMT, D_SWIGLU, D_N, D_K, D_KGROUPS, D_NPANELS, D_MR, D_NR, D_AR, D_GBYTES, D_PANEL,
-    D_BYTES, D_BF16, D_ELEM, D_BITS, D_ACT_GROUP, D_SCALE_F16, D_MXFP4, D_KQ, D_GROUP, D_GK,
-    D_HBYTES, D_UK_KG, D_UK_FLAGS,
+    D_FMT,
+    D_SWIGLU,
+    D_N,
+    D_K,
+    D_KGROUPS,
+    D_NPANELS,
+    D_MR,
+    D_NR,
+    D_AR,
+    D_GBYTES,
+    D_PANEL,
+    D_BYTES,
+    D_BF16,
+    D_ELEM,
+    D_BITS,
+    D_ACT_GROUP,
+    D_SCALE_F16,
+    D_MXFP4,
+    D_KQ,
+    D_GROUP,
+    D_GK,
+    D_HBYTES,
+    D_UK_KG,
+    D_UK_FLAGS,
 };
+
+/* A K-quant description's super-block bytes and bits are its type's (the
+ * microkernel reads that many per group whatever the description says). */
+static int kq_group_ok(const int64_t *d) {
+    const pg_dtype t = (pg_dtype)d[D_KQ];
+    return pg_kq_in_gemm(t) && d[D_BITS] == pg_kq_bits(t) &&
+           (uint64_t)d[D_GBYTES] ==
+               pg_kq_group_bytes(pg_kq_bits(t), pg_kq_sub(t), pg_kq_has_min(t), pg_kq_fscale(t));
+}
 
 /* The table's microkernel for a format (float: *fu, quantized: *qu). */
 static void serial_ukernel(const pg_kernel_table *kt, int fmt, int kq, const pg_gemm_ukernel **fu,
@@ -85,12 +115,18 @@ static void serial_ukernel(const pg_kernel_table *kt, int fmt, int kq, const pg_
     *fu = NULL;
     *qu = NULL;
     const pg_gemm_format *f = SERIAL_FORMATS[fmt];
-    if (f == &pg_gemm_format_bf16) *fu = &kt->gemm_bf16;
-    else if (f == &pg_gemm_format_f32) *fu = &kt->gemm_f32;
-    else if (f == &pg_gemm_format_w8a8) *qu = &kt->qgemm_w8;
-    else if (f == &pg_gemm_format_w4a8) *qu = &kt->qgemm_w4;
-    else if (f == &pg_gemm_format_mxfp4) *qu = &kt->mxfp4;
-    else *qu = pg_kq_ukernel(kt, (pg_dtype)kq);
+    if (f == &pg_gemm_format_bf16)
+        *fu = &kt->gemm_bf16;
+    else if (f == &pg_gemm_format_f32)
+        *fu = &kt->gemm_f32;
+    else if (f == &pg_gemm_format_w8a8)
+        *qu = &kt->qgemm_w8;
+    else if (f == &pg_gemm_format_w4a8)
+        *qu = &kt->qgemm_w4;
+    else if (f == &pg_gemm_format_mxfp4)
+        *qu = &kt->mxfp4;
+    else if (pg_kq_format((pg_dtype)kq) == f) /* only the K-quant row of that type */
+        *qu = pg_kq_ukernel(kt, (pg_dtype)kq);
 }
 
 /* vw, a_u8, w_u8 and run_hs presence of a quantized microkernel as one word. */
@@ -158,7 +194,7 @@ pagoda_status pg_gemm_adopt(const int64_t d[PG_GEMM_DESC_WORDS], const void *dat
     else
         same = qu && qu->run && d[D_BITS] && qu->mr == d[D_MR] && qu->nr == d[D_NR] &&
                qu->ar == d[D_AR] && qu->kg == d[D_UK_KG] && q_flags(qu) == d[D_UK_FLAGS] &&
-               (!d[D_SCALE_F16] || qu->run_hs);
+               (!d[D_SCALE_F16] || qu->run_hs) && (!d[D_KQ] || kq_group_ok(d));
     if (!same)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "gemm: adopt: the %s weight was packed for another microkernel than "
@@ -221,8 +257,9 @@ pagoda_status pg_gemm_pack_qweight_pool(const pg_qweight *w, const pg_qweight *w
 }
 
 /* GGUF Q8_0 / Q4_0 rows (gate, and up for a SwiGLU pair) -> W8A8 / W4A8;
- * IQ4_NL / IQ4_XS -> W8A8 with groups of 32 (their codebook values,
- * qgemm.h pg_qgemm_from_gguf). */
+ * IQ4_NL rows with K not a multiple of 256 -> W8A8 with groups of 32 (its
+ * codebook values, qgemm.h pg_qgemm_from_gguf). IQ4_XS and the other
+ * IQ4_NL rows are K-quant rows (gemm_kquant.c). */
 static pagoda_status pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
                                const pg_kernel_table *kt, pg_packed_weight **out) {
     const int halves = Wu ? 2 : 1;
@@ -305,10 +342,10 @@ static pagoda_status pack_common(pg_dtype t, const void *Wg, const void *Wu, int
     if (N < 1 || K < 1)
         return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: N=%lld K=%lld must be >= 1",
                         (long long)N, (long long)K);
-    if (t == PG_Q8_0 || t == PG_Q4_0 || t == PG_IQ4_NL || t == PG_IQ4_XS)
+    if (t == PG_Q8_0 || t == PG_Q4_0 || (t == PG_IQ4_NL && K % 256))
         return pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t == PG_MXFP4) return pg_mxfp4_pack_gguf(Wg, Wu, N, K, kt, out);
-    if (pg_kq_is_kquant(t)) return pg_kq_pack_gguf(t, Wg, Wu, N, K, kt, out);
+    if (pg_kq_in_gemm(t)) return pg_kq_pack_gguf(t, Wg, Wu, N, K, kt, out);
     if (t != PG_F32 && t != PG_F16 && t != PG_BF16)
         return pg_error(PAGODA_ERR_UNSUPPORTED,
                         "gemm: pack: weight dtype %s not supported (F32, F16, BF16, Q8_0, Q4_0, "
@@ -400,8 +437,8 @@ static void compute_rect(const pg_gemm_call *cl, float *acc, int64_t P0, int64_t
                 int64_t ng = w->kgroups - pc < g->kc_groups ? w->kgroups - pc : g->kc_groups;
                 const int64_t limit = fmt->pf_limit(w, ng);
                 for (int64_t jr = jc; jr < jc1; jr++) {
-                    const char *wp =
-                        (const char *)w->data + (size_t)jr * w->panel_bytes + (size_t)pc * w->gbytes;
+                    const char *wp = (const char *)w->data + (size_t)jr * w->panel_bytes +
+                                     (size_t)pc * w->gbytes;
                     float *ct = acc + (jr - jc) * nr;
                     int64_t ldt = ldacc;
                     if (jr < pe) {
@@ -419,9 +456,8 @@ static void compute_rect(const pg_gemm_call *cl, float *acc, int64_t P0, int64_t
                     const int64_t lines = (int64_t)(nb / 64);
                     if (lines * mr > limit * rb) nx = NULL;
                     for (int64_t ir = ic; ir < ic1;) {
-                        const int rows = fmt->balanced_tiles
-                                             ? tile_rows(ic1 - ir, mr, w->ar)
-                                             : (int)(ic1 - ir < mr ? ic1 - ir : mr);
+                        const int rows = fmt->balanced_tiles ? tile_rows(ic1 - ir, mr, w->ar)
+                                                             : (int)(ic1 - ir < mr ? ic1 - ir : mr);
                         const char *pf = NULL;
                         int64_t pl = 0;
                         if (nx) { /* lines in proportion to the tile's rows */
@@ -589,8 +625,8 @@ static size_t book_bytes(int n) {
                        (size_t)(n + 1) * sizeof(size_t));
 }
 
-size_t pg_gemm_grouped_scratch_size(const pg_packed_weight *w, int64_t total_rows,
-                                    int max_problems, int nthreads) {
+size_t pg_gemm_grouped_scratch_size(const pg_packed_weight *w, int64_t total_rows, int max_problems,
+                                    int nthreads) {
     if (!w || total_rows < 1 || max_problems < 1) return 0;
     if (nthreads < 1) nthreads = 1;
     /* the problems' rows sum to at most total_rows, so their shared
@@ -711,8 +747,8 @@ pagoda_status pg_gemm_grouped(const pg_gemm_problem *p, int n, pg_pool *pool, vo
         /* a panel unit streams its bytes once and runs ceil(M / mr) tiles
          * over them: cost ~ bytes x (1 + tiles) */
         const int64_t unit = w->swiglu ? 2 : 1;
-        cost[i] = (double)w->panel_bytes * (double)unit *
-                  (1.0 + (double)pg_ceil_div64(c->g.M, w->mr));
+        cost[i] =
+            (double)w->panel_bytes * (double)unit * (1.0 + (double)pg_ceil_div64(c->g.M, w->mr));
         total += cost[i] * (double)(w->npanels / unit);
         row0[i + 1] = row0[i] + (size_t)pg_ceil_div64(c->g.M, w->ar);
         in_work += c->g.M * w->K;

@@ -177,10 +177,17 @@ pagoda_status pg_gemm_pack_mxfp4(const uint8_t *blocks, const uint8_t *scales,
  *   y = fmaf((float)P, d * a_s, y); y = fmaf(-(float)Q, dm * a_s, y)
  *   then bias and the epilogue. Every kernel equals the reference bit for
  *   bit; a row's result never depends on the others (batch invariance).
- * pg_gemm_format_name gives "q2_k", "q3_k", "q4_k", "q5_k", "q6_k";
- * pg_gemm_quant_bits the packed bits 4, 4, 4, 5, 6.
- * GGUF IQ4_NL / IQ4_XS rows given to pg_gemm_pack become W8A8 with groups
- * of 32 ("w8a8", 8 bits; kernels/qgemm.h pg_qgemm_from_gguf). */
+ * GGUF IQ4_XS is the codebook row of the same form: u a nibble whose
+ *   weight is pg_iq4nl_kvalues[u], sc = ls - 32, no Q step:
+ *   P = sum_s sc[s] sum_{k in s} qa[k] kv[u[k]], y = fmaf((float)P, d * a_s, y).
+ * pg_gemm_format_name gives "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+ * "iq4_xs", "iq4_nl"; pg_gemm_quant_bits the packed bits 4, 4, 4, 5, 6, 4,
+ * 4. GGUF IQ4_NL with K a multiple of 256 is the codebook row with a float
+ * scale per sub-block (eight blocks of 32 as one super-block): per
+ * sub-block s in order, y = fmaf((float)sum_{k in s} qa[k] kv[u[k]],
+ * ds[s] * a_s, y). IQ4_NL rows with another K (a multiple of 32) become
+ * W8A8 with groups of 32 ("w8a8", 8 bits; kernels/qgemm.h
+ * pg_qgemm_from_gguf). */
 
 /* 8 or 4 for a quantized weight (4 for MXFP4; 4, 5, 6 for the K-quants), 0
  * otherwise. */

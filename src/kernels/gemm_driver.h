@@ -28,13 +28,13 @@ typedef struct pg_gemm_call pg_gemm_call;
 struct pg_packed_weight {
     const pg_gemm_format *fmt;
     int swiglu;
-    int64_t N, K;        /* logical N (gate rows for SwiGLU), K */
-    int64_t kgroups;     /* k-groups of the whole K */
-    int64_t npanels;     /* panels (SwiGLU: even) */
-    int mr, nr, ar;      /* the microkernel's tile rows, panel width, A rows per group */
-    size_t gbytes;       /* one k-group of one panel */
-    size_t panel_bytes;  /* kgroups * gbytes */
-    void *data;          /* huge-page buffer, zero-filled padding */
+    int64_t N, K;       /* logical N (gate rows for SwiGLU), K */
+    int64_t kgroups;    /* k-groups of the whole K */
+    int64_t npanels;    /* panels (SwiGLU: even) */
+    int mr, nr, ar;     /* the microkernel's tile rows, panel width, A rows per group */
+    size_t gbytes;      /* one k-group of one panel */
+    size_t panel_bytes; /* kgroups * gbytes */
+    void *data;         /* huge-page buffer, zero-filled padding */
     size_t bytes;
     pg_next_weight next; /* decode prefetch hint (pg_gemm_set_next) */
     /* float formats (gemm_float.c) */
@@ -61,10 +61,10 @@ struct pg_packed_weight {
  * per-thread ones (acc block, one f32 row). */
 typedef struct pg_gemm_geometry {
     int64_t M;
-    int64_t mc;        /* rows per ic block */
-    int64_t nc_panels; /* panels per jc block (even for SwiGLU) */
-    int64_t kc_groups; /* k-groups per pc block */
-    int64_t a_stride;  /* packed A: elements (bytes for int8) between row groups */
+    int64_t mc;                       /* rows per ic block */
+    int64_t nc_panels;                /* panels per jc block (even for SwiGLU) */
+    int64_t kc_groups;                /* k-groups per pc block */
+    int64_t a_stride;                 /* packed A: elements (bytes for int8) between row groups */
     size_t a_bytes, s_bytes, c_bytes; /* packed A, activation scales, corrections */
     size_t acc_bytes, row_bytes;      /* per thread */
 } pg_gemm_geometry;
@@ -82,12 +82,12 @@ struct pg_gemm_call {
     const float *bias;
     pg_gemm_epilogue ep;
     float glu_limit; /* SwiGLU: > 0 the clamped GPT-OSS form (pg_gemm_glu) */
-    void *apack;    /* input stage output */
-    float *ascale;  /* quantized: activation scales */
-    int32_t *acorr; /* quantized w_u8 kernels: activation-sum corrections */
-    char *acc;      /* per-thread acc blocks, acc_bytes apart */
-    char *rowbuf;   /* per-thread row buffers, row_bytes apart */
-    int tn, tm;     /* dense call: thread grid over panel units x row tiles */
+    void *apack;     /* input stage output */
+    float *ascale;   /* quantized: activation scales */
+    int32_t *acorr;  /* quantized w_u8 kernels: activation-sum corrections */
+    char *acc;       /* per-thread acc blocks, acc_bytes apart */
+    char *rowbuf;    /* per-thread row buffers, row_bytes apart */
+    int tn, tm;      /* dense call: thread grid over panel units x row tiles */
 };
 
 /* Row r of a call's A. */
@@ -122,8 +122,7 @@ struct pg_gemm_format {
      * slice wp (ng groups from group pc); pf/pf_lines: lines of the next
      * slice to prefetch meanwhile (NULL: none). */
     void (*tile)(const pg_gemm_call *cl, const char *wp, int64_t pc, int64_t ng, int64_t ir,
-                 int rows, float *c, int64_t ldc, int accumulate, const char *pf,
-                 int64_t pf_lines);
+                 int rows, float *c, int64_t ldc, int accumulate, const char *pf, int64_t pf_lines);
     /* acc block rows [m0, m1) x panels [p0, p1) (+ bias, residual, SwiGLU) -> C. */
     void (*epilogue)(const pg_gemm_call *cl, float *acc, int64_t ldacc, int64_t m0, int64_t m1,
                      int64_t p0, int64_t p1);
@@ -139,27 +138,33 @@ extern const pg_gemm_format pg_gemm_format_bf16, pg_gemm_format_f32;
 extern const pg_gemm_format pg_gemm_format_w8a8, pg_gemm_format_w4a8;
 extern const pg_gemm_format pg_gemm_format_mxfp4;
 extern const pg_gemm_format pg_gemm_format_q4_k, pg_gemm_format_q5_k, pg_gemm_format_q6_k;
-extern const pg_gemm_format pg_gemm_format_q2_k, pg_gemm_format_q3_k;
+extern const pg_gemm_format pg_gemm_format_q2_k, pg_gemm_format_q3_k, pg_gemm_format_iq4_xs;
+extern const pg_gemm_format pg_gemm_format_iq4_nl;
 
 /* The K-quant panel layout (gemm_kquant.c; the same for every ISA): 32
  * columns; per super-block of 256 k a header (F16 d[32], F16 dm[32], int8
  * sc[S][32], then m[S][32] when the type has its own minimums: Q2_K, Q4_K,
- * Q5_K; pg_kq_hdr_bytes: 640 bytes, 1152 for Q2_K), the nibble plane
- * (PG_KQ_NIB_BYTES) and (bits - 4) KiB of high-bit planes. S = 256 / sub. */
+ * Q5_K; pg_kq_hdr_bytes: 640 bytes, 1152 for Q2_K, 384 for IQ4_XS whose dm
+ * is 0; IQ4_NL (fs: a float scale per sub-block) has F16 ds[8][32] instead,
+ * 512 bytes), the nibble plane (PG_KQ_NIB_BYTES) and (bits - 4) KiB of
+ * high-bit planes. S = 256 / sub. */
 enum { PG_KQ_NR = 32, PG_KQ_SC_OFF = 128, PG_KQ_NIB_BYTES = 4096 };
-static inline size_t pg_kq_hdr_bytes(int sub, int has_min) {
+static inline size_t pg_kq_hdr_bytes(int sub, int has_min, int fs) {
+    if (fs) return (size_t)(256 / sub) * PG_KQ_NR * 2;
     return PG_KQ_SC_OFF + (size_t)(256 / sub) * PG_KQ_NR * (has_min ? 2 : 1);
 }
-static inline size_t pg_kq_group_bytes(int bits, int sub, int has_min) {
-    return pg_kq_hdr_bytes(sub, has_min) + 1024 * (size_t)bits;
+static inline size_t pg_kq_group_bytes(int bits, int sub, int has_min, int fs) {
+    return pg_kq_hdr_bytes(sub, has_min, fs) + 1024 * (size_t)bits;
 }
-/* The table's microkernel for K-quant type t (NULL: not a K-quant). */
+/* The table's microkernel for K-quant type t, IQ4_XS or IQ4_NL (NULL:
+ * another type). */
 const pg_qgemm_ukernel *pg_kq_ukernel(const pg_kernel_table *kt, pg_dtype t);
-/* Pack GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows [N, K] (Wu: the up half of a SwiGLU
- * pair, else NULL) for table kt, over the default pool's threads (the
- * bytes do not depend on the split). Errors: PAGODA_ERR_INVALID_ARG (K not a
- * multiple of 256), PAGODA_ERR_UNSUPPORTED (a Q6_K / Q3_K scale whose 32 d /
- * 4 d overflows F16), PAGODA_ERR_NOMEM. */
+/* The driver row of K-quant type t, IQ4_XS or IQ4_NL (NULL: another type). */
+const pg_gemm_format *pg_kq_format(pg_dtype t);
+/* Pack GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / IQ4_NL rows [N, K] (Wu: the up half of a
+ * SwiGLU pair, else NULL) for table kt, over the default pool's threads (the bytes do not depend on
+ * the split). Errors: PAGODA_ERR_INVALID_ARG (K not a multiple of 256), PAGODA_ERR_UNSUPPORTED (a
+ * Q6_K / Q3_K scale whose 32 d / 4 d overflows F16), PAGODA_ERR_NOMEM. */
 pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_t N, int64_t K,
                               const pg_kernel_table *kt, pg_packed_weight **out);
 

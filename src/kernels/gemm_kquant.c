@@ -10,7 +10,14 @@
  * the 4-bit lanes of Q4_K: one packed super-block of 32 columns is 5248
  * bytes for Q2_K (5.1 bits per weight against the file's 2.625) and 4736
  * for Q3_K (4.6 against 3.4375), so they read as many bytes per weight as
- * Q4_K, not fewer.
+ * Q4_K, not fewer. IQ4_XS (codebook nibbles, 6-bit scales ls - 32 per 32,
+ * F16 d per 256) is the sixth row: u is the nibble, sc = ls - 32, dm = 0,
+ * no m; the microkernels map nibbles to codebook values in registers (the
+ * table's iq4_xs entry). 4480 bytes per super-block of 32 columns: 4.375
+ * bits per weight against the file's 4.25. IQ4_NL (rows with K a multiple
+ * of 256) is the seventh: eight blocks of 32 as one super-block, its header
+ * the blocks' F16 scales ds[8][32] (no d, dm, sc), 4608 bytes: 4.5 bits per
+ * weight, the file's.
  *
  * Packed super-block of one panel (PG_KQ_* in gemm_driver.h), for
  * every ISA:
@@ -42,28 +49,60 @@ const pg_qgemm_ukernel *pg_kq_ukernel(const pg_kernel_table *kt, pg_dtype t) {
         return &kt->q5_k;
     case PG_Q6_K:
         return &kt->q6_k;
+    case PG_IQ4_XS:
+        return &kt->iq4_xs;
+    case PG_IQ4_NL:
+        return &kt->iq4_nl;
     default:
         return NULL;
     }
 }
 
-/* Write the decoded block b as column c of one packed super-block grp. */
-static void put_block(uint8_t *grp, int bits, int has_min, int c, const pg_kq_block *b) {
-    const int S = PG_QK_K / b->sub, hb = bits - 4;
-    memcpy(grp + 2 * c, &b->d, 2);
-    memcpy(grp + PG_KQ_NR * 2 + 2 * c, &b->dm, 2);
-    int8_t *sc = (int8_t *)grp + PG_KQ_SC_OFF;
-    for (int s = 0; s < S; s++) {
-        sc[s * PG_KQ_NR + c] = b->sc[s];
-        if (has_min) sc[(S + s) * PG_KQ_NR + c] = b->m[s];
+const pg_gemm_format *pg_kq_format(pg_dtype t) {
+    switch (t) {
+    case PG_Q2_K:
+        return &pg_gemm_format_q2_k;
+    case PG_Q3_K:
+        return &pg_gemm_format_q3_k;
+    case PG_Q4_K:
+        return &pg_gemm_format_q4_k;
+    case PG_Q5_K:
+        return &pg_gemm_format_q5_k;
+    case PG_Q6_K:
+        return &pg_gemm_format_q6_k;
+    case PG_IQ4_XS:
+        return &pg_gemm_format_iq4_xs;
+    case PG_IQ4_NL:
+        return &pg_gemm_format_iq4_nl;
+    default:
+        return NULL;
     }
-    uint8_t *nib = grp + pg_kq_hdr_bytes(b->sub, has_min), *hi = nib + PG_KQ_NIB_BYTES;
+}
+
+/* Write the decoded block b as column c of one packed super-block grp (fs:
+ * the header is b's per-sub-block F16 scales). */
+static void put_block(uint8_t *grp, int bits, int has_min, int fs, int c, const pg_kq_block *b) {
+    const int S = PG_QK_K / b->sub, hb = bits - 4;
+    if (fs) {
+        for (int s = 0; s < S; s++)
+            memcpy(grp + 2 * (s * PG_KQ_NR + c), &b->ds[s], 2);
+    } else {
+        memcpy(grp + 2 * c, &b->d, 2);
+        memcpy(grp + PG_KQ_NR * 2 + 2 * c, &b->dm, 2);
+        int8_t *sc = (int8_t *)grp + PG_KQ_SC_OFF;
+        for (int s = 0; s < S; s++) {
+            sc[s * PG_KQ_NR + c] = b->sc[s];
+            if (has_min) sc[(S + s) * PG_KQ_NR + c] = b->m[s];
+        }
+    }
+    uint8_t *nib = grp + pg_kq_hdr_bytes(b->sub, has_min, fs), *hi = nib + PG_KQ_NIB_BYTES;
     const int half = c / 16, cc = c % 16;
     for (int k = 0; k < PG_QK_K; k++) {
         const int ch = k / 4, at = cc * 4 + k % 4;
         uint8_t *byte = &nib[ch * 64 + at];
         const int u = b->u[k];
-        *byte = half ? (uint8_t)((*byte & 0x0F) | (u & 15) << 4) : (uint8_t)((*byte & 0xF0) | (u & 15));
+        *byte =
+            half ? (uint8_t)((*byte & 0x0F) | (u & 15) << 4) : (uint8_t)((*byte & 0xF0) | (u & 15));
         if (hb) {
             const int per = 4 / hb, v = 2 * (ch % per) + half;
             hi[(ch / per) * 64 + at] |= (uint8_t)((u >> 4) << (hb * v));
@@ -83,7 +122,7 @@ static void pack_panels(void *ctx, size_t begin, size_t end, int tid) {
     const pg_packed_weight *pw = j->pw;
     const pg_dtype t = (pg_dtype)pw->kq;
     const int64_t nb = pw->kgroups;
-    const size_t bb = pg_dtype_block_bytes(t);
+    const size_t bb = pg_kq_super_bytes(t);
     pg_kq_block b;
     for (int64_t p = (int64_t)begin; p < (int64_t)end; p++) {
         const int h = pw->swiglu ? (int)(p % 2) : 0;
@@ -92,8 +131,8 @@ static void pack_panels(void *ctx, size_t begin, size_t end, int tid) {
         for (int64_t n = n0; n < n0 + PG_KQ_NR && n < pw->N; n++)
             for (int64_t g = 0; g < nb; g++) {
                 if (pg_kq_decode(t, j->h[h] + (size_t)(n * nb + g) * bb, &b)) j->bad = 1;
-                put_block(panel + (size_t)g * pw->gbytes, pw->bits, pg_kq_has_min(t), (int)(n - n0),
-                          &b);
+                put_block(panel + (size_t)g * pw->gbytes, pw->bits, pg_kq_has_min(t),
+                          pg_kq_fscale(t), (int)(n - n0), &b);
             }
     }
 }
@@ -107,16 +146,11 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
                         (long long)K);
     const pg_qgemm_ukernel *uk = pg_kq_ukernel(kt, t);
     if (!uk || !uk->run || uk->nr != PG_KQ_NR)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: no %s microkernel",
-                        pg_dtype_name(t));
+        return pg_error(PAGODA_ERR_INVALID_ARG, "gemm: pack: no %s microkernel", pg_dtype_name(t));
     pg_packed_weight *pw = pg_gemm_weight_new();
     if (!pw) return pg_error(PAGODA_ERR_NOMEM, "gemm: pack: out of memory");
     pw->quk = *uk;
-    pw->fmt = t == PG_Q4_K   ? &pg_gemm_format_q4_k
-              : t == PG_Q5_K ? &pg_gemm_format_q5_k
-              : t == PG_Q6_K ? &pg_gemm_format_q6_k
-              : t == PG_Q2_K ? &pg_gemm_format_q2_k
-                             : &pg_gemm_format_q3_k;
+    pw->fmt = pg_kq_format(t);
     pw->kq = (int)t;
     pw->mr = uk->mr;
     pw->nr = PG_KQ_NR;
@@ -131,8 +165,8 @@ pagoda_status pg_kq_pack_gguf(pg_dtype t, const void *Wg, const void *Wu, int64_
     pw->kgroups = K / PG_QK_K;
     const int64_t np = pg_ceil_div64(N, PG_KQ_NR);
     pw->npanels = pw->swiglu ? 2 * np : np;
-    pw->hbytes = pg_kq_hdr_bytes(pg_kq_sub(t), pg_kq_has_min(t));
-    pw->gbytes = pg_kq_group_bytes(pw->bits, pg_kq_sub(t), pg_kq_has_min(t));
+    pw->hbytes = pg_kq_hdr_bytes(pg_kq_sub(t), pg_kq_has_min(t), pg_kq_fscale(t));
+    pw->gbytes = pg_kq_group_bytes(pw->bits, pg_kq_sub(t), pg_kq_has_min(t), pg_kq_fscale(t));
     pw->panel_bytes = (size_t)pw->kgroups * pw->gbytes;
     pw->bytes = (size_t)pw->npanels * pw->panel_bytes;
     pw->data = pg_alloc_huge(pw->bytes); /* zero-filled: missing columns stay 0 */
@@ -192,7 +226,7 @@ static void kq_plan(const pg_packed_weight *w, int64_t M, int gathered, pg_gemm_
 /* One row per type (the same stages; the name tells them apart). */
 #define KQ_FORMAT(NAME)                                                                            \
     {                                                                                              \
-        .name = NAME, .plan = kq_plan, .input = kq_input, .has_input = pg_qfmt_has_input,         \
+        .name = NAME, .plan = kq_plan, .input = kq_input, .has_input = pg_qfmt_has_input,          \
         .pf_limit = pg_qfmt_pf_limit, .tile = pg_qfmt_tile, .epilogue = pg_qfmt_epilogue,          \
         .balanced_tiles = 1, .fused_rmsnorm = 1, .variant = pg_qfmt_variant,                       \
     }
@@ -201,3 +235,5 @@ const pg_gemm_format pg_gemm_format_q5_k = KQ_FORMAT("q5_k");
 const pg_gemm_format pg_gemm_format_q6_k = KQ_FORMAT("q6_k");
 const pg_gemm_format pg_gemm_format_q2_k = KQ_FORMAT("q2_k");
 const pg_gemm_format pg_gemm_format_q3_k = KQ_FORMAT("q3_k");
+const pg_gemm_format pg_gemm_format_iq4_xs = KQ_FORMAT("iq4_xs");
+const pg_gemm_format pg_gemm_format_iq4_nl = KQ_FORMAT("iq4_nl");

@@ -179,6 +179,8 @@ char *pg_pack_cache_key(const pg_model_source *src, const pg_model_options *o,
     key_quk(&b, "q6_k", &kt->q6_k);
     key_quk(&b, "q2_k", &kt->q2_k);
     key_quk(&b, "q3_k", &kt->q3_k);
+    key_quk(&b, "iq4_xs", &kt->iq4_xs);
+    key_quk(&b, "iq4_nl", &kt->iq4_nl);
     const char *lm = getenv("PAGODA_QUANT_LM_HEAD");
     sb_add(&b, "compute %d bits %d group %lld act_group %lld lm_head %s\n", (int)o->compute,
            o->quant_bits, (long long)o->quant_group, (long long)o->quant_act_group,

@@ -43,7 +43,7 @@
 #include "model/source.h"
 
 /* Bump when a packed layout, a packing rule or the load order changes. */
-#define PG_PACK_CACHE_CODE_VERSION 1
+#define PG_PACK_CACHE_CODE_VERSION 2
 #define PG_PACK_CACHE_FORMAT 1
 
 typedef struct pg_pack_cache pg_pack_cache;

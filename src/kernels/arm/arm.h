@@ -56,10 +56,10 @@ void pg_neon_gelu_f32(float *out, const float *x, size_t n);
  *   bitwise the reference); bf16 for cores without FEAT_BF16 4x16 (k-pairs,
  *   widen + FMA odd then even: bitwise the reference); cvt_f32_bf16.
  * gemm_bf16.c: bf16 8x8 with BFMMLA (kg 4, A in row pairs: ar 2). */
-void pg_neon_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
-                         float *c, int64_t ldc, int mr, int accumulate);
-void pg_neon_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
-                          float *c, int64_t ldc, int mr, int accumulate);
+void pg_neon_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                         int64_t ldc, int mr, int accumulate);
+void pg_neon_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                          int64_t ldc, int mr, int accumulate);
 void pg_neon_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 void pg_bf16_gemm_uk_bfmmla(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                             float *c, int64_t ldc, int mr, int accumulate);
@@ -79,9 +79,13 @@ int32_t pg_neon_quant_i8(const float *x, size_t n, float inv, int8_t *q);
  * to the scalar reference). qgemm_dotprod.c: 4x8, kg 4, SDOT by lane;
  * qgemm_i8mm.c: 4x8, kg 8, A in row pairs (ar 2), SMMLA. Signed A. */
 void pg_dotprod_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
 void pg_dotprod_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
 void pg_dotprod_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                                const float *as, int64_t as_stride, const int32_t *ac,
                                int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
@@ -91,9 +95,11 @@ void pg_dotprod_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64
                                int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
                                int accumulate);
 void pg_i8mm_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_i8mm_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_i8mm_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                             const float *as, int64_t as_stride, const int32_t *ac,
                             int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
@@ -128,16 +134,23 @@ void pg_dotprod_kq_uk_q3_k(int64_t ngroups, int64_t gk, const void *a, int64_t a
                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                            const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_dotprod_kq_uk_q4_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                           const float *as, int64_t as_stride, const int32_t *ac,
-                           int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
-                           int accumulate);
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_dotprod_kq_uk_q5_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                           const float *as, int64_t as_stride, const int32_t *ac,
-                           int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
-                           int accumulate);
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_dotprod_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                           const float *as, int64_t as_stride, const int32_t *ac,
-                           int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
-                           int accumulate);
+                           const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                           const void *w, float *c, int64_t ldc, int mr, int accumulate);
+/* IQ4_XS (pg_kernel_table.iq4_xs): nibbles to codebook values by TBL
+ * (vqtbl1q_s8), then SDOT as the others. */
+void pg_dotprod_kq_uk_iq4_xs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                             const float *as, int64_t as_stride, const int32_t *ac,
+                             int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                             int accumulate);
+void pg_dotprod_kq_uk_iq4_nl(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                             const float *as, int64_t as_stride, const int32_t *ac,
+                             int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                             int accumulate);
 
 #endif

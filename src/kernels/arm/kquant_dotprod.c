@@ -12,12 +12,17 @@
  * takes them as they are. Per sub-block P += I * sc (MLA); Q = sum_s m[s] *
  * (activation sum of s) by MLA with a scalar; then y = fma(P, d a_s, y), y
  * = fms(Q, dm a_s, y) per super-block (FMLA / FMLS: fused, as the spec's
- * fmaf). */
+ * fmaf). IQ4_XS (cb): TBL (vqtbl1q_s8) maps the nibbles to the signed
+ * codebook values, which SDOT takes as they are; no minimum term. IQ4_NL
+ * (fs): each sub-block's sums go straight to the outputs, y = fma(I, ds *
+ * a_s, y) with the sub-block's F16 scales ds. */
 #include <arm_neon.h>
 #include <string.h>
 
+#include "base/kquant.h"
 #include "kernels/arm/arm.h"
 #include "kernels/gemm_driver.h"
+#include "kernels/kquant_uk.h"
 
 enum { MR = 2, NQ = 4 };
 
@@ -33,26 +38,30 @@ static inline __attribute__((always_inline)) float32x4_t f16x4(const char *p) {
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
-     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
-     float *c, int64_t ldc, int accumulate) {
-    const int S = 256 / sub, cps = sub / 4, hb = bits - 4;
-    const int per = hb ? 4 / hb : 1;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
+tile(const int mr, const int bits, const int sub, const int has_min, const int cb, const int fs,
+     int64_t ng, const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac,
+     int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
+    const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
+    const int S = sh.S, cps = sh.cps, hb = sh.hb, per = sh.per;
     const uint8x16_t lo = vdupq_n_u8(0x0F);
     const uint8x16_t hm = vdupq_n_u8((uint8_t)(((1 << hb) - 1) << 4));
+    const int8x16_t kv = vld1q_s8(pg_iq4nl_kvalues);
     for (int64_t g = 0; g < ng; g++) {
-        const char *grp = w + (size_t)g * gbytes;
-        const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-        const int8_t *mm = has_min ? sc + S * PG_KQ_NR : sc;
-        const uint8_t *nib = (const uint8_t *)grp + hdr;
+        const pg_kq_view gv = pg_kq_view_at(w, g, &sh, has_min);
+        const char *grp = gv.grp;
+        const int8_t *sc = gv.sc, *mm = gv.m;
+        const uint8_t *nib = gv.nib;
         const int8_t *ag = a + g * 256;
         for (int h = 0; h < 2; h++) {
             int32x4_t P[MR][NQ], I[MR][NQ];
+            float32x4_t Y[MR][NQ]; /* fs: the outputs, one FMLA per sub-block */
             for (int i = 0; i < mr; i++)
-                for (int q = 0; q < NQ; q++)
+                for (int q = 0; q < NQ; q++) {
                     P[i][q] = vdupq_n_s32(0);
+                    if (fs)
+                        Y[i][q] = accumulate || g ? vld1q_f32(c + i * ldc + 16 * h + 4 * q)
+                                                  : vdupq_n_f32(0.0f);
+                }
             for (int s = 0; s < S; s++) {
                 for (int i = 0; i < mr; i++)
                     for (int q = 0; q < NQ; q++)
@@ -69,7 +78,7 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
                                 vld1q_u8(nib + PG_KQ_NIB_BYTES + (ch / per) * 64 + 16 * q);
                             u = vorrq_u8(u, vandq_u8(vshlq_u8(hp, shv), hm));
                         }
-                        wq[q] = vreinterpretq_s8_u8(u);
+                        wq[q] = cb ? vqtbl1q_s8(kv, u) : vreinterpretq_s8_u8(u);
                     }
                     for (int i = 0; i < mr; i++) {
                         int32_t a4;
@@ -79,27 +88,43 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
                             I[i][q] = vdotq_s32(I[i][q], wq[q], av);
                     }
                 }
+                if (fs) {
+                    for (int q = 0; q < NQ; q++) {
+                        const float32x4_t ds = f16x4(grp + 2 * (s * PG_KQ_NR + 16 * h + 4 * q));
+                        for (int i = 0; i < mr; i++)
+                            Y[i][q] = vfmaq_f32(Y[i][q], vcvtq_f32_s32(I[i][q]),
+                                                vmulq_n_f32(ds, asc[i * ass + g]));
+                    }
+                    continue;
+                }
                 for (int q = 0; q < NQ; q++) {
                     const int32x4_t scv = widen4(sc + s * PG_KQ_NR + 16 * h + 4 * q);
                     for (int i = 0; i < mr; i++)
                         P[i][q] = vmlaq_s32(P[i][q], I[i][q], scv);
                 }
             }
-            /* Q into I */
+            if (fs) {
+                for (int i = 0; i < mr; i++)
+                    for (int q = 0; q < NQ; q++)
+                        vst1q_f32(c + i * ldc + 16 * h + 4 * q, Y[i][q]);
+                continue;
+            }
+            /* Q into I (none for the codebook types) */
             for (int i = 0; i < mr; i++)
                 for (int q = 0; q < NQ; q++)
                     I[i][q] = vdupq_n_s32(0);
-            for (int s = 0; s < S; s++)
-                for (int q = 0; q < NQ; q++) {
-                    const int32x4_t mv = widen4(mm + s * PG_KQ_NR + 16 * h + 4 * q);
-                    for (int i = 0; i < mr; i++) {
-                        const int16_t *bs = (const int16_t *)(ac + i * acs) + 16 * g;
-                        int32_t b = 0;
-                        for (int t = s * sub / 16; t < (s + 1) * sub / 16; t++)
-                            b += bs[t];
-                        I[i][q] = vmlaq_n_s32(I[i][q], mv, b);
+            if (!cb)
+                for (int s = 0; s < S; s++)
+                    for (int q = 0; q < NQ; q++) {
+                        const int32x4_t mv = widen4(mm + s * PG_KQ_NR + 16 * h + 4 * q);
+                        for (int i = 0; i < mr; i++) {
+                            const int16_t *bs = (const int16_t *)(ac + i * acs) + 16 * g;
+                            int32_t b = 0;
+                            for (int t = s * sub / 16; t < (s + 1) * sub / 16; t++)
+                                b += bs[t];
+                            I[i][q] = vmlaq_n_s32(I[i][q], mv, b);
+                        }
                     }
-                }
             for (int q = 0; q < NQ; q++) {
                 const float32x4_t d = f16x4(grp + 2 * (16 * h + 4 * q));
                 const float32x4_t dm = f16x4(grp + 2 * PG_KQ_NR + 2 * (16 * h + 4 * q));
@@ -108,7 +133,7 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
                     float *ci = c + i * ldc + 16 * h + 4 * q;
                     float32x4_t y = accumulate || g ? vld1q_f32(ci) : vdupq_n_f32(0.0f);
                     y = vfmaq_f32(y, vcvtq_f32_s32(P[i][q]), vmulq_n_f32(d, ai));
-                    y = vfmsq_f32(y, vcvtq_f32_s32(I[i][q]), vmulq_n_f32(dm, ai));
+                    if (!cb) y = vfmsq_f32(y, vcvtq_f32_s32(I[i][q]), vmulq_n_f32(dm, ai));
                     vst1q_f32(ci, y);
                 }
             }
@@ -116,20 +141,16 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
     }
 }
 
-#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
+#define KQ_UK(NAME, BITS, SUB, MIN, CB, FS)                                                        \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         if (mr == 1)                                                                               \
-            tile(1, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, \
-                 accumulate);                                                                      \
+            tile(1, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, \
+                 c, ldc, accumulate);                                                              \
         else                                                                                       \
-            tile(MR, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,     \
-                 ldc, accumulate);                                                                 \
+            tile(MR, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride,   \
+                 w, c, ldc, accumulate);                                                           \
     }
-KQ_UK(pg_dotprod_kq_uk_q2_k, 4, 16, 1)
-KQ_UK(pg_dotprod_kq_uk_q3_k, 4, 16, 0)
-KQ_UK(pg_dotprod_kq_uk_q4_k, 4, 32, 1)
-KQ_UK(pg_dotprod_kq_uk_q5_k, 5, 32, 1)
-KQ_UK(pg_dotprod_kq_uk_q6_k, 6, 16, 0)
+PG_KQ_ROWS(KQ_UK, pg_dotprod_kq_uk)

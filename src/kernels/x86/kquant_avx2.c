@@ -13,11 +13,19 @@
  * the minimum term Q is VPMADDWD of int16 (m, m) / (m0, m1) pairs with two
  * of the input stage's 16-sums at a time. Per super-block, row and vector:
  * y = fma(P, d * a_s, y), y = fnmadd(Q, dm * a_s, y), as the spec's fmaf.
- * High bits (Q5_K, Q6_K): a 16-bit shift of their plane and AND / OR. */
+ * High bits (Q5_K, Q6_K): a 16-bit shift of their plane and AND / OR.
+ * IQ4_XS (cb): VPSHUFB maps the nibbles to the signed codebook values kv,
+ * and VPMADDUBSW takes |kv| (<= 127) against the activations with kv's
+ * sign (VPSIGNB): the same exact sums of qa * kv (at most 2 * 127 * 127 =
+ * 32258 per int16 pair), no minimum term. IQ4_NL (fs) as IQ4_XS, but each
+ * sub-block's int32 sums go straight to the outputs: y = fma(I, ds * a_s,
+ * y) with the sub-block's F16 scales ds. */
 #include <immintrin.h>
 #include <string.h>
 
+#include "base/kquant.h"
 #include "kernels/gemm_driver.h"
+#include "kernels/kquant_uk.h"
 #include "kernels/x86/x86.h"
 
 enum { MR = 2, NQ = 2 };
@@ -38,28 +46,61 @@ static inline __attribute__((always_inline)) __m256i pairs(const int8_t *lo, con
                            _mm256_slli_epi32(h, 16));
 }
 
+/* The minimum term Q of half h of super-block g into I (per row and
+ * vector of 8 columns): 8 pairs of the input stage's 16-sums times int16
+ * (m, m) / (m0, m1) pairs. */
+static inline __attribute__((always_inline)) void min_term(const int mr, const int sub,
+                                                           const int8_t *mm, const int32_t *ac,
+                                                           int64_t acs, int64_t g, int h,
+                                                           __m256i I[MR][NQ]) {
+#pragma GCC unroll 2
+    for (int i = 0; i < mr; i++)
+        I[i][0] = I[i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+    for (int p = 0; p < 8; p++) {
+#pragma GCC unroll 2
+        for (int q = 0; q < NQ; q++) {
+            const int8_t *m0 = mm + (sub == 32 ? p : 2 * p) * PG_KQ_NR + 16 * h + 8 * q;
+            const __m256i mp = pairs(m0, sub == 32 ? m0 : m0 + PG_KQ_NR);
+#pragma GCC unroll 2
+            for (int i = 0; i < mr; i++) {
+                int32_t b2;
+                memcpy(&b2, (const int16_t *)(ac + i * acs) + 16 * g + 2 * p, 4);
+                I[i][q] = _mm256_add_epi32(I[i][q], _mm256_madd_epi16(mp, _mm256_set1_epi32(b2)));
+            }
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
-     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
-     float *c, int64_t ldc, int accumulate) {
-    const int S = 256 / sub, cps = sub / 4, hb = bits - 4;
-    const int per = hb ? 4 / hb : 1;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
+tile(const int mr, const int bits, const int sub, const int has_min, const int cb, const int fs,
+     int64_t ng, const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac,
+     int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
+    const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
+    const int S = sh.S, cps = sh.cps, hb = sh.hb, per = sh.per;
     const __m256i lo = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i hm = _mm256_set1_epi8((char)(((1 << hb) - 1) << 4));
+    const __m256i kv =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pg_iq4nl_kvalues));
     for (int64_t g = 0; g < ng; g++) {
-        const char *grp = w + (size_t)g * gbytes;
-        const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-        const int8_t *mm = has_min ? sc + S * PG_KQ_NR : sc;
-        const char *nib = grp + hdr;
+        const pg_kq_view gv = pg_kq_view_at(w, g, &sh, has_min);
+        const char *grp = gv.grp;
+        const int8_t *sc = gv.sc, *mm = gv.m;
+        const uint8_t *nib = gv.nib;
         const int8_t *ag = a + g * 256;
 #pragma GCC unroll 1
         for (int h = 0; h < 2; h++) {
             __m256i P[MR][NQ], I[MR][NQ];
+            __m256 Y[MR][NQ]; /* fs: the outputs, one FMA per sub-block */
 #pragma GCC unroll 2
-            for (int i = 0; i < mr; i++)
+            for (int i = 0; i < mr; i++) {
                 P[i][0] = P[i][1] = _mm256_setzero_si256();
+                if (fs)
+#pragma GCC unroll 2
+                    for (int q = 0; q < NQ; q++)
+                        Y[i][q] = accumulate || g ? _mm256_loadu_ps(c + i * ldc + 16 * h + 8 * q)
+                                                  : _mm256_setzero_ps();
+            }
 #pragma GCC unroll 1
             for (int s = 0; s < S; s++) {
 #pragma GCC unroll 2
@@ -68,7 +109,7 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
 #pragma GCC unroll 8
                 for (int cc = 0; cc < cps; cc++) {
                     const int ch = s * cps + cc;
-                    __m256i wq[NQ];
+                    __m256i wq[NQ], wa[NQ];
 #pragma GCC unroll 2
                     for (int q = 0; q < NQ; q++) {
                         const __m256i x =
@@ -81,7 +122,12 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
                             const int sh0 = hb * (2 * (ch % per) + h);
                             u = _mm256_or_si256(u, _mm256_and_si256(place_hi(hp, sh0), hm));
                         }
-                        wq[q] = u;
+                        if (cb) {
+                            wq[q] = _mm256_shuffle_epi8(kv, u);
+                            wa[q] = _mm256_abs_epi8(wq[q]);
+                        } else {
+                            wq[q] = wa[q] = u;
+                        }
                     }
 #pragma GCC unroll 2
                     for (int i = 0; i < mr; i++) {
@@ -89,13 +135,25 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
                         memcpy(&a4, ag + i * as + 4 * ch, 4);
                         const __m256i av = _mm256_set1_epi32(a4);
 #pragma GCC unroll 2
-                        for (int q = 0; q < NQ; q++)
+                        for (int q = 0; q < NQ; q++) {
+                            const __m256i sa = cb ? _mm256_sign_epi8(av, wq[q]) : av;
                             I[i][q] = _mm256_add_epi32(
-                                I[i][q], _mm256_madd_epi16(_mm256_maddubs_epi16(wq[q], av), ones));
+                                I[i][q], _mm256_madd_epi16(_mm256_maddubs_epi16(wa[q], sa), ones));
+                        }
                     }
                 }
 #pragma GCC unroll 2
-                for (int q = 0; q < NQ; q++) {
+                for (int q = 0; q < NQ && fs; q++) {
+                    const __m256 ds = _mm256_cvtph_ps(_mm_loadu_si128(
+                        (const __m128i *)(grp + 2 * (s * PG_KQ_NR + 16 * h + 8 * q))));
+#pragma GCC unroll 2
+                    for (int i = 0; i < mr; i++)
+                        Y[i][q] = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(I[i][q]),
+                            _mm256_mul_ps(ds, _mm256_set1_ps(asc[i * ass + g])), Y[i][q]);
+                }
+#pragma GCC unroll 2
+                for (int q = 0; q < NQ && !fs; q++) {
                     const __m256i scv = _mm256_cvtepi8_epi32(
                         _mm_loadl_epi64((const __m128i *)(sc + s * PG_KQ_NR + 16 * h + 8 * q)));
 #pragma GCC unroll 2
@@ -103,25 +161,15 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
                         P[i][q] = _mm256_add_epi32(P[i][q], _mm256_mullo_epi32(I[i][q], scv));
                 }
             }
-            /* Q into I: 8 pairs of 16-sums per super-block */
+            if (fs) {
 #pragma GCC unroll 2
-            for (int i = 0; i < mr; i++)
-                I[i][0] = I[i][1] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-            for (int p = 0; p < 8; p++) {
+                for (int i = 0; i < mr; i++)
 #pragma GCC unroll 2
-                for (int q = 0; q < NQ; q++) {
-                    const int8_t *m0 = mm + (sub == 32 ? p : 2 * p) * PG_KQ_NR + 16 * h + 8 * q;
-                    const __m256i mp = pairs(m0, sub == 32 ? m0 : m0 + PG_KQ_NR);
-#pragma GCC unroll 2
-                    for (int i = 0; i < mr; i++) {
-                        int32_t b2;
-                        memcpy(&b2, (const int16_t *)(ac + i * acs) + 16 * g + 2 * p, 4);
-                        I[i][q] =
-                            _mm256_add_epi32(I[i][q], _mm256_madd_epi16(mp, _mm256_set1_epi32(b2)));
-                    }
-                }
+                    for (int q = 0; q < NQ; q++)
+                        _mm256_storeu_ps(c + i * ldc + 16 * h + 8 * q, Y[i][q]);
+                continue;
             }
+            if (!cb) min_term(mr, sub, mm, ac, acs, g, h, I);
 #pragma GCC unroll 2
             for (int q = 0; q < NQ; q++) {
                 const int col = 16 * h + 8 * q;
@@ -134,7 +182,8 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
                     float *ci = c + i * ldc + col;
                     __m256 y = accumulate || g ? _mm256_loadu_ps(ci) : _mm256_setzero_ps();
                     y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P[i][q]), _mm256_mul_ps(d, ai), y);
-                    y = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(I[i][q]), _mm256_mul_ps(dm, ai), y);
+                    if (!cb)
+                        y = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(I[i][q]), _mm256_mul_ps(dm, ai), y);
                     _mm256_storeu_ps(ci, y);
                 }
             }
@@ -142,20 +191,16 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
     }
 }
 
-#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
+#define KQ_UK(NAME, BITS, SUB, MIN, CB, FS)                                                        \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         if (mr == 1)                                                                               \
-            tile(1, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc, \
-                 accumulate);                                                                      \
+            tile(1, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, \
+                 c, ldc, accumulate);                                                              \
         else                                                                                       \
-            tile(MR, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,     \
-                 ldc, accumulate);                                                                 \
+            tile(MR, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride,   \
+                 w, c, ldc, accumulate);                                                           \
     }
-KQ_UK(pg_avx2_kq_uk_q2_k, 4, 16, 1)
-KQ_UK(pg_avx2_kq_uk_q3_k, 4, 16, 0)
-KQ_UK(pg_avx2_kq_uk_q4_k, 4, 32, 1)
-KQ_UK(pg_avx2_kq_uk_q5_k, 5, 32, 1)
-KQ_UK(pg_avx2_kq_uk_q6_k, 6, 16, 0)
+PG_KQ_ROWS(KQ_UK, pg_avx2_kq_uk)

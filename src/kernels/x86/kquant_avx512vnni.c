@@ -16,11 +16,20 @@
  *
  * Unpacking a k-chunk (4 k x 32 columns): one 64-byte load, an AND and a
  * shift + AND for the two nibble vectors; Q5_K / Q6_K OR in the high bits
- * from their planes, one shift + VPTERNLOG per vector. */
+ * from their planes, one shift + VPTERNLOG per vector.
+ *
+ * IQ4_XS (cb): VPSHUFB (AVX512BW) maps the nibbles to kv + 128 (1..241,
+ * unsigned), so VPDPBUSD gives sum qa (kv + 128); its scaled sum P' and the
+ * minimum term Q of m = sc give the exact P = P' - 128 Q (int32: |P'| <
+ * 8 * 32 * 32 * 241 * 127), and y = fma(P, d * a_s, y) alone. IQ4_NL
+ * (fs): per sub-block, its sum minus 128 times its activation sum (two
+ * 16-sums) goes straight to the outputs, y = fma(I, ds * a_s, y). */
 #include <immintrin.h>
 #include <string.h>
 
+#include "base/kquant.h"
 #include "kernels/gemm_driver.h"
+#include "kernels/kquant_uk.h"
 #include "kernels/x86/x86.h"
 
 enum { MR = 4, NV = 2 };
@@ -39,12 +48,20 @@ static inline __attribute__((always_inline)) __m512i place_hi(__m512i h, int sh0
 }
 
 /* u of k-chunk ch: columns 0-15 in wv[0], 16-31 in wv[1]. */
-static inline __attribute__((always_inline)) void weights(const char *nib, const int bits, int ch,
-                                                          __m512i wv[NV]) {
+static inline __attribute__((always_inline)) void weights(const char *nib, const int bits,
+                                                          const int cb, int ch, __m512i wv[NV]) {
     const __m512i lo = _mm512_set1_epi8(0x0F);
     const __m512i x = _mm512_loadu_si512(nib + ch * 64);
     wv[0] = _mm512_and_si512(x, lo);
     wv[1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo);
+    if (cb) {
+        /* kv + 128 as unsigned bytes: flipping the sign bit adds 128 */
+        const __m512i kv = _mm512_xor_si512(
+            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)pg_iq4nl_kvalues)),
+            _mm512_set1_epi8((char)0x80));
+        wv[0] = _mm512_shuffle_epi8(kv, wv[0]);
+        wv[1] = _mm512_shuffle_epi8(kv, wv[1]);
+    }
     if (bits > 4) {
         const int hb = bits - 4, per = 4 / hb, v0 = 2 * (ch % per);
         const __m512i hm = _mm512_set1_epi8((char)(((1 << hb) - 1) << 4));
@@ -64,22 +81,27 @@ static inline __attribute__((always_inline)) __m512i pairs(const int8_t *lo, con
 }
 
 static inline __attribute__((always_inline)) void
-tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng, const int8_t *a,
-     int64_t as, const float *asc, int64_t ass, const int32_t *ac, int64_t acs, const char *w,
-     float *c, int64_t ldc, int accumulate) {
-    const int S = 256 / sub, cps = sub / 4;
-    const size_t gbytes = pg_kq_group_bytes(bits, sub, has_min);
-    const size_t hdr = pg_kq_hdr_bytes(sub, has_min);
+tile(const int mr, const int bits, const int sub, const int has_min, const int cb, const int fs,
+     int64_t ng, const int8_t *a, int64_t as, const float *asc, int64_t ass, const int32_t *ac,
+     int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
+    const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
+    const int S = sh.S, cps = sh.cps;
     for (int64_t g = 0; g < ng; g++) {
-        const char *grp = w + (size_t)g * gbytes;
-        const int8_t *sc = (const int8_t *)grp + PG_KQ_SC_OFF;
-        const int8_t *mm = has_min ? sc + S * PG_KQ_NR : sc;
-        const char *nib = grp + hdr;
+        const pg_kq_view gv = pg_kq_view_at(w, g, &sh, has_min);
+        const char *grp = gv.grp;
+        const int8_t *sc = gv.sc, *mm = gv.m;
+        const char *nib = (const char *)gv.nib;
         const int8_t *ag = a + g * 256;
         __m512i P[MR][NV];
+        __m512 Y[MR][NV]; /* fs: the outputs, one FMA per sub-block */
 #pragma GCC unroll 4
-        for (int i = 0; i < mr; i++)
+        for (int i = 0; i < mr; i++) {
             P[i][0] = P[i][1] = _mm512_setzero_si512();
+            if (fs) {
+                Y[i][0] = accumulate || g ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+                Y[i][1] = accumulate || g ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+            }
+        }
 #pragma GCC unroll 1
         for (int s = 0; s < S; s++) {
             __m512i I[MR][NV];
@@ -90,13 +112,31 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
             for (int cc = 0; cc < cps; cc++) {
                 const int ch = s * cps + cc;
                 __m512i wv[NV];
-                weights(nib, bits, ch, wv);
+                weights(nib, bits, cb, ch, wv);
 #pragma GCC unroll 4
                 for (int i = 0; i < mr; i++) {
                     const __m512i av = bcast4(ag + i * as + 4 * ch);
                     I[i][0] = _mm512_dpbusd_epi32(I[i][0], wv[0], av);
                     I[i][1] = _mm512_dpbusd_epi32(I[i][1], wv[1], av);
                 }
+            }
+            if (fs) {
+                /* sum qa kv = sum qa (kv + 128) - 128 * (the sub-block's two 16-sums) */
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) {
+                    const int16_t *bs = (const int16_t *)(ac + i * acs) + 16 * g + 2 * s;
+                    const __m512i off = _mm512_set1_epi32(((int32_t)bs[0] + bs[1]) * 128);
+                    const __m512 ai = _mm512_set1_ps(asc[i * ass + g]);
+#pragma GCC unroll 2
+                    for (int v = 0; v < NV; v++) {
+                        const __m512 ds = _mm512_cvtph_ps(_mm256_loadu_si256(
+                            (const __m256i *)(grp + 2 * (s * PG_KQ_NR + 16 * v))));
+                        Y[i][v] =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(I[i][v], off)),
+                                            _mm512_mul_ps(ds, ai), Y[i][v]);
+                    }
+                }
+                continue;
             }
 #pragma GCC unroll 2
             for (int v = 0; v < NV; v++) {
@@ -106,6 +146,14 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
                 for (int i = 0; i < mr; i++)
                     P[i][v] = _mm512_add_epi32(P[i][v], _mm512_mullo_epi32(I[i][v], scv));
             }
+        }
+        if (fs) {
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) {
+                _mm512_storeu_ps(c + i * ldc, Y[i][0]);
+                _mm512_storeu_ps(c + i * ldc + 16, Y[i][1]);
+            }
+            continue;
         }
         /* Q: 8 pairs of 16-sums per super-block */
         __m512i Q[MR][NV];
@@ -129,46 +177,47 @@ tile(const int mr, const int bits, const int sub, const int has_min, int64_t ng,
 #pragma GCC unroll 2
         for (int v = 0; v < NV; v++) {
             const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + 32 * v)));
-            const __m512 dm = _mm512_cvtph_ps(
-                _mm256_loadu_si256((const __m256i *)(grp + 2 * PG_KQ_NR + 32 * v)));
+            const __m512 dm =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + 2 * PG_KQ_NR + 32 * v)));
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++) {
                 const __m512 ai = _mm512_set1_ps(asc[i * ass + g]);
                 float *ci = c + i * ldc + 16 * v;
                 __m512 y = accumulate || g ? _mm512_loadu_ps(ci) : _mm512_setzero_ps();
-                y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[i][v]), _mm512_mul_ps(d, ai), y);
-                y = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(Q[i][v]), _mm512_mul_ps(dm, ai), y);
+                if (cb) {
+                    const __m512i p = _mm512_sub_epi32(P[i][v], _mm512_slli_epi32(Q[i][v], 7));
+                    y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(d, ai), y);
+                } else {
+                    y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[i][v]), _mm512_mul_ps(d, ai), y);
+                    y = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(Q[i][v]), _mm512_mul_ps(dm, ai), y);
+                }
                 _mm512_storeu_ps(ci, y);
             }
         }
     }
 }
 
-#define TILE(MR_, BITS, SUB, MIN)                                                                  \
-    tile(MR_, BITS, SUB, MIN, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c, ldc,       \
-         accumulate)
-#define KQ_UK(NAME, BITS, SUB, MIN)                                                                \
+#define TILE(MR_, BITS, SUB, MIN, CB, FS)                                                          \
+    tile(MR_, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, w, c,    \
+         ldc, accumulate)
+#define KQ_UK(NAME, BITS, SUB, MIN, CB, FS)                                                        \
     void NAME(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,       \
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
         switch (mr) {                                                                              \
         case 1:                                                                                    \
-            TILE(1, BITS, SUB, MIN);                                                               \
+            TILE(1, BITS, SUB, MIN, CB, FS);                                                       \
             break;                                                                                 \
         case 2:                                                                                    \
-            TILE(2, BITS, SUB, MIN);                                                               \
+            TILE(2, BITS, SUB, MIN, CB, FS);                                                       \
             break;                                                                                 \
         case 3:                                                                                    \
-            TILE(3, BITS, SUB, MIN);                                                               \
+            TILE(3, BITS, SUB, MIN, CB, FS);                                                       \
             break;                                                                                 \
         default:                                                                                   \
-            TILE(MR, BITS, SUB, MIN);                                                              \
+            TILE(MR, BITS, SUB, MIN, CB, FS);                                                      \
             break;                                                                                 \
         }                                                                                          \
     }
-KQ_UK(pg_avx512vnni_kq_uk_q2_k, 4, 16, 1)
-KQ_UK(pg_avx512vnni_kq_uk_q3_k, 4, 16, 0)
-KQ_UK(pg_avx512vnni_kq_uk_q4_k, 4, 32, 1)
-KQ_UK(pg_avx512vnni_kq_uk_q5_k, 5, 32, 1)
-KQ_UK(pg_avx512vnni_kq_uk_q6_k, 6, 16, 0)
+PG_KQ_ROWS(KQ_UK, pg_avx512vnni_kq_uk)

@@ -78,10 +78,10 @@ void pg_avx512_gelu_f32(float *out, const float *x, size_t n);
  * gemm_avx512.c f32 6x64, bf16 8x32 (widen + FMA);
  * gemm_avx512bf16.c bf16 6x64 (VDPBF16PS). All bf16 kernels use k-pairs
  * (kg 2) and row-major A (ar 1); all are bitwise equal to the reference. */
-void pg_avx2_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
-                         float *c, int64_t ldc, int mr, int accumulate);
-void pg_avx2_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
-                          float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx2_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                         int64_t ldc, int mr, int accumulate);
+void pg_avx2_gemm_uk_bf16(int64_t ngroups, const void *a, int64_t a_stride, const void *w, float *c,
+                          int64_t ldc, int mr, int accumulate);
 void pg_avx2_cvt_f32_bf16(const float *src, uint16_t *dst, size_t n);
 void pg_avx512_gemm_uk_f32(int64_t ngroups, const void *a, int64_t a_stride, const void *w,
                            float *c, int64_t ldc, int mr, int accumulate);
@@ -108,9 +108,13 @@ int32_t pg_avx512_quant_i8(const float *x, size_t n, float inv, int8_t *q);
  * VPDPBUSD on ymm (AVX-VNNI), A as qa + 128 (a_u8). qgemm_avx2.c: 3x16, kg 4, VPMADDUBSW on |w| and
  * a * sign(w), then VPMADDWD (no VNNI; signed A). */
 void pg_avx512vnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                               const float *as, int64_t as_stride, const int32_t *ac,
+                               int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                               int accumulate);
 void pg_avx512vnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                               const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                               const float *as, int64_t as_stride, const int32_t *ac,
+                               int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                               int accumulate);
 /* the same with F16 scales in the group header (pg_qgemm_ukernel.run_hs) */
 void pg_avx512vnni_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                                   const float *as, int64_t as_stride, const int32_t *ac,
@@ -121,11 +125,11 @@ void pg_avx512vnni_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, in
                                   int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
                                   int accumulate);
 void pg_avx2_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc,
-                         int mr, int accumulate);
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx2_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc,
-                         int mr, int accumulate);
+                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
 void pg_avx2_qgemm_uk_w8_hs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                             const float *as, int64_t as_stride, const int32_t *ac,
                             int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
@@ -135,9 +139,13 @@ void pg_avx2_qgemm_uk_w4_hs(int64_t ngroups, int64_t gk, const void *a, int64_t 
                             int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
                             int accumulate);
 void pg_avxvnni_qgemm_uk_w8(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
 void pg_avxvnni_qgemm_uk_w4(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                            const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr, int accumulate);
+                            const float *as, int64_t as_stride, const int32_t *ac,
+                            int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                            int accumulate);
 
 /* MXFP4 microkernels (pg_kernel_table.mxfp4, dispatch.h; bitwise equal to
  * pg_ref_mxfp4_uk). mxfp4_avx512vnni.c: 6x32, kg 4, codes to kv + 12 by
@@ -148,9 +156,9 @@ void pg_avx512vnni_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t 
                             const float *as, int64_t as_stride, const int32_t *ac,
                             int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
                             int accumulate);
-void pg_avx2_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
-                      const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
-                      const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx2_mxfp4_uk(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride, const float *as,
+                      int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w,
+                      float *c, int64_t ldc, int mr, int accumulate);
 
 /* gated_delta_avx2.c / gated_delta_avx512.c: Gated DeltaNet micro-kernels
  * (pg_gdn_ukernels, kernels/gated_delta.h; bitwise equal to the scalar
@@ -163,8 +171,8 @@ void pg_avx2_gdn_mm(int m, int n, int k, const float *a, int64_t lda, const floa
 void pg_avx512_gdn_recurrent(int n, int dk, int nc, float *S, int64_t lds, const float *q,
                              const float *k, int64_t ldqk, const float *v, int64_t ldv,
                              const float *eg, const float *beta, float *o, int64_t ldo);
-void pg_avx512_gdn_mm(int m, int n, int k, const float *a, int64_t lda, const float *b,
-                      int64_t ldb, float *c, int64_t ldc, float cscale);
+void pg_avx512_gdn_mm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float *c, int64_t ldc, float cscale);
 
 /* K-quant microkernels for AVX2 (pg_kernel_table.q2_k .. q6_k, dispatch.h;
  * bitwise equal to pg_ref_kq_uk_*). kquant_avx2.c: 2x32 on the shared packed
@@ -184,6 +192,14 @@ void pg_avx2_kq_uk_q5_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_st
 void pg_avx2_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                         const void *w, float *c, int64_t ldc, int mr, int accumulate);
+/* IQ4_XS (pg_kernel_table.iq4_xs): nibbles to codebook values by VPSHUFB,
+ * then VPMADDUBSW on |kv| and the activations with kv's sign (VPSIGNB). */
+void pg_avx2_kq_uk_iq4_xs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                          const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                          const void *w, float *c, int64_t ldc, int mr, int accumulate);
+void pg_avx2_kq_uk_iq4_nl(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                          const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
+                          const void *w, float *c, int64_t ldc, int mr, int accumulate);
 /* K-quant microkernels (pg_kernel_table.q2_k .. q6_k, dispatch.h;
  * bitwise equal to pg_ref_kq_uk_*). kquant_avx512vnni.c: 4x32, VPDPBUSD on
  * the unsigned u, VPMULLD by the sub-block scales, VPDPWSSD for the minimum
@@ -208,5 +224,15 @@ void pg_avx512vnni_kq_uk_q6_k(int64_t ngroups, int64_t gk, const void *a, int64_
                               const float *as, int64_t as_stride, const int32_t *ac,
                               int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
                               int accumulate);
+/* IQ4_XS (pg_kernel_table.iq4_xs): nibbles to kv + 128 by VPSHUFB (BW),
+ * VPDPBUSD, then minus 128 times the scaled activation sums. */
+void pg_avx512vnni_kq_uk_iq4_xs(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                                const float *as, int64_t as_stride, const int32_t *ac,
+                                int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                                int accumulate);
+void pg_avx512vnni_kq_uk_iq4_nl(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
+                                const float *as, int64_t as_stride, const int32_t *ac,
+                                int64_t ac_stride, const void *w, float *c, int64_t ldc, int mr,
+                                int accumulate);
 
 #endif
