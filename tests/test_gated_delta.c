@@ -197,7 +197,8 @@ static void run_seq(const prob *pr, int r0, int r1, int32_t pos, float *S, float
     const int32_t cu[2] = {0, r1 - r0};
     float *states[1] = {S}, *snaps[1] = {snapS};
     const int32_t snaps_len[1] = {snap};
-    pg_gdn_batch b = {1, cu, &pos, states, snap > 0 ? snaps_len : NULL, snap > 0 ? snaps : NULL};
+    pg_gdn_batch b = {1,    cu,   &pos, states, snap > 0 ? snaps_len : NULL, snap > 0 ? snaps : NULL,
+                      NULL, NULL, NULL, 0};
     prob sub = *pr;
     sub.T = r1 - r0;
     sub.q += (int64_t)r0 * pr->ldq, sub.k += (int64_t)r0 * pr->ldk, sub.v += (int64_t)r0 * pr->ldv;
@@ -257,7 +258,7 @@ static void test_hand_computed(void **state) {
         float S[4] = {0}, o[4] = {0};
         float *states[1] = {S};
         const int32_t cu[2] = {0, 2};
-        pg_gdn_batch b = {1, cu, NULL, states, NULL, NULL};
+        pg_gdn_batch b = {1, cu, NULL, states, NULL, NULL, NULL, NULL, NULL, 0};
         if (u < 0) {
             assert_int_equal(pg_ref_gdn_forward(&p, &b, q, 2, k, 2, v, 2, g, beta, o, 2),
                              PAGODA_OK);
@@ -474,9 +475,9 @@ static void test_batch_invariance(void **state) {
         float *ob = fbuf((size_t)pr.T * pr.ldo), *oo = fbuf((size_t)pr.T * pr.ldo);
         float *on = fbuf((size_t)pr.T * pr.ldo);
         /* the whole batch on 2 threads, and on the calling thread */
-        pg_gdn_batch b = {NS, cu, pos, Sb, snl, snapb};
+        pg_gdn_batch b = {NS, cu, pos, Sb, snl, snapb, NULL, NULL, NULL, 0};
         assert_int_equal(run_batch(&pr, &b, ob, false, NULL, g_pool2), PAGODA_OK);
-        pg_gdn_batch b1 = {NS, cu, pos, Sn, snl, snapn};
+        pg_gdn_batch b1 = {NS, cu, pos, Sn, snl, snapn, NULL, NULL, NULL, 0};
         assert_int_equal(run_batch(&pr, &b1, on, false, NULL, NULL), PAGODA_OK);
         /* each sequence alone, single thread */
         for (int s = 0; s < NS; s++)
@@ -530,7 +531,7 @@ static void test_column_split_invariance(void **state) {
         for (int s = 0; s < NS; s++)
             cu[s] = s * LEN, pos[s] = 5, Sc[s] = fdup(S0, ns);
         cu[NS] = NS * LEN;
-        pg_gdn_batch b = {NS, cu, pos, Sc, NULL, NULL};
+        pg_gdn_batch b = {NS, cu, pos, Sc, NULL, NULL, NULL, NULL, NULL, 0};
         assert_int_equal(run_batch(&pr, &b, oc, false, NULL, NULL), PAGODA_OK);
         for (int s = 0; s < NS; s++) {
             for (int r = 0; r < LEN; r++)
@@ -584,7 +585,7 @@ static void test_conv1d(void **state) {
         {
             const int32_t cu[2] = {0, T}, sl[1] = {20};
             float *sts[1] = {st1}, *sn[1] = {snap};
-            pg_gdn_batch b = {1, cu, NULL, NULL, sl, sn};
+            pg_gdn_batch b = {1, cu, NULL, NULL, sl, sn, NULL, NULL, NULL, 0};
             assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, sn, x, ldx, y1, ldy, g_pool2),
                              PAGODA_OK);
         }
@@ -593,7 +594,7 @@ static void test_conv1d(void **state) {
         for (int i = 0, r = 0; i < 5; r += steps[i], i++) {
             const int32_t cu[2] = {0, steps[i]};
             float *sts[1] = {st2}, *sts3[1] = {st3};
-            pg_gdn_batch b = {1, cu, NULL, NULL, NULL, NULL};
+            pg_gdn_batch b = {1, cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
             assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, NULL, x + (int64_t)r * ldx, ldx,
                                            y2 + (int64_t)r * ldy, ldy, NULL),
                              PAGODA_OK);
@@ -623,7 +624,7 @@ static void test_conv1d(void **state) {
             memset(sa, 0, (size_t)H * C * 2 * 4);
             const int32_t cu[3] = {0, 20, T};
             float *sts[2] = {sa, sa + (size_t)H * C};
-            pg_gdn_batch b = {2, cu, NULL, NULL, NULL, NULL};
+            pg_gdn_batch b = {2, cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
             assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, NULL, xx, ldx, xx, ldx, g_pool2),
                              PAGODA_OK);
             for (int t = 0; t < 20; t++) /* sequence 0 = the first 20 rows of the single call */
@@ -633,7 +634,7 @@ static void test_conv1d(void **state) {
             memset(sf, 0, (size_t)H * C * 4);
             const int32_t cu1[2] = {0, T - 20};
             float *sfs[1] = {sf};
-            pg_gdn_batch b1 = {1, cu1, NULL, NULL, NULL, NULL};
+            pg_gdn_batch b1 = {1, cu1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
             assert_int_equal(
                 pg_gdn_conv1d(C, K, w, &b1, sfs, NULL, x + 20 * ldx, ldx, yf, ldy, NULL),
                 PAGODA_OK);
@@ -716,7 +717,7 @@ static void test_bad_arguments(void **state) {
     float *S = fbuf(ns), *out = fbuf((size_t)pr.T * pr.ldo);
     float *states[2] = {S, S};
     int32_t cu[3] = {0, 4, 10}, pos[2] = {0, 0}, sl[2] = {0, 0};
-    pg_gdn_batch b = {2, cu, pos, states, sl, NULL};
+    pg_gdn_batch b = {2, cu, pos, states, sl, NULL, NULL, NULL, NULL, 0};
     const size_t sb = pg_gdn_scratch_bytes(&pr.p, pr.T, 1);
     void *scratch = pg_malloc_aligned(sb);
     const pg_gdn_params good = pr.p;

@@ -14,11 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_run.h"
 #include "model_run.h"
 #include "testutil.h"
 
 #include "model/model.h"
 #include "model/source.h"
+#include "pagoda.h"
 
 enum { T = 24 }; /* prompt tokens; the head runs at positions 0 .. T - 2 */
 
@@ -338,10 +340,82 @@ static void test_mtp_refused_without_weights(void **state) {
     pg_model_source_free(src);
 }
 
+/* ---- speculative decoding on the Qwen3.5 oracle (engine level) ---- */
+
+enum { NP = 4, PLEN = 40, GEN = 48 };
+
+/* Prompt i: byte tokens with a repeated span (n-gram drafts find it). */
+static void spec_prompt(int i, int32_t *p) {
+    for (int t = 0; t < PLEN; t++)
+        p[t] = (int32_t)(32 + ((t % (7 + i)) * (5 + 3 * i) + i) % 90);
+}
+
+/* Greedy outputs of the first n prompts through one engine on model with
+ * speculation `json` (NULL: off), token budget mnbt (chunked prefill when
+ * below the prompts), prefix caching `caching`; the stats into *stats. */
+static void spec_run(const char *model, const char *json, int32_t mnbt, bool caching, int n,
+                     pg_er_result *res, pagoda_stats *stats) {
+    pagoda_engine_options o;
+    pagoda_engine_options_default(&o);
+    o.max_num_batched_tokens = mnbt;
+    o.enable_prefix_caching = caching;
+    o.dtype = PAGODA_DTYPE_F32;
+    o.max_model_len = 512;
+    if (json && pagoda_speculative_config_parse(json, &o.speculative) != PAGODA_OK)
+        fail_msg("%s", pagoda_last_error());
+    pagoda_engine *e = pg_er_open(model, &o);
+    static int32_t prompts[NP][PLEN];
+    pagoda_request reqs[NP];
+    uint64_t ids[NP];
+    for (int i = 0; i < n; i++) {
+        spec_prompt(i, prompts[i]);
+        reqs[i] = pg_er_greedy(e, prompts[i], PLEN, GEN);
+    }
+    pg_er_run_requests(e, reqs, (size_t)n, ids, res);
+    pagoda_engine_get_stats(e, stats);
+    pagoda_engine_free(e);
+}
+
+/* Greedy output with speculation `json` equals the output without, alone
+ * and in a batch, whole and chunked prefill; drafts were verified and some
+ * accepted (and, with K > 1, some rejected: the states rolled back). */
+static void check_spec_exact(const char *model, const char *json) {
+    static pg_er_result off[NP], on[NP];
+    pagoda_stats st;
+    uint64_t drafts = 0, acc = 0, toks = 0;
+    const int32_t budgets[2] = {4096, 16};
+    for (int bi = 0; bi < 2; bi++)
+        for (int n = 1; n <= NP; n += NP - 1) {
+            spec_run(model, NULL, budgets[bi], true, n, off, &st);
+            spec_run(model, json, budgets[bi], true, n, on, &st);
+            for (int i = 0; i < n; i++) {
+                assert_int_equal(on[i].n, GEN);
+                pg_er_assert_same(&off[i], &on[i], false);
+            }
+            drafts += st.spec_num_drafts;
+            toks += st.spec_num_draft_tokens;
+            acc += st.spec_num_accepted_tokens;
+        }
+    print_message("%s %s: %llu verifications, %llu draft tokens, %llu accepted (%.0f%%)\n", model,
+                  json, (unsigned long long)drafts, (unsigned long long)toks,
+                  (unsigned long long)acc, toks ? 100.0 * (double)acc / (double)toks : 0.0);
+    assert_true(drafts > 0);
+    assert_true(acc > 0);
+    assert_true(acc < toks);
+}
+
+static void test_ngram_exact_on_qwen35(void **state) {
+    (void)state;
+    check_spec_exact(pg_test_asset("oracles/qwen35-tiny/hf"),
+                     "{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                     "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4}");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mtp_head_matches_reference),
         cmocka_unit_test(test_mtp_refused_without_weights),
+        cmocka_unit_test(test_ngram_exact_on_qwen35),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

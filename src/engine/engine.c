@@ -764,10 +764,13 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         sc.spec.max_batch_tokens =
             sp->max_batch_tokens > 0 ? sp->max_batch_tokens : PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS;
         sc.spec.disable_by_batch_size = sp->disable_by_batch_size;
-        if (e->enc_steps > 0 || plan.state_bytes_per_seq > 0) {
-            PG_WARN("engine: speculative decoding is off for %s: its %s cannot be rolled back "
-                    "past rejected draft tokens",
-                    e->name, e->enc_steps > 0 ? "cross-attention cache" : "recurrent state");
+        sc.spec.states_roll_back = true; /* pg_runner_spec_keep after each step */
+        /* recurrent states roll back through the runner's per-row
+         * snapshots (pg_runner_spec_keep); a cross-attention cache cannot */
+        if (e->enc_steps > 0) {
+            PG_WARN("engine: speculative decoding is off for %s: its cross-attention cache "
+                    "cannot be rolled back past rejected draft tokens",
+                    e->name);
             sc.spec.num_speculative_tokens = 0;
         }
     }
@@ -1763,6 +1766,11 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         pg_pool_parallel_for(pool, (size_t)sj.n, 1, sample_range, &sj);
     else
         sample_range(&sj, 0, (size_t)sj.n, 0);
+    /* recurrent states: back to the last kept row of each verification */
+    for (int32_t i = 0; i < so.num_reqs && fst == PAGODA_OK; i++)
+        if (so.samples[i] && so.num_spec_tokens[i] > 0 &&
+            (st = pg_runner_spec_keep(e->runner, i, e->n_sampled[i])) != PAGODA_OK)
+            return st;
     pg_step_result res;
     if ((st = pg_scheduler_update_from_output_spec(e->sched, &so, e->sampled, e->n_sampled,
                                                    e->spec_stride, &res)) != PAGODA_OK)

@@ -81,6 +81,10 @@ typedef struct pg_spec_config {
     pg_spec_propose_fn propose;    /* NULL: n-gram */
     void *propose_ctx;
     pg_spec_prepare_fn prepare; /* NULL: none; gets propose_ctx */
+    /* the runner rolls recurrent states back to the last accepted draft
+     * (engine/runner.h pg_runner_spec_keep); false: speculation is off for
+     * models with a recurrent-state group */
+    bool states_roll_back;
 } pg_spec_config;
 
 /* Probe rows (pg_request_params.probe_len) per step at most: a chunk that

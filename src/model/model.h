@@ -70,6 +70,13 @@ typedef struct pg_layer_cache {
      * at a block boundary */
     const int32_t *snap_len;         /* [num_seqs] */
     void *const *snap_states;        /* [num_seqs] */
+    /* STATE, optional (NULL: none), speculative decoding's verification:
+     * when row_snaps[i] = n > 0 the layer writes its state after each of the
+     * first n of request i's tokens in this step, the one after token r
+     * (1..n) at row_snap_states[i] + (r - 1) * state_bytes, so the engine
+     * can roll the state back to the last accepted token */
+    const int32_t *row_snaps;        /* [num_seqs] */
+    void *const *row_snap_states;    /* [num_seqs] */
 } pg_layer_cache;
 
 /* ---- one engine step ---------------------------------------------------------- */

@@ -94,6 +94,7 @@ typedef struct q35_ws {
     float *g, *beta;    /* [T, nv] */
     float *o;           /* [T, v_dim] */
     float **conv, **rec, **snap_conv, **snap_rec; /* [max_seqs] per layer */
+    float **row_conv, **row_rec;                  /* [max_seqs]: per-row snapshots */
     int32_t *start;     /* [max_seqs] */
     void *gdn_scratch;
     size_t gdn_scratch_bytes;
@@ -122,13 +123,20 @@ static pagoda_status gdn_forward(const qwen35 *m, const gdn_layer *G, const pg_b
         w->snap_conv[i] = snap && lc->snap_len[i] > 0 ? lc->snap_states[i] : NULL;
         w->snap_rec[i] = w->snap_conv[i] ? w->snap_conv[i] + (size_t)(K - 1) * (size_t)C : NULL;
         w->start[i] = b->positions[b->query_start_loc[i]];
+        const bool rows = lc->row_snaps && lc->row_snaps[i] > 0;
+        w->row_conv[i] = rows ? lc->row_snap_states[i] : NULL;
+        w->row_rec[i] = rows ? w->row_conv[i] + (size_t)(K - 1) * (size_t)C : NULL;
     }
     pg_gdn_batch gb = {.n_seqs = b->num_seqs,
                        .cu_seqlens = b->query_start_loc,
                        .start_pos = w->start,
                        .states = w->rec,
                        .snap_len = snap ? lc->snap_len : NULL,
-                       .snap_states = snap ? w->snap_rec : NULL};
+                       .snap_states = snap ? w->snap_rec : NULL,
+                       .row_snaps = lc->row_snaps,
+                       .row_snap_states = w->row_rec,
+                       .row_snap_conv = w->row_conv,
+                       .row_snap_stride = m->state_floats};
     if ((st = pg_gdn_conv1d(C, K, G->conv_w, &gb, w->conv, snap ? w->snap_conv : NULL, w->lin, W,
                             w->lin, W, pool)))
         return st;
@@ -254,7 +262,7 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     const size_t nv = (size_t)m->gp.n_v_heads;
     w->gdn_scratch_bytes = pg_gdn_scratch_bytes(&m->gp, lim->max_tokens, nt);
     size_t sizes[] = {T * (size_t)lin_w * 4, T * nv * 4, T * nv * 4, T * (size_t)m->v_dim * 4,
-                      S * sizeof(float *) * 4, S * 4, w->gdn_scratch_bytes};
+                      S * sizeof(float *) * 6, S * 4, w->gdn_scratch_bytes};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += (sizes[i] + PG_ALIGN - 1) / PG_ALIGN * PG_ALIGN + PG_ALIGN;
@@ -271,6 +279,8 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     w->rec = ptrs + S;
     w->snap_conv = ptrs + 2 * S;
     w->snap_rec = ptrs + 3 * S;
+    w->row_conv = ptrs + 4 * S;
+    w->row_rec = ptrs + 5 * S;
     w->start = pg_arena_alloc(&w->arena, sizes[5]);
     w->gdn_scratch = sizes[6] ? pg_arena_alloc(&w->arena, sizes[6]) : NULL;
     *out = w;
@@ -376,9 +386,9 @@ static pagoda_status load_weights(qwen35 *m, const pg_linear_policy *p, unsigned
     if ((st = pg_weights_tensor(w, c->vocab_size, H, false, &m->embed,
                                 "model.embed_tokens.weight")))
         return st;
-    const int64_t state =
-        4 * ((int64_t)(m->conv_k - 1) * m->conv_dim +
-             (int64_t)m->gp.n_v_heads * m->gp.dk * m->gp.dv);
+    m->state_floats = (int64_t)(m->conv_k - 1) * m->conv_dim +
+                      (int64_t)m->gp.n_v_heads * m->gp.dk * m->gp.dv;
+    const int64_t state = 4 * m->state_floats;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         q35_layer *L = &m->layers[l];
         L->linear = pg_model_config_layer_linear(c, l);
