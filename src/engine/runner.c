@@ -42,6 +42,8 @@ struct pg_runner {
     int32_t *row_n, *row_off;     /* [max_num_seqs] */
     int32_t *row_slot;            /* [max_num_seqs] the kv_slot of each */
     int32_t row_reqs;             /* requests in the last step */
+    const float *hidden_in; /* pg_runner_set_hidden: the steps' pg_batch views */
+    float *hidden_out;
     pg_layer_cache *lc; /* [num_layers] per step */
     /* encoder-decoder models: encoder state slots and the CROSS layers' K/V */
     uint8_t *enc_mem;
@@ -605,9 +607,14 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
                   .seq_lens = so->seq_lens,
                   .logit_rows = r->logit_rows,
                   .num_logits = n_logits,
-                  .layers = r->lc};
+                  .layers = r->lc,
+                  .hidden_in = r->hidden_in,
+                  .hidden_out = r->hidden_out};
     *logits_out = r->logits;
     if (tp_on(r)) {
+        if (r->hidden_in || r->hidden_out)
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "runner: tensor parallelism with hidden-state inputs / outputs");
         if (so->num_enc > 0 || r->num_state_layers > 0)
             return pg_error(PAGODA_ERR_UNSUPPORTED,
                             "runner: tensor parallelism with encoder or recurrent-state layers");
@@ -632,4 +639,9 @@ pagoda_status pg_runner_spec_keep(pg_runner *r, int32_t i, int32_t kept) {
         memcpy(r->state_base[s] + (size_t)r->row_slot[i] * sb, src, sb);
     }
     return PAGODA_OK;
+}
+
+void pg_runner_set_hidden(pg_runner *r, const float *in, float *out) {
+    r->hidden_in = in;
+    r->hidden_out = out;
 }

@@ -116,6 +116,13 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
                                 const float *const *enc_inputs, float **logits_out,
                                 int32_t *row_of, int32_t *probe_of);
 
+/* The hidden-state views every following step's forward gets
+ * (pg_batch.hidden_in / hidden_out, [max_num_batched_tokens][hidden_size]
+ * f32 in the step's token order; NULL: none): speculative decoding's MTP
+ * head reads the target's hidden_out and its own (engine/mtp.h). Not under
+ * tensor parallelism (execute fails). */
+void pg_runner_set_hidden(pg_runner *r, const float *in, float *out);
+
 /* Speculative decoding on a model with recurrent-state layers (Gated
  * DeltaNet): the last pg_runner_execute wrote, for every request i with
  * D = so->num_spec_tokens[i] > 0, each state layer's state after each of
