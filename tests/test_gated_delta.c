@@ -448,6 +448,76 @@ static void test_snapshots(void **state) {
     prob_free(&pr);
 }
 
+/* Per-row snapshots (speculative decoding's verification): a sequence of n
+ * rows with row_snaps = m writes the state after each of its first m rows,
+ * bitwise the states of n one-row calls (decode steps), and its outputs are
+ * theirs too, whatever its position (across a 64 boundary) and length (the
+ * chunked form would take >= 16 rows); the reference writes the same. The
+ * conv's row snapshots are the conv states of one-row calls. */
+static void test_row_snapshots(void **state) {
+    (void)state;
+    const cfg c = {2, 4, true, 16, 32};
+    const int T = 20;
+    prob pr;
+    prob_init(&pr, c.nk, c.nv, c.tiled, c.dk, c.dv, T, -0.4f);
+    const size_t ns = state_floats(&pr);
+    float *S0 = frand(ns, -0.5f, 0.5f);
+    const int lens[3] = {5, 17, 20}, pos0s[3] = {0, 60, 3};
+    for (int i = 0; i < 3; i++) {
+        const int n = lens[i], m = n - 1, pos0 = pos0s[i];
+        float *Sa = fdup(S0, ns), *Sb = fdup(S0, ns), *Sr = fdup(S0, ns);
+        float *rows = fbuf(ns * (size_t)m), *rowsr = fbuf(ns * (size_t)m);
+        float *oa = fbuf((size_t)T * pr.ldo), *ob = fbuf((size_t)T * pr.ldo);
+        float *orf = fbuf((size_t)T * pr.ldo);
+        const int32_t cu[2] = {0, n}, rs[1] = {m};
+        int32_t pos = pos0;
+        float *sts[1] = {Sa}, *rp[1] = {rows}, *stsr[1] = {Sr}, *rpr[1] = {rowsr};
+        pg_gdn_batch b = {1, cu, &pos, sts, NULL, NULL, rs, rp, NULL, (int64_t)ns};
+        assert_int_equal(run_batch(&pr, &b, oa, false, NULL, g_pool2), PAGODA_OK);
+        pg_gdn_batch br = {1, cu, &pos, stsr, NULL, NULL, rs, rpr, NULL, (int64_t)ns};
+        assert_int_equal(run_batch(&pr, &br, orf, true, NULL, NULL), PAGODA_OK);
+        for (int r = 0; r < n; r++) {
+            run_seq(&pr, r, r + 1, pos0 + r, Sb, ob, false, NULL, NULL, 0, NULL);
+            if (r < m) {
+                assert_memory_equal(rows + (size_t)r * ns, Sb, ns * 4);
+                expect_close(rel_err(rowsr + (size_t)r * ns, Sb, ns), "row snapshot vs reference",
+                             r, pos0, "default");
+            }
+        }
+        assert_true(out_equal(&pr, oa, ob, 0, n));
+        assert_memory_equal(Sa, Sb, ns * 4);
+        pg_free(Sa), pg_free(Sb), pg_free(Sr), pg_free(rows), pg_free(rowsr);
+        pg_free(oa), pg_free(ob), pg_free(orf);
+    }
+    /* the conv: states after each row = one-row calls' states */
+    const int C = 37, K = 4, H = K - 1, n = 6;
+    const int64_t ldx = C + 3;
+    float *w = frand((size_t)C * K, -1, 1), *x = frand((size_t)n * ldx, -2, 2);
+    float *y1 = fbuf((size_t)n * ldx), *y2 = fbuf((size_t)n * ldx);
+    float *st1 = frand((size_t)H * C, -1, 1), *st2 = fdup(st1, (size_t)H * C);
+    float *rows = fbuf((size_t)(n - 1) * H * C);
+    {
+        const int32_t cu[2] = {0, n}, rs[1] = {n - 1};
+        float *sts[1] = {st1}, *rp[1] = {rows};
+        pg_gdn_batch b = {1, cu, NULL, NULL, NULL, NULL, rs, NULL, rp, (int64_t)H * C};
+        assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, NULL, x, ldx, y1, ldx, g_pool2),
+                         PAGODA_OK);
+    }
+    for (int r = 0; r < n; r++) {
+        const int32_t cu[2] = {0, 1};
+        float *sts[1] = {st2};
+        pg_gdn_batch b = {1, cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+        assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, NULL, x + (int64_t)r * ldx, ldx,
+                                       y2 + (int64_t)r * ldx, ldx, NULL),
+                         PAGODA_OK);
+        if (r < n - 1) assert_memory_equal(rows + (size_t)r * H * C, st2, (size_t)H * C * 4);
+    }
+    assert_memory_equal(st1, st2, (size_t)H * C * 4);
+    pg_free(w), pg_free(x), pg_free(y1), pg_free(y2), pg_free(st1), pg_free(st2), pg_free(rows);
+    pg_free(S0);
+    prob_free(&pr);
+}
+
 /* ---- batch and thread invariance --------------------------------------------------------------
  */
 
@@ -795,6 +865,7 @@ int main(void) {
         cmocka_unit_test(test_state_carried_across_calls),
         cmocka_unit_test(test_steps_at_multiples_of_64_are_bitwise),
         cmocka_unit_test(test_snapshots),
+        cmocka_unit_test(test_row_snapshots),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_column_split_invariance),
         cmocka_unit_test(test_conv1d),
