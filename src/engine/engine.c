@@ -1904,6 +1904,10 @@ struct pg_draft *pg_engine_draft(pagoda_engine *e) {
     return e->draft;
 }
 
+struct pg_mtp *pg_engine_mtp(pagoda_engine *e) {
+    return e->mtp;
+}
+
 const pagoda_output *pagoda_engine_outputs(const pagoda_engine *e, size_t *n) {
     if (n) *n = e->n_outs;
     return e->outs;
