@@ -477,60 +477,75 @@ static void test_mtp_exact_scarce_kv(void **state) {
         pg_er_assert_same(&off[i], &on[i], false);
 }
 
-/* The proposer's wiring: every draft the engine's MTP proposer made (K = 1:
- * draft 1, from the target's hidden state h_{L-2} and token L-1 of the
- * request's L tokens) is the argmax of the head run here by hand over the
- * same sequence (test seqs, one token per decode step as the engine runs
- * it). A pairing off by one (h_t with token t, position t + 1, ...) or a
- * stale hidden state fails it. */
+/* The proposer's wiring: every draft the engine's MTP proposer made is the
+ * argmax of the head run here by hand over the same sequence (test seqs,
+ * one token per decode step as the engine runs it): draft 1 from the
+ * target's hidden state h_{L-2} and token L-1 of the request's L tokens at
+ * position L-2; with K = 2, draft 2 from the head's own hidden state there
+ * and draft 1 at position L-1 (checked for the first few). A pairing off
+ * by one (h_t with token t, position t + 1, ...) or a stale hidden state
+ * fails it. */
 typedef struct wire_rec {
     pg_mtp *mtp;
+    int32_t k;
     int n;
-    int32_t len[256], draft[256];
+    int32_t len[256], draft[256][2], nd[256];
 } wire_rec;
 
 static int32_t wire_propose(void *ctx, const pg_request *r, int32_t max_drafts, int32_t *out) {
     wire_rec *w = ctx;
     pg_request *rr = (pg_request *)r;
-    int32_t one = 1;
-    if (pg_mtp_prepare(w->mtp, &rr, &one, 1) != PAGODA_OK) return 0;
+    int32_t want = max_drafts < w->k ? max_drafts : w->k;
+    if (pg_mtp_prepare(w->mtp, &rr, &want, 1) != PAGODA_OK) return 0;
     int32_t n = pg_mtp_propose(w->mtp, r, max_drafts, out);
     if (n > 0 && w->n < 256) {
         w->len[w->n] = r->num_tokens;
-        w->draft[w->n++] = out[0];
+        w->nd[w->n] = n;
+        w->draft[w->n][0] = out[0];
+        w->draft[w->n++][1] = n > 1 ? out[1] : -1;
     }
     return n;
 }
 
-static void test_mtp_drafts_are_the_heads_argmax(void **state) {
-    (void)state;
-    enum { G = 24, H = 64, V = 320, N = PLEN + G };
-    char model[1024];
+enum { WG = 24, WH = 64, WV = 320, WN = PLEN + WG };
+
+/* row's argmax, and a check that `got` is it up to a near tie */
+static int check_argmax(const float *row, int32_t got) {
+    int best = 0;
+    for (int v = 1; v < WV; v++)
+        if (row[v] > row[best]) best = v;
+    assert_true(got >= 0 && got < WV);
+    assert_true(row[got] >= row[best] - 1e-4f * fmaxf(1.0f, fabsf(row[best])));
+    return best == got;
+}
+
+static void wire_check(int32_t k) {
+    char model[1024], json[128];
     snprintf(model, sizeof model, "%s", pg_test_asset("oracles/qwen35-tiny/hf"));
+    snprintf(json, sizeof json, "{\"method\": \"mtp\", \"num_speculative_tokens\": %d}", k);
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     o.dtype = PAGODA_DTYPE_F32;
     o.max_model_len = 512;
-    assert_int_equal(pagoda_speculative_config_parse(
-                         "{\"method\": \"mtp\", \"num_speculative_tokens\": 1}", &o.speculative),
-                     PAGODA_OK);
+    assert_int_equal(pagoda_speculative_config_parse(json, &o.speculative), PAGODA_OK);
     pagoda_engine *e = pg_er_open(model, &o);
     static wire_rec w;
     memset(&w, 0, sizeof w);
+    w.k = k;
     w.mtp = pg_engine_mtp(e);
     assert_non_null(w.mtp);
     assert_int_equal(pg_engine_set_proposer(e, wire_propose, &w), PAGODA_OK);
-    static int32_t tok[N];
+    static int32_t tok[WN];
     spec_prompt(0, tok);
-    pagoda_request req = pg_er_greedy(e, tok, PLEN, G);
+    pagoda_request req = pg_er_greedy(e, tok, PLEN, WG);
     uint64_t id;
     static pg_er_result res;
     pg_er_run_requests(e, &req, 1, &id, &res);
-    assert_int_equal(res.n, G);
+    assert_int_equal(res.n, WG);
     assert_int_equal(pg_mtp_check(w.mtp), PAGODA_OK);
     pagoda_engine_free(e);
-    memcpy(tok + PLEN, res.ids, G * sizeof(int32_t));
-    assert_true(w.n >= G / 2);
+    memcpy(tok + PLEN, res.ids, WG * sizeof(int32_t));
+    assert_true(w.n >= WG / 3);
     /* by hand: the target step by step with its hidden states, then the head */
     pg_model_options mo;
     pg_model_options_default(&mo);
@@ -538,36 +553,47 @@ static void test_mtp_drafts_are_the_heads_argmax(void **state) {
     pg_model_source *src;
     pg_model *m = pg_test_load(model, &mo, &src), *mtp = NULL;
     if (pg_model_mtp_create(m, src, &mo, &mtp) != PAGODA_OK) fail_msg("%s", pg_last_error());
-    static float hid[N * H], mlog[N * V];
-    pg_test_seq *s = pg_test_seq_create(m, N, N, PG_F32);
+    static float hid[WN * WH], mlog[WN * WV], mh[WN * WH], l2[WV];
+    pg_test_seq *s = pg_test_seq_create(m, WN, WN, PG_F32);
     assert_int_equal(pg_test_seq_step(s, tok, PLEN, NULL, hid, NULL), PAGODA_OK);
-    for (int t = PLEN; t < N - 1; t++)
-        assert_int_equal(pg_test_seq_step(s, tok + t, 1, NULL, hid + (size_t)t * H, NULL),
+    for (int t = PLEN; t < WN - 1; t++)
+        assert_int_equal(pg_test_seq_step(s, tok + t, 1, NULL, hid + (size_t)t * WH, NULL),
                          PAGODA_OK);
-    pg_test_seq *q = pg_test_seq_create(mtp, N, N, PG_F32);
-    assert_int_equal(pg_test_seq_step(q, tok + 1, PLEN - 1, hid, NULL, mlog), PAGODA_OK);
-    for (int p = PLEN - 1; p < N - 2; p++)
-        assert_int_equal(pg_test_seq_step(q, tok + p + 1, 1, hid + (size_t)p * H, NULL,
-                                          mlog + (size_t)p * V),
-                         PAGODA_OK);
-    int same = 0;
+    int same = 0, same2 = 0, n2 = 0;
     for (int i = 0; i < w.n; i++) {
         const int p = w.len[i] - 2; /* the head's position behind draft 1 */
-        assert_true(p >= PLEN - 2 && p < N - 2);
-        const float *row = mlog + (size_t)p * V;
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (row[v] > row[best]) best = v;
-        same += best == w.draft[i];
-        /* a near tie may break the other way; nothing else may differ */
-        assert_true(row[w.draft[i]] >= row[best] - 1e-4f * fmaxf(1.0f, fabsf(row[best])));
+        assert_true(p >= PLEN - 2 && p < WN - 2);
+        /* the head over positions 0 .. p (prompt rows in one step, then one
+         * a step), then (k = 2, first few) the chained step at p + 1 */
+        pg_test_seq *q = pg_test_seq_create(mtp, WN, WN, PG_F32);
+        assert_int_equal(pg_test_seq_step(q, tok + 1, PLEN - 1, hid, mh, mlog), PAGODA_OK);
+        for (int t = PLEN - 1; t <= p; t++)
+            assert_int_equal(pg_test_seq_step(q, tok + t + 1, 1, hid + (size_t)t * WH,
+                                              mh + (size_t)t * WH, mlog + (size_t)t * WV),
+                             PAGODA_OK);
+        same += check_argmax(mlog + (size_t)p * WV, w.draft[i][0]);
+        if (w.nd[i] > 1 && n2 < 4) {
+            assert_int_equal(pg_test_seq_step(q, &w.draft[i][0], 1, mh + (size_t)p * WH, NULL, l2),
+                             PAGODA_OK);
+            same2 += check_argmax(l2, w.draft[i][1]);
+            n2++;
+        }
+        pg_test_seq_free(q);
     }
-    print_message("%d drafts, %d the hand-run head's argmax\n", w.n, same);
+    print_message("k %d: %d proposals, draft 1 the hand-run head's argmax in %d; draft 2 in %d of "
+                  "%d\n",
+                  k, w.n, same, same2, n2);
+    if (k > 1) assert_true(n2 > 0);
     pg_test_seq_free(s);
-    pg_test_seq_free(q);
     pg_model_free(mtp);
     pg_model_free(m);
     pg_model_source_free(src);
+}
+
+static void test_mtp_drafts_are_the_heads_argmax(void **state) {
+    (void)state;
+    wire_check(1);
+    wire_check(2);
 }
 
 static void test_mtp_config(void **state) {
