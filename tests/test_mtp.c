@@ -273,8 +273,9 @@ static void check_form(const char *asset, float *mlog_out) {
                 double d = 0;
                 for (int i = 0; i < H; i++)
                     d += emb[(size_t)v * H + i] * hid[(size_t)t * H + i];
-                md = fmax(md, fabs(d - tlog[(size_t)t * V + v]));
-                mx = fmax(mx, fabs(d));
+                const double e = fabs(d - tlog[(size_t)t * V + v]);
+                if (e > md) md = e;
+                if (fabs(d) > mx) mx = fabs(d);
             }
         print_message("%s: target logits from hidden_out: max |diff| %.3g (max |logit| %.3g)\n",
                       path, md, mx);
@@ -288,14 +289,17 @@ static void check_form(const char *asset, float *mlog_out) {
         int am = 0, ar = 0;
         for (int v = 0; v < V; v++) {
             const size_t i = (size_t)p * V + v;
-            ml = fmax(ml, fabs(rl[i] - mlog[i]));
-            mx = fmax(mx, fabs(rl[i]));
+            const double e = fabs(rl[i] - mlog[i]);
+            if (e > ml) ml = e;
+            if (fabs(rl[i]) > mx) mx = fabs(rl[i]);
             if (mlog[i] > mlog[(size_t)p * V + am]) am = v;
             if (rl[i] > rl[(size_t)p * V + ar]) ar = v;
         }
         agree += am == ar;
-        for (int i = 0; i < H; i++)
-            mh = fmax(mh, fabs(rh[(size_t)p * H + i] - mhid[(size_t)p * H + i]));
+        for (int i = 0; i < H; i++) {
+            const double e = fabs(rh[(size_t)p * H + i] - mhid[(size_t)p * H + i]);
+            if (e > mh) mh = e;
+        }
     }
     print_message("%s: MTP logits vs reference: max |diff| %.3g (max |logit| %.3g), hidden %.3g, "
                   "argmax %d/%d\n",
@@ -321,8 +325,10 @@ static void test_mtp_head_matches_reference(void **state) {
     check_form(pg_test_asset("oracles/qwen35-tiny/hf"), a);
     check_form(pg_test_asset("oracles/qwen35-tiny/model.gguf"), b);
     double d = 0; /* GGUF = exact F32 upcast of the same BF16 weights */
-    for (size_t i = 0; i < (size_t)(T - 1) * V; i++)
-        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+    for (size_t i = 0; i < (size_t)(T - 1) * V; i++) {
+        const double e = fabs((double)a[i] - (double)b[i]);
+        if (e > d) d = e;
+    }
     print_message("MTP logits HF vs GGUF: max |diff| %.3g\n", d);
     assert_true(d <= 1e-3);
     free(a);
