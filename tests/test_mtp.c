@@ -350,7 +350,7 @@ static void test_mtp_refused_without_weights(void **state) {
 
 /* ---- speculative decoding on the Qwen3.5 oracle (engine level) ---- */
 
-enum { NP = 4, PLEN = 40, GEN = 48 };
+enum { NP = 4, PLEN = 40, GEN = 32 };
 
 /* Prompt i: byte tokens with a repeated span (n-gram drafts find it). */
 static void spec_prompt(int i, int32_t *p) {
@@ -431,8 +431,7 @@ static void test_mtp_exact_on_qwen35(void **state) {
     snprintf(hf, sizeof hf, "%s", pg_test_asset("oracles/qwen35-tiny/hf"));
     snprintf(gguf, sizeof gguf, "%s", pg_test_asset("oracles/qwen35-tiny/model.gguf"));
     check_spec_exact(hf, k3, false);
-    check_spec_exact(gguf, k3, false);
-    check_spec_exact(hf, "{\"method\": \"qwen3_next_mtp\", \"num_speculative_tokens\": 1}",
+    check_spec_exact(gguf, "{\"method\": \"qwen3_next_mtp\", \"num_speculative_tokens\": 2}",
                      false);
 }
 
