@@ -79,7 +79,7 @@ endforeach()
 # references run again with the kernels forced down to AVX2 (PAGODA_ISA), so
 # an AVX-512 host checks the AVX2 paths' numerics too (on an AVX2 host these
 # repeat the default run).
-set(PAGODA_ISA_AVX2_TESTS test_oracles test_quant_formats test_llama test_whisper test_tp)
+set(PAGODA_ISA_AVX2_TESTS test_oracles test_quant_formats test_llama test_whisper test_tp test_mtp test_mtp_engine)
 if(PAGODA_ARCH STREQUAL "x86_64" AND NOT CMAKE_CROSSCOMPILING)
   foreach(name ${PAGODA_ISA_AVX2_TESTS})
     add_test(NAME ${name}_avx2 COMMAND ${name})

@@ -69,6 +69,10 @@ typedef enum pagoda_spec_method {
     /* a smaller model of the same vocabulary proposes greedily (vLLM's
      * "draft_model"; engine/draft.h): its own paged KV cache */
     PAGODA_SPEC_DRAFT_MODEL,
+    /* the checkpoint's multi-token-prediction head (Qwen3.5's mtp.*; vLLM's
+     * "mtp", also "qwen3_next_mtp" / "qwen3_5_mtp"; engine/mtp.h): its own
+     * paged KV cache, the target's hidden states as input */
+    PAGODA_SPEC_MTP,
 } pagoda_spec_method;
 
 typedef struct pagoda_speculative_config {

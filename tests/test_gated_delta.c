@@ -197,7 +197,8 @@ static void run_seq(const prob *pr, int r0, int r1, int32_t pos, float *S, float
     const int32_t cu[2] = {0, r1 - r0};
     float *states[1] = {S}, *snaps[1] = {snapS};
     const int32_t snaps_len[1] = {snap};
-    pg_gdn_batch b = {1, cu, &pos, states, snap > 0 ? snaps_len : NULL, snap > 0 ? snaps : NULL};
+    pg_gdn_batch b = {1,    cu,   &pos, states, snap > 0 ? snaps_len : NULL, snap > 0 ? snaps : NULL,
+                      NULL, NULL, NULL, 0};
     prob sub = *pr;
     sub.T = r1 - r0;
     sub.q += (int64_t)r0 * pr->ldq, sub.k += (int64_t)r0 * pr->ldk, sub.v += (int64_t)r0 * pr->ldv;
@@ -257,7 +258,7 @@ static void test_hand_computed(void **state) {
         float S[4] = {0}, o[4] = {0};
         float *states[1] = {S};
         const int32_t cu[2] = {0, 2};
-        pg_gdn_batch b = {1, cu, NULL, states, NULL, NULL};
+        pg_gdn_batch b = {1, cu, NULL, states, NULL, NULL, NULL, NULL, NULL, 0};
         if (u < 0) {
             assert_int_equal(pg_ref_gdn_forward(&p, &b, q, 2, k, 2, v, 2, g, beta, o, 2),
                              PAGODA_OK);
@@ -447,6 +448,76 @@ static void test_snapshots(void **state) {
     prob_free(&pr);
 }
 
+/* Per-row snapshots (speculative decoding's verification): a sequence of n
+ * rows with row_snaps = m writes the state after each of its first m rows,
+ * bitwise the states of n one-row calls (decode steps), and its outputs are
+ * theirs too, whatever its position (across a 64 boundary) and length (the
+ * chunked form would take >= 16 rows); the reference writes the same. The
+ * conv's row snapshots are the conv states of one-row calls. */
+static void test_row_snapshots(void **state) {
+    (void)state;
+    const cfg c = {2, 4, true, 16, 32};
+    const int T = 20;
+    prob pr;
+    prob_init(&pr, c.nk, c.nv, c.tiled, c.dk, c.dv, T, -0.4f);
+    const size_t ns = state_floats(&pr);
+    float *S0 = frand(ns, -0.5f, 0.5f);
+    const int lens[3] = {5, 17, 20}, pos0s[3] = {0, 60, 3};
+    for (int i = 0; i < 3; i++) {
+        const int n = lens[i], m = n - 1, pos0 = pos0s[i];
+        float *Sa = fdup(S0, ns), *Sb = fdup(S0, ns), *Sr = fdup(S0, ns);
+        float *rows = fbuf(ns * (size_t)m), *rowsr = fbuf(ns * (size_t)m);
+        float *oa = fbuf((size_t)T * pr.ldo), *ob = fbuf((size_t)T * pr.ldo);
+        float *orf = fbuf((size_t)T * pr.ldo);
+        const int32_t cu[2] = {0, n}, rs[1] = {m};
+        int32_t pos = pos0;
+        float *sts[1] = {Sa}, *rp[1] = {rows}, *stsr[1] = {Sr}, *rpr[1] = {rowsr};
+        pg_gdn_batch b = {1, cu, &pos, sts, NULL, NULL, rs, rp, NULL, (int64_t)ns};
+        assert_int_equal(run_batch(&pr, &b, oa, false, NULL, g_pool2), PAGODA_OK);
+        pg_gdn_batch br = {1, cu, &pos, stsr, NULL, NULL, rs, rpr, NULL, (int64_t)ns};
+        assert_int_equal(run_batch(&pr, &br, orf, true, NULL, NULL), PAGODA_OK);
+        for (int r = 0; r < n; r++) {
+            run_seq(&pr, r, r + 1, pos0 + r, Sb, ob, false, NULL, NULL, 0, NULL);
+            if (r < m) {
+                assert_memory_equal(rows + (size_t)r * ns, Sb, ns * 4);
+                expect_close(rel_err(rowsr + (size_t)r * ns, Sb, ns), "row snapshot vs reference",
+                             r, pos0, "default");
+            }
+        }
+        assert_true(out_equal(&pr, oa, ob, 0, n));
+        assert_memory_equal(Sa, Sb, ns * 4);
+        pg_free(Sa), pg_free(Sb), pg_free(Sr), pg_free(rows), pg_free(rowsr);
+        pg_free(oa), pg_free(ob), pg_free(orf);
+    }
+    /* the conv: states after each row = one-row calls' states */
+    const int C = 37, K = 4, H = K - 1, n = 6;
+    const int64_t ldx = C + 3;
+    float *w = frand((size_t)C * K, -1, 1), *x = frand((size_t)n * ldx, -2, 2);
+    float *y1 = fbuf((size_t)n * ldx), *y2 = fbuf((size_t)n * ldx);
+    float *st1 = frand((size_t)H * C, -1, 1), *st2 = fdup(st1, (size_t)H * C);
+    float *rows = fbuf((size_t)(n - 1) * H * C);
+    {
+        const int32_t cu[2] = {0, n}, rs[1] = {n - 1};
+        float *sts[1] = {st1}, *rp[1] = {rows};
+        pg_gdn_batch b = {1, cu, NULL, NULL, NULL, NULL, rs, NULL, rp, (int64_t)H * C};
+        assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, NULL, x, ldx, y1, ldx, g_pool2),
+                         PAGODA_OK);
+    }
+    for (int r = 0; r < n; r++) {
+        const int32_t cu[2] = {0, 1};
+        float *sts[1] = {st2};
+        pg_gdn_batch b = {1, cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+        assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, NULL, x + (int64_t)r * ldx, ldx,
+                                       y2 + (int64_t)r * ldx, ldx, NULL),
+                         PAGODA_OK);
+        if (r < n - 1) assert_memory_equal(rows + (size_t)r * H * C, st2, (size_t)H * C * 4);
+    }
+    assert_memory_equal(st1, st2, (size_t)H * C * 4);
+    pg_free(w), pg_free(x), pg_free(y1), pg_free(y2), pg_free(st1), pg_free(st2), pg_free(rows);
+    pg_free(S0);
+    prob_free(&pr);
+}
+
 /* ---- batch and thread invariance --------------------------------------------------------------
  */
 
@@ -474,9 +545,9 @@ static void test_batch_invariance(void **state) {
         float *ob = fbuf((size_t)pr.T * pr.ldo), *oo = fbuf((size_t)pr.T * pr.ldo);
         float *on = fbuf((size_t)pr.T * pr.ldo);
         /* the whole batch on 2 threads, and on the calling thread */
-        pg_gdn_batch b = {NS, cu, pos, Sb, snl, snapb};
+        pg_gdn_batch b = {NS, cu, pos, Sb, snl, snapb, NULL, NULL, NULL, 0};
         assert_int_equal(run_batch(&pr, &b, ob, false, NULL, g_pool2), PAGODA_OK);
-        pg_gdn_batch b1 = {NS, cu, pos, Sn, snl, snapn};
+        pg_gdn_batch b1 = {NS, cu, pos, Sn, snl, snapn, NULL, NULL, NULL, 0};
         assert_int_equal(run_batch(&pr, &b1, on, false, NULL, NULL), PAGODA_OK);
         /* each sequence alone, single thread */
         for (int s = 0; s < NS; s++)
@@ -530,7 +601,7 @@ static void test_column_split_invariance(void **state) {
         for (int s = 0; s < NS; s++)
             cu[s] = s * LEN, pos[s] = 5, Sc[s] = fdup(S0, ns);
         cu[NS] = NS * LEN;
-        pg_gdn_batch b = {NS, cu, pos, Sc, NULL, NULL};
+        pg_gdn_batch b = {NS, cu, pos, Sc, NULL, NULL, NULL, NULL, NULL, 0};
         assert_int_equal(run_batch(&pr, &b, oc, false, NULL, NULL), PAGODA_OK);
         for (int s = 0; s < NS; s++) {
             for (int r = 0; r < LEN; r++)
@@ -584,7 +655,7 @@ static void test_conv1d(void **state) {
         {
             const int32_t cu[2] = {0, T}, sl[1] = {20};
             float *sts[1] = {st1}, *sn[1] = {snap};
-            pg_gdn_batch b = {1, cu, NULL, NULL, sl, sn};
+            pg_gdn_batch b = {1, cu, NULL, NULL, sl, sn, NULL, NULL, NULL, 0};
             assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, sn, x, ldx, y1, ldy, g_pool2),
                              PAGODA_OK);
         }
@@ -593,7 +664,7 @@ static void test_conv1d(void **state) {
         for (int i = 0, r = 0; i < 5; r += steps[i], i++) {
             const int32_t cu[2] = {0, steps[i]};
             float *sts[1] = {st2}, *sts3[1] = {st3};
-            pg_gdn_batch b = {1, cu, NULL, NULL, NULL, NULL};
+            pg_gdn_batch b = {1, cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
             assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, NULL, x + (int64_t)r * ldx, ldx,
                                            y2 + (int64_t)r * ldy, ldy, NULL),
                              PAGODA_OK);
@@ -623,7 +694,7 @@ static void test_conv1d(void **state) {
             memset(sa, 0, (size_t)H * C * 2 * 4);
             const int32_t cu[3] = {0, 20, T};
             float *sts[2] = {sa, sa + (size_t)H * C};
-            pg_gdn_batch b = {2, cu, NULL, NULL, NULL, NULL};
+            pg_gdn_batch b = {2, cu, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
             assert_int_equal(pg_gdn_conv1d(C, K, w, &b, sts, NULL, xx, ldx, xx, ldx, g_pool2),
                              PAGODA_OK);
             for (int t = 0; t < 20; t++) /* sequence 0 = the first 20 rows of the single call */
@@ -633,7 +704,7 @@ static void test_conv1d(void **state) {
             memset(sf, 0, (size_t)H * C * 4);
             const int32_t cu1[2] = {0, T - 20};
             float *sfs[1] = {sf};
-            pg_gdn_batch b1 = {1, cu1, NULL, NULL, NULL, NULL};
+            pg_gdn_batch b1 = {1, cu1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
             assert_int_equal(
                 pg_gdn_conv1d(C, K, w, &b1, sfs, NULL, x + 20 * ldx, ldx, yf, ldy, NULL),
                 PAGODA_OK);
@@ -716,7 +787,7 @@ static void test_bad_arguments(void **state) {
     float *S = fbuf(ns), *out = fbuf((size_t)pr.T * pr.ldo);
     float *states[2] = {S, S};
     int32_t cu[3] = {0, 4, 10}, pos[2] = {0, 0}, sl[2] = {0, 0};
-    pg_gdn_batch b = {2, cu, pos, states, sl, NULL};
+    pg_gdn_batch b = {2, cu, pos, states, sl, NULL, NULL, NULL, NULL, 0};
     const size_t sb = pg_gdn_scratch_bytes(&pr.p, pr.T, 1);
     void *scratch = pg_malloc_aligned(sb);
     const pg_gdn_params good = pr.p;
@@ -794,6 +865,7 @@ int main(void) {
         cmocka_unit_test(test_state_carried_across_calls),
         cmocka_unit_test(test_steps_at_multiples_of_64_are_bitwise),
         cmocka_unit_test(test_snapshots),
+        cmocka_unit_test(test_row_snapshots),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_column_split_invariance),
         cmocka_unit_test(test_conv1d),

@@ -57,7 +57,9 @@
     "                              max_batch_tokens: drafts while decodes + drafts <= it, 16),\n" \
     "                              or '{\"method\": \"draft_model\", \"model\": PATH,\n"           \
     "                              \"num_speculative_tokens\": 4}' (a draft model of the same\n"   \
-    "                              tokenizer; its KV cache on top of --kv-cache-memory)\n"
+    "                              tokenizer; its KV cache on top of --kv-cache-memory),\n"       \
+    "                              or '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'\n"    \
+    "                              (the checkpoint's MTP head: Qwen3.5)\n"
 
 /* If argv[*i] is an engine option, consume it (and its value) into o and
  * return 1; 0 if it is not one; -1 on a bad value (message printed with

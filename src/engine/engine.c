@@ -26,6 +26,7 @@
 #include "engine/chat.h"
 #include "engine/detokenizer.h"
 #include "engine/draft.h"
+#include "engine/mtp.h"
 #include "engine/kv_cache_spec.h"
 #include "engine/rng.h"
 #include "engine/runner.h"
@@ -112,6 +113,8 @@ struct pagoda_engine {
     pg_scheduler *sched;
     pg_runner *runner;
     pg_draft *draft;       /* speculative decoding's draft model (NULL: none) */
+    pg_mtp *mtp;           /* speculative decoding's MTP head (NULL: none) */
+    const pg_request **mtp_reqs; /* [max_num_seqs] a step's requests after it (pg_mtp_observe) */
     pg_sampler **samplers; /* one per pool thread: requests sample in parallel */
     int n_samplers;
     char name[256];
@@ -295,12 +298,12 @@ static pagoda_status check_options(const pagoda_engine_options *o) {
                         "path (\"model\")");
     const bool ngram = sp->method == PAGODA_SPEC_NGRAM;
     if (sp->method != PAGODA_SPEC_NONE &&
-        ((!ngram && sp->method != PAGODA_SPEC_DRAFT_MODEL) || sp->num_speculative_tokens < 1 ||
+        ((!ngram && sp->method != PAGODA_SPEC_DRAFT_MODEL && sp->method != PAGODA_SPEC_MTP) || sp->num_speculative_tokens < 1 ||
          sp->num_speculative_tokens > PG_MAX_SPEC_TOKENS ||
          (ngram && (sp->prompt_lookup_min < 1 || sp->prompt_lookup_max < sp->prompt_lookup_min)) ||
          sp->max_batch_tokens < 0 || sp->disable_by_batch_size < 0))
         return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "engine: speculative config: method %d (1 = ngram, 2 = draft_model), "
+                        "engine: speculative config: method %d (1 = ngram, 2 = draft_model, 3 = mtp), "
                         "num_speculative_tokens %d (1..%d), prompt_lookup_min %d (>= 1), "
                         "prompt_lookup_max %d (>= min), max_batch_tokens %d, "
                         "disable_by_batch_size %d (>= 0)",
@@ -813,10 +816,13 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
             sp->max_batch_tokens > 0 ? sp->max_batch_tokens : PAGODA_SPEC_DEFAULT_MAX_BATCH_TOKENS;
         sc.spec.disable_by_batch_size = sp->disable_by_batch_size;
         sc.spec.min_draft_gain = sp->min_draft_gain;
-        if (e->enc_steps > 0 || plan.state_bytes_per_seq > 0) {
-            PG_WARN("engine: speculative decoding is off for %s: its %s cannot be rolled back "
-                    "past rejected draft tokens",
-                    e->name, e->enc_steps > 0 ? "cross-attention cache" : "recurrent state");
+        sc.spec.states_roll_back = true; /* pg_runner_spec_keep after each step */
+        /* recurrent states roll back through the runner's per-row
+         * snapshots (pg_runner_spec_keep); a cross-attention cache cannot */
+        if (e->enc_steps > 0) {
+            PG_WARN("engine: speculative decoding is off for %s: its cross-attention cache "
+                    "cannot be rolled back past rejected draft tokens",
+                    e->name);
             sc.spec.num_speculative_tokens = 0;
         }
     }
@@ -846,6 +852,37 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
         sc.spec.propose = pg_draft_propose;
         sc.spec.propose_ctx = e->draft;
         sc.spec.prepare = pg_draft_prepare;
+    }
+    if (e->spec_k > 0 && o.speculative.method == PAGODA_SPEC_MTP) {
+        /* the head's own paged KV, sized as a draft model's */
+        if (e->comm) {
+            st = pg_error(PAGODA_ERR_UNSUPPORTED,
+                          "engine: speculative method mtp does not run under tensor parallelism");
+            goto fail;
+        }
+        if ((st = pg_mtp_create(e->model, e->src, &mo, kvt, e->block_size, &e->mtp)) != PAGODA_OK)
+            goto fail;
+        int64_t dn = (int64_t)num_blocks + mns;
+        int64_t duse = 1 + (int64_t)mns * ((e->max_model_len + e->block_size - 1) / e->block_size);
+        if (dn > duse) dn = duse;
+        draft_blocks = (int32_t)dn;
+        const uint64_t dbytes = (uint64_t)draft_blocks * (uint64_t)e->block_size *
+                                pg_mtp_kv_bytes_per_token(e->mtp);
+        if ((st = check_kv_fits(0, (uint64_t)num_blocks * (uint64_t)e->block_size *
+                                           (plan.kv_bytes_per_token ? plan.kv_bytes_per_token : 1) +
+                                       state_mem + snap_mem + dbytes)) != PAGODA_OK)
+            goto fail;
+        if ((st = pg_mtp_start(e->mtp, draft_blocks, mns, e->max_model_len, mnbt, e->spec_k)) !=
+            PAGODA_OK)
+            goto fail;
+        e->mtp_reqs = calloc((size_t)mns, sizeof *e->mtp_reqs);
+        if (!e->mtp_reqs) {
+            st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
+            goto fail;
+        }
+        sc.spec.propose = pg_mtp_propose;
+        sc.spec.propose_ctx = e->mtp;
+        sc.spec.prepare = pg_mtp_prepare;
     }
     if ((st = pg_scheduler_create(&sc, &e->sched)) != PAGODA_OK) goto fail;
     { /* the longest sequence the KV cache holds (caps max_tokens 0 = null) */
@@ -877,6 +914,7 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                 pg_pool_size(pg_pool_default()), tp_where);
     }
     if ((st = pg_runner_create(e->model, &rc, &e->runner)) != PAGODA_OK) goto fail;
+    if (e->mtp) pg_runner_set_hidden(e->runner, NULL, pg_mtp_hidden(e->mtp));
     e->n_samplers = pg_pool_size(pg_pool_default());
     if (e->n_samplers < 1) e->n_samplers = 1;
     e->samplers = calloc((size_t)e->n_samplers, sizeof *e->samplers);
@@ -916,6 +954,14 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                 pg_draft_num_blocks(e->draft), e->block_size,
                 (double)pg_draft_kv_bytes(e->draft) / 1048576.0,
                 (double)pg_draft_workspace_bytes(e->draft) / 1048576.0, sc.spec.max_batch_tokens,
+                sc.spec.disable_by_batch_size > 0 ? ", off at disable_by_batch_size" : "");
+    else if (e->mtp)
+        PG_INFO("engine: speculative decoding: the checkpoint's MTP head, %d tokens, greedy "
+                "drafts; its KV %d blocks x %d tokens (%.1f MiB, on top of the target's), "
+                "workspace %.1f MiB; drafts while a step's decode tokens + drafts <= %d%s",
+                e->spec_k, pg_mtp_num_blocks(e->mtp), e->block_size,
+                (double)pg_mtp_kv_bytes(e->mtp) / 1048576.0,
+                (double)pg_mtp_workspace_bytes(e->mtp) / 1048576.0, sc.spec.max_batch_tokens,
                 sc.spec.disable_by_batch_size > 0 ? ", off at disable_by_batch_size" : "");
     else if (e->spec_k > 0)
         PG_INFO(
@@ -979,6 +1025,8 @@ void pagoda_engine_free(pagoda_engine *e) {
     }
     pg_scheduler_destroy(e->sched);
     pg_draft_free(e->draft);
+    pg_mtp_free(e->mtp);
+    free(e->mtp_reqs);
     pg_grammars_free(e->grammars);
     pg_chat_cache_free(e->chat);
     pg_tokenizer_free(e->tok);
@@ -1767,6 +1815,7 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
     pg_sched_output so;
     if ((st = pg_scheduler_schedule(e->sched, &so)) != PAGODA_OK) return st;
     if (e->draft) pg_draft_release(e->draft, so.finished_ids, so.num_finished);
+    if (e->mtp) pg_mtp_release(e->mtp, so.finished_ids, so.num_finished);
     if (so.num_reqs == 0 && so.num_enc == 0) {
         update_stats(e);
         if (n_outputs) *n_outputs = e->n_outs;
@@ -1841,10 +1890,20 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         pg_pool_parallel_for(pool, (size_t)sj.n, 1, sample_range, &sj);
     else
         sample_range(&sj, 0, (size_t)sj.n, 0);
+    /* recurrent states: back to the last kept row of each verification */
+    for (int32_t i = 0; i < so.num_reqs && fst == PAGODA_OK; i++)
+        if (so.samples[i] && so.num_spec_tokens[i] > 0 &&
+            (st = pg_runner_spec_keep(e->runner, i, e->n_sampled[i])) != PAGODA_OK)
+            return st;
     pg_step_result res;
     if ((st = pg_scheduler_update_from_output_spec(e->sched, &so, e->sampled, e->n_sampled,
                                                    e->spec_stride, &res)) != PAGODA_OK)
         return st;
+    if (e->mtp && fst == PAGODA_OK) { /* the MTP head over the kept positions: draft 1 */
+        for (int32_t i = 0; i < so.num_reqs; i++)
+            e->mtp_reqs[i] = pg_scheduler_get_request(e->sched, so.req_ids[i]);
+        if ((st = pg_mtp_observe(e->mtp, &so, e->mtp_reqs)) != PAGODA_OK) return st;
+    }
     if (fst != PAGODA_OK) { /* every scheduled request fails, the engine goes on */
         PG_ERROR("engine: step failed: %s", ferr);
         for (int32_t i = 0; i < so.num_reqs + so.num_enc; i++) {
@@ -1921,6 +1980,10 @@ pagoda_status pg_engine_set_proposer(pagoda_engine *e, pg_spec_propose_fn fn, vo
 
 struct pg_draft *pg_engine_draft(pagoda_engine *e) {
     return e->draft;
+}
+
+struct pg_mtp *pg_engine_mtp(pagoda_engine *e) {
+    return e->mtp;
 }
 
 const pagoda_output *pagoda_engine_outputs(const pagoda_engine *e, size_t *n) {

@@ -32,6 +32,18 @@ struct pg_runner {
     size_t *snap_off;     /* [num_state_layers] */
     void **snap_ptrs;     /* [num_state_layers][max_num_seqs] */
     int32_t *snap_len;    /* [max_num_seqs] */
+    /* speculative decoding's per-row state snapshots: state layer i's
+     * region at row_mem + max_num_spec_rows * snap_off[i], one state per
+     * draft row of the step; request j of the last step wrote row_n[j]
+     * states from row row_off[j] (pg_runner_spec_keep) */
+    uint8_t *row_mem;
+    size_t row_mem_bytes;
+    void **row_ptrs;              /* [num_state_layers][max_num_seqs] */
+    int32_t *row_n, *row_off;     /* [max_num_seqs] */
+    int32_t *row_slot;            /* [max_num_seqs] the kv_slot of each */
+    int32_t row_reqs;             /* requests in the last step */
+    const float *hidden_in; /* pg_runner_set_hidden: the steps' pg_batch views */
+    float *hidden_out;
     pg_layer_cache *lc; /* [num_layers] per step */
     /* encoder-decoder models: encoder state slots and the CROSS layers' K/V */
     uint8_t *enc_mem;
@@ -342,6 +354,21 @@ pagoda_status pg_runner_create(const pg_model *model, const pg_runner_config *cf
             r->snap_off[i] = r->snap_entry_bytes;
             r->snap_entry_bytes += (size_t)r->state_bytes[i];
         }
+        if (cfg->max_num_spec_rows > 0) {
+            r->row_mem_bytes = (size_t)cfg->max_num_spec_rows * r->snap_entry_bytes;
+            r->row_mem = pg_alloc_huge(r->row_mem_bytes);
+            r->row_ptrs = calloc((size_t)r->num_state_layers * S, sizeof *r->row_ptrs);
+            r->row_n = calloc(S, sizeof *r->row_n);
+            r->row_off = calloc(S, sizeof *r->row_off);
+            r->row_slot = calloc(S, sizeof *r->row_slot);
+            if (!r->row_mem || !r->row_ptrs || !r->row_n || !r->row_off || !r->row_slot) {
+                st = pg_error(PAGODA_ERR_NOMEM,
+                              "runner: cannot allocate %zu bytes of draft-row state snapshots "
+                              "(%d x %zu)",
+                              r->row_mem_bytes, cfg->max_num_spec_rows, r->snap_entry_bytes);
+                goto fail;
+            }
+        }
         if (cfg->num_state_snapshots > 0) {
             r->snap_mem_bytes = (size_t)cfg->num_state_snapshots * r->snap_entry_bytes;
             r->snap_mem = pg_alloc_huge(r->snap_mem_bytes);
@@ -415,6 +442,11 @@ void pg_runner_free(pg_runner *r) {
     if (r->kv_mem) pg_free_huge(r->kv_mem, r->kv_mem_bytes);
     if (r->state_mem) pg_free_huge(r->state_mem, r->state_mem_bytes);
     if (r->snap_mem) pg_free_huge(r->snap_mem, r->snap_mem_bytes);
+    if (r->row_mem) pg_free_huge(r->row_mem, r->row_mem_bytes);
+    free(r->row_ptrs);
+    free(r->row_n);
+    free(r->row_off);
+    free(r->row_slot);
     if (r->enc_mem) pg_free_huge(r->enc_mem, r->enc_mem_bytes);
     free(r->cross_kv);
     free(r->snap_off);
@@ -434,7 +466,8 @@ void pg_runner_free(pg_runner *r) {
 }
 
 size_t pg_runner_kv_bytes(const pg_runner *r) {
-    return r->kv_mem_bytes + r->state_mem_bytes + r->snap_mem_bytes + r->enc_mem_bytes;
+    return r->kv_mem_bytes + r->state_mem_bytes + r->snap_mem_bytes + r->row_mem_bytes +
+           r->enc_mem_bytes;
 }
 size_t pg_runner_workspace_bytes(const pg_runner *r) {
     return pg_model_workspace_bytes(r->ws);
@@ -523,6 +556,26 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
                             : NULL;
         }
     }
+    /* draft rows of recurrent-state layers: a state after each (the
+     * verification's rollback, pg_runner_spec_keep) */
+    r->row_reqs = 0;
+    if (r->row_mem) {
+        const int32_t S = r->cfg.max_num_seqs;
+        int32_t off = 0;
+        for (int32_t i = 0; i < so->num_reqs; i++) {
+            const int32_t D = so->num_spec_tokens ? so->num_spec_tokens[i] : 0;
+            r->row_n[i] = D;
+            r->row_off[i] = off;
+            r->row_slot[i] = so->kv_slots[i];
+            for (int32_t s = 0; s < r->num_state_layers; s++)
+                r->row_ptrs[(size_t)s * (size_t)S + (size_t)i] =
+                    D > 0 ? r->row_mem + (size_t)r->cfg.max_num_spec_rows * r->snap_off[s] +
+                                (size_t)off * (size_t)r->state_bytes[s]
+                          : NULL;
+            off += D;
+        }
+        r->row_reqs = so->num_reqs;
+    }
     for (int32_t l = 0; l < r->num_layers; l++) {
         int32_t g = r->layer_group[l];
         pg_layer_cache *lc = &r->lc[l];
@@ -530,6 +583,11 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
         if (g < 0) continue;
         if (r->plan.groups[g].kind == PG_KV_MAMBA) {
             lc->states = r->state_ptrs + (size_t)r->layer_slot[l] * (size_t)r->cfg.max_num_seqs;
+            if (r->row_mem) {
+                lc->row_snaps = r->row_n;
+                lc->row_snap_states =
+                    r->row_ptrs + (size_t)r->layer_slot[l] * (size_t)r->cfg.max_num_seqs;
+            }
             if (any_snap) {
                 lc->snap_len = r->snap_len;
                 lc->snap_states =
@@ -549,9 +607,14 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
                   .seq_lens = so->seq_lens,
                   .logit_rows = r->logit_rows,
                   .num_logits = n_logits,
-                  .layers = r->lc};
+                  .layers = r->lc,
+                  .hidden_in = r->hidden_in,
+                  .hidden_out = r->hidden_out};
     *logits_out = r->logits;
     if (tp_on(r)) {
+        if (r->hidden_in || r->hidden_out)
+            return pg_error(PAGODA_ERR_UNSUPPORTED,
+                            "runner: tensor parallelism with hidden-state inputs / outputs");
         if (so->num_enc > 0 || r->num_state_layers > 0)
             return pg_error(PAGODA_ERR_UNSUPPORTED,
                             "runner: tensor parallelism with encoder or recurrent-state layers");
@@ -561,4 +624,24 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
         return st;
     }
     return pg_model_forward(r->model, r->ws, &b, r->logits);
+}
+
+pagoda_status pg_runner_spec_keep(pg_runner *r, int32_t i, int32_t kept) {
+    if (!r->row_mem || i < 0 || i >= r->row_reqs || r->row_n[i] == 0) return PAGODA_OK;
+    if (kept < 1 || kept > r->row_n[i] + 1)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "runner: request %d keeps %d of %d rows", i, kept,
+                        r->row_n[i] + 1);
+    if (kept == r->row_n[i] + 1) return PAGODA_OK; /* every draft accepted: the live state */
+    for (int32_t s = 0; s < r->num_state_layers; s++) {
+        const size_t sb = (size_t)r->state_bytes[s];
+        const uint8_t *src = r->row_mem + (size_t)r->cfg.max_num_spec_rows * r->snap_off[s] +
+                             (size_t)(r->row_off[i] + kept - 1) * sb;
+        memcpy(r->state_base[s] + (size_t)r->row_slot[i] * sb, src, sb);
+    }
+    return PAGODA_OK;
+}
+
+void pg_runner_set_hidden(pg_runner *r, const float *in, float *out) {
+    r->hidden_in = in;
+    r->hidden_out = out;
 }

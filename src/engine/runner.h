@@ -116,6 +116,24 @@ pagoda_status pg_runner_execute(pg_runner *r, const pg_sched_output *so,
                                 const float *const *enc_inputs, float **logits_out,
                                 int32_t *row_of, int32_t *probe_of);
 
+/* The hidden-state views every following step's forward gets
+ * (pg_batch.hidden_in / hidden_out, [max_num_batched_tokens][hidden_size]
+ * f32 in the step's token order; NULL: none): speculative decoding's MTP
+ * head reads the target's hidden_out and its own (engine/mtp.h). Not under
+ * tensor parallelism (execute fails). */
+void pg_runner_set_hidden(pg_runner *r, const float *in, float *out);
+
+/* Speculative decoding on a model with recurrent-state layers (Gated
+ * DeltaNet): the last pg_runner_execute wrote, for every request i with
+ * D = so->num_spec_tokens[i] > 0, each state layer's state after each of
+ * its first D query rows (pg_layer_cache.row_snaps). Request i (its index
+ * in that step) kept `kept` rows (1..D + 1: its last token and kept - 1
+ * accepted drafts): its states become the ones after row `kept` (kept = D
+ * + 1: the live states already are). No-op for a request without drafts
+ * or a model without state layers. Call before the next execute. Errors:
+ * PAGODA_ERR_INVALID_ARG (kept out of range). */
+pagoda_status pg_runner_spec_keep(pg_runner *r, int32_t i, int32_t kept);
+
 /* Rank > 0 of a tensor-parallel runner (cfg.comm): receive each step rank
  * 0's pg_runner_execute broadcasts and run the forward on this rank's shard
  * (its logits are discarded: rank 0 samples), until rank 0's pg_runner_free

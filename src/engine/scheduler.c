@@ -266,7 +266,8 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
     for (int32_t g = 0; g < s->num_groups; g++) {
         const pg_kv_cache_kind kind = pg_kvm_group_spec(s->kvm, g)->kind;
         if (kind == PG_KV_CROSS_ATTENTION) s->cross_group = g;
-        if ((kind == PG_KV_CROSS_ATTENTION || kind == PG_KV_MAMBA) &&
+        if ((kind == PG_KV_CROSS_ATTENTION ||
+             (kind == PG_KV_MAMBA && !s->spec.states_roll_back)) &&
             s->spec.num_speculative_tokens > 0) {
             PG_WARN("scheduler: speculative decoding is off: the model has a %s KV cache group, "
                     "whose state cannot be rolled back past rejected draft tokens",

@@ -108,6 +108,10 @@ typedef struct pg_spec_config {
      * must reach; 0: PG_SPEC_DEFAULT_MIN_DRAFT_GAIN; < 0: off (every
      * request may get num_speculative_tokens drafts) */
     float min_draft_gain;
+    /* the runner rolls recurrent states back to the last accepted draft
+     * (engine/runner.h pg_runner_spec_keep); false: speculation is off for
+     * models with a recurrent-state group */
+    bool states_roll_back;
 } pg_spec_config;
 
 /* Probe rows (pg_request_params.probe_len) per step at most: a chunk that

@@ -19,4 +19,9 @@ pagoda_status pg_engine_set_proposer(pagoda_engine *e, pg_spec_propose_fn fn, vo
 struct pg_draft;
 struct pg_draft *pg_engine_draft(pagoda_engine *e);
 
+/* The MTP head's proposer of e (method mtp, engine/mtp.h), NULL if none:
+ * for tests that call its hooks themselves. Engine thread only. */
+struct pg_mtp;
+struct pg_mtp *pg_engine_mtp(pagoda_engine *e);
+
 #endif

@@ -80,8 +80,8 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
     }
     if (!st && !method)
         st = pg_error(PAGODA_ERR_INVALID_ARG,
-                      CMD ": \"method\" is missing (pagoda implements \"ngram\" and "
-                          "\"draft_model\")");
+                      CMD ": \"method\" is missing (pagoda implements \"ngram\", "
+                          "\"draft_model\" and \"mtp\")");
     if (!st && !strcmp(method, "ngram")) {
         out->method = PAGODA_SPEC_NGRAM;
         if (path && !path_is_ngram)
@@ -104,10 +104,23 @@ pagoda_status pagoda_speculative_config_parse(const char *json, pagoda_speculati
             st = pg_error(PAGODA_ERR_INVALID_ARG,
                           CMD ": prompt_lookup_min / prompt_lookup_max are ngram keys, not "
                               "draft_model ones");
+    } else if (!st && (!strcmp(method, "mtp") || !strcmp(method, "qwen3_next_mtp") ||
+                       !strcmp(method, "qwen3_5_mtp"))) {
+        out->method = PAGODA_SPEC_MTP; /* vLLM folds the model-specific names into "mtp" */
+        if (path && !path_is_ngram)
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          CMD ": method \"%s\" takes no \"model\": the MTP head is the "
+                              "checkpoint's own",
+                          method);
+        else if (cJSON_GetObjectItemCaseSensitive(o, "prompt_lookup_min") ||
+                 cJSON_GetObjectItemCaseSensitive(o, "prompt_lookup_max"))
+            st = pg_error(PAGODA_ERR_INVALID_ARG,
+                          CMD ": prompt_lookup_min / prompt_lookup_max are ngram keys, not mtp "
+                              "ones");
     } else if (!st) {
         st = pg_error(PAGODA_ERR_INVALID_ARG,
-                      CMD ": method \"%.64s\" is not implemented (pagoda implements \"ngram\" "
-                          "and \"draft_model\")",
+                      CMD ": method \"%.64s\" is not implemented (pagoda implements \"ngram\", "
+                          "\"draft_model\" and \"mtp\")",
                       method);
     }
     bool have_k = false, have_min = false, have_max = false;

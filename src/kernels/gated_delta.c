@@ -64,6 +64,14 @@ static pagoda_status check_batch(const pg_gdn_batch *b, const char *what, bool n
                             s, snap, len);
         if (snap > 0 && (!b->snap_states || !b->snap_states[s]))
             return pg_error(PAGODA_ERR_INVALID_ARG, "%s: snapshot of sequence %d is NULL", what, s);
+        const int32_t rows = b->row_snaps ? b->row_snaps[s] : 0;
+        if (rows < 0 || rows > len)
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "%s: row_snaps[%d] = %d outside [0, %d] (the sequence's length)", what,
+                            s, rows, len);
+        if (rows > 0 && need_states && (!b->row_snap_states || !b->row_snap_states[s]))
+            return pg_error(PAGODA_ERR_INVALID_ARG, "%s: row snapshots of sequence %d are NULL",
+                            what, s);
     }
     return PAGODA_OK;
 }
@@ -110,6 +118,13 @@ pagoda_status pg_gdn_conv_check(int32_t C, int32_t K, const float *w, const pg_g
         if (b->snap_len && b->snap_len[s] > 0 && K > 1 &&
             (!snap_conv_states || !snap_conv_states[s]))
             return pg_error(PAGODA_ERR_INVALID_ARG, "gdn conv1d: conv snapshot %d is NULL", s);
+        if (b->row_snaps && b->row_snaps[s] > 0 && K > 1 &&
+            (!b->row_snap_conv || !b->row_snap_conv[s] ||
+             b->row_snap_stride < (int64_t)(K - 1) * C))
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "gdn conv1d: row snapshots of sequence %d are NULL or closer than a "
+                            "conv state",
+                            s);
     }
     return PAGODA_OK;
 }
@@ -319,14 +334,25 @@ static void run_item(const ctx *c, float *ws, int32_t s, int32_t h0, int32_t h1,
     const int32_t len = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
     const int64_t pos0 = b->start_pos ? b->start_pos[s] : 0;
     const int32_t snap = b->snap_len ? b->snap_len[s] : 0;
+    const int32_t rows = b->row_snaps ? b->row_snaps[s] : 0;
     for (int32_t r = 0; r < len;) {
-        /* the piece: up to the next multiple of CH positions, the end, the snapshot */
+        /* the piece: up to the next multiple of CH positions, the end, the
+         * snapshot; one row while row snapshots are asked */
         int32_t end = r + (int32_t)(CH - (pos0 + r) % CH);
         if (end > len) end = len;
         if (snap > r && snap < end) end = snap;
+        if (rows > 0) end = r + 1;
         for (int32_t h = h0; h < h1; h++)
             run_piece(c, ws, s, h, r, end - r, c0, nc);
         r = end;
+        if (r <= rows)
+            for (int32_t h = h0; h < h1; h++) {
+                const float *S = b->states[s] + (size_t)h * dk * dv + c0;
+                float *dst = b->row_snap_states[s] + (size_t)(r - 1) * (size_t)b->row_snap_stride +
+                             (size_t)h * dk * dv + c0;
+                for (int i = 0; i < dk; i++)
+                    memcpy(dst + (size_t)i * dv, S + (size_t)i * dv, (size_t)nc * sizeof(float));
+            }
         if (snap > 0 && r == snap)
             for (int32_t h = h0; h < h1; h++) {
                 const float *S = b->states[s] + (size_t)h * dk * dv + c0;
@@ -454,6 +480,12 @@ VEC_LOOPS static void conv_item(const conv_ctx *c, int32_t s, int32_t c0, int32_
         for (int32_t m = 0; m < H; m++)
             memcpy(c->snaps[s] + (size_t)m * C + c0, conv_in(c, s, snap - H + m, c0),
                    (size_t)nc * sizeof(float));
+    const int32_t rows = c->b->row_snaps ? c->b->row_snaps[s] : 0;
+    for (int32_t r = 1; r <= rows; r++) /* the conv state after row r: rows r-H .. r-1 */
+        for (int32_t m = 0; m < H; m++)
+            memcpy(c->b->row_snap_conv[s] + (size_t)(r - 1) * (size_t)c->b->row_snap_stride +
+                       (size_t)m * C + c0,
+                   conv_in(c, s, r - H + m, c0), (size_t)nc * sizeof(float));
     for (int32_t m = 0; m < H; m++)
         memcpy(hist[m], conv_in(c, s, len - H + m, c0), (size_t)nc * sizeof(float));
     /* outputs last row first: row t reads rows <= t only */

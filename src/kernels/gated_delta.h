@@ -113,6 +113,18 @@ typedef struct pg_gdn_batch {
      * snap_len only and takes its snapshot buffers as an argument. */
     const int32_t *snap_len;
     float *const *snap_states;
+    /* Optional per-row snapshots (NULL = none; speculative decoding's
+     * verification rolls back to the last accepted row): when row_snaps[i]
+     * = n > 0 (<= the sequence's length), the state after each of its rows
+     * r = 1..n is copied to row_snap_states[i] + (r - 1) * row_snap_stride
+     * floats (pg_gdn_forward: the layout of states[i]; pg_gdn_conv1d: of its
+     * conv state, into row_snap_conv[i] + (r - 1) * row_snap_stride). Such a
+     * sequence's rows run one at a time (the recurrent form, bit for bit what
+     * steps of one token give). */
+    const int32_t *row_snaps;
+    float *const *row_snap_states;
+    float *const *row_snap_conv;
+    int64_t row_snap_stride;
 } pg_gdn_batch;
 
 /* Scratch bytes pg_gdn_forward needs at nthreads threads (per-thread piece

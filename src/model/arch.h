@@ -113,6 +113,11 @@ typedef struct pg_model_ops {
                                  void *state);
     pagoda_status (*encoder_kv)(const pg_model *m, void *ws, const void *state,
                                 const int32_t *block_table, pg_paged_kv *const *kv);
+    /* forward fills pg_batch.hidden_out when asked (false: it must be NULL) */
+    bool hidden_out;
+    /* the multi-token-prediction head (NULL: none), see pg_model_mtp_create */
+    pagoda_status (*mtp_create)(const pg_model *m, const pg_model_source *src,
+                                const pg_model_options *o, pg_model **out);
 } pg_model_ops;
 
 /* Where an architecture's hf_rewrite puts the tensors it derives (source.c). */

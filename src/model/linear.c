@@ -33,6 +33,13 @@ void pg_weights_release(pg_weights *w) {
     w->n_owned = w->cap_owned = 0;
 }
 
+/* The tensor name of the printf format, after w->prefix. */
+static void vname(const pg_weights *w, char *buf, size_t cap, const char *fmt, va_list ap) {
+    size_t off = 0;
+    if (w->prefix) off = (size_t)snprintf(buf, cap, "%s", w->prefix);
+    if (off < cap) vsnprintf(buf + off, cap - off, fmt, ap);
+}
+
 static void shape_str(const pg_tensor *t, char *buf, size_t cap) {
     size_t off = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < t->ndim && off < cap; i++)
@@ -79,7 +86,7 @@ pagoda_status pg_weights_tensor(pg_weights *w, int64_t d0, int64_t d1, bool opti
     char name[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    vname(w, name, sizeof name, fmt, ap);
     va_end(ap);
     return get_tensor(w, name, d0, d1, optional, out);
 }
@@ -118,7 +125,7 @@ pagoda_status pg_weights_vector(pg_weights *w, int64_t n, bool optional, const f
     char name[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    vname(w, name, sizeof name, fmt, ap);
     va_end(ap);
     return get_vector(w, name, n, optional, out);
 }
@@ -128,7 +135,7 @@ pagoda_status pg_weights_matrix(pg_weights *w, int64_t d0, int64_t d1, const flo
     char name[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    vname(w, name, sizeof name, fmt, ap);
     va_end(ap);
     const pg_tensor *t;
     *out = NULL;
@@ -142,7 +149,7 @@ pagoda_status pg_weights_linear(pg_weights *w, int64_t n_out, int64_t n_in, bool
     char prefix[200], name[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    vname(w, prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     pagoda_status st;
     if (w->ct && pg_ct_quantized(w->ct, prefix)) {

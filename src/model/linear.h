@@ -37,6 +37,9 @@ typedef struct pg_weights {
     const pg_ct_config *ct; /* or NULL */
     float **owned;
     int n_owned, cap_owned;
+    /* prepended to every name looked up (NULL: none): "mtp." binds a
+     * multi-token-prediction head's layer with the layer loaders */
+    const char *prefix;
 } pg_weights;
 
 void pg_weights_init(pg_weights *w, const pg_model_source *src);

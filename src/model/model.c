@@ -143,6 +143,9 @@ pagoda_status pg_model_forward(const pg_model *m, pg_model_workspace *ws, const 
                                float *logits) {
     if (!ws || ws->model != m)
         return pg_error(PAGODA_ERR_INVALID_ARG, "model: workspace of another model");
+    if (b->hidden_out && !m->ops->hidden_out)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "model: %s does not output hidden states",
+                        m->arch->name);
     return m->ops->forward(m, ws->impl, b, logits);
 }
 
@@ -184,4 +187,30 @@ pagoda_status pg_model_encoder_kv(const pg_model *m, pg_model_workspace *ws, con
     if (!ws || ws->model != m)
         return pg_error(PAGODA_ERR_INVALID_ARG, "model: workspace of another model");
     return m->ops->encoder_kv(m, ws->impl, state, block_table, kv);
+}
+
+/* ---- multi-token prediction ---- */
+
+bool pg_model_has_hidden_out(const pg_model *m) {
+    return m->ops->hidden_out;
+}
+
+int32_t pg_model_mtp_layers(const pg_model *m) {
+    return m->ops->mtp_create ? m->cfg.mtp_layers : 0;
+}
+
+pagoda_status pg_model_mtp_create(const pg_model *target, const pg_model_source *src,
+                                  const pg_model_options *o, pg_model **out) {
+    *out = NULL;
+    if (!target->ops->mtp_create)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "model: %s has no multi-token-prediction (MTP) head (pagoda runs the MTP "
+                        "heads of qwen3_5 / qwen3_5_moe checkpoints)",
+                        target->arch->name);
+    if (target->cfg.mtp_layers < 1)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "model: %s ships no multi-token-prediction (MTP) weights "
+                        "(mtp_num_hidden_layers / nextn_predict_layers is 0)",
+                        pg_model_source_path(src));
+    return target->ops->mtp_create(target, src, o, out);
 }

@@ -70,6 +70,13 @@ typedef struct pg_layer_cache {
      * at a block boundary */
     const int32_t *snap_len;         /* [num_seqs] */
     void *const *snap_states;        /* [num_seqs] */
+    /* STATE, optional (NULL: none), speculative decoding's verification:
+     * when row_snaps[i] = n > 0 the layer writes its state after each of the
+     * first n of request i's tokens in this step, the one after token r
+     * (1..n) at row_snap_states[i] + (r - 1) * state_bytes, so the engine
+     * can roll the state back to the last accepted token */
+    const int32_t *row_snaps;        /* [num_seqs] */
+    void *const *row_snap_states;    /* [num_seqs] */
 } pg_layer_cache;
 
 /* ---- one engine step ---------------------------------------------------------- */
@@ -87,6 +94,13 @@ typedef struct pg_batch {
     const int32_t *logit_rows;      /* [num_logits] token indices whose logits are wanted */
     int32_t num_logits;
     const pg_layer_cache *layers; /* [num_layers] */
+    /* Hidden states, [num_tokens][hidden_size] f32, both optional (NULL):
+     * hidden_out receives every token's final-normed hidden state (the
+     * lm_head's input; only models with pg_model_has_hidden_out);
+     * hidden_in is the input of a multi-token-prediction head
+     * (pg_model_mtp_create), which needs it. */
+    const float *hidden_in;
+    float *hidden_out;
 } pg_batch;
 
 /* ---- load options --------------------------------------------------------------- */
@@ -174,6 +188,31 @@ size_t pg_model_workspace_bytes(const pg_model_workspace *ws);
  * missing), errors of the kernels. */
 pagoda_status pg_model_forward(const pg_model *m, pg_model_workspace *ws, const pg_batch *b,
                                float *logits);
+
+/* ---- multi-token prediction (speculative decoding's "mtp" method) --------------------- */
+
+/* True when m's forward fills pg_batch.hidden_out. */
+bool pg_model_has_hidden_out(const pg_model *m);
+/* Number of multi-token-prediction layers the checkpoint ships (config
+ * mtp_num_hidden_layers, GGUF nextn_predict_layers); 0 = none. */
+int32_t pg_model_mtp_layers(const pg_model *m);
+
+/* Create the multi-token-prediction head of `target` (Qwen3.5 / Qwen3-Next
+ * MTP: vLLM's qwen3_5_mtp.py / qwen3_next_mtp.py) from the same source and
+ * options: a one-layer model whose forward reads b->hidden_in (the
+ * target's final-normed hidden state h_t of each token, or the head's own
+ * hidden_out of the previous draft) and b->token_ids (token t + 1) at
+ * position t,
+ *   x = fc([RMSNorm_e(embed(token)) | RMSNorm_h(hidden_in)])   (fc: 2H -> H)
+ *   x = decoder layer (full attention with its own paged KV, MLP or MoE)
+ *   hidden_out = RMSNorm_n(x), logits = hidden_out lm_head^T (the target's)
+ * with its one layer's KV cache spec (pg_model_layer_cache 0, FULL). It
+ * shares the target's embedding, lm_head and RoPE: `target` (and src) must
+ * outlive it. Errors: PAGODA_ERR_UNSUPPORTED (the architecture has no MTP
+ * head, the checkpoint ships none, or more than one MTP layer),
+ * PAGODA_ERR_NOT_FOUND / FORMAT (its tensors), PAGODA_ERR_NOMEM. */
+pagoda_status pg_model_mtp_create(const pg_model *target, const pg_model_source *src,
+                                  const pg_model_options *o, pg_model **out);
 
 /* ---- encoder-decoder models ---------------------------------------------------------- */
 

@@ -29,7 +29,11 @@
  * reorders the V heads of a GGUF to the tiled order: the kernels take the
  * head map instead (pg_model_config.linear_v_tiled). Text positions make
  * the interleaved M-RoPE plain RoPE over the first rotary_dim dims.
- * The MTP head (mtp.*, GGUF nextn blocks) is kept by the loader and not run.
+ * The MTP head (mtp.*; GGUF: the nextn block after the model's layers) is
+ * a second, one-layer model over the same weights (pg_model_mtp_create,
+ * "The multi-token-prediction head" below) that speculative decoding's
+ * "mtp" method runs; the forward outputs the final-normed hidden states it
+ * reads (pg_batch.hidden_out).
  *
  * References: transformers' modeling_qwen3_5.py / modeling_qwen3_next.py;
  * Yang et al. 2024, "Gated Delta Networks: Improving Mamba2 with Delta Rule";
@@ -43,6 +47,7 @@
 
 #include "base/log.h"
 #include "base/pool.h"
+#include "kernels/dispatch.h"
 #include "kernels/gated_delta.h"
 #include "model/arch.h"
 #include "model/decoder.h"
@@ -89,6 +94,7 @@ typedef struct q35_ws {
     float *g, *beta;    /* [T, nv] */
     float *o;           /* [T, v_dim] */
     float **conv, **rec, **snap_conv, **snap_rec; /* [max_seqs] per layer */
+    float **row_conv, **row_rec;                  /* [max_seqs]: per-row snapshots */
     int32_t *start;     /* [max_seqs] */
     void *gdn_scratch;
     size_t gdn_scratch_bytes;
@@ -117,13 +123,20 @@ static pagoda_status gdn_forward(const qwen35 *m, const gdn_layer *G, const pg_b
         w->snap_conv[i] = snap && lc->snap_len[i] > 0 ? lc->snap_states[i] : NULL;
         w->snap_rec[i] = w->snap_conv[i] ? w->snap_conv[i] + (size_t)(K - 1) * (size_t)C : NULL;
         w->start[i] = b->positions[b->query_start_loc[i]];
+        const bool rows = lc->row_snaps && lc->row_snaps[i] > 0;
+        w->row_conv[i] = rows ? lc->row_snap_states[i] : NULL;
+        w->row_rec[i] = rows ? w->row_conv[i] + (size_t)(K - 1) * (size_t)C : NULL;
     }
     pg_gdn_batch gb = {.n_seqs = b->num_seqs,
                        .cu_seqlens = b->query_start_loc,
                        .start_pos = w->start,
                        .states = w->rec,
                        .snap_len = snap ? lc->snap_len : NULL,
-                       .snap_states = snap ? w->snap_rec : NULL};
+                       .snap_states = snap ? w->snap_rec : NULL,
+                       .row_snaps = lc->row_snaps,
+                       .row_snap_states = w->row_rec,
+                       .row_snap_conv = w->row_conv,
+                       .row_snap_stride = m->state_floats};
     if ((st = pg_gdn_conv1d(C, K, G->conv_w, &gb, w->conv, snap ? w->snap_conv : NULL, w->lin, W,
                             w->lin, W, pool)))
         return st;
@@ -156,6 +169,11 @@ static pagoda_status forward(const pg_model *base, void *wsp, const pg_batch *b,
                               : pg_dec_mlp_forward(&L->mlp, c->rms_norm_eps, b, ws);
         if (st) return st;
     }
+    if (b->hidden_out) /* the lm_head's input for every token (the MTP head reads it) */
+        for (int32_t t = 0; t < b->num_tokens; t++)
+            pg_kernels()->rmsnorm_f32(b->hidden_out + (size_t)t * (size_t)c->hidden_size,
+                                      ws->x + (size_t)t * (size_t)c->hidden_size, m->final_norm, 1,
+                                      (size_t)c->hidden_size, c->rms_norm_eps);
     return pg_dec_logits(m->final_norm, c->rms_norm_eps, &m->lm_head, b, ws, logits);
 }
 
@@ -244,7 +262,7 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     const size_t nv = (size_t)m->gp.n_v_heads;
     w->gdn_scratch_bytes = pg_gdn_scratch_bytes(&m->gp, lim->max_tokens, nt);
     size_t sizes[] = {T * (size_t)lin_w * 4, T * nv * 4, T * nv * 4, T * (size_t)m->v_dim * 4,
-                      S * sizeof(float *) * 4, S * 4, w->gdn_scratch_bytes};
+                      S * sizeof(float *) * 6, S * 4, w->gdn_scratch_bytes};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += (sizes[i] + PG_ALIGN - 1) / PG_ALIGN * PG_ALIGN + PG_ALIGN;
@@ -261,6 +279,8 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     w->rec = ptrs + S;
     w->snap_conv = ptrs + 2 * S;
     w->snap_rec = ptrs + 3 * S;
+    w->row_conv = ptrs + 4 * S;
+    w->row_rec = ptrs + 5 * S;
     w->start = pg_arena_alloc(&w->arena, sizes[5]);
     w->gdn_scratch = sizes[6] ? pg_arena_alloc(&w->arena, sizes[6]) : NULL;
     *out = w;
@@ -310,6 +330,9 @@ static void model_free(pg_model *base) {
     free(m);
 }
 
+static pagoda_status mtp_create(const pg_model *target, const pg_model_source *src,
+                                const pg_model_options *o, pg_model **out);
+
 static const pg_model_ops Q35_OPS = {
     .free = model_free,
     .weight_bytes_per_step = weight_bytes_per_step,
@@ -317,6 +340,8 @@ static const pg_model_ops Q35_OPS = {
     .workspace_free = ws_free,
     .workspace_bytes = ws_bytes,
     .forward = forward,
+    .hidden_out = true,
+    .mtp_create = mtp_create,
 };
 
 /* ---- load ----------------------------------------------------------------------------- */
@@ -361,9 +386,9 @@ static pagoda_status load_weights(qwen35 *m, const pg_linear_policy *p, unsigned
     if ((st = pg_weights_tensor(w, c->vocab_size, H, false, &m->embed,
                                 "model.embed_tokens.weight")))
         return st;
-    const int64_t state =
-        4 * ((int64_t)(m->conv_k - 1) * m->conv_dim +
-             (int64_t)m->gp.n_v_heads * m->gp.dk * m->gp.dv);
+    m->state_floats = (int64_t)(m->conv_k - 1) * m->conv_dim +
+                      (int64_t)m->gp.n_v_heads * m->gp.dk * m->gp.dv;
+    const int64_t state = 4 * m->state_floats;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         q35_layer *L = &m->layers[l];
         L->linear = pg_model_config_layer_linear(c, l);
@@ -480,6 +505,244 @@ static pagoda_status create_moe(const pg_model_source *src, const pg_model_optio
     const pg_model_config *c = pg_model_source_config(src);
     return q35_create(src, o, PG_DEC_MOE | (c->shared_expert_intermediate_size > 0 ? PG_DEC_MOE_SHARED : 0),
                       out);
+}
+
+/* ---- the multi-token-prediction head ------------------------------------------------------ */
+
+/* Qwen3.5's MTP head (vLLM qwen3_5_mtp.py Qwen3_5MultiTokenPredictor, the
+ * same as Qwen3-Next's): for the hidden state h_t the target (or the
+ * previous draft step) produced at position t and the embedding of token
+ * t + 1,
+ *   x = fc([RMSNorm_enorm(embed(x_{t+1})) | RMSNorm_hnorm(h_t)])
+ *   x = the decoder layer at position t (gated full attention over the
+ *       head's own paged KV, q/k norms, partial RoPE; SwiGLU MLP or MoE)
+ *   h' = RMSNorm_norm(x), logits = h' lm_head^T
+ * Norms are (1 + w) like the model's (GGUF stores them so; the HF ones are
+ * rewritten at open, mtp_rewrite). The embedding, lm_head and RoPE are the
+ * target's. */
+typedef struct q35_mtp {
+    pg_model base; /* one layer: the MTP decoder layer's FULL cache */
+    const qwen35 *t;
+    pg_weights w;
+    const float *enorm, *hnorm, *norm; /* [hidden] */
+    pg_linear fc;                      /* [hidden, 2 * hidden] */
+    q35_layer layer;
+} q35_mtp;
+
+typedef struct mtp_ws {
+    pg_dec_ws *dec;
+    pg_arena arena;
+    float *cat; /* [T, 2 * hidden] */
+} mtp_ws;
+
+static pagoda_status mtp_forward(const pg_model *base, void *wsp, const pg_batch *b,
+                                 float *logits) {
+    const q35_mtp *m = (const q35_mtp *)base;
+    const pg_model_config *c = &base->cfg;
+    mtp_ws *w = wsp;
+    pg_dec_ws *ws = w->dec;
+    pagoda_status st = pg_dec_check_batch(ws, b, c->vocab_size);
+    if (st != PAGODA_OK) return st;
+    if (b->num_tokens > 0 && !b->hidden_in)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "qwen3_5 mtp: the step has no hidden_in");
+    const size_t H = (size_t)c->hidden_size;
+    const float eps = c->rms_norm_eps;
+    const pg_kernel_table *kt = pg_kernels();
+    pg_dec_embed(m->t->embed, b, ws);
+    for (int32_t t = 0; t < b->num_tokens; t++) {
+        float *row = w->cat + (size_t)t * 2 * H;
+        kt->rmsnorm_f32(row, ws->x + (size_t)t * H, m->enorm, 1, H, eps);
+        kt->rmsnorm_f32(row + H, b->hidden_in + (size_t)t * H, m->hnorm, 1, H, eps);
+    }
+    pg_pool *pool = pg_pool_default();
+    if ((st = pg_linear_forward(&m->fc, w->cat, b->num_tokens, ws->x, (int64_t)H, PG_GEMM_STORE,
+                                pool, ws->gemm_scratch)) ||
+        (st = pg_dec_attn_forward(&m->layer.attn, &m->t->rope, eps, b, &b->layers[0], ws)))
+        return st;
+    st = m->layer.moe.n_experts ? pg_dec_moe_forward(&m->layer.moe, eps, b, ws)
+                                : pg_dec_mlp_forward(&m->layer.mlp, eps, b, ws);
+    if (st) return st;
+    if (b->hidden_out)
+        for (int32_t t = 0; t < b->num_tokens; t++)
+            kt->rmsnorm_f32(b->hidden_out + (size_t)t * H, ws->x + (size_t)t * H, m->norm, 1, H,
+                            eps);
+    return pg_dec_logits(m->norm, eps, &m->t->lm_head, b, ws, logits);
+}
+
+static void mtp_ws_free(void *p) {
+    mtp_ws *w = p;
+    if (!w) return;
+    pg_dec_ws_free(w->dec);
+    pg_arena_free(&w->arena);
+    free(w);
+}
+
+static size_t mtp_ws_bytes(const void *p) {
+    const mtp_ws *w = p;
+    return w ? pg_dec_ws_bytes(w->dec) + w->arena.cap : 0;
+}
+
+static pagoda_status mtp_ws_create(const pg_model *base, const pg_step_limits *lim, void **out) {
+    const q35_mtp *m = (const q35_mtp *)base;
+    const pg_model_config *c = &base->cfg;
+    const q35_layer *Y = &m->layer;
+    *out = NULL;
+    const size_t cap = 8 + 2 * (size_t)Y->moe.n_experts;
+    const pg_linear **ls = malloc(cap * sizeof *ls);
+    mtp_ws *w = calloc(1, sizeof *w);
+    if (!ls || !w) {
+        free(ls);
+        free(w);
+        return pg_error(PAGODA_ERR_NOMEM, "qwen3_5 mtp: out of memory");
+    }
+    pg_dec_dims d = {.hidden = c->hidden_size,
+                     .qkv_width = Y->attn.qkv.n_out,
+                     .attn_width = (int64_t)c->num_attention_heads * c->head_dim,
+                     .act_width = c->intermediate_size > 0 ? c->intermediate_size : 1,
+                     .n_heads = c->num_attention_heads,
+                     .n_kv_heads = c->num_key_value_heads,
+                     .head_dim = c->head_dim};
+    pg_pool *pool = pg_pool_default();
+    const int nt = pool ? pg_pool_size(pool) : 1;
+    int n = 0;
+    ls[n++] = &m->fc;
+    ls[n++] = &Y->attn.qkv;
+    ls[n++] = &Y->attn.o;
+    if (Y->moe.n_experts) {
+        ls[n++] = &Y->moe.router;
+        for (int32_t e = 0; e < Y->moe.n_experts; e++) {
+            ls[n++] = &Y->moe.gate_up[e];
+            ls[n++] = &Y->moe.down[e];
+        }
+        if (Y->moe.shared) {
+            ls[n++] = &Y->moe.sh_gate_up;
+            ls[n++] = &Y->moe.sh_down;
+            if (Y->moe.sh_gate_up.n_out > d.act_width) d.act_width = Y->moe.sh_gate_up.n_out;
+        }
+        d.gemm_scratch_min = pg_dec_moe_scratch_bytes(&Y->moe, lim->max_tokens, nt);
+        d.moe_experts = Y->moe.n_experts;
+        d.moe_top_k = Y->moe.top_k;
+        d.moe_ffn = Y->moe.gate_up[0].n_out;
+    } else {
+        ls[n++] = &Y->mlp.gate_up;
+        ls[n++] = &Y->mlp.down;
+    }
+    ls[n++] = &m->t->lm_head;
+    pagoda_status st = pg_dec_ws_create(&d, lim, ls, n, 1, &w->dec);
+    free(ls);
+    if (st) {
+        free(w);
+        return st;
+    }
+    const size_t bytes = (size_t)lim->max_tokens * 2 * (size_t)c->hidden_size * sizeof(float);
+    if ((st = pg_arena_init(&w->arena, bytes + 2 * PG_ALIGN))) {
+        mtp_ws_free(w);
+        return st;
+    }
+    w->cat = pg_arena_alloc(&w->arena, bytes);
+    *out = w;
+    return PAGODA_OK;
+}
+
+static size_t mtp_weight_bytes(const pg_model *base) {
+    const q35_mtp *m = (const q35_mtp *)base;
+    const q35_layer *L = &m->layer;
+    size_t b = pg_linear_bytes(&m->fc) + pg_linear_bytes(&L->attn.qkv) +
+               pg_linear_bytes(&L->attn.o) + pg_linear_bytes(&m->t->lm_head);
+    if (L->moe.n_experts)
+        b += pg_linear_bytes(&L->moe.router) + pg_linear_bytes(&L->moe.sh_gate_up) +
+             pg_linear_bytes(&L->moe.sh_down) +
+             (size_t)L->moe.top_k *
+                 (pg_linear_bytes(&L->moe.gate_up[0]) + pg_linear_bytes(&L->moe.down[0]));
+    else
+        b += pg_linear_bytes(&L->mlp.gate_up) + pg_linear_bytes(&L->mlp.down);
+    return b;
+}
+
+static void mtp_free(pg_model *base) {
+    q35_mtp *m = (q35_mtp *)base;
+    if (!m) return;
+    pg_linear_free(&m->fc);
+    pg_dec_attn_free(&m->layer.attn);
+    pg_dec_mlp_free(&m->layer.mlp);
+    pg_dec_moe_free(&m->layer.moe);
+    pg_weights_release(&m->w);
+    pg_model_base_release(base);
+    free(m);
+}
+
+static const pg_model_ops MTP_OPS = {
+    .free = mtp_free,
+    .weight_bytes_per_step = mtp_weight_bytes,
+    .workspace_create = mtp_ws_create,
+    .workspace_free = mtp_ws_free,
+    .workspace_bytes = mtp_ws_bytes,
+    .forward = mtp_forward,
+    .hidden_out = true,
+};
+
+static pagoda_status mtp_load(q35_mtp *m, const pg_linear_policy *p) {
+    const pg_model_config *c = &m->base.cfg;
+    const int L = c->num_hidden_layers;
+    const int64_t H = c->hidden_size;
+    pg_weights *w = &m->w;
+    pg_linear_src fc;
+    pagoda_status st;
+    if ((st = pg_weights_vector(w, H, false, &m->enorm, "blk.%d.nextn.enorm.weight", L)) ||
+        (st = pg_weights_vector(w, H, false, &m->hnorm, "blk.%d.nextn.hnorm.weight", L)) ||
+        (st = pg_weights_vector(w, H, false, &m->norm, "blk.%d.nextn.shared_head_norm.weight",
+                                L)) ||
+        (st = pg_weights_linear(w, H, 2 * H, false, &fc, "blk.%d.nextn.eh_proj", L)))
+        return st;
+    const pg_linear_src *fp = &fc;
+    if ((st = pg_linear_pack(p, &fp, 1, true, "mtp fc", &m->fc)) ||
+        (st = pg_dec_attn_load(w, p, c, L, PG_DEC_QK_NORM | PG_DEC_ATTN_GATE, 0, &m->layer.attn)))
+        return st;
+    const bool moe = c->num_experts > 0 && pg_model_config_layer_moe(c, L);
+    st = moe ? pg_dec_moe_load(w, p, c, L,
+                               c->shared_expert_intermediate_size > 0 ? PG_DEC_MOE_SHARED : 0,
+                               &m->layer.moe)
+             : pg_dec_mlp_load(w, p, c, L, &m->layer.mlp);
+    if (st) return st;
+    m->base.cache[0] = (pg_layer_cache_spec){.kind = PG_LAYER_CACHE_FULL,
+                                             .num_kv_heads = c->num_key_value_heads,
+                                             .head_dim = c->head_dim};
+    return PAGODA_OK;
+}
+
+static pagoda_status mtp_create(const pg_model *target, const pg_model_source *src,
+                                const pg_model_options *o, pg_model **out) {
+    *out = NULL;
+    const pg_model_config *c = &target->cfg;
+    const char *path = pg_model_source_path(src);
+    if (c->mtp_layers != 1)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: %d MTP layers; pagoda runs checkpoints with one (as Qwen3.5 ships)",
+                        path, c->mtp_layers);
+    if (o && o->tp_size > 1)
+        return pg_error(PAGODA_ERR_UNSUPPORTED,
+                        "%s: the MTP head does not run under tensor parallelism", path);
+    pg_model_options def;
+    if (!o) {
+        pg_model_options_default(&def);
+        o = &def;
+    }
+    pg_linear_policy p;
+    pagoda_status st = pg_linear_policy_init(&p, o->compute, o->quant_bits, o->quant_group,
+                                             o->quant_act_group, pg_model_source_ct(src));
+    if (st) return st;
+    q35_mtp *m = calloc(1, sizeof *m);
+    if (!m) return pg_error(PAGODA_ERR_NOMEM, "qwen3_5 mtp: out of memory");
+    m->t = (const qwen35 *)target;
+    pg_weights_init(&m->w, src);
+    m->w.prefix = "mtp.";
+    if ((st = pg_model_base_init(&m->base, &MTP_OPS, src, o, 1)) || (st = mtp_load(m, &p))) {
+        mtp_free(&m->base);
+        return st;
+    }
+    m->base.max_context = target->max_context;
+    *out = &m->base;
+    return PAGODA_OK;
 }
 
 /* ---- config ------------------------------------------------------------------------------ */
@@ -672,10 +935,57 @@ static pagoda_status split_fused_experts(const pg_tensor *t, const char *prefix,
     return st;
 }
 
+/* The MTP head's HF tensors ("mtp.fc", "mtp.pre_fc_norm_{embedding,hidden}",
+ * "mtp.norm", "mtp.layers.{j}.*") under the names llama.cpp's GGUF gives
+ * them, behind "mtp." (source.c): "mtp.blk.{L}.nextn.{eh_proj, enorm,
+ * hnorm, shared_head_norm}.weight" and "mtp.model.layers.{L + j}.*" (L =
+ * num_hidden_layers), norms as (1 + w). */
+static bool mtp_rewrite(const pg_model_config *cfg, const char *path, const pg_tensor *t,
+                        pg_tensor_sink *sink, pagoda_status *st) {
+    static const char *const nextn[][2] = {{"mtp.fc.weight", "eh_proj"},
+                                           {"mtp.pre_fc_norm_embedding.weight", "enorm"},
+                                           {"mtp.pre_fc_norm_hidden.weight", "hnorm"},
+                                           {"mtp.norm.weight", "shared_head_norm"}};
+    const int L = cfg->num_hidden_layers;
+    char name[320];
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(t->name, nextn[i][0])) {
+            snprintf(name, sizeof name, "mtp.blk.%d.nextn.%s.weight", L, nextn[i][1]);
+            if (i == 0) {
+                *st = pg_tensor_sink_add(sink, t, name);
+            } else {
+                *st = derive_f32(t, name, sink, 0);
+            }
+            return true;
+        }
+    char *end;
+    long j = strtol(t->name + 11, &end, 10);
+    if (strncmp(t->name, "mtp.layers.", 11) || end == t->name + 11 || *end != '.' || j < 0 ||
+        j >= 64)
+        return false; /* kept as it is (not run) */
+    const char *rest = end + 1;
+    snprintf(name, sizeof name, "mtp.model.layers.%ld.%s", L + j, rest);
+    if (ends_with(name, ".input_layernorm.weight") ||
+        ends_with(name, ".post_attention_layernorm.weight") ||
+        ends_with(name, ".self_attn.q_norm.weight") || ends_with(name, ".self_attn.k_norm.weight")) {
+        *st = derive_f32(t, name, sink, 0);
+        return true;
+    }
+    const bool fused_gu = ends_with(name, ".mlp.experts.gate_up_proj");
+    if (fused_gu || ends_with(name, ".mlp.experts.down_proj")) {
+        name[strlen(name) - strlen(fused_gu ? ".mlp.experts.gate_up_proj"
+                                            : ".mlp.experts.down_proj")] = 0;
+        *st = split_fused_experts(t, name, fused_gu, path, sink);
+        return true;
+    }
+    *st = pg_tensor_sink_add(sink, t, name);
+    return true;
+}
+
 static bool hf_rewrite(const pg_model_config *cfg, const char *path, const pg_tensor *t,
                        pg_tensor_sink *sink, pagoda_status *st) {
-    (void)cfg;
     const char *nm = t->name;
+    if (!strncmp(nm, "mtp.", 4)) return mtp_rewrite(cfg, path, t, sink, st);
     if (!strncmp(nm, "model.visual.", 13) || !strncmp(nm, "visual.", 7))
         return true; /* the vision tower: out of scope, the text model loads */
     char name[320];

@@ -543,8 +543,12 @@ static pagoda_status open_gguf(pg_model_source *src) {
         if (src->cfg.mtp_layers > 0 && !strncmp(gt->name, "blk.", 4) &&
             atol(gt->name + 4) >= src->cfg.num_hidden_layers &&
             atol(gt->name + 4) < src->cfg.num_hidden_layers + src->cfg.mtp_layers) {
-            /* llama.cpp's nextn (MTP) blocks follow the model's layers */
-            snprintf(name, sizeof name, "mtp.%s", gt->name);
+            /* llama.cpp's nextn (MTP) blocks follow the model's layers:
+             * "mtp." + the canonical name ("mtp.model.layers.4.self_attn.
+             * q_proj.weight"; the nextn.* ones as they are) */
+            char mapped[480];
+            pg_arch_gguf_to_hf(src->cfg.arch, gt->name, mapped, sizeof mapped);
+            snprintf(name, sizeof name, "mtp.%s", mapped);
             s = add_tensor(src, &cap, &t, name);
             if (s) return s;
             continue;

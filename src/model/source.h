@@ -101,7 +101,7 @@ typedef struct pg_model_config {
     bool attn_output_gate;       /* q_proj also yields a sigmoid gate on the attention output */
     int shared_expert_intermediate_size; /* MoE shared expert (0: none) */
     int mtp_layers;              /* multi-token-prediction layers shipped with the model
-                                    (kept by the loader, not run: "mtp.*" tensors) */
+                                    (kept as "mtp.*" tensors; run by pg_model_mtp_create) */
     /* encoder-decoder models (Whisper): the common fields above describe the
      * decoder (hidden_size = d_model, num_hidden_layers = decoder_layers, ...);
      * these the encoder */

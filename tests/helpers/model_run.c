@@ -28,6 +28,8 @@ struct pg_test_seq {
     void **states;      /* [layers] state of a STATE layer */
     pg_layer_cache *lc; /* [layers] */
     int32_t *table, *pos, *slot;
+    pg_dtype kv_dtype;
+    bool rows_ws; /* the workspace has max_step logits rows (pg_test_seq_step) */
 };
 
 pg_test_seq *pg_test_seq_create(const pg_model *m, int32_t max_len, int32_t max_step,
@@ -38,6 +40,7 @@ pg_test_seq *pg_test_seq_create(const pg_model *m, int32_t max_len, int32_t max_
     s->m = m;
     s->max_len = max_len;
     s->max_step = max_step;
+    s->kv_dtype = kv_dtype;
     s->nb = (max_len + BS - 1) / BS + 1;
     s->kv = calloc((size_t)L, sizeof *s->kv);
     s->states = calloc((size_t)L, sizeof *s->states);
@@ -143,6 +146,49 @@ pagoda_status pg_test_seq_forward(pg_test_seq *s, const int32_t *tokens, int32_t
         done += k;
     }
     return PAGODA_OK;
+}
+
+pagoda_status pg_test_seq_step(pg_test_seq *s, const int32_t *tokens, int32_t n,
+                               const float *hidden_in, float *hidden_out, float *logits) {
+    if (n < 1 || n > s->max_step || s->len + n > s->max_len)
+        return pg_error(PAGODA_ERR_LIMIT, "test seq: %d tokens at %d exceed %d / step %d", n,
+                        s->len, s->max_len, s->max_step);
+    if (!s->rows_ws) { /* logits of every row: a workspace with max_step rows of them */
+        pg_model_workspace_free(s->ws);
+        s->ws = NULL;
+        pg_step_limits lim = {.max_tokens = s->max_step,
+                              .max_seqs = s->max_step,
+                              .max_model_len = s->max_len,
+                              .kv_dtype = s->kv_dtype,
+                              .block_size = BS};
+        pagoda_status st = pg_model_workspace_create(s->m, &lim, &s->ws);
+        if (st != PAGODA_OK) return st;
+        s->rows_ws = true;
+    }
+    int32_t *rows = malloc((size_t)n * sizeof *rows);
+    if (!rows) return pg_error(PAGODA_ERR_NOMEM, "test seq: out of memory");
+    for (int32_t i = 0; i < n; i++) {
+        int32_t p = s->len + i;
+        rows[i] = i;
+        s->pos[i] = p;
+        s->slot[i] = s->table[p / BS] * BS + p % BS;
+    }
+    int32_t qsl[2] = {0, n}, lens[1] = {s->len + n};
+    pg_batch b = {.num_tokens = n,
+                  .num_seqs = 1,
+                  .token_ids = tokens,
+                  .positions = s->pos,
+                  .query_start_loc = qsl,
+                  .seq_lens = lens,
+                  .logit_rows = rows,
+                  .num_logits = logits ? n : 0,
+                  .layers = s->lc,
+                  .hidden_in = hidden_in,
+                  .hidden_out = hidden_out};
+    pagoda_status st = pg_model_forward(s->m, s->ws, &b, logits);
+    free(rows);
+    if (st == PAGODA_OK) s->len += n;
+    return st;
 }
 
 void pg_test_prefill_logits(const pg_model *m, const int32_t *tokens, int32_t T, float *logits) {

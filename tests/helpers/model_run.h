@@ -30,6 +30,14 @@ void pg_test_seq_reset(pg_test_seq *s);
  * max_len; nothing is run), those of pg_model_forward. */
 pagoda_status pg_test_seq_forward(pg_test_seq *s, const int32_t *tokens, int32_t n, float *logits);
 
+/* One step of tokens[0..n) (n <= max_step) at the next n positions with
+ * pg_batch's hidden-state views hidden_in / hidden_out ([n][hidden_size]
+ * f32, may be NULL) and the logits of every row into logits [n][vocab] (may
+ * be NULL). Errors: PAGODA_ERR_LIMIT (nothing is run), those of
+ * pg_model_forward. */
+pagoda_status pg_test_seq_step(pg_test_seq *s, const int32_t *tokens, int32_t n,
+                               const float *hidden_in, float *hidden_out, float *logits);
+
 /* logits [T, vocab] of tokens[0..T) as one request prefilled in one step
  * (F32 paged KV cache, blocks of 16); fails the test on an error. */
 void pg_test_prefill_logits(const pg_model *m, const int32_t *tokens, int32_t T, float *logits);

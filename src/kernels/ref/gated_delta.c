@@ -69,6 +69,10 @@ pagoda_status pg_ref_gdn_forward(const pg_gdn_params *p, const pg_gdn_batch *b, 
                 if (r + 1 == snap)
                     memcpy(b->snap_states[s] + (size_t)h * dk * dv, S,
                            (size_t)dk * dv * sizeof(float));
+                if (b->row_snaps && r < b->row_snaps[s])
+                    memcpy(b->row_snap_states[s] + (size_t)r * (size_t)b->row_snap_stride +
+                               (size_t)h * dk * dv,
+                           S, (size_t)dk * dv * sizeof(float));
             }
         }
     }
@@ -101,6 +105,10 @@ pagoda_status pg_ref_gdn_conv1d(int32_t C, int32_t K, const float *w, const pg_g
                 if (t + 1 == snap)
                     for (int32_t m = 0; m < H; m++)
                         snap_conv_states[s][(size_t)m * C + c] = win[m];
+                if (b->row_snaps && t < b->row_snaps[s])
+                    for (int32_t m = 0; m < H; m++)
+                        b->row_snap_conv[s][(size_t)t * (size_t)b->row_snap_stride +
+                                            (size_t)m * C + c] = win[m];
             }
             for (int32_t m = 0; m < H; m++)
                 state[(size_t)m * C + c] = win[m];
