@@ -451,7 +451,8 @@ static void test_prefix_caching(void **state) {
 /* Run `r` alone with cache salt `salt` (NULL: none); the prompt tokens it
  * was served from the prefix cache (engine counters, checked against the
  * request's own n_cached_tokens via the stats delta). */
-static uint64_t run_salted(pagoda_engine *e, pagoda_request r, const char *salt, pg_er_result *res) {
+static uint64_t run_salted(pagoda_engine *e, pagoda_request r, const char *salt,
+                           pg_er_result *res) {
     r.cache_salt = salt;
     pagoda_stats s0, s1;
     pagoda_engine_get_stats(e, &s0);

@@ -110,8 +110,8 @@ static int parse(int argc, char **argv, pg_bench_kernels_opts *o, const char **m
             "--kernels",          "--m",       "--dtype",      "--quantization",
             "--quant-group-size", "--context", "--block-size", "--kv-cache-dtype",
             "--threads",          "--rounds",  "--output-json"};
-        const char *v =
-            pg_args_valued(CMD, argc, argv, &i, WITH_VALUE, sizeof WITH_VALUE / sizeof WITH_VALUE[0]);
+        const char *v = pg_args_valued(CMD, argc, argv, &i, WITH_VALUE,
+                                       sizeof WITH_VALUE / sizeof WITH_VALUE[0]);
         if (!v) return 2;
         bool ok = true;
         const char *want = NULL;

@@ -29,10 +29,14 @@ int pg_comm_under_mpi(void) {
 
 static const char *op_name(int32_t op) {
     switch (op) {
-    case PG_COMM_OP_ALLREDUCE: return "allreduce";
-    case PG_COMM_OP_BROADCAST: return "broadcast";
-    case PG_COMM_OP_ALLGATHER: return "allgather";
-    case PG_COMM_OP_BARRIER: return "barrier";
+    case PG_COMM_OP_ALLREDUCE:
+        return "allreduce";
+    case PG_COMM_OP_BROADCAST:
+        return "broadcast";
+    case PG_COMM_OP_ALLGATHER:
+        return "allgather";
+    case PG_COMM_OP_BARRIER:
+        return "barrier";
     }
     return "?";
 }

@@ -48,7 +48,7 @@ bool pg_er_utf8_valid(const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
     for (size_t i = 0; i < n;) {
         unsigned c = s[i];
-        size_t len = c < 0x80                  ? 1
+        size_t len = c < 0x80                 ? 1
                      : c >= 0xC2 && c <= 0xDF ? 2
                      : c >= 0xE0 && c <= 0xEF ? 3
                      : c >= 0xF0 && c <= 0xF4 ? 4

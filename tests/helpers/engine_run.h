@@ -18,7 +18,7 @@
 typedef struct pg_er_result {
     int32_t ids[PG_ER_MAX_TOKENS];
     float lp[PG_ER_MAX_TOKENS]; /* logprob of each token (when asked) */
-    int32_t top[PG_ER_MAX_TOKENS][PG_ER_TOP]; /* the first PG_ER_TOP top logprobs (asked), */
+    int32_t top[PG_ER_MAX_TOKENS][PG_ER_TOP];  /* the first PG_ER_TOP top logprobs (asked), */
     float top_lp[PG_ER_MAX_TOKENS][PG_ER_TOP]; /* 0 where fewer came */
     int n;
     char text[8192];

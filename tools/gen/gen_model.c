@@ -800,8 +800,8 @@ static int scale_code(float v, float d, int lo, int hi) {
  * them) takes its range [min(0, lo), hi] in `steps` steps, so scale[s] =
  * (hi - lo) / steps and mins[s] = -lo. Returns the largest scale, *mmax the
  * largest minimum. */
-static float range_scales(const float *x, int nsub, int len, float steps, float *scale,
-                          float *mins, float *mmax) {
+static float range_scales(const float *x, int nsub, int len, float steps, float *scale, float *mins,
+                          float *mmax) {
     float smax = 0;
     *mmax = 0;
     for (int s = 0; s < nsub; s++) {
