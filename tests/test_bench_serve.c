@@ -21,11 +21,10 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include <signal.h>
-#include <sys/wait.h>
 
 #include "bench/bench_serve.h"
 #include "bench/bench_tokenizer.h"
+#include "serve_proc.h"
 
 /* ------------------------------------------------------------------ */
 /* the fake server                                                      */
@@ -516,43 +515,6 @@ static void test_bad_options_and_model_list(void **state) {
 /* ------------------------------------------------------------------ */
 /* against a real `pagoda serve` of stories260K                         */
 
-/* Start `pagoda serve MODEL --port 0 ARGS` (through the exec wrapper) and
- * wait for its PORT= line. Returns the pid; *port gets the port. */
-static pid_t serve_start(const char *model, const char *args, const char *out_path, int *port) {
-    const char *bd = getenv("PAGODA_BUILD_DIR");
-    char cmd[20000];
-    snprintf(cmd, sizeof cmd, "exec %s '%s/pagoda' serve '%s' --port 0 %s >'%s' 2>'%s.err'",
-             pg_test_exec_wrapper(), bd && *bd ? bd : ".", model, args, out_path, out_path);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 1200; i++) { /* up to 120 s (qemu) */
-        FILE *f = fopen(out_path, "r");
-        char line[512];
-        while (f && fgets(line, sizeof line, f))
-            if (sscanf(line, "PORT=%d", port) == 1) {
-                fclose(f);
-                return pid;
-            }
-        if (f) fclose(f);
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            char err[4400];
-            snprintf(err, sizeof err, "%s.err", out_path);
-            char *text = pg_test_read_file(err, NULL);
-            fail_msg("pagoda serve exited early: %s", text);
-        }
-        sleep_ms(100);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    fail_msg("pagoda serve printed no PORT= line");
-    return -1;
-}
-
 /* Random text prompts of --random-input-len tokens reach the server as
  * exactly that many tokens (the server's usage.prompt_tokens, BOS
  * included: stories260K's SentencePiece tokenizer adds one and is mostly
@@ -564,8 +526,10 @@ static void test_real_server_input_lengths(void **state) {
     char out_path[4200], json[4200], url[64];
     snprintf(out_path, sizeof out_path, "%s/serve.out", pg_test_tmpdir());
     snprintf(json, sizeof json, "%s/r.json", pg_test_tmpdir());
+    char args[4200];
+    snprintf(args, sizeof args, "'%s' --max-num-seqs 8", model);
     int port = 0;
-    pid_t pid = serve_start(model, "--max-num-seqs 8", out_path, &port);
+    pid_t pid = pg_test_serve_start(args, out_path, &port);
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
 
     pg_tokenizer *tk;
@@ -585,9 +549,7 @@ static void test_real_server_input_lengths(void **state) {
     FILE *out = devnull();
     pagoda_status st = pg_bench_serve(&o, out, &m);
     fclose(out);
-    kill(pid, SIGTERM);
-    int ws;
-    waitpid(pid, &ws, 0);
+    pg_test_serve_stop(pid);
     pg_tokenizer_free(tk);
     assert_int_equal(st, PAGODA_OK);
 

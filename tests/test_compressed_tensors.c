@@ -13,6 +13,7 @@
  *  - every corrupt or unsupported checkpoint fails with one line naming the
  *    tensor or field. */
 #include "testutil.h"
+#include "engine_run.h"
 #include "model_run.h"
 
 #include <math.h>
@@ -22,7 +23,6 @@
 #include <sys/stat.h>
 
 #include "base/alloc.h"
-#include "base/pool.h"
 #include "kernels/attention.h"
 #include "model/compressed_tensors.h"
 #include "gen/gen_model.h"
@@ -35,12 +35,7 @@ static char g_tok[4200]; /* stories260K-hf: tokenizer and the model to convert *
 
 static int setup(void **state) {
     (void)state;
-#if defined(__aarch64__)
-    /* tiny steps under qemu: one thread keeps the binary fast */
-    pg_pool_options po = pg_pool_options_default();
-    po.n_threads = 1;
-    if (pg_pool_default_configure(&po) != PAGODA_OK) return -1;
-#endif
+    if (pg_er_one_thread_under_qemu()) return -1;
     snprintf(g_tok, sizeof g_tok, "%s", pg_test_asset("llm/stories260K-hf"));
     return 0;
 }
@@ -151,45 +146,6 @@ static void test_matches_load_time_quantization(void **state) {
 
 /* ---- (b) the engine and the CLI ---- */
 
-typedef struct result {
-    int32_t ids[64];
-    float lp[64];
-    int n;
-} result;
-
-static pagoda_request greedy_req(const pagoda_engine *e, const int32_t *ids, size_t n,
-                                 int32_t max_tokens) {
-    pagoda_request r;
-    pagoda_request_defaults(e, &r);
-    r.prompt_token_ids = ids;
-    r.n_prompt_token_ids = n;
-    r.sampling.temperature = 0;
-    r.sampling.max_tokens = max_tokens;
-    r.sampling.ignore_eos = true;
-    r.sampling.logprobs = 0;
-    return r;
-}
-
-static void run_all(pagoda_engine *e, const uint64_t *ids, result *res, size_t n) {
-    memset(res, 0, n * sizeof *res);
-    int guard = 0;
-    while (pagoda_engine_has_unfinished(e)) {
-        size_t nout;
-        assert_int_equal(pagoda_engine_step(e, &nout), PAGODA_OK);
-        assert_true(++guard < 10000);
-        const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
-        for (size_t k = 0; k < nout; k++)
-            for (size_t i = 0; i < n; i++) {
-                if (ids[i] != outs[k].id) continue;
-                for (size_t t = 0; t < outs[k].n_new_tokens; t++) {
-                    assert_true(res[i].n < 64);
-                    res[i].ids[res[i].n] = outs[k].new_token_ids[t];
-                    res[i].lp[res[i].n++] = outs[k].logprobs ? outs[k].logprobs[t].logprob : 0;
-                }
-            }
-    }
-}
-
 /* Load-time quantization for the engines opened below (0: none). */
 static int g_quant_bits, g_quant_act_group;
 
@@ -198,11 +154,8 @@ static pagoda_engine *open_engine(const char *model, bool prefix_caching) {
     pagoda_engine_options_default(&o);
     o.quantization = g_quant_bits;
     o.quant_act_group = g_quant_act_group;
-    o.kv_cache_memory = 8u << 20;
     o.enable_prefix_caching = prefix_caching;
-    pagoda_engine *e;
-    if (pagoda_engine_create(model, &o, &e) != PAGODA_OK) fail_msg("%s", pagoda_last_error());
-    return e;
+    return pg_er_open(model, &o);
 }
 
 /* Request 0 alone equals request 0 among 11 others (greedy tokens and
@@ -216,21 +169,21 @@ static void check_batch_invariance(const char *model) {
         for (int j = 0; j < lens[i]; j++)
             prompts[i][j] = 3 + (i * 131 + j * 29) % 500;
     }
-    result alone, batch[N];
+    static pg_er_result alone, batch[N];
     pagoda_engine *e = open_engine(model, true);
     uint64_t id, ids[N];
-    pagoda_request r = greedy_req(e, prompts[0], (size_t)lens[0], 16);
+    pagoda_request r = pg_er_greedy(e, prompts[0], (size_t)lens[0], 16);
     r.sampling.logprobs = 1;
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
-    run_all(e, &id, &alone, 1);
+    pg_er_run(e, &id, &alone, 1);
     pagoda_engine_free(e);
     e = open_engine(model, false);
     for (int i = N - 1; i >= 0; i--) {
-        r = greedy_req(e, prompts[i], (size_t)lens[i], 16 + i);
+        r = pg_er_greedy(e, prompts[i], (size_t)lens[i], 16 + i);
         r.sampling.logprobs = 1;
         assert_int_equal(pagoda_engine_add_request(e, &r, &ids[i], NULL), PAGODA_OK);
     }
-    run_all(e, ids, batch, N);
+    pg_er_run(e, ids, batch, N);
     pagoda_engine_free(e);
     assert_int_equal(alone.n, 16);
     assert_int_equal(batch[0].n, 16);

@@ -7,6 +7,7 @@
  * invariance, prefix caching and chunked prefill run over every
  * architecture: a random Llama and a random Qwen3 (q/k norm) of one shape. */
 #include "testutil.h"
+#include "engine_run.h"
 #include "model_run.h"
 
 #include <math.h>
@@ -14,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/pool.h"
 #include "engine/detokenizer.h"
 #include "gen/gen_model.h"
 #include "engine/spec.h"
@@ -32,14 +32,7 @@ static int32_t g_max_used_blocks; /* most KV blocks in use after any step of run
 
 static int setup(void **state) {
     (void)state;
-#if defined(__aarch64__)
-    /* Under qemu a fork-join of the pool costs more than these tiny steps:
-     * one thread keeps the binary within its time budget (thread-count
-     * invariance is covered by the native run and the kernel tests). */
-    pg_pool_options po = pg_pool_options_default();
-    po.n_threads = 1;
-    if (pg_pool_default_configure(&po) != PAGODA_OK) return -1;
-#endif
+    if (pg_er_one_thread_under_qemu()) return -1;
     char tokdir[4200];
     snprintf(tokdir, sizeof tokdir, "%s", pg_test_asset("llm/stories260K-hf"));
     const char *dir = pg_test_tmpdir();
@@ -120,145 +113,18 @@ static int setup(void **state) {
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-typedef struct result {
-    int32_t ids[600];
-    float lp[600];
-    int32_t top[600][4];
-    float top_lp[600][4];
-    int n;
-    char text[8192];
-    size_t text_len;
-    pagoda_finish_reason finish;
-    char stop_reason[64];
-    int32_t stop_token;
-    bool utf8_ok, held_ok;
-} result;
-
-static pagoda_engine *open_engine(const char *model, pagoda_engine_options *o) {
-    pagoda_engine_options d;
-    if (!o) {
-        pagoda_engine_options_default(&d);
-        o = &d;
-    }
-    if (!o->kv_cache_memory) o->kv_cache_memory = 8u << 20;
-    pagoda_engine *e;
-    if (pagoda_engine_create(model, o, &e) != PAGODA_OK) fail_msg("%s", pagoda_last_error());
-    return e;
-}
-
+/* pg_er_greedy with the top 4 logprobs. */
 static pagoda_request greedy_req(const pagoda_engine *e, const int32_t *ids, size_t n,
                                  int32_t max_tokens) {
-    pagoda_request r;
-    pagoda_request_defaults(e, &r);
-    r.prompt_token_ids = ids;
-    r.n_prompt_token_ids = n;
-    r.sampling.temperature = 0;
-    r.sampling.max_tokens = max_tokens;
-    r.sampling.ignore_eos = true;
-    r.sampling.logprobs = 4;
+    pagoda_request r = pg_er_greedy(e, ids, n, max_tokens);
+    r.sampling.logprobs = PG_ER_TOP;
     return r;
 }
 
-/* Strict UTF-8 (RFC 3629): complete, no stray continuation bytes, no
- * overlongs, surrogates or code points above U+10FFFF. */
-static bool utf8_valid(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                                                            : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (!len || i + len > n) return false;
-        uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-            cp = cp << 6 | (s[i + k] & 0x3Fu);
-        }
-        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        i += len;
-    }
-    return true;
-}
-
-/* Step until done; results[i] for ids[i]. stop_strings (optional) check
- * that no delta before the end leaves a proper prefix of stop_strings[0]
- * at the end of the text. */
-static void run_all(pagoda_engine *e, const uint64_t *ids, result *res, size_t n,
+/* pg_er_run_watch, recording g_max_used_blocks. */
+static void run_all(pagoda_engine *e, const uint64_t *ids, pg_er_result *res, size_t n,
                     const char *held) {
-    for (size_t i = 0; i < n; i++) {
-        memset(&res[i], 0, sizeof res[i]);
-        res[i].utf8_ok = res[i].held_ok = true;
-        res[i].stop_token = -1;
-    }
-    int guard = 0;
-    g_max_used_blocks = 0;
-    while (pagoda_engine_has_unfinished(e)) {
-        size_t nout;
-        assert_int_equal(pagoda_engine_step(e, &nout), PAGODA_OK);
-        assert_true(++guard < 100000);
-        pagoda_stats bs;
-        pagoda_engine_get_stats(e, &bs);
-        if (guard > 1 && bs.num_kv_blocks - bs.num_free_kv_blocks > g_max_used_blocks)
-            g_max_used_blocks = bs.num_kv_blocks - bs.num_free_kv_blocks;
-        const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
-        for (size_t k = 0; k < nout; k++) {
-            const pagoda_output *o = &outs[k];
-            result *r = NULL;
-            for (size_t i = 0; i < n && !r; i++)
-                if (ids[i] == o->id) r = &res[i];
-            if (!r) continue;
-            for (size_t t = 0; t < o->n_new_tokens; t++) {
-                assert_true(r->n < 600);
-                r->ids[r->n] = o->new_token_ids[t];
-                if (o->logprobs) {
-                    r->lp[r->n] = o->logprobs[t].logprob;
-                    for (int32_t j = 0; j < o->logprobs[t].n_top && j < 4; j++) {
-                        r->top[r->n][j] = o->logprobs[t].top[j].token;
-                        r->top_lp[r->n][j] = o->logprobs[t].top[j].logprob;
-                    }
-                }
-                r->n++;
-            }
-            if (!utf8_valid(o->text_delta, o->text_delta_len)) r->utf8_ok = false;
-            assert_true(r->text_len + o->text_delta_len < sizeof r->text);
-            memcpy(r->text + r->text_len, o->text_delta, o->text_delta_len);
-            r->text_len += o->text_delta_len;
-            r->text[r->text_len] = 0;
-            if (held && o->finish_reason == PAGODA_FINISH_NONE) {
-                size_t hl = strlen(held);
-                for (size_t k2 = 1; k2 < hl && k2 <= r->text_len; k2++)
-                    if (!memcmp(r->text + r->text_len - k2, held, k2)) r->held_ok = false;
-            }
-            if (o->finish_reason != PAGODA_FINISH_NONE) {
-                r->finish = o->finish_reason;
-                r->stop_token = o->stop_token;
-                if (o->stop_reason)
-                    snprintf(r->stop_reason, sizeof r->stop_reason, "%s", o->stop_reason);
-            }
-        }
-    }
-}
-
-static void assert_same(const result *a, const result *b, bool logprobs) {
-    assert_int_equal(a->n, b->n);
-    for (int i = 0; i < a->n; i++) {
-        if (a->ids[i] != b->ids[i]) fail_msg("token %d: %d vs %d", i, a->ids[i], b->ids[i]);
-        if (logprobs) {
-            assert_memory_equal(&a->lp[i], &b->lp[i], sizeof(float));
-            assert_memory_equal(a->top[i], b->top[i], sizeof a->top[i]);
-            assert_memory_equal(a->top_lp[i], b->top_lp[i], sizeof a->top_lp[i]);
-        }
-    }
-}
-
-/* Deterministic prompt i of length len over the vocab (not BOS/EOS). */
-static void make_prompt(int i, int len, int32_t *out) {
-    uint32_t x = 2654435761u * (uint32_t)(i + 1);
-    out[0] = 1;
-    for (int k = 1; k < len; k++) {
-        x = x * 1664525u + 1013904223u;
-        out[k] = 3 + (int32_t)((x >> 8) % 500);
-    }
+    pg_er_run_watch(e, ids, res, n, held, &g_max_used_blocks);
 }
 
 /* ---- references -------------------------------------------------------------- */
@@ -301,11 +167,11 @@ static void check_reference(const char *model_rel, const char *ref_rel, pagoda_d
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     o.dtype = dtype;
-    pagoda_engine *e = open_engine(model, &o);
+    pagoda_engine *e = pg_er_open(model, &o);
     pagoda_request r = greedy_req(e, prompt, (size_t)np, ng - skip);
     uint64_t id;
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
-    static result res;
+    static pg_er_result res;
     run_all(e, &id, &res, 1, NULL);
     assert_int_equal(res.n, ng - skip);
     for (int i = 0; i < res.n; i++) {
@@ -422,21 +288,21 @@ static void test_float16_runs_as_bfloat16(void **state) {
     (void)state;
     char model[4200];
     snprintf(model, sizeof model, "%s", pg_test_asset("llm/stories260K-hf-bf16"));
-    static result res[2];
+    static pg_er_result res[2];
     const pagoda_dtype dt[2] = {PAGODA_DTYPE_F16, PAGODA_DTYPE_BF16};
     int32_t bos = 1;
     for (int i = 0; i < 2; i++) {
         pagoda_engine_options o;
         pagoda_engine_options_default(&o);
         o.dtype = dt[i];
-        pagoda_engine *e = open_engine(model, &o);
+        pagoda_engine *e = pg_er_open(model, &o);
         pagoda_request r = greedy_req(e, &bos, 1, 96);
         uint64_t id;
         assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
         run_all(e, &id, &res[i], 1, NULL);
         pagoda_engine_free(e);
     }
-    assert_same(&res[0], &res[1], true);
+    pg_er_assert_same_tokens(&res[0], &res[1], true);
 }
 
 static void test_bad_dtype_is_rejected(void **state) {
@@ -456,7 +322,7 @@ static void test_bad_dtype_is_rejected(void **state) {
  * each time, not a cached one. */
 static void test_chat_template_compiled_once(void **state) {
     (void)state;
-    pagoda_engine *e = open_engine(g_tiny, NULL);
+    pagoda_engine *e = pg_er_open(g_tiny, NULL);
     const char *a = "{% for m in messages %}A:{{ m.content }}{% endfor %}";
     const char *b = "{% for m in messages %}B:{{ m.content }}{% endfor %}";
     const char *msgs = "[{\"role\": \"user\", \"content\": \"hi\"}]";
@@ -489,16 +355,16 @@ static void test_chat_template_compiled_once(void **state) {
 static void check_batch_invariance(const char *model, pagoda_dtype dtype) {
     enum { N = 16 };
     static int32_t prompts[N][64];
-    static result alone, batch[N];
+    static pg_er_result alone, batch[N];
     int lens[N];
     for (int i = 0; i < N; i++) {
         lens[i] = 3 + (i * 7) % 50;
-        make_prompt(i, lens[i], prompts[i]);
+        pg_er_prompt(i, lens[i], prompts[i]);
     }
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     o.dtype = dtype;
-    pagoda_engine *e = open_engine(model, &o);
+    pagoda_engine *e = pg_er_open(model, &o);
     uint64_t id, ids[N];
     pagoda_request r = greedy_req(e, prompts[0], (size_t)lens[0], 24);
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
@@ -508,13 +374,13 @@ static void check_batch_invariance(const char *model, pagoda_dtype dtype) {
     pagoda_engine_options_default(&o);
     o.dtype = dtype;
     o.enable_prefix_caching = false;
-    e = open_engine(model, &o);
+    e = pg_er_open(model, &o);
     for (int i = N - 1; i >= 0; i--) { /* request 0 last: a different batch position */
         r = greedy_req(e, prompts[i], (size_t)lens[i], 24 + i);
         assert_int_equal(pagoda_engine_add_request(e, &r, &ids[i], NULL), PAGODA_OK);
     }
     run_all(e, ids, batch, N, NULL);
-    assert_same(&alone, &batch[0], true);
+    pg_er_assert_same_tokens(&alone, &batch[0], true);
     /* and the requests do differ from each other (the test can fail) */
     bool differ = false;
     for (int i = 1; i < N; i++)
@@ -547,19 +413,19 @@ static void test_batch_invariance_other_dtypes(void **state) {
 
 static void check_prefix_caching(const char *model) {
     static int32_t prompt[80];
-    static result off, cold, hit;
-    make_prompt(3, 70, prompt);
+    static pg_er_result off, cold, hit;
+    pg_er_prompt(3, 70, prompt);
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     o.enable_prefix_caching = false;
-    pagoda_engine *e = open_engine(model, &o);
+    pagoda_engine *e = pg_er_open(model, &o);
     pagoda_request r = greedy_req(e, prompt, 70, 16);
     uint64_t id;
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
     run_all(e, &id, &off, 1, NULL);
     pagoda_engine_free(e);
 
-    e = open_engine(model, NULL);
+    e = pg_er_open(model, NULL);
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_OK);
     run_all(e, &id, &cold, 1, NULL);
     pagoda_stats s0, s1;
@@ -569,8 +435,8 @@ static void check_prefix_caching(const char *model) {
     pagoda_engine_get_stats(e, &s1);
     assert_true(s1.prefix_cache_hits >= s0.prefix_cache_hits + 64); /* 4 full blocks of 16 */
     assert_true(s1.prefix_cache_queries > s0.prefix_cache_queries);
-    assert_same(&off, &cold, true);
-    assert_same(&off, &hit, true);
+    pg_er_assert_same_tokens(&off, &cold, true);
+    pg_er_assert_same_tokens(&off, &hit, true);
     pagoda_engine_free(e);
 }
 
@@ -585,7 +451,8 @@ static void test_prefix_caching(void **state) {
 /* Run `r` alone with cache salt `salt` (NULL: none); the prompt tokens it
  * was served from the prefix cache (engine counters, checked against the
  * request's own n_cached_tokens via the stats delta). */
-static uint64_t run_salted(pagoda_engine *e, pagoda_request r, const char *salt, result *res) {
+static uint64_t run_salted(pagoda_engine *e, pagoda_request r, const char *salt,
+                           pg_er_result *res) {
     r.cache_salt = salt;
     pagoda_stats s0, s1;
     pagoda_engine_get_stats(e, &s0);
@@ -603,22 +470,22 @@ static uint64_t run_salted(pagoda_engine *e, pagoda_request r, const char *salt,
  * both block hashes. */
 static void check_cache_salt(pagoda_prefix_hash_algo algo) {
     static int32_t prompt[80];
-    static result ref, got;
-    make_prompt(5, 70, prompt); /* 4 full blocks of 16 */
+    static pg_er_result ref, got;
+    pg_er_prompt(5, 70, prompt); /* 4 full blocks of 16 */
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     o.prefix_caching_hash_algo = algo;
-    pagoda_engine *e = open_engine(g_tiny, &o);
+    pagoda_engine *e = pg_er_open(g_tiny, &o);
     pagoda_request r = greedy_req(e, prompt, 70, 8);
     assert_true(run_salted(e, r, NULL, &ref) == 0);     /* cold */
     assert_true(run_salted(e, r, NULL, &got) == 64);    /* unsalted twins share */
-    assert_same(&ref, &got, true);
+    pg_er_assert_same_tokens(&ref, &got, true);
     assert_true(run_salted(e, r, "tenant-a", &got) == 0); /* salted vs unsalted */
-    assert_same(&ref, &got, true);
+    pg_er_assert_same_tokens(&ref, &got, true);
     assert_true(run_salted(e, r, "tenant-b", &got) == 0); /* another salt */
     assert_true(run_salted(e, r, "tenant-a1", &got) == 0); /* a salt extending another */
     assert_true(run_salted(e, r, "tenant-a", &got) == 64); /* the same salt shares */
-    assert_same(&ref, &got, true);
+    pg_er_assert_same_tokens(&ref, &got, true);
     assert_true(run_salted(e, r, "", &got) == 64); /* "" = no salt: the shared cache */
     /* a shorter prompt with the same head: only the salt-mates' blocks */
     pagoda_request r2 = greedy_req(e, prompt, 40, 2); /* 2 full blocks, 39 cacheable tokens */
@@ -649,17 +516,17 @@ static void test_bad_hash_algo_option(void **state) {
 static void check_chunked_prefill(const char *model) {
     enum { N = 4 };
     static int32_t prompts[N][128];
-    static result ref[N], got[N];
+    static pg_er_result ref[N], got[N];
     int lens[N] = {100, 37, 5, 64};
     for (int i = 0; i < N; i++)
-        make_prompt(10 + i, lens[i], prompts[i]);
+        pg_er_prompt(10 + i, lens[i], prompts[i]);
     int budgets[] = {0, 64, 7, 4};
     for (size_t b = 0; b < sizeof budgets / sizeof budgets[0]; b++) {
         pagoda_engine_options o;
         pagoda_engine_options_default(&o);
         o.max_num_batched_tokens = budgets[b];
         o.max_num_seqs = budgets[b] && budgets[b] < N ? budgets[b] : N;
-        pagoda_engine *e = open_engine(model, &o);
+        pagoda_engine *e = pg_er_open(model, &o);
         uint64_t ids[N];
         for (int i = 0; i < N; i++) {
             pagoda_request r = greedy_req(e, prompts[i], (size_t)lens[i], 12);
@@ -668,7 +535,7 @@ static void check_chunked_prefill(const char *model) {
         run_all(e, ids, b ? got : ref, N, NULL);
         if (b)
             for (int i = 0; i < N; i++)
-                assert_same(&ref[i], &got[i], true);
+                pg_er_assert_same_tokens(&ref[i], &got[i], true);
         pagoda_engine_free(e);
     }
 }
@@ -694,9 +561,9 @@ static void test_chunked_prefill(void **state) {
 static void check_sliding_window(const char *dir, int n_full, int n_sliding, int window) {
     enum { N = 6, P = 70, OUT = 50 };
     static int32_t prompts[N][P];
-    static result ref[N], got[N];
+    static pg_er_result ref[N], got[N];
     for (int i = 0; i < N; i++)
-        make_prompt(i < 3 ? 40 : 40 + i, P, prompts[i]); /* 0-2 share everything */
+        pg_er_prompt(i < 3 ? 40 : 40 + i, P, prompts[i]); /* 0-2 share everything */
     /* reference greedy ids through pg_test_seq (no block is ever dropped) */
     pg_model_options mo;
     pg_model_options_default(&mo);
@@ -730,7 +597,7 @@ static void check_sliding_window(const char *dir, int n_full, int n_sliding, int
         pagoda_engine_options_default(&o);
         o.enable_prefix_caching = mode == 1;
         if (mode == 1) o.max_num_batched_tokens = 7, o.max_num_seqs = 7;
-        pagoda_engine *e = open_engine(dir, &o);
+        pagoda_engine *e = pg_er_open(dir, &o);
         uint64_t ids[N];
         for (int i = 0; i < N; i++) {
             pagoda_request r = greedy_req(e, prompts[i], P, OUT);
@@ -753,7 +620,7 @@ static void check_sliding_window(const char *dir, int n_full, int n_sliding, int
     }
     for (int i = 0; i < N; i++) {
         assert_memory_equal(ref[i].ids, want[i], OUT * sizeof(int32_t));
-        assert_same(&ref[i], &got[i], true);
+        pg_er_assert_same_tokens(&ref[i], &got[i], true);
     }
 }
 
@@ -769,11 +636,11 @@ static void test_preemption(void **state) {
     (void)state;
     enum { N = 16 };
     static int32_t prompts[N][40];
-    static result ref[N], got[N];
+    static pg_er_result ref[N], got[N];
     int lens[N];
     for (int i = 0; i < N; i++) {
         lens[i] = 10 + (i * 5) % 20;
-        make_prompt(30 + i, lens[i], prompts[i]);
+        pg_er_prompt(30 + i, lens[i], prompts[i]);
     }
     for (int pass = 0; pass < 2; pass++) {
         pagoda_engine_options o;
@@ -781,7 +648,7 @@ static void test_preemption(void **state) {
         /* tiny model F32: 2 layers x 2 KV heads x 16 dims x K,V x 4 B = 512 B/token;
          * pass 1: 10 usable blocks of 16 tokens: about 3 requests of <= 48 tokens */
         o.kv_cache_memory = pass ? 11 * 16 * 512 : 0;
-        pagoda_engine *e = open_engine(g_tiny, &o);
+        pagoda_engine *e = pg_er_open(g_tiny, &o);
         uint64_t ids[N];
         for (int i = 0; i < N; i++) {
             pagoda_request r = greedy_req(e, prompts[i], (size_t)lens[i], 18);
@@ -793,7 +660,7 @@ static void test_preemption(void **state) {
         if (pass) {
             assert_true(s.num_preemptions > 0);
             for (int i = 0; i < N; i++)
-                assert_same(&ref[i], &got[i], true);
+                pg_er_assert_same_tokens(&ref[i], &got[i], true);
         }
         assert_int_equal(s.num_free_kv_blocks, s.num_kv_blocks);
         pagoda_engine_free(e);
@@ -818,7 +685,7 @@ static void test_no_block_leaks_with_random_aborts(void **state) {
     o.kv_cache_memory = 40 * 16 * 512; /* small: preemption happens too */
     o.max_num_seqs = 16;
     o.max_num_batched_tokens = 64;
-    pagoda_engine *e = open_engine(g_tiny, &o);
+    pagoda_engine *e = pg_er_open(g_tiny, &o);
     uint32_t x = 12345;
 #define RND() (x = x * 1664525u + 1013904223u, x >> 8)
     int added = 0, aborted = 0, done = 0;
@@ -828,7 +695,7 @@ static void test_no_block_leaks_with_random_aborts(void **state) {
     while (added < LEAK_REQUESTS || pagoda_engine_has_unfinished(e)) {
         while (added < LEAK_REQUESTS && n_live < 48 && RND() % 3 != 0) {
             int len = 1 + (int)(RND() % 30);
-            make_prompt(added, len, prompt);
+            pg_er_prompt(added, len, prompt);
             pagoda_request r = greedy_req(e, prompt, (size_t)len, 1 + (int)(RND() % 8));
             r.sampling.temperature = (RND() % 2) ? 0.0f : 1.0f;
             r.sampling.seed = added;
@@ -873,10 +740,10 @@ static void test_no_block_leaks_with_random_aborts(void **state) {
 static pagoda_engine *stories(void) {
     char model[4200];
     snprintf(model, sizeof model, "%s", pg_test_asset("llm/stories260K-hf"));
-    return open_engine(model, NULL);
+    return pg_er_open(model, NULL);
 }
 
-static void run_text(pagoda_engine *e, pagoda_request *r, result *res, const char *held) {
+static void run_text(pagoda_engine *e, pagoda_request *r, pg_er_result *res, const char *held) {
     uint64_t id;
     assert_int_equal(pagoda_engine_add_request(e, r, &id, NULL), PAGODA_OK);
     run_all(e, &id, res, 1, held);
@@ -885,7 +752,7 @@ static void run_text(pagoda_engine *e, pagoda_request *r, result *res, const cha
 static void test_stop_strings(void **state) {
     (void)state;
     pagoda_engine *e = stories();
-    static result full, cut, incl, never;
+    static pg_er_result full, cut, incl, never;
     pagoda_request r;
     pagoda_request_defaults(e, &r);
     r.prompt = "Once upon a time";
@@ -927,7 +794,7 @@ static void test_stop_strings(void **state) {
 static void test_min_tokens_and_stop_token_ids(void **state) {
     (void)state;
     pagoda_engine *e = stories();
-    static result a, b;
+    static pg_er_result a, b;
     int32_t bos = 1;
     pagoda_request r = greedy_req(e, &bos, 1, 10);
     r.sampling.ignore_eos = false;
@@ -968,7 +835,7 @@ static void test_utf8_safe_deltas(void **state) {
         const char *delta;
         size_t len;
         assert_int_equal(pg_detok_take(&d, false, &delta, &len), PAGODA_OK);
-        assert_true(utf8_valid(delta, len));
+        assert_true(pg_er_utf8_valid(delta, len));
         if (len) nonempty++;
         memcpy(got + got_len, delta, len);
         got_len += len;
@@ -992,7 +859,7 @@ static void test_utf8_safe_deltas(void **state) {
         const char *delta;
         size_t len;
         assert_int_equal(pg_detok_take(&d, i == 4, &delta, &len), PAGODA_OK);
-        assert_true(utf8_valid(delta, len));
+        assert_true(pg_er_utf8_valid(delta, len));
         assert_true(got_len + len < sizeof got);
         memcpy(got + got_len, delta, len);
         got_len += len;
@@ -1003,8 +870,8 @@ static void test_utf8_safe_deltas(void **state) {
     pg_tokenizer_free(tok);
 
     /* the engine: random sampling on a random model hits byte tokens */
-    pagoda_engine *e = open_engine(g_tiny, NULL);
-    static result res;
+    pagoda_engine *e = pg_er_open(g_tiny, NULL);
+    static pg_er_result res;
     pagoda_request r = greedy_req(e, &bos, 1, 200);
     r.sampling.temperature = 1.5f;
     r.sampling.seed = 7;
@@ -1021,9 +888,9 @@ static void test_rejects_requests_that_cannot_fit(void **state) {
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     o.max_model_len = 64;
-    pagoda_engine *e = open_engine(g_tiny, &o);
+    pagoda_engine *e = pg_er_open(g_tiny, &o);
     static int32_t prompt[100];
-    make_prompt(1, 100, prompt);
+    pg_er_prompt(1, 100, prompt);
     pagoda_request r = greedy_req(e, prompt, 100, 4);
     uint64_t id;
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_LIMIT);
@@ -1038,7 +905,7 @@ static void test_rejects_requests_that_cannot_fit(void **state) {
     r = greedy_req(e, prompt, 5, 10);
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pagoda_last_error(), "100000"));
-    make_prompt(1, 5, prompt);
+    pg_er_prompt(1, 5, prompt);
     r = greedy_req(e, prompt, 5, 10);
     r.sampling.top_p = 0;
     r.sampling.temperature = 1;
@@ -1068,20 +935,20 @@ static void test_null_max_tokens_capped_by_kv_cache(void **state) {
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     o.kv_cache_memory = 11 * 16 * 512; /* 10 usable blocks of 16 tokens = 160 tokens */
-    pagoda_engine *e = open_engine(g_tiny, &o);
+    pagoda_engine *e = pg_er_open(g_tiny, &o);
     assert_int_equal(pagoda_engine_max_model_len(e), 512);
     pagoda_stats st;
     pagoda_engine_get_stats(e, &st);
     int32_t kv_tokens = st.num_kv_blocks * 16;
     assert_true(kv_tokens < 512);
     static int32_t prompt[200];
-    make_prompt(3, 20, prompt);
+    pg_er_prompt(3, 20, prompt);
     pagoda_request r = greedy_req(e, prompt, 20, 0);
     r.sampling.logprobs = -1;
     uint64_t id;
     if (pagoda_engine_add_request(e, &r, &id, NULL) != PAGODA_OK)
         fail_msg("max_tokens 0 rejected: %s", pagoda_last_error());
-    static result res;
+    static pg_er_result res;
     run_all(e, &id, &res, 1, NULL);
     assert_int_equal(res.finish, PAGODA_FINISH_LENGTH);
     assert_int_equal(res.n, kv_tokens - 20);
@@ -1090,7 +957,7 @@ static void test_null_max_tokens_capped_by_kv_cache(void **state) {
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_LIMIT);
     assert_non_null(strstr(pagoda_last_error(), "KV blocks"));
     /* a prompt that fills the cache leaves no room even with max_tokens 0 */
-    make_prompt(4, kv_tokens, prompt);
+    pg_er_prompt(4, kv_tokens, prompt);
     r = greedy_req(e, prompt, (size_t)kv_tokens, 0);
     assert_int_equal(pagoda_engine_add_request(e, &r, &id, NULL), PAGODA_ERR_LIMIT);
     assert_non_null(strstr(pagoda_last_error(), "no room for output"));
@@ -1103,10 +970,10 @@ static void test_seeded_sampling_is_batch_independent(void **state) {
     (void)state;
     enum { N = 8 };
     static int32_t prompts[N][40];
-    static result alone, batch[N];
+    static pg_er_result alone, batch[N];
     for (int i = 0; i < N; i++)
-        make_prompt(50 + i, 5 + 3 * i, prompts[i]);
-    pagoda_engine *e = open_engine(g_tiny, NULL);
+        pg_er_prompt(50 + i, 5 + 3 * i, prompts[i]);
+    pagoda_engine *e = pg_er_open(g_tiny, NULL);
     pagoda_request r = greedy_req(e, prompts[0], 5, 30);
     r.sampling.temperature = 1.0f;
     r.sampling.top_k = 50;
@@ -1122,7 +989,7 @@ static void test_seeded_sampling_is_batch_independent(void **state) {
         assert_int_equal(pagoda_engine_add_request(e, &q, &ids[i], NULL), PAGODA_OK);
     }
     run_all(e, ids, batch, N, NULL);
-    assert_same(&alone, &batch[0], true);
+    pg_er_assert_same_tokens(&alone, &batch[0], true);
     pagoda_engine_free(e);
 }
 
@@ -1134,7 +1001,7 @@ enum { SPEC_N = 6 };
  * speculation produced) that gets every `wrong`-th output position wrong,
  * so drafts are accepted, then rejected at known places. */
 typedef struct oracle {
-    const result *ref;
+    const pg_er_result *ref;
     uint64_t ids[SPEC_N];
     int wrong;
 } oracle;
@@ -1156,7 +1023,7 @@ static int32_t oracle_propose(void *ctx, const pg_request *r, int32_t k, int32_t
 /* "Repeat this passage" prompts: a passage, then its first half again. */
 static int spec_prompt(int i, int32_t *out) {
     int len = 12 + 5 * i;
-    make_prompt(70 + i, len, out);
+    pg_er_prompt(70 + i, len, out);
     for (int k = 1; k < len / 2; k++)
         out[len + k - 1] = out[k];
     return len + len / 2 - 1;
@@ -1186,12 +1053,12 @@ static pagoda_request spec_req(const pagoda_engine *e, const int32_t *ids, int n
 /* Run the SPEC_N requests (all at once, or one at a time) with options o
  * and, when orc is set, its proposer; res[i] per request. */
 static void spec_run(const char *model, pagoda_engine_options *o, bool together, oracle *orc,
-                     result *res, pagoda_stats *st) {
+                     pg_er_result *res, pagoda_stats *st) {
     static int32_t prompts[SPEC_N][80];
     int lens[SPEC_N];
     for (int i = 0; i < SPEC_N; i++)
         lens[i] = spec_prompt(i, prompts[i]);
-    pagoda_engine *e = open_engine(model, o);
+    pagoda_engine *e = pg_er_open(model, o);
     if (orc) assert_int_equal(pg_engine_set_proposer(e, oracle_propose, orc), PAGODA_OK);
     uint64_t ids[SPEC_N];
     for (int i = 0; i < SPEC_N; i++) {
@@ -1205,15 +1072,6 @@ static void spec_run(const char *model, pagoda_engine_options *o, bool together,
     pagoda_engine_free(e);
 }
 
-static void assert_same_text(const result *a, const result *b) {
-    assert_same(a, b, true);
-    assert_int_equal(a->finish, b->finish);
-    assert_int_equal(a->stop_token, b->stop_token);
-    assert_string_equal(a->stop_reason, b->stop_reason);
-    assert_int_equal(a->text_len, b->text_len);
-    assert_memory_equal(a->text, b->text, a->text_len);
-}
-
 /* Greedy outputs with speculation are bitwise those without (tokens,
  * logprobs, text, finish), with the n-gram proposer and with the target as
  * its own draft model (wrong every 5th / 3rd token, or always: the
@@ -1221,7 +1079,7 @@ static void assert_same_text(const result *a, const result *b) {
  * batched, with small token budgets (chunked prefill; fewer drafts) and
  * with preemption (a KV cache of a few blocks). */
 static void check_spec_exact(const char *model, bool expect_preemption) {
-    static result ref[SPEC_N], got[SPEC_N];
+    static pg_er_result ref[SPEC_N], got[SPEC_N];
     pagoda_engine_options o;
     pagoda_engine_options_default(&o);
     pagoda_stats st;
@@ -1260,7 +1118,7 @@ static void check_spec_exact(const char *model, bool expect_preemption) {
             if (ref[i].n != got[i].n ||
                 memcmp(ref[i].ids, got[i].ids, sizeof(int32_t) * (size_t)ref[i].n))
                 print_message("case %d request %d: %d vs %d tokens\n", c, i, ref[i].n, got[i].n);
-            assert_same_text(&ref[i], &got[i]);
+            pg_er_assert_same(&ref[i], &got[i], true);
         }
         print_message("%s case %d: %llu drafts, %llu draft tokens, %llu accepted, %llu "
                       "preemptions\n",
@@ -1304,7 +1162,7 @@ static void test_speculative_greedy_is_exact(void **state) {
 static void test_speculative_sampling_is_seeded(void **state) {
     (void)state;
     static int32_t prompts[SPEC_N][80];
-    static result alone, batch[SPEC_N];
+    static pg_er_result alone, batch[SPEC_N];
     int lens[SPEC_N];
     for (int i = 0; i < SPEC_N; i++)
         lens[i] = spec_prompt(i, prompts[i]);
@@ -1316,7 +1174,7 @@ static void test_speculative_sampling_is_seeded(void **state) {
                                                 .num_speculative_tokens = 4,
                                                 .prompt_lookup_min = 1,
                                                 .prompt_lookup_max = 3};
-    pagoda_engine *e = open_engine(model, &o);
+    pagoda_engine *e = pg_er_open(model, &o);
     uint64_t id, ids[SPEC_N];
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < (pass ? SPEC_N : 1); i++) {
@@ -1329,7 +1187,7 @@ static void test_speculative_sampling_is_seeded(void **state) {
             if (!pass) run_all(e, &id, &alone, 1, NULL);
         }
     run_all(e, ids, batch, SPEC_N, NULL);
-    assert_same(&alone, &batch[0], true);
+    pg_er_assert_same_tokens(&alone, &batch[0], true);
     pagoda_stats st;
     pagoda_engine_get_stats(e, &st);
     print_message("sampled: %llu draft tokens, %llu accepted\n",

@@ -154,6 +154,30 @@ static void check_json(const char *content) {
     cJSON_Delete(v);
 }
 
+/* The response_format member that asks for SCHEMA, into extra[n]. */
+static void schema_format(char *extra, size_t n) {
+    snprintf(extra, n,
+             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"num\","
+             "\"schema\":%s}}",
+             SCHEMA);
+}
+
+/* A non-streamed chat of body(bias_think, false, extra) whose output must be
+ * the steered split: reasoning_content "~", then the schema's JSON as content.
+ * Returns the response (the caller deletes it). */
+static cJSON *chat_think_then_json(bool bias_think, const char *extra) {
+    char *b = body(bias_think, false, extra);
+    cJSON *r = chat(b);
+    free(b);
+    const cJSON *m = message(r);
+    const char *reasoning = str_of(m, "reasoning_content");
+    if (!reasoning || strcmp(reasoning, "~"))
+        fail_msg("reasoning_content: %s (content: %s)", reasoning ? reasoning : "null",
+                 str_of(m, "content"));
+    check_json(str_of(m, "content"));
+    return r;
+}
+
 /* The reasoning and content deltas of a streamed chat, concatenated. */
 static void stream_text(const char *b, char **reasoning, char **content) {
     char *reply = NULL;
@@ -197,27 +221,16 @@ static void test_json_schema_after_think(void **state) {
     (void)state;
     start("qwen3", NULL, NULL);
     char extra[512];
-    snprintf(extra, sizeof extra,
-             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"num\","
-             "\"schema\":%s}}",
-             SCHEMA);
-    char *b = body(true, false, extra);
-    cJSON *r = chat(b);
-    const cJSON *m = message(r);
-    const char *reasoning = str_of(m, "reasoning_content");
-    if (!reasoning || strcmp(reasoning, "~"))
-        fail_msg("reasoning_content: %s (content: %s)", reasoning ? reasoning : "null",
-                 str_of(m, "content"));
-    check_json(str_of(m, "content"));
+    schema_format(extra, sizeof extra);
+    cJSON *r = chat_think_then_json(true, extra);
     /* streamed: the same split */
     char *sb = body(true, true, extra), *sr, *sc;
     stream_text(sb, &sr, &sc);
     assert_string_equal(sr, "~");
-    assert_string_equal(sc, str_of(m, "content"));
+    assert_string_equal(sc, str_of(message(r), "content"));
     free(sr);
     free(sc);
     free(sb);
-    free(b);
     cJSON_Delete(r);
 }
 
@@ -248,16 +261,7 @@ static void test_deepseek_r1(void **state) {
     start("deepseek_r1", NULL, NULL);
     char extra[512];
     snprintf(extra, sizeof extra, "\"guided_json\":%s", SCHEMA);
-    char *b = body(false, false, extra);
-    cJSON *r = chat(b);
-    const cJSON *m = message(r);
-    const char *reasoning = str_of(m, "reasoning_content");
-    if (!reasoning || strcmp(reasoning, "~"))
-        fail_msg("reasoning_content: %s (content: %s)", reasoning ? reasoning : "null",
-                 str_of(m, "content"));
-    check_json(str_of(m, "content"));
-    cJSON_Delete(r);
-    free(b);
+    cJSON_Delete(chat_think_then_json(false, extra));
 }
 
 /* qwen3 with a thinking template (the prompt ends inside <think>, as
@@ -269,20 +273,8 @@ static void test_prompt_opens_think(void **state) {
           "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt "
           "%}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}");
     char extra[512];
-    snprintf(extra, sizeof extra,
-             "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"num\","
-             "\"schema\":%s}}",
-             SCHEMA);
-    char *b = body(false, false, extra);
-    cJSON *r = chat(b);
-    const cJSON *m = message(r);
-    const char *reasoning = str_of(m, "reasoning_content");
-    if (!reasoning || strcmp(reasoning, "~"))
-        fail_msg("reasoning_content: %s (content: %s)", reasoning ? reasoning : "null",
-                 str_of(m, "content"));
-    check_json(str_of(m, "content"));
-    cJSON_Delete(r);
-    free(b);
+    schema_format(extra, sizeof extra);
+    cJSON_Delete(chat_think_then_json(false, extra));
 }
 
 /* tool_choice "required" (the grammar forcing a hermes call) after the

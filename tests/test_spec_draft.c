@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/pool.h"
 #include "engine/draft.h"
 #include "engine/spec.h"
 #include "gen/gen_model.h"
@@ -43,12 +42,7 @@ static pagoda_status gen(const char *dir, int vocab, const char *tokdir) {
 
 static int setup(void **state) {
     (void)state;
-#if defined(__aarch64__)
-    /* under qemu a fork-join of the pool costs more than these tiny steps */
-    pg_pool_options po = pg_pool_options_default();
-    po.n_threads = 1;
-    if (pg_pool_default_configure(&po) != PAGODA_OK) return -1;
-#endif
+    if (pg_er_one_thread_under_qemu()) return -1;
     snprintf(g_target, sizeof g_target, "%s", pg_test_asset("llm/stories260K-hf"));
     const char *dir = pg_test_tmpdir();
     snprintf(g_small, sizeof g_small, "%s/draft-small", dir);

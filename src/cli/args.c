@@ -45,6 +45,18 @@ const char *pg_args_value(const char *cmd, int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+const char *pg_args_valued(const char *cmd, int argc, char **argv, int *i,
+                           const char *const *valued, size_t n) {
+    bool known = false;
+    for (size_t k = 0; k < n && !known; k++)
+        known = !strcmp(argv[*i], valued[k]);
+    if (!known) {
+        pg_args_unknown(cmd, argv[*i]);
+        return NULL;
+    }
+    return pg_args_value(cmd, argc, argv, i);
+}
+
 bool pg_args_long(const char *s, long long lo, long long hi, long long *out) {
     if (!*s || isspace((unsigned char)*s)) return false;
     char *end;

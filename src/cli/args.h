@@ -9,6 +9,7 @@
 #define PAGODA_CLI_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* True when `a` looks like an option ("-x", "--x"); "-" alone (stdin) is not. */
 bool pg_args_is_option(const char *a);
@@ -23,6 +24,14 @@ int pg_args_bad_value(const char *cmd, const char *opt, const char *value, const
 /* The value of option argv[*i] (advancing *i), or NULL after printing
  * "needs a value" when it is the last argument. */
 const char *pg_args_value(const char *cmd, int argc, char **argv, int *i);
+
+/* For a command's option loop once its flags are handled: option argv[*i]
+ * must be one of the n names in `valued` (the options that take a value).
+ * Returns its value (advancing *i), or NULL after printing "unknown option"
+ * (not in `valued`) or "needs a value" (the last argument); the command then
+ * exits 2. */
+const char *pg_args_valued(const char *cmd, int argc, char **argv, int *i,
+                           const char *const *valued, size_t n);
 
 /* Whole-string decimal integer in [lo, hi]: no sign tricks, no trailing
  * junk ("12abc"), no empty string, no overflow. */

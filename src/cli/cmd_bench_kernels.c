@@ -110,11 +110,8 @@ static int parse(int argc, char **argv, pg_bench_kernels_opts *o, const char **m
             "--kernels",          "--m",       "--dtype",      "--quantization",
             "--quant-group-size", "--context", "--block-size", "--kv-cache-dtype",
             "--threads",          "--rounds",  "--output-json"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof WITH_VALUE / sizeof WITH_VALUE[0]; k++)
-            known |= !strcmp(a, WITH_VALUE[k]);
-        if (!known) return pg_args_unknown(CMD, a);
-        const char *v = pg_args_value(CMD, argc, argv, &i);
+        const char *v = pg_args_valued(CMD, argc, argv, &i, WITH_VALUE,
+                                       sizeof WITH_VALUE / sizeof WITH_VALUE[0]);
         if (!v) return 2;
         bool ok = true;
         const char *want = NULL;

@@ -153,11 +153,8 @@ static int parse_args(int argc, char **argv, gen_options *o) {
             o->model = a;
             continue;
         }
-        bool known = false;
-        for (size_t k = 0; k < sizeof VALUED / sizeof VALUED[0]; k++)
-            known |= !strcmp(a, VALUED[k]);
-        if (!known) return pg_args_unknown(CMD, a);
-        const char *v = pg_args_value(CMD, argc, argv, &i);
+        const char *v =
+            pg_args_valued(CMD, argc, argv, &i, VALUED, sizeof VALUED / sizeof VALUED[0]);
         if (!v) return 2;
         bool ok = true;
         const char *want = NULL;

@@ -227,11 +227,8 @@ int pg_cmd_serve(int argc, char **argv) {
             so.disable_webui = true;
             continue;
         }
-        bool known = false;
-        for (size_t k = 0; k < sizeof VALUED / sizeof VALUED[0]; k++)
-            known |= !strcmp(a, VALUED[k]);
-        if (!known) return pg_args_unknown(CMD, a);
-        const char *v = pg_args_value(CMD, argc, argv, &i);
+        const char *v =
+            pg_args_valued(CMD, argc, argv, &i, VALUED, sizeof VALUED / sizeof VALUED[0]);
         if (!v) return 2;
         if (!strcmp(a, "--host")) {
             if (!*v) return pg_args_bad_value(CMD, a, v, "an address such as 127.0.0.1");

@@ -27,6 +27,31 @@ int pg_comm_under_mpi(void) {
     return v && *v;
 }
 
+static const char *op_name(int32_t op) {
+    switch (op) {
+    case PG_COMM_OP_ALLREDUCE:
+        return "allreduce";
+    case PG_COMM_OP_BROADCAST:
+        return "broadcast";
+    case PG_COMM_OP_ALLGATHER:
+        return "allgather";
+    case PG_COMM_OP_BARRIER:
+        return "barrier";
+    }
+    return "?";
+}
+
+pagoda_status pg_comm_check_call(const pg_comm *c, const pg_comm_call *mine, int r,
+                                 const pg_comm_call *theirs) {
+    if (theirs->op == mine->op && theirs->n == mine->n && theirs->root == mine->root)
+        return PAGODA_OK;
+    return pg_error(PAGODA_ERR_INTERNAL,
+                    "comm: mismatched collectives: rank %d called %s(n=%zu, root=%d), "
+                    "rank %d called %s(n=%zu, root=%d)",
+                    c->rank, op_name(mine->op), (size_t)mine->n, (int)mine->root, r,
+                    op_name(theirs->op), (size_t)theirs->n, (int)theirs->root);
+}
+
 static pagoda_status check_root(const pg_comm *c, int root) {
     if (root < 0 || root >= c->size)
         return pg_error(PAGODA_ERR_INVALID_ARG, "comm: root rank %d of %d", root, c->size);

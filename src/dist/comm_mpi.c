@@ -27,35 +27,14 @@
 #include "dist/comm.h"
 #include "dist/comm_impl.h"
 
-enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER };
-
-typedef struct call_hdr {
-    int32_t op, root;
-    uint64_t n;
-} call_hdr;
-
 typedef struct mpi_impl {
     MPI_Comm comm;
     int we_initialized; /* MPI_Init_thread was called here: finalize on free */
     int broken;
-    call_hdr *hdrs; /* [size] */
+    pg_comm_call *hdrs; /* [size] */
     float *gather;  /* [size * cap] */
     size_t cap;
 } mpi_impl;
-
-static const char *op_name(int op) {
-    switch (op) {
-    case OP_ALLREDUCE:
-        return "allreduce";
-    case OP_BROADCAST:
-        return "broadcast";
-    case OP_ALLGATHER:
-        return "allgather";
-    case OP_BARRIER:
-        return "barrier";
-    }
-    return "?";
-}
 
 static pagoda_status mpi_fail(pg_comm *c, int rc, const char *what) {
     char msg[MPI_MAX_ERROR_STRING] = "";
@@ -70,19 +49,15 @@ static pagoda_status begin(pg_comm *c, int op, size_t n, int root) {
     mpi_impl *m = c->impl;
     if (m->broken)
         return pg_error(PAGODA_ERR_IO, "comm: rank %d: unusable after an earlier error", c->rank);
-    call_hdr me = {op, root, n};
+    pg_comm_call me = {op, root, n};
     int rc =
         MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, m->hdrs, (int)sizeof me, MPI_BYTE, m->comm);
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allgather of call headers");
     for (int r = 0; r < c->size; r++) {
-        const call_hdr *o = &m->hdrs[r];
-        if (o->op != op || o->n != n || o->root != root) {
+        pagoda_status st = pg_comm_check_call(c, &me, r, &m->hdrs[r]);
+        if (st != PAGODA_OK) {
             m->broken = 1;
-            return pg_error(PAGODA_ERR_INTERNAL,
-                            "comm: mismatched collectives: rank %d called %s(n=%zu, root=%d), "
-                            "rank %d called %s(n=%zu, root=%d)",
-                            c->rank, op_name(op), n, root, r, op_name(o->op), (size_t)o->n,
-                            (int)o->root);
+            return st;
         }
     }
     return PAGODA_OK;
@@ -93,7 +68,7 @@ static pagoda_status mpi_allreduce(pg_comm *c, float *buf, size_t n) {
     if (n > (size_t)INT_MAX / (size_t)c->size)
         return pg_error(PAGODA_ERR_INVALID_ARG, "comm: allreduce of %zu floats above the limit %zu",
                         n, (size_t)INT_MAX / (size_t)c->size);
-    pagoda_status st = begin(c, OP_ALLREDUCE, n, 0);
+    pagoda_status st = begin(c, PG_COMM_OP_ALLREDUCE, n, 0);
     if (st != PAGODA_OK) return st;
     if (n > m->cap) {
         float *g = realloc(m->gather, n * (size_t)c->size * sizeof(float));
@@ -119,7 +94,7 @@ static pagoda_status mpi_broadcast(pg_comm *c, void *buf, size_t bytes, int root
     if (bytes > (size_t)INT_MAX)
         return pg_error(PAGODA_ERR_INVALID_ARG, "comm: broadcast of %zu bytes above the limit %d",
                         bytes, INT_MAX);
-    pagoda_status st = begin(c, OP_BROADCAST, bytes, root);
+    pagoda_status st = begin(c, PG_COMM_OP_BROADCAST, bytes, root);
     if (st != PAGODA_OK) return st;
     int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, ((mpi_impl *)c->impl)->comm);
     return rc == MPI_SUCCESS ? PAGODA_OK : mpi_fail(c, rc, "broadcast");
@@ -129,7 +104,7 @@ static pagoda_status mpi_allgather(pg_comm *c, const void *send, size_t bytes, v
     if (bytes > (size_t)INT_MAX / (size_t)c->size)
         return pg_error(PAGODA_ERR_INVALID_ARG, "comm: allgather of %zu bytes above the limit %zu",
                         bytes, (size_t)INT_MAX / (size_t)c->size);
-    pagoda_status st = begin(c, OP_ALLGATHER, bytes, 0);
+    pagoda_status st = begin(c, PG_COMM_OP_ALLGATHER, bytes, 0);
     if (st != PAGODA_OK) return st;
     int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
                            ((mpi_impl *)c->impl)->comm);
@@ -138,7 +113,7 @@ static pagoda_status mpi_allgather(pg_comm *c, const void *send, size_t bytes, v
 
 /* The header exchange needs every rank's contribution: a barrier. */
 static pagoda_status mpi_barrier(pg_comm *c) {
-    return begin(c, OP_BARRIER, 0, 0);
+    return begin(c, PG_COMM_OP_BARRIER, 0, 0);
 }
 
 static pagoda_status mpi_destroy(pg_comm *c) {

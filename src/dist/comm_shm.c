@@ -52,22 +52,6 @@
 #define SHM_YIELD_NS 50000     /* spin with sched_yield after 50 us (as the pool) */
 #define SHM_SLICE_NS 100000000 /* 100 ms futex waits between liveness checks */
 
-enum { OP_ALLREDUCE = 1, OP_BROADCAST, OP_ALLGATHER, OP_BARRIER };
-
-static const char *op_name(int op) {
-    switch (op) {
-    case OP_ALLREDUCE:
-        return "allreduce";
-    case OP_BROADCAST:
-        return "broadcast";
-    case OP_ALLGATHER:
-        return "allgather";
-    case OP_BARRIER:
-        return "barrier";
-    }
-    return "?";
-}
-
 typedef struct shm_hdr {
     _Atomic uint32_t futex;   /* bumped on every arrival and fault */
     _Atomic uint32_t waiters; /* ranks sleeping (or about to) on futex */
@@ -80,10 +64,7 @@ typedef struct shm_slot {
     _Alignas(SHM_ALIGN) _Atomic uint64_t phase; /* phases this rank arrived at */
     /* the call posted with phase p is call[p & 1]: a rank that has passed
      * phase p may post p + 1 while a slower one still compares p's calls */
-    struct {
-        int op, root;
-        size_t n;
-    } call[2];
+    pg_comm_call call[2];
 } shm_slot;
 
 typedef struct shm_impl {
@@ -225,27 +206,13 @@ static pagoda_status begin(pg_comm *c, int op, size_t n, int root) {
     if (s->broken)
         return pg_error(PAGODA_ERR_IO, "comm: rank %d: unusable after an earlier error", c->rank);
     int k = (int)((s->phase + 1) & 1);
-    s->slot[c->rank].call[k].op = op;
-    s->slot[c->rank].call[k].n = n;
-    s->slot[c->rank].call[k].root = root;
+    const pg_comm_call me = {op, root, n};
+    s->slot[c->rank].call[k] = me;
     pagoda_status st = phase(c);
-    if (st != PAGODA_OK) {
-        s->broken = 1;
-        return st;
-    }
-    for (int r = 0; r < c->size; r++) {
-        const shm_slot *o = &s->slot[r];
-        int oop = o->call[k].op, oroot = o->call[k].root;
-        size_t on = o->call[k].n;
-        if (oop != op || on != n || oroot != root) {
-            s->broken = 1;
-            return pg_error(PAGODA_ERR_INTERNAL,
-                            "comm: mismatched collectives: rank %d called %s(n=%zu, root=%d), "
-                            "rank %d called %s(n=%zu, root=%d)",
-                            c->rank, op_name(op), n, root, r, op_name(oop), on, oroot);
-        }
-    }
-    return PAGODA_OK;
+    for (int r = 0; r < c->size && st == PAGODA_OK; r++)
+        st = pg_comm_check_call(c, &me, r, &s->slot[r].call[k]);
+    if (st != PAGODA_OK) s->broken = 1;
+    return st;
 }
 
 static pagoda_status end(pg_comm *c) {
@@ -260,7 +227,7 @@ static pagoda_status shm_allreduce(pg_comm *c, float *buf, size_t n) {
         return pg_error(PAGODA_ERR_INVALID_ARG, "comm: allreduce of %zu floats above the limit %zu",
                         n, s->max_floats);
     memcpy(slot_data(s, c->rank), buf, n * sizeof(float));
-    pagoda_status st = begin(c, OP_ALLREDUCE, n, 0);
+    pagoda_status st = begin(c, PG_COMM_OP_ALLREDUCE, n, 0);
     if (st != PAGODA_OK) return st;
     /* slice r of the elements, summed over ranks in rank order */
     size_t lo = n * (size_t)c->rank / (size_t)c->size;
@@ -283,7 +250,7 @@ static pagoda_status shm_broadcast(pg_comm *c, void *buf, size_t bytes, int root
         return pg_error(PAGODA_ERR_INVALID_ARG, "comm: broadcast of %zu bytes above the limit %zu",
                         bytes, s->max_bytes);
     if (c->rank == root) memcpy(slot_data(s, root), buf, bytes);
-    pagoda_status st = begin(c, OP_BROADCAST, bytes, root);
+    pagoda_status st = begin(c, PG_COMM_OP_BROADCAST, bytes, root);
     if (st != PAGODA_OK) return st;
     if (c->rank != root) memcpy(buf, slot_data(s, root), bytes);
     return end(c);
@@ -295,7 +262,7 @@ static pagoda_status shm_allgather(pg_comm *c, const void *send, size_t bytes, v
         return pg_error(PAGODA_ERR_INVALID_ARG, "comm: allgather of %zu bytes above the limit %zu",
                         bytes, s->max_bytes);
     memcpy(slot_data(s, c->rank), send, bytes);
-    pagoda_status st = begin(c, OP_ALLGATHER, bytes, 0);
+    pagoda_status st = begin(c, PG_COMM_OP_ALLGATHER, bytes, 0);
     if (st != PAGODA_OK) return st;
     for (int r = 0; r < c->size; r++)
         memcpy((char *)recv + (size_t)r * bytes, slot_data(s, r), bytes);
@@ -303,7 +270,7 @@ static pagoda_status shm_allgather(pg_comm *c, const void *send, size_t bytes, v
 }
 
 static pagoda_status shm_barrier(pg_comm *c) {
-    return begin(c, OP_BARRIER, 0, 0);
+    return begin(c, PG_COMM_OP_BARRIER, 0, 0);
 }
 
 static pagoda_status describe_exit(int r, int st) {

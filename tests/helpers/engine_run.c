@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "base/pool.h"
+
 pagoda_engine *pg_er_open(const char *model, pagoda_engine_options *o) {
     pagoda_engine_options d;
     if (!o) {
@@ -18,6 +20,15 @@ pagoda_engine *pg_er_open(const char *model, pagoda_engine_options *o) {
     pagoda_engine *e = NULL;
     if (pagoda_engine_create(model, o, &e) != PAGODA_OK) fail_msg("%s", pagoda_last_error());
     return e;
+}
+
+int pg_er_one_thread_under_qemu(void) {
+#if defined(__aarch64__)
+    pg_pool_options po = pg_pool_options_default();
+    po.n_threads = 1;
+    if (pg_pool_default_configure(&po) != PAGODA_OK) return -1;
+#endif
+    return 0;
 }
 
 pagoda_request pg_er_greedy(const pagoda_engine *e, const int32_t *ids, size_t n,
@@ -33,39 +44,90 @@ pagoda_request pg_er_greedy(const pagoda_engine *e, const int32_t *ids, size_t n
     return r;
 }
 
-void pg_er_run(pagoda_engine *e, const uint64_t *ids, pg_er_result *res, size_t n) {
+bool pg_er_utf8_valid(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t len = c < 0x80                 ? 1
+                     : c >= 0xC2 && c <= 0xDF ? 2
+                     : c >= 0xE0 && c <= 0xEF ? 3
+                     : c >= 0xF0 && c <= 0xF4 ? 4
+                                              : 0;
+        if (!len || i + len > n) return false;
+        uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (s[i + k] & 0x3Fu);
+        }
+        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        i += len;
+    }
+    return true;
+}
+
+/* Appends output o to r (see pg_er_run_watch for held). */
+static void collect(pg_er_result *r, const pagoda_output *o, const char *held) {
+    for (size_t t = 0; t < o->n_new_tokens; t++) {
+        assert_true(r->n < PG_ER_MAX_TOKENS);
+        r->ids[r->n] = o->new_token_ids[t];
+        if (o->logprobs) {
+            r->lp[r->n] = o->logprobs[t].logprob;
+            for (int32_t j = 0; j < o->logprobs[t].n_top && j < PG_ER_TOP; j++) {
+                r->top[r->n][j] = o->logprobs[t].top[j].token;
+                r->top_lp[r->n][j] = o->logprobs[t].top[j].logprob;
+            }
+        }
+        r->n++;
+    }
+    if (!pg_er_utf8_valid(o->text_delta, o->text_delta_len)) r->utf8_ok = false;
+    assert_true(r->text_len + o->text_delta_len < sizeof r->text);
+    memcpy(r->text + r->text_len, o->text_delta, o->text_delta_len);
+    r->text_len += o->text_delta_len;
+    r->text[r->text_len] = 0;
+    if (held && o->finish_reason == PAGODA_FINISH_NONE) {
+        size_t hl = strlen(held);
+        for (size_t k = 1; k < hl && k <= r->text_len; k++)
+            if (!memcmp(r->text + r->text_len - k, held, k)) r->held_ok = false;
+    }
+    if (o->finish_reason != PAGODA_FINISH_NONE) {
+        r->finish = o->finish_reason;
+        r->stop_token = o->stop_token;
+        if (o->stop_reason) snprintf(r->stop_reason, sizeof r->stop_reason, "%s", o->stop_reason);
+    }
+}
+
+void pg_er_run_watch(pagoda_engine *e, const uint64_t *ids, pg_er_result *res, size_t n,
+                     const char *held, int32_t *max_used_blocks) {
     for (size_t i = 0; i < n; i++) {
         memset(&res[i], 0, sizeof res[i]);
+        res[i].utf8_ok = res[i].held_ok = true;
         res[i].stop_token = -1;
     }
+    if (max_used_blocks) *max_used_blocks = 0;
     int guard = 0;
     while (pagoda_engine_has_unfinished(e)) {
         size_t nout;
         assert_int_equal(pagoda_engine_step(e, &nout), PAGODA_OK);
         assert_true(++guard < 100000);
-        const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
-        for (size_t k = 0; k < nout; k++) {
-            const pagoda_output *o = &outs[k];
-            pg_er_result *r = NULL;
-            for (size_t i = 0; i < n && !r; i++)
-                if (ids[i] == o->id) r = &res[i];
-            if (!r) continue;
-            for (size_t t = 0; t < o->n_new_tokens; t++) {
-                assert_true(r->n < PG_ER_MAX_TOKENS);
-                r->ids[r->n] = o->new_token_ids[t];
-                r->lp[r->n] = o->logprobs ? o->logprobs[t].logprob : 0.0f;
-                r->n++;
-            }
-            assert_true(r->text_len + o->text_delta_len < sizeof r->text);
-            memcpy(r->text + r->text_len, o->text_delta, o->text_delta_len);
-            r->text_len += o->text_delta_len;
-            r->text[r->text_len] = 0;
-            if (o->finish_reason != PAGODA_FINISH_NONE) {
-                r->finish = o->finish_reason;
-                r->stop_token = o->stop_token;
-            }
+        if (max_used_blocks && guard > 1) {
+            pagoda_stats bs;
+            pagoda_engine_get_stats(e, &bs);
+            if (bs.num_kv_blocks - bs.num_free_kv_blocks > *max_used_blocks)
+                *max_used_blocks = bs.num_kv_blocks - bs.num_free_kv_blocks;
         }
+        const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
+        for (size_t k = 0; k < nout; k++)
+            for (size_t i = 0; i < n; i++)
+                if (ids[i] == outs[k].id) {
+                    collect(&res[i], &outs[k], held);
+                    break;
+                }
     }
+}
+
+void pg_er_run(pagoda_engine *e, const uint64_t *ids, pg_er_result *res, size_t n) {
+    pg_er_run_watch(e, ids, res, n, NULL, NULL);
 }
 
 void pg_er_run_requests(pagoda_engine *e, const pagoda_request *reqs, size_t n, uint64_t *ids,
@@ -84,14 +146,23 @@ void pg_er_prompt(int i, int len, int32_t *out) {
     }
 }
 
-void pg_er_assert_same(const pg_er_result *a, const pg_er_result *b, bool logprobs) {
+void pg_er_assert_same_tokens(const pg_er_result *a, const pg_er_result *b, bool logprobs) {
     assert_int_equal(a->n, b->n);
     for (int i = 0; i < a->n; i++) {
         if (a->ids[i] != b->ids[i]) fail_msg("token %d: %d vs %d", i, a->ids[i], b->ids[i]);
-        if (logprobs) assert_memory_equal(&a->lp[i], &b->lp[i], sizeof(float));
+        if (logprobs) {
+            assert_memory_equal(&a->lp[i], &b->lp[i], sizeof(float));
+            assert_memory_equal(a->top[i], b->top[i], sizeof a->top[i]);
+            assert_memory_equal(a->top_lp[i], b->top_lp[i], sizeof a->top_lp[i]);
+        }
     }
+}
+
+void pg_er_assert_same(const pg_er_result *a, const pg_er_result *b, bool logprobs) {
+    pg_er_assert_same_tokens(a, b, logprobs);
     assert_int_equal(a->finish, b->finish);
     assert_int_equal(a->stop_token, b->stop_token);
+    assert_string_equal(a->stop_reason, b->stop_reason);
     assert_int_equal(a->text_len, b->text_len);
     assert_memory_equal(a->text, b->text, a->text_len);
 }

@@ -735,29 +735,39 @@ static void q35_mrope_section(const pg_gen_model_options *o, int32_t sec[3]) {
 
 /* ------------------------------------------------------------ conversion */
 
+/* Stores x as an F16 (host byte order) at dst, which need not be aligned. */
+static void put_f16(uint8_t *dst, float x) {
+    const uint16_t h = pg_f32_to_f16(x);
+    memcpy(dst, &h, 2);
+}
+
+/* The first entry of x[0..n) with the largest magnitude, sign kept (0 when
+ * all are 0): the value a symmetric quantizer maps to its lowest level. */
+static float signed_extreme(const float *x, int n) {
+    float mx = 0, v = 0;
+    for (int j = 0; j < n; j++)
+        if (fabsf(x[j]) > mx) {
+            mx = fabsf(x[j]);
+            v = x[j];
+        }
+    return v;
+}
+
 static void quantize_q8_0(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, x += 32, dst += 34) {
         float amax = 0;
         for (int j = 0; j < 32; j++)
             amax = fmaxf(amax, fabsf(x[j]));
         float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-        uint16_t h = pg_f32_to_f16(d);
-        memcpy(dst, &h, 2);
+        put_f16(dst, d);
         for (int j = 0; j < 32; j++)
             dst[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
     }
 }
 static void quantize_q4_0(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, x += 32, dst += 18) {
-        float amax = 0, max = 0;
-        for (int j = 0; j < 32; j++)
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
-        uint16_t h = pg_f32_to_f16(d);
-        memcpy(dst, &h, 2);
+        float d = signed_extreme(x, 32) / -8.0f, id = d ? 1.0f / d : 0.0f;
+        put_f16(dst, d);
         for (int j = 0; j < 16; j++) {
             int a = (int)(x[j] * id + 8.5f), c = (int)(x[16 + j] * id + 8.5f);
             a = a < 0 ? 0 : a > 15 ? 15 : a;
@@ -780,32 +790,60 @@ static int clampi(int v, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* A sub-block scale (or minimum) v as its integer code against the
+ * super-block scale d, clamped to [lo, hi]; 0 when d is 0. */
+static int scale_code(float v, float d, int lo, int hi) {
+    return d > 0 ? clampi((int)lrintf(v / d), lo, hi) : 0;
+}
+
+/* Asymmetric K-quants (Q2_K, Q4_K, Q5_K): sub-block s (x[len*s ..], nsub of
+ * them) takes its range [min(0, lo), hi] in `steps` steps, so scale[s] =
+ * (hi - lo) / steps and mins[s] = -lo. Returns the largest scale, *mmax the
+ * largest minimum. */
+static float range_scales(const float *x, int nsub, int len, float steps, float *scale, float *mins,
+                          float *mmax) {
+    float smax = 0;
+    *mmax = 0;
+    for (int s = 0; s < nsub; s++) {
+        float lo = 0, hi = 0;
+        for (int j = 0; j < len; j++) {
+            lo = fminf(lo, x[len * s + j]);
+            hi = fmaxf(hi, x[len * s + j]);
+        }
+        scale[s] = (hi - lo) / steps;
+        mins[s] = -lo;
+        smax = fmaxf(smax, scale[s]);
+        *mmax = fmaxf(*mmax, mins[s]);
+    }
+    return smax;
+}
+
+/* Symmetric K-quants (Q3_K, Q6_K): sub-block s (x[len*s ..], nsub of them)
+ * maps its signed extreme to the level `lowest` (< 0), so scale[s] =
+ * extreme / lowest. Returns the largest |scale|. */
+static float extreme_scales(const float *x, int nsub, int len, float lowest, float *scale) {
+    float amax = 0;
+    for (int s = 0; s < nsub; s++) {
+        scale[s] = signed_extreme(x + len * s, len) / lowest;
+        amax = fmaxf(amax, fabsf(scale[s]));
+    }
+    return amax;
+}
+
 static void quantize_q45_k(const float *x, uint8_t *dst, int64_t n, int bits) {
     const int nmax = (1 << bits) - 1;
     const size_t bb = bits == 4 ? 144 : 176;
     for (int64_t b = 0; b < n / 256; b++, x += 256, dst += bb) {
-        float scale[8], mins[8], smax = 0, mmax = 0;
-        for (int s = 0; s < 8; s++) {
-            float lo = 0, hi = 0;
-            for (int j = 0; j < 32; j++) {
-                lo = fminf(lo, x[32 * s + j]);
-                hi = fmaxf(hi, x[32 * s + j]);
-            }
-            scale[s] = (hi - lo) / (float)nmax;
-            mins[s] = -lo;
-            smax = fmaxf(smax, scale[s]);
-            mmax = fmaxf(mmax, mins[s]);
-        }
+        float scale[8], mins[8], mmax;
+        const float smax = range_scales(x, 8, 32, (float)nmax, scale, mins, &mmax);
         const float d = f16r(smax / 63.0f), dmin = f16r(mmax / 63.0f);
         memset(dst, 0, bb);
-        uint16_t h = pg_f32_to_f16(d);
-        memcpy(dst, &h, 2);
-        h = pg_f32_to_f16(dmin);
-        memcpy(dst + 2, &h, 2);
+        put_f16(dst, d);
+        put_f16(dst + 2, dmin);
         uint8_t *sb = dst + 4, *qh = dst + 16, *qs = bits == 4 ? dst + 16 : dst + 48;
         for (int s = 0; s < 8; s++) {
-            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), 0, 63) : 0;
-            const int m = dmin > 0 ? clampi((int)lrintf(mins[s] / dmin), 0, 63) : 0;
+            const int sc = scale_code(scale[s], d, 0, 63);
+            const int m = scale_code(mins[s], dmin, 0, 63);
             if (s < 4) {
                 sb[s] |= (uint8_t)sc;
                 sb[s + 4] |= (uint8_t)m;
@@ -828,24 +866,14 @@ static void quantize_q45_k(const float *x, uint8_t *dst, int64_t n, int bits) {
 
 static void quantize_q6_k(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256, dst += 210) {
-        float scale[16], amax = 0;
-        for (int s = 0; s < 16; s++) {
-            float mx = 0, v = 0;
-            for (int j = 0; j < 16; j++)
-                if (fabsf(x[16 * s + j]) > mx) {
-                    mx = fabsf(x[16 * s + j]);
-                    v = x[16 * s + j];
-                }
-            scale[s] = v / -32.0f; /* the extreme maps to -32 exactly */
-            amax = fmaxf(amax, fabsf(scale[s]));
-        }
-        const float d = f16r(amax / 127.0f);
+        float scale[16];
+        /* the extreme maps to -32 exactly */
+        const float d = f16r(extreme_scales(x, 16, 16, -32.0f, scale) / 127.0f);
         memset(dst, 0, 210);
-        uint16_t h = pg_f32_to_f16(d);
-        memcpy(dst + 208, &h, 2);
+        put_f16(dst + 208, d);
         uint8_t *ql = dst, *qh = dst + 128;
         for (int s = 0; s < 16; s++) {
-            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), -128, 127) : 0;
+            const int sc = scale_code(scale[s], d, -128, 127);
             dst[192 + s] = (uint8_t)(int8_t)sc;
             const float ds = d * (float)sc;
             for (int j = 0; j < 16; j++) {
@@ -863,28 +891,16 @@ static void quantize_q6_k(const float *x, uint8_t *dst, int64_t n) {
  * and minimums are quantized to 4 bits against the largest (F16 d, dmin). */
 static void quantize_q2_k(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256, dst += 84) {
-        float scale[16], mins[16], smax = 0, mmax = 0;
-        for (int s = 0; s < 16; s++) {
-            float lo = 0, hi = 0;
-            for (int j = 0; j < 16; j++) {
-                lo = fminf(lo, x[16 * s + j]);
-                hi = fmaxf(hi, x[16 * s + j]);
-            }
-            scale[s] = (hi - lo) / 3.0f;
-            mins[s] = -lo;
-            smax = fmaxf(smax, scale[s]);
-            mmax = fmaxf(mmax, mins[s]);
-        }
+        float scale[16], mins[16], mmax;
+        const float smax = range_scales(x, 16, 16, 3.0f, scale, mins, &mmax);
         const float d = f16r(smax / 15.0f), dmin = f16r(mmax / 15.0f);
         memset(dst, 0, 84);
-        uint16_t h = pg_f32_to_f16(d);
-        memcpy(dst + 80, &h, 2);
-        h = pg_f32_to_f16(dmin);
-        memcpy(dst + 82, &h, 2);
+        put_f16(dst + 80, d);
+        put_f16(dst + 82, dmin);
         uint8_t *qs = dst + 16;
         for (int s = 0; s < 16; s++) {
-            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), 0, 15) : 0;
-            const int m = dmin > 0 ? clampi((int)lrintf(mins[s] / dmin), 0, 15) : 0;
+            const int sc = scale_code(scale[s], d, 0, 15);
+            const int m = scale_code(mins[s], dmin, 0, 15);
             dst[s] = (uint8_t)(sc | m << 4);
             const float ds = d * (float)sc, ms = dmin * (float)m;
             for (int j = 0; j < 16; j++) {
@@ -900,24 +916,13 @@ static void quantize_q2_k(const float *x, uint8_t *dst, int64_t n) {
  * scales quantized to 6 bits signed against the largest (F16 d). */
 static void quantize_q3_k(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256, dst += 110) {
-        float scale[16], amax = 0;
-        for (int s = 0; s < 16; s++) {
-            float mx = 0, v = 0;
-            for (int j = 0; j < 16; j++)
-                if (fabsf(x[16 * s + j]) > mx) {
-                    mx = fabsf(x[16 * s + j]);
-                    v = x[16 * s + j];
-                }
-            scale[s] = v / -4.0f;
-            amax = fmaxf(amax, fabsf(scale[s]));
-        }
-        const float d = f16r(amax / 31.0f);
+        float scale[16];
+        const float d = f16r(extreme_scales(x, 16, 16, -4.0f, scale) / 31.0f);
         memset(dst, 0, 110);
-        uint16_t h = pg_f32_to_f16(d);
-        memcpy(dst + 108, &h, 2);
+        put_f16(dst + 108, d);
         uint8_t *hm = dst, *qs = dst + 32, *sb = dst + 96;
         for (int s = 0; s < 16; s++) {
-            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), -32, 31) : 0;
+            const int sc = scale_code(scale[s], d, -32, 31);
             const int ls = sc + 32;
             sb[s % 8] |= (uint8_t)((ls & 15) << (s < 8 ? 0 : 4));
             sb[8 + s % 4] |= (uint8_t)((ls >> 4) << (2 * (s / 4)));
@@ -944,10 +949,8 @@ static int iq4_nearest(float v) {
 /* The scale of 32 values x against the codebook: the extreme maps to -127
  * (sign kept), then one least-squares refit for the chosen indices. */
 static float iq4_scale(const float *x) {
-    float mx = 0, v = 0;
-    for (int j = 0; j < 32; j++)
-        if (fabsf(x[j]) > mx) mx = fabsf(x[j]), v = x[j];
-    if (mx == 0) return 0;
+    const float v = signed_extreme(x, 32);
+    if (v == 0) return 0;
     const float d = v / -127.0f;
     double num = 0, den = 0;
     for (int j = 0; j < 32; j++) {
@@ -961,8 +964,7 @@ static float iq4_scale(const float *x) {
 static void quantize_iq4_nl(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, x += 32, dst += 18) {
         const float d = f16r(iq4_scale(x));
-        const uint16_t h = pg_f32_to_f16(d);
-        memcpy(dst, &h, 2);
+        put_f16(dst, d);
         for (int j = 0; j < 16; j++) {
             const int lo = d != 0 ? iq4_nearest(x[j] / d) : 8;
             const int hi = d != 0 ? iq4_nearest(x[j + 16] / d) : 8;
@@ -980,10 +982,10 @@ static void quantize_iq4_xs(const float *x, uint8_t *dst, int64_t n) {
         }
         const float d = f16r(amax / 31.0f);
         memset(dst, 0, 136);
-        uint16_t h = pg_f32_to_f16(d), sh = 0;
-        memcpy(dst, &h, 2);
+        uint16_t sh = 0;
+        put_f16(dst, d);
         for (int s = 0; s < 8; s++) {
-            const int sc = d > 0 ? clampi((int)lrintf(scale[s] / d), -32, 31) : 0;
+            const int sc = scale_code(scale[s], d, -32, 31);
             const int ls = sc + 32;
             dst[4 + s / 2] |= (uint8_t)((ls & 15) << (4 * (s % 2)));
             sh |= (uint16_t)((ls >> 4) << (2 * s));
