@@ -407,6 +407,63 @@ static void test_errors(void **state) {
     free(jfk);
 }
 
+/* fuzz_audio_decode (issue 21): a 155-byte WAV whose LIST chunk declares
+ * 0xffffff1a bytes sent libsndfile 1.2.0's LIST sub-chunk parser into a
+ * loop of minutes (a request tying up the server). pagoda now checks that
+ * every chunk but "data" fits in the file before libsndfile parses it. The
+ * test simply has to finish (CTest's TIMEOUT catches the hang), with a
+ * FORMAT error naming the chunk, whatever the name's extension says. A WAV
+ * with a LIST chunk that fits still decodes, as does one whose last chunk
+ * lacks its pad byte. */
+static void test_wav_list_chunk_past_end_hang(void **state) {
+    (void)state;
+    /* the fuzzer's input (its first byte, the file-name pick, dropped) */
+    unsigned char hang[155] = {'R',  'I',  'F',  'F',  0x86, 0x1f, 0x00, 0x00, 'W',  'A',  'V',
+                               'E',  'f',  'm',  't',  ' ',  0x10, 0x00, 0x00, 0x00, 0x01, 0x00,
+                               0x02, 0x00, 0x40, 0x1f, 0x00, 0x00, 0x00, 0x7d, 0x00, 0x00, 0x04,
+                               0x00, 0x10, 0x00, 'L',  'I',  'S',  'T',  0x1a};
+    memset(hang + 41, 0xff, 112 - 41);
+    hang[112] = 0xdf;
+    memset(hang + 113, 0xff, 4);
+    static const char *const hints[] = {"a.wav", "a.m4a", "a.webm", "a", NULL};
+    for (size_t i = 0; i < sizeof hints / sizeof *hints; i++)
+        expect_error(hang, sizeof hang, hints[i], 60.0, PAGODA_ERR_FORMAT,
+                     "the 'LIST' chunk at byte 36 declares 4294967066 bytes, only 111 follow");
+
+    /* a well-formed WAV with a LIST/INFO chunk between fmt and data */
+    float x[1600];
+    for (int i = 0; i < 1600; i++)
+        x[i] = 0.25f * sinf(2.0f * 3.14159265f * 440.0f * i / 16000);
+    size_t n;
+    unsigned char *w = wav_bytes(x, 1600, 16000, 1, &n);
+    assert_true(n == 44 + 3200 && memcmp(w + 36, "data", 4) == 0);
+    static const unsigned char list[] = {'L', 'I', 'S', 'T', 17,  0,   0,   0, 'I',
+                                         'N', 'F', 'O', 'I', 'S', 'F', 'T', 5, 0,
+                                         0,   0,   'p', 'g', 'd', 'a', 0,   0 /* pad */};
+    unsigned char *l = malloc(n + sizeof list);
+    memcpy(l, w, 36);
+    memcpy(l + 36, list, sizeof list);
+    memcpy(l + 36 + sizeof list, w + 36, n - 36);
+    const uint32_t riff = (uint32_t)(n + sizeof list - 8);
+    for (int k = 0; k < 4; k++)
+        l[4 + k] = (unsigned char)(riff >> (8 * k));
+    pg_audio a;
+    assert_int_equal(pg_audio_decode(l, n + sizeof list, "list.wav", 60.0, &a), PAGODA_OK);
+    assert_int_equal(a.n_samples, 1600);
+    pg_audio_free(&a);
+    /* the same LIST after the data chunk, its pad byte cut off: decodes */
+    memcpy(l, w, n);
+    memcpy(l + n, list, sizeof list - 1);
+    assert_int_equal(pg_audio_decode(l, n + sizeof list - 1, "list_end.wav", 60.0, &a), PAGODA_OK);
+    assert_int_equal(a.n_samples, 1600);
+    pg_audio_free(&a);
+    /* and with one byte of its text cut too: refused, naming the chunk */
+    expect_error(l, n + sizeof list - 2, "list_cut.wav", 60.0, PAGODA_ERR_FORMAT,
+                 "the 'LIST' chunk at byte 3244 declares 17 bytes, only 16 follow");
+    free(l);
+    free(w);
+}
+
 static void test_short_silent_and_long(void **state) {
     /* 0.1 s at 16 kHz and 44.1 kHz, stereo: valid short decodes */
     float x[2 * 4410];
@@ -603,6 +660,7 @@ int main(void) {
         cmocka_unit_test(test_formats),
         cmocka_unit_test(test_name_is_only_a_hint),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_wav_list_chunk_past_end_hang),
         cmocka_unit_test(test_short_silent_and_long),
         cmocka_unit_test(test_fuzz),
     };

@@ -1,5 +1,6 @@
 /* libsndfile backend: sf_open_virtual over the bytes in memory, frames read
  * as float (integers scaled by 1 / 2^(bits-1)), downmixed into the sink. */
+#include <ctype.h>
 #include <sndfile.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,61 @@ static int64_t riff_data_size(const uint8_t *b, size_t n, int64_t *present) {
     return -1;
 }
 
+/* The 32-bit size at p, big-endian for RIFX (be), else little-endian. */
+static uint32_t riff_u32(const uint8_t *p, bool be) {
+    return be ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]
+              : (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+}
+
+/* Walk the chunks of a RIFF/RIFX/RF64/BW64 WAVE file before libsndfile sees
+ * it: every chunk must lie inside the n bytes. libsndfile 1.2.0 (Debian 12)
+ * trusts the sizes: a LIST chunk declaring 0xffffff1a bytes in a 155-byte
+ * file sends its sub-chunk parser into a loop that runs for minutes without
+ * calling our I/O callbacks (fuzz_audio_decode, issue 21), so a read budget
+ * cannot stop it; a LIST that fits bounds that loop by the file size. Only
+ * "data" may run past the end (a cut upload, which riff_data_size reports
+ * later) and then ends the walk. A last chunk may miss its pad byte; fewer
+ * than 8 bytes after the last chunk are ignored, as libsndfile does.
+ * b, n: the file (bytes). Returns true, `why` untouched, for a well-formed
+ * or non-RIFF file; false with `why` (a NUL-terminated string of at most
+ * `cap` bytes) naming the chunk, its offset and the sizes for a corrupt one.
+ * Reference: the RIFF chunk layout (Microsoft/IBM Multimedia Programming
+ * Interface 1.0, 1991; EBU Tech 3306 for RF64). */
+static bool riff_chunks_fit(const uint8_t *b, size_t n, char *why, size_t cap) {
+    if (n < 12 || memcmp(b + 8, "WAVE", 4) != 0) return true;
+    bool be;
+    if (memcmp(b, "RIFF", 4) == 0 || memcmp(b, "RF64", 4) == 0 || memcmp(b, "BW64", 4) == 0)
+        be = false;
+    else if (memcmp(b, "RIFX", 4) == 0)
+        be = true;
+    else
+        return true;
+    size_t pos = 12;
+    while (n - pos >= 8) {
+        const uint8_t *id = b + pos;
+        const uint32_t size = riff_u32(b + pos + 4, be);
+        const size_t left = n - pos - 8;
+        /* libsndfile skips the samples and parses the chunks after them: a
+         * data chunk that fits is walked over; one that runs past the end
+         * (cut, or RF64's 0xFFFFFFFF), or a writer's unfinished 0 with a
+         * RIFF size of 8, holds the rest of the file */
+        if (memcmp(id, "data", 4) == 0 &&
+            (size > left || (size == 0 && n >= 8 && riff_u32(b + 4, be) == 8)))
+            return true;
+        if (size > left) {
+            snprintf(why, cap,
+                     "corrupt wav file: the '%c%c%c%c' chunk at byte %zu declares %u bytes, only "
+                     "%zu follow it",
+                     isprint(id[0]) ? id[0] : '?', isprint(id[1]) ? id[1] : '?',
+                     isprint(id[2]) ? id[2] : '?', isprint(id[3]) ? id[3] : '?', pos, size, left);
+            return false;
+        }
+        pos += 8 + (size_t)size;
+        if ((size & 1) && pos < n) pos++;
+    }
+    return true;
+}
+
 /* A short name for pg_audio.format. */
 static const char *format_name(int format, const char *fallback) {
     switch (format & SF_FORMAT_TYPEMASK) {
@@ -117,6 +173,14 @@ static const char *format_name(int format, const char *fallback) {
 
 pagoda_status pg_audio_decode_sndfile(const uint8_t *bytes, size_t n, pg_audio_sink *s,
                                       pg_audio_try *t) {
+    if (!riff_chunks_fit(bytes, n, t->why, sizeof t->why)) {
+        /* a WAV, but one libsndfile must not parse: refuse it here rather
+         * than let FFmpeg try (the caller tries the other backend only for
+         * files this one does not recognise) */
+        t->recognised = true;
+        snprintf(t->format, sizeof t->format, "wav/libsndfile");
+        return pg_error(PAGODA_ERR_FORMAT, "%s: %s", s->name, t->why);
+    }
     SF_VIRTUAL_IO vio = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
     memfile m = {bytes, (sf_count_t)n, 0};
     SF_INFO info;
