@@ -21,7 +21,8 @@
 #   Env: ROUNDS (default 3), QUICK=1 (shake-out: TG 32, BTG 16, 1 llama-bench repeat, 1 pagoda
 #   iteration), LLAMA_BIN (default /work/peers/llama.cpp/build/bin), PAGODA (default
 #   build/pagoda), MODELS_DIR (default /work/models), OUT (logs, default /tmp/vs_kquant),
-#   NPL (default 32), PAGODA_FLAGS (extra flags for every pagoda run).
+#   NPL (default 32), PAGODA_FLAGS (extra flags for every pagoda run). LLAMA_BIN=none: pagoda
+#   only (the llama.cpp columns print "-").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -39,9 +40,11 @@ if [ ${#MODELS[@]} -eq 0 ]; then
   done
 fi
 for m in "${MODELS[@]}"; do [ -f "$m" ] || { echo "vs_kquant: no such file: $m" >&2; exit 2; }; done
-for t in llama-bench llama-batched-bench; do
-  [ -x "$LLAMA_BIN/$t" ] || { echo "vs_kquant: no $LLAMA_BIN/$t (LLAMA_BIN)" >&2; exit 2; }
-done
+if [ "$LLAMA_BIN" != none ]; then
+  for t in llama-bench llama-batched-bench; do
+    [ -x "$LLAMA_BIN/$t" ] || { echo "vs_kquant: no $LLAMA_BIN/$t (LLAMA_BIN)" >&2; exit 2; }
+  done
+fi
 [ -x "$PAGODA" ] || { echo "vs_kquant: no $PAGODA (PAGODA)" >&2; exit 2; }
 mkdir -p "$OUT"
 RES="$OUT/results.tsv"
@@ -60,25 +63,31 @@ for r in $(seq 1 "$ROUNDS"); do
   for m in "${MODELS[@]}"; do
     name=$(basename "$m" .gguf)
     bytes=$(python3 bench/gguf_stream_bytes.py "$m")
-    echo "== round $r $name: llama-bench" >&2
-    "$LLAMA_BIN/llama-bench" -m "$m" -p 512 -n "$TG" -t 2 -r "$REPS" -o json \
-        > "$OUT/lb_${name}_$r.json" 2> "$OUT/lb_${name}_$r.log"
+    if [ "$LLAMA_BIN" != none ]; then
+      echo "== round $r $name: llama-bench" >&2
+      "$LLAMA_BIN/llama-bench" -m "$m" -p 512 -n "$TG" -t 2 -r "$REPS" -o json \
+          > "$OUT/lb_${name}_$r.json" 2> "$OUT/lb_${name}_$r.log"
+    fi
     echo "== round $r $name: pagoda pp512 / decode" >&2
     pagoda_run "pp_${name}_$r" --batch-size 1 --input-len 512 --output-len 1
     pagoda_run "tg_${name}_$r" --batch-size 1 --input-len 8 --output-len "$TG" --bandwidth-bound
-    echo "== round $r $name: llama-batched-bench -npl $NPL" >&2
-    "$LLAMA_BIN/llama-batched-bench" -m "$m" -c 8192 -b 2048 -ub 512 -npp 128 -ntg "$BTG" \
-        -npl "$NPL" -t 2 > "$OUT/lbb_${name}_$r.log" 2>&1
+    if [ "$LLAMA_BIN" != none ]; then
+      echo "== round $r $name: llama-batched-bench -npl $NPL" >&2
+      "$LLAMA_BIN/llama-batched-bench" -m "$m" -c 8192 -b 2048 -ub 512 -npp 128 -ntg "$BTG" \
+          -npl "$NPL" -t 2 > "$OUT/lbb_${name}_$r.log" 2>&1
+    fi
     echo "== round $r $name: pagoda $NPL sequences" >&2
     for ol in 1 "$BTG"; do
       pagoda_run "b${ol}_${name}_$r" --batch-size "$NPL" --input-len 128 --output-len "$ol"
     done
-    python3 - "$OUT" "$name" "$r" "$bytes" "$NPL" "$BTG" >> "$RES" <<'EOF'
+    python3 - "$OUT" "$name" "$r" "$bytes" "$NPL" "$BTG" "$LLAMA_BIN" >> "$RES" <<'EOF'
 import json, statistics, sys
 out, name, r, nbytes, npl, btg = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+llama = sys.argv[7] != "none"
 row = lambda who, what, v: print(f"{name}\t{r}\t{who}\t{what}\t{v:.4f}")
-for t in json.load(open(f"{out}/lb_{name}_{r}.json")):
-    row("llama.cpp", "pp512" if t["n_prompt"] > 0 else "tg", t["avg_ts"])
+if llama:
+    for t in json.load(open(f"{out}/lb_{name}_{r}.json")):
+        row("llama.cpp", "pp512" if t["n_prompt"] > 0 else "tg", t["avg_ts"])
 pp = json.load(open(f"{out}/pp_{name}_{r}.json"))
 row("pagoda", "pp512", 512 / statistics.median(pp["latencies"]))
 bb = json.load(open(f"{out}/tg_{name}_{r}.json"))["bandwidth_bound"]
@@ -87,18 +96,19 @@ row("pagoda", "packed%", 100 * bb["fraction_of_bound"])
 row("bound", "bw_gbs", bb["read_bandwidth_gbs"])
 row("bound", "tok_s", bb["read_bandwidth_gbs"] * 1e9 / nbytes)
 s_tg = None  # the llama-batched-bench table row | PP | TG | B | N_KV | T_PP | S_PP | T_TG | S_TG | ...
-for line in open(f"{out}/lbb_{name}_{r}.log"):
+for line in open(f"{out}/lbb_{name}_{r}.log") if llama else []:
     c = [x.strip() for x in line.split("|")]
     if len(c) > 8 and c[1] == "128" and c[2] == str(btg) and c[3] == str(npl):
         s_tg = float(c[8])
-if s_tg is None:
+if llama and s_tg is None:
     sys.exit(f"vs_kquant: no S_TG row in {out}/lbb_{name}_{r}.log")
-row("llama.cpp", "S_TG", s_tg)
+if llama:
+    row("llama.cpp", "S_TG", s_tg)
 a = json.load(open(f"{out}/b1_{name}_{r}.json")); b = json.load(open(f"{out}/b{btg}_{name}_{r}.json"))
 dt = statistics.median(b["latencies"]) - statistics.median(a["latencies"])
 row("pagoda", "S_TG", npl * (btg - 1) / dt)
 EOF
-    tail -n 11 "$RES" | sed "s/^/  /" >&2
+    grep -P "^$name\t$r\t" "$RES" | sed "s/^/  /" >&2
   done
 done
 echo "vs_kquant: done; $(uptime)" | tee -a "$OUT/load.txt"
@@ -112,7 +122,10 @@ for l in open(sys.argv[1]):
     v[(name, who, what)].append(float(x))
     if name not in names:
         names.append(name)
-med = lambda n, w, k: statistics.median(v[(n, w, k)])
+med = lambda n, w, k: statistics.median(v[(n, w, k)]) if v[(n, w, k)] else float("nan")
+f = lambda x, d: "-" if x != x else f"{x:.{d}f}"
+pc = lambda a: f(a, 0) + ("%" if a == a else "")
+x = lambda a, b: "-" if a != a or b != b else f"{a / b:.2f}x"
 npl = sys.argv[2]
 print(f"medians over {max(len(x) for x in v.values())} round(s); ratio = pagoda / llama.cpp; "
       "%bound = decode tok/s over (read bandwidth / file bytes per token)")
@@ -126,10 +139,10 @@ for n in names:
     tgl, tgp = med(n, "llama.cpp", "tg"), med(n, "pagoda", "tg")
     bound = med(n, "bound", "tok_s")
     sl, sp = med(n, "llama.cpp", "S_TG"), med(n, "pagoda", "S_TG")
-    tgx = f"{tgp / tgl:.2f}x" + (" (>=1.1)" if tgl < 0.8 * bound else "")
-    cells = [n, f"{ppl:.1f}", f"{ppp:.1f}", f"{ppp / ppl:.2f}x", f"{tgl:.2f}", f"{tgp:.2f}", tgx,
-             f"{med(n, 'bound', 'bw_gbs'):.1f}", f"{bound:.2f}", f"{100 * tgl / bound:.0f}%",
-             f"{100 * tgp / bound:.0f}%", f"{med(n, 'pagoda', 'packed%'):.0f}%",
-             f"{sl:.1f}", f"{sp:.1f}", f"{sp / sl:.2f}x"]
+    tgx = x(tgp, tgl) + (" (>=1.1)" if tgl < 0.8 * bound else "")
+    cells = [n, f(ppl, 1), f(ppp, 1), x(ppp, ppl), f(tgl, 2), f(tgp, 2), tgx,
+             f(med(n, "bound", "bw_gbs"), 1), f(bound, 2), pc(100 * tgl / bound),
+             pc(100 * tgp / bound), pc(med(n, "pagoda", "packed%")),
+             f(sl, 1), f(sp, 1), x(sp, sl)]
     print("| " + " | ".join(cells) + " |")
 EOF

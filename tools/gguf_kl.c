@@ -98,8 +98,9 @@ static void chunk_logits(const pg_model *m, const int32_t *tokens, int32_t n, fl
     }
     for (int32_t i = 0; i < rows_n; i++)
         rows[i] = first + i;
+    /* logit rows count against max_seqs: room for all of them */
     pg_step_limits lim = {
-        .max_tokens = n, .max_seqs = 1, .max_model_len = n, .kv_dtype = PG_F32, .block_size = BS};
+        .max_tokens = n, .max_seqs = n, .max_model_len = n, .kv_dtype = PG_F32, .block_size = BS};
     pg_model_workspace *ws;
     if (pg_model_workspace_create(m, &lim, &ws) != PAGODA_OK) die_pg("workspace");
     int32_t qsl[2] = {0, n}, lens[1] = {n};
