@@ -9,7 +9,7 @@
 #
 # usage: bench/rss_serve.sh MODEL.gguf
 #   Env: LLAMA_SERVER (default /work/peers/llama.cpp/build/bin/llama-server), PAGODA (default
-#   build/pagoda), CTX (default 2048), KV (default 64MiB: Llama-3.2-1B's 16 layers x 8 KV
+#   build/pagoda; LLAMA_SERVER=none: pagoda only), CTX (default 2048), KV (default 64MiB: Llama-3.2-1B's 16 layers x 8 KV
 #   heads x 64 x K and V x 2 bytes x 2048), PORT (default 18431).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +46,8 @@ one() { # label, command...: start, wait for /health, one completion, print the 
 
 echo "$(basename "$M"): peak RSS after one completion (MiB); $(uptime)"
 printf "server\tVmHWM\tVmRSS\tRssAnon\tRssFile\n"
-one llama-server "$LLAMA_SERVER" -m "$M" -c "$CTX" -t 2 -np 1 --host 127.0.0.1 --port "$PORT"
+[ "$LLAMA_SERVER" = none ] ||
+  one llama-server "$LLAMA_SERVER" -m "$M" -c "$CTX" -t 2 -np 1 --host 127.0.0.1 --port "$PORT"
 common=(serve "$M" --threads 2 --max-model-len "$CTX" --kv-cache-memory "$KV" --host 127.0.0.1 --port "$PORT")
 one "pagoda off" "$PAGODA" "${common[@]}" --no-pack-cache
 one "pagoda cold" "$PAGODA" "${common[@]}"
