@@ -18,9 +18,9 @@
 #
 # usage: bench/vs_kquant.sh [MODEL.gguf...]
 #   default models: $MODELS_DIR/{llama-1b,qwen3-1.7b}-{q4_k_m,q5_k_m,q6_k,iq4_xs}.gguf
-#   Env: ROUNDS (default 3), QUICK=1 (shake-out: TG 32, BTG 16, 1 llama-bench repeat, 1 pagoda
-#   iteration), LLAMA_BIN (default /work/peers/llama.cpp/build/bin), PAGODA (default
-#   build/pagoda), MODELS_DIR (default /work/models), OUT (logs, default /tmp/vs_kquant),
+#   Env: ROUNDS (default 3), QUICK=1 (shake-out: TG 32; 32 sequences of 16 prompt + 16 new
+#   tokens; 1 llama-bench repeat, 1 pagoda iteration, no warm-up), LLAMA_BIN (default
+#   /work/peers/llama.cpp/build/bin), PAGODA (default build/pagoda), MODELS_DIR (default /work/models), OUT (logs, default /tmp/vs_kquant),
 #   NPL (default 32), PAGODA_FLAGS (extra flags for every pagoda run). LLAMA_BIN=none: pagoda
 #   only (the llama.cpp columns print "-").
 set -euo pipefail
@@ -32,7 +32,8 @@ PAGODA=${PAGODA:-build/pagoda}
 MODELS_DIR=${MODELS_DIR:-/work/models}
 OUT=${OUT:-/tmp/vs_kquant}
 NPL=${NPL:-32}
-if [ "$QUICK" = 1 ]; then TG=32; BTG=16; REPS=1; ITERS=1; else TG=128; BTG=128; REPS=3; ITERS=3; fi
+if [ "$QUICK" = 1 ]; then TG=32; BPP=16; BTG=16; REPS=1; ITERS=1; WARM=0
+else TG=128; BPP=128; BTG=128; REPS=3; ITERS=3; WARM=1; fi
 MODELS=("$@")
 if [ ${#MODELS[@]} -eq 0 ]; then
   for s in llama-1b qwen3-1.7b; do
@@ -54,7 +55,7 @@ echo "vs_kquant: ROUNDS=$ROUNDS QUICK=$QUICK TG=$TG BTG=$BTG NPL=$NPL; $(uptime)
 pagoda_run() { # tag, extra args...: bench latency with the common flags, JSON to $OUT/$tag.json
   local tag=$1; shift
   # shellcheck disable=SC2086
-  "$PAGODA" bench latency "$m" --threads 2 --no-prefix-caching --num-iters-warmup 1 \
+  "$PAGODA" bench latency "$m" --threads 2 --no-prefix-caching --num-iters-warmup "$WARM" \
       --num-iters "$ITERS" "$@" ${PAGODA_FLAGS:-} --output-json "$OUT/$tag.json" \
       > "$OUT/$tag.log" 2>&1 || { echo "vs_kquant: pagoda failed, see $OUT/$tag.log" >&2; exit 1; }
 }
@@ -73,17 +74,18 @@ for r in $(seq 1 "$ROUNDS"); do
     pagoda_run "tg_${name}_$r" --batch-size 1 --input-len 8 --output-len "$TG" --bandwidth-bound
     if [ "$LLAMA_BIN" != none ]; then
       echo "== round $r $name: llama-batched-bench -npl $NPL" >&2
-      "$LLAMA_BIN/llama-batched-bench" -m "$m" -c 8192 -b 2048 -ub 512 -npp 128 -ntg "$BTG" \
+      "$LLAMA_BIN/llama-batched-bench" -m "$m" -c 8192 -b 2048 -ub 512 -npp "$BPP" -ntg "$BTG" \
           -npl "$NPL" -t 2 > "$OUT/lbb_${name}_$r.log" 2>&1
     fi
     echo "== round $r $name: pagoda $NPL sequences" >&2
     for ol in 1 "$BTG"; do
-      pagoda_run "b${ol}_${name}_$r" --batch-size "$NPL" --input-len 128 --output-len "$ol"
+      pagoda_run "b${ol}_${name}_$r" --batch-size "$NPL" --input-len "$BPP" --output-len "$ol"
     done
-    python3 - "$OUT" "$name" "$r" "$bytes" "$NPL" "$BTG" "$LLAMA_BIN" >> "$RES" <<'EOF'
+    python3 - "$OUT" "$name" "$r" "$bytes" "$NPL" "$BTG" "$LLAMA_BIN" "$BPP" >> "$RES" <<'EOF'
 import json, statistics, sys
 out, name, r, nbytes, npl, btg = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 llama = sys.argv[7] != "none"
+bpp = sys.argv[8]
 row = lambda who, what, v: print(f"{name}\t{r}\t{who}\t{what}\t{v:.4f}")
 if llama:
     for t in json.load(open(f"{out}/lb_{name}_{r}.json")):
@@ -98,7 +100,7 @@ row("bound", "tok_s", bb["read_bandwidth_gbs"] * 1e9 / nbytes)
 s_tg = None  # the llama-batched-bench table row | PP | TG | B | N_KV | T_PP | S_PP | T_TG | S_TG | ...
 for line in open(f"{out}/lbb_{name}_{r}.log") if llama else []:
     c = [x.strip() for x in line.split("|")]
-    if len(c) > 8 and c[1] == "128" and c[2] == str(btg) and c[3] == str(npl):
+    if len(c) > 8 and c[1] == bpp and c[2] == str(btg) and c[3] == str(npl):
         s_tg = float(c[8])
 if llama and s_tg is None:
     sys.exit(f"vs_kquant: no S_TG row in {out}/lbb_{name}_{r}.log")
