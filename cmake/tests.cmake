@@ -88,6 +88,15 @@ if(PAGODA_ARCH STREQUAL "x86_64" AND NOT CMAKE_CROSSCOMPILING)
   endforeach()
 endif()
 
+# tools/gguf_kl (issue 23's KL comparison with llama-perplexity): self KL 0, Q8_0 closer than
+# Q2_K, malformed .kld files refused (tests/check_gguf_kl.sh; host build only: the script runs
+# the tools directly).
+if(NOT CMAKE_CROSSCOMPILING)
+  add_test(NAME check_gguf_kl COMMAND bash ${CMAKE_SOURCE_DIR}/tests/check_gguf_kl.sh
+           $<TARGET_FILE:gen_model> $<TARGET_FILE:gguf_kl>)
+  set_tests_properties(check_gguf_kl PROPERTIES TIMEOUT 600)
+endif()
+
 # `pagoda env` end to end (under qemu -cpu max for the aarch64 build: the
 # emulator is prepended to target-name commands automatically).
 add_test(NAME pagoda_env COMMAND pagoda env)
