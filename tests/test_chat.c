@@ -575,8 +575,10 @@ static void scripted_stop(scripted *f) {
 
 /* Ctrl-C while an answer streams: the answer stops (" [stopped]"), the
  * transfer is cut (the server sees the client go), the prompt returns and
- * takes the next message; then `exit_key` (Ctrl-C or Ctrl-D) at the empty
- * prompt ends the chat with exit code 0. */
+ * takes the next message; then `exit_key` (Ctrl-C, Ctrl-D or /exit) at the empty
+ * prompt ends the chat with exit code 0 (waited for until the process is
+ * reaped: the pty's EOF comes before that, so a check right at EOF can see
+ * it still running, which issue 20's D2 reports were). */
 static void check_ctrl_c_mid_answer(const char *exit_key) {
     scripted f;
     scripted_start(&f);
@@ -696,7 +698,8 @@ static void test_ctrl_c_mid_answer_local(void **state) {
 static void test_ctrl_c_mid_answer(void **state) {
     (void)state;
     check_ctrl_c_mid_answer("\x03"); /* a second Ctrl-C, at the empty prompt */
-    check_ctrl_c_mid_answer("\x04"); /* Ctrl-D */
+    check_ctrl_c_mid_answer("\x04");   /* Ctrl-D */
+    check_ctrl_c_mid_answer("/exit\r"); /* the command */
 }
 
 /* A hostile server (issue 20 D1): control characters in the streamed
