@@ -452,6 +452,7 @@ typedef struct scripted {
     bool client_gone; /* the endless stream's client closed the connection */
     long chunks;      /* chunks of the endless stream sent */
     char *first_body; /* the first chat request's body */
+    const char *script; /* if set: every chat request gets these SSE events */
 } scripted;
 
 static bool send_all(int fd, const char *s, size_t n) {
@@ -517,7 +518,9 @@ static void *scripted_main(void *arg) {
         const char *head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                            "Cache-Control: no-cache\r\nConnection: close\r\n\r\n";
         send_all(fd, head, strlen(head));
-        if (n == 1) {
+        if (f->script) {
+            send_all(fd, f->script, strlen(f->script));
+        } else if (n == 1) {
             const char *ev =
                 "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tick \"}}]}\n\n";
             /* until the client goes away (bounded: 20 minutes of chunks) */
@@ -572,8 +575,10 @@ static void scripted_stop(scripted *f) {
 
 /* Ctrl-C while an answer streams: the answer stops (" [stopped]"), the
  * transfer is cut (the server sees the client go), the prompt returns and
- * takes the next message; then `exit_key` (Ctrl-C or Ctrl-D) at the empty
- * prompt ends the chat with exit code 0. */
+ * takes the next message; then `exit_key` (Ctrl-C, Ctrl-D or /exit) at the empty
+ * prompt ends the chat with exit code 0 (waited for until the process is
+ * reaped: the pty's EOF comes before that, so a check right at EOF can see
+ * it still running, which issue 20's D2 reports were). */
 static void check_ctrl_c_mid_answer(const char *exit_key) {
     scripted f;
     scripted_start(&f);
@@ -693,7 +698,48 @@ static void test_ctrl_c_mid_answer_local(void **state) {
 static void test_ctrl_c_mid_answer(void **state) {
     (void)state;
     check_ctrl_c_mid_answer("\x03"); /* a second Ctrl-C, at the empty prompt */
-    check_ctrl_c_mid_answer("\x04"); /* Ctrl-D */
+    check_ctrl_c_mid_answer("\x04");   /* Ctrl-D */
+    check_ctrl_c_mid_answer("/exit\r"); /* the command */
+}
+
+/* A hostile server (issue 20 D1): control characters in the streamed
+ * content and reasoning never reach the terminal; each C0 (but \n and \t),
+ * DEL and C1 control is shown as U+FFFD; UTF-8 split across events stays
+ * intact. */
+static void test_control_chars_filtered(void **state) {
+    (void)state;
+    scripted f;
+    scripted_start(&f);
+#define EV(field, text) "data: {\"choices\":[{\"index\":0,\"delta\":{\"" field "\":\"" text "\"}}]}\n\n"
+    f.script = EV("reasoning_content", "th\\u001b[2Jink\\u0007") EV("content", "\\u001b]0;PWNED\\u0007"
+               "\\u001b[2J\\u001b[31mRED\\u001b]52;c;ZWNobyBoYWNrZWQ=\\u0007")
+        EV("content", " caf\xc3") EV("content", "\xa9 \xe2") EV("content", "\x82\xac a\\rb\\u007fc"
+        "\\u009b31md\\u0001e\\tf \xff g") "data: [DONE]\n\n";
+#undef EV
+    char args[256];
+    snprintf(args, sizeof args, "--url http://127.0.0.1:%d", f.port);
+    term t;
+    term_start(&t, args);
+    term_expect(&t, ">>> ");
+    char *a = ask(&t, "Hi");
+#define R "\xef\xbf\xbd"
+    const char *want_reasoning = "th" R "[2Jink" R;
+    const char *want = R "]0;PWNED" R R "[2J" R "[31mRED" R "]52;c;ZWNobyBoYWNrZWQ=" R
+                       " caf\xc3\xa9 \xe2\x82\xac a" R "b" R "c" R "31md" R "e\tf " R " g";
+#undef R
+    if (!strstr(a, want) || !strstr(a, want_reasoning))
+        fail_msg("the terminal showed \"%s\"", a);
+    /* the only escape sequences are the chat's own dim/reset around reasoning */
+    size_t esc = 0, own = 0;
+    for (const char *p = a; (p = strchr(p, '\x1b')); p++)
+        esc++, own += !strncmp(p, "\x1b[2m", 4) || !strncmp(p, "\x1b[0m", 4);
+    assert_int_equal(esc, own);
+    assert_null(strchr(a, '\x07'));
+    free(a);
+    term_send(&t, "/exit\r");
+    assert_int_equal(term_wait(&t), 0);
+    term_close(&t);
+    scripted_stop(&f);
 }
 
 /* Nothing listening: a clear error, exit 1. */
@@ -721,6 +767,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_ctrl_c_mid_answer, teardown),
         cmocka_unit_test_teardown(test_ctrl_c_mid_answer_local, teardown),
         cmocka_unit_test_teardown(test_url_unreachable, teardown),
+        cmocka_unit_test_teardown(test_control_chars_filtered, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

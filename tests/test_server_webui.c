@@ -211,6 +211,16 @@ static void test_assets_served_with_headers(void **state) {
     reply u = request(port, "GET", "/webui/nope.js", NULL);
     assert_int_equal(u.status, 404);
     free(u.raw);
+    /* a NUL in the decoded path must not cut it to an asset's path */
+    const char *nul_paths[] = {"/webui/app.js%00.html", "/%00", "/%00/x", "/webui/style.css%00"};
+    for (size_t i = 0; i < sizeof nul_paths / sizeof nul_paths[0]; i++) {
+        reply z = request(port, "GET", nul_paths[i], NULL);
+        if (z.status != 404) fail_msg("GET %s: %d, want 404", nul_paths[i], z.status);
+        free(z.raw);
+    }
+    reply e = request(port, "GET", "/webui/%61pp.js", NULL); /* other escapes still decode */
+    assert_int_equal(e.status, 200);
+    free(e.raw);
     reply q = request(port, "GET", "/?x=1", NULL); /* a query string: still the page */
     assert_int_equal(q.status, 200);
     free(q.raw);

@@ -122,14 +122,92 @@ typedef struct stream {
     size_t npend;
     bool reasoning_shown; /* some reasoning was printed (a newline ends it) */
     pg_strbuf content;    /* the answer without reasoning */
+    unsigned char u8[4];  /* a UTF-8 character cut at a chunk's end, held back */
+    size_t nu8, need8;    /* its bytes so far, its length */
+    bool u8_reasoning;    /* it is reasoning text */
 } stream;
+
+/* Model and server text on a terminal (issue 20 D1): it is written through
+ * this filter so that it cannot drive the terminal (set the title, clear
+ * the screen, write the clipboard with OSC 52...). C0 controls other than
+ * \n and \t, DEL, C1 controls (U+0080..U+009F) and bytes that are not
+ * valid UTF-8 (overlong, surrogates, > U+10FFFF) are each written as U+FFFD;
+ * valid UTF-8 passes unchanged. A character cut at the end of a chunk is
+ * held in s->u8 until the next chunk; term_flush ends it (U+FFFD if
+ * incomplete). Output that is not a terminal gets the text unchanged. */
+static const char REPL[] = "\xef\xbf\xbd"; /* U+FFFD */
+
+/* The allowed range of the second byte after lead byte `b0`. */
+static void utf8_second(unsigned char b0, unsigned char *lo, unsigned char *hi) {
+    *lo = b0 == 0xE0 ? 0xA0 : b0 == 0xF0 ? 0x90 : 0x80;
+    *hi = b0 == 0xED ? 0x9F : b0 == 0xF4 ? 0x8F : 0xBF;
+}
+
+static void term_write(stream *s, const char *t, size_t n) {
+    char out[1024];
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        if (k + 8 > sizeof out) {
+            fwrite(out, 1, k, stdout);
+            k = 0;
+        }
+        unsigned char b = (unsigned char)t[i];
+        if (!s->nu8) {
+            i++;
+            if (b < 0x80) {
+                bool ctl = (b < 0x20 && b != '\n' && b != '\t') || b == 0x7F;
+                if (ctl) memcpy(out + k, REPL, 3), k += 3;
+                else out[k++] = (char)b;
+            } else if (b >= 0xC2 && b <= 0xF4) {
+                s->u8[0] = b;
+                s->nu8 = 1;
+                s->need8 = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+            } else {
+                memcpy(out + k, REPL, 3), k += 3;
+            }
+            continue;
+        }
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (s->nu8 == 1) utf8_second(s->u8[0], &lo, &hi);
+        if (b < lo || b > hi) { /* broken: U+FFFD, then this byte afresh */
+            memcpy(out + k, REPL, 3), k += 3;
+            s->nu8 = 0;
+            continue;
+        }
+        s->u8[s->nu8++] = b;
+        i++;
+        if (s->nu8 < s->need8) continue;
+        if (s->u8[0] == 0xC2 && s->u8[1] < 0xA0) { /* a C1 control */
+            memcpy(out + k, REPL, 3), k += 3;
+        } else {
+            memcpy(out + k, s->u8, s->nu8);
+            k += s->nu8;
+        }
+        s->nu8 = 0;
+    }
+    fwrite(out, 1, k, stdout);
+}
+
+/* Ends the filtered text: a held-back incomplete character becomes U+FFFD. */
+static void term_flush(stream *s) {
+    if (s->nu8) fputs(REPL, stdout);
+    s->nu8 = 0;
+}
+
+/* Model text to standard output: filtered on a terminal (term_write). */
+static void out_text(stream *s, const char *t, size_t n) {
+    if (s->c->tty_out) term_write(s, t, n);
+    else fwrite(t, 1, n, stdout);
+}
 
 static void emit(stream *s, bool reasoning, const char *t, size_t n) {
     if (!n) return;
+    if (s->nu8 && s->u8_reasoning != reasoning) term_flush(s); /* cut off by a switch */
+    s->u8_reasoning = reasoning;
     if (reasoning) {
         if (!s->c->tty_out) return; /* scripts get the answer only */
         fputs("\x1b[2m", stdout);
-        fwrite(t, 1, n, stdout);
+        term_write(s, t, n);
         fputs("\x1b[0m", stdout);
         s->reasoning_shown = true;
     } else {
@@ -140,7 +218,7 @@ static void emit(stream *s, bool reasoning, const char *t, size_t n) {
                 t++, n--;
             if (!n) return;
         }
-        fwrite(t, 1, n, stdout);
+        out_text(s, t, n);
         pg_strbuf_add(&s->content, t, n);
     }
     fflush(stdout);
@@ -192,6 +270,7 @@ static void feed(stream *s, const char *t, size_t n) {
 static void feed_end(stream *s) {
     emit(s, s->in_think, s->pend, s->npend);
     s->npend = 0;
+    term_flush(s);
 }
 
 /* ---- local mode ---------------------------------------------------------- */

@@ -1315,6 +1315,35 @@ static bool auth_ok(pg_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* MHD_OPTION_UNESCAPE_CALLBACK for the URL path and query arguments: the
+ * %XX decoding of MHD_http_unescape except that "%00" is kept as the three
+ * characters, since a decoded NUL would cut the C string and
+ * "/webui/app.js%00.html" would be served as "/webui/app.js" (issue 20 D5a).
+ * `s` is decoded in place (NUL-terminated); returns its new length. */
+static int hexval(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+static size_t unescape_keep_nul(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi = r[0] == '%' ? hexval(r[1]) : -1, lo = hi >= 0 ? hexval(r[2]) : -1;
+        if (lo >= 0 && (hi | lo) != 0) {
+            *w++ = (char)(hi << 4 | lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls) {
@@ -1777,6 +1806,7 @@ pagoda_status pg_server_start_models(pagoda_engine *const *engines, size_t n_eng
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)opt->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
         s, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_keep_nul, NULL,
         MHD_OPTION_NOTIFY_CONNECTION, pg_guard_notify, s->guard, MHD_OPTION_URI_LOG_CALLBACK,
         pg_guard_uri_log, s->guard, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT,

@@ -163,6 +163,10 @@ test('the Markdown renderer: blocks, inline markup, only http(s) links, always e
     ['a_b_c and x.__y__z', '<p>a_b_c and x.__y__z</p>'],
     ['<svg onload=alert(1)> & \'', '<p>&lt;svg onload=alert(1)&gt; &amp; &#39;</p>'],
     ['---', '<hr>'],
+    // no emphasis inside a URL or across links' attributes (issue 20 D3)
+    ['[init](https://github.com/a/b/blob/main/pkg/__init__.py)', '<p><a href="https://github.com/a/b/blob/main/pkg/__init__.py" rel="noopener noreferrer" target="_blank">init</a></p>'],
+    ['[a](http://x/) and [b](http://y/_)', '<p><a href="http://x/" rel="noopener noreferrer" target="_blank">a</a> and <a href="http://y/_" rel="noopener noreferrer" target="_blank">b</a></p>'],
+    ['[*hi*](https://e.org/a*b*c) **x** _y_', '<p><a href="https://e.org/a*b*c" rel="noopener noreferrer" target="_blank"><em>hi</em></a> <strong>x</strong> <em>y</em></p>'],
   ];
   for (const [src, want] of cases) {
     const got = await page.evaluate((t) => window.pagodaMarkdown.renderMarkdown(t), src);

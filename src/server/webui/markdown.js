@@ -21,17 +21,34 @@
       .replace(/"/g, '&quot;').replace(/'/g, '&#39;');
   }
 
-  /* Inline markup of one already-split text run (no code spans in it): the
-   * input is raw text; it is escaped first, then markup is added. */
-  function inlineText(raw) {
-    let s = escapeHtml(raw);
-    s = s.replace(/\[([^\]\n]+)\]\((https?:\/\/[^\s()]+)\)/g,
-      (m, label, url) => '<a href="' + url + '" rel="noopener noreferrer" target="_blank">' + label + '</a>');
+  /* **strong**, __strong__, *em*, _em_ on already-escaped text with no
+   * link in it. */
+  function emphasis(s) {
     s = s.replace(/\*\*([^*\n]+)\*\*/g, '<strong>$1</strong>');
     s = s.replace(/(^|[^\w])__([^_\n]+)__(?!\w)/g, '$1<strong>$2</strong>'); /* not intraword */
     s = s.replace(/(^|[^*\w])\*([^*\s][^*\n]*?)\*(?!\w)/g, '$1<em>$2</em>');
     s = s.replace(/(^|[^_\w])_([^_\s][^_\n]*?)_(?!\w)/g, '$1<em>$2</em>');
     return s;
+  }
+
+  /* Inline markup of one already-split text run (no code spans in it): the
+   * input is raw text; it is escaped first, then markup is added. Links are
+   * cut out first and emphasis runs only on the text between them and on
+   * their labels, never on a URL or across a link's tag (so
+   * ".../pkg/__init__.py" stays a URL and two links' "_" do not pair up
+   * through target="_blank"); emphasis therefore cannot span a link. */
+  function inlineText(raw) {
+    const s = escapeHtml(raw);
+    const link = /\[([^\]\n]+)\]\((https?:\/\/[^\s()]+)\)/g;
+    let out = '';
+    let last = 0;
+    let m;
+    while ((m = link.exec(s))) {
+      out += emphasis(s.slice(last, m.index)) + '<a href="' + m[2] +
+        '" rel="noopener noreferrer" target="_blank">' + emphasis(m[1]) + '</a>';
+      last = link.lastIndex;
+    }
+    return out + emphasis(s.slice(last));
   }
 
   /* Inline markup with `code spans` kept literal. */
