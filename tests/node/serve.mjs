@@ -6,11 +6,11 @@ import { spawn } from 'node:child_process';
 
 export const CMD = JSON.parse(process.env.PAGODA_CMD ?? '["pagoda"]');
 
-// { proc, port, baseURL } of a started server; rejects with its stderr when
-// it exits first.
-export function startServer(args) {
+// { proc, port, baseURL } of a started server (on `port`, default 0: any
+// free port); rejects with its stderr when it exits first.
+export function startServer(args, port = 0) {
   let stderr = '';
-  const proc = spawn(CMD[0], [...CMD.slice(1), 'serve', ...args, '--port', '0'],
+  const proc = spawn(CMD[0], [...CMD.slice(1), 'serve', ...args, '--port', String(port)],
     { stdio: ['ignore', 'pipe', 'pipe'] });
   proc.stderr.on('data', (d) => { stderr += d; });
   return new Promise((resolve, reject) => {

@@ -6,7 +6,11 @@
 // the next message), keeps the conversation across a reload, renders a
 // Markdown code block as <pre><code> while model output holding <script>
 // or <img onerror> stays text, and shows the server's 400 for a prompt
-// longer than the context.
+// longer than the context. Issue 20's break-it pass: the oldest turns are
+// left out (and marked) when the conversation outgrows the context, the
+// model info loads as soon as an API key is entered, and an answer whose
+// stream ends without a finish_reason (cut stream, server killed) is shown
+// as interrupted; after a restart of the server the next message works.
 // Env: PAGODA_CMD (JSON array: the pagoda binary), PAGODA_SERVE_MODEL,
 // PAGODA_CHAT_TEMPLATE; CHROMIUM (default /usr/bin/chromium).
 //
@@ -72,34 +76,39 @@ async function aborts() {
 }
 
 // Start the blocker and wait until the engine runs it; returns its stopper.
-async function slowEngineDown() {
+async function slowEngineDown(at = origin, headers = {}) {
   const ctrl = new AbortController();
-  const done = fetch(`${origin}/v1/completions`, {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, signal: ctrl.signal,
+  const done = fetch(`${at}/v1/completions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, signal: ctrl.signal,
     body: JSON.stringify({ prompt: 'Once upon a time', n: 64, max_tokens: 480, ignore_eos: true }),
   }).then((r) => r.text()).catch((e) => e);
   for (;;) {
-    if (sample(await metrics(), 'vllm:num_requests_running') >= 1) break;
+    const m = await (await fetch(`${at}/metrics`, { headers })).text();
+    if (sample(m, 'vllm:num_requests_running') >= 1) break;
     await new Promise((r) => setTimeout(r, 20));
   }
   return async () => { ctrl.abort(); await done; };
 }
 
-async function setSettings({ maxTokens, temperature }) {
-  if (await page.locator('#settings').isHidden()) await page.click('#settings-toggle');
-  await page.fill('#set-max-tokens', String(maxTokens));
-  await page.fill('#set-temperature', String(temperature));
-  await page.locator('#set-temperature').dispatchEvent('change');
-  await page.locator('#set-max-tokens').dispatchEvent('change');
+async function setSettings({ maxTokens, temperature, system }, p = page) {
+  if (await p.locator('#settings').isHidden()) await p.click('#settings-toggle');
+  await p.fill('#set-max-tokens', String(maxTokens));
+  await p.fill('#set-temperature', String(temperature));
+  await p.locator('#set-temperature').dispatchEvent('change');
+  await p.locator('#set-max-tokens').dispatchEvent('change');
+  if (system !== undefined) {
+    await p.fill('#set-system', system);
+    await p.locator('#set-system').dispatchEvent('change');
+  }
 }
 
-async function sendMessage(text) {
-  await page.fill('#input', text);
-  await page.press('#input', 'Enter');
+async function sendMessage(text, p = page) {
+  await p.fill('#input', text);
+  await p.press('#input', 'Enter');
 }
 
-const idle = () => page.waitForSelector('#send:not([hidden])', WAIT);
-const lastAnswer = () => page.locator('#messages .msg.assistant').last();
+const idle = (p = page) => p.waitForSelector('#send:not([hidden])', WAIT);
+const lastAnswer = (p = page) => p.locator('#messages .msg.assistant').last();
 
 test('the page loads under its CSP and shows the model', async () => {
   const res = await page.goto(`${origin}/`);
@@ -257,8 +266,134 @@ test('a prompt longer than the context shows the server\'s 400', async () => {
   assert.equal(await page.inputValue('#input'), long, 'the message is back in the input box');
 });
 
+test('a conversation longer than the context: the oldest turns are left out and marked', async () => {
+  await page.click('#clear');
+  await page.reload(); /* no leftover error banner */
+  // max_tokens unset: every answer (ignore_eos) runs up to the 512-token context
+  await setSettings({ maxTokens: '', temperature: 0, system: 'You tell stories.' });
+  const sent = [];
+  const spy = (req) => { if (req.url().endsWith('/v1/chat/completions')) sent.push(JSON.parse(req.postData())); };
+  page.on('request', spy);
+  try {
+    for (const [i, q] of ['Hello there', 'Tell me more', 'And then?'].entries()) {
+      await sendMessage(q);
+      await idle();
+      assert.equal(await page.locator('#error').isHidden(), true, await page.textContent('#error'));
+      assert.equal(await lastAnswer().locator('.note').textContent(),
+        'stopped at max_tokens / the context length', `turn ${i + 1}`);
+      assert.ok((await lastAnswer().locator('.content').textContent()).length > 0);
+      // the server got no max_tokens (it caps the answer to what fits), the
+      // system prompt first, and from the second turn on only the new message
+      const body = sent[sent.length - 1];
+      assert.equal(body.max_tokens, undefined);
+      assert.deepEqual(body.messages[0], { role: 'system', content: 'You tell stories.' });
+      if (i === 0) assert.equal(body.messages.length, 2);
+      else assert.deepEqual(body.messages.slice(1), [{ role: 'user', content: q }]);
+      assert.equal(await page.locator('#messages .msg.dropped').count(), 2 * i);
+    }
+  } finally {
+    page.off('request', spy);
+  }
+  assert.equal(sent.length, 3);
+  const note = page.locator('#messages .dropped-note');
+  assert.equal(await note.count(), 1);
+  assert.match(await note.textContent(), /no longer fit in the model's context \(512 tokens\)/);
+  // the marks survive a reload (they are part of the stored conversation)
+  await page.reload();
+  await page.waitForSelector('#messages .dropped-note');
+  assert.equal(await page.locator('#messages .msg.dropped').count(), 4);
+  await setSettings({ maxTokens: 8, temperature: 0, system: '' });
+  await page.click('#clear');
+});
+
+test('a stream that ends without a finish_reason is shown as interrupted', async () => {
+  const events = [{ choices: [{ index: 0, delta: { role: 'assistant', content: 'Once upon' } }] },
+    { choices: [{ index: 0, delta: { content: ' a time' } }] }];
+  const sse = events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join(''); // no finish_reason, no [DONE]
+  await page.route('**/v1/chat/completions', (route) =>
+    route.fulfill({ status: 200, contentType: 'text/event-stream', body: sse }), { times: 1 });
+  await sendMessage('Tell me a story');
+  await idle();
+  assert.equal(await lastAnswer().locator('.content').textContent(), 'Once upon a time');
+  assert.match(await lastAnswer().locator('.note').textContent(), /^interrupted/);
+  // a complete one (finish_reason "stop", [DONE]) has no note
+  const done = sse + `data: ${JSON.stringify({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\ndata: [DONE]\n\n`;
+  await page.route('**/v1/chat/completions', (route) =>
+    route.fulfill({ status: 200, contentType: 'text/event-stream', body: done }), { times: 1 });
+  await sendMessage('Again');
+  await idle();
+  assert.equal(await lastAnswer().locator('.note').textContent(), '');
+  await page.click('#clear');
+});
+
 test('no console errors', async () => {
   const unexpected = consoleErrors.filter((e) => !/Failed to load resource.*400/.test(e));
   assert.deepEqual(unexpected, []);
   assert.ok(consoleErrors.length - unexpected.length <= allowedErrors, consoleErrors.join('\n'));
+});
+
+// A server started with --api-key: the page shows the 401 and asks for the
+// key; entering it loads the model info without a reload. Then the server
+// is killed in the middle of an answer (the answer is kept, marked
+// interrupted) and started again on the same port: the next message is
+// answered.
+test('API key entered in the settings; the server killed and restarted mid-conversation', async (t) => {
+  const KEY = 'sekrit-key';
+  const args = [MODEL_DIR, '--chat-template', TEMPLATE, '--max-num-seqs', '128', '--api-key', KEY];
+  let s2 = await startServer(args);
+  const at = `http://127.0.0.1:${s2.port}`;
+  const context = await browser.newContext();
+  const p = await context.newPage();
+  const errors = [];
+  p.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+  await p.route('**/v1/chat/completions', async (route) => {
+    const body = JSON.parse(route.request().postData());
+    body.ignore_eos = true;
+    await route.continue({ postData: JSON.stringify(body) });
+  });
+  try {
+    await p.goto(`${at}/`);
+    await p.waitForSelector('#error:not([hidden])', WAIT);
+    assert.match(await p.textContent('#error'), /HTTP 401/);
+    assert.match(await p.textContent('#model-info'), /API key/);
+    await p.click('#settings-toggle');
+    await p.fill('#set-api-key', KEY);
+    await p.locator('#set-api-key').dispatchEvent('change');
+    await p.waitForFunction(() => document.getElementById('model-info').textContent.includes('context 512'),
+      null, WAIT);
+    assert.ok(await p.locator('#error').isHidden());
+    await setSettings({ maxTokens: 400, temperature: 0 }, p);
+
+    // killed mid-answer
+    const auth = { Authorization: `Bearer ${KEY}` };
+    const unblock = await slowEngineDown(at, auth);
+    await sendMessage('Tell me a long story.', p);
+    await p.waitForFunction(() => {
+      const a = [...document.querySelectorAll('#messages .msg.assistant .content')].pop();
+      return a && a.textContent.trim().length > 0;
+    }, null, WAIT);
+    const gone = new Promise((r) => s2.proc.once('exit', r));
+    s2.proc.kill('SIGKILL');
+    await gone;
+    await unblock();
+    await idle(p);
+    const note = await lastAnswer(p).locator('.note').textContent();
+    assert.match(note, /^interrupted/);
+    const partial = await lastAnswer(p).locator('.content').textContent();
+    assert.ok(partial.length > 0);
+    t.diagnostic(`cut after ${partial.length} characters: ${note}`);
+
+    // the same port again: the next message is answered
+    s2 = await startServer(args, s2.port);
+    await setSettings({ maxTokens: 8, temperature: 0 }, p);
+    await sendMessage('And then?', p);
+    await idle(p);
+    assert.equal(await lastAnswer(p).locator('.note').textContent(), 'stopped at max_tokens / the context length');
+    assert.equal(await p.locator('#messages .msg.assistant').count(), 2);
+    assert.ok(await p.locator('#error').isHidden(), await p.textContent('#error'));
+    assert.deepEqual(errors, []);
+  } finally {
+    await context.close();
+    if (s2.proc.exitCode === null && s2.proc.signalCode === null) await stopServer(s2.proc);
+  }
 });
