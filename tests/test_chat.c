@@ -14,7 +14,10 @@
  * answer run to the context (see test_ctrl_c_mid_answer_local). Answers
  * are greedy (temperature 0) on stories260K with a plain chat template, so
  * the terminal's answer can be compared with the piped mode's for the same
- * conversation. */
+ * conversation. Issue 20's break-it pass: a conversation longer than the
+ * 512-token context goes on (the oldest turns are left out, with a note),
+ * in both modes; a stream that ends without a finish_reason is marked
+ * " [interrupted]"; /load refuses files that are not conversations. */
 #define _GNU_SOURCE
 #include "testutil.h"
 
@@ -292,6 +295,111 @@ static void test_piped_mode(void **state) {
     free(ref);
 }
 
+static char *err_text(void) {
+    char errp[4400];
+    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
+    return pg_test_read_file(errp, NULL);
+}
+
+/* Count the non-overlapping occurrences of `needle` in `s`. */
+static int count_of(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* Without --max-tokens every answer may run to the end of the 512-token
+ * context (stories260K rarely stops by itself): the next turns leave the
+ * oldest turns out (never the system prompt), say so once per change on
+ * standard error, and /save still has everything. Before issue 20's fix the
+ * second turn failed ("the conversation is N tokens"). `args` selects the
+ * local or the --url mode. */
+static void check_long_conversation(const char *args) {
+    char path[4400], input[9000], *out;
+    snprintf(path, sizeof path, "%s/long.json", g_dir);
+    snprintf(input, sizeof input,
+             "/system Be nice.\nHello there\nTell me more\nAnd then?\nOnce more\n/save %s\n", path);
+    assert_int_equal(run_piped(args, input, &out), 0);
+    free(out);
+    char *err = err_text();
+    if (!strstr(err, "(the oldest 2 messages no longer fit in the context of 512 tokens"))
+        fail_msg("no note on the left-out turns; stderr:\n%s", err);
+    assert_int_equal(count_of(err, "no longer fit in the context"), 3);
+    assert_non_null(strstr(err, "(the oldest 6 messages"));
+    free(err);
+    char *conv = pg_test_read_file(path, NULL);
+    assert_int_equal(count_of(conv, "\"role\":\t\"assistant\""), 4);
+    assert_int_equal(count_of(conv, "\"role\":\t\"system\""), 1);
+    assert_non_null(strstr(conv, "\"content\":\t\"Hello there\""));
+    free(conv);
+}
+
+static void test_long_conversation_local(void **state) {
+    (void)state;
+    char args[9000];
+    snprintf(args, sizeof args, "'%s' --chat-template '%s' --temperature 0", model(),
+             template_file());
+    check_long_conversation(args);
+    /* a message longer than the context alone: a clear error (exit 1 for a
+     * script), not a crash */
+    char *input = malloc(20001), *out;
+    assert_non_null(input);
+    for (int i = 0; i < 20000; i++)
+        input[i] = "once upon a time \xc3\xa9t\xc3\xa9 "[i % 23];
+    input[19999] = '\n', input[20000] = 0;
+    assert_int_equal(run_piped(args, input, &out), 1);
+    free(out);
+    free(input);
+    char *err = err_text();
+    assert_non_null(strstr(err, "even without the earlier turns; the context is 512"));
+    free(err);
+}
+
+/* /load of files that are not conversations: a message each, the
+ * conversation unchanged, the chat goes on. */
+static void test_load_not_a_conversation(void **state) {
+    (void)state;
+    static const struct {
+        const char *name, *text, *msg;
+    } BAD[] = {
+        {"empty.json", "", "is not a JSON array of messages"},
+        {"bin.json",
+         "\x7f"
+         "ELF\x01\x02",
+         "is not a JSON array of messages"},
+        {"obj.json", "{\"messages\": []}", "is not a JSON array of messages"},
+        {"num.json", "[1, 2]", "message 0 needs string \"role\" and \"content\""},
+        {"role.json", "[{\"role\": \"bogus\", \"content\": \"x\"}]",
+         "message 0 has role \"bogus\""},
+        {"sys.json",
+         "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"system\", \"content\": \"y\"}]",
+         "message 1 has role \"system\""},
+    };
+    char input[65536] = "/system Kept.\n", line[9000], path[4400];
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", g_dir, BAD[i].name);
+        pg_test_write_file(path, BAD[i].text, strlen(BAD[i].text));
+        snprintf(line, sizeof line, "/load %s\n", path);
+        strcat(input, line);
+    }
+    snprintf(line, sizeof line, "/load %s\n/save %s/after.json\n", g_dir, g_dir); /* a directory */
+    strcat(input, line);
+    char *out;
+    assert_int_equal(run_piped(local_args(), input, &out), 0);
+    assert_non_null(strstr(out, "(saved 1 messages to "));
+    free(out);
+    char *err = err_text();
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++)
+        if (!strstr(err, BAD[i].msg)) fail_msg("no \"%s\" in:\n%s", BAD[i].msg, err);
+    assert_int_equal(count_of(err, "/load: "), (int)(sizeof BAD / sizeof BAD[0]) + 1);
+    free(err);
+    snprintf(path, sizeof path, "%s/after.json", g_dir);
+    char *conv = pg_test_read_file(path, NULL);
+    assert_non_null(strstr(conv, "\"content\":\t\"Kept.\""));
+    free(conv);
+}
+
 /* A model without a chat template: a clear error before any question. */
 static void test_no_template(void **state) {
     (void)state;
@@ -430,6 +538,9 @@ static void test_url_mode(void **state) {
     char *err = pg_test_read_file(errp, NULL);
     assert_non_null(strstr(err, "the server answered 404"));
     free(err);
+    /* a conversation longer than the context (counted by the server's /tokenize) */
+    snprintf(piped, sizeof piped, "--url http://127.0.0.1:%d --temperature 0", port);
+    check_long_conversation(piped);
     /* Ctrl-C while the server streams */
     snprintf(args, sizeof args, "--url http://127.0.0.1:%d --temperature 0 --max-tokens 24", port);
     check_ctrl_c(args);
@@ -742,6 +853,50 @@ static void test_control_chars_filtered(void **state) {
     scripted_stop(&f);
 }
 
+/* A stream that ends without a finish_reason (the server went away): what
+ * came is shown and kept, marked " [interrupted]" with a message; the chat
+ * goes on at the terminal; a script gets exit code 1. */
+static void test_stream_interrupted(void **state) {
+    (void)state;
+    scripted f;
+    scripted_start(&f);
+    f.script = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Once upon\"}}]}\n\n"
+               "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a time\"}}]}\n\n";
+    char args[256], path[4400], cmd[4500];
+    snprintf(args, sizeof args, "--url http://127.0.0.1:%d", f.port);
+    term t;
+    term_start(&t, args);
+    term_expect(&t, ">>> ");
+    term_send(&t, "Hi\r");
+    term_expect(&t, "Once upon a time");
+    term_expect(&t, "ended before the answer did");
+    term_expect(&t, " [interrupted]\r\n>>> ");
+    snprintf(path, sizeof path, "%s/interrupted.json", g_dir);
+    snprintf(cmd, sizeof cmd, "/save %s\r", path);
+    term_send(&t, cmd);
+    term_expect(&t, "(saved 2 messages to ");
+    term_expect(&t, ">>> ");
+    char *conv = pg_test_read_file(path, NULL);
+    assert_non_null(strstr(conv, "\"content\":\t\"Once upon a time\""));
+    free(conv);
+    term_send(&t, "/exit\r");
+    assert_int_equal(term_wait(&t), 0);
+    term_close(&t);
+    /* piped: the text, then exit 1 */
+    char *out;
+    assert_int_equal(run_piped(args, "Hi\nAgain\n", &out), 1);
+    assert_string_equal(out, "Once upon a time [interrupted]\n");
+    free(out);
+    /* a complete answer (finish_reason, [DONE]) is not marked */
+    f.script = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Done.\"}}]}\n\n"
+               "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
+               "data: [DONE]\n\n";
+    assert_int_equal(run_piped(args, "Hi\n", &out), 0);
+    assert_string_equal(out, "Done.\n");
+    free(out);
+    scripted_stop(&f);
+}
+
 /* Nothing listening: a clear error, exit 1. */
 static void test_url_unreachable(void **state) {
     (void)state;
@@ -768,6 +923,9 @@ int main(void) {
         cmocka_unit_test_teardown(test_ctrl_c_mid_answer_local, teardown),
         cmocka_unit_test_teardown(test_url_unreachable, teardown),
         cmocka_unit_test_teardown(test_control_chars_filtered, teardown),
+        cmocka_unit_test_teardown(test_long_conversation_local, teardown),
+        cmocka_unit_test_teardown(test_load_not_a_conversation, teardown),
+        cmocka_unit_test_teardown(test_stream_interrupted, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,18 @@
  * /v1/chat/completions with "stream": true (libcurl) and reads the SSE
  * events' choices[0].delta.content / reasoning_content.
  *
+ * The context: before each turn the oldest turns are left out of the
+ * request (never the system prompt, never the new message) until the
+ * prompt plus the answer's room (--max-tokens, else a quarter of the
+ * context, at most 1024 tokens) fits the model's context, with a note on
+ * standard error; the conversation itself (/save) keeps them. The prompt is
+ * counted with the chat template and tokenizer (local), or by the
+ * server's POST /tokenize (vLLM's shape; max_model_len from /v1/models),
+ * else bounded by its UTF-8 bytes + 16 per message. Without --max-tokens
+ * the answer may run to the end of the context (the server caps it).
+ * A streamed answer that ends without a finish_reason (the server went
+ * away) keeps what came and is marked " [interrupted]".
+ *
  * Input: on a terminal, libedit (history in memory, arrow keys, editing);
  * otherwise lines from standard input (scriptable). A line ending in '\'
  * continues on the next line; a line `"""` opens a block ended by another
@@ -99,6 +111,8 @@ typedef struct chat {
     char *tmpl; /* --chat-template text, or NULL */
     /* --url mode */
     char base[1024]; /* ".../v1" */
+    char root[1024]; /* the server root, for /tokenize */
+    bool no_tokenize; /* the server has no /tokenize: estimate */
     char *model;
     const char *api_key;
     /* sampling (NAN / -1 = not given) */
@@ -106,6 +120,8 @@ typedef struct chat {
     long max_tokens;
     long long seed;
     cJSON *messages; /* the conversation, OpenAI format */
+    int ctx;         /* the model's context in tokens (0: unknown, nothing left out) */
+    int told_out;    /* messages left out of the requests that the user was told of */
     bool tty_in, tty_out;
     /* libedit */
     EditLine *el;
@@ -275,31 +291,45 @@ static void feed_end(stream *s) {
 
 /* ---- local mode ---------------------------------------------------------- */
 
-/* One answer from the in-process engine. Returns false (message printed)
- * on an error; *stopped tells an answer cut short by Ctrl-C. */
-static bool reply_local(chat *c, stream *s, bool *stopped) {
-    char *msgs = cJSON_PrintUnformatted(c->messages), *prompt = NULL;
+/* The prompt of `msgs` (local mode): rendered with the chat template and
+ * tokenized without BOS (the template wrote it). *ids (pagoda_free) and
+ * *n; false with the error printed when `say` (else silent). */
+static bool local_prompt(chat *c, const cJSON *msgs, bool say, int32_t **ids, size_t *n) {
+    char *js = cJSON_PrintUnformatted(msgs), *prompt = NULL;
+    *ids = NULL;
+    *n = 0;
+    pagoda_status st =
+        js ? pagoda_apply_chat_template(c->engine, js, NULL, NULL, true, c->tmpl, &prompt)
+           : PAGODA_ERR_NOMEM;
+    free(js);
+    bool ok = false;
+    if (st == PAGODA_ERR_NOT_FOUND) {
+        if (say)
+            fprintf(stderr, CMD ": the model has no chat template; pass --chat-template FILE\n");
+    } else if (st != PAGODA_OK ||
+               pagoda_tokenize_flags(c->engine, prompt, strlen(prompt),
+                                     PAGODA_TOKENIZE_PARSE_SPECIAL, ids, n) != PAGODA_OK) {
+        if (say) fprintf(stderr, CMD ": %s\n", pagoda_last_error());
+    } else {
+        ok = true;
+    }
+    pagoda_free(prompt);
+    return ok;
+}
+
+/* One answer from the in-process engine to `msgs`. Returns false (message
+ * printed) on an error; *stopped tells an answer cut short by Ctrl-C. */
+static bool reply_local(chat *c, const cJSON *msgs, stream *s, bool *stopped) {
     int32_t *ids = NULL;
     size_t n = 0;
     bool ok = false;
-    pagoda_status st =
-        pagoda_apply_chat_template(c->engine, msgs, NULL, NULL, true, c->tmpl, &prompt);
-    free(msgs);
-    if (st == PAGODA_ERR_NOT_FOUND) {
-        fprintf(stderr, CMD ": the model has no chat template; pass --chat-template FILE\n");
-        goto out;
-    }
-    if (st != PAGODA_OK ||
-        pagoda_tokenize_flags(c->engine, prompt, strlen(prompt), PAGODA_TOKENIZE_PARSE_SPECIAL,
-                              &ids, &n) != PAGODA_OK) {
-        fprintf(stderr, CMD ": %s\n", pagoda_last_error());
-        goto out;
-    }
+    if (!local_prompt(c, msgs, true, &ids, &n)) goto out;
     int ctx = pagoda_engine_max_model_len(c->engine);
     if (n == 0 || n + 1 > (size_t)ctx) {
         fprintf(stderr,
-                CMD ": the conversation is %zu tokens; the context is %d (/reset starts over)\n", n,
-                ctx);
+                CMD ": the prompt is %zu tokens even without the earlier turns; the context is %d "
+                    "(send a shorter message or /system)\n",
+                n, ctx);
         goto out;
     }
     pagoda_request req;
@@ -342,7 +372,6 @@ static bool reply_local(chat *c, stream *s, bool *stopped) {
     }
     *stopped = aborted;
 out:
-    pagoda_free(prompt);
     pagoda_free(ids);
     return ok;
 }
@@ -356,7 +385,8 @@ typedef struct http_reply {
     pg_strbuf body; /* a non-200 response */
     char *error;    /* an error event's message */
     stream *s;
-    bool done;
+    bool done;     /* [DONE] came */
+    bool finished; /* a choice's finish_reason came: the answer is complete */
 } http_reply;
 
 static void sse_line(http_reply *h, const char *l) {
@@ -376,6 +406,7 @@ static void sse_line(http_reply *h, const char *l) {
         h->error = strdup(cJSON_IsString(m) ? m->valuestring : "error event");
     }
     const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    if (cJSON_IsString(cJSON_GetObjectItem(ch, "finish_reason"))) h->finished = true;
     const cJSON *d = cJSON_GetObjectItem(ch, "delta");
     const cJSON *r = cJSON_GetObjectItem(d, "reasoning_content");
     if (!cJSON_IsString(r)) r = cJSON_GetObjectItem(d, "reasoning");
@@ -414,11 +445,14 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
     return g_sigint ? 1 : 0;
 }
 
-static CURL *http_new(const chat *c, const char *path, struct curl_slist **hdrs) {
+/* A request to base + path with the JSON and auth headers (*hdrs: free
+ * with curl_slist_free_all). */
+static CURL *http_new_at(const chat *c, const char *base, const char *path,
+                         struct curl_slist **hdrs) {
     CURL *curl = curl_easy_init();
     if (!curl) return NULL;
     char url[1200], auth[1100];
-    snprintf(url, sizeof url, "%s%s", c->base, path);
+    snprintf(url, sizeof url, "%s%s", base, path);
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 30L);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -429,6 +463,11 @@ static CURL *http_new(const chat *c, const char *path, struct curl_slist **hdrs)
     }
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, *hdrs);
     return curl;
+}
+
+/* A request to the API: c->base ("/v1") + path. */
+static CURL *http_new(const chat *c, const char *path, struct curl_slist **hdrs) {
+    return http_new_at(c, c->base, path, hdrs);
 }
 
 /* The error text of a failed response: its JSON error.message, else the body. */
@@ -448,13 +487,15 @@ static size_t collect(char *p, size_t size, size_t nm, void *ud) {
     return size * nm;
 }
 
-/* --model, else the first model of GET /v1/models. */
+/* --model, else the first model of GET /v1/models; c->ctx from that
+ * model's max_model_len (vLLM and pagoda list it). With --model a server
+ * that does not answer /v1/models is no error (ctx stays unknown). */
 static bool pick_model(chat *c) {
-    if (c->model) return true;
+    bool named = c->model != NULL;
     struct curl_slist *hdrs = NULL;
     CURL *curl = http_new(c, "/models", &hdrs);
     pg_strbuf body = {0};
-    bool ok = false;
+    bool ok = named;
     if (!curl) goto out;
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
@@ -463,20 +504,31 @@ static bool pick_model(chat *c) {
     long status = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
     if (rc != CURLE_OK) {
-        fprintf(stderr, CMD ": cannot reach %s: %s\n", c->base, curl_easy_strerror(rc));
+        if (!named) fprintf(stderr, CMD ": cannot reach %s: %s\n", c->base, curl_easy_strerror(rc));
         goto out;
     }
     if (status != 200) {
-        print_http_error(status, &body);
+        if (!named) print_http_error(status, &body);
         goto out;
     }
     cJSON *j = cJSON_ParseWithLength(body.p, body.len);
-    const cJSON *id =
-        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0), "id");
-    if (cJSON_IsString(id)) {
+    const cJSON *data = cJSON_GetObjectItem(j, "data"), *m = cJSON_GetArrayItem(data, 0);
+    if (named) { /* the named one, if listed */
+        const cJSON *x;
+        m = NULL;
+        cJSON_ArrayForEach(x, data) {
+            const cJSON *id = cJSON_GetObjectItem(x, "id");
+            if (cJSON_IsString(id) && !strcmp(id->valuestring, c->model)) m = x;
+        }
+    }
+    const cJSON *id = cJSON_GetObjectItem(m, "id");
+    const cJSON *len = cJSON_GetObjectItem(m, "max_model_len");
+    if (cJSON_IsNumber(len) && len->valuedouble >= 1 && len->valuedouble < 1e9)
+        c->ctx = (int)len->valuedouble;
+    if (!named && cJSON_IsString(id)) {
         c->model = strdup(id->valuestring);
         ok = c->model != NULL;
-    } else {
+    } else if (!named) {
         fprintf(stderr, CMD ": %s/models lists no model (give --model NAME)\n", c->base);
     }
     cJSON_Delete(j);
@@ -487,10 +539,50 @@ out:
     return ok;
 }
 
-static bool reply_http(chat *c, stream *s, bool *stopped) {
+/* Prompt tokens of `msgs` as the server renders them: POST {root}/tokenize
+ * with {"model", "messages"} (vLLM's and pagoda's shape) -> "count". -1
+ * when the server cannot say (then c->no_tokenize: not asked again). */
+static long http_count(chat *c, const cJSON *msgs) {
+    if (c->no_tokenize) return -1;
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "model", c->model);
-    cJSON_AddItemReferenceToObject(req, "messages", c->messages);
+    cJSON_AddItemReferenceToObject(req, "messages", (cJSON *)msgs);
+    char *js = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    struct curl_slist *hdrs = NULL;
+    CURL *curl = js ? http_new_at(c, c->root, "/tokenize", &hdrs) : NULL;
+    pg_strbuf body = {0};
+    long n = -1;
+    if (curl) {
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, js);
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+        curl_easy_setopt(curl, CURLOPT_TIMEOUT, 60L);
+        long status = 0;
+        if (curl_easy_perform(curl) == CURLE_OK) {
+            curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+            cJSON *j = status == 200 ? cJSON_ParseWithLength(body.p, body.len) : NULL;
+            const cJSON *cnt = cJSON_GetObjectItem(j, "count");
+            if (cJSON_IsNumber(cnt) && cnt->valuedouble >= 0) n = (long)cnt->valuedouble;
+            cJSON_Delete(j);
+            if (n < 0 && (status == 404 || status == 405 || status == 200)) c->no_tokenize = true;
+        }
+        curl_easy_cleanup(curl);
+    }
+    curl_slist_free_all(hdrs);
+    pg_strbuf_free(&body);
+    free(js);
+    return n;
+}
+
+/* One streamed answer from the server to `msgs`. Returns false (message
+ * printed) when nothing usable came; *stopped tells an answer cut short by
+ * Ctrl-C, *interrupted one whose stream ended (or broke) before its
+ * finish_reason: what came is kept, the error printed. */
+static bool reply_http(chat *c, const cJSON *msgs, stream *s, bool *stopped, bool *interrupted) {
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "model", c->model);
+    cJSON_AddItemReferenceToObject(req, "messages", (cJSON *)msgs);
     cJSON_AddBoolToObject(req, "stream", true);
     if (!isnan(c->temperature)) cJSON_AddNumberToObject(req, "temperature", c->temperature);
     if (!isnan(c->top_p)) cJSON_AddNumberToObject(req, "top_p", c->top_p);
@@ -514,14 +606,19 @@ static bool reply_http(chat *c, stream *s, bool *stopped) {
     curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
     CURLcode rc = curl_easy_perform(curl);
     *stopped = g_sigint && (rc == CURLE_ABORTED_BY_CALLBACK || rc == CURLE_WRITE_ERROR);
+    bool got = s->content.len || s->reasoning_shown; /* some of the answer came */
     if (*stopped) {
         ok = true;
     } else if (rc != CURLE_OK) {
         fprintf(stderr, "\n" CMD ": %s: %s\n", c->base, curl_easy_strerror(rc));
+        if (h.status == 200 && got) ok = *interrupted = true; /* the connection broke mid-answer */
     } else if (h.status != 200) {
         print_http_error(h.status, &h.body);
     } else if (h.error) {
         fprintf(stderr, "\n" CMD ": %s\n", h.error);
+    } else if (!h.finished) {
+        fprintf(stderr, "\n" CMD ": the stream from %s ended before the answer did\n", c->base);
+        ok = *interrupted = got;
     } else {
         ok = true;
     }
@@ -590,9 +687,110 @@ static cJSON *load_conversation(const char *path, char *err, size_t cap) {
             cJSON_Delete(j);
             return NULL;
         }
+        const char *rn = role->valuestring;
+        if (strcmp(rn, "user") && strcmp(rn, "assistant") && (strcmp(rn, "system") || i)) {
+            snprintf(err, cap,
+                     "%s: message %d has role \"%.40s\" (a conversation has \"user\" and "
+                     "\"assistant\" messages after an optional first \"system\")",
+                     path, i, rn);
+            cJSON_Delete(j);
+            return NULL;
+        }
         i++;
     }
     return j;
+}
+
+/* ---- fitting the conversation to the context ----------------------------- */
+
+/* The messages sent when the conversation is sent from message `from` on:
+ * the system prompt (if any), then messages[from..]. A new array. */
+static cJSON *messages_from(const chat *c, int from) {
+    cJSON *a = cJSON_CreateArray();
+    bool sys = has_system(c);
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, c->messages) {
+        if ((i == 0 && sys) || i >= from) cJSON_AddItemToArray(a, cJSON_Duplicate(m, true));
+        i++;
+    }
+    return a;
+}
+
+/* Prompt tokens of `msgs`: exact (the local template and tokenizer, or the
+ * server's /tokenize), else an upper bound: a byte-level or byte-fallback
+ * tokenizer makes at most one token per UTF-8 byte, plus 16 per message for
+ * the template's markup. -1 when the local template fails (the reply then
+ * reports it). */
+static long count_tokens(chat *c, const cJSON *msgs) {
+    if (c->engine) {
+        int32_t *ids;
+        size_t n;
+        if (!local_prompt(c, msgs, false, &ids, &n)) return -1;
+        pagoda_free(ids);
+        return (long)n;
+    }
+    long n = http_count(c, msgs);
+    if (n >= 0) return n;
+    n = 16;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *t = cJSON_GetObjectItem(m, "content");
+        n += 16 + (cJSON_IsString(t) ? (long)strlen(t->valuestring) : 0);
+    }
+    return n;
+}
+
+/* The room kept for the answer: --max-tokens, else a quarter of the
+ * context (at most 1024 tokens). */
+static long answer_room(const chat *c) {
+    if (c->max_tokens > 0) return c->max_tokens;
+    long q = c->ctx / 4;
+    return q < 1 ? 1 : q > 1024 ? 1024 : q;
+}
+
+/* The index of the first message to send: 0 when everything fits (or the
+ * context is unknown), else the start (a user message) of the oldest turn
+ * from which prompt + answer_room() <= ctx, by bisection over the turns
+ * (leaving a turn out never makes the prompt longer). The last user
+ * message (the new one) is always sent: if it does not fit alone, the
+ * engine or the server says so. */
+static int fit_history(chat *c) {
+    int n = cJSON_GetArraySize(c->messages);
+    if (c->ctx <= 0 || n < 2) return 0;
+    int *starts = malloc((size_t)n * sizeof *starts), k = 0, i = 0;
+    if (!starts) return 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, c->messages) {
+        const cJSON *role = cJSON_GetObjectItem(m, "role");
+        if (cJSON_IsString(role) && !strcmp(role->valuestring, "user")) starts[k++] = i;
+        i++;
+    }
+    int from = 0;
+    long room = answer_room(c);
+    for (int lo = 0, hi = k - 1, first = 1; k > 1 && lo <= hi;) {
+        /* the first probe is everything (lo = 0); then bisect [1, k-1] */
+        int mid = first ? 0 : (lo + hi) / 2;
+        cJSON *msgs = messages_from(c, first ? 0 : starts[mid]);
+        long t = count_tokens(c, msgs);
+        cJSON_Delete(msgs);
+        bool fits = t >= 0 && t + room <= c->ctx;
+        if (first) {
+            first = 0;
+            if (fits) break;
+            lo = 1;
+            from = starts[k - 1];
+            continue;
+        }
+        if (fits) {
+            from = starts[mid];
+            hi = mid - 1;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    free(starts);
+    return from;
 }
 
 /* Handles a /command line; false when the chat should end. */
@@ -613,6 +811,7 @@ static bool command(chat *c, const char *line) {
         cJSON_Delete(c->messages);
         c->messages = cJSON_CreateArray();
         if (sys) cJSON_AddItemToArray(c->messages, sys);
+        c->told_out = 0;
         printf("(conversation cleared%s)\n", sys ? "; the system prompt stays" : "");
     } else if (IS("/save")) {
         if (!*arg) {
@@ -638,6 +837,7 @@ static bool command(chat *c, const char *line) {
         }
         cJSON_Delete(c->messages);
         c->messages = j;
+        c->told_out = 0;
         printf("(loaded %d messages from %s)\n", cJSON_GetArraySize(j), arg);
     } else {
         fprintf(stderr, "unknown command %.*s (/help lists them)\n", (int)nlen, line);
@@ -915,16 +1115,31 @@ static int run(chat *c) {
         }
         add_message(c->messages, "user", text);
         free(text);
+        int from = fit_history(c);
+        int out = from ? from - (has_system(c) ? 1 : 0) : 0; /* messages left out */
+        if (out > c->told_out)
+            fprintf(stderr,
+                    "(the oldest %d messages no longer fit in the context of %d tokens: they "
+                    "are not sent; /save keeps them)\n",
+                    out, c->ctx);
+        c->told_out = out;
+        cJSON *msgs = messages_from(c, from);
         stream s = {.c = c};
-        bool stopped = false;
+        bool stopped = false, interrupted = false;
         g_sigint = 0;
-        bool ok = c->engine ? reply_local(c, &s, &stopped) : reply_http(c, &s, &stopped);
+        bool ok = c->engine ? reply_local(c, msgs, &s, &stopped)
+                            : reply_http(c, msgs, &s, &stopped, &interrupted);
+        cJSON_Delete(msgs);
         if (ok) feed_end(&s);
         if (s.reasoning_shown && !s.content.len) fputs("\x1b[0m", stdout);
-        fputs(stopped ? " [stopped]\n" : "\n", stdout);
+        fputs(stopped ? " [stopped]\n" : interrupted ? " [interrupted]\n" : "\n", stdout);
         fflush(stdout);
         if (ok) {
             add_message(c->messages, "assistant", pg_strbuf_cstr(&s.content));
+            if (interrupted && !c->tty_in) {
+                pg_strbuf_free(&s.content);
+                return 1; /* a script sees the failure */
+            }
         } else {
             /* the question stays unanswered: take it back so it can be asked again */
             cJSON_DeleteItemFromArray(c->messages, cJSON_GetArraySize(c->messages) - 1);
@@ -966,6 +1181,7 @@ int pg_cmd_chat(int argc, char **argv) {
             n--;
         bool v1 = n >= 3 && !strncmp(o.url + n - 3, "/v1", 3);
         snprintf(c.base, sizeof c.base, "%.*s%s", (int)n, o.url, v1 ? "" : "/v1");
+        snprintf(c.root, sizeof c.root, "%.*s", (int)(v1 ? n - 3 : n), o.url);
         curl_global_init(CURL_GLOBAL_DEFAULT);
         if (o.served_model) c.model = strdup(o.served_model);
         if (!pick_model(&c)) {
@@ -993,6 +1209,7 @@ int pg_cmd_chat(int argc, char **argv) {
             goto out;
         }
         pagoda_free(probe);
+        c.ctx = pagoda_engine_max_model_len(c.engine);
         if (c.tty_out)
             fprintf(stderr, "pagoda chat: %s, context %d tokens (/help for commands)\n",
                     pagoda_engine_model_name(c.engine), pagoda_engine_max_model_len(c.engine));
