@@ -97,15 +97,16 @@ typedef struct term {
     size_t mark; /* expect() searches from here */
 } term;
 
-/* Start `pagoda chat ARGS` on a new pty (80x24, TERM=xterm). */
-static void term_start(term *t, const char *args) {
+/* Start `pagoda chat ARGS` on a new pty (80x24, TERM=xterm), with the
+ * environment's locale (LC_ALL=C when `c_locale`). */
+static void term_start_locale(term *t, const char *args, bool c_locale) {
     memset(t, 0, sizeof *t);
     t->cap = 1 << 16;
     t->buf = malloc(t->cap);
     assert_non_null(t->buf);
     char cmd[16384];
-    snprintf(cmd, sizeof cmd, "exec %s '%s' chat %s", pg_test_exec_wrapper(), pg_test_pagoda_bin(),
-             args);
+    snprintf(cmd, sizeof cmd, "exec %s %s '%s' chat %s", c_locale ? "env LC_ALL=C" : "",
+             pg_test_exec_wrapper(), pg_test_pagoda_bin(), args);
     struct winsize ws = {.ws_row = 24, .ws_col = 80};
     pid_t pid = forkpty(&t->fd, NULL, NULL, &ws);
     assert_true(pid >= 0);
@@ -117,6 +118,10 @@ static void term_start(term *t, const char *args) {
     t->pid = pid;
     track(pid);
     fcntl(t->fd, F_SETFL, fcntl(t->fd, F_GETFL) | O_NONBLOCK);
+}
+
+static void term_start(term *t, const char *args) {
+    term_start_locale(t, args, false);
 }
 
 /* Read what is there (waiting up to ms); false at the pty's end. */
@@ -897,6 +902,36 @@ static void test_stream_interrupted(void **state) {
     scripted_stop(&f);
 }
 
+/* Unicode typed at the terminal reaches the conversation intact and is
+ * echoed as typed, also in the C locale (no LANG, as in a container):
+ * before, libedit there turned "café ☕" into "caf\a" and spaces. */
+static void test_unicode_input(void **state) {
+    (void)state;
+    static const char MSG[] = "caf\xc3\xa9 \xe2\x98\x95 \xe6\x97\xa5\xe6\x9c\xac e\xcc\x81 "
+                              "\xf0\x9f\x98\x80 \xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d";
+    for (int c_locale = 0; c_locale < 2; c_locale++) {
+        char path[4400], cmd[4500];
+        snprintf(path, sizeof path, "%s/unicode%d.json", g_dir, c_locale);
+        term t;
+        term_start_locale(&t, local_args(), c_locale);
+        term_expect(&t, ">>> ");
+        char *a = ask(&t, MSG); /* fails unless the line is echoed as typed */
+        free(a);
+        snprintf(cmd, sizeof cmd, "/save %s\r", path);
+        term_send(&t, cmd);
+        term_expect(&t, "(saved 2 messages to ");
+        term_expect(&t, ">>> ");
+        char *conv = pg_test_read_file(path, NULL), want[256];
+        snprintf(want, sizeof want, "\"content\":\t\"%s\"", MSG);
+        if (!strstr(conv, want))
+            fail_msg("LC_ALL=C %d: the conversation holds\n%s", c_locale, conv);
+        free(conv);
+        term_send(&t, "/exit\r");
+        assert_int_equal(term_wait(&t), 0);
+        term_close(&t);
+    }
+}
+
 /* Nothing listening: a clear error, exit 1. */
 static void test_url_unreachable(void **state) {
     (void)state;
@@ -926,6 +961,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_long_conversation_local, teardown),
         cmocka_unit_test_teardown(test_load_not_a_conversation, teardown),
         cmocka_unit_test_teardown(test_stream_interrupted, teardown),
+        cmocka_unit_test_teardown(test_unicode_input, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <histedit.h>
+#include <langinfo.h>
 #include <locale.h>
 #include <math.h>
 #include <poll.h>
@@ -1091,6 +1092,20 @@ static char *slurp(const char *path) {
     return b.p ? b.p : strdup("");
 }
 
+/* The character type of the user's locale if it is UTF-8, else C.UTF-8:
+ * input is decoded as UTF-8 (getc_fn) and libedit turns its wide
+ * characters back into multibyte text with the locale's codeset, so in the
+ * C/POSIX locale (no LANG: containers, ssh, cron) "café" came out as
+ * "caf\a" and other characters as spaces, and the echo showed \U+2615. */
+static void use_utf8_locale(void) {
+    setlocale(LC_CTYPE, "");
+    const char *cs = nl_langinfo(CODESET);
+    if (cs && (!strcmp(cs, "UTF-8") || !strcmp(cs, "utf8"))) return;
+    static const char *const UTF8[] = {"C.UTF-8", "C.utf8", "en_US.UTF-8"};
+    for (size_t i = 0; i < sizeof UTF8 / sizeof UTF8[0]; i++)
+        if (setlocale(LC_CTYPE, UTF8[i])) return;
+}
+
 /* ---- the loop ------------------------------------------------------------- */
 
 static int run(chat *c) {
@@ -1157,7 +1172,7 @@ int pg_cmd_chat(int argc, char **argv) {
     chat_options o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    setlocale(LC_CTYPE, "");
+    use_utf8_locale();
     chat c = {.temperature = o.temperature,
               .top_p = o.top_p,
               .max_tokens = o.max_tokens,
