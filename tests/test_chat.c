@@ -569,6 +569,8 @@ typedef struct scripted {
     long chunks;      /* chunks of the endless stream sent */
     char *first_body; /* the first chat request's body */
     const char *script; /* if set: every chat request gets these SSE events */
+    bool cut;           /* with script: sent as one HTTP chunk, then the connection is
+                           closed without the last chunk (a server killed mid-answer) */
 } scripted;
 
 static bool send_all(int fd, const char *s, size_t n) {
@@ -633,6 +635,17 @@ static void *scripted_main(void *arg) {
         pthread_mutex_unlock(&f->mu);
         const char *head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                            "Cache-Control: no-cache\r\nConnection: close\r\n\r\n";
+        if (f->script && f->cut) {
+            char chunk[64];
+            const char *ch = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             "Transfer-Encoding: chunked\r\n\r\n";
+            snprintf(chunk, sizeof chunk, "%zx\r\n", strlen(f->script));
+            if (send_all(fd, ch, strlen(ch)) && send_all(fd, chunk, strlen(chunk)) &&
+                send_all(fd, f->script, strlen(f->script)))
+                send_all(fd, "\r\n", 2);
+            close(fd); /* no terminating 0-length chunk */
+            continue;
+        }
         send_all(fd, head, strlen(head));
         if (f->script) {
             send_all(fd, f->script, strlen(f->script));
@@ -858,9 +871,10 @@ static void test_control_chars_filtered(void **state) {
     scripted_stop(&f);
 }
 
-/* A stream that ends without a finish_reason (the server went away): what
- * came is shown and kept, marked " [interrupted]" with a message; the chat
- * goes on at the terminal; a script gets exit code 1. */
+/* A stream that ends without a finish_reason (the server went away), or
+ * whose connection breaks mid-answer (a chunked body without its last
+ * chunk): what came is shown and kept, marked " [interrupted]" with a
+ * message; the chat goes on at the terminal; a script gets exit code 1. */
 static void test_stream_interrupted(void **state) {
     (void)state;
     scripted f;
@@ -892,6 +906,15 @@ static void test_stream_interrupted(void **state) {
     assert_int_equal(run_piped(args, "Hi\nAgain\n", &out), 1);
     assert_string_equal(out, "Once upon a time [interrupted]\n");
     free(out);
+    /* the connection broken mid-answer (chunked, no last chunk): the same */
+    f.cut = true;
+    assert_int_equal(run_piped(args, "Hi\n", &out), 1);
+    assert_string_equal(out, "Once upon a time [interrupted]\n");
+    free(out);
+    char *err = err_text();
+    if (!strstr(err, "pagoda chat: http://127.0.0.1:")) fail_msg("stderr:\n%s", err);
+    free(err);
+    f.cut = false;
     /* a complete answer (finish_reason, [DONE]) is not marked */
     f.script = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Done.\"}}]}\n\n"
                "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
