@@ -10,9 +10,9 @@
  * left out (never the system prompt, never the new message) until prompt +
  * the answer's room fit in max_model_len; the page marks the turns left
  * out. An answer whose stream ends without a finish_reason (connection
- * lost, server gone) is marked interrupted, never shown as complete. Stop aborts
- * the fetch (AbortController): the browser closes the connection and the
- * server aborts the request and frees its KV blocks. Model text is shown
+ * lost, server gone) is marked interrupted, never shown as complete. Stop
+ * aborts the fetch (AbortController): the browser closes the connection
+ * and the server aborts the request and frees its KV blocks. Model text is shown
  * through markdown.js (escapes first) or textContent, never as raw HTML.
  * The conversation and the settings live in localStorage. */
 (function () {
