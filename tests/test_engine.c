@@ -802,7 +802,7 @@ typedef struct caller_run {
     uint64_t id;
     int32_t ids[PG_ER_MAX_TOKENS], n_got; /* ids the engine handed over, in order */
     float lp[PG_ER_MAX_TOKENS];
-    int32_t n_used;                       /* of those, taken by the detokenizer */
+    int32_t n_used; /* of those, taken by the detokenizer */
     bool eng_done, done, aborted;
     pagoda_finish_reason eng_finish, finish;
     int32_t eng_stop_token;
@@ -919,9 +919,10 @@ static void test_caller_detokenizes_like_the_engine(void **state) {
     r.sampling.max_tokens = 40;
     /* ", there was a little girl named Lily. ...": strings inside one token,
      * across tokens (so across steps), matched at once, never, several */
-    const char *cases[][3] = {{"Lily", NULL, NULL}, {"e g", NULL, NULL},  {"as a l", NULL, NULL},
-                              {"a", NULL, NULL},    {"named Bob", NULL, NULL},
-                              {"girl", "ere", "Lily"}, {",", NULL, NULL}};
+    const char *cases[][3] = {{"Lily", NULL, NULL},      {"e g", NULL, NULL},
+                              {"as a l", NULL, NULL},    {"a", NULL, NULL},
+                              {"named Bob", NULL, NULL}, {"girl", "ere", "Lily"},
+                              {",", NULL, NULL}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         size_t ns = 0;
         while (ns < 3 && cases[k][ns])

@@ -394,9 +394,7 @@ static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
 static void finalize_locked(job *j, size_t i) {
     pg_api_choice *ch = &j->choices[i];
     sub *sb = &j->subs[i];
-    ch->finish = sb->cut            ? sb->cut_finish
-                 : sb->server_abort ? PAGODA_FINISH_ABORT
-                                    : sb->eng_finish;
+    ch->finish = sb->cut ? sb->cut_finish : sb->server_abort ? PAGODA_FINISH_ABORT : sb->eng_finish;
     ch->stop_token = !sb->cut && ch->finish == PAGODA_FINISH_STOP ? sb->eng_stop_token : -1;
     size_t pl = 0;
     const char *piece = ch->harmony && ch->stop_token >= 0
@@ -456,8 +454,8 @@ static void consume_locked(job *j) {
                                : PAGODA_OK;
             bool stopped = pagoda_detokenizer_stop_reason(sb->dt) != NULL;
             if (!sb->c_st)
-                sb->c_st = pagoda_detokenizer_take(sb->dt, sb->c_done || stopped, &sb->c_text,
-                                                   &sb->c_len);
+                sb->c_st =
+                    pagoda_detokenizer_take(sb->dt, sb->c_done || stopped, &sb->c_text, &sb->c_len);
         }
         pthread_mutex_lock(&s->mu);
         bool again = false;
