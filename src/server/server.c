@@ -367,7 +367,7 @@ static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
     }
     sb->arrival = o->arrival_time;
     if (o->first_token_time > 0) sb->first_token = o->first_token_time;
-    if (o->n_new_tokens) {
+    if (o->n_new_tokens && !sb->cut) { /* (tokens past a stop string are not output) */
         if (sb->last_token_time > 0)
             pg_metrics_itl(&m->metrics, (now - sb->last_token_time) / (double)o->n_new_tokens,
                            o->n_new_tokens);
