@@ -368,6 +368,15 @@ typedef struct pagoda_request {
      * outside the vocabulary, or a sequence without reasoning_open. */
     const int32_t *reasoning_end_ids;
     size_t n_reasoning_end_ids;
+    /* true: the caller turns the output tokens into text itself, off the
+     * engine thread (vLLM's front-end detokenizer: `pagoda serve` runs one
+     * pagoda_detokenizer per choice on the connection's thread). The engine
+     * then only emits token ids (and logprobs): text_delta stays empty and
+     * stop_reason NULL, and the request must have no stop strings
+     * (sampling.n_stop 0, else INVALID_ARG): the caller matches them with
+     * pagoda_detokenizer_add and ends the request with pagoda_engine_abort.
+     * Default false (the engine detokenizes and matches stop strings). */
+    bool no_detokenize;
 } pagoda_request;
 
 #define PAGODA_MAX_REASONING_END_IDS 8
@@ -423,7 +432,8 @@ typedef struct pagoda_output {
     size_t n_new_tokens;
     const pagoda_token_logprobs *logprobs; /* n_new_tokens entries, or NULL */
     const char *text_delta;           /* new text: never a partial UTF-8 sequence and
-                                         never part of a stop string; may be empty */
+                                         never part of a stop string; may be empty
+                                         (always with no_detokenize) */
     size_t text_delta_len;
     pagoda_finish_reason finish_reason;
     const char *stop_reason;          /* matched stop string, or NULL */
@@ -507,6 +517,47 @@ pagoda_status pagoda_tokenize_flags(const pagoda_engine *e, const char *text, si
 pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size_t n,
                                 bool skip_special, char **text, size_t *len);
 void pagoda_free(void *p);
+
+/* An incremental detokenizer with stop strings: the engine's own (vLLM's
+ * incremental detokenizer, engine/detokenizer.h), for a caller that
+ * detokenizes off the engine thread (pagoda_request.no_detokenize). Text
+ * comes out as the engine's text_delta would: the same decode window, never
+ * a partial UTF-8 character, text that could still become a stop string
+ * held back, cut before a matched stop string (after it with
+ * include_stop_str_in_output). One per request; not shared between threads
+ * (different detokenizers may run on different threads at once). */
+typedef struct pagoda_detokenizer pagoda_detokenizer;
+
+/* Start one for a request of prompt[0..n_prompt) (the ids the engine was
+ * given) with its sampling's skip_special_tokens, stop / n_stop (copied;
+ * empty strings ignored), include_stop_str_in_output and min_tokens.
+ * Errors: INVALID_ARG (NULL arguments, an id outside the vocabulary),
+ * NOMEM. Free with pagoda_detokenizer_free. */
+pagoda_status pagoda_detokenizer_create(const pagoda_engine *e, const int32_t *prompt,
+                                        size_t n_prompt, const pagoda_sampling *s,
+                                        pagoda_detokenizer **out);
+/* Add one output's new_token_ids[0..n) in order. skip_last: that output
+ * finished the request with PAGODA_FINISH_STOP and stop_token >= 0 (EOS or
+ * a stop token id, never text). *n_used gets how many ids were taken: n,
+ * or fewer when one completed a stop string (the ids up to and including
+ * it; pagoda_detokenizer_stop_reason is then set, later ids are not part
+ * of the output, and the caller aborts the request: the engine would have
+ * ended it at that token with PAGODA_FINISH_STOP and n_output_tokens
+ * counting up to it). Stop strings count from output min_tokens + 1 on,
+ * as in the engine. After a match further calls take nothing. Errors:
+ * NOMEM, INVALID_ARG (an id outside the vocabulary). */
+pagoda_status pagoda_detokenizer_add(pagoda_detokenizer *d, const int32_t *ids, size_t n,
+                                     bool skip_last, size_t *n_used);
+/* The text that may be handed out now (*text owned by d, valid until the
+ * next call on d; *len bytes, may be 0). final: the request ended: flush
+ * a held-back stop-string prefix and an unfinished UTF-8 tail (U+FFFD per
+ * byte). Errors: NOMEM. */
+pagoda_status pagoda_detokenizer_take(pagoda_detokenizer *d, bool final, const char **text,
+                                      size_t *len);
+/* The matched stop string (owned by d), or NULL. */
+const char *pagoda_detokenizer_stop_reason(const pagoda_detokenizer *d);
+/* NULL is a no-op. */
+void pagoda_detokenizer_free(pagoda_detokenizer *d);
 
 /* The vocabulary entry of token `id` as the tokenizer stores it (HF
  * convert_ids_to_tokens: e.g. "\u2581Once" for SentencePiece, "\u0120the" for

@@ -791,6 +791,172 @@ static void test_stop_strings(void **state) {
     pagoda_engine_free(e);
 }
 
+/* A caller that detokenizes itself (pagoda_request.no_detokenize, as
+ * `pagoda serve` does on its connection threads): its pagoda_detokenizer
+ * reads the outputs some steps late (lag: the engine has produced tokens
+ * past a stop string by then), aborts the request on a match, and must end
+ * with what the engine's own text path gives: text, finish, stop string,
+ * the tokens kept (ids and their number, the usage) and their logprobs. */
+typedef struct caller_run {
+    pagoda_detokenizer *dt;
+    uint64_t id;
+    int32_t ids[PG_ER_MAX_TOKENS], n_got; /* ids the engine handed over, in order */
+    float lp[PG_ER_MAX_TOKENS];
+    int32_t n_used; /* of those, taken by the detokenizer */
+    bool eng_done, done, aborted;
+    pagoda_finish_reason eng_finish, finish;
+    int32_t eng_stop_token;
+    char text[8192];
+    size_t text_len;
+} caller_run;
+
+static void caller_take(caller_run *c, const char *t, size_t n) {
+    assert_true(c->text_len + n < sizeof c->text);
+    memcpy(c->text + c->text_len, t, n);
+    c->text_len += n;
+}
+
+/* The consumer: take the ids not taken yet (skip_last when the engine
+ * ended the request at a stop token), on a match cut and abort. */
+static void caller_consume(pagoda_engine *e, caller_run *c) {
+    if (c->done) return;
+    const int32_t from = c->n_used, n = c->n_got - from;
+    const bool skip = c->eng_done && c->eng_finish == PAGODA_FINISH_STOP && c->eng_stop_token >= 0;
+    size_t used = 0;
+    assert_int_equal(pagoda_detokenizer_add(c->dt, c->ids + from, (size_t)n, skip, &used),
+                     PAGODA_OK);
+    c->n_used += (int32_t)used;
+    const char *stop = pagoda_detokenizer_stop_reason(c->dt);
+    const char *t;
+    size_t tl;
+    assert_int_equal(pagoda_detokenizer_take(c->dt, c->eng_done || stop, &t, &tl), PAGODA_OK);
+    caller_take(c, t, tl);
+    if (stop) {
+        bool at_end = c->eng_done && (int32_t)used == n;
+        c->finish = at_end && c->eng_finish == PAGODA_FINISH_LENGTH ? PAGODA_FINISH_LENGTH
+                                                                    : PAGODA_FINISH_STOP;
+        c->done = true;
+        if (!c->eng_done) {
+            assert_int_equal(pagoda_engine_abort(e, c->id), PAGODA_OK);
+            c->aborted = true;
+        }
+    } else if (c->eng_done) {
+        c->finish = c->eng_finish;
+        c->done = true;
+    }
+}
+
+static void caller_vs_engine(pagoda_engine *e, const pagoda_request *base, int lag) {
+    static pg_er_result ref;
+    pagoda_request r = *base;
+    r.sampling.logprobs = 1;
+    run_text(e, &r, &ref, NULL);
+    caller_run c;
+    memset(&c, 0, sizeof c);
+    int32_t prompt[256];
+    int32_t *pids = NULL;
+    size_t np = 0;
+    assert_int_equal(pagoda_tokenize(e, r.prompt, 0, true, &pids, &np), PAGODA_OK);
+    assert_true(np <= 256);
+    memcpy(prompt, pids, np * sizeof *pids);
+    pagoda_free(pids);
+    int32_t bad_id = pagoda_engine_vocab_size(e);
+    assert_int_equal(pagoda_detokenizer_create(e, &bad_id, 1, &r.sampling, &c.dt),
+                     PAGODA_ERR_INVALID_ARG);
+    assert_null(c.dt);
+    assert_int_equal(pagoda_detokenizer_create(e, prompt, np, &r.sampling, &c.dt), PAGODA_OK);
+    r.no_detokenize = true;
+    uint64_t bad;
+    if (r.sampling.n_stop) /* stop strings are the caller's then */
+        assert_int_equal(pagoda_engine_add_request(e, &r, &bad, NULL), PAGODA_ERR_INVALID_ARG);
+    /* the engine is told nothing of the stop strings */
+    pagoda_request q = r;
+    q.sampling.stop = NULL;
+    q.sampling.n_stop = 0;
+    assert_int_equal(pagoda_engine_add_request(e, &q, &c.id, NULL), PAGODA_OK);
+    for (int step = 1; pagoda_engine_has_unfinished(e); step++) {
+        size_t n;
+        assert_int_equal(pagoda_engine_step(e, &n), PAGODA_OK);
+        const pagoda_output *o = pagoda_engine_outputs(e, &n);
+        for (size_t k = 0; k < n; k++) {
+            if (o[k].id != c.id || c.eng_done) continue;
+            assert_int_equal(o[k].text_delta_len, 0); /* no text on the engine's side */
+            assert_null(o[k].stop_reason);
+            for (size_t t = 0; t < o[k].n_new_tokens; t++) {
+                assert_true(c.n_got < PG_ER_MAX_TOKENS);
+                c.lp[c.n_got] = o[k].logprobs[t].logprob;
+                c.ids[c.n_got++] = o[k].new_token_ids[t];
+            }
+            if (o[k].finish_reason != PAGODA_FINISH_NONE) {
+                c.eng_done = true;
+                c.eng_finish = o[k].finish_reason;
+                c.eng_stop_token = o[k].stop_token;
+            }
+        }
+        if (step % lag == 0 || c.eng_done) caller_consume(e, &c);
+    }
+    caller_consume(e, &c);
+    assert_true(c.done);
+    assert_int_equal(c.finish, ref.finish);
+    const char *stop = pagoda_detokenizer_stop_reason(c.dt);
+    assert_string_equal(stop ? stop : "", ref.stop_reason);
+    assert_int_equal(c.n_used, ref.n); /* usage: the tokens up to the stop */
+    assert_memory_equal(c.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n);
+    assert_memory_equal(c.lp, ref.lp, sizeof(float) * (size_t)ref.n);
+    assert_int_equal(c.text_len, ref.text_len);
+    assert_memory_equal(c.text, ref.text, ref.text_len);
+    if (c.aborted) assert_true(c.n_got >= c.n_used);
+    pagoda_detokenizer_free(c.dt);
+}
+
+static void test_caller_detokenizes_like_the_engine(void **state) {
+    (void)state;
+    pagoda_engine *e = stories();
+    pagoda_request r;
+    pagoda_request_defaults(e, &r);
+    r.prompt = "Once upon a time";
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = 40;
+    /* ", there was a little girl named Lily. ...": strings inside one token,
+     * across tokens (so across steps), matched at once, never, several */
+    const char *cases[][3] = {{"Lily", NULL, NULL},      {"e g", NULL, NULL},
+                              {"as a l", NULL, NULL},    {"a", NULL, NULL},
+                              {"named Bob", NULL, NULL}, {"girl", "ere", "Lily"},
+                              {",", NULL, NULL}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t ns = 0;
+        while (ns < 3 && cases[k][ns])
+            ns++;
+        r.sampling.stop = cases[k];
+        r.sampling.n_stop = ns;
+        for (int lag = 1; lag <= 3; lag += 2) {
+            r.sampling.include_stop_str_in_output = false;
+            r.sampling.min_tokens = 0;
+            r.sampling.max_tokens = 40;
+            caller_vs_engine(e, &r, lag);
+            r.sampling.include_stop_str_in_output = true;
+            caller_vs_engine(e, &r, lag);
+            r.sampling.include_stop_str_in_output = false;
+            r.sampling.min_tokens = 4; /* stop strings count from output 5 on */
+            caller_vs_engine(e, &r, lag);
+            r.sampling.min_tokens = 0;
+            r.sampling.max_tokens = 3; /* "length" at the stop's token stays "length" */
+            caller_vs_engine(e, &r, lag);
+        }
+    }
+    /* sampled, n > 1 as the server runs it: seeds 1..3 */
+    r.sampling.temperature = 1.0f;
+    r.sampling.max_tokens = 40;
+    const char *st[] = {"a", "the"};
+    r.sampling.stop = st;
+    r.sampling.n_stop = 2;
+    for (int64_t seed = 1; seed <= 3; seed++) {
+        r.sampling.seed = seed;
+        caller_vs_engine(e, &r, 2);
+    }
+    pagoda_engine_free(e);
+}
+
 static void test_min_tokens_and_stop_token_ids(void **state) {
     (void)state;
     pagoda_engine *e = stories();
@@ -1219,6 +1385,7 @@ int main(void) {
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_no_block_leaks_with_random_aborts),
         cmocka_unit_test(test_stop_strings),
+        cmocka_unit_test(test_caller_detokenizes_like_the_engine),
         cmocka_unit_test(test_min_tokens_and_stop_token_ids),
         cmocka_unit_test(test_utf8_safe_deltas),
         cmocka_unit_test(test_rejects_requests_that_cannot_fit),

@@ -184,6 +184,21 @@ pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop) {
     return PAGODA_OK;
 }
 
+pagoda_status pg_detok_add_run(pg_detok *d, const int32_t *ids, size_t n, bool skip_last,
+                               int64_t n_out_before, int32_t min_tokens, size_t *n_used) {
+    size_t j = 0;
+    for (; j < n && !d->stopped; j++) {
+        if (skip_last && j == n - 1) continue; /* the stop token is not text */
+        pagoda_status st = pg_detok_add(d, ids[j], n_out_before + (int64_t)j + 1 > min_tokens);
+        if (st != PAGODA_OK) {
+            *n_used = j;
+            return st;
+        }
+    }
+    *n_used = j;
+    return PAGODA_OK;
+}
+
 /* Longest suffix of text that is a proper prefix of a stop string. */
 static size_t holdback(const pg_detok *d) {
     size_t best = 0;

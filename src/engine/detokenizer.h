@@ -60,6 +60,18 @@ void pg_detok_free(pg_detok *d);
  * Errors: PAGODA_ERR_NOMEM, tokenizer errors. */
 pagoda_status pg_detok_add(pg_detok *d, int32_t id, bool check_stop);
 
+/* Add one step's output tokens ids[0..n) in order, with the engine's stop
+ * rules (the one place they are written; the engine and
+ * pagoda_detokenizer_add both call it): n_out_before outputs came before
+ * them, and stop strings are searched only from output number
+ * min_tokens + 1 on; skip_last: the last id ended the request as EOS or a
+ * stop token id and adds no text. Stops at the token that completes a
+ * stop string: *n_used gets how many ids were taken (n, or up to and
+ * including that token; the rest are dropped: the request ends there).
+ * Errors: as pg_detok_add. */
+pagoda_status pg_detok_add_run(pg_detok *d, const int32_t *ids, size_t n, bool skip_last,
+                               int64_t n_out_before, int32_t min_tokens, size_t *n_used);
+
 /* The text that may be handed out now, [*delta, *delta + *len), and mark it
  * emitted. final: generation ended: flush everything, including a held-back
  * stop-string prefix and an unfinished UTF-8 tail (a U+FFFD per byte). */

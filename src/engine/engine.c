@@ -58,6 +58,7 @@ typedef struct ereq {
     bool ignore_eos, in_sched, finished;
     int32_t stop_ids[PG_MAX_STOP_TOKENS];
     int32_t n_stop_ids;
+    bool no_detok; /* pagoda_request.no_detokenize: dt stays empty, no text */
     pg_sampling_params sp;
     pg_logit_bias *bias;
     pg_rng rng;
@@ -1401,7 +1402,16 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     r->cap_out = r->max_tokens < 64 ? r->max_tokens : 64;
     r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
     if (!r->out_ids) goto nomem;
-    if ((st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt, s->skip_special_tokens,
+    r->no_detok = q->no_detokenize;
+    if (r->no_detok && s->n_stop) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG,
+                      "request: %zu stop strings with no_detokenize (the caller detokenizes: it "
+                      "matches its stop strings itself, pagoda_detokenizer_add)",
+                      s->n_stop);
+        goto fail;
+    }
+    if (!r->no_detok &&
+        (st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt, s->skip_special_tokens,
                             s->stop, s->n_stop, s->include_stop_str_in_output)) != PAGODA_OK)
         goto fail;
     if (q->cache_salt && *q->cache_salt && !(r->cache_salt = strdup(q->cache_salt))) goto nomem;
@@ -1937,9 +1947,18 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         /* speculative decoding may bring several tokens: each is detokenized
          * and checked for stop strings in turn; a stop string ends the
          * request at the token that completes it (the later ones are
-         * dropped: the request is aborted in the scheduler below) */
-        for (int32_t j = 0; j < ev->num_tokens && !r->dt.stopped; j++) {
-            const int32_t tok = ev->tokens[j];
+         * dropped: the request is aborted in the scheduler below). The stop
+         * token that ends a request is not part of the text. Requests whose
+         * caller detokenizes (no_detokenize) take every token: the caller
+         * applies the same rules (pagoda_detokenizer_add). */
+        size_t n_take = (size_t)ev->num_tokens;
+        if (!r->no_detok &&
+            (st = pg_detok_add_run(&r->dt, ev->tokens, (size_t)ev->num_tokens,
+                                   fin == PAGODA_FINISH_STOP && ev->stop_token >= 0, r->n_out,
+                                   r->min_tokens, &n_take)) != PAGODA_OK)
+            return st;
+        if (r->dt.stopped && n_take < (size_t)ev->num_tokens) fin = PAGODA_FINISH_NONE; /* cut */
+        for (size_t j = 0; j < n_take; j++) {
             if (r->n_out == r->cap_out) {
                 int32_t cap = r->cap_out * 2 < r->max_tokens ? r->cap_out * 2 : r->max_tokens;
                 int32_t *g = cap > r->n_out ? realloc(r->out_ids, (size_t)cap * sizeof *g) : NULL;
@@ -1949,16 +1968,10 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
                 r->out_ids = g;
                 r->cap_out = cap;
             }
-            r->out_ids[r->n_out++] = tok;
-            r->new_tokens[r->n_new++] = tok;
+            r->out_ids[r->n_out++] = ev->tokens[j];
+            r->new_tokens[r->n_new++] = ev->tokens[j];
             e->generation_tokens++;
             if (r->first_token == 0) r->first_token = t;
-            /* the stop token that ends a request is not part of the text */
-            const bool last = j == ev->num_tokens - 1;
-            if (!(last && fin == PAGODA_FINISH_STOP && ev->stop_token >= 0) &&
-                (st = pg_detok_add(&r->dt, tok, r->n_out > r->min_tokens)) != PAGODA_OK)
-                return st;
-            if (r->dt.stopped && !last) fin = PAGODA_FINISH_NONE; /* cut here (below) */
         }
         int32_t stop_token = fin == PAGODA_FINISH_STOP ? ev->stop_token : -1;
         if (fin == PAGODA_FINISH_NONE && r->dt.stopped) {
@@ -2105,6 +2118,68 @@ pagoda_status pagoda_detokenize(const pagoda_engine *e, const int32_t *ids, size
         free(buf);
         cap = *len + 1;
     }
+}
+
+struct pagoda_detokenizer {
+    pg_detok dt;
+    int32_t min_tokens, vocab;
+    int64_t n_out; /* output ids taken so far */
+};
+
+pagoda_status pagoda_detokenizer_create(const pagoda_engine *e, const int32_t *prompt,
+                                        size_t n_prompt, const pagoda_sampling *s,
+                                        pagoda_detokenizer **out) {
+    if (out) *out = NULL;
+    if (!e || !s || !out || (n_prompt && !prompt) || (s->n_stop && !s->stop))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "detokenizer: NULL argument");
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= e->vocab)
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "detokenizer: prompt id %d at index %zu is outside the vocabulary "
+                            "[0, %d)",
+                            prompt[i], i, e->vocab);
+    pagoda_detokenizer *d = calloc(1, sizeof *d);
+    if (!d) return pg_error(PAGODA_ERR_NOMEM, "detokenizer: out of memory");
+    pagoda_status st = pg_detok_init(&d->dt, e->tok, prompt, n_prompt, s->skip_special_tokens,
+                                     s->stop, s->n_stop, s->include_stop_str_in_output);
+    if (st != PAGODA_OK) {
+        free(d);
+        return st;
+    }
+    d->min_tokens = s->min_tokens;
+    d->vocab = e->vocab;
+    *out = d;
+    return PAGODA_OK;
+}
+
+pagoda_status pagoda_detokenizer_add(pagoda_detokenizer *d, const int32_t *ids, size_t n,
+                                     bool skip_last, size_t *n_used) {
+    if (n_used) *n_used = 0;
+    if (!d || !n_used || (n && !ids))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "detokenizer: NULL argument");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= d->vocab)
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "detokenizer: id %d outside the vocabulary [0, %d)", ids[i], d->vocab);
+    pagoda_status st = pg_detok_add_run(&d->dt, ids, n, skip_last, d->n_out, d->min_tokens, n_used);
+    d->n_out += (int64_t)*n_used;
+    return st;
+}
+
+pagoda_status pagoda_detokenizer_take(pagoda_detokenizer *d, bool final, const char **text,
+                                      size_t *len) {
+    if (!d || !text || !len) return pg_error(PAGODA_ERR_INVALID_ARG, "detokenizer: NULL argument");
+    return pg_detok_take(&d->dt, final, text, len);
+}
+
+const char *pagoda_detokenizer_stop_reason(const pagoda_detokenizer *d) {
+    return d && d->dt.stopped ? d->dt.stop[d->dt.stop_index] : NULL;
+}
+
+void pagoda_detokenizer_free(pagoda_detokenizer *d) {
+    if (!d) return;
+    pg_detok_free(&d->dt);
+    free(d);
 }
 
 void pagoda_free(void *p) {

@@ -119,6 +119,11 @@ static void job_free(job *j) {
     if (!j) return;
     for (size_t i = 0; i < j->n_choices; i++)
         pg_api_choice_free(&j->choices[i]);
+    for (size_t i = 0; j->subs && i < j->n_choices; i++) {
+        pagoda_detokenizer_free(j->subs[i].dt);
+        free(j->subs[i].ids);
+        free(j->subs[i].spare);
+    }
     free(j->choices);
     free(j->subs);
     free(j->out);
@@ -128,18 +133,31 @@ static void job_free(job *j) {
     free(j);
 }
 
+/* Count choice i in the finished-request metrics once (mu held). */
+static void meter_locked(job *j, size_t i, pagoda_finish_reason r, double now) {
+    sub *sb = &j->subs[i];
+    if (sb->metered) return;
+    sb->metered = true;
+    bool eng = sb->t_end > 0; /* the engine's final output came */
+    pg_metrics_finished(&j->m->metrics, r, (eng ? sb->t_end : now) - sb->arrival,
+                        eng ? sb->queue : -1, eng ? sb->ttft : -1);
+}
+
 /* Unregister (mu held): abort engine requests still running. */
 static void job_unregister_locked(job *j) {
     pg_server *s = j->srv;
     srv_model *m = j->m;
     if (!j->registered) return;
     for (size_t i = 0; i < j->n_choices; i++) {
-        if (j->subs[i].done) continue;
-        pagoda_engine_abort(m->e, j->subs[i].eid);
-        j->subs[i].done = true;
-        m->inflight--;
-        pg_metrics_finished(&m->metrics, PAGODA_FINISH_ABORT, pg_srv_now() - j->subs[i].arrival, -1,
-                            -1);
+        sub *sb = &j->subs[i];
+        if (!sb->done) {
+            pagoda_engine_abort(m->e, sb->eid);
+            sb->done = true;
+            m->inflight--;
+            meter_locked(j, i, PAGODA_FINISH_ABORT, pg_srv_now());
+        }
+        /* over, but the client left before the consumer finished it */
+        meter_locked(j, i, sb->cut ? sb->cut_finish : sb->eng_finish, pg_srv_now());
     }
     pg_srv_wake_locked(s);
     pg_srv_job_unlink_locked(j);
@@ -282,7 +300,30 @@ static size_t logprob_pending_bytes(int32_t n_top) {
     return sizeof(pg_api_logprob) + (size_t)n_top * sizeof(pg_api_top) + 16 * (size_t)(1 + n_top);
 }
 
-/* Copy one engine output into its choice (mu held). */
+/* Output bytes one token id adds to a stream before the connection's
+ * thread turns it into text (the --max-stream-buffer estimate). */
+#define TOKEN_PENDING_BYTES 4
+
+/* Append ids[0..n) to sub's hand-over buffer (mu held). False when out of
+ * memory. */
+static bool ids_push(sub *sb, const int32_t *ids, size_t n) {
+    if (sb->n_ids + n > sb->cap_ids) {
+        size_t cap = sb->cap_ids ? 2 * sb->cap_ids : 16;
+        while (cap < sb->n_ids + n)
+            cap *= 2;
+        int32_t *g = realloc(sb->ids, cap * sizeof *g);
+        if (!g) return false;
+        sb->ids = g;
+        sb->cap_ids = cap;
+    }
+    memcpy(sb->ids + sb->n_ids, ids, n * sizeof *ids);
+    sb->n_ids += n;
+    return true;
+}
+
+/* Hand one engine output over to its choice (mu held): token ids and
+ * logprob entries for the connection's thread (consume_locked), counts,
+ * and on the final output the engine's finish. */
 static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
     srv_model *m = j->m;
     pg_api_choice *ch = &j->choices[i];
@@ -290,9 +331,18 @@ static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
     /* aborted by the server (shutdown, stream overflow): what the step in
      * flight still produced must not follow the finish event */
     if (sb->done) return;
-    if (o->text_delta_len) pg_api_choice_append(ch, o->text_delta, o->text_delta_len);
-    j->unsent += o->text_delta_len;
-    if (o->logprobs && j->req.logprobs >= 0) {
+    /* a stop string matched (consume_locked): the engine request is being
+     * aborted and what it still produces is not part of the output */
+    if (!sb->cut) {
+        if (o->n_new_tokens && !ids_push(sb, o->new_token_ids, o->n_new_tokens)) {
+            PG_ERROR("%s: out of memory taking its output", j->id);
+            sb->cut = true;
+            sb->cut_finish = PAGODA_FINISH_ERROR;
+            if (o->finish_reason == PAGODA_FINISH_NONE) pagoda_engine_abort(m->e, sb->eid);
+        }
+        j->unsent += o->n_new_tokens * TOKEN_PENDING_BYTES;
+    }
+    if (!sb->cut && o->logprobs && j->req.logprobs >= 0) {
         for (size_t k = 0; k < o->n_new_tokens; k++) {
             const pagoda_token_logprobs *tl = &o->logprobs[k];
             /* ids only: the texts are decoded on the connection's side */
@@ -310,40 +360,150 @@ static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
             sb->last_token = tl->token;
         }
     }
-    ch->n_prompt_tokens = o->n_prompt_tokens;
-    ch->n_output_tokens = o->n_output_tokens;
-    ch->n_cached_tokens = o->n_cached_tokens;
+    if (!sb->cut) {
+        ch->n_prompt_tokens = o->n_prompt_tokens;
+        ch->n_output_tokens = o->n_output_tokens;
+        ch->n_cached_tokens = o->n_cached_tokens;
+    }
     sb->arrival = o->arrival_time;
     if (o->first_token_time > 0) sb->first_token = o->first_token_time;
-    if (o->n_new_tokens) {
+    if (o->n_new_tokens && !sb->cut) { /* (tokens past a stop string are not output) */
         if (sb->last_token_time > 0)
             pg_metrics_itl(&m->metrics, (now - sb->last_token_time) / (double)o->n_new_tokens,
                            o->n_new_tokens);
         sb->last_token_time = now;
     }
-    if (o->finish_reason != PAGODA_FINISH_NONE && !sb->done) {
-        /* harmony: the engine keeps the stop token out of the text, but the
-         * parser needs <|call|> (a complete tool call) or <|return|> */
-        size_t pl = 0;
-        const char *piece =
-            ch->harmony && o->finish_reason == PAGODA_FINISH_STOP && o->stop_token >= 0
-                ? pagoda_token_piece(m->e, o->stop_token, &pl)
-                : NULL;
-        if (piece && pg_hchat_is_end_token(piece, pl)) {
-            pg_api_choice_append(ch, piece, pl);
-            j->unsent += pl;
-        }
-        ch->finish = o->finish_reason;
-        ch->stop_token = o->stop_token;
-        if (o->stop_reason) ch->stop_reason = strdup(o->stop_reason);
+    if (o->finish_reason != PAGODA_FINISH_NONE) {
+        sb->eng_finish = o->finish_reason;
+        sb->eng_stop_token = o->stop_token;
         if (o->finish_reason == PAGODA_FINISH_ERROR && o->error)
             PG_WARN("%s: request failed: %s", j->id, o->error);
         sb->done = true;
         j->n_done++;
         m->inflight--;
-        double queue = o->first_scheduled_time > 0 ? o->first_scheduled_time - o->arrival_time : -1;
-        double ttft = o->first_token_time > 0 ? o->first_token_time - o->arrival_time : -1;
-        pg_metrics_finished(&m->metrics, o->finish_reason, now - o->arrival_time, queue, ttft);
+        sb->t_end = now;
+        sb->queue = o->first_scheduled_time > 0 ? o->first_scheduled_time - o->arrival_time : -1;
+        sb->ttft = o->first_token_time > 0 ? o->first_token_time - o->arrival_time : -1;
+    }
+}
+
+/* Choice i's result is complete (mu held): its finish, stop token and, for
+ * a harmony chat that the engine ended at <|return|> / <|call|>, that token
+ * (the engine keeps stop tokens out of the text, but the parser needs
+ * them). */
+static void finalize_locked(job *j, size_t i) {
+    pg_api_choice *ch = &j->choices[i];
+    sub *sb = &j->subs[i];
+    ch->finish = sb->cut ? sb->cut_finish : sb->server_abort ? PAGODA_FINISH_ABORT : sb->eng_finish;
+    ch->stop_token = !sb->cut && ch->finish == PAGODA_FINISH_STOP ? sb->eng_stop_token : -1;
+    size_t pl = 0;
+    const char *piece = ch->harmony && ch->stop_token >= 0
+                            ? pagoda_token_piece(j->m->e, ch->stop_token, &pl)
+                            : NULL;
+    if (piece && pg_hchat_is_end_token(piece, pl)) pg_api_choice_append(ch, piece, pl);
+    meter_locked(j, i, ch->finish, pg_srv_now());
+    sb->final = true;
+    j->n_final++;
+}
+
+/* The per-request consumer (vLLM's front-end output processor): called
+ * with mu held on the connection's thread, it drops mu while it turns the
+ * ids the engine handed over into text (each choice's detokenizer: UTF-8
+ * and stop-string hold-back as the engine's), and holds it again on
+ * return. A stop string ends the choice as the engine's own match would
+ * have: finish "stop" (or the engine's "length" when both end at the same
+ * token), usage and logprobs counted up to the token that completed it,
+ * later tokens dropped, and the engine request aborted. */
+static void consume_locked(job *j) {
+    pg_server *s = j->srv;
+    for (int pass = 0; pass < 3; pass++) {
+        bool any = false;
+        for (size_t i = 0; i < j->n_choices; i++) {
+            sub *sb = &j->subs[i];
+            sb->c_go = sb->dt && !sb->final && !sb->cut && (sb->n_ids || sb->done);
+            if (!sb->c_go) continue;
+            any = true;
+            int32_t *t = sb->spare;
+            size_t tc = sb->cap_spare;
+            sb->spare = sb->ids;
+            sb->cap_spare = sb->cap_ids;
+            sb->c_n = sb->n_ids;
+            sb->ids = t;
+            sb->cap_ids = tc;
+            sb->n_ids = 0;
+            sb->c_done = sb->done;
+            sb->c_skip = sb->done && !sb->server_abort && sb->eng_finish == PAGODA_FINISH_STOP &&
+                         sb->eng_stop_token >= 0;
+        }
+        if (!any) { /* nothing to detokenize: choices cut before may be over now */
+            for (size_t i = 0; i < j->n_choices; i++) {
+                sub *sb = &j->subs[i];
+                if (!sb->final && sb->done && (sb->cut || !sb->dt)) finalize_locked(j, i);
+            }
+            return;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (size_t i = 0; i < j->n_choices; i++) {
+            sub *sb = &j->subs[i];
+            if (!sb->c_go) continue;
+            sb->c_used = 0;
+            sb->c_text = NULL;
+            sb->c_len = 0;
+            sb->c_st = sb->c_n ? pagoda_detokenizer_add(sb->dt, sb->spare, sb->c_n, sb->c_skip,
+                                                        &sb->c_used)
+                               : PAGODA_OK;
+            bool stopped = pagoda_detokenizer_stop_reason(sb->dt) != NULL;
+            if (!sb->c_st)
+                sb->c_st =
+                    pagoda_detokenizer_take(sb->dt, sb->c_done || stopped, &sb->c_text, &sb->c_len);
+        }
+        pthread_mutex_lock(&s->mu);
+        bool again = false;
+        for (size_t i = 0; i < j->n_choices; i++) {
+            sub *sb = &j->subs[i];
+            pg_api_choice *ch = &j->choices[i];
+            if (sb->c_go) {
+                sb->c_go = false;
+                const char *stop = pagoda_detokenizer_stop_reason(sb->dt);
+                if (sb->c_st) {
+                    PG_ERROR("%s: detokenizing its output failed: %s", j->id, pagoda_last_error());
+                    stop = NULL;
+                    sb->cut = true;
+                    sb->cut_finish = PAGODA_FINISH_ERROR;
+                } else if (sb->c_len) {
+                    pg_api_choice_append(ch, sb->c_text, sb->c_len);
+                }
+                sb->n_used += sb->c_used;
+                if (stop) {
+                    sb->cut = true;
+                    /* the engine's "length" stands when it ended at the
+                     * same token (the engine keeps it then, too) */
+                    bool at_end = sb->c_done && sb->c_used == sb->c_n;
+                    sb->cut_finish = at_end && sb->eng_finish == PAGODA_FINISH_LENGTH
+                                         ? PAGODA_FINISH_LENGTH
+                                         : PAGODA_FINISH_STOP;
+                    free(ch->stop_reason);
+                    ch->stop_reason = strdup(stop);
+                    ch->n_output_tokens = (int32_t)sb->n_used;
+                    while (ch->n_lp > sb->n_used)
+                        pg_api_logprob_free(&ch->lp[--ch->n_lp]);
+                }
+                if (sb->cut) {
+                    sb->n_ids = 0;
+                    if (!sb->done) {
+                        pagoda_engine_abort(j->m->e, sb->eid);
+                        pg_srv_wake_locked(s);
+                    }
+                }
+                if (sb->c_done) {
+                    finalize_locked(j, i);
+                    continue;
+                }
+            }
+            if (!sb->final && sb->done && (sb->cut || !sb->dt)) finalize_locked(j, i);
+            if (!sb->final && sb->done) again = true;
+        }
+        if (!again) return;
     }
 }
 
@@ -359,11 +519,10 @@ static void job_abort_locked(job *j, bool overflow) {
         sub *sb = &j->subs[i];
         if (sb->done) continue;
         pagoda_engine_abort(m->e, sb->eid);
-        sb->done = true;
-        j->choices[i].finish = PAGODA_FINISH_ABORT;
+        sb->done = sb->server_abort = true;
         j->n_done++;
         m->inflight--;
-        pg_metrics_finished(&m->metrics, PAGODA_FINISH_ABORT, now - sb->arrival, -1, -1);
+        meter_locked(j, i, sb->cut ? sb->cut_finish : PAGODA_FINISH_ABORT, now);
     }
 }
 
@@ -656,6 +815,11 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
             }
             j->choices[c].text_offset0 = j->choices[c].len;
         }
+        /* the choice's text is made on the connection's side (consume_locked) */
+        j->subs[c].eng_stop_token = -1;
+        if (pagoda_detokenizer_create(m->e, ids[c / per], n[c / per], &r->sampling,
+                                      &j->subs[c].dt) != PAGODA_OK)
+            return pg_api_fail(err, 500, NULL, "%s", pagoda_last_error());
     }
     pthread_mutex_lock(&s->mu);
     if (atomic_load(&s->aborting)) { /* read before the drain began, parsed after its timeout */
@@ -688,6 +852,10 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
             req.n_reasoning_end_ids = m->n_harmony_final_ids;
         }
         req.cache_salt = r->cache_salt;
+        /* token ids only: text and stop strings are the consumer's */
+        req.no_detokenize = true;
+        req.sampling.stop = NULL;
+        req.sampling.n_stop = 0;
         if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
             req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
         if (pagoda_engine_add_request(m->e, &req, &j->subs[c].eid, NULL) != PAGODA_OK) {
@@ -746,7 +914,9 @@ typedef struct drain {
 static bool drain_take(job *j, size_t i, drain *d) {
     pg_api_choice *ch = &j->choices[i];
     sub *sb = &j->subs[i];
-    size_t nt = ch->len - sb->sent_text, nl = ch->n_lp - sb->sent_lp;
+    /* logprobs of the tokens the consumer kept (text is only ever theirs) */
+    size_t n_lp = ch->n_lp < sb->n_used ? ch->n_lp : sb->n_used;
+    size_t nt = ch->len - sb->sent_text, nl = n_lp > sb->sent_lp ? n_lp - sb->sent_lp : 0;
     memset(d, 0, sizeof *d);
     if (nt && !(d->text = malloc(nt))) return false;
     if (nl && !(d->lp = malloc(nl * sizeof *d->lp))) return false;
@@ -756,12 +926,12 @@ static bool drain_take(job *j, size_t i, drain *d) {
     d->offset = sb->sent_text;
     d->n_lp = nl;
     d->role = j->meta.kind == PG_API_CHAT && !sb->role_sent;
-    d->fin = sb->done && !sb->finish_sent;
+    d->fin = sb->final && !sb->finish_sent;
     d->finish = ch->finish;
     d->stop_reason = ch->stop_reason;
     sb->role_sent = true;
     sb->sent_text = ch->len;
-    sb->sent_lp = ch->n_lp;
+    sb->sent_lp += nl;
     if (d->fin) sb->finish_sent = true;
     return true;
 }
@@ -820,12 +990,14 @@ static bool drain_format(job *j, size_t i, drain *d, char **buf, size_t *len) {
 }
 
 /* Turn what arrived since the last call into SSE events on j->out. Called
- * with mu held; drops it while the logprob texts are decoded, the output
- * parsers run and the events are written (the engine thread goes on
- * stepping meanwhile), and holds it again on return. */
+ * with mu held; drops it while the output is detokenized (consume_locked),
+ * the logprob texts are decoded, the output parsers run and the events are
+ * written (the engine thread goes on stepping meanwhile), and holds it
+ * again on return. */
 static void stream_collect(job *j) {
     pg_server *s = j->srv;
     j->unsent = 0;
+    consume_locked(j);
     drain *d = calloc(j->n_choices ? j->n_choices : 1, sizeof *d);
     bool ok = d != NULL;
     for (size_t i = 0; ok && i < j->n_choices; i++)
@@ -846,7 +1018,7 @@ static void stream_collect(job *j) {
         job_abort_locked(j, true);
         return;
     }
-    if (j->n_done == j->n_choices && !j->done_sent) {
+    if (j->n_final == j->n_choices && !j->done_sent) {
         bool all = true;
         for (size_t i = 0; i < j->n_choices; i++)
             all &= j->subs[i].finish_sent;
@@ -1037,21 +1209,24 @@ static enum MHD_Result handle_generate(conn *cc, struct MHD_Connection *c) {
     }
     pthread_mutex_lock(&s->mu);
     bool gone = false;
-    while (j->n_done < j->n_choices && !atomic_load(&s->stopping)) {
+    for (;;) {
+        consume_locked(j); /* text and stop strings as the tokens come */
+        if (j->n_final == j->n_choices || atomic_load(&s->stopping)) break;
         timed_wait(j);
         if (j->n_done < j->n_choices && pg_srv_peer_gone(j->fd)) {
             gone = true;
             break;
         }
     }
-    bool complete = j->n_done == j->n_choices;
+    bool complete = j->n_final == j->n_choices;
     pthread_mutex_unlock(&s->mu);
     if (gone) return MHD_NO;
     pg_srv_restart_idle_timer(s, c);
     if (!complete) return fail(c, 503, NULL, "server shutting down");
     /* Every choice finished: the engine thread writes nothing more to the
      * job (apply_output skips done choices), so the logprob texts, output
-     * parsers and JSON are done here without mu. */
+     * parsers and JSON are done here without mu. A matched stop string
+     * left the engine's later logprob entries out (consume_locked). */
     const char *error = NULL;
     for (size_t i = 0; i < j->n_choices; i++)
         if (j->choices[i].finish == PAGODA_FINISH_ERROR)

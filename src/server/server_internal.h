@@ -94,15 +94,47 @@ struct pg_server {
     atomic_uint_fast64_t next_id;
 };
 
-/* One choice of a job: an engine request and what was streamed of it. */
+/* One choice of a job: an engine request and what was streamed of it.
+ * The engine thread (apply_output, mu held) only hands over token ids and
+ * logprobs; the connection's thread (consume_locked) turns the ids into
+ * text with the choice's detokenizer, matches the stop strings and ends the
+ * engine request on a match (pagoda_request.no_detokenize). */
 typedef struct sub {
     uint64_t eid;
     int32_t last_token; /* context for logprob token texts (-1 none) */
-    bool done;
+    /* (mu) the engine request is over: its final output came, or the
+     * server aborted it (server_abort) */
+    bool done, server_abort;
     bool role_sent, finish_sent;
     size_t sent_text, sent_lp;
     double last_token_time;
     double arrival, first_token;
+    /* (mu) the engine's final output: finish, stop token, when, and the
+     * queue time / TTFT for the metrics (-1: none) */
+    pagoda_finish_reason eng_finish;
+    int32_t eng_stop_token;
+    double t_end, queue, ttft;
+    /* detokenization on the connection's side */
+    pagoda_detokenizer *dt; /* the consumer's only */
+    int32_t *ids;           /* (mu) output ids handed over, not yet taken */
+    size_t n_ids, cap_ids;
+    int32_t *spare; /* the consumer's: the ids it took (swapped with ids) */
+    size_t cap_spare;
+    size_t n_used; /* (mu) ids the consumer kept: the choice's output tokens */
+    /* (mu) a stop string matched at output n_used (or the consumer
+     * failed): the engine request is aborted, later ids are dropped and the
+     * finish is cut_finish */
+    bool cut;
+    pagoda_finish_reason cut_finish;
+    bool final;   /* (mu) text complete, finish set: the finish may be sent */
+    bool metered; /* (mu) counted in the finished-request metrics */
+    /* the consumer's, one pass of consume_locked: ids taken, whether the
+     * engine had finished then, and what they gave */
+    size_t c_n, c_used;
+    bool c_go, c_done, c_skip;
+    const char *c_text;
+    size_t c_len;
+    pagoda_status c_st;
 } sub;
 
 /* One generation HTTP request (n_prompts x n engine requests), or one
@@ -119,7 +151,8 @@ struct job {
     char id[112];            /* "chatcmpl-" + 32 hex digits, or + the request's request_id */
     uint64_t id_num;         /* the random number behind `id` (seeds tool call ids) */
     pg_api_meta meta;
-    size_t n_choices, n_done;
+    size_t n_choices, n_done; /* n_done: (mu) choices whose engine request is over */
+    size_t n_final;           /* (mu) choices whose result is complete (sub.final) */
     pg_api_choice *choices;
     sub *subs;
     pthread_cond_t cv;

@@ -166,6 +166,8 @@ static pagoda_status window_run(void *ctx, const pagoda_request *req, int32_t *t
     if (p->frequency_penalty_set) r.sampling.frequency_penalty = p->frequency_penalty;
     if (p->presence_penalty_set) r.sampling.presence_penalty = p->presence_penalty;
     if (p->repetition_penalty_set) r.sampling.repetition_penalty = p->repetition_penalty;
+    /* the window's tokens are all pg_transcribe reads: no text on the engine thread */
+    if (!r.sampling.n_stop) r.no_detokenize = true;
     job *w = calloc(1, sizeof *w);
     if (w) {
         w->subs = calloc(1, sizeof *w->subs);

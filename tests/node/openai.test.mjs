@@ -110,6 +110,64 @@ describe('pagoda serve with the openai client', () => {
     assert.deepEqual(texts, r.choices.map((c) => c.text));
   });
 
+  // The server matches stop strings on the connection's thread (the engine
+  // hands over token ids); `pagoda generate` lets the engine match them:
+  // text, usage and finish_reason must agree, also for a string split
+  // across tokens (and so across steps), with logprobs (one entry per kept
+  // token), n > 1 and streaming.
+  test('stop strings == pagoda generate; with logprobs, n > 1, streamed', async () => {
+    for (const stop of ['e g', 'as a l', 'Lily', ', th', 'zzz']) {
+      const gen = spawnSync(CMD[0], [...CMD.slice(1), 'generate', MODEL_DIR, '--prompt', 'Once upon a time',
+        '--max-tokens', '30', '--temperature', '0', '--json', '--stop', stop], { encoding: 'utf8' });
+      assert.equal(gen.status, 0, gen.stderr);
+      const want = JSON.parse(gen.stdout);
+      const params = { model: modelName, prompt: 'Once upon a time', max_tokens: 30, temperature: 0, stop: [stop], logprobs: 1 };
+      const r = await client.completions.create(params);
+      const c = r.choices[0];
+      assert.equal(c.text, want.text, stop);
+      assert.equal(c.finish_reason, want.finish_reason, stop);
+      if (stop !== 'zzz') assert.equal(c.stop_reason, stop); // they do match in this text
+      assert.equal(r.usage.completion_tokens, want.token_ids.length, stop);
+      assert.equal(c.logprobs.tokens.length, want.token_ids.length, stop);
+      let text = '';
+      let finish = null;
+      let usage = null;
+      let n_lp = 0;
+      for await (const chunk of await client.completions.create({ ...params, stream: true, stream_options: { include_usage: true } })) {
+        for (const ch of chunk.choices) {
+          text += ch.text;
+          n_lp += ch.logprobs?.tokens?.length ?? 0;
+          if (ch.finish_reason) finish = ch.finish_reason;
+        }
+        if (chunk.usage) usage = chunk.usage;
+      }
+      assert.equal(text, want.text, stop);
+      assert.equal(finish, want.finish_reason, stop);
+      assert.equal(usage.completion_tokens, want.token_ids.length, stop);
+      assert.equal(n_lp, want.token_ids.length, stop);
+    }
+    // n > 1, sampled: each choice ends at its own stop, streamed == not
+    const params = { model: modelName, prompt: 'The cat', max_tokens: 24, temperature: 1, seed: 5, n: 3, stop: ['a', 'he'], logprobs: 1 };
+    const r = await client.completions.create(params);
+    const texts = ['', '', ''];
+    const n_lp = [0, 0, 0];
+    for await (const chunk of await client.completions.create({ ...params, stream: true })) {
+      for (const c of chunk.choices) {
+        texts[c.index] += c.text;
+        n_lp[c.index] += c.logprobs?.tokens?.length ?? 0;
+      }
+    }
+    assert.deepEqual(texts, r.choices.map((c) => c.text));
+    assert.deepEqual(n_lp, r.choices.map((c) => c.logprobs.tokens.length));
+    let sum = 0;
+    for (const c of r.choices) {
+      for (const s of params.stop) assert.ok(!c.text.includes(s), c.text);
+      if (typeof c.stop_reason === 'string') assert.ok(params.stop.includes(c.stop_reason), c.stop_reason);
+      sum += c.logprobs.tokens.length;
+    }
+    assert.equal(r.usage.completion_tokens, sum);
+  });
+
   test('completion logprobs', async () => {
     const r = await client.completions.create({ model: modelName, prompt: 'Once', max_tokens: 5, temperature: 0, logprobs: 2 });
     const lp = r.choices[0].logprobs;
