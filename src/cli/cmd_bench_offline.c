@@ -40,9 +40,9 @@ typedef struct offline_opts {
     uint64_t seed;
     const char *output_json;
     bool bandwidth_bound;
-    bool copy;         /* --dataset-name copy: prompts that repeat a passage */
+    bool copy;               /* --dataset-name copy: prompts that repeat a passage */
     int32_t copy_repeat_len; /* --copy-repeat-len: 0 = the whole passage once */
-    float temperature; /* --temperature (default 1, vLLM's benchmarks) */
+    float temperature;       /* --temperature (default 1, vLLM's benchmarks) */
     pagoda_engine_options eng;
 } offline_opts;
 

@@ -451,8 +451,8 @@ void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_
         return;
     }
     raw_row(o, hf_name, row, ncols, out);
-    if (o->successor &&
-        (ends_with(hf_name, ".self_attn.o_proj.weight") || ends_with(hf_name, ".mlp.down_proj.weight")))
+    if (o->successor && (ends_with(hf_name, ".self_attn.o_proj.weight") ||
+                         ends_with(hf_name, ".mlp.down_proj.weight")))
         for (int64_t c = 0; c < ncols; c++)
             out[c] *= o->successor_residual;
     if (!o->ct_dense || !ct_name(o, hf_name)) return;
