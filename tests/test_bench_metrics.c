@@ -495,6 +495,39 @@ static void test_random_dataset_ids_lengths_prefix(void **state) {
     pg_bench_requests_free(b, 3);
 }
 
+/* The copy dataset: the passage, then its first R tokens again (default:
+ * all of it once); a repeat longer than the passage keeps the period;
+ * text prompts and a negative R are refused. */
+static void test_copy_prompts(void **state) {
+    (void)state;
+    pg_bench_random_cfg cfg = {.input_len = 10, .output_len = 4, .vocab_size = 1000};
+    pg_bench_rng r;
+    static const struct {
+        int32_t len, repeat, passage;
+    } C[] = {{10, 0, 5}, {11, 0, 6}, {10, 3, 7}, {10, 9, 1}, {10, 50, 1}, {10, 7, 3}, {1, 0, 1}};
+    for (size_t c = 0; c < sizeof C / sizeof C[0]; c++) {
+        cfg.input_len = C[c].len;
+        pg_bench_rng_seed(&r, 4);
+        pg_bench_request *req;
+        assert_int_equal(pg_bench_random_dataset(&cfg, NULL, 2, &r, &req), PAGODA_OK);
+        int32_t orig[16];
+        memcpy(orig, req[1].prompt_ids, (size_t)C[c].len * sizeof(int32_t));
+        assert_int_equal(pg_bench_copy_prompts(req, 2, C[c].repeat), PAGODA_OK);
+        assert_int_equal(req[1].prompt_len, C[c].len);
+        for (int32_t k = 0; k < C[c].len; k++) /* the passage kept, then from its start */
+            assert_int_equal(req[1].prompt_ids[k], orig[k % C[c].passage]);
+        pg_bench_requests_free(req, 2);
+    }
+    pg_bench_rng_seed(&r, 4);
+    pg_bench_request *req;
+    cfg.input_len = 10;
+    assert_int_equal(pg_bench_random_dataset(&cfg, NULL, 1, &r, &req), PAGODA_OK);
+    assert_int_equal(pg_bench_copy_prompts(req, 1, -1), PAGODA_ERR_INVALID_ARG);
+    req[0].prompt = strdup("text");
+    assert_int_equal(pg_bench_copy_prompts(req, 1, 2), PAGODA_ERR_INVALID_ARG);
+    pg_bench_requests_free(req, 1);
+}
+
 /* True when s is valid UTF-8 (what a JSON string must be). */
 static bool valid_utf8(const char *s) {
     size_t n = strlen(s);
@@ -752,6 +785,7 @@ int main(void) {
         cmocka_unit_test(test_random_dataset_ids_lengths_prefix),
         cmocka_unit_test(test_random_dataset_real_tokenizers),
         cmocka_unit_test(test_random_dataset_bad_config),
+        cmocka_unit_test(test_copy_prompts),
         cmocka_unit_test(test_parse_options),
         cmocka_unit_test(test_outcomes_token_count_fallbacks),
         cmocka_unit_test(test_report_table_and_json),

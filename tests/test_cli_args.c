@@ -161,6 +161,12 @@ static const row ROWS[] = {
     {"bench latency " M " --num-iters -1", 2, "bad value '-1' for --num-iters"},
     {"bench latency " M " --max-model-len 1", 2, "bad value '1' for --max-model-len"},
     {"bench latency " M " two", 2, "unexpected argument 'two'"},
+    {"bench latency " M " --copy-repeat-len 4", 2, "--copy-repeat-len needs --dataset-name copy"},
+    {"bench latency " M " --dataset-name copy --copy-repeat-len 0", 2,
+     "bad value '0' for --copy-repeat-len"},
+    {"bench latency " M " --dataset-name copy --input-len 16 --copy-repeat-len 16", 2,
+     "--copy-repeat-len 16 leaves no passage"},
+    {"bench throughput " M " --dataset-name copy --copy-repeat-len 8 --input-len 16", 1, M},
     /* engine options that only go together: usage errors in every command */
     {"bench latency " M " --quant-act-group 32", 2,
      "--quant-act-group applies to load-time quantization (--quantization"},

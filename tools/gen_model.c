@@ -10,6 +10,8 @@
  *   gen_model --arch qwen3_5_moe --hidden 256 --layers 4 --gguf /tmp/q35moe-tiny.gguf
  *   gen_model --from stories260K-hf --hf /tmp/s-w4 --compressed-tensors w4a16 --ct-group 32 \
  *             --tokenizer stories260K-hf          (convert a real model)
+ *   gen_model --preset llama-3.2-1b --successor --gguf /tmp/succ-1b.gguf --dtype q8_0
+ *             (greedy output t, t + 1, t + 2, ...: speculative decoding at a known acceptance)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +86,17 @@ static void usage(void) {
           "                       (a layer name or re:<regex>, e.g. 're:.*down_proj$')\n"
           "  --ct-dense           write the dequantized weights as a dense checkpoint instead\n"
           "  --from MODEL         take architecture, shapes and weights from this F32/F16/BF16\n"
-          "                       llama, qwen3 or qwen3_moe model (HF directory or GGUF)\n",
+          "                       llama, qwen3 or qwen3_moe model (HF directory or GGUF)\n"
+          "  --successor          a synthetic model whose greedy output is known (llama or\n"
+          "                       qwen3; implies --no-tie): after token t it emits\n"
+          "                       (t + 1) mod vocab: lm_head row s = embedding of s - 1, the\n"
+          "                       layers' o_proj / down_proj scaled down so the residual\n"
+          "                       stream stays the current token's embedding. For measuring\n"
+          "                       speculative decoding at a known acceptance rate\n"
+          "  --successor-skip P   the fraction P of tokens t (a fixed hash of --seed and t)\n"
+          "                       whose successor is t + 2 instead (default 0): a draft\n"
+          "                       with P disagrees with a P = 0 target on those tokens\n"
+          "  --successor-residual F   scale of o_proj / down_proj (default 1e-3)\n",
           stderr);
 }
 
@@ -176,6 +188,10 @@ int main(int argc, char **argv) {
             o.ct_dense = true;
             continue;
         }
+        if (!strcmp(a, "--successor")) {
+            o.successor = true;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             return 0;
@@ -252,6 +268,10 @@ int main(int argc, char **argv) {
             o.tokenizer_dir = v;
         else if (!strcmp(a, "--gguf-vocab"))
             o.vocab_gguf = v;
+        else if (!strcmp(a, "--successor-skip"))
+            o.successor_skip = to_float(a, v);
+        else if (!strcmp(a, "--successor-residual"))
+            o.successor_residual = to_float(a, v);
         else if (!strcmp(a, "--ct-group"))
             o.ct_group = to_int(a, v);
         else if (!strcmp(a, "--ct-ignore"))
@@ -318,6 +338,10 @@ int main(int argc, char **argv) {
     if (!o.hf_dir && !o.gguf_path) {
         usage();
         return 2;
+    }
+    if (o.successor) {
+        o.tie = false;
+        if (o.successor_residual == 0.0f) o.successor_residual = 1e-3f;
     }
     if (hf_quant && o.hf_dir) {
         fprintf(stderr, "gen_model: HF output cannot be %s (use --gguf-dtype for the GGUF form)\n",

@@ -188,3 +188,22 @@ fail:
     pg_bench_requests_free(reqs, n);
     return st;
 }
+
+pagoda_status pg_bench_copy_prompts(pg_bench_request *r, size_t n, int32_t repeat_len) {
+    if (repeat_len < 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "bench: copy repeat length %d is negative",
+                        repeat_len);
+    for (size_t i = 0; i < n; i++)
+        if (r[i].prompt)
+            return pg_error(PAGODA_ERR_INVALID_ARG,
+                            "bench: the copy dataset is made from id prompts, not text");
+    for (size_t i = 0; i < n; i++) {
+        int32_t *ids = r[i].prompt_ids, len = r[i].prompt_len;
+        if (len < 2) continue;
+        int32_t rep = repeat_len ? (repeat_len < len - 1 ? repeat_len : len - 1) : len / 2;
+        int32_t passage = len - rep;
+        for (int32_t k = passage; k < len; k++)
+            ids[k] = ids[k - passage];
+    }
+    return PAGODA_OK;
+}

@@ -76,4 +76,16 @@ pagoda_status pg_bench_random_dataset(const pg_bench_random_cfg *cfg, const pg_b
                                       size_t n, pg_bench_rng *rng, pg_bench_request **out);
 void pg_bench_requests_free(pg_bench_request *r, size_t n);
 
+/* The "copy" dataset ("repeat this passage", the workload of n-gram
+ * speculative decoding), made in place from id prompts (prompt == NULL):
+ * each prompt of L ids keeps its first P ids (the passage) and the rest
+ * becomes the passage again from its start, ids[k] = ids[k - P] for
+ * k >= P (periodic with period P when the repeat is longer than the
+ * passage). repeat_len R gives P = L - min(R, L - 1) (at least one passage
+ * token); R = 0 gives P = ceil(L / 2), the whole passage repeated once.
+ * A model that copies then continues the passage after its first R tokens,
+ * inside the prompt's text, so prompt lookup finds its continuation.
+ * Errors: PAGODA_ERR_INVALID_ARG (repeat_len < 0, a text prompt). */
+pagoda_status pg_bench_copy_prompts(pg_bench_request *r, size_t n, int32_t repeat_len);
+
 #endif

@@ -40,8 +40,9 @@ typedef struct offline_opts {
     uint64_t seed;
     const char *output_json;
     bool bandwidth_bound;
-    bool copy;         /* --dataset-name copy: prompts that repeat a passage */
-    float temperature; /* --temperature (default 1, vLLM's benchmarks) */
+    bool copy;               /* --dataset-name copy: prompts that repeat a passage */
+    int32_t copy_repeat_len; /* --copy-repeat-len: 0 = the whole passage once */
+    float temperature;       /* --temperature (default 1, vLLM's benchmarks) */
     pagoda_engine_options eng;
 } offline_opts;
 
@@ -79,6 +80,9 @@ static void usage(FILE *f, bool latency) {
           "                         first half, then that half again up to --input-len\n"
           "                         (\"repeat this passage\": a model that copies continues\n"
           "                         it; the workload of n-gram speculative decoding)\n"
+          "  --copy-repeat-len N    with copy: repeat only the passage's first N tokens\n"
+          "                         (the passage is the other --input-len - N), so a\n"
+          "                         model that copies continues inside the passage\n"
           "  --temperature T        sampling temperature (default 1, vLLM's; 0 = greedy)\n"
           "  --seed S               dataset seed (default 0)\n"
           "  --output-json FILE     write vLLM's result keys as JSON\n\n" PG_ENGINE_ARGS_HELP,
@@ -124,7 +128,8 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
                                              "--dataset",
                                              "--seed",
                                              "--temperature",
-                                             "--output-json"};
+                                             "--output-json",
+                                             "--copy-repeat-len"};
         static const char *const THROUGHPUT[] = {"--prefix-len", "--random-prefix-len",
                                                  "--range-ratio", "--random-range-ratio",
                                                  "--num-prompts"};
@@ -174,13 +179,25 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
         else if (!strcmp(a, "--seed")) {
             ok = parse_i32(v, 0, 1L << 30, &n32), want = "an integer in [0, 2^30]";
             o->seed = (uint64_t)n32;
-        } else if (!strcmp(a, "--output-json"))
+        } else if (!strcmp(a, "--copy-repeat-len"))
+            ok = parse_i32(v, 1, 1 << 24, &o->copy_repeat_len), want = "an integer in [1, 2^24]";
+        else if (!strcmp(a, "--output-json"))
             o->output_json = v;
         if (!ok) return pg_args_bad_value(cmd, a, v, want);
     }
     if (o->bandwidth_bound && o->output_len < 2) {
         fprintf(stderr, "%s: --bandwidth-bound needs --output-len >= 2 (decode steps to time)\n",
                 cmd);
+        return 2;
+    }
+    if (o->copy_repeat_len && !o->copy) {
+        fprintf(stderr, "%s: --copy-repeat-len needs --dataset-name copy\n", cmd);
+        return 2;
+    }
+    if (o->copy_repeat_len >= o->input_len) {
+        fprintf(stderr,
+                "%s: --copy-repeat-len %d leaves no passage: it must be below --input-len %d\n",
+                cmd, o->copy_repeat_len, o->input_len);
         return 2;
     }
     if (!o->model) {
@@ -340,16 +357,13 @@ static void bw_probe_free(bw_probe *p) {
 }
 
 /* n random prompts (the rng continues from call to call, so each call's
- * prompts are new); with copy, each prompt's second half repeats its first
- * (the passage, then itself again: what n-gram speculation feeds on). */
+ * prompts are new); with copy, each prompt's end repeats its passage
+ * (pg_bench_copy_prompts: by default the passage, then itself again; with
+ * --copy-repeat-len its first N tokens: what n-gram speculation feeds on). */
 static pagoda_status make_requests(const pg_bench_random_cfg *cfg, size_t n, pg_bench_rng *rng,
-                                   bool copy, pg_bench_request **out) {
+                                   const offline_opts *o, pg_bench_request **out) {
     pagoda_status st = pg_bench_random_dataset(cfg, NULL, n, rng, out);
-    for (size_t i = 0; st == PAGODA_OK && copy && i < n; i++) {
-        int32_t *ids = (*out)[i].prompt_ids, len = (*out)[i].prompt_len, half = (len + 1) / 2;
-        for (int32_t k = half; k < len; k++)
-            ids[k] = ids[k - half];
-    }
+    if (st == PAGODA_OK && o->copy) st = pg_bench_copy_prompts(*out, n, o->copy_repeat_len);
     return st;
 }
 
@@ -377,7 +391,7 @@ static int offline(int argc, char **argv, bool latency) {
     pg_bench_rng rng;
     pg_bench_rng_seed(&rng, o.seed);
     pg_bench_request *reqs = NULL;
-    if (make_requests(&rc_, n, &rng, o.copy, &reqs) != PAGODA_OK) {
+    if (make_requests(&rc_, n, &rng, &o, &reqs) != PAGODA_OK) {
         fprintf(stderr, "pagoda bench: %s\n", pagoda_last_error());
         pagoda_engine_free(e);
         return 1;
@@ -430,7 +444,7 @@ static int offline(int argc, char **argv, bool latency) {
             if (it > 0) { /* fresh prompts: an iteration never prefills from the prefix cache */
                 pg_bench_requests_free(reqs, n);
                 reqs = NULL;
-                if (make_requests(&rc_, n, &rng, o.copy, &reqs) != PAGODA_OK) {
+                if (make_requests(&rc_, n, &rng, &o, &reqs) != PAGODA_OK) {
                     fprintf(stderr, "pagoda bench latency: %s\n", pagoda_last_error());
                     rc = 1;
                     break;

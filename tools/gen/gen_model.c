@@ -408,6 +408,37 @@ static void raw_row(const pg_gen_model_options *o, const char *hf_name, int64_t 
     }
 }
 
+/* ------------------------------------------------------ successor models */
+
+bool pg_gen_successor_skips(uint64_t seed, float skip, int64_t t) {
+    uint64_t st = seed * 0xd1342543de82ef95ull ^ ((uint64_t)t * 0x9e3779b97f4a7c15ull) ^
+                  0x5355434345535352ull; /* "SUCCESSR" */
+    uint64_t r = splitmix64(&st);
+    return (double)(r >> 11) * (1.0 / 9007199254740992.0) < (double)skip;
+}
+
+int64_t pg_gen_successor_next(const pg_gen_model_options *o, int64_t t) {
+    int64_t step = pg_gen_successor_skips(o->seed, o->successor_skip, t) ? 2 : 1;
+    return (t + step) % o->vocab;
+}
+
+/* lm_head row s of a successor model: the sum of the embedding rows of the
+ * tokens whose successor is s (s - 1 unless it skips, s - 2 if it skips). */
+static void successor_lm_row(const pg_gen_model_options *o, int64_t s, int64_t ncols, float *out) {
+    memset(out, 0, (size_t)ncols * sizeof(float));
+    float *e = malloc((size_t)ncols * sizeof(float));
+    if (!e) abort();
+    const int64_t V = o->vocab;
+    for (int64_t back = 1; back <= 2 && back < V; back++) {
+        int64_t t = ((s - back) % V + V) % V;
+        if (pg_gen_successor_next(o, t) != s) continue;
+        raw_row(o, "model.embed_tokens.weight", t, ncols, e);
+        for (int64_t c = 0; c < ncols; c++)
+            out[c] += e[c];
+    }
+    free(e);
+}
+
 static bool ct_name(const pg_gen_model_options *o, const char *name);
 static const char *ct_ignore_json(const pg_gen_model_options *o);
 static void ct_row(const pg_gen_model_options *o, const float *x, int64_t K, int8_t *q,
@@ -415,7 +446,15 @@ static void ct_row(const pg_gen_model_options *o, const float *x, int64_t K, int
 
 void pg_gen_model_row(const pg_gen_model_options *o, const char *hf_name, int64_t row,
                       int64_t ncols, float *out) {
+    if (o->successor && !strcmp(hf_name, "lm_head.weight")) {
+        successor_lm_row(o, row, ncols, out);
+        return;
+    }
     raw_row(o, hf_name, row, ncols, out);
+    if (o->successor && (ends_with(hf_name, ".self_attn.o_proj.weight") ||
+                         ends_with(hf_name, ".mlp.down_proj.weight")))
+        for (int64_t c = 0; c < ncols; c++)
+            out[c] *= o->successor_residual;
     if (!o->ct_dense || !ct_name(o, hf_name)) return;
     const int64_t G = o->ct_group ? o->ct_group : ncols, ng = (ncols + G - 1) / G;
     int8_t *q = malloc((size_t)ncols);
@@ -1879,6 +1918,16 @@ pagoda_status pg_gen_model_write(const pg_gen_model_options *o) {
                         "rope scaling: only llama3 with factor > 0, high > low freq factor");
     if (!o->hf_dir && !o->gguf_path)
         return pg_error(PAGODA_ERR_INVALID_ARG, "no output (HF directory or GGUF path)");
+    if (o->successor &&
+        ((gen_arch(o) != &pg_arch_llama && gen_arch(o) != &pg_arch_qwen3) || o->tie || o->from ||
+         o->ct_bits || !(o->successor_skip >= 0.0f && o->successor_skip < 1.0f) ||
+         !(o->successor_residual > 0.0f) || o->vocab < 3))
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "successor model: needs llama or qwen3, an untied lm_head (--no-tie), "
+                        "random weights (no --from, no compressed-tensors), vocab >= 3, skip in "
+                        "[0, 1) and residual > 0 (got %s, %s, skip %g, residual %g, vocab %d)",
+                        gen_arch(o)->name, o->tie ? "tied" : "untied", (double)o->successor_skip,
+                        (double)o->successor_residual, o->vocab);
     size_t nt = plan_count(o);
     gen_tensor *t = calloc(nt, sizeof *t);
     if (!t) return pg_error(PAGODA_ERR_NOMEM, "out of memory");

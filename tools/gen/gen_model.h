@@ -136,6 +136,26 @@ typedef struct pg_gen_model_options {
     /* Take every weight from this model instead of random numbers (its
      * shapes must equal the options'; pg_gen_model_options_from sets them). */
     const pg_model_source *from;
+    /* A synthetic "successor" model (llama / qwen3, untied, random weights
+     * only): a model whose greedy output is known by construction, to
+     * measure speculative decoding at a known acceptance rate on a real
+     * model's cost profile (same shapes, same bytes per step). The
+     * successor of token t is next(t) = (t + 1) mod vocab, or (t + 2) mod
+     * vocab for the tokens t marked "skip" (a fraction successor_skip of
+     * all tokens, chosen by a hash of (seed, t): pg_gen_successor_skips).
+     * lm_head row s is the sum of the embedding rows of s's predecessors
+     * (t with next(t) = s: s - 1 unless marked, s - 2 if marked; zero when
+     * there is none), and every layer's output projections (o_proj,
+     * down_proj) are the random weights times successor_residual, so the
+     * final hidden state stays dominated by the current token's embedding
+     * e_t and the logit of next(t), about |e_t|^2 / rms(e_t) = hidden *
+     * init_std, stands ~sqrt(hidden) standard deviations above the other
+     * logits (random dot products). A target with skip 0 and a draft with
+     * skip p disagree exactly on the marked tokens: greedy acceptance
+     * 1 - p per position by construction. */
+    bool successor;
+    float successor_skip;     /* in [0, 1); 0: next(t) = t + 1 for every t */
+    float successor_residual; /* > 0 (gen_model --successor: 1e-3 unless --successor-residual) */
 } pg_gen_model_options;
 
 /* A tiny default: Llama, hidden 64, 2 layers, 4/2 heads, ffn 128, vocab 512,
@@ -183,10 +203,20 @@ pagoda_status pg_gen_model_preset(pg_gen_model_options *o, const char *name);
  * Qwen3-MoE with dense layers or norm_topk_prob false). */
 pagoda_status pg_gen_model_options_from(pg_gen_model_options *o, const pg_model_source *src);
 
+/* The successor option (see pg_gen_model_options.successor): marks token t
+ * as "skip" (next(t) = t + 2) when a hash of (seed, t) falls below
+ * `skip`; the hash is fixed, so the draft's marks can be computed by a test
+ * or a report. */
+bool pg_gen_successor_skips(uint64_t seed, float skip, int64_t t);
+/* next(t) of a successor model with these options (t in [0, vocab)). */
+int64_t pg_gen_successor_next(const pg_gen_model_options *o, int64_t t);
+
 /* Write the requested forms. Errors: PAGODA_ERR_INVALID_ARG (inconsistent
  * shape, dtype not allowed for the form, llama3 RoPE scaling for qwen3 /
  * qwen3_moe, experts for a dense architecture or none for qwen3_moe,
- * compressed-tensors output of qwen3_moe),
+ * compressed-tensors output of qwen3_moe, a successor model that is tied,
+ * not llama / qwen3, converted (from) or compressed, or whose skip is not
+ * in [0, 1) or residual not > 0),
  * PAGODA_ERR_IO, PAGODA_ERR_NOMEM, and the errors of opening vocab_gguf. */
 pagoda_status pg_gen_model_write(const pg_gen_model_options *o);
 
