@@ -35,10 +35,11 @@ SERVE_PKGS=(build-essential cmake pkg-config file curl "${SERVE_LIBS[@]}")
 # `make test-package` (a Debian root by debootstrap, chroot + unshare),
 # `make test-package-arm64` (an arm64 root by mmdebstrap --mode=chrootless,
 # then chroot with qemu-aarch64-static in a private binfmt_misc) and
-# `make test-image` (buildah builds the Dockerfile, podman runs it).
+# `make test-image` (buildah builds the Dockerfile, podman runs it with runc:
+# scripts/test-image.sh's default runtime, as crun fails in some sandboxes).
 # (On a systemd machine qemu-user-static also registers its qemu handlers in
 # the machine's binfmt_misc; the test neither needs nor uses them.)
-CONTAINER_PKGS=(debootstrap mmdebstrap qemu-user-static buildah podman uidmap fuse-overlayfs slirp4netns curl python3)
+CONTAINER_PKGS=(debootstrap mmdebstrap qemu-user-static buildah podman runc uidmap fuse-overlayfs slirp4netns curl python3)
 
 NATIVE_PKGS=(
   build-essential cmake pkg-config
