@@ -23,7 +23,8 @@
 #    merged /usr comes from mmdebstrap's merged-usr hook (usrmerge's postinst
 #    ignores DPKG_ROOT).
 # 2. pagoda's Depends cannot be installed that way: fontconfig-config's and
-#    shared-mime-info's maintainer scripts (pulled in by libavcodec59) ignore
+#    shared-mime-info's maintainer scripts (pulled in by libavcodec59 and
+#    libavformat59 through librsvg2, cairo, libbluray) ignore
 #    DPKG_ROOT and write to the host's /etc/fonts and /usr/share/mime. So the
 #    package is installed as on an arm64 machine: `chroot ROOT apt-get install
 #    ./pagoda_*_arm64.deb`, every arm64 program (apt, dpkg, maintainer
