@@ -6,6 +6,7 @@
 #                 under PREFIX (default /usr/local), DESTDIR for staging
 #   make package  Debian packages (CPack): amd64 and, with the cross toolchain, arm64
 #   make test-package  install the amd64 .deb into a fresh Debian root and serve from it
+#   make test-package-arm64  the same for the arm64 .deb in an arm64 root (qemu, on amd64)
 #   make image / make test-image  the container image (Dockerfile) / build + run + curl it
 #   make generate one offline generation on the default model
 #   make loadtest 64 streaming clients against `pagoda serve` for 60 s, then the fault soak for 60 s
@@ -40,7 +41,7 @@ FUZZ_TARGETS ?=
 HAVE_CROSS := $(shell command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 && echo 1)
 
 .PHONY: all deps deps-serve build build-serve run install package package-native package-arm64 \
-        test-package image test-image generate loadtest soak test test-native test-arm bench asan tsan \
+        test-package test-package-arm64 image test-image generate loadtest soak test test-native test-arm bench asan tsan \
         fuzz format lint clean
 
 all: build
@@ -92,6 +93,10 @@ CACHE_DIR ?= /work/cache
 test-package: package-native
 	@bash scripts/install-deps.sh --containers
 	bash scripts/test-package.sh build-pkg/packages $(MODEL) $(CACHE_DIR)
+
+test-package-arm64: package-arm64
+	@bash scripts/install-deps.sh --containers
+	bash scripts/test-package-arm64.sh build-pkg-arm/packages $(MODEL) $(CACHE_DIR)
 
 image: package-native
 	@bash scripts/install-deps.sh --containers

@@ -11,8 +11,10 @@
 #                              no cmocka, linters, cross toolchain or qemu
 #   install-deps.sh --serve-arm64  --serve's libraries for arm64 and the
 #                              aarch64 cross compiler (`make package-arm64`)
-#   install-deps.sh --containers  the tools of `make test-package` and
-#                              `make test-image`: debootstrap, buildah, podman
+#   install-deps.sh --containers  the tools of `make test-package`,
+#                              `make test-package-arm64` and `make test-image`:
+#                              debootstrap, mmdebstrap, qemu-user-static,
+#                              buildah, podman
 set -euo pipefail
 
 mode=${1:-all}
@@ -30,9 +32,14 @@ SERVE_LIBS=(
   libsndfile1-dev libsoxr-dev libavformat-dev libavcodec-dev libavutil-dev
 )
 SERVE_PKGS=(build-essential cmake pkg-config file curl "${SERVE_LIBS[@]}")
-# `make test-package` (a Debian root by debootstrap, chroot + unshare) and
-# `make test-image` (buildah builds the Dockerfile, podman runs it).
-CONTAINER_PKGS=(debootstrap buildah podman uidmap fuse-overlayfs slirp4netns curl)
+# `make test-package` (a Debian root by debootstrap, chroot + unshare),
+# `make test-package-arm64` (an arm64 root by mmdebstrap --mode=chrootless,
+# then chroot with qemu-aarch64-static in a private binfmt_misc) and
+# `make test-image` (buildah builds the Dockerfile, podman runs it with runc:
+# scripts/test-image.sh's default runtime, as crun fails in some sandboxes).
+# (On a systemd machine qemu-user-static also registers its qemu handlers in
+# the machine's binfmt_misc; the test neither needs nor uses them.)
+CONTAINER_PKGS=(debootstrap mmdebstrap qemu-user-static buildah podman runc uidmap fuse-overlayfs slirp4netns curl python3)
 
 NATIVE_PKGS=(
   build-essential cmake pkg-config

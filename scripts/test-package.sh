@@ -45,7 +45,7 @@ fi
 
 # ---- inside the private mount namespace
 base=$cache/debian-$suite-$arch
-deb=$(ls "$pkgdir"/pagoda_*_"$arch".deb 2>/dev/null | head -1)
+deb=$(ls "$pkgdir"/pagoda_*_"$arch".deb 2>/dev/null | head -1 || true)
 [ -n "$deb" ] || { echo "test-package: no pagoda_*_$arch.deb in $pkgdir (make package-native)" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/pagoda-test-package.XXXXXX)
 root=$tmp/root
