@@ -5,9 +5,10 @@
  * as the weights (pg_bench_read_bandwidth) measured in the same rounds. Median of
  * the rounds; alternating the binaries of two builds gives new / old
  * ratios (docs/PERFORMANCE.md issue 23 "AVX2").
- * Usage: bench_kquant [rounds] [N] [K] [types: any of 4 5 6 x] [calls]
+ * Usage: bench_kquant [rounds] [N] [K] [types: any of 4 5 6 x] [calls] [M]
  *   defaults: 5 rounds, N = 8192, K = 4096 (32 MiB of Q6_K), all four.
- *   With calls: only rounds x calls M = 1 calls on one thread per type,
+ *   With calls: only rounds x calls calls of M rows (default 1, at most
+ *   512) on one thread per type,
  *   timed in thread CPU time (which other jobs on a loaded machine skew
  *   less than wall time): with a weight that fits L2, e.g. N = 256,
  *   K = 2048, the kernel's own cost per weight. */
@@ -107,6 +108,11 @@ int main(int argc, char **argv) {
         if (pg_pool_create(&o, &pools[p]) != PAGODA_OK) return 1;
     }
     const int calls = argc > 5 ? atoi(argv[5]) : 0;
+    const int64_t Mc = argc > 6 ? atoll(argv[6]) : 1;
+    if (calls > 0 && (Mc < 1 || Mc > Mp)) {
+        fprintf(stderr, "bench_kquant: M must be 1..512\n");
+        return 2;
+    }
     if (calls > 0) {
         for (int ti = 0; ti < 4; ti++) {
             if (!strchr(sel, tc[ti])) continue;
@@ -114,19 +120,21 @@ int main(int argc, char **argv) {
             pg_packed_weight *pw = NULL;
             if (!w || pg_gemm_pack(types[ti], w, N, K, NULL, &pw) != PAGODA_OK) return 1;
             free(w);
-            void *scratch = pg_malloc_aligned(pg_gemm_scratch_size(pw, 1, 1));
+            void *scratch = pg_malloc_aligned(pg_gemm_scratch_size(pw, Mc, 1));
             if (!scratch) return 1;
             double cpu[31];
             for (int r = 0; r < rounds; r++) {
                 const double t0 = cpu_now();
                 for (int k = 0; k < calls; k++)
-                    if (pg_gemm(pw, A, 1, K, C, N, NULL, PG_GEMM_STORE, pools[0], scratch))
+                    if (pg_gemm(pw, A, Mc, K, C, N, NULL, PG_GEMM_STORE, pools[0], scratch))
                         return 1;
                 cpu[r] = (cpu_now() - t0) / calls;
             }
             const double us = median(cpu, rounds) * 1e6;
-            printf("%-7s %8.2f us CPU per call, %.3f ns per weight (%d calls x %d rounds)\n",
-                   pg_dtype_name(types[ti]), us, us * 1e3 / (double)(N * K), calls, rounds);
+            printf("%-7s %8.2f us CPU per call, %.4f ns per weight and row (M %lld, %d calls x %d "
+                   "rounds)\n",
+                   pg_dtype_name(types[ti]), us, us * 1e3 / (double)(N * K * Mc), (long long)Mc,
+                   calls, rounds);
             pg_free(scratch);
             pg_gemm_free(pw);
         }

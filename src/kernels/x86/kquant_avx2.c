@@ -1,25 +1,35 @@
-/* K-quant GEMM microkernels for AVX2 (pg_kernel_table.q2_k .. q6_k,
+/* K-quant GEMM microkernels for AVX2 (pg_kernel_table.q2_k .. iq4_nl,
  * dispatch.h; spec pg_ref_kq_gemm, bitwise equal to pg_ref_kq_uk_*). Used
  * by the avx2 table, and by the avx512 ones on CPUs without AVX512_VNNI.
  *
- * Tile up to 2 rows x 32 columns on the packed layout of gemm_kquant.c
- * (shared with avx512vnni and Arm), run as two halves of 16 columns (the
- * low nibbles of a 64-byte k-chunk, then the high ones), each two ymm of 8
- * columns x 4 k. VPMADDUBSW multiplies the unsigned weights u (<= 63) by
- * the signed activations (|a| <= 127) into int16 pairs (at most 2 * 63 *
- * 127 = 16002: never saturates) and VPMADDWD by ones widens them to the
- * exact int32 sum of four products (what VPDPBUSD does in one step). Per
- * sub-block the int32 sums times the column's scale (VPMULLD) go into P;
- * the minimum term Q is VPMADDWD of int16 (m, m) / (m0, m1) pairs with two
- * of the input stage's 16-sums at a time. Per super-block, row and vector:
- * y = fma(P, d * a_s, y), y = fnmadd(Q, dm * a_s, y), as the spec's fmaf.
- * High bits (Q5_K, Q6_K): a 16-bit shift of their plane and AND / OR.
- * IQ4_XS (cb): VPSHUFB maps the nibbles to the signed codebook values kv,
- * and VPMADDUBSW takes |kv| (<= 127) against the activations with kv's
- * sign (VPSIGNB): the same exact sums of qa * kv (at most 2 * 127 * 127 =
- * 32258 per int16 pair), no minimum term. IQ4_NL (fs) as IQ4_XS, but each
- * sub-block's int32 sums go straight to the outputs: y = fma(I, ds * a_s,
- * y) with the sub-block's F16 scales ds. */
+ * Tiles on the packed layout of gemm_kquant.c (shared with avx512vnni and
+ * Arm), in vectors of 8 columns x 4 k (one ymm of a 64-byte k-chunk: the
+ * low nibbles are columns 0-15, the high ones 16-31): M = 1 (decode) reads
+ * each chunk once for all 32 columns (4 vectors; IQ4_XS / IQ4_NL, short
+ * of registers for the codebook, 2 vectors per pass); 2 to 4 rows
+ * (prefill, MR = 4) take 16 columns per pass, sharing each unpacked weight
+ * vector between the rows. VPMADDUBSW multiplies the unsigned weights u by
+ * the broadcast signed activations (|a| <= 127) into int16 pairs, and
+ * those of up to 8 consecutive chunks of one sub-block are summed in int16
+ * (span_of: a pair is at most 2 * umax * 127, so 8 chunks of 4-bit u, 4 of
+ * 5-bit, 2 of 6-bit stay below 32768; test_kquant's test_extreme_sums
+ * holds every weight and activation at its extreme). One VPMADDWD with the
+ * column's (sc, sc) int16 pair widens a span and applies the sub-block
+ * scale at once, into int32 P (llama.cpp's AVX2 Q4_K dot does the same
+ * maddubs-then-madd; the previous kernel here did VPMADDWD by ones per
+ * chunk and VPMULLD per sub-block). The minimum term Q is VPMADDWD of the
+ * int16 pairs (m[2t], m[2t+1]) with the pair of the two sub-blocks'
+ * activation sums (the input stage's 16-sums). Per super-block, row and
+ * vector: y = fma(P, d * a_s, y), y = fnmadd(Q, dm * a_s, y), as the
+ * spec's fmaf. High bits (Q5_K, Q6_K): a 16-bit shift of their plane and
+ * AND / OR. IQ4_XS (cb): VPSHUFB maps the nibbles to the signed codebook
+ * values kv, and VPMADDUBSW takes |a| against kv with a's sign (VPSIGNB;
+ * |a| once per chunk): the exact sums of a * kv (at most 2 * 127 * 127 =
+ * 32258 per int16 pair, so one chunk per span), no minimum term. IQ4_NL
+ * (fs) as IQ4_XS, but each sub-block's int32 sums (VPMADDWD by ones) go
+ * straight to the outputs: y = fma(I, ds * a_s, y) with the sub-block's
+ * F16 scales ds. The M = 1 tile prefetches the super-block PF_GROUPS
+ * ahead in its panel slice, a share per sub-block. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -28,7 +38,10 @@
 #include "kernels/kquant_uk.h"
 #include "kernels/x86/x86.h"
 
-enum { MR = 2 };
+/* MR: the tile's rows; PF_GROUPS: how many super-blocks of its panel slice
+ * ahead the M = 1 tile prefetches (the hardware prefetcher alone leaves
+ * the stream idle while a super-block computes). */
+enum { MR = 4, PF_GROUPS = 2 };
 
 /* Move bits [sh0, sh0 + hb) of every byte of h to bits [4, 4 + hb) (the
  * bits that cross a byte boundary land outside the mask applied after). */
@@ -71,7 +84,7 @@ static inline __attribute__((always_inline)) void min_term(const int mr, const i
                                                            int64_t g, int c0,
                                                            __m256i Q[MR][4]) {
     const int S = 256 / sub;
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
@@ -79,7 +92,7 @@ static inline __attribute__((always_inline)) void min_term(const int mr, const i
 #pragma GCC unroll 1
     for (int t = 0; t < S / 2; t++) {
         __m256i b[MR];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const int16_t *bs = (const int16_t *)(ac + i * acs) + 16 * g;
             int32_t b2;
@@ -96,7 +109,7 @@ static inline __attribute__((always_inline)) void min_term(const int mr, const i
         for (int v = 0; v < NV; v++) {
             const int8_t *m0 = mm + 2 * t * PG_KQ_NR + c0 + 8 * v;
             const __m256i mp = pairs(m0, m0 + PG_KQ_NR);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int i = 0; i < mr; i++)
                 Q[i][v] = _mm256_add_epi32(Q[i][v], _mm256_madd_epi16(mp, b[i]));
         }
@@ -112,6 +125,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
     const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
     const int S = sh.S, cps = sh.cps, hb = sh.hb, per = sh.per;
     const int NV = 2 * NH, SP = span_of(bits, cb, cps);
+    const int nl = (int)(sh.gbytes / 64); /* cache lines per super-block */
     const __m256i lo = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i hm = _mm256_set1_epi8((char)(((1 << hb) - 1) << 4));
     const __m256i kv =
@@ -125,9 +139,10 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
 #pragma GCC unroll 1
         for (int h0 = 0; h0 < 2; h0 += NH) {
             const int c0 = 16 * h0; /* vector v: columns c0 + 8 v .. + 7 */
+            const int pf = mr == 1 && h0 == 0 && g + PF_GROUPS < ng;
             __m256i P[MR][4];
             __m256 Y[MR][4]; /* fs: the outputs, one FMA per sub-block */
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++) {
@@ -138,6 +153,10 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                 }
 #pragma GCC unroll 1
             for (int s = 0; s < S; s++) {
+                if (pf) /* decode: sub-block s's share of super-block g + PF_GROUPS */
+#pragma GCC unroll 1
+                    for (int l = s * nl / S; l < (s + 1) * nl / S; l++)
+                        _mm_prefetch(grp + PF_GROUPS * sh.gbytes + 64 * l, _MM_HINT_T0);
                 __m256i scv[4]; /* int16 (sc, sc) pairs, or ones for fs */
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++)
@@ -151,7 +170,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                     for (int cc = 0; cc < SP; cc++) {
                         const int ch = s * cps + sp * SP + cc;
                         __m256i wq[4];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                         for (int q = 0; q < 2; q++) {
                             const __m256i x =
                                 _mm256_loadu_si256((const __m256i *)(nib + ch * 64 + 32 * q));
@@ -160,7 +179,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                                 hp = _mm256_loadu_si256(
                                     (const __m256i *)(nib + PG_KQ_NIB_BYTES + (ch / per) * 64 +
                                                       32 * q));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                             for (int hh = 0; hh < NH; hh++) {
                                 const int h = h0 + hh, v = 2 * hh + q;
                                 __m256i u = h ? _mm256_and_si256(_mm256_srli_epi16(x, 4), lo)
@@ -173,7 +192,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                                 wq[v] = cb ? _mm256_shuffle_epi8(kv, u) : u;
                             }
                         }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                         for (int i = 0; i < mr; i++) {
                             int32_t a4;
                             memcpy(&a4, ag + i * as + 4 * ch, 4);
@@ -190,7 +209,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                     }
 #pragma GCC unroll 4
                     for (int v = 0; v < NV; v++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                         for (int i = 0; i < mr; i++)
                             P[i][v] =
                                 _mm256_add_epi32(P[i][v], _mm256_madd_epi16(T[i][v], scv[v]));
@@ -200,7 +219,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                     for (int v = 0; v < NV; v++) {
                         const __m256 ds = _mm256_cvtph_ps(_mm_loadu_si128(
                             (const __m128i *)(grp + 2 * (s * PG_KQ_NR + c0 + 8 * v))));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                         for (int i = 0; i < mr; i++) {
                             Y[i][v] = _mm256_fmadd_ps(
                                 _mm256_cvtepi32_ps(P[i][v]),
@@ -211,7 +230,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                 }
             }
             if (fs) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                 for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
                     for (int v = 0; v < NV; v++)
@@ -226,7 +245,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                 const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(grp + 2 * col)));
                 const __m256 dm = _mm256_cvtph_ps(
                     _mm_loadu_si128((const __m128i *)(grp + 2 * PG_KQ_NR + 2 * col)));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                 for (int i = 0; i < mr; i++) {
                     const __m256 ai = _mm256_set1_ps(asc[i * ass + g]);
                     float *ci = c + i * ldc + col;
@@ -246,11 +265,22 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
               int64_t as_stride, const int32_t *ac, int64_t ac_stride, const void *w, float *c,    \
               int64_t ldc, int mr, int accumulate) {                                               \
         (void)gk;                                                                                  \
-        if (mr == 1)                                                                               \
-            tile(1, CB ? 1 : 2, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, \
+        switch (mr) {                                                                              \
+        case 1:                                                                                    \
+            tile(1, CB ? 1 : 2, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac,   \
+                 ac_stride, w, c, ldc, accumulate);                                                \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            tile(2, 1, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, \
                  w, c, ldc, accumulate);                                                           \
-        else                                                                                       \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            tile(3, 1, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac, ac_stride, \
+                 w, c, ldc, accumulate);                                                           \
+            break;                                                                                 \
+        default:                                                                                   \
             tile(MR, 1, BITS, SUB, MIN, CB, FS, ngroups, a, a_stride, as, as_stride, ac,           \
                  ac_stride, w, c, ldc, accumulate);                                                \
+        }                                                                                          \
     }
 PG_KQ_ROWS(KQ_UK, pg_avx2_kq_uk)
