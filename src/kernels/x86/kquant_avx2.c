@@ -81,8 +81,7 @@ static inline __attribute__((always_inline)) int span_of(int bits, int cb, int c
 static inline __attribute__((always_inline)) void min_term(const int mr, const int NV,
                                                            const int sub, const int8_t *mm,
                                                            const int32_t *ac, int64_t acs,
-                                                           int64_t g, int c0,
-                                                           __m256i Q[MR][4]) {
+                                                           int64_t g, int c0, __m256i Q[MR][4]) {
     const int S = 256 / sub;
 #pragma GCC unroll 4
     for (int i = 0; i < mr; i++)
@@ -160,9 +159,9 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                 __m256i scv[4]; /* int16 (sc, sc) pairs, or ones for fs */
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++)
-                    scv[v] = fs ? ones
-                                : pairs(sc + s * PG_KQ_NR + c0 + 8 * v,
-                                        sc + s * PG_KQ_NR + c0 + 8 * v);
+                    scv[v] =
+                        fs ? ones
+                           : pairs(sc + s * PG_KQ_NR + c0 + 8 * v, sc + s * PG_KQ_NR + c0 + 8 * v);
 #pragma GCC unroll 4
                 for (int sp = 0; sp < cps / SP; sp++) {
                     __m256i T[MR][4]; /* int16 pairs of SP chunks */
@@ -176,9 +175,9 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                                 _mm256_loadu_si256((const __m256i *)(nib + ch * 64 + 32 * q));
                             __m256i hp = _mm256_setzero_si256();
                             if (hb)
-                                hp = _mm256_loadu_si256(
-                                    (const __m256i *)(nib + PG_KQ_NIB_BYTES + (ch / per) * 64 +
-                                                      32 * q));
+                                hp =
+                                    _mm256_loadu_si256((const __m256i *)(nib + PG_KQ_NIB_BYTES +
+                                                                         (ch / per) * 64 + 32 * q));
 #pragma GCC unroll 4
                             for (int hh = 0; hh < NH; hh++) {
                                 const int h = h0 + hh, v = 2 * hh + q;
@@ -186,8 +185,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                                               : _mm256_and_si256(x, lo);
                                 if (hb) {
                                     const int sh0 = hb * (2 * (ch % per) + h);
-                                    u = _mm256_or_si256(u,
-                                                        _mm256_and_si256(place_hi(hp, sh0), hm));
+                                    u = _mm256_or_si256(u, _mm256_and_si256(place_hi(hp, sh0), hm));
                                 }
                                 wq[v] = cb ? _mm256_shuffle_epi8(kv, u) : u;
                             }
@@ -211,8 +209,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                     for (int v = 0; v < NV; v++)
 #pragma GCC unroll 4
                         for (int i = 0; i < mr; i++)
-                            P[i][v] =
-                                _mm256_add_epi32(P[i][v], _mm256_madd_epi16(T[i][v], scv[v]));
+                            P[i][v] = _mm256_add_epi32(P[i][v], _mm256_madd_epi16(T[i][v], scv[v]));
                 }
                 if (fs) {
 #pragma GCC unroll 4
