@@ -7,7 +7,8 @@
  * hand-built extreme blocks, every kernel table this machine (or qemu) runs
  * against the scalar specification pg_ref_kq_gemm bit for bit (M = 1, 2, 5,
  * 13, 40; N not a multiple of 32; K = 256, 768; store / residual / SwiGLU,
- * with and without bias; 1 and 2 threads), the specification against the
+ * with and without bias; 1 and 2 threads; and the largest sums: all
+ * weights and activations at their extremes), the specification against the
  * f32 product with the dequantized weights, the fused RMSNorm input stage,
  * batch invariance and bad arguments; and a random-weight Llama written
  * by gen_model as Q4_K_M (Q4_K with token_embd / output / attn_v / ffn_down
@@ -423,6 +424,61 @@ static void test_tables_vs_reference(void **state) {
     pg_pool_free(pool2);
 }
 
+/* The largest integer sums a kernel can meet: every weight at its largest
+ * magnitude (all quant and scale bytes 0xFF; IQ4_XS / IQ4_NL 0x00, the
+ * codebook's -127, scales -32) against activations that all quantize to
+ * +127 or -127 or alternate in sign, for every table, M = 1 to 5 and 1 and
+ * 2 threads: a kernel that sums int16 products of several k-chunks before
+ * widening (x86/kquant_avx2.c) overflows here first. Bit for bit against
+ * the specification. */
+static void test_extreme_sums(void **state) {
+    (void)state;
+    pg_pool *pool2 = pg_test_pool(2);
+    const int64_t N = 40, K = 512, M2 = 5, lda = K + 1, ldc = N + 3; /* as run_vs_ref */
+    float *A = malloc((size_t)(M2 * lda) * sizeof(float));
+    float *C0 = calloc((size_t)(M2 * ldc), sizeof(float));
+    assert_true(A && C0);
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const pg_dtype t = TYPES[ti];
+        const size_t bb = pg_dtype_block_bytes(t), nb = (size_t)(N * K) / pg_dtype_block_elems(t);
+        uint8_t *w = malloc(nb * bb);
+        assert_non_null(w);
+        const int cb = t == PG_IQ4_XS || t == PG_IQ4_NL;
+        memset(w, cb ? 0x00 : 0xFF, nb * bb);
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *blk = w + b * bb;
+            if (t == PG_Q6_K) {
+                put16(blk + 208, 0.001f);
+            } else if (t == PG_Q3_K) {
+                put16(blk + 108, 0.001f);
+            } else if (t == PG_Q2_K) {
+                put16(blk + 80, 0.002f);
+                put16(blk + 82, 0.001f);
+            } else if (cb) {
+                put16(blk, 0.001f);
+            } else {
+                put16(blk, 0.002f);
+                put16(blk + 2, 0.001f);
+            }
+        }
+        for (int pat = 0; pat < 3; pat++) {
+            for (int64_t i = 0; i < M2 * lda; i++)
+                A[i] = pat == 0 ? 1.0f : pat == 1 ? -1.0f : (i % 2 ? -1.0f : 1.0f);
+            for (int l = 0; l < N_ISAS; l++) {
+                const pg_kernel_table *kt = pg_kernels_for_isa(ISAS[l]);
+                if (!kt) continue;
+                for (int64_t M = 1; M <= M2; M++)
+                    run_vs_ref(t, kt, M == 2 ? pool2 : NULL, M, N, K, w, NULL, A, NULL,
+                               PG_GEMM_STORE, C0);
+            }
+        }
+        free(w);
+    }
+    free(A);
+    free(C0);
+    pg_pool_free(pool2);
+}
+
 /* The specification is the product with the dequantized weights up to the
  * int8 activations' rounding. */
 static void test_spec_vs_dequantized(void **state) {
@@ -733,6 +789,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_and_dequant),
         cmocka_unit_test(test_tables_vs_reference),
+        cmocka_unit_test(test_extreme_sums),
         cmocka_unit_test(test_spec_vs_dequantized),
         cmocka_unit_test(test_fused_rmsnorm_and_batch_invariance),
         cmocka_unit_test(test_iq4_tables_vs_reference),

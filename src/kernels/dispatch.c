@@ -156,7 +156,7 @@ static void fill_table(pg_kernel_table *t, pg_isa level) {
         else
             t->qgemm_w8 = QUK_AVX2(8), t->qgemm_w4 = QUK_AVX2(4);
         t->mxfp4 = MXUK_AVX2;
-        KQ_SET(t, "avx2", 2, pg_avx2_kq_uk); /* VPMADDUBSW; avx512vnni replaces it below */
+        KQ_SET(t, "avx2", 4, pg_avx2_kq_uk); /* VPMADDUBSW; avx512vnni replaces it below */
     }
     if (level >= PG_ISA_AVX512 && level <= PG_ISA_AVX512BF16) {
         SET(t, dot_f32, pg_avx512_dot_f32, "avx512");

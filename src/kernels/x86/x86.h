@@ -174,9 +174,10 @@ void pg_avx512_gdn_recurrent(int n, int dk, int nc, float *S, int64_t lds, const
 void pg_avx512_gdn_mm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float *c, int64_t ldc, float cscale);
 
-/* K-quant microkernels for AVX2 (pg_kernel_table.q2_k .. q6_k, dispatch.h;
- * bitwise equal to pg_ref_kq_uk_*). kquant_avx2.c: 2x32 on the shared packed
- * layout, VPMADDUBSW + VPMADDWD by ones for the int32 sums. */
+/* K-quant microkernels for AVX2 (pg_kernel_table.q2_k .. iq4_nl, dispatch.h;
+ * bitwise equal to pg_ref_kq_uk_*). kquant_avx2.c: up to 4 x 32 on the shared
+ * packed layout, VPMADDUBSW with int16 sums over up to 8 k-chunks, then
+ * VPMADDWD by the sub-block scales. */
 void pg_avx2_kq_uk_q2_k(int64_t ngroups, int64_t gk, const void *a, int64_t a_stride,
                         const float *as, int64_t as_stride, const int32_t *ac, int64_t ac_stride,
                         const void *w, float *c, int64_t ldc, int mr, int accumulate);

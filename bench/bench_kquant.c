@@ -1,0 +1,189 @@
+/* K-quant GEMMs (Q4_K, Q5_K, Q6_K, IQ4_XS) of the running CPU's kernel
+ * table on random GGUF rows: decode (M = 1: GB/s of the packed weight
+ * stream) and prefill (M = 512: GOP/s, 2 per multiply-add) on 1 and 2
+ * threads, beside the read bandwidth of the same pool over a buffer as large
+ * as the weights (pg_bench_read_bandwidth) measured in the same rounds. Median of
+ * the rounds; alternating the binaries of two builds gives new / old
+ * ratios (docs/PERFORMANCE.md issue 23 "AVX2").
+ * Usage: bench_kquant [rounds] [N] [K] [types: any of 4 5 6 x] [calls] [M]
+ *   defaults: 5 rounds, N = 8192, K = 4096 (32 MiB of Q6_K), all four.
+ *   With calls: only rounds x calls calls of M rows (default 1, at most
+ *   512) on one thread per type,
+ *   timed in thread CPU time (which other jobs on a loaded machine skew
+ *   less than wall time): with a weight that fits L2, e.g. N = 256,
+ *   K = 2048, the kernel's own cost per weight. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/dtype.h"
+#include "base/pool.h"
+#include "bench/harness.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void put16(uint8_t *p, float f) {
+    uint16_t h = pg_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+/* Random rows of t with small positive F16 scales where the block has them. */
+static uint8_t *make_rows(pg_dtype t, int64_t N, int64_t K) {
+    const size_t bb = pg_dtype_block_bytes(t), nb = (size_t)(N * K) / pg_dtype_block_elems(t);
+    uint8_t *w = malloc(nb * bb);
+    if (!w) return NULL;
+    for (size_t i = 0; i < nb * bb; i++)
+        w[i] = (uint8_t)rnd();
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = w + b * bb;
+        if (t == PG_Q6_K) {
+            put16(blk + 208, 0.001f);
+        } else if (t == PG_IQ4_XS) {
+            put16(blk, 0.001f);
+        } else {
+            put16(blk, 0.002f);
+            put16(blk + 2, 0.001f);
+        }
+    }
+    return w;
+}
+
+typedef struct {
+    const int64_t *buf;
+} read_job;
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return x[n / 2];
+}
+
+int main(int argc, char **argv) {
+    const int rounds = argc > 1 ? atoi(argv[1]) : 5;
+    const int64_t N = argc > 2 ? atoll(argv[2]) : 8192, K = argc > 3 ? atoll(argv[3]) : 4096;
+    const char *sel = argc > 4 ? argv[4] : "456x";
+    if (rounds < 1 || rounds > 31 || N < 32 || K < 256 || K % 256) {
+        fprintf(stderr, "usage: bench_kquant [rounds 1-31] [N >= 32] [K, a multiple of 256] "
+                        "[types: 4 5 6 x]\n");
+        return 2;
+    }
+    const pg_dtype types[4] = {PG_Q4_K, PG_Q5_K, PG_Q6_K, PG_IQ4_XS};
+    const char tc[4] = {'4', '5', '6', 'x'};
+    const int64_t Mp = 512;
+    float *A = pg_malloc_aligned((size_t)(Mp * K) * sizeof(float));
+    float *C = pg_malloc_aligned((size_t)(Mp * N) * sizeof(float));
+    if (!A || !C) return 1;
+    for (int64_t i = 0; i < Mp * K; i++)
+        A[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 0.001f;
+    pg_pool *pools[2] = {NULL, NULL};
+    for (int p = 0; p < 2; p++) {
+        pg_pool_options o = pg_pool_options_default();
+        o.n_threads = p + 1;
+        if (pg_pool_create(&o, &pools[p]) != PAGODA_OK) return 1;
+    }
+    const int calls = argc > 5 ? atoi(argv[5]) : 0;
+    const int64_t Mc = argc > 6 ? atoll(argv[6]) : 1;
+    if (calls > 0 && (Mc < 1 || Mc > Mp)) {
+        fprintf(stderr, "bench_kquant: M must be 1..512\n");
+        return 2;
+    }
+    if (calls > 0) {
+        for (int ti = 0; ti < 4; ti++) {
+            if (!strchr(sel, tc[ti])) continue;
+            uint8_t *w = make_rows(types[ti], N, K);
+            pg_packed_weight *pw = NULL;
+            if (!w || pg_gemm_pack(types[ti], w, N, K, NULL, &pw) != PAGODA_OK) return 1;
+            free(w);
+            void *scratch = pg_malloc_aligned(pg_gemm_scratch_size(pw, Mc, 1));
+            if (!scratch) return 1;
+            double cpu[31];
+            for (int r = 0; r < rounds; r++) {
+                const double t0 = cpu_now();
+                for (int k = 0; k < calls; k++)
+                    if (pg_gemm(pw, A, Mc, K, C, N, NULL, PG_GEMM_STORE, pools[0], scratch))
+                        return 1;
+                cpu[r] = (cpu_now() - t0) / calls;
+            }
+            const double us = median(cpu, rounds) * 1e6;
+            printf("%-7s %8.2f us CPU per call, %.4f ns per weight and row (M %lld, %d calls x %d "
+                   "rounds)\n",
+                   pg_dtype_name(types[ti]), us, us * 1e3 / (double)(N * K * Mc), (long long)Mc,
+                   calls, rounds);
+            pg_free(scratch);
+            pg_gemm_free(pw);
+        }
+        return 0;
+    }
+    printf("isa %s, N %lld, K %lld, %d rounds (median)\n", pg_kernels()->isa, (long long)N,
+           (long long)K, rounds);
+    printf("%-7s %3s %12s %12s %9s %14s\n", "type", "thr", "M=1 GB/s", "read GB/s", "% read",
+           "M=512 GOP/s");
+    for (int ti = 0; ti < 4; ti++) {
+        if (!strchr(sel, tc[ti])) continue;
+        const pg_dtype t = types[ti];
+        uint8_t *w = make_rows(t, N, K);
+        pg_packed_weight *pw = NULL;
+        if (!w || pg_gemm_pack(t, w, N, K, NULL, &pw) != PAGODA_OK) return 1;
+        free(w);
+        const size_t wb = pg_gemm_packed_bytes(pw);
+        read_job rj = {pg_malloc_aligned(wb)};
+        if (!rj.buf) return 1;
+        memset((void *)rj.buf, 1, wb);
+        for (int p = 0; p < 2; p++) {
+            void *scratch = pg_malloc_aligned(pg_gemm_scratch_size(pw, Mp, p + 1));
+            if (!scratch) return 1;
+            double d1[31], rd[31], pf[31];
+            const int reps = 8;
+            for (int r = 0; r < rounds; r++) {
+                double t0 = now();
+                for (int k = 0; k < reps; k++)
+                    if (pg_gemm(pw, A, 1, K, C, N, NULL, PG_GEMM_STORE, pools[p], scratch))
+                        return 1;
+                d1[r] = (double)wb * reps / (now() - t0) * 1e-9;
+                rd[r] = pg_bench_read_bandwidth(pools[p], rj.buf, wb, 3);
+                t0 = now();
+                if (pg_gemm(pw, A, Mp, K, C, N, NULL, PG_GEMM_STORE, pools[p], scratch)) return 1;
+                pf[r] = 2.0 * (double)Mp * (double)N * (double)K / (now() - t0) * 1e-9;
+            }
+            const double m1 = median(d1, rounds), mr = median(rd, rounds);
+            printf("%-7s %3d %12.2f %12.2f %8.1f%% %14.1f\n", pg_dtype_name(t), p + 1, m1, mr,
+                   100.0 * m1 / mr, median(pf, rounds));
+            fflush(stdout);
+            pg_free(scratch);
+        }
+        pg_free((void *)rj.buf);
+        pg_gemm_free(pw);
+    }
+    printf("(checksum %lld)\n", (long long)C[0]);
+    for (int p = 0; p < 2; p++)
+        pg_pool_free(pools[p]);
+    pg_free(A);
+    pg_free(C);
+    return 0;
+}
