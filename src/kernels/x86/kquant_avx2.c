@@ -152,18 +152,24 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                 }
 #pragma GCC unroll 1
             for (int s = 0; s < S; s++) {
-                if (pf) /* decode: sub-block s's share of super-block g + PF_GROUPS */
+                /* decode: sub-block s's share of super-block g + PF_GROUPS (the bounds
+                 * outside the for: UBSan's division checks in its condition would make
+                 * GCC drop the loop annotation, an error under -Werror) */
+                if (pf) {
+                    const int l0 = s * nl / S, l1 = (s + 1) * nl / S;
 #pragma GCC unroll 1
-                    for (int l = s * nl / S; l < (s + 1) * nl / S; l++)
+                    for (int l = l0; l < l1; l++)
                         _mm_prefetch(grp + PF_GROUPS * sh.gbytes + 64 * l, _MM_HINT_T0);
+                }
                 __m256i scv[4]; /* int16 (sc, sc) pairs, or ones for fs */
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++)
                     scv[v] =
                         fs ? ones
                            : pairs(sc + s * PG_KQ_NR + c0 + 8 * v, sc + s * PG_KQ_NR + c0 + 8 * v);
+                const int nsp = cps / SP; /* outside the for, as l0 / l1 above */
 #pragma GCC unroll 4
-                for (int sp = 0; sp < cps / SP; sp++) {
+                for (int sp = 0; sp < nsp; sp++) {
                     __m256i T[MR][4]; /* int16 pairs of SP chunks */
 #pragma GCC unroll 8
                     for (int cc = 0; cc < SP; cc++) {
