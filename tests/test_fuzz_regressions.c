@@ -141,6 +141,42 @@ static void test_tokenizer_added_token_shares_vocab_id(void **state) {
     free(in);
 }
 
+/* A tokenizer.json of 8.8 KB whose one vocab entry had id 43413107: the
+ * per-id arrays and hash map (~70 bytes per id) took 2 GB (libFuzzer
+ * out-of-memory, fourth campaign). Ids far sparser than 0..n-1 are now
+ * refused naming the largest id. Input:
+ * tests/data/fuzz/tokenizer_sparse_token_ids (tokenizer.json NUL
+ * tokenizer_config.json as fuzz_tokenizer_json splits it). */
+static void test_tokenizer_sparse_token_ids(void **state) {
+    (void)state;
+    size_t len;
+    char *in = pg_test_read_file(fuzz_input("tokenizer_sparse_token_ids"), &len);
+    size_t tok_len = strnlen(in, len);
+    const char *dir = pg_test_tmpdir();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    pg_test_write_file(path, in, tok_len);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (tok_len < len) pg_test_write_file(path, in + tok_len + 1, len - tok_len - 1);
+    pg_tokenizer *tok = NULL;
+    pg_clear_error();
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_ERR_FORMAT);
+    assert_null(tok);
+    assert_non_null(strstr(pg_last_error(), "largest id is 43413107"));
+    free(in);
+    /* the bound leaves room for real gaps: 3 tokens, the added one at 60000 */
+    static const char small[] =
+        "{\"added_tokens\":[{\"id\":60000,\"content\":\"<x>\",\"special\":true}],"
+        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}";
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    pg_test_write_file(path, small, sizeof small - 1);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    pg_test_write_file(path, "{}", 2);
+    assert_int_equal(pg_tokenizer_load(dir, &tok), PAGODA_OK);
+    assert_int_equal(pg_tokenizer_token_to_id(tok, "<x>", 3), 60000);
+    pg_tokenizer_free(tok);
+}
+
 /* compressed-tensors quantization_config: num_bits and group_size were cast
  * from the JSON double before the range check (UBSan: 3e+118 is outside
  * the range of 'long'), and a fractional group_size such as 32.5 passed as
@@ -317,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_bench_usage_count_out_of_int32_range),
         cmocka_unit_test(test_hf_generation_eos_id_past_int32),
         cmocka_unit_test(test_tokenizer_added_token_shares_vocab_id),
+        cmocka_unit_test(test_tokenizer_sparse_token_ids),
         cmocka_unit_test(test_ct_config_group_size_past_int64),
         cmocka_unit_test(test_regex_compile_work_budget),
         cmocka_unit_test(test_grammar_nfa_too_large_leak),

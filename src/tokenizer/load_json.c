@@ -370,6 +370,16 @@ static pagoda_status load_model(pg_tokenizer *t, const lctx *L, const cJSON *mod
         if (id->valueint + 1 > n) n = id->valueint + 1;
     }
     if (n == 0) return pg_error(PAGODA_ERR_FORMAT, "%s: empty vocab", L->path);
+    /* Ids index dense per-token arrays (~70 bytes per id), so a few entries
+     * with a huge id would cost gigabytes: real vocabularies number their
+     * tokens 0..n-1, with at most a few unused ids between the model's
+     * vocab and its added tokens. Refuse ids far sparser than that. */
+    int64_t n_entries = (int64_t)cJSON_GetArraySize(vocab) + cJSON_GetArraySize(added);
+    if ((int64_t)n > 2 * n_entries + 65536)
+        return pg_error(PAGODA_ERR_FORMAT,
+                        "%s: token ids are sparse: the largest id is %d but the file has only %lld "
+                        "tokens (ids should number the tokens 0..n-1)",
+                        L->path, n - 1, (long long)n_entries);
     pagoda_status st = pg_tok_alloc_vocab(t, n);
     if (st) return st;
     cJSON_ArrayForEach(e, vocab) {
