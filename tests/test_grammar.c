@@ -635,6 +635,32 @@ static void test_json_schema_documents(void **state) {
     assert_true(accepts(SCHEMAS[7], "0.999"));
 }
 
+/* A '{' that does not start {n}, {n,} or {n,m} is a literal (ECMAScript's
+ * Annex B, Python's re): "a{b" was refused with "nothing to repeat". */
+static void test_regex_literal_brace(void **state) {
+    (void)state;
+    static const struct {
+        const char *re, *s;
+        bool ok;
+    } cases[] = {
+        {"a{b", "a{b", true},   {"{", "{", true},       {"x{,5}", "x{,5}", true},
+        {"a{2}{", "aa{", true}, {"a{2}", "a{2}", false}, {"a{2}", "aa", true},
+        {"\\{\\}", "{}", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        pg_gram *g;
+        if (pg_gram_from_regex(cases[i].re, strlen(cases[i].re), &g) != PAGODA_OK)
+            fail_msg("%s: %s", cases[i].re, pg_last_error());
+        pg_gstate *m;
+        assert_int_equal(pg_gstate_create(g, &m), PAGODA_OK);
+        bool ok = pg_gstate_feed(m, (const uint8_t *)cases[i].s, strlen(cases[i].s)) &&
+                  pg_gstate_accepting(m);
+        if (ok != cases[i].ok) fail_msg("regex '%s' on '%s': %d", cases[i].re, cases[i].s, ok);
+        pg_gstate_free(m);
+        pg_gram_free(g);
+    }
+}
+
 /* Errors name the rule / keyword / construct. */
 static void expect_error(pagoda_status st, pagoda_status code, const char *word) {
     assert_int_equal(st, code);
@@ -665,6 +691,11 @@ static void test_errors(void **state) {
     RX("a^b", PAGODA_ERR_UNSUPPORTED, "anchors");
     RX("a{2,1}", PAGODA_ERR_INVALID_ARG, "n < m");
     RX("[z-a]", PAGODA_ERR_INVALID_ARG, "range");
+    /* a bound above the limit was taken for a literal '{' and reported as
+     * "nothing to repeat" (a request's guided_regex "a{99999999}") */
+    RX("a{99999999}", PAGODA_ERR_LIMIT, "repetition bound above 10000");
+    RX("a{2,10001}", PAGODA_ERR_LIMIT, "repetition bound above 10000");
+    RX("{3}", PAGODA_ERR_INVALID_ARG, "nothing to repeat");
     /* found by fuzz_request (tests/data/fuzz/request_regex_compile_slow): 151k
      * automaton nodes and 5 s of CPU below the node limit; now the work budget
      * stops it with a clear error */
@@ -1239,6 +1270,7 @@ int main(void) {
         cmocka_unit_test(test_regex_vs_reference),
         cmocka_unit_test(test_json_schema_vs_reference),
         cmocka_unit_test(test_json_schema_documents),
+        cmocka_unit_test(test_regex_literal_brace),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_masks_llama3),
         cmocka_unit_test(test_masks_sentencepiece),

@@ -283,15 +283,35 @@ bad:
 
 static int32_t parse_alt(rp *p);
 
-static bool read_int(rp *p, int32_t *v) {
-    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return false;
+/* 1: a bound read into *v; 0: no digit at p->i; -1: a bound above MAX_REPEAT
+ * (the error is set). */
+static int read_int(rp *p, int32_t *v) {
+    if (p->i >= p->n || p->s[p->i] < '0' || p->s[p->i] > '9') return 0;
     long x = 0;
     while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
         x = x * 10 + (p->s[p->i++] - '0');
-        if (x > MAX_REPEAT) return false;
+        if (x > MAX_REPEAT) {
+            rfail(p, PAGODA_ERR_LIMIT, "repetition bound above 10000");
+            return -1;
+        }
     }
     *v = (int32_t)x;
-    return true;
+    return 1;
+}
+
+/* Whether the '{' at p->i starts a quantifier ({n}, {n,}, {n,m}); any other
+ * '{' is a literal (ECMAScript's Annex B, Python's re). */
+static bool at_quantifier(const rp *p) {
+    size_t i = p->i + 1;
+    if (i >= p->n || p->s[i] < '0' || p->s[i] > '9') return false;
+    while (i < p->n && p->s[i] >= '0' && p->s[i] <= '9')
+        i++;
+    if (i < p->n && p->s[i] == ',') {
+        i++;
+        while (i < p->n && p->s[i] >= '0' && p->s[i] <= '9')
+            i++;
+    }
+    return i < p->n && p->s[i] == '}';
 }
 
 static int32_t parse_atom(rp *p) {
@@ -340,7 +360,7 @@ static int32_t parse_atom(rp *p) {
     } else if (c == '^' || c == '$') {
         return rfail(p, PAGODA_ERR_UNSUPPORTED,
                      "anchors (^, $) are only supported at the start and end of the pattern");
-    } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+    } else if (c == '*' || c == '+' || c == '?' || (c == '{' && at_quantifier(p))) {
         return rfail(p, PAGODA_ERR_INVALID_ARG, "nothing to repeat");
     } else {
         int32_t cp = next_cp(p);
@@ -369,17 +389,14 @@ static int32_t parse_quant(rp *p, int32_t x) {
             hi = 1;
             p->i++;
         } else if (c == '{') {
-            size_t save = p->i++;
-            if (!read_int(p, &lo)) { /* a literal '{' in ECMAScript's Annex B */
-                p->i = save;
-                return x;
-            }
+            if (!at_quantifier(p)) return x; /* a literal '{' in ECMAScript's Annex B */
+            p->i++;
+            if (read_int(p, &lo) < 0) return -1;
             hi = lo;
             if (p->i < p->n && p->s[p->i] == ',') {
                 p->i++;
                 hi = -1;
-                if (p->i < p->n && p->s[p->i] != '}' && !read_int(p, &hi))
-                    return rfail(p, PAGODA_ERR_LIMIT, "repetition bound above 10000");
+                if (read_int(p, &hi) < 0) return -1;
             }
             if (p->i >= p->n || p->s[p->i] != '}')
                 return rfail(p, PAGODA_ERR_INVALID_ARG, "expected '}'");
