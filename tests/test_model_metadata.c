@@ -506,6 +506,46 @@ static void test_vocab_vs_embedding(void **state) {
     pagoda_engine_free(e);
 }
 
+/* ---- class 6: GGUF RoPE and head-size keys ---- */
+
+static void add_freq_base_negative(pg_gguf_writer *w) {
+    pg_gguf_writer_set_f32(w, "llama.rope.freq_base", -1.0f);
+}
+
+static void add_scaling_factor_zero(pg_gguf_writer *w) {
+    pg_gguf_writer_set_str(w, "llama.rope.scaling.type", "linear");
+    pg_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 0.0f);
+}
+
+static void add_value_length_3(pg_gguf_writer *w) {
+    pg_gguf_writer_set_u32(w, "llama.attention.value_length", 3);
+}
+
+/* A RoPE base or scaling factor <= 0 was caught only when the RoPE table was
+ * built ("rope: theta -1 must be > 0", no file or key, exit code 2 as for a
+ * usage error); attention.value_length was never read, any value loaded. */
+static void test_gguf_rope_and_value_length(void **state) {
+    (void)state;
+    const char *good = tmp_path("rope.gguf"), *bad = tmp_path("rope-bad.gguf");
+    gen(good, NULL, 1, 2, 0, NULL);
+    pg_model_source *src;
+    const char *const drop_base[] = {"llama.rope.freq_base", NULL};
+    gguf_rewrite(good, bad, drop_base, add_freq_base_negative);
+    EXPECT_ERROR(open_source(bad, &src), PAGODA_ERR_FORMAT, bad, "llama.rope.freq_base = -1",
+                 "must be > 0", "fix:");
+    const char *const drop_scaling[] = {"llama.rope.scaling.type", "llama.rope.scaling.factor",
+                                        NULL};
+    gguf_rewrite(good, bad, drop_scaling, add_scaling_factor_zero);
+    EXPECT_ERROR(open_source(bad, &src), PAGODA_ERR_FORMAT, bad, "llama.rope.scaling.factor = 0",
+                 "must be > 0", "fix:");
+    const char *const drop_v[] = {"llama.attention.value_length", NULL};
+    gguf_rewrite(good, bad, drop_v, add_value_length_3);
+    EXPECT_ERROR(open_source(bad, &src), PAGODA_ERR_UNSUPPORTED, bad,
+                 "llama.attention.value_length = 3 differs from attention.key_length", "fix:");
+    assert_int_equal(open_source(good, &src), PAGODA_OK);
+    pg_model_source_free(src);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gguf_special_ids),
@@ -514,6 +554,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_array_types),
         cmocka_unit_test(test_safetensors_metadata),
         cmocka_unit_test(test_vocab_vs_embedding),
+        cmocka_unit_test(test_gguf_rope_and_value_length),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -356,6 +356,14 @@ static pagoda_status gguf_config(pg_model_source *src) {
     if (!s)
         s = gguf_int(g, KEY("attention.key_length"), false, c->hidden_size / c->num_attention_heads,
                      2, 1 << 16, &c->head_dim);
+    int vdim = 0; /* one head size for K and V: a different value_length was ignored */
+    if (!s) s = gguf_int(g, KEY("attention.value_length"), false, c->head_dim, 1, 1 << 16, &vdim);
+    if (!s && vdim != c->head_dim)
+        s = pg_error(PAGODA_ERR_UNSUPPORTED,
+                     "%s: %s = %d differs from attention.key_length %d: pagoda needs one "
+                     "head size for K and V; fix: re-convert the model (a converter writes both "
+                     "as the config's head_dim)",
+                     path, k, vdim, c->head_dim);
     int rot = 0;
     if (!s) s = gguf_int(g, KEY("rope.dimension_count"), false, c->head_dim, 0, 1 << 16, &rot);
     if (!s && (rot > c->head_dim || rot % 2 || rot < 2))
@@ -367,6 +375,11 @@ static pagoda_status gguf_config(pg_model_source *src) {
         s = gguf_int(g, KEY("context_length"), false, 2048, 1, BIG, &c->max_position_embeddings);
     if (!s) s = gguf_float(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5, &c->rms_norm_eps);
     if (!s) s = gguf_float(g, KEY("rope.freq_base"), 10000.0, &c->rope_theta);
+    if (!s && !(c->rope_theta > 0.0f)) /* was "rope: theta -1 must be > 0", exit code 2 */
+        s = pg_error(PAGODA_ERR_FORMAT,
+                     "%s: %s = %g must be > 0 (the RoPE base, the config's rope_theta); fix: "
+                     "re-convert the model",
+                     path, k, (double)c->rope_theta);
     if (s) return s;
     c->rope_interleaved = a->gguf_rope_interleaved; /* llama.cpp permuted Llama's Q/K rows */
     const char *rt = NULL;
@@ -385,6 +398,10 @@ static pagoda_status gguf_config(pg_model_source *src) {
             return pg_error(PAGODA_ERR_UNSUPPORTED,
                             "%s: rope scaling type '%.40s' is not supported", path, rt);
         s = gguf_float(g, KEY("rope.scaling.factor"), 1.0, &c->rope_factor);
+        if (!s && !(c->rope_factor > 0.0f))
+            s = pg_error(PAGODA_ERR_FORMAT,
+                         "%s: %s = %g must be > 0 (rope scaling '%s'); fix: re-convert the model",
+                         path, k, (double)c->rope_factor, rt);
         if (!s) s = gguf_float(g, KEY("rope.scaling.yarn_beta_fast"), 32.0, &c->rope_beta_fast);
         if (!s) s = gguf_float(g, KEY("rope.scaling.yarn_beta_slow"), 1.0, &c->rope_beta_slow);
         c->rope_truncate = true; /* llama.cpp's YaRN (an architecture may say otherwise) */
