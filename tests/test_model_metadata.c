@@ -517,13 +517,20 @@ static void add_scaling_factor_zero(pg_gguf_writer *w) {
     pg_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 0.0f);
 }
 
+static void add_yarn_beta_negative(pg_gguf_writer *w) {
+    pg_gguf_writer_set_str(w, "llama.rope.scaling.type", "yarn");
+    pg_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 4.0f);
+    pg_gguf_writer_set_f32(w, "llama.rope.scaling.yarn_beta_fast", -1.0f);
+}
+
 static void add_value_length_3(pg_gguf_writer *w) {
     pg_gguf_writer_set_u32(w, "llama.attention.value_length", 3);
 }
 
 /* A RoPE base or scaling factor <= 0 was caught only when the RoPE table was
  * built ("rope: theta -1 must be > 0", no file or key, exit code 2 as for a
- * usage error); attention.value_length was never read, any value loaded. */
+ * usage error), a YaRN beta <= 0 was replaced by its default; and
+ * attention.value_length was never read, any value loaded. */
 static void test_gguf_rope_and_value_length(void **state) {
     (void)state;
     const char *good = tmp_path("rope.gguf"), *bad = tmp_path("rope-bad.gguf");
@@ -538,6 +545,10 @@ static void test_gguf_rope_and_value_length(void **state) {
     gguf_rewrite(good, bad, drop_scaling, add_scaling_factor_zero);
     EXPECT_ERROR(open_source(bad, &src), PAGODA_ERR_FORMAT, bad, "llama.rope.scaling.factor = 0",
                  "must be > 0", "fix:");
+    /* a yarn beta <= 0 was replaced by its default, silently */
+    gguf_rewrite(good, bad, drop_scaling, add_yarn_beta_negative);
+    EXPECT_ERROR(open_source(bad, &src), PAGODA_ERR_FORMAT, bad,
+                 "llama.rope.scaling.yarn_beta_fast -1 and yarn_beta_slow 1 must be > 0", "fix:");
     const char *const drop_v[] = {"llama.attention.value_length", NULL};
     gguf_rewrite(good, bad, drop_v, add_value_length_3);
     EXPECT_ERROR(open_source(bad, &src), PAGODA_ERR_UNSUPPORTED, bad,

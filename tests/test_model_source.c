@@ -358,6 +358,17 @@ static void test_config_errors(void **state) {
         "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"rope_scaling\":{\"rope_type\":"
         "\"llama3\",\"factor\":2}}",
         PAGODA_ERR_FORMAT, "missing 'low_freq_factor'");
+    /* a yarn beta <= 0 was replaced by its default, silently */
+    expect_cfg_fail(
+        "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
+        "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"rope_scaling\":{\"rope_type\":"
+        "\"yarn\",\"factor\":2,\"beta_fast\":-1}}",
+        PAGODA_ERR_FORMAT, "beta_fast -1 and beta_slow 1 must be > 0");
+    expect_cfg_fail(
+        "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
+        "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"rope_scaling\":{\"rope_type\":"
+        "\"yarn\",\"factor\":2,\"beta_slow\":0}}",
+        PAGODA_ERR_FORMAT, "beta_fast 32 and beta_slow 0 must be > 0");
     expect_cfg_fail(
         "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
         "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"eos_token_id\":\"x\"}",

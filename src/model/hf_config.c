@@ -218,6 +218,13 @@ static pagoda_status parse_rope_scaling(const cJSON *root, const char *path, pg_
                               cfg->max_position_embeddings, &cfg->rope_original_max_position);
         if (!s) s = pg_hf_get_float(rs, "beta_fast", path, false, 32.0f, &cfg->rope_beta_fast);
         if (!s) s = pg_hf_get_float(rs, "beta_slow", path, false, 1.0f, &cfg->rope_beta_slow);
+        /* <= 0 was replaced by the default at RoPE set-up, silently (transformers
+         * fails: log of a non-positive number of rotations) */
+        if (!s && !(cfg->rope_beta_fast > 0.0f && cfg->rope_beta_slow > 0.0f))
+            s = pg_error(PAGODA_ERR_FORMAT,
+                         "%s: rope_scaling yarn beta_fast %g and beta_slow %g must be > 0 "
+                         "(defaults 32 and 1)",
+                         path, (double)cfg->rope_beta_fast, (double)cfg->rope_beta_slow);
         if (!s) s = pg_hf_get_bool(rs, "truncate", path, true, &cfg->rope_truncate);
         if (!s)
             s = pg_hf_get_float(rs, "attention_factor", path, false, 0.0f,

@@ -404,6 +404,11 @@ static pagoda_status gguf_config(pg_model_source *src) {
                          path, k, (double)c->rope_factor, rt);
         if (!s) s = gguf_float(g, KEY("rope.scaling.yarn_beta_fast"), 32.0, &c->rope_beta_fast);
         if (!s) s = gguf_float(g, KEY("rope.scaling.yarn_beta_slow"), 1.0, &c->rope_beta_slow);
+        if (!s && !(c->rope_beta_fast > 0.0f && c->rope_beta_slow > 0.0f))
+            s = pg_error(PAGODA_ERR_FORMAT,
+                         "%s: %s.rope.scaling.yarn_beta_fast %g and yarn_beta_slow %g must be > 0 "
+                         "(defaults 32 and 1); fix: re-convert the model",
+                         path, a->gguf_name, (double)c->rope_beta_fast, (double)c->rope_beta_slow);
         c->rope_truncate = true; /* llama.cpp's YaRN (an architecture may say otherwise) */
         if (!s)
             s = gguf_int(g, KEY("rope.scaling.original_context_length"), false,
