@@ -7,7 +7,8 @@
  *    unknown model is a 404 naming both, /metrics labels each model once per
  *    family, both engines serve concurrent streams (one engine thread), and
  *    audio requests that must fail before any model runs: wrong
- *    content type 415, no boundary / truncated body 400, missing or empty
+ *    content type 415, no boundary / a boundary libmicrohttpd misreads
+ *    (a parameter after it, one character) / truncated body 400, missing or empty
  *    file 400, bad fields 400, a file over --max-audio-bytes 413 (form and
  *    Content-Length), a chat model asked to transcribe 400 naming it, no
  *    speech model 400; the server keeps answering afterwards. */
@@ -518,6 +519,27 @@ static void test_audio_errors(void **state) {
     expect_error(st, 415, body, "application/x-www-form-urlencoded");
     st = request("/v1/audio/transcriptions", NULL, NULL, "abc", "multipart/form-data", &body);
     expect_error(st, 400, body, "boundary");
+    /* Content-Types libmicrohttpd 0.9.75 misreads: a parameter after the
+     * boundary became part of it ("the form has no 'file' part"), a
+     * one-character boundary was "needs a boundary" */
+    const char *two =
+        "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+        "RIFF\r\n--XyZ--\r\n";
+    st = request("/v1/audio/transcriptions", NULL, NULL, two,
+                 "multipart/form-data; boundary=XyZ; charset=utf-8", &body);
+    expect_error(st, 400, body, "parameters after 'boundary' are not supported");
+    st = request("/v1/audio/transcriptions", NULL, NULL, two,
+                 "multipart/form-data; boundary=\"XyZ\" ; charset=utf-8", &body);
+    expect_error(st, 400, body, "parameters after 'boundary' are not supported");
+    st = request("/v1/audio/transcriptions", NULL, NULL,
+                 "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+                 "\r\nRIFF\r\n--B--\r\n",
+                 "multipart/form-data; boundary=B", &body);
+    expect_error(st, 400, body, "a boundary of 1 character is not supported");
+    /* boundary last, quoted or not, still reaches the form (no speech model) */
+    st = request("/v1/audio/transcriptions", NULL, NULL, two,
+                 "multipart/form-data; charset=utf-8; boundary=\"XyZ\"", &body);
+    expect_error(st, 400, body, "no model on this server transcribes audio");
     /* a body cut before its closing boundary */
     st = request(
         "/v1/audio/transcriptions", NULL, NULL,

@@ -86,10 +86,48 @@ static void body_too_big(conn *cc, unsigned long long got) {
     cc->form_failed = true;
 }
 
+/* What libmicrohttpd 0.9.75's post processor makes of the boundary: the
+ * whole rest of the Content-Type after "boundary=" (a parameter after it
+ * becomes part of the boundary, so no part is ever found: "the form has no
+ * 'file' part"), and it refuses one character (NULL, reported as "needs a
+ * boundary"). Returns false with msg set for the Content-Types it would
+ * misread; true otherwise (no boundary: MHD's NULL says so). */
+static bool boundary_usable(const char *ct, char *msg, size_t n) {
+    const char *b = strcasestr(ct, "boundary=");
+    if (!b) return true;
+    b += 9;
+    const char *end;
+    if (*b == '"') {
+        end = strchr(b + 1, '"');
+        if (!end) return true;
+        end++;
+    } else {
+        end = b + strcspn(b, "; \t");
+    }
+    size_t len = (size_t)(end - b) - (*b == '"' ? 2 : 0);
+    const char *rest = end + strspn(end, " \t");
+    if (*rest) {
+        snprintf(msg, n,
+                 "Content-Type '%.100s': parameters after 'boundary' are not supported (the "
+                 "multipart parser would read '%.40s' as part of the boundary); send boundary "
+                 "as the last parameter",
+                 ct, rest);
+        return false;
+    }
+    if (len == 1) {
+        snprintf(msg, n,
+                 "Content-Type '%.100s': a boundary of 1 character is not supported; use 2 to 70 "
+                 "characters",
+                 ct);
+        return false;
+    }
+    return true;
+}
+
 enum MHD_Result pg_srv_audio_begin(conn *cc, struct MHD_Connection *c,
                                    unsigned long long content_length) {
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    char msg[300];
+    char msg[512];
     if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0) {
         snprintf(msg, sizeof msg,
                  "the audio endpoints take multipart/form-data (a 'file' part and fields), not "
@@ -97,6 +135,7 @@ enum MHD_Result pg_srv_audio_begin(conn *cc, struct MHD_Connection *c,
                  ct ? ct : "(none)");
         return fail_early(cc, c, 415, msg);
     }
+    if (!boundary_usable(ct, msg, sizeof msg)) return fail_early(cc, c, 400, msg);
     cc->form = pg_audio_form_create(cc->srv->max_audio_bytes);
     if (!cc->form) return MHD_NO;
     cc->pp = MHD_create_post_processor(c, FORM_BUFFER, form_iter, cc);
