@@ -13,6 +13,9 @@
 
 #include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
+
+#include <time.h>
 
 #define SEP "\n__ggml_vocab_test__\n"
 
@@ -724,6 +727,64 @@ static void test_gguf_errors(void **state) {
     assert_null(tok);
 }
 
+/* A SentencePiece vocab (GGUF tokenizer.ggml.model "llama") with one
+ * 100 kB token: building the merge table hashed both halves of every split,
+ * O(len^2), 45 s for this one corrupt token (a 1 MB one: over an hour). Only
+ * splits into lengths some token has are looked up now. */
+static void test_spm_long_token_loads_fast(void **state) {
+    (void)state;
+    enum { N = 3 + 256 + 3 + 1, LONG = 100000 };
+    static char bytes[256][8];
+    const char *tokens[N];
+    int32_t types[N];
+    float scores[N];
+    tokens[0] = "<unk>", tokens[1] = "<s>", tokens[2] = "</s>";
+    types[0] = PG_TOKTYPE_UNKNOWN, types[1] = types[2] = PG_TOKTYPE_CONTROL;
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        tokens[3 + b] = bytes[b];
+        types[3 + b] = PG_TOKTYPE_BYTE;
+    }
+    tokens[259] = "a", tokens[260] = "b", tokens[261] = "ab";
+    char *big = malloc(LONG + 1);
+    assert_non_null(big);
+    memset(big, 'a', LONG);
+    big[LONG] = 0;
+    tokens[262] = big;
+    for (int i = 0; i < N; i++) {
+        scores[i] = -(float)i;
+        if (i >= 259) types[i] = PG_TOKTYPE_NORMAL;
+    }
+    pg_vocab_spec spec = {.what = "long-token.gguf",
+                          .model = "llama",
+                          .n_tokens = N,
+                          .tokens = tokens,
+                          .scores = scores,
+                          .types = types,
+                          .bos_id = 1,
+                          .eos_id = 2,
+                          .unk_id = 0,
+                          .pad_id = -1,
+                          .add_bos = 0,
+                          .add_eos = 0,
+                          .add_space_prefix = 0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pg_tokenizer *tok;
+    if (pg_tokenizer_from_vocab(&spec, &tok) != PAGODA_OK) fail_msg("%s", pg_last_error());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (secs > 5.0) fail_msg("loading took %.1f s", secs);
+    int32_t ids[8];
+    size_t n;
+    assert_int_equal(pg_tokenizer_encode(tok, "abab", 4, false, ids, 8, &n), PAGODA_OK);
+    assert_int_equal(n, 2); /* the merges still work: "ab" "ab" */
+    assert_int_equal(ids[0], 261);
+    assert_int_equal(ids[1], 261);
+    pg_tokenizer_free(tok);
+    free(big);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_json),
@@ -751,6 +812,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_gguf_errors),
         cmocka_unit_test(test_gguf_llama3_qwen2_pre),
+        cmocka_unit_test(test_spm_long_token_loads_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

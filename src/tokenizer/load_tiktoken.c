@@ -182,17 +182,22 @@ static pagoda_status read_ranks(const char *path, rank_entry **out, int32_t *n_o
  * ranked tokens. The BPE loop merges the lowest rank first, leftmost on ties
  * (tokenizer.c), which is _byte_pair_merge. */
 static pagoda_status build_rank_merges(pg_tokenizer *t, int32_t n_ranks) {
+    size_t max_len;
+    uint8_t *lens = pg_tok_length_set(t, t->n_vocab, &max_len);
+    if (!lens) return pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory");
     pagoda_status st = pg_pairmap_init(&t->merges, (size_t)n_ranks * 4);
     for (int32_t i = 0; i < n_ranks && !st; i++) {
         const char *txt = t->tokens[i];
         size_t len = t->token_lens[i];
         for (size_t k = 1; k < len && !st; k++) {
+            if (!lens[k] || !lens[len - k]) continue; /* no token that long */
             if (((uint8_t)txt[k] & 0xC0) == 0x80) continue; /* inside a byte-level char */
             int32_t l = pg_strmap_get(&t->vocab, txt, k), r = pg_strmap_get(&t->vocab, txt + k, len - k);
             if (l < 0 || r < 0 || l >= n_ranks || r >= n_ranks) continue;
             st = pg_pairmap_put(&t->merges, l, r, (uint32_t)i, i);
         }
     }
+    free(lens);
     return st;
 }
 

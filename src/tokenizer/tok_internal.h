@@ -147,6 +147,12 @@ pg_tokenizer *pg_tok_new(void);
 char *pg_tok_strdup(pg_tokenizer *t, const char *s, size_t len);
 /* Allocate per-id arrays for n tokens. */
 pagoda_status pg_tok_alloc_vocab(pg_tokenizer *t, int32_t n);
+/* A map of the lengths tokens[0..n) have: set[k] != 0 iff some token is k
+ * bytes long (*max_len: the longest). Splitting a piece into two vocab
+ * tokens needs both lengths in it; without the filter every split of a
+ * piece hashed both halves, O(len^2): one corrupt 100 kB token took 45 s to
+ * load. NULL on OOM (the caller's error). */
+uint8_t *pg_tok_length_set(const pg_tokenizer *t, int32_t n, size_t *max_len);
 /* After tokens[], added[] and decoders are set: build the vocab map,
  * byte tables, per-token decoded bytes and the added-token index. */
 pagoda_status pg_tok_finish(pg_tokenizer *t, const char *what);

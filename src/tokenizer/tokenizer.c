@@ -192,6 +192,18 @@ char *pg_tok_strdup(pg_tokenizer *t, const char *s, size_t len) {
     return d;
 }
 
+uint8_t *pg_tok_length_set(const pg_tokenizer *t, int32_t n, size_t *max_len) {
+    size_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (t->token_lens[i] > m) m = t->token_lens[i];
+    uint8_t *set = calloc(m + 1, 1);
+    if (!set) return NULL;
+    for (int32_t i = 0; i < n; i++)
+        set[t->token_lens[i]] = 1;
+    *max_len = m;
+    return set;
+}
+
 pagoda_status pg_tok_alloc_vocab(pg_tokenizer *t, int32_t n) {
     t->n_vocab = n;
     t->tokens = calloc((size_t)n, sizeof *t->tokens);

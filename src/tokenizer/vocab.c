@@ -130,18 +130,26 @@ static pagoda_status build_spm_merges(pg_tokenizer *t, const pg_vocab_spec *s) {
         rank[sc[i].id] = r;
     }
     free(sc);
+    size_t max_len;
+    uint8_t *lens = pg_tok_length_set(t, n, &max_len);
+    if (!lens) {
+        free(rank);
+        return pg_error(PAGODA_ERR_NOMEM, "%s: out of memory", s->what);
+    }
     pagoda_status st = pg_pairmap_init(&t->merges, (size_t)n * 2);
     for (int32_t i = 0; i < n && !st; i++) {
         if (s->types && s->types[i] == PG_TOKTYPE_BYTE) continue;
         const char *txt = t->tokens[i];
         size_t len = t->token_lens[i];
         for (size_t k = 1; k < len && !st; k++) {
+            if (!lens[k] || !lens[len - k]) continue; /* no token that long */
             if (((uint8_t)txt[k] & 0xC0) == 0x80) continue; /* not a char boundary */
             int32_t l = pg_strmap_get(&t->vocab, txt, k), rr = pg_strmap_get(&t->vocab, txt + k, len - k);
             if (l < 0 || rr < 0) continue;
             st = pg_pairmap_put(&t->merges, l, rr, rank[i], i);
         }
     }
+    free(lens);
     free(rank);
     return st;
 }
