@@ -358,6 +358,11 @@ static void test_config_errors(void **state) {
         "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"rope_scaling\":{\"rope_type\":"
         "\"llama3\",\"factor\":2}}",
         PAGODA_ERR_FORMAT, "missing 'low_freq_factor'");
+    /* a context of one token was a scheduler usage error naming no key */
+    expect_cfg_fail(
+        "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
+        "\"num_hidden_layers\":1,\"num_attention_heads\":8,\"max_position_embeddings\":1}",
+        PAGODA_ERR_FORMAT, "'max_position_embeddings' must be an integer in [2, ");
     /* a yarn beta <= 0 was replaced by its default, silently */
     expect_cfg_fail(
         "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"

@@ -339,8 +339,8 @@ pagoda_status pg_hf_config_parse(const char *json, size_t len, const char *path,
     if (!s && cfg->head_dim % 2)
         s = pg_error(PAGODA_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path,
                      cfg->head_dim);
-    if (!s)
-        s = pg_hf_get_int(R, attr(a, "max_position_embeddings"), path, 1, BIG, false, 2048,
+    if (!s) /* >= 2: a prompt token and a new one (1 failed later as a scheduler usage error) */
+        s = pg_hf_get_int(R, attr(a, "max_position_embeddings"), path, 2, BIG, false, 2048,
                           &cfg->max_position_embeddings);
     if (!s) s = pg_hf_get_float(R, "rms_norm_eps", path, false, 1e-6f, &cfg->rms_norm_eps);
     const cJSON *rp = item(R, "rope_parameters");

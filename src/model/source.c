@@ -372,7 +372,7 @@ static pagoda_status gguf_config(pg_model_source *src) {
                      c->head_dim);
     c->rotary_dim = rot;
     if (!s)
-        s = gguf_int(g, KEY("context_length"), false, 2048, 1, BIG, &c->max_position_embeddings);
+        s = gguf_int(g, KEY("context_length"), false, 2048, 2, BIG, &c->max_position_embeddings);
     if (!s) s = gguf_float(g, KEY("attention.layer_norm_rms_epsilon"), 1e-5, &c->rms_norm_eps);
     if (!s) s = gguf_float(g, KEY("rope.freq_base"), 10000.0, &c->rope_theta);
     if (!s && !(c->rope_theta > 0.0f)) /* was "rope: theta -1 must be > 0", exit code 2 */
