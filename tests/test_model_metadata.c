@@ -344,6 +344,10 @@ static void add_types_as_floats(pg_gguf_writer *w) {
     free(v);
 }
 
+static void add_nextn_3(pg_gguf_writer *w) {
+    pg_gguf_writer_set_u32(w, "qwen35.nextn_predict_layers", 3);
+}
+
 static void add_recurrent_as_floats(pg_gguf_writer *w) {
     float v[4] = {1, 1, 1, 0};
     pg_gguf_writer_set_array(w, "qwen35.attention.recurrent_layers", PG_GGUF_F32, v, 4);
@@ -384,6 +388,13 @@ static void test_gguf_array_types(void **state) {
     gguf_rewrite(q, qbad, drop_r, add_recurrent_as_floats);
     EXPECT_ERROR(pg_model_source_open(qbad, &src), PAGODA_ERR_FORMAT, qbad,
                  "qwen35.attention.recurrent_layers is an array of f32, but it must hold bool");
+    /* more nextn blocks than the file has (4 layers + 1 MTP block): layers
+     * 2 and 3 became MTP blocks, the model ran 2 layers, garbage, no word */
+    const char *const drop_n[] = {"qwen35.nextn_predict_layers", NULL};
+    gguf_rewrite(q, qbad, drop_n, add_nextn_3);
+    EXPECT_ERROR(pg_model_source_open(qbad, &src), PAGODA_ERR_FORMAT, qbad,
+                 "qwen35.nextn_predict_layers = 3 makes blk.2 an MTP (nextn) block",
+                 "blk.2.nextn.eh_proj.weight", "fix:");
 }
 
 /* ---- class 5: safetensors __metadata__ ---- */

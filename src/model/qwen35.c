@@ -823,6 +823,20 @@ static pagoda_status parse_gguf(const struct pg_gguf *g, pg_model_config *cfg) {
     cfg->mtp_layers = (int)v;
     cfg->num_hidden_layers -= cfg->mtp_layers; /* the nextn blocks follow the model's */
     const int L = cfg->num_hidden_layers;
+    /* A count above the file's nextn blocks made model layers MTP blocks:
+     * fewer layers ran, their weights unused, and the model loaded and
+     * generated garbage without a word. */
+    for (int l = L; l < L + cfg->mtp_layers; l++) {
+        char t[96], n[96];
+        snprintf(t, sizeof t, "blk.%d.nextn.eh_proj.weight", l);
+        snprintf(n, sizeof n, "blk.%d.attn_norm.weight", l); /* a block is there (a file */
+        if (!pg_gguf_find_tensor(g, t) && pg_gguf_find_tensor(g, n)) /* without MTP: fine) */
+            return pg_error(PAGODA_ERR_FORMAT,
+                            "%s: %s = %d makes blk.%d an MTP (nextn) block, but it has no '%s'; "
+                            "fix: set it to the number of blocks with nextn tensors (the last "
+                            "ones; Qwen3.5 ships 1)",
+                            pg_gguf_path(g), key, cfg->mtp_layers, l, t);
+    }
     if (L > 256)
         return pg_error(PAGODA_ERR_UNSUPPORTED, "%s: more than 256 layers (%d)", pg_gguf_path(g),
                         L);
