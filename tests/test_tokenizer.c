@@ -15,8 +15,6 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 
-#include <time.h>
-
 #define SEP "\n__ggml_vocab_test__\n"
 
 typedef struct {
@@ -728,12 +726,14 @@ static void test_gguf_errors(void **state) {
 }
 
 /* A SentencePiece vocab (GGUF tokenizer.ggml.model "llama") with one
- * 100 kB token: building the merge table hashed both halves of every split,
- * O(len^2), 45 s for this one corrupt token (a 1 MB one: over an hour). Only
- * splits into lengths some token has are looked up now. */
+ * 1 MB token: building the merge table hashed both halves of every split,
+ * O(len^2), 45 s for a 100 kB corrupt token, over an hour for this 1 MB one.
+ * Only splits into lengths some token has are looked up now: O(len). No
+ * clock here (a timed test is noise on a shared machine): the quadratic
+ * version never finishes within the test's CTest timeout. */
 static void test_spm_long_token_loads_fast(void **state) {
     (void)state;
-    enum { N = 3 + 256 + 3 + 1, LONG = 100000 };
+    enum { N = 3 + 256 + 3 + 1, LONG = 1000000 };
     static char bytes[256][8];
     const char *tokens[N];
     int32_t types[N];
@@ -768,13 +768,8 @@ static void test_spm_long_token_loads_fast(void **state) {
                           .add_bos = 0,
                           .add_eos = 0,
                           .add_space_prefix = 0};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     pg_tokenizer *tok;
     if (pg_tokenizer_from_vocab(&spec, &tok) != PAGODA_OK) fail_msg("%s", pg_last_error());
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    if (secs > 5.0) fail_msg("loading took %.1f s", secs);
     int32_t ids[8];
     size_t n;
     assert_int_equal(pg_tokenizer_encode(tok, "abab", 4, false, ids, 8, &n), PAGODA_OK);
