@@ -1,6 +1,6 @@
 /* Prefix-cache block hashing cost (engine/block_hash.h): nanoseconds per
  * block and microseconds per 50k-token prompt (the whole chain of its full
- * blocks, what pg_request_create computes at admission), SHA-256 (the
+ * blocks, what pg_request_hash_blocks computes per request), SHA-256 (the
  * default, nettle) against XXH3-128 (--prefix-caching-hash-algo xxhash,
  * libxxhash) measured in the same run, and the ratio. Block sizes 16
  * (pagoda's default) and 128 (vLLM's CPU default).

@@ -33,7 +33,8 @@ static double run(bool caching, pg_block_hash_algo algo, int64_t *tokens_out, in
         exit(1);
     }
     static int32_t prompt[1024], sampled[256];
-    uint64_t next = 0;
+    uint64_t next = 0, cap_reqs = 0;
+    pg_request **reqs = NULL; /* by id: the bench owns its requests */
     unsigned seed = 1;
     int64_t tokens = 0, steps = 0;
     double t0 = now_s();
@@ -42,23 +43,36 @@ static double run(bool caching, pg_block_hash_algo algo, int64_t *tokens_out, in
             int32_t n = 64 + (int32_t)(rand_r(&seed) % 960);
             for (int32_t i = 0; i < n; i++)
                 prompt[i] = i < 256 ? i : (int32_t)(rand_r(&seed) % 32000);
-            pg_request_params p = {.id = next++,
-                                   .prompt = prompt,
-                                   .num_prompt_tokens = n,
-                                   .max_tokens = 32 + (int32_t)(rand_r(&seed) % 200),
-                                   .eos_token_id = -1};
-            if (pg_scheduler_add_request(s, &p)) exit(1);
+            pg_request *r;
+            if (pg_request_create(next, prompt, n, 32 + (int32_t)(rand_r(&seed) % 200),
+                                  c.max_model_len, &r))
+                exit(1);
+            if (next == cap_reqs) {
+                cap_reqs = cap_reqs ? 2 * cap_reqs : 1024;
+                if (!(reqs = realloc(reqs, cap_reqs * sizeof *reqs))) exit(1);
+            }
+            reqs[next++] = r; /* hashed by add_request, inside the timed loop as before */
+            if (pg_scheduler_add_request(s, r)) exit(1);
         }
         pg_sched_output o;
         if (pg_scheduler_schedule(s, &o)) exit(1);
         for (int32_t i = 0; i < o.num_reqs; i++)
             sampled[i] = (int32_t)((o.req_ids[i] * 31 + (uint64_t)o.seq_lens[i]) % 32000);
-        if (pg_scheduler_update_from_output(s, &o, sampled, NULL)) exit(1);
+        pg_step_result res;
+        if (pg_scheduler_update_from_output(s, &o, sampled, &res)) exit(1);
+        for (int32_t k = 0; k < res.num_events; k++) /* the caller frees finished requests */
+            if (res.events[k].finish != PG_FINISH_NONE) {
+                pg_request_destroy(reqs[res.events[k].req_id]);
+                reqs[res.events[k].req_id] = NULL;
+            }
         tokens += o.num_tokens;
         steps++;
     }
     double dt = now_s() - t0;
     pg_scheduler_destroy(s);
+    for (uint64_t i = 0; i < next; i++)
+        pg_request_destroy(reqs[i]);
+    free(reqs);
     *tokens_out = tokens;
     *steps_out = steps;
     return dt;

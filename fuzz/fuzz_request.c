@@ -78,7 +78,7 @@ static void render_chat(const pg_api_request *r, bool harmony, pg_api_error *err
     int32_t *ids = NULL;
     size_t n = 0;
     if (pagoda_tokenize(g_engine, text, strlen(text), true, &ids, &n) == PAGODA_OK) {
-        if (pg_api_check_length((int32_t)n, r->sampling.max_tokens,
+        if (pg_api_check_length((int32_t)n, r->engine_req.sampling.max_tokens,
                                 pagoda_engine_max_model_len(g_engine), err) != PAGODA_OK)
             fail_json(err);
         pagoda_free(ids);
@@ -94,8 +94,8 @@ static void tokenize_prompts(const pg_api_request *r, pg_api_error *err) {
         if (pr->text) {
             int32_t *ids = NULL;
             size_t k = 0;
-            if (pagoda_tokenize(g_engine, pr->text, pr->text_len, r->add_special_tokens, &ids,
-                                &k) != PAGODA_OK)
+            if (pagoda_tokenize(g_engine, pr->text, pr->text_len, r->engine_req.add_special_tokens,
+                                &ids, &k) != PAGODA_OK)
                 continue;
             pagoda_free(ids);
             n = (int32_t)k;
@@ -109,8 +109,8 @@ static void tokenize_prompts(const pg_api_request *r, pg_api_error *err) {
                 pagoda_detokenize(g_engine, pr->ids, pr->n_ids, false, &text, &len) == PAGODA_OK)
                 pagoda_free(text);
         }
-        if (pg_api_check_length(n, r->sampling.max_tokens, pagoda_engine_max_model_len(g_engine),
-                                err) != PAGODA_OK)
+        if (pg_api_check_length(n, r->engine_req.sampling.max_tokens,
+                                pagoda_engine_max_model_len(g_engine), err) != PAGODA_OK)
             fail_json(err);
     }
 }

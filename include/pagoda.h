@@ -381,7 +381,8 @@ typedef struct pagoda_request {
 
 #define PAGODA_MAX_REASONING_END_IDS 8
 
-/* Zero `r`, then add_special_tokens = true and pagoda_sampling_defaults(e).
+/* Zero `r`, then add_special_tokens = true, prompt_logits_pos and the
+ * reasoning ids -1, and pagoda_sampling_defaults(e).
  * (Added by the engine work: a zeroed pagoda_request has
  * add_special_tokens false.) */
 void pagoda_request_defaults(const pagoda_engine *e, pagoda_request *r);
@@ -389,8 +390,12 @@ void pagoda_request_defaults(const pagoda_engine *e, pagoda_request *r);
 /* Queue a request. Validates everything it can up front (parameters, token
  * ids in range, prompt non-empty, prompt + max_tokens within max_model_len)
  * and returns INVALID_ARG / LIMIT with a message giving the numbers; nothing
- * is queued then. On success *id_out is the engine-wide request id and
- * *n_prompt_tokens_out (optional) the prompt length in tokens. */
+ * is queued then. The work of building the request (tokenizing a text
+ * prompt, copying the prompt, prefix-cache block hashes) runs on the
+ * calling thread; req and what it points to may be reused once it returns
+ * (the grammar is referenced, logits_ctx must live on: see them). On
+ * success *id_out is the engine-wide request id and *n_prompt_tokens_out
+ * (optional) the prompt length in tokens. */
 pagoda_status pagoda_engine_add_request(pagoda_engine *e, const pagoda_request *req,
                                         uint64_t *id_out, int32_t *n_prompt_tokens_out);
 

@@ -23,16 +23,20 @@ static pg_kvm *make_kvm(int32_t num_blocks, bool caching) {
     return m;
 }
 
+/* A request with prompt toks[0..n), max_tokens, SHA-256 block hashes. */
+static pg_request *make_req_toks(uint64_t id, const int32_t *toks, int32_t n, int32_t max_tokens) {
+    pg_request *r = NULL;
+    assert_int_equal(pg_request_create(id, toks, n, max_tokens, 64, &r), PAGODA_OK);
+    assert_int_equal(pg_request_hash_blocks(r, BS, &g_sha256), PAGODA_OK);
+    return r;
+}
+
 /* A request whose tokens are base + i (prompt only). */
 static pg_request *make_req(uint64_t id, int32_t n, int32_t base) {
     int32_t toks[64];
     for (int32_t i = 0; i < n; i++)
         toks[i] = base + i;
-    pg_request_params p = {
-        .id = id, .prompt = toks, .num_prompt_tokens = n, .max_tokens = 8, .eos_token_id = -1};
-    pg_request *r = NULL;
-    assert_int_equal(pg_request_create(&p, BS, 64, &g_sha256, &r), PAGODA_OK);
-    return r;
+    return make_req_toks(id, toks, n, 8);
 }
 
 /* Admit r as the scheduler does: lookup, then allocate the rest of the prompt. */
@@ -56,9 +60,7 @@ static void test_shared_prefix_is_reused(void **state) {
     int32_t toks[14]; /* b shares a's first 9 tokens: two full blocks */
     for (int i = 0; i < 14; i++)
         toks[i] = i < 9 ? 100 + i : 7;
-    pg_request_params pb = {
-        .id = 2, .prompt = toks, .num_prompt_tokens = 14, .max_tokens = 4, .eos_token_id = -1};
-    assert_int_equal(pg_request_create(&pb, BS, 64, &g_sha256, &b), PAGODA_OK);
+    b = make_req_toks(2, toks, 14, 4);
 
     int32_t hit = -1, na, nb;
     assert_int_equal(admit(m, a, &hit), PAGODA_OK);
@@ -171,10 +173,7 @@ static void test_failed_allocation_leaves_no_trace(void **state) {
     int32_t toks[20];
     for (int i = 0; i < 20; i++)
         toks[i] = i < 8 ? i : 1000 + i;
-    pg_request_params p = {
-        .id = 9, .prompt = toks, .num_prompt_tokens = 20, .max_tokens = 1, .eos_token_id = -1};
-    pg_request *big;
-    assert_int_equal(pg_request_create(&p, BS, 64, &g_sha256, &big), PAGODA_OK);
+    pg_request *big = make_req_toks(9, toks, 20, 1);
     int32_t hit = pg_kvm_find_cached_prefix(m, big);
     assert_int_equal(hit, 8);
     assert_int_equal(pg_kvm_allocate_slots(m, big, 12, hit), PAGODA_ERR_LIMIT);
@@ -438,10 +437,7 @@ static void test_sliding_window_frees_old_blocks(void **state) {
     int32_t toks[20];
     for (int i = 0; i < 20; i++)
         toks[i] = i < 12 ? i : 900 + i;
-    pg_request_params pc = {
-        .id = 3, .prompt = toks, .num_prompt_tokens = 20, .max_tokens = 1, .eos_token_id = -1};
-    pg_request *c3;
-    assert_int_equal(pg_request_create(&pc, BS, 64, &g_sha256, &c3), PAGODA_OK);
+    pg_request *c3 = make_req_toks(3, toks, 20, 1);
     int32_t free_before = pg_block_pool_num_free(pg_kvm_pool(m));
     hit = pg_kvm_find_cached_prefix(m, c3);
     assert_int_equal(hit, 12);

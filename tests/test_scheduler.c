@@ -23,6 +23,7 @@ typedef struct shadow {
     int32_t stop[4], nstop;
     int64_t arrive_step, finish_step;
     pg_finish_reason finish;
+    pg_request *req; /* the harness creates and frees it; the scheduler borrows it */
 } shadow;
 
 typedef struct harness {
@@ -87,6 +88,8 @@ static void h_init(harness *h, int32_t budget, int32_t seqs, int32_t max_len, in
 
 static void h_free(harness *h) {
     pg_scheduler_destroy(h->s);
+    for (int32_t i = 0; i < MAX_REQS; i++)
+        pg_request_destroy(h->sh[i].req);
     free(h->kv);
     free(h->sh);
 }
@@ -106,17 +109,23 @@ static pagoda_status h_add(harness *h, uint64_t id, req_spec rs) {
     memset(x, 0, sizeof *x);
     for (int32_t i = 0; i < rs.prompt_n; i++)
         x->toks[i] = rs.prompt ? rs.prompt[i] : 1000 + (int32_t)id * 7 + i;
-    pg_request_params p = {.id = id,
-                           .prompt = x->toks,
-                           .num_prompt_tokens = rs.prompt_n,
-                           .max_tokens = rs.max_tokens,
-                           .min_tokens = rs.min_tokens,
-                           .eos_token_id = rs.eos,
-                           .ignore_eos = rs.ignore_eos,
-                           .stop_token_ids = rs.stop,
-                           .num_stop_token_ids = rs.nstop};
-    pagoda_status st = pg_scheduler_add_request(h->s, &p);
+    /* made for a longer context than the scheduler's: it checks the prompt
+     * and caps the rest itself */
+    pg_request *r;
+    pagoda_status st = pg_request_create(id, x->toks, rs.prompt_n, rs.max_tokens, 4 * MAX_LEN, &r);
     if (st) return st;
+    r->min_tokens = rs.min_tokens;
+    r->eos_token_id = rs.eos;
+    r->ignore_eos = rs.ignore_eos;
+    r->num_stop_token_ids = rs.nstop;
+    for (int32_t i = 0; i < rs.nstop; i++)
+        r->stop_token_ids[i] = rs.stop[i];
+    if ((st = pg_scheduler_add_request(h->s, r))) {
+        pg_request_destroy(r);
+        return st;
+    }
+    pg_request_destroy(h->sh[id].req); /* an earlier request of this id, finished */
+    x->req = r;
     x->live = true;
     x->n = x->prompt_n = rs.prompt_n;
     x->max_tokens = rs.max_tokens;
@@ -635,6 +644,105 @@ static void test_rejections_have_clear_messages(void **state) {
     c.kv.num_blocks = 1;
     assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_ERR_INVALID_ARG);
     assert_null(s);
+}
+
+/* Run s to its end, every sampled token 5. */
+static void run_plain(pg_scheduler *s) {
+    int32_t tok[16];
+    for (int guard = 0; pg_scheduler_num_unfinished(s) > 0 && guard < 100; guard++) {
+        pg_sched_output o;
+        assert_int_equal(pg_scheduler_schedule(s, &o), PAGODA_OK);
+        for (int32_t i = 0; i < o.num_reqs; i++)
+            tok[i] = 5;
+        assert_int_equal(pg_scheduler_update_from_output(s, &o, tok, NULL), PAGODA_OK);
+    }
+    assert_int_equal(pg_scheduler_num_unfinished(s), 0);
+}
+
+/* The scheduler borrows requests (their creator frees them, after they
+ * finished, were aborted or the scheduler is gone: ASan sees a double
+ * free otherwise), hashes their blocks unless the creator did with its
+ * block size and algorithm, and validates the fields the creator set. */
+static void test_requests_are_the_creators(void **state) {
+    (void)state;
+    pg_sched_config c;
+    pg_sched_config_default(&c);
+    c.max_num_batched_tokens = 64;
+    c.max_num_seqs = 4;
+    c.max_model_len = 32;
+    c.kv.block_size = 4;
+    c.kv.num_blocks = 64;
+    pg_scheduler *s;
+    assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_OK);
+    const pg_block_hash_algo sha = PG_BLOCK_HASH_SHA256;
+    int32_t prompt[10] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+    pg_request *a, *b, *d, *x;
+    /* a: hashed by its creator as the scheduler would: kept as is */
+    assert_int_equal(pg_request_create(1, prompt, 10, 4, 1000, &a), PAGODA_OK);
+    assert_int_equal(pg_request_hash_blocks(a, 4, &sha), PAGODA_OK);
+    assert_int_equal(a->num_block_hashes, 2);
+    const pg_block_hash *ha = a->block_hashes;
+    pg_block_hash h0 = a->block_hashes[0], h1 = a->block_hashes[1];
+    assert_int_equal(pg_scheduler_add_request(s, a), PAGODA_OK);
+    assert_ptr_equal(a->block_hashes, ha);
+    assert_int_equal(a->max_total_tokens, 14);
+    /* b: hashed with another block size: rehashed with the scheduler's */
+    assert_int_equal(pg_request_create(2, prompt, 10, 40, 1000, &b), PAGODA_OK);
+    assert_int_equal(pg_request_hash_blocks(b, 8, &sha), PAGODA_OK);
+    assert_int_equal(b->num_block_hashes, 1);
+    assert_int_equal(pg_scheduler_add_request(s, b), PAGODA_OK);
+    assert_int_equal(b->block_size, 4);
+    assert_int_equal(b->num_block_hashes, 2);
+    assert_memory_equal(&b->block_hashes[1], &h1, sizeof h1);
+    assert_int_equal(b->max_total_tokens, 32); /* made for max_model_len 1000: capped */
+    /* d: not hashed by its creator, salted: hashed here, its chain differs */
+    assert_int_equal(pg_request_create(3, prompt, 10, 4, 32, &d), PAGODA_OK);
+    assert_int_equal(pg_request_set_salt(d, "tenant", 6), PAGODA_OK);
+    assert_int_equal(pg_scheduler_add_request(s, d), PAGODA_OK);
+    assert_int_equal(d->num_block_hashes, 2);
+    assert_memory_not_equal(&d->block_hashes[0], &h0, sizeof h0);
+    assert_int_equal(pg_request_set_salt(d, "late", 4), PAGODA_ERR_INVALID_ARG);
+    /* fields the creator set wrong: rejected, the request stays its creator's */
+    assert_int_equal(pg_request_create(4, prompt, 10, 4, 32, &x), PAGODA_OK);
+    x->min_tokens = 5;
+    assert_int_equal(pg_scheduler_add_request(s, x), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "min_tokens 5"));
+    x->min_tokens = 0;
+    x->probe_len = 11;
+    assert_int_equal(pg_scheduler_add_request(s, x), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "probe_len 11"));
+    x->probe_len = 0;
+    x->num_stop_token_ids = PG_MAX_STOP_TOKENS + 1;
+    assert_int_equal(pg_scheduler_add_request(s, x), PAGODA_ERR_INVALID_ARG);
+    x->num_stop_token_ids = 1;
+    x->stop_token_ids[0] = -2;
+    assert_int_equal(pg_scheduler_add_request(s, x), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "stop token id -2"));
+    x->num_stop_token_ids = 0;
+    x->id = 1; /* a is live */
+    assert_int_equal(pg_scheduler_add_request(s, x), PAGODA_ERR_INVALID_ARG);
+    assert_non_null(strstr(pg_last_error(), "already in use"));
+    x->id = 4;
+    assert_int_equal(pg_scheduler_num_unfinished(s), 3);
+    /* d aborted while queued, a and b run to their ends: all still readable */
+    assert_int_equal(pg_scheduler_abort(s, 3), PAGODA_OK);
+    assert_int_equal(d->status, PG_REQ_FINISHED);
+    assert_int_equal(d->finish_reason, PG_FINISH_ABORT);
+    run_plain(s);
+    assert_int_equal(a->status, PG_REQ_FINISHED);
+    assert_int_equal(a->finish_reason, PG_FINISH_LENGTH);
+    assert_int_equal(a->num_tokens, 14);
+    assert_int_equal(b->num_tokens, 32);
+    assert_int_equal(b->num_block_hashes, 8);
+    /* x, now valid, is queued when the scheduler goes */
+    assert_int_equal(pg_scheduler_add_request(s, x), PAGODA_OK);
+    assert_null(pg_scheduler_get_request(s, 1));
+    pg_scheduler_destroy(s);
+    assert_int_equal(x->status, PG_REQ_WAITING);
+    pg_request_destroy(a);
+    pg_request_destroy(b);
+    pg_request_destroy(d);
+    pg_request_destroy(x);
 }
 
 static const int32_t *g_script;
@@ -1186,15 +1294,28 @@ static void test_speculative_adaptive_k(void **state) {
  * finishes the encoder, the cross-attention table is the encoder's blocks,
  * aborts while encoding and preemption free the encoder slot (a preempted
  * request encodes again). */
+static pg_request *g_enc_reqs[8]; /* enc_add's requests by id, freed by enc_free */
+
 static pagoda_status enc_add(pg_scheduler *s, uint64_t id, int32_t steps) {
     int32_t prompt[4] = {1, 2, 3, 4};
-    pg_request_params p = {.id = id,
-                           .prompt = prompt,
-                           .num_prompt_tokens = 4,
-                           .max_tokens = 3,
-                           .eos_token_id = -1,
-                           .encoder_steps = steps};
-    return pg_scheduler_add_request(s, &p);
+    pg_request *r;
+    assert_true(id < 8 && !g_enc_reqs[id]);
+    assert_int_equal(pg_request_create(id, prompt, 4, 3, 16, &r), PAGODA_OK);
+    r->encoder_steps = steps;
+    pagoda_status st = pg_scheduler_add_request(s, r);
+    if (st)
+        pg_request_destroy(r);
+    else
+        g_enc_reqs[id] = r;
+    return st;
+}
+
+/* After the scheduler is gone: free enc_add's requests. */
+static void enc_free(void) {
+    for (int i = 0; i < 8; i++) {
+        pg_request_destroy(g_enc_reqs[i]);
+        g_enc_reqs[i] = NULL;
+    }
 }
 
 static void enc_update(pg_scheduler *s, const pg_sched_output *o) {
@@ -1296,11 +1417,13 @@ static void test_encoder_pieces(void **state) {
     assert_int_equal(st.kv.num_free_blocks, 63);
     /* a request with encoder steps on a scheduler without a cross group */
     pg_scheduler_destroy(s);
+    enc_free();
     c.kv.num_groups = 1;
     assert_int_equal(pg_scheduler_create(&c, &s), PAGODA_OK);
     assert_int_equal(enc_add(s, 1, 3), PAGODA_ERR_INVALID_ARG);
     assert_non_null(strstr(pg_last_error(), "cross-attention"));
     pg_scheduler_destroy(s);
+    enc_free();
 }
 
 int main(void) {
@@ -1315,6 +1438,7 @@ int main(void) {
         cmocka_unit_test(test_abort_anywhere),
         cmocka_unit_test(test_rejections_have_clear_messages),
         cmocka_unit_test(test_finish_conditions),
+        cmocka_unit_test(test_requests_are_the_creators),
         cmocka_unit_test(test_update_protocol_errors),
 #ifdef COUNT_MALLOC /* glibc malloc hooks; not under the sanitizers' allocator */
         cmocka_unit_test(test_steps_do_not_allocate),

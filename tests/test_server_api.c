@@ -61,31 +61,30 @@ static void test_completion_fields(void **state) {
     assert_string_equal(r.model, "m");
     assert_int_equal(r.n_prompts, 1);
     assert_string_equal(r.prompts[0].text, "Hello");
-    assert_int_equal(r.sampling.max_tokens, 7);
+    assert_int_equal(r.engine_req.sampling.max_tokens, 7);
     assert_int_equal(r.n, 3);
-    assert_true(r.sampling.temperature == 0.0f);
-    assert_true(r.sampling.top_p == 0.5f);
-    assert_int_equal(r.sampling.top_k, 5);
-    assert_true(fabsf(r.sampling.min_p - 0.1f) < 1e-6f);
-    assert_int_equal(r.sampling.seed, 42);
-    assert_int_equal(r.sampling.n_stop, 2);
-    assert_string_equal(r.sampling.stop[1], "bc");
-    assert_int_equal(r.sampling.n_stop_token_ids, 2);
-    assert_int_equal(r.sampling.stop_token_ids[1], 3);
-    assert_true(r.sampling.presence_penalty == 0.5f);
-    assert_true(r.sampling.frequency_penalty == -0.5f);
-    assert_true(fabsf(r.sampling.repetition_penalty - 1.2f) < 1e-6f);
-    assert_int_equal(r.sampling.n_logit_bias, 2);
-    assert_int_equal(r.sampling.logit_bias[0].token, 17);
-    assert_true(r.sampling.logit_bias[0].bias == -100.0f);
-    assert_int_equal(r.logprobs, 3);
-    assert_int_equal(r.sampling.logprobs, 3);
-    assert_true(r.echo && r.sampling.ignore_eos && r.stream && r.include_usage);
-    assert_int_equal(r.sampling.min_tokens, 2);
-    assert_false(r.sampling.skip_special_tokens);
-    assert_true(r.sampling.include_stop_str_in_output);
+    assert_true(r.engine_req.sampling.temperature == 0.0f);
+    assert_true(r.engine_req.sampling.top_p == 0.5f);
+    assert_int_equal(r.engine_req.sampling.top_k, 5);
+    assert_true(fabsf(r.engine_req.sampling.min_p - 0.1f) < 1e-6f);
+    assert_int_equal(r.engine_req.sampling.seed, 42);
+    assert_int_equal(r.engine_req.sampling.n_stop, 2);
+    assert_string_equal(r.engine_req.sampling.stop[1], "bc");
+    assert_int_equal(r.engine_req.sampling.n_stop_token_ids, 2);
+    assert_int_equal(r.engine_req.sampling.stop_token_ids[1], 3);
+    assert_true(r.engine_req.sampling.presence_penalty == 0.5f);
+    assert_true(r.engine_req.sampling.frequency_penalty == -0.5f);
+    assert_true(fabsf(r.engine_req.sampling.repetition_penalty - 1.2f) < 1e-6f);
+    assert_int_equal(r.engine_req.sampling.n_logit_bias, 2);
+    assert_int_equal(r.engine_req.sampling.logit_bias[0].token, 17);
+    assert_true(r.engine_req.sampling.logit_bias[0].bias == -100.0f);
+    assert_int_equal(r.engine_req.sampling.logprobs, 3);
+    assert_true(r.echo && r.engine_req.sampling.ignore_eos && r.stream && r.include_usage);
+    assert_int_equal(r.engine_req.sampling.min_tokens, 2);
+    assert_false(r.engine_req.sampling.skip_special_tokens);
+    assert_true(r.engine_req.sampling.include_stop_str_in_output);
     assert_string_equal(r.user, "u1");
-    assert_true(r.add_special_tokens);
+    assert_true(r.engine_req.add_special_tokens);
     pg_api_request_free(&r);
 }
 
@@ -96,13 +95,19 @@ static void test_completion_defaults(void **state) {
     assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"x\", \"max_tokens\": null}", &r, &e),
                      PAGODA_OK);
     assert_null(r.model);
-    assert_int_equal(r.sampling.max_tokens, 0);  /* null = up to the context */
-    assert_true(r.sampling.temperature == 0.7f); /* the model's defaults */
-    assert_int_equal(r.sampling.top_k, 40);
-    assert_int_equal(r.sampling.seed, -1);
+    assert_int_equal(r.engine_req.sampling.max_tokens, 0);  /* null = up to the context */
+    assert_true(r.engine_req.sampling.temperature == 0.7f); /* the model's defaults */
+    assert_int_equal(r.engine_req.sampling.top_k, 40);
+    assert_int_equal(r.engine_req.sampling.seed, -1);
     assert_int_equal(r.n, 1);
-    assert_int_equal(r.logprobs, -1);
+    assert_int_equal(r.engine_req.sampling.logprobs, -1);
     assert_false(r.stream);
+    /* the engine request's other fields: pagoda_request_defaults' */
+    assert_int_equal(r.engine_req.prompt_logits_pos, -1);
+    assert_int_equal(r.engine_req.reasoning_start_id, -1);
+    assert_int_equal(r.engine_req.reasoning_end_id, -1);
+    assert_null(r.engine_req.grammar);
+    assert_null(r.engine_req.prompt);
     pg_api_request_free(&r);
 }
 
@@ -117,14 +122,14 @@ static void test_default_stop_ids(void **state) {
     pg_api_error e;
     const char *b1 = "{\"prompt\": \"x\"}";
     assert_int_equal(pg_api_parse(PG_API_COMPLETION, b1, strlen(b1), &d, &r, &e), PAGODA_OK);
-    assert_int_equal(r.sampling.n_stop_token_ids, 2);
-    assert_int_equal(r.sampling.stop_token_ids[1], 9);
+    assert_int_equal(r.engine_req.sampling.n_stop_token_ids, 2);
+    assert_int_equal(r.engine_req.sampling.stop_token_ids[1], 9);
     pg_api_request_free(&r);
     const char *b2 = "{\"prompt\": \"x\", \"stop_token_ids\": [5]}";
     assert_int_equal(pg_api_parse(PG_API_COMPLETION, b2, strlen(b2), &d, &r, &e), PAGODA_OK);
-    assert_int_equal(r.sampling.n_stop_token_ids, 3);
-    assert_int_equal(r.sampling.stop_token_ids[0], 2);
-    assert_int_equal(r.sampling.stop_token_ids[2], 5);
+    assert_int_equal(r.engine_req.sampling.n_stop_token_ids, 3);
+    assert_int_equal(r.engine_req.sampling.stop_token_ids[0], 2);
+    assert_int_equal(r.engine_req.sampling.stop_token_ids[2], 5);
     pg_api_request_free(&r);
 }
 
@@ -234,7 +239,7 @@ static void test_strict_json(void **state) {
                            &r, &e),
                      PAGODA_OK);
     assert_string_equal(r.prompts[0].text, "caf\xc3\xa9 \xf0\x9f\x98\x80\n\xe2\x82\xac");
-    assert_int_equal(r.sampling.max_tokens, 10);
+    assert_int_equal(r.engine_req.sampling.max_tokens, 10);
     pg_api_request_free(&r);
 }
 
@@ -262,8 +267,8 @@ static void test_seed_int64(void **state) {
         pg_api_error e;
         if (parse(PG_API_COMPLETION, body, &r, &e) != PAGODA_OK)
             fail_msg("seed %s rejected: %s", ok[i].seed, e.message);
-        if (r.sampling.seed != ok[i].want)
-            fail_msg("seed %s -> %lld", ok[i].seed, (long long)r.sampling.seed);
+        if (r.engine_req.sampling.seed != ok[i].want)
+            fail_msg("seed %s -> %lld", ok[i].seed, (long long)r.engine_req.sampling.seed);
         pg_api_request_free(&r);
     }
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 9223372036854775808}", "seed",
@@ -282,7 +287,7 @@ static void test_seed_int64(void **state) {
     assert_int_equal(
         parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"seed\": 7, \"seed\": 1.5}", &r, &e),
         PAGODA_OK);
-    assert_int_equal(r.sampling.seed, 7);
+    assert_int_equal(r.engine_req.sampling.seed, 7);
     pg_api_request_free(&r);
 }
 
@@ -367,13 +372,13 @@ static void test_tokenize_bodies(void **state) {
     assert_int_equal(r.kind, PG_API_COMPLETION);
     assert_string_equal(r.prompts[0].text, "Hi");
     assert_string_equal(r.model, "m");
-    assert_true(r.return_token_strs && r.add_special_tokens);
+    assert_true(r.return_token_strs && r.engine_req.add_special_tokens);
     pg_api_request_free(&r);
     b = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": "
         "false, \"chat_template_kwargs\": {\"k\": 1}}";
     assert_int_equal(pg_api_parse_tokenize(b, strlen(b), &r, &e), PAGODA_OK);
     assert_int_equal(r.kind, PG_API_CHAT);
-    assert_false(r.add_special_tokens || r.add_generation_prompt || r.return_token_strs);
+    assert_false(r.engine_req.add_special_tokens || r.add_generation_prompt || r.return_token_strs);
     assert_non_null(r.kwargs_json);
     pg_api_request_free(&r);
     static const char *const bad[][3] = {
@@ -473,6 +478,7 @@ static void test_cache_salt(void **state) {
     assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"cache_salt\": \"t-1\"}", &r, &e),
                      PAGODA_OK);
     assert_string_equal(r.cache_salt, "t-1");
+    assert_ptr_equal(r.engine_req.cache_salt, r.cache_salt); /* the engine request's */
     pg_api_request_free(&r);
     assert_int_equal(parse(PG_API_CHAT,
                            "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
@@ -484,6 +490,7 @@ static void test_cache_salt(void **state) {
     assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"cache_salt\": null}", &r, &e),
                      PAGODA_OK);
     assert_null(r.cache_salt);
+    assert_null(r.engine_req.cache_salt);
     pg_api_request_free(&r);
 }
 
@@ -502,7 +509,7 @@ static void test_ranges(void **state) {
         pg_api_error e;
         assert_int_equal(parse(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 1e-300}", &r, &e),
                          PAGODA_OK);
-        assert_true(r.sampling.top_p == FLT_MIN);
+        assert_true(r.engine_req.sampling.top_p == FLT_MIN);
         pg_api_request_free(&r);
     }
     expect_bad(PG_API_COMPLETION, "{\"prompt\": \"a\", \"top_p\": 1.5}", "top_p", "(0, 1]");
@@ -550,16 +557,16 @@ static void test_chat_parse(void **state) {
     assert_non_null(strstr(r.kwargs_json, "enable_thinking"));
     assert_non_null(strstr(r.tools_json, "function"));
     assert_false(r.add_generation_prompt);
-    assert_false(r.add_special_tokens);
-    assert_int_equal(r.sampling.max_tokens, 9);
-    assert_int_equal(r.logprobs, 2);
+    assert_false(r.engine_req.add_special_tokens);
+    assert_int_equal(r.engine_req.sampling.max_tokens, 9);
+    assert_int_equal(r.engine_req.sampling.logprobs, 2);
     pg_api_request_free(&r);
     assert_int_equal(parse(PG_API_CHAT,
                            "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
                            " \"logprobs\": false}",
                            &r, &e),
                      PAGODA_OK);
-    assert_int_equal(r.logprobs, -1);
+    assert_int_equal(r.engine_req.sampling.logprobs, -1);
     assert_true(r.add_generation_prompt);
     pg_api_request_free(&r);
     expect_bad(PG_API_CHAT, "{}", "messages", "required");

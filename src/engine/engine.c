@@ -46,24 +46,25 @@
 #define DEFAULT_MAX_NUM_ENCODING 4
 #define DEFAULT_MAX_NUM_ENCODER_TOKENS 1024
 
-/* One request as the engine sees it (the scheduler holds the token-level
- * twin, pg_request, while it is queued or running). */
+/* One request as the engine sees it: sr, the one request struct (prompt
+ * and outputs, finish conditions, salt, block hashes), built by
+ * pagoda_engine_add_request on the caller's thread, queued, and borrowed by
+ * the scheduler while it is queued or running; freed with the ereq. Beside
+ * it the engine keeps only what is not the scheduler's: sampling state,
+ * structured output, logprobs, detokenizer, timings, the outputs emitted. */
 typedef struct ereq {
     uint64_t id;
     struct ereq *next; /* pending queue / reap list */
-    int32_t *prompt;
-    int32_t n_prompt;
-    int32_t *out_ids; /* [cap_out], grows up to max_tokens */
-    int32_t n_out, cap_out, max_tokens, min_tokens;
-    bool ignore_eos, in_sched, finished;
-    int32_t stop_ids[PG_MAX_STOP_TOKENS];
-    int32_t n_stop_ids;
+    pg_request *sr;
+    /* outputs emitted: sr's outputs while it runs (a stop string the engine
+     * matched cuts the rest and aborts it) */
+    int32_t n_out;
+    bool in_sched, finished;
     bool no_detok; /* pagoda_request.no_detokenize: dt stays empty, no text */
     pg_sampling_params sp;
     pg_logit_bias *bias;
     pg_rng rng;
     int32_t n_logprobs; /* -1: none */
-    char *cache_salt; /* NULL = none */
     pg_detok dt;
     double arrival, first_sched, first_token;
     int32_t n_cached;
@@ -79,13 +80,9 @@ typedef struct ereq {
     char *error;
     /* encoder-decoder models: the encoder input, [rows][cols] f32 */
     float *enc_in;
-    /* the logits processor, its probe (0: none) and the request's tokens
-     * (prompt + outputs, the scheduler's) for this step's sampling */
+    /* the logits processor (its probe: sr->probe_len) */
     pagoda_logits_fn lfn;
     void *lctx;
-    int32_t probe_len;
-    const int32_t *step_tokens;
-    int32_t n_step_tokens;
     /* structured output: the matcher and how many outputs it has consumed */
     pg_tmatch *gm;
     int32_t gm_fed;
@@ -121,6 +118,10 @@ struct pagoda_engine {
     char name[256];
     int32_t vocab, max_model_len, block_size, num_kv_blocks, max_num_seqs;
     int32_t kv_max_seq_len; /* min(max_model_len, tokens one sequence's KV fits in) */
+    /* prefix caching: requests' block hashes (the scheduler's algorithm),
+     * computed on the caller's thread in pagoda_engine_add_request */
+    bool hash_blocks;
+    pg_block_hash_algo hash_algo;
     uint64_t seed;
     int32_t eos_ids[8];
     int n_eos;
@@ -788,6 +789,8 @@ pagoda_status pagoda_engine_create(const char *model, const pagoda_engine_option
                 "request's and be served its KV cache. Use it only when every client is "
                 "trusted; the default sha256 costs ~0.13 us per 16-token block, ~0.4 ms per "
                 "50k-token prompt (docs/PERFORMANCE.md)");
+    e->hash_blocks = sc.kv.enable_prefix_caching;
+    e->hash_algo = sc.kv.hash_algo;
     sc.kv.num_groups = plan.num_groups;
     sc.kv.num_state_snapshots = n_snap;
     sc.prefill_align = plan.state_align; /* prefill chunks on the state layers' grid */
@@ -980,8 +983,7 @@ fail:
 
 static void ereq_free(ereq *r) {
     if (!r) return;
-    free(r->prompt);
-    free(r->out_ids);
+    pg_request_destroy(r->sr); /* the scheduler no longer holds it */
     free(r->bias);
     pg_detok_free(&r->dt);
     free(r->lp_ids);
@@ -989,20 +991,12 @@ static void ereq_free(ereq *r) {
     free(r->top);
     free(r->error);
     free(r->enc_in);
-    free(r->cache_salt);
     pg_tmatch_free(r->gm);
     free(r);
 }
 
 void pagoda_engine_free(pagoda_engine *e) {
     if (!e) return;
-    for (ereq *r = e->reap, *n; r; r = n) {
-        n = r->next;
-        ereq_free(r);
-    }
-    for (size_t i = 0; i < e->n_live; i++)
-        ereq_free(e->live[i]);
-    free(e->live);
     free(e->aborts);
     free(e->outs);
     free(e->sampled);
@@ -1025,6 +1019,14 @@ void pagoda_engine_free(pagoda_engine *e) {
         }
     }
     pg_scheduler_destroy(e->sched);
+    /* after the scheduler, which borrows their pg_requests */
+    for (ereq *r = e->reap, *n; r; r = n) {
+        n = r->next;
+        ereq_free(r);
+    }
+    for (size_t i = 0; i < e->n_live; i++)
+        ereq_free(e->live[i]);
+    free(e->live);
     pg_draft_free(e->draft);
     pg_mtp_free(e->mtp);
     free(e->mtp_reqs);
@@ -1148,63 +1150,71 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-/* Build the engine request (validated) without touching shared state. */
+/* Build the engine request (validated), its pg_request included (prompt
+ * tokenized, finish conditions, salt, block hashes), without touching shared
+ * state: on the caller's thread. */
 static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, ereq **out) {
     *out = NULL;
     const pagoda_sampling *s = &q->sampling;
     ereq *r = calloc(1, sizeof *r);
     if (!r) return pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
     pagoda_status st = PAGODA_OK;
-    /* prompt */
+    /* prompt: the caller's ids, or the text's (tokenized into `owned`) */
+    const int32_t *prompt = NULL;
+    int32_t *owned = NULL;
+    int32_t n_prompt = 0;
     if (q->prompt_token_ids && q->n_prompt_token_ids) {
         if (q->n_prompt_token_ids > (size_t)INT32_MAX / 2) {
             st = pg_error(PAGODA_ERR_LIMIT, "request: prompt of %zu tokens is too long",
                           q->n_prompt_token_ids);
             goto fail;
         }
-        r->n_prompt = (int32_t)q->n_prompt_token_ids;
-        r->prompt = malloc((size_t)r->n_prompt * sizeof(int32_t));
-        if (!r->prompt) goto nomem;
-        memcpy(r->prompt, q->prompt_token_ids, (size_t)r->n_prompt * sizeof(int32_t));
-        for (int32_t i = 0; i < r->n_prompt; i++)
-            if (r->prompt[i] < 0 || r->prompt[i] >= e->vocab) {
+        prompt = q->prompt_token_ids;
+        n_prompt = (int32_t)q->n_prompt_token_ids;
+        for (int32_t i = 0; i < n_prompt; i++)
+            if (prompt[i] < 0 || prompt[i] >= e->vocab) {
                 st = pg_error(PAGODA_ERR_INVALID_ARG,
                               "request: prompt token %d at index %d is outside the vocab [0, %d)",
-                              r->prompt[i], i, e->vocab);
+                              prompt[i], i, e->vocab);
                 goto fail;
             }
     } else if (q->prompt) {
         size_t len = q->prompt_len ? q->prompt_len : strlen(q->prompt);
         size_t cap = len + 16, n = 0;
-        r->prompt = malloc(cap * sizeof(int32_t));
-        if (!r->prompt) goto nomem;
-        if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens, r->prompt, cap,
+        owned = malloc(cap * sizeof(int32_t));
+        if (!owned) goto nomem;
+        if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens, owned, cap,
                                       &n)) != PAGODA_OK)
             goto fail;
         if (n > cap) { /* more ids than bytes + 16 (byte fallback): the full count, again */
-            int32_t *bigger = realloc(r->prompt, n * sizeof(int32_t));
+            int32_t *bigger = realloc(owned, n * sizeof(int32_t));
             if (!bigger) goto nomem;
-            r->prompt = bigger;
+            owned = bigger;
             cap = n;
-            if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens,
-                                          r->prompt, cap, &n)) != PAGODA_OK)
+            if ((st = pg_tokenizer_encode(e->tok, q->prompt, len, q->add_special_tokens, owned, cap,
+                                          &n)) != PAGODA_OK)
                 goto fail;
             if (n > cap) {
                 st = pg_error(PAGODA_ERR_INTERNAL, "request: the prompt's id count changed");
                 goto fail;
             }
         }
-        r->n_prompt = (int32_t)n;
+        if (n > (size_t)INT32_MAX / 2) {
+            st = pg_error(PAGODA_ERR_LIMIT, "request: prompt of %zu tokens is too long", n);
+            goto fail;
+        }
+        prompt = owned;
+        n_prompt = (int32_t)n;
     }
-    if (r->n_prompt < 1) {
+    if (n_prompt < 1) {
         st = pg_error(PAGODA_ERR_INVALID_ARG, "request: the prompt is empty");
         goto fail;
     }
-    if (r->n_prompt >= e->max_model_len) {
+    if (n_prompt >= e->max_model_len) {
         st = pg_error(PAGODA_ERR_LIMIT,
                       "request: the prompt is %d tokens; max_model_len is %d (room for at least "
                       "one output token is needed)",
-                      r->n_prompt, e->max_model_len);
+                      n_prompt, e->max_model_len);
         goto fail;
     }
     /* encoder input and logits processor */
@@ -1240,14 +1250,11 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     }
     r->lfn = q->logits_fn;
     r->lctx = q->logits_ctx;
-    if (q->logits_fn && q->prompt_logits_pos >= 0) {
-        if (q->prompt_logits_pos >= r->n_prompt) {
-            st = pg_error(PAGODA_ERR_INVALID_ARG,
-                          "request: prompt_logits_pos %d is outside the prompt of %d tokens",
-                          q->prompt_logits_pos, r->n_prompt);
-            goto fail;
-        }
-        r->probe_len = q->prompt_logits_pos + 1;
+    if (q->logits_fn && q->prompt_logits_pos >= n_prompt) {
+        st = pg_error(PAGODA_ERR_INVALID_ARG,
+                      "request: prompt_logits_pos %d is outside the prompt of %d tokens",
+                      q->prompt_logits_pos, n_prompt);
+        goto fail;
     }
     /* lengths */
     if (s->max_tokens < 0 || s->min_tokens < 0) {
@@ -1255,31 +1262,30 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
                       s->max_tokens, s->min_tokens);
         goto fail;
     }
-    if (s->max_tokens > 0 && (int64_t)r->n_prompt + s->max_tokens > e->max_model_len) {
+    if (s->max_tokens > 0 && (int64_t)n_prompt + s->max_tokens > e->max_model_len) {
         st = pg_error(PAGODA_ERR_LIMIT,
                       "request: prompt (%d tokens) + max_tokens (%d) = %lld exceeds max_model_len "
                       "%d",
-                      r->n_prompt, s->max_tokens, (long long)r->n_prompt + s->max_tokens,
+                      n_prompt, s->max_tokens, (long long)n_prompt + s->max_tokens,
                       e->max_model_len);
         goto fail;
     }
     /* max_tokens 0 (null): up to the context, or up to what the KV cache can
      * hold when it is smaller than max_model_len */
-    if (s->max_tokens == 0 && r->n_prompt >= e->kv_max_seq_len) {
+    if (s->max_tokens == 0 && n_prompt >= e->kv_max_seq_len) {
         st = pg_error(PAGODA_ERR_LIMIT,
                       "request: the prompt is %d tokens; the KV cache holds sequences of at most "
                       "%d tokens (%d blocks of %d), which leaves no room for output",
-                      r->n_prompt, e->kv_max_seq_len, e->num_kv_blocks, e->block_size);
+                      n_prompt, e->kv_max_seq_len, e->num_kv_blocks, e->block_size);
         goto fail;
     }
-    r->max_tokens = s->max_tokens > 0 ? s->max_tokens : e->kv_max_seq_len - r->n_prompt;
-    if (s->min_tokens > r->max_tokens) {
+    const int32_t max_tokens = s->max_tokens > 0 ? s->max_tokens : e->kv_max_seq_len - n_prompt;
+    if (s->min_tokens > max_tokens) {
         st = pg_error(PAGODA_ERR_INVALID_ARG, "request: min_tokens %d exceeds max_tokens %d",
-                      s->min_tokens, r->max_tokens);
+                      s->min_tokens, max_tokens);
         goto fail;
     }
-    r->min_tokens = s->min_tokens;
-    int64_t total = (int64_t)r->n_prompt + r->max_tokens;
+    int64_t total = (int64_t)n_prompt + max_tokens;
     int64_t blocks = (total + e->block_size - 1) / e->block_size;
     if (blocks > e->num_kv_blocks) {
         st = pg_error(PAGODA_ERR_LIMIT,
@@ -1288,15 +1294,26 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
                       (long long)total, (long long)blocks, e->num_kv_blocks, e->block_size);
         goto fail;
     }
+    /* the request itself: the prompt's one copy (the id comes under the lock) */
+    if ((st = pg_request_create(0, prompt, n_prompt, max_tokens, e->max_model_len, &r->sr)) !=
+        PAGODA_OK)
+        goto fail;
+    free(owned);
+    owned = NULL;
+    pg_request *sr = r->sr;
+    sr->min_tokens = s->min_tokens;
+    sr->eos_token_id = e->n_eos ? e->eos_ids[0] : -1;
+    sr->ignore_eos = s->ignore_eos;
+    sr->probe_len = q->logits_fn && q->prompt_logits_pos >= 0 ? q->prompt_logits_pos + 1 : 0;
+    sr->encoder_steps = r->enc_in ? e->enc_steps : 0;
     /* stop tokens: the user's, then the model's extra EOS ids */
-    r->ignore_eos = s->ignore_eos;
     if (s->n_stop_token_ids > 0 && !s->stop_token_ids) {
         st = pg_error(PAGODA_ERR_INVALID_ARG, "request: stop_token_ids is NULL");
         goto fail;
     }
     for (size_t i = 0; i < s->n_stop_token_ids; i++) {
         int32_t t = s->stop_token_ids[i];
-        if (r->n_stop_ids == PG_MAX_STOP_TOKENS) {
+        if (sr->num_stop_token_ids == PG_MAX_STOP_TOKENS) {
             st = pg_error(PAGODA_ERR_INVALID_ARG, "request: %zu stop_token_ids, at most %d",
                           s->n_stop_token_ids, PG_MAX_STOP_TOKENS);
             goto fail;
@@ -1307,10 +1324,11 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
                           t, e->vocab);
             goto fail;
         }
-        r->stop_ids[r->n_stop_ids++] = t;
+        sr->stop_token_ids[sr->num_stop_token_ids++] = t;
     }
-    for (int i = 1; !r->ignore_eos && i < e->n_eos && r->n_stop_ids < PG_MAX_STOP_TOKENS; i++)
-        r->stop_ids[r->n_stop_ids++] = e->eos_ids[i];
+    for (int i = 1; !sr->ignore_eos && i < e->n_eos && sr->num_stop_token_ids < PG_MAX_STOP_TOKENS;
+         i++)
+        sr->stop_token_ids[sr->num_stop_token_ids++] = e->eos_ids[i];
     if (q->grammar && (!e->grammars || !pg_grammars_owns(e->grammars, (const pg_tgram *)q->grammar))) {
         st = pg_error(PAGODA_ERR_INVALID_ARG,
                       "request: the grammar was compiled by another engine (another vocabulary)");
@@ -1319,9 +1337,9 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
     if (q->grammar) { /* allowed when complete: EOS and the stop token ids */
         int32_t stops[PG_MAX_STOP_TOKENS + 1];
         int32_t ns = 0;
-        if (!r->ignore_eos && e->n_eos) stops[ns++] = e->eos_ids[0];
-        for (int32_t i = 0; i < r->n_stop_ids; i++)
-            stops[ns++] = r->stop_ids[i];
+        if (!sr->ignore_eos && sr->eos_token_id >= 0) stops[ns++] = sr->eos_token_id;
+        for (int32_t i = 0; i < sr->num_stop_token_ids; i++)
+            stops[ns++] = sr->stop_token_ids[i];
         if ((st = pg_tmatch_create((pg_tgram *)q->grammar, stops, ns, &r->gm)) != PAGODA_OK)
             goto fail;
         r->gm_phase = GM_GRAMMAR;
@@ -1361,6 +1379,8 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
             r->re_id = re;
         }
     }
+    /* one position at a time: no draft tokens */
+    sr->no_spec = r->gm != NULL || r->lfn != NULL;
     /* sampling */
     pg_sampling_params *sp = &r->sp;
     *sp = pg_sampling_params_default();
@@ -1399,9 +1419,6 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
         st = pg_error(PAGODA_ERR_INVALID_ARG, "request: stop is NULL");
         goto fail;
     }
-    r->cap_out = r->max_tokens < 64 ? r->max_tokens : 64;
-    r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
-    if (!r->out_ids) goto nomem;
     r->no_detok = q->no_detokenize;
     if (r->no_detok && s->n_stop) {
         st = pg_error(PAGODA_ERR_INVALID_ARG,
@@ -1411,16 +1428,23 @@ static pagoda_status build_request(pagoda_engine *e, const pagoda_request *q, er
         goto fail;
     }
     if (!r->no_detok &&
-        (st = pg_detok_init(&r->dt, e->tok, r->prompt, (size_t)r->n_prompt, s->skip_special_tokens,
+        (st = pg_detok_init(&r->dt, e->tok, sr->tokens, (size_t)n_prompt, s->skip_special_tokens,
                             s->stop, s->n_stop, s->include_stop_str_in_output)) != PAGODA_OK)
         goto fail;
-    if (q->cache_salt && *q->cache_salt && !(r->cache_salt = strdup(q->cache_salt))) goto nomem;
+    /* the salt, then the block hashes the scheduler would compute: here, off
+     * the engine thread */
+    if ((q->cache_salt && *q->cache_salt &&
+         (st = pg_request_set_salt(sr, q->cache_salt, strlen(q->cache_salt))) != PAGODA_OK) ||
+        (st = pg_request_hash_blocks(sr, e->block_size, e->hash_blocks ? &e->hash_algo : NULL)) !=
+            PAGODA_OK)
+        goto fail;
     r->arrival = now_s();
     *out = r;
     return PAGODA_OK;
 nomem:
     st = pg_error(PAGODA_ERR_NOMEM, "engine: out of memory");
 fail:
+    free(owned);
     ereq_free(r);
     return st;
 }
@@ -1451,7 +1475,7 @@ pagoda_status pagoda_engine_add_request(pagoda_engine *e, const pagoda_request *
     pagoda_status st = build_request(e, req, &r);
     if (st != PAGODA_OK) return st;
     pthread_mutex_lock(&e->mu);
-    r->id = e->next_id++;
+    r->id = r->sr->id = e->next_id++;
     if (r->sp.seed < 0)
         r->sp.seed =
             (int64_t)((e->seed ? mix64(e->seed ^ mix64(r->id)) : pg_rng_random_seed()) >> 1);
@@ -1472,7 +1496,7 @@ pagoda_status pagoda_engine_add_request(pagoda_engine *e, const pagoda_request *
         return st;
     }
     if (id_out) *id_out = r->id;
-    if (n_prompt_tokens_out) *n_prompt_tokens_out = r->n_prompt;
+    if (n_prompt_tokens_out) *n_prompt_tokens_out = r->sr->num_prompt_tokens;
     return PAGODA_OK;
 }
 
@@ -1513,7 +1537,7 @@ static pagoda_output *new_output(pagoda_engine *e, ereq *r) {
     memset(o, 0, sizeof *o);
     o->id = r->id;
     o->stop_token = -1;
-    o->n_prompt_tokens = r->n_prompt;
+    o->n_prompt_tokens = r->sr->num_prompt_tokens;
     o->n_output_tokens = r->n_out;
     o->n_cached_tokens = r->n_cached;
     o->arrival_time = r->arrival;
@@ -1588,22 +1612,7 @@ static pagoda_status apply_queue(pagoda_engine *e) {
     for (ereq *r = head, *n; r; r = n) {
         n = r->next;
         r->next = NULL;
-        pg_request_params p = {.id = r->id,
-                               .prompt = r->prompt,
-                               .num_prompt_tokens = r->n_prompt,
-                               .max_tokens = r->max_tokens,
-                               .min_tokens = r->min_tokens,
-                               .eos_token_id = e->n_eos ? e->eos_ids[0] : -1,
-                               .ignore_eos = r->ignore_eos,
-                               .stop_token_ids = r->stop_ids,
-                               .num_stop_token_ids = r->n_stop_ids,
-                               .cache_salt = r->cache_salt,
-                               .cache_salt_len = r->cache_salt ? strlen(r->cache_salt) : 0,
-                               .encoder_steps = r->enc_in ? e->enc_steps : 0,
-                               .probe_len = r->probe_len,
-                               /* one position at a time: no draft tokens */
-                               .no_spec = r->gm != NULL || r->lfn != NULL};
-        if (pg_scheduler_add_request(e->sched, &p) == PAGODA_OK) {
+        if (pg_scheduler_add_request(e->sched, r->sr) == PAGODA_OK) { /* borrowed */
             r->in_sched = true;
         } else if ((st = emit(e, r, PAGODA_FINISH_ERROR, -1, pg_last_error())) != PAGODA_OK) {
             break;
@@ -1622,13 +1631,20 @@ static pagoda_status apply_queue(pagoda_engine *e) {
 
 /* Before min_tokens outputs, EOS (unless ignore_eos) and the stop token ids
  * cannot be sampled (vLLM's MinTokensLogitsProcessor). */
-static void mask_min_tokens(const pagoda_engine *e, const ereq *r, int32_t n_out, float *logits) {
-    if (n_out >= r->min_tokens) return;
+static void mask_min_tokens(const ereq *r, int32_t n_out, float *logits) {
+    const pg_request *q = r->sr;
+    if (n_out >= q->min_tokens) return;
     if (r->gm && r->gm_phase != GM_REASONING && pg_tmatch_complete(r->gm))
         return; /* the grammar allows only the end */
-    if (!r->ignore_eos && e->n_eos) logits[e->eos_ids[0]] = -INFINITY;
-    for (int32_t i = 0; i < r->n_stop_ids; i++)
-        logits[r->stop_ids[i]] = -INFINITY;
+    if (!q->ignore_eos && q->eos_token_id >= 0) logits[q->eos_token_id] = -INFINITY;
+    for (int32_t i = 0; i < q->num_stop_token_ids; i++)
+        logits[q->stop_token_ids[i]] = -INFINITY;
+}
+
+/* r's outputs so far (its pg_request's tokens after the prompt; while it
+ * samples, n_out of them, then the drafts being verified) */
+static inline int32_t *out_ids(const ereq *r) {
+    return r->sr->tokens + r->sr->num_prompt_tokens;
 }
 
 static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, float *logits,
@@ -1659,7 +1675,12 @@ static pagoda_status sample_request(pagoda_engine *e, pg_sampler *smp, ereq *r, 
         if (st != PAGODA_OK) return st;
         *cnt = j + 1;
         if (toks[j] != draft) break;
-        r->out_ids[r->n_out + j] = draft; /* history of the next row (cap_out >= n_out + D + 1) */
+        /* the history of the next row, in the request's scratch tokens (the
+         * scheduler leaves room: drafts <= max_total_tokens - num_tokens - 1) */
+        if (r->sr->num_tokens + j >= r->sr->max_total_tokens)
+            return pg_error(PAGODA_ERR_INTERNAL, "engine: request %llu: no room for draft %d",
+                            (unsigned long long)r->id, j);
+        out_ids(r)[r->n_out + j] = draft;
     }
     return PAGODA_OK;
 }
@@ -1690,7 +1711,7 @@ static void sample_range(void *ctx, size_t begin, size_t end, int tid) {
 static bool ends_with_seq(const ereq *r, int32_t n) {
     if (n < r->n_re_seq) return false;
     for (int32_t i = 0; i < r->n_re_seq; i++)
-        if (r->out_ids[n - r->n_re_seq + i] != r->re_seq[i]) return false;
+        if (out_ids(r)[n - r->n_re_seq + i] != r->re_seq[i]) return false;
     return true;
 }
 
@@ -1702,7 +1723,7 @@ static bool ends_with_seq(const ereq *r, int32_t n) {
  * the request's tokens. */
 static void advance_phase(ereq *r) {
     for (; r->gm_phase != GM_GRAMMAR && r->gm_scan < r->n_out; r->gm_scan++) {
-        const int32_t t = r->out_ids[r->gm_scan];
+        const int32_t t = out_ids(r)[r->gm_scan];
         if (r->gm_phase == GM_MAY_OPEN) {
             r->gm_phase = t == r->rs_id ? GM_REASONING : GM_GRAMMAR;
             r->gm_fed = r->gm_scan; /* the grammar's output starts with t */
@@ -1724,11 +1745,12 @@ static pagoda_status apply_grammar(pagoda_engine *e, ereq *r, float *logits) {
     const bool may_open = r->gm_phase == GM_MAY_OPEN;
     const float open_logit = may_open ? logits[r->rs_id] : 0.0f;
     for (; !may_open && r->gm_fed < r->n_out; r->gm_fed++)
-        if (!pg_tmatch_accept(r->gm, r->out_ids[r->gm_fed])) {
+        if (!pg_tmatch_accept(r->gm, out_ids(r)[r->gm_fed])) {
             if (pg_tmatch_status(r->gm)) return pg_tmatch_status(r->gm); /* NOMEM, LIMIT */
             return pg_error(PAGODA_ERR_INTERNAL,
                             "grammar: output token %d at position %d does not continue a valid "
-                            "prefix", r->out_ids[r->gm_fed], r->gm_fed);
+                            "prefix",
+                            out_ids(r)[r->gm_fed], r->gm_fed);
         }
     pg_clear_error();
     int32_t allowed = pg_tmatch_apply(r->gm, logits, e->vocab);
@@ -1752,10 +1774,11 @@ static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, floa
         pagoda_status gst = apply_grammar(e, r, logits);
         if (gst != PAGODA_OK) return gst;
     }
-    if (r->lfn)
-        r->lfn(r->lctx, r->step_tokens, (size_t)r->n_step_tokens, (size_t)r->n_prompt, false,
+    const pg_request *q = r->sr;
+    if (r->lfn) /* the tokens so far: prompt and outputs (no drafts: no_spec) */
+        r->lfn(r->lctx, q->tokens, (size_t)q->num_tokens, (size_t)q->num_prompt_tokens, false,
                logits, e->vocab);
-    mask_min_tokens(e, r, r->n_out + pos, logits);
+    mask_min_tokens(r, r->n_out + pos, logits);
     pg_logprob_out lp = {0}, *lpp = NULL;
     const size_t lo = (size_t)pos * (size_t)r->lp_cap;
     if (r->n_logprobs >= 0) {
@@ -1764,8 +1787,8 @@ static pagoda_status sample_one(pagoda_engine *e, pg_sampler *smp, ereq *r, floa
         lpp = &lp;
     }
     pagoda_status st =
-        pg_sampler_verify(smp, &r->sp, &r->rng, logits, r->prompt, (size_t)r->n_prompt, r->out_ids,
-                          (size_t)(r->n_out + pos), draft, lpp, tok);
+        pg_sampler_verify(smp, &r->sp, &r->rng, logits, q->tokens, (size_t)q->num_prompt_tokens,
+                          out_ids(r), (size_t)(r->n_out + pos), draft, lpp, tok);
     if (st != PAGODA_OK || !lpp) return st;
     for (int32_t i = 0; i < lp.n_top; i++)
         r->top[lo + (size_t)i] = (pagoda_top_logprob){r->lp_ids[lo + i], r->lp_vals[lo + i]};
@@ -1836,14 +1859,11 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         ereq *r = find_locked(e, so.req_ids[i]);
         if (!r) return pg_error(PAGODA_ERR_INTERNAL, "engine: scheduled unknown request");
         if (r->first_sched == 0) r->first_sched = t;
-        if (so.is_new[i]) {
-            const pg_request *pr = pg_scheduler_get_request(e->sched, r->id);
-            if (pr && r->n_out == 0) r->n_cached = pr->num_cached_tokens;
-        }
-        if (so.num_computed_tokens[i] < r->n_prompt) {
+        if (so.is_new[i] && r->n_out == 0) r->n_cached = r->sr->num_cached_tokens;
+        const int32_t np = r->sr->num_prompt_tokens;
+        if (so.num_computed_tokens[i] < np) {
             int32_t end = so.num_computed_tokens[i] + so.num_scheduled_tokens[i];
-            e->prompt_tokens +=
-                (uint64_t)((end < r->n_prompt ? end : r->n_prompt) - so.num_computed_tokens[i]);
+            e->prompt_tokens += (uint64_t)((end < np ? end : np) - so.num_computed_tokens[i]);
         }
     }
 
@@ -1867,29 +1887,18 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         e->n_sampled[i] = 1;
         if (fst != PAGODA_OK) continue;
         ereq *r = NULL;
-        if (e->probe_of[i] >= 0 && (r = find_locked(e, so.req_ids[i])) && r->lfn) {
-            const pg_request *pr = pg_scheduler_get_request(e->sched, r->id);
-            if (pr) /* logits after the prompt's first probe_len tokens: for inspection */
-                r->lfn(r->lctx, pr->tokens, (size_t)r->probe_len, (size_t)r->n_prompt, true,
-                       logits + (size_t)e->probe_of[i] * (size_t)e->vocab, e->vocab);
-        }
+        if (e->probe_of[i] >= 0 && (r = find_locked(e, so.req_ids[i])) && r->lfn)
+            /* logits after the prompt's first probe_len tokens: for inspection */
+            r->lfn(r->lctx, r->sr->tokens, (size_t)r->sr->probe_len,
+                   (size_t)r->sr->num_prompt_tokens, true,
+                   logits + (size_t)e->probe_of[i] * (size_t)e->vocab, e->vocab);
         if (!so.samples[i]) continue;
         if (!r) r = find_locked(e, so.req_ids[i]);
         r->n_new = 0;
-        if (so.num_spec_tokens[i] > 0 && r->n_out + so.num_spec_tokens[i] + 1 > r->cap_out) {
-            /* room for the drafts in the output history (sample_request) */
-            int32_t cap = r->n_out + so.num_spec_tokens[i] + 1;
-            cap = cap * 2 < r->max_tokens ? cap * 2 : r->max_tokens > cap ? r->max_tokens : cap;
-            int32_t *g = realloc(r->out_ids, (size_t)cap * sizeof *g);
-            if (!g) return pg_error(PAGODA_ERR_NOMEM, "engine: output buffer of %d tokens", cap);
-            r->out_ids = g;
-            r->cap_out = cap;
-        }
-        if (r->lfn) {
-            const pg_request *pr = pg_scheduler_get_request(e->sched, r->id);
-            r->step_tokens = pr ? pr->tokens : NULL;
-            r->n_step_tokens = pr ? pr->num_tokens : 0;
-        }
+        if (r->sr->num_tokens - r->sr->num_prompt_tokens != r->n_out)
+            return pg_error(
+                PAGODA_ERR_INTERNAL, "engine: request %llu samples after %d outputs, %d emitted",
+                (unsigned long long)r->id, r->sr->num_tokens - r->sr->num_prompt_tokens, r->n_out);
         e->sample_req[sj.n] = r;
         e->sample_idx[sj.n++] = i;
     }
@@ -1955,20 +1964,11 @@ pagoda_status pagoda_engine_step(pagoda_engine *e, size_t *n_outputs) {
         if (!r->no_detok &&
             (st = pg_detok_add_run(&r->dt, ev->tokens, (size_t)ev->num_tokens,
                                    fin == PAGODA_FINISH_STOP && ev->stop_token >= 0, r->n_out,
-                                   r->min_tokens, &n_take)) != PAGODA_OK)
+                                   r->sr->min_tokens, &n_take)) != PAGODA_OK)
             return st;
         if (r->dt.stopped && n_take < (size_t)ev->num_tokens) fin = PAGODA_FINISH_NONE; /* cut */
-        for (size_t j = 0; j < n_take; j++) {
-            if (r->n_out == r->cap_out) {
-                int32_t cap = r->cap_out * 2 < r->max_tokens ? r->cap_out * 2 : r->max_tokens;
-                int32_t *g = cap > r->n_out ? realloc(r->out_ids, (size_t)cap * sizeof *g) : NULL;
-                if (!g)
-                    return pg_error(PAGODA_ERR_NOMEM, "engine: output buffer of %d tokens",
-                                    r->n_out);
-                r->out_ids = g;
-                r->cap_out = cap;
-            }
-            r->out_ids[r->n_out++] = ev->tokens[j];
+        for (size_t j = 0; j < n_take; j++) { /* (the outputs themselves are in r->sr) */
+            r->n_out++;
             r->new_tokens[r->n_new++] = ev->tokens[j];
             e->generation_tokens++;
             if (r->first_token == 0) r->first_token = t;

@@ -17,86 +17,114 @@ static void hash_new_blocks(pg_request *r) {
     }
 }
 
-pagoda_status pg_request_create(const pg_request_params *p, int32_t block_size,
-                                int32_t max_model_len, const pg_block_hash_algo *hash_algo,
-                                pg_request **out) {
+pagoda_status pg_request_create(uint64_t id, const int32_t *prompt, int32_t num_prompt_tokens,
+                                int32_t max_tokens, int32_t max_model_len, pg_request **out) {
     *out = NULL;
-    if (!p) return pg_error(PAGODA_ERR_INVALID_ARG, "request: NULL params");
-    unsigned long long id = (unsigned long long)p->id;
-    if (block_size < 1 || max_model_len < 2)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: block_size %d, max_model_len %d", id,
-                        block_size, max_model_len);
-    if (!p->prompt || p->num_prompt_tokens < 1)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: empty prompt", id);
-    if (p->num_prompt_tokens >= max_model_len)
+    unsigned long long idl = (unsigned long long)id;
+    if (max_model_len < 2)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: max_model_len %d", idl,
+                        max_model_len);
+    if (!prompt || num_prompt_tokens < 1)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: empty prompt", idl);
+    if (num_prompt_tokens >= max_model_len)
         return pg_error(
             PAGODA_ERR_LIMIT,
             "request %llu: prompt of %d tokens does not fit max_model_len %d (at most %d "
             "prompt tokens, leaving room for one output token)",
-            id, p->num_prompt_tokens, max_model_len, max_model_len - 1);
-    if (p->max_tokens < 1)
-        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: max_tokens %d must be >= 1", id,
-                        p->max_tokens);
-    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
-        return pg_error(PAGODA_ERR_INVALID_ARG,
-                        "request %llu: min_tokens %d must be in 0..max_tokens %d", id,
-                        p->min_tokens, p->max_tokens);
-    if (p->num_stop_token_ids < 0 || p->num_stop_token_ids > PG_MAX_STOP_TOKENS ||
-        (p->num_stop_token_ids > 0 && !p->stop_token_ids))
-        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: %d stop token ids (at most %d)", id,
-                        p->num_stop_token_ids, PG_MAX_STOP_TOKENS);
-    for (int32_t i = 0; i < p->num_prompt_tokens; i++)
-        if (p->prompt[i] < 0)
+            idl, num_prompt_tokens, max_model_len, max_model_len - 1);
+    if (max_tokens < 1)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: max_tokens %d must be >= 1", idl,
+                        max_tokens);
+    for (int32_t i = 0; i < num_prompt_tokens; i++)
+        if (prompt[i] < 0)
             return pg_error(PAGODA_ERR_INVALID_ARG,
-                            "request %llu: prompt token %d is negative (%d)", id, i, p->prompt[i]);
+                            "request %llu: prompt token %d is negative (%d)", idl, i, prompt[i]);
 
-    int64_t total = (int64_t)p->num_prompt_tokens + p->max_tokens;
+    int64_t total = (int64_t)num_prompt_tokens + max_tokens;
     if (total > max_model_len) total = max_model_len;
     pg_request *r = calloc(1, sizeof *r);
-    if (!r) return pg_error(PAGODA_ERR_NOMEM, "request %llu: out of memory", id);
+    if (!r) return pg_error(PAGODA_ERR_NOMEM, "request %llu: out of memory", idl);
     r->max_total_tokens = (int32_t)total;
     r->tokens = malloc((size_t)total * sizeof *r->tokens);
-    r->block_hashes = malloc(((size_t)total / (size_t)block_size + 1) * sizeof *r->block_hashes);
-    if (!r->tokens || !r->block_hashes) {
+    if (!r->tokens) {
         pg_request_destroy(r);
-        return pg_error(PAGODA_ERR_NOMEM, "request %llu: out of memory for %lld tokens", id,
+        return pg_error(PAGODA_ERR_NOMEM, "request %llu: out of memory for %lld tokens", idl,
                         (long long)total);
     }
-    r->id = p->id;
+    r->id = id;
     r->kv_slot = -1;
     r->state_restore = r->state_snap_decode = -1;
     r->scheduled_step = -1;
     r->status = PG_REQ_WAITING;
     r->stop_token = -1;
-    memcpy(r->tokens, p->prompt, (size_t)p->num_prompt_tokens * sizeof *r->tokens);
-    r->num_tokens = r->num_prompt_tokens = p->num_prompt_tokens;
-    r->block_size = block_size;
-    r->hash_blocks = hash_algo != NULL;
-    r->hash_algo = hash_algo ? *hash_algo : PG_BLOCK_HASH_SHA256;
-    if (p->cache_salt && p->cache_salt_len) {
-        r->salt = malloc(p->cache_salt_len);
-        if (!r->salt) {
-            pg_request_destroy(r);
-            return pg_error(PAGODA_ERR_NOMEM, "request %llu: out of memory", id);
-        }
-        memcpy(r->salt, p->cache_salt, p->cache_salt_len);
-        r->salt_len = p->cache_salt_len;
-    }
-    r->encoder_steps = p->encoder_steps > 0 ? p->encoder_steps : 0;
-    r->encoder_done = 0;
+    memcpy(r->tokens, prompt, (size_t)num_prompt_tokens * sizeof *r->tokens);
+    r->num_tokens = r->num_prompt_tokens = num_prompt_tokens;
+    r->max_tokens = max_tokens;
+    r->eos_token_id = -1;
     r->encoder_slot = -1;
-    r->probe_len = p->probe_len > 0 && p->probe_len <= p->num_prompt_tokens ? p->probe_len : 0;
-    r->no_spec = p->no_spec;
-    r->max_tokens = p->max_tokens;
-    r->min_tokens = p->min_tokens;
-    r->eos_token_id = p->eos_token_id;
-    r->ignore_eos = p->ignore_eos;
-    r->num_stop_token_ids = p->num_stop_token_ids;
-    if (p->num_stop_token_ids)
-        memcpy(r->stop_token_ids, p->stop_token_ids,
-               (size_t)p->num_stop_token_ids * sizeof *r->stop_token_ids);
-    hash_new_blocks(r);
     *out = r;
+    return PAGODA_OK;
+}
+
+pagoda_status pg_request_set_salt(pg_request *r, const void *salt, size_t len) {
+    if (r->num_block_hashes > 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: salt set after block hashing",
+                        (unsigned long long)r->id);
+    free(r->salt);
+    r->salt = NULL;
+    r->salt_len = 0;
+    if (!salt || !len) return PAGODA_OK;
+    if (!(r->salt = malloc(len)))
+        return pg_error(PAGODA_ERR_NOMEM, "request %llu: out of memory", (unsigned long long)r->id);
+    memcpy(r->salt, salt, len);
+    r->salt_len = len;
+    return PAGODA_OK;
+}
+
+pagoda_status pg_request_hash_blocks(pg_request *r, int32_t block_size,
+                                     const pg_block_hash_algo *algo) {
+    unsigned long long id = (unsigned long long)r->id;
+    if (block_size < 1)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: block_size %d", id, block_size);
+    if (r->num_tokens != r->num_prompt_tokens)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "request %llu: block hashing set up after %d outputs", id,
+                        r->num_tokens - r->num_prompt_tokens);
+    if (algo && (!r->block_hashes || block_size < r->block_size)) {
+        pg_block_hash *h =
+            malloc(((size_t)r->max_total_tokens / (size_t)block_size + 1) * sizeof *h);
+        if (!h) return pg_error(PAGODA_ERR_NOMEM, "request %llu: out of memory", id);
+        free(r->block_hashes);
+        r->block_hashes = h;
+    }
+    r->block_size = block_size;
+    r->hash_blocks = algo != NULL;
+    r->hash_algo = algo ? *algo : PG_BLOCK_HASH_SHA256;
+    r->num_block_hashes = 0;
+    hash_new_blocks(r);
+    return PAGODA_OK;
+}
+
+pagoda_status pg_request_validate(const pg_request *r) {
+    unsigned long long id = (unsigned long long)r->id;
+    if (r->min_tokens < 0 || r->min_tokens > r->max_tokens)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "request %llu: min_tokens %d must be in 0..max_tokens %d", id,
+                        r->min_tokens, r->max_tokens);
+    if (r->num_stop_token_ids < 0 || r->num_stop_token_ids > PG_MAX_STOP_TOKENS)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: %d stop token ids (at most %d)", id,
+                        r->num_stop_token_ids, PG_MAX_STOP_TOKENS);
+    for (int32_t i = 0; i < r->num_stop_token_ids; i++)
+        if (r->stop_token_ids[i] < 0)
+            return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: stop token id %d is negative",
+                            id, r->stop_token_ids[i]);
+    if (r->encoder_steps < 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: encoder_steps %d is negative", id,
+                        r->encoder_steps);
+    if (r->probe_len < 0 || r->probe_len > r->num_prompt_tokens)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "request %llu: probe_len %d outside 0..%d prompt tokens", id, r->probe_len,
+                        r->num_prompt_tokens);
     return PAGODA_OK;
 }
 

@@ -387,10 +387,7 @@ pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out
 
 void pg_scheduler_destroy(pg_scheduler *s) {
     if (!s) return;
-    if (s->ids)
-        for (uint32_t i = 0; i <= s->ids_mask; i++)
-            if (s->ids[i].req) pg_request_destroy(s->ids[i].req);
-    pg_kvm_destroy(s->kvm);
+    pg_kvm_destroy(s->kvm); /* the requests are their creators' */
     free(s->ids);
     free(s->wq);
     free(s->running);
@@ -437,35 +434,50 @@ void pg_scheduler_destroy(pg_scheduler *s) {
 
 /* ---- requests ---- */
 
-pagoda_status pg_scheduler_add_request(pg_scheduler *s, const pg_request_params *p) {
-    if (!p) return pg_error(PAGODA_ERR_INVALID_ARG, "scheduler: NULL request params");
-    if (id_find(s, p->id))
-        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: id already in use",
-                        (unsigned long long)p->id);
-    if (p->encoder_steps > 0 && s->max_encoding == 0)
+pagoda_status pg_scheduler_add_request(pg_scheduler *s, pg_request *r) {
+    if (!r) return pg_error(PAGODA_ERR_INVALID_ARG, "scheduler: NULL request");
+    unsigned long long id = (unsigned long long)r->id;
+    if (id_find(s, r->id))
+        return pg_error(PAGODA_ERR_INVALID_ARG, "request %llu: id already in use", id);
+    if (r->status != PG_REQ_WAITING || r->num_tokens != r->num_prompt_tokens || r->kv_slot >= 0)
+        return pg_error(PAGODA_ERR_INVALID_ARG,
+                        "request %llu: not a new request (status %d, %d outputs)", id,
+                        (int)r->status, r->num_tokens - r->num_prompt_tokens);
+    pagoda_status st = pg_request_validate(r);
+    if (st) return st;
+    if (r->encoder_steps > 0 && s->max_encoding == 0)
         return pg_error(PAGODA_ERR_INVALID_ARG,
                         "request %llu: %d encoder steps, but the scheduler has no cross-attention "
                         "group or no encoder slots",
-                        (unsigned long long)p->id, p->encoder_steps);
-    pg_request *r;
-    pagoda_status st = pg_request_create(p, s->block_size, s->max_model_len,
-                                         s->caching ? &s->hash_algo : NULL, &r);
-    if (st) return st;
+                        id, r->encoder_steps);
+    if (r->num_prompt_tokens >= s->max_model_len)
+        return pg_error(
+            PAGODA_ERR_LIMIT,
+            "request %llu: prompt of %d tokens does not fit max_model_len %d (at most %d "
+            "prompt tokens, leaving room for one output token)",
+            id, r->num_prompt_tokens, s->max_model_len, s->max_model_len - 1);
+    /* made for a longer context: its storage is larger than it needs */
+    if (r->max_total_tokens > s->max_model_len) r->max_total_tokens = s->max_model_len;
     int32_t need = pg_kvm_blocks_for_tokens(s->kvm, r->max_total_tokens);
     int32_t have = pg_kvm_num_usable_blocks(s->kvm);
-    if (need > have) {
-        st = pg_error(PAGODA_ERR_LIMIT,
-                      "request %llu: %d prompt + %d max output tokens (capped at max_model_len %d) "
-                      "= %d tokens need %d KV blocks of %d tokens; the KV cache has only %d blocks",
-                      (unsigned long long)p->id, r->num_prompt_tokens, r->max_tokens,
-                      s->max_model_len, r->max_total_tokens, need, s->block_size, have);
-        pg_request_destroy(r);
+    if (need > have)
+        return pg_error(PAGODA_ERR_LIMIT,
+                        "request %llu: %d prompt + %d max output tokens (capped at max_model_len "
+                        "%d) = %d tokens need %d KV blocks of %d tokens; the KV cache has only %d "
+                        "blocks",
+                        id, r->num_prompt_tokens, r->max_tokens, s->max_model_len,
+                        r->max_total_tokens, need, s->block_size, have);
+    /* block hashes with this scheduler's block size and algorithm, unless
+     * the creator computed them so already */
+    bool hashed = s->caching ? r->hash_blocks && r->block_size == s->block_size &&
+                                   r->hash_algo == s->hash_algo
+                             : !r->hash_blocks && r->block_size == s->block_size;
+    if (!hashed &&
+        (st = pg_request_hash_blocks(r, s->block_size, s->caching ? &s->hash_algo : NULL)))
         return st;
-    }
-    if ((st = wq_reserve(s, s->num_live + 1)) || (st = id_insert(s, r->id, r))) {
-        pg_request_destroy(r);
-        return st;
-    }
+    if ((st = wq_reserve(s, s->num_live + 1)) || (st = id_insert(s, r->id, r))) return st;
+    r->encoder_done = 0;
+    r->encoder_slot = -1;
     wq_push_back(s, r);
     return PAGODA_OK;
 }
@@ -476,7 +488,8 @@ static void release_encoder_slot(pg_scheduler *s, pg_request *r) {
     r->encoder_slot = -1;
 }
 
-/* Remove r for good: out of the queues, blocks freed, destroyed. */
+/* Remove r for good: out of the queues and the id map, blocks freed (r
+ * itself is its creator's). */
 static void finish_request(pg_scheduler *s, pg_request *r, pg_finish_reason why) {
     release_encoder_slot(s, r);
     if (r->status == PG_REQ_RUNNING) {
@@ -489,8 +502,7 @@ static void finish_request(pg_scheduler *s, pg_request *r, pg_finish_reason why)
     pg_kvm_free(s->kvm, r);
     r->status = PG_REQ_FINISHED;
     r->finish_reason = why;
-    id_erase(s, r->id);
-    pg_request_destroy(r);
+    id_erase(s, r->id); /* r is its creator's to free */
 }
 
 pagoda_status pg_scheduler_abort(pg_scheduler *s, uint64_t id) {

@@ -25,9 +25,10 @@
  * num_computed_tokens advances in update_from_output (as the runner reports),
  * except prefix-cache hits, which count as computed at admission.
  * No call allocates in the steady state: step buffers are sized at create;
- * only add_request allocates (the request and, when they grow, the id map
- * and the waiting queue). Not thread-safe: one engine thread
- * owns the scheduler. */
+ * only add_request allocates (block hashes its creator did not compute and,
+ * when they grow, the id map and the waiting queue). Requests are borrowed:
+ * their creator allocates and frees them (pg_scheduler_add_request). Not
+ * thread-safe: one engine thread owns the scheduler. */
 #ifndef PAGODA_ENGINE_SCHEDULER_H
 #define PAGODA_ENGINE_SCHEDULER_H
 
@@ -114,7 +115,7 @@ typedef struct pg_spec_config {
     bool states_roll_back;
 } pg_spec_config;
 
-/* Probe rows (pg_request_params.probe_len) per step at most: a chunk that
+/* Probe rows (pg_request.probe_len) per step at most: a chunk that
  * would hold one more ends before its probe position. */
 #define PG_SCHED_MAX_PROBES 8
 
@@ -129,7 +130,7 @@ typedef struct pg_sched_config {
      * that cannot reach the next multiple in this step waits for a later one
      * (unless the step is otherwise empty: a budget below the multiple). */
     int32_t prefill_align;
-    /* Encoder-decoder models (requests with pg_request_params.encoder_steps):
+    /* Encoder-decoder models (requests with pg_request.encoder_steps):
      * each encoder piece costs encoder_step_tokens of the step's encoder
      * budget, max_num_encoder_tokens (vLLM's max_num_encoder_input_tokens,
      * separate from the decoder's token budget; 0 = max_num_batched_tokens):
@@ -189,7 +190,7 @@ typedef struct pg_sched_output {
      * state_snap_len[i] tokens of this step into that entry */
     const int32_t *state_restore, *state_snap, *state_snap_len;
     /* probe_rows[i] >= 0: the token row of i's probe (its logits are wanted
-     * too, pg_request_params.probe_len); at most PG_SCHED_MAX_PROBES a step */
+     * too, pg_request.probe_len); at most PG_SCHED_MAX_PROBES a step */
     const int32_t *probe_rows;
     /* per group g and request i, at [g * req_stride + i] */
     const int32_t *const *block_tables; /* i's block table in group g (ids) */
@@ -270,17 +271,29 @@ typedef struct pg_scheduler pg_scheduler;
  * Logs a warning when max_model_len tokens do not fit in the pool (such
  * requests are rejected by add_request). */
 pagoda_status pg_scheduler_create(const pg_sched_config *cfg, pg_scheduler **out);
-/* Frees every request still queued or running. */
+/* Frees the scheduler; the requests still queued or running are left to
+ * their creators (pg_scheduler_add_request). */
 void pg_scheduler_destroy(pg_scheduler *s);
 
-/* Queue a request (state WAITING, FCFS order). Rejected before admission:
- * PAGODA_ERR_INVALID_ARG (bad params, id already live, encoder steps on a
- * scheduler without a cross-attention group or without encoder slots),
- * PAGODA_ERR_LIMIT
- * (prompt >= max_model_len; or prompt + max_tokens, capped at max_model_len,
- * needing more blocks than the whole pool: it could never finish), with a
- * message naming the request and the numbers. PAGODA_ERR_NOMEM. */
-pagoda_status pg_scheduler_add_request(pg_scheduler *s, const pg_request_params *p);
+/* Queue r, a new request (pg_request_create; state WAITING, FCFS order).
+ * The scheduler borrows r: its creator keeps owning it and frees it
+ * (pg_request_destroy) only once it has left the scheduler: it finished
+ * (an update_from_output event with a finish reason), was aborted
+ * (pg_scheduler_abort returned, or, when its step was in flight, the
+ * update_from_output that completes the abort), or the scheduler was
+ * destroyed. Meanwhile the creator only reads it (and may write the
+ * scratch tokens past num_tokens between schedule and update). Its block
+ * hashes are computed here unless r was hashed with this scheduler's
+ * block size and algorithm already (pg_request_hash_blocks); a request
+ * made for a longer max_model_len is capped to this one. Rejected before
+ * admission (r is untouched but for its hashes and cap):
+ * PAGODA_ERR_INVALID_ARG (not a new request, pg_request_validate fails,
+ * id already live, encoder steps on a scheduler without a cross-attention
+ * group or without encoder slots), PAGODA_ERR_LIMIT (prompt >=
+ * max_model_len; or prompt + max_tokens, capped at max_model_len, needing
+ * more blocks than the whole pool: it could never finish), with a message
+ * naming the request and the numbers. PAGODA_ERR_NOMEM. */
+pagoda_status pg_scheduler_add_request(pg_scheduler *s, pg_request *r);
 
 /* Abort a queued or running request: its blocks are freed and, if it was
  * running, its id is reported in the next output's finished_ids. If it is part of the step in

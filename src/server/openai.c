@@ -465,7 +465,7 @@ static pagoda_status parse_stop(const parse_ctx *p, pg_api_request *r) {
     if (cnt == 0) return PAGODA_OK;
     r->stop = calloc(cnt, sizeof *r->stop);
     if (!r->stop) return pg_api_fail(p->err, 500, "stop", "out of memory");
-    r->sampling.n_stop = cnt;
+    r->engine_req.sampling.n_stop = cnt;
     if (cJSON_IsString(f)) {
         if (!f->valuestring[0]) return pg_api_fail(p->err, 400, "stop", "empty stop string");
         r->stop[0] = strdup(f->valuestring);
@@ -512,8 +512,8 @@ static pagoda_status parse_logit_bias(const parse_ctx *p, pg_api_request *r) {
         r->logit_bias[i].bias = (float)it->valuedouble;
         i++;
     }
-    r->sampling.logit_bias = r->logit_bias;
-    r->sampling.n_logit_bias = cnt;
+    r->engine_req.sampling.logit_bias = r->logit_bias;
+    r->engine_req.sampling.n_logit_bias = cnt;
     return PAGODA_OK;
 }
 
@@ -542,7 +542,7 @@ static pagoda_status get_seed(const parse_ctx *p, int64_t *out) {
 }
 
 static pagoda_status parse_sampling(const parse_ctx *p, pg_api_request *r) {
-    pagoda_sampling *s = &r->sampling;
+    pagoda_sampling *s = &r->engine_req.sampling;
     pagoda_status st;
     /* max_tokens: null or absent = up to the context */
     int64_t mt = 0;
@@ -630,7 +630,7 @@ static pagoda_status parse_logprobs(const parse_ctx *p, pg_api_request *r) {
     if (r->kind == PG_API_COMPLETION) {
         if (f && (cJSON_IsBool(f) || !is_int(f)))
             return pg_api_fail(p->err, 400, "logprobs", "'logprobs' must be an integer");
-        return get_int32(p, "logprobs", 0, PG_API_MAX_LOGPROBS, &r->logprobs);
+        return get_int32(p, "logprobs", 0, PG_API_MAX_LOGPROBS, &r->engine_req.sampling.logprobs);
     }
     bool want = false;
     pagoda_status st = get_bool(p, "logprobs", &want);
@@ -641,7 +641,7 @@ static pagoda_status parse_logprobs(const parse_ctx *p, pg_api_request *r) {
     if (t && !want)
         return pg_api_fail(p->err, 400, "top_logprobs",
                            "'top_logprobs' needs 'logprobs' set to true");
-    r->logprobs = want ? top : -1;
+    r->engine_req.sampling.logprobs = want ? top : -1;
     return PAGODA_OK;
 }
 
@@ -804,17 +804,19 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->n = 1;
-    out->logprobs = -1;
     out->add_generation_prompt = true;
-    out->add_special_tokens = kind == PG_API_COMPLETION;
-    out->sampling = *defaults;
-    out->sampling.logit_bias = NULL;
-    out->sampling.n_logit_bias = 0;
+    pagoda_request *t = &out->engine_req; /* pagoda_request_defaults' non-sampling values */
+    t->add_special_tokens = kind == PG_API_COMPLETION;
+    t->prompt_logits_pos = -1;
+    t->reasoning_start_id = t->reasoning_end_id = -1;
+    t->sampling = *defaults;
+    t->sampling.logit_bias = NULL;
+    t->sampling.n_logit_bias = 0;
     /* defaults->stop_token_ids (engine-owned, e.g. generation_config's extra
      * EOS ids) are kept by reference unless the request adds its own */
-    out->sampling.stop = NULL;
-    out->sampling.n_stop = 0;
-    out->sampling.logprobs = -1;
+    t->sampling.stop = NULL;
+    t->sampling.n_stop = 0;
+    t->sampling.logprobs = -1;
 
     cJSON *root = parse_body(body, len, err);
     if (!root) return PAGODA_ERR_INVALID_ARG;
@@ -837,6 +839,7 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
         goto done;
     }
     if ((st = get_string(&p, "cache_salt", &out->cache_salt))) goto done;
+    t->cache_salt = out->cache_salt;
     if (kind == PG_API_COMPLETION) {
         if ((st = parse_prompts(&p, out))) goto done;
         if ((st = get_bool(&p, "echo", &out->echo))) goto done;
@@ -846,7 +849,8 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
             st = pg_api_fail(err, 400, "suffix", "'suffix' is not supported");
             goto done;
         }
-        if ((st = get_bool(&p, "add_special_tokens", &out->add_special_tokens))) goto done;
+        if ((st = get_bool(&p, "add_special_tokens", &out->engine_req.add_special_tokens)))
+            goto done;
     } else {
         if ((st = parse_messages(&p, out))) goto done;
     }
@@ -867,7 +871,6 @@ pagoda_status pg_api_parse(pg_api_kind kind, const char *body, size_t len,
         if ((st = get_bool(&q, "include_usage", &out->include_usage))) goto done;
     }
     if ((st = parse_logprobs(&p, out))) goto done;
-    out->sampling.logprobs = out->logprobs;
     if ((st = parse_sampling(&p, out))) goto done;
 done:
     cJSON_Delete(root);
@@ -895,7 +898,7 @@ void pg_api_request_free(pg_api_request *r) {
     free(r->logit_bias);
     free(r->stop_token_ids);
     if (r->stop)
-        for (size_t i = 0; i < r->sampling.n_stop; i++)
+        for (size_t i = 0; i < r->engine_req.sampling.n_stop; i++)
             free(r->stop[i]);
     free(r->stop);
     memset(r, 0, sizeof *r);
@@ -905,7 +908,7 @@ pagoda_status pg_api_parse_tokenize(const char *body, size_t len, pg_api_request
                                     pg_api_error *err) {
     memset(out, 0, sizeof *out);
     out->add_generation_prompt = true;
-    out->logprobs = -1;
+    out->engine_req.sampling.logprobs = -1;
     cJSON *root = parse_body(body, len, err);
     if (!root) return PAGODA_ERR_INVALID_ARG;
     parse_ctx p = {root, err, body, len};
@@ -914,7 +917,7 @@ pagoda_status pg_api_parse_tokenize(const char *body, size_t len, pg_api_request
     const cJSON *prompt = field(&p, "prompt");
     if (prompt) {
         out->kind = PG_API_COMPLETION;
-        out->add_special_tokens = true;
+        out->engine_req.add_special_tokens = true;
         if (!cJSON_IsString(prompt)) {
             st = pg_api_fail(err, 400, "prompt", "'prompt' must be a string, got %s",
                              type_name(prompt));
@@ -935,7 +938,7 @@ pagoda_status pg_api_parse_tokenize(const char *body, size_t len, pg_api_request
                          "'prompt' (a string) or 'messages' (a list) is required");
         goto done;
     }
-    if ((st = get_bool(&p, "add_special_tokens", &out->add_special_tokens))) goto done;
+    if ((st = get_bool(&p, "add_special_tokens", &out->engine_req.add_special_tokens))) goto done;
     st = get_bool(&p, "return_token_strs", &out->return_token_strs);
 done:
     cJSON_Delete(root);
@@ -946,7 +949,7 @@ done:
 pagoda_status pg_api_parse_detokenize(const char *body, size_t len, pg_api_request *out,
                                       pg_api_error *err) {
     memset(out, 0, sizeof *out);
-    out->logprobs = -1;
+    out->engine_req.sampling.logprobs = -1;
     cJSON *root = parse_body(body, len, err);
     if (!root) return PAGODA_ERR_INVALID_ARG;
     parse_ctx p = {root, err, body, len};

@@ -80,22 +80,29 @@ typedef struct pg_api_request {
     char *final_text;            /* that message's text (continue_final_message) */
     char *reasoning_effort;      /* chat: "low", "medium", "high" or NULL (harmony models) */
     bool return_token_strs;      /* /tokenize (vLLM): also return the token pieces */
-    bool add_special_tokens;     /* completions default true, chat default false */
     int32_t n;                   /* choices per prompt, >= 1 */
     bool stream;
     bool include_usage; /* stream_options.include_usage */
     bool echo;          /* completions: prepend the prompt text */
-    int32_t logprobs;   /* -1 none; completions: top-N; chat: top_logprobs */
     char *user;
     char *request_id; /* vLLM: the response id becomes "chatcmpl-" / "cmpl-" + it */
+    /* The engine request every choice submits a copy of (the server adds
+     * the prompt's ids and the choice's seed): filled by the parser with
+     * the sampling defaults and the body's fields: sampling (logprobs: -1
+     * none; completions: top-N; chat: top_logprobs), add_special_tokens
+     * (text prompts; completions default true, chat default false),
+     * cache_salt; prompt_logits_pos and the reasoning ids -1. The server
+     * sets the grammar and what it applies after. Its arrays point into the
+     * owned copies below. */
+    pagoda_request engine_req;
     char *cache_salt; /* vLLM's cache_salt: a non-empty string or NULL (absent) */
-    pagoda_sampling sampling; /* arrays below are owned by the request */
     pagoda_logit_bias *logit_bias;
     int32_t *stop_token_ids;
     char **stop;
 } pg_api_request;
 
-/* Parse and validate a JSON body. The body must be strict RFC 8259 JSON
+/* Parse and validate a JSON body into `out` (its engine_req included). The
+ * body must be strict RFC 8259 JSON
  * (src/server/json_check.h: bad escapes, lone surrogates, invalid UTF-8,
  * raw control characters, bad numbers, trailing text, nesting over
  * PG_JSON_MAX_DEPTH all give a 400 "request body is not valid JSON: <why>

@@ -342,12 +342,13 @@ static void apply_output(job *j, size_t i, const pagoda_output *o, double now) {
         }
         j->unsent += o->n_new_tokens * TOKEN_PENDING_BYTES;
     }
-    if (!sb->cut && o->logprobs && j->req.logprobs >= 0) {
+    const int32_t want_lp = j->req.engine_req.sampling.logprobs; /* top-N, -1 none */
+    if (!sb->cut && o->logprobs && want_lp >= 0) {
         for (size_t k = 0; k < o->n_new_tokens; k++) {
             const pagoda_token_logprobs *tl = &o->logprobs[k];
             /* ids only: the texts are decoded on the connection's side */
             pg_api_logprob lp = {NULL, tl->logprob, NULL, 0, tl->token, sb->last_token};
-            int32_t nt = tl->n_top < j->req.logprobs ? tl->n_top : j->req.logprobs;
+            int32_t nt = tl->n_top < want_lp ? tl->n_top : want_lp;
             if (nt > 0 && (lp.top = calloc((size_t)nt, sizeof *lp.top))) {
                 lp.n_top = nt;
                 for (int32_t t = 0; t < nt; t++) {
@@ -719,10 +720,11 @@ static pagoda_status prepare_prompts(const srv_model *s, job *j, int32_t ***ids_
     for (size_t p = 0; p < r->n_prompts; p++) {
         pg_api_prompt *pr = &r->prompts[p];
         if (pr->text) {
-            pagoda_status st = r->kind == PG_API_CHAT
-                                   ? encode_rendered(s, pr->text, pr->text_len, &ids[p], &n[p])
-                                   : pagoda_tokenize(s->e, pr->text, pr->text_len,
-                                                     r->add_special_tokens, &ids[p], &n[p]);
+            pagoda_status st =
+                r->kind == PG_API_CHAT
+                    ? encode_rendered(s, pr->text, pr->text_len, &ids[p], &n[p])
+                    : pagoda_tokenize(s->e, pr->text, pr->text_len,
+                                      r->engine_req.add_special_tokens, &ids[p], &n[p]);
             if (st) return pg_api_fail(err, 400, "prompt", "%s", pagoda_last_error());
         } else {
             for (size_t k = 0; k < pr->n_ids; k++) {
@@ -742,7 +744,8 @@ static pagoda_status prepare_prompts(const srv_model *s, job *j, int32_t ***ids_
             memcpy(ids[p], pr->ids, pr->n_ids * sizeof(int32_t));
             n[p] = pr->n_ids;
         }
-        if (pg_api_check_length((int32_t)n[p], r->sampling.max_tokens, s->max_model_len, err)) {
+        if (pg_api_check_length((int32_t)n[p], r->engine_req.sampling.max_tokens, s->max_model_len,
+                                err)) {
             /* a chat request's prompt is its messages */
             if (r->kind == PG_API_CHAT && !strcmp(err->param, "prompt"))
                 snprintf(err->param, sizeof err->param, "messages");
@@ -809,7 +812,8 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
                 pg_api_choice_append(&j->choices[c], pr->text, pr->text_len);
             } else {
                 size_t len = 0;
-                char *t = detok(m->e, pr->ids, pr->n_ids, r->sampling.skip_special_tokens, &len);
+                char *t = detok(m->e, pr->ids, pr->n_ids,
+                                r->engine_req.sampling.skip_special_tokens, &len);
                 if (t) pg_api_choice_append(&j->choices[c], t, len);
                 free(t);
             }
@@ -817,9 +821,23 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
         }
         /* the choice's text is made on the connection's side (consume_locked) */
         j->subs[c].eng_stop_token = -1;
-        if (pagoda_detokenizer_create(m->e, ids[c / per], n[c / per], &r->sampling,
+        if (pagoda_detokenizer_create(m->e, ids[c / per], n[c / per], &r->engine_req.sampling,
                                       &j->subs[c].dt) != PAGODA_OK)
             return pg_api_fail(err, 500, NULL, "%s", pagoda_last_error());
+    }
+    /* what every choice asks the engine for: the parsed template, the
+     * grammar and the reasoning it applies after */
+    pagoda_request *q = &r->engine_req;
+    q->grammar = j->grammar;
+    q->grammar_after_reasoning = gr != PG_GRAMMAR_WHOLE;
+    q->reasoning_open = gr == PG_GRAMMAR_AFTER_OPEN;
+    q->reasoning_start_id = m->think_ids[0];
+    q->reasoning_end_id = m->think_ids[1];
+    if (harmony && j->grammar) { /* analysis / commentary free, the final message constrained */
+        q->grammar_after_reasoning = true;
+        q->reasoning_open = true;
+        q->reasoning_end_ids = m->harmony_final_ids;
+        q->n_reasoning_end_ids = m->n_harmony_final_ids;
     }
     pthread_mutex_lock(&s->mu);
     if (atomic_load(&s->aborting)) { /* read before the drain began, parsed after its timeout */
@@ -835,29 +853,15 @@ static pagoda_status submit(job *j, int32_t **ids, size_t *n, pg_api_error *err)
                            (long long)inflight, (long long)s->inflight_limit);
     }
     for (size_t c = 0; c < j->n_choices; c++) {
-        pagoda_request req = {0};
+        pagoda_request req = *q; /* the template, with this choice's prompt and seed */
         req.prompt_token_ids = ids[c / per];
         req.n_prompt_token_ids = n[c / per];
-        req.add_special_tokens = false;
-        req.sampling = r->sampling;
-        req.grammar = j->grammar;
-        req.grammar_after_reasoning = gr != PG_GRAMMAR_WHOLE;
-        req.reasoning_open = gr == PG_GRAMMAR_AFTER_OPEN;
-        req.reasoning_start_id = m->think_ids[0];
-        req.reasoning_end_id = m->think_ids[1];
-        if (harmony && j->grammar) { /* analysis / commentary free, the final message constrained */
-            req.grammar_after_reasoning = true;
-            req.reasoning_open = true;
-            req.reasoning_end_ids = m->harmony_final_ids;
-            req.n_reasoning_end_ids = m->n_harmony_final_ids;
-        }
-        req.cache_salt = r->cache_salt;
         /* token ids only: text and stop strings are the consumer's */
         req.no_detokenize = true;
         req.sampling.stop = NULL;
         req.sampling.n_stop = 0;
-        if (r->sampling.seed >= 0) /* seed + i, wrapping within int64 */
-            req.sampling.seed = (int64_t)(((uint64_t)r->sampling.seed + c % per) & INT64_MAX);
+        if (q->sampling.seed >= 0) /* seed + i, wrapping within int64 */
+            req.sampling.seed = (int64_t)(((uint64_t)q->sampling.seed + c % per) & INT64_MAX);
         if (pagoda_engine_add_request(m->e, &req, &j->subs[c].eid, NULL) != PAGODA_OK) {
             pg_api_fail(err, 400, NULL, "%s", pagoda_last_error());
             for (size_t k = 0; k < c; k++)
@@ -1085,7 +1089,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
  * reads <|channel|>, <|message|>, ...) and stop at <|return|> / <|call|>
  * besides the model's and the request's stop ids. */
 static pagoda_status harmony_sampling(const srv_model *s, pg_api_request *r) {
-    pagoda_sampling *sp = &r->sampling;
+    pagoda_sampling *sp = &r->engine_req.sampling;
     sp->skip_special_tokens = false;
     size_t n = sp->n_stop_token_ids;
     int32_t *ids = malloc((n + 2) * sizeof *ids);
@@ -1110,7 +1114,7 @@ static pagoda_status tools_setup(const srv_model *m, job *j, pg_api_error *err) 
      * 2 Pro's <tool_call>): keep them in the text, as vLLM's hermes and
      * mistral parsers do (adjust_request) */
     if (j->parse_tools && (m->tool_format == PG_TOOLS_MISTRAL || m->tool_format == PG_TOOLS_HERMES))
-        r->sampling.skip_special_tokens = false;
+        r->engine_req.sampling.skip_special_tokens = false;
     if (!j->parse_tools || m->harmony ||
         (r->tool_choice != PG_TOOL_CHOICE_REQUIRED && r->tool_choice != PG_TOOL_CHOICE_NAMED))
         return PAGODA_OK;
@@ -1362,9 +1366,10 @@ static enum MHD_Result handle_tokenize(conn *cc, struct MHD_Connection *c) {
     size_t src_len = text ? strlen(text) : r.prompts[0].text_len;
     int32_t *ids = NULL;
     size_t n = 0;
-    pagoda_status tst = r.kind == PG_API_CHAT && !r.add_special_tokens
-                            ? encode_rendered(m, src, src_len, &ids, &n)
-                            : pagoda_tokenize(m->e, src, src_len, r.add_special_tokens, &ids, &n);
+    pagoda_status tst =
+        r.kind == PG_API_CHAT && !r.engine_req.add_special_tokens
+            ? encode_rendered(m, src, src_len, &ids, &n)
+            : pagoda_tokenize(m->e, src, src_len, r.engine_req.add_special_tokens, &ids, &n);
     bool want_strs = r.return_token_strs;
     free(text);
     pg_api_request_free(&r);
