@@ -833,8 +833,8 @@ static void test_ctrl_c_mid_answer(void **state) {
 
 /* A hostile server (issue 20 D1): control characters in the streamed
  * content and reasoning never reach the terminal; each C0 (but \n and \t),
- * DEL and C1 control is shown as U+FFFD; UTF-8 split across events stays
- * intact. */
+ * DEL and C1 control is shown as U+FFFD, as is each maximal run of
+ * ill-formed UTF-8; UTF-8 split across events stays intact. */
 static void test_control_chars_filtered(void **state) {
     (void)state;
     scripted f;
@@ -843,7 +843,13 @@ static void test_control_chars_filtered(void **state) {
     f.script = EV("reasoning_content", "th\\u001b[2Jink\\u0007") EV("content", "\\u001b]0;PWNED\\u0007"
                "\\u001b[2J\\u001b[31mRED\\u001b]52;c;ZWNobyBoYWNrZWQ=\\u0007")
         EV("content", " caf\xc3") EV("content", "\xa9 \xe2") EV("content", "\x82\xac a\\rb\\u007fc"
-        "\\u009b31md\\u0001e\\tf \xff g") "data: [DONE]\n\n";
+        "\\u009b31md\\u0001e\\tf \xff g")
+        /* ill-formed UTF-8: a U+FFFD per maximal ill-formed run (an overlong
+         * three-byte "/", a surrogate, an overlong two-byte "/", a code point
+         * past U+10FFFF, a character cut short by a space in the next event
+         * and by "i" in the next) */
+        EV("content", " \xe0\x80\xaf \xed\xa0\x80 \xc0\xaf \xf4\x90\x80\x80 \xf0\x9f\x98")
+        EV("content", " h\xe2\x82") EV("content", "i") "data: [DONE]\n\n";
 #undef EV
     char args[256];
     snprintf(args, sizeof args, "--url http://127.0.0.1:%d", f.port);
@@ -854,7 +860,8 @@ static void test_control_chars_filtered(void **state) {
 #define R "\xef\xbf\xbd"
     const char *want_reasoning = "th" R "[2Jink" R;
     const char *want = R "]0;PWNED" R R "[2J" R "[31mRED" R "]52;c;ZWNobyBoYWNrZWQ=" R
-                       " caf\xc3\xa9 \xe2\x82\xac a" R "b" R "c" R "31md" R "e\tf " R " g";
+                       " caf\xc3\xa9 \xe2\x82\xac a" R "b" R "c" R "31md" R "e\tf " R " g "
+                       R R R " " R R R " " R R " " R R R R " " R " h" R "i";
 #undef R
     if (!strstr(a, want) || !strstr(a, want_reasoning))
         fail_msg("the terminal showed \"%s\"", a);
