@@ -80,7 +80,8 @@ static pagoda_status decode(pg_detok *d, size_t a, size_t b, char **buf, size_t 
     pagoda_status st;
     if ((st = grow(buf, cap, 64)) != PAGODA_OK) return st;
     for (;;) {
-        st = pg_tokenizer_decode(d->tok, d->ids + a, b - a, d->skip_special, *buf, *cap, len);
+        st = pg_tokenizer_decode_with(d->tok, d->ids + a, b - a, d->skip_special, *buf, *cap, len,
+                                      &d->scratch);
         if (st != PAGODA_OK) return st;
         if (*len < *cap) return PAGODA_OK;
         if ((st = grow(buf, cap, *len + 1)) != PAGODA_OK) return st;
@@ -133,6 +134,7 @@ void pg_detok_free(pg_detok *d) {
     free(d->text);
     free(d->buf_a);
     free(d->buf_b);
+    pg_decode_scratch_free(&d->scratch);
     memset(d, 0, sizeof *d);
 }
 
