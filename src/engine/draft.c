@@ -137,22 +137,9 @@ pagoda_status pg_draft_start(pg_draft *d, int32_t num_blocks, int32_t max_num_se
                         num_blocks, max_num_seqs, max_model_len, max_num_batched_tokens, k);
     if (max_model_len > d->model_len) max_model_len = d->model_len;
     const int32_t S = max_num_seqs, T = max_num_batched_tokens, G = d->plan.num_groups;
-    pg_kvm_config kc = {.num_blocks = num_blocks,
-                        .block_size = d->block_size,
-                        .max_model_len = max_model_len,
-                        .max_num_seqs = S,
-                        .enable_prefix_caching = false,
-                        .num_groups = G};
-    memcpy(kc.groups, d->plan.groups, sizeof kc.groups);
-    pagoda_status st = pg_kvm_create(&kc, &d->kvm);
+    pagoda_status st = pg_spec_kv_start(d->model, &d->plan, d->kv_dtype, d->block_size, num_blocks,
+                                        S, max_model_len, T, &d->kvm, &d->runner);
     if (st) return st;
-    pg_runner_config rc = {.num_blocks = num_blocks,
-                           .block_size = d->block_size,
-                           .kv_dtype = d->kv_dtype,
-                           .max_num_batched_tokens = T,
-                           .max_num_seqs = S,
-                           .max_model_len = max_model_len};
-    if ((st = pg_runner_create(d->model, &rc, &d->runner))) return st;
     d->S = S;
     d->T = T;
     d->k = k;

@@ -4,6 +4,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+pagoda_status pg_spec_kv_start(pg_model *model, const pg_kv_plan *plan, pg_dtype kv_dtype,
+                               int32_t block_size, int32_t num_blocks, int32_t S,
+                               int32_t max_model_len, int32_t T, pg_kvm **kvm, pg_runner **runner) {
+    pg_kvm_config kc = {.num_blocks = num_blocks,
+                        .block_size = block_size,
+                        .max_model_len = max_model_len,
+                        .max_num_seqs = S,
+                        .enable_prefix_caching = false,
+                        .num_groups = plan->num_groups};
+    memcpy(kc.groups, plan->groups, sizeof kc.groups);
+    pagoda_status st = pg_kvm_create(&kc, kvm);
+    if (st) return st;
+    pg_runner_config rc = {.num_blocks = num_blocks,
+                           .block_size = block_size,
+                           .kv_dtype = kv_dtype,
+                           .max_num_batched_tokens = T,
+                           .max_num_seqs = S,
+                           .max_model_len = max_model_len};
+    return pg_runner_create(model, &rc, runner);
+}
+
 pagoda_status pg_spec_batch_init(pg_spec_batch *b, pg_kvm *kvm, int32_t S, int32_t T, int32_t G,
                                  int32_t block_size, const char *who) {
     memset(b, 0, sizeof *b);

@@ -13,7 +13,16 @@
 #include "base/status.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
+#include "engine/runner.h"
 #include "engine/scheduler.h"
+
+/* A proposer's own KV cache manager (prefix caching off) over plan's groups
+ * and runner for model: num_blocks blocks of block_size, S sequences of up
+ * to max_model_len positions, T tokens a forward. *kvm is set before the
+ * runner is made (the caller frees both). */
+pagoda_status pg_spec_kv_start(pg_model *model, const pg_kv_plan *plan, pg_dtype kv_dtype,
+                               int32_t block_size, int32_t num_blocks, int32_t S,
+                               int32_t max_model_len, int32_t T, pg_kvm **kvm, pg_runner **runner);
 
 typedef struct pg_spec_batch {
     int32_t S, T, G, block_size; /* rows, tokens, KV cache groups */
