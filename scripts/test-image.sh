@@ -29,6 +29,8 @@
 # ulimits within the caller's own hard limits. On a normal host both may be
 # set empty.
 set -euo pipefail
+# shellcheck source=scripts/package-checks.sh
+source "$(dirname "$0")/package-checks.sh"
 build_only=0
 if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 pkgdir=$(realpath "$1")
@@ -111,11 +113,6 @@ uid=$(podman exec "$ctr" id -u)
 [ "$uid" != 0 ] || fail "pagoda serve runs as root in the container"
 podman exec "$ctr" pagoda generate /models --prompt "Once upon a time" --temperature 0 \
   --max-tokens 16 --json >"$tmp/gen.json" 2>/dev/null || fail "pagoda generate in the container"
-curl -fsS "http://127.0.0.1:$port/health" >/dev/null || fail "GET /health from outside"
-resp=$(curl -fsS "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}') || fail "POST /v1/completions"
-got=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["choices"][0]["text"])' "$resp")
-want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["text"])' "$tmp/gen.json")
-[ -n "$got" ] && [ "$got" = "$want" ] || fail "completion '$got', pagoda generate in the image '$want'"
+pkg_check_completion "$port" "$tmp/gen.json" # GET /health and the completion from outside
 echo "   uid $uid, healthcheck ok, 127.0.0.1:$port -> 8000: completion '$got'"
 echo "test-image passed: $image builds from the Dockerfile, runs as non-root and serves"

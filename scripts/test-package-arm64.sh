@@ -44,8 +44,11 @@
 # Architecture: all; dpkg -L lists the command, the library and the man page;
 # ldd in the root finds every library; `pagoda --version` runs; `pagoda
 # serve` run as an unprivileged user answers /health and a completion equal
-# to the root's own `pagoda generate`.
+# to the root's own `pagoda generate` (scripts/package-checks.sh, shared with
+# scripts/test-package.sh).
 set -euo pipefail
+# shellcheck source=scripts/package-checks.sh
+source "$(dirname "$0")/package-checks.sh"
 pkgdir=$(realpath "$1")
 model=$(realpath "$2")
 cache=${3:-/work/cache}
@@ -104,21 +107,7 @@ if [ "$stage" = mountns ]; then
   }
   trap cleanup EXIT
 
-  mkdir -p "$root" "$tmp/upper" "$tmp/work" "$cache/apt-archives-$arch/partial"
-  mount -t overlay overlay -o "lowerdir=$base,upperdir=$tmp/upper,workdir=$tmp/work" "$root"
-  mount -t proc proc "$root/proc"
-  mount --rbind /dev "$root/dev"
-  mount --rbind /sys "$root/sys"
-  mount --bind "$cache/apt-archives-$arch" "$root/var/cache/apt/archives"
-  cp /etc/resolv.conf "$root/etc/resolv.conf"
-  cat >"$root/etc/apt/sources.list" <<EOF
-deb $mirror $suite main
-deb $mirror $suite-updates main
-deb ${mirror%/debian}/debian-security $suite-security main
-EOF
-  mkdir -p "$root/models/$(basename "$model")"
-  mount --bind -o ro "$model" "$root/models/$(basename "$model")"
-  cp "$deb" "$root/tmp/"
+  pkg_make_root "$base" "$cache" "$arch" "$suite" "$mirror" "$model" "$deb" /sys
 
   # a user namespace for the private binfmt_misc; the child waits until its
   # identity uid/gid maps are written (as root of the parent namespace)
@@ -177,53 +166,15 @@ printf '%s' "$binfmt" >/proc/sys/fs/binfmt_misc/register || fail "cannot registe
 export QEMU_CPU=max
 chroot "$root" /usr/bin/true || fail "the root's arm64 /usr/bin/true does not run through qemu"
 
-t0=$SECONDS
 echo "== apt-get install ./$deb into a fresh $suite $arch root (chroot, arm64 apt under qemu)"
-chroot "$root" apt-get update -qq >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log" >&2; fail "apt-get update"; }
-chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-  "./tmp/$deb" >>"$tmp/apt.log" 2>&1 ||
-  { tail -30 "$tmp/apt.log" >&2; fail "apt-get install ./$deb"; }
-echo "   $(grep -c '^Setting up ' "$tmp/apt.log" || true) packages set up (pagoda and its Depends) in $((SECONDS - t0)) s"
+pkg_apt_install "$deb"
 status=$(chroot "$root" dpkg-query -W -f='${db:Status-Status} ${Architecture}' pagoda) ||
   fail "dpkg-query: pagoda is not in the root's status"
 [ "$status" = "installed $arch" ] || fail "pagoda in the root: '$status', want 'installed $arch'"
 others=$(chroot "$root" dpkg-query -W -f='${Package}:${Architecture}\n' | grep -v -e ":$arch\$" -e ':all$' || true)
 [ -z "$others" ] || fail "packages of other architectures in the root: $(echo $others)"
-files=$(chroot "$root" dpkg -L pagoda)
-for f in /usr/bin/pagoda /usr/share/man/man1/pagoda.1 "/usr/lib/$multiarch/libpagoda.so.0"; do
-  grep -qxF "$f" <<<"$files" || fail "dpkg -L pagoda has no $f"
-done
-chroot "$root" ldd /usr/bin/pagoda >"$tmp/ldd.txt" 2>&1 || { cat "$tmp/ldd.txt" >&2; fail "ldd /usr/bin/pagoda in the root"; }
-! grep -q 'not found' "$tmp/ldd.txt" || fail "libraries missing in the root: $(grep 'not found' "$tmp/ldd.txt" | tr -s ' \t\n' ' ')"
-echo "   ldd in the root: $(grep -c '=> /' "$tmp/ldd.txt") libraries, none missing"
-version=$(chroot "$root" pagoda --version) || fail "pagoda --version in the root"
-echo "   $version"
+pkg_check_installed "$multiarch"
 
 echo "== pagoda serve (arm64 under qemu) as user nobody in the root, curl from outside"
-name=$(basename "$(ls -d "$root"/models/*)")
-chroot --userspec=nobody:nogroup "$root" pagoda generate "/models/$name" --prompt "Once upon a time" \
-  --temperature 0 --max-tokens 16 --json >"$tmp/gen.json" 2>"$tmp/gen.err" ||
-  { cat "$tmp/gen.err" >&2; fail "pagoda generate in the root"; }
-chroot --userspec=nobody:nogroup "$root" pagoda serve "/models/$name" --host 127.0.0.1 --port 0 \
-  >"$tmp/serve.log" 2>&1 &
-server_pid=$!
-port=
-for _ in $(seq 1 1200); do
-  port=$(sed -n 's/^PORT=\([0-9]*\)$/\1/p' "$tmp/serve.log" | head -1)
-  [ -n "$port" ] && break
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    rc=0; wait "$server_pid" || rc=$?; server_pid=
-    fail "pagoda serve exited (status $rc)"
-  fi
-  sleep 0.1
-done
-[ -n "$port" ] || fail "pagoda serve printed no PORT= line in 120 s"
-curl -fsS "http://127.0.0.1:$port/health" >/dev/null || fail "GET /health"
-resp=$(curl -fsS "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}') || fail "POST /v1/completions"
-got=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["choices"][0]["text"])' "$resp")
-want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["text"])' "$tmp/gen.json")
-[ -n "$got" ] || fail "empty completion: $resp"
-[ "$got" = "$want" ] || fail "completion '$got' differs from pagoda generate's '$want'"
-echo "   port $port: /health ok, completion '$got'"
+pkg_serve_checks "$(basename "$(ls -d "$root"/models/*)")" 120
 echo "test-package-arm64 passed: $deb installs and serves in a fresh Debian $suite $arch root"

@@ -120,10 +120,6 @@ static void term_start_locale(term *t, const char *args, bool c_locale) {
     fcntl(t->fd, F_SETFL, fcntl(t->fd, F_GETFL) | O_NONBLOCK);
 }
 
-static void term_start(term *t, const char *args) {
-    term_start_locale(t, args, false);
-}
-
 /* Read what is there (waiting up to ms); false at the pty's end. */
 static bool term_pump(term *t, int ms) {
     struct pollfd p = {.fd = t->fd, .events = POLLIN};
@@ -227,6 +223,41 @@ static char *ask(term *t, const char *msg) {
     return shown(t, a, b);
 }
 
+/* term_start_locale, then wait for the first prompt. */
+static void term_open_locale(term *t, const char *args, bool c_locale) {
+    term_start_locale(t, args, c_locale);
+    term_expect(t, ">>> ");
+}
+
+static void term_open(term *t, const char *args) {
+    term_open_locale(t, args, false);
+}
+
+/* Type `line` and Return; wait for `shows`, then for the next prompt. */
+static void term_command(term *t, const char *line, const char *shows) {
+    char l[9100];
+    snprintf(l, sizeof l, "%s\r", line);
+    term_send(t, l);
+    term_expect(t, shows);
+    term_expect(t, ">>> ");
+}
+
+/* "/save PATH": the chat says it saved `n` messages. */
+static void term_save(term *t, const char *path, int n) {
+    char line[4500], shows[64];
+    snprintf(line, sizeof line, "/save %s", path);
+    snprintf(shows, sizeof shows, "(saved %d messages to ", n);
+    term_command(t, line, shows);
+}
+
+/* Type `key` (Ctrl-C or Ctrl-D at the empty prompt, "/exit\r"): the chat
+ * exits with code 0; the terminal is closed. */
+static void term_exit(term *t, const char *key) {
+    term_send(t, key);
+    assert_int_equal(term_wait(t), 0);
+    term_close(t);
+}
+
 /* ---- the piped mode --------------------------------------------------------- */
 
 /* `pagoda chat ARGS` with `input` on a pipe as standard input; its stdout
@@ -240,6 +271,13 @@ static int run_piped(const char *args, const char *input, char **out) {
     snprintf(cmd, sizeof cmd, "cat '%s' | %s '%s' chat %s 2>'%s/err.txt'", in,
              pg_test_exec_wrapper(), pg_test_pagoda_bin(), args, dir);
     return pg_test_run_command(cmd, out);
+}
+
+/* The standard error of the last run_piped. */
+static char *err_text(void) {
+    char errp[4400];
+    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
+    return pg_test_read_file(errp, NULL);
 }
 
 static const char *local_args(void) {
@@ -291,19 +329,11 @@ static void test_piped_mode(void **state) {
     snprintf(cmd_args, sizeof cmd_args, "%s", local_args());
     assert_int_equal(run_piped(cmd_args, input, &out), 0);
     assert_non_null(strstr(out, "(loaded 7 messages from "));
-    char errp[4400];
-    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
-    char *err = pg_test_read_file(errp, NULL);
+    char *err = err_text();
     assert_non_null(strstr(err, "is not a JSON array of messages"));
     free(err);
     free(out);
     free(ref);
-}
-
-static char *err_text(void) {
-    char errp[4400];
-    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
-    return pg_test_read_file(errp, NULL);
 }
 
 /* Count the non-overlapping occurrences of `needle` in `s`. */
@@ -412,9 +442,7 @@ static void test_no_template(void **state) {
     snprintf(args, sizeof args, "'%s'", model());
     assert_int_equal(run_piped(args, "Hello\n", &out), 1);
     free(out);
-    char errp[4400];
-    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
-    char *err = pg_test_read_file(errp, NULL);
+    char *err = err_text();
     assert_non_null(strstr(err, "has no chat template; pass --chat-template FILE"));
     free(err);
 }
@@ -425,8 +453,7 @@ static void test_terminal_chat(void **state) {
     (void)state;
     char *ref = piped_answer();
     term t;
-    term_start(&t, local_args());
-    term_expect(&t, ">>> ");
+    term_open(&t, local_args());
     char *a = ask(&t, "Hello there");
     assert_string_equal(a, ref);
     free(a);
@@ -434,38 +461,24 @@ static void test_terminal_chat(void **state) {
     char path[4400], path2[4400], cmd[9000];
     snprintf(path, sizeof path, "%s/t.json", g_dir);
     snprintf(path2, sizeof path2, "%s/t2.json", g_dir);
-    term_send(&t, "/system Be brief.\r");
-    term_expect(&t, "(system prompt set)");
-    snprintf(cmd, sizeof cmd, "/save %s\r", path);
-    term_send(&t, cmd);
-    term_expect(&t, "(saved 3 messages to ");
+    term_command(&t, "/system Be brief.", "(system prompt set)");
+    term_save(&t, path, 3);
     /* history: the up arrow brings "/save ..." back, twice up "Hello there" */
-    term_expect(&t, ">>> ");
     term_send(&t, "\x1b[A\x1b[A\x1b[A\r");
     term_expect(&t, "Hello there");
     term_expect(&t, "\r\n>>> ");
     /* /reset keeps the system prompt; /load brings the three messages back */
-    term_send(&t, "/reset\r");
-    term_expect(&t, "(conversation cleared; the system prompt stays)");
-    snprintf(cmd, sizeof cmd, "/save %s\r", path2);
-    term_send(&t, cmd);
-    term_expect(&t, "(saved 1 messages to ");
-    snprintf(cmd, sizeof cmd, "/load %s\r", path);
-    term_send(&t, cmd);
-    term_expect(&t, "(loaded 3 messages from ");
-    snprintf(cmd, sizeof cmd, "/save %s\r", path2);
-    term_send(&t, cmd);
-    term_expect(&t, "(saved 3 messages to ");
-    term_expect(&t, ">>> ");
+    term_command(&t, "/reset", "(conversation cleared; the system prompt stays)");
+    term_save(&t, path2, 1);
+    snprintf(cmd, sizeof cmd, "/load %s", path);
+    term_command(&t, cmd, "(loaded 3 messages from ");
+    term_save(&t, path2, 3);
     char *c1 = pg_test_read_file(path, NULL), *c2 = pg_test_read_file(path2, NULL);
     assert_string_equal(c1, c2);
     assert_non_null(strstr(c1, "\"role\":\t\"system\""));
     free(c1);
     free(c2);
-    /* Ctrl-D at the empty prompt: exit 0 */
-    term_send(&t, "\x04");
-    assert_int_equal(term_wait(&t), 0);
-    term_close(&t);
+    term_exit(&t, "\x04"); /* Ctrl-D at the empty prompt: exit 0 */
     free(ref);
 }
 
@@ -473,20 +486,14 @@ static void test_terminal_chat(void **state) {
  * at the empty prompt exits. */
 static void check_ctrl_c(const char *args) {
     term t;
-    term_start(&t, args);
-    term_expect(&t, ">>> ");
+    term_open(&t, args);
     /* typed text and Ctrl-C: the line is discarded, the chat stays */
     term_send(&t, "never sent");
     term_expect(&t, "never sent");
     term_send(&t, "\x03");
     term_expect(&t, "^C\r\n>>> ");
-    term_send(&t, "/help\r");
-    term_expect(&t, "/system TEXT");
-    term_expect(&t, ">>> ");
-    /* Ctrl-C at the empty prompt: exit 0 */
-    term_send(&t, "\x03");
-    assert_int_equal(term_wait(&t), 0);
-    term_close(&t);
+    term_command(&t, "/help", "/system TEXT");
+    term_exit(&t, "\x03"); /* Ctrl-C at the empty prompt: exit 0 */
 }
 
 static void test_ctrl_c(void **state) {
@@ -514,14 +521,11 @@ static void test_url_mode(void **state) {
     free(banner);
     snprintf(args, sizeof args, "--url http://127.0.0.1:%d --temperature 0 --max-tokens 24", port);
     term t;
-    term_start(&t, args);
-    term_expect(&t, ">>> ");
+    term_open(&t, args);
     char *a = ask(&t, "Hello there");
     assert_string_equal(a, ref);
     free(a);
-    term_send(&t, "/exit\r");
-    assert_int_equal(term_wait(&t), 0);
-    term_close(&t);
+    term_exit(&t, "/exit\r");
     free(ref);
     /* piped, with a /v1 suffix and the model named */
     char piped[9100], *out;
@@ -538,9 +542,7 @@ static void test_url_mode(void **state) {
     snprintf(piped, sizeof piped, "--url http://127.0.0.1:%d --model nope", port);
     assert_int_equal(run_piped(piped, "Hello there\n", &out), 1);
     free(out);
-    char errp[4400];
-    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
-    char *err = pg_test_read_file(errp, NULL);
+    char *err = err_text();
     assert_non_null(strstr(err, "the server answered 404"));
     free(err);
     /* a conversation longer than the context (counted by the server's /tokenize) */
@@ -711,11 +713,10 @@ static void scripted_stop(scripted *f) {
 static void check_ctrl_c_mid_answer(const char *exit_key) {
     scripted f;
     scripted_start(&f);
-    char args[256], path[4400], cmd[4500];
+    char args[256], path[4400];
     snprintf(args, sizeof args, "--url http://127.0.0.1:%d", f.port);
     term t;
-    term_start(&t, args);
-    term_expect(&t, ">>> ");
+    term_open(&t, args);
     term_send(&t, "Tell me everything\r");
     term_expect(&t, "tick tick tick "); /* the answer streams */
     term_send(&t, "\x03");
@@ -741,10 +742,7 @@ static void check_ctrl_c_mid_answer(const char *exit_key) {
     assert_string_equal(a, "fine.");
     free(a);
     snprintf(path, sizeof path, "%s/stopped.json", g_dir);
-    snprintf(cmd, sizeof cmd, "/save %s\r", path);
-    term_send(&t, cmd);
-    term_expect(&t, "(saved 4 messages to ");
-    term_expect(&t, ">>> ");
+    term_save(&t, path, 4);
     char *conv = pg_test_read_file(path, NULL);
     assert_non_null(strstr(conv, "\"content\":\t\"tick tick tick "));
     assert_non_null(strstr(conv, "\"content\":\t\"fine.\""));
@@ -753,9 +751,7 @@ static void check_ctrl_c_mid_answer(const char *exit_key) {
     assert_int_equal(f.chats, 2);
     assert_non_null(strstr(f.first_body, "\"stream\":true"));
     pthread_mutex_unlock(&f.mu);
-    term_send(&t, exit_key);
-    assert_int_equal(term_wait(&t), 0);
-    term_close(&t);
+    term_exit(&t, exit_key);
     scripted_stop(&f);
 }
 
@@ -777,8 +773,7 @@ static void test_ctrl_c_mid_answer_local(void **state) {
     bool stopped = false;
     for (int attempt = 0; attempt < 5 && !stopped; attempt++) {
         term t;
-        term_start(&t, args);
-        term_expect(&t, ">>> ");
+        term_open(&t, args);
         term_send(&t, "Hello there\r");
         term_expect(&t, "Hello there\r\n");
         size_t from = term_expect(&t, start); /* the answer streams */
@@ -812,13 +807,11 @@ static void test_ctrl_c_mid_answer_local(void **state) {
         }
         if (stopped) {
             term_expect(&t, ">>> ");
-            term_send(&t, "/help\r");
-            term_expect(&t, "/system TEXT");
-            term_expect(&t, ">>> ");
-            term_send(&t, "\x04");
-            assert_int_equal(term_wait(&t), 0);
+            term_command(&t, "/help", "/system TEXT");
+            term_exit(&t, "\x04");
+        } else {
+            term_close(&t);
         }
-        term_close(&t);
     }
     assert_true(stopped);
     free(ref);
@@ -833,8 +826,8 @@ static void test_ctrl_c_mid_answer(void **state) {
 
 /* A hostile server (issue 20 D1): control characters in the streamed
  * content and reasoning never reach the terminal; each C0 (but \n and \t),
- * DEL and C1 control is shown as U+FFFD; UTF-8 split across events stays
- * intact. */
+ * DEL and C1 control is shown as U+FFFD, as is each maximal run of
+ * ill-formed UTF-8; UTF-8 split across events stays intact. */
 static void test_control_chars_filtered(void **state) {
     (void)state;
     scripted f;
@@ -843,18 +836,24 @@ static void test_control_chars_filtered(void **state) {
     f.script = EV("reasoning_content", "th\\u001b[2Jink\\u0007") EV("content", "\\u001b]0;PWNED\\u0007"
                "\\u001b[2J\\u001b[31mRED\\u001b]52;c;ZWNobyBoYWNrZWQ=\\u0007")
         EV("content", " caf\xc3") EV("content", "\xa9 \xe2") EV("content", "\x82\xac a\\rb\\u007fc"
-        "\\u009b31md\\u0001e\\tf \xff g") "data: [DONE]\n\n";
+        "\\u009b31md\\u0001e\\tf \xff g")
+        /* ill-formed UTF-8: a U+FFFD per maximal ill-formed run (an overlong
+         * three-byte "/", a surrogate, an overlong two-byte "/", a code point
+         * past U+10FFFF, a character cut short by a space in the next event
+         * and by "i" in the next) */
+        EV("content", " \xe0\x80\xaf \xed\xa0\x80 \xc0\xaf \xf4\x90\x80\x80 \xf0\x9f\x98")
+        EV("content", " h\xe2\x82") EV("content", "i") "data: [DONE]\n\n";
 #undef EV
     char args[256];
     snprintf(args, sizeof args, "--url http://127.0.0.1:%d", f.port);
     term t;
-    term_start(&t, args);
-    term_expect(&t, ">>> ");
+    term_open(&t, args);
     char *a = ask(&t, "Hi");
 #define R "\xef\xbf\xbd"
     const char *want_reasoning = "th" R "[2Jink" R;
     const char *want = R "]0;PWNED" R R "[2J" R "[31mRED" R "]52;c;ZWNobyBoYWNrZWQ=" R
-                       " caf\xc3\xa9 \xe2\x82\xac a" R "b" R "c" R "31md" R "e\tf " R " g";
+                       " caf\xc3\xa9 \xe2\x82\xac a" R "b" R "c" R "31md" R "e\tf " R " g "
+                       R R R " " R R R " " R R " " R R R R " " R " h" R "i";
 #undef R
     if (!strstr(a, want) || !strstr(a, want_reasoning))
         fail_msg("the terminal showed \"%s\"", a);
@@ -865,9 +864,7 @@ static void test_control_chars_filtered(void **state) {
     assert_int_equal(esc, own);
     assert_null(strchr(a, '\x07'));
     free(a);
-    term_send(&t, "/exit\r");
-    assert_int_equal(term_wait(&t), 0);
-    term_close(&t);
+    term_exit(&t, "/exit\r");
     scripted_stop(&f);
 }
 
@@ -881,26 +878,20 @@ static void test_stream_interrupted(void **state) {
     scripted_start(&f);
     f.script = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Once upon\"}}]}\n\n"
                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a time\"}}]}\n\n";
-    char args[256], path[4400], cmd[4500];
+    char args[256], path[4400];
     snprintf(args, sizeof args, "--url http://127.0.0.1:%d", f.port);
     term t;
-    term_start(&t, args);
-    term_expect(&t, ">>> ");
+    term_open(&t, args);
     term_send(&t, "Hi\r");
     term_expect(&t, "Once upon a time");
     term_expect(&t, "ended before the answer did");
     term_expect(&t, " [interrupted]\r\n>>> ");
     snprintf(path, sizeof path, "%s/interrupted.json", g_dir);
-    snprintf(cmd, sizeof cmd, "/save %s\r", path);
-    term_send(&t, cmd);
-    term_expect(&t, "(saved 2 messages to ");
-    term_expect(&t, ">>> ");
+    term_save(&t, path, 2);
     char *conv = pg_test_read_file(path, NULL);
     assert_non_null(strstr(conv, "\"content\":\t\"Once upon a time\""));
     free(conv);
-    term_send(&t, "/exit\r");
-    assert_int_equal(term_wait(&t), 0);
-    term_close(&t);
+    term_exit(&t, "/exit\r");
     /* piped: the text, then exit 1 */
     char *out;
     assert_int_equal(run_piped(args, "Hi\nAgain\n", &out), 1);
@@ -933,25 +924,19 @@ static void test_unicode_input(void **state) {
     static const char MSG[] = "caf\xc3\xa9 \xe2\x98\x95 \xe6\x97\xa5\xe6\x9c\xac e\xcc\x81 "
                               "\xf0\x9f\x98\x80 \xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d";
     for (int c_locale = 0; c_locale < 2; c_locale++) {
-        char path[4400], cmd[4500];
+        char path[4400];
         snprintf(path, sizeof path, "%s/unicode%d.json", g_dir, c_locale);
         term t;
-        term_start_locale(&t, local_args(), c_locale);
-        term_expect(&t, ">>> ");
+        term_open_locale(&t, local_args(), c_locale);
         char *a = ask(&t, MSG); /* fails unless the line is echoed as typed */
         free(a);
-        snprintf(cmd, sizeof cmd, "/save %s\r", path);
-        term_send(&t, cmd);
-        term_expect(&t, "(saved 2 messages to ");
-        term_expect(&t, ">>> ");
+        term_save(&t, path, 2);
         char *conv = pg_test_read_file(path, NULL), want[256];
         snprintf(want, sizeof want, "\"content\":\t\"%s\"", MSG);
         if (!strstr(conv, want))
             fail_msg("LC_ALL=C %d: the conversation holds\n%s", c_locale, conv);
         free(conv);
-        term_send(&t, "/exit\r");
-        assert_int_equal(term_wait(&t), 0);
-        term_close(&t);
+        term_exit(&t, "/exit\r");
     }
 }
 
@@ -961,9 +946,7 @@ static void test_url_unreachable(void **state) {
     char *out;
     assert_int_equal(run_piped("--url http://127.0.0.1:1", "Hello\n", &out), 1);
     free(out);
-    char errp[4400];
-    snprintf(errp, sizeof errp, "%s/err.txt", g_dir);
-    char *err = pg_test_read_file(errp, NULL);
+    char *err = err_text();
     assert_non_null(strstr(err, "cannot reach http://127.0.0.1:1/v1"));
     free(err);
 }

@@ -37,12 +37,6 @@ static void gen(pg_gen_model_options *o) {
     if (pg_gen_model_write(o)) fail_msg("gen: %s", pg_last_error());
 }
 
-static void row_f32(const pg_tensor *t, int64_t r, float *out) {
-    int64_t cols = t->ndim == 1 ? t->shape[0] : t->shape[1];
-    size_t rb = pg_dtype_row_bytes(t->dtype, (size_t)cols);
-    pg_dequant_row(t->dtype, (const uint8_t *)t->data + (size_t)r * rb, out, (size_t)cols);
-}
-
 /* Compare every tensor of the two forms, and the HF form to the generator. */
 static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol_gguf) {
     pg_model_source *hf, *gg;
@@ -122,8 +116,8 @@ static void compare_forms(const pg_gen_model_options *o, float tol_hf, float tol
                 int64_t h = r / hd, w = r % hd;
                 gr = h * hd + 2 * (w % (hd / 2)) + w / (hd / 2);
             }
-            row_f32(t, r, x);
-            row_f32(u, gr, y);
+            pg_test_tensor_row(t, r, x);
+            pg_test_tensor_row(u, gr, y);
             pg_gen_model_row(o, t->name, r, cols, ref);
             float amax = 0;
             for (int64_t c = 0; c < cols; c++)
@@ -1047,9 +1041,8 @@ static void q35_gguf_name(const char *hf, int layers, char *out, size_t cap, int
 
 static float *dequant_all(pg_dtype t, const void *data, int64_t rows, int64_t cols) {
     float *x = malloc((size_t)(rows * cols) * sizeof *x);
-    size_t rb = pg_dtype_row_bytes(t, (size_t)cols);
-    for (int64_t r = 0; r < rows; r++)
-        pg_dequant_row(t, (const uint8_t *)data + (size_t)r * rb, x + r * cols, (size_t)cols);
+    assert_non_null(x);
+    pg_test_dequant_rows(t, data, rows, cols, x);
     return x;
 }
 
@@ -1223,15 +1216,15 @@ static void check_q35_hf_layout(const pg_gen_model_options *o) {
     float x[64];
     const pg_tensor *t =
         pg_safetensors_find(st, "model.language_model.layers.1.input_layernorm.weight");
-    row_f32(t, 0, x);
+    pg_test_tensor_row(t, 0, x);
     for (int i = 0; i < 64; i++)
         assert_true(fabsf(x[i]) < 0.11f);
     t = pg_safetensors_find(st, "model.language_model.layers.1.linear_attn.norm.weight");
-    row_f32(t, 0, x);
+    pg_test_tensor_row(t, 0, x);
     for (int i = 0; i < 16; i++)
         assert_true(x[i] > 0.89f && x[i] < 1.11f);
     t = pg_safetensors_find(st, "model.language_model.layers.1.linear_attn.A_log");
-    row_f32(t, 0, x);
+    pg_test_tensor_row(t, 0, x);
     for (int i = 0; i < 4; i++)
         assert_true(x[i] >= 0.0f && x[i] <= 2.78f);
     for (size_t i = 0; i < pg_safetensors_n_tensors(st); i++) {

@@ -21,6 +21,7 @@
 #include "model_run.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,17 @@ static void put16(uint8_t *p, float f) {
     memcpy(p, &h, 2);
 }
 
+/* Does a block of t have an F16 dmin (Q2_K, Q4_K, Q5_K)? */
+static bool has_dmin(pg_dtype t) {
+    return t == PG_Q2_K || t == PG_Q4_K || t == PG_Q5_K;
+}
+
+/* Write a block's F16 d and, where it has one, dmin (kquant.h's layouts). */
+static void put_scales(pg_dtype t, uint8_t *blk, float d, float dmin) {
+    put16(blk + (t == PG_Q6_K ? 208 : t == PG_Q3_K ? 108 : t == PG_Q2_K ? 80 : 0), d);
+    if (has_dmin(t)) put16(blk + (t == PG_Q2_K ? 82 : 2), dmin);
+}
+
 /* Random GGUF rows [N, K] of type t: random quants and scale bytes, d and
  * dmin positive F16 of a few thousandths (IQ4_XS, IQ4_NL: d of either
  * sign; any bytes are a valid block). */
@@ -58,20 +70,16 @@ static uint8_t *make_rows(pg_dtype t, int64_t N, int64_t K) {
     for (size_t i = 0; i < nb * bb; i++)
         w[i] = (uint8_t)pg_test_rnd_u64();
     for (size_t b = 0; b < nb; b++) {
-        uint8_t *blk = w + b * bb;
-        if (t == PG_Q6_K) {
-            put16(blk + 208, 0.0005f + 0.002f * fabsf(pg_test_rnd()));
-        } else if (t == PG_Q3_K) {
-            put16(blk + 108, 0.0005f + 0.002f * fabsf(pg_test_rnd()));
-        } else if (t == PG_Q2_K) {
-            put16(blk + 80, 0.001f + 0.004f * fabsf(pg_test_rnd()));
-            put16(blk + 82, 0.001f + 0.004f * fabsf(pg_test_rnd()));
+        float d, dmin = 0.0f;
+        if (t == PG_Q6_K || t == PG_Q3_K) {
+            d = 0.0005f + 0.002f * fabsf(pg_test_rnd());
         } else if (t == PG_IQ4_XS || t == PG_IQ4_NL) {
-            put16(blk, 0.0002f + 0.001f * pg_test_rnd());
+            d = 0.0002f + 0.001f * pg_test_rnd();
         } else {
-            put16(blk, 0.001f + 0.004f * fabsf(pg_test_rnd()));
-            put16(blk + 2, 0.001f + 0.004f * fabsf(pg_test_rnd()));
+            d = 0.001f + 0.004f * fabsf(pg_test_rnd());
+            dmin = 0.001f + 0.004f * fabsf(pg_test_rnd());
         }
+        put_scales(t, w + b * bb, d, dmin);
     }
     return w;
 }
@@ -239,10 +247,7 @@ static uint8_t *make_blocks(pg_dtype t, int nb) {
     for (int e = 0; e < 4; e++) {
         uint8_t *blk = w + (size_t)(nb - 4 + e) * bb;
         memset(blk, e % 2 ? 0x00 : 0xFF, bb);
-        const size_t at = t == PG_Q6_K ? 208 : t == PG_Q3_K ? 108 : t == PG_Q2_K ? 80 : 0;
-        put16(blk + at, dd[e]);
-        if (t == PG_Q2_K || t == PG_Q4_K || t == PG_Q5_K)
-            put16(blk + (t == PG_Q2_K ? 82 : 2), -dd[3 - e]);
+        put_scales(t, blk, dd[e], -dd[3 - e]);
     }
     return w;
 }
@@ -445,22 +450,8 @@ static void test_extreme_sums(void **state) {
         assert_non_null(w);
         const int cb = t == PG_IQ4_XS || t == PG_IQ4_NL;
         memset(w, cb ? 0x00 : 0xFF, nb * bb);
-        for (size_t b = 0; b < nb; b++) {
-            uint8_t *blk = w + b * bb;
-            if (t == PG_Q6_K) {
-                put16(blk + 208, 0.001f);
-            } else if (t == PG_Q3_K) {
-                put16(blk + 108, 0.001f);
-            } else if (t == PG_Q2_K) {
-                put16(blk + 80, 0.002f);
-                put16(blk + 82, 0.001f);
-            } else if (cb) {
-                put16(blk, 0.001f);
-            } else {
-                put16(blk, 0.002f);
-                put16(blk + 2, 0.001f);
-            }
-        }
+        for (size_t b = 0; b < nb; b++)
+            put_scales(t, w + b * bb, has_dmin(t) ? 0.002f : 0.001f, 0.001f);
         for (int pat = 0; pat < 3; pat++) {
             for (int64_t i = 0; i < M2 * lda; i++)
                 A[i] = pat == 0 ? 1.0f : pat == 1 ? -1.0f : (i % 2 ? -1.0f : 1.0f);

@@ -1,6 +1,7 @@
 /* pg_model_source over the real stories260K assets (GGUF F32/Q8_0/Q4_0 and
  * HF F32/BF16 safetensors), the HF cache resolution, and configs that
  * contradict the weights. */
+#include "model_run.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -88,12 +89,6 @@ static void test_hf_bf16_matches_f32(void **state) {
     pg_model_source_free(b);
 }
 
-/* Row r of a 2-D tensor, dequantized. */
-static void row(const pg_tensor *t, int64_t r, float *out) {
-    size_t rb = pg_dtype_row_bytes(t->dtype, (size_t)t->shape[1]);
-    pg_dequant_row(t->dtype, (const uint8_t *)t->data + (size_t)r * rb, out, (size_t)t->shape[1]);
-}
-
 /* GGUF Q/K rows are permuted: HF row h*hd + j*hd/2 + i == GGUF row h*hd + 2i + j. */
 static void cross_check(const char *gguf_rel, float tol) {
     pg_model_source *hf, *gg;
@@ -125,8 +120,8 @@ static void cross_check(const char *gguf_rel, float tol) {
                 int64_t h = r / hd, w = r % hd, j = w / (hd / 2), ii = w % (hd / 2);
                 gr = h * hd + 2 * ii + j;
             }
-            row(x, r, a);
-            row(y, gr, b);
+            pg_test_tensor_row(x, r, a);
+            pg_test_tensor_row(y, gr, b);
             float amax = 0;
             for (int64_t k = 0; k < x->shape[1]; k++)
                 amax = fmaxf(amax, fabsf(a[k]));

@@ -84,8 +84,7 @@ static void test_gguf_repack(void **state) {
         assert_true(q && qu && s && su && deq);
         assert_int_equal(pg_qgemm_from_gguf(t, W, N, K, q, s), PAGODA_OK);
         assert_int_equal(pg_qgemm_from_gguf(t, U, N, K, qu, su), PAGODA_OK);
-        for (int64_t n = 0; n < N; n++)
-            pg_dequant_row(t, W + n * pg_dtype_row_bytes(t, (size_t)K), deq + n * K, (size_t)K);
+        pg_test_dequant_rows(t, W, N, K, deq);
         for (int64_t i = 0; i < N * K; i++) {
             float v = s[i / 32] * (float)q[i];
             assert_memory_equal(&v, &deq[i], 4);

@@ -10,6 +10,7 @@
  * skip 0.25 rejects where its successor is wrong; greedy outputs with
  * speculation equal those without in every case; bad options are refused. */
 #include "engine_run.h"
+#include "model_run.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -79,11 +80,6 @@ static int setup(void **state) {
     return 0;
 }
 
-static void row_f32(const pg_tensor *t, int64_t r, float *out) {
-    size_t rb = pg_dtype_row_bytes(t->dtype, (size_t)t->shape[1]);
-    pg_dequant_row(t->dtype, (const uint8_t *)t->data + (size_t)r * rb, out, (size_t)t->shape[1]);
-}
-
 /* ---- tests ---- */
 
 /* next(t) and the skip marks: t + 1 everywhere at skip 0; at skip 0.25
@@ -128,14 +124,14 @@ static void test_successor_weights(void **state) {
         int preds = 0;
         for (int64_t t = 0; t < VOCAB; t++)
             if (pg_gen_successor_next(o, t) == s) {
-                row_f32(emb, t, e);
+                pg_test_tensor_row(emb, t, e);
                 for (int c = 0; c < H; c++)
                     want[c] += e[c];
                 preds++;
             }
         none += preds == 0;
         two += preds == 2;
-        row_f32(lm, s, got);
+        pg_test_tensor_row(lm, s, got);
         for (int c = 0; c < H; c++)
             assert_float_equal(got[c], want[c], 1e-7f);
     }
@@ -148,13 +144,13 @@ static void test_successor_weights(void **state) {
     for (int k = 0; k < 2; k++) {
         const pg_tensor *t = pg_model_source_tensor(src, SCALED[k]);
         assert_non_null(t);
-        row_f32(t, 3, a);
+        pg_test_tensor_row(t, 3, a);
         pg_gen_model_row(&plain, SCALED[k], 3, t->shape[1], b);
         for (int c = 0; c < t->shape[1]; c++)
             assert_float_equal(a[c], b[c] * o->successor_residual, 1e-12f);
     }
     const pg_tensor *q = pg_model_source_tensor(src, "model.layers.0.self_attn.q_proj.weight");
-    row_f32(q, 1, a);
+    pg_test_tensor_row(q, 1, a);
     pg_gen_model_row(&plain, "model.layers.0.self_attn.q_proj.weight", 1, q->shape[1], b);
     assert_memory_equal(a, b, (size_t)q->shape[1] * sizeof(float));
     pg_model_source_free(src);

@@ -49,6 +49,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #include "base/strbuf.h"
 #include "cli/args.h"
@@ -146,18 +147,29 @@ typedef struct stream {
 
 /* Model and server text on a terminal (issue 20 D1): it is written through
  * this filter so that it cannot drive the terminal (set the title, clear
- * the screen, write the clipboard with OSC 52...). C0 controls other than
- * \n and \t, DEL, C1 controls (U+0080..U+009F) and bytes that are not
- * valid UTF-8 (overlong, surrogates, > U+10FFFF) are each written as U+FFFD;
- * valid UTF-8 passes unchanged. A character cut at the end of a chunk is
- * held in s->u8 until the next chunk; term_flush ends it (U+FFFD if
- * incomplete). Output that is not a terminal gets the text unchanged. */
+ * the screen, write the clipboard with OSC 52...). Control characters
+ * (utf8proc's category Cc: C0 but \n and \t, DEL, C1) and bytes that are
+ * not valid UTF-8 (overlong, surrogates, > U+10FFFF) are written as U+FFFD,
+ * one for each maximal ill-formed run (a byte that cannot continue the held
+ * ones ends them and starts afresh, as Unicode recommends); valid UTF-8
+ * passes unchanged. A character cut at the end of a chunk is held in s->u8
+ * until the next chunk; term_flush ends it (U+FFFD if incomplete). Output
+ * that is not a terminal gets the text unchanged. */
 static const char REPL[] = "\xef\xbf\xbd"; /* U+FFFD */
 
-/* The allowed range of the second byte after lead byte `b0`. */
-static void utf8_second(unsigned char b0, unsigned char *lo, unsigned char *hi) {
-    *lo = b0 == 0xE0 ? 0xA0 : b0 == 0xF0 ? 0x90 : 0x80;
-    *hi = b0 == 0xED ? 0x9F : b0 == 0xF4 ? 0x8F : 0xBF;
+/* Can p[0..m) still begin a well-formed character of n bytes (n from
+ * utf8proc_utf8class)? utf8proc decides, on p completed with continuation
+ * bytes all 0x80 or all 0xBF: where UTF-8 narrows the range of a second
+ * byte (after E0, ED, F0, F4), the range keeps one of those two ends. */
+static bool utf8_viable(const unsigned char *p, size_t m, size_t n) {
+    for (int end = 0; end < 2 && n; end++) {
+        unsigned char c[4];
+        memcpy(c, p, m);
+        memset(c + m, end ? 0xBF : 0x80, n - m);
+        utf8proc_int32_t cp;
+        if (utf8proc_iterate(c, (utf8proc_ssize_t)n, &cp) == (utf8proc_ssize_t)n) return true;
+    }
+    return false;
 }
 
 static void term_write(stream *s, const char *t, size_t n) {
@@ -169,32 +181,22 @@ static void term_write(stream *s, const char *t, size_t n) {
             k = 0;
         }
         unsigned char b = (unsigned char)t[i];
-        if (!s->nu8) {
-            i++;
-            if (b < 0x80) {
-                bool ctl = (b < 0x20 && b != '\n' && b != '\t') || b == 0x7F;
-                if (ctl) memcpy(out + k, REPL, 3), k += 3;
-                else out[k++] = (char)b;
-            } else if (b >= 0xC2 && b <= 0xF4) {
-                s->u8[0] = b;
-                s->nu8 = 1;
-                s->need8 = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-            } else {
-                memcpy(out + k, REPL, 3), k += 3;
-            }
-            continue;
-        }
-        unsigned char lo = 0x80, hi = 0xBF;
-        if (s->nu8 == 1) utf8_second(s->u8[0], &lo, &hi);
-        if (b < lo || b > hi) { /* broken: U+FFFD, then this byte afresh */
+        if (!s->nu8) s->need8 = (size_t)utf8proc_utf8class[b];
+        s->u8[s->nu8] = b;
+        if (!utf8_viable(s->u8, s->nu8 + 1, s->need8)) {
+            /* U+FFFD for a byte that starts no character, or for the held
+             * bytes that this one cannot continue (then it starts afresh) */
             memcpy(out + k, REPL, 3), k += 3;
+            if (!s->nu8) i++;
             s->nu8 = 0;
             continue;
         }
-        s->u8[s->nu8++] = b;
+        s->nu8++;
         i++;
         if (s->nu8 < s->need8) continue;
-        if (s->u8[0] == 0xC2 && s->u8[1] < 0xA0) { /* a C1 control */
+        utf8proc_int32_t cp;
+        utf8proc_iterate(s->u8, (utf8proc_ssize_t)s->nu8, &cp);
+        if (utf8proc_category(cp) == UTF8PROC_CATEGORY_CC && cp != '\n' && cp != '\t') {
             memcpy(out + k, REPL, 3), k += 3;
         } else {
             memcpy(out + k, s->u8, s->nu8);
@@ -858,8 +860,9 @@ static char *prompt_fn(EditLine *el) {
 
 /* libedit's character reader (EL_GETCFN): standard input polled in 100 ms
  * slices so that Ctrl-C (g_sigint, set by the handler) is seen at once;
- * UTF-8 decoded into a wide character. Returns 1, 0 at end of input, -1 on
- * Ctrl-C or an error. */
+ * UTF-8 decoded into a wide character by utf8proc (U+FFFD for bytes that
+ * are not a character). Returns 1, 0 at end of input, -1 on Ctrl-C or an
+ * error. */
 static int getc_fn(EditLine *el, wchar_t *out) {
     (void)el;
     unsigned char b[4];
@@ -874,23 +877,16 @@ static int getc_fn(EditLine *el, wchar_t *out) {
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) return -1;
         if (k == 0) return 0;
-        if (have++ == 0)
-            need = b[0] < 0x80             ? 1
-                   : (b[0] & 0xE0) == 0xC0 ? 2
-                   : (b[0] & 0xF0) == 0xE0 ? 3
-                   : (b[0] & 0xF8) == 0xF0 ? 4
-                                           : 1;
-        else if ((b[have - 1] & 0xC0) != 0x80)
+        if (have++ == 0) {
+            need = (size_t)utf8proc_utf8class[b[0]];
+            if (!need) need = 1; /* a byte that starts no character */
+        } else if ((b[have - 1] & 0xC0) != 0x80) {
             return *out = 0xFFFD, 1; /* a broken sequence */
+        }
     }
-    if (need == 1) {
-        *out = b[0] < 0x80 ? (wchar_t)b[0] : 0xFFFD;
-    } else {
-        unsigned v = b[0] & (0x7Fu >> need);
-        for (size_t i = 1; i < need; i++)
-            v = v << 6 | (b[i] & 0x3Fu);
-        *out = (wchar_t)v;
-    }
+    utf8proc_int32_t cp;
+    if (utf8proc_iterate(b, (utf8proc_ssize_t)need, &cp) != (utf8proc_ssize_t)need) cp = 0xFFFD;
+    *out = (wchar_t)cp;
     return 1;
 }
 

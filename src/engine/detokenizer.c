@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 /* vLLM's INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET: prompt tokens in the
  * first decode window. */
 #define DETOK_WINDOW 5
@@ -34,24 +36,6 @@ static pagoda_status grow(char **buf, size_t *cap, size_t need) {
     return PAGODA_OK;
 }
 
-/* Length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629: no
- * overlongs, surrogates or code points above U+10FFFF), 0 if s[0] starts none. */
-static size_t utf8_valid_len(const unsigned char *s, size_t n) {
-    unsigned char c = s[0];
-    if (c < 0x80) return 1;
-    size_t len = c >= 0xC2 && c <= 0xDF   ? 2
-                 : c >= 0xE0 && c <= 0xEF ? 3
-                 : c >= 0xF0 && c <= 0xF4 ? 4
-                                          : 0;
-    if (!len || n < len) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
-        (c == 0xF4 && s[1] > 0x8F))
-        return 0;
-    return len;
-}
-
 /* Append src[0..n) to the output text with each byte that starts no
  * well-formed UTF-8 sequence replaced by U+FFFD (as HF tokenizers' ByteFallback
  * decoder does for byte tokens that form no character), so the text is
@@ -61,7 +45,7 @@ static pagoda_status append_text(pg_detok *d, const char *src, size_t n) {
     if (st != PAGODA_OK) return st;
     const unsigned char *u = (const unsigned char *)src;
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_valid_len(u + i, n - i);
+        size_t k = pg_utf8_seq_len(u + i, n - i);
         if (k) {
             memcpy(d->text + d->len, u + i, k);
             d->len += k;
@@ -80,7 +64,8 @@ static pagoda_status decode(pg_detok *d, size_t a, size_t b, char **buf, size_t 
     pagoda_status st;
     if ((st = grow(buf, cap, 64)) != PAGODA_OK) return st;
     for (;;) {
-        st = pg_tokenizer_decode(d->tok, d->ids + a, b - a, d->skip_special, *buf, *cap, len);
+        st = pg_tokenizer_decode_with(d->tok, d->ids + a, b - a, d->skip_special, *buf, *cap, len,
+                                      &d->scratch);
         if (st != PAGODA_OK) return st;
         if (*len < *cap) return PAGODA_OK;
         if ((st = grow(buf, cap, *len + 1)) != PAGODA_OK) return st;
@@ -133,6 +118,7 @@ void pg_detok_free(pg_detok *d) {
     free(d->text);
     free(d->buf_a);
     free(d->buf_b);
+    pg_decode_scratch_free(&d->scratch);
     memset(d, 0, sizeof *d);
 }
 

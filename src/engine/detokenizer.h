@@ -43,6 +43,7 @@ typedef struct pg_detok {
     int stop_index; /* which one, -1 */
     char *buf_a, *buf_b;
     size_t cap_a, cap_b;
+    pg_decode_scratch scratch; /* the decodes' buffers: no allocation per token */
 } pg_detok;
 
 /* Start with the prompt's ids (the decode window needs its tail) and copies

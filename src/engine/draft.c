@@ -9,6 +9,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
+#include "engine/spec_batch.h"
 #include "model/source.h"
 
 /* One target request's draft state: a shadow request in the draft's KV
@@ -39,11 +40,7 @@ struct pg_draft {
     /* one forward's batch */
     dstate **act; /* [S] states drafting this step */
     dstate **bat; /* [S] states in the current forward */
-    uint64_t *o_ids;
-    int32_t *o_nsched, *o_ncomp, *o_qsl, *o_seq, *o_slots_kv, *o_row, *o_tok, *o_pos, *o_slot;
-    int32_t *o_nblk, *o_nnew;
-    uint8_t *o_new, *o_samp;
-    const int32_t **o_tab;
+    pg_spec_batch b;
 };
 
 /* ---- load ---- */
@@ -140,22 +137,9 @@ pagoda_status pg_draft_start(pg_draft *d, int32_t num_blocks, int32_t max_num_se
                         num_blocks, max_num_seqs, max_model_len, max_num_batched_tokens, k);
     if (max_model_len > d->model_len) max_model_len = d->model_len;
     const int32_t S = max_num_seqs, T = max_num_batched_tokens, G = d->plan.num_groups;
-    pg_kvm_config kc = {.num_blocks = num_blocks,
-                        .block_size = d->block_size,
-                        .max_model_len = max_model_len,
-                        .max_num_seqs = S,
-                        .enable_prefix_caching = false,
-                        .num_groups = G};
-    memcpy(kc.groups, d->plan.groups, sizeof kc.groups);
-    pagoda_status st = pg_kvm_create(&kc, &d->kvm);
+    pagoda_status st = pg_spec_kv_start(d->model, &d->plan, d->kv_dtype, d->block_size, num_blocks,
+                                        S, max_model_len, T, &d->kvm, &d->runner);
     if (st) return st;
-    pg_runner_config rc = {.num_blocks = num_blocks,
-                           .block_size = d->block_size,
-                           .kv_dtype = d->kv_dtype,
-                           .max_num_batched_tokens = T,
-                           .max_num_seqs = S,
-                           .max_model_len = max_model_len};
-    if ((st = pg_runner_create(d->model, &rc, &d->runner))) return st;
     d->S = S;
     d->T = T;
     d->k = k;
@@ -164,25 +148,8 @@ pagoda_status pg_draft_start(pg_draft *d, int32_t num_blocks, int32_t max_num_se
     d->st = calloc((size_t)S, sizeof *d->st);
     d->act = calloc((size_t)S, sizeof *d->act);
     d->bat = calloc((size_t)S, sizeof *d->bat);
-    d->o_ids = calloc((size_t)S, sizeof *d->o_ids);
-    d->o_nsched = calloc((size_t)S, sizeof(int32_t));
-    d->o_ncomp = calloc((size_t)S, sizeof(int32_t));
-    d->o_qsl = calloc((size_t)S + 1, sizeof(int32_t));
-    d->o_seq = calloc((size_t)S, sizeof(int32_t));
-    d->o_slots_kv = calloc((size_t)S, sizeof(int32_t));
-    d->o_row = calloc((size_t)S, sizeof(int32_t));
-    d->o_new = calloc((size_t)S, 1);
-    d->o_samp = calloc((size_t)S, 1);
-    d->o_tok = calloc((size_t)T, sizeof(int32_t));
-    d->o_pos = calloc((size_t)T, sizeof(int32_t));
-    d->o_slot = calloc((size_t)G * (size_t)T, sizeof(int32_t));
-    d->o_nblk = calloc((size_t)G * (size_t)S, sizeof(int32_t));
-    d->o_nnew = calloc((size_t)G * (size_t)S, sizeof(int32_t));
-    d->o_tab = calloc((size_t)G * (size_t)S, sizeof *d->o_tab);
-    if (!d->st || !d->act || !d->bat || !d->o_ids || !d->o_nsched || !d->o_ncomp || !d->o_qsl ||
-        !d->o_seq || !d->o_slots_kv || !d->o_row || !d->o_new || !d->o_samp || !d->o_tok ||
-        !d->o_pos || !d->o_slot || !d->o_nblk || !d->o_nnew || !d->o_tab)
-        return pg_error(PAGODA_ERR_NOMEM, "draft: out of memory");
+    if (!d->st || !d->act || !d->bat) return pg_error(PAGODA_ERR_NOMEM, "draft: out of memory");
+    if ((st = pg_spec_batch_init(&d->b, d->kvm, S, T, G, d->block_size, "draft"))) return st;
     for (int32_t i = 0; i < S; i++) {
         d->st[i].toks = malloc((size_t)max_model_len * sizeof(int32_t));
         if (!d->st[i].toks) return pg_error(PAGODA_ERR_NOMEM, "draft: out of memory");
@@ -198,21 +165,7 @@ void pg_draft_free(pg_draft *d) {
     free(d->st);
     free(d->act);
     free(d->bat);
-    free(d->o_ids);
-    free(d->o_nsched);
-    free(d->o_ncomp);
-    free(d->o_qsl);
-    free(d->o_seq);
-    free(d->o_slots_kv);
-    free(d->o_row);
-    free(d->o_new);
-    free(d->o_samp);
-    free(d->o_tok);
-    free(d->o_pos);
-    free(d->o_slot);
-    free(d->o_nblk);
-    free(d->o_nnew);
-    free(d->o_tab);
+    pg_spec_batch_free(&d->b);
     pg_runner_free(d->runner);
     pg_kvm_destroy(d->kvm);
     pg_model_free(d->model);
@@ -290,11 +243,7 @@ pagoda_status pg_draft_check(const pg_draft *d) {
 /* Reserve KV for q more tokens of s (s->toks already holds them). false:
  * the pool is full (s is dropped). */
 static bool reserve(pg_draft *d, dstate *s, int32_t q, int32_t *prev) {
-    for (int32_t g = 0; g < d->G; g++)
-        pg_kvm_block_table(d->kvm, g, &s->rq, &prev[g]);
-    s->rq.num_tokens = s->rq.num_computed_tokens + q;
-    s->rq.num_spec_tokens = 0;
-    if (pg_kvm_allocate_slots(d->kvm, &s->rq, q, 0) == PAGODA_OK) return true;
+    if (pg_spec_batch_reserve(&d->b, &s->rq, q, prev)) return true;
     drop(d, s);
     return false;
 }
@@ -303,74 +252,24 @@ static bool reserve(pg_draft *d, dstate *s, int32_t q, int32_t *prev) {
  * being built (*nr requests, *nt tokens so far). */
 static void add(pg_draft *d, dstate *s, int32_t q, bool sample, const int32_t *prev, int32_t *nr,
                 int32_t *nt) {
-    const int32_t i = (*nr)++, off = *nt, c = s->rq.num_computed_tokens, bs = d->block_size;
-    d->bat[i] = s;
-    d->o_ids[i] = s->rq.id;
-    d->o_nsched[i] = q;
-    d->o_ncomp[i] = c;
-    d->o_qsl[i + 1] = off + q;
-    d->o_seq[i] = c + q;
-    d->o_slots_kv[i] = s->rq.kv_slot;
-    d->o_new[i] = c == 0;
-    d->o_samp[i] = sample;
-    for (int32_t t = 0; t < q; t++) {
-        d->o_tok[off + t] = s->toks[c + t];
-        d->o_pos[off + t] = c + t;
-    }
-    for (int32_t g = 0; g < d->G; g++) {
-        int32_t nb;
-        const int32_t *table = pg_kvm_block_table(d->kvm, g, &s->rq, &nb);
-        const size_t gi = (size_t)g * (size_t)d->S + (size_t)i;
-        d->o_tab[gi] = table;
-        d->o_nblk[gi] = nb;
-        d->o_nnew[gi] = nb - prev[g];
-        int32_t *slots = d->o_slot + (size_t)g * (size_t)d->T + off;
-        for (int32_t t = 0; t < q; t++)
-            slots[t] = table[(c + t) / bs] * bs + (c + t) % bs;
-    }
-    *nt += q;
-}
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    d->bat[*nr] = s;
+    memcpy(d->b.tok + *nt, s->toks + s->rq.num_computed_tokens, (size_t)q * sizeof(int32_t));
+    pg_spec_batch_add(&d->b, &s->rq, q, sample, prev, 0, nr, nt);
 }
 
 /* Run the batch of nr requests / nt tokens; each sampling request's argmax
  * becomes its next draft. */
 static pagoda_status run(pg_draft *d, int32_t nr, int32_t nt) {
     if (nr == 0) return PAGODA_OK;
-    pg_sched_output so = {.num_reqs = nr,
-                          .num_tokens = nt,
-                          .num_groups = d->G,
-                          .block_size = d->block_size,
-                          .req_stride = d->S,
-                          .token_stride = d->T,
-                          .req_ids = d->o_ids,
-                          .num_scheduled_tokens = d->o_nsched,
-                          .num_computed_tokens = d->o_ncomp,
-                          .query_start_loc = d->o_qsl,
-                          .seq_lens = d->o_seq,
-                          .kv_slots = d->o_slots_kv,
-                          .is_new = d->o_new,
-                          .samples = d->o_samp,
-                          .block_tables = d->o_tab,
-                          .num_blocks = d->o_nblk,
-                          .num_new_blocks = d->o_nnew,
-                          .token_ids = d->o_tok,
-                          .positions = d->o_pos,
-                          .slot_mapping = d->o_slot,
-                          .enc_cross_group = -1};
+    const pg_sched_output so = pg_spec_batch_output(&d->b, nr, nt);
     float *logits = NULL;
-    pagoda_status st = pg_runner_execute(d->runner, &so, NULL, &logits, d->o_row, NULL);
+    pagoda_status st = pg_runner_execute(d->runner, &so, NULL, &logits, d->b.row, NULL);
     if (st) return st;
     for (int32_t i = 0; i < nr; i++) {
         dstate *s = d->bat[i];
-        s->rq.num_computed_tokens += d->o_nsched[i];
-        if (!d->o_samp[i]) continue;
-        const int32_t t = argmax(logits + (size_t)d->o_row[i] * (size_t)d->vocab, d->vocab);
+        s->rq.num_computed_tokens += d->b.nsched[i];
+        if (!d->b.samp[i]) continue;
+        const int32_t t = pg_spec_argmax(logits + (size_t)d->b.row[i] * (size_t)d->vocab, d->vocab);
         s->drafts[s->got++] = t;
         /* the next forward's query is this draft */
         if (s->got < s->want) s->toks[s->rq.num_computed_tokens] = t;

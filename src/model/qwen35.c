@@ -192,6 +192,34 @@ static size_t ws_bytes(const void *p) {
     return w ? pg_dec_ws_bytes(w->dec) + w->arena.cap : 0;
 }
 
+/* Add layer Y's feed-forward linears (MLP, or router, experts and shared
+ * expert) to ls[*n..] and widen d for them: the part of a workspace that the
+ * model's layers and the MTP head's layer share. nt: the pool's threads. */
+static void ffn_linears(const q35_layer *Y, const pg_model_config *c, const pg_step_limits *lim,
+                        int nt, pg_dec_dims *d, const pg_linear **ls, int *n) {
+    if (Y->moe.n_experts) {
+        ls[(*n)++] = &Y->moe.router;
+        for (int32_t e = 0; e < Y->moe.n_experts; e++) {
+            ls[(*n)++] = &Y->moe.gate_up[e];
+            ls[(*n)++] = &Y->moe.down[e];
+        }
+        if (Y->moe.shared) {
+            ls[(*n)++] = &Y->moe.sh_gate_up;
+            ls[(*n)++] = &Y->moe.sh_down;
+            if (Y->moe.sh_gate_up.n_out > d->act_width) d->act_width = Y->moe.sh_gate_up.n_out;
+        }
+        size_t gs = pg_dec_moe_scratch_bytes(&Y->moe, lim->max_tokens, nt);
+        if (gs > d->gemm_scratch_min) d->gemm_scratch_min = gs;
+        d->moe_experts = Y->moe.n_experts;
+        d->moe_top_k = Y->moe.top_k;
+        d->moe_ffn = Y->moe.gate_up[0].n_out;
+    } else {
+        ls[(*n)++] = &Y->mlp.gate_up;
+        ls[(*n)++] = &Y->mlp.down;
+        if (c->intermediate_size > d->act_width) d->act_width = c->intermediate_size;
+    }
+}
+
 static pagoda_status workspace_create(const pg_model *base, const pg_step_limits *lim, void **out) {
     const qwen35 *m = (const qwen35 *)base;
     const pg_model_config *c = &base->cfg;
@@ -229,27 +257,7 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
             ls[n++] = &Y->attn.o;
             if (Y->attn.qkv.n_out > d.qkv_width) d.qkv_width = Y->attn.qkv.n_out;
         }
-        if (Y->moe.n_experts) {
-            ls[n++] = &Y->moe.router;
-            for (int32_t e = 0; e < Y->moe.n_experts; e++) {
-                ls[n++] = &Y->moe.gate_up[e];
-                ls[n++] = &Y->moe.down[e];
-            }
-            if (Y->moe.shared) {
-                ls[n++] = &Y->moe.sh_gate_up;
-                ls[n++] = &Y->moe.sh_down;
-                if (Y->moe.sh_gate_up.n_out > d.act_width) d.act_width = Y->moe.sh_gate_up.n_out;
-            }
-            size_t gs = pg_dec_moe_scratch_bytes(&Y->moe, lim->max_tokens, nt);
-            if (gs > d.gemm_scratch_min) d.gemm_scratch_min = gs;
-            d.moe_experts = Y->moe.n_experts;
-            d.moe_top_k = Y->moe.top_k;
-            d.moe_ffn = Y->moe.gate_up[0].n_out;
-        } else {
-            ls[n++] = &Y->mlp.gate_up;
-            ls[n++] = &Y->mlp.down;
-            if (c->intermediate_size > d.act_width) d.act_width = c->intermediate_size;
-        }
+        ffn_linears(Y, c, lim, nt, &d, ls, &n);
     }
     ls[n++] = &m->lm_head;
     pagoda_status st = pg_dec_ws_create(&d, lim, ls, n, 1, &w->dec);
@@ -287,6 +295,16 @@ static pagoda_status workspace_create(const pg_model *base, const pg_step_limits
     return PAGODA_OK;
 }
 
+/* The feed-forward weights a decode step at batch 1 reads in layer L: the
+ * MLP, or the router, the shared expert and the top-k experts' share. */
+static size_t ffn_bytes_per_step(const q35_layer *L) {
+    if (!L->moe.n_experts) return pg_linear_bytes(&L->mlp.gate_up) + pg_linear_bytes(&L->mlp.down);
+    return pg_linear_bytes(&L->moe.router) + pg_linear_bytes(&L->moe.sh_gate_up) +
+           pg_linear_bytes(&L->moe.sh_down) +
+           (size_t)L->moe.top_k *
+               (pg_linear_bytes(&L->moe.gate_up[0]) + pg_linear_bytes(&L->moe.down[0]));
+}
+
 /* A decode step at batch 1 reads every layer's weights, the top-k experts'
  * share of each MoE layer's experts, and the shared expert. */
 static size_t weight_bytes_per_step(const pg_model *base) {
@@ -300,13 +318,7 @@ static size_t weight_bytes_per_step(const pg_model *base) {
             b += pg_linear_bytes(&L->gdn.in_proj) + pg_linear_bytes(&L->gdn.out);
         else
             b += pg_linear_bytes(&L->attn.qkv) + pg_linear_bytes(&L->attn.o);
-        if (L->moe.n_experts)
-            b += pg_linear_bytes(&L->moe.router) + pg_linear_bytes(&L->moe.sh_gate_up) +
-                 pg_linear_bytes(&L->moe.sh_down) +
-                 (size_t)L->moe.top_k *
-                     (pg_linear_bytes(&L->moe.gate_up[0]) + pg_linear_bytes(&L->moe.down[0]));
-        else
-            b += pg_linear_bytes(&L->mlp.gate_up) + pg_linear_bytes(&L->mlp.down);
+        b += ffn_bytes_per_step(L);
     }
     return b + pg_linear_bytes(&m->lm_head);
 }
@@ -608,25 +620,7 @@ static pagoda_status mtp_ws_create(const pg_model *base, const pg_step_limits *l
     ls[n++] = &m->fc;
     ls[n++] = &Y->attn.qkv;
     ls[n++] = &Y->attn.o;
-    if (Y->moe.n_experts) {
-        ls[n++] = &Y->moe.router;
-        for (int32_t e = 0; e < Y->moe.n_experts; e++) {
-            ls[n++] = &Y->moe.gate_up[e];
-            ls[n++] = &Y->moe.down[e];
-        }
-        if (Y->moe.shared) {
-            ls[n++] = &Y->moe.sh_gate_up;
-            ls[n++] = &Y->moe.sh_down;
-            if (Y->moe.sh_gate_up.n_out > d.act_width) d.act_width = Y->moe.sh_gate_up.n_out;
-        }
-        d.gemm_scratch_min = pg_dec_moe_scratch_bytes(&Y->moe, lim->max_tokens, nt);
-        d.moe_experts = Y->moe.n_experts;
-        d.moe_top_k = Y->moe.top_k;
-        d.moe_ffn = Y->moe.gate_up[0].n_out;
-    } else {
-        ls[n++] = &Y->mlp.gate_up;
-        ls[n++] = &Y->mlp.down;
-    }
+    ffn_linears(Y, c, lim, nt, &d, ls, &n);
     ls[n++] = &m->t->lm_head;
     pagoda_status st = pg_dec_ws_create(&d, lim, ls, n, 1, &w->dec);
     free(ls);
@@ -647,16 +641,8 @@ static pagoda_status mtp_ws_create(const pg_model *base, const pg_step_limits *l
 static size_t mtp_weight_bytes(const pg_model *base) {
     const q35_mtp *m = (const q35_mtp *)base;
     const q35_layer *L = &m->layer;
-    size_t b = pg_linear_bytes(&m->fc) + pg_linear_bytes(&L->attn.qkv) +
-               pg_linear_bytes(&L->attn.o) + pg_linear_bytes(&m->t->lm_head);
-    if (L->moe.n_experts)
-        b += pg_linear_bytes(&L->moe.router) + pg_linear_bytes(&L->moe.sh_gate_up) +
-             pg_linear_bytes(&L->moe.sh_down) +
-             (size_t)L->moe.top_k *
-                 (pg_linear_bytes(&L->moe.gate_up[0]) + pg_linear_bytes(&L->moe.down[0]));
-    else
-        b += pg_linear_bytes(&L->mlp.gate_up) + pg_linear_bytes(&L->mlp.down);
-    return b;
+    return pg_linear_bytes(&m->fc) + pg_linear_bytes(&L->attn.qkv) + pg_linear_bytes(&L->attn.o) +
+           pg_linear_bytes(&m->t->lm_head) + ffn_bytes_per_step(L);
 }
 
 static void mtp_free(pg_model *base) {

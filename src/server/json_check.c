@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 typedef struct jc {
     const unsigned char *s;
     size_t n, i;
@@ -37,36 +39,6 @@ static void skip_ws(jc *c) {
     while (c->i < c->n &&
            (c->s[c->i] == ' ' || c->s[c->i] == '\t' || c->s[c->i] == '\n' || c->s[c->i] == '\r'))
         c->i++;
-}
-
-/* Length of the well-formed UTF-8 sequence (RFC 3629 table) at s[0..n), 0 if
- * ill-formed: bad lead byte, missing continuation, overlong, surrogate,
- * above U+10FFFF, or cut off by the end. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned char b = s[0];
-    if (b < 0x80) return 1;
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (b >= 0xC2 && b <= 0xDF)
-        len = 2;
-    else if (b == 0xE0)
-        len = 3, lo = 0xA0; /* no overlong 3-byte forms */
-    else if (b == 0xED)
-        len = 3, hi = 0x9F; /* no UTF-16 surrogates U+D800..U+DFFF */
-    else if (b >= 0xE1 && b <= 0xEF)
-        len = 3;
-    else if (b == 0xF0)
-        len = 4, lo = 0x90; /* no overlong 4-byte forms */
-    else if (b == 0xF4)
-        len = 4, hi = 0x8F; /* nothing above U+10FFFF */
-    else if (b >= 0xF1 && b <= 0xF3)
-        len = 4;
-    else
-        return 0; /* 0x80..0xC1 (continuation / overlong 2-byte lead), 0xF5.. */
-    if (n < len || s[1] < lo || s[1] > hi) return 0;
-    for (size_t k = 2; k < len; k++)
-        if ((s[k] & 0xC0) != 0x80) return 0;
-    return len;
 }
 
 static int hexval(unsigned char h) {
@@ -125,7 +97,7 @@ static bool scan_string(jc *c, char *out, size_t cap, size_t *olen) {
         if (b < 0x20)
             return fail_at(c, c->i, "raw control character 0x%02x in a string (escape it)", b);
         if (b != '\\') {
-            size_t k = utf8_len(c->s + c->i, c->n - c->i);
+            size_t k = pg_utf8_seq_len(c->s + c->i, c->n - c->i);
             if (!k) return fail_at(c, c->i, "invalid UTF-8 byte 0x%02x in a string", b);
             for (size_t j = 0; j < k; j++, ol++)
                 if (out && ol < cap) out[ol] = (char)c->s[c->i + j];

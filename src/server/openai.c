@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 pagoda_status pg_api_fail(pg_api_error *err, int status, const char *param, const char *fmt, ...) {
     err->status = status;
     err->type = status == 401   ? "authentication_error"
@@ -1091,37 +1093,13 @@ void pg_api_choice_free(pg_api_choice *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n) or 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t min;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF)
-        len = 3, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4)
-        len = 4, min = 0x10000;
-    else
-        return 0;
-    if (n < len) return 0;
-    uint32_t cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 char *pg_api_utf8_dup(const char *s, size_t len) {
     char *out = malloc(len * 3 + 1);
     if (!out) return NULL;
     size_t o = 0;
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq(u + i, len - i);
+        size_t k = pg_utf8_seq_len(u + i, len - i);
         if (k == 0 || (k == 1 && u[i] == 0)) {
             memcpy(out + o, "\xEF\xBF\xBD", 3);
             o += 3;

@@ -1146,17 +1146,47 @@ static bool token_decoded_bytes(const pg_tokenizer *t, const char *s, size_t n, 
     return ok;
 }
 
+/* Scratch slot i as an empty strlist keeping its buffers, and back. */
+static strlist scratch_take(const pg_decode_scratch *s, int i) {
+    strlist l = {{s->bytes[i], 0, s->cap_bytes[i]}, {s->pieces[i], 0, s->cap_pieces[i]}};
+    return l;
+}
+
+static void scratch_keep(pg_decode_scratch *s, int i, const strlist *l) {
+    s->bytes[i] = l->buf.p;
+    s->cap_bytes[i] = l->buf.cap;
+    s->pieces[i] = l->toks.p;
+    s->cap_pieces[i] = l->toks.cap;
+}
+
+void pg_decode_scratch_free(pg_decode_scratch *s) {
+    for (int i = 0; i < 2; i++) {
+        free(s->bytes[i]);
+        free(s->pieces[i]);
+    }
+    memset(s, 0, sizeof *s);
+}
+
 pagoda_status pg_tokenizer_decode(const pg_tokenizer *t, const int32_t *ids, size_t n,
                                   bool skip_special, char *out, size_t cap, size_t *len_out) {
-    if (!t || (!ids && n) || (!out && cap))
+    pg_decode_scratch s = {0};
+    pagoda_status st = pg_tokenizer_decode_with(t, ids, n, skip_special, out, cap, len_out, &s);
+    pg_decode_scratch_free(&s);
+    return st;
+}
+
+pagoda_status pg_tokenizer_decode_with(const pg_tokenizer *t, const int32_t *ids, size_t n,
+                                       bool skip_special, char *out, size_t cap, size_t *len_out,
+                                       pg_decode_scratch *scratch) {
+    if (!t || (!ids && n) || (!out && cap) || !scratch)
         return pg_error(PAGODA_ERR_INVALID_ARG, "tokenizer: decode: NULL argument");
-    strlist A = {0}, B = {0};
+    strlist A = scratch_take(scratch, 0), B = scratch_take(scratch, 1);
     bool ok = true;
     for (size_t i = 0; i < n && ok; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->n_vocab) {
-            free(A.buf.p);
-            free(A.toks.p);
+            scratch_keep(scratch, 0, &A);
+            scratch_keep(scratch, 1, &B);
             return pg_error(PAGODA_ERR_INVALID_ARG, "tokenizer: token id %d out of range [0, %d)",
                             (int)id, (int)t->n_vocab);
         }
@@ -1237,10 +1267,8 @@ pagoda_status pg_tokenizer_decode(const pg_tokenizer *t, const int32_t *ids, siz
         }
         out[w] = 0;
     }
-    free(A.buf.p);
-    free(A.toks.p);
-    free(B.buf.p);
-    free(B.toks.p);
+    scratch_keep(scratch, 0, &A);
+    scratch_keep(scratch, 1, &B);
     if (!ok) return pg_error(PAGODA_ERR_NOMEM, "tokenizer: out of memory while decoding");
     return PAGODA_OK;
 }

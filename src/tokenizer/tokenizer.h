@@ -79,6 +79,21 @@ pagoda_status pg_tokenizer_encode_flags(const pg_tokenizer *tok, const char *tex
 pagoda_status pg_tokenizer_decode(const pg_tokenizer *tok, const int32_t *ids, size_t n,
                                   bool skip_special, char *out, size_t cap, size_t *len_out);
 
+/* The working buffers of a decode, kept by a caller that decodes often (the
+ * incremental detokenizer, twice a token) so that its decodes allocate
+ * nothing once the buffers have grown to its texts. Zero-initialize; free
+ * with pg_decode_scratch_free. */
+typedef struct pg_decode_scratch {
+    void *bytes[2], *pieces[2];
+    size_t cap_bytes[2], cap_pieces[2];
+} pg_decode_scratch;
+
+/* pg_tokenizer_decode with its buffers from (and grown into) `scratch`. */
+pagoda_status pg_tokenizer_decode_with(const pg_tokenizer *tok, const int32_t *ids, size_t n,
+                                       bool skip_special, char *out, size_t cap, size_t *len_out,
+                                       pg_decode_scratch *scratch);
+void pg_decode_scratch_free(pg_decode_scratch *scratch);
+
 /* The raw bytes one token stands for (after byte-level / byte-fallback
  * mapping, '▁' -> ' '), for incremental detokenization. *len gets the size;
  * returns bytes in a per-tokenizer table (NULL for an invalid id). */

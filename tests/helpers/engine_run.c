@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "base/pool.h"
+#include "base/utf8.h"
 
 pagoda_engine *pg_er_open(const char *model, pagoda_engine_options *o) {
     pagoda_engine_options d;
@@ -45,24 +46,8 @@ pagoda_request pg_er_greedy(const pagoda_engine *e, const int32_t *ids, size_t n
 }
 
 bool pg_er_utf8_valid(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t len = c < 0x80                 ? 1
-                     : c >= 0xC2 && c <= 0xDF ? 2
-                     : c >= 0xE0 && c <= 0xEF ? 3
-                     : c >= 0xF0 && c <= 0xF4 ? 4
-                                              : 0;
-        if (!len || i + len > n) return false;
-        uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-            cp = cp << 6 | (s[i + k] & 0x3Fu);
-        }
-        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        i += len;
-    }
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = pg_utf8_seq_len(str + i, n - i))) return false;
     return true;
 }
 

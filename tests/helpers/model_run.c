@@ -245,3 +245,15 @@ double pg_test_mean_kl(const float *ref, const float *got, int32_t T, int32_t V,
     if (same_top1) *same_top1 = 100.0 * same / T;
     return kl / T;
 }
+
+void pg_test_dequant_rows(pg_dtype t, const void *data, int64_t rows, int64_t cols, float *out) {
+    const size_t rb = pg_dtype_row_bytes(t, (size_t)cols);
+    for (int64_t r = 0; r < rows; r++)
+        pg_dequant_row(t, (const uint8_t *)data + (size_t)r * rb, out + r * cols, (size_t)cols);
+}
+
+void pg_test_tensor_row(const pg_tensor *t, int64_t r, float *out) {
+    const int64_t cols = t->ndim == 1 ? t->shape[0] : t->shape[1];
+    const size_t rb = pg_dtype_row_bytes(t->dtype, (size_t)cols);
+    pg_dequant_row(t->dtype, (const uint8_t *)t->data + (size_t)r * rb, out, (size_t)cols);
+}

@@ -2,13 +2,15 @@
  * run step by step over a paged KV cache of its own (the stand-in for a
  * batch-of-one forward), the logits of every position of one prefilled
  * request, and the KL divergence measures of tools/quant_kl /
- * llama-perplexity --kl-divergence. */
+ * llama-perplexity --kl-divergence; and a model source's weights read back
+ * as F32. */
 #ifndef PAGODA_TESTS_MODEL_RUN_H
 #define PAGODA_TESTS_MODEL_RUN_H
 
 #include <stdint.h>
 
 #include "model/model.h"
+#include "model/source.h"
 
 /* Load MODEL (path) with options (NULL = defaults); fails the test on an
  * error. *src receives the source (free it after the model). */
@@ -45,5 +47,13 @@ void pg_test_prefill_logits(const pg_model *m, const int32_t *tokens, int32_t T,
 /* Mean over T rows of KL(softmax(ref) || softmax(got)) (natural log), and
  * in *same_top1 (may be NULL) the percentage of rows whose argmax agree. */
 double pg_test_mean_kl(const float *ref, const float *got, int32_t T, int32_t V, double *same_top1);
+
+/* rows x cols weights of type t at data (GGUF / safetensors rows) as F32
+ * into out. */
+void pg_test_dequant_rows(pg_dtype t, const void *data, int64_t rows, int64_t cols, float *out);
+
+/* Row r of tensor t as F32 into out: shape[1] values of a 2-D tensor, or the
+ * whole of a 1-D one (r 0). */
+void pg_test_tensor_row(const pg_tensor *t, int64_t r, float *out);
 
 #endif
