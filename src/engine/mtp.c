@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/runner.h"
+#include "kernels/dispatch.h"
 
 /* One target request's head state. */
 typedef struct mstate {
@@ -288,11 +289,11 @@ static void add(pg_mtp *d, mstate *s, int32_t q, bool sample, const int32_t *pre
     *nt += q;
 }
 
+/* The first index of the largest logit (NaNs skipped): the dispatch
+ * table's vector argmax (a scalar loop over a 128k vocabulary took about as
+ * long as a small draft's forward, docs/PERFORMANCE.md). */
 static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    return (int32_t)pg_kernels()->argmax_f32(x, (size_t)n);
 }
 
 /* Run the batch; each sampling state's argmax becomes its next draft and
