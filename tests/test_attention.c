@@ -633,8 +633,43 @@ static void test_partition_tokens(void **state) {
     }
 }
 
+/* A call below the pool's serial threshold runs on the caller without
+ * forking and gives the bits of the forked call (a decode over a split KV:
+ * the same partitions and merges either way). */
+static void test_serial_below_threshold(void **state) {
+    (void)state;
+    int ql[2] = {1, 1}, kl[2] = {700, 1300};
+    tcase t;
+    tcase_init(&t, 8, 2, 64, 16, PG_F32, 2, ql, kl);
+    const size_t os = (size_t)t.p.n_heads * t.p.head_dim, n = (size_t)t.n_tokens * os;
+    const uint64_t r0 = pg_pool_region_count(g_pool2);
+    float *forked = run_fast(&t, NULL, g_pool2, os);
+    const uint64_t r1 = pg_pool_region_count(g_pool2);
+    assert_true(r1 >= r0 + 2); /* phase 1 and the split units' merge */
+    pg_pool_set_serial_macs(INT64_MAX);
+    float *serial = run_fast(&t, NULL, g_pool2, os);
+    assert_int_equal(pg_pool_region_count(g_pool2), r1);
+    /* 2 KV heads x 4 rows x (700 + 1300) keys x 2 x 64 multiply-adds: forked at the
+     * threshold, serial one above */
+    const int64_t macs = 2LL * 4 * (700 + 1300) * 2 * 64;
+    pg_pool_set_serial_macs(macs);
+    float *at = run_fast(&t, NULL, g_pool2, os);
+    assert_true(pg_pool_region_count(g_pool2) > r1);
+    const uint64_t r2 = pg_pool_region_count(g_pool2);
+    pg_pool_set_serial_macs(macs + 1);
+    float *above = run_fast(&t, NULL, g_pool2, os);
+    assert_int_equal(pg_pool_region_count(g_pool2), r2);
+    pg_pool_set_serial_macs(0); /* the other tests: every call forks */
+    assert_memory_equal(forked, serial, n * sizeof(float));
+    assert_memory_equal(forked, at, n * sizeof(float));
+    assert_memory_equal(forked, above, n * sizeof(float));
+    free(forked), free(serial), free(at), free(above);
+    tcase_free(&t);
+}
+
 static int setup(void **state) {
     (void)state;
+    pg_pool_set_serial_macs(0); /* exercise the forked paths on small cases too */
     pg_pool_options o = pg_pool_options_default();
     o.n_threads = 2;
     o.pin = 0;
@@ -658,6 +693,7 @@ int main(void) {
         cmocka_unit_test(test_rope_kv_store),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_partition_tokens),
+        cmocka_unit_test(test_serial_below_threshold),
     };
     if (getenv("PAGODA_TEST_FILTER")) cmocka_set_test_filter(getenv("PAGODA_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -565,5 +565,6 @@ int main(void) {
         cmocka_unit_test(test_gemm_bad_args),         cmocka_unit_test(test_gemm_ukernel_prefetch),
         cmocka_unit_test(test_gemm_next_prefetch),
     };
+    pg_pool_set_serial_macs(0); /* exercise the forked paths on small cases too */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

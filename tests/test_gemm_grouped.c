@@ -369,5 +369,6 @@ int main(void) {
         cmocka_unit_test(test_grouped_empty),
         cmocka_unit_test(test_grouped_clamped_swiglu),
     };
+    pg_pool_set_serial_macs(0); /* exercise the forked paths on small cases too */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -305,6 +305,34 @@ static void test_nested_run_is_inline(void **state) {
     pg_pool_free(p);
 }
 
+/* pg_pool_region_count counts forked regions only (nested ones and
+ * parallel_for calls with one thread's worth of work run inline). */
+static void test_region_count(void **state) {
+    (void)state;
+    pg_pool *p = make_pool(3, -1, 0);
+    assert_int_equal(pg_pool_region_count(p), 0);
+    nest x = {.p = p};
+    pg_pool_run(p, outer_region, &x); /* its inner run is nested */
+    assert_int_equal(pg_pool_region_count(p), 1);
+    run_check rc = {.n = 3};
+    pg_pool_run(p, run_count, &rc);
+    assert_int_equal(pg_pool_region_count(p), 2);
+    check_parallel_for(p, 4, 8); /* n <= grain: inline */
+    assert_int_equal(pg_pool_region_count(p), 2);
+    check_parallel_for(p, 4, 1);
+    assert_int_equal(pg_pool_region_count(p), 3);
+    pg_pool_free(p);
+    /* the serial threshold: set, then back to the environment / default */
+    const int64_t def = pg_pool_serial_macs();
+    assert_true(def >= 0);
+    pg_pool_set_serial_macs(12345);
+    assert_int_equal(pg_pool_serial_macs(), 12345);
+    pg_pool_set_serial_macs(0);
+    assert_int_equal(pg_pool_serial_macs(), 0);
+    pg_pool_set_serial_macs(-1);
+    assert_int_equal(pg_pool_serial_macs(), def);
+}
+
 typedef struct caller {
     pg_pool *p;
     int bad;
@@ -510,6 +538,7 @@ int main(void) {
         cmocka_unit_test(test_large_blocktime_spins_and_stops),
         cmocka_unit_test(test_short_blocktime_with_idle_gaps),
         cmocka_unit_test(test_nested_run_is_inline),
+        cmocka_unit_test(test_region_count),
         cmocka_unit_test(test_concurrent_callers_are_serialized),
         cmocka_unit_test(test_threads_are_pinned_to_their_cpus),
         cmocka_unit_test(test_bad_options_and_environment),

@@ -353,6 +353,43 @@ static void test_qgemm_nested_in_pool(void **state) {
     free(R);
 }
 
+/* A call below the pool's serial threshold walks every thread's share on
+ * the caller: no region forked, the bits of the forked call. */
+static void test_qgemm_serial_below_threshold(void **state) {
+    (void)state;
+    const int64_t M = 3, N = 512, K = 256;
+    pg_pool *pool = make_pool(2);
+    owned_qweight g;
+    make_qweight(&g, 8, 32, N, K);
+    float *A = malloc((size_t)(M * K) * sizeof *A), *F = malloc((size_t)(M * N) * sizeof *F);
+    float *S = malloc((size_t)(M * N) * sizeof *S);
+    assert_true(A && F && S);
+    for (int64_t i = 0; i < M * K; i++)
+        A[i] = rnd() * 3.0f;
+    pg_qpacked *pw = NULL;
+    assert_int_equal(pg_qgemm_pack(&g.w, NULL, NULL, &pw), PAGODA_OK);
+    void *scratch = pg_malloc_aligned(pg_qgemm_scratch_size(pw, M, 2));
+    assert_non_null(scratch);
+    const int64_t macs = M * N * K;
+    pg_pool_set_serial_macs(macs); /* at the threshold: forked */
+    const uint64_t r0 = pg_pool_region_count(pool);
+    assert_int_equal(pg_qgemm(pw, A, M, K, F, N, NULL, PG_GEMM_STORE, pool, scratch), PAGODA_OK);
+    const uint64_t r1 = pg_pool_region_count(pool);
+    assert_true(r1 > r0);
+    pg_pool_set_serial_macs(macs + 1); /* one above: on the caller */
+    assert_int_equal(pg_qgemm(pw, A, M, K, S, N, NULL, PG_GEMM_STORE, pool, scratch), PAGODA_OK);
+    assert_int_equal(pg_pool_region_count(pool), r1);
+    assert_memory_equal(F, S, (size_t)(M * N) * sizeof *F);
+    pg_pool_set_serial_macs(0);
+    pg_free(scratch);
+    pg_qgemm_free(pw);
+    pg_pool_free(pool);
+    free_qweight(&g);
+    free(A);
+    free(F);
+    free(S);
+}
+
 static void test_quantize_row(void **state) {
     (void)state;
     float a[5] = {0.5f, -2.0f, 1.0f, 0.0f, 2.0f};
@@ -637,6 +674,8 @@ int main(void) {
         cmocka_unit_test(test_qgemm_rmsnorm_fused),
         cmocka_unit_test(test_qgemm_f16_scales),
         cmocka_unit_test(test_qgemm_pack_pool_identical),
+        cmocka_unit_test(test_qgemm_serial_below_threshold),
     };
+    pg_pool_set_serial_macs(0); /* exercise the forked paths on small cases too */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,6 +78,7 @@ struct pg_pool { // NOLINT(clang-analyzer-optin.performance.Padding)
     _Alignas(PG_POOL_LINE) _Atomic uint32_t bar_count;
     _Alignas(PG_POOL_LINE) waitword bar_phase;
     _Alignas(PG_POOL_LINE) _Atomic uint64_t n_sleeps; /* diagnostics */
+    _Atomic uint64_t n_regions;                       /* diagnostics: forked regions */
 };
 
 /* Pool whose region the calling thread is executing (NULL outside regions),
@@ -400,6 +401,7 @@ void pg_pool_run(pg_pool *p, void (*fn)(void *ctx, int tid, int nthreads), void 
     }
     pthread_mutex_lock(&p->run_mu);
     pin_caller(p);
+    atomic_fetch_add_explicit(&p->n_regions, 1, memory_order_relaxed);
     fork_workers(p, fn, ctx);
     tl_pool = p;
     fn(ctx, 0, p->n);
@@ -463,6 +465,36 @@ void pg_pool_parallel_for(pg_pool *p, size_t n, size_t grain,
     }
     pfor_job j = {.n = n, .grain = grain, .fn = fn, .ctx = ctx};
     pg_pool_run(p, pfor_body, &j);
+}
+
+uint64_t pg_pool_region_count(const pg_pool *p) {
+    return atomic_load_explicit(&p->n_regions, memory_order_relaxed);
+}
+
+/* -2: not read yet; -1 (set): back to the environment / default */
+static _Atomic int64_t g_serial_set = -1, g_serial_env = -2;
+
+int64_t pg_pool_serial_macs(void) {
+    int64_t v = atomic_load_explicit(&g_serial_set, memory_order_relaxed);
+    if (v >= 0) return v;
+    v = atomic_load_explicit(&g_serial_env, memory_order_relaxed);
+    if (v == -2) {
+        const char *e = getenv("PAGODA_SERIAL_MACS");
+        char *end = NULL;
+        long long x = e ? strtoll(e, &end, 10) : -1;
+        if (e && (end == e || *end || x < 0)) {
+            PG_WARN("pool: PAGODA_SERIAL_MACS='%s' is not a count >= 0; using %ld", e,
+                    (long)PG_POOL_SERIAL_MACS_DEFAULT);
+            x = -1;
+        }
+        v = x >= 0 ? (int64_t)x : (int64_t)PG_POOL_SERIAL_MACS_DEFAULT;
+        atomic_store_explicit(&g_serial_env, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+void pg_pool_set_serial_macs(int64_t macs) {
+    atomic_store_explicit(&g_serial_set, macs < 0 ? -1 : macs, memory_order_relaxed);
 }
 
 /* ---- describe / default pool --------------------------------------------- */

@@ -114,6 +114,26 @@ void pg_pool_barrier(pg_pool *p, int tid);
  * (diagnostics; tests use it to see the sleep/wake path taken). */
 uint64_t pg_pool_sleep_count(const pg_pool *p);
 
+/* How many regions this pool forked to its workers so far (pg_pool_run and
+ * pg_pool_parallel_for calls that did not run inline; diagnostics: tests use
+ * it to see that a small kernel call did not fork). */
+uint64_t pg_pool_region_count(const pg_pool *p);
+
+/* Work (multiply-adds) below which a kernel call runs on the calling thread
+ * alone instead of forking the pool: the GEMM driver (kernels/gemm.c) and
+ * paged attention (kernels/attention.c) walk every thread's share in turn on
+ * the caller, so the results are bit-identical to the forked call. A
+ * fork-join costs ~1-5 us on a quiet machine, but on a loaded one the join
+ * waits for a descheduled peer (up to a time slice) while such a call is a
+ * few microseconds of work: a small draft model's layers, a tiny model's
+ * whole step (docs/PERFORMANCE.md, "Speculative decoding on synthetic
+ * models"). Default PG_POOL_SERIAL_MACS_DEFAULT; env PAGODA_SERIAL_MACS
+ * (read once, 0 = always fork); pg_pool_set_serial_macs overrides both
+ * (tests; < 0 goes back to them). Thread-safe. */
+#define PG_POOL_SERIAL_MACS_DEFAULT (1L << 19)
+int64_t pg_pool_serial_macs(void);
+void pg_pool_set_serial_macs(int64_t macs);
+
 /* Block time in microseconds. */
 long pg_pool_blocktime_us(const pg_pool *p);
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "engine/kv_cache_manager.h"
@@ -41,7 +42,17 @@ struct pg_draft {
     dstate **act; /* [S] states drafting this step */
     dstate **bat; /* [S] states in the current forward */
     pg_spec_batch b;
+    /* where the draft's time goes (logged at debug level by pg_draft_free):
+     * [0] catch-up forwards, [1] further draft positions */
+    int64_t n_prepare, n_fwd[2], n_tok[2];
+    int64_t ns_prepare, ns_fwd[2], cpu_fwd[2], ns_argmax;
 };
+
+static int64_t clock_ns(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* ---- load ---- */
 
@@ -160,6 +171,20 @@ pagoda_status pg_draft_start(pg_draft *d, int32_t num_blocks, int32_t max_num_se
 
 void pg_draft_free(pg_draft *d) {
     if (!d) return;
+    if (d->n_prepare > 0) {
+        const int64_t nf = d->n_fwd[0] + d->n_fwd[1];
+        PG_DEBUG("draft: profile: %lld prepares %.3f ms each; catch-up %lld forwards (%lld "
+                 "tokens) %.3f ms each (process CPU %.3f ms); drafts %lld forwards %.3f ms each "
+                 "(process CPU %.3f ms); argmax %.3f ms a forward",
+                 (long long)d->n_prepare, (double)d->ns_prepare / 1e6 / (double)d->n_prepare,
+                 (long long)d->n_fwd[0], (long long)d->n_tok[0],
+                 d->n_fwd[0] ? (double)d->ns_fwd[0] / 1e6 / (double)d->n_fwd[0] : 0.0,
+                 d->n_fwd[0] ? (double)d->cpu_fwd[0] / 1e6 / (double)d->n_fwd[0] : 0.0,
+                 (long long)d->n_fwd[1],
+                 d->n_fwd[1] ? (double)d->ns_fwd[1] / 1e6 / (double)d->n_fwd[1] : 0.0,
+                 d->n_fwd[1] ? (double)d->cpu_fwd[1] / 1e6 / (double)d->n_fwd[1] : 0.0,
+                 nf ? (double)d->ns_argmax / 1e6 / (double)nf : 0.0);
+    }
     for (int32_t i = 0; d->st && i < d->S; i++)
         free(d->st[i].toks);
     free(d->st);
@@ -259,11 +284,17 @@ static void add(pg_draft *d, dstate *s, int32_t q, bool sample, const int32_t *p
 
 /* Run the batch of nr requests / nt tokens; each sampling request's argmax
  * becomes its next draft. */
-static pagoda_status run(pg_draft *d, int32_t nr, int32_t nt) {
+static pagoda_status run(pg_draft *d, int32_t nr, int32_t nt, int kind) {
     if (nr == 0) return PAGODA_OK;
     const pg_sched_output so = pg_spec_batch_output(&d->b, nr, nt);
     float *logits = NULL;
+    const int64_t t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     pagoda_status st = pg_runner_execute(d->runner, &so, NULL, &logits, d->b.row, NULL);
+    const int64_t t1 = clock_ns(CLOCK_MONOTONIC);
+    d->ns_fwd[kind] += t1 - t0;
+    d->cpu_fwd[kind] += clock_ns(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    d->n_fwd[kind]++;
+    d->n_tok[kind] += nt;
     if (st) return st;
     for (int32_t i = 0; i < nr; i++) {
         dstate *s = d->bat[i];
@@ -274,12 +305,25 @@ static pagoda_status run(pg_draft *d, int32_t nr, int32_t nt) {
         /* the next forward's query is this draft */
         if (s->got < s->want) s->toks[s->rq.num_computed_tokens] = t;
     }
+    d->ns_argmax += clock_ns(CLOCK_MONOTONIC) - t1;
     return PAGODA_OK;
 }
+
+static pagoda_status prepare(pg_draft *d, pg_request *const *reqs, const int32_t *max_drafts,
+                             int32_t n);
 
 pagoda_status pg_draft_prepare(void *ctx, pg_request *const *reqs, const int32_t *max_drafts,
                                int32_t n) {
     pg_draft *d = ctx;
+    const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+    pagoda_status st = prepare(d, reqs, max_drafts, n);
+    d->n_prepare++;
+    d->ns_prepare += clock_ns(CLOCK_MONOTONIC) - t0;
+    return st;
+}
+
+static pagoda_status prepare(pg_draft *d, pg_request *const *reqs, const int32_t *max_drafts,
+                             int32_t n) {
     d->stamp++;
     int32_t na = 0;
     /* 1. roll back to the prefix each request still has; queue the rest */
@@ -319,7 +363,7 @@ pagoda_status pg_draft_prepare(void *ctx, pg_request *const *reqs, const int32_t
             add(d, s, q, q == pending, prev, &nr, &nt);
         }
         if (nr == 0) break;
-        pagoda_status st = run(d, nr, nt);
+        pagoda_status st = run(d, nr, nt, 0);
         if (st) return st;
     }
     /* 3. one forward per further draft position */
@@ -332,7 +376,7 @@ pagoda_status pg_draft_prepare(void *ctx, pg_request *const *reqs, const int32_t
             add(d, s, 1, true, prev, &nr, &nt);
         }
         if (nr == 0) break;
-        pagoda_status st = run(d, nr, nt);
+        pagoda_status st = run(d, nr, nt, 1);
         if (st) return st;
     }
     return PAGODA_OK;

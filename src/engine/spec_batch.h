@@ -54,7 +54,8 @@ void pg_spec_batch_add(pg_spec_batch *b, const pg_request *rq, int32_t q, bool s
 /* The scheduler output of rows [0, nr) and tokens [0, nt). */
 pg_sched_output pg_spec_batch_output(const pg_spec_batch *b, int32_t nr, int32_t nt);
 
-/* Index of the largest of x[0..n) (the first on ties): a greedy draft. */
+/* Index of the largest of x[0..n) (the first on ties, NaNs skipped: the
+ * dispatch table's argmax_f32, pg_ref_argmax_f32): a greedy draft. n >= 1. */
 int32_t pg_spec_argmax(const float *x, int32_t n);
 
 #endif

@@ -403,6 +403,19 @@ pagoda_status pg_attention(const pg_attn_params *p, const pg_attn_batch *b, cons
              .items = items,
              .partials = partials,
              .ws = ws};
+    /* a call below the pool's serial threshold (pool.h pg_pool_serial_macs:
+     * q.k and p.v multiply-adds over the visible keys) runs the same plan on
+     * the caller: the same partitions and merges, so the same bits */
+    if (pool && nt > 1) {
+        int64_t macs = 0;
+        for (int64_t u = 0; u < pl.n_units; u++) {
+            int32_t lo, hi;
+            unit_range(p, b, units[u].seq, units[u].t0, units[u].t1, &lo, &hi);
+            macs +=
+                (int64_t)pl.group * (units[u].t1 - units[u].t0) * (hi - lo + 1) * 2 * p->head_dim;
+        }
+        if (macs < pg_pool_serial_macs()) pool = NULL;
+    }
     run_region(pool, phase1, &c);
     if (pl.partial_floats) {
         /* the split units' indices go where the items were: items are done */

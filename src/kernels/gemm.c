@@ -596,17 +596,22 @@ pagoda_status pg_gemm_run(const pg_packed_weight *w, const float *A, int64_t M, 
     int64_t units = w->npanels / (w->swiglu ? 2 : 1);
     cl.tn = units < nthreads ? (int)units : nthreads;
     cl.tm = nthreads / cl.tn;
+    /* a call below the pool's serial threshold walks the same nthreads
+     * shares on the caller (pool.h pg_pool_serial_macs: a fork-join costs
+     * more than such a call under load; the results are the same bits) */
+    const bool fork =
+        pool && nthreads > 1 && M * w->N * (w->swiglu ? 2 : 1) * w->K >= pg_pool_serial_macs();
     if (w->fmt->has_input(&cl)) {
         size_t groups = (size_t)pg_ceil_div64(M, w->ar);
-        if (pool && nthreads > 1 && M * w->K >= 16384)
+        if (fork && M * w->K >= 16384)
             pg_pool_parallel_for(pool, groups, 1, input_range, &cl);
         else
             input_range(&cl, 0, groups, 0);
     }
-    if (pool && nthreads > 1)
+    if (fork)
         pg_pool_parallel_for(pool, (size_t)nthreads, 1, compute_range, &cl);
     else
-        compute(&cl, 0);
+        compute_range(&cl, 0, (size_t)nthreads, 0);
     return PAGODA_OK;
 }
 
