@@ -7,7 +7,8 @@
  * hand-built extreme blocks, every kernel table this machine (or qemu) runs
  * against the scalar specification pg_ref_kq_gemm bit for bit (M = 1, 2, 5,
  * 13, 40; N not a multiple of 32; K = 256, 768; store / residual / SwiGLU,
- * with and without bias; 1 and 2 threads; and the largest sums: all
+ * with and without bias; 1 and 2 threads; M = 1 on 3 and 4 threads, whose
+ * decode split steals; and the largest sums: all
  * weights and activations at their extremes), the specification against the
  * f32 product with the dequantized weights, the fused RMSNorm input stage,
  * batch invariance and bad arguments; and a random-weight Llama written
@@ -429,6 +430,47 @@ static void test_tables_vs_reference(void **state) {
     pg_pool_free(pool2);
 }
 
+/* Decode calls (M = 1) on 3 and 4 threads split the panels statically and
+ * let a thread that is done steal chunks from the back of the others'
+ * shares (kernels/gemm.c compute_stealing): whoever computes a panel, and
+ * however the shares are claimed, the results are the specification's bit
+ * for bit. K = 4096 makes a chunk 2-3 panels (Q6_K / Q4_K), so each share
+ * of the ~13 units is claimed in several chunks, and repeats give the
+ * threads different orders of arrival; a partial last panel (N % 32) and
+ * SwiGLU's gate/up units included. */
+static void test_decode_stealing(void **state) {
+    (void)state;
+    const pg_dtype ts[] = {PG_Q4_K, PG_Q6_K};
+    const int64_t N = 32 * 39 + 7, K = 4096, lda = K + 1, ldc = N + 3;
+    for (int ti = 0; ti < 2; ti++) {
+        uint8_t *wg = make_rows(ts[ti], N, K), *wu = make_rows(ts[ti], N, K);
+        float *A = malloc((size_t)lda * sizeof(float)), *C0 = malloc((size_t)ldc * sizeof(float));
+        float *bias = malloc((size_t)N * sizeof(float));
+        assert_true(wg && wu && A && C0 && bias);
+        for (int64_t i = 0; i < lda; i++)
+            A[i] = pg_test_rnd();
+        for (int64_t i = 0; i < ldc; i++)
+            C0[i] = pg_test_rnd();
+        for (int64_t i = 0; i < N; i++)
+            bias[i] = pg_test_rnd();
+        for (int nt = 3; nt <= 4; nt++) {
+            pg_pool *pool = pg_test_pool(nt);
+            for (int rep = 0; rep < 3; rep++) {
+                run_vs_ref(ts[ti], pg_kernels(), pool, 1, N, K, wg, wu, A, NULL, PG_GEMM_STORE, C0);
+                run_vs_ref(ts[ti], pg_kernels(), pool, 1, N, K, wg, wu, A, bias, PG_GEMM_RESIDUAL,
+                           C0);
+                run_vs_ref(ts[ti], pg_kernels(), pool, 1, N, K, wg, wu, A, NULL, PG_GEMM_SWIGLU, C0);
+            }
+            pg_pool_free(pool);
+        }
+        free(wg);
+        free(wu);
+        free(A);
+        free(C0);
+        free(bias);
+    }
+}
+
 /* The largest integer sums a kernel can meet: every weight at its largest
  * magnitude (all quant and scale bytes 0xFF; IQ4_XS / IQ4_NL 0x00, the
  * codebook's -127, scales -32) against activations that all quantize to
@@ -781,6 +823,7 @@ int main(void) {
         cmocka_unit_test(test_dtype_and_dequant),
         cmocka_unit_test(test_tables_vs_reference),
         cmocka_unit_test(test_extreme_sums),
+        cmocka_unit_test(test_decode_stealing),
         cmocka_unit_test(test_spec_vs_dequantized),
         cmocka_unit_test(test_fused_rmsnorm_and_batch_invariance),
         cmocka_unit_test(test_iq4_tables_vs_reference),
@@ -788,5 +831,6 @@ int main(void) {
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_unsupported_type),
     };
+    pg_pool_set_serial_macs(0); /* exercise the forked paths on small cases too */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -514,5 +514,6 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),  cmocka_unit_test(test_grouped),
         cmocka_unit_test(test_fused_rmsnorm),     cmocka_unit_test(test_bad_args),
     };
+    pg_pool_set_serial_macs(0); /* exercise the forked paths on small cases too */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -710,5 +710,6 @@ int main(void) {
         cmocka_unit_test(test_stories260k_quantized_close_to_f32),
         cmocka_unit_test(test_engine_quantized_models),
     };
+    pg_pool_set_serial_macs(0); /* exercise the forked paths on small cases too */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

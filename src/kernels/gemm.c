@@ -16,6 +16,8 @@
  *       epilogue: acc block (+ bias, residual, SwiGLU) -> C */
 #include "kernels/gemm.h"
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -517,6 +519,75 @@ static void compute_range(void *ctx, size_t begin, size_t end, int tid) {
         compute(ctx, (int)u);
 }
 
+/* ---- decode calls (M <= the tile rows): static shares, tails stolen
+ *
+ * Each thread starts on its static share (pg_pool_partition of the panel
+ * units, as compute() splits them, so pg_next_weight's prefetch still
+ * guesses right) and claims it front to back, a chunk of units at a time;
+ * a thread whose share is done takes chunks from the back of the others'
+ * shares. A decode call streams its weight at the memory's rate, so a
+ * thread slowed by an interrupt, another process or a slower share of the
+ * bandwidth no longer makes the other one wait at the join for the rest
+ * of its share. Every panel is still computed whole by one thread, so the
+ * results are those of the static split bit for bit. */
+enum { STEAL_MAX_THREADS = 64, STEAL_CHUNK_BYTES = 256 << 10 };
+
+typedef struct steal_call {
+    const pg_gemm_call *cl;
+    _Atomic uint64_t *range; /* per thread: next unit (low 32 bits), end (high 32 bits) */
+    int64_t chunk, unit;     /* units per claim; panels per unit */
+    int n;
+} steal_call;
+
+/* Claim up to chunk units of r from its front (the owner) or its back (a
+ * thief) into [*b, *e); false once r is empty. */
+static bool claim(_Atomic uint64_t *r, int64_t chunk, bool back, int64_t *b, int64_t *e) {
+    uint64_t v = atomic_load_explicit(r, memory_order_relaxed);
+    for (;;) {
+        const uint64_t f = v & 0xFFFFFFFFu, l = v >> 32;
+        if (f >= l) return false;
+        const uint64_t c = l - f < (uint64_t)chunk ? l - f : (uint64_t)chunk;
+        const uint64_t nv = back ? f | (l - c) << 32 : (f + c) | l << 32;
+        if (atomic_compare_exchange_weak_explicit(r, &v, nv, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *b = (int64_t)(back ? l - c : f);
+            *e = (int64_t)(back ? l : f + c);
+            return true;
+        }
+    }
+}
+
+/* Units are threads, as in compute_range (inline: one thread walks them). */
+static void steal_range(void *ctx, size_t begin, size_t end, int tid) {
+    (void)tid;
+    const steal_call *s = ctx;
+    const pg_gemm_call *cl = s->cl;
+    for (size_t u = begin; u < end; u++) {
+        float *acc = thread_acc(cl, (int)u);
+        int64_t b, e;
+        for (int k = 0; k < s->n; k++) {
+            _Atomic uint64_t *r = &s->range[((int)u + k) % s->n];
+            while (claim(r, s->chunk, k > 0, &b, &e))
+                compute_rect(cl, acc, b * s->unit, e * s->unit, 0, cl->g.M);
+        }
+        pg_next_weight_prefetch(&cl->w->next, (int)u, s->n);
+    }
+}
+
+static void compute_stealing(const pg_gemm_call *cl, pg_pool *pool, int nthreads) {
+    const pg_packed_weight *w = cl->w;
+    _Atomic uint64_t range[STEAL_MAX_THREADS];
+    const int64_t unit = w->swiglu ? 2 : 1, units = w->npanels / unit;
+    for (int t = 0; t < nthreads; t++) {
+        size_t b, e;
+        pg_pool_partition((size_t)units, 1, nthreads, t, &b, &e);
+        atomic_init(&range[t], (uint64_t)b | (uint64_t)e << 32);
+    }
+    int64_t chunk = (int64_t)(STEAL_CHUNK_BYTES / ((size_t)unit * w->panel_bytes));
+    steal_call s = {cl, range, chunk > 1 ? chunk : 1, unit, nthreads};
+    pg_pool_parallel_for(pool, (size_t)nthreads, 1, steal_range, &s);
+}
+
 static void input_range(void *ctx, size_t begin, size_t end, int tid) {
     const pg_gemm_call *cl = ctx;
     int64_t ar = cl->w->ar;
@@ -608,7 +679,10 @@ pagoda_status pg_gemm_run(const pg_packed_weight *w, const float *A, int64_t M, 
         else
             input_range(&cl, 0, groups, 0);
     }
-    if (fork)
+    if (fork && nthreads <= STEAL_MAX_THREADS && M <= w->mr && units >= nthreads &&
+        units < ((int64_t)1 << 32))
+        compute_stealing(&cl, pool, nthreads);
+    else if (fork)
         pg_pool_parallel_for(pool, (size_t)nthreads, 1, compute_range, &cl);
     else
         compute_range(&cl, 0, (size_t)nthreads, 0);

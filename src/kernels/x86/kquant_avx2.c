@@ -28,8 +28,14 @@
  * 32258 per int16 pair, so one chunk per span), no minimum term. IQ4_NL
  * (fs) as IQ4_XS, but each sub-block's int32 sums (VPMADDWD by ones) go
  * straight to the outputs: y = fma(I, ds * a_s, y) with the sub-block's
- * F16 scales ds. The M = 1 tile prefetches the super-block PF_GROUPS
- * ahead in its panel slice, a share per sub-block. */
+ * F16 scales ds. The M = 1 tile prefetches the bytes PF_GROUPS
+ * super-blocks ahead of the one it reads, a share per sub-block, past the
+ * end of its panel slice too: with M = 1 a slice is a whole panel and the
+ * next panel, the next one a thread's decode share reads, follows it in
+ * memory (a prefetch does not fault; at a share's end it touches a
+ * neighbour's first lines). Stopping at the panel's end, as before, left
+ * the first 2 of the 8 super-blocks of every K = 2048 panel to the
+ * hardware prefetcher. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -38,8 +44,8 @@
 #include "kernels/kquant_uk.h"
 #include "kernels/x86/x86.h"
 
-/* MR: the tile's rows; PF_GROUPS: how many super-blocks of its panel slice
- * ahead the M = 1 tile prefetches (the hardware prefetcher alone leaves
+/* MR: the tile's rows; PF_GROUPS: how many super-blocks ahead the M = 1
+ * tile prefetches (the hardware prefetcher alone leaves
  * the stream idle while a super-block computes). */
 enum { MR = 4, PF_GROUPS = 2 };
 
@@ -138,7 +144,9 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
 #pragma GCC unroll 1
         for (int h0 = 0; h0 < 2; h0 += NH) {
             const int c0 = 16 * h0; /* vector v: columns c0 + 8 v .. + 7 */
-            const int pf = mr == 1 && h0 == 0 && g + PF_GROUPS < ng;
+            /* past the panel's end too: the next panel follows it in memory and
+             * is the one a decode share reads next (prefetches do not fault) */
+            const int pf = mr == 1 && h0 == 0;
             __m256i P[MR][4];
             __m256 Y[MR][4]; /* fs: the outputs, one FMA per sub-block */
 #pragma GCC unroll 4
