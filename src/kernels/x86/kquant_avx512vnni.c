@@ -18,6 +18,12 @@
  * shift + AND for the two nibble vectors; Q5_K / Q6_K OR in the high bits
  * from their planes, one shift + VPTERNLOG per vector.
  *
+ * The M = 1 tile prefetches the bytes PF_GROUPS super-blocks ahead of the
+ * one it reads, a share per sub-block, past the end of its panel slice too
+ * (the next panel, which a decode share reads next, follows it in memory;
+ * a prefetch does not fault): without it the hardware prefetcher alone
+ * streamed 13 GB/s on one thread against a 30 GB/s read bandwidth.
+ *
  * IQ4_XS (cb): VPSHUFB (AVX512BW) maps the nibbles to kv + 128 (1..241,
  * unsigned), so VPDPBUSD gives sum qa (kv + 128); its scaled sum P' and the
  * minimum term Q of m = sc give the exact P = P' - 128 Q (int32: |P'| <
@@ -32,7 +38,9 @@
 #include "kernels/kquant_uk.h"
 #include "kernels/x86/x86.h"
 
-enum { MR = 4, NV = 2 };
+/* MR: the tile's rows; NV: vectors of 16 columns; PF_GROUPS: how many
+ * super-blocks ahead the M = 1 tile prefetches. */
+enum { MR = 4, NV = 2, PF_GROUPS = 2 };
 
 static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p) {
     int32_t q4;
@@ -86,6 +94,7 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
      int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
     const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
     const int S = sh.S, cps = sh.cps;
+    const int nl = (int)(sh.gbytes / 64); /* cache lines per super-block */
     for (int64_t g = 0; g < ng; g++) {
         const pg_kq_view gv = pg_kq_view_at(w, g, &sh, has_min);
         const char *grp = gv.grp;
@@ -104,6 +113,14 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
         }
 #pragma GCC unroll 1
         for (int s = 0; s < S; s++) {
+            /* decode: sub-block s's share of super-block g + PF_GROUPS, past the
+             * panel's end too (the bounds outside the for, as kquant_avx2.c) */
+            if (mr == 1) {
+                const int l0 = s * nl / S, l1 = (s + 1) * nl / S;
+#pragma GCC unroll 1
+                for (int l = l0; l < l1; l++)
+                    _mm_prefetch(grp + PF_GROUPS * sh.gbytes + 64 * l, _MM_HINT_T0);
+            }
             __m512i I[MR][NV];
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++)
