@@ -130,7 +130,6 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
     const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
     const int S = sh.S, cps = sh.cps, hb = sh.hb, per = sh.per;
     const int NV = 2 * NH, SP = span_of(bits, cb, cps);
-    const int nl = (int)(sh.gbytes / 64); /* cache lines per super-block */
     const __m256i lo = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256i hm = _mm256_set1_epi8((char)(((1 << hb) - 1) << 4));
     const __m256i kv =
@@ -144,8 +143,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
 #pragma GCC unroll 1
         for (int h0 = 0; h0 < 2; h0 += NH) {
             const int c0 = 16 * h0; /* vector v: columns c0 + 8 v .. + 7 */
-            /* past the panel's end too: the next panel follows it in memory and
-             * is the one a decode share reads next (prefetches do not fault) */
+            /* decode: past the panel's end too (pg_kq_prefetch_share) */
             const int pf = mr == 1 && h0 == 0;
             __m256i P[MR][4];
             __m256 Y[MR][4]; /* fs: the outputs, one FMA per sub-block */
@@ -160,15 +158,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                 }
 #pragma GCC unroll 1
             for (int s = 0; s < S; s++) {
-                /* decode: sub-block s's share of super-block g + PF_GROUPS (the bounds
-                 * outside the for: UBSan's division checks in its condition would make
-                 * GCC drop the loop annotation, an error under -Werror) */
-                if (pf) {
-                    const int l0 = s * nl / S, l1 = (s + 1) * nl / S;
-#pragma GCC unroll 1
-                    for (int l = l0; l < l1; l++)
-                        _mm_prefetch(grp + PF_GROUPS * sh.gbytes + 64 * l, _MM_HINT_T0);
-                }
+                if (pf) pg_kq_prefetch_share(grp, &sh, s, PF_GROUPS);
                 __m256i scv[4]; /* int16 (sc, sc) pairs, or ones for fs */
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++)

@@ -94,7 +94,6 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
      int64_t acs, const char *w, float *c, int64_t ldc, int accumulate) {
     const pg_kq_shape sh = pg_kq_shape_of(bits, sub, has_min, fs);
     const int S = sh.S, cps = sh.cps;
-    const int nl = (int)(sh.gbytes / 64); /* cache lines per super-block */
     for (int64_t g = 0; g < ng; g++) {
         const pg_kq_view gv = pg_kq_view_at(w, g, &sh, has_min);
         const char *grp = gv.grp;
@@ -113,14 +112,7 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
         }
 #pragma GCC unroll 1
         for (int s = 0; s < S; s++) {
-            /* decode: sub-block s's share of super-block g + PF_GROUPS, past the
-             * panel's end too (the bounds outside the for, as kquant_avx2.c) */
-            if (mr == 1) {
-                const int l0 = s * nl / S, l1 = (s + 1) * nl / S;
-#pragma GCC unroll 1
-                for (int l = l0; l < l1; l++)
-                    _mm_prefetch(grp + PF_GROUPS * sh.gbytes + 64 * l, _MM_HINT_T0);
-            }
+            if (mr == 1) pg_kq_prefetch_share(grp, &sh, s, PF_GROUPS);
             __m512i I[MR][NV];
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++)
