@@ -685,6 +685,25 @@ static double bandwidth_bound_bytes(const char *extra) {
         double v = cJSON_GetObjectItem(b, keys[i])->valuedouble;
         assert_true(isfinite(v) && v > 0);
     }
+    /* every decode step (2 iterations x 5) with the read bandwidth probed
+     * right after it; the reported fraction lies within the steps' own
+     * ratios (bytes / bandwidth over the step's time) */
+    cJSON *steps = cJSON_GetObjectItem(b, "steps");
+    assert_true(cJSON_IsArray(steps));
+    assert_int_equal(cJSON_GetArraySize(steps), 10);
+    double lo = INFINITY, hi = 0;
+    for (int i = 0; i < 10; i++) {
+        cJSON *pr = cJSON_GetArrayItem(steps, i);
+        assert_int_equal(cJSON_GetArraySize(pr), 2);
+        double dt = cJSON_GetArrayItem(pr, 0)->valuedouble;
+        double gbs = cJSON_GetArrayItem(pr, 1)->valuedouble;
+        assert_true(isfinite(dt) && dt > 0 && isfinite(gbs) && gbs > 0);
+        double r = bytes / (gbs * 1e9) / dt;
+        lo = r < lo ? r : lo;
+        hi = r > hi ? r : hi;
+    }
+    double f = cJSON_GetObjectItem(b, "fraction_of_bound")->valuedouble;
+    assert_true(f >= lo * 0.999 && f <= hi * 1.001);
     cJSON_Delete(j);
     free(text);
     return bytes;

@@ -9,10 +9,12 @@
  *     unmeasured and --num-iters times measured; avg_latency and the
  *     10/25/50/75/90/99th percentiles of the batch latency. With
  *     --bandwidth-bound it also reports decode against the memory-bandwidth
- *     bound: weight bytes per step (pagoda_engine_weight_bytes_per_step) x
- *     decode steps/s, over the read bandwidth measured right before and
- *     right after each iteration (the machine's bandwidth drifts between
- *     runs, so each iteration is compared with its own neighbours). */
+ *     bound: each decode step's weight bytes (pagoda_engine_weight_bytes_per_step)
+ *     over the read bandwidth measured right after that step (a 64 MiB
+ *     read, not timed as decode), summed over the steps, against the
+ *     steps' own time. A shared machine's bandwidth moves between regimes
+ *     within seconds (30 vs 50 GB/s here), so only a probe next to every
+ *     step compares like with like. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -63,9 +65,9 @@ static void usage(FILE *f, bool latency) {
               "  --num-iters-warmup N   unmeasured iterations (default 10)\n"
               "  --num-iters N          measured iterations (default 30)\n"
               "  --bandwidth-bound      also report decode (after every request's first\n"
-              "                         token) against the memory-bandwidth bound: weight\n"
-              "                         bytes per step x steps/s over the read bandwidth\n"
-              "                         measured before and after each iteration\n",
+              "                         token) against the memory-bandwidth bound: each\n"
+              "                         step's weight bytes over the read bandwidth\n"
+              "                         measured right after it, against its time\n",
               f);
     else
         fputs("usage: pagoda bench throughput MODEL [options]\n\n"
@@ -208,14 +210,124 @@ static int parse(int argc, char **argv, bool latency, offline_opts *o) {
     return pg_engine_args_check(cmd, &o->eng);
 }
 
+/* ---- --bandwidth-bound: decode against weight bytes / read bandwidth ---- */
+
+/* The probe reads BW_SLICE bytes after every decode step, the next slice of
+ * a buffer 8x a 32 MiB L3 each time (never a cached one); about 2 ms. */
+enum { BW_BUF_BYTES = 256u << 20, BW_SLICE = 64u << 20 };
+
+typedef struct bw_probe {
+    uint8_t *buf;
+    size_t slice;                    /* the next slice to read */
+    double bytes;                    /* weight bytes per step */
+    size_t n, cap;                   /* measured iterations */
+    double *step_s, *bound_s, *nsteps; /* per iteration: decode steps' time, their bound, count */
+    double *pair;                    /* per step: seconds, then the probe's GB/s */
+    size_t npair, pair_cap;
+} bw_probe;
+
+static int bw_probe_init(bw_probe *p, size_t iters, int32_t output_len, double bytes) {
+    p->buf = pg_alloc_huge(BW_BUF_BYTES); /* zero-filled: pages are touched */
+    p->pair_cap = iters * (size_t)output_len; /* decode steps: at most output_len - 1 each */
+    p->pair = calloc(2 * p->pair_cap, sizeof *p->pair);
+    p->step_s = calloc(iters, sizeof *p->step_s);
+    p->bound_s = calloc(iters, sizeof *p->bound_s);
+    p->nsteps = calloc(iters, sizeof *p->nsteps);
+    p->cap = iters;
+    p->bytes = bytes;
+    if (!p->buf || !p->step_s || !p->bound_s || !p->nsteps || !p->pair) {
+        fprintf(stderr, "pagoda bench latency: out of memory for the bandwidth probe\n");
+        return -1;
+    }
+    memset(p->buf, 1, BW_BUF_BYTES);
+    return 0;
+}
+
+/* One decode step of dt seconds just ended: read the next slice and add
+ * the step and its bound (bytes / that bandwidth) to iteration p->n. */
+static void bw_step(bw_probe *p, double dt) {
+    if (p->n >= p->cap) return;
+    const uint8_t *b = p->buf + (p->slice++ % (BW_BUF_BYTES / BW_SLICE)) * (size_t)BW_SLICE;
+    double gbs = pg_bench_read_bandwidth(pg_pool_default(), b, BW_SLICE, 1);
+    if (gbs <= 0) return;
+    p->step_s[p->n] += dt;
+    p->bound_s[p->n] += p->bytes / (gbs * 1e9);
+    p->nsteps[p->n] += 1;
+    if (p->npair < p->pair_cap) {
+        p->pair[2 * p->npair] = dt;
+        p->pair[2 * p->npair + 1] = gbs;
+        p->npair++;
+    }
+}
+
+/* Per iteration: steps/s, weight stream = bytes x steps / their time, the
+ * read bandwidth = bytes x steps / their bound (the steps' harmonic mean),
+ * fraction = bound / time; report medians. */
+static void bw_report(bw_probe *p, cJSON *js) {
+    size_t n = p->n;
+    double *ach = calloc(n, sizeof *ach), *ratio = calloc(n, sizeof *ratio);
+    double *bw = calloc(n, sizeof *bw), *sps = calloc(n, sizeof *sps);
+    if (n && ach && ratio && bw && sps) {
+        for (size_t i = 0; i < n; i++) {
+            const double t = p->step_s[i], b = p->bound_s[i], k = p->nsteps[i];
+            sps[i] = t > 0 ? k / t : 0;
+            ach[i] = p->bytes * sps[i] * 1e-9;
+            bw[i] = b > 0 ? p->bytes * k / b * 1e-9 : 0;
+            ratio[i] = t > 0 ? b / t : 0;
+        }
+        double m_ratio = pg_bench_median(ratio, (int)n), m_ach = pg_bench_median(ach, (int)n);
+        double m_bw = pg_bench_median(bw, (int)n), m_sps = pg_bench_median(sps, (int)n);
+        printf("Decode steps/s: %.2f (median; %.0f steps after every request's first token)\n",
+               m_sps, p->nsteps[0]);
+        printf("Weight bytes per step: %.3f GB; weight stream: %.1f GB/s\n", p->bytes * 1e-9,
+               m_ach);
+        printf("Read bandwidth: %.1f GB/s; decode at %.1f%% of the bandwidth bound "
+               "(median of per-iteration ratios; a %d MiB read after every step)\n",
+               m_bw, 100.0 * m_ratio, (int)(BW_SLICE >> 20));
+        cJSON *b = cJSON_AddObjectToObject(js, "bandwidth_bound");
+        cJSON_AddNumberToObject(b, "weight_bytes_per_step", p->bytes);
+        cJSON_AddNumberToObject(b, "decode_steps_per_second", m_sps);
+        cJSON_AddNumberToObject(b, "weight_stream_gbs", m_ach);
+        cJSON_AddNumberToObject(b, "read_bandwidth_gbs", m_bw);
+        cJSON_AddNumberToObject(b, "fraction_of_bound", m_ratio);
+        /* every measured decode step: [seconds, the read GB/s right after it] */
+        cJSON *steps = cJSON_AddArrayToObject(b, "steps");
+        for (size_t i = 0; steps && i < p->npair; i++) {
+            cJSON *pr = cJSON_CreateArray();
+            cJSON_AddItemToArray(pr, cJSON_CreateNumber(p->pair[2 * i]));
+            cJSON_AddItemToArray(pr, cJSON_CreateNumber(p->pair[2 * i + 1]));
+            cJSON_AddItemToArray(steps, pr);
+        }
+    }
+    free(ach);
+    free(ratio);
+    free(bw);
+    free(sps);
+}
+
+static void bw_probe_free(bw_probe *p) {
+    if (p->buf) pg_free_huge(p->buf, BW_BUF_BYTES);
+    free(p->step_s);
+    free(p->bound_s);
+    free(p->nsteps);
+    free(p->pair);
+}
+
 /* Add the requests, run until all finished; latency[i] = finish - start
  * (seconds) when not NULL; *decode_s (optional) = seconds from the moment
- * every request had its first token to the end. Returns elapsed seconds,
- * or < 0 on error. */
+ * every request had its first token to the end. probe (optional): every
+ * step that starts after every request's first token goes to bw_step, and
+ * the probe's reads are left out of the elapsed and decode seconds.
+ * Returns elapsed seconds, or < 0 on error. */
 static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n, float temperature,
-                        double *latency, double *decode_s) {
+                        double *latency, double *decode_s, bw_probe *probe) {
     uint64_t *ids = malloc(n * sizeof *ids);
-    if (!ids) return -1;
+    unsigned char *first = calloc(n ? n : 1, 1); /* request i had its first token */
+    if (!ids || !first) {
+        free(ids);
+        free(first);
+        return -1;
+    }
     double t0 = pg_bench_now();
     for (size_t i = 0; i < n; i++) {
         pagoda_request r;
@@ -232,21 +344,37 @@ static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n
         r.sampling.max_tokens = reqs[i].output_len;
         if (pagoda_engine_add_request(e, &r, &ids[i], NULL) != PAGODA_OK) {
             free(ids);
+            free(first);
             return -1;
         }
     }
-    size_t failed = 0;
+    size_t failed = 0, nfirst = 0;
     double last_first = t0; /* latest first_token_time seen */
+    double probe_s = 0;     /* the probe's reads, left out of every time */
     while (pagoda_engine_has_unfinished(e)) {
         size_t nout;
+        const bool decode = nfirst == n;
+        const double ts = pg_bench_now();
         if (pagoda_engine_step(e, &nout) != PAGODA_OK) {
             free(ids);
+            free(first);
             return -1;
         }
         const pagoda_output *outs = pagoda_engine_outputs(e, &nout);
         double t = pg_bench_now();
+        if (probe && decode) {
+            bw_step(probe, t - ts);
+            probe_s += pg_bench_now() - t;
+        }
+        t -= probe_s;
         for (size_t k = 0; k < nout; k++) {
             if (outs[k].first_token_time > last_first) last_first = outs[k].first_token_time;
+            if (probe && outs[k].first_token_time > 0)
+                for (size_t i = 0; i < n; i++)
+                    if (ids[i] == outs[k].id && !first[i]) {
+                        first[i] = 1;
+                        nfirst++;
+                    }
             if (outs[k].finish_reason == PAGODA_FINISH_NONE) continue;
             if (outs[k].finish_reason == PAGODA_FINISH_ERROR) failed++;
             if (latency)
@@ -254,9 +382,11 @@ static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n
                     if (ids[i] == outs[k].id) latency[i] = t - t0;
         }
     }
-    double t_end = pg_bench_now(), el = t_end - t0;
+    double t_end = pg_bench_now() - probe_s, el = t_end - t0;
     if (decode_s) *decode_s = t_end - last_first;
+    if (probe && probe->n < probe->cap) probe->n++;
     free(ids);
+    free(first);
     if (failed) {
         fprintf(stderr, "pagoda bench: %zu requests failed\n", failed);
         return -1;
@@ -277,83 +407,6 @@ static int write_json(const char *path, cJSON *obj) {
     }
     free(s);
     return rc;
-}
-
-/* ---- --bandwidth-bound: decode against weight bytes / read bandwidth ---- */
-
-enum { BW_BUF_BYTES = 256u << 20, BW_REPS = 3 }; /* 8x a 32 MiB L3 */
-
-typedef struct bw_probe {
-    void *buf;
-    size_t n, cap;
-    int32_t steps;                   /* decode steps per iteration: output_len - 1 */
-    double *bw_gbs, *decode_s;       /* per measured iteration */
-} bw_probe;
-
-static int bw_probe_init(bw_probe *p, size_t iters, int32_t output_len) {
-    p->buf = pg_alloc_huge(BW_BUF_BYTES); /* zero-filled: pages are touched */
-    p->bw_gbs = calloc(iters, sizeof *p->bw_gbs);
-    p->decode_s = calloc(iters, sizeof *p->decode_s);
-    p->cap = iters;
-    p->steps = output_len - 1;
-    if (!p->buf || !p->bw_gbs || !p->decode_s) {
-        fprintf(stderr, "pagoda bench latency: out of memory for the bandwidth probe\n");
-        return -1;
-    }
-    memset(p->buf, 1, BW_BUF_BYTES);
-    return 0;
-}
-
-static double bw_measure(bw_probe *p) {
-    return pg_bench_read_bandwidth(pg_pool_default(), p->buf, BW_BUF_BYTES, BW_REPS);
-}
-
-static void bw_record(bw_probe *p, double before, double decode_s, double after) {
-    if (p->n >= p->cap) return;
-    p->bw_gbs[p->n] = 0.5 * (before + after);
-    p->decode_s[p->n] = decode_s;
-    p->n++;
-}
-
-/* Per iteration: achieved = bytes x steps / decode seconds; ratio over that
- * iteration's bandwidth; report medians. */
-static void bw_report(bw_probe *p, size_t bytes, cJSON *js) {
-    size_t n = p->n;
-    double *ach = calloc(n, sizeof *ach), *ratio = calloc(n, sizeof *ratio);
-    double *bw = calloc(n, sizeof *bw), *sps = calloc(n, sizeof *sps);
-    if (n && ach && ratio && bw && sps) {
-        for (size_t i = 0; i < n; i++) {
-            sps[i] = p->decode_s[i] > 0 ? p->steps / p->decode_s[i] : 0;
-            ach[i] = (double)bytes * sps[i] * 1e-9;
-            ratio[i] = p->bw_gbs[i] > 0 ? ach[i] / p->bw_gbs[i] : 0;
-            bw[i] = p->bw_gbs[i];
-        }
-        double m_ratio = pg_bench_median(ratio, (int)n), m_ach = pg_bench_median(ach, (int)n);
-        double m_bw = pg_bench_median(bw, (int)n), m_sps = pg_bench_median(sps, (int)n);
-        printf("Decode steps/s: %.2f (median; %d steps after every request's first token)\n",
-               m_sps, p->steps);
-        printf("Weight bytes per step: %.3f GB; weight stream: %.1f GB/s\n", (double)bytes * 1e-9,
-               m_ach);
-        printf("Read bandwidth: %.1f GB/s; decode at %.1f%% of the bandwidth bound "
-               "(median of per-iteration ratios)\n",
-               m_bw, 100.0 * m_ratio);
-        cJSON *b = cJSON_AddObjectToObject(js, "bandwidth_bound");
-        cJSON_AddNumberToObject(b, "weight_bytes_per_step", (double)bytes);
-        cJSON_AddNumberToObject(b, "decode_steps_per_second", m_sps);
-        cJSON_AddNumberToObject(b, "weight_stream_gbs", m_ach);
-        cJSON_AddNumberToObject(b, "read_bandwidth_gbs", m_bw);
-        cJSON_AddNumberToObject(b, "fraction_of_bound", m_ratio);
-    }
-    free(ach);
-    free(ratio);
-    free(bw);
-    free(sps);
-}
-
-static void bw_probe_free(bw_probe *p) {
-    if (p->buf) pg_free_huge(p->buf, BW_BUF_BYTES);
-    free(p->bw_gbs);
-    free(p->decode_s);
 }
 
 /* n random prompts (the rng continues from call to call, so each call's
@@ -407,7 +460,7 @@ static int offline(int argc, char **argv, bool latency) {
     double spec_t0 = pg_bench_now();
     if (!latency) {
         double *lat = calloc(n, sizeof *lat);
-        double el = lat ? run_batch(e, reqs, n, o.temperature, lat, NULL) : -1;
+        double el = lat ? run_batch(e, reqs, n, o.temperature, lat, NULL, NULL) : -1;
         if (el < 0) {
             fprintf(stderr, "pagoda bench throughput: %s\n", pagoda_last_error());
             rc = 1;
@@ -437,7 +490,9 @@ static int offline(int argc, char **argv, bool latency) {
         double *lat = calloc((size_t)o.num_iters, sizeof *lat);
         double *tpot = calloc((size_t)o.num_iters, sizeof *tpot);
         bw_probe bw = {0};
-        if (o.bandwidth_bound && bw_probe_init(&bw, (size_t)o.num_iters, o.output_len) != 0)
+        if (o.bandwidth_bound &&
+            bw_probe_init(&bw, (size_t)o.num_iters, o.output_len,
+                          (double)pagoda_engine_weight_bytes_per_step(e)) != 0)
             rc = 1;
         for (int32_t it = 0; lat && tpot && it < iters && rc == 0; it++) {
             bool measured = it >= o.num_iters_warmup;
@@ -454,8 +509,9 @@ static int offline(int argc, char **argv, bool latency) {
                 pagoda_engine_get_stats(e, &spec0);
                 spec_t0 = pg_bench_now();
             }
-            double before = measured && bw.buf ? bw_measure(&bw) : 0, decode_s = 0;
-            double el = run_batch(e, reqs, n, o.temperature, NULL, &decode_s);
+            double decode_s = 0;
+            double el = run_batch(e, reqs, n, o.temperature, NULL, &decode_s,
+                                  measured && bw.buf ? &bw : NULL);
             if (el < 0) {
                 fprintf(stderr, "pagoda bench latency: %s\n", pagoda_last_error());
                 rc = 1;
@@ -463,11 +519,10 @@ static int offline(int argc, char **argv, bool latency) {
                 lat[it - o.num_iters_warmup] = el;
                 tpot[it - o.num_iters_warmup] =
                     o.output_len > 1 ? 1000.0 * decode_s / (o.output_len - 1) : 0;
-                if (bw.buf) bw_record(&bw, before, decode_s, bw_measure(&bw));
             }
         }
         if (rc == 0 && bw.buf)
-            bw_report(&bw, pagoda_engine_weight_bytes_per_step(e), js);
+            bw_report(&bw, js);
         bw_probe_free(&bw);
         if (rc == 0 && lat) {
             cJSON *arr = cJSON_AddArrayToObject(js, "latencies");
