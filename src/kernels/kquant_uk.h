@@ -63,20 +63,27 @@ static inline pg_kq_view pg_kq_view_at(const void *w, int64_t g, const pg_kq_sha
 
 /* The decode (M = 1) tiles' software prefetch: sub-block s's share (of
  * sh->S) of the cache lines of the super-block `ahead` super-blocks past
- * grp. It may lie past the panel slice's end: with M = 1 a slice is a whole
+ * grp, into L1 (PREFETCHT0) or, with l2 (a constant), into L2 only
+ * (PREFETCHT1). It may lie past the panel slice's end: with M = 1 a slice is a whole
  * panel, and the next panel, the next one a decode share reads, follows it
  * in memory (a prefetch does not fault; at a share's end it touches a
  * neighbour's first lines). The bounds are computed outside the for:
  * UBSan's division checks in its condition would make GCC drop the loop
  * annotation, an error under -Werror. */
 static inline __attribute__((always_inline)) void
-pg_kq_prefetch_share(const char *grp, const pg_kq_shape *sh, int s, int ahead) {
+pg_kq_prefetch_share(const char *grp, const pg_kq_shape *sh, int s, int ahead, const int l2) {
     const int nl = (int)(sh->gbytes / 64); /* cache lines per super-block */
     const int l0 = s * nl / sh->S, l1 = (s + 1) * nl / sh->S;
     const char *p = grp + (size_t)ahead * sh->gbytes;
+    if (l2) {
 #pragma GCC unroll 1
-    for (int l = l0; l < l1; l++)
-        __builtin_prefetch(p + 64 * l, 0, 3);
+        for (int l = l0; l < l1; l++)
+            __builtin_prefetch(p + 64 * l, 0, 2);
+    } else {
+#pragma GCC unroll 1
+        for (int l = l0; l < l1; l++)
+            __builtin_prefetch(p + 64 * l, 0, 3);
+    }
 }
 
 #endif

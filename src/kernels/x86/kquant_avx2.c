@@ -158,7 +158,7 @@ tile(const int mr, const int NH, const int bits, const int sub, const int has_mi
                 }
 #pragma GCC unroll 1
             for (int s = 0; s < S; s++) {
-                if (pf) pg_kq_prefetch_share(grp, &sh, s, PF_GROUPS);
+                if (pf) pg_kq_prefetch_share(grp, &sh, s, PF_GROUPS, 0);
                 __m256i scv[4]; /* int16 (sc, sc) pairs, or ones for fs */
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++)

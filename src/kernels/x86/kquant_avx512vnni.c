@@ -18,11 +18,13 @@
  * shift + AND for the two nibble vectors; Q5_K / Q6_K OR in the high bits
  * from their planes, one shift + VPTERNLOG per vector.
  *
- * The M = 1 tile prefetches the bytes PF_GROUPS super-blocks ahead of the
- * one it reads, a share per sub-block, past the end of its panel slice too
- * (the next panel, which a decode share reads next, follows it in memory;
- * a prefetch does not fault): without it the hardware prefetcher alone
- * streamed 13 GB/s on one thread against a 30 GB/s read bandwidth.
+ * The M = 1 tile prefetches the bytes PF_GROUPS = 4 super-blocks ahead of
+ * the one it reads into L2 (PREFETCHT1), a share per sub-block, past the
+ * end of its panel slice too (the next panel, which a decode share reads
+ * next, follows it in memory; a prefetch does not fault): without it the
+ * hardware prefetcher alone streamed 13 GB/s on one thread against a 30
+ * GB/s read bandwidth. Into L1 (T0) 2 ahead streamed 8% less end to end,
+ * T0 4 or 8 ahead less still (docs/PERFORMANCE.md, issue 23 "prefetch").
  *
  * IQ4_XS (cb): VPSHUFB (AVX512BW) maps the nibbles to kv + 128 (1..241,
  * unsigned), so VPDPBUSD gives sum qa (kv + 128); its scaled sum P' and the
@@ -39,8 +41,8 @@
 #include "kernels/x86/x86.h"
 
 /* MR: the tile's rows; NV: vectors of 16 columns; PF_GROUPS: how many
- * super-blocks ahead the M = 1 tile prefetches. */
-enum { MR = 4, NV = 2, PF_GROUPS = 2 };
+ * super-blocks ahead the M = 1 tile prefetches (into L2). */
+enum { MR = 4, NV = 2, PF_GROUPS = 4 };
 
 static inline __attribute__((always_inline)) __m512i bcast4(const int8_t *p) {
     int32_t q4;
@@ -112,7 +114,7 @@ tile(const int mr, const int bits, const int sub, const int has_min, const int c
         }
 #pragma GCC unroll 1
         for (int s = 0; s < S; s++) {
-            if (mr == 1) pg_kq_prefetch_share(grp, &sh, s, PF_GROUPS);
+            if (mr == 1) pg_kq_prefetch_share(grp, &sh, s, PF_GROUPS, 1);
             __m512i I[MR][NV];
 #pragma GCC unroll 4
             for (int i = 0; i < mr; i++)
