@@ -11,7 +11,16 @@
  *   512) on one thread per type,
  *   timed in thread CPU time (which other jobs on a loaded machine skew
  *   less than wall time): with a weight that fits L2, e.g. N = 256,
- *   K = 2048, the kernel's own cost per weight. */
+ *   K = 2048, the kernel's own cost per weight.
+ * bench_kquant step [steps] [layers]: the GEMV calls of one decode step of the
+ *   Qwen3-1.7B shape quantized Q4_K_M (per layer qkv 4096 x 2048, o 2048 x
+ *   2048 and gate/up 2 x 6144 x 2048 in Q4_K, down 2048 x 6144 in Q6_K on
+ *   every other layer, else Q4_K; then the lm_head 151936 x 2048 in Q6_K;
+ *   28 layers by default: 113 calls, 1.12 GB) at M = 1 on 2 threads, and
+ *   after each step the read bandwidth of the next 64 MiB of a 256 MiB
+ *   buffer: each step's stream against the bandwidth right after it,
+ *   binned by that bandwidth (the machine's moves between regimes within
+ *   seconds). No attention, norms or sampling: what the kernels stream. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +93,106 @@ static double median(double *x, int n) {
     return x[n / 2];
 }
 
+/* bench_kquant step: see the head comment. */
+static int run_steps(int steps, int layers) {
+    enum { MAXW = 4 * 64 + 1, NV = 151936, PROBE = 64 << 20, PBUF = 256 << 20 };
+    if (steps < 1 || steps > 10000 || layers < 1 || layers > 64) {
+        fprintf(stderr, "usage: bench_kquant step [steps 1-10000] [layers 1-64]\n");
+        return 2;
+    }
+    pg_pool_options po = pg_pool_options_default();
+    po.n_threads = 2;
+    pg_pool *pool = NULL;
+    if (pg_pool_create(&po, &pool) != PAGODA_OK) return 1;
+    pg_packed_weight *w[MAXW];
+    int64_t wk[MAXW];
+    pg_gemm_epilogue ep[MAXW];
+    int nw = 0;
+    size_t bytes = 0, scratch_bytes = 0;
+    for (int l = 0; l <= layers; l++) {
+        /* per layer: qkv, o, gate/up, down; after the last: the lm_head */
+        const struct {
+            pg_dtype t;
+            int64_t N, K;
+            int swiglu;
+        } sh[4] = {{PG_Q4_K, 4096, 2048, 0},
+                   {PG_Q4_K, 2048, 2048, 0},
+                   {PG_Q4_K, 6144, 2048, 1},
+                   {l % 2 ? PG_Q6_K : PG_Q4_K, 2048, 6144, 0}},
+          lm = {PG_Q6_K, NV, 2048, 0};
+        for (int i = 0; i < (l < layers ? 4 : 1); i++) {
+            const pg_dtype t = l < layers ? sh[i].t : lm.t;
+            const int64_t N = l < layers ? sh[i].N : lm.N, K = l < layers ? sh[i].K : lm.K;
+            uint8_t *g = make_rows(t, N, K);
+            uint8_t *u = l < layers && sh[i].swiglu ? make_rows(t, N, K) : NULL;
+            if (!g || (l < layers && sh[i].swiglu && !u)) return 1;
+            const pagoda_status st = u ? pg_gemm_pack_swiglu(t, g, u, N, K, NULL, &w[nw])
+                                       : pg_gemm_pack(t, g, N, K, NULL, &w[nw]);
+            free(g);
+            free(u);
+            if (st != PAGODA_OK) return 1;
+            wk[nw] = K;
+            ep[nw] = u ? PG_GEMM_SWIGLU : PG_GEMM_STORE;
+            bytes += pg_gemm_packed_bytes(w[nw]);
+            size_t sb = pg_gemm_scratch_size(w[nw], 1, 2);
+            scratch_bytes = sb > scratch_bytes ? sb : scratch_bytes;
+            nw++;
+        }
+    }
+    float *A = pg_malloc_aligned(6144 * sizeof(float)), *C = pg_malloc_aligned(NV * sizeof(float));
+    void *scratch = pg_malloc_aligned(scratch_bytes);
+    uint8_t *pb = pg_malloc_aligned(PBUF);
+    double *gbs = malloc((size_t)steps * sizeof *gbs), *rd = malloc((size_t)steps * sizeof *rd);
+    if (!A || !C || !scratch || !pb || !gbs || !rd) return 1;
+    for (int i = 0; i < 6144; i++)
+        A[i] = (float)((int64_t)(rnd() % 2001) - 1000) * 0.001f;
+    memset(pb, 1, PBUF);
+    printf("isa %s, %d calls, %.3f GB of packed weights per step, 2 threads, %d steps\n",
+           pg_kernels()->isa, nw, (double)bytes * 1e-9, steps);
+    for (int s = 0; s < steps; s++) {
+        const double t0 = now();
+        for (int i = 0; i < nw; i++)
+            if (pg_gemm(w[i], A, 1, wk[i], C, NV, NULL, ep[i], pool, scratch)) return 1;
+        gbs[s] = (double)bytes / (now() - t0) * 1e-9;
+        rd[s] = pg_bench_read_bandwidth(pool, pb + (size_t)(s % (PBUF / PROBE)) * PROBE, PROBE, 1);
+    }
+    /* bins of the probe's GB/s: each step's stream and its ratio, medians */
+    const double edges[] = {0, 34, 42, 1e9};
+    printf("%-12s %5s %14s %16s\n", "read GB/s", "steps", "stream GB/s", "stream / read");
+    double all_t = 0, all_b = 0;
+    for (int b = 0; b < 3; b++) {
+        double x[10000], r[10000];
+        int n = 0;
+        for (int s = 0; s < steps; s++)
+            if (rd[s] >= edges[b] && rd[s] < edges[b + 1]) {
+                x[n] = gbs[s];
+                r[n++] = gbs[s] / rd[s];
+            }
+        if (!n) continue;
+        const double mx = median(x, n), mr = median(r, n);
+        printf("%4.0f-%-7.0f %5d %14.1f %15.1f%%\n", edges[b], b == 2 ? 99.0 : edges[b + 1], n, mx,
+               100.0 * mr);
+    }
+    for (int s = 0; s < steps; s++) {
+        all_t += 1.0 / gbs[s];
+        all_b += 1.0 / rd[s];
+    }
+    printf("all steps: %.1f%% (their bounds summed over their times)\n", 100.0 * all_b / all_t);
+    for (int i = 0; i < nw; i++)
+        pg_gemm_free(w[i]);
+    pg_free(A);
+    pg_free(C);
+    pg_free(scratch);
+    pg_free(pb);
+    free(gbs);
+    free(rd);
+    pg_pool_free(pool);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "step"))
+        return run_steps(argc > 2 ? atoi(argv[2]) : 40, argc > 3 ? atoi(argv[3]) : 28);
     const int rounds = argc > 1 ? atoi(argv[1]) : 5;
     const int64_t N = argc > 2 ? atoll(argv[2]) : 8192, K = argc > 3 ? atoll(argv[3]) : 4096;
     const char *sel = argc > 4 ? argv[4] : "456x";
