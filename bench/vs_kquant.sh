@@ -6,8 +6,8 @@
 #                 vs pagoda bench latency F --batch-size 1 --input-len 512 --output-len 1
 #   decode b1:    llama-bench's tg (mean of its repeats)
 #                 vs pagoda bench latency F --batch-size 1 --input-len 8 --output-len TG
-#                    --bandwidth-bound (decode steps/s; read bandwidth measured around each
-#                    iteration of that same run)
+#                    --bandwidth-bound (decode steps/s; read bandwidth measured after every
+#                    decode step of that same run, the steps' harmonic mean)
 #   bound:        read bandwidth / the file's streamed bytes per token (bench/gguf_stream_bytes.py:
 #                 every tensor as stored, token_embd left out when output.weight is separate);
 #                 both engines' decode as % of it ("pagoda packed%": pagoda's own packed bytes)
