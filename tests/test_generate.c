@@ -691,6 +691,7 @@ static double bandwidth_bound_bytes(const char *extra) {
     cJSON *steps = cJSON_GetObjectItem(b, "steps");
     assert_true(cJSON_IsArray(steps));
     assert_int_equal(cJSON_GetArraySize(steps), 10);
+    assert_true(cJSON_GetObjectItem(b, "decode_steps")->valuedouble == 10);
     double lo = INFINITY, hi = 0;
     for (int i = 0; i < 10; i++) {
         cJSON *pr = cJSON_GetArrayItem(steps, i);
@@ -707,6 +708,32 @@ static double bandwidth_bound_bytes(const char *extra) {
     cJSON_Delete(j);
     free(text);
     return bytes;
+}
+
+/* A KV cache too small for the batch preempts requests; their recompute
+ * steps are decode steps too: every one keeps its (seconds, GB/s) pair. */
+static void test_bench_latency_bandwidth_bound_preempted(void **state) {
+    (void)state;
+    require_runnable();
+    char path[4200], args[9000], *out;
+    snprintf(path, sizeof path, "%s/bw_preempt.json", pg_test_tmpdir());
+    snprintf(args, sizeof args,
+             "bench latency %s --kv-cache-memory 512KiB --batch-size 8 --input-len 100 "
+             "--output-len 40 --num-iters-warmup 0 --num-iters 2 --bandwidth-bound "
+             "--output-json '%s'",
+             model_arg("llm/stories260K-hf"), path);
+    assert_int_equal(run_cmd(args, &out), 0);
+    free(out);
+    char *text = pg_test_read_file(path, NULL);
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    cJSON *b = cJSON_GetObjectItem(j, "bandwidth_bound");
+    assert_non_null(b);
+    const double n = cJSON_GetObjectItem(b, "decode_steps")->valuedouble;
+    assert_true(n > 2 * 39); /* more than the requests' own decode steps */
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(b, "steps")), (int)n);
+    cJSON_Delete(j);
+    free(text);
 }
 
 static void test_bench_latency_bandwidth_bound(void **state) {
@@ -737,6 +764,7 @@ int main(void) {
         cmocka_unit_test(test_prompts_file_runtime_failure_exits_1),
         cmocka_unit_test(test_prompts_file_bad_lines),
         cmocka_unit_test(test_bench_throughput_and_latency),
+        cmocka_unit_test(test_bench_latency_bandwidth_bound_preempted),
         cmocka_unit_test(test_bench_latency_bandwidth_bound),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
