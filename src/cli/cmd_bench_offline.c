@@ -221,13 +221,13 @@ enum { BW_BUF_BYTES = 256u << 20, BW_SLICE = 64u << 20 };
 
 typedef struct bw_probe {
     uint8_t *buf;
-    size_t slice;                    /* the next slice to read */
-    double bytes;                    /* weight bytes per step */
-    size_t n, cap;                   /* measured iterations */
+    size_t slice;                      /* the next slice to read */
+    double bytes;                      /* weight bytes per step */
+    size_t n, cap;                     /* measured iterations */
     double *step_s, *bound_s, *nsteps; /* per iteration: decode steps' time, their bound, count */
-    double *pair;                    /* per step: seconds, then the probe's GB/s */
-    size_t npair, pair_cap;          /* grows: preempted requests add decode steps */
-    bool pair_oom;                   /* a pair could not be kept: the report says so */
+    double *pair;                      /* per step: seconds, then the probe's GB/s */
+    size_t npair, pair_cap;            /* grows: preempted requests add decode steps */
+    bool pair_oom;                     /* a pair could not be kept: the report says so */
 } bw_probe;
 
 static int bw_probe_init(bw_probe *p, size_t iters, double bytes) {
@@ -506,9 +506,8 @@ static int offline(int argc, char **argv, bool latency) {
         double *lat = calloc((size_t)o.num_iters, sizeof *lat);
         double *tpot = calloc((size_t)o.num_iters, sizeof *tpot);
         bw_probe bw = {0};
-        if (o.bandwidth_bound &&
-            bw_probe_init(&bw, (size_t)o.num_iters,
-                          (double)pagoda_engine_weight_bytes_per_step(e)) != 0)
+        if (o.bandwidth_bound && bw_probe_init(&bw, (size_t)o.num_iters,
+                                               (double)pagoda_engine_weight_bytes_per_step(e)) != 0)
             rc = 1;
         for (int32_t it = 0; lat && tpot && it < iters && rc == 0; it++) {
             bool measured = it >= o.num_iters_warmup;
@@ -537,8 +536,7 @@ static int offline(int argc, char **argv, bool latency) {
                     o.output_len > 1 ? 1000.0 * decode_s / (o.output_len - 1) : 0;
             }
         }
-        if (rc == 0 && bw.buf)
-            bw_report(&bw, js);
+        if (rc == 0 && bw.buf) bw_report(&bw, js);
         bw_probe_free(&bw);
         if (rc == 0 && lat) {
             cJSON *arr = cJSON_AddArrayToObject(js, "latencies");
