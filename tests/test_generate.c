@@ -661,23 +661,33 @@ static void test_bench_throughput_and_latency(void **state) {
     free(out);
 }
 
-/* Weight bytes per step of stories260K (dim 64, 5 layers, 8/4 heads, ffn
- * 172, vocab 512: 259,328 linear weights) under --bandwidth-bound. */
-static double bandwidth_bound_bytes(const char *extra) {
+/* `pagoda bench latency stories260K --bandwidth-bound OPTS` exits 0 and
+ * says so; its parsed --output-json (the caller deletes it). */
+static cJSON *bandwidth_bound_json(const char *opts) {
     char path[4200], args[9000], *out;
     snprintf(path, sizeof path, "%s/bw.json", pg_test_tmpdir());
-    snprintf(args, sizeof args,
-             "bench latency %s --batch-size 1 --input-len 4 --output-len 6 --num-iters-warmup 0 "
-             "--num-iters 2 --bandwidth-bound --output-json '%s' %s",
-             model_arg("llm/stories260K-hf"), path, extra);
+    snprintf(args, sizeof args, "bench latency %s --bandwidth-bound --output-json '%s' %s",
+             model_arg("llm/stories260K-hf"), path, opts);
     assert_int_equal(run_cmd(args, &out), 0);
     assert_non_null(strstr(out, "of the bandwidth bound"));
     free(out);
     char *text = pg_test_read_file(path, NULL);
     cJSON *j = cJSON_Parse(text);
+    free(text);
     assert_non_null(j);
+    assert_non_null(cJSON_GetObjectItem(j, "bandwidth_bound"));
+    return j;
+}
+
+/* Weight bytes per step of stories260K (dim 64, 5 layers, 8/4 heads, ffn
+ * 172, vocab 512: 259,328 linear weights) under --bandwidth-bound. */
+static double bandwidth_bound_bytes(const char *extra) {
+    char opts[1024];
+    snprintf(opts, sizeof opts,
+             "--batch-size 1 --input-len 4 --output-len 6 --num-iters-warmup 0 --num-iters 2 %s",
+             extra);
+    cJSON *j = bandwidth_bound_json(opts);
     cJSON *b = cJSON_GetObjectItem(j, "bandwidth_bound");
-    assert_non_null(b);
     double bytes = cJSON_GetObjectItem(b, "weight_bytes_per_step")->valuedouble;
     const char *keys[] = {"decode_steps_per_second", "weight_stream_gbs", "read_bandwidth_gbs",
                           "fraction_of_bound"};
@@ -706,7 +716,6 @@ static double bandwidth_bound_bytes(const char *extra) {
     double f = cJSON_GetObjectItem(b, "fraction_of_bound")->valuedouble;
     assert_true(f >= lo * 0.999 && f <= hi * 1.001);
     cJSON_Delete(j);
-    free(text);
     return bytes;
 }
 
@@ -715,25 +724,13 @@ static double bandwidth_bound_bytes(const char *extra) {
 static void test_bench_latency_bandwidth_bound_preempted(void **state) {
     (void)state;
     require_runnable();
-    char path[4200], args[9000], *out;
-    snprintf(path, sizeof path, "%s/bw_preempt.json", pg_test_tmpdir());
-    snprintf(args, sizeof args,
-             "bench latency %s --kv-cache-memory 512KiB --batch-size 8 --input-len 100 "
-             "--output-len 40 --num-iters-warmup 0 --num-iters 2 --bandwidth-bound "
-             "--output-json '%s'",
-             model_arg("llm/stories260K-hf"), path);
-    assert_int_equal(run_cmd(args, &out), 0);
-    free(out);
-    char *text = pg_test_read_file(path, NULL);
-    cJSON *j = cJSON_Parse(text);
-    assert_non_null(j);
+    cJSON *j = bandwidth_bound_json("--kv-cache-memory 512KiB --batch-size 8 --input-len 100 "
+                                    "--output-len 40 --num-iters-warmup 0 --num-iters 2");
     cJSON *b = cJSON_GetObjectItem(j, "bandwidth_bound");
-    assert_non_null(b);
     const double n = cJSON_GetObjectItem(b, "decode_steps")->valuedouble;
     assert_true(n > 2 * 39); /* more than the requests' own decode steps */
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(b, "steps")), (int)n);
     cJSON_Delete(j);
-    free(text);
 }
 
 static void test_bench_latency_bandwidth_bound(void **state) {
