@@ -221,23 +221,20 @@ enum { BW_BUF_BYTES = 256u << 20, BW_SLICE = 64u << 20 };
 
 typedef struct bw_probe {
     uint8_t *buf;
-    size_t slice;                      /* the next slice to read */
-    double bytes;                      /* weight bytes per step */
-    size_t n, cap;                     /* measured iterations */
-    double *step_s, *bound_s, *nsteps; /* per iteration: decode steps' time, their bound, count */
-    double *pair;                      /* per step: seconds, then the probe's GB/s */
-    size_t npair, pair_cap;            /* grows: preempted requests add decode steps */
-    bool pair_oom;                     /* a pair could not be kept: the report says so */
+    size_t slice; /* the next slice to read */
+    double bytes; /* weight bytes per step */
+    size_t iter;  /* the iteration being measured */
+    /* every measured decode step: its iteration, seconds, the probe's GB/s
+     * (a growing array: preempted requests add decode steps) */
+    double *step;
+    size_t nstep, cap;
+    bool oom; /* a step could not be kept: no report */
 } bw_probe;
 
-static int bw_probe_init(bw_probe *p, size_t iters, double bytes) {
+static int bw_probe_init(bw_probe *p, double bytes) {
     p->buf = pg_alloc_huge(BW_BUF_BYTES); /* zero-filled: pages are touched */
-    p->step_s = calloc(iters, sizeof *p->step_s);
-    p->bound_s = calloc(iters, sizeof *p->bound_s);
-    p->nsteps = calloc(iters, sizeof *p->nsteps);
-    p->cap = iters;
     p->bytes = bytes;
-    if (!p->buf || !p->step_s || !p->bound_s || !p->nsteps) {
+    if (!p->buf) {
         fprintf(stderr, "pagoda bench latency: out of memory for the bandwidth probe\n");
         return -1;
     }
@@ -245,54 +242,60 @@ static int bw_probe_init(bw_probe *p, size_t iters, double bytes) {
     return 0;
 }
 
-/* One decode step of dt seconds just ended: read the next slice and add
- * the step and its bound (bytes / that bandwidth) to iteration p->n. */
+/* One decode step of dt seconds just ended: read the next slice and keep
+ * the step with that bandwidth. */
 static void bw_step(bw_probe *p, double dt) {
-    if (p->n >= p->cap) return;
     const uint8_t *b = p->buf + (p->slice++ % (BW_BUF_BYTES / BW_SLICE)) * (size_t)BW_SLICE;
     double gbs = pg_bench_read_bandwidth(pg_pool_default(), b, BW_SLICE, 1);
-    if (gbs <= 0) return;
-    p->step_s[p->n] += dt;
-    p->bound_s[p->n] += p->bytes / (gbs * 1e9);
-    p->nsteps[p->n] += 1;
-    if (p->npair == p->pair_cap) {
-        size_t cap = p->pair_cap ? 2 * p->pair_cap : 256;
-        double *np = realloc(p->pair, 2 * cap * sizeof *np);
+    if (gbs <= 0 || p->oom) return;
+    if (p->nstep == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 256;
+        double *np = realloc(p->step, 3 * cap * sizeof *np);
         if (!np) {
-            p->pair_oom = true;
+            p->oom = true;
             return;
         }
-        p->pair = np;
-        p->pair_cap = cap;
+        p->step = np;
+        p->cap = cap;
     }
-    p->pair[2 * p->npair] = dt;
-    p->pair[2 * p->npair + 1] = gbs;
-    p->npair++;
+    double *st = p->step + 3 * p->nstep++;
+    st[0] = (double)p->iter;
+    st[1] = dt;
+    st[2] = gbs;
 }
 
-/* Per iteration: steps/s, weight stream = bytes x steps / their time, the
- * read bandwidth = bytes x steps / their bound (the steps' harmonic mean),
+/* Per iteration (of n): its steps' time, their bound (bytes / each step's
+ * bandwidth, summed) and count; steps/s, weight stream = bytes x steps /
+ * time, read bandwidth = bytes x steps / bound (the steps' harmonic mean),
  * fraction = bound / time; report medians. */
-static void bw_report(bw_probe *p, cJSON *js) {
-    size_t n = p->n;
-    double *ach = calloc(n, sizeof *ach), *ratio = calloc(n, sizeof *ratio);
-    double *bw = calloc(n, sizeof *bw), *sps = calloc(n, sizeof *sps);
-    if (n && ach && ratio && bw && sps) {
+static void bw_report(bw_probe *p, size_t n, cJSON *js) {
+    if (p->oom) {
+        fprintf(stderr, "pagoda bench latency: out of memory for the bandwidth probe's steps\n");
+        return;
+    }
+    double *v = calloc(7 * (n ? n : 1), sizeof *v);
+    double *t = v, *bd = v + n, *k = v + 2 * n, *sps = v + 3 * n, *ach = v + 4 * n;
+    double *bw = v + 5 * n, *ratio = v + 6 * n;
+    if (n && v) {
+        for (size_t i = 0; i < p->nstep; i++) {
+            const double *st = p->step + 3 * i;
+            const size_t it = (size_t)st[0];
+            if (it >= n) continue;
+            t[it] += st[1];
+            bd[it] += p->bytes / (st[2] * 1e9);
+            k[it] += 1;
+        }
         for (size_t i = 0; i < n; i++) {
-            const double t = p->step_s[i], b = p->bound_s[i], k = p->nsteps[i];
-            sps[i] = t > 0 ? k / t : 0;
+            sps[i] = t[i] > 0 ? k[i] / t[i] : 0;
             ach[i] = p->bytes * sps[i] * 1e-9;
-            bw[i] = b > 0 ? p->bytes * k / b * 1e-9 : 0;
-            ratio[i] = t > 0 ? b / t : 0;
+            bw[i] = bd[i] > 0 ? p->bytes * k[i] / bd[i] * 1e-9 : 0;
+            ratio[i] = t[i] > 0 ? bd[i] / t[i] : 0;
         }
         double m_ratio = pg_bench_median(ratio, (int)n), m_ach = pg_bench_median(ach, (int)n);
         double m_bw = pg_bench_median(bw, (int)n), m_sps = pg_bench_median(sps, (int)n);
-        double total = 0; /* decode steps, every iteration */
-        for (size_t i = 0; i < n; i++)
-            total += p->nsteps[i];
         printf("Decode steps/s: %.2f (median of %zu iterations; %zu decode steps, after every "
                "request's first token)\n",
-               m_sps, n, (size_t)total);
+               m_sps, n, p->nstep);
         printf("Weight bytes per step: %.3f GB; weight stream: %.1f GB/s\n", p->bytes * 1e-9,
                m_ach);
         printf("Read bandwidth: %.1f GB/s; decode at %.1f%% of the bandwidth bound "
@@ -304,29 +307,22 @@ static void bw_report(bw_probe *p, cJSON *js) {
         cJSON_AddNumberToObject(b, "weight_stream_gbs", m_ach);
         cJSON_AddNumberToObject(b, "read_bandwidth_gbs", m_bw);
         cJSON_AddNumberToObject(b, "fraction_of_bound", m_ratio);
-        cJSON_AddNumberToObject(b, "decode_steps", total);
-        /* every measured decode step: [seconds, the read GB/s right after it]
-         * (a step whose pair could not be kept still counts in the figures above) */
-        cJSON *steps = p->pair_oom ? NULL : cJSON_AddArrayToObject(b, "steps");
-        for (size_t i = 0; steps && i < p->npair; i++) {
+        cJSON_AddNumberToObject(b, "decode_steps", (double)p->nstep);
+        /* every measured decode step: [seconds, the read GB/s right after it] */
+        cJSON *steps = cJSON_AddArrayToObject(b, "steps");
+        for (size_t i = 0; steps && i < p->nstep; i++) {
             cJSON *pr = cJSON_CreateArray();
-            cJSON_AddItemToArray(pr, cJSON_CreateNumber(p->pair[2 * i]));
-            cJSON_AddItemToArray(pr, cJSON_CreateNumber(p->pair[2 * i + 1]));
+            cJSON_AddItemToArray(pr, cJSON_CreateNumber(p->step[3 * i + 1]));
+            cJSON_AddItemToArray(pr, cJSON_CreateNumber(p->step[3 * i + 2]));
             cJSON_AddItemToArray(steps, pr);
         }
     }
-    free(ach);
-    free(ratio);
-    free(bw);
-    free(sps);
+    free(v);
 }
 
 static void bw_probe_free(bw_probe *p) {
     if (p->buf) pg_free_huge(p->buf, BW_BUF_BYTES);
-    free(p->step_s);
-    free(p->bound_s);
-    free(p->nsteps);
-    free(p->pair);
+    free(p->step);
 }
 
 /* Add the requests, run until all finished; latency[i] = finish - start
@@ -400,7 +396,7 @@ static double run_batch(pagoda_engine *e, const pg_bench_request *reqs, size_t n
     }
     double t_end = pg_bench_now() - probe_s, el = t_end - t0;
     if (decode_s) *decode_s = t_end - last_first;
-    if (probe && probe->n < probe->cap) probe->n++;
+    if (probe) probe->iter++;
     free(ids);
     free(first);
     if (failed) {
@@ -506,8 +502,8 @@ static int offline(int argc, char **argv, bool latency) {
         double *lat = calloc((size_t)o.num_iters, sizeof *lat);
         double *tpot = calloc((size_t)o.num_iters, sizeof *tpot);
         bw_probe bw = {0};
-        if (o.bandwidth_bound && bw_probe_init(&bw, (size_t)o.num_iters,
-                                               (double)pagoda_engine_weight_bytes_per_step(e)) != 0)
+        if (o.bandwidth_bound &&
+            bw_probe_init(&bw, (double)pagoda_engine_weight_bytes_per_step(e)) != 0)
             rc = 1;
         for (int32_t it = 0; lat && tpot && it < iters && rc == 0; it++) {
             bool measured = it >= o.num_iters_warmup;
@@ -536,7 +532,7 @@ static int offline(int argc, char **argv, bool latency) {
                     o.output_len > 1 ? 1000.0 * decode_s / (o.output_len - 1) : 0;
             }
         }
-        if (rc == 0 && bw.buf) bw_report(&bw, js);
+        if (rc == 0 && bw.buf) bw_report(&bw, bw.iter, js);
         bw_probe_free(&bw);
         if (rc == 0 && lat) {
             cJSON *arr = cJSON_AddArrayToObject(js, "latencies");
